@@ -1,0 +1,426 @@
+//! TCP stream reassembly: Wireshark's "Follow TCP Stream", streaming and bounded.
+//!
+//! Reading list: RFC 9293 (sequence space; SYN and FIN each occupy one sequence number).
+//!
+//! Segments go in with [`Reassembler::push`] in capture order; [`Event`]s come out as soon
+//! as they are known. Each connection is keyed by its unordered address pair, and each of
+//! its two directions is reassembled on its own:
+//!
+//! * Stream offset 0 is the byte after the SYN (ISN + 1), or, if no SYN was captured for
+//!   that direction, the sequence number of the first segment seen in it. Bytes before
+//!   that point cannot be placed and are counted in [`Stats::dropped_bytes`].
+//! * Offsets are `u64`; sequence numbers are unwrapped relative to the next expected
+//!   byte, so wrap-around at 2^32 is seamless as long as no segment lands more than 2 GiB
+//!   from where the stream is, which TCP's window rules out.
+//! * The first copy of every byte wins. A later copy (a retransmission or overlapping
+//!   segment) is trimmed; if it differs from the copy kept, that is counted in
+//!   [`Stats::conflicting_bytes`]. Delivered bytes are remembered for comparison up to
+//!   [`Limits::history_bytes_max`] per direction.
+//! * Out-of-order data waits in a per-direction buffer. When a limit in [`Limits`] is
+//!   exceeded, the hole in front of the buffer is declared lost with an [`Event::Gap`] and
+//!   delivery resumes after it; [`Reassembler::finish`] does the same for every buffer.
+//!
+//! # Which frame an event names
+//!
+//! A [`Event::Data`] names the frame that carried its bytes, so one segment that fills a
+//! hole and thereby releases buffered segments yields one `Data` for its own bytes and one
+//! for each released segment, in stream order, each with its own frame and time stamp.
+//! Contiguous bytes are never merged across frames: a decoder that reports "this FPDU
+//! came in frames 17-19" needs that attribution. A [`Event::Gap`] names the frame of the
+//! first bytes after the gap (or, for bytes a snapshot length cut off, the frame that was
+//! cut; or, for a gap before a FIN, the frame with the FIN).
+
+mod half;
+
+use core::fmt;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use self::half::{Half, SegmentIn};
+use crate::packet::TcpSegment;
+
+/// Default for [`Limits::buffered_bytes_max`]: 16 MiB, several times the largest TCP
+/// window Linux autotunes to by default (`tcp_rmem` max 6 MiB), so reordering within a
+/// window never produces a false gap.
+pub const BUFFERED_BYTES_MAX: usize = 16 << 20;
+/// Default for [`Limits::buffered_segments_max`]: enough 1448-byte segments to fill
+/// [`BUFFERED_BYTES_MAX`], so the byte limit is normally the one that acts.
+pub const BUFFERED_SEGMENTS_MAX: usize = 16_384;
+/// Default for [`Limits::buffered_bytes_total_max`]: 256 MiB over all connections.
+pub const BUFFERED_BYTES_TOTAL_MAX: usize = 256 << 20;
+/// Default for [`Limits::connections_max`]: connections tracked at once.
+pub const CONNECTIONS_MAX: usize = 65_536;
+/// Default for [`Limits::history_bytes_max`]: 64 KiB, an unscaled TCP window.
+pub const HISTORY_BYTES_MAX: usize = 64 << 10;
+
+/// Bounds on the memory a [`Reassembler`] uses, whatever the capture holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Out-of-order payload bytes buffered per direction.
+    pub buffered_bytes_max: usize,
+    /// Out-of-order pieces buffered per direction; bounds the per-piece overhead that a
+    /// flood of tiny segments would otherwise cost.
+    pub buffered_segments_max: usize,
+    /// Out-of-order payload bytes buffered over all connections. When it is exceeded, the
+    /// direction that just received data gives up its holes.
+    pub buffered_bytes_total_max: usize,
+    /// Connections tracked at once. Segments that would open another are ignored and
+    /// counted in [`Stats::ignored_segments`].
+    pub connections_max: usize,
+    /// Delivered bytes remembered per direction to check retransmissions against. 0
+    /// turns the check off for data already delivered.
+    pub history_bytes_max: usize,
+}
+
+/// Identifies a connection: 0 for the first seen in the capture, then counting up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnId(pub u32);
+
+/// Who is who in a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnInfo {
+    /// The connection's identifier.
+    pub id: ConnId,
+    /// The side that sent the SYN; with no SYN captured, the sender of the first segment.
+    pub client: SocketAddr,
+    /// The other side.
+    pub server: SocketAddr,
+}
+
+/// A direction of a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Dir {
+    /// From [`ConnInfo::client`] to [`ConnInfo::server`].
+    ClientToServer,
+    /// From [`ConnInfo::server`] to [`ConnInfo::client`].
+    ServerToClient,
+}
+
+/// What reassembly found out, in the order it found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A new connection; always precedes its other events.
+    Open {
+        /// The new connection.
+        conn: ConnId,
+        /// Its endpoints.
+        info: ConnInfo,
+    },
+    /// The next bytes of a direction's stream.
+    Data {
+        /// The connection.
+        conn: ConnId,
+        /// The direction.
+        dir: Dir,
+        /// The frame that carried these bytes.
+        frame: u64,
+        /// That frame's capture time.
+        ts_ns: u64,
+        /// TCP sequence number of the first byte.
+        seq: u32,
+        /// Stream offset of the first byte; 0 is the first data byte of the direction.
+        offset: u64,
+        /// The bytes; never empty.
+        data: Vec<u8>,
+    },
+    /// Bytes of a direction's stream that are not in the capture. The stream continues at
+    /// `offset + len`.
+    Gap {
+        /// The connection.
+        conn: ConnId,
+        /// The direction.
+        dir: Dir,
+        /// The frame that revealed the gap (see the module documentation).
+        frame: u64,
+        /// Stream offset of the first missing byte.
+        offset: u64,
+        /// Number of missing bytes; never 0.
+        len: u64,
+    },
+    /// The direction's stream ended with a FIN; emitted once all bytes before the FIN
+    /// have been delivered or declared lost.
+    Fin {
+        /// The connection.
+        conn: ConnId,
+        /// The direction whose sender closed.
+        dir: Dir,
+        /// The frame with the first FIN.
+        frame: u64,
+    },
+    /// The sender in `dir` reset the connection; emitted once per direction, as soon as
+    /// the RST is seen.
+    Rst {
+        /// The connection.
+        conn: ConnId,
+        /// The direction the RST travelled in.
+        dir: Dir,
+        /// The frame with the RST.
+        frame: u64,
+    },
+}
+
+/// Counters over everything a [`Reassembler`] has seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Segments pushed.
+    pub segments: u64,
+    /// Payload bytes trimmed because an earlier copy of them was kept.
+    pub duplicate_bytes: u64,
+    /// Of `duplicate_bytes`, those whose value differed from the copy kept. Non-zero
+    /// means a retransmission carried different data, which a correct sender never does.
+    pub conflicting_bytes: u64,
+    /// The frame of the first segment with conflicting bytes.
+    pub first_conflict_frame: Option<u64>,
+    /// Bytes reported in [`Event::Gap`]s.
+    pub gap_bytes: u64,
+    /// Payload bytes before the start of their stream, which cannot be placed.
+    pub dropped_bytes: u64,
+    /// Segments ignored because [`Limits::connections_max`] connections were open, or
+    /// because 2^32 - 1 connection ids had been handed out.
+    pub ignored_segments: u64,
+}
+
+/// Reassembles the TCP streams of a capture. See the module documentation.
+#[derive(Debug)]
+pub struct Reassembler {
+    limits: Limits,
+    /// Open connections by address pair, the smaller address first.
+    conns: BTreeMap<(SocketAddr, SocketAddr), Conn>,
+    next_id: u32,
+    /// Out-of-order payload bytes buffered over all connections.
+    buffered_total: usize,
+    stats: Stats,
+}
+
+/// One connection: both directions and what decides when a new one begins.
+#[derive(Debug)]
+struct Conn {
+    info: ConnInfo,
+    halves: [Half; 2],
+    /// The client's initial sequence number, if its SYN was seen.
+    client_isn: Option<u32>,
+    /// A FIN or RST was seen in either direction.
+    closed: bool,
+    rst_reported: [bool; 2],
+}
+
+/// What a direction needs to report events and keep within limits.
+struct Ctx<'a> {
+    conn: ConnId,
+    dir: Dir,
+    out: &'a mut Vec<Event>,
+    stats: &'a mut Stats,
+    buffered_total: &'a mut usize,
+    limits: &'a Limits,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            buffered_bytes_max: BUFFERED_BYTES_MAX,
+            buffered_segments_max: BUFFERED_SEGMENTS_MAX,
+            buffered_bytes_total_max: BUFFERED_BYTES_TOTAL_MAX,
+            connections_max: CONNECTIONS_MAX,
+            history_bytes_max: HISTORY_BYTES_MAX,
+        }
+    }
+}
+
+impl Dir {
+    /// The opposite direction.
+    pub const fn reverse(self) -> Dir {
+        match self {
+            Dir::ClientToServer => Dir::ServerToClient,
+            Dir::ServerToClient => Dir::ClientToServer,
+        }
+    }
+
+    const fn index(self) -> usize {
+        match self {
+            Dir::ClientToServer => 0,
+            Dir::ServerToClient => 1,
+        }
+    }
+}
+
+impl Reassembler {
+    /// Creates a reassembler that stays within `limits`.
+    pub fn new(limits: Limits) -> Self {
+        Reassembler {
+            limits,
+            conns: BTreeMap::new(),
+            next_id: 0,
+            buffered_total: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Feeds one segment, captured in `frame` at `ts_ns`, and appends the resulting
+    /// events to `out`.
+    ///
+    /// A pure SYN (no ACK) on an address pair whose connection has seen a FIN or RST, or
+    /// whose client SYN had a different initial sequence number, ends that connection
+    /// (as [`Self::finish`] would) and opens a new one. A repeated SYN with the same
+    /// initial sequence number is a retransmission and opens nothing.
+    pub fn push(&mut self, frame: u64, ts_ns: u64, seg: &TcpSegment<'_>, out: &mut Vec<Event>) {
+        self.stats.segments += 1;
+        let key = if seg.src <= seg.dst { (seg.src, seg.dst) } else { (seg.dst, seg.src) };
+        if !self.admit(key, seg, out) {
+            self.stats.ignored_segments += 1;
+            return;
+        }
+        let Some(conn) = self.conns.get_mut(&key) else {
+            return;
+        };
+        let dir = if seg.src == conn.info.client { Dir::ClientToServer } else { Dir::ServerToClient };
+        let mut ctx = Ctx {
+            conn: conn.info.id,
+            dir,
+            out,
+            stats: &mut self.stats,
+            buffered_total: &mut self.buffered_total,
+            limits: &self.limits,
+        };
+        conn.segment(frame, ts_ns, seg, &mut ctx);
+    }
+
+    /// Ends the capture: every buffered byte is delivered, with a [`Event::Gap`] for
+    /// each hole, and a [`Event::Fin`] follows for each direction that sent one.
+    /// Connections are flushed in [`ConnId`] order, client-to-server first.
+    ///
+    /// The reassembler is empty afterwards; segments pushed later start new connections,
+    /// whose ids continue the count.
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        let mut conns: Vec<Conn> = core::mem::take(&mut self.conns).into_values().collect();
+        conns.sort_by_key(|conn| conn.info.id);
+        for conn in conns {
+            self.close(conn, out);
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    /// The limits this reassembler was created with.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// Makes sure the connection for `key` exists, replacing it if `seg` starts a new
+    /// one; `false` if no connection may be opened.
+    fn admit(
+        &mut self,
+        key: (SocketAddr, SocketAddr),
+        seg: &TcpSegment<'_>,
+        out: &mut Vec<Event>,
+    ) -> bool {
+        if let Some(conn) = self.conns.get(&key) {
+            if !conn.starts_new(seg) {
+                return true;
+            }
+            if let Some(old) = self.conns.remove(&key) {
+                self.close(old, out);
+            }
+        }
+        if self.conns.len() >= self.limits.connections_max || self.next_id == u32::MAX {
+            return false;
+        }
+        let id = ConnId(self.next_id);
+        self.next_id += 1;
+        // The sender of a SYN-ACK is the server; otherwise the first sender is taken to
+        // be the client, which is right whenever the SYN was captured.
+        let (client, server) = if seg.syn && seg.ack_flag {
+            (seg.dst, seg.src)
+        } else {
+            (seg.src, seg.dst)
+        };
+        let info = ConnInfo { id, client, server };
+        out.push(Event::Open { conn: id, info });
+        self.conns.insert(key, Conn::new(info));
+        true
+    }
+
+    /// Flushes both directions of a connection that is going away.
+    fn close(&mut self, mut conn: Conn, out: &mut Vec<Event>) {
+        for dir in [Dir::ClientToServer, Dir::ServerToClient] {
+            let mut ctx = Ctx {
+                conn: conn.info.id,
+                dir,
+                out: &mut *out,
+                stats: &mut self.stats,
+                buffered_total: &mut self.buffered_total,
+                limits: &self.limits,
+            };
+            conn.halves[dir.index()].flush(&mut ctx);
+        }
+    }
+}
+
+impl Conn {
+    fn new(info: ConnInfo) -> Self {
+        Conn {
+            info,
+            halves: [Half::default(), Half::default()],
+            client_isn: None,
+            closed: false,
+            rst_reported: [false; 2],
+        }
+    }
+
+    /// Whether `seg` is the SYN of a new connection on this address pair.
+    fn starts_new(&self, seg: &TcpSegment<'_>) -> bool {
+        if !seg.syn || seg.ack_flag {
+            return false;
+        }
+        match self.client_isn {
+            Some(isn) => isn != seg.seq,
+            None => self.closed,
+        }
+    }
+
+    fn segment(&mut self, frame: u64, ts_ns: u64, seg: &TcpSegment<'_>, ctx: &mut Ctx<'_>) {
+        let half = &mut self.halves[ctx.dir.index()];
+        if seg.syn {
+            half.note_syn(seg.seq);
+            if ctx.dir == Dir::ClientToServer && !seg.ack_flag {
+                self.client_isn.get_or_insert(seg.seq);
+            }
+        }
+        // The SYN occupies the first sequence number; any data follows it.
+        let input = SegmentIn {
+            frame,
+            ts_ns,
+            seq: seg.seq.wrapping_add(u32::from(seg.syn)),
+            data: seg.payload,
+            wire_len: seg.payload_wire_len.max(seg.payload.len()),
+            fin: seg.fin,
+        };
+        half.segment(&input, ctx);
+        self.closed |= seg.fin || seg.rst;
+        let reported = &mut self.rst_reported[ctx.dir.index()];
+        if seg.rst && !*reported {
+            *reported = true;
+            ctx.out.push(Event::Rst { conn: ctx.conn, dir: ctx.dir, frame });
+        }
+    }
+}
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "conn {}", self.0)
+    }
+}
+
+impl fmt::Display for Dir {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Dir::ClientToServer => "client->server",
+            Dir::ServerToClient => "server->client",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

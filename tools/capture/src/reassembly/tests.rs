@@ -1,0 +1,371 @@
+use std::net::{Ipv4Addr, SocketAddr};
+
+use super::*;
+
+const C: u16 = 40000;
+const S: u16 = 7174;
+
+fn addr(port: u16) -> SocketAddr {
+    let host = if port == S { 2 } else { 3 };
+    SocketAddr::new(Ipv4Addr::new(10, 77, 0, host).into(), port)
+}
+
+#[derive(Clone, Copy, Default)]
+struct Flags {
+    syn: bool,
+    ack: bool,
+    fin: bool,
+    rst: bool,
+}
+
+const NONE: Flags = Flags { syn: false, ack: true, fin: false, rst: false };
+const SYN: Flags = Flags { syn: true, ack: false, fin: false, rst: false };
+const SYN_ACK: Flags = Flags { syn: true, ack: true, fin: false, rst: false };
+const FIN: Flags = Flags { syn: false, ack: true, fin: true, rst: false };
+const RST: Flags = Flags { syn: false, ack: false, fin: false, rst: true };
+
+fn seg(from: u16, to: u16, seq: u32, flags: Flags, payload: &[u8]) -> TcpSegment<'_> {
+    TcpSegment {
+        src: addr(from),
+        dst: addr(to),
+        seq,
+        ack: 0,
+        syn: flags.syn,
+        ack_flag: flags.ack,
+        fin: flags.fin,
+        rst: flags.rst,
+        psh: false,
+        window: 1000,
+        payload,
+        payload_wire_len: payload.len(),
+        payload_truncated: false,
+    }
+}
+
+/// Pushes segments as frames 1, 2, ... and returns all events including `finish`.
+fn run(limits: Limits, segments: &[TcpSegment<'_>]) -> (Vec<Event>, Stats) {
+    let mut reassembler = Reassembler::new(limits);
+    let mut out = Vec::new();
+    for (i, segment) in segments.iter().enumerate() {
+        let frame = i as u64 + 1;
+        reassembler.push(frame, frame * 10, segment, &mut out);
+    }
+    reassembler.finish(&mut out);
+    (out, reassembler.stats())
+}
+
+fn data(conn: u32, dir: Dir, frame: u64, seq: u32, offset: u64, bytes: &[u8]) -> Event {
+    let ts_ns = frame * 10;
+    Event::Data { conn: ConnId(conn), dir, frame, ts_ns, seq, offset, data: bytes.to_vec() }
+}
+
+fn gap(conn: u32, dir: Dir, frame: u64, offset: u64, len: u64) -> Event {
+    Event::Gap { conn: ConnId(conn), dir, frame, offset, len }
+}
+
+fn open(conn: u32, client: u16, server: u16) -> Event {
+    let info = ConnInfo { id: ConnId(conn), client: addr(client), server: addr(server) };
+    Event::Open { conn: ConnId(conn), info }
+}
+
+fn fin(conn: u32, dir: Dir, frame: u64) -> Event {
+    Event::Fin { conn: ConnId(conn), dir, frame }
+}
+
+use Dir::{ClientToServer as C2S, ServerToClient as S2C};
+
+#[test]
+fn handshake_data_and_close() {
+    let (events, stats) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 99, SYN, b""),
+            seg(S, C, 499, SYN_ACK, b""),
+            seg(C, S, 100, NONE, b"req"),
+            seg(S, C, 500, NONE, b"reply"),
+            seg(C, S, 103, FIN, b""),
+            seg(S, C, 505, FIN, b""),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            data(0, C2S, 3, 100, 0, b"req"),
+            data(0, S2C, 4, 500, 0, b"reply"),
+            fin(0, C2S, 5),
+            fin(0, S2C, 6),
+        ]
+    );
+    assert_eq!(stats.segments, 6);
+    assert_eq!(stats.gap_bytes + stats.duplicate_bytes + stats.dropped_bytes, 0);
+}
+
+#[test]
+fn out_of_order_keeps_each_frame() {
+    let (events, _) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 0, SYN, b""),
+            seg(C, S, 4, NONE, b"cd"),
+            seg(C, S, 6, NONE, b"ef"),
+            seg(C, S, 1, NONE, b"ab"),
+            seg(C, S, 3, NONE, b"-"),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            data(0, C2S, 4, 1, 0, b"ab"),
+            data(0, C2S, 5, 3, 2, b"-"),
+            data(0, C2S, 2, 4, 3, b"cd"),
+            data(0, C2S, 3, 6, 5, b"ef"),
+        ]
+    );
+}
+
+#[test]
+fn first_copy_wins_and_conflicts_are_counted() {
+    let (events, stats) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 0, SYN, b""),
+            seg(C, S, 3, NONE, b"CDE"),
+            // Overlaps the buffered chunk with different bytes and fills the hole.
+            seg(C, S, 1, NONE, b"abcdef"),
+            // Retransmits delivered bytes, identical.
+            seg(C, S, 1, NONE, b"ab"),
+        ],
+    );
+    let stream: Vec<u8> = events
+        .iter()
+        .filter_map(|event| match event {
+            Event::Data { data, .. } => Some(data.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(stream, b"abCDEf");
+    assert_eq!(stats.duplicate_bytes, 3 + 2);
+    assert_eq!(stats.conflicting_bytes, 3);
+    assert_eq!(stats.first_conflict_frame, Some(3));
+}
+
+#[test]
+fn retransmission_that_differs_from_delivered_data_is_counted() {
+    let (_, stats) = run(
+        Limits::default(),
+        &[seg(C, S, 0, SYN, b""), seg(C, S, 1, NONE, b"hello"), seg(C, S, 2, NONE, b"EL")],
+    );
+    assert_eq!(stats.duplicate_bytes, 2);
+    assert_eq!(stats.conflicting_bytes, 2);
+    assert_eq!(stats.first_conflict_frame, Some(3));
+}
+
+#[test]
+fn sequence_numbers_wrap() {
+    let isn = u32::MAX - 2;
+    let (events, _) = run(
+        Limits::default(),
+        &[
+            seg(C, S, isn, SYN, b""),
+            seg(C, S, u32::MAX - 1, NONE, b"wrap"),
+            seg(C, S, 2, NONE, b"ped"),
+        ],
+    );
+    assert_eq!(
+        events,
+        [open(0, C, S), data(0, C2S, 2, u32::MAX - 1, 0, b"wrap"), data(0, C2S, 3, 2, 4, b"ped")]
+    );
+}
+
+#[test]
+fn byte_limit_gives_up_the_hole() {
+    let limits = Limits { buffered_bytes_max: 4, ..Limits::default() };
+    let (events, stats) = run(
+        limits,
+        &[
+            seg(C, S, 0, SYN, b""),
+            seg(C, S, 11, NONE, b"xyz"),
+            seg(C, S, 14, NONE, b"uv"),
+            seg(C, S, 1, NONE, b"late"),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            gap(0, C2S, 2, 0, 10),
+            data(0, C2S, 2, 11, 10, b"xyz"),
+            data(0, C2S, 3, 14, 13, b"uv"),
+        ]
+    );
+    assert_eq!(stats.gap_bytes, 10);
+    assert_eq!(stats.duplicate_bytes, 4, "the late segment lies wholly before the stream");
+}
+
+#[test]
+fn segment_limit_gives_up_the_hole() {
+    let limits = Limits { buffered_segments_max: 1, ..Limits::default() };
+    let (events, _) = run(
+        limits,
+        &[seg(C, S, 0, SYN, b""), seg(C, S, 3, NONE, b"c"), seg(C, S, 5, NONE, b"e")],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            gap(0, C2S, 2, 0, 2),
+            data(0, C2S, 2, 3, 2, b"c"),
+            gap(0, C2S, 3, 3, 1),
+            data(0, C2S, 3, 5, 4, b"e"),
+        ]
+    );
+}
+
+#[test]
+fn total_limit_spans_connections() {
+    let limits = Limits { buffered_bytes_total_max: 5, ..Limits::default() };
+    let (events, _) = run(
+        limits,
+        &[
+            seg(C, S, 0, SYN, b""),
+            seg(C, S, 5, NONE, b"abcd"),
+            seg(C + 1, S, 0, SYN, b""),
+            seg(C + 1, S, 5, NONE, b"efgh"),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            open(1, C + 1, S),
+            gap(1, C2S, 4, 0, 4),
+            data(1, C2S, 4, 5, 4, b"efgh"),
+            gap(0, C2S, 2, 0, 4),
+            data(0, C2S, 2, 5, 4, b"abcd"),
+        ]
+    );
+}
+
+#[test]
+fn gap_before_fin_is_reported_at_finish() {
+    let (events, _) = run(
+        Limits::default(),
+        &[seg(C, S, 0, SYN, b""), seg(C, S, 1, NONE, b"ab"), seg(C, S, 6, FIN, b"")],
+    );
+    assert_eq!(
+        events,
+        [open(0, C, S), data(0, C2S, 2, 1, 0, b"ab"), gap(0, C2S, 3, 2, 3), fin(0, C2S, 3)]
+    );
+}
+
+#[test]
+fn snaplen_cut_bytes_are_a_gap() {
+    let mut cut = seg(C, S, 1, NONE, b"abc");
+    cut.payload_wire_len = 10;
+    cut.payload_truncated = true;
+    let (events, stats) = run(
+        Limits::default(),
+        &[seg(C, S, 0, SYN, b""), cut, seg(C, S, 11, NONE, b"next")],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            data(0, C2S, 2, 1, 0, b"abc"),
+            gap(0, C2S, 2, 3, 7),
+            data(0, C2S, 3, 11, 10, b"next"),
+        ]
+    );
+    assert_eq!(stats.gap_bytes, 7);
+}
+
+#[test]
+fn new_syn_after_close_opens_a_new_connection() {
+    let (events, _) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 0, SYN, b""),
+            // A retransmitted SYN is the same connection.
+            seg(C, S, 0, SYN, b""),
+            seg(C, S, 1, FIN, b""),
+            seg(C, S, 7000, SYN, b""),
+            seg(C, S, 7001, NONE, b"again"),
+            // A SYN with yet another ISN, without any close: port reuse.
+            seg(C, S, 9000, SYN, b""),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            fin(0, C2S, 3),
+            open(1, C, S),
+            data(1, C2S, 5, 7001, 0, b"again"),
+            open(2, C, S),
+        ]
+    );
+}
+
+#[test]
+fn rst_is_reported_once_per_direction_and_closes() {
+    let (events, _) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 0, SYN, b""),
+            seg(S, C, 0, RST, b""),
+            seg(S, C, 0, RST, b""),
+            seg(C, S, 0, SYN, b""),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            Event::Rst { conn: ConnId(0), dir: S2C, frame: 2 },
+            // Same ISN: a retransmission, even after the RST.
+        ]
+    );
+}
+
+#[test]
+fn without_syn_the_first_segment_decides() {
+    let (events, stats) = run(
+        Limits::default(),
+        &[
+            seg(S, C, 5000, SYN_ACK, b""),
+            seg(S, C, 5001, NONE, b"banner"),
+            seg(C, S, 300, NONE, b"mid"),
+            seg(C, S, 290, NONE, b"0123456789abc"),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            data(0, S2C, 2, 5001, 0, b"banner"),
+            data(0, C2S, 3, 300, 0, b"mid"),
+        ]
+    );
+    assert_eq!(stats.dropped_bytes, 10);
+    assert_eq!(stats.duplicate_bytes, 3);
+}
+
+#[test]
+fn connection_limit_ignores_extra_pairs() {
+    let limits = Limits { connections_max: 1, ..Limits::default() };
+    let (events, stats) = run(
+        limits,
+        &[seg(C, S, 0, SYN, b""), seg(C + 1, S, 0, SYN, b""), seg(C + 1, S, 1, NONE, b"x")],
+    );
+    assert_eq!(events, [open(0, C, S)]);
+    assert_eq!(stats.ignored_segments, 2);
+}
+
+#[test]
+fn syn_with_data_starts_at_offset_zero() {
+    let (events, _) = run(Limits::default(), &[seg(C, S, 41, SYN, b"fast open")]);
+    assert_eq!(events, [open(0, C, S), data(0, C2S, 1, 42, 0, b"fast open")]);
+}

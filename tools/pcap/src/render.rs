@@ -1,0 +1,356 @@
+//! Text lines and JSON objects for [`Message`]s.
+//!
+//! Text: one line per message,
+//! `FRAME TIME SRC > DST seq=REL KIND details`, TIME in seconds since the
+//! first record, REL the relative TCP sequence number as Wireshark shows it.
+//! CRC fields print as their wire octets (`crc=013cacdf`), which is how
+//! Wireshark shows them too; the CRC32c value is those octets read least
+//! significant first.
+//!
+//! JSON (`--json`): one object per line, keys documented in the README. Every
+//! FPDU object has every FPDU key; a key that does not apply (`stag` of an
+//! untagged segment) is `null`.
+
+use std::fmt::Write as _;
+
+use rnic_engine::wire::pretty::{Hex, Ulpdu};
+use rnic_engine::wire::{ddp, mpa_rr, rdmap, term};
+use serde_json::{json, Map, Value};
+
+use crate::decode::{Body, CrcVerdict, Fpdu, Message, MpaFrame, Summary, TcpEvent};
+
+/// Octets of payload `--payload` shows.
+pub const PAYLOAD_SHOWN_MAX: usize = 64;
+
+/// How to print.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Style {
+    /// Show up to [`PAYLOAD_SHOWN_MAX`] octets of each payload.
+    pub payload: bool,
+}
+
+/// The text line of a message. `t0_ns` is the first record's time.
+pub fn text(message: &Message, t0_ns: u64, style: Style) -> String {
+    let t = message.ts_ns.saturating_sub(t0_ns);
+    let mut line = format!(
+        "{:>6} {:>4}.{:06} {} > {} seq={} ",
+        message.frame,
+        t / 1_000_000_000,
+        (t % 1_000_000_000) / 1000,
+        message.src,
+        message.dst,
+        message.seq_rel()
+    );
+    match &message.body {
+        Body::Mpa(frame) => write_mpa_text(&mut line, frame),
+        Body::Fpdu(fpdu) => write_fpdu_text(&mut line, fpdu, style),
+        Body::NonMpa { len } => {
+            let _ = write!(line, "DATA len={len} (after an MPA reject: ULP data, not FPDUs)");
+        }
+        Body::Tcp(event) => line.push_str(tcp_name(*event)),
+        Body::Gap { len } => {
+            let _ = write!(line, "GAP {len} octets missing from the capture");
+        }
+        Body::Problem(text) => {
+            let _ = write!(line, "! {text}");
+        }
+    }
+    line
+}
+
+fn tcp_name(event: TcpEvent) -> &'static str {
+    match event {
+        TcpEvent::Syn => "TCP SYN",
+        TcpEvent::SynAck => "TCP SYN-ACK",
+        TcpEvent::Fin => "TCP FIN",
+        TcpEvent::Rst => "TCP RST",
+    }
+}
+
+fn mpa_repr(frame: &MpaFrame) -> mpa_rr::Repr<'_> {
+    mpa_rr::Repr {
+        kind: frame.kind,
+        markers: frame.markers,
+        crc: frame.crc,
+        reject: frame.reject,
+        reserved: frame.reserved,
+        revision: frame.revision,
+        enhanced: frame.enhanced,
+        private_data: &frame.private_data,
+    }
+}
+
+fn write_mpa_text(line: &mut String, frame: &MpaFrame) {
+    let _ = write!(line, "{}", mpa_repr(frame));
+    if !frame.private_data.is_empty() {
+        let shown = &frame.private_data[..frame.private_data.len().min(PAYLOAD_SHOWN_MAX)];
+        let _ = write!(line, " ulp_pd={}", Hex(shown));
+    }
+}
+
+fn crc_name(verdict: CrcVerdict) -> &'static str {
+    match verdict {
+        CrcVerdict::Good => "good",
+        CrcVerdict::Bad => "bad",
+        CrcVerdict::Off => "off",
+    }
+}
+
+fn write_fpdu_text(line: &mut String, fpdu: &Fpdu, style: Style) {
+    let _ = write!(line, "{}", Ulpdu(&fpdu.ulpdu));
+    if fpdu.rtr {
+        line.push_str(" (RTR)");
+    }
+    if let Some(alt) = term_alternative(&fpdu.ulpdu) {
+        let _ = write!(line, " [other reading: {alt}]");
+    }
+    let _ = write!(line, " ulpdu_len={} crc={}({})", fpdu.ulpdu_len, Hex(&fpdu.crc_field), crc_name(fpdu.crc));
+    if fpdu.crc == CrcVerdict::Bad {
+        let _ = write!(line, " expected={}", Hex(&fpdu.crc_computed.to_le_bytes()));
+    }
+    if !fpdu.markers.is_empty() {
+        let bad: Vec<_> = fpdu.markers.iter().filter(|m| !m.ok()).collect();
+        let _ = write!(line, " markers={}", fpdu.markers.len());
+        if bad.is_empty() {
+            line.push_str("(ok)");
+        }
+        for m in bad {
+            let _ = write!(line, " BAD-MARKER@{}:fpduptr={},expected={}", m.position, m.fpduptr, m.expected);
+        }
+    }
+    if style.payload {
+        if let Some(payload) = payload(&fpdu.ulpdu) {
+            let shown = &payload[..payload.len().min(PAYLOAD_SHOWN_MAX)];
+            let _ = write!(line, " payload=\"{}\"", shown.escape_ascii());
+        }
+    }
+}
+
+/// The ULP payload of a ULPDU that parses.
+fn payload(ulpdu: &[u8]) -> Option<&[u8]> {
+    let packet = ddp::Packet::new_checked(ulpdu).ok()?;
+    rdmap::Repr::parse(&packet).ok().map(|r| r.payload)
+}
+
+/// For a Terminate whose control word also reads differently in the other
+/// layout, that other reading (WIRE.md §4: report both when they differ).
+fn term_alternative(ulpdu: &[u8]) -> Option<String> {
+    let (chosen, packet) = terminate(ulpdu)?;
+    let other = match chosen.encoding {
+        term::Encoding::Rfc5040 => term::Encoding::SiwBitfield,
+        term::Encoding::SiwBitfield => term::Encoding::Rfc5040,
+    };
+    let word = packet.control(other);
+    let mine = chosen.control();
+    if (word.layer, word.etype, word.ecode) == (mine.layer, mine.etype, mine.ecode) {
+        return None;
+    }
+    let name = word.describe().unwrap_or("unregistered");
+    Some(format!(
+        "{}: layer={} etype={} ecode={:#04x} ({name})",
+        encoding_name(other),
+        word.layer,
+        word.etype,
+        word.ecode
+    ))
+}
+
+fn terminate(ulpdu: &[u8]) -> Option<(term::Repr<'_>, term::Packet<&[u8]>)> {
+    let packet = ddp::Packet::new_checked(ulpdu).ok()?;
+    let repr = rdmap::Repr::parse(&packet).ok()?;
+    let rdmap::Header::Terminate(t) = repr.header else { return None };
+    let payload = &ulpdu[packet.header_len()..];
+    Some((t, term::Packet::new_unchecked(payload)))
+}
+
+fn encoding_name(encoding: term::Encoding) -> &'static str {
+    match encoding {
+        term::Encoding::Rfc5040 => "rfc5040",
+        term::Encoding::SiwBitfield => "siw",
+    }
+}
+
+/// The JSON object of a message.
+pub fn json(message: &Message, t0_ns: u64, style: Style) -> Value {
+    let mut object = Map::new();
+    object.insert("frame".into(), json!(message.frame));
+    object.insert("first_frame".into(), json!(message.first_frame));
+    object.insert("time".into(), json!(message.ts_ns.saturating_sub(t0_ns) as f64 / 1e9));
+    object.insert("conn".into(), json!(message.conn.0));
+    object.insert("src".into(), json!(message.src.to_string()));
+    object.insert("dst".into(), json!(message.dst.to_string()));
+    object.insert("seq".into(), json!(message.seq_rel()));
+    object.insert("tcp_seq".into(), json!(message.tcp_seq));
+    match &message.body {
+        Body::Mpa(frame) => mpa_json(&mut object, frame),
+        Body::Fpdu(fpdu) => fpdu_json(&mut object, fpdu, style),
+        Body::NonMpa { len } => {
+            object.insert("kind".into(), json!("data"));
+            object.insert("len".into(), json!(len));
+        }
+        Body::Tcp(event) => {
+            object.insert("kind".into(), json!("tcp"));
+            let name = match event {
+                TcpEvent::Syn => "syn",
+                TcpEvent::SynAck => "syn_ack",
+                TcpEvent::Fin => "fin",
+                TcpEvent::Rst => "rst",
+            };
+            object.insert("event".into(), json!(name));
+        }
+        Body::Gap { len } => {
+            object.insert("kind".into(), json!("gap"));
+            object.insert("len".into(), json!(len));
+        }
+        Body::Problem(text) => {
+            object.insert("kind".into(), json!("problem"));
+            object.insert("message".into(), json!(text));
+        }
+    }
+    Value::Object(object)
+}
+
+fn mpa_json(object: &mut Map<String, Value>, frame: &MpaFrame) {
+    let kind = match frame.kind {
+        mpa_rr::FrameKind::Request => "mpa_req",
+        mpa_rr::FrameKind::Reply => "mpa_rep",
+    };
+    object.insert("kind".into(), json!(kind));
+    object.insert("rev".into(), json!(frame.revision));
+    object.insert("m".into(), json!(frame.markers));
+    object.insert("c".into(), json!(frame.crc));
+    object.insert("r".into(), json!(frame.reject));
+    object.insert("s".into(), json!(frame.enhanced.is_some()));
+    object.insert("res".into(), json!(frame.reserved));
+    object.insert("pd_len".into(), json!(frame.pd_len));
+    if let Some(e) = frame.enhanced {
+        object.insert("ird".into(), json!(e.ird));
+        object.insert("ord".into(), json!(e.ord));
+        object.insert("p2p".into(), json!(e.peer_to_peer));
+        object.insert("rtr_send".into(), json!(e.rtr_send));
+        object.insert("rtr_write".into(), json!(e.rtr_write));
+        object.insert("rtr_read".into(), json!(e.rtr_read));
+    }
+    object.insert("private_data".into(), json!(Hex(&frame.private_data).to_string()));
+}
+
+fn fpdu_json(object: &mut Map<String, Value>, fpdu: &Fpdu, style: Style) {
+    object.insert("kind".into(), json!("fpdu"));
+    object.insert("ulpdu_len".into(), json!(fpdu.ulpdu_len));
+    object.insert("crc".into(), json!(crc_name(fpdu.crc)));
+    object.insert("crc_field".into(), json!(Hex(&fpdu.crc_field).to_string()));
+    object.insert("rtr".into(), json!(fpdu.rtr));
+    let markers: Vec<Value> = fpdu
+        .markers
+        .iter()
+        .map(|m| json!({"pos": m.position, "fpduptr": m.fpduptr, "ok": m.ok()}))
+        .collect();
+    object.insert("markers".into(), Value::Array(markers));
+    for key in ["tagged", "last", "dv", "rv", "opcode", "op", "qn", "msn", "mo", "stag", "to"] {
+        object.insert(key.into(), Value::Null);
+    }
+    object.insert("payload_len".into(), Value::Null);
+    object.insert("malformed".into(), json!(false));
+    let Ok(packet) = ddp::Packet::new_checked(&fpdu.ulpdu[..]) else {
+        object.insert("malformed".into(), json!(true));
+        return;
+    };
+    ddp_json(object, &packet);
+    match rdmap::Repr::parse(&packet) {
+        Ok(repr) => rdmap_json(object, &repr, style),
+        Err(_) => {
+            object.insert("malformed".into(), json!(true));
+        }
+    }
+}
+
+fn ddp_json(object: &mut Map<String, Value>, packet: &ddp::Packet<&[u8]>) {
+    let control = rdmap::Control::from_octet(packet.rsvd_ulp());
+    object.insert("tagged".into(), json!(packet.tagged()));
+    object.insert("last".into(), json!(packet.last()));
+    object.insert("dv".into(), json!(packet.version()));
+    object.insert("rv".into(), json!(control.version));
+    object.insert("opcode".into(), json!(u8::from(control.opcode)));
+    let name = control.opcode.info().map(|i| i.name);
+    object.insert("op".into(), json!(name));
+    if packet.tagged() {
+        object.insert("stag".into(), json!(packet.stag()));
+        object.insert("to".into(), json!(packet.tagged_offset()));
+    } else {
+        object.insert("qn".into(), json!(packet.qn()));
+        object.insert("msn".into(), json!(packet.msn()));
+        object.insert("mo".into(), json!(packet.mo()));
+        if control.opcode.invalidates() {
+            object.insert("inval_stag".into(), json!(packet.rsvd_ulp_word()));
+        }
+    }
+    object.insert("payload_len".into(), json!(packet.payload().len()));
+}
+
+fn rdmap_json(object: &mut Map<String, Value>, repr: &rdmap::Repr<'_>, style: Style) {
+    object.insert("payload_len".into(), json!(repr.payload.len()));
+    match &repr.header {
+        rdmap::Header::None => {}
+        rdmap::Header::ReadRequest(r) => {
+            object.insert(
+                "read".into(),
+                json!({"sink_stag": r.sink_stag, "sink_to": r.sink_to, "size": r.read_size,
+                       "src_stag": r.source_stag, "src_to": r.source_to}),
+            );
+        }
+        rdmap::Header::Terminate(t) => term_json(object, t),
+        rdmap::Header::Immediate(data) => {
+            object.insert("imm".into(), json!(Hex(data).to_string()));
+        }
+        rdmap::Header::AtomicRequest(a) => {
+            object.insert(
+                "atomic".into(),
+                json!({"aop": u8::from(a.opcode), "id": a.request_id, "stag": a.remote_stag,
+                       "to": a.remote_to, "data": a.add_or_swap_data, "mask": a.add_or_swap_mask,
+                       "cmp": a.compare_data, "cmp_mask": a.compare_mask}),
+            );
+        }
+        rdmap::Header::AtomicResponse(a) => {
+            object.insert(
+                "atomic".into(),
+                json!({"id": a.original_request_id, "orig": a.original_remote_value}),
+            );
+        }
+    }
+    if style.payload {
+        let shown = &repr.payload[..repr.payload.len().min(PAYLOAD_SHOWN_MAX)];
+        object.insert("payload_hex".into(), json!(Hex(shown).to_string()));
+    }
+}
+
+fn term_json(object: &mut Map<String, Value>, t: &term::Repr<'_>) {
+    let control = t.control();
+    object.insert("layer".into(), json!(control.layer));
+    object.insert("etype".into(), json!(control.etype));
+    object.insert("ecode".into(), json!(control.ecode));
+    object.insert("term_m".into(), json!(control.m));
+    object.insert("term_d".into(), json!(control.d));
+    object.insert("term_r".into(), json!(control.r));
+    object.insert("term_encoding".into(), json!(encoding_name(t.encoding)));
+    object.insert("term_desc".into(), json!(control.describe()));
+    if control.m || control.d {
+        object.insert("ddp_seg_len".into(), json!(t.ddp_segment_length));
+    }
+}
+
+/// The closing summary line of text output.
+pub fn summary(summary: &Summary) -> String {
+    format!(
+        "# {} iWARP connection(s), {} other; {} MPA frame(s), {} FPDU(s) (CRC: {} good, {} bad); \
+         {} marker(s), {} bad; {} problem(s)",
+        summary.iwarp_connections,
+        summary.other_connections,
+        summary.mpa_frames,
+        summary.fpdus,
+        summary.crc_good,
+        summary.crc_bad,
+        summary.markers,
+        summary.markers_bad,
+        summary.problems
+    )
+}
