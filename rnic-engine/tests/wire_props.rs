@@ -10,7 +10,10 @@ use rnic_engine::wire::{
 };
 
 fn config() -> ProptestConfig {
-    ProptestConfig { cases: 2048, ..ProptestConfig::default() }
+    ProptestConfig {
+        cases: 2048,
+        ..ProptestConfig::default()
+    }
 }
 
 fn enhanced() -> impl Strategy<Value = mpa_rr::EnhancedRepr> {
@@ -40,7 +43,11 @@ struct MpaFields {
 impl MpaFields {
     fn repr(&self) -> MpaRepr<'_> {
         MpaRepr {
-            kind: if self.reply { mpa_rr::FrameKind::Reply } else { mpa_rr::FrameKind::Request },
+            kind: if self.reply {
+                mpa_rr::FrameKind::Reply
+            } else {
+                mpa_rr::FrameKind::Request
+            },
             markers: self.flags[0],
             crc: self.flags[1],
             reject: self.flags[2],
@@ -53,7 +60,13 @@ impl MpaFields {
 }
 
 fn mpa_fields() -> impl Strategy<Value = MpaFields> {
-    (any::<bool>(), any::<[bool; 3]>(), 0..16u8, any::<u8>(), proptest::option::of(enhanced()))
+    (
+        any::<bool>(),
+        any::<[bool; 3]>(),
+        0..16u8,
+        any::<u8>(),
+        proptest::option::of(enhanced()),
+    )
         .prop_flat_map(|(reply, flags, reserved, revision, enhanced)| {
             let room = mpa_rr::PRIVATE_DATA_LEN_MAX - enhanced.map_or(0, |_| 4);
             vec(any::<u8>(), 0..=room).prop_map(move |private_data| MpaFields {
@@ -69,17 +82,26 @@ fn mpa_fields() -> impl Strategy<Value = MpaFields> {
 
 fn ddp_repr() -> impl Strategy<Value = DdpRepr> {
     let tagged = (any::<u32>(), any::<u64>()).prop_map(|(stag, to)| DdpBuffer::Tagged { stag, to });
-    let untagged = any::<[u32; 4]>()
-        .prop_map(|[rsvd_ulp, qn, msn, mo]| DdpBuffer::Untagged { rsvd_ulp, qn, msn, mo });
-    (any::<bool>(), 0..16u8, 0..4u8, any::<u8>(), prop_oneof![tagged, untagged]).prop_map(
-        |(last, reserved, version, rsvd_ulp, buffer)| DdpRepr {
+    let untagged = any::<[u32; 4]>().prop_map(|[rsvd_ulp, qn, msn, mo]| DdpBuffer::Untagged {
+        rsvd_ulp,
+        qn,
+        msn,
+        mo,
+    });
+    (
+        any::<bool>(),
+        0..16u8,
+        0..4u8,
+        any::<u8>(),
+        prop_oneof![tagged, untagged],
+    )
+        .prop_map(|(last, reserved, version, rsvd_ulp, buffer)| DdpRepr {
             last,
             reserved,
             version,
             rsvd_ulp,
             buffer,
-        },
-    )
+        })
 }
 
 /// A Terminate header's fields, owning the echoed headers.
@@ -100,7 +122,11 @@ impl TermFields {
     fn repr(&self) -> term::Repr<'_> {
         let has_length = self.m || self.ddp_header.is_some();
         term::Repr {
-            encoding: if self.siw { term::Encoding::SiwBitfield } else { term::Encoding::Rfc5040 },
+            encoding: if self.siw {
+                term::Encoding::SiwBitfield
+            } else {
+                term::Encoding::Rfc5040
+            },
             layer: term::Layer::from(self.layer),
             etype: self.etype,
             ecode: self.ecode,
@@ -114,44 +140,75 @@ impl TermFields {
 }
 
 fn echoed_ddp_header() -> impl Strategy<Value = Vec<u8>> {
-    prop_oneof![vec(any::<u8>(), 14).prop_map(tag(true)), vec(any::<u8>(), 18).prop_map(tag(false))]
+    prop_oneof![
+        vec(any::<u8>(), 14).prop_map(tag(true)),
+        vec(any::<u8>(), 18).prop_map(tag(false))
+    ]
 }
 
 fn tag(tagged: bool) -> impl Fn(Vec<u8>) -> Vec<u8> {
     move |mut header| {
-        header[0] = if tagged { header[0] | 0x80 } else { header[0] & 0x7f };
+        header[0] = if tagged {
+            header[0] | 0x80
+        } else {
+            header[0] & 0x7f
+        };
         header
     }
 }
 
 fn term_fields() -> impl Strategy<Value = TermFields> {
     (
-        (any::<bool>(), 0..16u8, 0..16u8, any::<u8>(), 0..=term::RESERVED_MAX),
+        (
+            any::<bool>(),
+            0..16u8,
+            0..16u8,
+            any::<u8>(),
+            0..=term::RESERVED_MAX,
+        ),
         (any::<bool>(), any::<u16>()),
         proptest::option::of(echoed_ddp_header()),
         proptest::option::of(vec(any::<u8>(), 1..60)),
     )
-        .prop_map(|((siw, layer, etype, ecode, reserved), (m, length), ddp_header, rdma_header)| {
-            TermFields { siw, layer, etype, ecode, reserved, m, length, ddp_header, rdma_header }
-        })
+        .prop_map(
+            |((siw, layer, etype, ecode, reserved), (m, length), ddp_header, rdma_header)| {
+                TermFields {
+                    siw,
+                    layer,
+                    etype,
+                    ecode,
+                    reserved,
+                    m,
+                    length,
+                    ddp_header,
+                    rdma_header,
+                }
+            },
+        )
 }
 
 fn atomic_request() -> impl Strategy<Value = atomic::RequestRepr> {
-    (0..=atomic::RESERVED_MAX, 0..16u8, any::<[u32; 2]>(), any::<[u64; 5]>()).prop_map(
-        |(reserved, opcode, [request_id, remote_stag], [remote_to, a, b, c, d])| {
-            atomic::RequestRepr {
-                reserved,
-                opcode: atomic::AtomicOpcode::from(opcode),
-                request_id,
-                remote_stag,
-                remote_to,
-                add_or_swap_data: a,
-                add_or_swap_mask: b,
-                compare_data: c,
-                compare_mask: d,
-            }
-        },
+    (
+        0..=atomic::RESERVED_MAX,
+        0..16u8,
+        any::<[u32; 2]>(),
+        any::<[u64; 5]>(),
     )
+        .prop_map(
+            |(reserved, opcode, [request_id, remote_stag], [remote_to, a, b, c, d])| {
+                atomic::RequestRepr {
+                    reserved,
+                    opcode: atomic::AtomicOpcode::from(opcode),
+                    request_id,
+                    remote_stag,
+                    remote_to,
+                    add_or_swap_data: a,
+                    add_or_swap_mask: b,
+                    compare_data: c,
+                    compare_mask: d,
+                }
+            },
+        )
 }
 
 /// One RDMAP message's fields, owning what the representation borrows.
@@ -183,31 +240,60 @@ impl MessageFields {
             OwnedHeader::AtomicRequest(a) => RdmapHeader::AtomicRequest(*a),
             OwnedHeader::AtomicResponse(a) => RdmapHeader::AtomicResponse(*a),
         };
-        RdmapRepr { ddp: self.ddp, header, payload: &self.payload }
+        RdmapRepr {
+            ddp: self.ddp,
+            header,
+            payload: &self.payload,
+        }
     }
 }
 
 fn message() -> impl Strategy<Value = MessageFields> {
-    (0..16u8, 0..4u8, ddp_repr(), term_fields(), vec(any::<u8>(), 0..300), any::<[u64; 4]>())
+    (
+        0..16u8,
+        0..4u8,
+        ddp_repr(),
+        term_fields(),
+        vec(any::<u8>(), 0..300),
+        any::<[u64; 4]>(),
+    )
         .prop_map(|(opcode, rv, mut ddp, term, payload, n)| {
             let op = RdmapOpcode::from(opcode);
-            ddp.rsvd_ulp = rdmap::Control { version: rv, reserved: 0, opcode: op }.to_octet();
+            ddp.rsvd_ulp = rdmap::Control {
+                version: rv,
+                reserved: 0,
+                opcode: op,
+            }
+            .to_octet();
             let info = op.info();
             if let Some(info) = info {
                 ddp.buffer = match (info.tagged, ddp.buffer) {
-                    (true, DdpBuffer::Untagged { qn, mo, .. }) => {
-                        DdpBuffer::Tagged { stag: qn, to: u64::from(mo) }
-                    }
-                    (false, DdpBuffer::Tagged { stag, to }) => {
-                        DdpBuffer::Untagged { rsvd_ulp: stag, qn: 0, msn: to as u32, mo: 0 }
-                    }
+                    (true, DdpBuffer::Untagged { qn, mo, .. }) => DdpBuffer::Tagged {
+                        stag: qn,
+                        to: u64::from(mo),
+                    },
+                    (false, DdpBuffer::Tagged { stag, to }) => DdpBuffer::Untagged {
+                        rsvd_ulp: stag,
+                        qn: 0,
+                        msn: to as u32,
+                        mo: 0,
+                    },
                     (_, same) => same,
                 };
             }
             let kind = info.map_or(rdmap::HeaderKind::None, |i| i.header);
             let header = owned_header(kind, n);
-            let payload = if kind == rdmap::HeaderKind::None { payload } else { Vec::new() };
-            MessageFields { ddp, term: Some(term), header, payload }
+            let payload = if kind == rdmap::HeaderKind::None {
+                payload
+            } else {
+                Vec::new()
+            };
+            MessageFields {
+                ddp,
+                term: Some(term),
+                header,
+                payload,
+            }
         })
 }
 
@@ -223,9 +309,15 @@ fn owned_header(kind: rdmap::HeaderKind, n: [u64; 4]) -> OwnedHeader {
         }),
         rdmap::HeaderKind::Terminate => OwnedHeader::Terminate,
         rdmap::HeaderKind::Immediate => OwnedHeader::Immediate(n[0].to_be_bytes()),
-        rdmap::HeaderKind::AtomicRequest => OwnedHeader::AtomicRequest(
-            atomic::RequestRepr::cmp_swap(n[0] as u32, n[1] as u32, n[2], (n[3], n[0]), (n[1], n[2])),
-        ),
+        rdmap::HeaderKind::AtomicRequest => {
+            OwnedHeader::AtomicRequest(atomic::RequestRepr::cmp_swap(
+                n[0] as u32,
+                n[1] as u32,
+                n[2],
+                (n[3], n[0]),
+                (n[1], n[2]),
+            ))
+        }
         rdmap::HeaderKind::AtomicResponse => OwnedHeader::AtomicResponse(atomic::ResponseRepr {
             original_request_id: n[0] as u32,
             original_remote_value: n[1],

@@ -23,8 +23,8 @@
 //!   those values are kept, so the engine can pick the right TERM code.
 //! * unknown opcodes and reserved bits round-trip: `parse(emit(x)) == x`
 //!   and `emit(parse(bytes)) == bytes` for every byte string `parse`
-//!   accepts, except where a file documents a field the wire leaves
-//!   meaningless (see `term`).
+//!   accepts (`tests/wire_props.rs`), with one documented exception: the
+//!   FPDU's emit writes PAD as zeros and computes the CRC, as a sender must.
 //!
 //! Facts checked on real Linux siw traffic (`tests/data/golden/*.pcap`, see
 //! `tools/pcap/tests/golden.rs`) are marked "siw capture" in the files.

@@ -14,9 +14,14 @@
 //! stream octets itself; [`Packet::compute_crc`] is right only for FPDUs
 //! that had no marker inside.
 //!
-//! siw capture facts: one FPDU per TCP segment, never split or coalesced
-//! (`tools/pcap/tests/golden.rs` checks every FPDU of every capture starts
-//! a segment); with MSS 1448 the largest ULPDU is 1442 octets.
+//! siw capture facts (`tools/pcap/tests/golden.rs` checks each): every
+//! FPDU starts a TCP segment and no segment starts two FPDUs; with MSS 1448
+//! the largest ULPDU is 1442 octets and a multi-segment message fills every
+//! segment but its last. An FPDU almost always ends its segment too: the
+//! exceptions are three Read Response FPDUs of the 8 KiB Read in
+//! `iwprobe_ops.pcap` (frames 50-56), which siw's sendpage path sent as
+//! 1444 octets and then the 4-octet CRC in a segment of its own. A receiver
+//! must not assume the CRC arrives with its FPDU.
 
 use super::{be, Error, Field, Rest, Result};
 use crate::mpa::crc;

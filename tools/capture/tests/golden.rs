@@ -36,7 +36,9 @@ const STREAM_BYTES: &[(&str, &[(usize, usize)])] = &[
 fn stated_packet_count(pcap_name: &str) -> usize {
     let txt = golden_dir().join(pcap_name.replace(".pcap", ".txt"));
     let text = std::fs::read_to_string(&txt).expect("scenario description exists");
-    let end = text.find(" packets captured)").expect("capture line in the description");
+    let end = text
+        .find(" packets captured)")
+        .expect("capture line in the description");
     let start = text[..end].rfind('(').expect("opening parenthesis") + 1;
     text[start..end].parse().expect("a packet count")
 }
@@ -52,22 +54,39 @@ fn streams(name: &str) -> Streams {
     let (events, stats, error) = pipeline(&golden_bytes(name), Limits::default());
     assert!(error.is_none(), "{name}: {error:?}");
     assert_eq!(stats.gap_bytes, 0, "{name}: the capture is complete");
-    assert_eq!(stats.conflicting_bytes, 0, "{name}: siw never retransmits different data");
+    assert_eq!(
+        stats.conflicting_bytes, 0,
+        "{name}: siw never retransmits different data"
+    );
     let mut conns = BTreeMap::new();
     let mut bytes: BTreeMap<(ConnId, Dir), Vec<u8>> = BTreeMap::new();
     for event in &events {
         match event {
             Event::Open { conn, info } => assert!(conns.insert(*conn, *info).is_none()),
-            Event::Data { conn, dir, offset, data, .. } => {
+            Event::Data {
+                conn,
+                dir,
+                offset,
+                data,
+                ..
+            } => {
                 let stream = bytes.entry((*conn, *dir)).or_default();
-                assert_eq!(*offset, stream.len() as u64, "{name}: offsets are contiguous");
+                assert_eq!(
+                    *offset,
+                    stream.len() as u64,
+                    "{name}: offsets are contiguous"
+                );
                 stream.extend_from_slice(data);
             }
             Event::Gap { .. } => panic!("{name}: unexpected {event:?}"),
             Event::Fin { .. } | Event::Rst { .. } => {}
         }
     }
-    Streams { conns, bytes, events }
+    Streams {
+        conns,
+        bytes,
+        events,
+    }
 }
 
 #[test]
@@ -90,9 +109,15 @@ fn record_counts_match_the_descriptions() {
         let frames: Vec<u64> = records.iter().map(|record| record.frame).collect();
         let expected: Vec<u64> = (1..=records.len() as u64).collect();
         assert_eq!(frames, expected, "{name}: frames are numbered from 1");
-        assert!(records.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns), "{name}: time order");
+        assert!(
+            records.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns),
+            "{name}: time order"
+        );
         // tcpdump's microsecond files: every time stamp is a whole microsecond.
-        assert!(records.iter().all(|record| record.ts_ns % 1000 == 0), "{name}");
+        assert!(
+            records.iter().all(|record| record.ts_ns % 1000 == 0),
+            "{name}"
+        );
     }
 }
 
@@ -104,11 +129,18 @@ fn every_golden_record_is_tcp_between_the_two_hosts() {
         while let Some(record) = reader.next_record() {
             let record = record.unwrap();
             assert_eq!(record.linktype, ETHERNET);
-            assert_eq!(record.orig_len as usize, record.data.len(), "{name}: not cut");
+            assert_eq!(
+                record.orig_len as usize,
+                record.data.len(),
+                "{name}: not cut"
+            );
             let segment = parse_tcp(record.linktype, record.data)
                 .unwrap_or_else(|skip| panic!("{name} frame {}: {skip}", record.frame));
             let hosts = [segment.src.ip(), segment.dst.ip()];
-            assert!(hosts == [SERVER, CLIENT] || hosts == [CLIENT, SERVER], "{name}");
+            assert!(
+                hosts == [SERVER, CLIENT] || hosts == [CLIENT, SERVER],
+                "{name}"
+            );
             assert!(!segment.payload_truncated);
         }
     }
@@ -118,15 +150,27 @@ fn every_golden_record_is_tcp_between_the_two_hosts() {
 fn reassembled_stream_lengths_match_tshark() {
     for (name, expected) in STREAM_BYTES {
         let streams = streams(name);
-        assert_eq!(streams.conns.len(), expected.len(), "{name}: connection count");
+        assert_eq!(
+            streams.conns.len(),
+            expected.len(),
+            "{name}: connection count"
+        );
         for (i, (c2s, s2c)) in expected.iter().enumerate() {
             let conn = ConnId(i as u32);
             let info = streams.conns[&conn];
             assert_eq!(info.client.ip(), CLIENT, "{name}: the client sent the SYN");
             assert_eq!(info.server.ip(), SERVER, "{name}");
             let len = |dir| streams.bytes.get(&(conn, dir)).map_or(0, Vec::len);
-            assert_eq!(len(Dir::ClientToServer), *c2s, "{name} {conn} client->server");
-            assert_eq!(len(Dir::ServerToClient), *s2c, "{name} {conn} server->client");
+            assert_eq!(
+                len(Dir::ClientToServer),
+                *c2s,
+                "{name} {conn} client->server"
+            );
+            assert_eq!(
+                len(Dir::ServerToClient),
+                *s2c,
+                "{name} {conn} server->client"
+            );
         }
     }
 }
@@ -153,9 +197,22 @@ fn rping_v2_streams_begin_with_the_mpa_frames() {
     let s2c = &streams.bytes[&(ConnId(0), Dir::ServerToClient)];
     assert_eq!(&c2s[..16], b"MPA ID Req Frame");
     assert_eq!(&s2c[..16], b"MPA ID Rep Frame");
-    let first = streams.events.iter().find(|event| matches!(event, Event::Data { .. }));
+    let first = streams
+        .events
+        .iter()
+        .find(|event| matches!(event, Event::Data { .. }));
     // Frame 4 follows the three-way handshake.
-    assert!(matches!(first, Some(Event::Data { frame: 4, offset: 0, .. })), "{first:?}");
+    assert!(
+        matches!(
+            first,
+            Some(Event::Data {
+                frame: 4,
+                offset: 0,
+                ..
+            })
+        ),
+        "{first:?}"
+    );
 }
 
 #[test]
@@ -164,8 +221,16 @@ fn perftest_captures_hold_two_connections() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if name.starts_with("ib_") {
             let streams = streams(&name);
-            assert_eq!(streams.conns.len(), 2, "{name}: perftest opens two rdma_cm connections");
-            let ports: Vec<u16> = streams.conns.values().map(|info| info.server.port()).collect();
+            assert_eq!(
+                streams.conns.len(),
+                2,
+                "{name}: perftest opens two rdma_cm connections"
+            );
+            let ports: Vec<u16> = streams
+                .conns
+                .values()
+                .map(|info| info.server.port())
+                .collect();
             assert_eq!(ports, [18515, 18515], "{name}");
         }
     }

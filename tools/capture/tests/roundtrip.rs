@@ -21,11 +21,33 @@ fn server() -> SocketAddrV4 {
 fn exchange() -> Vec<(u64, Vec<u8>)> {
     let (c, s) = (client(), server());
     vec![
-        (1_700_000_000_000_000_001, build_tcp_frame(c, s, 99, 0, TcpFlags::SYN, b"")),
-        (1_700_000_000_000_500_002, build_tcp_frame(s, c, 499, 100, TcpFlags::SYN | TcpFlags::ACK, b"")),
-        (1_700_000_000_001_000_003, build_tcp_frame(c, s, 100, 500, TcpFlags::ACK, b"")),
-        (1_700_000_000_002_000_004, build_tcp_frame(c, s, 100, 500, TcpFlags::ACK | TcpFlags::PSH, b"MPA ID Req Frame")),
-        (1_700_000_001_000_000_005, build_tcp_frame(c, s, 116, 500, TcpFlags::FIN | TcpFlags::ACK, b"")),
+        (
+            1_700_000_000_000_000_001,
+            build_tcp_frame(c, s, 99, 0, TcpFlags::SYN, b""),
+        ),
+        (
+            1_700_000_000_000_500_002,
+            build_tcp_frame(s, c, 499, 100, TcpFlags::SYN | TcpFlags::ACK, b""),
+        ),
+        (
+            1_700_000_000_001_000_003,
+            build_tcp_frame(c, s, 100, 500, TcpFlags::ACK, b""),
+        ),
+        (
+            1_700_000_000_002_000_004,
+            build_tcp_frame(
+                c,
+                s,
+                100,
+                500,
+                TcpFlags::ACK | TcpFlags::PSH,
+                b"MPA ID Req Frame",
+            ),
+        ),
+        (
+            1_700_000_001_000_000_005,
+            build_tcp_frame(c, s, 116, 500, TcpFlags::FIN | TcpFlags::ACK, b""),
+        ),
         (0, build_tcp_frame(s, c, 500, 117, TcpFlags::RST, b"")),
     ]
 }
@@ -38,7 +60,13 @@ fn writer_round_trip_is_exact() {
         writer.write_record(*ts_ns, data).unwrap();
     }
     let bytes = writer.into_inner().unwrap();
-    assert_eq!(bytes.len(), 24 + frames.iter().map(|(_, data)| 16 + data.len()).sum::<usize>());
+    assert_eq!(
+        bytes.len(),
+        24 + frames
+            .iter()
+            .map(|(_, data)| 16 + data.len())
+            .sum::<usize>()
+    );
     let (records, error) = read_all(&bytes);
     assert!(error.is_none(), "{error:?}");
     let expected: Vec<Owned> = frames
@@ -61,12 +89,21 @@ fn writer_round_trip_is_exact() {
 
 #[test]
 fn writer_refuses_what_it_cannot_represent() {
-    assert_eq!(Writer::new(Vec::new(), 0x1_0000).unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(
+        Writer::new(Vec::new(), 0x1_0000).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
     let mut writer = Writer::new(Vec::new(), linktype::RAW).unwrap();
     let too_long = vec![0; CAPTURED_LEN_MAX as usize + 1];
-    assert_eq!(writer.write_record(0, &too_long).unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(
+        writer.write_record(0, &too_long).unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
     let year_2106 = (u64::from(u32::MAX) + 1) * 1_000_000_000;
-    assert_eq!(writer.write_record(year_2106, b"").unwrap_err().kind(), ErrorKind::InvalidInput);
+    assert_eq!(
+        writer.write_record(year_2106, b"").unwrap_err().kind(),
+        ErrorKind::InvalidInput
+    );
     writer.write_record(year_2106 - 1, b"").unwrap();
     let (records, error) = read_all(&writer.into_inner().unwrap());
     assert!(error.is_none());
@@ -83,7 +120,12 @@ fn two_section_pcapng(first_big_endian: bool) -> (Vec<u8>, Vec<Owned>) {
     ng.section()
         .interface(1, 0, Some(9))
         .block(0x0000_0bad, b"unknown block, skipped")
-        .enhanced(0, 1_234_567_890_123_456_789, &frames[0].1, frames[0].1.len() as u32)
+        .enhanced(
+            0,
+            1_234_567_890_123_456_789,
+            &frames[0].1,
+            frames[0].1.len() as u32,
+        )
         .simple(frames[1].1.len() as u32, &frames[1].1)
         .obsolete(0, 42, &frames[2].1)
         .block(5, &[0; 20]);
@@ -106,11 +148,23 @@ fn two_section_pcapng(first_big_endian: bool) -> (Vec<u8>, Vec<Owned>) {
         data: data.to_vec(),
     };
     let expected = vec![
-        owned(1, 1_234_567_890_123_456_789, ETHERNET, frames[0].1.len(), &frames[0].1),
+        owned(
+            1,
+            1_234_567_890_123_456_789,
+            ETHERNET,
+            frames[0].1.len(),
+            &frames[0].1,
+        ),
         owned(2, 0, ETHERNET, frames[1].1.len(), &frames[1].1),
         owned(3, 42, ETHERNET, frames[2].1.len(), &frames[2].1),
         owned(4, 1_500_000_000, linktype::RAW, raw_ip.len(), raw_ip),
-        owned(5, 3_000_000_000, ETHERNET, frames[4].1.len(), &frames[4].1[..40]),
+        owned(
+            5,
+            3_000_000_000,
+            ETHERNET,
+            frames[4].1.len(),
+            &frames[4].1[..40],
+        ),
         // A Simple Packet Block's captured length is its original length cut to the
         // snapshot length; the block's padding is not data.
         owned(6, 0, linktype::RAW, frames[5].1.len() + 100, &frames[5].1),
@@ -124,7 +178,10 @@ fn pcapng_both_byte_orders() {
         let (bytes, expected) = two_section_pcapng(first_big_endian);
         let (records, error) = read_all(&bytes);
         assert!(error.is_none(), "{error:?}");
-        assert_eq!(records, expected, "first section big-endian: {first_big_endian}");
+        assert_eq!(
+            records, expected,
+            "first section big-endian: {first_big_endian}"
+        );
         let segment = parse_tcp(records[3].linktype, &records[3].data).unwrap();
         assert_eq!(segment.payload, b"MPA ID Req Frame");
     }
@@ -145,8 +202,18 @@ fn pcapng_structural_errors_are_named() {
     let mut ng = NgBuilder::new(false);
     ng.section().enhanced(0, 0, b"no interface", 12);
     let (_, error) = read_all(&ng.bytes);
-    assert!(matches!(error, Some(Error::UnknownInterface { offset: 28, frame: 1, interface: 0 })));
-    assert_eq!(message(&error), "packet block at byte 28 (frame 1) names undescribed interface 0");
+    assert!(matches!(
+        error,
+        Some(Error::UnknownInterface {
+            offset: 28,
+            frame: 1,
+            interface: 0
+        })
+    ));
+    assert_eq!(
+        message(&error),
+        "packet block at byte 28 (frame 1) names undescribed interface 0"
+    );
 
     let mut ng = NgBuilder::new(true);
     ng.section().interface(1, 0, None);
@@ -154,19 +221,28 @@ fn pcapng_structural_errors_are_named() {
     let last = bytes.len() - 1;
     bytes[last] ^= 4;
     let (_, error) = read_all(&bytes);
-    assert!(matches!(error, Some(Error::BlockLengthMismatch { offset: 28, .. })), "{error:?}");
+    assert!(
+        matches!(error, Some(Error::BlockLengthMismatch { offset: 28, .. })),
+        "{error:?}"
+    );
 
     let mut bytes = ng.bytes.clone();
     bytes.extend_from_slice(&6u32.to_be_bytes());
     bytes.extend_from_slice(&0x7fff_fff0u32.to_be_bytes());
     let (_, error) = read_all(&bytes);
-    assert_eq!(message(&error), "block length 2147483632 exceeds limit 16777216 at byte 64");
+    assert_eq!(
+        message(&error),
+        "block length 2147483632 exceeds limit 16777216 at byte 64"
+    );
 
     let mut bytes = ng.bytes.clone();
     bytes.extend_from_slice(&6u32.to_be_bytes());
     bytes.extend_from_slice(&30u32.to_be_bytes());
     let (_, error) = read_all(&bytes);
-    assert_eq!(message(&error), "invalid length 30 for block type 0x00000006 at byte 64");
+    assert_eq!(
+        message(&error),
+        "invalid length 30 for block type 0x00000006 at byte 64"
+    );
 }
 
 #[test]
@@ -185,7 +261,10 @@ fn pcapng_oversized_packet_is_refused_before_reading_it() {
     body[12..16].copy_from_slice(&8u32.to_le_bytes());
     ng.block(6, &body);
     let (_, error) = read_all(&ng.bytes);
-    assert_eq!(message(&error), "captured length 8 does not fit in the block at byte 64 (frame 1)");
+    assert_eq!(
+        message(&error),
+        "captured length 8 does not fit in the block at byte 64 (frame 1)"
+    );
 }
 
 #[test]
@@ -202,7 +281,10 @@ fn pcapng_bad_byte_order_magic_and_version() {
     let mut bytes = ng.bytes.clone();
     bytes[12] = 2;
     let error = Reader::new(&bytes[..]).unwrap_err();
-    assert_eq!(error.to_string(), "unsupported file format version 2.0 at byte 0");
+    assert_eq!(
+        error.to_string(),
+        "unsupported file format version 2.0 at byte 0"
+    );
 }
 
 #[test]
@@ -223,7 +305,14 @@ fn classic_errors_are_named() {
     let mut version = bytes.clone();
     version[4] = 3;
     let error = Reader::new(&version[..]).unwrap_err();
-    assert!(matches!(error, Error::UnsupportedVersion { major: 3, minor: 4, .. }));
+    assert!(matches!(
+        error,
+        Error::UnsupportedVersion {
+            major: 3,
+            minor: 4,
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -254,7 +343,9 @@ fn classic_big_endian_and_microsecond_magic() {
 #[test]
 fn open_reports_missing_files() {
     let error = pcap::open("/nonexistent/dpwarp/capture.pcap").unwrap_err();
-    assert!(matches!(&error, Error::Io { offset: 0, source } if source.kind() == ErrorKind::NotFound));
+    assert!(
+        matches!(&error, Error::Io { offset: 0, source } if source.kind() == ErrorKind::NotFound)
+    );
     assert!(std::error::Error::source(&error).is_some());
     let reader = pcap::open(common::golden_dir().join("rping_v2.pcap")).unwrap();
     assert_eq!(reader.offset(), 24);
@@ -263,6 +354,13 @@ fn open_reports_missing_files() {
 #[test]
 fn truncated_file_header_names_its_part() {
     let error = Reader::new(&[0xd4, 0xc3, 0xb2, 0xa1, 2, 0][..]).unwrap_err();
-    assert!(matches!(error, Error::Truncated { part: Part::FileHeader, offset: 0, frame: None }));
+    assert!(matches!(
+        error,
+        Error::Truncated {
+            part: Part::FileHeader,
+            offset: 0,
+            frame: None
+        }
+    ));
     assert_eq!(error.to_string(), "truncated file header at byte 0");
 }

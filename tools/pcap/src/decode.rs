@@ -45,7 +45,8 @@ pub const FPDU_STREAM_LEN_MAX: usize = 70_000;
 const _: () = assert!(
     FPDU_STREAM_LEN_MAX
         >= mpa_fpdu::fpdu_len(u16::MAX as usize)
-            + mpa_marker::MARKER_LEN * (mpa_fpdu::fpdu_len(u16::MAX as usize) / mpa_marker::RUN_LEN + 2)
+            + mpa_marker::MARKER_LEN
+                * (mpa_fpdu::fpdu_len(u16::MAX as usize) / mpa_marker::RUN_LEN + 2)
 );
 
 /// What the user told the decoder.
@@ -322,14 +323,20 @@ impl Direction {
     }
 
     fn span_at(&self, offset: u64) -> Option<&Span> {
-        self.spans.iter().find(|s| s.offset <= offset && offset < s.offset + s.len)
+        self.spans
+            .iter()
+            .find(|s| s.offset <= offset && offset < s.offset + s.len)
     }
 
     /// Drops `n` octets from the front of the buffer.
     fn consume(&mut self, n: usize) {
         self.buf.drain(..n);
         self.base += n as u64;
-        while self.spans.front().is_some_and(|s| s.offset + s.len <= self.base) {
+        while self
+            .spans
+            .front()
+            .is_some_and(|s| s.offset + s.len <= self.base)
+        {
             self.spans.pop_front();
         }
     }
@@ -412,10 +419,22 @@ impl Decoder {
         if !seg.syn {
             return;
         }
-        let Some(&id) = self.by_addr.get(&addr_key(seg.src, seg.dst)) else { return };
-        let Some(conn) = self.conns.get(&id) else { return };
-        let dir = if seg.src == conn.info.client { Dir::ClientToServer } else { Dir::ServerToClient };
-        let event = if seg.ack_flag { TcpEvent::SynAck } else { TcpEvent::Syn };
+        let Some(&id) = self.by_addr.get(&addr_key(seg.src, seg.dst)) else {
+            return;
+        };
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        let dir = if seg.src == conn.info.client {
+            Dir::ClientToServer
+        } else {
+            Dir::ServerToClient
+        };
+        let event = if seg.ack_flag {
+            TcpEvent::SynAck
+        } else {
+            TcpEvent::Syn
+        };
         let message = Message {
             frame,
             first_frame: frame,
@@ -442,11 +461,24 @@ impl Decoder {
         };
         match event {
             Event::Open { conn, info } => {
-                let forced = self.options.ports.iter().any(|p| *p == info.client.port() || *p == info.server.port());
-                self.by_addr.insert(addr_key(info.client, info.server), *conn);
+                let forced = self
+                    .options
+                    .ports
+                    .iter()
+                    .any(|p| *p == info.client.port() || *p == info.server.port());
+                self.by_addr
+                    .insert(addr_key(info.client, info.server), *conn);
                 self.conns.insert(*conn, Conn::new(*info, forced));
             }
-            Event::Data { conn, dir, frame, ts_ns, seq, offset, data } => {
+            Event::Data {
+                conn,
+                dir,
+                frame,
+                ts_ns,
+                seq,
+                offset,
+                data,
+            } => {
                 if let Some(c) = self.conns.get_mut(conn) {
                     let span = Span {
                         offset: *offset,
@@ -458,7 +490,13 @@ impl Decoder {
                     c.data(*dir, span, data, &mut sink);
                 }
             }
-            Event::Gap { conn, dir, frame, offset, len } => {
+            Event::Gap {
+                conn,
+                dir,
+                frame,
+                offset,
+                len,
+            } => {
                 if let Some(c) = self.conns.get_mut(conn) {
                     c.gap(*dir, *frame, *offset, *len, &mut sink);
                 }
@@ -487,7 +525,9 @@ impl Decoder {
         let mut ids: Vec<ConnId> = self.conns.keys().copied().collect();
         ids.sort();
         for id in ids {
-            let Some(conn) = self.conns.get_mut(&id) else { continue };
+            let Some(conn) = self.conns.get_mut(&id) else {
+                continue;
+            };
             for dir in [Dir::ClientToServer, Dir::ServerToClient] {
                 conn.flush_incomplete(dir, None, &mut sink);
             }
@@ -583,10 +623,16 @@ impl Conn {
     /// A message about octets `first..=last` of `dir`'s stream.
     fn message(&self, dir: Dir, first: u64, last: u64, body: Body) -> Message {
         let d = &self.dirs[index(dir)];
-        let first_span = d.span_at(first).or_else(|| d.spans.back()).copied().or(d.last);
+        let first_span = d
+            .span_at(first)
+            .or_else(|| d.spans.back())
+            .copied()
+            .or(d.last);
         let last_span = d.span_at(last).copied().or(first_span);
         let (src, dst) = self.endpoints(dir);
-        let seq = first_span.map_or(0, |s| s.seq.wrapping_add(first.wrapping_sub(s.offset) as u32));
+        let seq = first_span.map_or(0, |s| {
+            s.seq.wrapping_add(first.wrapping_sub(s.offset) as u32)
+        });
         Message {
             frame: last_span.map_or(0, |s| s.frame),
             first_frame: first_span.map_or(0, |s| s.frame),
@@ -677,7 +723,8 @@ impl Conn {
     fn step_start(&mut self, dir: Dir, sink: &mut Sink<'_>) -> Progress {
         let d = &self.dirs[index(dir)];
         let prefix = &d.buf[..d.buf.len().min(mpa_rr::KEY_REQUEST.len())];
-        let keyish = mpa_rr::KEY_REQUEST.starts_with(prefix) || mpa_rr::KEY_REPLY.starts_with(prefix);
+        let keyish =
+            mpa_rr::KEY_REQUEST.starts_with(prefix) || mpa_rr::KEY_REPLY.starts_with(prefix);
         let whole = prefix.len() == mpa_rr::KEY_REQUEST.len();
         if keyish && !whole {
             return Progress::NeedMore;
@@ -689,7 +736,10 @@ impl Conn {
             self.decide(true, sink);
             let d = &mut self.dirs[index(dir)];
             d.fpdu_base = Some(d.base);
-            d.params = Some(Params { crc: CrcMode::Auto, markers: false });
+            d.params = Some(Params {
+                crc: CrcMode::Auto,
+                markers: false,
+            });
             d.state = State::Fpdu;
         } else {
             self.decide(false, sink);
@@ -756,15 +806,30 @@ impl Conn {
         let (Some(a), Some(b)) = (a, b) else { return };
         if a.kind == b.kind {
             let text = match a.kind {
-                mpa_rr::FrameKind::Request => "both sides sent an MPA Request (initiator/initiator)",
+                mpa_rr::FrameKind::Request => {
+                    "both sides sent an MPA Request (initiator/initiator)"
+                }
                 mpa_rr::FrameKind::Reply => "both sides sent an MPA Reply",
             };
             let at = self.dirs[index(dir)].base;
             self.problem(dir, at, text.to_string(), sink);
         }
-        let crc = if a.crc || b.crc { CrcMode::On } else { CrcMode::Off };
+        let crc = if a.crc || b.crc {
+            CrcMode::On
+        } else {
+            CrcMode::Off
+        };
         // M in a frame: its sender wants markers in what it receives.
-        let params = [Params { crc, markers: b.markers }, Params { crc, markers: a.markers }];
+        let params = [
+            Params {
+                crc,
+                markers: b.markers,
+            },
+            Params {
+                crc,
+                markers: a.markers,
+            },
+        ];
         let p2p = |f: &MpaFrame| f.enhanced.is_some_and(|e| e.peer_to_peer);
         let p2p_agreed = p2p(a) && p2p(b);
         let kinds = [a.kind, b.kind];
@@ -791,13 +856,18 @@ impl Conn {
                     auto-detected and no markers"
             .to_string();
         self.problem(dir, at, text, sink);
-        let params = Params { crc: CrcMode::Auto, markers: false };
+        let params = Params {
+            crc: CrcMode::Auto,
+            markers: false,
+        };
         self.dirs[index(dir)].params = Some(params);
         Some(params)
     }
 
     fn step_fpdu(&mut self, dir: Dir, sink: &mut Sink<'_>) -> Progress {
-        let Some(params) = self.params(dir, sink) else { return Progress::NeedMore };
+        let Some(params) = self.params(dir, sink) else {
+            return Progress::NeedMore;
+        };
         let d = &self.dirs[index(dir)];
         let start = d.base;
         let position = start - d.fpdu_base.unwrap_or(start);
@@ -847,7 +917,10 @@ impl Conn {
         let skip = (next.offset - d.base) as usize;
         self.dirs[i].consume(skip);
         let d = &self.dirs[i];
-        let params = d.params.unwrap_or(Params { crc: CrcMode::Auto, markers: false });
+        let params = d.params.unwrap_or(Params {
+            crc: CrcMode::Auto,
+            markers: false,
+        });
         let position = d.base - d.fpdu_base.unwrap_or(d.base);
         let plausible = if params.markers && !mpa_marker::is_fpdu_start(position) {
             Some(false)
@@ -918,7 +991,10 @@ impl Conn {
             State::Start | State::Resync | State::Raw | State::Ignore => None,
         };
         if let Some(what) = what {
-            let text = format!("stream ends inside {what}: {} octets cannot complete", d.buf.len());
+            let text = format!(
+                "stream ends inside {what}: {} octets cannot complete",
+                d.buf.len()
+            );
             let mut message = self.message(dir, d.base, d.end() - 1, Body::Problem(text));
             if let Some(frame) = frame {
                 message.frame = frame;
@@ -966,9 +1042,17 @@ impl Cut {
         }
         let ulpdu_len = u16::from_be_bytes(length);
         let content_len = mpa_fpdu::fpdu_len(usize::from(ulpdu_len));
-        let stream_len =
-            if markers { mpa_marker::stream_len(position, content_len) } else { content_len };
-        Some(Cut { ulpdu_len, content_len, stream_len, markers })
+        let stream_len = if markers {
+            mpa_marker::stream_len(position, content_len)
+        } else {
+            content_len
+        };
+        Some(Cut {
+            ulpdu_len,
+            content_len,
+            stream_len,
+            markers,
+        })
     }
 
     /// Strips markers, checks them and the CRC, and returns the FPDU.
@@ -990,7 +1074,10 @@ impl Cut {
                     crc_state = crc::append(crc_state, &data[..covered]);
                     content.extend_from_slice(data);
                 }
-                mpa_marker::Piece::Marker { position: at, octets } => {
+                mpa_marker::Piece::Marker {
+                    position: at,
+                    octets,
+                } => {
                     crc_state = crc::append(crc_state, octets);
                     let marker = mpa_marker::Packet::new_unchecked(octets);
                     markers.push(MarkerCheck {
@@ -1035,13 +1122,19 @@ fn plausible_fpdu(position: u64, buf: &[u8], params: Params) -> Option<bool> {
         return Some(false);
     }
     if buf.len() < cut.stream_len {
-        return if cut.stream_len > FPDU_STREAM_LEN_MAX { Some(false) } else { None };
+        return if cut.stream_len > FPDU_STREAM_LEN_MAX {
+            Some(false)
+        } else {
+            None
+        };
     }
     let fpdu = cut.decode(position, &buf[..cut.stream_len], params.crc);
     if fpdu.crc == CrcVerdict::Bad || fpdu.markers.iter().any(|m| !m.ok()) {
         return Some(false);
     }
-    let Ok(segment) = ddp::Packet::new_checked(&fpdu.ulpdu[..]) else { return Some(false) };
+    let Ok(segment) = ddp::Packet::new_checked(&fpdu.ulpdu[..]) else {
+        return Some(false);
+    };
     let rdmap_version = rdmap::Control::from_octet(segment.rsvd_ulp()).version;
     Some(segment.version() == ddp::VERSION && rdmap_version == rdmap::VERSION)
 }
@@ -1049,8 +1142,12 @@ fn plausible_fpdu(position: u64, buf: &[u8], params: Params) -> Option<bool> {
 /// Whether a ULPDU is one of RFC 6581's RTR indications: a zero-length
 /// Send, RDMA Write or RDMA Read (Read Request of size 0).
 fn is_zero_length_rtr(ulpdu: &[u8]) -> bool {
-    let Ok(packet) = ddp::Packet::new_checked(ulpdu) else { return false };
-    let Ok(repr) = rdmap::Repr::parse(&packet) else { return false };
+    let Ok(packet) = ddp::Packet::new_checked(ulpdu) else {
+        return false;
+    };
+    let Ok(repr) = rdmap::Repr::parse(&packet) else {
+        return false;
+    };
     match (repr.opcode(), repr.header) {
         (rdmap::Opcode::Send | rdmap::Opcode::RdmaWrite, _) => repr.payload.is_empty(),
         (rdmap::Opcode::RdmaReadRequest, rdmap::Header::ReadRequest(r)) => r.read_size == 0,

@@ -50,62 +50,145 @@ impl fmt::Display for RunError {
 
 impl std::error::Error for RunError {}
 
+/// A capture being decoded record by record.
+pub struct Session<R: Read> {
+    reader: pcap::Reader<R>,
+    reassembler: Reassembler,
+    decoder: decode::Decoder,
+    events: Vec<dpwarp_capture::reassembly::Event>,
+    t0_ns: Option<u64>,
+    finished: bool,
+    failure: Option<pcap::Error>,
+}
+
+impl<R: Read> Session<R> {
+    /// Reads the capture's file header.
+    pub fn new(input: R, options: decode::Options) -> Result<Self, pcap::Error> {
+        Ok(Session {
+            reader: pcap::Reader::new(input)?,
+            reassembler: Reassembler::new(Limits::default()),
+            decoder: decode::Decoder::new(options),
+            events: Vec::new(),
+            t0_ns: None,
+            finished: false,
+            failure: None,
+        })
+    }
+
+    /// Reads one record and decodes what it completes. At the end of the
+    /// capture, or at its first error, flushes what is incomplete and
+    /// returns `false`; the error is then in [`Session::failure`].
+    pub fn advance(&mut self) -> bool {
+        if self.finished {
+            return false;
+        }
+        match self.reader.next_record() {
+            Some(Ok(record)) => {
+                self.t0_ns.get_or_insert(record.ts_ns);
+                if let Ok(segment) = packet::parse_tcp(record.linktype, record.data) {
+                    self.decoder.begin_record(record.ts_ns);
+                    self.reassembler
+                        .push(record.frame, record.ts_ns, &segment, &mut self.events);
+                    self.events
+                        .drain(..)
+                        .for_each(|e| self.decoder.handle_event(&e));
+                    self.decoder
+                        .handle_segment(record.frame, record.ts_ns, &segment);
+                }
+                true
+            }
+            end => {
+                self.failure = end.and_then(Result::err);
+                self.reassembler.finish(&mut self.events);
+                self.events
+                    .drain(..)
+                    .for_each(|e| self.decoder.handle_event(&e));
+                self.decoder.finish();
+                self.finished = true;
+                false
+            }
+        }
+    }
+
+    /// Takes the messages decoded so far.
+    pub fn messages(&mut self) -> std::vec::Drain<'_, decode::Message> {
+        self.decoder.drain()
+    }
+
+    /// Time of the first record (times print relative to it).
+    pub fn t0_ns(&self) -> u64 {
+        self.t0_ns.unwrap_or(0)
+    }
+
+    /// Counters so far.
+    pub fn summary(&self) -> decode::Summary {
+        self.decoder.summary()
+    }
+
+    /// The capture error that ended the session early, if any.
+    pub fn failure(&self) -> Option<&pcap::Error> {
+        self.failure.as_ref()
+    }
+
+    fn take_failure(&mut self) -> Option<pcap::Error> {
+        self.failure.take()
+    }
+}
+
 /// Decodes a whole capture from `input` and prints every message to `out`.
 ///
 /// On a capture error everything decoded before it is printed first (and
 /// incomplete messages are flushed as problems), then the error returns.
-pub fn run<R: Read, W: Write>(input: R, out: &mut W, config: &Config) -> Result<decode::Summary, RunError> {
-    let mut reader = pcap::Reader::new(input).map_err(RunError::Capture)?;
-    let mut reassembler = Reassembler::new(Limits::default());
-    let mut decoder = decode::Decoder::new(config.options.clone());
-    let mut events = Vec::new();
-    let mut t0_ns = None;
-    let mut failure = None;
+pub fn run<R: Read, W: Write>(
+    input: R,
+    out: &mut W,
+    config: &Config,
+) -> Result<decode::Summary, RunError> {
+    let mut session = Session::new(input, config.options.clone()).map_err(RunError::Capture)?;
     loop {
-        let record = match reader.next_record() {
-            None => break,
-            Some(Err(e)) => {
-                failure = Some(e);
-                break;
-            }
-            Some(Ok(record)) => record,
-        };
-        let t0 = *t0_ns.get_or_insert(record.ts_ns);
-        if let Ok(segment) = packet::parse_tcp(record.linktype, record.data) {
-            decoder.begin_record(record.ts_ns);
-            reassembler.push(record.frame, record.ts_ns, &segment, &mut events);
-            events.drain(..).for_each(|e| decoder.handle_event(&e));
-            decoder.handle_segment(record.frame, record.ts_ns, &segment);
+        let more = session.advance();
+        let t0_ns = session.t0_ns();
+        for message in session.messages() {
+            let line = if config.json {
+                render::json(&message, t0_ns, config.style).to_string()
+            } else {
+                render::text(&message, t0_ns, config.style)
+            };
+            writeln!(out, "{line}").map_err(RunError::Output)?;
         }
-        print(&mut decoder, out, config, t0)?;
+        if !more {
+            break;
+        }
     }
-    reassembler.finish(&mut events);
-    events.drain(..).for_each(|e| decoder.handle_event(&e));
-    decoder.finish();
-    print(&mut decoder, out, config, t0_ns.unwrap_or(0))?;
-    let summary = decoder.summary();
+    let summary = session.summary();
     if config.summary && !config.json {
         writeln!(out, "{}", render::summary(&summary)).map_err(RunError::Output)?;
     }
-    match failure {
+    match session.take_failure() {
         Some(e) => Err(RunError::Capture(e)),
         None => Ok(summary),
     }
 }
 
-fn print<W: Write>(
-    decoder: &mut decode::Decoder,
-    out: &mut W,
-    config: &Config,
-    t0_ns: u64,
-) -> Result<(), RunError> {
-    for message in decoder.drain() {
-        let line = if config.json {
-            render::json(&message, t0_ns, config.style).to_string()
-        } else {
-            render::text(&message, t0_ns, config.style)
-        };
-        writeln!(out, "{line}").map_err(RunError::Output)?;
+/// Decodes a whole capture into memory: every message, the counters, and
+/// the capture error that stopped reading early, if any. For tests and
+/// tools that inspect messages rather than print them.
+pub fn decode_capture<R: Read>(
+    input: R,
+    options: decode::Options,
+) -> (Vec<decode::Message>, decode::Summary, Option<pcap::Error>) {
+    let mut session = match Session::new(input, options) {
+        Ok(session) => session,
+        Err(e) => return (Vec::new(), decode::Summary::default(), Some(e)),
+    };
+    let mut messages = Vec::new();
+    loop {
+        let more = session.advance();
+        messages.extend(session.messages());
+        if !more {
+            break;
+        }
     }
-    Ok(())
+    let summary = session.summary();
+    (messages, summary, session.take_failure())
 }

@@ -45,7 +45,10 @@ pub fn text(message: &Message, t0_ns: u64, style: Style) -> String {
         Body::Mpa(frame) => write_mpa_text(&mut line, frame),
         Body::Fpdu(fpdu) => write_fpdu_text(&mut line, fpdu, style),
         Body::NonMpa { len } => {
-            let _ = write!(line, "DATA len={len} (after an MPA reject: ULP data, not FPDUs)");
+            let _ = write!(
+                line,
+                "DATA len={len} (after an MPA reject: ULP data, not FPDUs)"
+            );
         }
         Body::Tcp(event) => line.push_str(tcp_name(*event)),
         Body::Gap { len } => {
@@ -104,7 +107,13 @@ fn write_fpdu_text(line: &mut String, fpdu: &Fpdu, style: Style) {
     if let Some(alt) = term_alternative(&fpdu.ulpdu) {
         let _ = write!(line, " [other reading: {alt}]");
     }
-    let _ = write!(line, " ulpdu_len={} crc={}({})", fpdu.ulpdu_len, Hex(&fpdu.crc_field), crc_name(fpdu.crc));
+    let _ = write!(
+        line,
+        " ulpdu_len={} crc={}({})",
+        fpdu.ulpdu_len,
+        Hex(&fpdu.crc_field),
+        crc_name(fpdu.crc)
+    );
     if fpdu.crc == CrcVerdict::Bad {
         let _ = write!(line, " expected={}", Hex(&fpdu.crc_computed.to_le_bytes()));
     }
@@ -115,7 +124,11 @@ fn write_fpdu_text(line: &mut String, fpdu: &Fpdu, style: Style) {
             line.push_str("(ok)");
         }
         for m in bad {
-            let _ = write!(line, " BAD-MARKER@{}:fpduptr={},expected={}", m.position, m.fpduptr, m.expected);
+            let _ = write!(
+                line,
+                " BAD-MARKER@{}:fpduptr={},expected={}",
+                m.position, m.fpduptr, m.expected
+            );
         }
     }
     if style.payload {
@@ -158,7 +171,9 @@ fn term_alternative(ulpdu: &[u8]) -> Option<String> {
 fn terminate(ulpdu: &[u8]) -> Option<(term::Repr<'_>, term::Packet<&[u8]>)> {
     let packet = ddp::Packet::new_checked(ulpdu).ok()?;
     let repr = rdmap::Repr::parse(&packet).ok()?;
-    let rdmap::Header::Terminate(t) = repr.header else { return None };
+    let rdmap::Header::Terminate(t) = repr.header else {
+        return None;
+    };
     let payload = &ulpdu[packet.header_len()..];
     Some((t, term::Packet::new_unchecked(payload)))
 }
@@ -175,7 +190,10 @@ pub fn json(message: &Message, t0_ns: u64, style: Style) -> Value {
     let mut object = Map::new();
     object.insert("frame".into(), json!(message.frame));
     object.insert("first_frame".into(), json!(message.first_frame));
-    object.insert("time".into(), json!(message.ts_ns.saturating_sub(t0_ns) as f64 / 1e9));
+    object.insert(
+        "time".into(),
+        json!(message.ts_ns.saturating_sub(t0_ns) as f64 / 1e9),
+    );
     object.insert("conn".into(), json!(message.conn.0));
     object.insert("src".into(), json!(message.src.to_string()));
     object.insert("dst".into(), json!(message.dst.to_string()));
@@ -231,7 +249,10 @@ fn mpa_json(object: &mut Map<String, Value>, frame: &MpaFrame) {
         object.insert("rtr_write".into(), json!(e.rtr_write));
         object.insert("rtr_read".into(), json!(e.rtr_read));
     }
-    object.insert("private_data".into(), json!(Hex(&frame.private_data).to_string()));
+    object.insert(
+        "private_data".into(),
+        json!(Hex(&frame.private_data).to_string()),
+    );
 }
 
 fn fpdu_json(object: &mut Map<String, Value>, fpdu: &Fpdu, style: Style) {
@@ -246,7 +267,9 @@ fn fpdu_json(object: &mut Map<String, Value>, fpdu: &Fpdu, style: Style) {
         .map(|m| json!({"pos": m.position, "fpduptr": m.fpduptr, "ok": m.ok()}))
         .collect();
     object.insert("markers".into(), Value::Array(markers));
-    for key in ["tagged", "last", "dv", "rv", "opcode", "op", "qn", "msn", "mo", "stag", "to"] {
+    for key in [
+        "tagged", "last", "dv", "rv", "opcode", "op", "qn", "msn", "mo", "stag", "to",
+    ] {
         object.insert(key.into(), Value::Null);
     }
     object.insert("payload_len".into(), Value::Null);

@@ -41,7 +41,10 @@ pub fn build_tcp_frame(
     flags: TcpFlags,
     payload: &[u8],
 ) -> Vec<u8> {
-    assert!(payload.len() <= BUILD_PAYLOAD_LEN_MAX, "TCP payload too long for one IPv4 packet");
+    assert!(
+        payload.len() <= BUILD_PAYLOAD_LEN_MAX,
+        "TCP payload too long for one IPv4 packet"
+    );
     let tcp_len = TCP_HEADER_LEN + payload.len();
     let mut frame = vec![0u8; ETHERNET_HEADER_LEN + IPV4_HEADER_LEN + tcp_len];
     // Emitting into a buffer we sized ourselves: smoltcp documents `new_unchecked` as the

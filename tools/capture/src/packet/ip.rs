@@ -78,11 +78,20 @@ fn parse_ipv4(data: &[u8]) -> Result<IpPayload<'_>, Skip> {
         len if len < header_len => return Err(Skip::BadHeader),
         len => len,
     };
-    let payload = data.get(header_len..end.min(data.len())).unwrap_or_default();
+    let payload = data
+        .get(header_len..end.min(data.len()))
+        .unwrap_or_default();
     let (src, dst) = (IpAddr::V4(view.src_addr()), IpAddr::V4(view.dst_addr()));
     match view.next_header() {
-        IpProtocol::Tcp => Ok(IpPayload { src, dst, payload, wire_len: end - header_len }),
-        other => Err(Skip::NotTcp { protocol: u8::from(other) }),
+        IpProtocol::Tcp => Ok(IpPayload {
+            src,
+            dst,
+            payload,
+            wire_len: end - header_len,
+        }),
+        other => Err(Skip::NotTcp {
+            protocol: u8::from(other),
+        }),
     }
 }
 
@@ -99,8 +108,14 @@ fn parse_ipv6(data: &[u8]) -> Result<IpPayload<'_>, Skip> {
     let captured = data.get(ipv6::HEADER_LEN..).unwrap_or_default();
     // A zero Payload Length means a jumbogram or, as for IPv4, segmentation offload;
     // either way the captured bytes are all we can go by.
-    let wire_len = if payload_len == 0 { captured.len() } else { payload_len };
-    let payload = captured.get(..wire_len.min(captured.len())).unwrap_or_default();
+    let wire_len = if payload_len == 0 {
+        captured.len()
+    } else {
+        payload_len
+    };
+    let payload = captured
+        .get(..wire_len.min(captured.len()))
+        .unwrap_or_default();
     let ip = IpPayload {
         src: IpAddr::V6(view.src_addr()),
         dst: IpAddr::V6(view.dst_addr()),
@@ -111,15 +126,26 @@ fn parse_ipv6(data: &[u8]) -> Result<IpPayload<'_>, Skip> {
 }
 
 /// Walks the IPv6 extension headers that may precede TCP in an unfragmented packet.
-fn skip_extension_headers(mut next: IpProtocol, mut ip: IpPayload<'_>) -> Result<IpPayload<'_>, Skip> {
+fn skip_extension_headers(
+    mut next: IpProtocol,
+    mut ip: IpPayload<'_>,
+) -> Result<IpPayload<'_>, Skip> {
     for _ in 0..IPV6_EXTENSION_HEADERS_MAX {
         match next {
             IpProtocol::Tcp => return Ok(ip),
             IpProtocol::Ipv6Frag => return Err(Skip::Fragment),
             IpProtocol::HopByHop | IpProtocol::Ipv6Route | IpProtocol::Ipv6Opts => {}
-            other => return Err(Skip::NotTcp { protocol: u8::from(other) }),
+            other => {
+                return Err(Skip::NotTcp {
+                    protocol: u8::from(other),
+                })
+            }
         }
-        let cut = if ip.payload.len() < ip.wire_len { Skip::Truncated } else { Skip::BadHeader };
+        let cut = if ip.payload.len() < ip.wire_len {
+            Skip::Truncated
+        } else {
+            Skip::BadHeader
+        };
         let header = Ipv6ExtHeader::new_checked(ip.payload).map_err(|_| cut)?;
         // RFC 8200, Hdr Ext Len: "Length of the Hop-by-Hop Options header in 8-octet
         // units, not including the first 8 octets." Routing and Destination Options

@@ -65,7 +65,11 @@ pub(super) fn network_layer(linktype: u32, data: &[u8]) -> Result<Network<'_>, S
     match linktype {
         linktype::ETHERNET => {
             let frame = EthernetFrame::new_checked(data).map_err(|_| Skip::Truncated)?;
-            by_ethertype(u16::from(frame.ethertype()), frame.payload(), vlan::TAGS_MAX)
+            by_ethertype(
+                u16::from(frame.ethertype()),
+                frame.payload(),
+                vlan::TAGS_MAX,
+            )
         }
         linktype::LINUX_SLL => {
             let protocol = be16(data, sll::PROTOCOL.start).ok_or(Skip::Truncated)?;

@@ -8,7 +8,7 @@
 //! Headers are read through `smoltcp::wire` views created with `new_checked`, so no
 //! accessor can index out of bounds. The link-layer headers smoltcp has no view for (VLAN
 //! tags, Linux cooked, BSD loopback) are a few fixed fields each, read with explicit bounds
-//! in [`link`].
+//! in the private `link` module.
 //!
 //! Checksums are not verified: captures taken on the sending host carry whatever the
 //! stack wrote before checksum offload filled them in, and a decoder must still show
@@ -105,7 +105,11 @@ pub fn parse_tcp(linktype: u32, data: &[u8]) -> Result<TcpSegment<'_>, Skip> {
     let truncated = ip.payload.len() < ip.wire_len;
     // A header cut by the snapshot length is truncated; one that does not fit the length
     // the IP header declares is simply wrong.
-    let cut = if truncated { Skip::Truncated } else { Skip::BadHeader };
+    let cut = if truncated {
+        Skip::Truncated
+    } else {
+        Skip::BadHeader
+    };
     let tcp = TcpPacket::new_checked(ip.payload).map_err(|_| cut)?;
     let header_len = usize::from(tcp.header_len());
     let payload_wire_len = ip.wire_len.checked_sub(header_len).ok_or(Skip::BadHeader)?;

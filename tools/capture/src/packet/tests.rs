@@ -17,7 +17,14 @@ fn server() -> SocketAddrV4 {
 }
 
 fn frame(payload: &[u8]) -> Vec<u8> {
-    build_tcp_frame(client(), server(), 1000, 2000, TcpFlags::ACK | TcpFlags::PSH, payload)
+    build_tcp_frame(
+        client(),
+        server(),
+        1000,
+        2000,
+        TcpFlags::ACK | TcpFlags::PSH,
+        payload,
+    )
 }
 
 /// The IPv4 packet of a built frame, for link layers other than Ethernet.
@@ -72,7 +79,10 @@ fn built_frame_has_valid_checksums() {
     let ip = Ipv4Packet::new_checked(ethernet.payload()).unwrap();
     assert!(ip.verify_checksum());
     let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
-    let (src, dst) = (IpAddress::Ipv4(*client().ip()), IpAddress::Ipv4(*server().ip()));
+    let (src, dst) = (
+        IpAddress::Ipv4(*client().ip()),
+        IpAddress::Ipv4(*server().ip()),
+    );
     assert!(tcp.verify_checksum(&src, &dst));
 }
 
@@ -80,15 +90,25 @@ fn built_frame_has_valid_checksums() {
 fn flags_map_one_to_one() {
     for (flags, expect) in [
         (TcpFlags::SYN, [true, false, false, false, false]),
-        (TcpFlags::SYN | TcpFlags::ACK, [true, true, false, false, false]),
-        (TcpFlags::FIN | TcpFlags::ACK, [false, true, true, false, false]),
+        (
+            TcpFlags::SYN | TcpFlags::ACK,
+            [true, true, false, false, false],
+        ),
+        (
+            TcpFlags::FIN | TcpFlags::ACK,
+            [false, true, true, false, false],
+        ),
         (TcpFlags::RST, [false, false, false, true, false]),
         (TcpFlags::PSH, [false, false, false, false, true]),
         (TcpFlags::NONE, [false; 5]),
     ] {
         let data = build_tcp_frame(client(), server(), 1, 2, flags, &[]);
         let seg = parse_tcp(linktype::ETHERNET, &data).unwrap();
-        assert_eq!([seg.syn, seg.ack_flag, seg.fin, seg.rst, seg.psh], expect, "{flags:?}");
+        assert_eq!(
+            [seg.syn, seg.ack_flag, seg.fin, seg.rst, seg.psh],
+            expect,
+            "{flags:?}"
+        );
     }
 }
 
@@ -108,12 +128,18 @@ fn vlan_tags_are_peeled_up_to_two() {
     let mut one = plain[..12].to_vec();
     one.extend_from_slice(&tag([0x81, 0x00]));
     one.extend_from_slice(&plain[12..]);
-    assert_eq!(parse_tcp(linktype::ETHERNET, &one).unwrap().payload, b"tagged");
+    assert_eq!(
+        parse_tcp(linktype::ETHERNET, &one).unwrap().payload,
+        b"tagged"
+    );
     let mut two = plain[..12].to_vec();
     two.extend_from_slice(&tag([0x88, 0xa8]));
     two.extend_from_slice(&tag([0x81, 0x00]));
     two.extend_from_slice(&plain[12..]);
-    assert_eq!(parse_tcp(linktype::ETHERNET, &two).unwrap().payload, b"tagged");
+    assert_eq!(
+        parse_tcp(linktype::ETHERNET, &two).unwrap().payload,
+        b"tagged"
+    );
     let mut three = plain[..12].to_vec();
     for _ in 0..3 {
         three.extend_from_slice(&tag([0x81, 0x00]));
@@ -127,11 +153,22 @@ fn linux_cooked_v1_and_v2() {
     let ip = ipv4_packet(b"cooked");
     let mut sll = vec![0, 0, 0, 1, 0, 6, 2, 0, 0, 0, 0, 0, 0, 0, 0x08, 0x00];
     sll.extend_from_slice(&ip);
-    assert_eq!(parse_tcp(linktype::LINUX_SLL, &sll).unwrap().payload, b"cooked");
-    let mut sll2 = vec![0x08, 0x00, 0, 0, 0, 0, 0, 3, 0, 1, 0, 6, 2, 0, 0, 0, 0, 0, 0, 0];
+    assert_eq!(
+        parse_tcp(linktype::LINUX_SLL, &sll).unwrap().payload,
+        b"cooked"
+    );
+    let mut sll2 = vec![
+        0x08, 0x00, 0, 0, 0, 0, 0, 3, 0, 1, 0, 6, 2, 0, 0, 0, 0, 0, 0, 0,
+    ];
     sll2.extend_from_slice(&ip);
-    assert_eq!(parse_tcp(linktype::LINUX_SLL2, &sll2).unwrap().payload, b"cooked");
-    assert_eq!(parse_tcp(linktype::LINUX_SLL2, &sll2[..19]), Err(Skip::Truncated));
+    assert_eq!(
+        parse_tcp(linktype::LINUX_SLL2, &sll2).unwrap().payload,
+        b"cooked"
+    );
+    assert_eq!(
+        parse_tcp(linktype::LINUX_SLL2, &sll2[..19]),
+        Err(Skip::Truncated)
+    );
 }
 
 #[test]
@@ -164,7 +201,10 @@ fn raw_ip_by_version_nibble() {
     assert_eq!(parse_tcp(linktype::IPV4, &v4).unwrap().payload, b"raw");
     assert_eq!(parse_tcp(linktype::IPV6, &v6).unwrap().payload, b"raw6");
     let seg = parse_tcp(linktype::IPV6, &v6).unwrap();
-    assert_eq!(seg.src, SocketAddr::new(Ipv6Addr::LOCALHOST.into(), client().port()));
+    assert_eq!(
+        seg.src,
+        SocketAddr::new(Ipv6Addr::LOCALHOST.into(), client().port())
+    );
 }
 
 #[test]
@@ -179,7 +219,10 @@ fn ipv6_extension_headers_are_skipped() {
     let packet = ipv6_packet(&[hop_by_hop, fragment], 6, &tcp_bytes(b"frag"));
     assert_eq!(parse_tcp(linktype::RAW, &packet), Err(Skip::Fragment));
     let packet = ipv6_packet(&[], 17, &[0; 8]);
-    assert_eq!(parse_tcp(linktype::RAW, &packet), Err(Skip::NotTcp { protocol: 17 }));
+    assert_eq!(
+        parse_tcp(linktype::RAW, &packet),
+        Err(Skip::NotTcp { protocol: 17 })
+    );
 }
 
 #[test]
@@ -194,10 +237,16 @@ fn ipv6_extension_chain_is_bounded() {
 fn ipv4_fragments_are_skipped() {
     let mut more_fragments = ipv4_packet(b"frag");
     more_fragments[6] |= 0x20;
-    assert_eq!(parse_tcp(linktype::RAW, &more_fragments), Err(Skip::Fragment));
+    assert_eq!(
+        parse_tcp(linktype::RAW, &more_fragments),
+        Err(Skip::Fragment)
+    );
     let mut later_fragment = ipv4_packet(b"frag");
     later_fragment[7] = 1;
-    assert_eq!(parse_tcp(linktype::RAW, &later_fragment), Err(Skip::Fragment));
+    assert_eq!(
+        parse_tcp(linktype::RAW, &later_fragment),
+        Err(Skip::Fragment)
+    );
 }
 
 #[test]
@@ -226,26 +275,44 @@ fn impossible_headers_are_bad() {
     assert_eq!(parse_tcp(linktype::IPV4, &short_ihl), Err(Skip::BadHeader));
     let mut short_total = ipv4_packet(b"x");
     short_total[2..4].copy_from_slice(&10u16.to_be_bytes());
-    assert_eq!(parse_tcp(linktype::IPV4, &short_total), Err(Skip::BadHeader));
+    assert_eq!(
+        parse_tcp(linktype::IPV4, &short_total),
+        Err(Skip::BadHeader)
+    );
     let mut short_data_offset = ipv4_packet(b"x");
     short_data_offset[IPV4_LEN + 12] = 0x40;
-    assert_eq!(parse_tcp(linktype::IPV4, &short_data_offset), Err(Skip::BadHeader));
+    assert_eq!(
+        parse_tcp(linktype::IPV4, &short_data_offset),
+        Err(Skip::BadHeader)
+    );
     let mut total_cuts_tcp_header = ipv4_packet(b"");
     total_cuts_tcp_header[2..4].copy_from_slice(&30u16.to_be_bytes());
-    assert_eq!(parse_tcp(linktype::IPV4, &total_cuts_tcp_header), Err(Skip::BadHeader));
+    assert_eq!(
+        parse_tcp(linktype::IPV4, &total_cuts_tcp_header),
+        Err(Skip::BadHeader)
+    );
 }
 
 #[test]
 fn other_protocols_and_link_types() {
     let mut udp = ipv4_packet(b"");
     udp[9] = 17;
-    assert_eq!(parse_tcp(linktype::IPV4, &udp), Err(Skip::NotTcp { protocol: 17 }));
+    assert_eq!(
+        parse_tcp(linktype::IPV4, &udp),
+        Err(Skip::NotTcp { protocol: 17 })
+    );
     let mut arp = frame(b"");
     arp[12..14].copy_from_slice(&[0x08, 0x06]);
     assert_eq!(parse_tcp(linktype::ETHERNET, &arp), Err(Skip::NotIp));
     assert_eq!(parse_tcp(147, &arp), Err(Skip::UnsupportedLinktype(147)));
-    assert_eq!(Skip::UnsupportedLinktype(147).to_string(), "unsupported link-layer type 147");
-    assert_eq!(Skip::NotTcp { protocol: 17 }.to_string(), "not TCP: IP protocol UDP");
+    assert_eq!(
+        Skip::UnsupportedLinktype(147).to_string(),
+        "unsupported link-layer type 147"
+    );
+    assert_eq!(
+        Skip::NotTcp { protocol: 17 }.to_string(),
+        "not TCP: IP protocol UDP"
+    );
 }
 
 #[test]

@@ -55,22 +55,40 @@ impl Header {
             MAGIC_NANOS => (Endian::Little, 1),
             m if m.swap_bytes() == MAGIC_MICROS => (Endian::Big, 1000),
             m if m.swap_bytes() == MAGIC_NANOS => (Endian::Big, 1),
-            _ => return Err(Error::BadMagic { magic: u32::from_be_bytes(magic) }),
+            _ => {
+                return Err(Error::BadMagic {
+                    magic: u32::from_be_bytes(magic),
+                })
+            }
         };
         let rest: [u8; field::FILE_HEADER_LEN - 4] =
             source.read_array(Part::FileHeader, 0, None)?;
         let mut header = [0; field::FILE_HEADER_LEN];
         header[..4].copy_from_slice(&magic);
         header[4..].copy_from_slice(&rest);
-        let major = endian.u16_at(&header, field::VERSION_MAJOR.start).unwrap_or_default();
-        let minor = endian.u16_at(&header, field::VERSION_MINOR.start).unwrap_or_default();
+        let major = endian
+            .u16_at(&header, field::VERSION_MAJOR.start)
+            .unwrap_or_default();
+        let minor = endian
+            .u16_at(&header, field::VERSION_MINOR.start)
+            .unwrap_or_default();
         // Every classic pcap writer since 1998 writes 2.4; older minors differ only in
         // details this reader does not use, so only the major version is enforced.
         if major != 2 {
-            return Err(Error::UnsupportedVersion { offset: 0, major, minor });
+            return Err(Error::UnsupportedVersion {
+                offset: 0,
+                major,
+                minor,
+            });
         }
-        let linktype = endian.u32_at(&header, field::LINKTYPE.start).unwrap_or_default();
-        Ok(Header { endian, fraction_ns, linktype: linktype & field::LINKTYPE_MASK })
+        let linktype = endian
+            .u32_at(&header, field::LINKTYPE.start)
+            .unwrap_or_default();
+        Ok(Header {
+            endian,
+            fraction_ns,
+            linktype: linktype & field::LINKTYPE_MASK,
+        })
     }
 
     /// Reads the next record into `source.buf`, or returns `None` at a clean end of file.
@@ -103,6 +121,10 @@ impl Header {
         // sum stays below 2^63: no overflow is possible.
         let ts_ns = u64::from(word(field::TS_SEC)) * 1_000_000_000
             + u64::from(word(field::TS_FRACTION)) * self.fraction_ns;
-        Ok(Some(RecordMeta { ts_ns, linktype: self.linktype, orig_len: word(field::ORIG_LEN) }))
+        Ok(Some(RecordMeta {
+            ts_ns,
+            linktype: self.linktype,
+            orig_len: word(field::ORIG_LEN),
+        }))
     }
 }

@@ -181,25 +181,69 @@ impl fmt::Display for Error {
             Error::BadMagic { magic } => {
                 write!(f, "not a pcap or pcapng file: magic 0x{magic:08x}")
             }
-            Error::UnsupportedVersion { offset, major, minor } => {
-                write!(f, "unsupported file format version {major}.{minor} at byte {offset}")
+            Error::UnsupportedVersion {
+                offset,
+                major,
+                minor,
+            } => {
+                write!(
+                    f,
+                    "unsupported file format version {major}.{minor} at byte {offset}"
+                )
             }
-            Error::Truncated { part, offset, frame } => {
+            Error::Truncated {
+                part,
+                offset,
+                frame,
+            } => {
                 write!(f, "truncated {part} at byte {offset}")?;
                 write_frame(f, *frame)
             }
-            Error::RecordTooLong { offset, frame, len, limit } => write!(
+            Error::RecordTooLong {
+                offset,
+                frame,
+                len,
+                limit,
+            } => write!(
                 f,
                 "record length {len} exceeds limit {limit} at byte {offset} (frame {frame})"
             ),
+            Error::BlockTooLong { .. }
+            | Error::BadBlockLength { .. }
+            | Error::BlockLengthMismatch { .. }
+            | Error::BadByteOrderMagic { .. }
+            | Error::PacketExceedsBlock { .. }
+            | Error::UnknownInterface { .. }
+            | Error::TooManyInterfaces { .. }
+            | Error::BadOptions { .. } => self.fmt_pcapng(f),
+        }
+    }
+}
+
+impl Error {
+    /// Messages for the errors only pcapng framing produces; split from `fmt` to keep
+    /// both short.
+    fn fmt_pcapng(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Error::BlockTooLong { offset, len, limit } => {
-                write!(f, "block length {len} exceeds limit {limit} at byte {offset}")
+                write!(
+                    f,
+                    "block length {len} exceeds limit {limit} at byte {offset}"
+                )
             }
-            Error::BadBlockLength { offset, block_type, len } => write!(
+            Error::BadBlockLength {
+                offset,
+                block_type,
+                len,
+            } => write!(
                 f,
                 "invalid length {len} for block type 0x{block_type:08x} at byte {offset}"
             ),
-            Error::BlockLengthMismatch { offset, header, trailer } => write!(
+            Error::BlockLengthMismatch {
+                offset,
+                header,
+                trailer,
+            } => write!(
                 f,
                 "block at byte {offset} opens with length {header} but closes with {trailer}"
             ),
@@ -212,7 +256,11 @@ impl fmt::Display for Error {
                 f,
                 "captured length {len} does not fit in the block at byte {offset} (frame {frame})"
             ),
-            Error::UnknownInterface { offset, frame, interface } => write!(
+            Error::UnknownInterface {
+                offset,
+                frame,
+                interface,
+            } => write!(
                 f,
                 "packet block at byte {offset} (frame {frame}) names undescribed interface \
                  {interface}"
@@ -225,6 +273,12 @@ impl fmt::Display for Error {
                 f,
                 "options of the interface description block at byte {offset} overrun the block"
             ),
+            // Formatted by `Display::fmt` itself.
+            Error::Io { .. }
+            | Error::BadMagic { .. }
+            | Error::UnsupportedVersion { .. }
+            | Error::Truncated { .. }
+            | Error::RecordTooLong { .. } => Ok(()),
         }
     }
 }

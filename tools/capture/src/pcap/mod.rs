@@ -144,14 +144,23 @@ pub fn open(path: impl AsRef<Path>) -> Result<Reader<BufReader<File>>, Error> {
 impl<R: Read> Reader<R> {
     /// Reads the file header (classic) or first Section Header Block (pcapng).
     pub fn new(input: R) -> Result<Self, Error> {
-        let mut source = Source { input, buf: Vec::new(), offset: 0 };
+        let mut source = Source {
+            input,
+            buf: Vec::new(),
+            offset: 0,
+        };
         let magic: [u8; 4] = source.read_array(Part::FileHeader, 0, None)?;
         let format = if magic == ng::SHB_TYPE {
             Format::Ng(ng::Section::read_first(&mut source)?)
         } else {
             Format::Classic(classic::Header::read(&mut source, magic)?)
         };
-        Ok(Reader { source, format, frames: 0, done: false })
+        Ok(Reader {
+            source,
+            format,
+            frames: 0,
+            done: false,
+        })
     }
 
     /// Returns the next packet record, `None` at the end of the file, or the error that
@@ -204,7 +213,10 @@ impl<R: Read> Source<R> {
                 Ok(n) => filled += n.min(buf.len() - filled),
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
                 Err(source) => {
-                    return Err(Error::Io { offset: self.offset + filled as u64, source })
+                    return Err(Error::Io {
+                        offset: self.offset + filled as u64,
+                        source,
+                    })
                 }
             }
         }
@@ -222,7 +234,11 @@ impl<R: Read> Source<R> {
         let mut bytes = [0; N];
         match self.read_up_to(&mut bytes)? {
             n if n == N => Ok(bytes),
-            _ => Err(Error::Truncated { part, offset: start, frame }),
+            _ => Err(Error::Truncated {
+                part,
+                offset: start,
+                frame,
+            }),
         }
     }
 
@@ -238,7 +254,11 @@ impl<R: Read> Source<R> {
         match self.read_up_to(&mut bytes)? {
             0 => Ok(None),
             n if n == N => Ok(Some(bytes)),
-            _ => Err(Error::Truncated { part, offset: start, frame }),
+            _ => Err(Error::Truncated {
+                part,
+                offset: start,
+                frame,
+            }),
         }
     }
 
@@ -254,13 +274,22 @@ impl<R: Read> Source<R> {
         frame: Option<u64>,
     ) -> Result<(), Error> {
         self.buf.clear();
-        let result = (&mut self.input).take(u64::from(len)).read_to_end(&mut self.buf);
+        let result = (&mut self.input)
+            .take(u64::from(len))
+            .read_to_end(&mut self.buf);
         let got = self.buf.len() as u64;
         self.offset += got;
         match result {
-            Err(source) => Err(Error::Io { offset: self.offset, source }),
+            Err(source) => Err(Error::Io {
+                offset: self.offset,
+                source,
+            }),
             Ok(_) if got == u64::from(len) => Ok(()),
-            Ok(_) => Err(Error::Truncated { part, offset: start, frame }),
+            Ok(_) => Err(Error::Truncated {
+                part,
+                offset: start,
+                frame,
+            }),
         }
     }
 }
@@ -313,14 +342,24 @@ mod tests {
     #[test]
     fn empty_input_is_a_truncated_file_header() {
         let error = Reader::new(&[][..]).unwrap_err();
-        assert!(matches!(error, Error::Truncated { part: Part::FileHeader, offset: 0, .. }));
+        assert!(matches!(
+            error,
+            Error::Truncated {
+                part: Part::FileHeader,
+                offset: 0,
+                ..
+            }
+        ));
         assert_eq!(error.to_string(), "truncated file header at byte 0");
     }
 
     #[test]
     fn unknown_magic_is_named() {
         let error = Reader::new(&[0x12, 0x34, 0x56, 0x78, 0, 0, 0, 0][..]).unwrap_err();
-        assert_eq!(error.to_string(), "not a pcap or pcapng file: magic 0x12345678");
+        assert_eq!(
+            error.to_string(),
+            "not a pcap or pcapng file: magic 0x12345678"
+        );
     }
 
     #[test]

@@ -12,8 +12,8 @@
 
 use std::io::Read;
 
-use super::{Endian, Error, Part, RecordMeta, Source, BLOCK_LEN_MAX, CAPTURED_LEN_MAX};
 use super::INTERFACES_MAX;
+use super::{Endian, Error, Part, RecordMeta, Source, BLOCK_LEN_MAX, CAPTURED_LEN_MAX};
 
 /// The Section Header Block type as it appears in the file, in either byte order.
 pub(super) const SHB_TYPE: [u8; 4] = [0x0a, 0x0d, 0x0d, 0x0a];
@@ -113,7 +113,10 @@ struct PacketFields {
 impl Section {
     /// Reads the first Section Header Block, whose type word `Reader::new` consumed.
     pub(super) fn read_first<R: Read>(source: &mut Source<R>) -> Result<Self, Error> {
-        let mut section = Section { endian: Endian::Little, interfaces: Vec::new() };
+        let mut section = Section {
+            endian: Endian::Little,
+            interfaces: Vec::new(),
+        };
         section.read_section_header(source, 0)?;
         Ok(section)
     }
@@ -147,7 +150,9 @@ impl Section {
                 block_type::SIMPLE_PACKET => self.simple_fields(&source.buf, start, frame)?,
                 _ => continue,
             };
-            return self.take_packet(&mut source.buf, fields, start, frame).map(Some);
+            return self
+                .take_packet(&mut source.buf, fields, start, frame)
+                .map(Some);
         }
     }
 
@@ -165,7 +170,10 @@ impl Section {
             BYTE_ORDER_MAGIC_BE => Endian::Big,
             magic => {
                 let magic = u32::from_be_bytes(magic);
-                return Err(Error::BadByteOrderMagic { offset: start, magic });
+                return Err(Error::BadByteOrderMagic {
+                    offset: start,
+                    magic,
+                });
             }
         };
         let len = endian.u32([l0, l1, l2, l3]);
@@ -174,10 +182,18 @@ impl Section {
         // The byte-order magic is part of the body and has been read already.
         source.read_into_buf(len - 12, Part::BlockBody, start, None)?;
         strip_trailer(endian, &mut source.buf, len, start)?;
-        let major = endian.u16_at(&source.buf, field::SHB_VERSION_MAJOR).unwrap_or_default();
-        let minor = endian.u16_at(&source.buf, field::SHB_VERSION_MINOR).unwrap_or_default();
+        let major = endian
+            .u16_at(&source.buf, field::SHB_VERSION_MAJOR)
+            .unwrap_or_default();
+        let minor = endian
+            .u16_at(&source.buf, field::SHB_VERSION_MINOR)
+            .unwrap_or_default();
         if major != 1 {
-            return Err(Error::UnsupportedVersion { offset: start, major, minor });
+            return Err(Error::UnsupportedVersion {
+                offset: start,
+                major,
+                minor,
+            });
         }
         self.endian = endian;
         self.interfaces.clear();
@@ -211,7 +227,10 @@ impl Section {
     /// Records an Interface Description Block whose body is `body`.
     fn add_interface(&mut self, body: &[u8], start: u64) -> Result<(), Error> {
         if self.interfaces.len() >= INTERFACES_MAX {
-            return Err(Error::TooManyInterfaces { offset: start, limit: INTERFACES_MAX });
+            return Err(Error::TooManyInterfaces {
+                offset: start,
+                limit: INTERFACES_MAX,
+            });
         }
         let endian = self.endian;
         let mut interface = Interface {
@@ -232,16 +251,24 @@ impl Section {
     fn enhanced_fields(&self, body: &[u8], obsolete: bool) -> PacketFields {
         let endian = self.endian;
         let interface = if obsolete {
-            u32::from(endian.u16_at(body, field::EPB_INTERFACE).unwrap_or_default())
+            u32::from(
+                endian
+                    .u16_at(body, field::EPB_INTERFACE)
+                    .unwrap_or_default(),
+            )
         } else {
-            endian.u32_at(body, field::EPB_INTERFACE).unwrap_or_default()
+            endian
+                .u32_at(body, field::EPB_INTERFACE)
+                .unwrap_or_default()
         };
         let high = endian.u32_at(body, field::EPB_TS_HIGH).unwrap_or_default();
         let low = endian.u32_at(body, field::EPB_TS_LOW).unwrap_or_default();
         PacketFields {
             interface,
             ts: Some(u64::from(high) << 32 | u64::from(low)),
-            captured_len: endian.u32_at(body, field::EPB_CAPTURED_LEN).unwrap_or_default(),
+            captured_len: endian
+                .u32_at(body, field::EPB_CAPTURED_LEN)
+                .unwrap_or_default(),
             orig_len: endian.u32_at(body, field::EPB_ORIG_LEN).unwrap_or_default(),
             data_start: field::EPB_DATA,
         }
@@ -251,9 +278,16 @@ impl Section {
     /// length cut to interface 0's snapshot length and to what the block holds.
     fn simple_fields(&self, body: &[u8], start: u64, frame: u64) -> Result<PacketFields, Error> {
         let Some(interface) = self.interfaces.first() else {
-            return Err(Error::UnknownInterface { offset: start, frame, interface: 0 });
+            return Err(Error::UnknownInterface {
+                offset: start,
+                frame,
+                interface: 0,
+            });
         };
-        let orig_len = self.endian.u32_at(body, field::SPB_ORIG_LEN).unwrap_or_default();
+        let orig_len = self
+            .endian
+            .u32_at(body, field::SPB_ORIG_LEN)
+            .unwrap_or_default();
         let in_block = body.len().saturating_sub(field::SPB_DATA);
         let mut captured_len = orig_len.min(u32::try_from(in_block).unwrap_or(u32::MAX));
         if interface.snaplen != 0 {
@@ -279,22 +313,39 @@ impl Section {
     ) -> Result<RecordMeta, Error> {
         let index = usize::try_from(fields.interface).unwrap_or(usize::MAX);
         let Some(interface) = self.interfaces.get(index) else {
-            return Err(Error::UnknownInterface { offset: start, frame, interface: fields.interface });
+            return Err(Error::UnknownInterface {
+                offset: start,
+                frame,
+                interface: fields.interface,
+            });
         };
         let len = fields.captured_len;
         if len > CAPTURED_LEN_MAX {
             let limit = CAPTURED_LEN_MAX;
-            return Err(Error::RecordTooLong { offset: start, frame, len, limit });
+            return Err(Error::RecordTooLong {
+                offset: start,
+                frame,
+                len,
+                limit,
+            });
         }
         // `len` is at most CAPTURED_LEN_MAX, so the sum cannot overflow.
         let data = fields.data_start..fields.data_start + len as usize;
         if data.end > buf.len() {
-            return Err(Error::PacketExceedsBlock { offset: start, frame, len });
+            return Err(Error::PacketExceedsBlock {
+                offset: start,
+                frame,
+                len,
+            });
         }
         buf.copy_within(data, 0);
         buf.truncate(len as usize);
         let ts_ns = fields.ts.map_or(0, |ts| interface.ts_ns(ts));
-        Ok(RecordMeta { ts_ns, linktype: interface.linktype, orig_len: fields.orig_len })
+        Ok(RecordMeta {
+            ts_ns,
+            linktype: interface.linktype,
+            orig_len: fields.orig_len,
+        })
     }
 }
 
@@ -316,14 +367,20 @@ impl Interface {
         };
         // `ns` < 2^94 and the offset term < 2^94, so the sum fits an i128.
         let offset_ns = i128::from(self.tsoffset_s) * 1_000_000_000;
-        let total = i128::try_from(ns).unwrap_or(i128::MAX).saturating_add(offset_ns);
+        let total = i128::try_from(ns)
+            .unwrap_or(i128::MAX)
+            .saturating_add(offset_ns);
         u64::try_from(total.max(0)).unwrap_or(u64::MAX)
     }
 }
 
 /// Reads `if_tsresol` and `if_tsoffset` from an option list; `None` if an option's value
 /// runs past the end of the list.
-fn parse_interface_options(endian: Endian, options: &[u8], interface: &mut Interface) -> Option<()> {
+fn parse_interface_options(
+    endian: Endian,
+    options: &[u8],
+    interface: &mut Interface,
+) -> Option<()> {
     let mut at = 0;
     while options.len().saturating_sub(at) >= field::OPTION_HEADER_LEN {
         let code = endian.u16_at(options, at)?;
@@ -348,10 +405,18 @@ fn parse_interface_options(endian: Endian, options: &[u8], interface: &mut Inter
 /// Rejects block lengths that are too long, too short for the type or not a multiple of 4.
 fn check_len(block_type: u32, len: u32, min: u32, start: u64) -> Result<(), Error> {
     if len > BLOCK_LEN_MAX {
-        return Err(Error::BlockTooLong { offset: start, len, limit: BLOCK_LEN_MAX });
+        return Err(Error::BlockTooLong {
+            offset: start,
+            len,
+            limit: BLOCK_LEN_MAX,
+        });
     }
     if len < min || len % 4 != 0 {
-        return Err(Error::BadBlockLength { offset: start, block_type, len });
+        return Err(Error::BadBlockLength {
+            offset: start,
+            block_type,
+            len,
+        });
     }
     Ok(())
 }
@@ -361,7 +426,11 @@ fn strip_trailer(endian: Endian, buf: &mut Vec<u8>, len: u32, start: u64) -> Res
     let body_len = buf.len().saturating_sub(4);
     let trailer = endian.u32_at(buf, body_len).unwrap_or_default();
     if trailer != len {
-        return Err(Error::BlockLengthMismatch { offset: start, header: len, trailer });
+        return Err(Error::BlockLengthMismatch {
+            offset: start,
+            header: len,
+            trailer,
+        });
     }
     buf.truncate(body_len);
     Ok(())
@@ -372,7 +441,12 @@ mod tests {
     use super::*;
 
     fn interface(tsresol: u8, tsoffset_s: i64) -> Interface {
-        Interface { linktype: 1, snaplen: 0, tsresol, tsoffset_s }
+        Interface {
+            linktype: 1,
+            snaplen: 0,
+            tsresol,
+            tsoffset_s,
+        }
     }
 
     #[test]
@@ -382,8 +456,16 @@ mod tests {
         assert_eq!(interface(12, 0).ts_ns(123_456), 123);
         assert_eq!(interface(0x80 | 10, 0).ts_ns(1024), 1_000_000_000);
         assert_eq!(interface(0, 2).ts_ns(1), 3_000_000_000);
-        assert_eq!(interface(0, -5).ts_ns(1), 0, "negative times saturate at the epoch");
-        assert_eq!(interface(0, 0).ts_ns(u64::MAX), u64::MAX, "huge times saturate");
+        assert_eq!(
+            interface(0, -5).ts_ns(1),
+            0,
+            "negative times saturate at the epoch"
+        );
+        assert_eq!(
+            interface(0, 0).ts_ns(u64::MAX),
+            u64::MAX,
+            "huge times saturate"
+        );
         assert_eq!(interface(127, 0).ts_ns(u64::MAX), 0);
         assert_eq!(interface(0xff, 0).ts_ns(u64::MAX), 0);
     }
@@ -393,23 +475,41 @@ mod tests {
         let mut idb = interface(6, 0);
         // if_tsresol = 9, padded, then end of options.
         let options = [9, 0, 1, 0, 9, 0, 0, 0, 0, 0, 0, 0];
-        assert_eq!(parse_interface_options(Endian::Little, &options, &mut idb), Some(()));
+        assert_eq!(
+            parse_interface_options(Endian::Little, &options, &mut idb),
+            Some(())
+        );
         assert_eq!(idb.tsresol, 9);
         // An option claiming 0xffff bytes in an 8-byte list.
         let options = [2, 0, 0xff, 0xff, 1, 2, 3, 4];
-        assert_eq!(parse_interface_options(Endian::Little, &options, &mut idb), None);
+        assert_eq!(
+            parse_interface_options(Endian::Little, &options, &mut idb),
+            None
+        );
         // A value whose padding is cut by the end of the list is fine.
         let options = [9, 0, 1, 0, 3];
-        assert_eq!(parse_interface_options(Endian::Little, &options, &mut idb), Some(()));
+        assert_eq!(
+            parse_interface_options(Endian::Little, &options, &mut idb),
+            Some(())
+        );
         assert_eq!(idb.tsresol, 3);
     }
 
     #[test]
     fn block_lengths() {
         assert!(check_len(6, 32, min_len::PACKET, 0).is_ok());
-        assert!(matches!(check_len(6, 28, 32, 0), Err(Error::BadBlockLength { len: 28, .. })));
-        assert!(matches!(check_len(6, 34, 32, 0), Err(Error::BadBlockLength { len: 34, .. })));
+        assert!(matches!(
+            check_len(6, 28, 32, 0),
+            Err(Error::BadBlockLength { len: 28, .. })
+        ));
+        assert!(matches!(
+            check_len(6, 34, 32, 0),
+            Err(Error::BadBlockLength { len: 34, .. })
+        ));
         let too_long = BLOCK_LEN_MAX + 4;
-        assert!(matches!(check_len(6, too_long, 32, 0), Err(Error::BlockTooLong { .. })));
+        assert!(matches!(
+            check_len(6, too_long, 32, 0),
+            Err(Error::BlockTooLong { .. })
+        ));
     }
 }

@@ -77,7 +77,10 @@ impl Half {
         let end = start + seg.wire_len as i128;
         if seg.fin && self.fin.is_none() {
             if let Ok(offset) = u64::try_from(end) {
-                self.fin = Some(FinMark { offset, frame: seg.frame });
+                self.fin = Some(FinMark {
+                    offset,
+                    frame: seg.frame,
+                });
             }
         }
         if seg.wire_len > 0 {
@@ -148,7 +151,7 @@ impl Half {
         let end = at + piece.len();
         let mut cur = at;
         // A chunk that starts before `at` may reach into it.
-        if let Some((start, chunk_end)) = self.chunk_before(at).filter(|&(_, e)| e > at + 1_000_000) {
+        if let Some((start, chunk_end)) = self.chunk_before(at).filter(|&(_, e)| e > at) {
             self.compare_with_chunk(start, at, chunk_end.min(end), at, piece, seg.frame, ctx);
             cur = chunk_end;
         }
@@ -188,7 +191,14 @@ impl Half {
             }
             Piece::Lost(len) => Body::Lost(len),
         };
-        self.pending.insert(at, Chunk { frame: seg.frame, ts_ns: seg.ts_ns, body });
+        self.pending.insert(
+            at,
+            Chunk {
+                frame: seg.frame,
+                ts_ns: seg.ts_ns,
+                body,
+            },
+        );
     }
 
     /// Counts the bytes `[lo, hi)` of a new piece (which starts at `piece_at`) that an
@@ -208,7 +218,11 @@ impl Half {
             return;
         }
         ctx.stats.duplicate_bytes += hi - lo;
-        let Some(Chunk { body: Body::Data(kept), .. }) = self.pending.get(&chunk_at) else {
+        let Some(Chunk {
+            body: Body::Data(kept),
+            ..
+        }) = self.pending.get(&chunk_at)
+        else {
             return;
         };
         let Piece::Data(new) = piece else { return };
@@ -228,7 +242,11 @@ impl Half {
             return;
         }
         let offset = |x: i128, origin: i128| u64::try_from(x - origin).unwrap_or(u64::MAX);
-        let kept = sub(&self.history, offset(lo, history_start), offset(hi, history_start));
+        let kept = sub(
+            &self.history,
+            offset(lo, history_start),
+            offset(hi, history_start),
+        );
         let new = sub(seg.data, offset(lo, start), offset(hi, start));
         note_conflicts(kept, new, seg.frame, ctx);
     }
@@ -237,11 +255,24 @@ impl Half {
     /// the stream has reached it.
     fn deliver(&mut self, ctx: &mut Ctx<'_>) {
         while let Some(entry) = self.pending.first_entry() {
-            if *entry.key() != self.next {
+            let start = *entry.key();
+            debug_assert!(
+                start >= self.next,
+                "chunk at {start} behind the stream at {}",
+                self.next
+            );
+            if start > self.next {
                 break;
             }
             let chunk = entry.remove();
-            self.emit(chunk, ctx);
+            // Unreachable while the invariant holds. In a release build a stale chunk is
+            // dropped rather than left to stall `flush`, which would then never end.
+            if start == self.next {
+                self.emit(chunk, ctx);
+            } else if let Body::Data(data) = chunk.body {
+                self.pending_bytes -= data.len();
+                *ctx.buffered_total -= data.len();
+            }
         }
         self.report_fin(ctx);
     }
@@ -297,7 +328,13 @@ impl Half {
 
     /// Reports `len` missing bytes at `next` and moves past them.
     fn report_gap(&mut self, frame: u64, len: u64, ctx: &mut Ctx<'_>) {
-        ctx.out.push(Event::Gap { conn: ctx.conn, dir: ctx.dir, frame, offset: self.next, len });
+        ctx.out.push(Event::Gap {
+            conn: ctx.conn,
+            dir: ctx.dir,
+            frame,
+            offset: self.next,
+            len,
+        });
         ctx.stats.gap_bytes += len;
         self.next += len;
         // History must end at `next`; across a gap it cannot.
@@ -308,7 +345,11 @@ impl Half {
         let Some(fin) = self.fin else { return };
         if !self.fin_reported && self.next >= fin.offset {
             self.fin_reported = true;
-            ctx.out.push(Event::Fin { conn: ctx.conn, dir: ctx.dir, frame: fin.frame });
+            ctx.out.push(Event::Fin {
+                conn: ctx.conn,
+                dir: ctx.dir,
+                frame: fin.frame,
+            });
         }
     }
 
@@ -356,7 +397,9 @@ impl<'a> Piece<'a> {
 /// this keeps a mistake from becoming a panic.
 fn sub(bytes: &[u8], from: u64, to: u64) -> &[u8] {
     let from = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
-    let to = usize::try_from(to).unwrap_or(usize::MAX).clamp(from, bytes.len());
+    let to = usize::try_from(to)
+        .unwrap_or(usize::MAX)
+        .clamp(from, bytes.len());
     &bytes[from..to]
 }
 

@@ -264,7 +264,11 @@ impl Reassembler {
     /// initial sequence number is a retransmission and opens nothing.
     pub fn push(&mut self, frame: u64, ts_ns: u64, seg: &TcpSegment<'_>, out: &mut Vec<Event>) {
         self.stats.segments += 1;
-        let key = if seg.src <= seg.dst { (seg.src, seg.dst) } else { (seg.dst, seg.src) };
+        let key = if seg.src <= seg.dst {
+            (seg.src, seg.dst)
+        } else {
+            (seg.dst, seg.src)
+        };
         if !self.admit(key, seg, out) {
             self.stats.ignored_segments += 1;
             return;
@@ -272,7 +276,11 @@ impl Reassembler {
         let Some(conn) = self.conns.get_mut(&key) else {
             return;
         };
-        let dir = if seg.src == conn.info.client { Dir::ClientToServer } else { Dir::ServerToClient };
+        let dir = if seg.src == conn.info.client {
+            Dir::ClientToServer
+        } else {
+            Dir::ServerToClient
+        };
         let mut ctx = Ctx {
             conn: conn.info.id,
             dir,
@@ -402,7 +410,11 @@ impl Conn {
         let reported = &mut self.rst_reported[ctx.dir.index()];
         if seg.rst && !*reported {
             *reported = true;
-            ctx.out.push(Event::Rst { conn: ctx.conn, dir: ctx.dir, frame });
+            ctx.out.push(Event::Rst {
+                conn: ctx.conn,
+                dir: ctx.dir,
+                frame,
+            });
         }
     }
 }

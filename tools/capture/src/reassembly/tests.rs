@@ -18,11 +18,36 @@ struct Flags {
     rst: bool,
 }
 
-const NONE: Flags = Flags { syn: false, ack: true, fin: false, rst: false };
-const SYN: Flags = Flags { syn: true, ack: false, fin: false, rst: false };
-const SYN_ACK: Flags = Flags { syn: true, ack: true, fin: false, rst: false };
-const FIN: Flags = Flags { syn: false, ack: true, fin: true, rst: false };
-const RST: Flags = Flags { syn: false, ack: false, fin: false, rst: true };
+const NONE: Flags = Flags {
+    syn: false,
+    ack: true,
+    fin: false,
+    rst: false,
+};
+const SYN: Flags = Flags {
+    syn: true,
+    ack: false,
+    fin: false,
+    rst: false,
+};
+const SYN_ACK: Flags = Flags {
+    syn: true,
+    ack: true,
+    fin: false,
+    rst: false,
+};
+const FIN: Flags = Flags {
+    syn: false,
+    ack: true,
+    fin: true,
+    rst: false,
+};
+const RST: Flags = Flags {
+    syn: false,
+    ack: false,
+    fin: false,
+    rst: true,
+};
 
 fn seg(from: u16, to: u16, seq: u32, flags: Flags, payload: &[u8]) -> TcpSegment<'_> {
     TcpSegment {
@@ -56,20 +81,45 @@ fn run(limits: Limits, segments: &[TcpSegment<'_>]) -> (Vec<Event>, Stats) {
 
 fn data(conn: u32, dir: Dir, frame: u64, seq: u32, offset: u64, bytes: &[u8]) -> Event {
     let ts_ns = frame * 10;
-    Event::Data { conn: ConnId(conn), dir, frame, ts_ns, seq, offset, data: bytes.to_vec() }
+    Event::Data {
+        conn: ConnId(conn),
+        dir,
+        frame,
+        ts_ns,
+        seq,
+        offset,
+        data: bytes.to_vec(),
+    }
 }
 
 fn gap(conn: u32, dir: Dir, frame: u64, offset: u64, len: u64) -> Event {
-    Event::Gap { conn: ConnId(conn), dir, frame, offset, len }
+    Event::Gap {
+        conn: ConnId(conn),
+        dir,
+        frame,
+        offset,
+        len,
+    }
 }
 
 fn open(conn: u32, client: u16, server: u16) -> Event {
-    let info = ConnInfo { id: ConnId(conn), client: addr(client), server: addr(server) };
-    Event::Open { conn: ConnId(conn), info }
+    let info = ConnInfo {
+        id: ConnId(conn),
+        client: addr(client),
+        server: addr(server),
+    };
+    Event::Open {
+        conn: ConnId(conn),
+        info,
+    }
 }
 
 fn fin(conn: u32, dir: Dir, frame: u64) -> Event {
-    Event::Fin { conn: ConnId(conn), dir, frame }
+    Event::Fin {
+        conn: ConnId(conn),
+        dir,
+        frame,
+    }
 }
 
 use Dir::{ClientToServer as C2S, ServerToClient as S2C};
@@ -98,7 +148,10 @@ fn handshake_data_and_close() {
         ]
     );
     assert_eq!(stats.segments, 6);
-    assert_eq!(stats.gap_bytes + stats.duplicate_bytes + stats.dropped_bytes, 0);
+    assert_eq!(
+        stats.gap_bytes + stats.duplicate_bytes + stats.dropped_bytes,
+        0
+    );
 }
 
 #[test]
@@ -156,7 +209,11 @@ fn first_copy_wins_and_conflicts_are_counted() {
 fn retransmission_that_differs_from_delivered_data_is_counted() {
     let (_, stats) = run(
         Limits::default(),
-        &[seg(C, S, 0, SYN, b""), seg(C, S, 1, NONE, b"hello"), seg(C, S, 2, NONE, b"EL")],
+        &[
+            seg(C, S, 0, SYN, b""),
+            seg(C, S, 1, NONE, b"hello"),
+            seg(C, S, 2, NONE, b"EL"),
+        ],
     );
     assert_eq!(stats.duplicate_bytes, 2);
     assert_eq!(stats.conflicting_bytes, 2);
@@ -176,13 +233,20 @@ fn sequence_numbers_wrap() {
     );
     assert_eq!(
         events,
-        [open(0, C, S), data(0, C2S, 2, u32::MAX - 1, 0, b"wrap"), data(0, C2S, 3, 2, 4, b"ped")]
+        [
+            open(0, C, S),
+            data(0, C2S, 2, u32::MAX - 1, 0, b"wrap"),
+            data(0, C2S, 3, 2, 4, b"ped")
+        ]
     );
 }
 
 #[test]
 fn byte_limit_gives_up_the_hole() {
-    let limits = Limits { buffered_bytes_max: 4, ..Limits::default() };
+    let limits = Limits {
+        buffered_bytes_max: 4,
+        ..Limits::default()
+    };
     let (events, stats) = run(
         limits,
         &[
@@ -202,15 +266,25 @@ fn byte_limit_gives_up_the_hole() {
         ]
     );
     assert_eq!(stats.gap_bytes, 10);
-    assert_eq!(stats.duplicate_bytes, 4, "the late segment lies wholly before the stream");
+    assert_eq!(
+        stats.duplicate_bytes, 4,
+        "the late segment lies wholly before the stream"
+    );
 }
 
 #[test]
 fn segment_limit_gives_up_the_hole() {
-    let limits = Limits { buffered_segments_max: 1, ..Limits::default() };
+    let limits = Limits {
+        buffered_segments_max: 1,
+        ..Limits::default()
+    };
     let (events, _) = run(
         limits,
-        &[seg(C, S, 0, SYN, b""), seg(C, S, 3, NONE, b"c"), seg(C, S, 5, NONE, b"e")],
+        &[
+            seg(C, S, 0, SYN, b""),
+            seg(C, S, 3, NONE, b"c"),
+            seg(C, S, 5, NONE, b"e"),
+        ],
     );
     assert_eq!(
         events,
@@ -226,7 +300,10 @@ fn segment_limit_gives_up_the_hole() {
 
 #[test]
 fn total_limit_spans_connections() {
-    let limits = Limits { buffered_bytes_total_max: 5, ..Limits::default() };
+    let limits = Limits {
+        buffered_bytes_total_max: 5,
+        ..Limits::default()
+    };
     let (events, _) = run(
         limits,
         &[
@@ -253,11 +330,20 @@ fn total_limit_spans_connections() {
 fn gap_before_fin_is_reported_at_finish() {
     let (events, _) = run(
         Limits::default(),
-        &[seg(C, S, 0, SYN, b""), seg(C, S, 1, NONE, b"ab"), seg(C, S, 6, FIN, b"")],
+        &[
+            seg(C, S, 0, SYN, b""),
+            seg(C, S, 1, NONE, b"ab"),
+            seg(C, S, 6, FIN, b""),
+        ],
     );
     assert_eq!(
         events,
-        [open(0, C, S), data(0, C2S, 2, 1, 0, b"ab"), gap(0, C2S, 3, 2, 3), fin(0, C2S, 3)]
+        [
+            open(0, C, S),
+            data(0, C2S, 2, 1, 0, b"ab"),
+            gap(0, C2S, 3, 2, 3),
+            fin(0, C2S, 3)
+        ]
     );
 }
 
@@ -324,7 +410,11 @@ fn rst_is_reported_once_per_direction_and_closes() {
         events,
         [
             open(0, C, S),
-            Event::Rst { conn: ConnId(0), dir: S2C, frame: 2 },
+            Event::Rst {
+                conn: ConnId(0),
+                dir: S2C,
+                frame: 2
+            },
             // Same ISN: a retransmission, even after the RST.
         ]
     );
@@ -355,10 +445,17 @@ fn without_syn_the_first_segment_decides() {
 
 #[test]
 fn connection_limit_ignores_extra_pairs() {
-    let limits = Limits { connections_max: 1, ..Limits::default() };
+    let limits = Limits {
+        connections_max: 1,
+        ..Limits::default()
+    };
     let (events, stats) = run(
         limits,
-        &[seg(C, S, 0, SYN, b""), seg(C + 1, S, 0, SYN, b""), seg(C + 1, S, 1, NONE, b"x")],
+        &[
+            seg(C, S, 0, SYN, b""),
+            seg(C + 1, S, 0, SYN, b""),
+            seg(C + 1, S, 1, NONE, b"x"),
+        ],
     );
     assert_eq!(events, [open(0, C, S)]);
     assert_eq!(stats.ignored_segments, 2);
@@ -367,5 +464,8 @@ fn connection_limit_ignores_extra_pairs() {
 #[test]
 fn syn_with_data_starts_at_offset_zero() {
     let (events, _) = run(Limits::default(), &[seg(C, S, 41, SYN, b"fast open")]);
-    assert_eq!(events, [open(0, C, S), data(0, C2S, 1, 42, 0, b"fast open")]);
+    assert_eq!(
+        events,
+        [open(0, C, S), data(0, C2S, 1, 42, 0, b"fast open")]
+    );
 }

@@ -64,7 +64,10 @@ pub(crate) fn read_all(bytes: &[u8]) -> (Vec<Owned>, Option<Error>) {
             }
         }
     }
-    assert!(reader.next_record().is_none(), "reader yields nothing after the end or an error");
+    assert!(
+        reader.next_record().is_none(),
+        "reader yields nothing after the end or an error"
+    );
     (records, error)
 }
 
@@ -98,15 +101,27 @@ pub(crate) const EPB: u32 = 6;
 
 impl NgBuilder {
     pub(crate) fn new(big_endian: bool) -> Self {
-        NgBuilder { big_endian, bytes: Vec::new(), block_ends: Vec::new() }
+        NgBuilder {
+            big_endian,
+            bytes: Vec::new(),
+            block_ends: Vec::new(),
+        }
     }
 
     pub(crate) fn u16(&self, value: u16) -> [u8; 2] {
-        if self.big_endian { value.to_be_bytes() } else { value.to_le_bytes() }
+        if self.big_endian {
+            value.to_be_bytes()
+        } else {
+            value.to_le_bytes()
+        }
     }
 
     pub(crate) fn u32(&self, value: u32) -> [u8; 4] {
-        if self.big_endian { value.to_be_bytes() } else { value.to_le_bytes() }
+        if self.big_endian {
+            value.to_be_bytes()
+        } else {
+            value.to_le_bytes()
+        }
     }
 
     /// Appends a block with the given body, padded to 4 bytes.
@@ -136,7 +151,12 @@ impl NgBuilder {
 
     /// An Interface Description Block, with an if_tsresol option if given, plus an
     /// unrelated option (if_name) that must be skipped.
-    pub(crate) fn interface(&mut self, linktype: u16, snaplen: u32, tsresol: Option<u8>) -> &mut Self {
+    pub(crate) fn interface(
+        &mut self,
+        linktype: u16,
+        snaplen: u32,
+        tsresol: Option<u8>,
+    ) -> &mut Self {
         let mut body = Vec::new();
         body.extend_from_slice(&self.u16(linktype));
         body.extend_from_slice(&[0, 0]);
@@ -153,7 +173,13 @@ impl NgBuilder {
         self.block(IDB, &body)
     }
 
-    pub(crate) fn enhanced(&mut self, interface: u32, ts: u64, data: &[u8], orig_len: u32) -> &mut Self {
+    pub(crate) fn enhanced(
+        &mut self,
+        interface: u32,
+        ts: u64,
+        data: &[u8],
+        orig_len: u32,
+    ) -> &mut Self {
         let mut body = Vec::new();
         body.extend_from_slice(&self.u32(interface));
         body.extend_from_slice(&self.u32((ts >> 32) as u32));

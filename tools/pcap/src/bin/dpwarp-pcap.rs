@@ -46,7 +46,10 @@ struct Args {
 
 fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, String> {
     let mut path = None;
-    let mut config = Config { summary: true, ..Config::default() };
+    let mut config = Config {
+        summary: true,
+        ..Config::default()
+    };
     let mut strict = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
@@ -64,7 +67,9 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, St
             "--strict" => strict = true,
             "--no-summary" => config.summary = false,
             "-p" | "--port" => {
-                let value = args.next().ok_or("--port needs a TCP port number, e.g. --port 7174")?;
+                let value = args
+                    .next()
+                    .ok_or("--port needs a TCP port number, e.g. --port 7174")?;
                 let port = value
                     .parse::<u16>()
                     .map_err(|_| format!("--port {value}: not a TCP port number (0-65535)"))?;
@@ -78,7 +83,11 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, St
         }
     }
     let path = path.ok_or("name a capture file: dpwarp-pcap FILE.pcap (see --help)")?;
-    Ok(Some(Args { path, config, strict }))
+    Ok(Some(Args {
+        path,
+        config,
+        strict,
+    }))
 }
 
 fn main() -> ExitCode {

@@ -1,0 +1,30 @@
+# Shared by scripts/*.sh: set-up that installs only what is missing.
+# shellcheck shell=bash
+
+# The oldest Rust the workspace builds with (Cargo.toml rust-version).
+RUST_MIN=1.85
+
+die() { echo "dpwarp: $*" >&2; exit 1; }
+
+# apt packages, installed only when a command is missing.
+need_apt() { # need_apt COMMAND PACKAGE
+    command -v "$1" >/dev/null 2>&1 && return 0
+    [ "$(id -u)" = 0 ] || die "'$1' is missing: run as root, or apt-get install $2"
+    echo "dpwarp: installing $2 (for $1)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null; } \
+        || die "could not install $2 with apt-get"
+}
+
+need_rust() {
+    [ -d "$HOME/.cargo/bin" ] && PATH="$HOME/.cargo/bin:$PATH"
+    command -v cargo >/dev/null 2>&1 || die "Rust is missing. Install Rust $RUST_MIN or newer with rustup \
+(https://rustup.rs); Debian 12's packaged rustc (1.63) is too old."
+    local have
+    have=$(rustc --version | awk '{print $2}')
+    [ "$(printf '%s\n%s\n' "$RUST_MIN" "$have" | sort -V | head -n1)" = "$RUST_MIN" ] \
+        || die "rustc $have is older than $RUST_MIN: run 'rustup update stable'"
+    need_apt cc gcc   # the linker rustc calls
+}
+
+cd "$(dirname "$0")/.." || exit 1

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Every test of the workspace, from a fresh clone: scripts/test.sh
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+need_rust
+scripts/check-deps.sh
+cargo test --workspace --locked --all-targets
+cargo test --workspace --locked --doc

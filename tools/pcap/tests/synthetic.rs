@@ -1,0 +1,815 @@
+//! The decoder on traffic no capture here holds: markers (siw never sends
+//! them), RFC 7306 atomics and immediate data (siw refuses them), private
+//! data, lost segments, captures that start mid-connection, and hostile or
+//! truncated files, through the library and through the binary.
+
+use std::io::Cursor;
+use std::net::SocketAddrV4;
+use std::process::Command;
+
+use dpwarp_capture::packet::{build_tcp_frame, TcpFlags};
+use dpwarp_capture::pcap::{linktype, Writer};
+use dpwarp_pcap::decode::{Body, CrcVerdict, Fpdu, Message, Options};
+use dpwarp_pcap::{decode_capture, render, run, Config, RunError};
+use proptest::prelude::*;
+use rnic_engine::mpa::crc;
+use rnic_engine::wire::{
+    atomic, ddp, mpa_marker, mpa_rr, rdmap, term, DdpBuffer, DdpPacket, DdpRepr, MpaPacket,
+    MpaRepr, RdmapHeader, RdmapOpcode, RdmapRepr,
+};
+
+const CLIENT: &str = "10.9.0.1:40000";
+const SERVER: &str = "10.9.0.2:7174";
+
+/// Writes a synthetic capture of one connection.
+struct Capture {
+    writer: Writer<Vec<u8>>,
+    ends: [SocketAddrV4; 2],
+    next_seq: [u32; 2],
+    ts_ns: u64,
+}
+
+impl Capture {
+    fn new() -> Capture {
+        let writer = Writer::new(Vec::new(), linktype::ETHERNET).unwrap();
+        let ends = [CLIENT.parse().unwrap(), SERVER.parse().unwrap()];
+        let mut capture = Capture {
+            writer,
+            ends,
+            next_seq: [1000, 5_000_000],
+            ts_ns: 1_000_000_000,
+        };
+        capture.segment(0, TcpFlags::SYN, &[]);
+        capture.segment(1, TcpFlags::SYN | TcpFlags::ACK, &[]);
+        capture.next_seq = [1001, 5_000_001];
+        capture
+    }
+
+    fn segment(&mut self, from: usize, flags: TcpFlags, payload: &[u8]) {
+        let (src, dst) = (self.ends[from], self.ends[1 - from]);
+        let ack = self.next_seq[1 - from];
+        let frame = build_tcp_frame(src, dst, self.next_seq[from], ack, flags, payload);
+        self.writer.write_record(self.ts_ns, &frame).unwrap();
+        self.ts_ns += 1000;
+        self.next_seq[from] = self.next_seq[from].wrapping_add(payload.len() as u32);
+    }
+
+    /// Sends `bytes` from side `from` (0 client, 1 server) in segments of
+    /// the given sizes (the last one takes what is left).
+    fn send(&mut self, from: usize, bytes: &[u8], cuts: &[usize]) {
+        let mut rest = bytes;
+        for &cut in cuts {
+            if rest.is_empty() {
+                break;
+            }
+            let (now, later) = rest.split_at(cut.clamp(1, rest.len()));
+            self.segment(from, TcpFlags::ACK | TcpFlags::PSH, now);
+            rest = later;
+        }
+        for chunk in rest.chunks(1448) {
+            self.segment(from, TcpFlags::ACK | TcpFlags::PSH, chunk);
+        }
+    }
+
+    /// Skips `len` octets of side `from`'s stream: a segment lost before the capture saw it.
+    fn lose(&mut self, from: usize, len: usize) {
+        self.next_seq[from] = self.next_seq[from].wrapping_add(len as u32);
+    }
+
+    fn close(mut self) -> Vec<u8> {
+        self.segment(0, TcpFlags::FIN | TcpFlags::ACK, &[]);
+        self.segment(1, TcpFlags::FIN | TcpFlags::ACK, &[]);
+        self.writer.into_inner().unwrap()
+    }
+}
+
+fn mpa_frame(
+    kind: mpa_rr::FrameKind,
+    markers: bool,
+    crc: bool,
+    enhanced: Option<mpa_rr::EnhancedRepr>,
+    pd: &[u8],
+) -> Vec<u8> {
+    let repr = MpaRepr {
+        kind,
+        markers,
+        crc,
+        reject: false,
+        reserved: 0,
+        revision: if enhanced.is_some() { 2 } else { 1 },
+        enhanced,
+        private_data: pd,
+    };
+    let mut out = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut MpaPacket::new_unchecked(&mut out[..]));
+    out
+}
+
+/// Frames ULPDUs into a stream of FPDUs starting at Full Operation
+/// position `position`, inserting markers the way `mpa_marker` documents
+/// (one at every multiple of 512, FPDUPTR back to the FPDU's start) and
+/// computing each CRC over every octet of the FPDU but its CRC, markers
+/// included. Written independently of the decoder, as the test's oracle.
+fn frame_stream(mut position: u64, ulpdus: &[Vec<u8>], markers: bool, crc_on: bool) -> Vec<u8> {
+    let mut raw = Vec::new();
+    for ulpdu in ulpdus {
+        let start = position;
+        let mut content = (ulpdu.len() as u16).to_be_bytes().to_vec();
+        content.extend_from_slice(ulpdu);
+        content.resize(content.len() + (4 - content.len() % 4) % 4, 0);
+        content.extend_from_slice(&[0; 4]);
+        let crc_from = content.len() - 4;
+        let mut fpdu_raw = Vec::new();
+        let mut crc_at = Vec::new();
+        for (i, byte) in content.iter().enumerate() {
+            if markers && position % 512 == 0 {
+                let ptr = (position - start) as u16;
+                fpdu_raw.extend_from_slice(&[0, 0, (ptr >> 8) as u8, ptr as u8]);
+                position += 4;
+            }
+            if i >= crc_from {
+                crc_at.push(fpdu_raw.len());
+            }
+            fpdu_raw.push(*byte);
+            position += 1;
+        }
+        if crc_on {
+            let covered: Vec<u8> = fpdu_raw
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| !crc_at.contains(i))
+                .map(|(_, b)| *b)
+                .collect();
+            let value = crc::crc32c(&covered).to_le_bytes();
+            for (k, at) in crc_at.iter().enumerate() {
+                fpdu_raw[*at] = value[k];
+            }
+        }
+        raw.extend_from_slice(&fpdu_raw);
+    }
+    raw
+}
+
+fn segment(repr: &RdmapRepr<'_>) -> Vec<u8> {
+    let mut out = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut DdpPacket::new_unchecked(&mut out[..]));
+    out
+}
+
+fn untagged(opcode: RdmapOpcode, qn: u32, msn: u32, mo: u32, last: bool) -> DdpRepr {
+    DdpRepr {
+        last,
+        reserved: 0,
+        version: 1,
+        rsvd_ulp: rdmap::Control::new(opcode).to_octet(),
+        buffer: DdpBuffer::Untagged {
+            rsvd_ulp: 0,
+            qn,
+            msn,
+            mo,
+        },
+    }
+}
+
+fn send(msn: u32, payload: &[u8]) -> Vec<u8> {
+    segment(&RdmapRepr {
+        ddp: untagged(RdmapOpcode::Send, 0, msn, 0, true),
+        header: RdmapHeader::None,
+        payload,
+    })
+}
+
+fn fpdus(messages: &[Message]) -> Vec<(&Message, &Fpdu)> {
+    messages
+        .iter()
+        .filter_map(|m| match &m.body {
+            Body::Fpdu(f) => Some((m, f)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn decode(bytes: &[u8]) -> Vec<Message> {
+    let (messages, _, failure) = decode_capture(Cursor::new(bytes), Options::default());
+    assert!(failure.is_none(), "{failure:?}");
+    messages
+}
+
+/// A connection with markers both ways (both frames set M) and CRC, whose
+/// FPDUs straddle markers anywhere, cut into arbitrary segments.
+fn marked_capture(ulpdus: &[Vec<u8>], cuts: &[usize]) -> (Vec<u8>, Vec<u8>) {
+    let mut capture = Capture::new();
+    let req = mpa_frame(mpa_rr::FrameKind::Request, true, true, None, b"");
+    let rep = mpa_frame(mpa_rr::FrameKind::Reply, true, true, None, b"");
+    capture.send(0, &req, &[]);
+    capture.send(1, &rep, &[]);
+    let client = frame_stream(0, ulpdus, true, true);
+    let server = frame_stream(0, &ulpdus[..1], true, true);
+    capture.send(0, &client, cuts);
+    capture.send(1, &server, &[]);
+    (capture.close(), client)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn markers_are_stripped_checked_and_covered_by_the_crc(
+        sizes in proptest::collection::vec(0usize..1500, 1..12),
+        cuts in proptest::collection::vec(1usize..900, 0..40),
+    ) {
+        let ulpdus: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| send(i as u32 + 1, &vec![i as u8; *n]))
+            .collect();
+        let (bytes, stream) = marked_capture(&ulpdus, &cuts);
+        let messages = decode(&bytes);
+        let client: Vec<_> = fpdus(&messages).into_iter().filter(|(m, _)| m.src.port() == 40000).collect();
+        prop_assert_eq!(client.len(), ulpdus.len());
+        let mut markers = 0;
+        for ((_, fpdu), ulpdu) in client.iter().zip(&ulpdus) {
+            prop_assert_eq!(&fpdu.ulpdu, ulpdu);
+            prop_assert_eq!(fpdu.crc, CrcVerdict::Good);
+            prop_assert!(fpdu.markers.iter().all(|m| m.ok()));
+            markers += fpdu.markers.len();
+        }
+        prop_assert_eq!(markers, stream.len().div_ceil(512), "one marker per 512 octets");
+        let trouble = messages.iter().any(|m| matches!(m.body, Body::Problem(_) | Body::Gap { .. }));
+        prop_assert!(!trouble, "no problems or gaps expected");
+    }
+}
+
+#[test]
+fn a_wrong_marker_and_a_bad_crc_are_reported() {
+    let ulpdus = vec![send(1, &[7; 600]), send(2, &[8; 40])];
+    let mut capture = Capture::new();
+    capture.send(
+        0,
+        &mpa_frame(mpa_rr::FrameKind::Request, false, true, None, b""),
+        &[],
+    );
+    capture.send(
+        1,
+        &mpa_frame(mpa_rr::FrameKind::Reply, true, true, None, b""),
+        &[],
+    );
+    let mut stream = frame_stream(0, &ulpdus, true, true);
+    // The marker at 512 is inside the first FPDU: FPDUPTR 512. Break it.
+    assert_eq!(&stream[512..516], &[0, 0, 2, 0]);
+    stream[515] = 1;
+    let last = stream.len() - 1;
+    stream[last] ^= 0xff;
+    capture.send(0, &stream, &[]);
+    let messages = decode(&capture.close());
+    let found = fpdus(&messages);
+    assert_eq!(found.len(), 2);
+    let bad: Vec<_> = found[0].1.markers.iter().filter(|m| !m.ok()).collect();
+    assert_eq!(bad.len(), 1);
+    assert_eq!(
+        (bad[0].position, bad[0].fpduptr, bad[0].expected),
+        (512, 513, 512)
+    );
+    assert_eq!(found[0].1.crc, CrcVerdict::Bad, "the CRC covers the marker");
+    assert_eq!(found[1].1.crc, CrcVerdict::Bad);
+    let text = render::text(found[0].0, 0, render::Style::default());
+    assert!(
+        text.contains("BAD-MARKER@512:fpduptr=513,expected=512"),
+        "{text}"
+    );
+    assert!(text.contains("(bad) expected="), "{text}");
+}
+
+#[test]
+fn rfc7306_messages_and_enhanced_data_decode() {
+    let enhanced = mpa_rr::EnhancedRepr {
+        peer_to_peer: true,
+        rtr_send: true,
+        rtr_write: false,
+        rtr_read: true,
+        ird: 16,
+        ord: 0x3FFF,
+    };
+    let reply = mpa_rr::EnhancedRepr {
+        rtr_send: false,
+        ird: 8,
+        ord: 16,
+        ..enhanced
+    };
+    let mut capture = Capture::new();
+    capture.send(
+        0,
+        &mpa_frame(
+            mpa_rr::FrameKind::Request,
+            false,
+            true,
+            Some(enhanced),
+            b"hello",
+        ),
+        &[],
+    );
+    capture.send(
+        1,
+        &mpa_frame(mpa_rr::FrameKind::Reply, false, false, Some(reply), b""),
+        &[],
+    );
+    let read_rtr = segment(&RdmapRepr {
+        ddp: untagged(RdmapOpcode::RdmaReadRequest, 1, 1, 0, true),
+        header: RdmapHeader::ReadRequest(rdmap::ReadRequestRepr {
+            sink_stag: 1,
+            sink_to: 0,
+            read_size: 0,
+            source_stag: 1,
+            source_to: 0,
+        }),
+        payload: &[],
+    });
+    let imm = segment(&RdmapRepr {
+        ddp: untagged(RdmapOpcode::ImmediateDataWithSe, 0, 1, 0, true),
+        header: RdmapHeader::Immediate(*b"\x01\x02\x03\x04\x05\x06\x07\x08"),
+        payload: &[],
+    });
+    let fetch_add = atomic::RequestRepr::fetch_add(7, 0xabcd_0100, 64, 1, 0);
+    let atomic_req = segment(&RdmapRepr {
+        ddp: untagged(RdmapOpcode::AtomicRequest, 1, 2, 0, true),
+        header: RdmapHeader::AtomicRequest(fetch_add),
+        payload: &[],
+    });
+    let atomic_resp = segment(&RdmapRepr {
+        ddp: untagged(RdmapOpcode::AtomicResponse, 3, 1, 0, true),
+        header: RdmapHeader::AtomicResponse(atomic::ResponseRepr {
+            original_request_id: 7,
+            original_remote_value: 41,
+        }),
+        payload: &[],
+    });
+    capture.send(
+        0,
+        &frame_stream(0, &[read_rtr, imm, atomic_req], false, true),
+        &[],
+    );
+    capture.send(1, &frame_stream(0, &[atomic_resp], false, true), &[]);
+    let bytes = capture.close();
+    let messages = decode(&bytes);
+    let found = fpdus(&messages);
+    assert!(
+        found[0].1.rtr,
+        "zero-length Read Request as the p2p initiator's first FPDU"
+    );
+    assert!(
+        found.iter().all(|(_, f)| f.crc == CrcVerdict::Good),
+        "C in either frame means CRC"
+    );
+
+    let config = Config {
+        json: true,
+        ..Config::default()
+    };
+    let mut out = Vec::new();
+    run(Cursor::new(&bytes), &mut out, &config).unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let req = lines.iter().find(|o| o["kind"] == "mpa_req").unwrap();
+    assert_eq!(
+        (req["ird"].as_u64(), req["ord"].as_u64()),
+        (Some(16), Some(0x3FFF))
+    );
+    assert_eq!(req["p2p"], true);
+    assert_eq!(
+        (
+            req["rtr_send"].as_bool(),
+            req["rtr_write"].as_bool(),
+            req["rtr_read"].as_bool()
+        ),
+        (Some(true), Some(false), Some(true))
+    );
+    assert_eq!(req["pd_len"], 9);
+    assert_eq!(req["private_data"], "68656c6c6f");
+    let imm = lines.iter().find(|o| o["opcode"] == 9).unwrap();
+    assert_eq!(imm["imm"], "0102030405060708");
+    assert_eq!(imm["op"], "IMM_SE");
+    let atomic = lines.iter().find(|o| o["opcode"] == 10).unwrap();
+    assert_eq!(atomic["atomic"]["aop"], 0);
+    assert_eq!(atomic["atomic"]["stag"], 0xabcd_0100u32);
+    assert_eq!(atomic["qn"], 1);
+    let resp = lines.iter().find(|o| o["opcode"] == 11).unwrap();
+    assert_eq!(
+        (resp["qn"].as_u64(), resp["atomic"]["orig"].as_u64()),
+        (Some(3), Some(41))
+    );
+}
+
+/// Every JSON object carries the keys the README promises for its kind.
+#[test]
+fn json_objects_have_the_documented_keys() {
+    let common = [
+        "frame", "src", "dst", "kind", "conn", "seq", "tcp_seq", "time",
+    ];
+    let mpa = ["rev", "m", "c", "r", "s", "pd_len"];
+    let enhanced = ["ird", "ord", "p2p", "rtr_send", "rtr_write", "rtr_read"];
+    let fpdu = [
+        "tagged",
+        "last",
+        "opcode",
+        "qn",
+        "msn",
+        "mo",
+        "stag",
+        "to",
+        "payload_len",
+        "crc",
+    ];
+    let term_keys = ["layer", "etype", "ecode"];
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/golden");
+    let mut terminates = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "pcap") {
+            continue;
+        }
+        let mut out = Vec::new();
+        let config = Config {
+            json: true,
+            ..Config::default()
+        };
+        run(std::fs::File::open(&path).unwrap(), &mut out, &config).unwrap();
+        for line in String::from_utf8(out).unwrap().lines() {
+            let o: serde_json::Value = serde_json::from_str(line).unwrap();
+            let has = |keys: &[&str]| keys.iter().all(|k| o.get(*k).is_some());
+            assert!(has(&common), "{line}");
+            match o["kind"].as_str().unwrap() {
+                "mpa_req" | "mpa_rep" => {
+                    assert!(has(&mpa), "{line}");
+                    assert_eq!(has(&enhanced), o["s"] == true, "{line}");
+                }
+                "fpdu" => {
+                    assert!(has(&fpdu), "{line}");
+                    assert!(["good", "bad", "off"].contains(&o["crc"].as_str().unwrap()));
+                    if o["opcode"] == 7 {
+                        assert!(has(&term_keys), "{line}");
+                        terminates += 1;
+                    }
+                }
+                "tcp" => assert!(o.get("event").is_some()),
+                other => panic!("unexpected kind {other} in a golden capture: {line}"),
+            }
+        }
+    }
+    assert_eq!(terminates, 2);
+}
+
+#[test]
+fn a_lost_segment_is_a_gap_and_decoding_resumes() {
+    let ulpdus: Vec<Vec<u8>> = (1..=6).map(|i| send(i, &[i as u8; 300])).collect();
+    let stream = frame_stream(0, &ulpdus, false, true);
+    let fpdu_len = stream.len() / 6;
+    let mut capture = Capture::new();
+    capture.send(
+        0,
+        &mpa_frame(mpa_rr::FrameKind::Request, false, true, None, b""),
+        &[],
+    );
+    capture.send(
+        1,
+        &mpa_frame(mpa_rr::FrameKind::Reply, false, true, None, b""),
+        &[],
+    );
+    // FPDU 1 whole; FPDU 2 in two segments of which the second is lost;
+    // then FPDUs 3-6 one per segment.
+    capture.send(0, &stream[..fpdu_len], &[]);
+    capture.send(0, &stream[fpdu_len..fpdu_len + 100], &[]);
+    capture.lose(0, fpdu_len - 100);
+    for k in 2..6 {
+        capture.send(0, &stream[k * fpdu_len..(k + 1) * fpdu_len], &[]);
+    }
+    let messages = decode(&capture.close());
+    let gaps: Vec<_> = messages
+        .iter()
+        .filter(|m| matches!(m.body, Body::Gap { .. }))
+        .collect();
+    assert_eq!(gaps.len(), 1);
+    assert_eq!(
+        gaps[0].body,
+        Body::Gap {
+            len: (fpdu_len - 100) as u64
+        }
+    );
+    let decoded: Vec<_> = fpdus(&messages)
+        .iter()
+        .map(|(_, f)| f.ulpdu.clone())
+        .collect();
+    assert_eq!(decoded, [&ulpdus[..1], &ulpdus[2..]].concat());
+    let problems: Vec<_> = messages
+        .iter()
+        .filter_map(|m| match &m.body {
+            Body::Problem(p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems[0].contains("cannot complete"));
+    assert!(problems[1].starts_with("resynchronised"));
+}
+
+#[test]
+fn a_named_port_decodes_a_capture_that_starts_mid_connection() {
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data/golden/rping_v2_crc.pcap");
+    let full = std::fs::read(golden).unwrap();
+    // Keep the file header and drop records 1-7 (SYN ... MPA Reply, ACK).
+    let mut reader = dpwarp_capture::pcap::Reader::new(Cursor::new(&full)).unwrap();
+    let mut writer = Writer::new(Vec::new(), linktype::ETHERNET).unwrap();
+    while let Some(record) = reader.next_record() {
+        let record = record.unwrap();
+        if record.frame > 7 {
+            writer.write_record(record.ts_ns, record.data).unwrap();
+        }
+    }
+    let cut = writer.into_inner().unwrap();
+    let (messages, summary, _) = decode_capture(Cursor::new(&cut), Options::default());
+    assert_eq!(
+        summary.fpdus, 0,
+        "without the MPA startup nothing says it is iWARP"
+    );
+    assert!(messages.is_empty());
+    let options = Options {
+        ports: vec![7174],
+        ..Options::default()
+    };
+    let (messages, summary, _) = decode_capture(Cursor::new(&cut), options);
+    assert_eq!(summary.fpdus, 21);
+    assert_eq!(summary.crc_good, 21, "CRC recognised without the handshake");
+    assert!(fpdus(&messages)
+        .iter()
+        .all(|(_, f)| f.crc == CrcVerdict::Good));
+}
+
+#[test]
+fn terminates_in_both_layouts_report_the_same_code() {
+    for encoding in [term::Encoding::Rfc5040, term::Encoding::SiwBitfield] {
+        let header = [0xc1, 0x40, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0];
+        let t = term::Repr {
+            encoding,
+            layer: term::Layer::Ddp,
+            etype: 1,
+            ecode: 0,
+            reserved: 0,
+            segment_length_valid: true,
+            ddp_segment_length: 78,
+            ddp_header: Some(&header),
+            rdma_header: None,
+        };
+        let ulpdu = segment(&RdmapRepr {
+            ddp: untagged(RdmapOpcode::Terminate, 2, 1, 0, true),
+            header: RdmapHeader::Terminate(t),
+            payload: &[],
+        });
+        let mut capture = Capture::new();
+        capture.send(
+            0,
+            &mpa_frame(mpa_rr::FrameKind::Request, false, false, None, b""),
+            &[],
+        );
+        capture.send(
+            1,
+            &mpa_frame(mpa_rr::FrameKind::Reply, false, false, None, b""),
+            &[],
+        );
+        capture.send(1, &frame_stream(0, &[ulpdu], false, false), &[]);
+        let mut out = Vec::new();
+        let config = Config {
+            json: true,
+            ..Config::default()
+        };
+        run(Cursor::new(capture.close()), &mut out, &config).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let o: serde_json::Value =
+            serde_json::from_str(text.lines().find(|l| l.contains("\"opcode\":7")).unwrap())
+                .unwrap();
+        assert_eq!(
+            (
+                o["layer"].as_u64(),
+                o["etype"].as_u64(),
+                o["ecode"].as_u64()
+            ),
+            (Some(1), Some(1), Some(0))
+        );
+        let name = if encoding == term::Encoding::Rfc5040 {
+            "rfc5040"
+        } else {
+            "siw"
+        };
+        assert_eq!(o["term_encoding"], name);
+        assert_eq!(o["ddp_seg_len"], 78);
+    }
+}
+
+fn golden_bytes(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../../tests/data/golden/{name}.pcap"));
+    std::fs::read(path).unwrap()
+}
+
+#[test]
+fn truncated_files_print_what_they_hold_then_fail() {
+    let full = golden_bytes("term_bad_write");
+    // A file that ends between records is a shorter capture, not a broken one.
+    let mut boundaries = vec![24u64];
+    let mut reader = dpwarp_capture::pcap::Reader::new(Cursor::new(&full)).unwrap();
+    while let Some(record) = reader.next_record() {
+        record.unwrap();
+        boundaries.push(reader.offset());
+    }
+    for cut in (0..full.len())
+        .step_by(37)
+        .chain([23, 24, 39, 40, full.len() - 1])
+    {
+        let mut out = Vec::new();
+        let result = run(Cursor::new(&full[..cut]), &mut out, &Config::default());
+        match result {
+            Ok(_) => assert!(
+                boundaries.contains(&(cut as u64)),
+                "cut at {cut} is inside a record"
+            ),
+            Err(RunError::Capture(e)) => {
+                assert!(!boundaries.contains(&(cut as u64)), "cut at {cut}: {e}");
+                let text = e.to_string();
+                assert!(
+                    text.contains("truncated") || text.contains("not a pcap"),
+                    "{text}"
+                );
+            }
+            Err(other) => panic!("cut at {cut}: {other}"),
+        }
+    }
+    // Cut inside the last record: everything before it is still printed.
+    let mut out = Vec::new();
+    let result = run(
+        Cursor::new(&full[..full.len() - 10]),
+        &mut out,
+        &Config::default(),
+    );
+    let text = String::from_utf8(out).unwrap();
+    assert!(matches!(result, Err(RunError::Capture(_))));
+    assert!(text.contains("TERMINATE"), "{text}");
+}
+
+#[test]
+fn arbitrary_bytes_never_panic() {
+    let full = golden_bytes("rping_v2_crc");
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for _ in 0..300 {
+        let mut bytes = full.clone();
+        for _ in 0..(next() % 16 + 1) {
+            let at = (next() % bytes.len() as u64) as usize;
+            bytes[at] = next() as u8;
+        }
+        for config in [
+            Config::default(),
+            Config {
+                json: true,
+                ..Config::default()
+            },
+        ] {
+            let _ = run(Cursor::new(&bytes), &mut std::io::sink(), &config);
+        }
+    }
+}
+
+fn binary() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_dpwarp-pcap"))
+}
+
+#[test]
+fn the_binary_decodes_and_fails_clearly() {
+    let dir = std::env::temp_dir().join(format!("dpwarp-pcap-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data/golden/rping_v2_crc.pcap");
+
+    let ok = binary().arg(&golden).output().unwrap();
+    assert!(ok.status.success());
+    let stdout = String::from_utf8(ok.stdout).unwrap();
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.contains("crc=") && l.contains("(good)"))
+            .count(),
+        21
+    );
+    assert!(stdout
+        .lines()
+        .last()
+        .unwrap()
+        .starts_with("# 1 iWARP connection(s)"));
+
+    let truncated = dir.join("truncated.pcap");
+    let full = std::fs::read(&golden).unwrap();
+    std::fs::write(&truncated, &full[..full.len() - 7]).unwrap();
+    let out = binary().arg(&truncated).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.starts_with("dpwarp-pcap: ") && stderr.contains("truncated"),
+        "{stderr}"
+    );
+
+    let garbage = dir.join("garbage.pcap");
+    std::fs::write(&garbage, b"this is not a capture at all").unwrap();
+    let out = binary().arg(&garbage).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("not a pcap"));
+
+    let out = binary().arg(dir.join("missing.pcap")).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr)
+        .unwrap()
+        .contains("cannot open"));
+
+    for args in [&["--bogus"][..], &[], &["--port", "x", "f"], &["a", "b"]] {
+        let out = binary().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(
+            stderr.lines().count(),
+            1,
+            "one line that says what to fix: {stderr}"
+        );
+    }
+
+    // --strict fails on a capture with a bad CRC; the text shows which.
+    let mut bad = full.clone();
+    let at = bad.windows(11).position(|w| w == b"rdma-ping-1").unwrap();
+    bad[at] ^= 0x55;
+    let bad_path = dir.join("bad-crc.pcap");
+    std::fs::write(&bad_path, &bad).unwrap();
+    let lenient = binary().arg(&bad_path).output().unwrap();
+    assert!(lenient.status.success());
+    let text = String::from_utf8(lenient.stdout).unwrap();
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("(bad) expected="))
+            .count(),
+        1,
+        "{text}"
+    );
+    let strict = binary().arg("--strict").arg(&bad_path).output().unwrap();
+    assert_eq!(strict.status.code(), Some(3));
+    assert!(String::from_utf8(strict.stderr).unwrap().contains("1 bad"));
+    assert_eq!(
+        binary()
+            .arg("--strict")
+            .arg(&golden)
+            .output()
+            .unwrap()
+            .status
+            .code(),
+        Some(0)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn marker_positions_follow_the_wire_module() {
+    // The oracle and the wire module agree on how long a marked FPDU is.
+    for (start, len) in [(0u64, 8usize), (0, 508), (4, 600), (100, 5000), (512, 1448)] {
+        let ulpdu = vec![0u8; mpa_fpdu_ulpdu_len(len)];
+        let raw = frame_stream(start, &[ulpdu], true, false);
+        assert_eq!(
+            raw.len(),
+            mpa_marker::stream_len(start, len),
+            "start {start} len {len}"
+        );
+    }
+}
+
+/// The ULPDU length whose FPDU is `fpdu_len` octets (a multiple of 4 >= 8).
+fn mpa_fpdu_ulpdu_len(fpdu_len: usize) -> usize {
+    let len = fpdu_len.max(8) - 6;
+    assert_eq!(
+        rnic_engine::wire::mpa_fpdu::fpdu_len(len),
+        fpdu_len.max(8).div_ceil(4) * 4
+    );
+    len
+}
+
+#[test]
+fn ddp_views_read_the_synthetic_segments() {
+    let ulpdu = send(3, b"abc");
+    let packet = ddp::Packet::new_checked(&ulpdu[..]).unwrap();
+    assert_eq!(
+        (packet.qn(), packet.msn(), packet.payload()),
+        (0, 3, &b"abc"[..])
+    );
+}
