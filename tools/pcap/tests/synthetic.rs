@@ -813,3 +813,128 @@ fn ddp_views_read_the_synthetic_segments() {
         (0, 3, &b"abc"[..])
     );
 }
+
+fn problems(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| match &m.body {
+            Body::Problem(p) => Some(p.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn other_tcp_connections_are_counted_not_printed() {
+    let mut capture = Capture::new();
+    capture.send(0, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", &[]);
+    capture.send(1, b"HTTP/1.1 200 OK\r\n\r\n", &[]);
+    let bytes = capture.close();
+    let (messages, summary, _) = decode_capture(Cursor::new(&bytes), Options::default());
+    assert!(messages.is_empty(), "{messages:?}");
+    assert_eq!(
+        (summary.iwarp_connections, summary.other_connections),
+        (0, 1)
+    );
+    let all = Options {
+        all: true,
+        ..Options::default()
+    };
+    let (messages, _, _) = decode_capture(Cursor::new(&bytes), all);
+    let events: Vec<_> = messages.iter().map(|m| &m.body).collect();
+    use dpwarp_pcap::decode::TcpEvent::{Fin, Syn, SynAck};
+    assert_eq!(
+        events,
+        [
+            &Body::Tcp(Syn),
+            &Body::Tcp(SynAck),
+            &Body::Tcp(Fin),
+            &Body::Tcp(Fin)
+        ]
+    );
+}
+
+#[test]
+fn invalid_startup_frames_are_reported() {
+    // PD_Length 513: improperly formatted (RFC 5044: close the connection).
+    let mut frame = mpa_frame(mpa_rr::FrameKind::Request, false, false, None, &[0; 512]);
+    frame[18..20].copy_from_slice(&513u16.to_be_bytes());
+    frame.push(0);
+    let mut capture = Capture::new();
+    capture.send(0, &frame, &[7, 1]);
+    let found = problems(&decode(&capture.close()));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("PD_Length 513 exceeds 512"), "{found:?}");
+
+    // S=1 with only 2 octets of private data.
+    let mut frame = mpa_frame(mpa_rr::FrameKind::Reply, false, false, None, &[1, 2]);
+    frame[16] |= 0x10;
+    let mut capture = Capture::new();
+    capture.send(
+        0,
+        &mpa_frame(mpa_rr::FrameKind::Request, false, false, None, b""),
+        &[],
+    );
+    capture.send(1, &frame, &[]);
+    let found = problems(&decode(&capture.close()));
+    assert!(found.len() == 1 && found[0].contains("S=1"), "{found:?}");
+
+    // Both sides send a Request (RFC 5044 initiator/initiator).
+    let mut capture = Capture::new();
+    capture.send(
+        0,
+        &mpa_frame(mpa_rr::FrameKind::Request, false, false, None, b""),
+        &[],
+    );
+    capture.send(
+        1,
+        &mpa_frame(mpa_rr::FrameKind::Request, false, false, None, b""),
+        &[],
+    );
+    let found = problems(&decode(&capture.close()));
+    assert!(
+        found.len() == 1 && found[0].contains("initiator/initiator"),
+        "{found:?}"
+    );
+
+    // A stream that ends inside a frame.
+    let mut capture = Capture::new();
+    capture.send(
+        0,
+        &mpa_frame(mpa_rr::FrameKind::Request, false, false, None, b"hello")[..22],
+        &[],
+    );
+    let found = problems(&decode(&capture.close()));
+    assert!(
+        found.len() == 1 && found[0].contains("inside an MPA startup frame"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn the_startup_frame_arriving_a_byte_at_a_time_decodes() {
+    let mut capture = Capture::new();
+    let req = mpa_frame(mpa_rr::FrameKind::Request, false, true, None, b"pd");
+    let rep = mpa_frame(mpa_rr::FrameKind::Reply, false, true, None, b"");
+    // Frame and the first FPDU in the same byte stream, one octet per segment.
+    let mut client = req.clone();
+    client.extend(frame_stream(0, &[send(1, b"x")], false, true));
+    capture.send(1, &[], &[]);
+    capture.send(0, &client, &vec![1; client.len()]);
+    capture.send(1, &rep, &[]);
+    let messages = decode(&capture.close());
+    let found = fpdus(&messages);
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].1.crc, CrcVerdict::Good);
+    assert_eq!(
+        found[0].0.first_frame + 27,
+        found[0].0.frame,
+        "28 octets, one per frame: {:?}",
+        found[0].0
+    );
+    let frames: Vec<_> = messages
+        .iter()
+        .filter(|m| matches!(m.body, Body::Mpa(_)))
+        .collect();
+    assert_eq!(frames.len(), 2);
+}

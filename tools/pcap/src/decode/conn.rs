@@ -1,0 +1,554 @@
+//! One connection's decoder: the per-direction state machine of the
+//! startup phase and Full Operation.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+
+use dpwarp_capture::reassembly::{ConnInfo, Dir};
+use rnic_engine::wire::{mpa_marker, mpa_rr};
+
+use super::fpdu::{is_zero_length_rtr, plausible_fpdu, Cut};
+use super::{
+    Body, CrcVerdict, Message, MpaFrame, Progress, Sink, TcpEvent, BAD_CRC_RESYNC, HELD_MAX,
+    PENDING_BYTES_MAX,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CrcMode {
+    On,
+    Off,
+    Auto,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Params {
+    pub(super) crc: CrcMode,
+    pub(super) markers: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Nothing seen yet.
+    Start,
+    /// Collecting the startup frame.
+    Startup,
+    /// Full Operation: FPDUs.
+    Fpdu,
+    /// Full Operation after losing sync: looking for an FPDU at a segment start.
+    Resync,
+    /// After an MPA reject: ULP bytes.
+    Raw,
+    /// Not iWARP, or nothing more can be decoded.
+    Ignore,
+}
+
+/// Where a run of buffered octets came from.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Span {
+    pub(super) offset: u64,
+    pub(super) len: u64,
+    pub(super) frame: u64,
+    pub(super) ts_ns: u64,
+    pub(super) seq: u32,
+}
+
+#[derive(Debug)]
+struct Direction {
+    state: State,
+    buf: Vec<u8>,
+    /// Stream offset of `buf[0]`.
+    base: u64,
+    spans: VecDeque<Span>,
+    /// Stream offset of the first octet of Full Operation.
+    fpdu_base: Option<u64>,
+    params: Option<Params>,
+    frame: Option<MpaFrame>,
+    fpdus: u64,
+    /// The most recent span, kept after its octets are consumed so that a
+    /// FIN or gap after them still has a sequence number.
+    last: Option<Span>,
+}
+
+impl Direction {
+    pub(super) fn new() -> Direction {
+        Direction {
+            state: State::Start,
+            buf: Vec::new(),
+            base: 0,
+            spans: VecDeque::new(),
+            fpdu_base: None,
+            params: None,
+            frame: None,
+            fpdus: 0,
+            last: None,
+        }
+    }
+
+    fn end(&self) -> u64 {
+        self.base + self.buf.len() as u64
+    }
+
+    fn span_at(&self, offset: u64) -> Option<&Span> {
+        self.spans
+            .iter()
+            .find(|s| s.offset <= offset && offset < s.offset + s.len)
+    }
+
+    /// Drops `n` octets from the front of the buffer.
+    fn consume(&mut self, n: usize) {
+        self.buf.drain(..n);
+        self.base += n as u64;
+        while self
+            .spans
+            .front()
+            .is_some_and(|s| s.offset + s.len <= self.base)
+        {
+            self.spans.pop_front();
+        }
+    }
+
+    fn clear(&mut self) {
+        let n = self.buf.len();
+        self.consume(n);
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Conn {
+    pub(super) info: ConnInfo,
+    pub(super) forced: bool,
+    /// `Some(true)` once a direction began with an MPA key (or the port was
+    /// named), `Some(false)` once one began with anything else.
+    pub(super) iwarp: Option<bool>,
+    dirs: [Direction; 2],
+    pub(super) held: Vec<Message>,
+    /// Consecutive FPDUs with a bad CRC, per direction.
+    pub(super) bad_crc_run: [u32; 2],
+    /// The direction's sender closed (FIN) or the connection was reset.
+    pub(super) ended: [bool; 2],
+    /// The direction's first FPDU must be an RFC 6581 RTR (the initiator of
+    /// a connection both sides agreed to run peer-to-peer).
+    pub(super) rtr_expected: [bool; 2],
+}
+
+pub(super) fn index(dir: Dir) -> usize {
+    match dir {
+        Dir::ClientToServer => 0,
+        Dir::ServerToClient => 1,
+    }
+}
+
+impl Conn {
+    pub(super) fn new(info: ConnInfo, forced: bool) -> Conn {
+        Conn {
+            info,
+            forced,
+            iwarp: None,
+            dirs: [Direction::new(), Direction::new()],
+            held: Vec::new(),
+            bad_crc_run: [0, 0],
+            ended: [false, false],
+            rtr_expected: [false, false],
+        }
+    }
+
+    fn endpoints(&self, dir: Dir) -> (SocketAddr, SocketAddr) {
+        match dir {
+            Dir::ClientToServer => (self.info.client, self.info.server),
+            Dir::ServerToClient => (self.info.server, self.info.client),
+        }
+    }
+
+    /// A message about octets `first..=last` of `dir`'s stream.
+    fn message(&self, dir: Dir, first: u64, last: u64, body: Body) -> Message {
+        let d = &self.dirs[index(dir)];
+        let first_span = d
+            .span_at(first)
+            .or_else(|| d.spans.back())
+            .copied()
+            .or(d.last);
+        let last_span = d.span_at(last).copied().or(first_span);
+        let (src, dst) = self.endpoints(dir);
+        let seq = first_span.map_or(0, |s| {
+            s.seq.wrapping_add(first.wrapping_sub(s.offset) as u32)
+        });
+        Message {
+            frame: last_span.map_or(0, |s| s.frame),
+            first_frame: first_span.map_or(0, |s| s.frame),
+            ts_ns: last_span.map_or(0, |s| s.ts_ns),
+            conn: self.info.id,
+            dir,
+            src,
+            dst,
+            offset: first,
+            tcp_seq: seq,
+            segment_start: first_span.is_some_and(|s| s.offset == first),
+            body,
+        }
+    }
+
+    fn problem(&self, dir: Dir, at: u64, text: String, sink: &mut Sink<'_>) {
+        sink.push(self.message(dir, at, at, Body::Problem(text)));
+    }
+
+    fn decide(&mut self, iwarp: bool, sink: &mut Sink<'_>) {
+        match (self.iwarp, iwarp) {
+            (Some(true), _) | (Some(false), false) => return,
+            (None | Some(false), true) => sink.summary.iwarp_connections += 1,
+            (None, false) => {}
+        }
+        self.iwarp = Some(iwarp);
+        let held = std::mem::take(&mut self.held);
+        if iwarp || sink.all {
+            held.into_iter().for_each(|m| sink.push(m));
+        }
+    }
+
+    pub(super) fn emit_tcp(&mut self, message: Message, sink: &mut Sink<'_>) {
+        match self.iwarp {
+            Some(true) => sink.push(message),
+            Some(false) if sink.all => sink.push(message),
+            Some(false) => {}
+            None if self.held.len() < HELD_MAX => self.held.push(message),
+            None => {}
+        }
+    }
+
+    pub(super) fn data(&mut self, dir: Dir, span: Span, data: &[u8], sink: &mut Sink<'_>) {
+        let d = &mut self.dirs[index(dir)];
+        if d.state == State::Ignore {
+            return;
+        }
+        if d.buf.is_empty() {
+            d.base = span.offset;
+        }
+        if span.offset != d.end() {
+            // Reassembly delivers in order and reports gaps; anything else
+            // is a bug there, handled as a gap here rather than a panic.
+            let (offset, len) = (d.end(), span.offset.saturating_sub(d.end()));
+            self.gap(dir, span.frame, offset, len, sink);
+        }
+        let d = &mut self.dirs[index(dir)];
+        d.buf.extend_from_slice(data);
+        d.spans.push_back(span);
+        d.last = Some(span);
+        while let Progress::Again = self.step(dir, sink) {}
+    }
+
+    fn step(&mut self, dir: Dir, sink: &mut Sink<'_>) -> Progress {
+        let d = &mut self.dirs[index(dir)];
+        if d.buf.is_empty() {
+            return Progress::NeedMore;
+        }
+        match d.state {
+            State::Start => self.step_start(dir, sink),
+            State::Startup => self.step_startup(dir, sink),
+            State::Fpdu => self.step_fpdu(dir, sink),
+            State::Resync => self.step_resync(dir, sink),
+            State::Raw => {
+                let (first, last) = (d.base, d.end() - 1);
+                let len = d.buf.len();
+                sink.push(self.message(dir, first, last, Body::NonMpa { len }));
+                self.dirs[index(dir)].clear();
+                Progress::NeedMore
+            }
+            State::Ignore => {
+                d.clear();
+                Progress::NeedMore
+            }
+        }
+    }
+
+    fn step_start(&mut self, dir: Dir, sink: &mut Sink<'_>) -> Progress {
+        let d = &self.dirs[index(dir)];
+        let prefix = &d.buf[..d.buf.len().min(mpa_rr::KEY_REQUEST.len())];
+        let keyish =
+            mpa_rr::KEY_REQUEST.starts_with(prefix) || mpa_rr::KEY_REPLY.starts_with(prefix);
+        let whole = prefix.len() == mpa_rr::KEY_REQUEST.len();
+        if keyish && !whole {
+            return Progress::NeedMore;
+        }
+        if keyish {
+            self.decide(true, sink);
+            self.dirs[index(dir)].state = State::Startup;
+        } else if self.forced {
+            self.decide(true, sink);
+            let d = &mut self.dirs[index(dir)];
+            d.fpdu_base = Some(d.base);
+            d.params = Some(Params {
+                crc: CrcMode::Auto,
+                markers: false,
+            });
+            d.state = State::Fpdu;
+        } else {
+            self.decide(false, sink);
+            self.dirs[index(dir)].state = State::Ignore;
+        }
+        Progress::Again
+    }
+
+    fn step_startup(&mut self, dir: Dir, sink: &mut Sink<'_>) -> Progress {
+        let d = &self.dirs[index(dir)];
+        if d.buf.len() < mpa_rr::HEADER_LEN {
+            return Progress::NeedMore;
+        }
+        let header = mpa_rr::Packet::new_unchecked(&d.buf[..]);
+        let at = d.base;
+        if usize::from(header.pd_length()) > mpa_rr::PRIVATE_DATA_LEN_MAX {
+            let text = format!(
+                "invalid MPA frame: PD_Length {} exceeds 512 (RFC 5044 §7.1: improperly \
+                 formatted, the receiver closes the connection)",
+                header.pd_length()
+            );
+            self.problem(dir, at, text, sink);
+            self.dirs[index(dir)].state = State::Ignore;
+            return Progress::Again;
+        }
+        let frame_len = header.frame_len();
+        if d.buf.len() < frame_len {
+            return Progress::NeedMore;
+        }
+        let packet = mpa_rr::Packet::new_unchecked(&d.buf[..frame_len]);
+        let Ok(repr) = mpa_rr::Repr::parse(&packet) else {
+            let text = format!(
+                "invalid MPA frame: S=1 (enhanced) with PD_Length {} (< 4 octets of enhanced data)",
+                packet.pd_length()
+            );
+            self.problem(dir, at, text, sink);
+            self.dirs[index(dir)].state = State::Ignore;
+            return Progress::Again;
+        };
+        let frame = MpaFrame::from_repr(&repr);
+        sink.push(self.message(dir, at, at + frame_len as u64 - 1, Body::Mpa(frame.clone())));
+        let d = &mut self.dirs[index(dir)];
+        d.consume(frame_len);
+        d.fpdu_base = Some(d.base);
+        d.state = State::Fpdu;
+        d.frame = Some(frame);
+        self.startup_done(dir, sink);
+        // The other direction may hold octets that waited for this frame.
+        let other = dir.reverse();
+        while let Progress::Again = self.step(other, sink) {}
+        Progress::Again
+    }
+
+    /// After a startup frame: a reject ends MPA; two known frames fix the
+    /// parameters of both directions.
+    fn startup_done(&mut self, dir: Dir, sink: &mut Sink<'_>) {
+        let [a, b] = [&self.dirs[0].frame, &self.dirs[1].frame];
+        let reject = [a, b].iter().any(|f| f.as_ref().is_some_and(|f| f.reject));
+        if reject {
+            for d in &mut self.dirs {
+                if matches!(d.state, State::Fpdu | State::Start) {
+                    d.state = State::Raw;
+                }
+            }
+            return;
+        }
+        let (Some(a), Some(b)) = (a, b) else { return };
+        if a.kind == b.kind {
+            let text = match a.kind {
+                mpa_rr::FrameKind::Request => {
+                    "both sides sent an MPA Request (initiator/initiator)"
+                }
+                mpa_rr::FrameKind::Reply => "both sides sent an MPA Reply",
+            };
+            let at = self.dirs[index(dir)].base;
+            self.problem(dir, at, text.to_string(), sink);
+        }
+        let crc = if a.crc || b.crc {
+            CrcMode::On
+        } else {
+            CrcMode::Off
+        };
+        // M in a frame: its sender wants markers in what it receives.
+        let params = [
+            Params {
+                crc,
+                markers: b.markers,
+            },
+            Params {
+                crc,
+                markers: a.markers,
+            },
+        ];
+        let p2p = |f: &MpaFrame| f.enhanced.is_some_and(|e| e.peer_to_peer);
+        let p2p_agreed = p2p(a) && p2p(b);
+        let kinds = [a.kind, b.kind];
+        for (i, d) in self.dirs.iter_mut().enumerate() {
+            d.params = Some(params[i]);
+            self.rtr_expected[i] = p2p_agreed && kinds[i] == mpa_rr::FrameKind::Request;
+        }
+    }
+}
+
+impl Conn {
+    /// The parameters of `dir`, or `None` while they are still unknown and
+    /// the direction may wait for the other side's startup frame.
+    fn params(&mut self, dir: Dir, sink: &mut Sink<'_>) -> Option<Params> {
+        let d = &self.dirs[index(dir)];
+        if let Some(params) = d.params {
+            return Some(params);
+        }
+        if d.buf.len() <= PENDING_BYTES_MAX {
+            return None;
+        }
+        let at = d.base;
+        let text = "the other side's MPA frame is not in the capture: decoding with CRC \
+                    auto-detected and no markers"
+            .to_string();
+        self.problem(dir, at, text, sink);
+        let params = Params {
+            crc: CrcMode::Auto,
+            markers: false,
+        };
+        self.dirs[index(dir)].params = Some(params);
+        Some(params)
+    }
+
+    fn step_fpdu(&mut self, dir: Dir, sink: &mut Sink<'_>) -> Progress {
+        let Some(params) = self.params(dir, sink) else {
+            return Progress::NeedMore;
+        };
+        let d = &self.dirs[index(dir)];
+        let start = d.base;
+        let position = start - d.fpdu_base.unwrap_or(start);
+        if params.markers && !mpa_marker::is_fpdu_start(position) {
+            let text = format!("an FPDU cannot start inside a marker (position {position})");
+            self.problem(dir, start, text, sink);
+            self.dirs[index(dir)].state = State::Resync;
+            return Progress::Again;
+        }
+        let Some(cut) = Cut::measure(position, &d.buf, params.markers) else {
+            return Progress::NeedMore;
+        };
+        if d.buf.len() < cut.stream_len {
+            return Progress::NeedMore;
+        }
+        let mut fpdu = cut.decode(position, &d.buf[..cut.stream_len], params.crc);
+        let i = index(dir);
+        if self.rtr_expected[i] && d.fpdus == 0 {
+            fpdu.rtr = is_zero_length_rtr(&fpdu.ulpdu);
+            if !fpdu.rtr {
+                let text = "peer-to-peer initiator's first FPDU is not a zero-length \
+                            Send/Write/Read RTR (RFC 6581 §9.2)";
+                self.problem(dir, start, text.to_string(), sink);
+            }
+        }
+        let bad = fpdu.crc == CrcVerdict::Bad && params.crc == CrcMode::On;
+        let end = start + cut.stream_len as u64 - 1;
+        sink.push(self.message(dir, start, end, Body::Fpdu(fpdu)));
+        let d = &mut self.dirs[i];
+        d.consume(cut.stream_len);
+        d.fpdus += 1;
+        self.bad_crc_run[i] = if bad { self.bad_crc_run[i] + 1 } else { 0 };
+        if self.bad_crc_run[i] >= BAD_CRC_RESYNC {
+            self.bad_crc_run[i] = 0;
+            let at = self.dirs[i].base;
+            let text = format!(
+                "{BAD_CRC_RESYNC} bad CRCs in a row: ULPDU_Length is not trusted, \
+                 resynchronising at a TCP segment start"
+            );
+            self.problem(dir, at, text, sink);
+            self.dirs[i].state = State::Resync;
+        }
+        Progress::Again
+    }
+
+    fn step_resync(&mut self, dir: Dir, sink: &mut Sink<'_>) -> Progress {
+        let i = index(dir);
+        let d = &self.dirs[i];
+        let Some(next) = d.spans.iter().find(|s| s.offset >= d.base).copied() else {
+            self.dirs[i].clear();
+            return Progress::NeedMore;
+        };
+        let skip = (next.offset - d.base) as usize;
+        self.dirs[i].consume(skip);
+        let d = &self.dirs[i];
+        let params = d.params.unwrap_or(Params {
+            crc: CrcMode::Auto,
+            markers: false,
+        });
+        let position = d.base - d.fpdu_base.unwrap_or(d.base);
+        let plausible = if params.markers && !mpa_marker::is_fpdu_start(position) {
+            Some(false)
+        } else {
+            plausible_fpdu(position, &d.buf, params)
+        };
+        match plausible {
+            None => Progress::NeedMore,
+            Some(true) => {
+                let text = format!("resynchronised: FPDUs again from frame {}", next.frame);
+                self.problem(dir, next.offset, text, sink);
+                self.dirs[i].state = State::Fpdu;
+                Progress::Again
+            }
+            Some(false) => {
+                self.dirs[i].consume((next.len as usize).min(self.dirs[i].buf.len()));
+                Progress::Again
+            }
+        }
+    }
+
+    pub(super) fn gap(&mut self, dir: Dir, frame: u64, offset: u64, len: u64, sink: &mut Sink<'_>) {
+        let i = index(dir);
+        let state = self.dirs[i].state;
+        if state == State::Ignore {
+            return;
+        }
+        self.flush_incomplete(dir, Some(frame), sink);
+        let mut message = self.message(dir, offset, offset, Body::Gap { len });
+        message.ts_ns = sink.now_ns;
+        message.frame = frame;
+        message.first_frame = frame;
+        message.segment_start = false;
+        if self.iwarp == Some(true) {
+            sink.push(message);
+        }
+        let d = &mut self.dirs[i];
+        d.base = offset + len;
+        d.state = match state {
+            State::Start | State::Startup => State::Ignore,
+            State::Fpdu | State::Resync => State::Resync,
+            other => other,
+        };
+    }
+
+    pub(super) fn tcp_end(&mut self, dir: Dir, frame: u64, event: TcpEvent, sink: &mut Sink<'_>) {
+        self.flush_incomplete(dir, Some(frame), sink);
+        let end = self.dirs[index(dir)].end();
+        let mut message = self.message(dir, end, end, Body::Tcp(event));
+        message.ts_ns = sink.now_ns;
+        message.frame = frame;
+        message.first_frame = frame;
+        message.segment_start = false;
+        self.emit_tcp(message, sink);
+    }
+
+    /// Reports octets left over in a direction that cannot complete any more.
+    pub(super) fn flush_incomplete(&mut self, dir: Dir, frame: Option<u64>, sink: &mut Sink<'_>) {
+        let i = index(dir);
+        let d = &self.dirs[i];
+        if d.buf.is_empty() {
+            return;
+        }
+        let what = match d.state {
+            State::Startup => Some("an MPA startup frame"),
+            State::Fpdu => Some("an FPDU"),
+            // The undecided prefix of a key, or junk while resynchronising.
+            State::Start | State::Resync | State::Raw | State::Ignore => None,
+        };
+        if let Some(what) = what {
+            let text = format!(
+                "stream ends inside {what}: {} octets cannot complete",
+                d.buf.len()
+            );
+            let mut message = self.message(dir, d.base, d.end() - 1, Body::Problem(text));
+            if let Some(frame) = frame {
+                message.frame = frame;
+            }
+            sink.push(message);
+        }
+        self.dirs[i].clear();
+    }
+}

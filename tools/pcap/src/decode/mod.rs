@@ -1,0 +1,513 @@
+//! The iWARP stream decoder: reassembled TCP bytes in, MPA frames and
+//! FPDUs out.
+//!
+//! Per connection it follows RFC 5044's two phases in each direction:
+//!
+//! 1. **Startup.** A direction whose first octets are an MPA key carries an
+//!    MPA Request or Reply ([`rnic_engine::wire::mpa_rr`]). The frame is
+//!    consumed exactly (never an octet past `PD_Length`), and Full Operation
+//!    starts at the next octet. A direction whose first octets are not a key
+//!    is not iWARP, unless the user named the port with `--port`, in which
+//!    case its bytes are read as FPDUs from the first captured octet.
+//! 2. **Full Operation.** Once both frames are known the direction's
+//!    parameters follow: CRC if either frame set C; markers towards a side
+//!    that set M in its own frame. FPDUs are then cut by ULPDU_Length,
+//!    markers are stripped and each FPDUPTR checked, and the CRC is checked
+//!    over the stream octets the FPDU occupies, markers included
+//!    ([`rnic_engine::wire::mpa_marker`] states the layout this project
+//!    reads). A Reply with R=1 ends MPA: later bytes belong to the ULP.
+//!
+//! Losing sync: a gap in the capture, or a bad CRC on a connection that
+//! negotiated CRC, makes the direction resynchronise at the start of a later
+//! TCP segment whose octets look like an FPDU (Linux siw and dpwarp align
+//! FPDUs to segments, as RFC 5044 asks senders to).
+//!
+//! Every buffer is bounded: a direction buffers at most one FPDU (64 KiB
+//! plus markers) or one startup frame, plus [`PENDING_BYTES_MAX`] while it
+//! waits for the other side's frame.
+
+mod conn;
+mod fpdu;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use dpwarp_capture::packet::TcpSegment;
+use dpwarp_capture::reassembly::{ConnId, Dir, Event};
+use rnic_engine::wire::{mpa_fpdu, mpa_marker, mpa_rr};
+
+use self::conn::{index, Conn, Span};
+
+/// Octets of Full Operation a direction buffers while the other side's
+/// startup frame (which fixes CRC and markers) has not been seen. Beyond
+/// this the direction is decoded without knowing: CRC "auto", no markers.
+pub const PENDING_BYTES_MAX: usize = 256 << 10;
+/// Largest stream extent of one FPDU: the longest ULPDU, PAD, CRC and the
+/// markers that can fall inside it.
+pub const FPDU_STREAM_LEN_MAX: usize = 70_000;
+
+const _: () = assert!(
+    FPDU_STREAM_LEN_MAX
+        >= mpa_fpdu::fpdu_len(u16::MAX as usize)
+            + mpa_marker::MARKER_LEN
+                * (mpa_fpdu::fpdu_len(u16::MAX as usize) / mpa_marker::RUN_LEN + 2)
+);
+
+/// What the user told the decoder.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// TCP ports whose connections are iWARP even without an MPA startup
+    /// in the capture.
+    pub ports: Vec<u16>,
+    /// Report TCP events of every connection, not only of iWARP ones.
+    pub all: bool,
+}
+
+/// How the CRC of an FPDU was judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrcVerdict {
+    /// CRC negotiated (or guessed) and correct.
+    Good,
+    /// CRC negotiated (or guessed) and wrong.
+    Bad,
+    /// CRC not negotiated: the field is not checked.
+    Off,
+}
+
+/// One marker found inside an FPDU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MarkerCheck {
+    /// Stream position in Full Operation (a multiple of 512).
+    pub position: u64,
+    /// The FPDUPTR it carries.
+    pub fpduptr: u16,
+    /// The FPDUPTR it should carry: octets back to the FPDU's start (above
+    /// 65535 only in an FPDU too long for markers to point into).
+    pub expected: u64,
+    /// Its reserved half.
+    pub reserved: u16,
+}
+
+impl MarkerCheck {
+    /// Whether the marker points at its FPDU.
+    pub fn ok(&self) -> bool {
+        u64::from(self.fpduptr) == self.expected
+    }
+}
+
+/// An FPDU as found in the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fpdu {
+    /// ULPDU_Length.
+    pub ulpdu_len: u16,
+    /// The ULPDU (one DDP segment), markers removed.
+    pub ulpdu: Vec<u8>,
+    /// The CRC field as on the wire.
+    pub crc_field: [u8; 4],
+    /// The CRC32c computed over the FPDU's covered octets.
+    pub crc_computed: u32,
+    /// The verdict.
+    pub crc: CrcVerdict,
+    /// Markers inside the FPDU's extent.
+    pub markers: Vec<MarkerCheck>,
+    /// Octets the FPDU occupies in the stream (markers included).
+    pub stream_len: usize,
+    /// The initiator's first FPDU on a peer-to-peer connection (RFC 6581
+    /// §9.2): the Ready-to-Receive indication.
+    pub rtr: bool,
+}
+
+/// A TCP event worth a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TcpEvent {
+    /// SYN.
+    Syn,
+    /// SYN with ACK.
+    SynAck,
+    /// FIN.
+    Fin,
+    /// RST.
+    Rst,
+}
+
+/// What a [`Message`] is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// An MPA Request or Reply.
+    Mpa(MpaFrame),
+    /// An FPDU.
+    Fpdu(Fpdu),
+    /// Octets after an MPA reject (they belong to the ULP, not to MPA).
+    NonMpa {
+        /// Octets in this piece.
+        len: usize,
+    },
+    /// A TCP event.
+    Tcp(TcpEvent),
+    /// Octets missing from the capture.
+    Gap {
+        /// How many.
+        len: u64,
+    },
+    /// Something the decoder noticed: an invalid startup frame, lost sync,
+    /// an incomplete FPDU at the end.
+    Problem(String),
+}
+
+/// An MPA Request or Reply, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MpaFrame {
+    /// Request or Reply.
+    pub kind: mpa_rr::FrameKind,
+    /// M.
+    pub markers: bool,
+    /// C.
+    pub crc: bool,
+    /// R.
+    pub reject: bool,
+    /// Reserved flag bits.
+    pub reserved: u8,
+    /// Rev.
+    pub revision: u8,
+    /// PD_Length.
+    pub pd_len: u16,
+    /// RFC 6581 enhanced data, when S=1.
+    pub enhanced: Option<mpa_rr::EnhancedRepr>,
+    /// The ULP's private data.
+    pub private_data: Vec<u8>,
+}
+
+impl MpaFrame {
+    fn from_repr(repr: &mpa_rr::Repr<'_>) -> MpaFrame {
+        MpaFrame {
+            kind: repr.kind,
+            markers: repr.markers,
+            crc: repr.crc,
+            reject: repr.reject,
+            reserved: repr.reserved,
+            revision: repr.revision,
+            pd_len: repr.pd_length() as u16,
+            enhanced: repr.enhanced,
+            private_data: repr.private_data.to_vec(),
+        }
+    }
+}
+
+/// One line of output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The frame where the message's last octet arrived (pcap frame number,
+    /// from 1).
+    pub frame: u64,
+    /// The frame where its first octet arrived.
+    pub first_frame: u64,
+    /// Capture time of `frame`, in ns.
+    pub ts_ns: u64,
+    /// The connection.
+    pub conn: ConnId,
+    /// Direction within the connection.
+    pub dir: Dir,
+    /// Sender.
+    pub src: SocketAddr,
+    /// Receiver.
+    pub dst: SocketAddr,
+    /// Stream offset of the first octet (0 = first data octet).
+    pub offset: u64,
+    /// TCP sequence number of the first octet.
+    pub tcp_seq: u32,
+    /// The first octet was the first octet of a TCP segment's payload.
+    pub segment_start: bool,
+    /// What it is.
+    pub body: Body,
+}
+
+impl Message {
+    /// Relative sequence number, as Wireshark shows it (1 = first octet).
+    pub fn seq_rel(&self) -> u64 {
+        self.offset + 1
+    }
+}
+
+/// Counters over a whole decode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Connections that carried iWARP.
+    pub iwarp_connections: u64,
+    /// Connections that did not.
+    pub other_connections: u64,
+    /// MPA Requests and Replies.
+    pub mpa_frames: u64,
+    /// FPDUs.
+    pub fpdus: u64,
+    /// FPDUs with a good CRC.
+    pub crc_good: u64,
+    /// FPDUs with a bad CRC.
+    pub crc_bad: u64,
+    /// Markers seen.
+    pub markers: u64,
+    /// Markers whose FPDUPTR is wrong.
+    pub markers_bad: u64,
+    /// Problems reported (invalid frames, lost sync, gaps).
+    pub problems: u64,
+}
+
+/// Decodes the events of one capture into [`Message`]s.
+#[derive(Debug)]
+pub struct Decoder {
+    options: Options,
+    conns: HashMap<ConnId, Conn>,
+    /// The latest connection of each address pair (smaller address first).
+    by_addr: HashMap<(SocketAddr, SocketAddr), ConnId>,
+    out: Vec<Message>,
+    summary: Summary,
+    /// Capture time of the record being read.
+    now_ns: u64,
+}
+
+impl Decoder {
+    /// A decoder for one capture.
+    pub fn new(options: Options) -> Decoder {
+        Decoder {
+            options,
+            conns: HashMap::new(),
+            by_addr: HashMap::new(),
+            out: Vec::new(),
+            summary: Summary::default(),
+            now_ns: 0,
+        }
+    }
+
+    /// Counters so far.
+    pub fn summary(&self) -> Summary {
+        self.summary
+    }
+
+    /// Sets the time of the record whose events come next: FIN, RST and gap
+    /// events carry no time of their own and take this one.
+    pub fn begin_record(&mut self, ts_ns: u64) {
+        self.now_ns = ts_ns;
+    }
+
+    /// Takes the messages decoded so far, in capture order.
+    pub fn drain(&mut self) -> std::vec::Drain<'_, Message> {
+        self.out.drain(..)
+    }
+
+    /// Reports the SYN of a segment. Call it after the reassembly events of
+    /// the segment, so that its connection exists. (Reassembly reports FIN
+    /// and RST itself, in stream order.)
+    pub fn handle_segment(&mut self, frame: u64, ts_ns: u64, seg: &TcpSegment<'_>) {
+        if !seg.syn {
+            return;
+        }
+        let Some(&id) = self.by_addr.get(&addr_key(seg.src, seg.dst)) else {
+            return;
+        };
+        let Some(conn) = self.conns.get(&id) else {
+            return;
+        };
+        let dir = if seg.src == conn.info.client {
+            Dir::ClientToServer
+        } else {
+            Dir::ServerToClient
+        };
+        let event = if seg.ack_flag {
+            TcpEvent::SynAck
+        } else {
+            TcpEvent::Syn
+        };
+        let message = Message {
+            frame,
+            first_frame: frame,
+            ts_ns,
+            conn: id,
+            dir,
+            src: seg.src,
+            dst: seg.dst,
+            offset: 0,
+            tcp_seq: seg.seq,
+            segment_start: true,
+            body: Body::Tcp(event),
+        };
+        self.emit_tcp(id, message);
+    }
+
+    /// Feeds one reassembly event.
+    pub fn handle_event(&mut self, event: &Event) {
+        let mut sink = Sink {
+            out: &mut self.out,
+            summary: &mut self.summary,
+            all: self.options.all,
+            now_ns: self.now_ns,
+        };
+        match event {
+            Event::Open { conn, info } => {
+                let forced = self
+                    .options
+                    .ports
+                    .iter()
+                    .any(|p| *p == info.client.port() || *p == info.server.port());
+                self.by_addr
+                    .insert(addr_key(info.client, info.server), *conn);
+                self.conns.insert(*conn, Conn::new(*info, forced));
+            }
+            Event::Data {
+                conn,
+                dir,
+                frame,
+                ts_ns,
+                seq,
+                offset,
+                data,
+            } => {
+                if let Some(c) = self.conns.get_mut(conn) {
+                    let span = Span {
+                        offset: *offset,
+                        len: data.len() as u64,
+                        frame: *frame,
+                        ts_ns: *ts_ns,
+                        seq: *seq,
+                    };
+                    c.data(*dir, span, data, &mut sink);
+                }
+            }
+            Event::Gap {
+                conn,
+                dir,
+                frame,
+                offset,
+                len,
+            } => {
+                if let Some(c) = self.conns.get_mut(conn) {
+                    c.gap(*dir, *frame, *offset, *len, &mut sink);
+                }
+            }
+            Event::Fin { conn, dir, frame } => self.end(*conn, *dir, *frame, TcpEvent::Fin),
+            Event::Rst { conn, dir, frame } => self.end(*conn, *dir, *frame, TcpEvent::Rst),
+        }
+    }
+
+    /// A direction ended. A connection whose both directions ended (or that
+    /// was reset) is done: it is dropped, so a long capture of many short
+    /// connections holds only the open ones.
+    fn end(&mut self, id: ConnId, dir: Dir, frame: u64, event: TcpEvent) {
+        let mut sink = Sink {
+            out: &mut self.out,
+            summary: &mut self.summary,
+            all: self.options.all,
+            now_ns: self.now_ns,
+        };
+        let Some(conn) = self.conns.get_mut(&id) else {
+            return;
+        };
+        conn.tcp_end(dir, frame, event, &mut sink);
+        conn.ended[index(dir)] = true;
+        if event == TcpEvent::Rst || conn.ended == [true, true] {
+            let other = dir.reverse();
+            conn.flush_incomplete(other, Some(frame), &mut sink);
+            if conn.iwarp != Some(true) {
+                sink.summary.other_connections += 1;
+            }
+            if sink.all {
+                std::mem::take(&mut conn.held)
+                    .into_iter()
+                    .for_each(|m| sink.push(m));
+            }
+            let info = conn.info;
+            self.conns.remove(&id);
+            if self.by_addr.get(&addr_key(info.client, info.server)) == Some(&id) {
+                self.by_addr.remove(&addr_key(info.client, info.server));
+            }
+        }
+    }
+
+    /// Ends the capture: reports what is left incomplete, in connection order.
+    pub fn finish(&mut self) {
+        let mut sink = Sink {
+            out: &mut self.out,
+            summary: &mut self.summary,
+            all: self.options.all,
+            now_ns: self.now_ns,
+        };
+        let mut ids: Vec<ConnId> = self.conns.keys().copied().collect();
+        ids.sort();
+        for id in ids {
+            let Some(conn) = self.conns.get_mut(&id) else {
+                continue;
+            };
+            for dir in [Dir::ClientToServer, Dir::ServerToClient] {
+                conn.flush_incomplete(dir, None, &mut sink);
+            }
+            if conn.iwarp != Some(true) {
+                sink.summary.other_connections += 1;
+            }
+            if sink.all {
+                std::mem::take(&mut conn.held)
+                    .into_iter()
+                    .for_each(|m| sink.push(m));
+            }
+        }
+    }
+
+    fn emit_tcp(&mut self, id: ConnId, message: Message) {
+        let mut sink = Sink {
+            out: &mut self.out,
+            summary: &mut self.summary,
+            all: self.options.all,
+            now_ns: self.now_ns,
+        };
+        if let Some(conn) = self.conns.get_mut(&id) {
+            conn.emit_tcp(message, &mut sink);
+        }
+    }
+}
+
+/// Most TCP lines held back while a connection is not yet known to be
+/// iWARP (its SYN, SYN-ACK and a FIN or RST at most).
+const HELD_MAX: usize = 8;
+/// Consecutive bad CRCs on a CRC connection after which the decoder stops
+/// trusting ULPDU_Length and resynchronises.
+const BAD_CRC_RESYNC: u32 = 2;
+
+fn addr_key(a: SocketAddr, b: SocketAddr) -> (SocketAddr, SocketAddr) {
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+/// Where decoded messages and counters go.
+struct Sink<'a> {
+    out: &'a mut Vec<Message>,
+    summary: &'a mut Summary,
+    all: bool,
+    now_ns: u64,
+}
+
+impl Sink<'_> {
+    fn push(&mut self, message: Message) {
+        match &message.body {
+            Body::Mpa(_) => self.summary.mpa_frames += 1,
+            Body::Fpdu(f) => {
+                self.summary.fpdus += 1;
+                match f.crc {
+                    CrcVerdict::Good => self.summary.crc_good += 1,
+                    CrcVerdict::Bad => self.summary.crc_bad += 1,
+                    CrcVerdict::Off => {}
+                }
+                self.summary.markers += f.markers.len() as u64;
+                self.summary.markers_bad += f.markers.iter().filter(|m| !m.ok()).count() as u64;
+            }
+            Body::Problem(_) | Body::Gap { .. } => self.summary.problems += 1,
+            Body::NonMpa { .. } | Body::Tcp(_) => {}
+        }
+        self.out.push(message);
+    }
+}
+
+/// Whether a step made progress.
+enum Progress {
+    Again,
+    NeedMore,
+}
