@@ -217,6 +217,10 @@ impl Conn {
     pub(super) fn data(&mut self, dir: Dir, span: Span, data: &[u8], sink: &mut Sink<'_>) {
         let d = &mut self.dirs[index(dir)];
         if d.state == State::Ignore {
+            // Nothing to decode, but keep the stream position: a FIN or
+            // RST line still says where the stream ended.
+            d.base = span.offset + span.len;
+            d.last = Some(span);
             return;
         }
         if d.buf.is_empty() {
@@ -494,6 +498,7 @@ impl Conn {
         let i = index(dir);
         let state = self.dirs[i].state;
         if state == State::Ignore {
+            self.dirs[i].base = offset + len;
             return;
         }
         self.flush_incomplete(dir, Some(frame), sink);

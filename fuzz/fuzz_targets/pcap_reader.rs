@@ -1,0 +1,186 @@
+//! The capture layer of `dpwarp-capture`: `pcap::Reader` (classic pcap and
+//! pcapng) -> `packet::parse_tcp` -> `reassembly::Reassembler`.
+//!
+//! Run twice per input: with the default limits and with tiny ones, so that
+//! the out-of-order buffer limits, the connection limit and the history
+//! trimming are all reached.
+//!
+//! Asserts (besides terminating without panic): frame numbers count 1, 2,
+//! 3...; after `None` or an error the reader yields only `None`; captured
+//! data never exceeds `CAPTURED_LEN_MAX`; a parsed segment's payload lies in
+//! the frame and `payload_truncated` means `payload.len() < wire_len`;
+//! reassembly events are well-formed: `Open` precedes a connection's other
+//! events, Data is never empty, a Gap is never 0 octets, each direction's
+//! Data and Gap events are contiguous from offset 0, `seq - offset` is the
+//! same for all Data of a direction, Fin and Rst come at
+//! most once per direction, and `Stats::gap_bytes` is the sum of the gaps.
+#![no_main]
+
+use std::collections::HashMap;
+
+use dpwarp_capture::packet::{self, Skip};
+use dpwarp_capture::pcap::{self, CAPTURED_LEN_MAX};
+use dpwarp_capture::reassembly::{ConnId, Dir, Event, Limits, Reassembler};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Default)]
+struct DirState {
+    next: u64,
+    /// `seq - offset` of the first Data event: every later one must agree.
+    seq_base: Option<u32>,
+    fin: bool,
+    rst: bool,
+}
+
+#[derive(Default)]
+struct Checker {
+    open: HashMap<ConnId, [DirState; 2]>,
+    gap_bytes: u64,
+}
+
+fn slot(dir: Dir) -> usize {
+    match dir {
+        Dir::ClientToServer => 0,
+        Dir::ServerToClient => 1,
+    }
+}
+
+impl Checker {
+    fn dir(&mut self, conn: ConnId, dir: Dir) -> &mut DirState {
+        &mut self
+            .open
+            .get_mut(&conn)
+            .expect("an event for a connection that was never opened")[slot(dir)]
+    }
+
+    fn check(&mut self, events: &mut Vec<Event>) {
+        for event in events.drain(..) {
+            match event {
+                Event::Open { conn, info } => {
+                    assert_eq!(conn, info.id);
+                    assert!(
+                        self.open.insert(conn, Default::default()).is_none(),
+                        "{conn:?} opened twice"
+                    );
+                }
+                Event::Data {
+                    conn,
+                    dir,
+                    offset,
+                    seq,
+                    data,
+                    ..
+                } => {
+                    assert!(!data.is_empty(), "empty Data event");
+                    let d = self.dir(conn, dir);
+                    assert_eq!(offset, d.next, "Data out of order on {conn:?} {dir:?}");
+                    let base = seq.wrapping_sub(offset as u32);
+                    assert_eq!(
+                        *d.seq_base.get_or_insert(base),
+                        base,
+                        "seq and offset disagree"
+                    );
+                    d.next += data.len() as u64;
+                }
+                Event::Gap {
+                    conn,
+                    dir,
+                    offset,
+                    len,
+                    ..
+                } => {
+                    assert!(len > 0, "empty Gap event");
+                    let d = self.dir(conn, dir);
+                    assert_eq!(offset, d.next, "Gap out of order on {conn:?} {dir:?}");
+                    d.next += len;
+                    self.gap_bytes += len;
+                }
+                Event::Fin { conn, dir, .. } => {
+                    let d = self.dir(conn, dir);
+                    assert!(!d.fin, "second Fin on {conn:?} {dir:?}");
+                    d.fin = true;
+                }
+                Event::Rst { conn, dir, .. } => {
+                    let d = self.dir(conn, dir);
+                    assert!(!d.rst, "second Rst on {conn:?} {dir:?}");
+                    d.rst = true;
+                }
+            }
+        }
+    }
+}
+
+fn run(data: &[u8], limits: Limits) {
+    let Ok(mut reader) = pcap::Reader::new(data) else {
+        return;
+    };
+    let mut reassembler = Reassembler::new(limits);
+    let mut checker = Checker::default();
+    let mut events = Vec::new();
+    let mut frames = 0u64;
+    loop {
+        let record = match reader.next_record() {
+            None => break,
+            Some(Err(_)) => {
+                assert!(reader.next_record().is_none(), "records after an error");
+                break;
+            }
+            Some(Ok(record)) => record,
+        };
+        frames += 1;
+        assert_eq!(record.frame, frames, "frame numbers count up from 1");
+        assert!(record.data.len() <= CAPTURED_LEN_MAX as usize);
+        match packet::parse_tcp(record.linktype, record.data) {
+            Ok(segment) => {
+                let frame_range = record.data.as_ptr_range();
+                let payload_range = segment.payload.as_ptr_range();
+                assert!(
+                    segment.payload.is_empty()
+                        || (frame_range.start <= payload_range.start
+                            && payload_range.end <= frame_range.end),
+                    "payload outside the frame"
+                );
+                assert_eq!(
+                    segment.payload_truncated,
+                    segment.payload.len() < segment.payload_wire_len
+                );
+                assert!(segment.payload.len() <= segment.payload_wire_len);
+                reassembler.push(record.frame, record.ts_ns, &segment, &mut events);
+                checker.check(&mut events);
+            }
+            Err(skip) => {
+                let _ = skip.to_string();
+                if let Skip::UnsupportedLinktype(l) = skip {
+                    assert_eq!(l, record.linktype);
+                }
+            }
+        }
+    }
+    assert!(reader.next_record().is_none(), "records after the end");
+    reassembler.finish(&mut events);
+    checker.check(&mut events);
+    let stats = reassembler.stats();
+    assert_eq!(
+        stats.gap_bytes, checker.gap_bytes,
+        "gap_bytes is the sum of the Gap events"
+    );
+    assert!(stats.conflicting_bytes <= stats.duplicate_bytes);
+    assert_eq!(
+        stats.first_conflict_frame.is_some(),
+        stats.conflicting_bytes > 0
+    );
+}
+
+fuzz_target!(|data: &[u8]| {
+    run(data, Limits::default());
+    run(
+        data,
+        Limits {
+            buffered_bytes_max: 3000,
+            buffered_segments_max: 3,
+            buffered_bytes_total_max: 4000,
+            connections_max: 2,
+            history_bytes_max: 100,
+        },
+    );
+});
