@@ -30,5 +30,39 @@ else
     echo "make-corpus.sh: editcap not found, no pcapng seeds" >&2
 fi
 
+# deframer: Full Operation streams of three captures (MPA frames cut off),
+# behind the target's 4-octet header: CRC and marker bits, ULPDU limit
+# 65535, a piece-size seed; each with markers off and on.
+mkdir -p "$corpus/deframer"
+timeout 60 python3 - "$golden" "$corpus/deframer" <<'PY'
+import struct, sys
+golden, out = sys.argv[1], sys.argv[2]
+def streams(path):
+    data, offset, found = open(path, "rb").read(), 24, {}
+    while offset + 16 <= len(data):
+        incl = struct.unpack("<I", data[offset + 8:offset + 12])[0]
+        frame = data[offset + 16:offset + 16 + incl]
+        offset += 16 + incl
+        if frame[12:14] != b"\x08\x00" or frame[23] != 6:
+            continue
+        ip = frame[14:]
+        ihl, total = (ip[0] & 15) * 4, struct.unpack(">H", ip[2:4])[0]
+        tcp = ip[ihl:total]
+        key = (ip[12:16], tcp[0:2])
+        found[key] = found.get(key, b"") + tcp[(tcp[12] >> 4) * 4:]
+    return found
+for name, crc in [("rping_v2_crc", 1), ("ib_send_lat_nocrc", 0), ("iwprobe_ops", 1)]:
+    for (addr, port), octets in streams(f"{golden}/{name}.pcap").items():
+        if not octets.startswith(b"MPA ID Re"):
+            continue
+        full = octets[20 + struct.unpack(">H", octets[18:20])[0]:]
+        if not full:
+            continue
+        for markers in (0, 2):
+            header = bytes([crc | markers, 0xFF, 0xFF, 0x5A])
+            name_port = f"{name}-{struct.unpack('>H', port)[0]}-m{markers // 2}"
+            open(f"{out}/seed-{name_port}", "wb").write(header + full[:8000])
+PY
+
 echo "make-corpus.sh: $(find "$corpus" -type f -name 'seed-*' | wc -l) seed files," \
     "$(find "$corpus" -type f -name 'seed-*' -printf '%s\n' | awk '{s += $1} END {print s}') octets"

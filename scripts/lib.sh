@@ -2,7 +2,7 @@
 # shellcheck shell=bash
 
 # The oldest Rust the workspace builds with (Cargo.toml rust-version).
-RUST_MIN=1.85
+RUST_MIN=1.89
 
 die() { echo "dpwarp: $*" >&2; exit 1; }
 

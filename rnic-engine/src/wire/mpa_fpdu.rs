@@ -7,7 +7,9 @@
 //! PAD (zero to three octets, sent as zeros, not checked on receipt) makes
 //! `2 + ULPDU_Length + PAD` a multiple of four. The CRC field is always
 //! present; when neither side asked for CRC it is not checked (siw then
-//! sends zeros: `rping_v2.pcap`).
+//! sends zeros: `rping_v2.pcap`). Linux siw does not zero its PAD: all
+//! twelve padded FPDUs of the captures (perftest's 2-octet Sends) carry
+//! `00 40` there, covered by a correct CRC. A receiver must ignore PAD.
 //!
 //! This view is over a contiguous FPDU **without markers**. Markers ([`super::mpa_marker`]) are counted in the CRC but not in
 //! ULPDU_Length, so a deframer that strips them computes the CRC over the

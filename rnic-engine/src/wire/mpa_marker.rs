@@ -126,7 +126,7 @@ impl Repr {
 
 /// Whether a marker starts at stream position `position`.
 pub const fn is_marker_at(position: u64) -> bool {
-    position % MARKER_INTERVAL == 0
+    position.is_multiple_of(MARKER_INTERVAL)
 }
 
 /// Whether an FPDU may start at `position`: not inside a marker.

@@ -122,7 +122,7 @@ fn frame_stream(mut position: u64, ulpdus: &[Vec<u8>], markers: bool, crc_on: bo
         let mut fpdu_raw = Vec::new();
         let mut crc_at = Vec::new();
         for (i, byte) in content.iter().enumerate() {
-            if markers && position % 512 == 0 {
+            if markers && position.is_multiple_of(512) {
                 let ptr = (position - start) as u16;
                 fpdu_raw.extend_from_slice(&[0, 0, (ptr >> 8) as u8, ptr as u8]);
                 position += 4;

@@ -45,7 +45,7 @@ pub const BLOCK_LEN_MAX: u32 = 16 << 20;
 pub const INTERFACES_MAX: usize = 1024;
 
 const _: () = assert!(CAPTURED_LEN_MAX < BLOCK_LEN_MAX);
-const _: () = assert!(BLOCK_LEN_MAX % 4 == 0);
+const _: () = assert!(BLOCK_LEN_MAX.is_multiple_of(4));
 
 /// Link-layer header type numbers used in capture files (tcpdump.org "LINKTYPE_" list).
 pub mod linktype {

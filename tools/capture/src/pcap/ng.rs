@@ -411,7 +411,7 @@ fn check_len(block_type: u32, len: u32, min: u32, start: u64) -> Result<(), Erro
             limit: BLOCK_LEN_MAX,
         });
     }
-    if len < min || len % 4 != 0 {
+    if len < min || !len.is_multiple_of(4) {
         return Err(Error::BadBlockLength {
             offset: start,
             block_type,
