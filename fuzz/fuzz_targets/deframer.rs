@@ -72,5 +72,9 @@ fuzz_target!(|data: &[u8]| {
     let singles: Vec<&[u8]> = stream.chunks(1).collect();
     let dribbled = run(config, &singles);
     assert_eq!((&whole.0, whole.1), (&cut.0, cut.1), "whole vs pieces");
-    assert_eq!((&whole.0, whole.1), (&dribbled.0, dribbled.1), "whole vs one octet at a time");
+    assert_eq!(
+        (&whole.0, whole.1),
+        (&dribbled.0, dribbled.1),
+        "whole vs one octet at a time"
+    );
 });

@@ -1,10 +1,19 @@
 //! dpwarp's RNIC in sans-IO form.
 //!
-//! Today: [`wire`], a zero-copy view and a representation of every iWARP
-//! header (MPA startup frames with RFC 6581 enhanced data, FPDU and marker,
-//! DDP, RDMAP with the RFC 7306 extensions, Terminate), and [`mpa::crc`].
-//! Next (issues 3 and 4): the MPA framer/deframer at memory speed, and the
-//! DDP/RDMAP engine with verbs, queue pairs, the IRRQ and the atomic unit.
+//! * [`wire`]: a zero-copy view and a representation of every iWARP header
+//!   (MPA startup frames with RFC 6581 enhanced data, FPDU and marker, DDP,
+//!   RDMAP with the RFC 7306 extensions, Terminate).
+//! * [`mpa`]: the MPA framer and deframer (markers, CRC32c with SIMD
+//!   kernels).
+//! * [`verbs`]: the RNIC as an application sees it, in libibverbs' shapes
+//!   (protection domains, memory registration, completion queues, queue
+//!   pairs with send, receive or shared receive queues), and the data path
+//!   the data plane drives: [`verbs::Rnic::handle_stream`] with received
+//!   octets, [`verbs::Rnic::poll_transmit`] for octets to send. Behind it:
+//!   [`qp`] (RDMAP/DDP per connection: segmentation, placement, the IRRQ,
+//!   ORD, Terminates), [`mem`] (registered memory and STags), [`atomics`]
+//!   (the atomic unit), [`cq`].
+//! * [`pair`]: two RNICs joined back to back, for tests and benchmarks.
 //!
 //! This crate opens no socket, reads no clock and starts no thread; it
 //! never depends on DPDK or on `tcp-lite` (STYLE.md §1.1). TCP stream
@@ -12,5 +21,11 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod atomics;
+pub mod cq;
+pub mod mem;
 pub mod mpa;
+pub mod pair;
+pub mod qp;
+pub mod verbs;
 pub mod wire;

@@ -620,6 +620,7 @@ fn run(golden: &Path, corpus: &Path) -> Result<(usize, usize), String> {
         }
     }
     atomic_seeds(&mut w).map_err(io)?;
+    engine_seeds(&mut w).map_err(io)?;
     Ok((w.written, w.octets))
 }
 
@@ -641,6 +642,89 @@ fn summarize(files: &[String]) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Seeds for `engine_rx`: what a well-behaved peer sends to side `b` of the
+/// fuzz target's pair (set up the same way, so the STags match): a Write,
+/// a Read Request, an atomic, Sends, Immediate Data, in each CRC/markers
+/// combination. The first two octets are the target's flags and cut seed.
+fn engine_seeds(w: &mut Writer) -> io::Result<()> {
+    use rnic_engine::mem::Access;
+    use rnic_engine::pair::{PairConfig, RnicPair};
+    use rnic_engine::verbs::{RemoteAddr, SendOp, SendWr, Sge};
+    for flags in 0u8..4 {
+        let config = PairConfig {
+            crc: flags & 1 != 0,
+            markers: flags & 2 != 0,
+            ird_ord: 2,
+            ..PairConfig::default()
+        };
+        let mut pair = RnicPair::new(config).expect("pair");
+        let mut stags = Vec::new();
+        for access in [
+            Access::REMOTE_WRITE,
+            Access::REMOTE_READ,
+            Access::REMOTE_ATOMIC,
+            Access::LOCAL_WRITE,
+        ] {
+            stags.push(pair.b.region(256, access).expect("region").1.stag);
+        }
+        let (_, local) = pair.a.region(256, Access::LOCAL_WRITE).expect("region");
+        let sge = |to: u64, len: u32| {
+            [Sge {
+                stag: local.stag,
+                to,
+                len,
+            }]
+        };
+        let at = |i: usize, to: u64| RemoteAddr { stag: stags[i], to };
+        let ops: [(SendOp, [Sge; 1]); 6] = [
+            (SendOp::Write(at(0, 8)), sge(0, 100)),
+            (SendOp::Read(at(1, 16)), sge(100, 40)),
+            (
+                SendOp::FetchAdd {
+                    remote: at(2, 8),
+                    add: 5,
+                    mask: 0,
+                },
+                sge(200, 8),
+            ),
+            (SendOp::Send, sge(0, 30)),
+            (SendOp::Immediate(*b"fuzzseed"), sge(0, 0)),
+            (
+                SendOp::CmpSwap {
+                    remote: at(2, 16),
+                    compare: 0x5A5A_5A5A_5A5A_5A5A,
+                    compare_mask: !0,
+                    swap: 1,
+                    swap_mask: !0,
+                },
+                sge(208, 8),
+            ),
+        ];
+        let mut stream = vec![flags, 0x2D];
+        let mut out = vec![0u8; 4096];
+        for (i, (op, sgl)) in ops.iter().enumerate() {
+            let sgl: &[Sge] = if matches!(op, SendOp::Immediate(_)) {
+                &[]
+            } else {
+                sgl
+            };
+            let wr = SendWr {
+                wr_id: i as u64,
+                op: op.clone(),
+                sgl,
+                signaled: true,
+                solicited: false,
+                fence: false,
+            };
+            pair.a.rnic.post_send(pair.a.qp, &wr).expect("post");
+            let n = pair.a.rnic.poll_transmit(pair.a.qp, &mut out).expect("qp");
+            stream.extend_from_slice(&out[..n]);
+        }
+        w.put("engine_rx", &format!("pair-ops-{flags}"), &stream)?;
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {

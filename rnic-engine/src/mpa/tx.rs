@@ -172,6 +172,36 @@ impl Framer {
     /// the octets written ([`Framer::wire_len`]).
     pub fn frame(&mut self, pieces: &[&[u8]], out: &mut [u8]) -> Result<usize, FrameError> {
         let ulpdu_len: usize = pieces.iter().map(|p| p.len()).sum();
+        self.frame_inner(ulpdu_len, out, |writer| {
+            for piece in pieces {
+                writer.put(piece);
+            }
+        })
+    }
+
+    /// Writes one FPDU carrying `header` and then `payload_len` octets that
+    /// `fill` writes in place: it is called with the payload offset and the
+    /// output run for it, once per run between markers. The engine gathers
+    /// payloads from registered memory this way, with no copy in between.
+    pub fn frame_with(
+        &mut self,
+        header: &[u8],
+        payload_len: usize,
+        out: &mut [u8],
+        mut fill: impl FnMut(usize, &mut [u8]),
+    ) -> Result<usize, FrameError> {
+        self.frame_inner(header.len() + payload_len, out, |writer| {
+            writer.put(header);
+            writer.put_with(payload_len, &mut fill);
+        })
+    }
+
+    fn frame_inner(
+        &mut self,
+        ulpdu_len: usize,
+        out: &mut [u8],
+        ulpdu: impl FnOnce(&mut Writer<'_>),
+    ) -> Result<usize, FrameError> {
         if ulpdu_len > self.mulpdu {
             return Err(FrameError::TooLong {
                 ulpdu_len,
@@ -206,9 +236,7 @@ impl Framer {
             markers: self.config.markers,
         };
         writer.put(&(ulpdu_len as u16).to_be_bytes());
-        for piece in pieces {
-            writer.put(piece);
-        }
+        ulpdu(&mut writer);
         writer.put(&ZEROS[..mpa_fpdu::pad_len(ulpdu_len)]);
         writer.marker_if_due();
         debug_assert_eq!(writer.at + CRC_LEN, needed, "wire_len and the writer agree");
@@ -271,6 +299,22 @@ impl Writer<'_> {
             src = &src[n..];
         }
     }
+
+    /// Lets `fill` write `len` octets in place, in runs between markers.
+    fn put_with(&mut self, len: usize, fill: &mut impl FnMut(usize, &mut [u8])) {
+        let mut done = 0;
+        while done < len {
+            self.marker_if_due();
+            let mut n = len - done;
+            if self.markers {
+                n = n.min((MARKER_INTERVAL - self.position % MARKER_INTERVAL) as usize);
+            }
+            fill(done, &mut self.out[self.at..self.at + n]);
+            self.at += n;
+            self.position += n as u64;
+            done += n;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -285,6 +329,45 @@ mod tests {
             emss: 1448,
         })
         .unwrap()
+    }
+
+    /// `frame_with` writes the same octets as `frame` with the payload as a
+    /// slice, markers or not, wherever the stream is, and hands `fill`
+    /// consecutive runs.
+    #[test]
+    fn frame_with_matches_frame() {
+        let payload: Vec<u8> = (0..1500u32).map(|i| (i * 7 + 3) as u8).collect();
+        for markers in [false, true] {
+            let (mut a, mut b) = (framer(true, markers), framer(true, markers));
+            for (round, len) in [0usize, 1, 13, 500, 1000, 1416, 3, 511]
+                .into_iter()
+                .enumerate()
+            {
+                let header = [round as u8; 14];
+                let (mut x, mut y) = (vec![0u8; 1448], vec![0u8; 1448]);
+                let n = a.frame(&[&header, &payload[..len]], &mut x).unwrap();
+                let mut next = 0;
+                let m = b
+                    .frame_with(&header, len, &mut y, |offset, run| {
+                        assert_eq!(offset, next, "runs are consecutive");
+                        run.copy_from_slice(&payload[offset..offset + run.len()]);
+                        next += run.len();
+                    })
+                    .unwrap();
+                assert_eq!(next, len);
+                assert_eq!((n, &x[..n]), (m, &y[..m]), "markers {markers} len {len}");
+            }
+        }
+        let mut f = framer(false, false);
+        let mut out = [0u8; 64];
+        assert!(matches!(
+            f.frame_with(&[0; 14], 100, &mut out, |_, _| ()),
+            Err(FrameError::NoRoom { .. })
+        ));
+        assert!(matches!(
+            f.frame_with(&[], 1443, &mut [0; 2000], |_, _| ()),
+            Err(FrameError::TooLong { .. })
+        ));
     }
 
     #[test]

@@ -1,0 +1,131 @@
+//! The DDP/RDMAP engine's cost: RDMA Write, Read and Send through an
+//! `RnicPair` (two engines, one core, no TCP), beside the MPA framer alone
+//! on the same octets in the same run.
+//!
+//! ```text
+//! cargo run --release -p rnic-engine --example engine_table [-- --json]
+//! ```
+//!
+//! Each figure is the median of 21 runs of about 1 ms after a warm-up
+//! (`common/measure.rs`). One call posts a batch of messages (64 of 64
+//! octets, one of 64 KiB; only the last signaled), moves the FPDUs between
+//! the two engines until the link is idle, and polls the completions: the
+//! data path of both ends, sender and receiver, on one core. CRC on,
+//! markers off, FPDUs sized to an EMSS of 1448 (one Ethernet MSS, siw's
+//! FPDU size) unless a row says 9000. The link moves a 64 KiB window of
+//! FPDUs per transfer, as the data plane hands the engine its TCP send
+//! window's room; rows marked "per segment" move one EMSS at a time.
+//!
+//! `framer only` frames the same tagged segments from a plain buffer,
+//! deframes them (CRC checked) and copies the payload to a plain buffer,
+//! through the same window: the least any receiver of these octets does.
+//! The difference to `RDMA Write` is the engine's own cost: DDP/RDMAP
+//! headers, STag checks, placement into registered memory, queues and
+//! completions.
+//!
+//! `--json` ends the output with one line of JSON: `write_64k_gbit_s`,
+//! `framer_only_64k_gbit_s`, `write_64b_mops` (the issue's figures),
+//! `engine_overhead_64k_pct`, and `read_64k_gbit_s`, `send_64k_gbit_s`,
+//! `read_64b_mops`, `send_64b_mops`, `framer_only_64b_mops`,
+//! `write_64k_segment_gbit_s`, `framer_only_64k_segment_gbit_s`,
+//! `write_64k_jumbo_gbit_s`, `framer_only_64k_jumbo_gbit_s`.
+
+#[path = "common/measure.rs"]
+mod measure;
+#[path = "common/workloads.rs"]
+mod workloads;
+
+use measure::{load, median_calls, median_rate};
+use workloads::{EngineWorkload, FramerWorkload, Kind};
+
+const EMSS: usize = 1448;
+const JUMBO: usize = 9000;
+const WINDOW: usize = 64 << 10;
+/// One segment per transfer.
+const SEGMENT: usize = 0;
+
+fn engine_gbit(kind: Kind, size: usize, emss: usize, window: usize) -> f64 {
+    let mut w = EngineWorkload::new(kind, size, emss, window);
+    median_rate(w.octets(), || w.call()) * 8.0
+}
+
+fn engine_mops(kind: Kind, size: usize) -> f64 {
+    let mut w = EngineWorkload::new(kind, size, EMSS, WINDOW);
+    median_calls(|| w.call()) * w.batch() as f64 / 1e6
+}
+
+fn framer_gbit(size: usize, emss: usize, window: usize) -> f64 {
+    let mut w = FramerWorkload::new(size, emss, window);
+    median_rate(w.octets(), || w.call()) * 8.0
+}
+
+fn main() {
+    let json = std::env::args().any(|a| a == "--json");
+    println!(
+        "DDP/RDMAP engine over RnicPair (both ends on one core), median of {} runs",
+        measure::RUNS
+    );
+    println!(
+        "CRC kernel: {:?}; {}",
+        rnic_engine::mpa::crc::kernel(),
+        load()
+    );
+    println!();
+    let k = 64 << 10;
+    let framer_64k = framer_gbit(k, EMSS, WINDOW);
+    let write_64k = engine_gbit(Kind::Write, k, EMSS, WINDOW);
+    let read_64k = engine_gbit(Kind::Read, k, EMSS, WINDOW);
+    let send_64k = engine_gbit(Kind::Send, k, EMSS, WINDOW);
+    let framer_segment = framer_gbit(k, EMSS, SEGMENT);
+    let write_segment = engine_gbit(Kind::Write, k, EMSS, SEGMENT);
+    let framer_jumbo = framer_gbit(k, JUMBO, WINDOW);
+    let write_jumbo = engine_gbit(Kind::Write, k, JUMBO, WINDOW);
+    let framer_64b = {
+        let mut w = FramerWorkload::new(64, EMSS, WINDOW);
+        median_calls(|| w.call()) * workloads::batch(64) as f64 / 1e6
+    };
+    let write_64b = engine_mops(Kind::Write, 64);
+    let read_64b = engine_mops(Kind::Read, 64);
+    let send_64b = engine_mops(Kind::Send, 64);
+    let overhead = (framer_64k / write_64k - 1.0) * 100.0;
+
+    println!(
+        "{:<34} {:>10} {:>10}",
+        "64 KiB messages", "Gbit/s", "vs framer"
+    );
+    for (name, value, framer) in [
+        ("framer only", framer_64k, framer_64k),
+        ("RDMA Write", write_64k, framer_64k),
+        ("RDMA Read", read_64k, framer_64k),
+        ("Send", send_64k, framer_64k),
+        ("framer only, per segment", framer_segment, framer_segment),
+        ("RDMA Write, per segment", write_segment, framer_segment),
+        ("framer only, EMSS 9000", framer_jumbo, framer_jumbo),
+        ("RDMA Write, EMSS 9000", write_jumbo, framer_jumbo),
+    ] {
+        println!("{name:<34} {value:>10.1} {:>9.0}%", value / framer * 100.0);
+    }
+    println!();
+    println!("{:<34} {:>10}", "64 B messages", "M msgs/s");
+    for (name, value) in [
+        ("framer only", framer_64b),
+        ("RDMA Write", write_64b),
+        ("RDMA Read", read_64b),
+        ("Send", send_64b),
+    ] {
+        println!("{name:<34} {value:>10.2}");
+    }
+    println!();
+    println!("engine overhead above the framer at 64 KiB: {overhead:.1}% (goal <= 15%)");
+    println!("64 B RDMA Writes: {write_64b:.2} M/s (goal >= 5 M/s)");
+    println!("{}", load());
+    if json {
+        println!(
+            "{{\"write_64k_gbit_s\":{write_64k:.2},\"framer_only_64k_gbit_s\":{framer_64k:.2},\"write_64b_mops\":{write_64b:.3},\
+\"engine_overhead_64k_pct\":{overhead:.1},\"read_64k_gbit_s\":{read_64k:.2},\"send_64k_gbit_s\":{send_64k:.2},\
+\"read_64b_mops\":{read_64b:.3},\"send_64b_mops\":{send_64b:.3},\"framer_only_64b_mops\":{framer_64b:.3},\
+\"write_64k_segment_gbit_s\":{write_segment:.2},\"framer_only_64k_segment_gbit_s\":{framer_segment:.2},\
+\"write_64k_jumbo_gbit_s\":{write_jumbo:.2},\"framer_only_64k_jumbo_gbit_s\":{framer_jumbo:.2}}}"
+        );
+    }
+}

@@ -1,0 +1,663 @@
+//! Queue pairs: the RDMAP/DDP state of one connection.
+//!
+//! Heads up! Before working on these files you should read, at least, RFC
+//! 5040 §5 (RDMAP data transfer, ordering and completion) and §7 (error
+//! handling), RFC 5041 §5-§7 (DDP placement and errors), seed 004 §5-§8
+//! (atomics, immediate data, their ordering table), and WIRE.md §3-§4.
+//!
+//! The parts, after siw (STYLE.md §1.2): this file holds the state, the
+//! work queues and completions; [`tx`] turns the send queue and the
+//! inbound request queue into FPDUs; [`rx`] places and delivers what
+//! arrives; [`term`] maps every error to its Terminate code.
+//!
+//! # Queues
+//! * The send queue (SQ) is a ring of at most `sq_size` work requests. A
+//!   request is transmitted in order; Read and atomic requests also take
+//!   an ORD credit ([`Orq`]) and wait at the head of the SQ, blocking what
+//!   follows, while ORD are outstanding: they never overrun the peer's IRD.
+//!   Completions are reported in posting order, as the verbs require: a
+//!   Send behind an unanswered Read completes after it.
+//! * The inbound RDMA Read request queue (IRRQ) is a ring of exactly IRD
+//!   entries, as in hardware: each inbound Read or Atomic Request waits
+//!   there until its response has been sent, responses leave in request
+//!   order, and a request beyond IRD is a protocol error (RFC 5040 §6.4:
+//!   the peer broke the negotiated ORD).
+//! * Responses and the SQ share the link fairly: at most
+//!   [`RESPONSE_BURST_FPDUS_MAX`] response FPDUs in a row while the SQ has
+//!   work, as siw's `SIW_IRQ_MAXBURST_SQ_ACTIVE` does.
+
+mod rx;
+pub mod term;
+mod tx;
+
+use std::collections::VecDeque;
+
+use crate::cq::{Cq, Wc, WcOpcode, WcStatus};
+use crate::mem::{Access, AccessError, Grant, Pd, StagTable};
+use crate::mpa::rx::{Deframer, RxConfig};
+use crate::mpa::tx::{Framer, TxConfig};
+use crate::verbs::{
+    CqHandle, QpHandle, QpInit, RecvWr, SendOp, SendWr, Sge, Srq, SrqHandle, VerbError, SGE_MAX,
+};
+use crate::wire::{atomic, ddp};
+
+use self::term::TermCause;
+
+/// Response FPDUs sent in a row before the send queue gets a turn.
+pub const RESPONSE_BURST_FPDUS_MAX: u32 = 4;
+/// Events a QP queues for the application (at most one of each kind).
+const EVENTS_MAX: usize = 4;
+
+/// What the connection negotiated (MPA startup, RFC 6581).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connection {
+    /// CRC on (either side set C).
+    pub crc: bool,
+    /// The peer wants markers in what we send (it set M).
+    pub markers_tx: bool,
+    /// We asked for markers in what we receive (we set M).
+    pub markers_rx: bool,
+    /// TCP effective MSS.
+    pub emss: usize,
+    /// Inbound Read queue depth this side granted.
+    pub ird: u16,
+    /// Outbound Reads and atomics this side may have outstanding.
+    pub ord: u16,
+    /// The longest ULPDU this side accepts.
+    pub ulpdu_max: usize,
+}
+
+/// A QP's state (siw's `enum siw_qp_state`, without the transient ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpState {
+    /// Created, not connected: receives may be posted.
+    Idle,
+    /// Connected: everything works.
+    Rts,
+    /// An error was found; the Terminate is about to be sent.
+    Terminate,
+    /// Dead: every work request flushes.
+    Error,
+}
+
+/// A Terminate's layer/type/code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TermInfo {
+    /// Layer (0 RDMAP, 1 DDP, 2 LLP).
+    pub layer: u8,
+    /// Error type.
+    pub etype: u8,
+    /// Error code.
+    pub ecode: u8,
+}
+
+/// Something the application should hear about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QpEvent {
+    /// This side found an error and sent a Terminate.
+    TerminateSent(TermInfo),
+    /// The peer sent a Terminate.
+    TerminateReceived(TermInfo),
+}
+
+/// Mutable parts of the RNIC a QP reaches into.
+pub(crate) struct Ctx<'a> {
+    pub(crate) stags: &'a mut StagTable,
+    pub(crate) cqs: &'a mut [Option<Cq>],
+    pub(crate) srqs: &'a mut [Option<Srq>],
+}
+
+impl Ctx<'_> {
+    fn complete(&mut self, cq: CqHandle, wc: Wc) {
+        if let Some(Some(cq)) = self.cqs.get_mut(cq.0 as usize) {
+            // A full CQ loses the completion and marks itself overflowed.
+            let _ = cq.push(wc);
+        }
+    }
+}
+
+/// A scatter/gather list, stored inline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct SgList {
+    entries: [Sge; SGE_MAX],
+    len: u8,
+}
+
+impl SgList {
+    fn new(sgl: &[Sge]) -> Result<SgList, VerbError> {
+        if sgl.len() > SGE_MAX {
+            return Err(VerbError::TooManySge);
+        }
+        let mut list = SgList {
+            len: sgl.len() as u8,
+            ..SgList::default()
+        };
+        list.entries[..sgl.len()].copy_from_slice(sgl);
+        Ok(list)
+    }
+
+    fn entries(&self) -> &[Sge] {
+        &self.entries[..usize::from(self.len)]
+    }
+
+    fn total(&self) -> usize {
+        self.entries().iter().map(|e| e.len as usize).sum()
+    }
+
+    /// Checks every entry with `access` and resolves it to memory.
+    fn resolve(&self, stags: &StagTable, pd: Pd, access: Access) -> Result<Grants, AccessError> {
+        let mut grants = Grants::default();
+        for (slot, sge) in grants.entries.iter_mut().zip(self.entries()) {
+            *slot = Some((
+                stags.check(sge.stag, pd, access, sge.to, sge.len as usize)?,
+                sge.len as usize,
+            ));
+        }
+        Ok(grants)
+    }
+}
+
+/// A resolved scatter/gather list: where each entry's octets live.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Grants {
+    entries: [Option<(Grant, usize)>; SGE_MAX],
+}
+
+impl Grants {
+    /// Copies the list's octets from `offset` into `dst`.
+    fn gather(&self, mut offset: usize, mut dst: &mut [u8]) {
+        for (grant, len) in self.entries.iter().flatten() {
+            if dst.is_empty() {
+                return;
+            }
+            if offset >= *len {
+                offset -= len;
+                continue;
+            }
+            let n = (len - offset).min(dst.len());
+            // Checked against the registration when resolved.
+            let _ = grant.region.read(grant.offset + offset, &mut dst[..n]);
+            dst = &mut dst[n..];
+            offset = 0;
+        }
+    }
+
+    /// Copies `src` into the list from `offset`.
+    fn scatter(&self, mut offset: usize, mut src: &[u8]) {
+        for (grant, len) in self.entries.iter().flatten() {
+            if src.is_empty() {
+                return;
+            }
+            if offset >= *len {
+                offset -= len;
+                continue;
+            }
+            let n = (len - offset).min(src.len());
+            let _ = grant.region.write(grant.offset + offset, &src[..n]);
+            src = &src[n..];
+            offset = 0;
+        }
+    }
+}
+
+/// A posted receive.
+#[derive(Debug, Clone)]
+pub(crate) struct RecvWqe {
+    wr_id: u64,
+    sgl: SgList,
+}
+
+impl RecvWqe {
+    pub(crate) fn new(wr: &RecvWr<'_>) -> Result<RecvWqe, VerbError> {
+        Ok(RecvWqe {
+            wr_id: wr.wr_id,
+            sgl: SgList::new(wr.sgl)?,
+        })
+    }
+}
+
+/// A posted send work request and its progress.
+#[derive(Debug, Clone)]
+struct SqWqe {
+    wr_id: u64,
+    op: SendOp,
+    sgl: SgList,
+    signaled: bool,
+    solicited: bool,
+    fence: bool,
+    /// Octets of the message already framed.
+    sent: usize,
+    /// The Write part of a Write with Immediate is framed (the Immediate
+    /// Data goes next).
+    write_done: bool,
+    /// How it ended, once it has.
+    done: Option<WcStatus>,
+    /// Octets transferred (for Reads).
+    byte_len: u32,
+}
+
+impl Orq {
+    fn seq_msn(&self) -> (u64, u32) {
+        match *self {
+            Orq::Read { seq, msn, .. } | Orq::Atomic { seq, msn, .. } => (seq, msn),
+        }
+    }
+}
+
+impl SqWqe {
+    fn opcode(&self) -> WcOpcode {
+        match self.op {
+            SendOp::Send | SendOp::SendWithInvalidate(_) => WcOpcode::Send,
+            SendOp::Write(_) => WcOpcode::Write,
+            SendOp::WriteWithImmediate(..) => WcOpcode::WriteWithImmediate,
+            SendOp::Immediate(_) => WcOpcode::Immediate,
+            SendOp::Read(_) => WcOpcode::Read,
+            SendOp::FetchAdd { .. } => WcOpcode::FetchAdd,
+            SendOp::CmpSwap { .. } => WcOpcode::CmpSwap,
+            SendOp::Swap { .. } => WcOpcode::Swap,
+            SendOp::LocalInvalidate(_) => WcOpcode::LocalInvalidate,
+            SendOp::FastRegister(_) => WcOpcode::FastRegister,
+        }
+    }
+
+    /// Reads and atomics wait for a response and take an ORD credit.
+    fn needs_ord(&self) -> bool {
+        matches!(
+            self.op,
+            SendOp::Read(_)
+                | SendOp::FetchAdd { .. }
+                | SendOp::CmpSwap { .. }
+                | SendOp::Swap { .. }
+        )
+    }
+}
+
+/// An outstanding Read or atomic request (the ORD side).
+#[derive(Debug, Clone)]
+enum Orq {
+    Read {
+        /// The SQ sequence number of the request.
+        seq: u64,
+        /// Its MSN on queue 1 (a Terminate's echoed DDP header names it).
+        msn: u32,
+        sink_stag: u32,
+        sink_to: u64,
+        len: usize,
+        placed: usize,
+        sink: Grants,
+    },
+    Atomic {
+        seq: u64,
+        msn: u32,
+        id: u32,
+        result: Grants,
+    },
+}
+
+/// An inbound request waiting for its response (the IRRQ).
+#[derive(Debug, Clone)]
+enum Irrq {
+    Read {
+        sink_stag: u32,
+        sink_to: u64,
+        len: usize,
+        sent: usize,
+        source: Option<Grant>,
+    },
+    Atomic {
+        request: atomic::RequestRepr,
+        target: Grant,
+    },
+}
+
+/// The Terminate this side owes the peer.
+#[derive(Debug, Clone)]
+struct PendingTerm {
+    cause: TermCause,
+    /// Length of the DDP segment that failed (0 if none).
+    segment_len: u16,
+    /// Its DDP header, and RDMAP header if the error is about it.
+    ddp_header: Option<([u8; ddp::UNTAGGED_HEADER_LEN], usize)>,
+    rdma_header: Option<([u8; atomic::REQUEST_HEADER_LEN], usize)>,
+}
+
+/// The receive in progress on queue 0.
+#[derive(Debug, Clone)]
+struct Receiving {
+    wqe: RecvWqe,
+    grants: Grants,
+    capacity: usize,
+    /// Octets placed (the highest MO + length seen).
+    len: usize,
+}
+
+/// A queue pair.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    framer: Option<Framer>,
+    deframer: Option<Deframer>,
+    /// ULPDUs to send as they are, before anything else (fault injection).
+    injected: VecDeque<Vec<u8>>,
+    inner: Inner,
+}
+
+/// Injected ULPDUs a QP holds at most.
+const INJECTED_MAX: usize = 8;
+
+/// Everything of a QP but its MPA framer and deframer, so that a ULPDU
+/// borrowed from the deframer can be processed against the rest.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    handle: QpHandle,
+    pd: Pd,
+    send_cq: CqHandle,
+    recv_cq: CqHandle,
+    srq: Option<SrqHandle>,
+    state: QpState,
+    connection: Option<Connection>,
+    sq: VecDeque<SqWqe>,
+    sq_size: usize,
+    /// Sequence number of `sq[0]`.
+    sq_base: u64,
+    /// Sequence number of the next request to transmit.
+    tx_next: u64,
+    /// The resolved SGL of the request being transmitted.
+    tx_grants: Option<Grants>,
+    rq: VecDeque<RecvWqe>,
+    rq_size: usize,
+    orq: VecDeque<Orq>,
+    irrq: VecDeque<Irrq>,
+    /// Next MSN to send, per queue (0 Send, 1 Read/atomic request, 2
+    /// Terminate, 3 atomic response).
+    tx_msn: [u32; 4],
+    /// Next MSN expected, per queue.
+    rx_msn: [u32; 4],
+    receiving: Option<Receiving>,
+    /// Response FPDUs sent in a row.
+    burst: u32,
+    next_atomic_id: u32,
+    term: Option<PendingTerm>,
+    events: VecDeque<QpEvent>,
+}
+
+impl Qp {
+    pub(crate) fn new(handle: QpHandle, init: QpInit) -> Qp {
+        let inner = Inner {
+            handle,
+            pd: init.pd,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            srq: init.srq,
+            state: QpState::Idle,
+            connection: None,
+            sq: VecDeque::with_capacity(init.sq_size),
+            sq_size: init.sq_size,
+            sq_base: 0,
+            tx_next: 0,
+            tx_grants: None,
+            rq: VecDeque::with_capacity(if init.srq.is_some() { 0 } else { init.rq_size }),
+            rq_size: init.rq_size,
+            orq: VecDeque::new(),
+            irrq: VecDeque::new(),
+            tx_msn: [1; 4],
+            rx_msn: [1; 4],
+            receiving: None,
+            burst: 0,
+            next_atomic_id: 1,
+            term: None,
+            events: VecDeque::with_capacity(EVENTS_MAX),
+        };
+        Qp {
+            framer: None,
+            deframer: None,
+            injected: VecDeque::new(),
+            inner,
+        }
+    }
+
+    pub(crate) fn state(&self) -> QpState {
+        self.inner.state
+    }
+
+    pub(crate) fn connect(&mut self, c: Connection) -> Result<(), VerbError> {
+        if self.inner.state != QpState::Idle {
+            return Err(VerbError::State);
+        }
+        let framer = Framer::new(TxConfig {
+            crc: c.crc,
+            markers: c.markers_tx,
+            emss: c.emss,
+        })
+        .map_err(|_| VerbError::Invalid)?;
+        self.deframer = Some(Deframer::new(RxConfig {
+            crc: c.crc,
+            markers: c.markers_rx,
+            ulpdu_max: c.ulpdu_max,
+        }));
+        self.framer = Some(framer);
+        let inner = &mut self.inner;
+        inner.orq = VecDeque::with_capacity(usize::from(c.ord));
+        inner.irrq = VecDeque::with_capacity(usize::from(c.ird));
+        inner.connection = Some(c);
+        inner.state = QpState::Rts;
+        Ok(())
+    }
+
+    pub(crate) fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), VerbError> {
+        self.inner.post_send(wr)
+    }
+
+    pub(crate) fn post_recv(&mut self, wr: &RecvWr<'_>) -> Result<(), VerbError> {
+        let inner = &mut self.inner;
+        if inner.srq.is_some() || inner.state == QpState::Error {
+            return Err(VerbError::State);
+        }
+        if inner.rq.len() == inner.rq_size {
+            return Err(VerbError::Full);
+        }
+        inner.rq.push_back(RecvWqe::new(wr)?);
+        Ok(())
+    }
+
+    /// Queues a ULPDU to send verbatim (see [`crate::verbs::Rnic::inject_ulpdu`]).
+    pub(crate) fn inject(&mut self, ulpdu: &[u8]) -> Result<(), VerbError> {
+        let Some(framer) = self.framer.as_ref() else {
+            return Err(VerbError::State);
+        };
+        if self.inner.state != QpState::Rts {
+            return Err(VerbError::State);
+        }
+        if ulpdu.len() > framer.mulpdu() {
+            return Err(VerbError::Invalid);
+        }
+        if self.injected.len() == INJECTED_MAX {
+            return Err(VerbError::Full);
+        }
+        self.injected.push_back(ulpdu.to_vec());
+        Ok(())
+    }
+
+    pub(crate) fn poll_event(&mut self) -> Option<QpEvent> {
+        self.inner.events.pop_front()
+    }
+
+    pub(crate) fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
+        self.inner.enter_error(ctx);
+    }
+}
+
+impl Inner {
+    fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), VerbError> {
+        if self.state == QpState::Error || self.state == QpState::Terminate {
+            return Err(VerbError::State);
+        }
+        if self.sq.len() == self.sq_size {
+            return Err(VerbError::Full);
+        }
+        let sgl = SgList::new(wr.sgl)?;
+        let sink_ok = match wr.op {
+            SendOp::Read(_) => sgl.len == 1,
+            SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } | SendOp::Swap { .. } => {
+                sgl.len == 1 && sgl.entries[0].len == 8
+            }
+            _ => true,
+        };
+        if !sink_ok {
+            return Err(VerbError::Invalid);
+        }
+        self.sq.push_back(SqWqe {
+            wr_id: wr.wr_id,
+            op: wr.op.clone(),
+            sgl,
+            signaled: wr.signaled,
+            solicited: wr.solicited,
+            fence: wr.fence,
+            sent: 0,
+            write_done: false,
+            done: None,
+            byte_len: 0,
+        });
+        Ok(())
+    }
+
+    fn wqe_mut(&mut self, seq: u64) -> Option<&mut SqWqe> {
+        let index = seq.checked_sub(self.sq_base)?;
+        self.sq.get_mut(index as usize)
+    }
+
+    /// Marks a send request done and reports completions in posting order.
+    fn finish_wqe(&mut self, ctx: &mut Ctx<'_>, seq: u64, status: WcStatus, byte_len: u32) {
+        if let Some(wqe) = self.wqe_mut(seq) {
+            wqe.done = Some(status);
+            wqe.byte_len = byte_len;
+        }
+        self.retire(ctx);
+    }
+
+    fn retire(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(wqe) = self.sq.front() {
+            let Some(status) = wqe.done else { break };
+            if wqe.signaled || status != WcStatus::Success {
+                let wc = Wc {
+                    wr_id: wqe.wr_id,
+                    status,
+                    opcode: wqe.opcode(),
+                    qp: self.handle,
+                    byte_len: wqe.byte_len,
+                    imm: None,
+                    invalidated: None,
+                    solicited: false,
+                };
+                ctx.complete(self.send_cq, wc);
+            }
+            self.sq.pop_front();
+            self.sq_base += 1;
+        }
+        self.tx_next = self.tx_next.max(self.sq_base);
+    }
+
+    fn complete_recv(&mut self, ctx: &mut Ctx<'_>, wqe: &RecvWqe, wc: RecvCompletion) {
+        let wc = Wc {
+            wr_id: wqe.wr_id,
+            status: wc.status,
+            opcode: wc.opcode,
+            qp: self.handle,
+            byte_len: wc.byte_len,
+            imm: wc.imm,
+            invalidated: wc.invalidated,
+            solicited: wc.solicited,
+        };
+        ctx.complete(self.recv_cq, wc);
+    }
+
+    /// The next posted receive: from the SRQ or the QP's own queue.
+    fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWqe> {
+        match self.srq {
+            Some(srq) => ctx.srqs.get_mut(srq.0 as usize)?.as_mut()?.ring.pop_front(),
+            None => self.rq.pop_front(),
+        }
+    }
+
+    /// Records the first error (the first one wins, as siw's
+    /// `siw_init_terminate` does) and stops the QP until the Terminate
+    /// is sent.
+    fn fail(&mut self, cause: TermCause, segment: Option<&[u8]>, rdma_header: bool) {
+        if self.term.is_some() || self.state == QpState::Error {
+            return;
+        }
+        let mut pending = PendingTerm {
+            cause,
+            segment_len: 0,
+            ddp_header: None,
+            rdma_header: None,
+        };
+        if let Some(segment) = segment {
+            pending.segment_len = segment.len().min(usize::from(u16::MAX)) as u16;
+            if let Ok(packet) = ddp::Packet::new_checked(segment) {
+                let len = packet.header_len();
+                let mut header = [0u8; ddp::UNTAGGED_HEADER_LEN];
+                header[..len].copy_from_slice(&segment[..len]);
+                pending.ddp_header = Some((header, len));
+                let rest = &segment[len..];
+                if rdma_header && !rest.is_empty() {
+                    let n = rest.len().min(atomic::REQUEST_HEADER_LEN);
+                    let mut header = [0u8; atomic::REQUEST_HEADER_LEN];
+                    header[..n].copy_from_slice(&rest[..n]);
+                    pending.rdma_header = Some((header, n));
+                }
+            }
+        }
+        self.term = Some(pending);
+        self.state = QpState::Terminate;
+    }
+
+    fn push_event(&mut self, event: QpEvent) {
+        if self.events.len() < EVENTS_MAX {
+            self.events.push_back(event);
+        }
+    }
+
+    /// Moves to Error and flushes every outstanding work request.
+    fn enter_error(&mut self, ctx: &mut Ctx<'_>) {
+        self.state = QpState::Error;
+        self.term = None;
+        self.orq.clear();
+        self.irrq.clear();
+        self.tx_grants = None;
+        for wqe in self.sq.iter_mut().filter(|w| w.done.is_none()) {
+            wqe.done = Some(WcStatus::Flushed);
+        }
+        self.retire(ctx);
+        if let Some(receiving) = self.receiving.take() {
+            let wc = RecvCompletion::flushed();
+            self.complete_recv(ctx, &receiving.wqe, wc);
+        }
+        while let Some(wqe) = self.rq.pop_front() {
+            self.complete_recv(ctx, &wqe, RecvCompletion::flushed());
+        }
+    }
+}
+
+/// What a receive completion says.
+#[derive(Debug, Clone, Copy)]
+struct RecvCompletion {
+    status: WcStatus,
+    opcode: WcOpcode,
+    byte_len: u32,
+    imm: Option<[u8; 8]>,
+    invalidated: Option<u32>,
+    solicited: bool,
+}
+
+impl RecvCompletion {
+    fn flushed() -> RecvCompletion {
+        RecvCompletion {
+            status: WcStatus::Flushed,
+            opcode: WcOpcode::Recv,
+            byte_len: 0,
+            imm: None,
+            invalidated: None,
+            solicited: false,
+        }
+    }
+}

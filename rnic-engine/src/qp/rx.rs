@@ -1,0 +1,507 @@
+//! Receive: ULPDUs from the deframer are checked, placed and delivered
+//! (siw's `siw_qp_rx.c`).
+//!
+//! Checks run in the order the layers own them: DDP version, RDMAP version
+//! and opcode (RFC 5040 §7.1), the queue number, then per message the MSN
+//! and MO (RFC 5041 §7.2-7.3) and the STag (RFC 5041 §7.1 for tagged
+//! placement; RFC 5040 §7.2 for Read and atomic sources, which RDMAP
+//! checks). The first failure becomes the QP's Terminate.
+//!
+//! Tagged payloads go straight into registered memory, from the slice the
+//! deframer yields (in place in the TCP buffer when it can), with no copy in
+//! between. A zero-length Write or Read is not checked against its STag:
+//! RFC 6581's RTR indications are zero-length Writes and Reads that siw
+//! sends to STag 1, which names nothing.
+
+use crate::cq::{WcOpcode, WcStatus};
+use crate::mem::{Access, AccessError};
+use crate::mpa::rx::Poll;
+use crate::wire::rdmap::{self, Control, Header, Opcode};
+use crate::wire::{atomic, ddp};
+
+use super::term::{OperationError, ProtectionError, TaggedError, TermCause, UntaggedError};
+use super::{Ctx, Inner, Irrq, Orq, Qp, QpEvent, QpState, Receiving, RecvCompletion, TermInfo};
+
+/// A processing failure: the cause, and whether the Terminate echoes the
+/// RDMAP header (errors about a Read or Atomic Request).
+type Failure = (TermCause, bool);
+
+fn untagged(error: UntaggedError) -> Failure {
+    (TermCause::Untagged(error), false)
+}
+
+fn operation(error: OperationError) -> Failure {
+    (TermCause::Operation(error), false)
+}
+
+impl Qp {
+    /// Feeds TCP octets; returns those consumed: all of them, except while
+    /// the QP is not connected (none). After an error the rest of the
+    /// stream is consumed and ignored.
+    pub(crate) fn handle_stream(&mut self, ctx: &mut Ctx<'_>, octets: &[u8]) -> usize {
+        let Some(deframer) = self.deframer.as_mut() else {
+            return 0;
+        };
+        let inner = &mut self.inner;
+        let mut rest = octets;
+        while inner.state == QpState::Rts {
+            let (used, poll) = deframer.poll(rest);
+            rest = &rest[used..];
+            match poll {
+                Poll::Ulpdu(ulpdu) => inner.receive(ctx, ulpdu),
+                Poll::NeedMore => break,
+                Poll::Error(error) => inner.fail(TermCause::Mpa(error), None, false),
+            }
+        }
+        octets.len()
+    }
+}
+
+impl Inner {
+    fn receive(&mut self, ctx: &mut Ctx<'_>, ulpdu: &[u8]) {
+        if let Err((cause, rdma_header)) = self.process(ctx, ulpdu) {
+            self.fail(cause, Some(ulpdu), rdma_header);
+        }
+    }
+
+    fn process(&mut self, ctx: &mut Ctx<'_>, ulpdu: &[u8]) -> Result<(), Failure> {
+        let packet = ddp::Packet::new_checked(ulpdu).map_err(|_| (TermCause::Truncated, false))?;
+        if packet.version() != ddp::VERSION {
+            let cause = if packet.tagged() {
+                TermCause::Tagged(TaggedError::Version)
+            } else {
+                TermCause::Untagged(UntaggedError::Version)
+            };
+            return Err((cause, false));
+        }
+        let control = Control::from_octet(packet.rsvd_ulp());
+        if control.version != rdmap::VERSION {
+            return Err(operation(OperationError::Version));
+        }
+        let info = control
+            .opcode
+            .info()
+            .ok_or(operation(OperationError::Opcode))?;
+        if info.tagged != packet.tagged() {
+            return Err(operation(OperationError::Opcode));
+        }
+        if !packet.tagged() && Some(packet.qn()) != info.qn {
+            return Err(untagged(UntaggedError::InvalidQn));
+        }
+        if matches!(
+            control.opcode,
+            Opcode::ImmediateData | Opcode::ImmediateDataWithSe
+        ) && packet.payload().len() != rdmap::IMMEDIATE_DATA_LEN
+        {
+            // RFC 7306 / seed 004 §6.3: exactly 8 octets.
+            return Err(operation(OperationError::Unspecified));
+        }
+        let single = matches!(
+            control.opcode,
+            Opcode::RdmaReadRequest
+                | Opcode::AtomicRequest
+                | Opcode::AtomicResponse
+                | Opcode::Terminate
+        ) || matches!(
+            control.opcode,
+            Opcode::ImmediateData | Opcode::ImmediateDataWithSe
+        );
+        if single && (!packet.last() || packet.mo() != 0) {
+            return Err(untagged(UntaggedError::InvalidMo));
+        }
+        // RFC 5040 §4.8 echoes the RDMA header of a failed Read Request;
+        // seed 004 §8.1 item 2 leaves it out (zero) for the new messages.
+        let read_request = control.opcode == Opcode::RdmaReadRequest;
+        if control.opcode == Opcode::Terminate {
+            self.receive_terminate(ctx, &packet);
+            return Ok(());
+        }
+        // The data messages have no RDMAP header: their payload follows the
+        // DDP header, no parsing needed (the hot path).
+        match control.opcode {
+            Opcode::RdmaWrite => return self.place_write(ctx, &packet, packet.payload()),
+            Opcode::RdmaReadResponse => {
+                return self.place_read_response(ctx, &packet, packet.payload())
+            }
+            Opcode::Send
+            | Opcode::SendWithSe
+            | Opcode::SendWithInvalidate
+            | Opcode::SendWithSeAndInvalidate => {
+                return self.receive_send(ctx, &packet, control.opcode, packet.payload());
+            }
+            _ => {}
+        }
+        let repr = rdmap::Repr::parse(&packet).map_err(|_| {
+            (
+                TermCause::Operation(OperationError::Unspecified),
+                read_request,
+            )
+        })?;
+        match control.opcode {
+            Opcode::RdmaWrite
+            | Opcode::RdmaReadResponse
+            | Opcode::Send
+            | Opcode::SendWithSe
+            | Opcode::SendWithInvalidate
+            | Opcode::SendWithSeAndInvalidate => {
+                unreachable!("handled above")
+            }
+            Opcode::ImmediateData | Opcode::ImmediateDataWithSe => {
+                self.receive_immediate(ctx, &packet, control.opcode, &repr.header)
+            }
+            Opcode::RdmaReadRequest => self
+                .receive_read_request(ctx, &packet, &repr.header)
+                .map_err(|c| (c, true)),
+            Opcode::AtomicRequest => self
+                .receive_atomic_request(ctx, &packet, &repr.header)
+                .map_err(|c| (c, false)),
+            Opcode::AtomicResponse => self.receive_atomic_response(ctx, &packet, &repr.header),
+            Opcode::Terminate | Opcode::Unknown(_) => Err(operation(OperationError::Opcode)),
+        }
+    }
+
+    fn place_write(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        packet: &ddp::Packet<&[u8]>,
+        payload: &[u8],
+    ) -> Result<(), Failure> {
+        if payload.is_empty() {
+            return Ok(());
+        }
+        let (region, offset) = ctx
+            .stags
+            .lookup(
+                packet.stag(),
+                self.pd,
+                Access::REMOTE_WRITE,
+                packet.tagged_offset(),
+                payload.len(),
+            )
+            .map_err(|e| (TermCause::tagged(e), false))?;
+        // In bounds: checked against the registration, which lies inside
+        // its region.
+        let _ = region.write(offset, payload);
+        Ok(())
+    }
+
+    fn place_read_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        packet: &ddp::Packet<&[u8]>,
+        payload: &[u8],
+    ) -> Result<(), Failure> {
+        let Some(Orq::Read {
+            seq,
+            sink_stag,
+            sink_to,
+            len,
+            placed,
+            sink,
+            ..
+        }) = self.orq.front_mut()
+        else {
+            return Err(operation(OperationError::Unspecified));
+        };
+        if packet.stag() != *sink_stag {
+            return Err((TermCause::Tagged(TaggedError::InvalidStag), false));
+        }
+        let to = packet.tagged_offset();
+        let expected = sink_to.wrapping_add(*placed as u64);
+        if to != expected || *placed + payload.len() > *len {
+            return Err((TermCause::Tagged(TaggedError::BaseBounds), false));
+        }
+        sink.scatter(*placed, payload);
+        *placed += payload.len();
+        if !packet.last() {
+            return Ok(());
+        }
+        if *placed != *len {
+            return Err(operation(OperationError::Unspecified));
+        }
+        let (seq, len) = (*seq, *len as u32);
+        self.orq.pop_front();
+        self.finish_wqe(ctx, seq, WcStatus::Success, len);
+        Ok(())
+    }
+
+    /// Checks the MSN of a message on an untagged queue.
+    fn check_msn(&self, packet: &ddp::Packet<&[u8]>) -> Result<(), Failure> {
+        let queue = packet.qn() as usize;
+        if packet.msn() != self.rx_msn[queue] {
+            return Err(untagged(UntaggedError::MsnRange));
+        }
+        Ok(())
+    }
+
+    fn receive_send(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        packet: &ddp::Packet<&[u8]>,
+        opcode: Opcode,
+        payload: &[u8],
+    ) -> Result<(), Failure> {
+        self.check_msn(packet)?;
+        if self.receiving.is_none() {
+            let wqe = self
+                .take_recv(ctx)
+                .ok_or(untagged(UntaggedError::NoBuffer))?;
+            match wqe.sgl.resolve(ctx.stags, self.pd, Access::LOCAL_WRITE) {
+                Ok(grants) => {
+                    let capacity = wqe.sgl.total();
+                    self.receiving = Some(Receiving {
+                        wqe,
+                        grants,
+                        capacity,
+                        len: 0,
+                    });
+                }
+                Err(_) => {
+                    let wc = RecvCompletion {
+                        status: WcStatus::LocalProtection,
+                        ..RecvCompletion::flushed()
+                    };
+                    self.complete_recv(ctx, &wqe, wc);
+                    return Err((TermCause::LocalCatastrophic, false));
+                }
+            }
+        }
+        let receiving = self.receiving.as_mut().expect("set above");
+        let mo = packet.mo() as usize;
+        if mo > receiving.capacity {
+            return Err(untagged(UntaggedError::InvalidMo));
+        }
+        if mo + payload.len() > receiving.capacity {
+            let receiving = self.receiving.take().expect("set");
+            let wc = RecvCompletion {
+                status: WcStatus::LocalLength,
+                ..RecvCompletion::flushed()
+            };
+            self.complete_recv(ctx, &receiving.wqe, wc);
+            return Err(untagged(UntaggedError::TooLong));
+        }
+        receiving.grants.scatter(mo, payload);
+        receiving.len = receiving.len.max(mo + payload.len());
+        if !packet.last() {
+            return Ok(());
+        }
+        let receiving = self.receiving.take().expect("set");
+        self.rx_msn[0] = self.rx_msn[0].wrapping_add(1);
+        let mut wc = RecvCompletion {
+            status: WcStatus::Success,
+            opcode: WcOpcode::Recv,
+            byte_len: receiving.len as u32,
+            imm: None,
+            invalidated: None,
+            solicited: matches!(opcode, Opcode::SendWithSe | Opcode::SendWithSeAndInvalidate),
+        };
+        let mut failure = None;
+        if opcode.invalidates() {
+            let stag = packet.rsvd_ulp_word();
+            match ctx.stags.invalidate(stag, self.pd, true) {
+                Ok(()) => wc.invalidated = Some(stag),
+                Err(error) => {
+                    wc.status = WcStatus::RemoteInvalidate;
+                    failure = Some(match error {
+                        AccessError::InvalidStag => operation(OperationError::CannotInvalidate),
+                        _ => (
+                            TermCause::Protection(ProtectionError::CannotInvalidate),
+                            false,
+                        ),
+                    });
+                }
+            }
+        }
+        self.complete_recv(ctx, &receiving.wqe, wc);
+        failure.map_or(Ok(()), Err)
+    }
+
+    fn receive_immediate(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        packet: &ddp::Packet<&[u8]>,
+        opcode: Opcode,
+        header: &Header<'_>,
+    ) -> Result<(), Failure> {
+        self.check_msn(packet)?;
+        if self.receiving.is_some() {
+            // A Send on queue 0 is still arriving: one message at a time.
+            return Err(untagged(UntaggedError::MsnRange));
+        }
+        let Header::Immediate(data) = *header else {
+            unreachable!("parsed as Immediate Data")
+        };
+        let wqe = self
+            .take_recv(ctx)
+            .ok_or(untagged(UntaggedError::NoBuffer))?;
+        self.rx_msn[0] = self.rx_msn[0].wrapping_add(1);
+        let wc = RecvCompletion {
+            status: WcStatus::Success,
+            opcode: WcOpcode::RecvImmediate,
+            byte_len: 0,
+            imm: Some(data),
+            invalidated: None,
+            solicited: opcode == Opcode::ImmediateDataWithSe,
+        };
+        self.complete_recv(ctx, &wqe, wc);
+        Ok(())
+    }
+
+    /// Takes an IRRQ entry for an inbound Read or Atomic Request.
+    fn check_ird(&self, packet: &ddp::Packet<&[u8]>) -> Result<(), TermCause> {
+        self.check_msn(packet).map_err(|(c, _)| c)?;
+        let ird = self.connection.map_or(0, |c| usize::from(c.ird));
+        if self.irrq.len() >= ird {
+            // The peer broke the ORD it agreed to (RFC 6581 §9.1, RFC 5040
+            // §6.4). RFC 5041 would call it "no buffer" on queue 1; Linux
+            // siw sends remote operation / catastrophic error in stream
+            // (its `siw_init_rresp`), and so do we, for interop.
+            return Err(TermCause::Operation(OperationError::CatastrophicStream));
+        }
+        Ok(())
+    }
+
+    fn receive_read_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        packet: &ddp::Packet<&[u8]>,
+        header: &Header<'_>,
+    ) -> Result<(), TermCause> {
+        self.check_ird(packet)?;
+        let Header::ReadRequest(request) = *header else {
+            unreachable!("parsed as a Read Request")
+        };
+        let len = request.read_size as usize;
+        let source = if len == 0 {
+            None
+        } else {
+            let grant = ctx
+                .stags
+                .check(
+                    request.source_stag,
+                    self.pd,
+                    Access::REMOTE_READ,
+                    request.source_to,
+                    len,
+                )
+                .map_err(TermCause::protection)?;
+            Some(grant)
+        };
+        self.rx_msn[1] = self.rx_msn[1].wrapping_add(1);
+        self.irrq.push_back(Irrq::Read {
+            sink_stag: request.sink_stag,
+            sink_to: request.sink_to,
+            len,
+            sent: 0,
+            source,
+        });
+        Ok(())
+    }
+
+    fn receive_atomic_request(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        packet: &ddp::Packet<&[u8]>,
+        header: &Header<'_>,
+    ) -> Result<(), TermCause> {
+        self.check_ird(packet)?;
+        let Header::AtomicRequest(request) = *header else {
+            unreachable!("parsed as an Atomic Request")
+        };
+        if let atomic::AtomicOpcode::Unknown(_) = request.opcode {
+            return Err(TermCause::Operation(OperationError::Opcode));
+        }
+        let target = ctx
+            .stags
+            .check(
+                request.remote_stag,
+                self.pd,
+                Access::REMOTE_ATOMIC,
+                request.remote_to,
+                8,
+            )
+            .map_err(TermCause::protection)?;
+        if target.region.word(target.offset).is_err() {
+            // Seed 004 §5.1: "naturally aligned"; an unaligned target has
+            // no registered code, so: unspecified.
+            return Err(TermCause::Operation(OperationError::Unspecified));
+        }
+        self.rx_msn[1] = self.rx_msn[1].wrapping_add(1);
+        self.irrq.push_back(Irrq::Atomic { request, target });
+        Ok(())
+    }
+
+    fn receive_atomic_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        packet: &ddp::Packet<&[u8]>,
+        header: &Header<'_>,
+    ) -> Result<(), Failure> {
+        self.check_msn(packet)?;
+        let Header::AtomicResponse(response) = *header else {
+            unreachable!("parsed as an Atomic Response")
+        };
+        let Some(Orq::Atomic {
+            seq, id, result, ..
+        }) = self.orq.front()
+        else {
+            return Err(operation(OperationError::Unspecified));
+        };
+        if *id != response.original_request_id {
+            return Err(operation(OperationError::Unspecified));
+        }
+        // Returned in the endian format of local memory, as ibverbs does.
+        result.scatter(0, &response.original_remote_value.to_ne_bytes());
+        let seq = *seq;
+        self.orq.pop_front();
+        self.rx_msn[3] = self.rx_msn[3].wrapping_add(1);
+        self.finish_wqe(ctx, seq, WcStatus::Success, 8);
+        Ok(())
+    }
+
+    /// The peer ended the stream. Its Terminate is read in whichever layout
+    /// fits (Linux siw writes the control word bit-swapped; WIRE.md §4), and
+    /// even a malformed one ends the QP: never answered with a Terminate.
+    /// When it echoes the DDP header of one of our Read or Atomic Requests
+    /// (queue 1, by MSN), that request completes with the remote error;
+    /// everything else outstanding is flushed.
+    fn receive_terminate(&mut self, ctx: &mut Ctx<'_>, packet: &ddp::Packet<&[u8]>) {
+        use crate::wire::term;
+        let mut info = TermInfo {
+            layer: 0xF,
+            etype: 0xF,
+            ecode: 0xFF,
+        };
+        if let Ok(body) = term::Packet::new_checked(packet.payload()) {
+            let encoding = term::detect(&body).map_or(term::Encoding::Rfc5040, |d| d.encoding);
+            let control = body.control(encoding);
+            info = TermInfo {
+                layer: control.layer,
+                etype: control.etype,
+                ecode: control.ecode,
+            };
+            let echoed = term::Repr::parse(&body, encoding)
+                .ok()
+                .and_then(|repr| repr.ddp_header);
+            if let Some(header) = echoed.and_then(|h| ddp::Packet::new_checked(h).ok()) {
+                if !header.tagged() && header.qn() == ddp::qn::READ_REQUEST {
+                    let failed = self
+                        .orq
+                        .iter()
+                        .map(Orq::seq_msn)
+                        .find(|(_, msn)| *msn == header.msn());
+                    let status = match (info.layer, info.etype) {
+                        // RDMAP remote protection, DDP tagged buffer.
+                        (0, 1) | (1, 1) => WcStatus::RemoteAccess,
+                        _ => WcStatus::RemoteOperation,
+                    };
+                    if let Some(wqe) = failed.and_then(|(seq, _)| self.wqe_mut(seq)) {
+                        wqe.done = Some(status);
+                    }
+                }
+            }
+        }
+        self.push_event(QpEvent::TerminateReceived(info));
+        self.enter_error(ctx);
+    }
+}

@@ -1,0 +1,545 @@
+//! The verbs: what an application sees of the RNIC, in the shapes of
+//! libibverbs (protection domains, memory registration, completion queues,
+//! queue pairs, `post_send`/`post_recv`/`poll_cq`), plus the sans-IO data
+//! path the data plane drives: [`Rnic::handle_stream`] with the octets TCP
+//! received, [`Rnic::poll_transmit`] for the octets to send.
+//!
+//! One `Rnic` serves the QPs of one poll-mode core; everything is `&mut
+//! self`, bounded and allocation-free after setup (rings, tables and
+//! buffers are sized by [`RnicConfig`] and [`QpInit`]). Registered memory
+//! ([`Region`]) is shared through `Arc` and is safe to touch from any
+//! thread at any time (see [`crate::mem`]).
+
+use std::sync::Arc;
+
+use crate::cq::{Cq, Notify, Wc};
+use crate::mem::{Access, Pd, Region, Registration, StagTable};
+use crate::qp::{Ctx, Qp};
+
+pub use crate::qp::{Connection, QpEvent, QpState, TermInfo};
+
+/// Sizes of an RNIC's tables, fixed at startup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RnicConfig {
+    /// Protection domains.
+    pub pds_max: usize,
+    /// STags (memory registrations, fast-registration STags).
+    pub stags_max: usize,
+    /// Completion queues.
+    pub cqs_max: usize,
+    /// Queue pairs.
+    pub qps_max: usize,
+    /// Shared receive queues.
+    pub srqs_max: usize,
+    /// Seed of the STag keys: give it entropy (the data plane seeds it from
+    /// the OS) so that a peer cannot predict STags.
+    pub stag_seed: u64,
+}
+
+impl Default for RnicConfig {
+    fn default() -> RnicConfig {
+        RnicConfig {
+            pds_max: 64,
+            stags_max: 4096,
+            cqs_max: 256,
+            qps_max: 256,
+            srqs_max: 64,
+            stag_seed: 0,
+        }
+    }
+}
+
+/// A queue pair handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QpHandle(pub u32);
+
+/// A completion queue handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CqHandle(pub u32);
+
+/// A shared receive queue handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SrqHandle(pub u32);
+
+/// A memory registration: `lkey` and `rkey` are both its STag, as on
+/// iWARP RNICs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mr {
+    /// The STag.
+    pub stag: u32,
+    /// The Tagged Offset of the first octet.
+    pub base_to: u64,
+    /// Octets covered.
+    pub len: usize,
+}
+
+/// A scatter/gather entry: `len` octets at Tagged Offset `to` of the
+/// registration `stag` (ibverbs' lkey and addr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sge {
+    /// The local STag.
+    pub stag: u32,
+    /// The Tagged Offset.
+    pub to: u64,
+    /// Octets.
+    pub len: u32,
+}
+
+/// A peer's buffer: its STag and a Tagged Offset in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteAddr {
+    /// The peer's STag.
+    pub stag: u32,
+    /// The Tagged Offset.
+    pub to: u64,
+}
+
+/// What a send work request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOp {
+    /// Send (with Solicited Event when the WR asks for it).
+    Send,
+    /// Send with Invalidate of the peer's STag.
+    SendWithInvalidate(u32),
+    /// RDMA Write of the SGL to the peer's buffer.
+    Write(RemoteAddr),
+    /// RDMA Write, then Immediate Data (RFC 7306): one completion.
+    WriteWithImmediate(RemoteAddr, [u8; 8]),
+    /// Immediate Data (RFC 7306), with SE when the WR asks for it.
+    Immediate([u8; 8]),
+    /// RDMA Read of the peer's buffer into the SGL (one entry).
+    Read(RemoteAddr),
+    /// Masked FetchAdd on the peer's 8-aligned word; the original value
+    /// lands in the SGL (one entry of 8 octets).
+    FetchAdd {
+        /// Target.
+        remote: RemoteAddr,
+        /// Add Data.
+        add: u64,
+        /// Add Mask (0: one 64-bit add).
+        mask: u64,
+    },
+    /// Masked CmpSwap.
+    CmpSwap {
+        /// Target.
+        remote: RemoteAddr,
+        /// Compare Data.
+        compare: u64,
+        /// Compare Mask.
+        compare_mask: u64,
+        /// Swap Data.
+        swap: u64,
+        /// Swap Mask.
+        swap_mask: u64,
+    },
+    /// Unconditional Swap, sent as CmpSwap with compare mask 0 so that RFC
+    /// 7306 peers understand it.
+    Swap {
+        /// Target.
+        remote: RemoteAddr,
+        /// The new value.
+        swap: u64,
+    },
+    /// Invalidates a local STag.
+    LocalInvalidate(u32),
+    /// Binds a fast-registration STag to a window of a region.
+    FastRegister(FastRegistration),
+}
+
+/// The window a fast registration binds.
+#[derive(Debug, Clone)]
+pub struct FastRegistration {
+    /// The STag from [`Rnic::alloc_fast_reg_stag`].
+    pub stag: u32,
+    /// The memory.
+    pub region: Arc<Region>,
+    /// First octet of the region covered.
+    pub offset: usize,
+    /// Octets covered.
+    pub len: usize,
+    /// Tagged Offset of the first covered octet.
+    pub base_to: u64,
+    /// What it allows.
+    pub access: Access,
+}
+
+impl PartialEq for FastRegistration {
+    fn eq(&self, other: &FastRegistration) -> bool {
+        self.stag == other.stag
+            && Arc::ptr_eq(&self.region, &other.region)
+            && (self.offset, self.len, self.base_to, self.access)
+                == (other.offset, other.len, other.base_to, other.access)
+    }
+}
+
+impl Eq for FastRegistration {}
+
+/// A send work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// The local buffers.
+    pub sgl: &'a [Sge],
+    /// Complete with a CQE when it succeeds (errors always complete).
+    pub signaled: bool,
+    /// Ask the peer for a Solicited Event (Send and Immediate Data).
+    pub solicited: bool,
+    /// Start only after every earlier Read and atomic of the QP completed
+    /// (ibverbs' `IBV_SEND_FENCE`). Without it a later Write may be placed
+    /// at the peer before an earlier Read's data is fetched there, as RFC
+    /// 5040 §5.5 and seed 004 §5.4 item 3 allow.
+    pub fence: bool,
+}
+
+/// A receive work request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecvWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// Where the message goes.
+    pub sgl: &'a [Sge],
+}
+
+/// How to create a queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInit {
+    /// Its protection domain.
+    pub pd: Pd,
+    /// Where send completions go.
+    pub send_cq: CqHandle,
+    /// Where receive completions go.
+    pub recv_cq: CqHandle,
+    /// Receive from a shared receive queue instead of its own.
+    pub srq: Option<SrqHandle>,
+    /// Send queue depth.
+    pub sq_size: usize,
+    /// Receive queue depth (ignored with an SRQ).
+    pub rq_size: usize,
+}
+
+/// Why a verb was refused: the caller's mistake or a resource limit; the
+/// QP is not affected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VerbError {
+    /// No such handle.
+    UnknownHandle,
+    /// A table or queue is full.
+    Full,
+    /// More scatter/gather entries than [`SGE_MAX`].
+    TooManySge,
+    /// The QP's state does not allow it.
+    State,
+    /// A length or argument is wrong for the operation (an atomic or Read
+    /// sink of the wrong length, an empty region window, ...).
+    Invalid,
+    /// The STag is invalid or in use.
+    Stag,
+}
+
+impl core::fmt::Display for VerbError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            VerbError::UnknownHandle => "no such handle",
+            VerbError::Full => "table or queue full",
+            VerbError::TooManySge => "too many scatter/gather entries",
+            VerbError::State => "not allowed in the queue pair's state",
+            VerbError::Invalid => "invalid argument for the operation",
+            VerbError::Stag => "invalid or busy STag",
+        })
+    }
+}
+
+impl std::error::Error for VerbError {}
+
+/// The most scatter/gather entries of one work request.
+pub const SGE_MAX: usize = 4;
+
+/// A shared receive queue.
+#[derive(Debug)]
+pub(crate) struct Srq {
+    pub(crate) pd: Pd,
+    pub(crate) ring: std::collections::VecDeque<crate::qp::RecvWqe>,
+    pub(crate) capacity: usize,
+}
+
+/// One RNIC instance.
+#[derive(Debug)]
+pub struct Rnic {
+    config: RnicConfig,
+    pds: Vec<bool>,
+    stags: StagTable,
+    cqs: Vec<Option<Cq>>,
+    qps: Vec<Option<Qp>>,
+    srqs: Vec<Option<Srq>>,
+}
+
+fn take_slot<T>(slots: &mut [Option<T>], value: T) -> Option<u32> {
+    let index = slots.iter().position(Option::is_none)?;
+    slots[index] = Some(value);
+    Some(index as u32)
+}
+
+impl Rnic {
+    /// An RNIC with empty tables of the configured sizes.
+    pub fn new(config: RnicConfig) -> Rnic {
+        Rnic {
+            config,
+            pds: vec![false; config.pds_max],
+            stags: StagTable::new(config.stags_max, config.stag_seed),
+            cqs: (0..config.cqs_max).map(|_| None).collect(),
+            qps: (0..config.qps_max).map(|_| None).collect(),
+            srqs: (0..config.srqs_max).map(|_| None).collect(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> RnicConfig {
+        self.config
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> Result<Pd, VerbError> {
+        let index = self
+            .pds
+            .iter()
+            .position(|used| !used)
+            .ok_or(VerbError::Full)?;
+        self.pds[index] = true;
+        Ok(Pd(index as u32))
+    }
+
+    fn check_pd(&self, pd: Pd) -> Result<(), VerbError> {
+        match self.pds.get(pd.0 as usize) {
+            Some(true) => Ok(()),
+            _ => Err(VerbError::UnknownHandle),
+        }
+    }
+
+    /// Registers `len` octets of `region` from `offset`, addressed by Tagged
+    /// Offsets from `base_to`.
+    pub fn reg_mr(
+        &mut self,
+        pd: Pd,
+        region: Arc<Region>,
+        offset: usize,
+        len: usize,
+        base_to: u64,
+        access: Access,
+    ) -> Result<Mr, VerbError> {
+        self.check_pd(pd)?;
+        if offset.checked_add(len).is_none_or(|end| end > region.len())
+            || base_to.checked_add(len as u64).is_none()
+        {
+            return Err(VerbError::Invalid);
+        }
+        let stag = self
+            .stags
+            .register(Registration {
+                pd,
+                region,
+                offset,
+                len,
+                base_to,
+                access,
+            })
+            .ok_or(VerbError::Full)?;
+        Ok(Mr { stag, base_to, len })
+    }
+
+    /// Registers a whole region with Tagged Offsets from 0.
+    pub fn reg_region(
+        &mut self,
+        pd: Pd,
+        region: Arc<Region>,
+        access: Access,
+    ) -> Result<Mr, VerbError> {
+        let len = region.len();
+        self.reg_mr(pd, region, 0, len, 0, access)
+    }
+
+    /// Frees a registration's STag.
+    pub fn dereg_mr(&mut self, stag: u32) -> Result<(), VerbError> {
+        self.stags.free(stag).map_err(|_| VerbError::Stag)
+    }
+
+    /// Allocates an STag for fast registration (bound later by a
+    /// [`SendOp::FastRegister`] work request).
+    pub fn alloc_fast_reg_stag(&mut self, pd: Pd) -> Result<u32, VerbError> {
+        self.check_pd(pd)?;
+        self.stags.reserve(pd).ok_or(VerbError::Full)
+    }
+
+    /// Creates a completion queue of `capacity` entries.
+    pub fn create_cq(&mut self, capacity: usize) -> Result<CqHandle, VerbError> {
+        take_slot(&mut self.cqs, Cq::new(capacity))
+            .map(CqHandle)
+            .ok_or(VerbError::Full)
+    }
+
+    /// A completion queue, to poll or arm.
+    pub fn cq(&mut self, cq: CqHandle) -> Result<&mut Cq, VerbError> {
+        self.cqs
+            .get_mut(cq.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbError::UnknownHandle)
+    }
+
+    /// Moves completions into `out` (ibverbs' `poll_cq`).
+    pub fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> Result<usize, VerbError> {
+        Ok(self.cq(cq)?.poll(out))
+    }
+
+    /// Arms the completion event (ibverbs' `req_notify_cq`).
+    pub fn req_notify_cq(&mut self, cq: CqHandle, mode: Notify) -> Result<(), VerbError> {
+        self.cq(cq)?.request_notify(mode);
+        Ok(())
+    }
+
+    /// Creates a shared receive queue.
+    pub fn create_srq(&mut self, pd: Pd, capacity: usize) -> Result<SrqHandle, VerbError> {
+        self.check_pd(pd)?;
+        let srq = Srq {
+            pd,
+            ring: std::collections::VecDeque::with_capacity(capacity),
+            capacity,
+        };
+        take_slot(&mut self.srqs, srq)
+            .map(SrqHandle)
+            .ok_or(VerbError::Full)
+    }
+
+    /// Posts a receive to a shared receive queue.
+    pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: &RecvWr<'_>) -> Result<(), VerbError> {
+        let wqe = crate::qp::RecvWqe::new(wr)?;
+        let srq = self
+            .srqs
+            .get_mut(srq.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbError::UnknownHandle)?;
+        if srq.ring.len() == srq.capacity {
+            return Err(VerbError::Full);
+        }
+        srq.ring.push_back(wqe);
+        Ok(())
+    }
+
+    /// Creates a queue pair in state Idle.
+    pub fn create_qp(&mut self, init: QpInit) -> Result<QpHandle, VerbError> {
+        self.check_pd(init.pd)?;
+        for cq in [init.send_cq, init.recv_cq] {
+            self.cq(cq)?;
+        }
+        if let Some(srq) = init.srq {
+            let srq = self
+                .srqs
+                .get(srq.0 as usize)
+                .and_then(Option::as_ref)
+                .ok_or(VerbError::UnknownHandle)?;
+            if srq.pd != init.pd {
+                return Err(VerbError::Invalid);
+            }
+        }
+        let index = self
+            .qps
+            .iter()
+            .position(Option::is_none)
+            .ok_or(VerbError::Full)?;
+        let handle = QpHandle(index as u32);
+        self.qps[index] = Some(Qp::new(handle, init));
+        Ok(handle)
+    }
+
+    /// Destroys a queue pair.
+    pub fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), VerbError> {
+        let slot = self
+            .qps
+            .get_mut(qp.0 as usize)
+            .ok_or(VerbError::UnknownHandle)?;
+        slot.take().map(|_| ()).ok_or(VerbError::UnknownHandle)
+    }
+
+    fn split(&mut self, qp: QpHandle) -> Result<(&mut Qp, Ctx<'_>), VerbError> {
+        let qp = self
+            .qps
+            .get_mut(qp.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbError::UnknownHandle)?;
+        Ok((
+            qp,
+            Ctx {
+                stags: &mut self.stags,
+                cqs: &mut self.cqs,
+                srqs: &mut self.srqs,
+            },
+        ))
+    }
+
+    /// Moves an Idle QP to RTS with the parameters its connection
+    /// negotiated (MPA CRC and markers, RFC 6581 IRD/ORD, the EMSS).
+    pub fn connect(&mut self, qp: QpHandle, connection: Connection) -> Result<(), VerbError> {
+        let (qp, _) = self.split(qp)?;
+        qp.connect(connection)
+    }
+
+    /// The QP's state.
+    pub fn qp_state(&self, qp: QpHandle) -> Result<QpState, VerbError> {
+        self.qps
+            .get(qp.0 as usize)
+            .and_then(Option::as_ref)
+            .map(Qp::state)
+            .ok_or(VerbError::UnknownHandle)
+    }
+
+    /// Posts a send work request.
+    pub fn post_send(&mut self, qp: QpHandle, wr: &SendWr<'_>) -> Result<(), VerbError> {
+        let (qp, _) = self.split(qp)?;
+        qp.post_send(wr)
+    }
+
+    /// Posts a receive work request.
+    pub fn post_recv(&mut self, qp: QpHandle, wr: &RecvWr<'_>) -> Result<(), VerbError> {
+        let (qp, _) = self.split(qp)?;
+        qp.post_recv(wr)
+    }
+
+    /// Feeds octets TCP received for the QP; returns how many were consumed
+    /// (all, unless the stream ended in a Terminate).
+    pub fn handle_stream(&mut self, qp: QpHandle, octets: &[u8]) -> Result<usize, VerbError> {
+        let (qp, mut ctx) = self.split(qp)?;
+        Ok(qp.handle_stream(&mut ctx, octets))
+    }
+
+    /// Writes whole FPDUs into `out` (a TCP segment's or send window's
+    /// room) and returns the octets written; 0 when there is nothing to
+    /// send or no room for the next FPDU.
+    pub fn poll_transmit(&mut self, qp: QpHandle, out: &mut [u8]) -> Result<usize, VerbError> {
+        let (qp, mut ctx) = self.split(qp)?;
+        Ok(qp.poll_transmit(&mut ctx, out))
+    }
+
+    /// Sends `ulpdu` (a DDP segment: DDP header, RDMAP header, payload) as
+    /// the next FPDU, before anything queued, without checking or
+    /// accounting for it (MSNs are not advanced): for tests and the
+    /// fault-injection suite, which need to send what a broken peer would.
+    pub fn inject_ulpdu(&mut self, qp: QpHandle, ulpdu: &[u8]) -> Result<(), VerbError> {
+        let (qp, _) = self.split(qp)?;
+        qp.inject(ulpdu)
+    }
+
+    /// The next event of the QP (a Terminate sent or received).
+    pub fn poll_event(&mut self, qp: QpHandle) -> Result<Option<QpEvent>, VerbError> {
+        let (qp, _) = self.split(qp)?;
+        Ok(qp.poll_event())
+    }
+
+    /// Moves the QP to Error: every outstanding work request completes
+    /// flushed (the connection was lost or closed).
+    pub fn close(&mut self, qp: QpHandle) -> Result<(), VerbError> {
+        let (qp, mut ctx) = self.split(qp)?;
+        qp.enter_error(&mut ctx);
+        Ok(())
+    }
+}

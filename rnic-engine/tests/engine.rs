@@ -1,0 +1,940 @@
+//! The engine end to end over `RnicPair`: every operation at the sizes
+//! around the segment boundary, byte for byte and by completions, with
+//! CRC and markers on and off and the stream cut anywhere; ordering,
+//! ORD throttling, fairness, SRQs, fast registration, invalidation and
+//! notification.
+
+mod support;
+
+use rnic_engine::cq::{Notify, WcOpcode, WcStatus};
+use rnic_engine::mem::{Access, Region};
+use rnic_engine::pair::{self, PairConfig};
+use rnic_engine::verbs::{FastRegistration, QpEvent, QpInit, QpState, SendOp, SendWr, VerbError};
+use rnic_engine::wire::ddp;
+use support::*;
+
+/// The payload sizes around a segment of `per_segment` octets.
+fn sizes(per_segment: usize) -> [usize; 6] {
+    [0, 1, per_segment - 1, per_segment, per_segment + 1, 1 << 20]
+}
+
+#[test]
+fn rdma_write_every_size() {
+    for config in configs() {
+        for len in sizes(mulpdu(&config) - ddp::TAGGED_HEADER_LEN) {
+            let mut pair = pair(config);
+            let (b_region, b_mr, a_region, a_mr) =
+                regions(&mut pair, len + 16, Access::REMOTE_WRITE);
+            let data = pattern(len, 3);
+            a_region.write(5, &data).unwrap();
+            // Three SGEs, to cross entries as well as segments.
+            let cut = [len / 3, len / 3 + len / 5];
+            let sgl = [
+                sge(&a_mr, 5, cut[0]),
+                sge(&a_mr, 5 + cut[0], cut[1] - cut[0]),
+                sge(&a_mr, 5 + cut[1], len - cut[1]),
+            ];
+            pair.a
+                .rnic
+                .post_send(pair.a.qp, &wr(7, SendOp::Write(remote(&b_mr, 3)), &sgl))
+                .unwrap();
+            pair.run(STEPS);
+            let wcs = pair.a.completions();
+            assert_eq!(wcs.len(), 1, "{config:?} len {len}");
+            assert_wc(&wcs[0], 7, WcOpcode::Write, len);
+            let got = b_region.to_vec();
+            assert_eq!(&got[3..3 + len], &data[..], "{config:?} len {len}");
+            assert!(
+                got[..3].iter().chain(&got[3 + len..]).all(|&o| o == 0),
+                "nothing outside the target"
+            );
+            assert!(
+                pair.b.completions().is_empty(),
+                "a Write completes nothing at the target"
+            );
+        }
+    }
+}
+
+#[test]
+fn rdma_read_every_size() {
+    for config in configs() {
+        for len in sizes(mulpdu(&config) - ddp::TAGGED_HEADER_LEN) {
+            let mut pair = pair(config);
+            let (b_region, b_mr, a_region, a_mr) =
+                regions(&mut pair, len + 16, Access::REMOTE_READ);
+            let data = pattern(len, 9);
+            b_region.write(11, &data).unwrap();
+            let sgl = [sge(&a_mr, 2, len)];
+            pair.a
+                .rnic
+                .post_send(pair.a.qp, &wr(8, SendOp::Read(remote(&b_mr, 11)), &sgl))
+                .unwrap();
+            pair.run(STEPS);
+            let wcs = pair.a.completions();
+            assert_eq!(wcs.len(), 1, "{config:?} len {len}");
+            assert_wc(&wcs[0], 8, WcOpcode::Read, len);
+            let got = a_region.to_vec();
+            assert_eq!(&got[2..2 + len], &data[..], "{config:?} len {len}");
+            assert!(got[..2].iter().chain(&got[2 + len..]).all(|&o| o == 0));
+        }
+    }
+}
+
+/// Send, Send with SE, Send with Invalidate and Send with SE and
+/// Invalidate, into receives of exactly the message's size and larger.
+#[test]
+fn send_family_every_size() {
+    for config in configs() {
+        for len in sizes(mulpdu(&config) - ddp::UNTAGGED_HEADER_LEN) {
+            for (kind, solicited, invalidate) in [
+                (0, false, false),
+                (1, true, false),
+                (2, false, true),
+                (3, true, true),
+            ] {
+                let mut pair = pair(config);
+                let (b_region, b_mr) = pair.b.region(len + 64, Access::LOCAL_WRITE).unwrap();
+                let (a_region, a_mr) = pair.a.region(len + 8, ALL).unwrap();
+                let (_, victim) = pair
+                    .b
+                    .region(64, Access::REMOTE_WRITE.union(Access::REMOTE_INVALIDATE))
+                    .unwrap();
+                let data = pattern(len, kind);
+                a_region.write(8, &data).unwrap();
+                // The receive's buffer: two SGEs, the first short.
+                let extra = kind as usize * 10;
+                let first = len.min(100);
+                let rsgl = [
+                    sge(&b_mr, 1, first),
+                    sge(&b_mr, 1 + first + 7, len - first + extra),
+                ];
+                pair.b
+                    .rnic
+                    .post_recv(pair.b.qp, &recv(40 + u64::from(kind), &rsgl))
+                    .unwrap();
+                let op = if invalidate {
+                    SendOp::SendWithInvalidate(victim.stag)
+                } else {
+                    SendOp::Send
+                };
+                let sgl = [sge(&a_mr, 8, len)];
+                let send = SendWr {
+                    wr_id: 9,
+                    op,
+                    sgl: &sgl,
+                    signaled: true,
+                    solicited,
+                    fence: false,
+                };
+                pair.a.rnic.post_send(pair.a.qp, &send).unwrap();
+                pair.run(STEPS);
+                let wcs = pair.a.completions();
+                assert_eq!(wcs.len(), 1);
+                assert_wc(&wcs[0], 9, WcOpcode::Send, len);
+                let wcs = pair.b.completions();
+                assert_eq!(wcs.len(), 1, "{config:?} len {len} kind {kind}");
+                assert_wc(&wcs[0], 40 + u64::from(kind), WcOpcode::Recv, len);
+                assert_eq!(wcs[0].solicited, solicited);
+                assert_eq!(wcs[0].invalidated, invalidate.then_some(victim.stag));
+                let got = b_region.to_vec();
+                let mut placed = got[1..1 + first].to_vec();
+                placed.extend_from_slice(&got[1 + first + 7..1 + first + 7 + len - first]);
+                assert_eq!(placed, data, "{config:?} len {len} kind {kind}");
+                assert!(
+                    got[1 + first..1 + first + 7].iter().all(|&o| o == 0),
+                    "the gap between SGEs is untouched"
+                );
+            }
+        }
+    }
+}
+
+/// Immediate Data with and without SE, and RDMA Write with Immediate.
+#[test]
+fn immediate_data_and_write_with_immediate() {
+    for config in configs() {
+        for len in sizes(mulpdu(&config) - ddp::TAGGED_HEADER_LEN) {
+            let mut pair = pair(config);
+            let (b_region, b_mr, a_region, a_mr) =
+                regions(&mut pair, len + 8, Access::REMOTE_WRITE);
+            let (_, b_recv) = pair.b.region(8, Access::LOCAL_WRITE).unwrap();
+            for id in 0..3 {
+                pair.b
+                    .rnic
+                    .post_recv(pair.b.qp, &recv(100 + id, &[sge(&b_recv, 0, 8)]))
+                    .unwrap();
+            }
+            let data = pattern(len, 77);
+            a_region.write(0, &data).unwrap();
+            let sgl = [sge(&a_mr, 0, len)];
+            let imm = *b"IMMEDIAT";
+            pair.a
+                .rnic
+                .post_send(
+                    pair.a.qp,
+                    &wr(1, SendOp::WriteWithImmediate(remote(&b_mr, 4), imm), &sgl),
+                )
+                .unwrap();
+            let se = SendWr {
+                wr_id: 2,
+                op: SendOp::Immediate(*b"solicitd"),
+                sgl: &[],
+                signaled: true,
+                solicited: true,
+                fence: false,
+            };
+            pair.a.rnic.post_send(pair.a.qp, &se).unwrap();
+            pair.a
+                .rnic
+                .post_send(
+                    pair.a.qp,
+                    &wr(3, SendOp::Immediate(7u64.to_be_bytes()), &[]),
+                )
+                .unwrap();
+            pair.run(STEPS);
+            let wcs = pair.a.completions();
+            assert_eq!(wcs.len(), 3, "one completion for the Write with Immediate");
+            assert_wc(&wcs[0], 1, WcOpcode::WriteWithImmediate, len);
+            assert_wc(&wcs[1], 2, WcOpcode::Immediate, 0);
+            assert_wc(&wcs[2], 3, WcOpcode::Immediate, 0);
+            let wcs = pair.b.completions();
+            assert_eq!(wcs.len(), 3);
+            for (wc, (id, imm, se)) in wcs.iter().zip([
+                (100, imm, false),
+                (101, *b"solicitd", true),
+                (102, 7u64.to_be_bytes(), false),
+            ]) {
+                assert_wc(wc, id, WcOpcode::RecvImmediate, 0);
+                assert_eq!((wc.imm, wc.solicited), (Some(imm), se));
+            }
+            // Seed 004 §7: the Write is placed before the Immediate Data's
+            // completion is visible.
+            assert_eq!(
+                &b_region.to_vec()[4..4 + len],
+                &data[..],
+                "{config:?} len {len}"
+            );
+        }
+    }
+}
+
+#[test]
+fn atomics_return_the_original_and_apply_the_seeds_semantics() {
+    for config in configs() {
+        let mut pair = pair(config);
+        let (b_region, b_mr, a_region, a_mr) = regions(&mut pair, 64, Access::REMOTE_ATOMIC);
+        b_region
+            .write(8, &0x0000_00FF_FFFF_FFF0u64.to_ne_bytes())
+            .unwrap();
+        b_region.write(16, &5u64.to_ne_bytes()).unwrap();
+        let word = |i: usize| remote(&b_mr, 8 * i);
+        let ops = [
+            // Masked FetchAdd: two 32-bit lanes, the low carry stops at bit 31.
+            SendOp::FetchAdd {
+                remote: word(1),
+                add: 0x0000_0001_0000_0020,
+                mask: 0x8000_0000,
+            },
+            SendOp::CmpSwap {
+                remote: word(2),
+                compare: 5,
+                compare_mask: !0,
+                swap: 9,
+                swap_mask: !0,
+            },
+            // Compare fails: nothing changes.
+            SendOp::CmpSwap {
+                remote: word(2),
+                compare: 5,
+                compare_mask: !0,
+                swap: 1,
+                swap_mask: !0,
+            },
+            // Masked compare on the low octet only, masked swap of the high half.
+            SendOp::CmpSwap {
+                remote: word(2),
+                compare: 0xAB09,
+                compare_mask: 0xFF,
+                swap: 0x1234_5678_0000_0000,
+                swap_mask: 0xFFFF_FFFF_0000_0000,
+            },
+            SendOp::Swap {
+                remote: word(3),
+                swap: 0xDEAD_BEEF,
+            },
+            SendOp::FetchAdd {
+                remote: word(3),
+                add: 1,
+                mask: 0,
+            },
+        ];
+        for (i, op) in ops.iter().enumerate() {
+            let sgl = [sge(&a_mr, 8 * i, 8)];
+            pair.a
+                .rnic
+                .post_send(pair.a.qp, &wr(i as u64, op.clone(), &sgl))
+                .unwrap();
+        }
+        pair.run(STEPS);
+        let wcs = pair.a.completions();
+        let opcodes = [
+            WcOpcode::FetchAdd,
+            WcOpcode::CmpSwap,
+            WcOpcode::CmpSwap,
+            WcOpcode::CmpSwap,
+            WcOpcode::Swap,
+            WcOpcode::FetchAdd,
+        ];
+        assert_eq!(wcs.len(), ops.len());
+        for (i, wc) in wcs.iter().enumerate() {
+            assert_wc(wc, i as u64, opcodes[i], 8);
+        }
+        let value = |region: &Region, at: usize| {
+            let mut octets = [0u8; 8];
+            region.read(at, &mut octets).unwrap();
+            u64::from_ne_bytes(octets)
+        };
+        let originals: Vec<u64> = (0..ops.len()).map(|i| value(&a_region, 8 * i)).collect();
+        assert_eq!(originals, [0x0000_00FF_FFFF_FFF0, 5, 9, 9, 0, 0xDEAD_BEEF]);
+        assert_eq!(
+            value(&b_region, 8),
+            0x0000_0100_0000_0010,
+            "lanes add without carrying across bit 31"
+        );
+        assert_eq!(
+            value(&b_region, 16),
+            0x1234_5678_0000_0009,
+            "masked compare matched, masked swap"
+        );
+        assert_eq!(value(&b_region, 24), 0xDEAD_BEF0);
+    }
+}
+
+#[test]
+fn completions_follow_posting_order_and_unsignaled_requests_stay_silent() {
+    let mut pair = pair(PairConfig::default());
+    let (b_region, b_mr, _a_region, a_mr) = regions(
+        &mut pair,
+        1 << 20,
+        Access::REMOTE_READ.union(Access::REMOTE_WRITE),
+    );
+    b_region.write(0, &pattern(1 << 20, 1)).unwrap();
+    let (_, b_recv) = pair.b.region(64, Access::LOCAL_WRITE).unwrap();
+    pair.b
+        .rnic
+        .post_recv(pair.b.qp, &recv(50, &[sge(&b_recv, 0, 64)]))
+        .unwrap();
+    let qp = pair.a.qp;
+    let read = [sge(&a_mr, 0, 1 << 19)];
+    pair.a
+        .rnic
+        .post_send(qp, &wr(1, SendOp::Read(remote(&b_mr, 0)), &read))
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(qp, &wr(2, SendOp::Send, &[sge(&a_mr, 0, 10)]))
+        .unwrap();
+    let quiet = SendWr {
+        wr_id: 3,
+        op: SendOp::Write(remote(&b_mr, 1 << 19)),
+        sgl: &[sge(&a_mr, 0, 100)],
+        signaled: false,
+        solicited: false,
+        fence: false,
+    };
+    pair.a.rnic.post_send(qp, &quiet).unwrap();
+    pair.a
+        .rnic
+        .post_send(
+            qp,
+            &wr(
+                4,
+                SendOp::Write(remote(&b_mr, 1 << 19)),
+                &[sge(&a_mr, 0, 100)],
+            ),
+        )
+        .unwrap();
+    // The Send reaches the peer long before the Read's response ends, but
+    // completes after the Read, in posting order.
+    let mut steps = 0;
+    while pair.b.completions().is_empty() {
+        pair.step();
+        steps += 1;
+        assert!(steps < 100, "the Send does not wait for the Read");
+    }
+    assert!(
+        pair.a.completions().is_empty(),
+        "nothing completes before the Read"
+    );
+    pair.run(STEPS);
+    let ids: Vec<u64> = pair.a.completions().iter().map(|wc| wc.wr_id).collect();
+    assert_eq!(ids, [1, 2, 4]);
+}
+
+/// ORD bounds the Read and atomic requests in flight: the rest wait in the
+/// send queue (and block what follows them), and all of them complete.
+#[test]
+fn ord_throttles_outstanding_requests() {
+    let config = PairConfig {
+        ird_ord: 2,
+        ..PairConfig::default()
+    };
+    let mut pair = pair(config);
+    let (b_region, b_mr, a_region, a_mr) = regions(
+        &mut pair,
+        4096,
+        Access::REMOTE_READ.union(Access::REMOTE_ATOMIC),
+    );
+    b_region.write(0, &pattern(4096, 2)).unwrap();
+    for i in 0..10u64 {
+        let op = if i % 3 == 2 {
+            SendOp::FetchAdd {
+                remote: remote(&b_mr, 4088),
+                add: 1,
+                mask: 0,
+            }
+        } else {
+            SendOp::Read(remote(&b_mr, 100 * i as usize))
+        };
+        let len = if i % 3 == 2 { 8 } else { 100 };
+        pair.a
+            .rnic
+            .post_send(pair.a.qp, &wr(i, op, &[sge(&a_mr, 400 * i as usize, len)]))
+            .unwrap();
+    }
+    let mut segment = vec![0u8; 65536];
+    let n = pair.a.rnic.poll_transmit(pair.a.qp, &mut segment).unwrap();
+    let framer = rnic_engine::mpa::tx::Framer::new(rnic_engine::mpa::tx::TxConfig {
+        crc: true,
+        markers: false,
+        emss: 1448,
+    })
+    .unwrap();
+    let request = framer.wire_len(ddp::UNTAGGED_HEADER_LEN + 28);
+    assert_eq!(n, 2 * request, "exactly ORD = 2 Read Requests leave");
+    assert_eq!(
+        pair.a.rnic.poll_transmit(pair.a.qp, &mut segment).unwrap(),
+        0,
+        "the third waits for a response"
+    );
+    pair.b.rnic.handle_stream(pair.b.qp, &segment[..n]).unwrap();
+    pair.run(STEPS);
+    let wcs = pair.a.completions();
+    assert_eq!(
+        wcs.iter().map(|wc| wc.wr_id).collect::<Vec<_>>(),
+        (0..10).collect::<Vec<_>>()
+    );
+    assert!(wcs.iter().all(|wc| wc.status == WcStatus::Success));
+    for i in (0..10).filter(|i| i % 3 != 2) {
+        let mut got = [0u8; 100];
+        a_region.read(400 * i, &mut got).unwrap();
+        assert_eq!(&got[..], &b_region.to_vec()[100 * i..100 * i + 100]);
+    }
+    let mut word = [0u8; 8];
+    b_region.read(4088, &mut word).unwrap();
+    let before = u64::from_ne_bytes(pattern(4096, 2)[4088..].try_into().unwrap());
+    assert_eq!(u64::from_ne_bytes(word), before.wrapping_add(3));
+    assert!(
+        events(&mut pair, false, None).is_empty(),
+        "the peer saw no IRD overflow"
+    );
+}
+
+/// With ORD 0 nothing can carry a Read or atomic: it completes locally in
+/// error, and the QP keeps working.
+#[test]
+fn ord_zero_refuses_reads_locally() {
+    let mut pair = pair(PairConfig {
+        ird_ord: 0,
+        ..PairConfig::default()
+    });
+    let (_, b_mr, _, a_mr) = regions(&mut pair, 64, ALL);
+    pair.a
+        .rnic
+        .post_send(
+            pair.a.qp,
+            &wr(1, SendOp::Read(remote(&b_mr, 0)), &[sge(&a_mr, 0, 8)]),
+        )
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(
+            pair.a.qp,
+            &wr(2, SendOp::Write(remote(&b_mr, 0)), &[sge(&a_mr, 0, 8)]),
+        )
+        .unwrap();
+    pair.run(STEPS);
+    let wcs = pair.a.completions();
+    assert_eq!(
+        (wcs[0].wr_id, wcs[0].status),
+        (1, WcStatus::LocalQpOperation)
+    );
+    assert_wc(&wcs[1], 2, WcOpcode::Write, 8);
+    assert_eq!(pair.a.rnic.qp_state(pair.a.qp).unwrap(), QpState::Rts);
+}
+
+/// A long Read Response does not starve the responder's own send queue:
+/// its Send goes out within a burst of response FPDUs.
+#[test]
+fn responses_and_the_send_queue_share_the_link() {
+    let mut pair = pair(PairConfig::default());
+    let (b_region, b_mr, _a_region, a_mr) = regions(&mut pair, 1 << 20, Access::REMOTE_READ);
+    b_region.write(0, &pattern(1 << 20, 4)).unwrap();
+    let (_, a_recv) = pair.a.region(64, Access::LOCAL_WRITE).unwrap();
+    pair.a
+        .rnic
+        .post_recv(pair.a.qp, &recv(70, &[sge(&a_recv, 0, 64)]))
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(
+            pair.a.qp,
+            &wr(1, SendOp::Read(remote(&b_mr, 0)), &[sge(&a_mr, 0, 1 << 20)]),
+        )
+        .unwrap();
+    for _ in 0..5 {
+        pair.step();
+    }
+    let (_, b_src) = pair.b.region(64, ALL).unwrap();
+    pair.b
+        .rnic
+        .post_send(pair.b.qp, &wr(2, SendOp::Send, &[sge(&b_src, 0, 64)]))
+        .unwrap();
+    let mut steps = 0;
+    loop {
+        let wcs = pair.a.completions();
+        if let Some(wc) = wcs.first() {
+            assert_wc(wc, 70, WcOpcode::Recv, 64);
+            break;
+        }
+        pair.step();
+        steps += 1;
+    }
+    let bound = rnic_engine::qp::RESPONSE_BURST_FPDUS_MAX as usize + 1;
+    assert!(steps <= bound, "the Send waited {steps} segments");
+    pair.run(STEPS);
+    assert_wc(&pair.a.completions()[0], 1, WcOpcode::Read, 1 << 20);
+}
+
+#[test]
+fn shared_receive_queue_feeds_several_qps_in_arrival_order() {
+    let config = PairConfig::default();
+    let mut pair = pair(config);
+    let srq = pair.b.rnic.create_srq(pair.b.pd, 8).unwrap();
+    let mut links = Vec::new();
+    for _ in 0..2 {
+        let a_qp = pair
+            .a
+            .rnic
+            .create_qp(QpInit {
+                pd: pair.a.pd,
+                send_cq: pair.a.cq,
+                recv_cq: pair.a.cq,
+                srq: None,
+                sq_size: 8,
+                rq_size: 8,
+            })
+            .unwrap();
+        let b_qp = pair
+            .b
+            .rnic
+            .create_qp(QpInit {
+                pd: pair.b.pd,
+                send_cq: pair.b.cq,
+                recv_cq: pair.b.cq,
+                srq: Some(srq),
+                sq_size: 8,
+                rq_size: 8,
+            })
+            .unwrap();
+        pair.a
+            .rnic
+            .connect(a_qp, pair::connection(&config))
+            .unwrap();
+        pair.b
+            .rnic
+            .connect(b_qp, pair::connection(&config))
+            .unwrap();
+        pair.link(a_qp, b_qp);
+        links.push((a_qp, b_qp));
+    }
+    assert_eq!(
+        pair.b.rnic.post_recv(links[0].1, &recv(0, &[])),
+        Err(VerbError::State),
+        "receives go to the SRQ"
+    );
+    let (b_region, b_mr) = pair.b.region(4 * 32, Access::LOCAL_WRITE).unwrap();
+    for i in 0..4 {
+        pair.b
+            .rnic
+            .post_srq_recv(srq, &recv(i, &[sge(&b_mr, 32 * i as usize, 32)]))
+            .unwrap();
+    }
+    let (a_region, a_mr) = pair.a.region(64, ALL).unwrap();
+    a_region.write(0, &pattern(64, 8)).unwrap();
+    for (round, &(a_qp, _)) in [links[1], links[0], links[1]].iter().enumerate() {
+        pair.a
+            .rnic
+            .post_send(
+                a_qp,
+                &wr(round as u64, SendOp::Send, &[sge(&a_mr, round * 8, 20)]),
+            )
+            .unwrap();
+        pair.run(STEPS);
+    }
+    let wcs = pair.b.completions();
+    let got: Vec<(u64, u32)> = wcs.iter().map(|wc| (wc.wr_id, wc.qp.0)).collect();
+    assert_eq!(
+        got,
+        [(0, links[1].1 .0), (1, links[0].1 .0), (2, links[1].1 .0)]
+    );
+    for (i, wc) in wcs.iter().enumerate() {
+        assert_wc(wc, i as u64, WcOpcode::Recv, 20);
+        assert_eq!(
+            &b_region.to_vec()[32 * i..32 * i + 20],
+            &pattern(64, 8)[i * 8..i * 8 + 20]
+        );
+    }
+}
+
+#[test]
+fn fast_registration_local_and_remote_invalidation() {
+    let mut pair = pair(PairConfig::default());
+    let (a_region, a_mr) = pair.a.region(256, ALL).unwrap();
+    a_region.write(0, &pattern(256, 6)).unwrap();
+    let memory = Region::new(4096);
+    let stag = pair.b.rnic.alloc_fast_reg_stag(pair.b.pd).unwrap();
+    let window = |access| FastRegistration {
+        stag,
+        region: memory.clone(),
+        offset: 1024,
+        len: 512,
+        base_to: 0x7000,
+        access,
+    };
+    let (b_qp, a_qp) = (pair.b.qp, pair.a.qp);
+    let target = rnic_engine::verbs::RemoteAddr { stag, to: 0x7010 };
+
+    pair.b
+        .rnic
+        .post_send(
+            b_qp,
+            &wr(1, SendOp::FastRegister(window(Access::REMOTE_WRITE)), &[]),
+        )
+        .unwrap();
+    pair.run(STEPS);
+    assert_wc(&pair.b.completions()[0], 1, WcOpcode::FastRegister, 0);
+    pair.a
+        .rnic
+        .post_send(a_qp, &wr(2, SendOp::Write(target), &[sge(&a_mr, 0, 100)]))
+        .unwrap();
+    pair.run(STEPS);
+    assert_eq!(
+        &memory.to_vec()[1024 + 0x10..1024 + 0x10 + 100],
+        &pattern(256, 6)[..100]
+    );
+
+    // Local invalidation, then a bind with remote-invalidate rights, then a
+    // Send with Invalidate from the peer.
+    pair.b
+        .rnic
+        .post_send(b_qp, &wr(3, SendOp::LocalInvalidate(stag), &[]))
+        .unwrap();
+    pair.b
+        .rnic
+        .post_send(
+            b_qp,
+            &wr(
+                4,
+                SendOp::FastRegister(window(
+                    Access::REMOTE_WRITE.union(Access::REMOTE_INVALIDATE),
+                )),
+                &[],
+            ),
+        )
+        .unwrap();
+    let (_, b_recv) = pair.b.region(16, Access::LOCAL_WRITE).unwrap();
+    pair.b
+        .rnic
+        .post_recv(b_qp, &recv(5, &[sge(&b_recv, 0, 16)]))
+        .unwrap();
+    pair.run(STEPS);
+    pair.a
+        .rnic
+        .post_send(
+            a_qp,
+            &wr(6, SendOp::SendWithInvalidate(stag), &[sge(&a_mr, 0, 16)]),
+        )
+        .unwrap();
+    pair.run(STEPS);
+    let wcs = pair.b.completions();
+    assert_wc(&wcs[0], 3, WcOpcode::LocalInvalidate, 0);
+    assert_wc(&wcs[1], 4, WcOpcode::FastRegister, 0);
+    assert_wc(&wcs[2], 5, WcOpcode::Recv, 16);
+    assert_eq!(wcs[2].invalidated, Some(stag));
+    // The invalidated STag no longer takes a Write: DDP invalid STag.
+    pair.a
+        .rnic
+        .post_send(a_qp, &wr(7, SendOp::Write(target), &[sge(&a_mr, 0, 8)]))
+        .unwrap();
+    pair.run(STEPS);
+    assert_eq!(
+        events(&mut pair, false, Some(b_qp)),
+        [QpEvent::TerminateSent(info((1, 1, 0)))]
+    );
+    assert_eq!(
+        events(&mut pair, true, Some(a_qp)),
+        [QpEvent::TerminateReceived(info((1, 1, 0)))]
+    );
+}
+
+#[test]
+fn fast_registration_outside_the_region_fails_locally() {
+    let mut pair = pair(PairConfig::default());
+    let memory = Region::new(100);
+    let stag = pair.b.rnic.alloc_fast_reg_stag(pair.b.pd).unwrap();
+    let fr = FastRegistration {
+        stag,
+        region: memory,
+        offset: 64,
+        len: 64,
+        base_to: 0,
+        access: Access::REMOTE_WRITE,
+    };
+    pair.b
+        .rnic
+        .post_send(pair.b.qp, &wr(1, SendOp::FastRegister(fr), &[]))
+        .unwrap();
+    pair.b
+        .rnic
+        .post_send(pair.b.qp, &wr(2, SendOp::LocalInvalidate(stag ^ 0x55), &[]))
+        .unwrap();
+    pair.run(STEPS);
+    let wcs = pair.b.completions();
+    assert_eq!(
+        wcs.iter()
+            .map(|wc| (wc.wr_id, wc.status))
+            .collect::<Vec<_>>(),
+        [
+            (1, WcStatus::LocalProtection),
+            (2, WcStatus::LocalProtection)
+        ]
+    );
+}
+
+#[test]
+fn solicited_event_notification() {
+    let mut pair = pair(PairConfig::default());
+    let (_, b_mr) = pair.b.region(64, Access::LOCAL_WRITE).unwrap();
+    let (_, a_mr) = pair.a.region(64, ALL).unwrap();
+    for i in 0..4 {
+        pair.b
+            .rnic
+            .post_recv(pair.b.qp, &recv(i, &[sge(&b_mr, 16 * i as usize, 16)]))
+            .unwrap();
+    }
+    let cq = pair.b.cq;
+    pair.b.rnic.req_notify_cq(cq, Notify::Solicited).unwrap();
+    let send = |pair: &mut rnic_engine::pair::RnicPair, solicited| {
+        let sgl = [sge(&a_mr, 0, 8)];
+        let wr = SendWr {
+            wr_id: 0,
+            op: SendOp::Send,
+            sgl: &sgl,
+            signaled: false,
+            solicited,
+            fence: false,
+        };
+        pair.a.rnic.post_send(pair.a.qp, &wr).unwrap();
+        pair.run(STEPS);
+    };
+    send(&mut pair, false);
+    assert!(
+        !pair.b.rnic.cq(cq).unwrap().take_event(),
+        "an unsolicited Send does not raise it"
+    );
+    send(&mut pair, true);
+    assert!(
+        pair.b.rnic.cq(cq).unwrap().take_event(),
+        "a Send with SE does"
+    );
+    send(&mut pair, true);
+    assert!(
+        !pair.b.rnic.cq(cq).unwrap().take_event(),
+        "fires once per arming"
+    );
+    pair.b.rnic.req_notify_cq(cq, Notify::Next).unwrap();
+    send(&mut pair, false);
+    assert!(
+        pair.b.rnic.cq(cq).unwrap().take_event(),
+        "Next fires on any completion"
+    );
+    assert_eq!(pair.b.completions().len(), 4);
+}
+
+#[test]
+fn verbs_refuse_bad_requests_without_harming_the_qp() {
+    let mut pair = pair(PairConfig {
+        queue_size: 2,
+        ..PairConfig::default()
+    });
+    let (_, a_mr) = pair.a.region(64, ALL).unwrap();
+    let qp = pair.a.qp;
+    let remote = rnic_engine::verbs::RemoteAddr { stag: 0, to: 0 };
+    let five = [sge(&a_mr, 0, 1); 5];
+    assert_eq!(
+        pair.a.rnic.post_send(qp, &wr(0, SendOp::Send, &five)),
+        Err(VerbError::TooManySge)
+    );
+    let fetch = SendOp::FetchAdd {
+        remote,
+        add: 1,
+        mask: 0,
+    };
+    assert_eq!(
+        pair.a
+            .rnic
+            .post_send(qp, &wr(0, fetch, &[sge(&a_mr, 0, 4)])),
+        Err(VerbError::Invalid)
+    );
+    assert_eq!(
+        pair.a.rnic.post_send(qp, &wr(0, SendOp::Read(remote), &[])),
+        Err(VerbError::Invalid)
+    );
+    assert_eq!(
+        pair.a
+            .rnic
+            .post_send(rnic_engine::verbs::QpHandle(99), &wr(0, SendOp::Send, &[])),
+        Err(VerbError::UnknownHandle)
+    );
+    pair.a
+        .rnic
+        .post_send(qp, &wr(0, SendOp::Send, &[]))
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(qp, &wr(0, SendOp::Send, &[]))
+        .unwrap();
+    assert_eq!(
+        pair.a.rnic.post_send(qp, &wr(0, SendOp::Send, &[])),
+        Err(VerbError::Full)
+    );
+    let region = Region::new(16);
+    assert_eq!(
+        pair.a.rnic.reg_mr(pair.a.pd, region, 8, 9, 0, ALL),
+        Err(VerbError::Invalid),
+        "outside the region"
+    );
+    assert_eq!(pair.a.rnic.qp_state(qp).unwrap(), QpState::Rts);
+}
+
+/// A local protection error on a send request completes it in error and
+/// ends the connection with a local catastrophic Terminate.
+#[test]
+fn a_bad_local_sge_fails_the_request_and_the_qp() {
+    let mut pair = pair(PairConfig::default());
+    let (_, a_mr) = pair.a.region(64, Access::LOCAL_WRITE).unwrap();
+    let (_, b_recv) = pair.b.region(64, Access::LOCAL_WRITE).unwrap();
+    pair.b
+        .rnic
+        .post_recv(pair.b.qp, &recv(9, &[sge(&b_recv, 0, 64)]))
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(pair.a.qp, &wr(1, SendOp::Send, &[sge(&a_mr, 60, 8)]))
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(pair.a.qp, &wr(2, SendOp::Send, &[sge(&a_mr, 0, 8)]))
+        .unwrap();
+    pair.run(STEPS);
+    let wcs = pair.a.completions();
+    assert_eq!(
+        wcs.iter()
+            .map(|wc| (wc.wr_id, wc.status))
+            .collect::<Vec<_>>(),
+        [(1, WcStatus::LocalProtection), (2, WcStatus::Flushed)]
+    );
+    assert_eq!(
+        events(&mut pair, true, None),
+        [QpEvent::TerminateSent(info((0, 0, 0)))]
+    );
+    assert_eq!(
+        events(&mut pair, false, None),
+        [QpEvent::TerminateReceived(info((0, 0, 0)))]
+    );
+    let wcs = pair.b.completions();
+    assert_eq!(
+        wcs.iter()
+            .map(|wc| (wc.wr_id, wc.status))
+            .collect::<Vec<_>>(),
+        [(9, WcStatus::Flushed)]
+    );
+}
+
+/// Closing a QP (the connection is gone) flushes every outstanding work
+/// request in order, and the QP takes no more.
+#[test]
+fn close_flushes_everything_outstanding() {
+    let mut pair = pair(PairConfig {
+        ird_ord: 1,
+        ..PairConfig::default()
+    });
+    let (_, b_mr, _, a_mr) = regions(&mut pair, 4096, ALL);
+    let qp = pair.a.qp;
+    for i in 0..3 {
+        pair.a
+            .rnic
+            .post_recv(qp, &recv(100 + i, &[sge(&a_mr, 0, 8)]))
+            .unwrap();
+    }
+    pair.a
+        .rnic
+        .post_send(
+            qp,
+            &wr(1, SendOp::Read(remote(&b_mr, 0)), &[sge(&a_mr, 0, 64)]),
+        )
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(
+            qp,
+            &wr(2, SendOp::Read(remote(&b_mr, 0)), &[sge(&a_mr, 64, 64)]),
+        )
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(qp, &wr(3, SendOp::Send, &[sge(&a_mr, 0, 8)]))
+        .unwrap();
+    let mut segment = vec![0u8; 1448];
+    assert!(
+        pair.a.rnic.poll_transmit(qp, &mut segment).unwrap() > 0,
+        "the first Read leaves"
+    );
+    pair.a.rnic.close(qp).unwrap();
+    let wcs = pair.a.completions();
+    let got: Vec<(u64, WcStatus)> = wcs.iter().map(|wc| (wc.wr_id, wc.status)).collect();
+    let flushed = WcStatus::Flushed;
+    assert_eq!(
+        got,
+        [
+            (1, flushed),
+            (2, flushed),
+            (3, flushed),
+            (100, flushed),
+            (101, flushed),
+            (102, flushed)
+        ]
+    );
+    assert_eq!(pair.a.rnic.qp_state(qp).unwrap(), QpState::Error);
+    assert_eq!(
+        pair.a.rnic.post_send(qp, &wr(4, SendOp::Send, &[])),
+        Err(VerbError::State)
+    );
+    assert_eq!(
+        pair.a.rnic.post_recv(qp, &recv(5, &[])),
+        Err(VerbError::State)
+    );
+    assert_eq!(pair.a.rnic.poll_transmit(qp, &mut segment).unwrap(), 0);
+}

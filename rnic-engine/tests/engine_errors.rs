@@ -1,0 +1,756 @@
+//! Every bad input of WIRE.md's error lists (RFC 5040 §7, RFC 5041 §7,
+//! seed 004 §8): what a broken or hostile peer sends is answered with the
+//! specified Terminate, the peer reports the same layer/type/code, the QP's
+//! outstanding work completes in error, and the other QPs keep working.
+//!
+//! Bad segments are sent with `Rnic::inject_ulpdu` from side `a`, through
+//! its real framer (so markers and CRC stay right), into side `b`.
+
+mod support;
+
+use rnic_engine::cq::{WcOpcode, WcStatus};
+use rnic_engine::mem::Access;
+use rnic_engine::mpa::rx::{Deframer, Poll, RxConfig};
+use rnic_engine::mpa::tx::{Framer, TxConfig};
+use rnic_engine::pair::{PairConfig, RnicPair};
+use rnic_engine::verbs::{Mr, QpEvent, QpHandle, QpState, SendOp};
+use rnic_engine::wire::atomic::{AtomicOpcode, RequestRepr};
+use rnic_engine::wire::rdmap::{self, Control, Header, Opcode, ReadRequestRepr};
+use rnic_engine::wire::{ddp, term};
+use support::*;
+
+/// Side b's buffers the bad segments aim at.
+struct Target {
+    /// Remote write only.
+    write: Mr,
+    /// Remote read only.
+    read: Mr,
+    /// Remote atomic only.
+    atomic: Mr,
+    /// Remote write, in another protection domain.
+    other_pd: Mr,
+}
+
+fn setup(config: PairConfig, post_recv: bool) -> (RnicPair, Target, (QpHandle, QpHandle)) {
+    let mut pair = pair(config);
+    let second = pair.add_qp().unwrap();
+    let (_, write) = pair.b.region(64, Access::REMOTE_WRITE).unwrap();
+    let (_, read) = pair.b.region(64, Access::REMOTE_READ).unwrap();
+    let (_, atomic) = pair.b.region(64, Access::REMOTE_ATOMIC).unwrap();
+    let pd = pair.b.rnic.alloc_pd().unwrap();
+    let region = rnic_engine::mem::Region::new(64);
+    let other_pd = pair
+        .b
+        .rnic
+        .reg_region(pd, region, Access::REMOTE_WRITE)
+        .unwrap();
+    if post_recv {
+        let (_, recv_mr) = pair.b.region(16, Access::LOCAL_WRITE).unwrap();
+        pair.b
+            .rnic
+            .post_recv(pair.b.qp, &recv(1, &[sge(&recv_mr, 0, 16)]))
+            .unwrap();
+    }
+    (
+        pair,
+        Target {
+            write,
+            read,
+            atomic,
+            other_pd,
+        },
+        second,
+    )
+}
+
+fn send(qn: u32, msn: u32, mo: u32, payload: &[u8]) -> Vec<u8> {
+    untagged(Opcode::Send, qn, msn, mo, Header::None, payload)
+}
+
+fn read_request(msn: u32, source_stag: u32, source_to: u64, read_size: u32) -> Vec<u8> {
+    let request = ReadRequestRepr {
+        sink_stag: 0x1234_5600,
+        sink_to: 0,
+        read_size,
+        source_stag,
+        source_to,
+    };
+    untagged(
+        Opcode::RdmaReadRequest,
+        ddp::qn::READ_REQUEST,
+        msn,
+        0,
+        Header::ReadRequest(request),
+        &[],
+    )
+}
+
+fn atomic(mr: &Mr, to: u64, opcode: AtomicOpcode) -> Vec<u8> {
+    let mut request = RequestRepr::fetch_add(1, mr.stag, to, 1, 0);
+    request.opcode = opcode;
+    untagged(
+        Opcode::AtomicRequest,
+        ddp::qn::READ_REQUEST,
+        1,
+        0,
+        Header::AtomicRequest(request),
+        &[],
+    )
+}
+
+fn send_with_invalidate(stag: u32) -> Vec<u8> {
+    let buffer = ddp::Buffer::Untagged {
+        rsvd_ulp: stag,
+        qn: 0,
+        msn: 1,
+        mo: 0,
+    };
+    raw(
+        Control::new(Opcode::SendWithInvalidate),
+        true,
+        ddp::VERSION,
+        buffer,
+        Header::None,
+        b"x",
+    )
+}
+
+/// Builds the bad segments of a case.
+type Build = Box<dyn Fn(&Target) -> Vec<Vec<u8>>>;
+type Case = (&'static str, Build, (u8, u8, u8));
+
+fn cases() -> Vec<Case> {
+    let one = |f: fn(&Target) -> Vec<u8>| -> Build { Box::new(move |t| vec![f(t)]) };
+    vec![
+        // DDP tagged buffer errors (layer 1, type 1).
+        (
+            "write: invalid STag",
+            one(|t| {
+                tagged(
+                    Opcode::RdmaWrite,
+                    t.write.stag.wrapping_add(0x100),
+                    0,
+                    b"data",
+                )
+            }),
+            (1, 1, 0),
+        ),
+        (
+            "write: stale STag key",
+            one(|t| tagged(Opcode::RdmaWrite, t.write.stag ^ 1, 0, b"data")),
+            (1, 1, 0),
+        ),
+        (
+            "write: no remote write access",
+            one(|t| tagged(Opcode::RdmaWrite, t.read.stag, 0, b"data")),
+            (1, 1, 0),
+        ),
+        (
+            "write: past the end",
+            one(|t| tagged(Opcode::RdmaWrite, t.write.stag, 61, b"data")),
+            (1, 1, 1),
+        ),
+        (
+            "write: other PD",
+            one(|t| tagged(Opcode::RdmaWrite, t.other_pd.stag, 0, b"data")),
+            (1, 1, 2),
+        ),
+        (
+            "write: TO wraps",
+            one(|t| tagged(Opcode::RdmaWrite, t.write.stag, u64::MAX - 1, b"data")),
+            (1, 1, 3),
+        ),
+        (
+            "write: DDP version 2",
+            one(|t| {
+                let buffer = ddp::Buffer::Tagged {
+                    stag: t.write.stag,
+                    to: 0,
+                };
+                raw(
+                    Control::new(Opcode::RdmaWrite),
+                    true,
+                    2,
+                    buffer,
+                    Header::None,
+                    b"data",
+                )
+            }),
+            (1, 1, 4),
+        ),
+        // DDP untagged buffer errors (layer 1, type 2).
+        ("send: QN 1", one(|_| send(1, 1, 0, b"data")), (1, 2, 1)),
+        ("send: QN 9", one(|_| send(9, 1, 0, b"data")), (1, 2, 1)),
+        (
+            "send: MSN ahead",
+            one(|_| send(0, 2, 0, b"data")),
+            (1, 2, 3),
+        ),
+        (
+            "send: MSN behind",
+            one(|_| send(0, 0, 0, b"data")),
+            (1, 2, 3),
+        ),
+        (
+            "send: MO past the buffer",
+            one(|_| send(0, 1, 17, b"data")),
+            (1, 2, 4),
+        ),
+        (
+            "send: longer than the buffer",
+            one(|_| send(0, 1, 0, &[7; 17])),
+            (1, 2, 5),
+        ),
+        (
+            "send: two segments, too long together",
+            Box::new(|_| {
+                let buffer = ddp::Buffer::Untagged {
+                    rsvd_ulp: 0,
+                    qn: 0,
+                    msn: 1,
+                    mo: 0,
+                };
+                vec![
+                    raw(
+                        Control::new(Opcode::Send),
+                        false,
+                        ddp::VERSION,
+                        buffer,
+                        Header::None,
+                        &[1; 10],
+                    ),
+                    send(0, 1, 10, &[2; 10]),
+                ]
+            }),
+            (1, 2, 5),
+        ),
+        (
+            "send: DDP version 0",
+            one(|_| {
+                let buffer = ddp::Buffer::Untagged {
+                    rsvd_ulp: 0,
+                    qn: 0,
+                    msn: 1,
+                    mo: 0,
+                };
+                raw(
+                    Control::new(Opcode::Send),
+                    true,
+                    0,
+                    buffer,
+                    Header::None,
+                    b"data",
+                )
+            }),
+            (1, 2, 6),
+        ),
+        (
+            "read request: not the last segment",
+            one(|t| {
+                let mut octets = read_request(1, t.read.stag, 0, 8);
+                octets[0] &= !0x40;
+                octets
+            }),
+            (1, 2, 4),
+        ),
+        // RDMAP remote protection errors (layer 0, type 1).
+        (
+            "read: invalid source STag",
+            one(|t| read_request(1, t.read.stag.wrapping_add(0x100), 0, 8)),
+            (0, 1, 0),
+        ),
+        (
+            "read: past the end",
+            one(|t| read_request(1, t.read.stag, 60, 8)),
+            (0, 1, 1),
+        ),
+        (
+            "read: no remote read access",
+            one(|t| read_request(1, t.write.stag, 0, 8)),
+            (0, 1, 2),
+        ),
+        (
+            "read: other PD",
+            one(|t| read_request(1, t.other_pd.stag, 0, 8)),
+            (0, 1, 3),
+        ),
+        (
+            "read: TO wraps",
+            one(|t| read_request(1, t.read.stag, u64::MAX - 3, 8)),
+            (0, 1, 4),
+        ),
+        (
+            "atomic: no remote atomic access",
+            one(|t| atomic(&t.write, 0, AtomicOpcode::FetchAdd)),
+            (0, 1, 2),
+        ),
+        (
+            "atomic: past the end",
+            one(|t| atomic(&t.atomic, 64, AtomicOpcode::FetchAdd)),
+            (0, 1, 1),
+        ),
+        (
+            "atomic: invalid STag",
+            one(|t| {
+                atomic(
+                    &Mr {
+                        stag: t.atomic.stag ^ 0x80,
+                        ..t.atomic
+                    },
+                    0,
+                    AtomicOpcode::FetchAdd,
+                )
+            }),
+            (0, 1, 0),
+        ),
+        (
+            "send with invalidate: no invalidate right",
+            one(|t| send_with_invalidate(t.write.stag)),
+            (0, 1, 9),
+        ),
+        // RDMAP remote operation errors (layer 0, type 2).
+        (
+            "RDMAP version 0",
+            one(|_| {
+                let buffer = ddp::Buffer::Untagged {
+                    rsvd_ulp: 0,
+                    qn: 0,
+                    msn: 1,
+                    mo: 0,
+                };
+                raw(
+                    Control {
+                        version: 0,
+                        ..Control::new(Opcode::Send)
+                    },
+                    true,
+                    ddp::VERSION,
+                    buffer,
+                    Header::None,
+                    b"data",
+                )
+            }),
+            (0, 2, 5),
+        ),
+        (
+            "opcode 0xC",
+            one(|_| untagged(Opcode::Unknown(0xC), 0, 1, 0, Header::None, b"data")),
+            (0, 2, 6),
+        ),
+        (
+            "opcode 0xF tagged",
+            one(|t| tagged(Opcode::Unknown(0xF), t.write.stag, 0, b"data")),
+            (0, 2, 6),
+        ),
+        (
+            "write sent untagged",
+            one(|_| untagged(Opcode::RdmaWrite, 0, 1, 0, Header::None, b"data")),
+            (0, 2, 6),
+        ),
+        (
+            "send sent tagged",
+            one(|t| tagged(Opcode::Send, t.write.stag, 0, b"data")),
+            (0, 2, 6),
+        ),
+        (
+            "atomic: AOpCode 5",
+            one(|t| atomic(&t.atomic, 0, AtomicOpcode::Unknown(5))),
+            (0, 2, 6),
+        ),
+        (
+            "IRD overflow",
+            Box::new(|t| {
+                (1..=3)
+                    .map(|msn| read_request(msn, t.read.stag, 0, 8))
+                    .collect()
+            }),
+            (0, 2, 7),
+        ),
+        (
+            "send with invalidate: no such STag",
+            one(|t| send_with_invalidate(t.write.stag.wrapping_add(0x300))),
+            (0, 2, 9),
+        ),
+        (
+            "immediate data: 7 octets",
+            one(|_| untagged(Opcode::ImmediateData, 0, 1, 0, Header::None, &[1; 7])),
+            (0, 2, 0xFF),
+        ),
+        (
+            "immediate data: 9 octets",
+            one(|_| untagged(Opcode::ImmediateDataWithSe, 0, 1, 0, Header::None, &[1; 9])),
+            (0, 2, 0xFF),
+        ),
+        (
+            "atomic: misaligned target",
+            one(|t| atomic(&t.atomic, 4, AtomicOpcode::FetchAdd)),
+            (0, 2, 0xFF),
+        ),
+        (
+            "read response nobody asked for",
+            one(|_| tagged(Opcode::RdmaReadResponse, 0x4242, 0, b"data")),
+            (0, 2, 0xFF),
+        ),
+        (
+            "atomic response nobody asked for",
+            one(|_| {
+                let response = rnic_engine::wire::atomic::ResponseRepr {
+                    original_request_id: 1,
+                    original_remote_value: 5,
+                };
+                untagged(
+                    Opcode::AtomicResponse,
+                    ddp::qn::ATOMIC_RESPONSE,
+                    1,
+                    0,
+                    Header::AtomicResponse(response),
+                    &[],
+                )
+            }),
+            (0, 2, 0xFF),
+        ),
+        (
+            "read request header cut short",
+            one(|t| {
+                let mut octets = read_request(1, t.read.stag, 0, 8);
+                octets.truncate(octets.len() - 4);
+                octets
+            }),
+            (0, 2, 0xFF),
+        ),
+        // LLP (layer 2): a ULPDU too short for any DDP header.
+        (
+            "three-octet ULPDU",
+            one(|_| vec![0x41, 0x43, 0x00]),
+            (2, 0, 4),
+        ),
+    ]
+}
+
+/// Sends the segments from a to b and checks both ends of the Terminate.
+fn check(
+    config: PairConfig,
+    name: &str,
+    segments: Vec<Vec<u8>>,
+    code: (u8, u8, u8),
+    second: (QpHandle, QpHandle),
+    pair: &mut RnicPair,
+) {
+    let (qa, qb) = (pair.a.qp, pair.b.qp);
+    for segment in &segments {
+        pair.a.rnic.inject_ulpdu(qa, segment).unwrap();
+    }
+    pair.run(STEPS);
+    assert_eq!(
+        events(pair, false, None),
+        [QpEvent::TerminateSent(info(code))],
+        "{name} ({config:?})"
+    );
+    assert_eq!(
+        events(pair, true, None),
+        [QpEvent::TerminateReceived(info(code))],
+        "{name}"
+    );
+    assert_eq!(pair.b.rnic.qp_state(qb).unwrap(), QpState::Error, "{name}");
+    assert_eq!(pair.a.rnic.qp_state(qa).unwrap(), QpState::Error, "{name}");
+    // The receive b had posted completes in error, never silently.
+    let wcs: Vec<_> = pair
+        .b
+        .completions()
+        .into_iter()
+        .filter(|wc| wc.qp == qb)
+        .collect();
+    assert_eq!(wcs.len(), 1, "{name}: {wcs:?}");
+    assert_ne!(wcs[0].status, WcStatus::Success, "{name}");
+    assert_other_qp_works(pair, second, name);
+}
+
+/// A Write and a Send on the second QP still get through.
+fn assert_other_qp_works(pair: &mut RnicPair, (qa, qb): (QpHandle, QpHandle), name: &str) {
+    let (b_region, b_mr) = pair
+        .b
+        .region(32, Access::REMOTE_WRITE.union(Access::LOCAL_WRITE))
+        .unwrap();
+    let (a_region, a_mr) = pair.a.region(32, ALL).unwrap();
+    a_region.write(0, &pattern(32, 1)).unwrap();
+    pair.b
+        .rnic
+        .post_recv(qb, &recv(77, &[sge(&b_mr, 16, 16)]))
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(
+            qa,
+            &wr(5, SendOp::Write(remote(&b_mr, 0)), &[sge(&a_mr, 0, 16)]),
+        )
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(qa, &wr(6, SendOp::Send, &[sge(&a_mr, 16, 16)]))
+        .unwrap();
+    pair.run(STEPS);
+    let wcs = pair.a.completions();
+    assert_eq!(wcs.len(), 2, "{name}: {wcs:?}");
+    assert_wc(&wcs[1], 6, WcOpcode::Send, 16);
+    let wcs: Vec<_> = pair
+        .b
+        .completions()
+        .into_iter()
+        .filter(|wc| wc.qp == qb)
+        .collect();
+    assert_eq!(wcs.len(), 1, "{name}: {wcs:?}");
+    assert_wc(&wcs[0], 77, WcOpcode::Recv, 16);
+    assert_eq!(b_region.to_vec(), pattern(32, 1), "{name}");
+}
+
+#[test]
+fn every_bad_segment_gets_its_terminate() {
+    for config in [
+        PairConfig::default(),
+        PairConfig {
+            crc: false,
+            markers: true,
+            cut_max: 5,
+            ird_ord: 2,
+            ..PairConfig::default()
+        },
+    ] {
+        for (name, build, code) in cases() {
+            let config = PairConfig {
+                ird_ord: 2,
+                ..config
+            };
+            let (mut pair, target, second) = setup(config, true);
+            let segments = build(&target);
+            check(config, name, segments, code, second, &mut pair);
+        }
+    }
+}
+
+#[test]
+fn a_send_without_a_posted_receive_is_no_buffer() {
+    let config = PairConfig::default();
+    let (mut pair, _, second) = setup(config, false);
+    pair.a
+        .rnic
+        .inject_ulpdu(pair.a.qp, &send(0, 1, 0, b"data"))
+        .unwrap();
+    pair.run(STEPS);
+    assert_eq!(
+        events(&mut pair, false, None),
+        [QpEvent::TerminateSent(info((1, 2, 2)))]
+    );
+    assert_eq!(
+        events(&mut pair, true, None),
+        [QpEvent::TerminateReceived(info((1, 2, 2)))]
+    );
+    assert_other_qp_works(&mut pair, second, "no buffer");
+}
+
+#[test]
+fn immediate_data_without_a_posted_receive_is_no_buffer() {
+    let (mut pair, _, _) = setup(PairConfig::default(), false);
+    pair.a
+        .rnic
+        .post_send(pair.a.qp, &wr(1, SendOp::Immediate([1; 8]), &[]))
+        .unwrap();
+    pair.run(STEPS);
+    assert_eq!(
+        events(&mut pair, false, None),
+        [QpEvent::TerminateSent(info((1, 2, 2)))]
+    );
+}
+
+/// A corrupted CRC is an MPA error: layer 2, type 0, code 2.
+#[test]
+fn a_bad_crc_is_an_mpa_terminate() {
+    let config = PairConfig::default();
+    let (mut pair, target, second) = setup(config, true);
+    let mut framer = Framer::new(TxConfig {
+        crc: true,
+        markers: false,
+        emss: config.emss,
+    })
+    .unwrap();
+    let mut fpdu = vec![0u8; 256];
+    let n = framer
+        .frame(
+            &[&tagged(Opcode::RdmaWrite, target.write.stag, 0, b"data")],
+            &mut fpdu,
+        )
+        .unwrap();
+    fpdu[n - 1] ^= 0x20;
+    pair.b.rnic.handle_stream(pair.b.qp, &fpdu[..n]).unwrap();
+    pair.run(STEPS);
+    assert_eq!(
+        events(&mut pair, false, None),
+        [QpEvent::TerminateSent(info((2, 0, 2)))]
+    );
+    assert_eq!(
+        events(&mut pair, true, None),
+        [QpEvent::TerminateReceived(info((2, 0, 2)))]
+    );
+    assert_other_qp_works(&mut pair, second, "CRC");
+}
+
+/// The Terminate's own layout (RFC 5040 §4.8): M and D with the failed
+/// segment's length and DDP header; R and the 28-octet header for a Read
+/// Request; no RDMA header for an atomic (seed 004 §8.1); only the first
+/// error is reported.
+#[test]
+fn the_terminate_echoes_the_failed_segment() {
+    let config = PairConfig::default();
+    let bad_read = |t: &Target| read_request(1, t.write.stag, 0, 8);
+    let bad_atomic = |t: &Target| atomic(&t.atomic, 4, AtomicOpcode::FetchAdd);
+    let bad_write = |t: &Target| tagged(Opcode::RdmaWrite, t.write.stag, 62, b"data");
+    for (build, rdma_header) in [
+        (Box::new(bad_read) as Box<dyn Fn(&Target) -> Vec<u8>>, true),
+        (Box::new(bad_atomic), false),
+        (Box::new(bad_write), false),
+    ] {
+        let (mut pair, target, _) = setup(config, true);
+        let segment = build(&target);
+        pair.a.rnic.inject_ulpdu(pair.a.qp, &segment).unwrap();
+        // A second bad segment right behind it: ignored, first error wins.
+        pair.a
+            .rnic
+            .inject_ulpdu(pair.a.qp, &send(7, 9, 0, b"x"))
+            .unwrap();
+        let mut wire = vec![0u8; 1448];
+        let n = pair.a.rnic.poll_transmit(pair.a.qp, &mut wire).unwrap();
+        assert_eq!(pair.b.rnic.handle_stream(pair.b.qp, &wire[..n]).unwrap(), n);
+        let n = pair.b.rnic.poll_transmit(pair.b.qp, &mut wire).unwrap();
+        let mut deframer = Deframer::new(RxConfig {
+            crc: true,
+            markers: false,
+            ulpdu_max: 65535,
+        });
+        let (used, poll) = deframer.poll(&wire[..n]);
+        assert_eq!(used, n, "one FPDU");
+        let Poll::Ulpdu(ulpdu) = poll else {
+            panic!("{poll:?}")
+        };
+        let packet = ddp::Packet::new_checked(ulpdu).unwrap();
+        assert_eq!(
+            (packet.qn(), packet.msn(), packet.last()),
+            (ddp::qn::TERMINATE, 1, true)
+        );
+        let message = rdmap::Repr::parse(&packet).unwrap();
+        let Header::Terminate(term) = message.header else {
+            panic!("{message:?}")
+        };
+        assert_eq!(term.encoding, term::Encoding::Rfc5040);
+        assert!(term.segment_length_valid);
+        assert_eq!(
+            usize::from(term.ddp_segment_length),
+            segment.len(),
+            "the DDP segment's length"
+        );
+        let ddp_len = ddp::Packet::new_checked(&segment[..]).unwrap().header_len();
+        assert_eq!(term.ddp_header, Some(&segment[..ddp_len]));
+        if rdma_header {
+            assert_eq!(term.rdma_header, Some(&segment[ddp_len..ddp_len + 28]));
+        } else {
+            assert_eq!(term.rdma_header, None);
+        }
+        assert_eq!(
+            pair.b.rnic.poll_transmit(pair.b.qp, &mut wire).unwrap(),
+            0,
+            "one Terminate per stream"
+        );
+    }
+}
+
+/// A Terminate that echoes one of our Read or atomic requests completes that
+/// request with the remote error; the rest is flushed.
+#[test]
+fn a_refused_read_completes_with_a_remote_access_error() {
+    let mut pair = pair(PairConfig::default());
+    let (_, b_mr, _, a_mr) = regions(&mut pair, 64, Access::REMOTE_READ);
+    let qp = pair.a.qp;
+    pair.a
+        .rnic
+        .post_send(
+            qp,
+            &wr(1, SendOp::Read(remote(&b_mr, 0)), &[sge(&a_mr, 0, 8)]),
+        )
+        .unwrap();
+    pair.run(STEPS);
+    pair.a
+        .rnic
+        .post_send(
+            qp,
+            &wr(2, SendOp::Read(remote(&b_mr, 60)), &[sge(&a_mr, 8, 8)]),
+        )
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(
+            qp,
+            &wr(
+                3,
+                SendOp::FetchAdd {
+                    remote: remote(&b_mr, 0),
+                    add: 1,
+                    mask: 0,
+                },
+                &[sge(&a_mr, 16, 8)],
+            ),
+        )
+        .unwrap();
+    pair.run(STEPS);
+    let got: Vec<_> = pair
+        .a
+        .completions()
+        .iter()
+        .map(|wc| (wc.wr_id, wc.status))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, WcStatus::Success),
+            (2, WcStatus::RemoteAccess),
+            (3, WcStatus::Flushed)
+        ]
+    );
+    assert_eq!(
+        events(&mut pair, true, None),
+        [QpEvent::TerminateReceived(info((0, 1, 1)))]
+    );
+}
+
+/// A Terminate from Linux siw (its bit-swapped control word, WIRE.md §4) is
+/// understood: the same layer/type/code reaches the application.
+#[test]
+fn a_siw_style_terminate_is_read_leniently() {
+    let mut pair = pair(PairConfig::default());
+    let repr = term::Repr {
+        encoding: term::Encoding::SiwBitfield,
+        layer: term::Layer::from(1),
+        etype: 2,
+        ecode: 2,
+        reserved: 0,
+        segment_length_valid: false,
+        ddp_segment_length: 0,
+        ddp_header: None,
+        rdma_header: None,
+    };
+    let segment = untagged(
+        Opcode::Terminate,
+        ddp::qn::TERMINATE,
+        1,
+        0,
+        Header::Terminate(repr),
+        &[],
+    );
+    pair.a.rnic.inject_ulpdu(pair.a.qp, &segment).unwrap();
+    pair.run(STEPS);
+    assert_eq!(
+        events(&mut pair, false, None),
+        [QpEvent::TerminateReceived(info((1, 2, 2)))]
+    );
+    assert!(
+        events(&mut pair, true, None).is_empty(),
+        "a Terminate is never answered"
+    );
+}
