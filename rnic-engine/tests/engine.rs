@@ -938,3 +938,42 @@ fn close_flushes_everything_outstanding() {
     );
     assert_eq!(pair.a.rnic.poll_transmit(qp, &mut segment).unwrap(), 0);
 }
+
+/// A fast registration whose Tagged Offsets would wrap is refused locally,
+/// as `reg_mr` refuses one.
+#[test]
+fn fast_registration_with_wrapping_offsets_fails_locally() {
+    let mut pair = pair(PairConfig::default());
+    let stag = pair.b.rnic.alloc_fast_reg_stag(pair.b.pd).unwrap();
+    let fr = FastRegistration {
+        stag,
+        region: Region::new(4096),
+        offset: 0,
+        len: 4096,
+        base_to: u64::MAX - 100,
+        access: Access::REMOTE_WRITE,
+    };
+    pair.b
+        .rnic
+        .post_send(pair.b.qp, &wr(1, SendOp::FastRegister(fr), &[]))
+        .unwrap();
+    pair.run(STEPS);
+    assert_eq!(pair.b.completions()[0].status, WcStatus::LocalProtection);
+    let (_, a_mr) = pair.a.region(8, ALL).unwrap();
+    let target = rnic_engine::verbs::RemoteAddr {
+        stag,
+        to: u64::MAX - 50,
+    };
+    pair.a
+        .rnic
+        .post_send(
+            pair.a.qp,
+            &wr(2, SendOp::Write(target), &[sge(&a_mr, 0, 8)]),
+        )
+        .unwrap();
+    pair.run(STEPS);
+    assert_eq!(
+        events(&mut pair, false, None),
+        [QpEvent::TerminateSent(info((1, 1, 0)))]
+    );
+}

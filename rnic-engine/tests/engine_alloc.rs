@@ -103,6 +103,7 @@ fn steady_state_transfers_do_not_allocate() {
                 pair.run(STEPS);
                 let a = pair.a.rnic.poll_cq(pair.a.cq, &mut wcs).unwrap();
                 assert_eq!(a, 5);
+                assert!(wcs[..a].iter().all(|wc| wc.status == WcStatus::Success));
                 let b = pair.b.rnic.poll_cq(pair.b.cq, &mut wcs).unwrap();
                 assert_eq!(b, 2);
                 assert!(wcs[..b].iter().all(|wc| wc.status == WcStatus::Success));

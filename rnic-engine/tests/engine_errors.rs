@@ -197,6 +197,34 @@ fn cases() -> Vec<Case> {
             (1, 2, 4),
         ),
         (
+            "send: first segment not at MO 0",
+            one(|_| send(0, 1, 5, b"data")),
+            (1, 2, 4),
+        ),
+        (
+            "send: a hole between segments",
+            Box::new(|_| {
+                let buffer = ddp::Buffer::Untagged {
+                    rsvd_ulp: 0,
+                    qn: 0,
+                    msn: 1,
+                    mo: 0,
+                };
+                vec![
+                    raw(
+                        Control::new(Opcode::Send),
+                        false,
+                        ddp::VERSION,
+                        buffer,
+                        Header::None,
+                        &[1; 4],
+                    ),
+                    send(0, 1, 6, &[2; 4]),
+                ]
+            }),
+            (1, 2, 4),
+        ),
+        (
             "send: longer than the buffer",
             one(|_| send(0, 1, 0, &[7; 17])),
             (1, 2, 5),
@@ -753,4 +781,132 @@ fn a_siw_style_terminate_is_read_leniently() {
         events(&mut pair, true, None).is_empty(),
         "a Terminate is never answered"
     );
+}
+
+/// A malformed Terminate (not the last segment, wrong queue, bad RDMAP
+/// version) still ends the stream and is never answered with a Terminate.
+#[test]
+fn a_malformed_terminate_is_not_answered() {
+    let repr = term::Repr {
+        encoding: term::Encoding::Rfc5040,
+        layer: term::Layer::from(0),
+        etype: 2,
+        ecode: 0xFF,
+        reserved: 0,
+        segment_length_valid: false,
+        ddp_segment_length: 0,
+        ddp_header: None,
+        rdma_header: None,
+    };
+    let buffer = |qn| ddp::Buffer::Untagged {
+        rsvd_ulp: 0,
+        qn,
+        msn: 1,
+        mo: 0,
+    };
+    let control = Control::new(Opcode::Terminate);
+    for segment in [
+        raw(
+            control,
+            false,
+            ddp::VERSION,
+            buffer(2),
+            Header::Terminate(repr),
+            &[],
+        ),
+        raw(
+            control,
+            true,
+            ddp::VERSION,
+            buffer(0),
+            Header::Terminate(repr),
+            &[],
+        ),
+        raw(
+            Control {
+                version: 3,
+                ..control
+            },
+            true,
+            ddp::VERSION,
+            buffer(2),
+            Header::Terminate(repr),
+            &[],
+        ),
+        raw(control, true, ddp::VERSION, buffer(2), Header::None, &[1]),
+    ] {
+        let mut pair = pair(PairConfig::default());
+        pair.a.rnic.inject_ulpdu(pair.a.qp, &segment).unwrap();
+        pair.run(STEPS);
+        let got = events(&mut pair, false, None);
+        assert!(
+            matches!(got[..], [QpEvent::TerminateReceived(_)]),
+            "{got:?}"
+        );
+        assert_eq!(pair.b.rnic.qp_state(pair.b.qp).unwrap(), QpState::Error);
+        assert!(
+            events(&mut pair, true, None).is_empty(),
+            "answered: {segment:02x?}"
+        );
+    }
+}
+
+/// An STag invalidated while an atomic on it waits in the IRRQ: the atomic
+/// fails with a protection Terminate naming it, and the memory is not
+/// touched (the peer invalidated it first in the same stream).
+#[test]
+fn an_stag_invalidated_under_a_queued_atomic_stops_it() {
+    let (mut pair, _, _) = setup(PairConfig::default(), true);
+    let access = Access::REMOTE_ATOMIC.union(Access::REMOTE_INVALIDATE);
+    let (memory, mr) = pair.b.region(64, access).unwrap();
+    pair.a
+        .rnic
+        .inject_ulpdu(pair.a.qp, &atomic(&mr, 8, AtomicOpcode::FetchAdd))
+        .unwrap();
+    pair.a
+        .rnic
+        .inject_ulpdu(pair.a.qp, &send_with_invalidate(mr.stag))
+        .unwrap();
+    pair.run(STEPS);
+    assert_eq!(
+        events(&mut pair, false, None),
+        [QpEvent::TerminateSent(info((0, 1, 0)))]
+    );
+    assert_eq!(memory.to_vec(), vec![0; 64], "the atomic did not run");
+    let wcs = pair.b.completions();
+    assert_eq!(wcs[0].invalidated, Some(mr.stag));
+}
+
+/// A region deregistered while a long Read Response streams from it: the
+/// response stops with a protection Terminate and the requester's Read
+/// completes with a remote access error (the Terminate names its MSN).
+#[test]
+fn deregistering_under_a_read_response_stops_it() {
+    let mut pair = pair(PairConfig::default());
+    let (b_region, b_mr, _, a_mr) = regions(&mut pair, 1 << 20, Access::REMOTE_READ);
+    b_region.write(0, &pattern(1 << 20, 3)).unwrap();
+    pair.a
+        .rnic
+        .post_send(
+            pair.a.qp,
+            &wr(1, SendOp::Read(remote(&b_mr, 0)), &[sge(&a_mr, 0, 1 << 20)]),
+        )
+        .unwrap();
+    for _ in 0..10 {
+        pair.step();
+    }
+    pair.b.rnic.dereg_mr(b_mr.stag).unwrap();
+    let moved = pair.moved[1];
+    pair.run(STEPS);
+    assert!(
+        pair.moved[1] - moved < 2 * 1448,
+        "the response stopped: {} more octets",
+        pair.moved[1] - moved
+    );
+    assert_eq!(
+        events(&mut pair, false, None),
+        [QpEvent::TerminateSent(info((0, 1, 0)))]
+    );
+    let wcs = pair.a.completions();
+    assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::RemoteAccess));
 }

@@ -502,7 +502,21 @@ fn remote_writes_race_local_reads() {
             let mut now = vec![0u8; LEN];
             let mut reads = 0u64;
             while !done.load(Ordering::Acquire) || reads < 10 {
-                region.read(0, &mut now).unwrap();
+                // Whole, and in pieces of every copy path's sizes (short,
+                // vector, long), at odd offsets.
+                if reads.is_multiple_of(2) {
+                    region.read(0, &mut now).unwrap();
+                } else {
+                    let mut at = 0;
+                    for len in [7usize, 64, 1000, 2047, 63, 915].iter().cycle() {
+                        let len = (*len).min(LEN - at);
+                        region.read(at, &mut now[at..at + len]).unwrap();
+                        at += len;
+                        if at == LEN {
+                            break;
+                        }
+                    }
+                }
                 for (i, (&old, &new)) in last.iter().zip(&now).enumerate() {
                     assert!(new >= old, "octet {i} went back from {old} to {new}");
                     assert!(new <= 250, "octet {i} holds {new}, which nobody wrote");

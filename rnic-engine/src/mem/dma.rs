@@ -117,44 +117,47 @@ mod x86 {
             // present. The loop copies 256 octets at a time, then 64; the
             // last 64 octets of the source, loaded first, are stored last
             // at `dst + n - 64`, which covers the remainder (re-storing
-            // some octets with the values just stored). Only the listed
-            // vector registers are touched; `vzeroupper` avoids the
-            // AVX-SSE transition penalty after.
+            // some octets with the values just stored). `vzeroupper` avoids
+            // the AVX-SSE transition penalty after; `clobber_abi("C")`
+            // tells the compiler every vector register may change.
             unsafe {
                 core::arch::asm!(
-                    "vmovdqu64 zmm4, [{s} + {n} - 64]",
-                    "cmp {n}, 256",
+                    "vmovdqu64 zmm4, [rsi + rcx - 64]",
+                    "cmp rcx, 256",
                     "jb 3f",
                     "2:",
-                    "vmovdqu64 zmm0, [{s}]",
-                    "vmovdqu64 zmm1, [{s} + 64]",
-                    "vmovdqu64 zmm2, [{s} + 128]",
-                    "vmovdqu64 zmm3, [{s} + 192]",
-                    "vmovdqu64 [{d}], zmm0",
-                    "vmovdqu64 [{d} + 64], zmm1",
-                    "vmovdqu64 [{d} + 128], zmm2",
-                    "vmovdqu64 [{d} + 192], zmm3",
-                    "add {s}, 256",
-                    "add {d}, 256",
-                    "sub {n}, 256",
-                    "cmp {n}, 256",
+                    "vmovdqu64 zmm0, [rsi]",
+                    "vmovdqu64 zmm1, [rsi + 64]",
+                    "vmovdqu64 zmm2, [rsi + 128]",
+                    "vmovdqu64 zmm3, [rsi + 192]",
+                    "vmovdqu64 [rdi], zmm0",
+                    "vmovdqu64 [rdi + 64], zmm1",
+                    "vmovdqu64 [rdi + 128], zmm2",
+                    "vmovdqu64 [rdi + 192], zmm3",
+                    "add rsi, 256",
+                    "add rdi, 256",
+                    "sub rcx, 256",
+                    "cmp rcx, 256",
                     "jae 2b",
                     "3:",
-                    "cmp {n}, 64",
+                    "cmp rcx, 64",
                     "jbe 4f",
-                    "vmovdqu64 zmm0, [{s}]",
-                    "vmovdqu64 [{d}], zmm0",
-                    "add {s}, 64",
-                    "add {d}, 64",
-                    "sub {n}, 64",
+                    "vmovdqu64 zmm0, [rsi]",
+                    "vmovdqu64 [rdi], zmm0",
+                    "add rsi, 64",
+                    "add rdi, 64",
+                    "sub rcx, 64",
                     "jmp 3b",
                     "4:",
-                    "vmovdqu64 [{d} + {n} - 64], zmm4",
+                    "vmovdqu64 [rdi + rcx - 64], zmm4",
                     "vzeroupper",
-                    s = inout(reg) src => _,
-                    d = inout(reg) dst => _,
-                    n = inout(reg) n => _,
-                    out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _, out("zmm4") _,
+                    inout("rsi") src => _,
+                    inout("rdi") dst => _,
+                    inout("rcx") n => _,
+                    // Every vector register: the block uses zmm0-4, and
+                    // `vzeroupper` zeroes the upper halves of ymm0-15,
+                    // which code built with AVX may keep values in.
+                    clobber_abi("C"),
                     options(nostack),
                 );
             }
@@ -286,6 +289,63 @@ mod tests {
                 assert_eq!(b, src, "portable copy_out offset {offset} len {len}");
             }
         }
+    }
+
+    /// Vector registers the compiler keeps live across the copy survive it
+    /// (the vector copy ends with `vzeroupper`, which clears the upper
+    /// halves of ymm0-15; the asm must declare that).
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[test]
+    fn live_vector_registers_survive_the_copy() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let target = words(128);
+        // SAFETY: AVX2 is present (checked above).
+        #[allow(unsafe_code)]
+        let lanes = unsafe { hold_ymm_across_copy(&target) };
+        let expected: Vec<i64> = (0..32).map(|i| 1000 + i * 2).collect();
+        assert_eq!(lanes.to_vec(), expected);
+    }
+
+    /// Eight 256-bit values live across a vector-sized copy, then stored.
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    #[allow(unsafe_code)]
+    #[target_feature(enable = "avx2")]
+    fn hold_ymm_across_copy(target: &[AtomicU64]) -> [i64; 32] {
+        use core::arch::x86_64::*;
+        // Computed at run time from opaque inputs, so that the compiler
+        // keeps them in registers rather than rebuilding them after.
+        let step = _mm256_set1_epi64x(std::hint::black_box(8));
+        let v0 = _mm256_set_epi64x(
+            std::hint::black_box(1006),
+            std::hint::black_box(1004),
+            std::hint::black_box(1002),
+            std::hint::black_box(1000),
+        );
+        let v1 = _mm256_add_epi64(v0, step);
+        let v2 = _mm256_add_epi64(v1, step);
+        let v3 = _mm256_add_epi64(v2, step);
+        let v4 = _mm256_add_epi64(v3, step);
+        let v5 = _mm256_add_epi64(v4, step);
+        let v6 = _mm256_add_epi64(v5, step);
+        let v7 = _mm256_add_epi64(v6, step);
+        let src = [0x42u8; 128];
+        assert!(target.len() * 8 >= src.len());
+        // SAFETY: `target` holds 128 octets (asserted), disjoint from `src`.
+        unsafe {
+            super::x86::copy(
+                target.as_ptr().cast::<u8>().cast_mut(),
+                src.as_ptr(),
+                src.len(),
+            )
+        };
+        let mut out = [0i64; 32];
+        for (i, v) in [v0, v1, v2, v3, v4, v5, v6, v7].into_iter().enumerate() {
+            // SAFETY: `out` has room for 4 i64 at 4 * i; unaligned store.
+            unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(4 * i).cast(), v) };
+        }
+        out
     }
 
     #[test]

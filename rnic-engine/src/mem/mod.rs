@@ -340,7 +340,9 @@ impl StagTable {
             return Err(AccessError::Rights);
         }
         let end = to.checked_add(len as u64).ok_or(AccessError::ToWrap)?;
-        if to < r.base_to || end > r.base_to + r.len as u64 {
+        // Registrations never wrap (`reg_mr` and fast registration check);
+        // saturating keeps a violated invariant a refusal, not a panic.
+        if to < r.base_to || end > r.base_to.saturating_add(r.len as u64) {
             return Err(AccessError::BaseBounds);
         }
         Ok((&r.region, r.offset + (to - r.base_to) as usize))

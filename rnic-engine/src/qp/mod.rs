@@ -39,6 +39,7 @@ use crate::mpa::tx::{Framer, TxConfig};
 use crate::verbs::{
     CqHandle, QpHandle, QpInit, RecvWr, SendOp, SendWr, Sge, Srq, SrqHandle, VerbError, SGE_MAX,
 };
+use crate::wire::rdmap::ReadRequestRepr;
 use crate::wire::{atomic, ddp};
 
 use self::term::TermCause;
@@ -296,17 +297,22 @@ enum Orq {
 
 /// An inbound request waiting for its response (the IRRQ).
 #[derive(Debug, Clone)]
+///
+/// Entries hold the request, not a reference to memory: the source STag is
+/// checked again for every response FPDU (and the atomic's target when it
+/// executes), so an STag invalidated or deregistered meanwhile stops the
+/// response with a protection Terminate instead of leaking or changing
+/// memory it no longer names.
 enum Irrq {
     Read {
-        sink_stag: u32,
-        sink_to: u64,
-        len: usize,
+        /// The request's MSN on queue 1 (echoed if it fails later).
+        msn: u32,
+        request: ReadRequestRepr,
         sent: usize,
-        source: Option<Grant>,
     },
     Atomic {
+        msn: u32,
         request: atomic::RequestRepr,
-        target: Grant,
     },
 }
 
@@ -502,7 +508,8 @@ impl Inner {
             }
             _ => true,
         };
-        if !sink_ok {
+        // Message offsets and completion lengths are 32 bits.
+        if !sink_ok || sgl.total() > u32::MAX as usize {
             return Err(VerbError::Invalid);
         }
         self.sq.push_back(SqWqe {

@@ -75,6 +75,12 @@ impl Inner {
             return Err((cause, false));
         }
         let control = Control::from_octet(packet.rsvd_ulp());
+        if control.opcode == Opcode::Terminate {
+            // Whatever else is wrong with it (QN, L, MO, RDMAP version), a
+            // Terminate ends the stream and is never answered with one.
+            self.receive_terminate(ctx, &packet);
+            return Ok(());
+        }
         if control.version != rdmap::VERSION {
             return Err(operation(OperationError::Version));
         }
@@ -112,10 +118,6 @@ impl Inner {
         // RFC 5040 §4.8 echoes the RDMA header of a failed Read Request;
         // seed 004 §8.1 item 2 leaves it out (zero) for the new messages.
         let read_request = control.opcode == Opcode::RdmaReadRequest;
-        if control.opcode == Opcode::Terminate {
-            self.receive_terminate(ctx, &packet);
-            return Ok(());
-        }
         // The data messages have no RDMAP header: their payload follows the
         // DDP header, no parsing needed (the hot path).
         match control.opcode {
@@ -268,7 +270,10 @@ impl Inner {
         }
         let receiving = self.receiving.as_mut().expect("set above");
         let mo = packet.mo() as usize;
-        if mo > receiving.capacity {
+        if mo != receiving.len {
+            // TCP delivers in order and senders segment in order, so each
+            // segment starts where the last ended: anything else would
+            // leave a hole the completion would count as received.
             return Err(untagged(UntaggedError::InvalidMo));
         }
         if mo + payload.len() > receiving.capacity {
@@ -281,7 +286,7 @@ impl Inner {
             return Err(untagged(UntaggedError::TooLong));
         }
         receiving.grants.scatter(mo, payload);
-        receiving.len = receiving.len.max(mo + payload.len());
+        receiving.len = mo + payload.len();
         if !packet.last() {
             return Ok(());
         }
@@ -372,12 +377,9 @@ impl Inner {
             unreachable!("parsed as a Read Request")
         };
         let len = request.read_size as usize;
-        let source = if len == 0 {
-            None
-        } else {
-            let grant = ctx
-                .stags
-                .check(
+        if len > 0 {
+            ctx.stags
+                .lookup(
                     request.source_stag,
                     self.pd,
                     Access::REMOTE_READ,
@@ -385,15 +387,13 @@ impl Inner {
                     len,
                 )
                 .map_err(TermCause::protection)?;
-            Some(grant)
-        };
-        self.rx_msn[1] = self.rx_msn[1].wrapping_add(1);
+        }
+        let msn = self.rx_msn[1];
+        self.rx_msn[1] = msn.wrapping_add(1);
         self.irrq.push_back(Irrq::Read {
-            sink_stag: request.sink_stag,
-            sink_to: request.sink_to,
-            len,
+            msn,
+            request,
             sent: 0,
-            source,
         });
         Ok(())
     }
@@ -411,9 +411,9 @@ impl Inner {
         if let atomic::AtomicOpcode::Unknown(_) = request.opcode {
             return Err(TermCause::Operation(OperationError::Opcode));
         }
-        let target = ctx
+        let (region, offset) = ctx
             .stags
-            .check(
+            .lookup(
                 request.remote_stag,
                 self.pd,
                 Access::REMOTE_ATOMIC,
@@ -421,13 +421,14 @@ impl Inner {
                 8,
             )
             .map_err(TermCause::protection)?;
-        if target.region.word(target.offset).is_err() {
+        if region.word(offset).is_err() {
             // Seed 004 §5.1: "naturally aligned"; an unaligned target has
             // no registered code, so: unspecified.
             return Err(TermCause::Operation(OperationError::Unspecified));
         }
-        self.rx_msn[1] = self.rx_msn[1].wrapping_add(1);
-        self.irrq.push_back(Irrq::Atomic { request, target });
+        let msn = self.rx_msn[1];
+        self.rx_msn[1] = msn.wrapping_add(1);
+        self.irrq.push_back(Irrq::Atomic { msn, request });
         Ok(())
     }
 

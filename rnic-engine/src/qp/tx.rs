@@ -152,7 +152,7 @@ impl Qp {
                 return at;
             };
             let written = match job {
-                Job::Response => inner.emit_response(framer, &mut out[at..]),
+                Job::Response => inner.emit_response(ctx, framer, &mut out[at..]),
                 Job::Request(seq) => inner.emit_request(ctx, framer, seq, &mut out[at..]),
             };
             match written {
@@ -177,7 +177,7 @@ impl Inner {
             (false, None) => return None,
         };
         self.burst = match job {
-            Job::Response => self.burst + 1,
+            Job::Response => self.burst.saturating_add(1),
             Job::Request(_) => 0,
         };
         Some(job)
@@ -206,10 +206,13 @@ impl Inner {
                         base_to: fr.base_to,
                         access: fr.access,
                     };
+                    // As `reg_mr` checks: inside the region, and Tagged
+                    // Offsets that do not wrap.
                     let fits = fr
                         .offset
                         .checked_add(fr.len)
-                        .is_some_and(|end| end <= fr.region.len());
+                        .is_some_and(|end| end <= fr.region.len())
+                        && fr.base_to.checked_add(fr.len as u64).is_some();
                     if fits {
                         self.status(ctx.stags.bind(fr.stag, registration))
                     } else {
@@ -516,37 +519,61 @@ impl Inner {
 
     /// Frames the next FPDU of the IRRQ's head: a Read Response segment,
     /// or an Atomic Response (the atomic executes only once there is room
-    /// to answer it).
-    fn emit_response(&mut self, framer: &mut Framer, out: &mut [u8]) -> Option<usize> {
-        match self.irrq.front_mut()? {
-            Irrq::Read {
-                sink_stag,
-                sink_to,
-                len,
-                sent,
-                source,
-            } => {
-                let n = (*len - *sent).min(framer.mulpdu() - ddp::TAGGED_HEADER_LEN);
-                let last = *sent + n == *len;
+    /// to answer it, after every earlier response: a Read before it never
+    /// sees its effect). The source or target STag is checked again first;
+    /// if it was invalidated or deregistered since the request arrived, the
+    /// request fails with a protection Terminate echoing its headers.
+    /// `Some(0)` then.
+    fn emit_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        framer: &mut Framer,
+        out: &mut [u8],
+    ) -> Option<usize> {
+        match *self.irrq.front()? {
+            Irrq::Read { msn, request, sent } => {
+                let len = request.read_size as usize;
+                let n = (len - sent).min(framer.mulpdu() - ddp::TAGGED_HEADER_LEN);
+                let last = sent + n == len;
                 let ddp = tagged(
                     Opcode::RdmaReadResponse,
-                    *sink_stag,
-                    sink_to.wrapping_add(*sent as u64),
+                    request.sink_stag,
+                    request.sink_to.wrapping_add(sent as u64),
                     last,
                 );
-                let from = *sent;
+                if framer.wire_len(ddp.header_len() + n) > out.len() {
+                    return None;
+                }
+                let source = if n == 0 {
+                    None
+                } else {
+                    let to = request.source_to.wrapping_add(sent as u64);
+                    match ctx
+                        .stags
+                        .lookup(request.source_stag, self.pd, Access::REMOTE_READ, to, n)
+                    {
+                        Ok(source) => Some(source),
+                        Err(error) => {
+                            let header = Header::ReadRequest(request);
+                            self.fail_request(TermCause::protection(error), msn, header);
+                            return Some(0);
+                        }
+                    }
+                };
                 let written = frame_segment(framer, &ddp, n, out, |offset, dst| {
-                    if let Some(source) = source {
-                        let _ = source.region.read(source.offset + from + offset, dst);
+                    if let Some((region, at)) = source {
+                        // In bounds: checked just above.
+                        let _ = region.read(at + offset, dst);
                     }
                 })?;
-                *sent += n;
                 if last {
                     self.irrq.pop_front();
+                } else if let Some(Irrq::Read { sent, .. }) = self.irrq.front_mut() {
+                    *sent += n;
                 }
                 Some(written)
             }
-            Irrq::Atomic { request, target } => {
+            Irrq::Atomic { msn, request } => {
                 let ddp = untagged(
                     Opcode::AtomicResponse,
                     ddp::qn::ATOMIC_RESPONSE,
@@ -555,26 +582,60 @@ impl Inner {
                     true,
                     0,
                 );
-                let probe = atomic::ResponseRepr {
-                    original_request_id: request.request_id,
-                    original_remote_value: 0,
-                };
-                let len = HeaderBuf::new(ddp, Header::AtomicResponse(probe)).len;
+                let len = ddp::UNTAGGED_HEADER_LEN + atomic::RESPONSE_HEADER_LEN;
                 if framer.wire_len(len) > out.len() {
                     return None;
                 }
-                let original = execute(request, target);
+                let target = ctx
+                    .stags
+                    .lookup(
+                        request.remote_stag,
+                        self.pd,
+                        Access::REMOTE_ATOMIC,
+                        request.remote_to,
+                        8,
+                    )
+                    .map_err(TermCause::protection)
+                    .and_then(|(region, offset)| {
+                        region.word(offset).map_err(|_| {
+                            TermCause::Operation(super::term::OperationError::Unspecified)
+                        })
+                    });
+                let word = match target {
+                    Ok(word) => word,
+                    Err(cause) => {
+                        self.fail_request(cause, msn, Header::None);
+                        return Some(0);
+                    }
+                };
+                let original = execute(&request, word);
                 let response = atomic::ResponseRepr {
                     original_request_id: request.request_id,
                     original_remote_value: original,
                 };
                 let header = HeaderBuf::new(ddp, Header::AtomicResponse(response));
+                debug_assert_eq!(header.len, len);
                 let written = framer.frame(&[header.octets()], out).ok()?;
                 self.tx_msn[3] = self.tx_msn[3].wrapping_add(1);
                 self.irrq.pop_front();
                 Some(written)
             }
         }
+    }
+
+    /// Fails an inbound Read or Atomic Request while answering it: the
+    /// Terminate echoes the request's DDP header (queue 1, its MSN), and
+    /// for a Read its RDMA header, as if it had failed on arrival, so that
+    /// the requester can tell which request failed.
+    fn fail_request(&mut self, cause: TermCause, msn: u32, header: Header<'_>) {
+        let opcode = match header {
+            Header::ReadRequest(_) => Opcode::RdmaReadRequest,
+            _ => Opcode::AtomicRequest,
+        };
+        let ddp = untagged(opcode, ddp::qn::READ_REQUEST, msn, 0, true, 0);
+        let rdma_header = matches!(header, Header::ReadRequest(_));
+        let segment = HeaderBuf::new(ddp, header);
+        self.fail(cause, Some(segment.octets()), rdma_header);
     }
 
     /// Sends the Terminate this side owes, then moves to Error. Returns the
@@ -638,12 +699,9 @@ impl Inner {
     }
 }
 
-/// Executes an atomic request on its target word (checked when the
-/// request arrived) and returns the original value.
-fn execute(request: &atomic::RequestRepr, target: &crate::mem::Grant) -> u64 {
-    let Ok(word) = target.region.word(target.offset) else {
-        return 0;
-    };
+/// Executes an atomic request on its target word and returns the
+/// original value.
+fn execute(request: &atomic::RequestRepr, word: &std::sync::atomic::AtomicU64) -> u64 {
     match request.opcode {
         atomic::AtomicOpcode::FetchAdd => {
             atomics::fetch_add(word, request.add_or_swap_data, request.add_or_swap_mask)
