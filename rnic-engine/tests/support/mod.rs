@@ -210,8 +210,8 @@ pub fn tagged(opcode: Opcode, stag: u32, to: u64, payload: &[u8]) -> Vec<u8> {
     )
 }
 
-/// A region on side b of `len` octets with `access`, its MR, and a
-/// matching source region on side a (filled with `pattern`).
+/// A zeroed region on side b of `len` octets with `access`, its MR, and a
+/// zeroed region of the same size on side a with every access, its MR.
 pub fn regions(
     pair: &mut RnicPair,
     len: usize,
