@@ -1,6 +1,33 @@
-//! dpwarp's TCP under MPA.
+//! dpwarp's TCP under MPA: smoltcp's TCP behind one connection interface.
 //!
-//! Not built yet: this crate will wrap smoltcp's TCP socket for the RNIC
-//! (segment-aligned FPDUs, stream positions for markers) over an in-memory
-//! link with fault injection, a TAP device and kernel sockets. See issue 5.
+//! Heads up! Before working on this crate read RFC 9293 (TCP), RFC 7323
+//! (window scaling), RFC 5044 §8 (how MPA wants FPDUs placed in segments)
+//! and smoltcp's `socket/tcp.rs`, whose behaviour this crate inherits.
+//!
+//! Everything here is sans-IO except [`sys`]: no socket, clock or thread. Time
+//! is an argument ([`Instant`]), and a [`Stack`] owns a smoltcp
+//! [`phy::Device`](smoltcp::phy::Device), the boundary the DPDK port in
+//! `dataplane` implements as well.
+//!
+//! * [`Stack`]: many TCP connections on one interface (active open,
+//!   listen/accept, zero-copy send into the socket's transmit ring, borrowed
+//!   receive slices with their stream position, close, abort, events).
+//! * [`link`]: an in-memory link pair with seeded fault injection, for tests
+//!   and the embedded benchmark.
+//! * [`sys::tap`]: a TAP device, for running without DPDK.
+//! * [`sys::kernel`]: the same [`Transport`] interface over Linux TCP sockets.
 #![forbid(unsafe_code)]
+
+mod config;
+mod event;
+pub mod link;
+mod stack;
+pub mod sys;
+mod transport;
+
+pub use config::{ConfigError, CongestionControl, StackConfig, TcpConfig};
+pub use event::{ConnId, Event, EventKind, ListenerId};
+pub use smoltcp;
+pub use smoltcp::time::{Duration, Instant};
+pub use stack::{Stack, StackStats, LISTENERS_MAX, RX_BURST_PACKETS_MAX, TX_BURST_ROUNDS_MAX};
+pub use transport::{ConnectError, ListenError, RecvError, SendError, Transport};

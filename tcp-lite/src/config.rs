@@ -1,0 +1,172 @@
+//! Configuration of a [`Stack`](crate::Stack) and of its TCP connections.
+//!
+//! Every arena is sized from here at start-up (STYLE.md §5): the number of
+//! connections, the listen backlog and the socket buffers bound what a peer
+//! can make us allocate.
+
+use core::fmt;
+use core::ops::RangeInclusive;
+use std::net::Ipv4Addr;
+
+use smoltcp::time::Duration;
+
+/// Congestion control for a connection (smoltcp's `socket-tcp-reno` and
+/// `socket-tcp-cubic` features).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CongestionControl {
+    /// No congestion window: send whatever the peer's window allows. Only for
+    /// links that never drop for congestion (the in-memory link).
+    None,
+    /// RFC 5681 NewReno-style slow start and congestion avoidance.
+    Reno,
+    /// RFC 9438 CUBIC, the Linux default and ours for real networks.
+    Cubic,
+}
+
+impl CongestionControl {
+    pub(crate) fn to_smoltcp(self) -> smoltcp::socket::tcp::CongestionControl {
+        use smoltcp::socket::tcp::CongestionControl as C;
+        match self {
+            CongestionControl::None => C::None,
+            CongestionControl::Reno => C::Reno,
+            CongestionControl::Cubic => C::Cubic,
+        }
+    }
+}
+
+/// Per-connection TCP settings. The defaults are the ones `tcp_table`
+/// measured best for FPDUs (see the crate README).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TcpConfig {
+    /// Receive buffer in octets. Above 64 KiB smoltcp offers window scaling
+    /// (RFC 7323 §2), with the shift taken from this size.
+    pub rx_buffer: usize,
+    /// Transmit buffer in octets: how much the framer can queue ahead of
+    /// the peer's acknowledgements.
+    pub tx_buffer: usize,
+    /// Nagle's algorithm (RFC 9293 §3.7.4). Off for FPDUs: MPA sends whole
+    /// messages and a held-back small FPDU is pure latency.
+    pub nagle: bool,
+    /// Delayed-ACK timer (RFC 9293 §3.8.6.3). smoltcp still ACKs at once
+    /// when a full segment is unacknowledged; `None` ACKs everything at once.
+    /// 1 ms lets a reply carry the ACK of its request (a third off the
+    /// ping-pong in `tcp_table`) while bounding what a peer that runs
+    /// Nagle's algorithm waits.
+    pub ack_delay: Option<Duration>,
+    /// Congestion control.
+    pub congestion: CongestionControl,
+    /// TCP keep-alive interval, `None` for off.
+    pub keep_alive: Option<Duration>,
+    /// A connection that makes no progress for this long (a connect that is
+    /// not answered, or queued data that is not acknowledged) is aborted
+    /// with [`EventKind::TimedOut`](crate::EventKind::TimedOut).
+    pub user_timeout: Duration,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            rx_buffer: 256 * 1024,
+            tx_buffer: 256 * 1024,
+            nagle: false,
+            ack_delay: Some(Duration::from_millis(1)),
+            congestion: CongestionControl::Cubic,
+            keep_alive: None,
+            user_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Configuration of a [`Stack`](crate::Stack): one interface with one IPv4
+/// address.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StackConfig {
+    /// The interface's Ethernet address; `None` for an IP-medium device.
+    pub mac: Option<[u8; 6]>,
+    /// The interface's IPv4 address.
+    pub addr: Ipv4Addr,
+    /// Its prefix length.
+    pub prefix_len: u8,
+    /// Default gateway, if any.
+    pub gateway: Option<Ipv4Addr>,
+    /// Most connections open at once (active, accepted and in handshake).
+    pub max_connections: usize,
+    /// Sockets kept listening per listener. smoltcp has no SYN queue: a
+    /// listening socket becomes the connection, and the stack puts a fresh
+    /// one in its place after every packet it takes in, so one is enough.
+    /// Every listening socket costs a look at each incoming packet.
+    pub backlog: usize,
+    /// Local ports for active opens.
+    pub ephemeral_ports: RangeInclusive<u16>,
+    /// Seed of smoltcp's initial sequence numbers.
+    pub seed: u64,
+    /// Settings of every connection.
+    pub tcp: TcpConfig,
+}
+
+impl StackConfig {
+    /// A configuration for `addr`/24 on an Ethernet device with address
+    /// `mac`, with the default TCP settings.
+    pub fn new(mac: [u8; 6], addr: Ipv4Addr) -> Self {
+        StackConfig {
+            mac: Some(mac),
+            addr,
+            prefix_len: 24,
+            gateway: None,
+            max_connections: 1024,
+            backlog: 1,
+            ephemeral_ports: 49152..=65535,
+            seed: 0x6470_7761_7270,
+            tcp: TcpConfig::default(),
+        }
+    }
+
+    /// Check the configuration, saying what to fix.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.prefix_len > 32 {
+            return Err(ConfigError("prefix_len must be 0..=32"));
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError("max_connections must be at least 1"));
+        }
+        if self.max_connections > u32::MAX as usize / 2 {
+            return Err(ConfigError("max_connections must be below 2^31"));
+        }
+        if self.backlog == 0 {
+            return Err(ConfigError("backlog must be at least 1"));
+        }
+        if self.ephemeral_ports.is_empty() || *self.ephemeral_ports.start() == 0 {
+            return Err(ConfigError(
+                "ephemeral_ports must be a non-empty range without port 0",
+            ));
+        }
+        // smoltcp's window scaling needs the buffer below 2^30 (RFC 7323 §2.3: shift at most 14).
+        for (what, size) in [
+            ("tcp.rx_buffer", self.tcp.rx_buffer),
+            ("tcp.tx_buffer", self.tcp.tx_buffer),
+        ] {
+            if !(1024..=1 << 30).contains(&size) {
+                return Err(ConfigError(match what {
+                    "tcp.rx_buffer" => "tcp.rx_buffer must be 1 KiB..=1 GiB",
+                    _ => "tcp.tx_buffer must be 1 KiB..=1 GiB",
+                }));
+            }
+        }
+        if self.tcp.user_timeout == Duration::ZERO {
+            return Err(ConfigError("tcp.user_timeout must be above zero"));
+        }
+        Ok(())
+    }
+}
+
+/// A configuration value that cannot work; the message says which and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigError(pub &'static str);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid tcp-lite configuration: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}

@@ -1,0 +1,831 @@
+//! [`Stack`]: many smoltcp TCP connections on one interface, behind the
+//! [`Transport`] interface.
+//!
+//! smoltcp's TCP socket does the protocol (RFC 9293); this module adds what
+//! an RNIC needs on top: handles with generations, listeners with a
+//! backlog of listening sockets (smoltcp has no SYN queue), zero-copy send,
+//! stream positions, segment-sized FPDU hints, events, and a user timeout.
+
+use std::net::SocketAddrV4;
+
+use smoltcp::iface::{
+    Config, Interface, PollIngressSingleResult, PollResult, SocketHandle, SocketSet,
+};
+use smoltcp::phy::{Device, Medium};
+use smoltcp::socket::tcp::{self, State};
+use smoltcp::time::Instant;
+use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint};
+
+use crate::config::{ConfigError, StackConfig};
+use crate::event::{ConnId, Event, EventKind, EventQueue, ListenerId};
+use crate::transport::{ConnectError, ListenError, RecvError, SendError, Transport};
+
+/// Packets taken from the device per [`Stack::poll`] before egress runs
+/// (STYLE.md §5: every poller has a named budget).
+pub const RX_BURST_PACKETS_MAX: usize = 256;
+/// Rounds of egress per poll; each round lets every socket emit one segment.
+pub const TX_BURST_ROUNDS_MAX: usize = 256;
+/// Listeners per stack.
+pub const LISTENERS_MAX: usize = 16;
+
+/// IPv4 and TCP headers without options: what smoltcp subtracts from the IP
+/// MTU for its segment size (no timestamps are negotiated).
+const IPV4_TCP_HEADERS: usize = 40;
+
+/// Counters of a [`Stack`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StackStats {
+    /// Active opens that completed.
+    pub connected: u64,
+    /// Connections accepted by listeners.
+    pub accepted: u64,
+    /// Connections that ended with [`EventKind::Closed`].
+    pub closed: u64,
+    /// Connections reset or refused by the peer.
+    pub reset: u64,
+    /// Connections aborted by the user timeout.
+    pub timed_out: u64,
+    /// SYNs refused with RST because `max_connections` were open.
+    pub refused: u64,
+    /// Times a listener could not be given a fresh listening socket.
+    pub backlog_exhausted: u64,
+    /// Packets taken from the device.
+    pub rx_packets: u64,
+}
+
+/// Where a slot's socket came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A socket listening for `listener` (not a connection yet).
+    Listening(u16),
+    /// An active open.
+    Active,
+    /// Accepted by the listener on this port.
+    Accepted(u16),
+}
+
+/// One socket and what the stack knows about it.
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    handle: SocketHandle,
+    role: Role,
+    /// Local port of an active open, freed with the slot.
+    local_port: u16,
+    /// Local and remote address, kept from the handshake on (smoltcp forgets
+    /// them when the socket closes).
+    endpoints: Option<(SocketAddrV4, SocketAddrV4)>,
+    /// Waiting for the peer (handshake, acknowledgement, close): the user
+    /// timeout runs.
+    waiting: bool,
+    /// Octets queued for sending since the handshake.
+    tx_pos: u64,
+    /// Octets received by the user since the handshake.
+    rx_pos: u64,
+    /// Received octets already announced by [`EventKind::Readable`].
+    rx_announced: u64,
+    /// Stream position where smoltcp starts its next segment, if it sends
+    /// whatever is queued at the next poll.
+    segment_anchor: u64,
+    /// Stream position of the end of smoltcp's transmit ring, where it cuts
+    /// a segment short (it sends only contiguous ring space), if known.
+    ring_end: Option<u64>,
+    /// `tx_pos - send_queue` when progress was last seen.
+    acked: u64,
+    state: State,
+    progress_at: Instant,
+    open_reported: bool,
+    peer_fin: bool,
+    closed_by_us: bool,
+    tx_blocked: bool,
+    /// A final event was reported, or the user aborted: no more events.
+    finished: bool,
+    /// Released by the user: remove the socket once its RST has gone out.
+    releasing: bool,
+    /// Aborted since the last egress: the RST has not gone out yet.
+    rst_pending: bool,
+}
+
+#[derive(Debug)]
+struct Listener {
+    port: u16,
+    /// Slots whose sockets are listening on `port`.
+    listening: Vec<u32>,
+}
+
+/// TCP connections over one smoltcp interface and device.
+pub struct Stack<D: Device> {
+    config: StackConfig,
+    device: D,
+    iface: Interface,
+    sockets: SocketSet<'static>,
+    slots: Vec<Option<Slot>>,
+    /// Generation of each slot index, kept while it is free.
+    generations: Vec<u32>,
+    free: Vec<u32>,
+    /// Indices of slots holding connections (not listening sockets).
+    live: Vec<u32>,
+    listeners: Vec<Listener>,
+    /// Local ports in use by active opens (one bit each).
+    ports_used: Vec<u64>,
+    next_port: u16,
+    events: EventQueue,
+    connections: usize,
+    /// Largest segment payload on this interface.
+    emss: usize,
+    stats: StackStats,
+}
+
+impl<D: Device> Stack<D> {
+    /// A stack on `device`, configured by `config`.
+    pub fn new(config: StackConfig, mut device: D, now: Instant) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let caps = device.capabilities();
+        let hardware_addr = match (caps.medium, config.mac) {
+            (Medium::Ethernet, Some(mac)) => HardwareAddress::Ethernet(EthernetAddress(mac)),
+            (Medium::Ip, None) => HardwareAddress::Ip,
+            (Medium::Ethernet, None) => {
+                return Err(ConfigError("the device is Ethernet: set mac"));
+            }
+            _ => return Err(ConfigError("the device is not Ethernet: mac must be None")),
+        };
+        let ip_mtu = match caps.medium {
+            Medium::Ethernet => caps.max_transmission_unit.saturating_sub(14),
+            _ => caps.max_transmission_unit,
+        };
+        if ip_mtu < 576 {
+            return Err(ConfigError(
+                "the device's MTU is below IPv4's minimum of 576",
+            ));
+        }
+        let mut iface_config = Config::new(hardware_addr);
+        iface_config.random_seed = config.seed;
+        let mut iface = Interface::new(iface_config, &mut device, now);
+        let addr = config.addr;
+        iface.update_ip_addrs(|addrs| {
+            // One address, pushed into an empty list: cannot overflow.
+            let _ = addrs.push(IpCidr::new(IpAddress::Ipv4(addr), config.prefix_len));
+        });
+        if let Some(gateway) = config.gateway {
+            iface
+                .routes_mut()
+                .add_default_ipv4_route(gateway)
+                .map_err(|_| ConfigError("the route table is full"))?;
+        }
+        let slots_max = config.max_connections + LISTENERS_MAX * config.backlog;
+        Ok(Stack {
+            next_port: *config.ephemeral_ports.start(),
+            events: EventQueue::with_capacity(slots_max),
+            slots: Vec::with_capacity(slots_max),
+            generations: Vec::with_capacity(slots_max),
+            free: Vec::new(),
+            live: Vec::with_capacity(config.max_connections),
+            listeners: Vec::new(),
+            ports_used: vec![0; 1024],
+            sockets: SocketSet::new(Vec::with_capacity(slots_max)),
+            connections: 0,
+            emss: ip_mtu - IPV4_TCP_HEADERS,
+            stats: StackStats::default(),
+            config,
+            device,
+            iface,
+        })
+    }
+
+    /// The device, e.g. to inspect an in-memory link's counters.
+    pub fn device(&self) -> &D {
+        &self.device
+    }
+
+    /// The device, mutably.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.device
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &StackConfig {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> StackStats {
+        self.stats
+    }
+
+    /// The largest segment payload smoltcp sends on this interface (IP MTU
+    /// less 40 octets of headers; a peer announcing a smaller MSS lowers it
+    /// per connection, which this does not see).
+    pub fn emss(&self) -> usize {
+        self.emss
+    }
+
+    /// smoltcp's state of a connection, for diagnostics and tests.
+    pub fn tcp_state(&self, conn: ConnId) -> Option<State> {
+        let slot = self.slot(conn).ok()?;
+        Some(self.sockets.get::<tcp::Socket>(slot.handle).state())
+    }
+
+    fn slot(&self, conn: ConnId) -> Result<&Slot, SendError> {
+        match self.slots.get(conn.index as usize) {
+            Some(Some(slot))
+                if slot.generation == conn.generation
+                    && !slot.releasing
+                    && !matches!(slot.role, Role::Listening(_)) =>
+            {
+                Ok(slot)
+            }
+            _ => Err(SendError::InvalidConnection),
+        }
+    }
+
+    fn slot_mut(&mut self, conn: ConnId) -> Result<&mut Slot, SendError> {
+        match self.slots.get_mut(conn.index as usize) {
+            Some(Some(slot))
+                if slot.generation == conn.generation
+                    && !slot.releasing
+                    && !matches!(slot.role, Role::Listening(_)) =>
+            {
+                Ok(slot)
+            }
+            _ => Err(SendError::InvalidConnection),
+        }
+    }
+
+    /// A connection's slot, released or not.
+    fn slot_mut_any(&mut self, conn: ConnId) -> Result<&mut Slot, SendError> {
+        match self.slots.get_mut(conn.index as usize) {
+            Some(Some(slot)) if slot.generation == conn.generation => Ok(slot),
+            _ => Err(SendError::InvalidConnection),
+        }
+    }
+
+    /// A new socket in a free slot, or `None` when every slot is taken.
+    fn new_slot(&mut self, role: Role, now: Instant) -> Option<u32> {
+        let index = match self.free.pop() {
+            Some(index) => index,
+            None if self.slots.len() < self.slots.capacity() => {
+                self.slots.push(None);
+                self.generations.push(0);
+                (self.slots.len() - 1) as u32
+            }
+            None => return None,
+        };
+        let tcp = &self.config.tcp;
+        let mut socket = tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; tcp.rx_buffer]),
+            tcp::SocketBuffer::new(vec![0; tcp.tx_buffer]),
+        );
+        socket.set_nagle_enabled(tcp.nagle);
+        socket.set_ack_delay(tcp.ack_delay);
+        socket.set_congestion_control(tcp.congestion.to_smoltcp());
+        socket.set_keep_alive(tcp.keep_alive);
+        let handle = self.sockets.add(socket);
+        let generation = self.generations[index as usize].wrapping_add(1);
+        self.generations[index as usize] = generation;
+        self.slots[index as usize] = Some(Slot {
+            generation,
+            handle,
+            role,
+            local_port: 0,
+            endpoints: None,
+            waiting: false,
+            tx_pos: 0,
+            rx_pos: 0,
+            rx_announced: 0,
+            segment_anchor: 0,
+            ring_end: None,
+            acked: 0,
+            state: State::Closed,
+            progress_at: now,
+            open_reported: false,
+            peer_fin: false,
+            closed_by_us: false,
+            tx_blocked: false,
+            finished: false,
+            releasing: false,
+            rst_pending: false,
+        });
+        Some(index)
+    }
+
+    fn free_slot(&mut self, index: u32) {
+        if let Some(slot) = self.slots[index as usize].take() {
+            self.sockets.remove(slot.handle);
+            if !matches!(slot.role, Role::Listening(_)) {
+                self.connections -= 1;
+                self.live.retain(|&i| i != index);
+            }
+            if slot.role == Role::Active {
+                self.port_bit(slot.local_port, false);
+            }
+            self.events.forget(index);
+            self.free.push(index);
+        }
+    }
+
+    fn port_bit(&mut self, port: u16, used: bool) {
+        let (word, bit) = (port as usize / 64, port as usize % 64);
+        if used {
+            self.ports_used[word] |= 1 << bit;
+        } else {
+            self.ports_used[word] &= !(1 << bit);
+        }
+    }
+
+    fn port_used(&self, port: u16) -> bool {
+        self.ports_used[port as usize / 64] & (1 << (port as usize % 64)) != 0
+    }
+
+    /// Put listening sockets back where SYNs took them, and take back the
+    /// ones whose handshake was reset (smoltcp returns those to LISTEN).
+    fn replenish(&mut self, now: Instant) {
+        for l in 0..self.listeners.len() {
+            let port = self.listeners[l].port;
+            let mut i = 0;
+            while i < self.listeners[l].listening.len() {
+                let index = self.listeners[l].listening[i];
+                let handle = self.slots[index as usize].as_ref().map(|s| s.handle);
+                let Some(handle) = handle else {
+                    self.listeners[l].listening.swap_remove(i);
+                    continue;
+                };
+                if self.sockets.get::<tcp::Socket>(handle).is_listening() {
+                    i += 1;
+                    continue;
+                }
+                // A SYN arrived: this socket is now a connection.
+                self.listeners[l].listening.swap_remove(i);
+                let refuse = self.connections >= self.config.max_connections;
+                if let Some(slot) = self.slots[index as usize].as_mut() {
+                    slot.role = Role::Accepted(port);
+                    slot.progress_at = now;
+                    if refuse {
+                        // Over the limit: answer the SYN with RST, free the slot after.
+                        slot.finished = true;
+                        slot.releasing = true;
+                        slot.rst_pending = true;
+                    }
+                }
+                if refuse {
+                    self.sockets.get_mut::<tcp::Socket>(handle).abort();
+                    self.stats.refused += 1;
+                }
+                self.connections += 1;
+                self.live.push(index);
+            }
+            while self.listeners[l].listening.len() < self.config.backlog {
+                if self.connections >= self.config.max_connections {
+                    self.stats.backlog_exhausted += 1;
+                    break;
+                }
+                let Some(index) = self.new_slot(Role::Listening(port), now) else {
+                    self.stats.backlog_exhausted += 1;
+                    break;
+                };
+                let handle = self.slots[index as usize].as_ref().map(|s| s.handle);
+                if let Some(handle) = handle {
+                    // A fresh socket on a port we listen on: cannot fail.
+                    let _ = self.sockets.get_mut::<tcp::Socket>(handle).listen(port);
+                }
+                self.listeners[l].listening.push(index);
+            }
+        }
+    }
+
+    /// Turn smoltcp's socket states into events, enforce the user timeout,
+    /// and free released slots (`after_egress`: pending RSTs have gone out).
+    fn scan(&mut self, now: Instant, after_egress: bool) {
+        let timeout = self.config.tcp.user_timeout;
+        let mut i = 0;
+        while i < self.live.len() {
+            let index = self.live[i];
+            i += 1;
+            let Some(slot) = self.slots[index as usize].as_mut() else {
+                continue;
+            };
+            let conn = ConnId {
+                index,
+                generation: slot.generation,
+            };
+            let socket = self.sockets.get_mut::<tcp::Socket>(slot.handle);
+            let state = socket.state();
+            if after_egress {
+                slot.rst_pending = false;
+            }
+            if slot.releasing {
+                if !slot.rst_pending && matches!(state, State::Closed | State::TimeWait) {
+                    self.free_slot(index);
+                    i -= 1;
+                }
+                continue;
+            }
+            // A listening socket whose handshake was reset went back to
+            // LISTEN: it is no connection; give it back to its listener.
+            if state == State::Listen {
+                if let Role::Accepted(port) = slot.role {
+                    slot.role = Role::Listening(port);
+                    self.connections -= 1;
+                    i -= 1;
+                    self.live.swap_remove(i);
+                    match self.listeners.iter_mut().find(|l| l.port == port) {
+                        Some(l) => l.listening.push(index),
+                        None => self.free_slot(index),
+                    }
+                }
+                continue;
+            }
+            if state != slot.state {
+                slot.state = state;
+                slot.progress_at = now;
+                if slot.endpoints.is_none() {
+                    slot.endpoints = endpoints(socket);
+                }
+            }
+            if slot.finished {
+                continue;
+            }
+            if !slot.open_reported && matches!(state, State::Established | State::CloseWait) {
+                slot.open_reported = true;
+                match slot.role {
+                    Role::Accepted(port) => {
+                        self.stats.accepted += 1;
+                        self.events
+                            .push(conn, EventKind::Accepted(ListenerId(port)));
+                    }
+                    _ => {
+                        self.stats.connected += 1;
+                        self.events.push(conn, EventKind::Connected);
+                    }
+                }
+            }
+            let received = slot.rx_pos + socket.recv_queue() as u64;
+            if received > slot.rx_announced {
+                slot.rx_announced = received;
+                // Data from the peer is progress too (a close we started
+                // waits in FIN-WAIT-2 while the peer still sends).
+                slot.progress_at = now;
+                self.events.push(conn, EventKind::Readable);
+            }
+            let acked = slot.tx_pos - socket.send_queue() as u64;
+            if acked != slot.acked {
+                slot.acked = acked;
+                slot.progress_at = now;
+            }
+            if slot.tx_blocked && socket.send_capacity() > socket.send_queue() && socket.may_send()
+            {
+                slot.tx_blocked = false;
+                self.events.push(conn, EventKind::Writable);
+            }
+            if !slot.peer_fin
+                && matches!(
+                    state,
+                    State::CloseWait | State::LastAck | State::Closing | State::TimeWait
+                )
+            {
+                slot.peer_fin = true;
+                self.events.push(conn, EventKind::PeerClosed);
+            }
+            // smoltcp sends whatever is queued at the next poll, so the next
+            // segment starts at the current end of the queue.
+            slot.segment_anchor = slot.tx_pos;
+            let ended = match state {
+                State::TimeWait => Some(EventKind::Closed),
+                State::Closed if slot.peer_fin && slot.closed_by_us => Some(EventKind::Closed),
+                State::Closed => Some(EventKind::Reset),
+                _ => None,
+            };
+            if let Some(kind) = ended {
+                slot.finished = true;
+                match kind {
+                    EventKind::Closed => self.stats.closed += 1,
+                    _ => self.stats.reset += 1,
+                }
+                self.events.push(conn, kind);
+                continue;
+            }
+            // The user timeout: waiting for a handshake, an acknowledgement,
+            // or the end of a close we started, without progress.
+            slot.waiting = match state {
+                State::SynSent | State::SynReceived => true,
+                State::FinWait1 | State::FinWait2 | State::Closing | State::LastAck => true,
+                _ => socket.send_queue() > 0,
+            };
+            if !slot.waiting {
+                // The timeout measures waiting only, not idleness before it.
+                slot.progress_at = now;
+            } else if now >= slot.progress_at + timeout {
+                socket.abort();
+                slot.finished = true;
+                slot.rst_pending = true;
+                self.stats.timed_out += 1;
+                self.events.push(conn, EventKind::TimedOut);
+            }
+        }
+    }
+}
+
+/// A socket's local and remote IPv4 endpoints, while it has them.
+fn endpoints(socket: &tcp::Socket) -> Option<(SocketAddrV4, SocketAddrV4)> {
+    let v4 = |e: IpEndpoint| match e.addr {
+        IpAddress::Ipv4(addr) => Some(SocketAddrV4::new(addr, e.port)),
+        // Another crate of the workspace may turn on smoltcp's IPv6.
+        #[allow(unreachable_patterns)]
+        _ => None,
+    };
+    Some((
+        v4(socket.local_endpoint()?)?,
+        v4(socket.remote_endpoint()?)?,
+    ))
+}
+
+impl<D: Device> Transport for Stack<D> {
+    fn listen(&mut self, port: u16) -> Result<ListenerId, ListenError> {
+        if port == 0 {
+            return Err(ListenError::Unaddressable);
+        }
+        if self.listeners.iter().any(|l| l.port == port) {
+            return Err(ListenError::PortInUse);
+        }
+        if self.listeners.len() >= LISTENERS_MAX {
+            return Err(ListenError::Io);
+        }
+        self.listeners.push(Listener {
+            port,
+            listening: Vec::with_capacity(self.config.backlog),
+        });
+        // Time only matters for connections; listening sockets wait forever.
+        self.replenish(Instant::ZERO);
+        Ok(ListenerId(port))
+    }
+
+    fn unlisten(&mut self, listener: ListenerId) {
+        if let Some(at) = self.listeners.iter().position(|l| l.port == listener.0) {
+            let l = self.listeners.swap_remove(at);
+            for index in l.listening {
+                self.free_slot(index);
+            }
+        }
+    }
+
+    fn connect(&mut self, remote: SocketAddrV4, now: Instant) -> Result<ConnId, ConnectError> {
+        if remote.ip().is_unspecified() || remote.port() == 0 {
+            return Err(ConnectError::Unaddressable);
+        }
+        if self.connections >= self.config.max_connections {
+            return Err(ConnectError::TooManyConnections);
+        }
+        let (first, last) = (
+            *self.config.ephemeral_ports.start(),
+            *self.config.ephemeral_ports.end(),
+        );
+        let span = u32::from(last - first) + 1;
+        let mut port = None;
+        for _ in 0..span {
+            let candidate = self.next_port;
+            self.next_port = if candidate >= last {
+                first
+            } else {
+                candidate + 1
+            };
+            if !self.port_used(candidate) && !self.listeners.iter().any(|l| l.port == candidate) {
+                port = Some(candidate);
+                break;
+            }
+        }
+        let port = port.ok_or(ConnectError::NoPort)?;
+        let index = self
+            .new_slot(Role::Active, now)
+            .ok_or(ConnectError::TooManyConnections)?;
+        let slot = self.slots[index as usize]
+            .as_mut()
+            .ok_or(ConnectError::Io)?;
+        let conn = ConnId {
+            index,
+            generation: slot.generation,
+        };
+        let handle = slot.handle;
+        let endpoint = IpEndpoint::new(IpAddress::Ipv4(*remote.ip()), remote.port());
+        let result = self.sockets.get_mut::<tcp::Socket>(handle).connect(
+            self.iface.context(),
+            endpoint,
+            port,
+        );
+        self.connections += 1;
+        self.live.push(index);
+        if let Some(slot) = self.slots[index as usize].as_mut() {
+            slot.local_port = port;
+        }
+        self.port_bit(port, true);
+        if result.is_err() {
+            self.free_slot(index);
+            return Err(ConnectError::Unaddressable);
+        }
+        Ok(conn)
+    }
+
+    fn send_with<R>(
+        &mut self,
+        conn: ConnId,
+        max: usize,
+        fill: impl FnOnce(&mut [u8]) -> (usize, R),
+    ) -> Result<R, SendError> {
+        let handle = self.slot(conn)?.handle;
+        let socket = self.sockets.get_mut::<tcp::Socket>(handle);
+        let (written, offered, result) = socket
+            .send(|space| {
+                let offered = space.len().min(max);
+                let (written, result) = fill(&mut space[..offered]);
+                let written = written.min(offered);
+                (written, (written, offered, result))
+            })
+            .map_err(|_| SendError::InvalidState)?;
+        let slot = self.slot_mut(conn)?;
+        slot.tx_pos += written as u64;
+        if written < max || offered < max {
+            slot.tx_blocked = true;
+        }
+        // smoltcp cuts a segment where its ring wraps: the next starts there.
+        if let Some(end) = slot.ring_end {
+            if slot.tx_pos >= end {
+                slot.segment_anchor = end;
+                slot.ring_end = None;
+            }
+        }
+        Ok(result)
+    }
+
+    fn send_space(&self, conn: ConnId) -> Result<usize, SendError> {
+        let socket = self.sockets.get::<tcp::Socket>(self.slot(conn)?.handle);
+        if !socket.may_send() {
+            return Err(SendError::InvalidState);
+        }
+        Ok(socket.send_capacity() - socket.send_queue())
+    }
+
+    fn segment_room(&mut self, conn: ConnId) -> Result<Option<usize>, SendError> {
+        let handle = self.slot(conn)?.handle;
+        let socket = self.sockets.get_mut::<tcp::Socket>(handle);
+        let free = socket.send_capacity() - socket.send_queue();
+        // Ask for the contiguous space without writing: if it is less than
+        // the free space, the ring wraps at its end and smoltcp will cut the
+        // segment there (it sends from one contiguous slice).
+        let contiguous = socket
+            .send(|space| (0, space.len()))
+            .map_err(|_| SendError::InvalidState)?;
+        let emss = self.emss as u64;
+        let slot = self.slot_mut(conn)?;
+        if contiguous < free {
+            slot.ring_end = Some(slot.tx_pos + contiguous as u64);
+        }
+        let filled = (slot.tx_pos - slot.segment_anchor) % emss;
+        let mut room = (emss - filled) as usize;
+        if let Some(end) = slot.ring_end {
+            room = room.min((end - slot.tx_pos) as usize);
+        }
+        Ok(Some(room))
+    }
+
+    fn endpoints(&self, conn: ConnId) -> Result<(SocketAddrV4, SocketAddrV4), SendError> {
+        let slot = self.slot(conn)?;
+        match slot.endpoints {
+            Some(endpoints) => Ok(endpoints),
+            None => endpoints(self.sockets.get::<tcp::Socket>(slot.handle))
+                .ok_or(SendError::InvalidState),
+        }
+    }
+
+    fn send_position(&self, conn: ConnId) -> Result<u64, SendError> {
+        Ok(self.slot(conn)?.tx_pos)
+    }
+
+    fn recv_with<R>(
+        &mut self,
+        conn: ConnId,
+        take: impl FnOnce(&[u8], u64) -> (usize, R),
+    ) -> Result<R, RecvError> {
+        let slot = self.slot(conn).map_err(|_| RecvError::InvalidConnection)?;
+        let (handle, position) = (slot.handle, slot.rx_pos);
+        let socket = self.sockets.get_mut::<tcp::Socket>(handle);
+        let (taken, result) = socket
+            .recv(|data| {
+                let (taken, result) = take(data, position);
+                let taken = taken.min(data.len());
+                (taken, (taken, result))
+            })
+            .map_err(|e| match e {
+                tcp::RecvError::Finished => RecvError::Finished,
+                _ => RecvError::InvalidState,
+            })?;
+        let slot = self
+            .slot_mut(conn)
+            .map_err(|_| RecvError::InvalidConnection)?;
+        slot.rx_pos += taken as u64;
+        Ok(result)
+    }
+
+    fn recv_queue(&self, conn: ConnId) -> Result<usize, RecvError> {
+        let slot = self.slot(conn).map_err(|_| RecvError::InvalidConnection)?;
+        Ok(self.sockets.get::<tcp::Socket>(slot.handle).recv_queue())
+    }
+
+    fn close(&mut self, conn: ConnId) -> Result<(), SendError> {
+        let slot = self.slot_mut(conn)?;
+        slot.closed_by_us = true;
+        let handle = slot.handle;
+        self.sockets.get_mut::<tcp::Socket>(handle).close();
+        Ok(())
+    }
+
+    fn abort(&mut self, conn: ConnId) -> Result<(), SendError> {
+        let slot = self.slot_mut(conn)?;
+        slot.finished = true;
+        slot.rst_pending = true;
+        let handle = slot.handle;
+        self.sockets.get_mut::<tcp::Socket>(handle).abort();
+        self.events.forget(conn.index);
+        Ok(())
+    }
+
+    fn release(&mut self, conn: ConnId) {
+        let Ok(slot) = self.slot_mut(conn) else {
+            return;
+        };
+        slot.releasing = true;
+        slot.finished = true;
+        let (handle, rst_pending) = (slot.handle, slot.rst_pending);
+        let socket = self.sockets.get_mut::<tcp::Socket>(handle);
+        match socket.state() {
+            // Nothing left to tell the peer: free at once.
+            State::Closed | State::TimeWait if !rst_pending => self.free_slot(conn.index),
+            State::Closed | State::TimeWait => {}
+            // The RST goes out at the next poll; the slot is freed after it.
+            _ => {
+                socket.abort();
+                if let Ok(slot) = self.slot_mut_any(conn) {
+                    slot.rst_pending = true;
+                }
+            }
+        }
+        self.events.forget(conn.index);
+    }
+
+    fn poll(&mut self, now: Instant) -> bool {
+        let mut progress = false;
+        // Slots freed since the last poll may let a full listener listen again.
+        if !self.listeners.is_empty() {
+            self.replenish(now);
+        }
+        for _ in 0..RX_BURST_PACKETS_MAX {
+            match self
+                .iface
+                .poll_ingress_single(now, &mut self.device, &mut self.sockets)
+            {
+                PollIngressSingleResult::None => break,
+                PollIngressSingleResult::PacketProcessed => {}
+                PollIngressSingleResult::SocketStateChanged => {
+                    if !self.listeners.is_empty() {
+                        self.replenish(now);
+                    }
+                }
+            }
+            self.stats.rx_packets += 1;
+            progress = true;
+        }
+        self.iface.poll_maintenance(now);
+        // The user timeout's aborts need an egress to send their RSTs.
+        self.scan(now, false);
+        for _ in 0..TX_BURST_ROUNDS_MAX {
+            match self
+                .iface
+                .poll_egress(now, &mut self.device, &mut self.sockets)
+            {
+                PollResult::None => break,
+                PollResult::SocketStateChanged => progress = true,
+            }
+        }
+        self.scan(now, true);
+        progress
+    }
+
+    fn poll_at(&mut self, now: Instant) -> Option<Instant> {
+        let mut at = self.iface.poll_at(now, &self.sockets);
+        let timeout = self.config.tcp.user_timeout;
+        for &index in &self.live {
+            if let Some(slot) = &self.slots[index as usize] {
+                if slot.waiting && !slot.finished && !slot.releasing {
+                    let deadline = slot.progress_at + timeout;
+                    at = Some(at.map_or(deadline, |at| at.min(deadline)));
+                }
+            }
+        }
+        at
+    }
+
+    fn next_event(&mut self) -> Option<Event> {
+        self.events.pop()
+    }
+
+    fn connections(&self) -> usize {
+        self.connections
+    }
+}

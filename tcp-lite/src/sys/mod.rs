@@ -1,0 +1,6 @@
+//! The operating-system edge of tcp-lite (STYLE.md §1.1): the TAP device and
+//! the kernel-TCP transport. Nothing else in the crate opens a file or a
+//! socket.
+
+pub mod kernel;
+pub mod tap;

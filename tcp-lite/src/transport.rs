@@ -1,0 +1,143 @@
+//! The connection interface every transport offers: smoltcp over any
+//! device ([`Stack`](crate::Stack)) and Linux TCP
+//! ([`KernelTransport`](crate::sys::kernel::KernelTransport)).
+
+use core::fmt;
+use std::net::SocketAddrV4;
+
+use smoltcp::time::Instant;
+
+use crate::event::{ConnId, Event, ListenerId};
+
+/// A set of TCP connections driven by [`poll`](Transport::poll).
+///
+/// Stream positions count octets from the start of each direction (0 is the
+/// first octet after the handshake), as MPA needs for marker placement
+/// (RFC 5044 §5: markers sit at multiples of 512 of the stream position).
+pub trait Transport {
+    /// Listen on `port` of the local address.
+    fn listen(&mut self, port: u16) -> Result<ListenerId, ListenError>;
+
+    /// Stop listening; connections already accepted stay open.
+    fn unlisten(&mut self, listener: ListenerId);
+
+    /// Start an active open to `remote`. [`EventKind::Connected`](crate::EventKind::Connected)
+    /// (or `Reset`/`TimedOut`) follows from a later poll.
+    fn connect(&mut self, remote: SocketAddrV4, now: Instant) -> Result<ConnId, ConnectError>;
+
+    /// Let `fill` write straight into the connection's transmit space: it
+    /// gets the free contiguous space (at most `max` octets, possibly empty)
+    /// and returns how many octets it wrote, which are then committed at
+    /// once. Call again for the part of the space that wraps around.
+    fn send_with<R>(
+        &mut self,
+        conn: ConnId,
+        max: usize,
+        fill: impl FnOnce(&mut [u8]) -> (usize, R),
+    ) -> Result<R, SendError>;
+
+    /// Octets that can be queued now.
+    fn send_space(&self, conn: ConnId) -> Result<usize, SendError>;
+
+    /// Octets to put in the current TCP segment so that it ends on a segment
+    /// boundary: size an FPDU to at most this, or start the next segment
+    /// (RFC 5044 §8: "MPA-aware TCP" senders put whole FPDUs in segments).
+    /// Where the transmit ring wraps, the room ends there too (smoltcp cuts
+    /// a segment at the wrap). `None` when the transport does not control
+    /// segmentation (kernel TCP).
+    fn segment_room(&mut self, conn: ConnId) -> Result<Option<usize>, SendError>;
+
+    /// The connection's local and remote address, from the handshake on.
+    fn endpoints(&self, conn: ConnId) -> Result<(SocketAddrV4, SocketAddrV4), SendError>;
+
+    /// Stream position of the next octet [`send_with`](Transport::send_with) queues.
+    fn send_position(&self, conn: ConnId) -> Result<u64, SendError>;
+
+    /// Let `take` look at received data: it gets a borrowed slice (contiguous,
+    /// so possibly only part of the queue) with the stream position of its
+    /// first octet, and returns how many octets it consumed.
+    fn recv_with<R>(
+        &mut self,
+        conn: ConnId,
+        take: impl FnOnce(&[u8], u64) -> (usize, R),
+    ) -> Result<R, RecvError>;
+
+    /// Octets waiting to be received.
+    fn recv_queue(&self, conn: ConnId) -> Result<usize, RecvError>;
+
+    /// Orderly close of our direction (FIN after the queued data).
+    fn close(&mut self, conn: ConnId) -> Result<(), SendError>;
+
+    /// Abort: send RST and drop queued data. The handle stays valid (and
+    /// reports nothing more) until released.
+    fn abort(&mut self, conn: ConnId) -> Result<(), SendError>;
+
+    /// Free the handle and its buffers. An open connection is aborted first.
+    fn release(&mut self, conn: ConnId);
+
+    /// Move packets and run timers. Returns whether anything happened.
+    fn poll(&mut self, now: Instant) -> bool;
+
+    /// When to poll next at the latest (`None`: only on input).
+    fn poll_at(&mut self, now: Instant) -> Option<Instant>;
+
+    /// The next pending event.
+    fn next_event(&mut self) -> Option<Event>;
+
+    /// Connections open (not yet released).
+    fn connections(&self) -> usize;
+}
+
+macro_rules! errors {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $(#[doc = $text] $variant,)*
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(match self { $($name::$variant => $text,)* })
+            }
+        }
+
+        impl std::error::Error for $name {}
+    };
+}
+
+errors! {
+    /// Why [`Transport::listen`] failed.
+    ListenError {
+        PortInUse => "the port already has a listener",
+        Unaddressable => "port 0 cannot be listened on",
+        Io => "the operating system refused the listening socket",
+    }
+}
+
+errors! {
+    /// Why [`Transport::connect`] failed.
+    ConnectError {
+        TooManyConnections => "max_connections connections are open already",
+        NoPort => "no free ephemeral port",
+        Unaddressable => "the remote address or port is unspecified",
+        Io => "the operating system refused the socket",
+    }
+}
+
+errors! {
+    /// Why a send-side call failed.
+    SendError {
+        InvalidConnection => "the connection handle was released or never existed",
+        InvalidState => "the connection cannot send (not established, or closed by us)",
+    }
+}
+
+errors! {
+    /// Why a receive-side call failed.
+    RecvError {
+        InvalidConnection => "the connection handle was released or never existed",
+        InvalidState => "the connection cannot receive (not established, or reset)",
+        Finished => "the peer closed its direction and every octet was received",
+    }
+}
