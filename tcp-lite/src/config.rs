@@ -10,6 +10,14 @@ use std::net::Ipv4Addr;
 
 use smoltcp::time::Duration;
 
+/// Most connections a stack may be configured for.
+pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 20;
+/// Most listening sockets per listener.
+pub const BACKLOG_LIMIT: usize = 64;
+/// Longest user timeout (smoltcp's time arithmetic wraps beyond `i64` µs;
+/// a day is longer than any peer should be waited for).
+pub const USER_TIMEOUT_LIMIT: Duration = Duration::from_secs(24 * 3600);
+
 /// Congestion control for a connection (smoltcp's `socket-tcp-reno` and
 /// `socket-tcp-cubic` features).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,15 +47,15 @@ impl CongestionControl {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TcpConfig {
     /// Receive buffer in octets. Above 64 KiB smoltcp offers window scaling
-    /// (RFC 7323 §2), with the shift taken from this size.
+    /// (RFC 7323), with the shift taken from this size.
     pub rx_buffer: usize,
     /// Transmit buffer in octets: how much the framer can queue ahead of
     /// the peer's acknowledgements.
     pub tx_buffer: usize,
-    /// Nagle's algorithm (RFC 9293 §3.7.4). Off for FPDUs: MPA sends whole
+    /// Nagle's algorithm (RFC 9293). Off for FPDUs: MPA sends whole
     /// messages and a held-back small FPDU is pure latency.
     pub nagle: bool,
-    /// Delayed-ACK timer (RFC 9293 §3.8.6.3). smoltcp still ACKs at once
+    /// Delayed-ACK timer (RFC 9293). smoltcp still ACKs at once
     /// when a full segment is unacknowledged; `None` ACKs everything at once.
     /// 1 ms lets a reply carry the ACK of its request (a third off the
     /// ping-pong in `tcp_table`) while bounding what a peer that runs
@@ -129,18 +137,18 @@ impl StackConfig {
         if self.max_connections == 0 {
             return Err(ConfigError("max_connections must be at least 1"));
         }
-        if self.max_connections > u32::MAX as usize / 2 {
-            return Err(ConfigError("max_connections must be below 2^31"));
+        if self.max_connections > MAX_CONNECTIONS_LIMIT {
+            return Err(ConfigError("max_connections must be at most 1048576"));
         }
-        if self.backlog == 0 {
-            return Err(ConfigError("backlog must be at least 1"));
+        if !(1..=BACKLOG_LIMIT).contains(&self.backlog) {
+            return Err(ConfigError("backlog must be 1..=64"));
         }
         if self.ephemeral_ports.is_empty() || *self.ephemeral_ports.start() == 0 {
             return Err(ConfigError(
                 "ephemeral_ports must be a non-empty range without port 0",
             ));
         }
-        // smoltcp's window scaling needs the buffer below 2^30 (RFC 7323 §2.3: shift at most 14).
+        // smoltcp's window scaling needs the buffer below 2^30 (RFC 7323: shift at most 14).
         for (what, size) in [
             ("tcp.rx_buffer", self.tcp.rx_buffer),
             ("tcp.tx_buffer", self.tcp.tx_buffer),
@@ -152,8 +160,10 @@ impl StackConfig {
                 }));
             }
         }
-        if self.tcp.user_timeout == Duration::ZERO {
-            return Err(ConfigError("tcp.user_timeout must be above zero"));
+        if self.tcp.user_timeout == Duration::ZERO || self.tcp.user_timeout > USER_TIMEOUT_LIMIT {
+            return Err(ConfigError(
+                "tcp.user_timeout must be above zero and at most 24 hours",
+            ));
         }
         Ok(())
     }

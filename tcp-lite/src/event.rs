@@ -91,6 +91,9 @@ pub(crate) struct EventQueue {
     /// Per slot: pending kinds as bits, the listener of an `Accepted`, and
     /// the generation the bits belong to.
     pending: Vec<(u8, u16, u32)>,
+    /// Per slot: whether its index is in `queue` (possibly with no bits left,
+    /// after `forget`): the queue never holds an index twice.
+    queued: Vec<bool>,
 }
 
 impl EventQueue {
@@ -98,6 +101,7 @@ impl EventQueue {
         EventQueue {
             queue: std::collections::VecDeque::with_capacity(slots),
             pending: vec![(0, 0, 0); slots],
+            queued: vec![false; slots],
         }
     }
 
@@ -106,7 +110,8 @@ impl EventQueue {
         if slot.2 != conn.generation {
             *slot = (0, 0, conn.generation);
         }
-        if slot.0 == 0 {
+        if !self.queued[conn.index as usize] {
+            self.queued[conn.index as usize] = true;
             self.queue.push_back(conn.index);
         }
         slot.0 |= kind.bit();
@@ -123,12 +128,14 @@ impl EventQueue {
             let (bits, port, generation) = &mut self.pending[index as usize];
             if *bits == 0 {
                 self.queue.pop_front();
+                self.queued[index as usize] = false;
                 continue;
             }
             let bit = *bits & bits.wrapping_neg();
             *bits &= !bit;
             if *bits == 0 {
                 self.queue.pop_front();
+                self.queued[index as usize] = false;
             }
             let conn = ConnId {
                 index,
@@ -191,6 +198,22 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn forget_and_push_cycles_never_grow_the_queue() {
+        let mut q = EventQueue::with_capacity(3);
+        for generation in 0..100_000 {
+            let conn = ConnId {
+                index: generation % 3,
+                generation,
+            };
+            q.push(conn, EventKind::Reset);
+            q.forget(conn.index);
+        }
+        assert!(q.queue.len() <= 3, "{} queued", q.queue.len());
+        assert_eq!(q.pop(), None);
+        assert!(q.queue.is_empty());
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! dpwarp's TCP under MPA: smoltcp's TCP behind one connection interface.
 //!
 //! Heads up! Before working on this crate read RFC 9293 (TCP), RFC 7323
-//! (window scaling), RFC 5044 §8 (how MPA wants FPDUs placed in segments)
+//! (window scaling), RFC 5044 (how MPA wants FPDUs placed in segments)
 //! and smoltcp's `socket/tcp.rs`, whose behaviour this crate inherits.
 //!
 //! Everything here is sans-IO except [`sys`]: no socket, clock or thread. Time
@@ -25,7 +25,10 @@ mod stack;
 pub mod sys;
 mod transport;
 
-pub use config::{ConfigError, CongestionControl, StackConfig, TcpConfig};
+pub use config::{
+    ConfigError, CongestionControl, StackConfig, TcpConfig, BACKLOG_LIMIT, MAX_CONNECTIONS_LIMIT,
+    USER_TIMEOUT_LIMIT,
+};
 pub use event::{ConnId, Event, EventKind, ListenerId};
 pub use smoltcp;
 pub use smoltcp::time::{Duration, Instant};

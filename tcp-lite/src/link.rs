@@ -27,7 +27,9 @@ pub struct Faults {
     pub drop: f64,
     /// Frames delivered twice.
     pub duplicate: f64,
-    /// Frames held back and delivered after the next one.
+    /// Frames held back until a frame that is not itself reordered overtakes
+    /// them (or, if none comes, until the queue is empty). One is held at a
+    /// time.
     pub reorder: f64,
     /// Frames with one bit flipped (checksums, when on, catch it).
     pub corrupt: f64,

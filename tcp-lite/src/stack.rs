@@ -49,6 +49,9 @@ pub struct StackStats {
     pub refused: u64,
     /// Times a listener could not be given a fresh listening socket.
     pub backlog_exhausted: u64,
+    /// Handshakes of listeners that never completed (reset in SYN-RECEIVED,
+    /// or timed out): dropped without an event.
+    pub half_open_dropped: u64,
     /// Packets taken from the device.
     pub rx_packets: u64,
 }
@@ -134,6 +137,8 @@ pub struct Stack<D: Device> {
     /// Largest segment payload on this interface.
     emss: usize,
     stats: StackStats,
+    /// Time of the last poll (or of creation).
+    now: Instant,
 }
 
 impl<D: Device> Stack<D> {
@@ -186,6 +191,7 @@ impl<D: Device> Stack<D> {
             connections: 0,
             emss: ip_mtu - IPV4_TCP_HEADERS,
             stats: StackStats::default(),
+            now,
             config,
             device,
             iface,
@@ -217,6 +223,12 @@ impl<D: Device> Stack<D> {
     /// per connection, which this does not see).
     pub fn emss(&self) -> usize {
         self.emss
+    }
+
+    /// Sockets listening now, over all listeners (diagnostics and tests:
+    /// at most `backlog` per listener).
+    pub fn listening_sockets(&self) -> usize {
+        self.listeners.iter().map(|l| l.listening.len()).sum()
     }
 
     /// smoltcp's state of a connection, for diagnostics and tests.
@@ -409,29 +421,28 @@ impl<D: Device> Stack<D> {
             };
             let socket = self.sockets.get_mut::<tcp::Socket>(slot.handle);
             let state = socket.state();
-            if after_egress {
+            // smoltcp forgets the tuple once the RST of an abort went out.
+            if after_egress && slot.rst_pending && socket.local_endpoint().is_none() {
                 slot.rst_pending = false;
             }
             if slot.releasing {
-                if !slot.rst_pending && matches!(state, State::Closed | State::TimeWait) {
+                // A RST that cannot leave (no route to the peer) does not
+                // hold the slot past the user timeout.
+                let stuck = now >= slot.progress_at + timeout;
+                if (!slot.rst_pending || stuck) && matches!(state, State::Closed | State::TimeWait)
+                {
                     self.free_slot(index);
                     i -= 1;
                 }
                 continue;
             }
-            // A listening socket whose handshake was reset went back to
-            // LISTEN: it is no connection; give it back to its listener.
+            // A socket whose handshake was reset went back to LISTEN (smoltcp
+            // does that in SYN-RECEIVED): it was never a connection. Free it
+            // (`replenish` listens afresh), so no state of that peer stays.
             if state == State::Listen {
-                if let Role::Accepted(port) = slot.role {
-                    slot.role = Role::Listening(port);
-                    self.connections -= 1;
-                    i -= 1;
-                    self.live.swap_remove(i);
-                    match self.listeners.iter_mut().find(|l| l.port == port) {
-                        Some(l) => l.listening.push(index),
-                        None => self.free_slot(index),
-                    }
-                }
+                self.stats.half_open_dropped += 1;
+                self.free_slot(index);
+                i -= 1;
                 continue;
             }
             if state != slot.state {
@@ -491,9 +502,23 @@ impl<D: Device> Stack<D> {
             let ended = match state {
                 State::TimeWait => Some(EventKind::Closed),
                 State::Closed if slot.peer_fin && slot.closed_by_us => Some(EventKind::Closed),
+                // A close before the handshake completed (smoltcp drops SYN-SENT).
+                State::Closed if slot.closed_by_us && !slot.open_reported => {
+                    Some(EventKind::Closed)
+                }
                 State::Closed => Some(EventKind::Reset),
                 _ => None,
             };
+            // A handshake that never completed was never reported: drop it
+            // silently, whatever ended it.
+            let unreported = matches!(slot.role, Role::Accepted(_)) && !slot.open_reported;
+            if ended.is_some() && unreported {
+                slot.finished = true;
+                slot.releasing = true;
+                slot.progress_at = now;
+                self.stats.half_open_dropped += 1;
+                continue;
+            }
             if let Some(kind) = ended {
                 slot.finished = true;
                 match kind {
@@ -517,8 +542,14 @@ impl<D: Device> Stack<D> {
                 socket.abort();
                 slot.finished = true;
                 slot.rst_pending = true;
-                self.stats.timed_out += 1;
-                self.events.push(conn, EventKind::TimedOut);
+                if unreported {
+                    slot.releasing = true;
+                    slot.progress_at = now;
+                    self.stats.half_open_dropped += 1;
+                } else {
+                    self.stats.timed_out += 1;
+                    self.events.push(conn, EventKind::TimedOut);
+                }
             }
         }
     }
@@ -641,7 +672,8 @@ impl<D: Device> Transport for Stack<D> {
             .map_err(|_| SendError::InvalidState)?;
         let slot = self.slot_mut(conn)?;
         slot.tx_pos += written as u64;
-        if written < max || offered < max {
+        // Blocked: the caller wanted more than the space and filled all of it.
+        if offered < max && written == offered {
             slot.tx_blocked = true;
         }
         // smoltcp cuts a segment where its ring wraps: the next starts there.
@@ -674,9 +706,8 @@ impl<D: Device> Transport for Stack<D> {
             .map_err(|_| SendError::InvalidState)?;
         let emss = self.emss as u64;
         let slot = self.slot_mut(conn)?;
-        if contiguous < free {
-            slot.ring_end = Some(slot.tx_pos + contiguous as u64);
-        }
+        // Recomputed each time: smoltcp moves an empty ring back to its start.
+        slot.ring_end = (contiguous < free).then_some(slot.tx_pos + contiguous as u64);
         let filled = (slot.tx_pos - slot.segment_anchor) % emss;
         let mut room = (emss - filled) as usize;
         if let Some(end) = slot.ring_end {
@@ -747,11 +778,13 @@ impl<D: Device> Transport for Stack<D> {
     }
 
     fn release(&mut self, conn: ConnId) {
+        let now = self.now;
         let Ok(slot) = self.slot_mut(conn) else {
             return;
         };
         slot.releasing = true;
         slot.finished = true;
+        slot.progress_at = now;
         let (handle, rst_pending) = (slot.handle, slot.rst_pending);
         let socket = self.sockets.get_mut::<tcp::Socket>(handle);
         match socket.state() {
@@ -771,6 +804,7 @@ impl<D: Device> Transport for Stack<D> {
 
     fn poll(&mut self, now: Instant) -> bool {
         let mut progress = false;
+        self.now = now;
         // Slots freed since the last poll may let a full listener listen again.
         if !self.listeners.is_empty() {
             self.replenish(now);

@@ -13,7 +13,7 @@ use crate::event::{ConnId, Event, ListenerId};
 ///
 /// Stream positions count octets from the start of each direction (0 is the
 /// first octet after the handshake), as MPA needs for marker placement
-/// (RFC 5044 §5: markers sit at multiples of 512 of the stream position).
+/// (RFC 5044 §4.3: markers sit at multiples of 512 of the stream position).
 pub trait Transport {
     /// Listen on `port` of the local address.
     fn listen(&mut self, port: u16) -> Result<ListenerId, ListenError>;
@@ -41,7 +41,7 @@ pub trait Transport {
 
     /// Octets to put in the current TCP segment so that it ends on a segment
     /// boundary: size an FPDU to at most this, or start the next segment
-    /// (RFC 5044 §8: "MPA-aware TCP" senders put whole FPDUs in segments).
+    /// (RFC 5044: "MPA-aware TCP" senders put whole FPDUs in segments).
     /// Where the transmit ring wraps, the room ends there too (smoltcp cuts
     /// a segment at the wrap). `None` when the transport does not control
     /// segmentation (kernel TCP).
@@ -72,7 +72,10 @@ pub trait Transport {
     /// reports nothing more) until released.
     fn abort(&mut self, conn: ConnId) -> Result<(), SendError>;
 
-    /// Free the handle and its buffers. An open connection is aborted first.
+    /// Free the handle and its buffers. An open connection is aborted first
+    /// (its RST goes out at the next poll). A connection in TIME-WAIT is
+    /// freed at once: a FIN the peer sends again is answered with RST, which
+    /// a peer in LAST-ACK takes as the end of the connection.
     fn release(&mut self, conn: ConnId);
 
     /// Move packets and run timers. Returns whether anything happened.

@@ -436,10 +436,10 @@ fn writable_follows_a_full_transmit_buffer() {
 
 /// Records of random sizes, each sized to [`Transport::segment_room`], go
 /// out one or more per segment and never across a segment boundary (RFC
-/// 5044 §8), as long as neither window cuts a segment short.
+/// 5044), as long as neither window cuts a segment short.
 ///
 /// One cut we cannot foresee: the peer's window in its SYN is unscaled (RFC
-/// 7323 §2.2), so at most 64 KiB, and the first burst stops there mid-record;
+/// 7323), so at most 64 KiB, and the first burst stops there mid-record;
 /// the rest of that transmit buffer (256 KiB) goes out in segments that
 /// straddle records. Those are counted apart.
 #[test]
@@ -536,6 +536,13 @@ fn records_sized_by_segment_room_stay_whole_in_segments() {
         split + early,
         whole + split + early
     );
+    // 35% when measured (2,039 of 5,831); more would mean smoltcp cuts more.
+    let total = whole + split + early;
+    assert!(
+        (split + early) * 100 < 45 * total,
+        "{} of {total} split",
+        split + early
+    );
 }
 
 #[test]
@@ -577,7 +584,7 @@ proptest::proptest! {
     ) {
         let mut link = LinkConfig::ethernet(mtu);
         link.latency = Duration::from_micros(latency_us as u64);
-        let mut net = Net::new(link, seed, |c| c.tcp.user_timeout = Duration::from_secs(100_000));
+        let mut net = Net::new(link, seed, |c| c.tcp.user_timeout = tcp_lite::USER_TIMEOUT_LIMIT);
         let (client, server) = net.connect(4100);
         let faults = Faults { drop, duplicate, reorder, corrupt };
         net.a.device().set_tx_faults(faults);

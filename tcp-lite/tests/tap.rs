@@ -274,7 +274,7 @@ impl Flow {
     }
 
     /// Originating side: send the pattern, check what comes back, close.
-    /// Echoing side: send back what arrives, close when the peer has.
+    /// Echoing side: send back what arrives, close once all of it is echoed.
     fn pump(&mut self, stack: &mut Stack<TapDevice>, originate: bool) -> Result<(), Failed> {
         let conn = self.conn;
         if stack.tcp_state(conn).is_none() || self.closing {

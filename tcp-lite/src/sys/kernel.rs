@@ -17,7 +17,7 @@
 //!   same sizes).
 //! * The kernel segments the stream, so
 //!   [`segment_room`](Transport::segment_room) is `None`: MPA falls back to
-//!   FPDUs that may straddle segments (RFC 5044 §8 allows it).
+//!   FPDUs that may straddle segments (RFC 5044 makes alignment a SHOULD).
 //! * The kernel's state is not visible. A connect completes when
 //!   `getsockopt(SO_ERROR)` and `getpeername` say so; a connection is
 //!   `Closed` once we sent FIN (`shutdown(Write)` after the staging ring
@@ -80,7 +80,7 @@ pub struct KernelConfig {
     /// Staging ring per connection in octets (how much can be queued ahead
     /// of the kernel), and its `SO_SNDBUF`.
     pub tx_buffer: usize,
-    /// `TCP_NODELAY`: Nagle's algorithm off (RFC 9293 §3.7.4). On by default
+    /// `TCP_NODELAY`: Nagle's algorithm off (RFC 9293). On by default
     /// for FPDUs, as [`TcpConfig::nagle`](crate::TcpConfig::nagle) is off.
     pub nodelay: bool,
     /// A connection that makes no progress for this long is aborted with
@@ -110,8 +110,8 @@ impl KernelConfig {
         if self.max_connections == 0 {
             return Err(ConfigError("max_connections must be at least 1"));
         }
-        if self.max_connections > u32::MAX as usize / 2 {
-            return Err(ConfigError("max_connections must be below 2^31"));
+        if self.max_connections > crate::MAX_CONNECTIONS_LIMIT {
+            return Err(ConfigError("max_connections must be at most 1048576"));
         }
         if !(1024..=1 << 30).contains(&self.rx_buffer) {
             return Err(ConfigError("rx_buffer must be 1 KiB..=1 GiB"));
@@ -119,8 +119,10 @@ impl KernelConfig {
         if !(1024..=1 << 30).contains(&self.tx_buffer) {
             return Err(ConfigError("tx_buffer must be 1 KiB..=1 GiB"));
         }
-        if self.user_timeout == Duration::ZERO {
-            return Err(ConfigError("user_timeout must be above zero"));
+        if self.user_timeout == Duration::ZERO || self.user_timeout > crate::USER_TIMEOUT_LIMIT {
+            return Err(ConfigError(
+                "user_timeout must be above zero and at most 24 hours",
+            ));
         }
         Ok(())
     }
@@ -237,7 +239,7 @@ fn failure(error: &io::Error) -> EventKind {
 /// The socket options of every connection (a listener's are inherited by
 /// the connections it accepts; `TCP_NODELAY` and the user timeout are set
 /// again on those). Buffer sizes must be set before the handshake, which
-/// announces the window scale (RFC 7323 §2.2).
+/// announces the window scale (RFC 7323).
 fn set_options(socket: &Socket, config: &KernelConfig) -> io::Result<()> {
     socket.set_tcp_nodelay(config.nodelay)?;
     socket.set_recv_buffer_size(config.rx_buffer)?;
@@ -797,7 +799,8 @@ impl Transport for KernelTransport {
         let written = written.min(offered);
         c.tx.commit(written);
         c.tx_pos += written as u64;
-        if written < max {
+        // Blocked: the caller wanted more than the space and filled all of it.
+        if offered < max && written == offered {
             c.tx_blocked = true;
         }
         if written > 0 {

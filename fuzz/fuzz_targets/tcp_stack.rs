@@ -1,0 +1,186 @@
+//! tcp-lite's `Stack` against a hostile peer: arbitrary TCP segments (and
+//! arbitrary IP packets) into a stack that listens, has connections open and
+//! an application that reads, writes, closes, aborts and releases, while
+//! virtual time moves on.
+//!
+//! The link is IP-medium with checksums ignored, so the fuzzer's segments
+//! reach TCP. Asserts: no panic and no hang; open connections never exceed
+//! `max_connections`; every event names a connection that was not released,
+//! and no connection reports anything after its final event.
+#![no_main]
+
+use std::collections::HashSet;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use arbitrary::Arbitrary;
+use libfuzzer_sys::fuzz_target;
+use tcp_lite::link::{self, LinkConfig};
+use tcp_lite::smoltcp::phy::{Device, Medium, RxToken, TxToken};
+use tcp_lite::smoltcp::wire::{IpProtocol, Ipv4Packet, TcpPacket};
+use tcp_lite::{ConnId, Duration, Instant, Stack, StackConfig, Transport};
+
+const PEER: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const US: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+const LISTEN_PORT: u16 = 80;
+const MAX_CONNECTIONS: usize = 6;
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    /// A TCP segment from the peer; ports picked from a few so they match.
+    Segment {
+        src_port: u8,
+        dst_port: u8,
+        seq: u32,
+        ack: u32,
+        flags: u8,
+        window: u16,
+        header_words: u8,
+        options: [u8; 12],
+        payload: Vec<u8>,
+    },
+    /// Any IPv4 payload (after a valid header to us).
+    Raw(Vec<u8>),
+    Advance(u16),
+    Recv(u8),
+    Send(u8, u16),
+    Close(u8),
+    Abort(u8),
+    Release(u8),
+    Connect(u8),
+}
+
+fn port(sel: u8) -> u16 {
+    match sel % 4 {
+        0 => LISTEN_PORT,
+        1 => 49152,
+        2 => 49153,
+        _ => 1000 + u16::from(sel),
+    }
+}
+
+fn ip_packet(payload_len: usize, buf: &mut [u8]) {
+    let mut ip = Ipv4Packet::new_unchecked(buf);
+    ip.set_version(4);
+    ip.set_header_len(20);
+    ip.set_dscp(0);
+    ip.set_ecn(0);
+    ip.set_total_len((20 + payload_len) as u16);
+    ip.set_ident(0);
+    ip.clear_flags();
+    ip.set_frag_offset(0);
+    ip.set_hop_limit(64);
+    ip.set_next_header(IpProtocol::Tcp);
+    ip.set_src_addr(PEER);
+    ip.set_dst_addr(US);
+    ip.fill_checksum();
+}
+
+fuzz_target!(|ops: Vec<Op>| {
+    let mut config = LinkConfig::ethernet(1500);
+    config.medium = Medium::Ip;
+    config.mtu = 1500;
+    config.checksums = false;
+    let (mut peer, end) = link::pair(config, 1);
+    let mut stack_config = StackConfig::new([0; 6], US);
+    stack_config.mac = None;
+    stack_config.max_connections = MAX_CONNECTIONS;
+    stack_config.backlog = 2;
+    stack_config.tcp.rx_buffer = 4096;
+    stack_config.tcp.tx_buffer = 4096;
+    stack_config.tcp.user_timeout = Duration::from_secs(3);
+    let mut now = Instant::ZERO;
+    let mut stack = Stack::new(stack_config, end, now).expect("config");
+    stack.listen(LISTEN_PORT).expect("listen");
+    let mut conns: Vec<ConnId> = Vec::new();
+    let mut released: HashSet<ConnId> = HashSet::new();
+    let mut finished: HashSet<ConnId> = HashSet::new();
+    let pick = |conns: &[ConnId], sel: u8| conns.get(usize::from(sel) % conns.len().max(1)).copied();
+
+    for op in ops.into_iter().take(256) {
+        match op {
+            Op::Segment { src_port, dst_port, seq, ack, flags, window, header_words, options, payload } => {
+                let payload = &payload[..payload.len().min(1400)];
+                let header = 4 * usize::from(5 + header_words % 4);
+                let len = 20 + header + payload.len();
+                let token = peer.transmit(now).expect("link transmit");
+                token.consume(len, |buf| {
+                    ip_packet(header + payload.len(), buf);
+                    let mut tcp = TcpPacket::new_unchecked(&mut buf[20..]);
+                    tcp.set_src_port(port(src_port));
+                    tcp.set_dst_port(port(dst_port));
+                    tcp.set_seq_number(tcp_lite::smoltcp::wire::TcpSeqNumber(seq as i32));
+                    tcp.set_ack_number(tcp_lite::smoltcp::wire::TcpSeqNumber(ack as i32));
+                    tcp.set_header_len(header as u8);
+                    let raw = tcp.into_inner();
+                    raw[13] = flags;
+                    raw[14..16].copy_from_slice(&window.to_be_bytes());
+                    raw[16..20].fill(0);
+                    raw[20..header].copy_from_slice(&options[..header - 20]);
+                    raw[header..].copy_from_slice(payload);
+                });
+            }
+            Op::Raw(bytes) => {
+                let bytes = &bytes[..bytes.len().min(1480)];
+                let token = peer.transmit(now).expect("link transmit");
+                token.consume(20 + bytes.len(), |buf| {
+                    ip_packet(bytes.len(), buf);
+                    buf[20..].copy_from_slice(bytes);
+                });
+            }
+            Op::Advance(ms) => now += Duration::from_millis(u64::from(ms)),
+            Op::Recv(sel) => {
+                if let Some(c) = pick(&conns, sel) {
+                    let _ = stack.recv_with(c, |d, _| (d.len(), ()));
+                }
+            }
+            Op::Send(sel, n) => {
+                if let Some(c) = pick(&conns, sel) {
+                    let _ = stack.send_with(c, usize::from(n), |b| (b.len(), ()));
+                    let _ = stack.segment_room(c);
+                }
+            }
+            Op::Close(sel) => {
+                if let Some(c) = pick(&conns, sel) {
+                    let _ = stack.close(c);
+                }
+            }
+            Op::Abort(sel) => {
+                if let Some(c) = pick(&conns, sel) {
+                    if stack.abort(c).is_ok() {
+                        finished.insert(c);
+                    }
+                }
+            }
+            Op::Release(sel) => {
+                if let Some(c) = pick(&conns, sel) {
+                    stack.release(c);
+                    released.insert(c);
+                }
+            }
+            Op::Connect(sel) => {
+                if let Ok(c) = stack.connect(SocketAddrV4::new(PEER, port(sel)), now) {
+                    conns.push(c);
+                }
+            }
+        }
+        stack.poll(now);
+        while let Some(event) = stack.next_event() {
+            assert!(!released.contains(&event.conn), "{event:?} for a released connection");
+            assert!(!finished.contains(&event.conn), "{event:?} after the final event");
+            if let tcp_lite::EventKind::Accepted(_) = event.kind {
+                conns.push(event.conn);
+            }
+            if event.kind.is_final() {
+                finished.insert(event.conn);
+            }
+        }
+        assert!(stack.connections() <= MAX_CONNECTIONS, "{} connections", stack.connections());
+        // Whatever the stack sent goes nowhere.
+        while let Some((rx, _)) = peer.receive(now) {
+            rx.consume(|_| ());
+        }
+        if conns.len() > 64 {
+            conns.drain(..32);
+        }
+    }
+});
