@@ -1,8 +1,11 @@
 //! dpwarp's control plane (the slow path).
 //!
-//! Not built yet: this crate will hold the sans-IO state machines of the MPA
-//! startup phase (RFC 5044 §7.1) with RFC 6581 enhanced connection
-//! establishment, RFC 5043 SCTP session control, and the control-plane
-//! thread that hands established connections to the poll-mode cores.
-//! See issue 6. It builds on `rnic_engine::wire::mpa_rr` for the frames.
+//! * [`mpa`]: sans-IO state machines of the MPA startup phase (RFC 5044
+//!   §7.1) with RFC 6581 enhanced connection establishment, both roles.
+//!
+//! Still to come (issue 6): the control-plane thread that drives them over
+//! tcp-lite transports and hands established connections to the poll-mode
+//! cores; later, RFC 5043 SCTP session control.
 #![forbid(unsafe_code)]
+
+pub mod mpa;

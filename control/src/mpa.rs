@@ -1,0 +1,1242 @@
+//! The MPA startup phase (RFC 5044 §7.1) with RFC 6581 enhanced RDMA
+//! connection establishment, both roles, sans-IO.
+//!
+//! Heads up! Read RFC 6581 (`../shared/seeds/001_*.txt`) whole, in
+//! particular §9.1 (IRD/ORD), §9.2 (peer-to-peer and RTR), §9.3 (the flow)
+//! and §10 (interoperability), and `../shared/spec/WIRE.md` §1.
+//!
+//! An [`Initiator`] sends the MPA Request and reads the Reply; a [`Responder`]
+//! reads the Request, lets the ULP [`accept`](Responder::accept) or
+//! [`reject`](Responder::reject) it, and sends the Reply. Both read octets
+//! with `handle_input`, which never consumes an octet past the frame (an
+//! FPDU may follow in the same segment), write with `poll_transmit`, and
+//! take time as an argument (`handle_timeout`, `poll_timeout`). Memory is
+//! bounded: one frame buffer of 532 octets and the private data.
+//!
+//! The end is an [`Outcome`]: [`Established`] with everything the QP needs
+//! (CRC, markers each way, IRD/ORD, the RTR, MPA fencing, stream positions),
+//! [`Rejected`] (MPA is left, TCP stays open for the ULP), or [`Failure`]
+//! (send what `poll_transmit` still has, a Terminate if the rules call for
+//! one, then close TCP).
+
+use core::fmt;
+
+use rnic_engine::mpa::tx::{Framer, TxConfig};
+use rnic_engine::wire::ddp;
+use rnic_engine::wire::mpa_rr::{
+    self, EnhancedRepr, FrameKind, Packet, Repr, HEADER_LEN, IRD_ORD_NO_NEGOTIATION,
+    PRIVATE_DATA_LEN_MAX,
+};
+use rnic_engine::wire::rdmap::{self, Control, Header, Opcode};
+use rnic_engine::wire::term;
+use tcp_lite::{Duration, Instant};
+
+/// IRD or ORD 0x3FFF: "automatic negotiation of the IRD or ORD is not
+/// desired, and ... the ULP will be responsible for it" (RFC 6581 §9.1).
+pub const NO_NEGOTIATION: u16 = IRD_ORD_NO_NEGOTIATION;
+
+/// Which end of the startup this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Sends the MPA Request (the TCP client in RFC 5044).
+    Initiator,
+    /// Answers it.
+    Responder,
+}
+
+/// An RTR indication (RFC 6581 §9.2): the initiator's first FPDU in the
+/// peer-to-peer model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rtr {
+    /// B: a zero-length Send.
+    Send,
+    /// C: a zero-length RDMA Write.
+    Write,
+    /// D: a zero-length RDMA Read.
+    Read,
+}
+
+/// A set of RTR indications (the B, C and D flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RtrSet {
+    /// B: zero-length Send.
+    pub send: bool,
+    /// C: zero-length RDMA Write.
+    pub write: bool,
+    /// D: zero-length RDMA Read.
+    pub read: bool,
+}
+
+impl RtrSet {
+    /// No RTR indication.
+    pub const NONE: RtrSet = RtrSet {
+        send: false,
+        write: false,
+        read: false,
+    };
+    /// Every RTR indication.
+    pub const ALL: RtrSet = RtrSet {
+        send: true,
+        write: true,
+        read: true,
+    };
+
+    /// Whether no flag is set.
+    pub fn is_empty(self) -> bool {
+        !(self.send || self.write || self.read)
+    }
+
+    /// The flags set in both.
+    pub fn intersect(self, other: RtrSet) -> RtrSet {
+        RtrSet {
+            send: self.send && other.send,
+            write: self.write && other.write,
+            read: self.read && other.read,
+        }
+    }
+
+    /// Whether `rtr` is in the set.
+    pub fn contains(self, rtr: Rtr) -> bool {
+        match rtr {
+            Rtr::Send => self.send,
+            Rtr::Write => self.write,
+            Rtr::Read => self.read,
+        }
+    }
+
+    /// The initiator's pick, in order of cost: a Write needs nothing from the
+    /// responder, a Send consumes nothing either (the provider eats it), a
+    /// Read needs an IRRQ entry and a response.
+    pub fn preferred(self) -> Option<Rtr> {
+        [Rtr::Write, Rtr::Send, Rtr::Read]
+            .into_iter()
+            .find(|&r| self.contains(r))
+    }
+
+    fn of(e: &EnhancedRepr) -> RtrSet {
+        RtrSet {
+            send: e.rtr_send,
+            write: e.rtr_write,
+            read: e.rtr_read,
+        }
+    }
+}
+
+/// What this side wants from the startup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartupConfig {
+    /// MPA revision to speak: 1 (RFC 5044) or 2 (RFC 6581).
+    pub revision: u8,
+    /// Initiator: send enhanced data (S=1, needs revision 2). Responder:
+    /// understand it (an unenhanced responder closes on S=1, RFC 6581 §10).
+    pub enhanced: bool,
+    /// Ask for CRC (C). CRC is used if either side asks.
+    pub crc: bool,
+    /// Ask for markers in what this side receives (M).
+    pub markers: bool,
+    /// Initiator: ask for the peer-to-peer model (A).
+    pub peer_to_peer: bool,
+    /// RTR indications this side can send (initiator) or take (responder).
+    pub rtr: RtrSet,
+    /// IRD this side offers (initiator) or grants by default (responder).
+    pub ird: u16,
+    /// ORD this side wants (initiator) or uses by default (responder).
+    pub ord: u16,
+    /// The most inbound Reads this side can queue: a responder never grants
+    /// more, an initiator terminates (2/0/6) if the responder's ORD needs
+    /// more.
+    pub ird_max: u16,
+    /// Responder: how long to wait for the Request (RFC 5044 §7.1: the
+    /// responder SHOULD time out).
+    pub request_timeout: Duration,
+    /// Both: how long the whole startup may take, the ULP's decision included.
+    pub startup_timeout: Duration,
+}
+
+impl Default for StartupConfig {
+    /// Revision 2, enhanced, CRC, no markers, client-server, every RTR
+    /// understood, IRD/ORD 16, 5 s for the Request and 10 s for everything.
+    fn default() -> Self {
+        StartupConfig {
+            revision: mpa_rr::REVISION_2,
+            enhanced: true,
+            crc: true,
+            markers: false,
+            peer_to_peer: false,
+            rtr: RtrSet::ALL,
+            ird: 16,
+            ord: 16,
+            ird_max: 64,
+            request_timeout: Duration::from_secs(5),
+            startup_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl StartupConfig {
+    /// Check the configuration for `role` and private data of `pd_len`
+    /// octets, saying what to fix.
+    pub fn validate(&self, role: Role, pd_len: usize) -> Result<(), ConfigError> {
+        if !(1..=2).contains(&self.revision) {
+            return Err(ConfigError("revision must be 1 or 2"));
+        }
+        if self.enhanced && self.revision < 2 {
+            return Err(ConfigError(
+                "enhanced connection establishment needs revision 2",
+            ));
+        }
+        let room = PRIVATE_DATA_LEN_MAX
+            - if self.enhanced && role == Role::Initiator {
+                4
+            } else {
+                0
+            };
+        if pd_len > room {
+            return Err(ConfigError(
+                "private data is limited to 512 octets, 508 with enhanced data",
+            ));
+        }
+        for v in [self.ird, self.ord, self.ird_max] {
+            if v > NO_NEGOTIATION {
+                return Err(ConfigError(
+                    "IRD, ORD and ird_max are 14-bit (at most 0x3FFF)",
+                ));
+            }
+        }
+        if self.ird != NO_NEGOTIATION && self.ird > self.ird_max {
+            return Err(ConfigError("ird must not exceed ird_max"));
+        }
+        if self.enhanced && role == Role::Responder && self.rtr.is_empty() {
+            // RFC 6581 §9.2: "The responder MUST support at least one RTR
+            // indication option if it supports Enhanced RDMA connection
+            // establishment."
+            return Err(ConfigError(
+                "an enhanced responder must take at least one RTR",
+            ));
+        }
+        if self.peer_to_peer && !self.enhanced {
+            return Err(ConfigError(
+                "the peer-to-peer model needs enhanced connection establishment",
+            ));
+        }
+        if self.peer_to_peer && role == Role::Initiator && self.rtr.is_empty() {
+            return Err(ConfigError(
+                "the peer-to-peer model needs at least one RTR the initiator can send",
+            ));
+        }
+        if self.request_timeout == Duration::ZERO || self.startup_timeout == Duration::ZERO {
+            return Err(ConfigError("timeouts must be above zero"));
+        }
+        if self.startup_timeout > Duration::from_secs(24 * 3600) {
+            return Err(ConfigError("startup_timeout must be at most 24 hours"));
+        }
+        Ok(())
+    }
+}
+
+/// A configuration that cannot work; the message says what to fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigError(pub &'static str);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid MPA startup configuration: {}", self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The MPA error codes of Terminates sent during the startup (layer 2 LLP,
+/// error type 0 MPA; RFC 6581 §8 adds 5-7 to RFC 5044's 1-4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TermCode {
+    /// 0x05 Local catastrophic.
+    LocalCatastrophic,
+    /// 0x06 Insufficient IRD resources.
+    InsufficientIrd,
+    /// 0x07 No matching RTR option.
+    NoMatchingRtr,
+}
+
+impl TermCode {
+    /// Layer, error type and error code.
+    pub fn code(self) -> (u8, u8, u8) {
+        let ecode = match self {
+            TermCode::LocalCatastrophic => 0x05,
+            TermCode::InsufficientIrd => 0x06,
+            TermCode::NoMatchingRtr => 0x07,
+        };
+        (2, 0, ecode)
+    }
+}
+
+/// Why a startup failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailReason {
+    /// The responder's wait for the Request timed out.
+    RequestTimeout,
+    /// The whole startup timed out.
+    StartupTimeout,
+    /// The key is neither frame's, or the wrong frame's for this role.
+    BadKey,
+    /// Both sides sent a Request (RFC 5044's Initiator/Initiator case).
+    InitiatorInitiator,
+    /// A revision this side does not speak (0, 3, ...; or 2 to a revision-1
+    /// side, or a Reply above the Request's).
+    BadRevision(u8),
+    /// PD_Length above 512.
+    PrivateDataTooLong(u16),
+    /// A frame that is not well formed otherwise (R set in a Request, S set
+    /// with revision 1 or too short for the enhanced data).
+    Malformed,
+    /// An enhanced Request to a responder that does not do RFC 6581: it
+    /// closes, as an unenhanced responder does (RFC 6581 §10).
+    EnhancedNotSupported,
+    /// An unenhanced Reply to an enhanced Request (RFC 6581 §10: an enhanced
+    /// responder MUST reply enhanced).
+    ReplyNotEnhanced,
+    /// The peer's ORD needs more IRD than this side has, or the responder
+    /// rejected for want of IRD (TERM 2/0/6).
+    InsufficientIrd,
+    /// No RTR both sides support, or a connection model mismatch (TERM 2/0/7).
+    NoMatchingRtr,
+    /// The peer closed or reset TCP during the startup. An initiator that
+    /// sent an enhanced Request may retry unenhanced (RFC 6581 §10).
+    PeerClosed,
+    /// The ULP or the provider failed locally (TERM 2/0/5).
+    Local,
+}
+
+impl fmt::Display for FailReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FailReason::RequestTimeout => write!(f, "no MPA Request within the request timeout"),
+            FailReason::StartupTimeout => {
+                write!(f, "MPA startup did not finish within its timeout")
+            }
+            FailReason::BadKey => write!(f, "the frame's key is not the expected MPA key"),
+            FailReason::InitiatorInitiator => write!(f, "both sides sent an MPA Request"),
+            FailReason::BadRevision(r) => write!(f, "MPA revision {r} is not acceptable"),
+            FailReason::PrivateDataTooLong(n) => write!(f, "PD_Length {n} exceeds 512"),
+            FailReason::Malformed => write!(f, "the MPA frame is malformed"),
+            FailReason::EnhancedNotSupported => {
+                write!(
+                    f,
+                    "an enhanced MPA Request reached a responder without RFC 6581"
+                )
+            }
+            FailReason::ReplyNotEnhanced => {
+                write!(f, "an enhanced MPA Request got an unenhanced Reply")
+            }
+            FailReason::InsufficientIrd => write!(f, "insufficient IRD resources"),
+            FailReason::NoMatchingRtr => write!(f, "no matching RTR option or connection model"),
+            FailReason::PeerClosed => {
+                write!(f, "the peer closed the connection during MPA startup")
+            }
+            FailReason::Local => write!(f, "local failure"),
+        }
+    }
+}
+
+/// A failed startup: send what `poll_transmit` still returns (the Terminate,
+/// if any), then close TCP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Why.
+    pub reason: FailReason,
+    /// The Terminate queued for the peer, if the rules call for one.
+    pub term: Option<TermCode>,
+    /// The peer's IRD/ORD, when a Reply carried them (RFC 6581 §9.1: "The
+    /// initiator MUST pass the responder provided IRD and ORD to the ULP").
+    pub peer: Option<PeerValues>,
+    /// Initiator: the peer closed an enhanced Request, so an unenhanced retry
+    /// may work (RFC 6581 §10), if the application allows it.
+    pub retry_unenhanced: bool,
+}
+
+/// IRD and ORD as the peer sent them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerValues {
+    /// The peer's IRD.
+    pub ird: u16,
+    /// The peer's ORD.
+    pub ord: u16,
+}
+
+/// A rejected startup: MPA is left, TCP stays open for the ULP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// The rejecting side's private data (the ULP's part).
+    pub private_data: Vec<u8>,
+    /// The rejecting side's IRD/ORD, if the Reply was enhanced.
+    pub peer: Option<PeerValues>,
+}
+
+/// A connection ready for Full Operation: what the QP is configured with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Established {
+    /// This side's role.
+    pub role: Role,
+    /// The revision in use.
+    pub revision: u8,
+    /// Whether RFC 6581 enhanced data was exchanged.
+    pub enhanced: bool,
+    /// CRC on (either side set C).
+    pub crc: bool,
+    /// Markers in what this side sends (the peer set M).
+    pub markers_tx: bool,
+    /// Markers in what this side receives (this side set M).
+    pub markers_rx: bool,
+    /// This side's IRD (inbound Read queue depth) as negotiated.
+    pub ird: u16,
+    /// This side's ORD as negotiated.
+    pub ord: u16,
+    /// The peer's IRD/ORD as sent (enhanced only), for the ULP.
+    pub peer: Option<PeerValues>,
+    /// The peer-to-peer model was negotiated.
+    pub peer_to_peer: bool,
+    /// Initiator, peer-to-peer: the RTR to send before any other FPDU.
+    pub rtr: Option<Rtr>,
+    /// Responder, peer-to-peer: the RTRs the initiator may send first; the
+    /// provider consumes it.
+    pub rtr_accept: RtrSet,
+    /// Responder: send no FPDU before the first FPDU from the initiator has
+    /// arrived and was valid (MPA fencing, RFC 5044 §7.1).
+    pub fenced: bool,
+    /// The peer's private data (its ULP part).
+    pub peer_private_data: Vec<u8>,
+    /// Octets this side sent before Full Operation (its frame).
+    pub tx_start: u64,
+    /// Octets this side received before Full Operation (the peer's frame).
+    pub rx_start: u64,
+}
+
+/// How a startup ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Full Operation.
+    Established(Established),
+    /// Rejected (by the peer for an initiator, by the ULP for a responder).
+    Rejected(Rejected),
+    /// Failed: close TCP after sending what is queued.
+    Failed(Failure),
+}
+
+/// Reads one frame, octet-exactly, whatever the cuts.
+#[derive(Debug)]
+struct FrameReader {
+    buf: [u8; HEADER_LEN + PRIVATE_DATA_LEN_MAX],
+    len: usize,
+}
+
+/// What the reader has.
+enum Read {
+    /// Needs more octets.
+    More,
+    /// A whole frame of this many octets is in `buf`.
+    Frame(usize),
+    /// The header says the frame cannot be accepted.
+    Bad(FailReason),
+}
+
+impl FrameReader {
+    fn new() -> Self {
+        FrameReader {
+            buf: [0; HEADER_LEN + PRIVATE_DATA_LEN_MAX],
+            len: 0,
+        }
+    }
+
+    /// Takes octets up to the end of the frame; returns octets taken.
+    fn feed(&mut self, input: &[u8]) -> (usize, Read) {
+        let mut taken = 0;
+        loop {
+            let want = if self.len < HEADER_LEN {
+                HEADER_LEN
+            } else {
+                let pd = u16::from_be_bytes([self.buf[18], self.buf[19]]);
+                // Checked before the private data is read: a frame announcing
+                // more than 512 octets is refused at once, nothing buffered.
+                if usize::from(pd) > PRIVATE_DATA_LEN_MAX {
+                    return (taken, Read::Bad(FailReason::PrivateDataTooLong(pd)));
+                }
+                HEADER_LEN + usize::from(pd)
+            };
+            if self.len == want {
+                return (taken, Read::Frame(want));
+            }
+            let n = (want - self.len).min(input.len() - taken);
+            if n == 0 {
+                return (taken, Read::More);
+            }
+            self.buf[self.len..self.len + n].copy_from_slice(&input[taken..taken + n]);
+            self.len += n;
+            taken += n;
+        }
+    }
+}
+
+/// Writes a Terminate FPDU (untagged QN 2, MSN 1, no headers echoed) for a
+/// startup error, framed as Full Operation would frame it (RFC 6581 §8).
+fn terminate_fpdu(code: TermCode, crc: bool, markers: bool) -> Vec<u8> {
+    let (layer, etype, ecode) = code.code();
+    let repr = term::Repr {
+        encoding: term::Encoding::Rfc5040,
+        layer: term::Layer::from(layer),
+        etype,
+        ecode,
+        reserved: 0,
+        segment_length_valid: false,
+        ddp_segment_length: 0,
+        ddp_header: None,
+        rdma_header: None,
+    };
+    let message = rdmap::Repr {
+        ddp: ddp::Repr {
+            last: true,
+            reserved: 0,
+            version: ddp::VERSION,
+            rsvd_ulp: Control::new(Opcode::Terminate).to_octet(),
+            buffer: ddp::Buffer::Untagged {
+                rsvd_ulp: 0,
+                qn: ddp::qn::TERMINATE,
+                msn: 1,
+                mo: 0,
+            },
+        },
+        header: Header::Terminate(repr),
+        payload: &[],
+    };
+    let mut ulpdu = [0u8; 64];
+    let len = message.buffer_len();
+    message.emit(&mut ddp::Packet::new_unchecked(&mut ulpdu[..len]));
+    let mut framer = Framer::new(TxConfig {
+        crc,
+        markers,
+        emss: 1460,
+    })
+    .expect("EMSS 1460 is valid");
+    let mut out = vec![0; framer.wire_len(len)];
+    let n = framer
+        .frame(&[&ulpdu[..len]], &mut out)
+        .expect("sized by wire_len");
+    out.truncate(n);
+    out
+}
+
+/// Writes an MPA frame.
+fn frame(repr: &Repr<'_>) -> Vec<u8> {
+    let mut out = vec![0; repr.buffer_len()];
+    repr.emit(&mut Packet::new_unchecked(&mut out[..]));
+    out
+}
+
+/// Octets waiting to go out.
+#[derive(Debug, Default)]
+struct Outbox {
+    octets: Vec<u8>,
+    sent: usize,
+}
+
+impl Outbox {
+    fn push(&mut self, octets: &[u8]) {
+        self.octets.extend_from_slice(octets);
+    }
+
+    fn poll(&mut self, out: &mut [u8]) -> usize {
+        let n = (self.octets.len() - self.sent).min(out.len());
+        out[..n].copy_from_slice(&self.octets[self.sent..self.sent + n]);
+        self.sent += n;
+        n
+    }
+
+    fn is_empty(&self) -> bool {
+        self.sent == self.octets.len()
+    }
+}
+
+/// The initiator's side of the startup.
+#[derive(Debug)]
+pub struct Initiator {
+    config: StartupConfig,
+    outbox: Outbox,
+    reader: FrameReader,
+    deadline: Instant,
+    request_len: u64,
+    outcome: Option<Outcome>,
+}
+
+impl Initiator {
+    /// Starts a startup: the Request (with `private_data`) is queued.
+    pub fn new(
+        config: StartupConfig,
+        private_data: &[u8],
+        now: Instant,
+    ) -> Result<Initiator, ConfigError> {
+        config.validate(Role::Initiator, private_data.len())?;
+        let enhanced = config.enhanced.then_some(EnhancedRepr {
+            peer_to_peer: config.peer_to_peer,
+            // RFC 6581 §9.2: "The initiator MUST set each Control Flag B, C,
+            // and D to 1 for each of the options it supports, if Control Flag
+            // A is set to 1." With A=0 they MUST be 0.
+            rtr_send: config.peer_to_peer && config.rtr.send,
+            rtr_write: config.peer_to_peer && config.rtr.write,
+            rtr_read: config.peer_to_peer && config.rtr.read,
+            ird: config.ird,
+            ord: config.ord,
+        });
+        let request = frame(&Repr {
+            kind: FrameKind::Request,
+            markers: config.markers,
+            crc: config.crc,
+            reject: false,
+            reserved: 0,
+            revision: config.revision,
+            enhanced,
+            private_data,
+        });
+        let mut outbox = Outbox::default();
+        outbox.push(&request);
+        Ok(Initiator {
+            deadline: now + config.startup_timeout,
+            request_len: request.len() as u64,
+            config,
+            outbox,
+            reader: FrameReader::new(),
+            outcome: None,
+        })
+    }
+
+    /// Writes queued octets (the Request, later a Terminate) into `out`.
+    pub fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
+        self.outbox.poll(out)
+    }
+
+    /// Whether octets wait for `poll_transmit`.
+    pub fn wants_transmit(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// Reads the Reply from `input`; returns the octets consumed, never past
+    /// the Reply's last octet.
+    pub fn handle_input(&mut self, input: &[u8], now: Instant) -> usize {
+        if self.outcome.is_some() {
+            return 0;
+        }
+        self.handle_timeout(now);
+        if self.outcome.is_some() {
+            return 0;
+        }
+        let (taken, read) = self.reader.feed(input);
+        match read {
+            Read::More => {}
+            Read::Bad(reason) => self.fail(reason, None, None),
+            Read::Frame(len) => self.on_reply(len),
+        }
+        taken
+    }
+
+    /// The peer closed or reset TCP before the startup ended.
+    pub fn handle_peer_closed(&mut self) {
+        if self.outcome.is_none() {
+            let retry = self.config.enhanced && self.reader.len == 0;
+            self.outcome = Some(Outcome::Failed(Failure {
+                reason: FailReason::PeerClosed,
+                term: None,
+                peer: None,
+                retry_unenhanced: retry,
+            }));
+        }
+    }
+
+    /// Runs the startup timer.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.outcome.is_none() && now >= self.deadline {
+            self.fail(FailReason::StartupTimeout, None, None);
+        }
+    }
+
+    /// When to call [`handle_timeout`](Initiator::handle_timeout) next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.outcome.is_none().then_some(self.deadline)
+    }
+
+    /// How the startup ended, once it has and its octets are sent.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref().filter(|_| self.outbox.is_empty())
+    }
+
+    fn fail(
+        &mut self,
+        reason: FailReason,
+        term: Option<(TermCode, bool)>,
+        peer: Option<PeerValues>,
+    ) {
+        if let Some((code, markers)) = term {
+            // The Reply told us CRC; markers go where the responder asked.
+            let crc = self.config.crc || self.reply_crc();
+            self.outbox.push(&terminate_fpdu(code, crc, markers));
+        }
+        self.outcome = Some(Outcome::Failed(Failure {
+            reason,
+            term: term.map(|(code, _)| code),
+            peer,
+            retry_unenhanced: false,
+        }));
+    }
+
+    fn reply_crc(&self) -> bool {
+        self.reader.len > 16 && Packet::new_unchecked(&self.reader.buf[..]).crc()
+    }
+
+    fn on_reply(&mut self, len: usize) {
+        let packet = Packet::new_unchecked(&self.reader.buf[..len]);
+        match packet.frame_kind() {
+            Some(FrameKind::Reply) => {}
+            // RFC 5044: the keys differ, so a Request here means both sides
+            // initiated.
+            Some(FrameKind::Request) => {
+                return self.fail(FailReason::InitiatorInitiator, None, None)
+            }
+            None => return self.fail(FailReason::BadKey, None, None),
+        }
+        let revision = packet.revision();
+        if revision == 0 || revision > self.config.revision {
+            return self.fail(FailReason::BadRevision(revision), None, None);
+        }
+        let Ok(reply) = Repr::parse(&packet) else {
+            return self.fail(FailReason::Malformed, None, None);
+        };
+        let peer = reply.enhanced.map(|e| PeerValues {
+            ird: e.ird,
+            ord: e.ord,
+        });
+        if reply.enhanced.is_some() && (!self.config.enhanced || revision < 2) {
+            return self.fail(FailReason::Malformed, None, None);
+        }
+        if reply.reject {
+            // RFC 6581 §9.1: "The initiator MUST pass the responder provided
+            // IRD and ORD to the ULP for both MPA Accept and Reject messages."
+            self.outcome = Some(Outcome::Rejected(Rejected {
+                private_data: reply.private_data.to_vec(),
+                peer,
+            }));
+            return;
+        }
+        let crc = self.config.crc || reply.crc;
+        let markers_tx = reply.markers;
+        let mut established = Established {
+            role: Role::Initiator,
+            revision,
+            enhanced: reply.enhanced.is_some(),
+            crc,
+            markers_tx,
+            markers_rx: self.config.markers,
+            ird: self.config.ird,
+            ord: self.config.ord,
+            peer,
+            peer_to_peer: false,
+            rtr: None,
+            rtr_accept: RtrSet::NONE,
+            fenced: false,
+            peer_private_data: reply.private_data.to_vec(),
+            tx_start: self.request_len,
+            rx_start: len as u64,
+        };
+        match (self.config.enhanced, reply.enhanced) {
+            // RFC 6581 §10: "an enhanced responder is REQUIRED to respond with
+            // an enhanced RDMA connection establishment response".
+            (true, None) => return self.fail(FailReason::ReplyNotEnhanced, None, None),
+            (false, _) => {}
+            (true, Some(e)) => {
+                // RFC 6581 §9.1: "Upon receiving the MPA Accept Frame from the
+                // responder, the initiator MUST set its IRD at least to the
+                // responder ORD and its ORD at most to the responder IRD."
+                // "The initiator MUST leave its local endpoint ORD value
+                // unchanged upon receiving a responder IRD value of 0x3FFF."
+                if e.ird != NO_NEGOTIATION && self.config.ord != NO_NEGOTIATION {
+                    established.ord = self.config.ord.min(e.ird);
+                }
+                // "The initiator MUST leave its local endpoint IRD value
+                // unchanged upon receiving a responder ORD value of 0x3FFF."
+                if e.ord != NO_NEGOTIATION && self.config.ird != NO_NEGOTIATION {
+                    if e.ord > self.config.ird_max {
+                        // "If the initiator does not have sufficient resources
+                        // for the required IRD, it MUST send a TERM message ...
+                        // Layer 2, Error Type 0, Error Code 6."
+                        return self.fail(
+                            FailReason::InsufficientIrd,
+                            Some((TermCode::InsufficientIrd, markers_tx)),
+                            peer,
+                        );
+                    }
+                    established.ird = self.config.ird.max(e.ord);
+                }
+                match (self.config.peer_to_peer, e.peer_to_peer) {
+                    (true, true) => {
+                        // "Upon receiving the MPA Accept Frame with Control
+                        // Flag A set to 1, the initiator MUST generate one of
+                        // the negotiated RTR indications." A Read RTR needs an
+                        // ORD of at least 1 within the responder's IRD.
+                        let mut offered = RtrSet::of(&e).intersect(self.config.rtr);
+                        if offered.read
+                            && established.ord == 0
+                            && (e.ird == 0 || e.ird == NO_NEGOTIATION && self.config.ord == 0)
+                        {
+                            offered.read = false;
+                        }
+                        let Some(rtr) = offered.preferred() else {
+                            // "... it MUST send a TERM message ... Layer 2,
+                            // Error Type 0, Error Code 7."
+                            return self.fail(
+                                FailReason::NoMatchingRtr,
+                                Some((TermCode::NoMatchingRtr, markers_tx)),
+                                peer,
+                            );
+                        };
+                        if rtr == Rtr::Read && established.ord == 0 {
+                            established.ord = 1;
+                        }
+                        established.peer_to_peer = true;
+                        established.rtr = Some(rtr);
+                    }
+                    (false, false) => {}
+                    // "If Control Flag A is 1 in the MPA Request message, then
+                    // the responder MUST set Control Flag A to 1"; "The
+                    // responder MUST set Control Flag A to 0 if Control Flag A
+                    // is 0 in the request." A mismatch is no compatible
+                    // connection model: TERM 2/0/7.
+                    _ => {
+                        return self.fail(
+                            FailReason::NoMatchingRtr,
+                            Some((TermCode::NoMatchingRtr, markers_tx)),
+                            peer,
+                        );
+                    }
+                }
+            }
+        }
+        self.outcome = Some(Outcome::Established(established));
+    }
+}
+
+/// The responder's view of a Request, for the ULP's decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// Its revision.
+    pub revision: u8,
+    /// C.
+    pub crc: bool,
+    /// M: the initiator wants markers in what it receives.
+    pub markers: bool,
+    /// The enhanced data, if S=1.
+    pub enhanced: Option<EnhancedRepr>,
+    /// The ULP's private data.
+    pub private_data: Vec<u8>,
+}
+
+impl Request {
+    /// The initiator's IRD/ORD (RFC 6581 §9.1: "The responder ... MUST pass
+    /// the peer's provided IRD and ORD values to the ULP").
+    pub fn peer(&self) -> Option<PeerValues> {
+        self.enhanced.map(|e| PeerValues {
+            ird: e.ird,
+            ord: e.ord,
+        })
+    }
+}
+
+/// The ULP's answer to a [`Request`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Accept {
+    /// IRD to grant, if not the configured one.
+    pub ird: Option<u16>,
+    /// ORD to use, if not the configured one.
+    pub ord: Option<u16>,
+    /// The ULP cannot work with less than this ORD: reject with TERM 2/0/6
+    /// if the initiator's IRD is lower (RFC 6581 §9.1).
+    pub ord_required: Option<u16>,
+    /// Private data for the Reply.
+    pub private_data: Vec<u8>,
+}
+
+#[derive(Debug)]
+enum ResponderState {
+    AwaitRequest,
+    AwaitDecision(Request, u64),
+    Done,
+}
+
+/// The responder's side of the startup.
+#[derive(Debug)]
+pub struct Responder {
+    config: StartupConfig,
+    outbox: Outbox,
+    reader: FrameReader,
+    request_deadline: Instant,
+    deadline: Instant,
+    state: ResponderState,
+    outcome: Option<Outcome>,
+}
+
+impl Responder {
+    /// Waits for a Request.
+    pub fn new(config: StartupConfig, now: Instant) -> Result<Responder, ConfigError> {
+        config.validate(Role::Responder, 0)?;
+        Ok(Responder {
+            request_deadline: now + config.request_timeout,
+            deadline: now + config.startup_timeout,
+            config,
+            outbox: Outbox::default(),
+            reader: FrameReader::new(),
+            state: ResponderState::AwaitRequest,
+            outcome: None,
+        })
+    }
+
+    /// Reads the Request from `input`; returns the octets consumed, never
+    /// past the Request's last octet.
+    pub fn handle_input(&mut self, input: &[u8], now: Instant) -> usize {
+        self.handle_timeout(now);
+        if !matches!(self.state, ResponderState::AwaitRequest) {
+            return 0;
+        }
+        let (taken, read) = self.reader.feed(input);
+        match read {
+            Read::More => {}
+            Read::Bad(reason) => self.fail(reason, None),
+            Read::Frame(len) => self.on_request(len),
+        }
+        taken
+    }
+
+    /// The Request, once read, until the ULP decides.
+    pub fn request(&self) -> Option<&Request> {
+        match &self.state {
+            ResponderState::AwaitDecision(request, _) => Some(request),
+            _ => None,
+        }
+    }
+
+    /// The peer closed or reset TCP before the startup ended.
+    pub fn handle_peer_closed(&mut self) {
+        if self.outcome.is_none() {
+            self.state = ResponderState::Done;
+            self.outcome = Some(Outcome::Failed(Failure {
+                reason: FailReason::PeerClosed,
+                term: None,
+                peer: None,
+                retry_unenhanced: false,
+            }));
+        }
+    }
+
+    /// Runs the request and startup timers.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match self.state {
+            ResponderState::AwaitRequest if now >= self.request_deadline => {
+                self.fail(FailReason::RequestTimeout, None)
+            }
+            ResponderState::AwaitRequest | ResponderState::AwaitDecision(..)
+                if now >= self.deadline =>
+            {
+                self.fail(FailReason::StartupTimeout, None)
+            }
+            _ => {}
+        }
+    }
+
+    /// When to call [`handle_timeout`](Responder::handle_timeout) next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.state {
+            ResponderState::AwaitRequest => Some(self.request_deadline.min(self.deadline)),
+            ResponderState::AwaitDecision(..) => Some(self.deadline),
+            ResponderState::Done => None,
+        }
+    }
+
+    /// Writes queued octets (the Reply, perhaps a Terminate) into `out`.
+    pub fn poll_transmit(&mut self, out: &mut [u8]) -> usize {
+        self.outbox.poll(out)
+    }
+
+    /// Whether octets wait for `poll_transmit`.
+    pub fn wants_transmit(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// How the startup ended, once it has and its octets are sent.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref().filter(|_| self.outbox.is_empty())
+    }
+
+    fn fail(&mut self, reason: FailReason, term: Option<(TermCode, bool, bool)>) {
+        if let Some((code, crc, markers)) = term {
+            self.outbox.push(&terminate_fpdu(code, crc, markers));
+        }
+        self.state = ResponderState::Done;
+        self.outcome = Some(Outcome::Failed(Failure {
+            reason,
+            term: term.map(|(code, ..)| code),
+            peer: None,
+            retry_unenhanced: false,
+        }));
+    }
+
+    fn on_request(&mut self, len: usize) {
+        let packet = Packet::new_unchecked(&self.reader.buf[..len]);
+        match packet.frame_kind() {
+            Some(FrameKind::Request) => {}
+            _ => return self.fail(FailReason::BadKey, None),
+        }
+        // RFC 5044 §7.1: an unsupported revision is an improperly formatted
+        // Request: close. RFC 6581 §6: "A host accepting MPA connections MUST
+        // continue to accept MPA Requests with version one".
+        let revision = packet.revision();
+        if revision == 0 || revision > self.config.revision {
+            return self.fail(FailReason::BadRevision(revision), None);
+        }
+        let Ok(request) = Repr::parse(&packet) else {
+            return self.fail(FailReason::Malformed, None);
+        };
+        if request.reject || (request.enhanced.is_some() && revision < 2) {
+            return self.fail(FailReason::Malformed, None);
+        }
+        if request.enhanced.is_some() && !self.config.enhanced {
+            // RFC 6581 §10: "If the responder receives an enhanced MPA message
+            // and it does not support enhanced RDMA connection establishment,
+            // it MUST close the TCP connection and exit MPA."
+            return self.fail(FailReason::EnhancedNotSupported, None);
+        }
+        self.state = ResponderState::AwaitDecision(
+            Request {
+                revision,
+                crc: request.crc,
+                markers: request.markers,
+                enhanced: request.enhanced,
+                private_data: request.private_data.to_vec(),
+            },
+            len as u64,
+        );
+    }
+
+    fn take_request(&mut self) -> Option<(Request, u64)> {
+        match std::mem::replace(&mut self.state, ResponderState::Done) {
+            ResponderState::AwaitDecision(request, len) => Some((request, len)),
+            other => {
+                self.state = other;
+                None
+            }
+        }
+    }
+
+    /// Accepts the Request: queues the Reply. The outcome is `Established`
+    /// once it is sent, or `Failed` with TERM 2/0/6 when `ord_required`
+    /// exceeds the initiator's IRD (the Reply then rejects, carrying the
+    /// required ORD).
+    pub fn accept(&mut self, accept: &Accept) -> Result<(), ConfigError> {
+        let enhanced_len = if self.request().is_some_and(|r| r.enhanced.is_some()) {
+            4
+        } else {
+            0
+        };
+        if accept.private_data.len() + enhanced_len > PRIVATE_DATA_LEN_MAX {
+            return Err(ConfigError(
+                "private data is limited to 512 octets, 508 with enhanced data",
+            ));
+        }
+        if [accept.ird, accept.ord, accept.ord_required]
+            .into_iter()
+            .flatten()
+            .any(|v| v > NO_NEGOTIATION)
+        {
+            return Err(ConfigError("IRD and ORD are 14-bit (at most 0x3FFF)"));
+        }
+        let Some((request, request_len)) = self.take_request() else {
+            return Err(ConfigError("there is no Request to accept"));
+        };
+        let crc = request.crc || self.config.crc;
+        let mut ird = match accept.ird.unwrap_or(self.config.ird) {
+            NO_NEGOTIATION => NO_NEGOTIATION,
+            ird => ird.min(self.config.ird_max),
+        };
+        let mut ord = accept.ord.unwrap_or(self.config.ord);
+        let mut reply_enhanced = None;
+        let mut rtr_accept = RtrSet::NONE;
+        let mut peer_to_peer = false;
+        if let Some(e) = request.enhanced {
+            // Responder ORD. RFC 6581 §9.1: "The responder MUST respond to an
+            // initiator IRD value of 0x3FFF by leaving its local endpoint ORD
+            // value unchanged, and setting ORD to 0x3FFF in its reply
+            // message." Otherwise "The responder MUST set its ORD at most to
+            // the initiator IRD."
+            let reply_ord = if e.ird == NO_NEGOTIATION {
+                NO_NEGOTIATION
+            } else {
+                if let Some(required) = accept.ord_required {
+                    if required > e.ird {
+                        // "The responder MAY reject the connection request if
+                        // the initiator IRD is not sufficient for the
+                        // ULP-required ORD and specify the required ORD in the
+                        // MPA Reject Frame responder ORD. Thus, the TERM
+                        // message MUST contain Layer 2, Error Type 0, Error
+                        // Code 6."
+                        let reject = frame(&Repr {
+                            kind: FrameKind::Reply,
+                            markers: self.config.markers,
+                            crc,
+                            reject: true,
+                            reserved: 0,
+                            revision: request.revision,
+                            enhanced: Some(EnhancedRepr {
+                                peer_to_peer: e.peer_to_peer,
+                                ird,
+                                ord: required,
+                                ..Default::default()
+                            }),
+                            private_data: &accept.private_data,
+                        });
+                        self.outbox.push(&reject);
+                        self.fail(
+                            FailReason::InsufficientIrd,
+                            Some((TermCode::InsufficientIrd, crc, request.markers)),
+                        );
+                        return Ok(());
+                    }
+                }
+                if ord != NO_NEGOTIATION {
+                    ord = ord.min(e.ird);
+                }
+                ord
+            };
+            // Peer-to-peer. "If Control Flag A is 1 in the MPA Request
+            // message, then the responder MUST set Control Flag A to 1 in the
+            // MPA reply message. For each initiator-supported RTR indication
+            // option, the responder SHOULD set the corresponding Control Flag
+            // if the responder can support that option". "If the responder
+            // does not support any of the initiator-specified RTR indication
+            // options, then the responder MUST set at least one RTR
+            // indication type option it supports." With A=0, B/C/D are 0 and
+            // the request's are ignored.
+            if e.peer_to_peer {
+                peer_to_peer = true;
+                let mut rtr = RtrSet::of(&e).intersect(self.config.rtr);
+                if rtr.is_empty() {
+                    rtr = self.config.rtr;
+                }
+                rtr_accept = rtr;
+            }
+            // Responder IRD. "The responder MUST respond to an initiator ORD
+            // value of 0x3FFF by leaving its local endpoint IRD value
+            // unchanged and setting the IRD to 0x3FFF in its reply message."
+            // Otherwise the responder IRD is at least the initiator ORD where
+            // resources allow, and "If the initiator ORD is insufficient to
+            // support the selected connection model, the responder IRD MAY be
+            // increased" (a Read RTR needs one IRRQ entry).
+            let reply_ird = if e.ord == NO_NEGOTIATION {
+                NO_NEGOTIATION
+            } else {
+                if ird != NO_NEGOTIATION {
+                    ird = ird.max(e.ord).min(self.config.ird_max);
+                    if rtr_accept.read && ird == 0 {
+                        if self.config.ird_max >= 1 {
+                            ird = 1;
+                        } else if rtr_accept.write || rtr_accept.send {
+                            rtr_accept.read = false;
+                        }
+                    }
+                }
+                ird
+            };
+            reply_enhanced = Some(EnhancedRepr {
+                peer_to_peer,
+                rtr_send: rtr_accept.send,
+                rtr_write: rtr_accept.write,
+                rtr_read: rtr_accept.read,
+                ird: reply_ird,
+                ord: reply_ord,
+            });
+        }
+        let reply = frame(&Repr {
+            kind: FrameKind::Reply,
+            markers: self.config.markers,
+            crc,
+            reject: false,
+            reserved: 0,
+            // RFC 6581 §10: "If the responder receives an unenhanced MPA
+            // message ('S' is set to 0), it MUST respond with an unenhanced
+            // MPA message."
+            revision: request.revision,
+            enhanced: reply_enhanced,
+            private_data: &accept.private_data,
+        });
+        self.outbox.push(&reply);
+        self.outcome = Some(Outcome::Established(Established {
+            role: Role::Responder,
+            revision: request.revision,
+            enhanced: reply_enhanced.is_some(),
+            crc,
+            markers_tx: request.markers,
+            markers_rx: self.config.markers,
+            ird,
+            ord,
+            peer: request.peer(),
+            peer_to_peer,
+            rtr: None,
+            rtr_accept,
+            // RFC 5044 §7.1 (rule 4): the responder sends no FPDU before it
+            // received and validated one from the initiator.
+            fenced: true,
+            peer_private_data: request.private_data,
+            tx_start: reply.len() as u64,
+            rx_start: request_len,
+        }));
+        Ok(())
+    }
+
+    /// Rejects the Request with `private_data`: queues a Reply with R=1
+    /// (enhanced if the Request was, carrying this side's IRD/ORD). The
+    /// outcome is `Rejected`; TCP stays open for the ULP.
+    pub fn reject(&mut self, private_data: &[u8]) -> Result<(), ConfigError> {
+        let enhanced_len = if self.request().is_some_and(|r| r.enhanced.is_some()) {
+            4
+        } else {
+            0
+        };
+        if private_data.len() + enhanced_len > PRIVATE_DATA_LEN_MAX {
+            return Err(ConfigError(
+                "private data is limited to 512 octets, 508 with enhanced data",
+            ));
+        }
+        let Some((request, _)) = self.take_request() else {
+            return Err(ConfigError("there is no Request to reject"));
+        };
+        let enhanced = request.enhanced.map(|e| EnhancedRepr {
+            peer_to_peer: e.peer_to_peer,
+            ird: self.config.ird,
+            ord: self.config.ord,
+            ..Default::default()
+        });
+        self.outbox.push(&frame(&Repr {
+            kind: FrameKind::Reply,
+            markers: self.config.markers,
+            crc: request.crc || self.config.crc,
+            reject: true,
+            reserved: 0,
+            revision: request.revision,
+            enhanced,
+            private_data,
+        }));
+        self.outcome = Some(Outcome::Rejected(Rejected {
+            private_data: private_data.to_vec(),
+            peer: None,
+        }));
+        Ok(())
+    }
+
+    /// The ULP or the provider failed: TERM 2/0/5 ("Local catastrophic",
+    /// RFC 6581 §9.3) if a Reply went out, then close.
+    pub fn fail_local(&mut self) {
+        self.fail(FailReason::Local, None);
+    }
+}
