@@ -35,6 +35,11 @@ use tcp_lite::{Duration, Instant};
 /// desired, and ... the ULP will be responsible for it" (RFC 6581 §9.1).
 pub const NO_NEGOTIATION: u16 = IRD_ORD_NO_NEGOTIATION;
 
+/// The deepest IRRQ or ORQ a QP gets (Linux siw's `SIW_MAX_IRD_QP` and
+/// `SIW_MAX_ORD_QP` are 128 too): IRD/ORD 0x3FFF, "left to the ULP", means
+/// this many in the engine.
+pub const QP_DEPTH_MAX: u16 = 128;
+
 /// Which end of the startup this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -44,81 +49,14 @@ pub enum Role {
     Responder,
 }
 
-/// An RTR indication (RFC 6581 §9.2): the initiator's first FPDU in the
-/// peer-to-peer model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Rtr {
-    /// B: a zero-length Send.
-    Send,
-    /// C: a zero-length RDMA Write.
-    Write,
-    /// D: a zero-length RDMA Read.
-    Read,
-}
+pub use rnic_engine::qp::{Rtr, RtrSet};
 
-/// A set of RTR indications (the B, C and D flags).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct RtrSet {
-    /// B: zero-length Send.
-    pub send: bool,
-    /// C: zero-length RDMA Write.
-    pub write: bool,
-    /// D: zero-length RDMA Read.
-    pub read: bool,
-}
-
-impl RtrSet {
-    /// No RTR indication.
-    pub const NONE: RtrSet = RtrSet {
-        send: false,
-        write: false,
-        read: false,
-    };
-    /// Every RTR indication.
-    pub const ALL: RtrSet = RtrSet {
-        send: true,
-        write: true,
-        read: true,
-    };
-
-    /// Whether no flag is set.
-    pub fn is_empty(self) -> bool {
-        !(self.send || self.write || self.read)
-    }
-
-    /// The flags set in both.
-    pub fn intersect(self, other: RtrSet) -> RtrSet {
-        RtrSet {
-            send: self.send && other.send,
-            write: self.write && other.write,
-            read: self.read && other.read,
-        }
-    }
-
-    /// Whether `rtr` is in the set.
-    pub fn contains(self, rtr: Rtr) -> bool {
-        match rtr {
-            Rtr::Send => self.send,
-            Rtr::Write => self.write,
-            Rtr::Read => self.read,
-        }
-    }
-
-    /// The initiator's pick, in order of cost: a Write needs nothing from the
-    /// responder, a Send consumes nothing either (the provider eats it), a
-    /// Read needs an IRRQ entry and a response.
-    pub fn preferred(self) -> Option<Rtr> {
-        [Rtr::Write, Rtr::Send, Rtr::Read]
-            .into_iter()
-            .find(|&r| self.contains(r))
-    }
-
-    fn of(e: &EnhancedRepr) -> RtrSet {
-        RtrSet {
-            send: e.rtr_send,
-            write: e.rtr_write,
-            read: e.rtr_read,
-        }
+/// The B, C and D flags of enhanced data.
+fn rtr_of(e: &EnhancedRepr) -> RtrSet {
+    RtrSet {
+        send: e.rtr_send,
+        write: e.rtr_write,
+        read: e.rtr_read,
     }
 }
 
@@ -409,6 +347,28 @@ pub struct Established {
     pub tx_start: u64,
     /// Octets this side received before Full Operation (the peer's frame).
     pub rx_start: u64,
+}
+
+impl Established {
+    /// The engine's connection parameters for a QP of this connection, with
+    /// the TCP effective MSS and the longest ULPDU this side takes.
+    pub fn connection(&self, emss: usize, ulpdu_max: usize) -> rnic_engine::qp::Connection {
+        // 0x3FFF leaves IRD/ORD to the ULP (RFC 6581 §9.1); a QP still
+        // needs a bound, so it gets QP_DEPTH_MAX, as does any larger value.
+        let depth = |v: u16| v.min(QP_DEPTH_MAX);
+        rnic_engine::qp::Connection {
+            crc: self.crc,
+            markers_tx: self.markers_tx,
+            markers_rx: self.markers_rx,
+            emss,
+            ird: depth(self.ird),
+            ord: depth(self.ord),
+            ulpdu_max,
+            rtr_send: self.rtr,
+            rtr_accept: self.rtr_accept,
+            fenced: self.fenced,
+        }
+    }
 }
 
 /// How a startup ended.
@@ -778,7 +738,7 @@ impl Initiator {
                         // Flag A set to 1, the initiator MUST generate one of
                         // the negotiated RTR indications." A Read RTR needs an
                         // ORD of at least 1 within the responder's IRD.
-                        let mut offered = RtrSet::of(&e).intersect(self.config.rtr);
+                        let mut offered = rtr_of(&e).intersect(self.config.rtr);
                         if offered.read
                             && established.ord == 0
                             && (e.ird == 0 || e.ird == NO_NEGOTIATION && self.config.ord == 0)
@@ -1120,7 +1080,7 @@ impl Responder {
             // the request's are ignored.
             if e.peer_to_peer {
                 peer_to_peer = true;
-                let mut rtr = RtrSet::of(&e).intersect(self.config.rtr);
+                let mut rtr = rtr_of(&e).intersect(self.config.rtr);
                 if rtr.is_empty() {
                     rtr = self.config.rtr;
                 }

@@ -140,6 +140,9 @@ pub fn connection(config: &PairConfig) -> Connection {
         ird: config.ird_ord,
         ord: config.ird_ord,
         ulpdu_max: 65535,
+        rtr_send: None,
+        rtr_accept: super::qp::RtrSet::NONE,
+        fenced: false,
     }
 }
 

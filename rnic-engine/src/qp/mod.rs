@@ -66,6 +66,116 @@ pub struct Connection {
     pub ord: u16,
     /// The longest ULPDU this side accepts.
     pub ulpdu_max: usize,
+    /// Initiator, peer-to-peer: the RTR indication to send before any other
+    /// FPDU (RFC 6581 §5: "The RDMA connection initiator MUST NOT allow any
+    /// later FULPDUs to be transmitted before the RTR indication"). The
+    /// provider consumes it and its Read Response; no completion.
+    pub rtr_send: Option<Rtr>,
+    /// Responder, peer-to-peer: the RTR indications the first FPDU may be.
+    /// It is consumed by the provider, never shown to the application; any
+    /// other first message is TERM 2/0/7. Empty: no RTR expected.
+    pub rtr_accept: RtrSet,
+    /// Responder: MPA fencing (RFC 5044 §7.1): no FPDU goes out before the
+    /// first FPDU from the initiator has arrived.
+    pub fenced: bool,
+}
+
+impl Connection {
+    /// A client-server connection without fencing: the fields of RFC 5044's
+    /// startup that every connection has.
+    pub fn new(
+        crc: bool,
+        markers_tx: bool,
+        markers_rx: bool,
+        emss: usize,
+        ird: u16,
+        ord: u16,
+        ulpdu_max: usize,
+    ) -> Connection {
+        Connection {
+            crc,
+            markers_tx,
+            markers_rx,
+            emss,
+            ird,
+            ord,
+            ulpdu_max,
+            rtr_send: None,
+            rtr_accept: RtrSet::NONE,
+            fenced: false,
+        }
+    }
+}
+
+/// An RTR indication (RFC 6581 §9.2): the initiator's first FPDU in the
+/// peer-to-peer model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rtr {
+    /// B: a zero-length Send (QN 0).
+    Send,
+    /// C: a zero-length RDMA Write (STag 1, TO 0, as siw sends it).
+    Write,
+    /// D: a zero-length RDMA Read Request (sink STag 0, source STag 1, size
+    /// 0, as siw sends it), answered by a zero-length Read Response.
+    Read,
+}
+
+/// A set of RTR indications (RFC 6581's B, C and D flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct RtrSet {
+    /// B: zero-length Send.
+    pub send: bool,
+    /// C: zero-length RDMA Write.
+    pub write: bool,
+    /// D: zero-length RDMA Read.
+    pub read: bool,
+}
+
+impl RtrSet {
+    /// No RTR indication.
+    pub const NONE: RtrSet = RtrSet {
+        send: false,
+        write: false,
+        read: false,
+    };
+    /// Every RTR indication.
+    pub const ALL: RtrSet = RtrSet {
+        send: true,
+        write: true,
+        read: true,
+    };
+
+    /// Whether no flag is set.
+    pub fn is_empty(self) -> bool {
+        !(self.send || self.write || self.read)
+    }
+
+    /// The flags set in both.
+    pub fn intersect(self, other: RtrSet) -> RtrSet {
+        RtrSet {
+            send: self.send && other.send,
+            write: self.write && other.write,
+            read: self.read && other.read,
+        }
+    }
+
+    /// Whether `rtr` is in the set.
+    pub fn contains(self, rtr: Rtr) -> bool {
+        match rtr {
+            Rtr::Send => self.send,
+            Rtr::Write => self.write,
+            Rtr::Read => self.read,
+        }
+    }
+
+    /// An initiator's pick, cheapest first: a Write needs nothing of the
+    /// responder; a Send nothing either (the provider eats it); a Read an
+    /// IRRQ entry and a response. Linux siw also prefers the Write.
+    pub fn preferred(self) -> Option<Rtr> {
+        [Rtr::Write, Rtr::Send, Rtr::Read]
+            .into_iter()
+            .find(|&r| self.contains(r))
+    }
 }
 
 /// A QP's state (siw's `enum siw_qp_state`, without the transient ones).
@@ -238,9 +348,11 @@ struct SqWqe {
 }
 
 impl Orq {
-    fn seq_msn(&self) -> (u64, u32) {
+    /// The SQ sequence number and MSN of a request with a work request.
+    fn seq_msn(&self) -> Option<(u64, u32)> {
         match *self {
-            Orq::Read { seq, msn, .. } | Orq::Atomic { seq, msn, .. } => (seq, msn),
+            Orq::Read { seq, msn, .. } | Orq::Atomic { seq, msn, .. } => Some((seq, msn)),
+            Orq::Rtr => None,
         }
     }
 }
@@ -293,6 +405,8 @@ enum Orq {
         id: u32,
         result: Grants,
     },
+    /// The Read RTR: its zero-length response is the provider's.
+    Rtr,
 }
 
 /// An inbound request waiting for its response (the IRRQ).
@@ -384,6 +498,12 @@ pub(crate) struct Inner {
     next_atomic_id: u32,
     term: Option<PendingTerm>,
     events: VecDeque<QpEvent>,
+    /// The RTR still to send (initiator).
+    rtr_tx: Option<Rtr>,
+    /// The RTRs the first message may be, until it arrived (responder).
+    rtr_rx: RtrSet,
+    /// Nothing is sent until a first FPDU arrived (responder).
+    fenced: bool,
 }
 
 impl Qp {
@@ -412,6 +532,9 @@ impl Qp {
             next_atomic_id: 1,
             term: None,
             events: VecDeque::with_capacity(EVENTS_MAX),
+            rtr_tx: None,
+            rtr_rx: RtrSet::NONE,
+            fenced: false,
         };
         Qp {
             framer: None,
@@ -444,6 +567,9 @@ impl Qp {
         let inner = &mut self.inner;
         inner.orq = VecDeque::with_capacity(usize::from(c.ord));
         inner.irrq = VecDeque::with_capacity(usize::from(c.ird));
+        inner.rtr_tx = c.rtr_send;
+        inner.rtr_rx = c.rtr_accept;
+        inner.fenced = c.fenced;
         inner.connection = Some(c);
         inner.state = QpState::Rts;
         Ok(())

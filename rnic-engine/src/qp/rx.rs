@@ -20,7 +20,9 @@ use crate::wire::rdmap::{self, Control, Header, Opcode};
 use crate::wire::{atomic, ddp};
 
 use super::term::{OperationError, ProtectionError, TaggedError, TermCause, UntaggedError};
-use super::{Ctx, Inner, Irrq, Orq, Qp, QpEvent, QpState, Receiving, RecvCompletion, TermInfo};
+use super::{
+    Ctx, Inner, Irrq, Orq, Qp, QpEvent, QpState, Receiving, RecvCompletion, RtrSet, TermInfo,
+};
 
 /// A processing failure: the cause, and whether the Terminate echoes the
 /// RDMAP header (errors about a Read or Atomic Request).
@@ -59,8 +61,68 @@ impl Qp {
 
 impl Inner {
     fn receive(&mut self, ctx: &mut Ctx<'_>, ulpdu: &[u8]) {
-        if let Err((cause, rdma_header)) = self.process(ctx, ulpdu) {
+        // MPA fencing ends with the first FPDU, valid or not (an invalid one
+        // is answered with a Terminate, which is an FPDU too).
+        self.fenced = false;
+        let result = if self.rtr_rx.is_empty() {
+            self.process(ctx, ulpdu)
+        } else {
+            self.receive_rtr(ctx, ulpdu)
+        };
+        if let Err((cause, rdma_header)) = result {
             self.fail(cause, Some(ulpdu), rdma_header);
+        }
+    }
+
+    /// The first message of a peer-to-peer connection must be one of the
+    /// negotiated RTR indications (RFC 6581 §9.2-9.3); the provider consumes
+    /// it: a zero-length Write is dropped, a zero-length Send takes MSN 1 of
+    /// queue 0 without a receive, a zero-length Read is answered with a
+    /// zero-length Read Response outside the IRRQ's count. Anything else is
+    /// TERM 2/0/7 (no matching RTR option).
+    fn receive_rtr(&mut self, ctx: &mut Ctx<'_>, ulpdu: &[u8]) -> Result<(), Failure> {
+        let accept = std::mem::replace(&mut self.rtr_rx, RtrSet::NONE);
+        let no_match = (TermCause::NoMatchingRtr, false);
+        let Ok(packet) = ddp::Packet::new_checked(ulpdu) else {
+            return self.process(ctx, ulpdu);
+        };
+        let control = Control::from_octet(packet.rsvd_ulp());
+        if control.opcode == Opcode::Terminate
+            || packet.version() != ddp::VERSION
+            || control.version != rdmap::VERSION
+        {
+            // Version errors and a Terminate keep their own handling.
+            return self.process(ctx, ulpdu);
+        }
+        let zero = packet.payload().is_empty() && packet.last();
+        match control.opcode {
+            Opcode::RdmaWrite if zero && packet.tagged() && accept.write => Ok(()),
+            Opcode::Send if zero && !packet.tagged() && accept.send => {
+                self.check_msn(&packet)?;
+                if packet.qn() != ddp::qn::SEND || packet.mo() != 0 {
+                    return Err(no_match);
+                }
+                self.rx_msn[0] = self.rx_msn[0].wrapping_add(1);
+                Ok(())
+            }
+            Opcode::RdmaReadRequest if !packet.tagged() && accept.read => {
+                let repr = rdmap::Repr::parse(&packet).map_err(|_| no_match)?;
+                let Header::ReadRequest(request) = repr.header else {
+                    return Err(no_match);
+                };
+                if request.read_size != 0 || packet.qn() != ddp::qn::READ_REQUEST {
+                    return Err(no_match);
+                }
+                self.check_msn(&packet)?;
+                self.rx_msn[1] = self.rx_msn[1].wrapping_add(1);
+                self.irrq.push_back(Irrq::Read {
+                    msn: packet.msn(),
+                    request,
+                    sent: 0,
+                });
+                Ok(())
+            }
+            _ => Err(no_match),
         }
     }
 
@@ -193,6 +255,19 @@ impl Inner {
         packet: &ddp::Packet<&[u8]>,
         payload: &[u8],
     ) -> Result<(), Failure> {
+        if let Some(Orq::Rtr) = self.orq.front() {
+            // The Read RTR's response: zero octets to sink STag 0, TO 0, in
+            // one segment; the provider's, so no completion.
+            if !payload.is_empty()
+                || !packet.last()
+                || packet.stag() != 0
+                || packet.tagged_offset() != 0
+            {
+                return Err((TermCause::Tagged(TaggedError::BaseBounds), false));
+            }
+            self.orq.pop_front();
+            return Ok(());
+        }
         let Some(Orq::Read {
             seq,
             sink_stag,
@@ -489,7 +564,7 @@ impl Inner {
                     let failed = self
                         .orq
                         .iter()
-                        .map(Orq::seq_msn)
+                        .filter_map(Orq::seq_msn)
                         .find(|(_, msn)| *msn == header.msn());
                     let status = match (info.layer, info.etype) {
                         // RDMAP remote protection, DDP tagged buffer.

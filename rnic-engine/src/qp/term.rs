@@ -84,6 +84,9 @@ pub enum TermCause {
     Mpa(MpaError),
     /// A ULPDU too short for a DDP header: framing (2/0/4).
     Truncated,
+    /// A peer-to-peer connection's first message is none of the negotiated
+    /// RTR indications: RFC 6581 §8's "No matching RTR option" (2/0/7).
+    NoMatchingRtr,
     /// DDP tagged (1/1).
     Tagged(TaggedError),
     /// DDP untagged (1/2).
@@ -102,6 +105,7 @@ impl TermCause {
         match self {
             TermCause::Mpa(e) => (e.layer(), e.etype(), e.ecode()),
             TermCause::Truncated => (2, 0, 0x04),
+            TermCause::NoMatchingRtr => (2, 0, 0x07),
             TermCause::Tagged(e) => (
                 1,
                 1,

@@ -16,7 +16,7 @@ use crate::wire::rdmap::{self, Control, Header, Opcode, ReadRequestRepr};
 use crate::wire::{atomic, ddp, term};
 
 use super::term::TermCause;
-use super::{Ctx, Inner, Irrq, Orq, Qp, QpEvent, QpState, TermInfo, RESPONSE_BURST_FPDUS_MAX};
+use super::{Ctx, Inner, Irrq, Orq, Qp, QpEvent, QpState, Rtr, TermInfo, RESPONSE_BURST_FPDUS_MAX};
 
 /// The longest DDP + RDMAP header: untagged DDP and an Atomic Request.
 const HEADER_MAX: usize = ddp::UNTAGGED_HEADER_LEN + atomic::REQUEST_HEADER_LEN;
@@ -147,6 +147,21 @@ impl Qp {
                     return at;
                 }
                 QpState::Idle | QpState::Error => return at,
+            }
+            if inner.fenced {
+                // RFC 5044 §7.1: the responder sends no FPDU before the
+                // initiator's first has arrived.
+                return at;
+            }
+            if let Some(rtr) = inner.rtr_tx {
+                match inner.emit_rtr(framer, rtr, &mut out[at..]) {
+                    Some(n) => {
+                        at += n;
+                        inner.rtr_tx = None;
+                        continue;
+                    }
+                    None => return at,
+                }
             }
             let Some(job) = inner.next_job(ctx) else {
                 return at;
@@ -417,6 +432,50 @@ impl Inner {
         self.tx_next += 1;
         self.tx_grants = None;
         self.finish_wqe(ctx, seq, WcStatus::Success, byte_len);
+    }
+
+    /// The RTR indication (RFC 6581 §9.2), in the form Linux siw sends it:
+    /// a zero-length Write to STag 1, TO 0; a zero-length Read Request from
+    /// source STag 1 to sink STag 0; a zero-length Send. It uses the
+    /// queues' first MSNs like any message.
+    fn emit_rtr(&mut self, framer: &mut Framer, rtr: Rtr, out: &mut [u8]) -> Option<usize> {
+        let header = match rtr {
+            Rtr::Write => {
+                let ddp = tagged(Opcode::RdmaWrite, 1, 0, true);
+                return frame_segment(framer, &ddp, 0, out, |_, _| {});
+            }
+            Rtr::Send => {
+                let ddp = untagged(Opcode::Send, ddp::qn::SEND, self.tx_msn[0], 0, true, 0);
+                let written = frame_segment(framer, &ddp, 0, out, |_, _| {})?;
+                self.tx_msn[0] = self.tx_msn[0].wrapping_add(1);
+                return Some(written);
+            }
+            Rtr::Read => {
+                let request = ReadRequestRepr {
+                    sink_stag: 0,
+                    sink_to: 0,
+                    read_size: 0,
+                    source_stag: 1,
+                    source_to: 0,
+                };
+                let ddp = untagged(
+                    Opcode::RdmaReadRequest,
+                    ddp::qn::READ_REQUEST,
+                    self.tx_msn[1],
+                    0,
+                    true,
+                    0,
+                );
+                HeaderBuf::new(ddp, Header::ReadRequest(request))
+            }
+        };
+        if framer.wire_len(header.len) > out.len() {
+            return None;
+        }
+        let written = framer.frame(&[header.octets()], out).ok()?;
+        self.orq.push_back(Orq::Rtr);
+        self.tx_msn[1] = self.tx_msn[1].wrapping_add(1);
+        Some(written)
     }
 
     fn emit_read_request(

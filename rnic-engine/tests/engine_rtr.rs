@@ -1,0 +1,352 @@
+//! RFC 6581's peer-to-peer start and RFC 5044's MPA fencing in the engine:
+//! the initiator's RTR goes out before any other FPDU, in Linux siw's exact
+//! form; the responder sends nothing until the first FPDU arrived, consumes
+//! the RTR without a completion, and answers any other first message with
+//! TERM 2/0/7; the queues' MSNs go on after the RTR.
+
+mod support;
+
+use rnic_engine::cq::WcOpcode;
+use rnic_engine::mem::Access;
+use rnic_engine::pair::{connection, PairConfig, RnicPair};
+use rnic_engine::qp::{Connection, Rtr, RtrSet};
+use rnic_engine::verbs::QpInit;
+use rnic_engine::verbs::{QpHandle, SendOp};
+use support::*;
+
+/// A pair whose extra QPs are connected as an RFC 6581 initiator (`a`,
+/// sending `rtr`) and responder (`b`, fenced, taking `accept`).
+fn p2p_pair(
+    config: PairConfig,
+    rtr: Option<Rtr>,
+    accept: RtrSet,
+) -> (RnicPair, QpHandle, QpHandle) {
+    let mut pair = RnicPair::new(config).unwrap();
+    let base = connection(&config);
+    let qp = |side: &mut rnic_engine::pair::Side, c: Connection| {
+        let qp = side
+            .rnic
+            .create_qp(QpInit {
+                pd: side.pd,
+                send_cq: side.cq,
+                recv_cq: side.cq,
+                srq: None,
+                sq_size: 64,
+                rq_size: 64,
+            })
+            .unwrap();
+        side.rnic.connect(qp, c).unwrap();
+        qp
+    };
+    let qa = qp(
+        &mut pair.a,
+        Connection {
+            rtr_send: rtr,
+            ..base
+        },
+    );
+    let qb = qp(
+        &mut pair.b,
+        Connection {
+            rtr_accept: accept,
+            fenced: true,
+            ..base
+        },
+    );
+    pair.link(qa, qb);
+    (pair, qa, qb)
+}
+
+fn one(rtr: Rtr) -> RtrSet {
+    let mut set = RtrSet::NONE;
+    match rtr {
+        Rtr::Send => set.send = true,
+        Rtr::Write => set.write = true,
+        Rtr::Read => set.read = true,
+    }
+    set
+}
+
+/// What `a`'s `qp` sends now (CRC on, no markers), and the ULPDU of its
+/// first FPDU.
+fn first_ulpdu(pair: &mut RnicPair, qp: QpHandle) -> (Vec<u8>, Vec<u8>) {
+    let mut out = vec![0u8; 4096];
+    let n = pair.a.rnic.poll_transmit(qp, &mut out).unwrap();
+    assert!(n > 0, "something was sent");
+    let len = usize::from(u16::from_be_bytes([out[0], out[1]]));
+    (out[..n].to_vec(), out[2..2 + len].to_vec())
+}
+
+#[test]
+fn the_rtr_goes_first_in_siws_form_and_is_consumed() {
+    // Linux siw's RTRs as captured (rping_v2_p2p_write_rtr packet 8) and as
+    // its siw_qp_prepare_tx builds them.
+    let expected: [(Rtr, &[u8]); 3] = [
+        (
+            Rtr::Write,
+            &[0xc1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0],
+        ),
+        (
+            Rtr::Read,
+            &[
+                0x41, 0x41, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0,
+                0, // DDP: QN 1, MSN 1, MO 0
+                0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, // sink STag 0, TO 0
+                0, 0, 0, 0, // size 0
+                0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, // source STag 1, TO 0
+            ],
+        ),
+        (
+            Rtr::Send,
+            &[0x41, 0x43, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0],
+        ),
+    ];
+    for (rtr, bytes) in expected {
+        let (mut pair, qa, qb) = p2p_pair(PairConfig::default(), Some(rtr), one(rtr));
+        // Work posted before the connection is up still waits for the RTR.
+        let (_, a_mr) = pair.a.region(64, Access::LOCAL_WRITE).unwrap();
+        let (_, b_mr) = pair
+            .b
+            .region(64, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            .unwrap();
+        pair.b
+            .rnic
+            .post_recv(qb, &recv(1, &[sge(&b_mr, 0, 64)]))
+            .unwrap();
+        let sgl = [sge(&a_mr, 0, 16)];
+        pair.a
+            .rnic
+            .post_send(qa, &wr(2, SendOp::Send, &sgl))
+            .unwrap();
+        let (wire, ulpdu) = first_ulpdu(&mut pair, qa);
+        assert_eq!(ulpdu, bytes, "{rtr:?}");
+        // The RTR and the Send behind it, to b.
+        pair.b.rnic.handle_stream(qb, &wire).unwrap();
+        pair.run(100);
+        let b = pair.b.completions();
+        assert_eq!(b.len(), 1, "{rtr:?}: only the Send completes on b: {b:?}");
+        assert_wc(&b[0], 1, WcOpcode::Recv, 16);
+        let a = pair.a.completions();
+        assert_eq!(
+            a.len(),
+            1,
+            "{rtr:?}: no completion for the RTR or its Read Response: {a:?}"
+        );
+        assert!(
+            events(&mut pair, true, Some(qa)).is_empty()
+                && events(&mut pair, false, Some(qb)).is_empty()
+        );
+    }
+}
+
+#[test]
+fn every_rtr_then_every_operation_both_ways() {
+    for rtr in [Rtr::Write, Rtr::Read, Rtr::Send] {
+        for config in configs() {
+            let (mut pair, qa, qb) = p2p_pair(config, Some(rtr), RtrSet::ALL);
+            let (a_region, a_mr) = pair
+                .a
+                .region(
+                    4096,
+                    Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+                )
+                .unwrap();
+            let (b_region, b_mr) = pair
+                .b
+                .region(
+                    4096,
+                    Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE,
+                )
+                .unwrap();
+            let data = pattern(3000, 7);
+            a_region.write(0, &data).unwrap();
+            b_region.write(0, &data).unwrap();
+            // A Send each way (MSNs go on after a Send RTR), a Read from b
+            // (MSNs on queue 1 go on after a Read RTR), a Write from b.
+            pair.b
+                .rnic
+                .post_recv(qb, &recv(10, &[sge(&b_mr, 3000, 1000)]))
+                .unwrap();
+            pair.a
+                .rnic
+                .post_recv(qa, &recv(20, &[sge(&a_mr, 3000, 1000)]))
+                .unwrap();
+            let a_sgl = [sge(&a_mr, 0, 900)];
+            pair.a
+                .rnic
+                .post_send(qa, &wr(1, SendOp::Send, &a_sgl))
+                .unwrap();
+            let b_sgl = [sge(&b_mr, 0, 800)];
+            pair.b
+                .rnic
+                .post_send(qb, &wr(2, SendOp::Send, &b_sgl))
+                .unwrap();
+            let read_sink = [sge(&b_mr, 1000, 500)];
+            pair.b
+                .rnic
+                .post_send(qb, &wr(3, SendOp::Read(remote(&a_mr, 100)), &read_sink))
+                .unwrap();
+            let a_read_sink = [sge(&a_mr, 2000, 300)];
+            pair.a
+                .rnic
+                .post_send(qa, &wr(4, SendOp::Read(remote(&b_mr, 200)), &a_read_sink))
+                .unwrap();
+            pair.run(10_000);
+            let (mut a, mut b) = (pair.a.completions(), pair.b.completions());
+            a.sort_by_key(|w| w.wr_id);
+            b.sort_by_key(|w| w.wr_id);
+            let ids = |w: &[rnic_engine::cq::Wc]| {
+                w.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>()
+            };
+            use rnic_engine::cq::WcStatus::Success;
+            assert_eq!(
+                ids(&a),
+                [(1, Success), (4, Success), (20, Success)],
+                "{rtr:?} {config:?}"
+            );
+            assert_eq!(
+                ids(&b),
+                [(2, Success), (3, Success), (10, Success)],
+                "{rtr:?} {config:?}"
+            );
+            let mut got = vec![0u8; 500];
+            b_region.read(1000, &mut got).unwrap();
+            assert_eq!(got, &data[100..600]);
+            let mut got = vec![0u8; 900];
+            b_region.read(3000, &mut got[..900]).unwrap();
+            assert_eq!(got, &data[..900]);
+        }
+    }
+}
+
+#[test]
+fn the_fenced_responder_sends_nothing_before_the_first_fpdu() {
+    // Client-server: no RTR, but RFC 5044's fence on the responder.
+    let (mut pair, qa, qb) = p2p_pair(PairConfig::default(), None, RtrSet::NONE);
+    let (_, b_mr) = pair.b.region(64, Access::LOCAL_WRITE).unwrap();
+    let (_, a_mr) = pair.a.region(64, Access::LOCAL_WRITE).unwrap();
+    pair.a
+        .rnic
+        .post_recv(qa, &recv(1, &[sge(&a_mr, 0, 64)]))
+        .unwrap();
+    let sgl = [sge(&b_mr, 0, 8)];
+    pair.b
+        .rnic
+        .post_send(qb, &wr(2, SendOp::Send, &sgl))
+        .unwrap();
+    let mut out = vec![0u8; 4096];
+    assert_eq!(
+        pair.b.rnic.poll_transmit(qb, &mut out).unwrap(),
+        0,
+        "fenced"
+    );
+    pair.run(100);
+    assert!(pair.b.completions().is_empty() && pair.a.completions().is_empty());
+    // The initiator's first FPDU lifts the fence.
+    pair.b
+        .rnic
+        .post_recv(qb, &recv(3, &[sge(&b_mr, 8, 8)]))
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(qa, &wr(4, SendOp::Send, &[sge(&a_mr, 0, 8)]))
+        .unwrap();
+    pair.run(100);
+    let mut b = pair.b.completions();
+    b.sort_by_key(|w| w.wr_id);
+    assert_eq!(b.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(pair.a.completions().len(), 2);
+}
+
+#[test]
+fn a_first_message_that_is_not_a_negotiated_rtr_is_term_2_0_7() {
+    for (sent, accept) in [
+        (None, RtrSet::ALL),                // a Send instead of any RTR
+        (Some(Rtr::Write), one(Rtr::Read)), // the wrong RTR
+        (Some(Rtr::Read), one(Rtr::Send)),
+    ] {
+        let (mut pair, qa, qb) = p2p_pair(PairConfig::default(), sent, accept);
+        let (_, a_mr) = pair.a.region(64, Access::LOCAL_WRITE).unwrap();
+        let (_, b_mr) = pair.b.region(64, Access::LOCAL_WRITE).unwrap();
+        pair.b
+            .rnic
+            .post_recv(qb, &recv(1, &[sge(&b_mr, 0, 64)]))
+            .unwrap();
+        pair.a
+            .rnic
+            .post_send(qa, &wr(2, SendOp::Send, &[sge(&a_mr, 0, 8)]))
+            .unwrap();
+        pair.run(100);
+        let want = rnic_engine::qp::QpEvent::TerminateSent(info((2, 0, 7)));
+        assert_eq!(
+            events(&mut pair, false, Some(qb)),
+            [want],
+            "{sent:?} to {accept:?}"
+        );
+        assert_eq!(
+            events(&mut pair, true, Some(qa)),
+            [rnic_engine::qp::QpEvent::TerminateReceived(info((2, 0, 7)))]
+        );
+    }
+}
+
+#[test]
+fn a_read_rtr_is_answered_even_with_ird_0() {
+    let config = PairConfig {
+        ird_ord: 0,
+        ..PairConfig::default()
+    };
+    let mut pair = RnicPair::new(config).unwrap();
+    let base = connection(&config);
+    let mk = |side: &mut rnic_engine::pair::Side, c: Connection| {
+        let qp = side
+            .rnic
+            .create_qp(QpInit {
+                pd: side.pd,
+                send_cq: side.cq,
+                recv_cq: side.cq,
+                srq: None,
+                sq_size: 8,
+                rq_size: 8,
+            })
+            .unwrap();
+        side.rnic.connect(qp, c).unwrap();
+        qp
+    };
+    // The initiator's ORD is 1 for the RTR; the responder's IRD stays 0.
+    let qa = mk(
+        &mut pair.a,
+        Connection {
+            rtr_send: Some(Rtr::Read),
+            ord: 1,
+            ..base
+        },
+    );
+    let qb = mk(
+        &mut pair.b,
+        Connection {
+            rtr_accept: one(Rtr::Read),
+            fenced: true,
+            ..base
+        },
+    );
+    pair.link(qa, qb);
+    let (_, b_mr) = pair.b.region(64, Access::LOCAL_WRITE).unwrap();
+    let (_, a_mr) = pair.a.region(64, Access::LOCAL_WRITE).unwrap();
+    pair.a
+        .rnic
+        .post_recv(qa, &recv(1, &[sge(&a_mr, 0, 64)]))
+        .unwrap();
+    pair.b
+        .rnic
+        .post_send(qb, &wr(2, SendOp::Send, &[sge(&b_mr, 0, 8)]))
+        .unwrap();
+    pair.run(100);
+    assert!(events(&mut pair, false, Some(qb)).is_empty());
+    assert!(events(&mut pair, true, Some(qa)).is_empty());
+    assert_eq!(
+        pair.a.completions().len(),
+        1,
+        "b's Send arrived after the RTR's response"
+    );
+}
