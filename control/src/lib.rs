@@ -2,10 +2,13 @@
 //!
 //! * [`mpa`]: sans-IO state machines of the MPA startup phase (RFC 5044
 //!   §7.1) with RFC 6581 enhanced connection establishment, both roles.
+//! * [`runtime`]: the control-plane thread that owns listeners and runs the
+//!   startups for the poll-mode cores, which own TCP (any tcp-lite
+//!   transport), and hands established connections to them over
+//!   crossbeam channels. The crate's one module with a thread and a clock.
 //!
-//! Still to come (issue 6): the control-plane thread that drives them over
-//! tcp-lite transports and hands established connections to the poll-mode
-//! cores; later, RFC 5043 SCTP session control.
+//! Later: RFC 5043 SCTP session control.
 #![forbid(unsafe_code)]
 
 pub mod mpa;
+pub mod runtime;

@@ -414,9 +414,16 @@ impl FrameReader {
             let want = if self.len < HEADER_LEN {
                 HEADER_LEN
             } else {
+                // Checked before the private data is read, the key first: a
+                // stream that is no MPA frame at all, or announces more than
+                // 512 octets, is refused at once, nothing more buffered.
+                if Packet::new_unchecked(&self.buf[..HEADER_LEN])
+                    .frame_kind()
+                    .is_none()
+                {
+                    return (taken, Read::Bad(FailReason::BadKey));
+                }
                 let pd = u16::from_be_bytes([self.buf[18], self.buf[19]]);
-                // Checked before the private data is read: a frame announcing
-                // more than 512 octets is refused at once, nothing buffered.
                 if usize::from(pd) > PRIVATE_DATA_LEN_MAX {
                     return (taken, Read::Bad(FailReason::PrivateDataTooLong(pd)));
                 }

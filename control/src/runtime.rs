@@ -1,0 +1,812 @@
+//! The control-plane thread and its link to the poll-mode cores.
+//!
+//! The cores own TCP (a tcp-lite [`Transport`] each); the control plane owns
+//! listeners and every MPA startup. A core's [`CoreLink`] forwards the
+//! octets of connections in startup to the control plane and carries out
+//! what it answers (send these octets, consume the frame, close), without
+//! ever blocking: channels are bounded and polled with `try_*`. When a
+//! startup ends, the core gets a [`Handoff`]: the negotiated parameters (ready
+//! for `Established::connection`) of a connection whose TCP stream now
+//! starts at its first FPDU. Octets past the frame are never consumed by the
+//! startup: the core forwards at most one frame's worth it has not consumed,
+//! and consumes only what a state machine took.
+//!
+//! This module is the crate's one exception to sans-IO (STYLE.md §1.1): it
+//! starts a thread and reads the clock. The state machines it drives are in
+//! [`crate::mpa`].
+
+use std::collections::HashMap;
+use std::net::SocketAddrV4;
+use std::thread::JoinHandle;
+use std::time::Instant as StdInstant;
+
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
+use rnic_engine::wire::mpa_rr::{HEADER_LEN, PRIVATE_DATA_LEN_MAX};
+use tcp_lite::{ConnId, Event, EventKind, Instant, ListenerId, Transport};
+
+use crate::mpa::{
+    Accept, Established, FailReason, Failure, Initiator, Outcome, Rejected, Request, Responder,
+    StartupConfig,
+};
+
+/// Which poll-mode core.
+pub type CoreId = u16;
+
+/// Messages in flight each way per core: beyond this a core waits (it
+/// retries at its next poll), the control plane blocks.
+pub const CHANNEL_DEPTH: usize = 1024;
+
+/// Octets a core forwards without the control plane having consumed them:
+/// one frame at most, so nothing past a frame ever leaves TCP for it.
+pub const FORWARD_MAX: usize = HEADER_LEN + PRIVATE_DATA_LEN_MAX;
+
+/// What the ULP answers to an MPA Request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Accept with these values.
+    Accept(Accept),
+    /// Reject with this private data (TCP stays open for the ULP).
+    Reject(Vec<u8>),
+}
+
+/// The ULP's accept/reject callback of a listener: the Request (with the
+/// peer's private data and, if enhanced, its IRD/ORD) and the peer's address.
+pub type OnRequest = Box<dyn FnMut(&Request, SocketAddrV4) -> Decision + Send>;
+
+/// From a core to the control plane.
+#[derive(Debug)]
+enum ToControl {
+    Accepted {
+        core: CoreId,
+        conn: ConnId,
+        listener: ListenerId,
+        peer: SocketAddrV4,
+    },
+    Connected {
+        core: CoreId,
+        conn: ConnId,
+        token: u64,
+    },
+    ConnectFailed {
+        token: u64,
+    },
+    Input {
+        core: CoreId,
+        conn: ConnId,
+        octets: Vec<u8>,
+    },
+    Closed {
+        core: CoreId,
+        conn: ConnId,
+    },
+}
+
+/// From the control plane to a core.
+#[derive(Debug)]
+enum ToCore {
+    Listen {
+        port: u16,
+    },
+    Connect {
+        remote: SocketAddrV4,
+        token: u64,
+    },
+    Send {
+        conn: ConnId,
+        octets: Vec<u8>,
+    },
+    Consume {
+        conn: ConnId,
+        octets: usize,
+    },
+    Done {
+        conn: ConnId,
+        token: u64,
+        result: StartupResult,
+    },
+}
+
+/// How a startup ended, as the core hears it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartupResult {
+    /// Full Operation: run a QP with these parameters.
+    Established(Established),
+    /// Rejected: MPA is left, TCP stays open (the core may hand the
+    /// connection to the ULP or close it).
+    Rejected(Rejected),
+    /// Failed: the core closes the connection once the queued octets (a
+    /// Terminate, if any) are sent.
+    Failed(Failure),
+}
+
+/// A startup that ended, for the core that owns the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handoff {
+    /// The TCP connection; on `Established` its next octets are FPDUs.
+    pub conn: ConnId,
+    /// The `connect` token for active opens, 0 for accepted connections.
+    pub token: u64,
+    /// How it ended.
+    pub result: StartupResult,
+}
+
+/// A request to the control plane from the application.
+enum Command {
+    Listen {
+        core: CoreId,
+        port: u16,
+        config: StartupConfig,
+        on_request: OnRequest,
+    },
+    Connect {
+        core: CoreId,
+        remote: SocketAddrV4,
+        config: StartupConfig,
+        private_data: Vec<u8>,
+        token: u64,
+    },
+    Stop,
+}
+
+/// Counters of the control plane.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ControlStats {
+    /// Startups that reached Full Operation.
+    pub established: u64,
+    /// Startups rejected (either way).
+    pub rejected: u64,
+    /// Startups that failed (timeouts, bad frames, closes, Terminates).
+    pub failed: u64,
+}
+
+/// The control plane: a thread that runs MPA startups for the cores.
+pub struct ControlPlane {
+    commands: Sender<Command>,
+    thread: Option<JoinHandle<ControlStats>>,
+    next_token: u64,
+}
+
+/// A core's end of the control plane. Give it to the core's thread.
+pub struct CoreLink {
+    core: CoreId,
+    to_control: Sender<ToControl>,
+    from_control: Receiver<ToCore>,
+    /// Connections in startup: octets forwarded but not consumed, and the
+    /// octets still to send.
+    starting: HashMap<ConnId, Starting>,
+    /// Connect tokens of active opens in progress.
+    connecting: HashMap<ConnId, u64>,
+    /// A message the channel had no room for, retried first.
+    backlog: Option<ToControl>,
+    handoffs: Vec<Handoff>,
+}
+
+#[derive(Debug, Default)]
+struct Starting {
+    forwarded: usize,
+    outgoing: Vec<u8>,
+    /// Close after `outgoing` is sent.
+    closing: bool,
+}
+
+impl ControlPlane {
+    /// Starts the control-plane thread for `cores` cores; returns it and
+    /// one [`CoreLink`] per core, in order.
+    pub fn start(cores: u16) -> (ControlPlane, Vec<CoreLink>) {
+        let (commands, command_rx) = bounded(CHANNEL_DEPTH);
+        let (to_control, control_rx) = bounded(CHANNEL_DEPTH);
+        let mut core_txs = Vec::new();
+        let mut links = Vec::new();
+        for core in 0..cores {
+            let (tx, rx) = bounded(CHANNEL_DEPTH);
+            core_txs.push(tx);
+            links.push(CoreLink {
+                core,
+                to_control: to_control.clone(),
+                from_control: rx,
+                starting: HashMap::new(),
+                connecting: HashMap::new(),
+                backlog: None,
+                handoffs: Vec::new(),
+            });
+        }
+        let thread = std::thread::Builder::new()
+            .name("dpwarp-control".into())
+            .spawn(move || Worker::new(command_rx, control_rx, core_txs).run())
+            .expect("spawn the control-plane thread");
+        (
+            ControlPlane {
+                commands,
+                thread: Some(thread),
+                next_token: 1,
+            },
+            links,
+        )
+    }
+
+    /// Listens on `port` of `core`'s transport: every accepted connection
+    /// runs a responder with `config`, and `on_request` decides.
+    pub fn listen(&self, core: CoreId, port: u16, config: StartupConfig, on_request: OnRequest) {
+        let _ = self.commands.send(Command::Listen {
+            core,
+            port,
+            config,
+            on_request,
+        });
+    }
+
+    /// Opens a connection from `core` to `remote` and runs an initiator with
+    /// `config` and `private_data`; the handoff carries the returned token.
+    pub fn connect(
+        &mut self,
+        core: CoreId,
+        remote: SocketAddrV4,
+        config: StartupConfig,
+        private_data: &[u8],
+    ) -> u64 {
+        let token = self.next_token;
+        self.next_token += 1;
+        let _ = self.commands.send(Command::Connect {
+            core,
+            remote,
+            config,
+            private_data: private_data.to_vec(),
+            token,
+        });
+        token
+    }
+
+    /// Stops the thread and returns its counters.
+    pub fn stop(mut self) -> ControlStats {
+        self.halt()
+    }
+
+    fn halt(&mut self) -> ControlStats {
+        let _ = self.commands.send(Command::Stop);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.halt();
+        }
+    }
+}
+
+impl CoreLink {
+    /// This core's id.
+    pub fn core(&self) -> CoreId {
+        self.core
+    }
+
+    /// Connections of this core in startup or connecting.
+    pub fn in_startup(&self) -> usize {
+        self.starting.len() + self.connecting.len()
+    }
+
+    /// Whether `conn` is in startup (its events and octets are the link's).
+    pub fn owns(&self, conn: ConnId) -> bool {
+        self.starting.contains_key(&conn) || self.connecting.contains_key(&conn)
+    }
+
+    /// Offers a transport event. Returns `true` if the link took it (a
+    /// connection in startup, or an accept on a listener the control plane
+    /// opened); other events are the core's.
+    pub fn handle_event<T: Transport>(&mut self, transport: &mut T, event: Event) -> bool {
+        match event.kind {
+            EventKind::Accepted(listener) => {
+                let peer = transport.endpoints(event.conn).map(|(_, p)| p);
+                let Ok(peer) = peer else { return false };
+                self.starting.insert(event.conn, Starting::default());
+                self.send(ToControl::Accepted {
+                    core: self.core,
+                    conn: event.conn,
+                    listener,
+                    peer,
+                });
+                true
+            }
+            EventKind::Connected => match self.connecting.remove(&event.conn) {
+                Some(token) => {
+                    self.starting.insert(event.conn, Starting::default());
+                    self.send(ToControl::Connected {
+                        core: self.core,
+                        conn: event.conn,
+                        token,
+                    });
+                    true
+                }
+                None => false,
+            },
+            EventKind::Readable | EventKind::Writable => self.owns(event.conn),
+            EventKind::PeerClosed | EventKind::Closed | EventKind::Reset | EventKind::TimedOut => {
+                if let Some(token) = self.connecting.remove(&event.conn) {
+                    transport.release(event.conn);
+                    self.send(ToControl::ConnectFailed { token });
+                    return true;
+                }
+                if self.starting.remove(&event.conn).is_some() {
+                    transport.release(event.conn);
+                    self.send(ToControl::Closed {
+                        core: self.core,
+                        conn: event.conn,
+                    });
+                    return true;
+                }
+                false
+            }
+        }
+    }
+
+    /// Moves startup octets both ways and carries out the control plane's
+    /// answers; never blocks. Call it every loop, after handling events.
+    pub fn poll<T: Transport>(&mut self, transport: &mut T, now: Instant) {
+        if let Some(message) = self.backlog.take() {
+            self.send(message);
+        }
+        while let Ok(message) = self.from_control.try_recv() {
+            self.apply(transport, message, now);
+        }
+        let conns: Vec<ConnId> = self.starting.keys().copied().collect();
+        for conn in conns {
+            self.flush(transport, conn);
+            if self.backlog.is_some() {
+                continue;
+            }
+            let Some(state) = self.starting.get_mut(&conn) else {
+                continue;
+            };
+            if state.forwarded >= FORWARD_MAX || state.closing {
+                continue;
+            }
+            // Peek: forward what the control plane has not seen, consume
+            // nothing (it says how much its frame took).
+            let skip = state.forwarded;
+            let room = FORWARD_MAX - skip;
+            let peeked = transport.recv_with(conn, |data, _| {
+                let fresh = data.get(skip..).unwrap_or(&[]);
+                (0, fresh[..fresh.len().min(room)].to_vec())
+            });
+            if let Ok(octets) = peeked {
+                if !octets.is_empty() {
+                    state.forwarded += octets.len();
+                    self.send(ToControl::Input {
+                        core: self.core,
+                        conn,
+                        octets,
+                    });
+                }
+            }
+        }
+    }
+
+    /// The next startup that ended.
+    pub fn next_handoff(&mut self) -> Option<Handoff> {
+        if self.handoffs.is_empty() {
+            None
+        } else {
+            Some(self.handoffs.remove(0))
+        }
+    }
+
+    fn send(&mut self, message: ToControl) {
+        match self.to_control.try_send(message) {
+            Ok(()) => {}
+            // Full: keep it and stop forwarding until it went (the next poll).
+            Err(TrySendError::Full(message)) => self.backlog = Some(message),
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    fn flush<T: Transport>(&mut self, transport: &mut T, conn: ConnId) {
+        let Some(state) = self.starting.get_mut(&conn) else {
+            return;
+        };
+        while !state.outgoing.is_empty() {
+            let pending = &state.outgoing;
+            let sent = transport.send_with(conn, pending.len(), |space| {
+                space.copy_from_slice(&pending[..space.len()]);
+                (space.len(), space.len())
+            });
+            match sent {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    state.outgoing.drain(..n);
+                }
+            }
+        }
+        if state.closing && state.outgoing.is_empty() {
+            let _ = transport.close(conn);
+            self.starting.remove(&conn);
+            transport.release(conn);
+        }
+    }
+
+    fn apply<T: Transport>(&mut self, transport: &mut T, message: ToCore, now: Instant) {
+        match message {
+            ToCore::Listen { port } => {
+                let _ = transport.listen(port);
+            }
+            ToCore::Connect { remote, token } => match transport.connect(remote, now) {
+                Ok(conn) => {
+                    self.connecting.insert(conn, token);
+                }
+                Err(_) => self.send(ToControl::ConnectFailed { token }),
+            },
+            ToCore::Send { conn, octets } => {
+                if let Some(state) = self.starting.get_mut(&conn) {
+                    state.outgoing.extend_from_slice(&octets);
+                    self.flush(transport, conn);
+                }
+            }
+            ToCore::Consume { conn, octets } => {
+                if let Some(state) = self.starting.get_mut(&conn) {
+                    let mut left = octets;
+                    while left > 0 {
+                        match transport.recv_with(conn, |data, _| {
+                            let n = data.len().min(left);
+                            (n, n)
+                        }) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => left -= n,
+                        }
+                    }
+                    state.forwarded = state.forwarded.saturating_sub(octets);
+                }
+            }
+            ToCore::Done {
+                conn,
+                token,
+                result,
+            } => {
+                match &result {
+                    StartupResult::Failed(_) => {
+                        if let Some(state) = self.starting.get_mut(&conn) {
+                            state.closing = true;
+                        }
+                        self.flush(transport, conn);
+                    }
+                    StartupResult::Established(_) | StartupResult::Rejected(_) => {
+                        // Octets still queued (the Reply) go out first: flush
+                        // now; the startup state goes, the connection is the
+                        // core's.
+                        self.flush(transport, conn);
+                        if let Some(state) = self.starting.remove(&conn) {
+                            if !state.outgoing.is_empty() {
+                                // No room in TCP for the frame: the core
+                                // cannot take over a half-sent frame.
+                                let _ = transport.abort(conn);
+                                self.handoffs.push(Handoff {
+                                    conn,
+                                    token,
+                                    result: StartupResult::Failed(Failure {
+                                        reason: FailReason::Local,
+                                        term: None,
+                                        peer: None,
+                                        retry_unenhanced: false,
+                                    }),
+                                });
+                                return;
+                            }
+                        }
+                    }
+                }
+                self.handoffs.push(Handoff {
+                    conn,
+                    token,
+                    result,
+                });
+            }
+        }
+    }
+}
+
+/// A startup the control plane runs.
+enum Machine {
+    Initiator(Initiator),
+    Responder(Responder),
+}
+
+struct Startup {
+    machine: Machine,
+    token: u64,
+    peer: SocketAddrV4,
+    /// The listener's port (responders).
+    port: u16,
+}
+
+struct Listener {
+    core: CoreId,
+    port: u16,
+    config: StartupConfig,
+    on_request: OnRequest,
+}
+
+struct Worker {
+    commands: Receiver<Command>,
+    inbox: Receiver<ToControl>,
+    cores: Vec<Sender<ToCore>>,
+    listeners: Vec<Listener>,
+    pending_connects: HashMap<u64, (StartupConfig, Vec<u8>, SocketAddrV4)>,
+    startups: HashMap<(CoreId, ConnId), Startup>,
+    epoch: StdInstant,
+    stats: ControlStats,
+}
+
+impl Worker {
+    // The runtime is the crate's clock (STYLE.md §1.1's exception).
+    #[allow(clippy::disallowed_methods)]
+    fn new(
+        commands: Receiver<Command>,
+        inbox: Receiver<ToControl>,
+        cores: Vec<Sender<ToCore>>,
+    ) -> Worker {
+        Worker {
+            commands,
+            inbox,
+            cores,
+            listeners: Vec::new(),
+            pending_connects: HashMap::new(),
+            startups: HashMap::new(),
+            epoch: StdInstant::now(),
+            stats: ControlStats::default(),
+        }
+    }
+
+    fn now(&self) -> Instant {
+        Instant::from_micros(self.epoch.elapsed().as_micros() as i64)
+    }
+
+    fn to_core(&self, core: CoreId, message: ToCore) {
+        if let Some(tx) = self.cores.get(usize::from(core)) {
+            // The control plane may wait for a core; a core never waits.
+            let _ = tx.send(message);
+        }
+    }
+
+    fn run(mut self) -> ControlStats {
+        loop {
+            loop {
+                match self.commands.try_recv() {
+                    Ok(Command::Stop) => return self.stats,
+                    Ok(command) => self.command(command),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return self.stats,
+                }
+            }
+            let now = self.now();
+            let next = self
+                .startups
+                .values()
+                .filter_map(|s| match &s.machine {
+                    Machine::Initiator(m) => m.poll_timeout(),
+                    Machine::Responder(m) => m.poll_timeout(),
+                })
+                .min();
+            // Wake for commands at least every 10 ms.
+            let wait = next.map_or(10_000, |at| (at - now).total_micros().min(10_000));
+            match self
+                .inbox
+                .recv_timeout(std::time::Duration::from_micros(wait))
+            {
+                Ok(message) => self.message(message),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return self.stats,
+            }
+            let now = self.now();
+            let keys: Vec<_> = self.startups.keys().copied().collect();
+            for key in keys {
+                if let Some(s) = self.startups.get_mut(&key) {
+                    match &mut s.machine {
+                        Machine::Initiator(m) => m.handle_timeout(now),
+                        Machine::Responder(m) => m.handle_timeout(now),
+                    }
+                }
+                self.progress(key);
+            }
+        }
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Listen {
+                core,
+                port,
+                config,
+                on_request,
+            } => {
+                self.to_core(core, ToCore::Listen { port });
+                self.listeners.push(Listener {
+                    core,
+                    port,
+                    config,
+                    on_request,
+                });
+            }
+            Command::Connect {
+                core,
+                remote,
+                config,
+                private_data,
+                token,
+            } => {
+                self.pending_connects
+                    .insert(token, (config, private_data, remote));
+                self.to_core(core, ToCore::Connect { remote, token });
+            }
+            Command::Stop => {}
+        }
+    }
+
+    fn message(&mut self, message: ToControl) {
+        let now = self.now();
+        match message {
+            ToControl::Accepted {
+                core,
+                conn,
+                listener,
+                peer,
+            } => {
+                let config = self
+                    .listeners
+                    .iter()
+                    .find(|l| l.core == core && l.port == listener.0)
+                    .map(|l| l.config.clone());
+                let machine = config.and_then(|c| Responder::new(c, now).ok());
+                match machine {
+                    Some(m) => {
+                        let startup = Startup {
+                            machine: Machine::Responder(m),
+                            token: 0,
+                            peer,
+                            port: listener.0,
+                        };
+                        self.startups.insert((core, conn), startup);
+                    }
+                    None => self.done(core, conn, 0, StartupResult::Failed(local_failure())),
+                }
+            }
+            ToControl::Connected { core, conn, token } => {
+                let Some((config, private_data, remote)) = self.pending_connects.remove(&token)
+                else {
+                    return self.done(core, conn, token, StartupResult::Failed(local_failure()));
+                };
+                match Initiator::new(config, &private_data, now) {
+                    Ok(m) => {
+                        let startup = Startup {
+                            machine: Machine::Initiator(m),
+                            token,
+                            peer: remote,
+                            port: 0,
+                        };
+                        self.startups.insert((core, conn), startup);
+                        self.progress((core, conn));
+                    }
+                    Err(_) => self.done(core, conn, token, StartupResult::Failed(local_failure())),
+                }
+            }
+            ToControl::ConnectFailed { token } => {
+                self.pending_connects.remove(&token);
+                self.stats.failed += 1;
+            }
+            ToControl::Input { core, conn, octets } => {
+                let Some(s) = self.startups.get_mut(&(core, conn)) else {
+                    return;
+                };
+                let taken = match &mut s.machine {
+                    Machine::Initiator(m) => m.handle_input(&octets, now),
+                    Machine::Responder(m) => m.handle_input(&octets, now),
+                };
+                if taken > 0 {
+                    self.to_core(
+                        core,
+                        ToCore::Consume {
+                            conn,
+                            octets: taken,
+                        },
+                    );
+                }
+                self.progress((core, conn));
+            }
+            ToControl::Closed { core, conn } => {
+                if let Some(mut s) = self.startups.remove(&(core, conn)) {
+                    match &mut s.machine {
+                        Machine::Initiator(m) => m.handle_peer_closed(),
+                        Machine::Responder(m) => m.handle_peer_closed(),
+                    }
+                    self.stats.failed += 1;
+                }
+            }
+        }
+    }
+
+    /// Sends what a machine has, asks the ULP about a Request, and ends
+    /// finished startups.
+    fn progress(&mut self, key: (CoreId, ConnId)) {
+        let (core, conn) = key;
+        let Some(s) = self.startups.get_mut(&key) else {
+            return;
+        };
+        // The ULP's decision on a Request.
+        if let Machine::Responder(m) = &mut s.machine {
+            if let Some(request) = m.request().cloned() {
+                let (peer, port) = (s.peer, s.port);
+                let decision = self
+                    .listeners
+                    .iter_mut()
+                    .find(|l| l.core == core && l.port == port)
+                    .map(|l| (l.on_request)(&request, peer))
+                    .unwrap_or(Decision::Reject(Vec::new()));
+                let ok = match decision {
+                    Decision::Accept(accept) => m.accept(&accept),
+                    Decision::Reject(pd) => m.reject(&pd),
+                };
+                if ok.is_err() {
+                    m.fail_local();
+                }
+            }
+        }
+        let mut out = Vec::new();
+        let mut buf = [0u8; 1024];
+        loop {
+            let n = match &mut s.machine {
+                Machine::Initiator(m) => m.poll_transmit(&mut buf),
+                Machine::Responder(m) => m.poll_transmit(&mut buf),
+            };
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n]);
+        }
+        if !out.is_empty() {
+            self.to_core(core, ToCore::Send { conn, octets: out });
+        }
+        let Some(s) = self.startups.get_mut(&key) else {
+            return;
+        };
+        let outcome = match &s.machine {
+            Machine::Initiator(m) => m.outcome().cloned(),
+            Machine::Responder(m) => m.outcome().cloned(),
+        };
+        if let Some(outcome) = outcome {
+            let token = s.token;
+            self.startups.remove(&key);
+            let result = match outcome {
+                Outcome::Established(e) => StartupResult::Established(e),
+                Outcome::Rejected(r) => StartupResult::Rejected(r),
+                Outcome::Failed(f) => StartupResult::Failed(f),
+            };
+            self.done(core, conn, token, result);
+        }
+    }
+
+    fn done(&mut self, core: CoreId, conn: ConnId, token: u64, result: StartupResult) {
+        match &result {
+            StartupResult::Established(_) => self.stats.established += 1,
+            StartupResult::Rejected(_) => self.stats.rejected += 1,
+            StartupResult::Failed(_) => self.stats.failed += 1,
+        }
+        self.to_core(
+            core,
+            ToCore::Done {
+                conn,
+                token,
+                result,
+            },
+        );
+    }
+}
+
+fn local_failure() -> Failure {
+    Failure {
+        reason: FailReason::Local,
+        term: None,
+        peer: None,
+        retry_unenhanced: false,
+    }
+}
