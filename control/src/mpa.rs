@@ -144,6 +144,12 @@ impl StartupConfig {
         if self.ird != NO_NEGOTIATION && self.ird > self.ird_max {
             return Err(ConfigError("ird must not exceed ird_max"));
         }
+        // A QP holds at most QP_DEPTH_MAX: promise no more than that.
+        if self.ird_max > QP_DEPTH_MAX || (self.ord != NO_NEGOTIATION && self.ord > QP_DEPTH_MAX) {
+            return Err(ConfigError(
+                "ird_max and ord must be at most 128 (QP_DEPTH_MAX), or ord 0x3FFF",
+            ));
+        }
         if self.enhanced && role == Role::Responder && self.rtr.is_empty() {
             // RFC 6581 §9.2: "The responder MUST support at least one RTR
             // indication option if it supports Enhanced RDMA connection
@@ -243,6 +249,9 @@ pub enum FailReason {
     PeerClosed,
     /// The ULP or the provider failed locally (TERM 2/0/5).
     Local,
+    /// The TCP connection of an active open could not be made (refused,
+    /// reset or timed out before the handshake).
+    Unreachable,
 }
 
 impl fmt::Display for FailReason {
@@ -272,12 +281,13 @@ impl fmt::Display for FailReason {
                 write!(f, "the peer closed the connection during MPA startup")
             }
             FailReason::Local => write!(f, "local failure"),
+            FailReason::Unreachable => write!(f, "the TCP connection could not be opened"),
         }
     }
 }
 
 /// A failed startup: send what `poll_transmit` still returns (the Terminate,
-/// if any), then close TCP.
+/// if any), then close TCP in order (the runtime's `CoreLink` does both).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     /// Why.
@@ -350,6 +360,14 @@ pub struct Established {
 }
 
 impl Established {
+    /// A Terminate FPDU with `code`, framed for this connection, for a core
+    /// that fails after the handoff (RFC 6581 §9.3: TERM 2/0/5 "before
+    /// resetting the connection"). Send it as the connection's first FPDU
+    /// (nothing else went out), then close.
+    pub fn terminate(&self, code: TermCode) -> Vec<u8> {
+        terminate_fpdu(code, self.crc, self.markers_tx)
+    }
+
     /// The engine's connection parameters for a QP of this connection, with
     /// the TCP effective MSS and the longest ULPDU this side takes.
     pub fn connection(&self, emss: usize, ulpdu_max: usize) -> rnic_engine::qp::Connection {
@@ -603,6 +621,25 @@ impl Initiator {
         taken
     }
 
+    /// The ULP or the provider failed: TERM 2/0/5 once the Reply accepted
+    /// (RFC 6581 §9.3, see [`Responder::fail_local`]), else just close.
+    pub fn fail_local(&mut self) {
+        match &self.outcome {
+            Some(Outcome::Established(e)) => {
+                let term = terminate_fpdu(TermCode::LocalCatastrophic, e.crc, e.markers_tx);
+                self.outbox.push(&term);
+                self.outcome = Some(Outcome::Failed(Failure {
+                    reason: FailReason::Local,
+                    term: Some(TermCode::LocalCatastrophic),
+                    peer: e.peer,
+                    retry_unenhanced: false,
+                }));
+            }
+            Some(_) => {}
+            None => self.fail(FailReason::Local, None, None),
+        }
+    }
+
     /// The peer closed or reset TCP before the startup ended.
     pub fn handle_peer_closed(&mut self) {
         if self.outcome.is_none() {
@@ -721,12 +758,15 @@ impl Initiator {
                 // responder ORD and its ORD at most to the responder IRD."
                 // "The initiator MUST leave its local endpoint ORD value
                 // unchanged upon receiving a responder IRD value of 0x3FFF."
-                if e.ird != NO_NEGOTIATION && self.config.ord != NO_NEGOTIATION {
-                    established.ord = self.config.ord.min(e.ird);
+                if e.ird != NO_NEGOTIATION {
+                    established.ord = match self.config.ord {
+                        NO_NEGOTIATION => e.ird.min(QP_DEPTH_MAX),
+                        ord => ord.min(e.ird),
+                    };
                 }
                 // "The initiator MUST leave its local endpoint IRD value
                 // unchanged upon receiving a responder ORD value of 0x3FFF."
-                if e.ord != NO_NEGOTIATION && self.config.ird != NO_NEGOTIATION {
+                if e.ord != NO_NEGOTIATION {
                     if e.ord > self.config.ird_max {
                         // "If the initiator does not have sufficient resources
                         // for the required IRD, it MUST send a TERM message ...
@@ -737,7 +777,10 @@ impl Initiator {
                             peer,
                         );
                     }
-                    established.ird = self.config.ird.max(e.ord);
+                    established.ird = match self.config.ird {
+                        NO_NEGOTIATION => e.ord,
+                        ird => ird.max(e.ord),
+                    };
                 }
                 match (self.config.peer_to_peer, e.peer_to_peer) {
                     (true, true) => {
@@ -1015,9 +1058,11 @@ impl Responder {
         if [accept.ird, accept.ord, accept.ord_required]
             .into_iter()
             .flatten()
-            .any(|v| v > NO_NEGOTIATION)
+            .any(|v| v > QP_DEPTH_MAX && v != NO_NEGOTIATION)
         {
-            return Err(ConfigError("IRD and ORD are 14-bit (at most 0x3FFF)"));
+            return Err(ConfigError(
+                "IRD and ORD must be at most 128 (QP_DEPTH_MAX), or 0x3FFF",
+            ));
         }
         let Some((request, request_len)) = self.take_request() else {
             return Err(ConfigError("there is no Request to accept"));
@@ -1071,9 +1116,13 @@ impl Responder {
                         return Ok(());
                     }
                 }
-                if ord != NO_NEGOTIATION {
-                    ord = ord.min(e.ird);
-                }
+                // Our own ORD left to the ULP is no exception: the reply
+                // must state a number within the initiator's IRD.
+                ord = if ord == NO_NEGOTIATION {
+                    e.ird.min(QP_DEPTH_MAX)
+                } else {
+                    ord.min(e.ird)
+                };
                 ord
             };
             // Peer-to-peer. "If Control Flag A is 1 in the MPA Request
@@ -1103,6 +1152,10 @@ impl Responder {
             let reply_ird = if e.ord == NO_NEGOTIATION {
                 NO_NEGOTIATION
             } else {
+                // Our IRD left to the ULP (0x3FFF) goes out as is: RFC 6581
+                // §9.1 allows it ("automatic negotiation ... is not
+                // desired"), and the QP gets QP_DEPTH_MAX, above any ORD an
+                // initiator may hold.
                 if ird != NO_NEGOTIATION {
                     ird = ird.max(e.ord).min(self.config.ird_max);
                     if rtr_accept.read && ird == 0 {
@@ -1201,9 +1254,21 @@ impl Responder {
         Ok(())
     }
 
-    /// The ULP or the provider failed: TERM 2/0/5 ("Local catastrophic",
-    /// RFC 6581 §9.3) if a Reply went out, then close.
+    /// The ULP or the provider failed. RFC 6581 §9.3: "The initiator or
+    /// responder MUST generate the TERM message that contains Layer 2, Error
+    /// Type 0, Error Code 5 when it encounters any error locally for which
+    /// the special Error Code is not defined in Section 8 before resetting
+    /// the connection." Past an accepting Reply that is a Terminate FPDU;
+    /// before it, the connection just closes (no FPDU mode yet). A startup
+    /// that already failed or was rejected stays as it ended.
     pub fn fail_local(&mut self) {
-        self.fail(FailReason::Local, None);
+        match &self.outcome {
+            Some(Outcome::Established(e)) => {
+                let term = (TermCode::LocalCatastrophic, e.crc, e.markers_tx);
+                self.fail(FailReason::Local, Some(term));
+            }
+            Some(_) => {}
+            None => self.fail(FailReason::Local, None),
+        }
     }
 }

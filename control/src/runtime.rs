@@ -20,7 +20,9 @@ use std::net::SocketAddrV4;
 use std::thread::JoinHandle;
 use std::time::Instant as StdInstant;
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{
+    bounded, unbounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError,
+};
 use rnic_engine::wire::mpa_rr::{HEADER_LEN, PRIVATE_DATA_LEN_MAX};
 use tcp_lite::{ConnId, Event, EventKind, Instant, ListenerId, Transport};
 
@@ -32,8 +34,12 @@ use crate::mpa::{
 /// Which poll-mode core.
 pub type CoreId = u16;
 
-/// Messages in flight each way per core: beyond this a core waits (it
-/// retries at its next poll), the control plane blocks.
+/// Messages in flight from the cores to the control plane. Beyond this a
+/// core keeps its messages, in order, and retries at its next poll; it
+/// stops forwarding octets meanwhile. (Each connection owes at most a few
+/// messages, so what a core keeps is bounded by its connections.) The
+/// other way the channels are unbounded, so the control plane never waits
+/// for a core either; what it sends is bounded by the startups in flight.
 pub const CHANNEL_DEPTH: usize = 1024;
 
 /// Octets a core forwards without the control plane having consumed them:
@@ -68,6 +74,7 @@ enum ToControl {
         token: u64,
     },
     ConnectFailed {
+        core: CoreId,
         token: u64,
     },
     Input {
@@ -100,7 +107,7 @@ enum ToCore {
         octets: usize,
     },
     Done {
-        conn: ConnId,
+        conn: Option<ConnId>,
         token: u64,
         result: StartupResult,
     },
@@ -122,8 +129,10 @@ pub enum StartupResult {
 /// A startup that ended, for the core that owns the connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handoff {
-    /// The TCP connection; on `Established` its next octets are FPDUs.
-    pub conn: ConnId,
+    /// The TCP connection; on `Established` its next octets are FPDUs. On
+    /// `Failed` it is closed (or closing) and released by the link; `None`
+    /// when an active open never connected.
+    pub conn: Option<ConnId>,
     /// The `connect` token for active opens, 0 for accepted connections.
     pub token: u64,
     /// How it ended.
@@ -176,9 +185,17 @@ pub struct CoreLink {
     starting: HashMap<ConnId, Starting>,
     /// Connect tokens of active opens in progress.
     connecting: HashMap<ConnId, u64>,
-    /// A message the channel had no room for, retried first.
-    backlog: Option<ToControl>,
-    handoffs: Vec<Handoff>,
+    /// Ports the control plane listens on through this core.
+    listening: std::collections::HashSet<u16>,
+    /// Connections closing after a failed startup: released once the
+    /// transport reports their end (so a Terminate queued before the close
+    /// still goes out).
+    draining: std::collections::HashSet<ConnId>,
+    /// Messages the channel had no room for, retried first, in order.
+    backlog: std::collections::VecDeque<ToControl>,
+    /// The control plane is gone: no more startups.
+    dead: bool,
+    handoffs: std::collections::VecDeque<Handoff>,
 }
 
 #[derive(Debug, Default)]
@@ -187,6 +204,8 @@ struct Starting {
     outgoing: Vec<u8>,
     /// Close after `outgoing` is sent.
     closing: bool,
+    /// The peer sent FIN: forward what is left, then tell the control plane.
+    peer_closed: bool,
 }
 
 impl ControlPlane {
@@ -198,7 +217,7 @@ impl ControlPlane {
         let mut core_txs = Vec::new();
         let mut links = Vec::new();
         for core in 0..cores {
-            let (tx, rx) = bounded(CHANNEL_DEPTH);
+            let (tx, rx) = unbounded();
             core_txs.push(tx);
             links.push(CoreLink {
                 core,
@@ -206,8 +225,11 @@ impl ControlPlane {
                 from_control: rx,
                 starting: HashMap::new(),
                 connecting: HashMap::new(),
-                backlog: None,
-                handoffs: Vec::new(),
+                listening: Default::default(),
+                draining: Default::default(),
+                backlog: Default::default(),
+                dead: false,
+                handoffs: Default::default(),
             });
         }
         let thread = std::thread::Builder::new()
@@ -284,57 +306,88 @@ impl CoreLink {
         self.core
     }
 
-    /// Connections of this core in startup or connecting.
+    /// Connections of this core in startup, connecting, or closing after a
+    /// failed startup.
     pub fn in_startup(&self) -> usize {
-        self.starting.len() + self.connecting.len()
+        self.starting.len() + self.connecting.len() + self.draining.len()
     }
 
-    /// Whether `conn` is in startup (its events and octets are the link's).
+    /// Whether `conn` is the link's (in startup, connecting, or closing).
     pub fn owns(&self, conn: ConnId) -> bool {
-        self.starting.contains_key(&conn) || self.connecting.contains_key(&conn)
+        self.starting.contains_key(&conn)
+            || self.connecting.contains_key(&conn)
+            || self.draining.contains(&conn)
     }
 
     /// Offers a transport event. Returns `true` if the link took it (a
-    /// connection in startup, or an accept on a listener the control plane
-    /// opened); other events are the core's.
+    /// connection it owns, or an accept on a port the control plane listens
+    /// on); other events are the core's.
     pub fn handle_event<T: Transport>(&mut self, transport: &mut T, event: Event) -> bool {
+        let conn = event.conn;
         match event.kind {
             EventKind::Accepted(listener) => {
-                let peer = transport.endpoints(event.conn).map(|(_, p)| p);
-                let Ok(peer) = peer else { return false };
-                self.starting.insert(event.conn, Starting::default());
-                self.send(ToControl::Accepted {
-                    core: self.core,
-                    conn: event.conn,
-                    listener,
-                    peer,
-                });
+                if !self.listening.contains(&listener.0) {
+                    return false;
+                }
+                let peer = transport.endpoints(conn).map(|(_, p)| p);
+                match peer {
+                    Ok(peer) if !self.dead => {
+                        self.starting.insert(conn, Starting::default());
+                        self.send(ToControl::Accepted {
+                            core: self.core,
+                            conn,
+                            listener,
+                            peer,
+                        });
+                    }
+                    // No control plane, or no peer address: refuse.
+                    _ => {
+                        let _ = transport.abort(conn);
+                        transport.release(conn);
+                    }
+                }
                 true
             }
-            EventKind::Connected => match self.connecting.remove(&event.conn) {
+            EventKind::Connected => match self.connecting.remove(&conn) {
                 Some(token) => {
-                    self.starting.insert(event.conn, Starting::default());
+                    self.starting.insert(conn, Starting::default());
                     self.send(ToControl::Connected {
                         core: self.core,
-                        conn: event.conn,
+                        conn,
                         token,
                     });
                     true
                 }
                 None => false,
             },
-            EventKind::Readable | EventKind::Writable => self.owns(event.conn),
-            EventKind::PeerClosed | EventKind::Closed | EventKind::Reset | EventKind::TimedOut => {
-                if let Some(token) = self.connecting.remove(&event.conn) {
-                    transport.release(event.conn);
-                    self.send(ToControl::ConnectFailed { token });
+            EventKind::Readable | EventKind::Writable => self.owns(conn),
+            EventKind::PeerClosed => {
+                if let Some(state) = self.starting.get_mut(&conn) {
+                    // Octets before the FIN (a Reply, a reject) still count:
+                    // `poll` forwards them first.
+                    state.peer_closed = true;
                     return true;
                 }
-                if self.starting.remove(&event.conn).is_some() {
-                    transport.release(event.conn);
+                self.owns(conn)
+            }
+            EventKind::Closed | EventKind::Reset | EventKind::TimedOut => {
+                if self.draining.remove(&conn) {
+                    transport.release(conn);
+                    return true;
+                }
+                if let Some(token) = self.connecting.remove(&conn) {
+                    transport.release(conn);
+                    self.send(ToControl::ConnectFailed {
+                        core: self.core,
+                        token,
+                    });
+                    return true;
+                }
+                if self.starting.remove(&conn).is_some() {
+                    transport.release(conn);
                     self.send(ToControl::Closed {
                         core: self.core,
-                        conn: event.conn,
+                        conn,
                     });
                     return true;
                 }
@@ -346,34 +399,66 @@ impl CoreLink {
     /// Moves startup octets both ways and carries out the control plane's
     /// answers; never blocks. Call it every loop, after handling events.
     pub fn poll<T: Transport>(&mut self, transport: &mut T, now: Instant) {
-        if let Some(message) = self.backlog.take() {
-            self.send(message);
+        while let Some(message) = self.backlog.pop_front() {
+            match self.to_control.try_send(message) {
+                Ok(()) => {}
+                Err(TrySendError::Full(message)) => {
+                    self.backlog.push_front(message);
+                    break;
+                }
+                Err(TrySendError::Disconnected(_)) => {
+                    self.backlog.clear();
+                    self.dead = true;
+                }
+            }
         }
-        while let Ok(message) = self.from_control.try_recv() {
-            self.apply(transport, message, now);
+        loop {
+            match self.from_control.try_recv() {
+                Ok(message) => self.apply(transport, message, now),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    self.dead = true;
+                    break;
+                }
+            }
+        }
+        if self.dead {
+            self.abandon(transport);
+            return;
+        }
+        // A connection closing after a failed startup: what the peer still
+        // sends is dropped (a bounded amount per poll), so its FIN, and with
+        // it the end of the connection, is seen.
+        for &conn in &self.draining {
+            for _ in 0..4 {
+                match transport.recv_with(conn, |data, _| (data.len(), data.len())) {
+                    Ok(n) if n > 0 => {}
+                    _ => break,
+                }
+            }
         }
         let conns: Vec<ConnId> = self.starting.keys().copied().collect();
         for conn in conns {
             self.flush(transport, conn);
-            if self.backlog.is_some() {
+            if !self.backlog.is_empty() {
                 continue;
             }
             let Some(state) = self.starting.get_mut(&conn) else {
                 continue;
             };
-            if state.forwarded >= FORWARD_MAX || state.closing {
+            if state.closing {
                 continue;
             }
             // Peek: forward what the control plane has not seen, consume
             // nothing (it says how much its frame took).
             let skip = state.forwarded;
-            let room = FORWARD_MAX - skip;
+            let room = FORWARD_MAX.saturating_sub(skip);
             let peeked = transport.recv_with(conn, |data, _| {
                 let fresh = data.get(skip..).unwrap_or(&[]);
                 (0, fresh[..fresh.len().min(room)].to_vec())
             });
-            if let Ok(octets) = peeked {
-                if !octets.is_empty() {
+            match peeked {
+                Ok(octets) if !octets.is_empty() => {
                     state.forwarded += octets.len();
                     self.send(ToControl::Input {
                         core: self.core,
@@ -381,25 +466,69 @@ impl CoreLink {
                         octets,
                     });
                 }
+                // Everything before the peer's FIN was forwarded and taken
+                // by the state machine (what it has not taken is past its
+                // frame: its outcome is on the way): now the close. Our side
+                // closes too.
+                _ if state.peer_closed && state.forwarded == 0 => {
+                    self.starting.remove(&conn);
+                    let _ = transport.close(conn);
+                    self.draining.insert(conn);
+                    self.send(ToControl::Closed {
+                        core: self.core,
+                        conn,
+                    });
+                }
+                _ => {}
             }
         }
     }
 
     /// The next startup that ended.
     pub fn next_handoff(&mut self) -> Option<Handoff> {
-        if self.handoffs.is_empty() {
-            None
-        } else {
-            Some(self.handoffs.remove(0))
-        }
+        self.handoffs.pop_front()
     }
 
     fn send(&mut self, message: ToControl) {
+        if !self.backlog.is_empty() {
+            self.backlog.push_back(message);
+            return;
+        }
         match self.to_control.try_send(message) {
             Ok(()) => {}
-            // Full: keep it and stop forwarding until it went (the next poll).
-            Err(TrySendError::Full(message)) => self.backlog = Some(message),
-            Err(TrySendError::Disconnected(_)) => {}
+            // Full: keep it, in order; `poll` retries and holds back octets.
+            Err(TrySendError::Full(message)) => self.backlog.push_back(message),
+            Err(TrySendError::Disconnected(_)) => self.dead = true,
+        }
+    }
+
+    /// The control plane is gone: every startup of this core fails.
+    fn abandon<T: Transport>(&mut self, transport: &mut T) {
+        let failed = || {
+            StartupResult::Failed(Failure {
+                reason: FailReason::Local,
+                term: None,
+                peer: None,
+                retry_unenhanced: false,
+            })
+        };
+        for (conn, _) in self.starting.drain() {
+            let _ = transport.abort(conn);
+            transport.release(conn);
+            self.handoffs.push_back(Handoff {
+                conn: Some(conn),
+                token: 0,
+                result: failed(),
+            });
+        }
+        for (conn, token) in self.connecting.drain() {
+            let _ = transport.abort(conn);
+            transport.release(conn);
+            self.handoffs.push_back(Handoff {
+                conn: Some(conn),
+                token,
+                result: failed(),
+            });
         }
     }
 
@@ -421,22 +550,30 @@ impl CoreLink {
             }
         }
         if state.closing && state.outgoing.is_empty() {
+            // An orderly close: what was queued (a Terminate, a Reject) goes
+            // out before the FIN; the slot is released when the transport
+            // reports the end.
             let _ = transport.close(conn);
             self.starting.remove(&conn);
-            transport.release(conn);
+            self.draining.insert(conn);
         }
     }
 
     fn apply<T: Transport>(&mut self, transport: &mut T, message: ToCore, now: Instant) {
         match message {
             ToCore::Listen { port } => {
-                let _ = transport.listen(port);
+                if transport.listen(port).is_ok() {
+                    self.listening.insert(port);
+                }
             }
             ToCore::Connect { remote, token } => match transport.connect(remote, now) {
                 Ok(conn) => {
                     self.connecting.insert(conn, token);
                 }
-                Err(_) => self.send(ToControl::ConnectFailed { token }),
+                Err(_) => self.send(ToControl::ConnectFailed {
+                    core: self.core,
+                    token,
+                }),
             },
             ToCore::Send { conn, octets } => {
                 if let Some(state) = self.starting.get_mut(&conn) {
@@ -460,10 +597,22 @@ impl CoreLink {
                 }
             }
             ToCore::Done {
-                conn,
+                conn: None,
                 token,
                 result,
             } => {
+                self.handoffs.push_back(Handoff {
+                    conn: None,
+                    token,
+                    result,
+                });
+            }
+            ToCore::Done {
+                conn: Some(conn),
+                token,
+                result,
+            } => {
+                let mut result = result;
                 match &result {
                     StartupResult::Failed(_) => {
                         if let Some(state) = self.starting.get_mut(&conn) {
@@ -472,32 +621,39 @@ impl CoreLink {
                         self.flush(transport, conn);
                     }
                     StartupResult::Established(_) | StartupResult::Rejected(_) => {
-                        // Octets still queued (the Reply) go out first: flush
-                        // now; the startup state goes, the connection is the
-                        // core's.
+                        // The frame still queued goes out first; then the
+                        // connection is the core's.
                         self.flush(transport, conn);
-                        if let Some(state) = self.starting.remove(&conn) {
-                            if !state.outgoing.is_empty() {
-                                // No room in TCP for the frame: the core
-                                // cannot take over a half-sent frame.
+                        match self.starting.remove(&conn) {
+                            Some(state) if state.outgoing.is_empty() => {}
+                            // No room in TCP for the frame: the core cannot
+                            // take over a half-sent frame.
+                            Some(_) => {
                                 let _ = transport.abort(conn);
-                                self.handoffs.push(Handoff {
-                                    conn,
-                                    token,
-                                    result: StartupResult::Failed(Failure {
-                                        reason: FailReason::Local,
-                                        term: None,
-                                        peer: None,
-                                        retry_unenhanced: false,
-                                    }),
+                                self.draining.insert(conn);
+                                result = StartupResult::Failed(Failure {
+                                    reason: FailReason::Local,
+                                    term: None,
+                                    peer: None,
+                                    retry_unenhanced: false,
                                 });
-                                return;
+                            }
+                            // Closed meanwhile: a reject stands (the ULP gets
+                            // its private data); a connection to run is gone.
+                            None if matches!(result, StartupResult::Rejected(_)) => {}
+                            None => {
+                                result = StartupResult::Failed(Failure {
+                                    reason: FailReason::PeerClosed,
+                                    term: None,
+                                    peer: None,
+                                    retry_unenhanced: false,
+                                });
                             }
                         }
                     }
                 }
-                self.handoffs.push(Handoff {
-                    conn,
+                self.handoffs.push_back(Handoff {
+                    conn: Some(conn),
                     token,
                     result,
                 });
@@ -564,7 +720,7 @@ impl Worker {
 
     fn to_core(&self, core: CoreId, message: ToCore) {
         if let Some(tx) = self.cores.get(usize::from(core)) {
-            // The control plane may wait for a core; a core never waits.
+            // Unbounded: the control plane never waits for a core either.
             let _ = tx.send(message);
         }
     }
@@ -573,10 +729,9 @@ impl Worker {
         loop {
             loop {
                 match self.commands.try_recv() {
-                    Ok(Command::Stop) => return self.stats,
+                    Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return self.stop(),
                     Ok(command) => self.command(command),
                     Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => return self.stats,
                 }
             }
             let now = self.now();
@@ -588,28 +743,69 @@ impl Worker {
                     Machine::Responder(m) => m.poll_timeout(),
                 })
                 .min();
-            // Wake for commands at least every 10 ms.
-            let wait = next.map_or(10_000, |at| (at - now).total_micros().min(10_000));
+            // Wake for commands at least every 10 ms; not at all for a
+            // deadline already due.
+            let wait = match next {
+                Some(at) if at <= now => 0,
+                Some(at) => (at - now).total_micros().min(10_000),
+                None => 10_000,
+            };
             match self
                 .inbox
                 .recv_timeout(std::time::Duration::from_micros(wait))
             {
-                Ok(message) => self.message(message),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return self.stats,
-            }
-            let now = self.now();
-            let keys: Vec<_> = self.startups.keys().copied().collect();
-            for key in keys {
-                if let Some(s) = self.startups.get_mut(&key) {
-                    match &mut s.machine {
-                        Machine::Initiator(m) => m.handle_timeout(now),
-                        Machine::Responder(m) => m.handle_timeout(now),
+                Ok(message) => {
+                    self.message(message);
+                    // Drain what else is there before looking at timers.
+                    while let Ok(message) = self.inbox.try_recv() {
+                        self.message(message);
                     }
                 }
-                self.progress(key);
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return self.stop(),
+            }
+            // Timers, only when one is due (not once per message).
+            let now = self.now();
+            if next.is_some_and(|at| at <= now) {
+                let due: Vec<_> = self
+                    .startups
+                    .iter()
+                    .filter(|(_, s)| {
+                        match &s.machine {
+                            Machine::Initiator(m) => m.poll_timeout(),
+                            Machine::Responder(m) => m.poll_timeout(),
+                        }
+                        .is_some_and(|at| at <= now)
+                    })
+                    .map(|(k, _)| *k)
+                    .collect();
+                for key in due {
+                    if let Some(s) = self.startups.get_mut(&key) {
+                        match &mut s.machine {
+                            Machine::Initiator(m) => m.handle_timeout(now),
+                            Machine::Responder(m) => m.handle_timeout(now),
+                        }
+                    }
+                    self.progress(key);
+                }
             }
         }
+    }
+
+    /// Ends every startup in flight (the cores close them) and the thread.
+    fn stop(mut self) -> ControlStats {
+        let keys: Vec<_> = self.startups.keys().copied().collect();
+        for (core, conn) in keys {
+            if let Some(s) = self.startups.remove(&(core, conn)) {
+                self.done(
+                    core,
+                    Some(conn),
+                    s.token,
+                    StartupResult::Failed(local_failure()),
+                );
+            }
+        }
+        self.stats
     }
 
     fn command(&mut self, command: Command) {
@@ -668,13 +864,18 @@ impl Worker {
                         };
                         self.startups.insert((core, conn), startup);
                     }
-                    None => self.done(core, conn, 0, StartupResult::Failed(local_failure())),
+                    None => self.done(core, Some(conn), 0, StartupResult::Failed(local_failure())),
                 }
             }
             ToControl::Connected { core, conn, token } => {
                 let Some((config, private_data, remote)) = self.pending_connects.remove(&token)
                 else {
-                    return self.done(core, conn, token, StartupResult::Failed(local_failure()));
+                    return self.done(
+                        core,
+                        Some(conn),
+                        token,
+                        StartupResult::Failed(local_failure()),
+                    );
                 };
                 match Initiator::new(config, &private_data, now) {
                     Ok(m) => {
@@ -687,12 +888,23 @@ impl Worker {
                         self.startups.insert((core, conn), startup);
                         self.progress((core, conn));
                     }
-                    Err(_) => self.done(core, conn, token, StartupResult::Failed(local_failure())),
+                    Err(_) => self.done(
+                        core,
+                        Some(conn),
+                        token,
+                        StartupResult::Failed(local_failure()),
+                    ),
                 }
             }
-            ToControl::ConnectFailed { token } => {
+            ToControl::ConnectFailed { core, token } => {
                 self.pending_connects.remove(&token);
-                self.stats.failed += 1;
+                let failure = Failure {
+                    reason: FailReason::Unreachable,
+                    term: None,
+                    peer: None,
+                    retry_unenhanced: false,
+                };
+                self.done(core, None, token, StartupResult::Failed(failure));
             }
             ToControl::Input { core, conn, octets } => {
                 let Some(s) = self.startups.get_mut(&(core, conn)) else {
@@ -715,11 +927,29 @@ impl Worker {
             }
             ToControl::Closed { core, conn } => {
                 if let Some(mut s) = self.startups.remove(&(core, conn)) {
-                    match &mut s.machine {
-                        Machine::Initiator(m) => m.handle_peer_closed(),
-                        Machine::Responder(m) => m.handle_peer_closed(),
-                    }
-                    self.stats.failed += 1;
+                    let outcome = match &mut s.machine {
+                        Machine::Initiator(m) => {
+                            m.handle_peer_closed();
+                            m.outcome().cloned()
+                        }
+                        Machine::Responder(m) => {
+                            m.handle_peer_closed();
+                            m.outcome().cloned()
+                        }
+                    };
+                    // The ULP hears how it ended, with RFC 6581 §10's hint
+                    // that an unenhanced retry may work.
+                    let result = match outcome {
+                        Some(Outcome::Failed(f)) => StartupResult::Failed(f),
+                        Some(Outcome::Rejected(r)) => StartupResult::Rejected(r),
+                        _ => StartupResult::Failed(Failure {
+                            reason: FailReason::PeerClosed,
+                            term: None,
+                            peer: None,
+                            retry_unenhanced: false,
+                        }),
+                    };
+                    self.done(core, Some(conn), s.token, result);
                 }
             }
         }
@@ -781,11 +1011,11 @@ impl Worker {
                 Outcome::Rejected(r) => StartupResult::Rejected(r),
                 Outcome::Failed(f) => StartupResult::Failed(f),
             };
-            self.done(core, conn, token, result);
+            self.done(core, Some(conn), token, result);
         }
     }
 
-    fn done(&mut self, core: CoreId, conn: ConnId, token: u64, result: StartupResult) {
+    fn done(&mut self, core: CoreId, conn: Option<ConnId>, token: u64, result: StartupResult) {
         match &result {
             StartupResult::Established(_) => self.stats.established += 1,
             StartupResult::Rejected(_) => self.stats.rejected += 1,

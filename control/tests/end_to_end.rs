@@ -177,7 +177,10 @@ fn the_control_plane_survives_hostile_peers() {
         while !done(b) {
             assert!(
                 start.elapsed() < StdDuration::from_secs(2),
-                "b did not finish"
+                "b did not finish: {} connections, {} in startup, handoffs {:?}",
+                b.transport.connections(),
+                b.link.in_startup(),
+                b.handoffs
             );
             b.step(now());
             std::thread::sleep(StdDuration::from_micros(200));
@@ -209,10 +212,10 @@ fn the_control_plane_survives_hostile_peers() {
     ];
     for cut in [0usize, 1, 10, 17, 19, 20, 21, 25, request.len() - 1] {
         let part = request[..cut].to_vec();
-        // The core hears the close and drops the startup: no handoff.
+        // The core hears the close; the ULP hears that the peer closed.
         peers.push((
             "a peer that disconnects mid-Request",
-            None,
+            Some(FailReason::PeerClosed),
             Box::new(move |s: &mut TcpStream| {
                 s.write_all(&part).unwrap();
                 s.shutdown(std::net::Shutdown::Both).unwrap();
@@ -224,12 +227,7 @@ fn the_control_plane_survives_hostile_peers() {
         let mut stream = TcpStream::connect(target).unwrap();
         behave(&mut stream);
         pump(&mut b, &mut |b| b.transport.stats().accepted > accepted);
-        pump(&mut b, &mut |b| {
-            b.transport.connections() == 0
-                && !b.link_busy()
-                && (reason.is_none() || !b.handoffs.is_empty())
-        });
-        assert!(b.qps.is_empty(), "{what}: no QP");
+        pump(&mut b, &mut |b| !b.handoffs.is_empty());
         let reasons: Vec<_> = b
             .handoffs
             .drain(..)
@@ -238,11 +236,13 @@ fn the_control_plane_survives_hostile_peers() {
                 _ => None,
             })
             .collect();
-        match reason {
-            Some(reason) => assert_eq!(reasons, [Some(*reason)], "{what}"),
-            None => assert!(reasons.is_empty(), "{what}: {reasons:?}"),
-        }
+        assert_eq!(reasons, [*reason], "{what}");
+        assert!(b.qps.is_empty(), "{what}: no QP");
+        // Once the peer is gone too, nothing of it is left on b's core.
         drop(stream);
+        pump(&mut b, &mut |b| {
+            b.transport.connections() == 0 && !b.link_busy()
+        });
     }
     // A dribbled Request is still a Request.
     let mut stream = TcpStream::connect(target).unwrap();
@@ -272,4 +272,197 @@ fn the_control_plane_survives_hostile_peers() {
         accept(),
     );
     traffic(&mut a, &mut b, &ha, &hb);
+}
+
+/// The QP events of `host`'s connection `conn`.
+fn qp_events<T: Transport>(
+    host: &mut Host<T>,
+    conn: tcp_lite::ConnId,
+) -> Vec<rnic_engine::qp::QpEvent> {
+    let qp = host.qps[&conn];
+    std::iter::from_fn(|| host.rnic.poll_event(qp).unwrap()).collect()
+}
+
+on_every_transport!(
+    no_matching_rtr_terminates_the_responders_qp,
+    |a: &mut Host<_>, b: &mut Host<_>, addr| {
+        // RFC 6581 §9.2: the initiator "MUST send a TERM message ... Layer 2,
+        // Error Type 0, Error Code 7" when it cannot generate any of the
+        // responder's RTRs; the responder, past its Reply, hears it on its QP.
+        let send_only = p2p(RtrSet {
+            send: true,
+            ..RtrSet::NONE
+        });
+        let write_only = p2p(RtrSet {
+            write: true,
+            ..RtrSet::NONE
+        });
+        let (ha, hb) = establish(a, b, addr, send_only, write_only, accept());
+        match &ha.result {
+            StartupResult::Failed(f) => {
+                assert_eq!(f.term, Some(control::mpa::TermCode::NoMatchingRtr))
+            }
+            other => panic!("{other:?}"),
+        }
+        let conn = hb.conn.unwrap();
+        let mut events = Vec::new();
+        run(a, b, "the Terminate reaches b's QP", |_, b| {
+            events.extend(qp_events(b, conn));
+            !events.is_empty()
+        });
+        let info = rnic_engine::qp::TermInfo {
+            layer: 2,
+            etype: 0,
+            ecode: 7,
+        };
+        assert_eq!(events, [rnic_engine::qp::QpEvent::TerminateReceived(info)]);
+    }
+);
+
+on_every_transport!(
+    reject_for_insufficient_ird_reaches_the_initiator,
+    |a: &mut Host<_>, b: &mut Host<_>, addr| {
+        let initiator = StartupConfig {
+            ird: 2,
+            ..StartupConfig::default()
+        };
+        let decide = Decision::Accept(control::mpa::Accept {
+            ord_required: Some(8),
+            ..control::mpa::Accept::default()
+        });
+        let (ha, hb) = establish(a, b, addr, initiator, StartupConfig::default(), decide);
+        match (&ha.result, &hb.result) {
+            (StartupResult::Rejected(r), StartupResult::Failed(f)) => {
+                assert_eq!(r.peer.unwrap().ord, 8, "the required ORD");
+                assert_eq!(f.term, Some(control::mpa::TermCode::InsufficientIrd));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+);
+
+on_every_transport!(
+    a_connect_nobody_answers_is_reported,
+    |a: &mut Host<_>, b: &mut Host<_>, addr| {
+        // Nobody listens on this port: refused, and the ULP hears it.
+        let token = a.control.connect(
+            0,
+            SocketAddrV4::new(addr, port()),
+            StartupConfig::default(),
+            b"",
+        );
+        run(a, b, "the failed connect is reported", |a, _| {
+            !a.handoffs.is_empty()
+        });
+        let h = a.handoffs.remove(0);
+        assert_eq!((h.conn, h.token), (None, token));
+        match h.result {
+            StartupResult::Failed(f) => assert_eq!(f.reason, control::mpa::FailReason::Unreachable),
+            other => panic!("{other:?}"),
+        }
+    }
+);
+
+/// A Reply the peer follows with FIN at once (as Linux does after a
+/// reject) is still read: the ULP gets the reject, not a lost connection.
+#[test]
+fn a_reject_followed_by_fin_is_not_lost() {
+    use std::io::{Read, Write};
+    let (mut a, mut b, addr) = kernels();
+    let listener = std::net::TcpListener::bind(SocketAddrV4::new(addr, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let peer = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(StdDuration::from_secs(5))).unwrap();
+        let mut request = [0u8; 64];
+        let _ = s.read(&mut request).unwrap();
+        let reply = rnic_engine::wire::mpa_rr::Repr {
+            kind: rnic_engine::wire::mpa_rr::FrameKind::Reply,
+            markers: false,
+            crc: true,
+            reject: true,
+            reserved: 0,
+            revision: 2,
+            enhanced: Some(Default::default()),
+            private_data: b"go away",
+        };
+        let mut out = vec![0; reply.buffer_len()];
+        reply.emit(&mut rnic_engine::wire::mpa_rr::Packet::new_unchecked(
+            &mut out[..],
+        ));
+        s.write_all(&out).unwrap();
+        s.shutdown(std::net::Shutdown::Both).unwrap();
+    });
+    let token = a.control.connect(
+        0,
+        SocketAddrV4::new(addr, port),
+        StartupConfig::default(),
+        b"hello",
+    );
+    run(&mut a, &mut b, "the reject", |a, _| !a.handoffs.is_empty());
+    peer.join().unwrap();
+    let h = a.handoffs.remove(0);
+    assert_eq!(h.token, token);
+    match h.result {
+        StartupResult::Rejected(r) => assert_eq!(r.private_data, b"go away"),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Stopping the control plane fails the startups in flight: the core closes
+/// them and tells the ULP; nothing hangs.
+#[test]
+fn stopping_the_control_plane_fails_startups_in_flight() {
+    use control::runtime::ControlPlane;
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = match silent.local_addr().unwrap() {
+        std::net::SocketAddr::V4(a) => a,
+        _ => unreachable!(),
+    };
+    let mut transport = KernelTransport::new(tcp_lite::sys::kernel::KernelConfig {
+        bind: Ipv4Addr::LOCALHOST,
+        ..Default::default()
+    })
+    .unwrap();
+    let (mut control, mut links) = ControlPlane::start(1);
+    let link = &mut links[0];
+    let token = control.connect(0, target, StartupConfig::default(), b"");
+    let start = StdInstant::now();
+    // Until the Request is out and the startup waits for the Reply.
+    while link.in_startup() == 0 || start.elapsed() < StdDuration::from_millis(50) {
+        assert!(start.elapsed() < DEADLINE);
+        transport.poll(now());
+        while let Some(e) = transport.next_event() {
+            link.handle_event(&mut transport, e);
+        }
+        link.poll(&mut transport, now());
+    }
+    let stats = control.stop();
+    assert_eq!(stats.failed, 1, "the startup in flight failed");
+    let mut handoff = None;
+    while handoff.is_none() {
+        assert!(start.elapsed() < DEADLINE, "no handoff after the stop");
+        transport.poll(now());
+        while let Some(e) = transport.next_event() {
+            link.handle_event(&mut transport, e);
+        }
+        link.poll(&mut transport, now());
+        handoff = link.next_handoff();
+    }
+    let h = handoff.unwrap();
+    assert_eq!(h.token, token);
+    assert!(matches!(h.result, StartupResult::Failed(_)));
+    // Our FIN is out; once the peer goes too, the connection is released.
+    drop(silent);
+    while link.in_startup() > 0 || transport.connections() > 0 {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the connection was not released"
+        );
+        transport.poll(now());
+        while let Some(e) = transport.next_event() {
+            link.handle_event(&mut transport, e);
+        }
+        link.poll(&mut transport, now());
+    }
 }

@@ -229,12 +229,12 @@ fn rfc6581_9_1_table() {
             reply: (8, NO_NEGOTIATION),
         },
         Row {
-            sentence: "The initiator MUST leave its local endpoint IRD value unchanged upon receiving a responder ORD value of 0x3FFF.",
+            sentence: "The responder MUST set its ORD at most to the initiator IRD. (Also when its own ORD is left to the ULP.)",
             init: enhanced(6, 2),
             resp: enhanced(4, NO_NEGOTIATION),
             accept: Accept::default(),
-            want: (6, 2, 4, NO_NEGOTIATION),
-            reply: (4, NO_NEGOTIATION),
+            want: (6, 2, 4, 6),
+            reply: (4, 6),
         },
     ];
     for row in rows {
@@ -252,6 +252,27 @@ fn rfc6581_9_1_table() {
             assert_eq!((reply.ird, reply.ord), row.reply, "{}", row.sentence);
         }
     }
+}
+
+#[test]
+fn rfc6581_9_1_initiator_keeps_its_ird_for_a_responder_ord_of_0x3fff() {
+    // "The initiator MUST leave its local endpoint IRD value unchanged upon
+    // receiving a responder ORD value of 0x3FFF." (Our responder sends that
+    // only for an initiator IRD of 0x3FFF, so the Reply is crafted.)
+    let mut init = Initiator::new(enhanced(6, 2), b"", T0).unwrap();
+    drain(&mut Vec::new(), |b| init.poll_transmit(b));
+    let reply = reply_frame(
+        Some(EnhancedRepr {
+            ird: 4,
+            ord: NO_NEGOTIATION,
+            ..Default::default()
+        }),
+        2,
+        true,
+    );
+    assert_eq!(init.handle_input(&reply, T0), reply.len());
+    let e = established(&init.outcome().cloned()).clone();
+    assert_eq!((e.ird, e.ord), (6, 2));
 }
 
 #[test]
@@ -993,8 +1014,8 @@ proptest::proptest! {
     /// specified TERM.
     #[test]
     fn negotiation_invariants(
-        init_ird in 0u16..20, init_ord in 0u16..20, init_ird_max in 0u16..20,
-        resp_ird in 0u16..20, resp_ord in 0u16..20, resp_ird_max in 0u16..20,
+        init_ird in 0u16..140, init_ord in 0u16..140, init_ird_max in 0u16..140,
+        resp_ird in 0u16..140, resp_ord in 0u16..140, resp_ird_max in 0u16..140,
         init_p2p: bool, init_rtr in 1u8..8, resp_rtr in 1u8..8,
         required in proptest::option::of(0u16..20),
         no_neg in 0u8..16,
@@ -1016,6 +1037,8 @@ proptest::proptest! {
             ird_max: resp_ird_max,
             ..StartupConfig::default()
         };
+        proptest::prop_assume!(init.validate(control::mpa::Role::Initiator, 0).is_ok());
+        proptest::prop_assume!(resp.validate(control::mpa::Role::Responder, 0).is_ok());
         let r = run(init.clone(), b"", resp, Decide::Accept(Accept { ord_required: required, ..Accept::default() }), 1000);
         match (&r.init, &r.resp) {
             (Some(Outcome::Established(i)), Some(Outcome::Established(s))) => {
@@ -1026,6 +1049,21 @@ proptest::proptest! {
                     proptest::prop_assert!(s.ord <= i.ird, "responder ORD {} > initiator IRD {}", s.ord, i.ird);
                 }
                 proptest::prop_assert!(i.ird <= init.ird_max || i.ird == NO_NEGOTIATION);
+                // What the QPs get: neither side can overrun the other's
+                // IRRQ, unless that direction was left to the ULPs (0x3FFF
+                // in the Reply: "the ULP will be responsible for it").
+                let (ic, sc) = (i.connection(1448, 65535), s.connection(1448, 65535));
+                let reply = parse_frame(&r.reply).enhanced.unwrap();
+                // "The responder MUST set its ORD at most to the initiator IRD."
+                if init.ird != NO_NEGOTIATION {
+                    proptest::prop_assert!(reply.ord <= init.ird, "reply ORD {:#x} > initiator IRD {}", reply.ord, init.ird);
+                }
+                if reply.ird != NO_NEGOTIATION {
+                    proptest::prop_assert!(ic.ord <= sc.ird, "initiator QP ORD {} > responder QP IRD {}", ic.ord, sc.ird);
+                }
+                if reply.ord != NO_NEGOTIATION {
+                    proptest::prop_assert!(sc.ord <= ic.ird, "responder QP ORD {} > initiator QP IRD {}", sc.ord, ic.ird);
+                }
                 if let Some(rtr) = i.rtr {
                     proptest::prop_assert!(s.rtr_accept.contains(rtr));
                     // A Read RTR takes one outbound Read and, where the

@@ -123,7 +123,7 @@ fn serve<T: Transport>(host: &mut Host<T>, app: &mut App) {
             app.error = Some(format!("startup ended {:?}", handoff.result));
             continue;
         };
-        let qp = host.qps[&handoff.conn];
+        let qp = host.qps[&handoff.conn.expect("established")];
         if handoff.token != 0 {
             let Some(remote) = peer_memory(&e.peer_private_data) else {
                 app.error = Some("no memory in the peer's private data".into());

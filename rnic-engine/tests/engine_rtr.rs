@@ -103,7 +103,7 @@ fn the_rtr_goes_first_in_siws_form_and_is_consumed() {
     ];
     for (rtr, bytes) in expected {
         let (mut pair, qa, qb) = p2p_pair(PairConfig::default(), Some(rtr), one(rtr));
-        // Work posted before the connection is up still waits for the RTR.
+        // Work posted before anything was sent still goes after the RTR.
         let (_, a_mr) = pair.a.region(64, Access::LOCAL_WRITE).unwrap();
         let (_, b_mr) = pair
             .b
@@ -287,6 +287,34 @@ fn a_first_message_that_is_not_a_negotiated_rtr_is_term_2_0_7() {
             events(&mut pair, true, Some(qa)),
             [rnic_engine::qp::QpEvent::TerminateReceived(info((2, 0, 7)))]
         );
+    }
+}
+
+#[test]
+fn malformed_rtr_lookalikes_are_term_2_0_7_not_panics() {
+    use rnic_engine::wire::rdmap::{Control, Opcode};
+    // A zero-length Send on queue 9, a Send RTR with MO 4, a Read RTR
+    // without L: none is an RTR; none may panic the responder.
+    let send_on = |qn: u32, mo: u32| {
+        let mut u = vec![0u8; 18];
+        u[0] = 0x41; // untagged, L, DV 1
+        u[1] = Control::new(Opcode::Send).to_octet();
+        u[6..10].copy_from_slice(&qn.to_be_bytes());
+        u[10..14].copy_from_slice(&1u32.to_be_bytes());
+        u[14..18].copy_from_slice(&mo.to_be_bytes());
+        u
+    };
+    let mut read_not_last = vec![0u8; 46];
+    read_not_last[0] = 0x01; // untagged, not L
+    read_not_last[1] = Control::new(Opcode::RdmaReadRequest).to_octet();
+    read_not_last[6..10].copy_from_slice(&1u32.to_be_bytes());
+    read_not_last[10..14].copy_from_slice(&1u32.to_be_bytes());
+    for ulpdu in [send_on(9, 0), send_on(0, 4), read_not_last] {
+        let (mut pair, qa, qb) = p2p_pair(PairConfig::default(), None, RtrSet::ALL);
+        pair.a.rnic.inject_ulpdu(qa, &ulpdu).unwrap();
+        pair.run(100);
+        let want = rnic_engine::qp::QpEvent::TerminateSent(info((2, 0, 7)));
+        assert_eq!(events(&mut pair, false, Some(qb)), [want], "{ulpdu:02x?}");
     }
 }
 

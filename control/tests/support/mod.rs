@@ -101,7 +101,8 @@ impl<T: Transport> Host<T> {
                 self.rnic
                     .connect(qp, e.connection(self.emss, 65535))
                     .unwrap();
-                self.qps.insert(handoff.conn, qp);
+                self.qps
+                    .insert(handoff.conn.expect("an established connection"), qp);
             }
             self.handoffs.push(handoff);
         }
@@ -239,7 +240,7 @@ pub fn traffic<T: Transport, U: Transport>(
     ha: &Handoff,
     hb: &Handoff,
 ) {
-    let (qa, qb) = (a.qps[&ha.conn], b.qps[&hb.conn]);
+    let (qa, qb) = (a.qps[&ha.conn.unwrap()], b.qps[&hb.conn.unwrap()]);
     let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + 3) as u8).collect();
     a.region.write(0, &data).unwrap();
     b.region.write(0, &data).unwrap();

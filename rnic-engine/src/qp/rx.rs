@@ -78,8 +78,10 @@ impl Inner {
     /// negotiated RTR indications (RFC 6581 §9.2-9.3); the provider consumes
     /// it: a zero-length Write is dropped, a zero-length Send takes MSN 1 of
     /// queue 0 without a receive, a zero-length Read is answered with a
-    /// zero-length Read Response outside the IRRQ's count. Anything else is
-    /// TERM 2/0/7 (no matching RTR option).
+    /// zero-length Read Response. The Read RTR joins the IRRQ without the IRD
+    /// check (it may be 0) and holds an entry until answered, as both sides
+    /// count it in their ORQ. Anything else is TERM 2/0/7 (no matching RTR
+    /// option).
     fn receive_rtr(&mut self, ctx: &mut Ctx<'_>, ulpdu: &[u8]) -> Result<(), Failure> {
         let accept = std::mem::replace(&mut self.rtr_rx, RtrSet::NONE);
         let no_match = (TermCause::NoMatchingRtr, false);
@@ -98,10 +100,10 @@ impl Inner {
         match control.opcode {
             Opcode::RdmaWrite if zero && packet.tagged() && accept.write => Ok(()),
             Opcode::Send if zero && !packet.tagged() && accept.send => {
-                self.check_msn(&packet)?;
                 if packet.qn() != ddp::qn::SEND || packet.mo() != 0 {
                     return Err(no_match);
                 }
+                self.check_msn(&packet)?;
                 self.rx_msn[0] = self.rx_msn[0].wrapping_add(1);
                 Ok(())
             }
@@ -110,7 +112,11 @@ impl Inner {
                 let Header::ReadRequest(request) = repr.header else {
                     return Err(no_match);
                 };
-                if request.read_size != 0 || packet.qn() != ddp::qn::READ_REQUEST {
+                if request.read_size != 0
+                    || packet.qn() != ddp::qn::READ_REQUEST
+                    || !packet.last()
+                    || packet.mo() != 0
+                {
                     return Err(no_match);
                 }
                 self.check_msn(&packet)?;
@@ -304,8 +310,12 @@ impl Inner {
 
     /// Checks the MSN of a message on an untagged queue.
     fn check_msn(&self, packet: &ddp::Packet<&[u8]>) -> Result<(), Failure> {
-        let queue = packet.qn() as usize;
-        if packet.msn() != self.rx_msn[queue] {
+        // Callers check the queue number first; a stray one is still no panic.
+        let expected = self
+            .rx_msn
+            .get(packet.qn() as usize)
+            .ok_or(untagged(UntaggedError::InvalidQn))?;
+        if packet.msn() != *expected {
             return Err(untagged(UntaggedError::MsnRange));
         }
         Ok(())
