@@ -89,6 +89,12 @@ pub struct StartupConfig {
     pub request_timeout: Duration,
     /// Both: how long the whole startup may take, the ULP's decision included.
     pub startup_timeout: Duration,
+    /// Initiator: if the responder closes an enhanced Request unanswered,
+    /// try again with RFC 5044's unenhanced startup (revision 1), as RFC
+    /// 6581 §10 allows "if this protocol is compatible with the application,
+    /// and let the ULP deal with ORD and IRD and peer-to-peer negotiations".
+    /// The control-plane runtime does the retry.
+    pub retry_unenhanced: bool,
 }
 
 impl Default for StartupConfig {
@@ -107,6 +113,7 @@ impl Default for StartupConfig {
             ird_max: 64,
             request_timeout: Duration::from_secs(5),
             startup_timeout: Duration::from_secs(10),
+            retry_unenhanced: false,
         }
     }
 }

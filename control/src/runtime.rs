@@ -674,6 +674,9 @@ struct Startup {
     peer: SocketAddrV4,
     /// The listener's port (responders).
     port: u16,
+    /// Initiators: the configuration and private data, for an unenhanced
+    /// retry (RFC 6581 §10).
+    retry: Option<(StartupConfig, Vec<u8>)>,
 }
 
 struct Listener {
@@ -861,6 +864,7 @@ impl Worker {
                             token: 0,
                             peer,
                             port: listener.0,
+                            retry: None,
                         };
                         self.startups.insert((core, conn), startup);
                     }
@@ -877,6 +881,8 @@ impl Worker {
                         StartupResult::Failed(local_failure()),
                     );
                 };
+                let retry = (config.retry_unenhanced && config.enhanced)
+                    .then(|| (config.clone(), private_data.clone()));
                 match Initiator::new(config, &private_data, now) {
                     Ok(m) => {
                         let startup = Startup {
@@ -884,6 +890,7 @@ impl Worker {
                             token,
                             peer: remote,
                             port: 0,
+                            retry,
                         };
                         self.startups.insert((core, conn), startup);
                         self.progress((core, conn));
@@ -937,6 +944,29 @@ impl Worker {
                             m.outcome().cloned()
                         }
                     };
+                    // RFC 6581 §10: an enhanced Request closed unanswered may
+                    // be retried unenhanced, if the application allows it.
+                    if let (Some(Outcome::Failed(f)), Some((config, pd))) = (&outcome, &s.retry) {
+                        if f.retry_unenhanced {
+                            let config = StartupConfig {
+                                revision: 1,
+                                enhanced: false,
+                                peer_to_peer: false,
+                                retry_unenhanced: false,
+                                ..config.clone()
+                            };
+                            self.pending_connects
+                                .insert(s.token, (config, pd.clone(), s.peer));
+                            self.to_core(
+                                core,
+                                ToCore::Connect {
+                                    remote: s.peer,
+                                    token: s.token,
+                                },
+                            );
+                            return;
+                        }
+                    }
                     // The ULP hears how it ended, with RFC 6581 §10's hint
                     // that an unenhanced retry may work.
                     let result = match outcome {

@@ -466,3 +466,38 @@ fn stopping_the_control_plane_fails_startups_in_flight() {
         link.poll(&mut transport, now());
     }
 }
+
+on_every_transport!(
+    an_unenhanced_responder_gets_an_unenhanced_retry,
+    |a: &mut Host<_>, b: &mut Host<_>, addr| {
+        // RFC 6581 §10: an unenhanced responder "MUST close the TCP connection
+        // and exit MPA"; "the initiator MAY attempt to establish an RDMA
+        // connection using the unenhanced MPA protocol ... if this protocol is
+        // compatible with the application".
+        let initiator = StartupConfig {
+            retry_unenhanced: true,
+            ..StartupConfig::default()
+        };
+        let unenhanced = StartupConfig {
+            enhanced: false,
+            ..StartupConfig::default()
+        };
+        let (ha, hb) = establish(a, b, addr, initiator, unenhanced, accept());
+        // b's first startup failed (it closed the enhanced Request); its second
+        // is the one handed over with a's.
+        let hb = match hb.result {
+            StartupResult::Failed(f) => {
+                assert_eq!(f.reason, control::mpa::FailReason::EnhancedNotSupported);
+                run(a, b, "the retry", |_, b| !b.handoffs.is_empty());
+                b.handoffs.remove(0)
+            }
+            _ => hb,
+        };
+        let (ea, eb) = (established(&ha), established(&hb));
+        assert_eq!(
+            (ea.revision, ea.enhanced, eb.revision, eb.enhanced),
+            (1, false, 1, false)
+        );
+        traffic(a, b, &ha, &hb);
+    }
+);

@@ -1112,3 +1112,46 @@ proptest::proptest! {
         proptest::prop_assert!(init.outcome().is_some());
     }
 }
+
+#[test]
+fn rfc6581_9_3_local_failures_after_the_reply_send_term_2_0_5() {
+    // "The initiator or responder MUST generate the TERM message that
+    // contains Layer 2, Error Type 0, Error Code 5 when it encounters any
+    // error locally for which the special Error Code is not defined in
+    // Section 8 before resetting the connection."
+    let mut resp = Responder::new(StartupConfig::default(), T0).unwrap();
+    resp.handle_input(&request_frame(None, 2, b""), T0);
+    resp.accept(&Accept::default()).unwrap();
+    resp.fail_local();
+    let mut out = Vec::new();
+    drain(&mut out, |b| resp.poll_transmit(b));
+    assert_eq!(terminate_after_frame(&out, true, false), (2, 0, 5));
+    assert_eq!(
+        failed(&resp.outcome().cloned()),
+        (FailReason::Local, Some(TermCode::LocalCatastrophic))
+    );
+    // The initiator, established, does the same.
+    let mut init = Initiator::new(StartupConfig::default(), b"", T0).unwrap();
+    let mut request = Vec::new();
+    drain(&mut request, |b| init.poll_transmit(b));
+    init.handle_input(
+        &reply_frame(
+            Some(EnhancedRepr {
+                ird: 4,
+                ord: 4,
+                ..Default::default()
+            }),
+            2,
+            true,
+        ),
+        T0,
+    );
+    init.fail_local();
+    drain(&mut request, |b| init.poll_transmit(b));
+    assert_eq!(terminate_after_frame(&request, true, false), (2, 0, 5));
+    // Before any Reply there is no FPDU mode: close without a Terminate.
+    let mut resp = Responder::new(StartupConfig::default(), T0).unwrap();
+    resp.fail_local();
+    assert_eq!(failed(&resp.outcome().cloned()), (FailReason::Local, None));
+    assert!(!resp.wants_transmit());
+}
