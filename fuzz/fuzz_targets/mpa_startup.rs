@@ -8,7 +8,9 @@
 //! responder IRD, IRD >= responder ORD, where neither is 0x3FFF).
 #![no_main]
 
-use control::mpa::{Accept, Initiator, Outcome, Responder, RtrSet, StartupConfig, NO_NEGOTIATION};
+use control::mpa::{
+    Accept, Initiator, Outcome, Responder, RtrSet, StartupConfig, NO_NEGOTIATION, QP_DEPTH_MAX,
+};
 use libfuzzer_sys::fuzz_target;
 use rnic_engine::wire::mpa_rr;
 use tcp_lite::{Duration, Instant};
@@ -61,8 +63,10 @@ impl<'a> Input<'a> {
 
 fuzz_target!(|data: &[u8]| {
     let Some(input) = Input::parse(data) else { return };
-    let clamp = |v: u16| v % (NO_NEGOTIATION + 1);
-    let ird_max = clamp(input.ird_max);
+    // Values a QP can hold (at most QP_DEPTH_MAX), or 0x3FFF: others are
+    // configuration errors the validation tests cover.
+    let clamp = |v: u16| if v == NO_NEGOTIATION { v } else { v % (QP_DEPTH_MAX + 1) };
+    let ird_max = input.ird_max % (QP_DEPTH_MAX + 1);
     let mut config = StartupConfig {
         revision: if input.revision { 2 } else { 1 },
         enhanced: input.enhanced && input.revision,
