@@ -1,7 +1,17 @@
-//! dpwarp's benchmark.
+//! dpwarp's benchmark: two whole software RNICs (engine, tcp-lite TCP and
+//! the control plane's MPA/RFC 6581 startup) joined by a transport, driven
+//! perftest-style, with HDR latency histograms, plots and a same-run
+//! baseline.
 //!
-//! Not built yet (issue 7): a perftest-style tool (write, read, send,
-//! atomics; bandwidth and latency modes) with HDR latency histograms,
-//! plots and a same-run kernel-TCP baseline. Until it exists, the main
-//! job in the README is the `dpwarp-pcap` decoder over a bundled capture.
-#![forbid(unsafe_code)]
+//! * [`args`]: the command line, in perftest's vocabulary.
+//! * [`rig`]: the two RNICs and their transport (embedded or kernel TCP).
+//! * [`workload`]: bandwidth and latency loops for every operation.
+//! * [`report`]: tables, `.hgrm`, `.hlog`, SVG plots and the JSON report.
+//!
+//! A benchmark reads the clock; the sans-IO crates it drives never do.
+#![allow(clippy::disallowed_methods)]
+
+pub mod args;
+pub mod report;
+pub mod rig;
+pub mod workload;

@@ -1,0 +1,230 @@
+//! The command line, in perftest's vocabulary (`ib_write_bw -s 65536 -D 5
+//! --report_gbits` becomes `bench write -s 65536 -D 5 --report_gbits`;
+//! `ib_write_lat` is `bench write --lat`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+use crate::workload::{Mode, Op, Stop};
+
+/// dpwarp's benchmark: two software RNICs, perftest-style bandwidth and
+/// latency, with HDR latency histograms, plots and a same-run baseline.
+#[derive(Debug, Parser)]
+#[command(name = "bench", version, about, long_about = None)]
+pub struct Args {
+    /// The operation: write, read, send, write_imm (RDMA Write with
+    /// Immediate Data), fetch_add or cmp_swap (RFC 7306 atomics, 8 octets).
+    #[arg(value_enum)]
+    pub op: OpArg,
+
+    /// Latency mode (perftest's *_lat): one message in flight, HDR histogram.
+    /// Without it: bandwidth (perftest's *_bw).
+    #[arg(long)]
+    pub lat: bool,
+
+    /// Message size in octets (default 65536 for bandwidth, 2 for latency;
+    /// atomics are always 8).
+    #[arg(short = 's', long)]
+    pub size: Option<usize>,
+
+    /// Every size from 2 octets to 8 MiB, in powers of two.
+    #[arg(short = 'a', long)]
+    pub all: bool,
+
+    /// Messages per size (default 5000 for bandwidth, 1000 for latency).
+    #[arg(short = 'n', long = "iters", conflicts_with = "duration")]
+    pub iters: Option<u64>,
+
+    /// Run each size for this many seconds instead of a message count.
+    #[arg(short = 'D', long)]
+    pub duration: Option<f64>,
+
+    /// Queue pairs (connections) running at once (bandwidth).
+    #[arg(short = 'q', long = "qp", default_value_t = 1)]
+    pub qps: usize,
+
+    /// Work requests in flight per queue pair (bandwidth), at most 512.
+    #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
+    pub depth: usize,
+
+    /// Report bandwidth in Gbit/s instead of MB/s.
+    #[arg(long = "report_gbits")]
+    pub report_gbits: bool,
+
+    /// Turn MPA CRC32c off (it is on by default, as siw's peers expect).
+    #[arg(long = "no-crc")]
+    pub no_crc: bool,
+
+    /// MPA markers in both directions (RFC 5044).
+    #[arg(long)]
+    pub markers: bool,
+
+    /// What joins the two RNICs: `embedded` (tcp-lite over an in-memory
+    /// link, one core, no NIC or root needed) or `kernel` (Linux TCP over
+    /// loopback).
+    #[arg(long, value_enum, default_value_t = TransportArg::Embedded)]
+    pub transport: TransportArg,
+
+    /// Run the same workload over this baseline too, in the same run, and
+    /// print the ratios.
+    #[arg(long, value_enum)]
+    pub compare: Option<TransportArg>,
+
+    /// IP MTU of the embedded link (FPDUs are sized for it on every
+    /// transport).
+    #[arg(long, default_value_t = 9000)]
+    pub mtu: usize,
+
+    /// Port the server side listens on (perftest's default 18515).
+    #[arg(short = 'p', long, default_value_t = 18515)]
+    pub port: u16,
+
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+
+    /// Directory for the histogram files (.hgrm), interval logs (.hlog) and
+    /// plots (.svg) of latency runs.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+}
+
+/// An operation on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OpArg {
+    /// RDMA Write.
+    Write,
+    /// RDMA Read.
+    Read,
+    /// Send.
+    Send,
+    /// RDMA Write with Immediate Data.
+    #[value(name = "write_imm")]
+    WriteImm,
+    /// Atomic FetchAdd.
+    #[value(name = "fetch_add")]
+    FetchAdd,
+    /// Atomic CmpSwap.
+    #[value(name = "cmp_swap")]
+    CmpSwap,
+}
+
+impl OpArg {
+    /// The workload's operation.
+    pub fn op(self) -> Op {
+        match self {
+            OpArg::Write => Op::Write,
+            OpArg::Read => Op::Read,
+            OpArg::Send => Op::Send,
+            OpArg::WriteImm => Op::WriteImm,
+            OpArg::FetchAdd => Op::FetchAdd,
+            OpArg::CmpSwap => Op::CmpSwap,
+        }
+    }
+}
+
+/// A transport on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    /// tcp-lite over the in-memory link.
+    Embedded,
+    /// Linux TCP over loopback.
+    Kernel,
+}
+
+/// What to run, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The operation.
+    pub op: Op,
+    /// Bandwidth or latency.
+    pub mode: Mode,
+    /// Sizes, in order.
+    pub sizes: Vec<usize>,
+    /// When each size stops.
+    pub stop: Stop,
+}
+
+/// The largest message `-a` reaches.
+pub const SIZE_MAX: usize = 8 << 20;
+
+impl Args {
+    /// Checks the arguments, saying what to fix.
+    pub fn plan(&self) -> Result<Plan, String> {
+        let op = self.op.op();
+        let mode = if self.lat {
+            Mode::Latency
+        } else {
+            Mode::Bandwidth
+        };
+        let sizes: Vec<usize> = if op.is_atomic() {
+            if self.size.is_some_and(|s| s != 8) {
+                return Err(format!("{} moves 8 octets: drop -s or use -s 8", op.name()));
+            }
+            vec![8]
+        } else if self.all {
+            if self.size.is_some() {
+                return Err("-a runs every size: drop -s".into());
+            }
+            (1..=23).map(|shift| 1usize << shift).collect()
+        } else {
+            let size = self.size.unwrap_or(match mode {
+                Mode::Bandwidth => 65536,
+                Mode::Latency => 2,
+            });
+            if !(1..=SIZE_MAX).contains(&size) {
+                return Err(format!("-s {size}: sizes go from 1 to {SIZE_MAX} octets"));
+            }
+            if mode == Mode::Latency && op == Op::Write && size < 2 {
+                return Err(
+                    "write latency needs -s 2 or more (the last octet is the marker)".into(),
+                );
+            }
+            vec![size]
+        };
+        let stop = match (self.iters, self.duration) {
+            (Some(0), _) => return Err("-n 0: give at least one iteration".into()),
+            (Some(n), _) => Stop::Iterations(n),
+            (None, Some(d)) if !(d > 0.0 && d <= 3600.0) => {
+                return Err(format!(
+                    "-D {d}: give a duration in seconds, above 0 and at most 3600"
+                ))
+            }
+            (None, Some(d)) => Stop::Duration(Duration::from_secs_f64(d)),
+            (None, None) => Stop::Iterations(match mode {
+                Mode::Bandwidth => 5000,
+                Mode::Latency => 1000,
+            }),
+        };
+        if !(1..=64).contains(&self.qps) {
+            return Err(format!("-q {}: give 1 to 64 queue pairs", self.qps));
+        }
+        if mode == Mode::Latency && self.qps != 1 {
+            return Err("latency runs use one queue pair: drop -q".into());
+        }
+        if !(1..=crate::rig::QUEUE_DEPTH).contains(&self.depth) {
+            return Err(format!(
+                "-t {}: give a depth of 1 to {}",
+                self.depth,
+                crate::rig::QUEUE_DEPTH
+            ));
+        }
+        if !(1280..=65000).contains(&self.mtu) {
+            return Err(format!("--mtu {}: give an MTU of 1280 to 65000", self.mtu));
+        }
+        if self.port == 0 {
+            return Err("-p 0: give a port from 1 to 65535".into());
+        }
+        if self.compare.is_some_and(|c| c == self.transport) {
+            return Err("--compare names the transport already measured: compare another".into());
+        }
+        Ok(Plan {
+            op,
+            mode,
+            sizes,
+            stop,
+        })
+    }
+}
