@@ -77,6 +77,11 @@ pub struct Args {
     #[arg(long, default_value_t = 9000)]
     pub mtu: usize,
 
+    /// Compute TCP/IP checksums in software on the embedded link (by default
+    /// the link offloads them, as a NIC does).
+    #[arg(long = "sw-checksums")]
+    pub sw_checksums: bool,
+
     /// Port the server side listens on (perftest's default 18515).
     #[arg(short = 'p', long, default_value_t = 18515)]
     pub port: u16,

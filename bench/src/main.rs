@@ -40,12 +40,17 @@ fn main() {
         Mode::Latency => "latency | 1 QP, 1 in flight".to_string(),
     };
     println!(
-        "{} {} | MPA CRC {}, markers {} | MTU {}",
+        "{} {} | MPA CRC {}, markers {} | MTU {}, TCP/IP checksums {} on the embedded link",
         plan.op.name(),
         shape,
         if args.no_crc { "off" } else { "on" },
         if args.markers { "on" } else { "off" },
         args.mtu,
+        if args.sw_checksums {
+            "in software"
+        } else {
+            "offloaded"
+        },
     );
     for &transport in &transports {
         if stop.load(Ordering::SeqCst) {
@@ -94,6 +99,7 @@ fn run_transport(
             } else {
                 0
             }),
+        sw_checksums: args.sw_checksums,
     };
     match transport {
         TransportKind::Embedded => sweep(&mut rig::embedded(&config)?, args, plan, transport, stop),

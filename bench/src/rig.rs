@@ -203,6 +203,9 @@ pub struct RigConfig {
     pub memory: usize,
     /// Port of the server's listener.
     pub port: u16,
+    /// Embedded link: smoltcp computes and checks TCP/IP checksums in
+    /// software, instead of the link offloading them as a NIC does.
+    pub sw_checksums: bool,
 }
 
 /// Two RNICs, connected by `qps` connections: `pairs[i]` is the client's and
@@ -293,11 +296,18 @@ impl<T: Transport> Rig<T> {
 
 /// Two RNICs on tcp-lite over the in-memory link.
 pub fn embedded(config: &RigConfig) -> Result<Rig<Stack<LinkEnd>>, String> {
-    let (end_c, end_s) = link::pair(LinkConfig::ethernet(config.mtu), 1);
+    let mut link_config = LinkConfig::ethernet(config.mtu);
+    // A NIC offloads the TCP/IP checksums (DPDK ports will use that
+    // offload); the embedded link does likewise unless asked to compute them.
+    link_config.checksums = config.sw_checksums;
+    let (end_c, end_s) = link::pair(link_config, 1);
     let (c_addr, s_addr) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    // 256 KiB each way: the window outruns nothing on a zero-delay link, and
+    // both rings stay in this core's L2 (1 MiB measured 35 against 70
+    // Gbit/s for 64 KiB Writes).
     let tcp = TcpConfig {
-        rx_buffer: 1 << 20,
-        tx_buffer: 1 << 20,
+        rx_buffer: 256 * 1024,
+        tx_buffer: 256 * 1024,
         // The in-memory link never congests.
         congestion: CongestionControl::None,
         ..TcpConfig::default()

@@ -107,6 +107,7 @@ fn tiny(op: Op, mode: Mode) -> Report {
         qps: 1,
         memory: memory_for(1, size),
         port: 7000,
+        sw_checksums: true,
     };
     let mut rig = rig::embedded(&config).unwrap();
     let spec = Spec {
