@@ -378,3 +378,29 @@ fn a_read_rtr_is_answered_even_with_ird_0() {
         "b's Send arrived after the RTR's response"
     );
 }
+
+#[test]
+fn siws_startup_terminate_with_crc_0_is_read_as_a_terminate() {
+    // Linux siw's Terminate for "insufficient IRD" during the startup: its
+    // own bit layout (layer in the low nibble) and a CRC field of 0, though
+    // CRC was negotiated (siw_send_terminate before its QP is in RTS).
+    let siw_term: [u8; 28] = [
+        0x00, 0x16, 0x41, 0x47, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0,
+        0, // DDP, QN 2, MSN 1
+        0x02, 0x06, 0x00, 0x00, // 2/0/6, siw layout
+        0, 0, 0, 0, // CRC 0
+    ];
+    let (mut pair, _qa, qb) = p2p_pair(PairConfig::default(), None, RtrSet::ALL);
+    pair.b.rnic.handle_stream(qb, &siw_term).unwrap();
+    let got = rnic_engine::qp::QpEvent::TerminateReceived(info((2, 0, 6)));
+    assert_eq!(events(&mut pair, false, Some(qb)), [got]);
+    // Only the first FPDU, only a Terminate, only CRC 0: a wrong non-zero
+    // CRC is still a CRC error (2/0/2).
+    let mut bad = siw_term;
+    bad[27] = 1;
+    let (mut pair, _qa, qb) = p2p_pair(PairConfig::default(), None, RtrSet::ALL);
+    pair.b.rnic.handle_stream(qb, &bad).unwrap();
+    pair.run(10);
+    let sent = rnic_engine::qp::QpEvent::TerminateSent(info((2, 0, 2)));
+    assert_eq!(events(&mut pair, false, Some(qb)), [sent]);
+}

@@ -504,6 +504,11 @@ pub(crate) struct Inner {
     rtr_rx: RtrSet,
     /// Nothing is sent until a first FPDU arrived (responder).
     fenced: bool,
+    /// Octets of Full Operation have arrived.
+    #[cfg_attr(fuzzing, allow(dead_code))]
+    rx_started: bool,
+    /// The Terminate being read is siw's startup one (CRC field 0).
+    siw_startup_term: bool,
 }
 
 impl Qp {
@@ -535,6 +540,8 @@ impl Qp {
             rtr_tx: None,
             rtr_rx: RtrSet::NONE,
             fenced: false,
+            rx_started: false,
+            siw_startup_term: false,
         };
         Qp {
             framer: None,

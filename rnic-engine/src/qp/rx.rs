@@ -45,6 +45,25 @@ impl Qp {
             return 0;
         };
         let inner = &mut self.inner;
+        // Under fuzzing every CRC passes, so this path would only make a
+        // stream fed whole read differently from one fed in pieces.
+        #[cfg(not(fuzzing))]
+        if !inner.rx_started && !octets.is_empty() {
+            inner.rx_started = true;
+            let config = deframer.config();
+            if config.crc && !config.markers {
+                if let Some(ulpdu) = startup_terminate(octets) {
+                    // Linux siw sends a startup Terminate (e.g. 2/0/6, 2/0/7)
+                    // with its CRC field 0 even when CRC was negotiated
+                    // (its QP is not in RTS yet). Read it, not a CRC error:
+                    // a Terminate ends the stream whatever its CRC. (Only
+                    // when it arrives in one piece, as siw sends it.)
+                    inner.siw_startup_term = true;
+                    inner.receive(ctx, ulpdu);
+                    return octets.len();
+                }
+            }
+        }
         let mut rest = octets;
         while inner.state == QpState::Rts {
             let (used, poll) = deframer.poll(rest);
@@ -57,6 +76,27 @@ impl Qp {
         }
         octets.len()
     }
+}
+
+/// The ULPDU of a Terminate FPDU at the very start of a stream whose CRC
+/// field is zero, as Linux siw sends its startup Terminates: ULPDU_Length
+/// 22 (an untagged DDP header and a bare Terminate control word), QN 2,
+/// no PAD, CRC 0. Nothing else qualifies.
+#[cfg_attr(fuzzing, allow(dead_code))]
+fn startup_terminate(octets: &[u8]) -> Option<&[u8]> {
+    const ULPDU_LEN: usize = ddp::UNTAGGED_HEADER_LEN + 4;
+    const FPDU_LEN: usize = 2 + ULPDU_LEN + 4;
+    let fpdu = octets.get(..FPDU_LEN)?;
+    if usize::from(u16::from_be_bytes([fpdu[0], fpdu[1]])) != ULPDU_LEN
+        || fpdu[FPDU_LEN - 4..] != [0; 4]
+    {
+        return None;
+    }
+    let ulpdu = &fpdu[2..2 + ULPDU_LEN];
+    let packet = ddp::Packet::new_checked(ulpdu).ok()?;
+    let opcode = Control::from_octet(packet.rsvd_ulp()).opcode;
+    (!packet.tagged() && packet.qn() == ddp::qn::TERMINATE && opcode == Opcode::Terminate)
+        .then_some(ulpdu)
 }
 
 impl Inner {
@@ -559,7 +599,20 @@ impl Inner {
             ecode: 0xFF,
         };
         if let Ok(body) = term::Packet::new_checked(packet.payload()) {
-            let encoding = term::detect(&body).map_or(term::Encoding::Rfc5040, |d| d.encoding);
+            let mut encoding = term::detect(&body).map_or(term::Encoding::Rfc5040, |d| d.encoding);
+            // siw's startup Terminate (CRC field 0, see `handle_stream`): where
+            // only siw's layout reads as MPA's layer 2, type 0 (RFC 6581 §8's
+            // startup codes), that layout it is.
+            let (siw, rfc) = (
+                body.control(term::Encoding::SiwBitfield),
+                body.control(term::Encoding::Rfc5040),
+            );
+            if self.siw_startup_term
+                && (siw.layer, siw.etype) == (2, 0)
+                && (rfc.layer, rfc.etype) != (2, 0)
+            {
+                encoding = term::Encoding::SiwBitfield;
+            }
             let control = body.control(encoding);
             info = TermInfo {
                 layer: control.layer,
