@@ -9,47 +9,22 @@
 //! * our responder takes siw's Request (cut at every octet), and, deciding
 //!   as siw's responder did, writes siw's Reply octet for octet.
 
-use std::io::BufReader;
 use std::path::PathBuf;
 
 use control::mpa::{Accept, Initiator, Outcome, Responder, RtrSet, StartupConfig};
-use dpwarp_capture::reassembly::{Dir, Event, Limits, Reassembler};
-use dpwarp_capture::{packet, pcap};
 use rnic_engine::wire::mpa_rr;
 use tcp_lite::Instant;
 
-/// Both directions of each connection of a capture.
+/// Both directions of each MPA connection of a capture (perftest's own TCP
+/// side channel is not one).
 fn connections(name: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/golden");
-    let file = std::fs::File::open(dir.join(format!("{name}.pcap"))).unwrap();
-    let mut reader = pcap::Reader::new(BufReader::new(file)).unwrap();
-    let mut reassembler = Reassembler::new(Limits::default());
-    let mut events = Vec::new();
-    while let Some(record) = reader.next_record() {
-        let record = record.unwrap();
-        if let Ok(segment) = packet::parse_tcp(record.linktype, record.data) {
-            reassembler.push(record.frame, record.ts_ns, &segment, &mut events);
-        }
-    }
-    reassembler.finish(&mut events);
-    let mut raw: std::collections::BTreeMap<(u32, bool), Vec<u8>> = Default::default();
-    for event in events {
-        if let Event::Data {
-            conn, dir, data, ..
-        } = event
-        {
-            raw.entry((conn.0, dir == Dir::ClientToServer))
-                .or_default()
-                .extend_from_slice(&data);
-        }
-    }
-    let conns: std::collections::BTreeSet<u32> = raw.keys().map(|k| k.0).collect();
-    conns
+    dpwarp_capture::streams(dir.join(format!("{name}.pcap")))
+        .unwrap()
         .into_iter()
-        .filter_map(|c| Some((raw.get(&(c, true))?.clone(), raw.get(&(c, false))?.clone())))
+        .inspect(|s| assert_eq!(s.gap_bytes, 0, "{name}: the capture is complete"))
+        .map(|s| (s.client_to_server, s.server_to_client))
         .filter(|(c2s, s2c)| {
-            // Only connections that start with MPA frames (perftest's own
-            // TCP side channel does not).
             c2s.starts_with(b"MPA ID Req Frame") && s2c.starts_with(b"MPA ID Rep Frame")
         })
         .collect()
@@ -154,7 +129,6 @@ fn our_initiator_writes_siws_request_and_takes_its_reply() {
             }
         }
     }
-    eprintln!("{seen} siw connections");
     assert!(seen >= 14, "every capture has a connection: {seen}");
 }
 

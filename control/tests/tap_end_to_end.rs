@@ -38,7 +38,7 @@ const DEADLINE: StdDuration = StdDuration::from_secs(30);
 fn main() {
     let args = Arguments::from_args();
     let name = "rnic_over_tap_both_roles";
-    let trial = match missing_prerequisite() {
+    let trial = match tcp_lite::sys::tap::namespace_unavailable() {
         None => Trial::test(name, both_roles_over_tap),
         Some(why) => {
             eprintln!("{name}: SKIPPED (reported as ignored): {why}");
@@ -46,28 +46,6 @@ fn main() {
         }
     };
     libtest_mimic::run(&args, vec![trial]).exit();
-}
-
-fn missing_prerequisite() -> Option<String> {
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        return Some("/dev/net/tun does not exist".into());
-    }
-    match Command::new("ip").arg("-V").output() {
-        Ok(out) if out.status.success() => {}
-        _ => return Some("the `ip` command (iproute2) is missing".into()),
-    }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    if cap_eff & (1 << 12) == 0 || cap_eff & (1 << 21) == 0 {
-        return Some(
-            "needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root) for TAP and namespaces".into(),
-        );
-    }
-    None
 }
 
 struct Netns(String);

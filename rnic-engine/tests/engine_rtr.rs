@@ -21,38 +21,37 @@ fn p2p_pair(
     rtr: Option<Rtr>,
     accept: RtrSet,
 ) -> (RnicPair, QpHandle, QpHandle) {
-    let mut pair = RnicPair::new(config).unwrap();
     let base = connection(&config);
+    let a = Connection {
+        rtr_send: rtr,
+        ..base
+    };
+    let b = Connection {
+        rtr_accept: accept,
+        fenced: true,
+        ..base
+    };
+    pair_with(config, a, b)
+}
+
+/// A pair whose extra QPs, linked, are connected with `a` and `b`.
+fn pair_with(config: PairConfig, a: Connection, b: Connection) -> (RnicPair, QpHandle, QpHandle) {
+    let mut pair = RnicPair::new(config).unwrap();
     let qp = |side: &mut rnic_engine::pair::Side, c: Connection| {
-        let qp = side
-            .rnic
-            .create_qp(QpInit {
-                pd: side.pd,
-                send_cq: side.cq,
-                recv_cq: side.cq,
-                srq: None,
-                sq_size: 64,
-                rq_size: 64,
-            })
-            .unwrap();
+        let init = QpInit {
+            pd: side.pd,
+            send_cq: side.cq,
+            recv_cq: side.cq,
+            srq: None,
+            sq_size: 64,
+            rq_size: 64,
+        };
+        let qp = side.rnic.create_qp(init).unwrap();
         side.rnic.connect(qp, c).unwrap();
         qp
     };
-    let qa = qp(
-        &mut pair.a,
-        Connection {
-            rtr_send: rtr,
-            ..base
-        },
-    );
-    let qb = qp(
-        &mut pair.b,
-        Connection {
-            rtr_accept: accept,
-            fenced: true,
-            ..base
-        },
-    );
+    let qa = qp(&mut pair.a, a);
+    let qb = qp(&mut pair.b, b);
     pair.link(qa, qb);
     (pair, qa, qb)
 }
@@ -324,41 +323,19 @@ fn a_read_rtr_is_answered_even_with_ird_0() {
         ird_ord: 0,
         ..PairConfig::default()
     };
-    let mut pair = RnicPair::new(config).unwrap();
     let base = connection(&config);
-    let mk = |side: &mut rnic_engine::pair::Side, c: Connection| {
-        let qp = side
-            .rnic
-            .create_qp(QpInit {
-                pd: side.pd,
-                send_cq: side.cq,
-                recv_cq: side.cq,
-                srq: None,
-                sq_size: 8,
-                rq_size: 8,
-            })
-            .unwrap();
-        side.rnic.connect(qp, c).unwrap();
-        qp
-    };
     // The initiator's ORD is 1 for the RTR; the responder's IRD stays 0.
-    let qa = mk(
-        &mut pair.a,
-        Connection {
-            rtr_send: Some(Rtr::Read),
-            ord: 1,
-            ..base
-        },
-    );
-    let qb = mk(
-        &mut pair.b,
-        Connection {
-            rtr_accept: one(Rtr::Read),
-            fenced: true,
-            ..base
-        },
-    );
-    pair.link(qa, qb);
+    let a = Connection {
+        rtr_send: Some(Rtr::Read),
+        ord: 1,
+        ..base
+    };
+    let b = Connection {
+        rtr_accept: one(Rtr::Read),
+        fenced: true,
+        ..base
+    };
+    let (mut pair, qa, qb) = pair_with(config, a, b);
     let (_, b_mr) = pair.b.region(64, Access::LOCAL_WRITE).unwrap();
     let (_, a_mr) = pair.a.region(64, Access::LOCAL_WRITE).unwrap();
     pair.a

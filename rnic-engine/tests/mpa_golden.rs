@@ -4,11 +4,8 @@
 //! CRC checked where the connection negotiated it. And the framer, given
 //! those ULPDUs, writes siw's octets back exactly.
 
-use std::io::BufReader;
 use std::path::PathBuf;
 
-use dpwarp_capture::reassembly::{Event, Limits, Reassembler};
-use dpwarp_capture::{packet, pcap};
 use rnic_engine::mpa::rx::{Deframer, Poll, RxConfig};
 use rnic_engine::mpa::tx::{Framer, TxConfig};
 use rnic_engine::wire::{mpa_fpdu, mpa_rr};
@@ -27,29 +24,11 @@ fn golden_dir() -> PathBuf {
 
 /// Reassembles a capture's TCP streams and cuts off the MPA startup frames.
 fn streams(name: &str) -> Vec<Stream> {
-    let file = std::fs::File::open(golden_dir().join(format!("{name}.pcap"))).unwrap();
-    let mut reader = pcap::Reader::new(BufReader::new(file)).unwrap();
-    let mut reassembler = Reassembler::new(Limits::default());
-    let mut events = Vec::new();
-    while let Some(record) = reader.next_record() {
-        let record = record.unwrap();
-        if let Ok(segment) = packet::parse_tcp(record.linktype, record.data) {
-            reassembler.push(record.frame, record.ts_ns, &segment, &mut events);
-        }
-    }
-    reassembler.finish(&mut events);
     let mut raw: std::collections::BTreeMap<(u32, bool), Vec<u8>> = Default::default();
-    for event in events {
-        if let Event::Data {
-            conn, dir, data, ..
-        } = event
-        {
-            let key = (
-                conn.0,
-                dir == dpwarp_capture::reassembly::Dir::ClientToServer,
-            );
-            raw.entry(key).or_default().extend_from_slice(&data);
-        }
+    for s in dpwarp_capture::streams(golden_dir().join(format!("{name}.pcap"))).unwrap() {
+        assert_eq!(s.gap_bytes, 0, "{name}: the capture is complete");
+        raw.insert((s.conn.0, true), s.client_to_server);
+        raw.insert((s.conn.0, false), s.server_to_client);
     }
     let mut out = Vec::new();
     for conn in raw

@@ -31,7 +31,7 @@ const DEADLINE: StdDuration = StdDuration::from_secs(30);
 
 fn main() {
     let args = Arguments::from_args();
-    let trial = match missing_prerequisite() {
+    let trial = match tcp_lite::sys::tap::namespace_unavailable() {
         None => Trial::test("tap_to_kernel_in_netns_and_back", tap_to_kernel_and_back),
         Some(why) => {
             eprintln!("tap_to_kernel_in_netns_and_back: SKIPPED (reported as ignored): {why}");
@@ -39,31 +39,6 @@ fn main() {
         }
     };
     libtest_mimic::run(&args, vec![trial]).exit();
-}
-
-/// Why the test cannot run here, if it cannot.
-fn missing_prerequisite() -> Option<String> {
-    if !std::path::Path::new("/dev/net/tun").exists() {
-        return Some("/dev/net/tun does not exist".into());
-    }
-    match Command::new("ip").arg("-V").output() {
-        Ok(out) if out.status.success() => {}
-        _ => return Some("the `ip` command (iproute2) is missing".into()),
-    }
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    const CAP_NET_ADMIN: u64 = 1 << 12;
-    const CAP_SYS_ADMIN: u64 = 1 << 21;
-    if cap_eff & CAP_NET_ADMIN == 0 || cap_eff & CAP_SYS_ADMIN == 0 {
-        return Some(
-            "needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root) for TAP and namespaces".into(),
-        );
-    }
-    None
 }
 
 /// A network namespace, deleted on drop.

@@ -80,33 +80,6 @@ pub struct Connection {
     pub fenced: bool,
 }
 
-impl Connection {
-    /// A client-server connection without fencing: the fields of RFC 5044's
-    /// startup that every connection has.
-    pub fn new(
-        crc: bool,
-        markers_tx: bool,
-        markers_rx: bool,
-        emss: usize,
-        ird: u16,
-        ord: u16,
-        ulpdu_max: usize,
-    ) -> Connection {
-        Connection {
-            crc,
-            markers_tx,
-            markers_rx,
-            emss,
-            ird,
-            ord,
-            ulpdu_max,
-            rtr_send: None,
-            rtr_accept: RtrSet::NONE,
-            fenced: false,
-        }
-    }
-}
-
 /// An RTR indication (RFC 6581 §9.2): the initiator's first FPDU in the
 /// peer-to-peer model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -75,3 +75,32 @@ impl Device for TapDevice {
         self.inner.capabilities()
     }
 }
+
+/// Why TAP devices in network namespaces cannot be set up here, if they
+/// cannot: no `/dev/net/tun`, no `ip` command (iproute2), or neither
+/// CAP_NET_ADMIN nor CAP_SYS_ADMIN (TAP devices and namespaces need both).
+/// For tests and tools that skip, or refuse with a clear message, instead
+/// of failing halfway.
+pub fn namespace_unavailable() -> Option<String> {
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Some("/dev/net/tun does not exist".into());
+    }
+    match std::process::Command::new("ip").arg("-V").output() {
+        Ok(out) if out.status.success() => {}
+        _ => return Some("the `ip` command (iproute2) is missing".into()),
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_NET_ADMIN: u64 = 1 << 12;
+    const CAP_SYS_ADMIN: u64 = 1 << 21;
+    if cap_eff & CAP_NET_ADMIN == 0 || cap_eff & CAP_SYS_ADMIN == 0 {
+        return Some(
+            "needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root) for TAP and namespaces".into(),
+        );
+    }
+    None
+}
