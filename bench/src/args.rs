@@ -19,6 +19,19 @@ pub struct Args {
     #[arg(value_enum)]
     pub op: OpArg,
 
+    /// Run as the client of the `bench --server` at this address (IPv4
+    /// address or host name; perftest's `ib_write_bw HOST`), over kernel
+    /// TCP. Without it, and without --server, both RNICs run in this process.
+    pub host: Option<String>,
+
+    /// Run as a server for a `bench ... HOST` client in another process or
+    /// on another host (perftest's side without a HOST), over kernel TCP,
+    /// listening on -p. Each connection brings its client's workload; the
+    /// server exits when its client is done. -s/-a and -q size its memory
+    /// (at least 16 MiB).
+    #[arg(long, conflicts_with_all = ["host", "compare"])]
+    pub server: bool,
+
     /// Latency mode (perftest's *_lat): one message in flight, HDR histogram.
     /// Without it: bandwidth (perftest's *_bw).
     #[arg(long)]
@@ -62,18 +75,20 @@ pub struct Args {
     pub markers: bool,
 
     /// What joins the two RNICs: `embedded` (tcp-lite over an in-memory
-    /// link, one core, no NIC or root needed) or `kernel` (Linux TCP over
-    /// loopback).
-    #[arg(long, value_enum, default_value_t = TransportArg::Embedded)]
-    pub transport: TransportArg,
+    /// link, one core, no NIC or root needed; the default), `kernel` (Linux
+    /// TCP over loopback), or `tap` (tcp-lite over a TAP device to Linux TCP
+    /// in a network namespace made for the run; needs root). With --server
+    /// or a HOST only `kernel` applies.
+    #[arg(long, value_enum)]
+    pub transport: Option<TransportArg>,
 
     /// Run the same workload over this baseline too, in the same run, and
     /// print the ratios.
     #[arg(long, value_enum)]
     pub compare: Option<TransportArg>,
 
-    /// IP MTU of the embedded link (FPDUs are sized for it on every
-    /// transport).
+    /// IP MTU of the embedded link and the TAP device (FPDUs are sized for
+    /// it on every transport).
     #[arg(long, default_value_t = 9000)]
     pub mtu: usize,
 
@@ -82,7 +97,8 @@ pub struct Args {
     #[arg(long = "sw-checksums")]
     pub sw_checksums: bool,
 
-    /// Port the server side listens on (perftest's default 18515).
+    /// Port the server side listens on (perftest's default 18515; the
+    /// in-process kernel baseline uses the next one).
     #[arg(short = 'p', long, default_value_t = 18515)]
     pub port: u16,
 
@@ -137,6 +153,19 @@ pub enum TransportArg {
     Embedded,
     /// Linux TCP over loopback.
     Kernel,
+    /// tcp-lite over a TAP device, to Linux TCP in a network namespace.
+    Tap,
+}
+
+/// Who runs the workload's two sides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Both RNICs in this process, over this transport.
+    Local(TransportArg),
+    /// The client of a `bench --server` at this address.
+    Client(String),
+    /// A server for clients elsewhere.
+    Server,
 }
 
 /// What to run, checked.
@@ -150,6 +179,8 @@ pub struct Plan {
     pub sizes: Vec<usize>,
     /// When each size stops.
     pub stop: Stop,
+    /// Who runs what.
+    pub role: Role,
 }
 
 /// The largest message `-a` reaches.
@@ -222,14 +253,36 @@ impl Args {
         if self.port == 0 {
             return Err("-p 0: give a port from 1 to 65535".into());
         }
-        if self.compare.is_some_and(|c| c == self.transport) {
-            return Err("--compare names the transport already measured: compare another".into());
+        let role = match (&self.host, self.server) {
+            (Some(host), _) => Role::Client(host.clone()),
+            (None, true) => Role::Server,
+            (None, false) => Role::Local(self.transport.unwrap_or(TransportArg::Embedded)),
+        };
+        if !matches!(role, Role::Local(_))
+            && self.transport.is_some_and(|t| t != TransportArg::Kernel)
+        {
+            return Err(
+                "--server and HOST runs use kernel TCP: drop --transport (or say kernel)".into(),
+            );
+        }
+        if let (Role::Local(t), Some(c)) = (&role, self.compare) {
+            if c == *t {
+                return Err(
+                    "--compare names the transport already measured: compare another".into(),
+                );
+            }
+        }
+        if let Role::Client(host) = &role {
+            if host.is_empty() || host.starts_with('-') {
+                return Err(format!("{host:?} is not a server address"));
+            }
         }
         Ok(Plan {
             op,
             mode,
             sizes,
             stop,
+            role,
         })
     }
 }

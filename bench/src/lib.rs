@@ -4,14 +4,19 @@
 //! baseline.
 //!
 //! * [`args`]: the command line, in perftest's vocabulary.
-//! * [`rig`]: the two RNICs and their transport (embedded or kernel TCP).
-//! * [`workload`]: bandwidth and latency loops for every operation.
+//! * [`rig`]: the RNICs and their transport (embedded, kernel TCP, TAP, or
+//!   a server in another process).
+//! * [`hello`]: the workload each connection announces in MPA private data.
+//! * [`responder`]: the server's side of every workload.
+//! * [`workload`]: the client's bandwidth and latency loops.
 //! * [`report`]: tables, `.hgrm`, `.hlog`, SVG plots and the JSON report.
 //!
 //! A benchmark reads the clock; the sans-IO crates it drives never do.
 #![allow(clippy::disallowed_methods)]
 
 pub mod args;
+pub mod hello;
 pub mod report;
+pub mod responder;
 pub mod rig;
 pub mod workload;

@@ -4,9 +4,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use bench::args::{Args, Plan, TransportArg};
+use std::net::{SocketAddrV4, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use bench::args::{Args, Plan, Role, TransportArg};
 use bench::report::{self, Report};
-use bench::rig::{self, RigConfig, TransportKind};
+use bench::rig::{self, RigConfig, Server, TransportKind};
 use bench::workload::{self, memory_for, Mode, Spec, Stop};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -27,7 +30,13 @@ fn main() {
         // Ctrl-C ends the current run; the results so far are printed.
         let _ = ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst));
     }
-    let mut transports = vec![kind(args.transport)];
+    if plan.role == Role::Server {
+        std::process::exit(serve(&args, &plan, &stop));
+    }
+    let mut transports = vec![match &plan.role {
+        Role::Local(t) => kind(*t),
+        _ => TransportKind::Remote,
+    }];
     if let Some(c) = args.compare {
         transports.push(kind(c));
     }
@@ -76,7 +85,110 @@ fn kind(t: TransportArg) -> TransportKind {
     match t {
         TransportArg::Embedded => TransportKind::Embedded,
         TransportArg::Kernel => TransportKind::Kernel,
+        TransportArg::Tap => TransportKind::Tap,
     }
+}
+
+fn rig_config(args: &Args, plan: &Plan) -> RigConfig {
+    let largest = *plan.sizes.iter().max().unwrap_or(&8);
+    RigConfig {
+        crc: !args.no_crc,
+        markers: args.markers,
+        mtu: args.mtu,
+        memory: memory_for(args.qps, largest),
+        port: args.port,
+        sw_checksums: args.sw_checksums,
+    }
+}
+
+/// `--server`: serve one client's run (every size it brings), then exit.
+fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
+    let mut config = rig_config(args, plan);
+    // Room for one QP of the largest size -a reaches, whatever -s said.
+    config.memory = config.memory.max(memory_for(1, bench::args::SIZE_MAX));
+    let kc = tcp_lite::sys::kernel::KernelConfig {
+        rx_buffer: 4 << 20,
+        tx_buffer: 4 << 20,
+        ..Default::default()
+    };
+    let transport = match tcp_lite::sys::kernel::KernelTransport::new(kc) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return 1;
+        }
+    };
+    let mut server = Server::new(
+        transport,
+        args.mtu - 40,
+        config.memory,
+        args.port,
+        config.startup(),
+    );
+    if let Err(why) = server.wait_listening() {
+        eprintln!("bench server: {why}");
+        return 1;
+    }
+    println!(
+        "bench server: listening on port {} (MPA CRC {}, markers {}, {} MiB of memory); \
+         run `bench <op> THIS_HOST -p {}` on the client",
+        args.port,
+        if args.no_crc { "off" } else { "on" },
+        if args.markers { "on" } else { "off" },
+        config.memory >> 20,
+        args.port,
+    );
+    // A client that vanished mid-run (killed, Ctrl-C) is given up on after
+    // this long without a connection.
+    const IDLE_LIMIT: Duration = Duration::from_secs(10);
+    let mut idle_since = None::<Instant>;
+    let mut failures = 0u64;
+    loop {
+        if let Err(why) = server.step(rig::now()) {
+            eprintln!("bench server: {why}");
+            failures += 1;
+        }
+        if server.client_done {
+            println!(
+                "bench server: client done after {} connection(s)",
+                server.served
+            );
+            return 0;
+        }
+        if stop.load(Ordering::SeqCst) {
+            println!(
+                "bench server: stopped after {} connection(s)",
+                server.served
+            );
+            return 0;
+        }
+        if server.served > 0 && server.endpoint.open_connections() == 0 {
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > IDLE_LIMIT {
+                eprintln!(
+                    "bench server: the client went away ({} connection(s) served, {failures} failed)",
+                    server.served
+                );
+                return 1;
+            }
+        } else {
+            idle_since = None;
+        }
+    }
+}
+
+/// The server a HOST names, on port `port`.
+fn server_addr(host: &str, port: u16) -> Result<SocketAddrV4, String> {
+    let addrs = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve server {host:?}: {e}"))?;
+    addrs
+        .filter_map(|a| match a {
+            std::net::SocketAddr::V4(v4) => Some(v4),
+            std::net::SocketAddr::V6(_) => None,
+        })
+        .next()
+        .ok_or_else(|| format!("server {host:?} has no IPv4 address"))
 }
 
 fn run_transport(
@@ -85,37 +197,55 @@ fn run_transport(
     transport: TransportKind,
     stop: &AtomicBool,
 ) -> Result<Vec<Report>, String> {
-    let largest = *plan.sizes.iter().max().unwrap_or(&8);
-    let config = RigConfig {
-        crc: !args.no_crc,
-        markers: args.markers,
-        mtu: args.mtu,
-        qps: args.qps,
-        memory: memory_for(args.qps, largest),
-        port: args
-            .port
-            .wrapping_add(if transport == TransportKind::Kernel {
-                1
-            } else {
-                0
-            }),
-        sw_checksums: args.sw_checksums,
-    };
+    let mut config = rig_config(args, plan);
     match transport {
         TransportKind::Embedded => sweep(&mut rig::embedded(&config)?, args, plan, transport, stop),
-        TransportKind::Kernel => sweep(&mut rig::kernel(&config)?, args, plan, transport, stop),
+        TransportKind::Kernel => {
+            // Next to a TAP or embedded run's port, never the same.
+            config.port = args.port.wrapping_add(1).max(1);
+            sweep(&mut rig::kernel(&config)?, args, plan, transport, stop)
+        }
+        TransportKind::Tap => {
+            // The rig's thread enters the run's namespace; the namespace
+            // (and the device) go when it is done.
+            std::thread::scope(|scope| {
+                scope
+                    .spawn(|| {
+                        let (mut rig, netns) = rig::tap(&config)?;
+                        let reports = sweep(&mut rig, args, plan, transport, stop);
+                        drop(rig);
+                        drop(netns);
+                        reports
+                    })
+                    .join()
+                    .map_err(|_| "the TAP run's thread panicked".to_string())?
+            })
+        }
+        TransportKind::Remote => {
+            let Role::Client(host) = &plan.role else {
+                return Err("no server address".into());
+            };
+            let server = server_addr(host, args.port)?;
+            sweep(
+                &mut rig::remote(&config, server)?,
+                args,
+                plan,
+                transport,
+                stop,
+            )
+        }
     }
 }
 
-fn sweep<T: Transport>(
-    rig: &mut rig::Rig<T>,
+fn sweep<C: Transport, S: Transport>(
+    rig: &mut rig::Rig<C, S>,
     args: &Args,
     plan: &Plan,
     transport: TransportKind,
     stop: &AtomicBool,
 ) -> Result<Vec<Report>, String> {
     let mut out = Vec::new();
-    for &size in &plan.sizes {
+    for (i, &size) in plan.sizes.iter().enumerate() {
         if stop.load(Ordering::SeqCst) {
             break;
         }
@@ -125,7 +255,9 @@ fn sweep<T: Transport>(
             size,
             stop: plan.stop,
             depth: args.depth,
+            qps: args.qps,
         };
+        let last = i + 1 == plan.sizes.len();
         // A progress bar on runs of a second or more (a hidden one otherwise).
         let bar = match plan.stop {
             Stop::Duration(d) if d.as_secs_f64() >= 1.0 => ProgressBar::new(1000),
@@ -139,7 +271,7 @@ fn sweep<T: Transport>(
         );
         bar.set_prefix(format!("{} {} B", transport.name(), size));
         let started = std::time::Instant::now();
-        let measured = workload::run(rig, &spec, stop, &mut |f| {
+        let measured = workload::run(rig, &spec, last, stop, &mut |f| {
             if started.elapsed().as_secs_f64() >= 1.0 {
                 bar.set_position((f * 1000.0) as u64);
             }
@@ -195,12 +327,20 @@ fn print_tables(args: &Args, plan: &Plan, reports: &[Report]) {
                     Mode::Latency => {
                         let p =
                             |x: &Report, q: f64| x.measured.latency.value_at_percentile(q) as f64;
+                        // "2.00x faster" or "4.00x slower", never "0.25x faster".
+                        let how = |ratio: f64| {
+                            if ratio >= 1.0 {
+                                format!("{ratio:.2}x faster")
+                            } else {
+                                format!("{:.2}x slower", 1.0 / ratio.max(1e-12))
+                            }
+                        };
                         println!(
-                            " {} B: {} is {:.2}x faster at p50, {:.2}x at p99 than {}",
+                            " {} B: {} is {} at p50, {} at p99 than {}",
                             r.size,
                             r.transport,
-                            p(base, 50.0) / p(r, 50.0).max(1.0),
-                            p(base, 99.0) / p(r, 99.0).max(1.0),
+                            how(p(base, 50.0) / p(r, 50.0).max(1.0)),
+                            how(p(base, 99.0) / p(r, 99.0).max(1.0)),
                             base.transport
                         );
                     }

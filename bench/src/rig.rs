@@ -1,6 +1,12 @@
-//! Two whole RNICs joined by a transport: each endpoint has its TCP (a
-//! tcp-lite transport), a control-plane thread, and an RNIC engine; one
-//! thread steps both, as one poll-mode core would.
+//! RNICs joined by a transport. Each [`Endpoint`] is a whole RNIC: its TCP
+//! (a tcp-lite transport), a control-plane thread, and an RNIC engine; one
+//! thread steps it, as one poll-mode core would.
+//!
+//! A [`Rig`] is a client endpoint and, in process, a [`Server`] endpoint;
+//! for `--server`/`--client` runs the server is in another process (or
+//! host) and the rig holds the client alone. Every size of a run opens its
+//! own connections, announcing the workload in MPA private data
+//! ([`crate::hello`]), so the in-process and the remote server are one code.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
@@ -13,18 +19,39 @@ use rnic_engine::mem::{Access, Pd, Region};
 use rnic_engine::verbs::{CqHandle, Mr, QpHandle, QpInit, RemoteAddr, Rnic, RnicConfig, Sge};
 use tcp_lite::link::{self, LinkConfig, LinkEnd};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
-use tcp_lite::{CongestionControl, ConnId, Instant, Stack, StackConfig, TcpConfig, Transport};
+use tcp_lite::sys::netns::{self, Netns};
+use tcp_lite::sys::tap::TapDevice;
+use tcp_lite::{
+    CongestionControl, ConnId, EventKind, Instant, Stack, StackConfig, TcpConfig, Transport,
+};
+
+use crate::hello::{self, ClientHello, ServerHello};
+use crate::responder::{Responder, Served};
+use crate::workload::{memory_for, Spec};
 
 /// Send and receive queue depth of every QP.
 pub const QUEUE_DEPTH: usize = 512;
 /// Completions per CQ.
 const CQ_DEPTH: usize = 8192;
+/// How long connection set-up and teardown may take.
+const SETUP_LIMIT: StdDuration = StdDuration::from_secs(10);
 
 /// The process's clock as tcp-lite time.
 pub fn now() -> Instant {
     static EPOCH: std::sync::OnceLock<StdInstant> = std::sync::OnceLock::new();
     let epoch = EPOCH.get_or_init(StdInstant::now);
     Instant::from_micros(epoch.elapsed().as_micros() as i64 + 1)
+}
+
+/// A connection in Full Operation and its QP.
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    conn: ConnId,
+    qp: QpHandle,
+    /// The peer sent FIN; we close once its octets are read.
+    peer_closed: bool,
+    /// We sent FIN.
+    closing: bool,
 }
 
 /// One RNIC: its transport, its control plane, its engine and memory.
@@ -43,14 +70,21 @@ pub struct Endpoint<T: Transport> {
     pub region: Arc<Region>,
     /// Its registration.
     pub mr: Mr,
-    /// Connections handed over, with their QPs.
-    pub qps: Vec<(ConnId, QpHandle)>,
-    handoffs: Vec<Handoff>,
+    live: Vec<Live>,
+    /// Rejected connections we are closing (MPA left them to us).
+    closing_raw: Vec<ConnId>,
+    /// Startups that ended and were not yet taken.
+    handoffs: Vec<(Handoff, Option<QpHandle>)>,
+    /// QPs whose connection ended (and which were destroyed), not yet taken.
+    ended: Vec<QpHandle>,
+    /// Completions of live QPs read while a QP was torn down.
+    pending: Vec<Wc>,
     wcs: Vec<Wc>,
 }
 
 impl<T: Transport> Endpoint<T> {
-    fn new(transport: T, emss: usize, seed: u64, memory: usize) -> Endpoint<T> {
+    /// An RNIC on `transport`, with `memory` octets registered.
+    pub fn new(transport: T, emss: usize, seed: u64, memory: usize) -> Endpoint<T> {
         let (control, mut links) = ControlPlane::start(1);
         let mut rnic = Rnic::new(RnicConfig {
             stag_seed: seed,
@@ -88,47 +122,38 @@ impl<T: Transport> Endpoint<T> {
             emss,
             region,
             mr,
-            qps: Vec::new(),
+            live: Vec::new(),
+            closing_raw: Vec::new(),
             handoffs: Vec::new(),
+            ended: Vec::new(),
+            pending: Vec::new(),
             wcs: vec![blank; 256],
         }
     }
 
     /// One turn of the core's loop: TCP, the control plane's link, and the
-    /// engine's FPDUs both ways.
+    /// engine's FPDUs both ways. Startups that end here get their QPs, but
+    /// those QPs take no octets before the next turn: the caller sees the
+    /// handoff first ([`take_handoffs`](Self::take_handoffs)) and can post
+    /// receives before the peer's first message is read.
     pub fn step(&mut self, now: Instant) {
         self.transport.poll(now);
         while let Some(event) = self.transport.next_event() {
-            self.link.handle_event(&mut self.transport, event);
+            if self.link.handle_event(&mut self.transport, event) {
+                continue;
+            }
+            self.connection_event(event.conn, event.kind);
         }
         self.link.poll(&mut self.transport, now);
-        while let Some(handoff) = self.link.next_handoff() {
-            if let (StartupResult::Established(e), Some(conn)) = (&handoff.result, handoff.conn) {
-                let init = QpInit {
-                    pd: self.pd,
-                    send_cq: self.cq,
-                    recv_cq: self.cq,
-                    srq: None,
-                    sq_size: QUEUE_DEPTH,
-                    rq_size: QUEUE_DEPTH,
-                };
-                let qp = self.rnic.create_qp(init).expect("QP");
-                self.rnic
-                    .connect(qp, e.connection(self.emss, 65535))
-                    .expect("connect");
-                self.qps.push((conn, qp));
-            }
-            self.handoffs.push(handoff);
-        }
-        for &(conn, qp) in &self.qps {
-            let rnic = &mut self.rnic;
-            let _ = self.transport.send_with(conn, 1 << 20, |space| {
-                let n = rnic.poll_transmit(qp, space).unwrap_or(0);
+        let rnic = &mut self.rnic;
+        for live in &mut self.live {
+            let _ = self.transport.send_with(live.conn, 1 << 20, |space| {
+                let n = rnic.poll_transmit(live.qp, space).unwrap_or(0);
                 (n, ())
             });
             loop {
-                let got = self.transport.recv_with(conn, |data, _| {
-                    let n = rnic.handle_stream(qp, data).unwrap_or(0);
+                let got = self.transport.recv_with(live.conn, |data, _| {
+                    let n = rnic.handle_stream(live.qp, data).unwrap_or(0);
                     (n, n)
                 });
                 match got {
@@ -136,12 +161,150 @@ impl<T: Transport> Endpoint<T> {
                     _ => break,
                 }
             }
+            // Our side of an orderly close, once the peer's octets are in.
+            if live.peer_closed
+                && !live.closing
+                && self.transport.recv_queue(live.conn).unwrap_or(0) == 0
+            {
+                let _ = self.transport.close(live.conn);
+                live.closing = true;
+            }
+        }
+        while let Some(handoff) = self.link.next_handoff() {
+            let mut qp = None;
+            match (&handoff.result, handoff.conn) {
+                (StartupResult::Established(e), Some(conn)) => {
+                    let init = QpInit {
+                        pd: self.pd,
+                        send_cq: self.cq,
+                        recv_cq: self.cq,
+                        srq: None,
+                        sq_size: QUEUE_DEPTH,
+                        rq_size: QUEUE_DEPTH,
+                    };
+                    match self.rnic.create_qp(init) {
+                        Ok(handle) => {
+                            if self
+                                .rnic
+                                .connect(handle, e.connection(self.emss, 65535))
+                                .is_ok()
+                            {
+                                self.live.push(Live {
+                                    conn,
+                                    qp: handle,
+                                    peer_closed: false,
+                                    closing: false,
+                                });
+                                qp = Some(handle);
+                            } else {
+                                let _ = self.rnic.destroy_qp(handle);
+                                let _ = self.transport.abort(conn);
+                                self.closing_raw.push(conn);
+                            }
+                        }
+                        Err(_) => {
+                            let _ = self.transport.abort(conn);
+                            self.closing_raw.push(conn);
+                        }
+                    }
+                }
+                // MPA leaves a rejected connection's TCP to us: close it.
+                (StartupResult::Rejected(_), Some(conn)) => {
+                    let _ = self.transport.close(conn);
+                    self.closing_raw.push(conn);
+                }
+                _ => {}
+            }
+            self.handoffs.push((handoff, qp));
         }
         self.transport.poll(now);
     }
 
+    fn connection_event(&mut self, conn: ConnId, kind: EventKind) {
+        if let Some(i) = self.live.iter().position(|l| l.conn == conn) {
+            match kind {
+                EventKind::PeerClosed => self.live[i].peer_closed = true,
+                EventKind::Closed | EventKind::Reset | EventKind::TimedOut => {
+                    let live = self.live.swap_remove(i);
+                    self.transport.release(conn);
+                    // Outstanding work completes flushed, then the QP goes;
+                    // its completions are dropped here, before a new QP can
+                    // take its handle, and the others' kept in order.
+                    let _ = self.rnic.close(live.qp);
+                    let mut wcs = Vec::new();
+                    self.drain_cq(&mut wcs);
+                    self.pending
+                        .extend(wcs.into_iter().filter(|w| w.qp != live.qp));
+                    let _ = self.rnic.destroy_qp(live.qp);
+                    self.ended.push(live.qp);
+                }
+                _ => {}
+            }
+        } else if let Some(i) = self.closing_raw.iter().position(|&c| c == conn) {
+            match kind {
+                EventKind::PeerClosed => {
+                    let _ = self.transport.close(conn);
+                }
+                EventKind::Closed | EventKind::Reset | EventKind::TimedOut => {
+                    self.closing_raw.swap_remove(i);
+                    self.transport.release(conn);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Startups that ended since the last call, each with its QP if it
+    /// reached Full Operation.
+    pub fn take_handoffs(&mut self) -> Vec<(Handoff, Option<QpHandle>)> {
+        std::mem::take(&mut self.handoffs)
+    }
+
+    /// QPs whose connections ended since the last call (already destroyed).
+    pub fn take_ended(&mut self) -> Vec<QpHandle> {
+        std::mem::take(&mut self.ended)
+    }
+
+    /// Closes QP `qp`'s connection in order (FIN after what is queued).
+    pub fn close(&mut self, qp: QpHandle) {
+        if let Some(live) = self.live.iter_mut().find(|l| l.qp == qp) {
+            if !live.closing {
+                let _ = self.transport.close(live.conn);
+                live.closing = true;
+            }
+        }
+    }
+
+    /// How the listen on `port` went; `None` until the control plane's
+    /// command has reached this core.
+    pub fn listen_status(&self, port: u16) -> Option<Result<(), String>> {
+        self.link
+            .listen_status(port)
+            .map(|r| r.map_err(|e| format!("cannot listen on port {port}: {e}")))
+    }
+
+    /// Connections in Full Operation or closing.
+    pub fn open_connections(&self) -> usize {
+        self.live.len() + self.closing_raw.len()
+    }
+
+    /// Whether QP `qp`'s connection is still open (or closing in order).
+    pub fn is_live(&self, qp: QpHandle) -> bool {
+        self.live.iter().any(|l| l.qp == qp)
+    }
+
+    /// The TCP connection of QP `qp`.
+    pub fn conn_of(&self, qp: QpHandle) -> Option<ConnId> {
+        self.live.iter().find(|l| l.qp == qp).map(|l| l.conn)
+    }
+
     /// Completions waiting, into `out`.
     pub fn poll_cq(&mut self, out: &mut Vec<Wc>) {
+        out.append(&mut self.pending);
+        self.drain_cq(out);
+    }
+
+    fn drain_cq(&mut self, out: &mut Vec<Wc>) {
         loop {
             let n = self.rnic.poll_cq(self.cq, &mut self.wcs).unwrap_or(0);
             out.extend_from_slice(&self.wcs[..n]);
@@ -169,6 +332,278 @@ impl<T: Transport> Endpoint<T> {
     }
 }
 
+/// A benchmark server: listens, serves each connection the workload its
+/// client announces ([`Responder`]), and closes when the client does.
+pub struct Server<T: Transport> {
+    /// Its RNIC.
+    pub endpoint: Endpoint<T>,
+    responder: Responder,
+    /// Connections served to the end.
+    pub served: u64,
+    /// The client marked the connections now open as its last.
+    last_open: bool,
+    /// A client's last connections have all closed.
+    pub client_done: bool,
+    port: u16,
+}
+
+impl<T: Transport> Server<T> {
+    /// A server on `transport` with `memory` octets, listening on `port`.
+    pub fn new(
+        transport: T,
+        emss: usize,
+        memory: usize,
+        port: u16,
+        startup: StartupConfig,
+    ) -> Server<T> {
+        let endpoint = Endpoint::new(transport, emss, 2, memory);
+        let mine = ServerHello {
+            stag: endpoint.mr.stag,
+            to: endpoint.mr.base_to,
+        };
+        let len = memory;
+        endpoint.control.listen(
+            0,
+            port,
+            startup,
+            Box::new(move |request, _| {
+                match ClientHello::decode(&request.private_data)
+                    .and_then(|h| check_fits(&h, len).map(|()| h))
+                {
+                    Ok(_) => Decision::Accept(Accept {
+                        private_data: mine.encode(),
+                        ..Accept::default()
+                    }),
+                    Err(why) => Decision::Reject(hello::encode_reject(&why)),
+                }
+            }),
+        );
+        Server {
+            endpoint,
+            responder: Responder::default(),
+            served: 0,
+            last_open: false,
+            client_done: false,
+            port,
+        }
+    }
+
+    /// Steps until the listener is up (or refused), at most 10 s.
+    pub fn wait_listening(&mut self) -> Result<(), String> {
+        let start = StdInstant::now();
+        loop {
+            if let Some(status) = self.endpoint.listen_status(self.port) {
+                return status;
+            }
+            if start.elapsed() > SETUP_LIMIT {
+                return Err("the control plane never set up the listener".into());
+            }
+            self.step(now())?;
+        }
+    }
+
+    /// One turn: the RNIC, new connections, the workloads' replies.
+    pub fn step(&mut self, now: Instant) -> Result<(), String> {
+        self.endpoint.step(now);
+        for (handoff, qp) in self.endpoint.take_handoffs() {
+            let (StartupResult::Established(e), Some(qp)) = (&handoff.result, qp) else {
+                continue;
+            };
+            // The callback accepted only hellos that decode and fit.
+            let Ok(h) = ClientHello::decode(&e.peer_private_data) else {
+                self.endpoint.close(qp);
+                continue;
+            };
+            self.last_open |= h.last;
+            self.responder.add(
+                &mut self.endpoint,
+                Served::new(
+                    qp,
+                    &h,
+                    RemoteAddr {
+                        stag: h.stag,
+                        to: h.to,
+                    },
+                ),
+            );
+        }
+        for qp in self.endpoint.take_ended() {
+            self.responder.remove(qp);
+            self.served += 1;
+        }
+        if self.last_open && self.endpoint.open_connections() == 0 {
+            self.client_done = true;
+            self.last_open = false;
+        }
+        if let Err((qp, why)) = self.responder.step(&mut self.endpoint) {
+            // One connection's failure ends that connection only.
+            self.responder.remove(qp);
+            self.endpoint.close(qp);
+            return Err(why);
+        }
+        Ok(())
+    }
+}
+
+/// Whether the workload of `h` fits a server memory of `len` octets.
+fn check_fits(h: &ClientHello, len: usize) -> Result<(), String> {
+    let size = h.size as usize;
+    if size == 0 || h.qps == 0 || h.qi >= h.qps || h.depth == 0 || h.depth as usize > QUEUE_DEPTH {
+        return Err(format!(
+            "malformed workload: size {}, QP {} of {}, depth {}",
+            h.size, h.qi, h.qps, h.depth
+        ));
+    }
+    let need = memory_for(h.qps as usize, size);
+    if need > len {
+        return Err(format!(
+            "{} QP(s) of {} B messages need {} octets of server memory; this server has {}: \
+             start it with a larger -s (or -a) and -q",
+            h.qps, h.size, need, len
+        ));
+    }
+    Ok(())
+}
+
+/// A client's QP and what it addresses on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pair {
+    /// The client's QP.
+    pub qp: QpHandle,
+    /// The server's memory (its first octet; slots are offsets from it).
+    pub remote: RemoteAddr,
+}
+
+/// A client RNIC and, in process, its server.
+pub struct Rig<C: Transport, S: Transport> {
+    /// The side that opens connections and drives the workload.
+    pub client: Endpoint<C>,
+    /// The server, when it runs in this process.
+    pub server: Option<Server<S>>,
+    server_addr: SocketAddrV4,
+    startup: StartupConfig,
+}
+
+impl<C: Transport, S: Transport> Rig<C, S> {
+    /// Steps every RNIC in this process once.
+    pub fn step(&mut self) -> Result<(), String> {
+        let now = now();
+        self.client.step(now);
+        if let Some(server) = &mut self.server {
+            server.step(now)?;
+        }
+        Ok(())
+    }
+
+    fn wait_setup(
+        &mut self,
+        what: &str,
+        done: &mut dyn FnMut(&mut Self) -> bool,
+    ) -> Result<(), String> {
+        let start = StdInstant::now();
+        while !done(self) {
+            if start.elapsed() > SETUP_LIMIT {
+                return Err(format!("{what} took more than {} s", SETUP_LIMIT.as_secs()));
+            }
+            self.step()?;
+        }
+        Ok(())
+    }
+
+    /// Opens the connections of one workload (`spec.qps` of them); `last`
+    /// tells a remote server this is the client's last size.
+    pub fn open(&mut self, spec: &Spec, last: bool) -> Result<Vec<Pair>, String> {
+        let mut tokens = Vec::with_capacity(spec.qps);
+        for qi in 0..spec.qps {
+            let h = ClientHello {
+                op: spec.op,
+                mode: spec.mode,
+                size: spec.size as u32,
+                depth: spec.depth as u16,
+                qi: qi as u16,
+                qps: spec.qps as u16,
+                last,
+                stag: self.client.mr.stag,
+                to: self.client.mr.base_to,
+            };
+            let token =
+                self.client
+                    .control
+                    .connect(0, self.server_addr, self.startup.clone(), &h.encode());
+            tokens.push(token);
+        }
+        let mut ended: Vec<(Handoff, Option<QpHandle>)> = Vec::new();
+        let want = spec.qps;
+        let addr = self.server_addr;
+        self.wait_setup(&format!("connecting {want} QP(s) to {addr}"), &mut |rig| {
+            ended.extend(rig.client.take_handoffs());
+            ended.len() >= want
+        })?;
+        let mut pairs = Vec::with_capacity(want);
+        let mut failure = None;
+        for token in tokens {
+            let Some((handoff, qp)) = ended.iter().find(|(h, _)| h.token == token) else {
+                failure.get_or_insert_with(|| "a connection never ended its startup".to_string());
+                continue;
+            };
+            match (&handoff.result, qp) {
+                (StartupResult::Established(e), Some(qp)) => {
+                    match ServerHello::decode(&e.peer_private_data) {
+                        Ok(s) => pairs.push(Pair {
+                            qp: *qp,
+                            remote: RemoteAddr {
+                                stag: s.stag,
+                                to: s.to,
+                            },
+                        }),
+                        Err(why) => {
+                            failure.get_or_insert(why);
+                            self.client.close(*qp);
+                        }
+                    }
+                }
+                (StartupResult::Established(_), None) => {
+                    failure.get_or_insert_with(|| "no QP for a connection".into());
+                }
+                (StartupResult::Rejected(r), _) => {
+                    failure.get_or_insert_with(|| {
+                        format!(
+                            "the server refused: {}",
+                            hello::decode_reject(&r.private_data)
+                        )
+                    });
+                }
+                (StartupResult::Failed(f), _) => {
+                    failure.get_or_insert_with(|| {
+                        format!("connecting to {addr} failed: {}", f.reason)
+                    });
+                }
+            }
+        }
+        if let Some(why) = failure {
+            let _ = self.close(&pairs);
+            return Err(why);
+        }
+        Ok(pairs)
+    }
+
+    /// Closes the connections of `pairs` in order and waits until they are
+    /// gone on this side (and on the in-process server).
+    pub fn close(&mut self, pairs: &[Pair]) -> Result<(), String> {
+        for p in pairs {
+            self.client.close(p.qp);
+        }
+        self.wait_setup("closing the connections", &mut |rig| {
+            let _ = rig.client.take_ended();
+            rig.client.open_connections() == 0
+                && rig
+                    .server
+                    .as_ref()
+                    .is_none_or(|s| s.endpoint.open_connections() == 0)
+        })
+    }
+}
+
 /// Which transport joins the two RNICs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportKind {
@@ -176,6 +611,10 @@ pub enum TransportKind {
     Embedded,
     /// Linux TCP over loopback.
     Kernel,
+    /// tcp-lite over a TAP device, to Linux TCP in a network namespace.
+    Tap,
+    /// Linux TCP to a `bench --server` in another process or host.
+    Remote,
 }
 
 impl TransportKind {
@@ -184,6 +623,8 @@ impl TransportKind {
         match self {
             TransportKind::Embedded => "embedded",
             TransportKind::Kernel => "kernel",
+            TransportKind::Tap => "tap",
+            TransportKind::Remote => "remote",
         }
     }
 }
@@ -195,10 +636,8 @@ pub struct RigConfig {
     pub crc: bool,
     /// MPA markers (both directions).
     pub markers: bool,
-    /// IP MTU of the embedded link.
+    /// IP MTU of the link.
     pub mtu: usize,
-    /// QPs (connections).
-    pub qps: usize,
     /// Octets of registered memory on each side.
     pub memory: usize,
     /// Port of the server's listener.
@@ -208,94 +647,27 @@ pub struct RigConfig {
     pub sw_checksums: bool,
 }
 
-/// Two RNICs, connected by `qps` connections: `pairs[i]` is the client's and
-/// the server's QP of connection `i`.
-pub struct Rig<T: Transport> {
-    /// The side that opens connections and drives the workload.
-    pub client: Endpoint<T>,
-    /// The side that listens.
-    pub server: Endpoint<T>,
-    /// QP pairs, client first.
-    pub pairs: Vec<(QpHandle, QpHandle)>,
+impl RigConfig {
+    /// The MPA start-up both sides use.
+    pub fn startup(&self) -> StartupConfig {
+        StartupConfig {
+            crc: self.crc,
+            markers: self.markers,
+            ..StartupConfig::default()
+        }
+    }
 }
 
-impl<T: Transport> Rig<T> {
-    /// Steps both sides once.
-    pub fn step(&mut self) {
-        let now = now();
-        self.client.step(now);
-        self.server.step(now);
-    }
-
-    fn connect(&mut self, server_addr: Ipv4Addr, config: &RigConfig) -> Result<(), String> {
-        let startup = StartupConfig {
-            crc: config.crc,
-            markers: config.markers,
-            ..StartupConfig::default()
-        };
-        self.server.control.listen(
-            0,
-            config.port,
-            startup.clone(),
-            Box::new(|_, _| Decision::Accept(Accept::default())),
-        );
-        // The listen command reaches the server's core first.
-        let start = StdInstant::now();
-        while start.elapsed() < StdDuration::from_millis(20) {
-            self.step();
-        }
-        let remote = SocketAddrV4::new(server_addr, config.port);
-        for _ in 0..config.qps {
-            self.client.control.connect(0, remote, startup.clone(), b"");
-        }
-        let start = StdInstant::now();
-        while self.client.handoffs.len() < config.qps || self.server.handoffs.len() < config.qps {
-            if start.elapsed() > StdDuration::from_secs(10) {
-                return Err(format!(
-                    "only {} of {} connections established after 10 s",
-                    self.client.qps.len(),
-                    config.qps
-                ));
-            }
-            self.step();
-        }
-        for h in self.client.handoffs.iter().chain(&self.server.handoffs) {
-            if let StartupResult::Failed(f) = &h.result {
-                return Err(format!("connection setup failed: {}", f.reason));
-            }
-        }
-        // Connections pair up in order: the client's i-th with the server's
-        // i-th (the server learns its peer's port from TCP).
-        let mut server_by_peer = Vec::new();
-        for &(conn, qp) in &self.server.qps {
-            let peer = self
-                .server
-                .transport
-                .endpoints(conn)
-                .map(|(_, p)| p.port())
-                .unwrap_or(0);
-            server_by_peer.push((peer, qp));
-        }
-        for &(conn, qp) in &self.client.qps {
-            let local = self
-                .client
-                .transport
-                .endpoints(conn)
-                .map(|(l, _)| l.port())
-                .unwrap_or(0);
-            let server = server_by_peer
-                .iter()
-                .find(|(peer, _)| *peer == local)
-                .map(|(_, qp)| *qp)
-                .ok_or("a connection has no server side")?;
-            self.pairs.push((qp, server));
-        }
-        Ok(())
+/// Waits for the in-process server's listener before anyone connects.
+fn settle<C: Transport, S: Transport>(rig: &mut Rig<C, S>) -> Result<(), String> {
+    match &mut rig.server {
+        Some(server) => server.wait_listening(),
+        None => Ok(()),
     }
 }
 
 /// Two RNICs on tcp-lite over the in-memory link.
-pub fn embedded(config: &RigConfig) -> Result<Rig<Stack<LinkEnd>>, String> {
+pub fn embedded(config: &RigConfig) -> Result<Rig<Stack<LinkEnd>, Stack<LinkEnd>>, String> {
     let mut link_config = LinkConfig::ethernet(config.mtu);
     // A NIC offloads the TCP/IP checksums (DPDK ports will use that
     // offload); the embedded link does likewise unless asked to compute them.
@@ -322,15 +694,22 @@ pub fn embedded(config: &RigConfig) -> Result<Rig<Stack<LinkEnd>>, String> {
     let (ce, se) = (client.emss(), server.emss());
     let mut rig = Rig {
         client: Endpoint::new(client, ce, 1, config.memory),
-        server: Endpoint::new(server, se, 2, config.memory),
-        pairs: Vec::new(),
+        server: Some(Server::new(
+            server,
+            se,
+            config.memory,
+            config.port,
+            config.startup(),
+        )),
+        server_addr: SocketAddrV4::new(s_addr, config.port),
+        startup: config.startup(),
     };
-    rig.connect(s_addr, config)?;
+    settle(&mut rig)?;
     Ok(rig)
 }
 
 /// Two RNICs on Linux TCP over loopback.
-pub fn kernel(config: &RigConfig) -> Result<Rig<KernelTransport>, String> {
+pub fn kernel(config: &RigConfig) -> Result<Rig<KernelTransport, KernelTransport>, String> {
     let kc = KernelConfig {
         bind: Ipv4Addr::LOCALHOST,
         rx_buffer: 4 << 20,
@@ -339,14 +718,97 @@ pub fn kernel(config: &RigConfig) -> Result<Rig<KernelTransport>, String> {
     };
     let client = KernelTransport::new(kc.clone()).map_err(|e| e.to_string())?;
     let server = KernelTransport::new(kc).map_err(|e| e.to_string())?;
-    // The loopback MTU is 65536; FPDUs are sized for a 9000-octet path, as
-    // on the embedded link.
+    // The loopback MTU is 65536; FPDUs are sized for the configured path,
+    // as on the embedded link.
     let emss = config.mtu - 40;
     let mut rig = Rig {
         client: Endpoint::new(client, emss, 1, config.memory),
-        server: Endpoint::new(server, emss, 2, config.memory),
-        pairs: Vec::new(),
+        server: Some(Server::new(
+            server,
+            emss,
+            config.memory,
+            config.port,
+            config.startup(),
+        )),
+        server_addr: SocketAddrV4::new(Ipv4Addr::LOCALHOST, config.port),
+        startup: config.startup(),
     };
-    rig.connect(Ipv4Addr::LOCALHOST, config)?;
+    settle(&mut rig)?;
     Ok(rig)
+}
+
+/// Addresses of the TAP rig: the kernel end (in the namespace) and ours.
+pub const TAP_KERNEL_ADDR: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 1);
+/// Our (tcp-lite's) address on the TAP link.
+pub const TAP_STACK_ADDR: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 2);
+
+/// The client on tcp-lite over a TAP device, the server on Linux TCP at the
+/// device's kernel end, inside a namespace made for the run. The calling
+/// thread enters the namespace (so the server's sockets live there); the
+/// returned [`Netns`] deletes both when dropped, and must outlive the rig.
+pub fn tap(config: &RigConfig) -> Result<(Rig<Stack<TapDevice>, KernelTransport>, Netns), String> {
+    if let Some(why) = tcp_lite::sys::tap::namespace_unavailable() {
+        return Err(format!("the TAP transport cannot run here: {why}"));
+    }
+    let pid = std::process::id();
+    let (device, net) = netns::tap_in_netns(
+        &format!("dpwbench{pid}"),
+        &format!("dpwb{}", pid % 100_000_000),
+        config.mtu,
+        TAP_KERNEL_ADDR,
+        24,
+    )
+    .map_err(|e| format!("setting up the TAP device: {e}"))?;
+    net.enter()
+        .map_err(|e| format!("entering the namespace: {e}"))?;
+    let tcp = TcpConfig {
+        rx_buffer: 256 * 1024,
+        tx_buffer: 256 * 1024,
+        ..TcpConfig::default()
+    };
+    let mut c = StackConfig::new([2, 0, 0, 0, 0, 1], TAP_STACK_ADDR);
+    c.tcp = tcp;
+    let client = Stack::new(c, device, now()).map_err(|e| e.to_string())?;
+    let kc = KernelConfig {
+        bind: TAP_KERNEL_ADDR,
+        rx_buffer: 4 << 20,
+        tx_buffer: 4 << 20,
+        ..KernelConfig::default()
+    };
+    let server = KernelTransport::new(kc).map_err(|e| e.to_string())?;
+    let emss = client.emss();
+    let mut rig = Rig {
+        client: Endpoint::new(client, emss, 1, config.memory),
+        server: Some(Server::new(
+            server,
+            emss,
+            config.memory,
+            config.port,
+            config.startup(),
+        )),
+        server_addr: SocketAddrV4::new(TAP_KERNEL_ADDR, config.port),
+        startup: config.startup(),
+    };
+    settle(&mut rig)?;
+    Ok((rig, net))
+}
+
+/// A client on Linux TCP whose server is a `bench --server` at `server`.
+pub fn remote(
+    config: &RigConfig,
+    server: SocketAddrV4,
+) -> Result<Rig<KernelTransport, KernelTransport>, String> {
+    let kc = KernelConfig {
+        rx_buffer: 4 << 20,
+        tx_buffer: 4 << 20,
+        ..KernelConfig::default()
+    };
+    let client = KernelTransport::new(kc).map_err(|e| e.to_string())?;
+    let emss = config.mtu - 40;
+    Ok(Rig {
+        client: Endpoint::new(client, emss, 1, config.memory),
+        server: None,
+        server_addr: server,
+        startup: config.startup(),
+    })
 }

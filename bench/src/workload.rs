@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
-use rnic_engine::verbs::{QpHandle, RecvWr, SendOp, SendWr};
+use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 use tcp_lite::Transport;
 
-use crate::rig::{Endpoint, Rig};
+use crate::rig::{Endpoint, Pair, Rig};
 
 /// An operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,7 +61,7 @@ impl Op {
     }
 
     /// Whether the target consumes a posted receive.
-    fn needs_receive(self) -> bool {
+    pub fn needs_receive(self) -> bool {
         matches!(self, Op::Send | Op::WriteImm)
     }
 }
@@ -97,6 +97,8 @@ pub struct Spec {
     pub stop: Stop,
     /// Work requests in flight per QP (bandwidth).
     pub depth: usize,
+    /// QPs (connections) running at once.
+    pub qps: usize,
 }
 
 /// What a run measured.
@@ -130,15 +132,38 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
 }
 
-/// Where each QP's messages go in the registered memory: a slot of `size`
-/// octets per QP, twice (source and sink), so QPs never share octets.
-fn slot(qp_index: usize, size: usize) -> u64 {
-    (qp_index * size.max(8) * 2) as u64
+/// Octets of each half of a QP's slot: messages of `size` (at least 8, an
+/// atomic's operand).
+pub fn half(size: usize) -> usize {
+    size.max(8)
 }
 
-/// Memory the rig needs for `qps` QPs of messages of `size`.
+/// Where QP `qp_index`'s messages go in either side's memory: a slot of
+/// two halves per QP (what it sends or is written, what it receives or
+/// replies from), so QPs never share octets.
+pub fn slot(qp_index: usize, size: usize) -> u64 {
+    (qp_index * half(size) * 2) as u64
+}
+
+/// Memory each side needs for `qps` QPs of messages of `size`: their slots,
+/// then a credit word per QP.
 pub fn memory_for(qps: usize, size: usize) -> usize {
-    qps * size.max(8) * 2 + 4096
+    qps * (half(size) * 2 + 8) + 4096
+}
+
+/// Where QP `qp_index`'s credit word is, after every slot: on the client
+/// the server writes there how many Sends (or Immediates) it has taken,
+/// big-endian; on the server it is the source of that Write.
+///
+/// iWARP has no receiver-not-ready retry: a Send that finds no posted
+/// receive ends the connection (RFC 5041 §7.2: DDP TERM, untagged buffer,
+/// no buffer available), and a Send completes at the sender once TCP has
+/// it, long before the receiver has seen it. So Send and Write with
+/// Immediate bandwidth runs are credit-flow-controlled: the server starts
+/// with `depth` receives posted and reports what it consumed; the client
+/// never has more outstanding than the server posted.
+pub fn credit_offset(qps: usize, qp_index: usize, size: usize) -> u64 {
+    (qps * half(size) * 2 + qp_index * 8) as u64
 }
 
 fn wr<'a>(wr_id: u64, op: SendOp, sgl: &'a [rnic_engine::verbs::Sge]) -> SendWr<'a> {
@@ -152,11 +177,10 @@ fn wr<'a>(wr_id: u64, op: SendOp, sgl: &'a [rnic_engine::verbs::Sge]) -> SendWr<
     }
 }
 
-/// Posts one message of `spec` on the client's QP `qi` of `pair`.
+/// Posts one message of `spec` on QP `qi` (`pair`) of the client.
 fn post<T: Transport>(
     client: &mut Endpoint<T>,
-    server_remote: rnic_engine::verbs::RemoteAddr,
-    qp: QpHandle,
+    pair: &Pair,
     qi: usize,
     spec: &Spec,
     id: u64,
@@ -164,9 +188,9 @@ fn post<T: Transport>(
     let size = spec.size as u32;
     let base = slot(qi, spec.size);
     let sgl = [client.sge(base, if spec.op.is_atomic() { 8 } else { size })];
-    let remote = rnic_engine::verbs::RemoteAddr {
-        stag: server_remote.stag,
-        to: server_remote.to + base,
+    let remote = RemoteAddr {
+        stag: pair.remote.stag,
+        to: pair.remote.to + base,
     };
     let op = match spec.op {
         Op::Write => SendOp::Write(remote),
@@ -186,24 +210,28 @@ fn post<T: Transport>(
             swap_mask: u64::MAX,
         },
     };
-    client.rnic.post_send(qp, &wr(id, op, &sgl)).is_ok()
+    client.rnic.post_send(pair.qp, &wr(id, op, &sgl)).is_ok()
 }
 
+/// Posts a receive for the pong of a latency round into the client's
+/// second half.
 fn post_receive<T: Transport>(
-    side: &mut Endpoint<T>,
+    client: &mut Endpoint<T>,
     qp: QpHandle,
-    qi: usize,
     size: usize,
     id: u64,
-) {
-    let sgl = [side.sge(slot(qi, size) + size.max(8) as u64, size.max(8) as u32)];
-    let _ = side.rnic.post_recv(
-        qp,
-        &RecvWr {
-            wr_id: id,
-            sgl: &sgl,
-        },
-    );
+) -> Result<(), String> {
+    let sgl = [client.sge(slot(0, size) + half(size) as u64, half(size) as u32)];
+    client
+        .rnic
+        .post_recv(
+            qp,
+            &RecvWr {
+                wr_id: id,
+                sgl: &sgl,
+            },
+        )
+        .map_err(|e| format!("posting a receive: {e:?}"))
 }
 
 fn check(wc: &Wc) -> Result<(), String> {
@@ -214,17 +242,42 @@ fn check(wc: &Wc) -> Result<(), String> {
     }
 }
 
-/// Runs `spec` on `rig`; `progress` is called with the fraction done.
-pub fn run<T: Transport>(
-    rig: &mut Rig<T>,
+/// Runs `spec` on `rig` over connections of its own, opened here and
+/// closed before returning; `last` tells a remote server this is the last
+/// size. `progress` is called with the fraction done.
+pub fn run<C: Transport, S: Transport>(
+    rig: &mut Rig<C, S>,
     spec: &Spec,
+    last: bool,
     stop_flag: &AtomicBool,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Measured, String> {
-    match spec.mode {
-        Mode::Bandwidth => bandwidth(rig, spec, stop_flag, progress),
-        Mode::Latency => latency(rig, spec, stop_flag, progress),
+    let need = memory_for(spec.qps, spec.size);
+    if need > rig.client.region.len() {
+        return Err(format!(
+            "{} QP(s) of {} B messages need {need} octets of memory; this rig has {}",
+            spec.qps,
+            spec.size,
+            rig.client.region.len()
+        ));
     }
+    // A fresh count for each connection (the memory outlives them).
+    for qi in 0..spec.qps {
+        let at = credit_offset(spec.qps, qi, spec.size) as usize;
+        rig.client
+            .region
+            .write(at, &[0; 8])
+            .map_err(|e| format!("credit word: {e:?}"))?;
+    }
+    let pairs = rig.open(spec, last)?;
+    let measured = match spec.mode {
+        Mode::Bandwidth => bandwidth(rig, &pairs, spec, stop_flag, progress),
+        Mode::Latency => latency(rig, &pairs, spec, stop_flag, progress),
+    };
+    let closed = rig.close(&pairs);
+    let measured = measured?;
+    closed?;
+    Ok(measured)
 }
 
 fn done(spec: &Spec, start: Instant, messages: u64) -> (bool, f64) {
@@ -237,27 +290,18 @@ fn done(spec: &Spec, start: Instant, messages: u64) -> (bool, f64) {
     }
 }
 
-fn bandwidth<T: Transport>(
-    rig: &mut Rig<T>,
+fn bandwidth<C: Transport, S: Transport>(
+    rig: &mut Rig<C, S>,
+    pairs: &[Pair],
     spec: &Spec,
     stop_flag: &AtomicBool,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Measured, String> {
-    let pairs = rig.pairs.clone();
-    let server_remote = rig.server.remote(0);
     let octets_per = if spec.op.is_atomic() {
         8
     } else {
         spec.size as u64
     };
-    // Receives for Sends and Immediates, kept posted on the server.
-    if spec.op.needs_receive() {
-        for (qi, &(_, sqp)) in pairs.iter().enumerate() {
-            for r in 0..spec.depth.min(crate::rig::QUEUE_DEPTH) {
-                post_receive(&mut rig.server, sqp, qi, spec.size, r as u64);
-            }
-        }
-    }
     let depth = spec.depth.clamp(1, crate::rig::QUEUE_DEPTH);
     let mut posted_at = vec![std::collections::VecDeque::with_capacity(depth); pairs.len()];
     let mut next_id = 0u64;
@@ -274,26 +318,55 @@ fn bandwidth<T: Transport>(
     let mut intervals = Vec::new();
     let mut interval_start = start;
     let mut interrupted = false;
+    let mut last_progress = start;
+    // Messages each QP's server has receives for (credit flow control).
+    let credited = spec.op.needs_receive();
+    let mut sent = vec![0u64; pairs.len()];
     loop {
-        // Keep every QP's window full.
-        for (qi, &(cqp, _)) in pairs.iter().enumerate() {
-            while posted_at[qi].len() < depth && issued < limit && !done(spec, start, messages).0 {
-                if !post(&mut rig.client, server_remote, cqp, qi, spec, next_id) {
+        // Keep every QP's window full, within its credits.
+        for (qi, pair) in pairs.iter().enumerate() {
+            let granted = if credited {
+                let mut word = [0; 8];
+                let at = credit_offset(spec.qps, qi, spec.size) as usize;
+                rig.client
+                    .region
+                    .read(at, &mut word)
+                    .map_err(|e| format!("credit word: {e:?}"))?;
+                depth as u64 + u64::from_be_bytes(word)
+            } else {
+                u64::MAX
+            };
+            while posted_at[qi].len() < depth
+                && sent[qi] < granted
+                && issued < limit
+                && !done(spec, start, messages).0
+            {
+                if !post(&mut rig.client, pair, qi, spec, next_id) {
                     break;
                 }
                 posted_at[qi].push_back(Instant::now());
                 next_id += 1;
                 issued += 1;
+                sent[qi] += 1;
             }
         }
-        rig.step();
+        rig.step()?;
+        alive(rig, pairs)?;
         wcs.clear();
         rig.client.poll_cq(&mut wcs);
+        if !wcs.is_empty() {
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() > STALL_LIMIT {
+            return Err(format!(
+                "no completion for {} s ({messages} messages done)",
+                STALL_LIMIT.as_secs()
+            ));
+        }
         for wc in &wcs {
             check(wc)?;
             let qi = pairs
                 .iter()
-                .position(|&(c, _)| c == wc.qp)
+                .position(|p| p.qp == wc.qp)
                 .ok_or("completion on an unknown QP")?;
             if let Some(at) = posted_at[qi].pop_front() {
                 let ns = at.elapsed().as_nanos() as u64;
@@ -301,22 +374,6 @@ fn bandwidth<T: Transport>(
                 let _ = interval.record(ns.max(1));
             }
             messages += 1;
-        }
-        if spec.op.needs_receive() {
-            wcs.clear();
-            rig.server.poll_cq(&mut wcs);
-            for wc in &wcs {
-                check(wc)?;
-                let qi = pairs
-                    .iter()
-                    .position(|&(_, s)| s == wc.qp)
-                    .ok_or("completion on an unknown QP")?;
-                post_receive(&mut rig.server, wc.qp, qi, spec.size, wc.wr_id);
-            }
-        } else {
-            // Nothing is expected on the server; drain it anyway.
-            wcs.clear();
-            rig.server.poll_cq(&mut wcs);
         }
         if interval_start.elapsed() >= Duration::from_secs(1) {
             intervals.push((
@@ -350,25 +407,32 @@ fn bandwidth<T: Transport>(
     })
 }
 
-fn latency<T: Transport>(
-    rig: &mut Rig<T>,
+fn latency<C: Transport, S: Transport>(
+    rig: &mut Rig<C, S>,
+    pairs: &[Pair],
     spec: &Spec,
     stop_flag: &AtomicBool,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Measured, String> {
-    let (cqp, sqp) = rig.pairs[0];
+    let pair = pairs[0];
+    let cqp = pair.qp;
     let size = spec.size;
     let octets_per = if spec.op.is_atomic() { 8 } else { size as u64 };
     let mut latency = histogram();
     let mut interval = histogram();
     let mut intervals = Vec::new();
-    let (mut messages, mut wcs) = (0u64, Vec::new());
-    let client_remote = rig.client.remote(0);
-    let server_remote = rig.server.remote(0);
+    let mut messages = 0u64;
     let ping_pong = matches!(spec.op, Op::Write | Op::Send | Op::WriteImm);
+    // Our octet the server's pong ends in (Write latency).
+    let pong_at = half(size) + size - 1;
+    if spec.op == Op::Write {
+        rig.client
+            .region
+            .write(pong_at, &[0])
+            .map_err(|e| format!("{e:?}"))?;
+    }
     if spec.op.needs_receive() {
-        post_receive(&mut rig.server, sqp, 0, size, 0);
-        post_receive(&mut rig.client, cqp, 0, size, 0);
+        post_receive(&mut rig.client, cqp, size, 0)?;
     }
     let warmup = 100u64;
     let mut start = Instant::now();
@@ -388,67 +452,78 @@ fn latency<T: Transport>(
         let marker = (round % 255 + 1) as u8;
         let t0 = Instant::now();
         if spec.op == Op::Write {
-            let mut last = [marker];
             rig.client
                 .region
-                .write(size - 1, &last)
+                .write(size - 1, &[marker])
                 .map_err(|e| format!("{e:?}"))?;
-            post(&mut rig.client, server_remote, cqp, 0, spec, round);
-            // The server sees the marker, then writes back.
-            wait(rig, "the server's buffer", &mut |rig, _| {
-                rig.server.region.read(size - 1, &mut last).is_ok() && last[0] == marker
-            })?;
-            // The pong comes from the server's second half into the
-            // client's second half, so neither side sees its own marker.
-            rig.server
-                .region
-                .write(2 * size - 1, &[marker])
-                .map_err(|e| format!("{e:?}"))?;
-            let sgl = [rig.server.sge(size as u64, size as u32)];
-            let pong = rnic_engine::verbs::RemoteAddr {
-                stag: client_remote.stag,
-                to: client_remote.to + size as u64,
-            };
-            let _ = rig
-                .server
-                .rnic
-                .post_send(sqp, &wr(round, SendOp::Write(pong), &sgl));
-            wait(rig, "the client's buffer", &mut |rig, _| {
-                rig.client.region.read(2 * size - 1, &mut last).is_ok() && last[0] == marker
-            })?;
-            // Reap the Writes' completions.
-            wcs.clear();
-            rig.client.poll_cq(&mut wcs);
-            rig.server.poll_cq(&mut wcs);
-            for wc in &wcs {
-                check(wc)?;
+            if !post(&mut rig.client, &pair, 0, spec, round) {
+                return Err("the client's send queue is full".into());
             }
-            let _ = client_remote;
+            let mut last = [0];
+            let mut error = None;
+            wait(
+                rig,
+                pairs,
+                "the server's Write back",
+                |rig: &mut Rig<C, S>, wcs: &mut Vec<Wc>| {
+                    // Reap our Write's completion as it comes.
+                    wcs.clear();
+                    rig.client.poll_cq(wcs);
+                    for w in wcs.iter() {
+                        error = error.take().or(check(w).err());
+                    }
+                    error.is_some()
+                        || (rig.client.region.read(pong_at, &mut last).is_ok() && last[0] == marker)
+                },
+            )?;
+            if let Some(e) = error {
+                return Err(e);
+            }
         } else if ping_pong {
-            post(&mut rig.client, server_remote, cqp, 0, spec, round);
-            arrive(rig, "the server's receive", sqp)?;
-            post_receive(&mut rig.server, sqp, 0, size, round);
-            let sgl = [rig.server.sge(size as u64, size as u32)];
-            let back = match spec.op {
-                Op::Send => SendOp::Send,
-                _ => SendOp::WriteWithImmediate(client_remote, round.to_be_bytes()),
-            };
-            let _ = rig.server.rnic.post_send(sqp, &wr(round, back, &sgl));
-            arrive(rig, "the client's receive", cqp)?;
-            post_receive(&mut rig.client, cqp, 0, size, round);
-        } else {
-            post(&mut rig.client, server_remote, cqp, 0, spec, round);
+            if !post(&mut rig.client, &pair, 0, spec, round) {
+                return Err("the client's send queue is full".into());
+            }
             let mut error = None;
             let mut got = false;
-            wait(rig, "the completion", &mut |rig, wcs| {
-                wcs.clear();
-                rig.client.poll_cq(wcs);
-                for w in wcs.iter() {
-                    error = error.take().or(check(w).err());
-                    got |= w.qp == cqp;
-                }
-                got || error.is_some()
-            })?;
+            wait(
+                rig,
+                pairs,
+                "the server's reply",
+                |rig: &mut Rig<C, S>, wcs: &mut Vec<Wc>| {
+                    wcs.clear();
+                    rig.client.poll_cq(wcs);
+                    for w in wcs.iter() {
+                        error = error.take().or(check(w).err());
+                        got |= w.qp == cqp
+                            && matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate);
+                    }
+                    got || error.is_some()
+                },
+            )?;
+            if let Some(e) = error {
+                return Err(e);
+            }
+            post_receive(&mut rig.client, cqp, size, round)?;
+        } else {
+            if !post(&mut rig.client, &pair, 0, spec, round) {
+                return Err("the client's send queue is full".into());
+            }
+            let mut error = None;
+            let mut got = false;
+            wait(
+                rig,
+                pairs,
+                "the completion",
+                |rig: &mut Rig<C, S>, wcs: &mut Vec<Wc>| {
+                    wcs.clear();
+                    rig.client.poll_cq(wcs);
+                    for w in wcs.iter() {
+                        error = error.take().or(check(w).err());
+                        got |= w.qp == cqp;
+                    }
+                    got || error.is_some()
+                },
+            )?;
             if let Some(e) = error {
                 return Err(e);
             }
@@ -479,6 +554,9 @@ fn latency<T: Transport>(
     }
     let elapsed = start.elapsed();
     intervals.push((interval_start - start, interval));
+    // The send completions of a Write latency run's last round.
+    let mut wcs = Vec::new();
+    rig.client.poll_cq(&mut wcs);
     Ok(Measured {
         messages,
         octets: messages * octets_per,
@@ -490,39 +568,39 @@ fn latency<T: Transport>(
     })
 }
 
-/// Steps the rig until a receive (or Immediate) completes on `qp`; other
-/// completions (the sender's) are checked and dropped.
-fn arrive<T: Transport>(rig: &mut Rig<T>, what: &str, qp: QpHandle) -> Result<(), String> {
-    let mut error = None;
-    let mut got = false;
-    wait(rig, what, &mut |rig, wcs| {
-        wcs.clear();
-        rig.server.poll_cq(wcs);
-        rig.client.poll_cq(wcs);
-        for w in wcs.iter() {
-            error = error.take().or(check(w).err());
-            got |= w.qp == qp && matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate);
-        }
-        got || error.is_some()
-    })?;
-    error.map_or(Ok(()), Err)
+/// How long a run may go without a completion before it is called stuck.
+const STALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// An error if a connection of the run has ended (the server closed or
+/// reset it, or TCP gave up).
+fn alive<C: Transport, S: Transport>(rig: &Rig<C, S>, pairs: &[Pair]) -> Result<(), String> {
+    if pairs.iter().all(|p| rig.client.is_live(p.qp)) {
+        Ok(())
+    } else {
+        Err("the server ended a connection in the middle of the run".into())
+    }
 }
 
-/// Steps the rig until `ready`, at most 10 s.
-fn wait<T: Transport>(
-    rig: &mut Rig<T>,
+/// Steps the rig until `ready`, at most [`STALL_LIMIT`].
+fn wait<C: Transport, S: Transport, F: FnMut(&mut Rig<C, S>, &mut Vec<Wc>) -> bool>(
+    rig: &mut Rig<C, S>,
+    pairs: &[Pair],
     what: &str,
-    ready: &mut dyn FnMut(&mut Rig<T>, &mut Vec<Wc>) -> bool,
+    mut ready: F,
 ) -> Result<(), String> {
     let start = Instant::now();
     let mut wcs = Vec::new();
     loop {
-        rig.step();
+        rig.step()?;
         if ready(rig, &mut wcs) {
             return Ok(());
         }
-        if start.elapsed() > Duration::from_secs(10) {
-            return Err(format!("no progress for 10 s waiting for {what}"));
+        alive(rig, pairs)?;
+        if start.elapsed() > STALL_LIMIT {
+            return Err(format!(
+                "no progress for {} s waiting for {what}",
+                STALL_LIMIT.as_secs()
+            ));
         }
     }
 }

@@ -79,6 +79,8 @@ fn bad_arguments_say_what_to_fix() {
         ("bench write --compare embedded", "--compare"),
         ("bench write --mtu 100", "--mtu 100"),
         ("bench write --lat -s 1", "-s 2"),
+        ("bench write 10.0.0.1 --transport tap", "kernel TCP"),
+        ("bench write --server --transport embedded", "kernel TCP"),
     ];
     for (line, want) in bad {
         let err = match parse(line) {
@@ -96,28 +98,60 @@ fn bad_arguments_say_what_to_fix() {
         .unwrap_err()
         .contains("frobnicate"));
     assert!(parse("bench write -n 5 -D 5").is_err());
+    // A server has no HOST and no baseline of its own.
+    assert!(parse("bench write --server 10.0.0.1").is_err());
+    assert!(parse("bench write --server --compare kernel").is_err());
 }
 
-fn tiny(op: Op, mode: Mode) -> Report {
-    let size = if op.is_atomic() { 8 } else { 1024 };
-    let config = RigConfig {
+#[test]
+fn roles_follow_perftest() {
+    use bench::args::Role;
+    let role = |line: &str| parse(line).unwrap().plan().unwrap().role;
+    assert_eq!(role("bench write"), Role::Local(TransportArg::Embedded));
+    assert_eq!(
+        role("bench write --transport tap"),
+        Role::Local(TransportArg::Tap)
+    );
+    assert_eq!(role("bench read --server -p 7000"), Role::Server);
+    assert_eq!(
+        role("bench read server.example -p 7000 --transport kernel"),
+        Role::Client("server.example".into())
+    );
+    // A client may still compare against an in-process baseline.
+    assert_eq!(
+        role("bench write 127.0.0.1 --compare embedded"),
+        Role::Client("127.0.0.1".into())
+    );
+}
+
+fn config(memory: usize) -> RigConfig {
+    RigConfig {
         crc: true,
         markers: false,
         mtu: 9000,
-        qps: 1,
-        memory: memory_for(1, size),
+        memory,
         port: 7000,
         sw_checksums: true,
-    };
-    let mut rig = rig::embedded(&config).unwrap();
-    let spec = Spec {
+    }
+}
+
+fn spec(op: Op, mode: Mode, size: usize, qps: usize) -> Spec {
+    Spec {
         op,
         mode,
         size,
         stop: Stop::Iterations(200),
         depth: 16,
-    };
-    let measured = workload::run(&mut rig, &spec, &AtomicBool::new(false), &mut |_| {}).unwrap();
+        qps,
+    }
+}
+
+fn tiny(op: Op, mode: Mode) -> Report {
+    let size = if op.is_atomic() { 8 } else { 1024 };
+    let mut rig = rig::embedded(&config(memory_for(1, size))).unwrap();
+    let spec = spec(op, mode, size, 1);
+    let measured =
+        workload::run(&mut rig, &spec, true, &AtomicBool::new(false), &mut |_| {}).unwrap();
     Report {
         op,
         mode,
@@ -145,6 +179,109 @@ fn every_operation_runs_in_both_modes() {
             assert!(m.latency.min() > 0);
         }
     }
+}
+
+/// Every size of a sweep gets fresh connections on the same RNICs: what one
+/// size leaves (receives posted for its size, flushed completions, the
+/// octets Write latency watches) must not reach the next.
+#[test]
+fn sizes_in_a_row_share_nothing_but_the_rnics() {
+    for op in [Op::Send, Op::WriteImm, Op::Write, Op::Read] {
+        for mode in [Mode::Bandwidth, Mode::Latency] {
+            let sizes = [4096, 2, 64, 8192, 2];
+            let mut rig = rig::embedded(&config(memory_for(3, 8192))).unwrap();
+            for (i, &size) in sizes.iter().enumerate() {
+                let qps = if mode == Mode::Latency { 1 } else { 3 };
+                let s = spec(op, mode, size, qps);
+                let last = i + 1 == sizes.len();
+                let m = workload::run(&mut rig, &s, last, &AtomicBool::new(false), &mut |_| {})
+                    .unwrap_or_else(|e| panic!("{op:?} {mode:?} {size} B: {e}"));
+                assert_eq!(m.messages, 200, "{op:?} {mode:?} {size} B");
+                assert_eq!(rig.client.open_connections(), 0, "closed after each size");
+            }
+            let server = rig.server.as_ref().unwrap();
+            assert_eq!(
+                server.served,
+                (sizes.len() * if mode == Mode::Latency { 1 } else { 3 }) as u64
+            );
+            assert!(server.client_done, "the last size's connections said so");
+        }
+    }
+}
+
+/// A workload too big for the memory is refused before anything is sent
+/// (a server too small refuses it in MPA: tests/processes.rs).
+#[test]
+fn a_workload_that_does_not_fit_is_refused_and_says_why() {
+    let mut rig = rig::embedded(&config(memory_for(1, 4096))).unwrap();
+    let err = workload::run(
+        &mut rig,
+        &spec(Op::Write, Mode::Bandwidth, 65536, 1),
+        true,
+        &AtomicBool::new(false),
+        &mut |_| {},
+    )
+    .map(|_| ())
+    .unwrap_err();
+    assert!(
+        err.contains("need") && err.contains("octets of memory"),
+        "{err}"
+    );
+    // The rig is still good for what fits.
+    let m = workload::run(
+        &mut rig,
+        &spec(Op::Write, Mode::Bandwidth, 4096, 1),
+        true,
+        &AtomicBool::new(false),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(m.messages, 200);
+}
+
+#[test]
+fn the_bench_hello_round_trips_and_refuses_garbage() {
+    use bench::hello::{decode_reject, encode_reject, ClientHello, ServerHello, CLIENT_LEN};
+    let h = ClientHello {
+        op: Op::CmpSwap,
+        mode: Mode::Latency,
+        size: 0x0102_0304,
+        depth: 0x0506,
+        qi: 7,
+        qps: 9,
+        last: true,
+        stag: 0xdead_beef,
+        to: 0x1122_3344_5566_7788,
+    };
+    let octets = h.encode();
+    assert_eq!(octets.len(), CLIENT_LEN);
+    assert_eq!(ClientHello::decode(&octets), Ok(h));
+    // Every field lands where the layout says (big-endian).
+    assert_eq!(&octets[..4], b"DPWB");
+    assert_eq!(&octets[8..12], &[1, 2, 3, 4]);
+    assert_eq!(&octets[18..22], &[0xde, 0xad, 0xbe, 0xef]);
+    assert_eq!(&octets[22..30], &0x1122_3344_5566_7788u64.to_be_bytes());
+    let s = ServerHello {
+        stag: 5,
+        to: u64::MAX,
+    };
+    assert_eq!(ServerHello::decode(&s.encode()), Ok(s));
+    for bad in [&b""[..], b"DPWB", &octets[..CLIENT_LEN - 1], &[0u8; 40]] {
+        assert!(ClientHello::decode(bad).is_err());
+    }
+    let mut wrong_version = octets.clone();
+    wrong_version[4] = 9;
+    assert!(ClientHello::decode(&wrong_version)
+        .unwrap_err()
+        .contains("version 9"));
+    let mut wrong_op = octets.clone();
+    wrong_op[5] = 6;
+    assert!(ClientHello::decode(&wrong_op).is_err());
+    assert_eq!(decode_reject(&encode_reject("too big")), "too big");
+    // A reason longer than private data allows is cut, on a character.
+    let long = "é".repeat(400);
+    assert!(encode_reject(&long).len() <= 500);
+    assert!(decode_reject(b"nope").contains("not a bench server"));
 }
 
 #[test]

@@ -24,7 +24,7 @@ use crossbeam_channel::{
     bounded, unbounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError,
 };
 use rnic_engine::wire::mpa_rr::{HEADER_LEN, PRIVATE_DATA_LEN_MAX};
-use tcp_lite::{ConnId, Event, EventKind, Instant, ListenerId, Transport};
+use tcp_lite::{ConnId, Event, EventKind, Instant, ListenError, ListenerId, Transport};
 
 use crate::mpa::{
     Accept, Established, FailReason, Failure, Initiator, Outcome, Rejected, Request, Responder,
@@ -130,8 +130,10 @@ pub enum StartupResult {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Handoff {
     /// The TCP connection; on `Established` its next octets are FPDUs. On
-    /// `Failed` it is closed (or closing) and released by the link; `None`
-    /// when an active open never connected.
+    /// `Failed` it is closed (or closing) and released by the link; on
+    /// `Rejected` it is the core's to close. `None` when an active open
+    /// never connected, or when a rejected connection had already closed
+    /// (and was released) by the time the startup ended.
     pub conn: Option<ConnId>,
     /// The `connect` token for active opens, 0 for accepted connections.
     pub token: u64,
@@ -187,6 +189,8 @@ pub struct CoreLink {
     connecting: HashMap<ConnId, u64>,
     /// Ports the control plane listens on through this core.
     listening: std::collections::HashSet<u16>,
+    /// How each listen command ended, for [`CoreLink::listen_status`].
+    listen_results: HashMap<u16, Result<(), ListenError>>,
     /// Connections closing after a failed startup: released once the
     /// transport reports their end (so a Terminate queued before the close
     /// still goes out).
@@ -226,6 +230,7 @@ impl ControlPlane {
                 starting: HashMap::new(),
                 connecting: HashMap::new(),
                 listening: Default::default(),
+                listen_results: Default::default(),
                 draining: Default::default(),
                 backlog: Default::default(),
                 dead: false,
@@ -304,6 +309,14 @@ impl CoreLink {
     /// This core's id.
     pub fn core(&self) -> CoreId {
         self.core
+    }
+
+    /// Whether the listen command for `port` has reached this core, and
+    /// how it went: `None` until it has (the control plane forwards it),
+    /// then the transport's answer, so an application can say "port in
+    /// use" instead of waiting for connections that never come.
+    pub fn listen_status(&self, port: u16) -> Option<Result<(), ListenError>> {
+        self.listen_results.get(&port).copied()
     }
 
     /// Connections of this core in startup, connecting, or closing after a
@@ -562,9 +575,11 @@ impl CoreLink {
     fn apply<T: Transport>(&mut self, transport: &mut T, message: ToCore, now: Instant) {
         match message {
             ToCore::Listen { port } => {
-                if transport.listen(port).is_ok() {
+                let result = transport.listen(port).map(|_| ());
+                if result.is_ok() {
                     self.listening.insert(port);
                 }
+                self.listen_results.insert(port, result);
             }
             ToCore::Connect { remote, token } => match transport.connect(remote, now) {
                 Ok(conn) => {
@@ -613,6 +628,7 @@ impl CoreLink {
                 result,
             } => {
                 let mut result = result;
+                let mut handed = Some(conn);
                 match &result {
                     StartupResult::Failed(_) => {
                         if let Some(state) = self.starting.get_mut(&conn) {
@@ -638,9 +654,10 @@ impl CoreLink {
                                     retry_unenhanced: false,
                                 });
                             }
-                            // Closed meanwhile: a reject stands (the ULP gets
-                            // its private data); a connection to run is gone.
-                            None if matches!(result, StartupResult::Rejected(_)) => {}
+                            // Closed (and released) meanwhile: a reject
+                            // stands (the ULP gets its private data) without
+                            // a connection; a connection to run is gone.
+                            None if matches!(result, StartupResult::Rejected(_)) => handed = None,
                             None => {
                                 result = StartupResult::Failed(Failure {
                                     reason: FailReason::PeerClosed,
@@ -653,7 +670,7 @@ impl CoreLink {
                     }
                 }
                 self.handoffs.push_back(Handoff {
-                    conn: Some(conn),
+                    conn: handed,
                     token,
                     result,
                 });

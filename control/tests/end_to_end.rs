@@ -407,6 +407,15 @@ fn a_reject_followed_by_fin_is_not_lost() {
         StartupResult::Rejected(r) => assert_eq!(r.private_data, b"go away"),
         other => panic!("{other:?}"),
     }
+    // A connection handed over is the core's to close: it must still exist.
+    // (The peer's FIN may have closed and released it first; then the
+    // handoff has none, and the core has nothing to clean up.)
+    if let Some(conn) = h.conn {
+        assert!(
+            a.transport.endpoints(conn).is_ok(),
+            "the handoff names a connection the link already released"
+        );
+    }
 }
 
 /// Stopping the control plane fails the startups in flight: the core closes
@@ -501,3 +510,49 @@ on_every_transport!(
         traffic(a, b, &ha, &hb);
     }
 );
+
+/// A listen the transport refuses (the port is taken) is reported to the
+/// core, so an application can say so instead of waiting for connections.
+#[test]
+fn a_refused_listen_is_reported() {
+    use control::runtime::ControlPlane;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let mut transport = KernelTransport::new(tcp_lite::sys::kernel::KernelConfig {
+        bind: Ipv4Addr::LOCALHOST,
+        ..Default::default()
+    })
+    .unwrap();
+    let (control, mut links) = ControlPlane::start(1);
+    let link = &mut links[0];
+    let free = port_free();
+    let accept_all = || Box::new(|_: &_, _| Decision::Accept(Default::default())) as _;
+    control.listen(0, port, StartupConfig::default(), accept_all());
+    control.listen(0, free, StartupConfig::default(), accept_all());
+    assert_eq!(
+        link.listen_status(port),
+        None,
+        "not before the core hears it"
+    );
+    let start = StdInstant::now();
+    while link.listen_status(port).is_none() || link.listen_status(free).is_none() {
+        assert!(
+            start.elapsed() < DEADLINE,
+            "the listens never reached the core"
+        );
+        link.poll(&mut transport, now());
+    }
+    assert_eq!(
+        link.listen_status(port),
+        Some(Err(tcp_lite::ListenError::PortInUse)),
+        "port {port} is taken by another socket"
+    );
+    assert_eq!(link.listen_status(free), Some(Ok(())));
+    drop(taken);
+}
+
+/// A port nobody on loopback listens on (bound and released).
+fn port_free() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}

@@ -12,9 +12,7 @@
 
 mod support;
 
-use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
@@ -26,7 +24,7 @@ use rnic_engine::cq::{WcOpcode, WcStatus};
 use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp};
 use support::{now, send, Host};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
-use tcp_lite::sys::tap::TapDevice;
+use tcp_lite::sys::netns::tap_in_netns;
 use tcp_lite::{Stack, StackConfig, Transport};
 
 const KERNEL_ADDR: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 1);
@@ -46,25 +44,6 @@ fn main() {
         }
     };
     libtest_mimic::run(&args, vec![trial]).exit();
-}
-
-struct Netns(String);
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn ip(args: &[&str]) -> Result<(), Failed> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip {args:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("ip {args:?}: {}", String::from_utf8_lossy(&out.stderr)).into());
-    }
-    Ok(())
 }
 
 /// The application on each host: an initiator drives (Send and wait for the
@@ -195,34 +174,21 @@ fn serve<T: Transport>(host: &mut Host<T>, app: &mut App) {
 
 fn both_roles_over_tap() -> Result<(), Failed> {
     let pid = std::process::id();
-    let ns = format!("dpwtap{pid}");
-    let _ = Command::new("ip").args(["netns", "del", &ns]).output();
-    ip(&["netns", "add", &ns])?;
-    let netns = Netns(ns.clone());
-    let tap_name = format!("dpwc{}", pid % 100_000_000);
-    let tap = TapDevice::open(&tap_name)?;
-    ip(&["link", "set", &tap_name, "netns", &ns])?;
-    ip(&[
-        "-n",
-        &ns,
-        "addr",
-        "add",
-        &format!("{KERNEL_ADDR}/24"),
-        "dev",
-        &tap_name,
-    ])?;
-    ip(&["-n", &ns, "link", "set", &tap_name, "up"])?;
-    ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+    let (tap, netns) = tap_in_netns(
+        &format!("dpwtap{pid}"),
+        &format!("dpwc{}", pid % 100_000_000),
+        1500,
+        KERNEL_ADDR,
+        24,
+    )?;
 
     // Host B: Linux TCP inside the namespace, on its own thread.
     let b_done = Arc::new(AtomicBool::new(false));
     let a_done = Arc::new(AtomicBool::new(false));
     let (b_flag, a_flag) = (b_done.clone(), a_done.clone());
-    let path = format!("/run/netns/{ns}");
+    let ns = netns.name().to_string();
     let b = std::thread::spawn(move || -> Result<(), String> {
-        let file = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-            .map_err(|e| format!("setns: {e}"))?;
+        tcp_lite::sys::netns::enter(&ns).map_err(|e| e.to_string())?;
         let config = KernelConfig {
             bind: KERNEL_ADDR,
             ..KernelConfig::default()

@@ -11,14 +11,13 @@
 
 mod support;
 
-use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
-use std::process::Command;
 use std::time::Duration as StdDuration;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use support::{check, fill};
+use tcp_lite::sys::netns::{self, tap_in_netns, Netns};
 use tcp_lite::sys::tap::TapDevice;
 use tcp_lite::{ConnId, Duration, EventKind, Instant, Stack, StackConfig, Transport};
 
@@ -41,48 +40,14 @@ fn main() {
     libtest_mimic::run(&args, vec![trial]).exit();
 }
 
-/// A network namespace, deleted on drop.
-struct Netns(String);
-
-impl Netns {
-    fn create(name: &str) -> Result<Netns, Failed> {
-        let _ = Command::new("ip").args(["netns", "del", name]).output();
-        ip(&["netns", "add", name])?;
-        Ok(Netns(name.to_string()))
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
-}
-
-fn ip(args: &[&str]) -> Result<(), Failed> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip {args:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "ip {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-        .into());
-    }
-    Ok(())
-}
-
 /// Run `f` on a thread that has entered namespace `ns`.
 fn in_netns<T: Send + 'static>(
-    ns: &str,
+    ns: &Netns,
     f: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> std::thread::JoinHandle<Result<T, String>> {
-    let path = format!("/run/netns/{ns}");
+    let name = ns.name().to_string();
     std::thread::spawn(move || {
-        let file = File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
-            .map_err(|e| format!("setns {path}: {e}"))?;
+        netns::enter(&name).map_err(|e| e.to_string())?;
         f()
     })
 }
@@ -138,25 +103,17 @@ fn kernel_client() -> Result<(), String> {
 
 fn tap_to_kernel_and_back() -> Result<(), Failed> {
     let pid = std::process::id();
-    let ns = Netns::create(&format!("dpwtap{pid}"))?;
-    let tap_name = format!("dpwt{}", pid % 100_000_000);
-    let tap = TapDevice::open(&tap_name)?;
-    ip(&["link", "set", &tap_name, "netns", &ns.0])?;
-    ip(&[
-        "-n",
-        &ns.0,
-        "addr",
-        "add",
-        &format!("{KERNEL_ADDR}/24"),
-        "dev",
-        &tap_name,
-    ])?;
-    ip(&["-n", &ns.0, "link", "set", &tap_name, "up"])?;
-    ip(&["-n", &ns.0, "link", "set", "lo", "up"])?;
+    let (tap, ns) = tap_in_netns(
+        &format!("dpwtap{pid}"),
+        &format!("dpwt{}", pid % 100_000_000),
+        1500,
+        KERNEL_ADDR,
+        24,
+    )?;
 
     // The kernel listener exists before our SYN leaves.
     let (bound_tx, bound_rx) = std::sync::mpsc::channel();
-    let echo = in_netns(&ns.0, move || {
+    let echo = in_netns(&ns, move || {
         let listener = TcpListener::bind(SocketAddrV4::new(KERNEL_ADDR, KERNEL_PORT))
             .map_err(|e| format!("bind: {e}"))?;
         let _ = bound_tx.send(());
@@ -173,7 +130,7 @@ fn tap_to_kernel_and_back() -> Result<(), Failed> {
     config.tcp.tx_buffer = 256 * 1024;
     let mut stack = Stack::new(config, tap, clock())?;
     stack.listen(STACK_PORT)?;
-    let client = in_netns(&ns.0, kernel_client);
+    let client = in_netns(&ns, kernel_client);
 
     // Our active open to the kernel listener: send the pattern, check the echo.
     let active = stack.connect(SocketAddrV4::new(KERNEL_ADDR, KERNEL_PORT), clock())?;

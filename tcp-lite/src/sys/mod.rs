@@ -1,6 +1,8 @@
 //! The operating-system edge of tcp-lite (STYLE.md §1.1): the TAP device and
-//! the kernel-TCP transport. Nothing else in the crate opens a file or a
+//! the kernel-TCP transport, and network namespaces for a kernel peer behind
+//! a TAP device. Nothing else in the crate opens a file or a
 //! socket.
 
 pub mod kernel;
+pub mod netns;
 pub mod tap;

@@ -1,0 +1,295 @@
+//! `bench --server` and `bench OP HOST` as two processes over kernel TCP on
+//! loopback: every operation in both modes, a server that refuses, and a
+//! client with nobody to talk to. Every child is bounded in time and killed
+//! (by its PID) if it overstays.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::Duration;
+
+const BENCH: &str = env!("CARGO_BIN_EXE_bench");
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The two sides busy-poll, as poll-mode cores do: one pair at a time, or
+/// the tests' processes starve each other on a small machine.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A port of this test binary's own: distinct per call and per process.
+fn port() -> u16 {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    20000 + (std::process::id() % 2000) as u16 * 10 + NEXT.fetch_add(1, Ordering::SeqCst)
+}
+
+fn spawn(args: &[&str]) -> Child {
+    Command::new(BENCH)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("bench runs")
+}
+
+/// A server, its output going to a file (a pipe nobody reads could fill).
+struct Server {
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+/// Starts `bench --server ARGS` and waits until it listens.
+fn server(args: &[&str]) -> Server {
+    let log = std::env::temp_dir().join(format!(
+        "dpwarp-bench-server-{}-{}.log",
+        std::process::id(),
+        args.join("_")
+    ));
+    let file = std::fs::File::create(&log).unwrap();
+    let child = Command::new(BENCH)
+        .arg("--server")
+        .args(args)
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .expect("bench runs");
+    #[allow(clippy::disallowed_methods)] // A child process runs on real time.
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .contains("listening on port")
+    {
+        assert!(start.elapsed() < LIMIT, "the server never listened");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Server { child, log }
+}
+
+impl Drop for Server {
+    /// A test that failed before the server ended ends it (by its PID).
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Server {
+    /// Waits for the server to exit; its exit status and what it said.
+    fn finish(mut self) -> (bool, String) {
+        #[allow(clippy::disallowed_methods)] // A child process runs on real time.
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break Some(status);
+            }
+            if start.elapsed() > LIMIT {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let said = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.log);
+        match status {
+            Some(status) => (status.success(), said),
+            None => panic!("the server ran past {LIMIT:?}: {said}"),
+        }
+    }
+}
+
+/// Waits for `child` at most [`LIMIT`], killing it past that.
+fn finish(mut child: Child, what: &str) -> Output {
+    #[allow(clippy::disallowed_methods)] // A child process runs on real time.
+    let start = std::time::Instant::now();
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            return child.wait_with_output().expect("output");
+        }
+        if start.elapsed() > LIMIT {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "{what} ran past {LIMIT:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn every_operation_between_two_processes() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("dpwarp-bench-proc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for op in [
+        "write",
+        "read",
+        "send",
+        "write_imm",
+        "fetch_add",
+        "cmp_swap",
+    ] {
+        for lat in [false, true] {
+            let p = port().to_string();
+            let server = server(&[op, "-p", &p]);
+            let json = dir.join(format!("{op}-{lat}.json"));
+            let json_s = json.to_str().unwrap();
+            let out_dir = dir.to_str().unwrap();
+            let mut args = vec![
+                op,
+                "127.0.0.1",
+                "-p",
+                &p,
+                "-n",
+                "300",
+                "--json",
+                json_s,
+                "--out",
+                out_dir,
+            ];
+            if lat {
+                args.push("--lat");
+            } else {
+                // Two sizes: each gets its own connections, the last says so.
+                args.extend(["-q", "2"]);
+            }
+            let client = finish(spawn(&args), "the client");
+            assert!(client.status.success(), "{op} lat={lat}: {}", text(&client));
+            let (ok, said) = server.finish();
+            assert!(
+                ok && said.contains("client done"),
+                "{op} lat={lat} server: {said}"
+            );
+            let doc: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+            let r = &doc["results"][0];
+            assert_eq!(r["transport"], "remote");
+            assert_eq!(r["operation"], op);
+            assert_eq!(r["iterations"], 300, "{r}");
+            assert!(r["gbit_s"].as_f64().unwrap() > 0.0);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_client_sweeps_sizes_against_one_server() {
+    let _serial = serial();
+    let p = port().to_string();
+    let server = server(&["send", "-p", &p]);
+    let dir = std::env::temp_dir().join(format!("dpwarp-bench-sweep-{}", std::process::id()));
+    let json = dir.join("sweep.json");
+    std::fs::create_dir_all(&dir).unwrap();
+    // -a reaches 8 MiB, which the server's memory holds for one QP.
+    let client = finish(
+        spawn(&[
+            "send",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-a",
+            "-n",
+            "20",
+            "-t",
+            "4",
+            "--json",
+            json.to_str().unwrap(),
+        ]),
+        "the client",
+    );
+    let (ok, said) = server.finish();
+    assert!(client.status.success(), "{}", text(&client));
+    assert!(
+        ok && said.contains("client done after 23 connection(s)"),
+        "{said}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["results"].as_array().unwrap().len(), 23);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_server_that_cannot_serve_says_why_and_keeps_going() {
+    let _serial = serial();
+    let p = port().to_string();
+    // 4 QPs of 8 MiB are more than the server's memory (one 8 MiB QP).
+    let server = server(&["write", "-p", &p]);
+    let client = finish(
+        spawn(&[
+            "write",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-s",
+            "8388608",
+            "-q",
+            "4",
+            "-n",
+            "10",
+        ]),
+        "the refused client",
+    );
+    assert_eq!(client.status.code(), Some(1), "{}", text(&client));
+    let said = text(&client);
+    assert!(
+        said.contains("the server refused") && said.contains("-q"),
+        "{said}"
+    );
+    // The server is still there for a client that fits.
+    let client = finish(
+        spawn(&["write", "127.0.0.1", "-p", &p, "-n", "100"]),
+        "the next client",
+    );
+    assert!(client.status.success(), "{}", text(&client));
+    let (ok, said) = server.finish();
+    assert!(ok, "{said}");
+    assert!(
+        said.contains("refused") || said.contains("client done"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_client_with_no_server_fails_in_time_and_says_so() {
+    let _serial = serial();
+    let p = port().to_string();
+    let client = finish(
+        spawn(&["write", "127.0.0.1", "-p", &p, "-n", "10"]),
+        "the client",
+    );
+    assert_eq!(client.status.code(), Some(1));
+    let said = text(&client);
+    assert!(
+        said.contains("127.0.0.1") && said.contains("failed"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_server_on_a_taken_port_says_so() {
+    let _serial = serial();
+    let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let p = taken.local_addr().unwrap().port().to_string();
+    let out = finish(spawn(&["--server", "write", "-p", &p]), "the server");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("cannot listen on port {p}")),
+        "{}",
+        text(&out)
+    );
+}
