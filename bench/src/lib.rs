@@ -9,6 +9,7 @@
 //! * [`hello`]: the workload each connection announces in MPA private data.
 //! * [`responder`]: the server's side of every workload.
 //! * [`workload`]: the client's bandwidth and latency loops.
+//! * [`rping`]: `bench rping`, rdma-core's rping over dpwarp, both roles.
 //! * [`report`]: tables, `.hgrm`, `.hlog`, SVG plots and the JSON report.
 //!
 //! A benchmark reads the clock; the sans-IO crates it drives never do.
@@ -19,4 +20,5 @@ pub mod hello;
 pub mod report;
 pub mod responder;
 pub mod rig;
+pub mod rping;
 pub mod workload;

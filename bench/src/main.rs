@@ -16,6 +16,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tcp_lite::Transport;
 
 fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("rping") {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
+        std::process::exit(bench::rping::main(argv[1..].to_vec(), &stop));
+    }
     let args = Args::parse();
     let plan = match args.plan() {
         Ok(plan) => plan,

@@ -58,7 +58,7 @@ struct Live {
 pub struct Endpoint<T: Transport> {
     /// TCP.
     pub transport: T,
-    control: ControlPlane,
+    pub(crate) control: ControlPlane,
     link: CoreLink,
     /// The engine.
     pub rnic: Rnic,

@@ -1,0 +1,956 @@
+//! `bench rping`: rdma-core's rping (librdmacm/examples/rping.c), both
+//! roles, over dpwarp's RNIC, so siw's users can test against dpwarp the
+//! way they test siw against siw.
+//!
+//! The protocol, as rping runs it (read from its source and from siw's
+//! captures; `tests/data/golden/rping_v2*.pcap`): MPA with IRD = ORD = 1 and
+//! no ULP private data; every message is a 16-octet Send of
+//! `{ buf: be64, rkey: be32, size: be32 }`. Per iteration the client fills
+//! its start buffer with `"rdma-ping-N: "` and a rolling alphabet (last
+//! octet 0) and advertises it; the server RDMA Reads it, answers with a
+//! Send (rping's server sends 16 zero octets); the client advertises its
+//! second buffer; the server RDMA Writes what it read (`strlen + 1`
+//! octets) there and Sends again; the client compares the two buffers. An
+//! orderly TCP close (no Terminate) ends the connection.
+//!
+//! Unlike rping, both sides always verify the data (the client the echo,
+//! the server the pattern of the iteration it expects), and the exit status
+//! is 0 only when every iteration verified.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use control::mpa::StartupConfig;
+use control::runtime::{Decision, StartupResult};
+use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
+use rnic_engine::qp::{QpEvent, RtrSet};
+use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
+use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
+use tcp_lite::sys::tap::TapDevice;
+use tcp_lite::{Stack, StackConfig, TcpConfig, Transport};
+
+use crate::rig::{now, Endpoint};
+
+/// rping's port.
+pub const PORT: u16 = 7174;
+/// rping's smallest buffer: room for `"rdma-ping-2147483647: "` and a 0.
+pub const SIZE_MIN: usize = 26;
+/// rping's largest buffer.
+pub const SIZE_MAX: usize = 65535;
+/// Octets of an advertisement.
+const INFO_LEN: usize = 16;
+/// Connections a persistent server serves at once.
+pub const CONNECTIONS_MAX: usize = 64;
+/// How long a step of the protocol may wait for the peer.
+const STALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// `bench rping`: rping's command line (`rping -s|-c -a ADDR ...`), plus
+/// dpwarp's transport and MPA choices.
+#[derive(Debug, Parser)]
+#[command(
+    name = "bench rping",
+    about = "rping (rdma-core) over dpwarp: ping-pong RDMA Read/Write/Send with any rping peer, \
+             data verified; exit status 0 only when every iteration verified"
+)]
+pub struct RpingArgs {
+    /// Be the server (listen on -a ADDR, -p PORT).
+    #[arg(
+        short = 's',
+        conflicts_with = "client",
+        required_unless_present = "client"
+    )]
+    pub server: bool,
+
+    /// Be the client (connect to -a ADDR, -p PORT).
+    #[arg(short = 'c')]
+    pub client: bool,
+
+    /// Server: the address to listen on; client: the server's address.
+    #[arg(short = 'a')]
+    pub addr: Ipv4Addr,
+
+    /// Port (rping's 7174).
+    #[arg(short = 'p', default_value_t = PORT)]
+    pub port: u16,
+
+    /// Client: iterations (default: until Ctrl-C, as rping).
+    #[arg(short = 'C')]
+    pub count: Option<u64>,
+
+    /// Buffer size in octets, 26 to 65535 (rping's -S; default 64).
+    #[arg(short = 'S', default_value_t = 64)]
+    pub size: usize,
+
+    /// Print each iteration's data, as rping -v.
+    #[arg(short = 'v')]
+    pub verbose: bool,
+
+    /// Verify the data (rping -V): always on here; accepted for rping's
+    /// command lines.
+    #[arg(short = 'V')]
+    pub validate: bool,
+
+    /// Server: serve client after client (rping -P); a client that
+    /// misbehaves costs its connection only. Without it the server exits
+    /// after its first client.
+    #[arg(short = 'P')]
+    pub persistent: bool,
+
+    /// What carries TCP: `kernel` (Linux TCP sockets) or `tap` (tcp-lite's
+    /// smoltcp TCP on a TAP device; needs --ip and root).
+    #[arg(long, value_enum, default_value_t = RpingTransport::Kernel)]
+    pub transport: RpingTransport,
+
+    /// MPA revision: 2 (RFC 6581 enhanced, IRD/ORD exchanged) or 1.
+    #[arg(long = "mpa-rev", default_value_t = 2)]
+    pub mpa_rev: u8,
+
+    /// Ask for MPA CRC32c (used if either side asks).
+    #[arg(long)]
+    pub crc: bool,
+
+    /// Client: ask for the peer-to-peer model with this RTR (RFC 6581).
+    #[arg(long, value_enum)]
+    pub p2p: Option<RtrArg>,
+
+    /// Inbound RDMA Reads we accept (IRD; rping uses 1).
+    #[arg(long, default_value_t = 1)]
+    pub ird: u16,
+
+    /// Outbound RDMA Reads we issue at once (ORD; rping uses 1).
+    #[arg(long, default_value_t = 1)]
+    pub ord: u16,
+
+    /// TAP: the device to create.
+    #[arg(long, default_value = "dpwrping0")]
+    pub tap: String,
+
+    /// TAP: our address and prefix on the TAP link, e.g. 10.77.0.10/24.
+    #[arg(long)]
+    pub ip: Option<String>,
+
+    /// TAP: move the device into this network namespace ...
+    #[arg(long)]
+    pub netns: Option<String>,
+
+    /// ... and make it a port of this bridge there.
+    #[arg(long, requires = "netns")]
+    pub bridge: Option<String>,
+
+    /// IP MTU of the path (FPDUs are sized for it).
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: usize,
+}
+
+/// A transport for rping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RpingTransport {
+    /// Linux TCP.
+    Kernel,
+    /// tcp-lite over a TAP device.
+    Tap,
+}
+
+/// An RTR type on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RtrArg {
+    /// Zero-length RDMA Write.
+    Write,
+    /// Zero-length RDMA Read.
+    Read,
+    /// Zero-length Send.
+    Send,
+}
+
+impl RpingArgs {
+    /// Checks what clap cannot, saying what to fix.
+    pub fn check(&self) -> Result<(), String> {
+        if !(SIZE_MIN..=SIZE_MAX).contains(&self.size) {
+            return Err(format!(
+                "-S {}: give a size from {SIZE_MIN} to {SIZE_MAX} octets",
+                self.size
+            ));
+        }
+        if !(1..=2).contains(&self.mpa_rev) {
+            return Err(format!("--mpa-rev {}: give 1 or 2", self.mpa_rev));
+        }
+        if self.count == Some(0) {
+            return Err("-C 0: give at least one iteration (or leave -C out)".into());
+        }
+        if self.server && self.p2p.is_some() {
+            return Err("--p2p is the client's choice (a server takes any RTR)".into());
+        }
+        if self.mpa_rev == 1 && self.p2p.is_some() {
+            return Err("--p2p needs --mpa-rev 2 (RTRs are RFC 6581's)".into());
+        }
+        if self.transport == RpingTransport::Tap && self.ip.is_none() {
+            return Err(
+                "--transport tap needs --ip ADDR/PREFIX, our address on the TAP link".into(),
+            );
+        }
+        if !(576..=9000).contains(&self.mtu) {
+            return Err(format!("--mtu {}: give 576 to 9000", self.mtu));
+        }
+        Ok(())
+    }
+
+    fn startup(&self) -> StartupConfig {
+        let mut rtr = RtrSet::ALL;
+        if let Some(p2p) = self.p2p {
+            rtr = RtrSet {
+                write: p2p == RtrArg::Write,
+                read: p2p == RtrArg::Read,
+                send: p2p == RtrArg::Send,
+            };
+        }
+        StartupConfig {
+            revision: self.mpa_rev,
+            enhanced: self.mpa_rev == 2,
+            crc: self.crc,
+            markers: false,
+            peer_to_peer: self.p2p.is_some(),
+            rtr,
+            ird: self.ird,
+            ord: self.ord,
+            ..StartupConfig::default()
+        }
+    }
+}
+
+/// One advertisement: a buffer as the peer addresses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Info {
+    /// Its address (our tagged offset).
+    pub buf: u64,
+    /// Its STag (rping's rkey).
+    pub rkey: u32,
+    /// Its length.
+    pub size: u32,
+}
+
+impl Info {
+    /// Its 16 octets.
+    pub fn encode(&self) -> [u8; INFO_LEN] {
+        let mut out = [0; INFO_LEN];
+        out[..8].copy_from_slice(&self.buf.to_be_bytes());
+        out[8..12].copy_from_slice(&self.rkey.to_be_bytes());
+        out[12..].copy_from_slice(&self.size.to_be_bytes());
+        out
+    }
+
+    /// Reads one.
+    pub fn decode(octets: &[u8; INFO_LEN]) -> Info {
+        let mut buf = [0; 8];
+        buf.copy_from_slice(&octets[..8]);
+        let mut word = [0; 4];
+        word.copy_from_slice(&octets[8..12]);
+        let rkey = u32::from_be_bytes(word);
+        word.copy_from_slice(&octets[12..]);
+        Info {
+            buf: u64::from_be_bytes(buf),
+            rkey,
+            size: u32::from_be_bytes(word),
+        }
+    }
+}
+
+/// The buffer of iteration `ping` of `size` octets, as rping's client
+/// fills it: `"rdma-ping-N: "`, then letters from `'A' + ping % 58`
+/// counting up through `'z'` and wrapping to `'A'`, the last octet 0.
+pub fn ping_data(ping: u64, size: usize) -> Vec<u8> {
+    let mut out = format!("rdma-ping-{ping}: ").into_bytes();
+    out.truncate(size.saturating_sub(1));
+    let mut c = b'A' + (ping % 58) as u8;
+    while out.len() < size {
+        out.push(c);
+        c = if c >= b'z' { b'A' } else { c + 1 };
+    }
+    if let Some(last) = out.last_mut() {
+        *last = 0;
+    }
+    out
+}
+
+/// What a finished rping did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Iterations whose data verified.
+    pub verified: u64,
+    /// Connections that ended in an error.
+    pub failed: u64,
+}
+
+/// Where a connection's buffers are in the registered memory.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    size: usize,
+}
+
+impl Layout {
+    fn slot_len(&self) -> usize {
+        (2 * self.size + 3 * INFO_LEN).next_multiple_of(64)
+    }
+    fn base(&self, slot: usize) -> usize {
+        slot * self.slot_len()
+    }
+    /// The client's start buffer; the server's read buffer.
+    fn first(&self, slot: usize) -> usize {
+        self.base(slot)
+    }
+    /// The client's echo buffer.
+    fn second(&self, slot: usize) -> usize {
+        self.base(slot) + self.size
+    }
+    fn recv(&self, slot: usize, which: usize) -> usize {
+        self.base(slot) + 2 * self.size + which * INFO_LEN
+    }
+    fn send(&self, slot: usize) -> usize {
+        self.recv(slot, 2)
+    }
+    fn memory(&self, slots: usize) -> usize {
+        slots * self.slot_len()
+    }
+}
+
+// wr_id: the kind of work request in the low octet, the slot above.
+const WR_RECV0: u64 = 0;
+const WR_RECV1: u64 = 1;
+const WR_SEND: u64 = 2;
+const WR_READ: u64 = 3;
+const WR_WRITE: u64 = 4;
+
+fn wr_id(slot: usize, kind: u64) -> u64 {
+    (slot as u64) << 8 | kind
+}
+
+fn post_recv<T: Transport>(
+    ep: &mut Endpoint<T>,
+    qp: QpHandle,
+    l: Layout,
+    slot: usize,
+    which: u64,
+) -> Result<(), String> {
+    let sgl = [ep.sge(l.recv(slot, which as usize) as u64, INFO_LEN as u32)];
+    ep.rnic
+        .post_recv(
+            qp,
+            &RecvWr {
+                wr_id: wr_id(slot, which),
+                sgl: &sgl,
+            },
+        )
+        .map_err(|e| format!("posting a receive: {e:?}"))
+}
+
+fn post_send<T: Transport>(
+    ep: &mut Endpoint<T>,
+    qp: QpHandle,
+    l: Layout,
+    slot: usize,
+    info: [u8; INFO_LEN],
+) -> Result<(), String> {
+    ep.region
+        .write(l.send(slot), &info)
+        .map_err(|e| format!("{e:?}"))?;
+    let sgl = [ep.sge(l.send(slot) as u64, INFO_LEN as u32)];
+    let wr = SendWr {
+        wr_id: wr_id(slot, WR_SEND),
+        op: SendOp::Send,
+        sgl: &sgl,
+        signaled: true,
+        solicited: false,
+        fence: false,
+    };
+    ep.rnic
+        .post_send(qp, &wr)
+        .map_err(|e| format!("posting a Send: {e:?}"))
+}
+
+fn post_rdma<T: Transport>(
+    ep: &mut Endpoint<T>,
+    qp: QpHandle,
+    slot: usize,
+    kind: u64,
+    local: usize,
+    len: usize,
+    remote: RemoteAddr,
+) -> Result<(), String> {
+    let sgl = [ep.sge(local as u64, len as u32)];
+    let op = if kind == WR_READ {
+        SendOp::Read(remote)
+    } else {
+        SendOp::Write(remote)
+    };
+    let wr = SendWr {
+        wr_id: wr_id(slot, kind),
+        op,
+        sgl: &sgl,
+        signaled: true,
+        solicited: false,
+        fence: false,
+    };
+    ep.rnic.post_send(qp, &wr).map_err(|e| {
+        format!(
+            "posting an RDMA {}: {e:?}",
+            if kind == WR_READ { "Read" } else { "Write" }
+        )
+    })
+}
+
+fn read_info<T: Transport>(
+    ep: &Endpoint<T>,
+    l: Layout,
+    slot: usize,
+    which: u64,
+) -> Result<Info, String> {
+    let mut octets = [0; INFO_LEN];
+    ep.region
+        .read(l.recv(slot, which as usize), &mut octets)
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(Info::decode(&octets))
+}
+
+fn term_text(event: QpEvent) -> String {
+    match event {
+        QpEvent::TerminateSent(t) => format!(
+            "sent a Terminate: layer {} type {} code {:#04x}",
+            t.layer, t.etype, t.ecode
+        ),
+        QpEvent::TerminateReceived(t) => format!(
+            "the peer sent a Terminate: layer {} type {} code {:#04x}",
+            t.layer, t.etype, t.ecode
+        ),
+    }
+}
+
+fn emss(args: &RpingArgs) -> usize {
+    // IP and TCP headers with timestamps, as Linux sends them.
+    args.mtu - 52
+}
+
+/// Runs `bench rping`; returns the process's exit status.
+pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
+    let args = match RpingArgs::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    if let Err(why) = args.check() {
+        eprintln!("bench rping: {why}");
+        return 2;
+    }
+    let result = match args.transport {
+        RpingTransport::Kernel => {
+            let kc = KernelConfig {
+                bind: if args.server {
+                    args.addr
+                } else {
+                    Ipv4Addr::UNSPECIFIED
+                },
+                ..KernelConfig::default()
+            };
+            match KernelTransport::new(kc) {
+                Ok(t) => run(t, emss(&args), &args, stop),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+        RpingTransport::Tap => tap_transport(&args).and_then(|stack| {
+            let emss = stack.emss();
+            run(stack, emss, &args, stop)
+        }),
+    };
+    match result {
+        Ok(o) if o.failed == 0 => 0,
+        Ok(o) => {
+            eprintln!(
+                "bench rping: {} connection(s) failed ({} iteration(s) verified)",
+                o.failed, o.verified
+            );
+            1
+        }
+        Err(why) => {
+            eprintln!("bench rping: {why}");
+            1
+        }
+    }
+}
+
+fn tap_transport(args: &RpingArgs) -> Result<Stack<TapDevice>, String> {
+    if let Some(why) = tcp_lite::sys::tap::namespace_unavailable() {
+        return Err(format!("--transport tap cannot run here: {why}"));
+    }
+    let ip = args.ip.as_deref().unwrap_or_default();
+    let (addr, prefix) = ip
+        .split_once('/')
+        .and_then(|(a, p)| Some((a.parse::<Ipv4Addr>().ok()?, p.parse::<u8>().ok()?)))
+        .filter(|&(_, p)| (1..=32).contains(&p))
+        .ok_or_else(|| format!("--ip {ip}: give ADDR/PREFIX, e.g. 10.77.0.10/24"))?;
+    let device = TapDevice::open(&args.tap).map_err(|e| e.to_string())?;
+    let link = |a: &[&str]| tcp_lite::sys::netns::ip(a).map_err(|e| e.to_string());
+    match (&args.netns, &args.bridge) {
+        (Some(ns), bridge) => {
+            link(&["link", "set", "dev", &args.tap, "netns", ns])?;
+            if let Some(br) = bridge {
+                link(&["-n", ns, "link", "set", "dev", &args.tap, "master", br])?;
+            }
+            link(&["-n", ns, "link", "set", "dev", &args.tap, "up"])?;
+        }
+        (None, _) => link(&["link", "set", "dev", &args.tap, "up"])?,
+    }
+    let mut config = StackConfig::new(
+        [0x02, 0x64, 0x70, 0x77, addr.octets()[2], addr.octets()[3]],
+        addr,
+    );
+    config.prefix_len = prefix;
+    config.tcp = TcpConfig {
+        rx_buffer: 256 * 1024,
+        tx_buffer: 256 * 1024,
+        ..TcpConfig::default()
+    };
+    Stack::new(config, device, now()).map_err(|e| e.to_string())
+}
+
+fn run<T: Transport>(
+    transport: T,
+    emss: usize,
+    args: &RpingArgs,
+    stop: &AtomicBool,
+) -> Result<Outcome, String> {
+    let layout = Layout { size: args.size };
+    if args.server {
+        let slots = if args.persistent { CONNECTIONS_MAX } else { 1 };
+        let mut ep = Endpoint::new(transport, emss, 7, layout.memory(slots));
+        server(&mut ep, layout, slots, args, stop)
+    } else {
+        let mut ep = Endpoint::new(transport, emss, 5, layout.memory(1));
+        client(&mut ep, layout, args, stop)
+    }
+}
+
+/// Where a server connection is in rping's loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for the client's start buffer.
+    ReadAdv,
+    /// Reading it.
+    Reading,
+    /// Waiting for the client's echo buffer.
+    WriteAdv,
+    /// Writing the echo.
+    Writing,
+}
+
+struct Served {
+    qp: QpHandle,
+    slot: usize,
+    phase: Phase,
+    /// Iterations done (the next one expected).
+    ping: u64,
+    echo_len: usize,
+    peer: String,
+    since: Instant,
+}
+
+fn server<T: Transport>(
+    ep: &mut Endpoint<T>,
+    l: Layout,
+    slots: usize,
+    args: &RpingArgs,
+    stop: &AtomicBool,
+) -> Result<Outcome, String> {
+    ep.control.listen(
+        0,
+        args.port,
+        args.startup(),
+        Box::new(|_, _| Decision::Accept(control::mpa::Accept::default())),
+    );
+    let start = Instant::now();
+    loop {
+        ep.step(now());
+        if let Some(status) = ep.listen_status(args.port) {
+            status?;
+            break;
+        }
+        if start.elapsed() > STALL_LIMIT {
+            return Err("the control plane never set up the listener".into());
+        }
+    }
+    if args.verbose {
+        println!("bench rping: listening on {}:{}", args.addr, args.port);
+    }
+    let mut served: Vec<Served> = Vec::new();
+    let mut free: Vec<usize> = (0..slots).rev().collect();
+    let mut outcome = Outcome::default();
+    let mut wcs: Vec<Wc> = Vec::new();
+    let mut connections = 0u64;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Ok(outcome);
+        }
+        ep.step(now());
+        // Ends first: a new QP may take an ended one's handle in this step.
+        for qp in ep.take_ended() {
+            if let Some(i) = served.iter().position(|s| s.qp == qp) {
+                let s = served.swap_remove(i);
+                free.push(s.slot);
+                if s.phase == Phase::ReadAdv {
+                    if args.verbose {
+                        println!(
+                            "server DISCONNECT EVENT from {} after {} iteration(s)",
+                            s.peer, s.ping
+                        );
+                    }
+                } else {
+                    eprintln!(
+                        "bench rping: {} left in the middle of iteration {}",
+                        s.peer, s.ping
+                    );
+                    outcome.failed += 1;
+                }
+                if !args.persistent {
+                    return Ok(outcome);
+                }
+            }
+        }
+        for (handoff, qp) in ep.take_handoffs() {
+            match (handoff.result, qp) {
+                (StartupResult::Established(_), Some(qp)) => {
+                    let peer = handoff
+                        .conn
+                        .and_then(|c| ep.transport.endpoints(c).ok())
+                        .map_or("a client".to_string(), |(_, p)| p.to_string());
+                    let Some(slot) = free.pop() else {
+                        eprintln!("bench rping: {CONNECTIONS_MAX} clients already; closing {peer}");
+                        ep.close(qp);
+                        continue;
+                    };
+                    connections += 1;
+                    let posted = post_recv(ep, qp, l, slot, WR_RECV0)
+                        .and_then(|()| post_recv(ep, qp, l, slot, WR_RECV1));
+                    if let Err(why) = posted {
+                        eprintln!("bench rping: {peer}: {why}");
+                        free.push(slot);
+                        ep.close(qp);
+                        continue;
+                    }
+                    served.push(Served {
+                        qp,
+                        slot,
+                        phase: Phase::ReadAdv,
+                        ping: 0,
+                        echo_len: 0,
+                        peer,
+                        since: Instant::now(),
+                    });
+                }
+                (StartupResult::Failed(f), _) => {
+                    eprintln!("bench rping: a client's MPA startup failed: {}", f.reason);
+                    outcome.failed += 1;
+                    if !args.persistent && connections == 0 {
+                        return Ok(outcome);
+                    }
+                }
+                _ => {}
+            }
+        }
+        wcs.clear();
+        ep.poll_cq(&mut wcs);
+        for wc in &wcs {
+            let Some(i) = served.iter().position(|s| s.qp == wc.qp) else {
+                continue;
+            };
+            if let Err(why) = serve_completion(ep, l, &mut served[i], wc, args.verbose) {
+                let s = &served[i];
+                eprintln!("bench rping: {}: iteration {}: {why}", s.peer, s.ping);
+                outcome.failed += 1;
+                // The connection goes; a persistent server goes on.
+                ep.close(served[i].qp);
+                let slot = served.swap_remove(i).slot;
+                free.push(slot);
+                if !args.persistent {
+                    return Ok(outcome);
+                }
+                continue;
+            }
+            if served[i].phase == Phase::ReadAdv && wc.wr_id & 0xff == WR_WRITE {
+                outcome.verified += 1;
+            }
+        }
+        for s in &mut served {
+            while let Ok(Some(event)) = ep.rnic.poll_event(s.qp) {
+                eprintln!("bench rping: {}: {}", s.peer, term_text(event));
+            }
+            if s.phase != Phase::ReadAdv && s.since.elapsed() > STALL_LIMIT {
+                eprintln!(
+                    "bench rping: {}: no progress for {} s",
+                    s.peer,
+                    STALL_LIMIT.as_secs()
+                );
+                s.since = Instant::now();
+                ep.close(s.qp);
+            }
+        }
+    }
+}
+
+/// One completion of a served connection.
+fn serve_completion<T: Transport>(
+    ep: &mut Endpoint<T>,
+    l: Layout,
+    s: &mut Served,
+    wc: &Wc,
+    verbose: bool,
+) -> Result<(), String> {
+    if wc.status != WcStatus::Success {
+        return Err(format!("work request ended {:?}", wc.status));
+    }
+    let kind = wc.wr_id & 0xff;
+    match (kind, s.phase) {
+        (WR_RECV0 | WR_RECV1, Phase::ReadAdv | Phase::WriteAdv) => {
+            if wc.byte_len as usize != INFO_LEN {
+                return Err(format!("received bogus data, size {}", wc.byte_len));
+            }
+            let info = read_info(ep, l, s.slot, kind)?;
+            post_recv(ep, s.qp, l, s.slot, kind)?;
+            let remote = RemoteAddr {
+                stag: info.rkey,
+                to: info.buf,
+            };
+            if s.phase == Phase::ReadAdv {
+                if info.size as usize > l.size {
+                    return Err(format!(
+                        "the client's buffer is {} octets, ours {} (start the server with -S {})",
+                        info.size, l.size, info.size
+                    ));
+                }
+                post_rdma(
+                    ep,
+                    s.qp,
+                    s.slot,
+                    WR_READ,
+                    l.first(s.slot),
+                    info.size as usize,
+                    remote,
+                )?;
+                s.echo_len = info.size as usize;
+                s.phase = Phase::Reading;
+            } else {
+                if (info.size as usize) < s.echo_len {
+                    return Err(format!(
+                        "the client's echo buffer is {} octets, its data {}",
+                        info.size, s.echo_len
+                    ));
+                }
+                post_rdma(
+                    ep,
+                    s.qp,
+                    s.slot,
+                    WR_WRITE,
+                    l.first(s.slot),
+                    s.echo_len,
+                    remote,
+                )?;
+                s.phase = Phase::Writing;
+            }
+            s.since = Instant::now();
+        }
+        (WR_READ, Phase::Reading) => {
+            let mut data = vec![0; s.echo_len];
+            ep.region
+                .read(l.first(s.slot), &mut data)
+                .map_err(|e| format!("{e:?}"))?;
+            let want = ping_data(s.ping, s.echo_len);
+            if data != want {
+                return Err(format!(
+                    "data mismatch: read {:?}, rping's iteration {} is {:?}",
+                    String::from_utf8_lossy(&data),
+                    s.ping,
+                    String::from_utf8_lossy(&want)
+                ));
+            }
+            // rping writes back strlen + 1 octets.
+            s.echo_len = data
+                .iter()
+                .position(|&b| b == 0)
+                .map_or(data.len(), |n| n + 1);
+            if verbose {
+                println!(
+                    "server ping data: {}",
+                    String::from_utf8_lossy(&data[..s.echo_len - 1])
+                );
+            }
+            post_send(ep, s.qp, l, s.slot, [0; INFO_LEN])?;
+            s.phase = Phase::WriteAdv;
+        }
+        (WR_WRITE, Phase::Writing) => {
+            post_send(ep, s.qp, l, s.slot, [0; INFO_LEN])?;
+            s.ping += 1;
+            s.phase = Phase::ReadAdv;
+        }
+        (WR_SEND, _) => {}
+        (kind, phase) => return Err(format!("unexpected completion {kind} in {phase:?}")),
+    }
+    Ok(())
+}
+
+fn client<T: Transport>(
+    ep: &mut Endpoint<T>,
+    l: Layout,
+    args: &RpingArgs,
+    stop: &AtomicBool,
+) -> Result<Outcome, String> {
+    let server = SocketAddrV4::new(args.addr, args.port);
+    let token = ep.control.connect(0, server, args.startup(), b"");
+    let start = Instant::now();
+    let qp = loop {
+        ep.step(now());
+        if let Some((handoff, qp)) = ep
+            .take_handoffs()
+            .into_iter()
+            .find(|(h, _)| h.token == token)
+        {
+            match (handoff.result, qp) {
+                (StartupResult::Established(_), Some(qp)) => break qp,
+                (StartupResult::Rejected(r), _) => {
+                    return Err(format!(
+                        "{server} rejected the connection (private data {:?})",
+                        String::from_utf8_lossy(&r.private_data)
+                    ))
+                }
+                (StartupResult::Failed(f), _) => {
+                    return Err(format!("connecting to {server} failed: {}", f.reason))
+                }
+                _ => return Err(format!("connecting to {server} failed")),
+            }
+        }
+        if start.elapsed() > STALL_LIMIT {
+            return Err(format!(
+                "no connection to {server} after {} s",
+                STALL_LIMIT.as_secs()
+            ));
+        }
+        if stop.load(Ordering::SeqCst) {
+            return Ok(Outcome::default());
+        }
+    };
+    post_recv(ep, qp, l, 0, WR_RECV0)?;
+    post_recv(ep, qp, l, 0, WR_RECV1)?;
+    let advertise = |ep: &Endpoint<T>, at: usize| Info {
+        buf: ep.mr.base_to + at as u64,
+        rkey: ep.mr.stag,
+        size: l.size as u32,
+    };
+    let mut outcome = Outcome::default();
+    let mut ping = 0u64;
+    let result = loop {
+        if args.count.is_some_and(|c| ping >= c) || stop.load(Ordering::SeqCst) {
+            break Ok(());
+        }
+        let data = ping_data(ping, l.size);
+        ep.region
+            .write(l.first(0), &data)
+            .map_err(|e| format!("{e:?}"))?;
+        ep.region
+            .write(l.second(0), &vec![0; l.size])
+            .map_err(|e| format!("{e:?}"))?;
+        let step = post_send(ep, qp, l, 0, advertise(ep, l.first(0)).encode())
+            .and_then(|()| wait_recv(ep, qp, l, "the server's go-ahead after its Read"))
+            .and_then(|()| post_send(ep, qp, l, 0, advertise(ep, l.second(0)).encode()))
+            .and_then(|()| wait_recv(ep, qp, l, "the server's go-ahead after its Write"));
+        if let Err(why) = step {
+            break Err(format!("iteration {ping}: {why}"));
+        }
+        let mut echo = vec![0; l.size];
+        ep.region
+            .read(l.second(0), &mut echo)
+            .map_err(|e| format!("{e:?}"))?;
+        if echo != data {
+            break Err(format!(
+                "iteration {ping}: data mismatch: sent {:?}, the server wrote back {:?}",
+                String::from_utf8_lossy(&data),
+                String::from_utf8_lossy(&echo)
+            ));
+        }
+        outcome.verified += 1;
+        if args.verbose {
+            println!(
+                "ping data: {}",
+                String::from_utf8_lossy(&echo[..l.size - 1])
+            );
+        }
+        ping += 1;
+    };
+    while let Ok(Some(event)) = ep.rnic.poll_event(qp) {
+        eprintln!("bench rping: {}", term_text(event));
+    }
+    // An orderly close, as rping's disconnect: FIN, no Terminate.
+    ep.close(qp);
+    let start = Instant::now();
+    while ep.open_connections() > 0 && start.elapsed() < STALL_LIMIT {
+        ep.step(now());
+        let _ = ep.take_ended();
+    }
+    if args.verbose {
+        println!("client DISCONNECT EVENT...");
+    }
+    match result {
+        Ok(()) => Ok(outcome),
+        Err(why) => {
+            eprintln!("bench rping: {why}");
+            outcome.failed += 1;
+            Ok(outcome)
+        }
+    }
+}
+
+/// Steps until a receive completes on `qp` (and reposts it); other
+/// completions are checked.
+fn wait_recv<T: Transport>(
+    ep: &mut Endpoint<T>,
+    qp: QpHandle,
+    l: Layout,
+    what: &str,
+) -> Result<(), String> {
+    let start = Instant::now();
+    let mut wcs = Vec::new();
+    loop {
+        ep.step(now());
+        wcs.clear();
+        ep.poll_cq(&mut wcs);
+        let mut got = false;
+        for wc in &wcs {
+            if wc.status != WcStatus::Success {
+                let mut why = format!("work request ended {:?}", wc.status);
+                while let Ok(Some(event)) = ep.rnic.poll_event(qp) {
+                    why = format!("{why}; {}", term_text(event));
+                }
+                return Err(why);
+            }
+            if matches!(wc.opcode, WcOpcode::Recv) {
+                if wc.byte_len as usize != INFO_LEN {
+                    return Err(format!("received bogus data, size {}", wc.byte_len));
+                }
+                post_recv(ep, qp, l, 0, wc.wr_id & 0xff)?;
+                got = true;
+            }
+        }
+        if got {
+            return Ok(());
+        }
+        if !ep.is_live(qp) {
+            return Err(format!(
+                "the server closed the connection while we waited for {what}"
+            ));
+        }
+        if start.elapsed() > STALL_LIMIT {
+            return Err(format!(
+                "no progress for {} s waiting for {what}",
+                STALL_LIMIT.as_secs()
+            ));
+        }
+    }
+}

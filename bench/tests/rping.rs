@@ -1,0 +1,296 @@
+//! `bench rping`: rping's data and advertisement formats against siw's
+//! captures, and dpwarp's rping client and server as two processes over
+//! kernel TCP on loopback: every MPA option, and a persistent server that
+//! outlives misbehaving clients. (Against Linux siw itself: tests/interop.)
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::Duration;
+
+use bench::rping::{ping_data, Info};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_bench");
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// The client's output in siw's capture is rping's own: our data must be
+/// the same octets.
+#[test]
+fn ping_data_is_rpings() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/data/golden/rping_v2_crc.txt"
+    ))
+    .unwrap();
+    let pings: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("ping data: "))
+        .collect();
+    assert_eq!(pings.len(), 3);
+    for (i, line) in pings.iter().enumerate() {
+        let data = ping_data(i as u64, 64);
+        assert_eq!(data.len(), 64);
+        assert_eq!(data[63], 0);
+        assert_eq!(&data[..63], line.as_bytes(), "iteration {i}");
+    }
+    // The alphabet wraps from 'z' to 'A', and the start moves each time.
+    let d = ping_data(57, 80);
+    assert!(d.starts_with(b"rdma-ping-57: z"));
+    assert_eq!(d[b"rdma-ping-57: ".len() + 1], b'A');
+    // A size with room for the prefix only.
+    assert_eq!(ping_data(0, 26).len(), 26);
+}
+
+/// The advertisement of siw's rping client in rping_v2_crc.pcap (frame 8)
+/// and the Read Request siw's server built from it (frame 9).
+#[test]
+fn the_advertisement_is_rpings() {
+    let captured = [
+        0x00, 0x00, 0x55, 0x73, 0x01, 0x29, 0x63, 0x70, 0x4c, 0x1b, 0x05, 0x00, 0x00, 0x00, 0x00,
+        0x40,
+    ];
+    let info = Info::decode(&captured);
+    assert_eq!(
+        info,
+        Info {
+            buf: 0x0000_5573_0129_6370,
+            rkey: 0x4c1b_0500,
+            size: 64
+        }
+    );
+    assert_eq!(info.encode(), captured);
+}
+
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn port() -> u16 {
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    42000 + (std::process::id() % 1000) as u16 * 10 + NEXT.fetch_add(1, Ordering::SeqCst)
+}
+
+/// A child whose output goes to files (a pipe nobody reads could fill and
+/// stop it), killed by its PID if a test fails before it ends.
+struct Proc {
+    child: Child,
+    out: std::path::PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.out);
+    }
+}
+
+fn spawn(args: &[&str]) -> Proc {
+    static N: AtomicU16 = AtomicU16::new(0);
+    let out = std::env::temp_dir().join(format!(
+        "dpwarp-rping-{}-{}.log",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let file = std::fs::File::create(&out).unwrap();
+    let child = Command::new(BENCH)
+        .arg("rping")
+        .args(args)
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("bench runs");
+    Proc { child, out }
+}
+
+/// What a finished child did: its status and its output.
+struct Done {
+    status: std::process::ExitStatus,
+    said: String,
+}
+
+fn finish(mut p: Proc, what: &str) -> Done {
+    #[allow(clippy::disallowed_methods)] // Child processes run on real time.
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = p.child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > LIMIT {
+            let _ = p.child.kill();
+            let said = std::fs::read_to_string(&p.out).unwrap_or_default();
+            let tail: String = said
+                .chars()
+                .rev()
+                .take(2000)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            panic!("{what} ran past {LIMIT:?}; its output ends: {tail}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let said = std::fs::read_to_string(&p.out).unwrap_or_default();
+    Done { status, said }
+}
+
+fn text(o: &Done) -> String {
+    let tail: String = o
+        .said
+        .chars()
+        .rev()
+        .take(2000)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    tail
+}
+
+/// Waits until something listens on `port` (without connecting to it).
+fn listening(port: u16) {
+    #[allow(clippy::disallowed_methods)]
+    let start = std::time::Instant::now();
+    loop {
+        let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+        // State 0A is LISTEN; the local port is hex after the colon.
+        let needle = format!(":{port:04X} ");
+        if table
+            .lines()
+            .any(|l| l.contains(&needle) && l.split_whitespace().nth(3) == Some("0A"))
+        {
+            return;
+        }
+        assert!(start.elapsed() < LIMIT, "nothing listens on {port}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn client_and_server_with_every_mpa_option() {
+    let _serial = serial();
+    for extra in [
+        &[][..],
+        &["--crc"],
+        &["--mpa-rev", "1"],
+        &["--p2p", "write"],
+        &["--p2p", "read"],
+        &["--p2p", "send"],
+        &["-S", "65535", "--crc"],
+        &["-S", "26"],
+    ] {
+        let p = port().to_string();
+        let mut server_args = vec!["-s", "-a", "127.0.0.1", "-p", &p, "-v"];
+        let size = extra.windows(2).find(|w| w[0] == "-S").map(|w| w[1]);
+        if let Some(s) = size {
+            server_args.extend(["-S", s]);
+        }
+        let server = spawn(&server_args);
+        listening(p.parse().unwrap());
+        let mut client_args = vec!["-c", "-a", "127.0.0.1", "-p", &p, "-C", "20", "-v"];
+        client_args.extend_from_slice(extra);
+        let client = finish(spawn(&client_args), "the client");
+        let served = finish(server, "the server");
+        assert!(client.status.success(), "{extra:?}: {}", text(&client));
+        assert!(
+            served.status.success(),
+            "{extra:?}: server: {}",
+            text(&served)
+        );
+        assert_eq!(
+            client.said.matches("ping data: rdma-ping-").count(),
+            20,
+            "{extra:?}: {}",
+            text(&client)
+        );
+        assert_eq!(
+            served.said.matches("server ping data: rdma-ping-").count(),
+            20
+        );
+        assert!(
+            served.said.contains("after 20 iteration(s)"),
+            "{}",
+            text(&served)
+        );
+    }
+}
+
+#[test]
+fn a_persistent_server_outlives_bad_clients() {
+    let _serial = serial();
+    let p = port();
+    let ps = p.to_string();
+    let server = spawn(&["-s", "-a", "127.0.0.1", "-p", &ps, "-P"]);
+    listening(p);
+    let addr = format!("127.0.0.1:{p}");
+    // 1. Not MPA at all.
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut sink = Vec::new();
+    let _ = s.read_to_end(&mut sink);
+    // 2. Connect and vanish mid-handshake (a reset).
+    let s = TcpStream::connect(&addr).unwrap();
+    socket2::SockRef::from(&s)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(s);
+    // 3. A client whose buffer is larger than the server's: refused by the
+    //    server, which closes that connection.
+    let big = finish(
+        spawn(&["-c", "-a", "127.0.0.1", "-p", &ps, "-C", "2", "-S", "4096"]),
+        "the oversized client",
+    );
+    assert!(!big.status.success(), "{}", text(&big));
+    // 4. A silent TCP client, left open while a good client runs.
+    let _silent = TcpStream::connect(&addr).unwrap();
+    // 5. Good clients, one after the other, still served.
+    for _ in 0..3 {
+        let good = finish(
+            spawn(&["-c", "-a", "127.0.0.1", "-p", &ps, "-C", "10", "--crc"]),
+            "a good client",
+        );
+        assert!(good.status.success(), "{}", text(&good));
+    }
+    let mut server = server;
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the persistent server is still running: {}",
+        std::fs::read_to_string(&server.out).unwrap_or_default()
+    );
+}
+
+#[test]
+fn bad_arguments_say_what_to_fix() {
+    for (args, want) in [
+        (&["-c", "-a", "127.0.0.1", "-S", "10"][..], "-S 10"),
+        (&["-c", "-a", "127.0.0.1", "--mpa-rev", "3"], "--mpa-rev 3"),
+        (&["-c", "-a", "127.0.0.1", "-C", "0"], "-C 0"),
+        (&["-s", "-a", "127.0.0.1", "--p2p", "write"], "--p2p"),
+        (
+            &["-c", "-a", "127.0.0.1", "--mpa-rev", "1", "--p2p", "read"],
+            "--mpa-rev 2",
+        ),
+        (&["-c", "-a", "127.0.0.1", "--transport", "tap"], "--ip"),
+        (&["-a", "127.0.0.1"], "-s"),
+    ] {
+        let out = finish(spawn(args), "bench rping");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        assert!(text(&out).contains(want), "{args:?}: {}", text(&out));
+    }
+    // Nobody to talk to: exit 1, saying so.
+    let p = port().to_string();
+    let out = finish(
+        spawn(&["-c", "-a", "127.0.0.1", "-p", &p, "-C", "1"]),
+        "the client",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("failed"), "{}", text(&out));
+}
