@@ -16,6 +16,7 @@ use control::mpa::{Accept, StartupConfig};
 use control::runtime::{ControlPlane, CoreLink, Decision, Handoff, StartupResult};
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::mem::{Access, Pd, Region};
+use rnic_engine::qp::{QpEvent, QpState};
 use rnic_engine::verbs::{CqHandle, Mr, QpHandle, QpInit, RemoteAddr, Rnic, RnicConfig, Sge};
 use tcp_lite::link::{self, LinkConfig, LinkEnd};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
@@ -79,6 +80,8 @@ pub struct Endpoint<T: Transport> {
     ended: Vec<QpHandle>,
     /// Completions of live QPs read while a QP was torn down.
     pending: Vec<Wc>,
+    /// QP events (Terminates sent and received), not yet taken.
+    events: Vec<(QpHandle, QpEvent)>,
     wcs: Vec<Wc>,
 }
 
@@ -127,6 +130,7 @@ impl<T: Transport> Endpoint<T> {
             handoffs: Vec::new(),
             ended: Vec::new(),
             pending: Vec::new(),
+            events: Vec::new(),
             wcs: vec![blank; 256],
         }
     }
@@ -161,10 +165,17 @@ impl<T: Transport> Endpoint<T> {
                     _ => break,
                 }
             }
-            // Our side of an orderly close, once the peer's octets are in.
-            if live.peer_closed
-                && !live.closing
-                && self.transport.recv_queue(live.conn).unwrap_or(0) == 0
+            while let Ok(Some(event)) = rnic.poll_event(live.qp) {
+                self.events.push((live.qp, event));
+            }
+            // Our side of an orderly close, once the peer's octets are in;
+            // or, once a Terminate went either way, the end of the stream
+            // (RFC 5040 §6.4.1: the LLP stream is closed after it; ours is
+            // queued ahead of the FIN).
+            let dead = rnic.qp_state(live.qp) == Ok(QpState::Error);
+            if !live.closing
+                && (dead
+                    || live.peer_closed && self.transport.recv_queue(live.conn).unwrap_or(0) == 0)
             {
                 let _ = self.transport.close(live.conn);
                 live.closing = true;
@@ -231,6 +242,9 @@ impl<T: Transport> Endpoint<T> {
                     // its completions are dropped here, before a new QP can
                     // take its handle, and the others' kept in order.
                     let _ = self.rnic.close(live.qp);
+                    while let Ok(Some(event)) = self.rnic.poll_event(live.qp) {
+                        self.events.push((live.qp, event));
+                    }
                     let mut wcs = Vec::new();
                     self.drain_cq(&mut wcs);
                     self.pending
@@ -258,6 +272,12 @@ impl<T: Transport> Endpoint<T> {
     /// reached Full Operation.
     pub fn take_handoffs(&mut self) -> Vec<(Handoff, Option<QpHandle>)> {
         std::mem::take(&mut self.handoffs)
+    }
+
+    /// Terminates sent and received since the last call, by QP (a QP that
+    /// ended in this step is still named).
+    pub fn take_events(&mut self) -> Vec<(QpHandle, QpEvent)> {
+        std::mem::take(&mut self.events)
     }
 
     /// QPs whose connections ended since the last call (already destroyed).

@@ -592,6 +592,13 @@ fn server<T: Transport>(
             return Ok(outcome);
         }
         ep.step(now());
+        for (qp, event) in ep.take_events() {
+            let peer = served
+                .iter()
+                .find(|s| s.qp == qp)
+                .map_or("a client", |s| s.peer.as_str());
+            eprintln!("bench rping: {peer}: {}", term_text(event));
+        }
         // Ends first: a new QP may take an ended one's handle in this step.
         for qp in ep.take_ended() {
             if let Some(i) = served.iter().position(|s| s.qp == qp) {
@@ -681,9 +688,6 @@ fn server<T: Transport>(
             }
         }
         for s in &mut served {
-            while let Ok(Some(event)) = ep.rnic.poll_event(s.qp) {
-                eprintln!("bench rping: {}: {}", s.peer, term_text(event));
-            }
             if s.phase != Phase::ReadAdv && s.since.elapsed() > STALL_LIMIT {
                 eprintln!(
                     "bench rping: {}: no progress for {} s",
@@ -884,7 +888,7 @@ fn client<T: Transport>(
         }
         ping += 1;
     };
-    while let Ok(Some(event)) = ep.rnic.poll_event(qp) {
+    for (_, event) in ep.take_events() {
         eprintln!("bench rping: {}", term_text(event));
     }
     // An orderly close, as rping's disconnect: FIN, no Terminate.
@@ -925,7 +929,7 @@ fn wait_recv<T: Transport>(
         for wc in &wcs {
             if wc.status != WcStatus::Success {
                 let mut why = format!("work request ended {:?}", wc.status);
-                while let Ok(Some(event)) = ep.rnic.poll_event(qp) {
+                for (_, event) in ep.take_events() {
                     why = format!("{why}; {}", term_text(event));
                 }
                 return Err(why);

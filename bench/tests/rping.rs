@@ -249,9 +249,24 @@ fn a_persistent_server_outlives_bad_clients() {
         "the oversized client",
     );
     assert!(!big.status.success(), "{}", text(&big));
-    // 4. A silent TCP client, left open while a good client runs.
+    // 4. A client whose first FPDU has a bad CRC: the server terminates
+    //    that connection (and closes it) and serves the next.
+    assert!(
+        bad_crc_client(&addr),
+        "the server closed the bad-CRC connection"
+    );
+    // RFC 5044 §8: a CRC error is reported with Layer LLP (2), Error Type
+    // MPA (0), Error Code 2 (CRC error); the server says so.
+    // (It may print a moment after its FIN reached us.)
+    let said = eventually(|| {
+        let said = std::fs::read_to_string(&server.out).unwrap_or_default();
+        said.contains("sent a Terminate: layer 2 type 0 code 0x02")
+            .then_some(said)
+    });
+    assert!(said.is_some(), "no Terminate reported");
+    // 5. A silent TCP client, left open while a good client runs.
     let _silent = TcpStream::connect(&addr).unwrap();
-    // 5. Good clients, one after the other, still served.
+    // 6. Good clients, one after the other, still served.
     for _ in 0..3 {
         let good = finish(
             spawn(&["-c", "-a", "127.0.0.1", "-p", &ps, "-C", "10", "--crc"]),
@@ -265,6 +280,62 @@ fn a_persistent_server_outlives_bad_clients() {
         "the persistent server is still running: {}",
         std::fs::read_to_string(&server.out).unwrap_or_default()
     );
+}
+
+/// `f`'s answer once it has one, trying for up to 5 s.
+fn eventually<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    for _ in 0..500 {
+        if let Some(t) = f() {
+            return Some(t);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+/// An MPA initiator that asks for CRC, then sends an rping advertisement
+/// whose CRC is wrong. Whether the server closed the connection (after its
+/// Terminate) within 10 s.
+fn bad_crc_client(addr: &str) -> bool {
+    use rnic_engine::wire::mpa_rr::{EnhancedRepr, FrameKind, Packet, Repr};
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let request = Repr {
+        kind: FrameKind::Request,
+        markers: false,
+        crc: true,
+        reject: false,
+        reserved: 0,
+        revision: 2,
+        enhanced: Some(EnhancedRepr {
+            peer_to_peer: false,
+            rtr_send: false,
+            rtr_write: false,
+            rtr_read: false,
+            ird: 1,
+            ord: 1,
+        }),
+        private_data: b"",
+    };
+    let mut frame = vec![0; request.buffer_len()];
+    request.emit(&mut Packet::new_unchecked(&mut frame[..]));
+    s.write_all(&frame).unwrap();
+    // The Reply: 20-octet header and 4 octets of enhanced data.
+    let mut reply = [0; 24];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply[..16], b"MPA ID Rep Frame");
+    // An untagged Send (RFC 5041 §4.3: L=1, DV=1; RFC 5040 §4.2: RV=1,
+    // opcode 3), QN 0, MSN 1, MO 0, 16 octets, and a CRC that is wrong.
+    let mut fpdu = vec![0x00, 34, 0x41, 0x43];
+    fpdu.extend_from_slice(&[0; 4]); // Invalidate STag
+    fpdu.extend_from_slice(&0u32.to_be_bytes()); // QN
+    fpdu.extend_from_slice(&1u32.to_be_bytes()); // MSN
+    fpdu.extend_from_slice(&0u32.to_be_bytes()); // MO
+    fpdu.extend_from_slice(&[7; 16]);
+    fpdu.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
+    s.write_all(&fpdu).unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest).is_ok()
 }
 
 #[test]
