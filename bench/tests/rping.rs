@@ -154,8 +154,8 @@ fn text(o: &Done) -> String {
     tail
 }
 
-/// Waits until something listens on `port` (without connecting to it).
-fn listening(port: u16) {
+/// Waits until `server` listens on `port` (without connecting to it).
+fn listening(port: u16, server: &mut Proc) {
     #[allow(clippy::disallowed_methods)]
     let start = std::time::Instant::now();
     loop {
@@ -168,7 +168,13 @@ fn listening(port: u16) {
         {
             return;
         }
-        assert!(start.elapsed() < LIMIT, "nothing listens on {port}");
+        let exited = server.child.try_wait().unwrap();
+        if exited.is_some() || start.elapsed() > LIMIT {
+            panic!(
+                "nothing listens on {port} (server: {exited:?}): {}",
+                std::fs::read_to_string(&server.out).unwrap_or_default()
+            );
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -192,8 +198,8 @@ fn client_and_server_with_every_mpa_option() {
         if let Some(s) = size {
             server_args.extend(["-S", s]);
         }
-        let server = spawn(&server_args);
-        listening(p.parse().unwrap());
+        let mut server = spawn(&server_args);
+        listening(p.parse().unwrap(), &mut server);
         let mut client_args = vec!["-c", "-a", "127.0.0.1", "-p", &p, "-C", "20", "-v"];
         client_args.extend_from_slice(extra);
         let client = finish(spawn(&client_args), "the client");
@@ -227,8 +233,8 @@ fn a_persistent_server_outlives_bad_clients() {
     let _serial = serial();
     let p = port();
     let ps = p.to_string();
-    let server = spawn(&["-s", "-a", "127.0.0.1", "-p", &ps, "-P"]);
-    listening(p);
+    let mut server = spawn(&["-s", "-a", "127.0.0.1", "-p", &ps, "-P"]);
+    listening(p, &mut server);
     let addr = format!("127.0.0.1:{p}");
     // 1. Not MPA at all.
     let mut s = TcpStream::connect(&addr).unwrap();
@@ -274,7 +280,6 @@ fn a_persistent_server_outlives_bad_clients() {
         );
         assert!(good.status.success(), "{}", text(&good));
     }
-    let mut server = server;
     assert!(
         server.child.try_wait().unwrap().is_none(),
         "the persistent server is still running: {}",
