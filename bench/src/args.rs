@@ -16,8 +16,9 @@ use crate::workload::{Mode, Op, Stop};
 pub struct Args {
     /// The operation: write, read, send, write_imm (RDMA Write with
     /// Immediate Data), fetch_add or cmp_swap (RFC 7306 atomics, 8 octets).
-    #[arg(value_enum)]
-    pub op: OpArg,
+    /// A --server serves whatever its client asks, and may leave it out.
+    #[arg(value_enum, required_unless_present = "server")]
+    pub op: Option<OpArg>,
 
     /// Run as the client of the `bench --server` at this address (IPv4
     /// address or host name; perftest's `ib_write_bw HOST`), over kernel
@@ -189,7 +190,7 @@ pub const SIZE_MAX: usize = 8 << 20;
 impl Args {
     /// Checks the arguments, saying what to fix.
     pub fn plan(&self) -> Result<Plan, String> {
-        let op = self.op.op();
+        let op = self.op.map_or(Op::Write, OpArg::op);
         let mode = if self.lat {
             Mode::Latency
         } else {

@@ -3,19 +3,19 @@
 //! enhanced data takes four): each connection carries one workload, so a
 //! server needs no arguments to match its client's.
 //!
-//! Client's Request (30 octets, big-endian; offsets above the fields):
+//! Client's Request (38 octets, big-endian; offsets above the fields):
 //!
 //! ```text
-//!  0      4     5    6     7      8      12      14   16    18     22     30
-//!  +------+-----+----+-----+------+------+-------+----+-----+------+------+
-//!  |"DPWB"| ver | op |mode |flags | size | depth | qi | qps | STag |  TO  |
-//!  +------+-----+----+-----+------+------+-------+----+-----+------+------+
+//!  0      4     5    6     7      8      12      14   16    18     22     30     38
+//!  +------+-----+----+-----+------+------+-------+----+-----+------+------+------+
+//!  |"DPWB"| ver | op |mode |flags | size | depth | qi | qps | STag |  TO  | run  |
+//!  +------+-----+----+-----+------+------+-------+----+-----+------+------+------+
 //! ```
 //!
 //! `qi` is the connection's index among the client's `qps`, which picks its
 //! slot of memory on both sides; STag/TO is the client's memory (for the
 //! server's replies in latency runs); flag bit 0 marks the client's last
-//! size. The server's Reply carries `"DPWB" ver 0 0 0 STag TO` (20
+//! size; `run` names the client's run (a server serves one run at a time). The server's Reply carries `"DPWB" ver 0 0 0 STag TO` (20
 //! octets): its memory. A server that cannot serve the workload rejects with
 //! `"DPWB!"` and a line of UTF-8 saying why.
 
@@ -25,7 +25,7 @@ const MAGIC: &[u8; 4] = b"DPWB";
 const VERSION: u8 = 1;
 const REJECT: &[u8; 5] = b"DPWB!";
 /// Octets of a client's hello.
-pub const CLIENT_LEN: usize = 30;
+pub const CLIENT_LEN: usize = 38;
 /// Octets of a server's hello.
 pub const SERVER_LEN: usize = 20;
 
@@ -50,6 +50,8 @@ pub struct ClientHello {
     pub stag: u32,
     /// The client's memory: tagged offset of its first octet.
     pub to: u64,
+    /// The client's run, the same on all its connections.
+    pub run: u64,
 }
 
 fn op_code(op: Op) -> u8 {
@@ -74,6 +76,7 @@ impl ClientHello {
         out.extend_from_slice(&self.qps.to_be_bytes());
         out.extend_from_slice(&self.stag.to_be_bytes());
         out.extend_from_slice(&self.to.to_be_bytes());
+        out.extend_from_slice(&self.run.to_be_bytes());
         out
     }
 
@@ -102,8 +105,11 @@ impl ClientHello {
         };
         let be16 = |at: usize| u16::from_be_bytes([pd[at], pd[at + 1]]);
         let be32 = |at: usize| u32::from_be_bytes([pd[at], pd[at + 1], pd[at + 2], pd[at + 3]]);
-        let mut to = [0; 8];
-        to.copy_from_slice(&pd[22..30]);
+        let be64 = |at: usize| {
+            let mut word = [0; 8];
+            word.copy_from_slice(&pd[at..at + 8]);
+            u64::from_be_bytes(word)
+        };
         Ok(ClientHello {
             op,
             mode,
@@ -113,7 +119,8 @@ impl ClientHello {
             qi: be16(14),
             qps: be16(16),
             stag: be32(18),
-            to: u64::from_be_bytes(to),
+            to: be64(22),
+            run: be64(30),
         })
     }
 }

@@ -55,18 +55,26 @@ fn main() {
         ),
         Mode::Latency => "latency | 1 QP, 1 in flight".to_string(),
     };
+    // The checksum clause only where the embedded link runs.
+    let checksums = if transports.contains(&TransportKind::Embedded) {
+        format!(
+            ", TCP/IP checksums {} on the embedded link",
+            if args.sw_checksums {
+                "in software"
+            } else {
+                "offloaded"
+            }
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "{} {} | MPA CRC {}, markers {} | MTU {}, TCP/IP checksums {} on the embedded link",
+        "{} {} | MPA CRC {}, markers {} | MTU {}{checksums}",
         plan.op.name(),
         shape,
         if args.no_crc { "off" } else { "on" },
         if args.markers { "on" } else { "off" },
         args.mtu,
-        if args.sw_checksums {
-            "in software"
-        } else {
-            "offloaded"
-        },
     );
     for &transport in &transports {
         if stop.load(Ordering::SeqCst) {
@@ -169,12 +177,16 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
             );
             return 0;
         }
-        if server.served > 0 && server.endpoint.open_connections() == 0 {
+        // Idle after a client (served or refused): it went away.
+        if (server.served > 0 || server.refused() > 0) && server.endpoint.open_connections() == 0 {
             let since = *idle_since.get_or_insert_with(Instant::now);
             if since.elapsed() > IDLE_LIMIT {
                 eprintln!(
-                    "bench server: the client went away ({} connection(s) served, {failures} failed)",
-                    server.served
+                    "bench server: no client for {} s ({} connection(s) served, {} refused, \
+                     {failures} failed)",
+                    IDLE_LIMIT.as_secs(),
+                    server.served,
+                    server.refused()
                 );
                 return 1;
             }

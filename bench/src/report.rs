@@ -166,7 +166,11 @@ pub fn lat_row(r: &Report) -> String {
         us(h.value_at_percentile(99.99)),
         us(h.max()),
         h.mean() / 1000.0
-    )
+    ) + if r.measured.interrupted {
+        " (interrupted)"
+    } else {
+        ""
+    }
 }
 
 /// HdrHistogram's percentile-distribution format (`outputPercentileDistribution`,

@@ -51,15 +51,17 @@ impl Served {
             size,
             depth: hello.depth as usize,
             base,
+            // From the network: wrapping, never a panic (a TO beyond the
+            // client's region is its RNIC's to refuse).
             client: RemoteAddr {
                 stag: client_memory.stag,
-                to: client_memory.to + base,
+                to: client_memory.to.wrapping_add(base),
             },
             marker: 0,
             credit_source: credit,
             credit_sink: RemoteAddr {
                 stag: client_memory.stag,
-                to: client_memory.to + credit,
+                to: client_memory.to.wrapping_add(credit),
             },
             consumed: 0,
             reported: 0,
@@ -113,7 +115,7 @@ impl Served {
         let sgl = [ep.sge(self.base + half(self.size) as u64, len as u32)];
         let to_client = RemoteAddr {
             stag: self.client.stag,
-            to: self.client.to + half(self.size) as u64,
+            to: self.client.to.wrapping_add(half(self.size) as u64),
         };
         let op = match self.op {
             Op::Send => SendOp::Send,

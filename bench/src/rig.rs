@@ -32,8 +32,10 @@ use crate::workload::{memory_for, Spec};
 
 /// Send and receive queue depth of every QP.
 pub const QUEUE_DEPTH: usize = 512;
-/// Completions per CQ.
-const CQ_DEPTH: usize = 8192;
+/// Completions per CQ: every work request of the most QPs (64) at the
+/// deepest queues (512 sends and 512 receives each) can complete in one
+/// step without overflowing it.
+const CQ_DEPTH: usize = 64 * QUEUE_DEPTH * 2;
 /// How long connection set-up and teardown may take.
 const SETUP_LIMIT: StdDuration = StdDuration::from_secs(10);
 
@@ -209,13 +211,14 @@ impl<T: Transport> Endpoint<T> {
                                 qp = Some(handle);
                             } else {
                                 let _ = self.rnic.destroy_qp(handle);
+                                // An abort reports nothing more: release now.
                                 let _ = self.transport.abort(conn);
-                                self.closing_raw.push(conn);
+                                self.transport.release(conn);
                             }
                         }
                         Err(_) => {
                             let _ = self.transport.abort(conn);
-                            self.closing_raw.push(conn);
+                            self.transport.release(conn);
                         }
                     }
                 }
@@ -247,6 +250,7 @@ impl<T: Transport> Endpoint<T> {
                     }
                     let mut wcs = Vec::new();
                     self.drain_cq(&mut wcs);
+                    self.pending.retain(|w| w.qp != live.qp);
                     self.pending
                         .extend(wcs.into_iter().filter(|w| w.qp != live.qp));
                     let _ = self.rnic.destroy_qp(live.qp);
@@ -365,6 +369,10 @@ pub struct Server<T: Transport> {
     /// A client's last connections have all closed.
     pub client_done: bool,
     port: u16,
+    /// The run being served (set by the accept callback, cleared when it
+    /// is done): a second client's run is refused meanwhile.
+    active: Arc<std::sync::Mutex<Option<u64>>>,
+    refused: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl<T: Transport> Server<T> {
@@ -382,19 +390,40 @@ impl<T: Transport> Server<T> {
             to: endpoint.mr.base_to,
         };
         let len = memory;
+        let active: Arc<std::sync::Mutex<Option<u64>>> = Arc::default();
+        let refused: Arc<std::sync::atomic::AtomicU64> = Arc::default();
+        let (serving, refusals) = (active.clone(), refused.clone());
         endpoint.control.listen(
             0,
             port,
             startup,
-            Box::new(move |request, _| {
-                match ClientHello::decode(&request.private_data)
+            Box::new(move |request, peer| {
+                let verdict = ClientHello::decode(&request.private_data)
                     .and_then(|h| check_fits(&h, len).map(|()| h))
-                {
-                    Ok(_) => Decision::Accept(Accept {
+                    .and_then(|h| {
+                        let mut run = serving.lock().unwrap_or_else(|p| p.into_inner());
+                        match *run {
+                            Some(r) if r != h.run => {
+                                Err("this server is serving another client's run: wait for it, \
+                                 or start another server on another port (-p)"
+                                    .to_string())
+                            }
+                            _ => {
+                                *run = Some(h.run);
+                                Ok(())
+                            }
+                        }
+                    });
+                match verdict {
+                    Ok(()) => Decision::Accept(Accept {
                         private_data: mine.encode(),
                         ..Accept::default()
                     }),
-                    Err(why) => Decision::Reject(hello::encode_reject(&why)),
+                    Err(why) => {
+                        eprintln!("bench server: refused the client at {peer}: {why}");
+                        refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Decision::Reject(hello::encode_reject(&why))
+                    }
                 }
             }),
         );
@@ -405,7 +434,14 @@ impl<T: Transport> Server<T> {
             last_open: false,
             client_done: false,
             port,
+            active,
+            refused,
         }
+    }
+
+    /// Clients refused so far (workloads that do not fit, a second run).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Steps until the listener is up (or refused), at most 10 s.
@@ -425,6 +461,11 @@ impl<T: Transport> Server<T> {
     /// One turn: the RNIC, new connections, the workloads' replies.
     pub fn step(&mut self, now: Instant) -> Result<(), String> {
         self.endpoint.step(now);
+        // Ends first: a new QP may take an ended one's handle in this step.
+        for qp in self.endpoint.take_ended() {
+            self.responder.remove(qp);
+            self.served += 1;
+        }
         for (handoff, qp) in self.endpoint.take_handoffs() {
             let (StartupResult::Established(e), Some(qp)) = (&handoff.result, qp) else {
                 continue;
@@ -447,13 +488,10 @@ impl<T: Transport> Server<T> {
                 ),
             );
         }
-        for qp in self.endpoint.take_ended() {
-            self.responder.remove(qp);
-            self.served += 1;
-        }
         if self.last_open && self.endpoint.open_connections() == 0 {
             self.client_done = true;
             self.last_open = false;
+            *self.active.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
         if let Err((qp, why)) = self.responder.step(&mut self.endpoint) {
             // One connection's failure ends that connection only.
@@ -465,8 +503,9 @@ impl<T: Transport> Server<T> {
     }
 }
 
-/// Whether the workload of `h` fits a server memory of `len` octets.
-fn check_fits(h: &ClientHello, len: usize) -> Result<(), String> {
+/// Whether the workload of `h` (from the network) is well formed and fits
+/// a server memory of `len` octets, saying why not.
+pub fn check_fits(h: &ClientHello, len: usize) -> Result<(), String> {
     let size = h.size as usize;
     if size == 0 || h.qps == 0 || h.qi >= h.qps || h.depth == 0 || h.depth as usize > QUEUE_DEPTH {
         return Err(format!(
@@ -475,6 +514,12 @@ fn check_fits(h: &ClientHello, len: usize) -> Result<(), String> {
         ));
     }
     let need = memory_for(h.qps as usize, size);
+    if h.to.checked_add(need as u64).is_none() {
+        return Err(format!(
+            "the client's memory at TO {:#x} would wrap past 2^64 octets",
+            h.to
+        ));
+    }
     if need > len {
         return Err(format!(
             "{} QP(s) of {} B messages need {} octets of server memory; this server has {}: \
@@ -502,6 +547,16 @@ pub struct Rig<C: Transport, S: Transport> {
     pub server: Option<Server<S>>,
     server_addr: SocketAddrV4,
     startup: StartupConfig,
+    /// This run's name in the hello.
+    run: u64,
+}
+
+/// A name for this process's run: its PID and the clock's nanoseconds.
+fn run_id() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (u64::from(std::process::id()) << 32) ^ nanos
 }
 
 impl<C: Transport, S: Transport> Rig<C, S> {
@@ -545,6 +600,7 @@ impl<C: Transport, S: Transport> Rig<C, S> {
                 last,
                 stag: self.client.mr.stag,
                 to: self.client.mr.base_to,
+                run: self.run,
             };
             let token =
                 self.client
@@ -555,10 +611,17 @@ impl<C: Transport, S: Transport> Rig<C, S> {
         let mut ended: Vec<(Handoff, Option<QpHandle>)> = Vec::new();
         let want = spec.qps;
         let addr = self.server_addr;
-        self.wait_setup(&format!("connecting {want} QP(s) to {addr}"), &mut |rig| {
+        let waited = self.wait_setup(&format!("connecting {want} QP(s) to {addr}"), &mut |rig| {
             ended.extend(rig.client.take_handoffs());
             ended.len() >= want
-        })?;
+        });
+        if let Err(why) = waited {
+            // Those that did connect go again.
+            for qp in ended.iter().filter_map(|(_, qp)| *qp) {
+                self.client.close(qp);
+            }
+            return Err(why);
+        }
         let mut pairs = Vec::with_capacity(want);
         let mut failure = None;
         for token in tokens {
@@ -723,6 +786,7 @@ pub fn embedded(config: &RigConfig) -> Result<Rig<Stack<LinkEnd>, Stack<LinkEnd>
         )),
         server_addr: SocketAddrV4::new(s_addr, config.port),
         startup: config.startup(),
+        run: run_id(),
     };
     settle(&mut rig)?;
     Ok(rig)
@@ -752,6 +816,7 @@ pub fn kernel(config: &RigConfig) -> Result<Rig<KernelTransport, KernelTransport
         )),
         server_addr: SocketAddrV4::new(Ipv4Addr::LOCALHOST, config.port),
         startup: config.startup(),
+        run: run_id(),
     };
     settle(&mut rig)?;
     Ok(rig)
@@ -808,6 +873,7 @@ pub fn tap(config: &RigConfig) -> Result<(Rig<Stack<TapDevice>, KernelTransport>
         )),
         server_addr: SocketAddrV4::new(TAP_KERNEL_ADDR, config.port),
         startup: config.startup(),
+        run: run_id(),
     };
     settle(&mut rig)?;
     Ok((rig, net))
@@ -830,5 +896,6 @@ pub fn remote(
         server: None,
         server_addr: server,
         startup: config.startup(),
+        run: run_id(),
     })
 }

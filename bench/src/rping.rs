@@ -115,6 +115,15 @@ pub struct RpingArgs {
     #[arg(long, value_enum)]
     pub p2p: Option<RtrArg>,
 
+    /// Ask for MPA markers (RFC 5044 §5; siw refuses them).
+    #[arg(long)]
+    pub markers: bool,
+
+    /// Server: reject every connection, with this text as the MPA Reply's
+    /// private data.
+    #[arg(long, value_name = "TEXT")]
+    pub reject: Option<String>,
+
     /// Inbound RDMA Reads we accept (IRD; rping uses 1).
     #[arg(long, default_value_t = 1)]
     pub ird: u16,
@@ -185,6 +194,12 @@ impl RpingArgs {
         if self.mpa_rev == 1 && self.p2p.is_some() {
             return Err("--p2p needs --mpa-rev 2 (RTRs are RFC 6581's)".into());
         }
+        if self.client && self.reject.is_some() {
+            return Err("--reject is the server's (a client cannot reject)".into());
+        }
+        if self.reject.as_ref().is_some_and(|r| r.len() > 500) {
+            return Err("--reject: at most 500 octets of private data".into());
+        }
         if self.transport == RpingTransport::Tap && self.ip.is_none() {
             return Err(
                 "--transport tap needs --ip ADDR/PREFIX, our address on the TAP link".into(),
@@ -209,7 +224,7 @@ impl RpingArgs {
             revision: self.mpa_rev,
             enhanced: self.mpa_rev == 2,
             crc: self.crc,
-            markers: false,
+            markers: self.markers,
             peer_to_peer: self.p2p.is_some(),
             rtr,
             ird: self.ird,
@@ -562,11 +577,18 @@ fn server<T: Transport>(
     args: &RpingArgs,
     stop: &AtomicBool,
 ) -> Result<Outcome, String> {
+    let reject = args.reject.clone();
     ep.control.listen(
         0,
         args.port,
         args.startup(),
-        Box::new(|_, _| Decision::Accept(control::mpa::Accept::default())),
+        Box::new(move |_, peer| match &reject {
+            Some(text) => {
+                eprintln!("bench rping: rejecting {peer} (--reject)");
+                Decision::Reject(text.clone().into_bytes())
+            }
+            None => Decision::Accept(control::mpa::Accept::default()),
+        }),
     );
     let start = Instant::now();
     loop {
@@ -653,6 +675,18 @@ fn server<T: Transport>(
                         peer,
                         since: Instant::now(),
                     });
+                }
+                (StartupResult::Rejected(_), _) => {
+                    // Our --reject: the rejection was the point.
+                    connections += 1;
+                    if !args.persistent {
+                        // Let the Reply and our FIN go out first.
+                        let start = Instant::now();
+                        while ep.open_connections() > 0 && start.elapsed() < STALL_LIMIT {
+                            ep.step(now());
+                        }
+                        return Ok(outcome);
+                    }
                 }
                 (StartupResult::Failed(f), _) => {
                     eprintln!("bench rping: a client's MPA startup failed: {}", f.reason);
@@ -821,7 +855,7 @@ fn client<T: Transport>(
                 (StartupResult::Established(_), Some(qp)) => break qp,
                 (StartupResult::Rejected(r), _) => {
                     return Err(format!(
-                        "{server} rejected the connection (private data {:?})",
+                        "{server} rejected the connection (MPA Reply with R=1, private data {:?})",
                         String::from_utf8_lossy(&r.private_data)
                     ))
                 }

@@ -339,6 +339,7 @@ fn bandwidth<C: Transport, S: Transport>(
             while posted_at[qi].len() < depth
                 && sent[qi] < granted
                 && issued < limit
+                && !interrupted
                 && !done(spec, start, messages).0
             {
                 if !post(&mut rig.client, pair, qi, spec, next_id) {

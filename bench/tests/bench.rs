@@ -252,6 +252,7 @@ fn the_bench_hello_round_trips_and_refuses_garbage() {
         last: true,
         stag: 0xdead_beef,
         to: 0x1122_3344_5566_7788,
+        run: 0x0102_0304_0506_0708,
     };
     let octets = h.encode();
     assert_eq!(octets.len(), CLIENT_LEN);
@@ -261,6 +262,7 @@ fn the_bench_hello_round_trips_and_refuses_garbage() {
     assert_eq!(&octets[8..12], &[1, 2, 3, 4]);
     assert_eq!(&octets[18..22], &[0xde, 0xad, 0xbe, 0xef]);
     assert_eq!(&octets[22..30], &0x1122_3344_5566_7788u64.to_be_bytes());
+    assert_eq!(&octets[30..38], &[1, 2, 3, 4, 5, 6, 7, 8]);
     let s = ServerHello {
         stag: 5,
         to: u64::MAX,
@@ -274,6 +276,40 @@ fn the_bench_hello_round_trips_and_refuses_garbage() {
     assert!(ClientHello::decode(&wrong_version)
         .unwrap_err()
         .contains("version 9"));
+    // A workload that fits; the same with a TO near 2^64 decodes, and the
+    // server refuses it (no overflow); other malformed ones likewise.
+    let fits = ClientHello {
+        size: 64,
+        qi: 0,
+        qps: 1,
+        depth: 16,
+        ..h
+    };
+    assert_eq!(bench::rig::check_fits(&fits, 1 << 20), Ok(()));
+    let wraps = ClientHello {
+        to: u64::MAX - 10,
+        ..fits
+    };
+    assert_eq!(ClientHello::decode(&wraps.encode()), Ok(wraps));
+    let why = bench::rig::check_fits(&wraps, 1 << 20).unwrap_err();
+    assert!(why.contains("wrap"), "{why}");
+    let why = bench::rig::check_fits(
+        &ClientHello {
+            size: 1 << 20,
+            ..fits
+        },
+        1 << 20,
+    )
+    .unwrap_err();
+    assert!(why.contains("server memory"), "{why}");
+    for bad in [
+        ClientHello { qi: 1, ..fits },
+        ClientHello { depth: 0, ..fits },
+        ClientHello { depth: 513, ..fits },
+        ClientHello { size: 0, ..fits },
+    ] {
+        assert!(bench::rig::check_fits(&bad, 1 << 20).is_err(), "{bad:?}");
+    }
     let mut wrong_op = octets.clone();
     wrong_op[5] = 6;
     assert!(ClientHello::decode(&wrong_op).is_err());

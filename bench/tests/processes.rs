@@ -4,7 +4,6 @@
 //! (by its PID) if it overstays.
 
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_bench");
@@ -20,10 +19,10 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A port of this test binary's own: distinct per call and per process.
+/// A free port: one the kernel just gave out, released again.
 fn port() -> u16 {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    20000 + (std::process::id() % 2000) as u16 * 10 + NEXT.fetch_add(1, Ordering::SeqCst)
+    let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    l.local_addr().unwrap().port()
 }
 
 fn spawn(args: &[&str]) -> Child {
@@ -164,7 +163,7 @@ fn every_operation_between_two_processes() {
             if lat {
                 args.push("--lat");
             } else {
-                // Two sizes: each gets its own connections, the last says so.
+                // Two QPs, each its own connection with its own slot.
                 args.extend(["-q", "2"]);
             }
             let client = finish(spawn(&args), "the client");
@@ -259,7 +258,62 @@ fn a_server_that_cannot_serve_says_why_and_keeps_going() {
     let (ok, said) = server.finish();
     assert!(ok, "{said}");
     assert!(
-        said.contains("refused") || said.contains("client done"),
+        said.contains("refused the client") && said.contains("client done"),
+        "{said}"
+    );
+}
+
+/// A server serves one client's run at a time: a second client meanwhile
+/// is refused, saying why; the first is not disturbed.
+#[test]
+fn a_second_client_is_refused_while_a_run_is_served() {
+    let _serial = serial();
+    let p = port().to_string();
+    let server = server(&["write", "-p", &p]);
+    let first = spawn(&["write", "127.0.0.1", "-p", &p, "-D", "3"]);
+    std::thread::sleep(Duration::from_millis(700));
+    let second = finish(
+        spawn(&["write", "127.0.0.1", "-p", &p, "-n", "100"]),
+        "the second client",
+    );
+    assert_eq!(second.status.code(), Some(1), "{}", text(&second));
+    assert!(
+        text(&second).contains("another client's run"),
+        "{}",
+        text(&second)
+    );
+    let first = finish(first, "the first client");
+    assert!(first.status.success(), "{}", text(&first));
+    let (ok, said) = server.finish();
+    assert!(ok && said.contains("client done"), "{said}");
+}
+
+/// A server whose only client was refused gives up after its idle limit
+/// (10 s) instead of waiting forever.
+#[test]
+fn a_server_with_only_a_refused_client_exits() {
+    let _serial = serial();
+    let p = port().to_string();
+    let server = server(&["write", "-p", &p]);
+    let refused = finish(
+        spawn(&[
+            "write",
+            "127.0.0.1",
+            "-p",
+            &p,
+            "-s",
+            "8388608",
+            "-q",
+            "64",
+            "-n",
+            "1",
+        ]),
+        "the refused client",
+    );
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let (ok, said) = server.finish();
+    assert!(
+        !ok && said.contains("no client for 10 s") && said.contains("64 refused"),
         "{said}"
     );
 }
@@ -292,4 +346,38 @@ fn a_server_on_a_taken_port_says_so() {
         "{}",
         text(&out)
     );
+}
+
+/// Ctrl-C (SIGINT) or SIGTERM ends a run at once and prints what it
+/// measured, marked as interrupted, in both modes.
+#[test]
+fn an_interrupted_run_prints_its_results() {
+    let _serial = serial();
+    for (mode, signal) in [("bandwidth", "-INT"), ("latency", "-TERM")] {
+        let mut args = vec!["write", "-D", "30"];
+        if mode == "latency" {
+            args.push("--lat");
+        }
+        let child = spawn(&args);
+        std::thread::sleep(Duration::from_millis(1500));
+        let killed = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        #[allow(clippy::disallowed_methods)] // A child process runs on real time.
+        let start = std::time::Instant::now();
+        let out = finish(child, "the interrupted run");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{mode}: took {:?} to stop",
+            start.elapsed()
+        );
+        assert!(out.status.success(), "{mode}: {}", text(&out));
+        assert!(
+            text(&out).contains("(interrupted)"),
+            "{mode}: {}",
+            text(&out)
+        );
+    }
 }

@@ -7,7 +7,6 @@
 //! reported as *ignored* with the reason on stderr, never as passed.
 
 use std::process::Command;
-use std::time::Duration;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 
@@ -27,14 +26,40 @@ fn main() {
 }
 
 fn run(args: &[&str]) -> Result<String, Failed> {
-    // Bounded: `timeout` ends a stuck run (and its namespace goes with the
-    // process's cleanup below).
-    let out = Command::new("timeout")
-        .arg("60")
+    run_for(60, args)
+}
+
+/// Runs bench (at most `secs`: `timeout` sends SIGTERM, on which bench
+/// ends in order) and checks that its namespace and TAP device are gone.
+fn run_for(secs: u32, args: &[&str]) -> Result<String, Failed> {
+    let child = Command::new("timeout")
+        .arg(secs.to_string())
         .arg(BENCH)
         .args(args)
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| format!("bench: {e}"))?;
+    // bench is timeout's child: its PID follows timeout's closely.
+    let timeout_pid = child.id();
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    let names = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let names = String::from_utf8_lossy(&names.stdout).to_string();
+    let links = Command::new("ip")
+        .args(["-o", "link"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let links = String::from_utf8_lossy(&links.stdout).to_string();
+    for pid in timeout_pid..timeout_pid + 64 {
+        let ns = format!("dpwbench{pid}");
+        let tap = format!(" dpwb{}:", pid % 100_000_000);
+        if names.split_whitespace().any(|n| n == ns) || links.contains(&tap) {
+            return Err(format!("{ns} or its TAP device was left behind").into());
+        }
+    }
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -76,14 +101,12 @@ fn over_tap() -> Result<(), Failed> {
         "-t",
         "16",
     ])?;
-    std::thread::sleep(Duration::from_millis(100));
-    let left = Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .map_err(|e| e.to_string())?;
-    let left = String::from_utf8_lossy(&left.stdout);
-    if left.contains("dpwbench") {
-        return Err(format!("a namespace was left behind: {left}").into());
+    // Stopped by SIGTERM mid-run (its exit status aside), bench still
+    // removes what it made.
+    if let Err(e) = run_for(2, &["write", "--transport", "tap", "-D", "30", "--no-crc"]) {
+        if e.message().is_some_and(|m| m.contains("left behind")) {
+            return Err(e);
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
