@@ -23,7 +23,8 @@ use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
 use tcp_lite::sys::netns::{self, Netns};
 use tcp_lite::sys::tap::TapDevice;
 use tcp_lite::{
-    CongestionControl, ConnId, EventKind, Instant, Stack, StackConfig, TcpConfig, Transport,
+    CongestionControl, ConnId, Duration, EventKind, Instant, Stack, StackConfig, TcpConfig,
+    Transport,
 };
 
 use crate::hello::{self, ClientHello, ServerHello};
@@ -55,6 +56,8 @@ struct Live {
     peer_closed: bool,
     /// We sent FIN.
     closing: bool,
+    /// No FPDU leaves before this (see [`Endpoint::settle`]).
+    hold_until: Instant,
 }
 
 /// One RNIC: its transport, its control plane, its engine and memory.
@@ -85,6 +88,12 @@ pub struct Endpoint<T: Transport> {
     /// QP events (Terminates sent and received), not yet taken.
     events: Vec<(QpHandle, QpEvent)>,
     wcs: Vec<Wc>,
+    /// How long an initiator waits after the MPA Reply before its first
+    /// FPDU (0 by default). Linux siw (6.1) sends its Reply before it hands
+    /// the socket to its receive path, and an FPDU that lands in between
+    /// is not read until another segment arrives: a fast initiator can
+    /// stall there (seen with dpwarp, and between siw peers too).
+    pub settle: Duration,
 }
 
 impl<T: Transport> Endpoint<T> {
@@ -134,6 +143,7 @@ impl<T: Transport> Endpoint<T> {
             pending: Vec::new(),
             events: Vec::new(),
             wcs: vec![blank; 256],
+            settle: Duration::ZERO,
         }
     }
 
@@ -153,10 +163,12 @@ impl<T: Transport> Endpoint<T> {
         self.link.poll(&mut self.transport, now);
         let rnic = &mut self.rnic;
         for live in &mut self.live {
-            let _ = self.transport.send_with(live.conn, 1 << 20, |space| {
-                let n = rnic.poll_transmit(live.qp, space).unwrap_or(0);
-                (n, ())
-            });
+            if now >= live.hold_until {
+                let _ = self.transport.send_with(live.conn, 1 << 20, |space| {
+                    let n = rnic.poll_transmit(live.qp, space).unwrap_or(0);
+                    (n, ())
+                });
+            }
             loop {
                 let got = self.transport.recv_with(live.conn, |data, _| {
                     let n = rnic.handle_stream(live.qp, data).unwrap_or(0);
@@ -202,11 +214,18 @@ impl<T: Transport> Endpoint<T> {
                                 .connect(handle, e.connection(self.emss, 65535))
                                 .is_ok()
                             {
+                                // Active opens (a token) are initiators.
+                                let hold_until = if handoff.token != 0 {
+                                    now + self.settle
+                                } else {
+                                    now
+                                };
                                 self.live.push(Live {
                                     conn,
                                     qp: handle,
                                     peer_closed: false,
                                     closing: false,
+                                    hold_until,
                                 });
                                 qp = Some(handle);
                             } else {

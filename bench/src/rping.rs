@@ -148,6 +148,13 @@ pub struct RpingArgs {
     #[arg(long, requires = "netns")]
     pub bridge: Option<String>,
 
+    /// Client: milliseconds to wait after the MPA Reply before the first
+    /// FPDU. Linux siw (6.1) sends its Reply before it hands the socket to
+    /// its receive path; an FPDU that lands in between waits for the next
+    /// segment, which in rping never comes (a 10 s stall).
+    #[arg(long = "settle-ms", default_value_t = 50)]
+    pub settle_ms: u64,
+
     /// IP MTU of the path (FPDUs are sized for it).
     #[arg(long, default_value_t = 1500)]
     pub mtu: usize,
@@ -542,6 +549,7 @@ fn run<T: Transport>(
         server(&mut ep, layout, slots, args, stop)
     } else {
         let mut ep = Endpoint::new(transport, emss, 5, layout.memory(1));
+        ep.settle = tcp_lite::Duration::from_millis(args.settle_ms);
         client(&mut ep, layout, args, stop)
     }
 }

@@ -343,6 +343,38 @@ fn bad_crc_client(addr: &str) -> bool {
     s.read_to_end(&mut rest).is_ok()
 }
 
+/// A server with --reject refuses with its text as private data; the
+/// client reports it (exit 1) and the server ends cleanly.
+#[test]
+fn a_reject_carries_its_private_data() {
+    let _serial = serial();
+    let p = port();
+    let ps = p.to_string();
+    let mut server = spawn(&[
+        "-s",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        &ps,
+        "-v",
+        "--reject",
+        "not today",
+    ]);
+    listening(p, &mut server);
+    let client = finish(
+        spawn(&["-c", "-a", "127.0.0.1", "-p", &ps, "-C", "1"]),
+        "the client",
+    );
+    assert_eq!(client.status.code(), Some(1), "{}", text(&client));
+    assert!(
+        client.said.contains("R=1, private data \"not today\""),
+        "{}",
+        text(&client)
+    );
+    let served = finish(server, "the server");
+    assert!(served.status.success(), "{}", text(&served));
+}
+
 #[test]
 fn bad_arguments_say_what_to_fix() {
     for (args, want) in [
@@ -356,6 +388,7 @@ fn bad_arguments_say_what_to_fix() {
         ),
         (&["-c", "-a", "127.0.0.1", "--transport", "tap"], "--ip"),
         (&["-a", "127.0.0.1"], "-s"),
+        (&["-c", "-a", "127.0.0.1", "--reject", "no"], "--reject"),
     ] {
         let out = finish(spawn(args), "bench rping");
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));

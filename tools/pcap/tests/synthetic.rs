@@ -938,3 +938,59 @@ fn the_startup_frame_arriving_a_byte_at_a_time_decodes() {
         .collect();
     assert_eq!(frames.len(), 2);
 }
+
+/// RFC 6581 §9.2: an initiator whose Reply offers no RTR it can send
+/// terminates instead (LLP, MPA, No matching RTR option): a Terminate as the
+/// peer-to-peer initiator's first FPDU is no problem; anything else is.
+#[test]
+fn a_p2p_initiator_may_terminate_instead_of_an_rtr() {
+    let offer = mpa_rr::EnhancedRepr {
+        peer_to_peer: true,
+        rtr_send: true,
+        rtr_write: false,
+        rtr_read: false,
+        ird: 1,
+        ord: 1,
+    };
+    let answer = mpa_rr::EnhancedRepr {
+        rtr_send: false,
+        rtr_write: true,
+        ..offer
+    };
+    let terminate = segment(&RdmapRepr {
+        ddp: untagged(RdmapOpcode::Terminate, 2, 1, 0, true),
+        header: RdmapHeader::Terminate(term::Repr {
+            encoding: term::Encoding::Rfc5040,
+            layer: term::Layer::Llp,
+            etype: 0,
+            ecode: 7,
+            reserved: 0,
+            segment_length_valid: false,
+            ddp_segment_length: 0,
+            ddp_header: None,
+            rdma_header: None,
+        }),
+        payload: &[],
+    });
+    let send = segment(&RdmapRepr {
+        ddp: untagged(RdmapOpcode::Send, 0, 1, 0, true),
+        header: RdmapHeader::None,
+        payload: b"not an RTR",
+    });
+    for (first, trouble) in [(terminate, false), (send, true)] {
+        let mut capture = Capture::new();
+        capture.send(
+            0,
+            &mpa_frame(mpa_rr::FrameKind::Request, false, false, Some(offer), b""),
+            &[],
+        );
+        capture.send(
+            1,
+            &mpa_frame(mpa_rr::FrameKind::Reply, false, false, Some(answer), b""),
+            &[],
+        );
+        capture.send(0, &frame_stream(0, &[first], false, false), &[]);
+        let found = problems(&decode(&capture.close()));
+        assert_eq!(!found.is_empty(), trouble, "{found:?}");
+    }
+}

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use dpwarp_capture::reassembly::{ConnInfo, Dir};
 use rnic_engine::wire::{mpa_marker, mpa_rr};
 
-use super::fpdu::{is_zero_length_rtr, plausible_fpdu, Cut};
+use super::fpdu::{is_terminate, is_zero_length_rtr, plausible_fpdu, Cut};
 use super::{
     Body, CrcVerdict, Message, MpaFrame, Progress, Sink, TcpEvent, BAD_CRC_RESYNC, HELD_MAX,
     PENDING_BYTES_MAX,
@@ -433,7 +433,9 @@ impl Conn {
         let i = index(dir);
         if self.rtr_expected[i] && d.fpdus == 0 {
             fpdu.rtr = is_zero_length_rtr(&fpdu.ulpdu);
-            if !fpdu.rtr {
+            // An initiator that cannot send any RTR the Reply allows
+            // terminates instead (RFC 6581 §9.2: No matching RTR option).
+            if !fpdu.rtr && !is_terminate(&fpdu.ulpdu) {
                 let text = "peer-to-peer initiator's first FPDU is not a zero-length \
                             Send/Write/Read RTR (RFC 6581 §9.2)";
                 self.problem(dir, start, text.to_string(), sink);

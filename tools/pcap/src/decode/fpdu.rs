@@ -143,6 +143,13 @@ pub(super) fn plausible_fpdu(position: u64, buf: &[u8], params: Params) -> Optio
 
 /// Whether a ULPDU is one of RFC 6581's RTR indications: a zero-length
 /// Send, RDMA Write or RDMA Read (Read Request of size 0).
+/// Whether `ulpdu` is a Terminate.
+pub(super) fn is_terminate(ulpdu: &[u8]) -> bool {
+    ddp::Packet::new_checked(ulpdu)
+        .and_then(|p| rdmap::Repr::parse(&p))
+        .is_ok_and(|r| r.opcode() == rdmap::Opcode::Terminate)
+}
+
 pub(super) fn is_zero_length_rtr(ulpdu: &[u8]) -> bool {
     let Ok(packet) = ddp::Packet::new_checked(ulpdu) else {
         return false;
