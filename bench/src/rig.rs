@@ -94,6 +94,8 @@ pub struct Endpoint<T: Transport> {
     /// is not read until another segment arrives: a fast initiator can
     /// stall there (seen with dpwarp, and between siw peers too).
     pub settle: Duration,
+    /// The layout of the Terminates our QPs send (RFC 5040's by default).
+    pub terminate_layout: rnic_engine::wire::term::Encoding,
 }
 
 impl<T: Transport> Endpoint<T> {
@@ -144,6 +146,7 @@ impl<T: Transport> Endpoint<T> {
             events: Vec::new(),
             wcs: vec![blank; 256],
             settle: Duration::ZERO,
+            terminate_layout: rnic_engine::wire::term::Encoding::Rfc5040,
         }
     }
 
@@ -209,11 +212,11 @@ impl<T: Transport> Endpoint<T> {
                     };
                     match self.rnic.create_qp(init) {
                         Ok(handle) => {
-                            if self
-                                .rnic
-                                .connect(handle, e.connection(self.emss, 65535))
-                                .is_ok()
-                            {
+                            let connection = rnic_engine::qp::Connection {
+                                terminate_layout: self.terminate_layout,
+                                ..e.connection(self.emss, 65535)
+                            };
+                            if self.rnic.connect(handle, connection).is_ok() {
                                 // Active opens (a token) are initiators.
                                 let hold_until = if handoff.token != 0 {
                                     now + self.settle
@@ -259,6 +262,18 @@ impl<T: Transport> Endpoint<T> {
                 EventKind::PeerClosed => self.live[i].peer_closed = true,
                 EventKind::Closed | EventKind::Reset | EventKind::TimedOut => {
                     let live = self.live.swap_remove(i);
+                    // What arrived before the end still counts: a peer that
+                    // sends a Terminate and then resets (siw's rping does,
+                    // when it exits) must be heard.
+                    let rnic = &mut self.rnic;
+                    while let Ok(n) = self.transport.recv_with(conn, |data, _| {
+                        let n = rnic.handle_stream(live.qp, data).unwrap_or(0);
+                        (n, n)
+                    }) {
+                        if n == 0 {
+                            break;
+                        }
+                    }
                     self.transport.release(conn);
                     // Outstanding work completes flushed, then the QP goes;
                     // its completions are dropped here, before a new QP can

@@ -155,6 +155,21 @@ pub struct RpingArgs {
     #[arg(long = "settle-ms", default_value_t = 50)]
     pub settle_ms: u64,
 
+    /// How our Terminates lay out their control word: `rfc5040` (RFC 5040
+    /// §4.8) or `siw` (Linux siw's little-endian bitfield, which siw reads
+    /// ours with; it reads RFC 5040's with layer and type swapped).
+    #[arg(long = "term-layout", value_enum, default_value_t = TermLayout::Rfc5040)]
+    pub term_layout: TermLayout,
+
+    /// Misbehave on purpose, to make a peer (or ourselves) terminate:
+    /// `bad-stag` (client: advertise a start buffer under an STag we do not
+    /// have; server: RDMA Write to an STag the client did not advertise),
+    /// `bad-read-stag` (server: RDMA Read from one), `bounds` (client:
+    /// advertise an echo buffer that runs past the end of our memory),
+    /// `no-recv` (server: post no receives, so the client's Send finds none).
+    #[arg(long, value_enum)]
+    pub fault: Option<Fault>,
+
     /// IP MTU of the path (FPDUs are sized for it).
     #[arg(long, default_value_t = 1500)]
     pub mtu: usize,
@@ -169,6 +184,28 @@ pub enum RpingTransport {
     Tap,
 }
 
+/// A Terminate layout on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TermLayout {
+    /// RFC 5040 §4.8.
+    Rfc5040,
+    /// Linux siw's bitfield.
+    Siw,
+}
+
+/// A deliberate fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Fault {
+    /// An STag the peer does not have.
+    BadStag,
+    /// Server: a Read from an STag the client did not advertise.
+    BadReadStag,
+    /// Client: an echo buffer past the end of our memory.
+    Bounds,
+    /// Server: no receives posted.
+    NoRecv,
+}
+
 /// An RTR type on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RtrArg {
@@ -178,6 +215,15 @@ pub enum RtrArg {
     Read,
     /// Zero-length Send.
     Send,
+}
+
+impl TermLayout {
+    fn encoding(self) -> rnic_engine::wire::term::Encoding {
+        match self {
+            TermLayout::Rfc5040 => rnic_engine::wire::term::Encoding::Rfc5040,
+            TermLayout::Siw => rnic_engine::wire::term::Encoding::SiwBitfield,
+        }
+    }
 }
 
 impl RpingArgs {
@@ -206,6 +252,13 @@ impl RpingArgs {
         }
         if self.reject.as_ref().is_some_and(|r| r.len() > 500) {
             return Err("--reject: at most 500 octets of private data".into());
+        }
+        match (self.fault, self.server) {
+            (Some(Fault::BadReadStag | Fault::NoRecv), false) => {
+                return Err("--fault bad-read-stag and no-recv are the server's".into())
+            }
+            (Some(Fault::Bounds), true) => return Err("--fault bounds is the client's".into()),
+            _ => {}
         }
         if self.transport == RpingTransport::Tap && self.ip.is_none() {
             return Err(
@@ -546,10 +599,12 @@ fn run<T: Transport>(
     if args.server {
         let slots = if args.persistent { CONNECTIONS_MAX } else { 1 };
         let mut ep = Endpoint::new(transport, emss, 7, layout.memory(slots));
+        ep.terminate_layout = args.term_layout.encoding();
         server(&mut ep, layout, slots, args, stop)
     } else {
         let mut ep = Endpoint::new(transport, emss, 5, layout.memory(1));
         ep.settle = tcp_lite::Duration::from_millis(args.settle_ms);
+        ep.terminate_layout = args.term_layout.encoding();
         client(&mut ep, layout, args, stop)
     }
 }
@@ -576,6 +631,8 @@ struct Served {
     echo_len: usize,
     peer: String,
     since: Instant,
+    /// A Terminate went either way: the connection failed.
+    terminated: bool,
 }
 
 fn server<T: Transport>(
@@ -623,18 +680,22 @@ fn server<T: Transport>(
         }
         ep.step(now());
         for (qp, event) in ep.take_events() {
-            let peer = served
-                .iter()
-                .find(|s| s.qp == qp)
-                .map_or("a client", |s| s.peer.as_str());
+            let served = served.iter_mut().find(|s| s.qp == qp);
+            let peer = served.as_ref().map_or("a client", |s| s.peer.as_str());
             eprintln!("bench rping: {peer}: {}", term_text(event));
+            if let Some(s) = served {
+                s.terminated = true;
+            }
         }
         // Ends first: a new QP may take an ended one's handle in this step.
         for qp in ep.take_ended() {
             if let Some(i) = served.iter().position(|s| s.qp == qp) {
                 let s = served.swap_remove(i);
                 free.push(s.slot);
-                if s.phase == Phase::ReadAdv {
+                if s.terminated {
+                    // Reported with the Terminate.
+                    outcome.failed += 1;
+                } else if s.phase == Phase::ReadAdv {
                     if args.verbose {
                         println!(
                             "server DISCONNECT EVENT from {} after {} iteration(s)",
@@ -666,8 +727,12 @@ fn server<T: Transport>(
                         continue;
                     };
                     connections += 1;
-                    let posted = post_recv(ep, qp, l, slot, WR_RECV0)
-                        .and_then(|()| post_recv(ep, qp, l, slot, WR_RECV1));
+                    let posted = if args.fault == Some(Fault::NoRecv) {
+                        Ok(())
+                    } else {
+                        post_recv(ep, qp, l, slot, WR_RECV0)
+                            .and_then(|()| post_recv(ep, qp, l, slot, WR_RECV1))
+                    };
                     if let Err(why) = posted {
                         eprintln!("bench rping: {peer}: {why}");
                         free.push(slot);
@@ -682,6 +747,7 @@ fn server<T: Transport>(
                         echo_len: 0,
                         peer,
                         since: Instant::now(),
+                        terminated: false,
                     });
                 }
                 (StartupResult::Rejected(_), _) => {
@@ -712,7 +778,7 @@ fn server<T: Transport>(
             let Some(i) = served.iter().position(|s| s.qp == wc.qp) else {
                 continue;
             };
-            if let Err(why) = serve_completion(ep, l, &mut served[i], wc, args.verbose) {
+            if let Err(why) = serve_completion(ep, l, &mut served[i], wc, args) {
                 let s = &served[i];
                 eprintln!("bench rping: {}: iteration {}: {why}", s.peer, s.ping);
                 outcome.failed += 1;
@@ -749,8 +815,9 @@ fn serve_completion<T: Transport>(
     l: Layout,
     s: &mut Served,
     wc: &Wc,
-    verbose: bool,
+    args: &RpingArgs,
 ) -> Result<(), String> {
+    let verbose = args.verbose;
     if wc.status != WcStatus::Success {
         return Err(format!("work request ended {:?}", wc.status));
     }
@@ -762,11 +829,19 @@ fn serve_completion<T: Transport>(
             }
             let info = read_info(ep, l, s.slot, kind)?;
             post_recv(ep, s.qp, l, s.slot, kind)?;
-            let remote = RemoteAddr {
+            let mut remote = RemoteAddr {
                 stag: info.rkey,
                 to: info.buf,
             };
+            // A deliberate fault: an STag the client never advertised.
+            let wrong = RemoteAddr {
+                stag: info.rkey ^ 0x5a5a_5a00,
+                ..remote
+            };
             if s.phase == Phase::ReadAdv {
+                if args.fault == Some(Fault::BadReadStag) {
+                    remote = wrong;
+                }
                 if info.size as usize > l.size {
                     return Err(format!(
                         "the client's buffer is {} octets, ours {} (start the server with -S {})",
@@ -790,6 +865,9 @@ fn serve_completion<T: Transport>(
                         "the client's echo buffer is {} octets, its data {}",
                         info.size, s.echo_len
                     ));
+                }
+                if args.fault == Some(Fault::BadStag) {
+                    remote = wrong;
                 }
                 post_rdma(
                     ep,
@@ -885,10 +963,22 @@ fn client<T: Transport>(
     };
     post_recv(ep, qp, l, 0, WR_RECV0)?;
     post_recv(ep, qp, l, 0, WR_RECV1)?;
-    let advertise = |ep: &Endpoint<T>, at: usize| Info {
-        buf: ep.mr.base_to + at as u64,
-        rkey: ep.mr.stag,
-        size: l.size as u32,
+    let advertise = |ep: &Endpoint<T>, at: usize| {
+        let mut info = Info {
+            buf: ep.mr.base_to + at as u64,
+            rkey: ep.mr.stag,
+            size: l.size as u32,
+        };
+        match args.fault {
+            // The start buffer under an STag we do not have.
+            Some(Fault::BadStag) if at == l.first(0) => info.rkey ^= 0x5a5a_5a00,
+            // The echo buffer's second half past the end of our memory.
+            Some(Fault::Bounds) if at == l.second(0) => {
+                info.buf = ep.mr.base_to + (ep.region.len() - l.size / 2) as u64;
+            }
+            _ => {}
+        }
+        info
     };
     let mut outcome = Outcome::default();
     let mut ping = 0u64;

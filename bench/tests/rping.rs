@@ -375,6 +375,97 @@ fn a_reject_carries_its_private_data() {
     assert!(served.status.success(), "{}", text(&served));
 }
 
+/// Each deliberate fault makes one side terminate with the specified
+/// layer/type/code, and the other side reports the same, in either layout.
+#[test]
+fn every_fault_is_one_terminate_both_sides_agree_on() {
+    let _serial = serial();
+    // (server args, client args, layer/type/code, whether the server is
+    // the one that detects the fault and sends the Terminate)
+    let cases: [(&[&str], &[&str], &str, bool); 5] = [
+        // The server Reads under the client's bad STag: the client objects.
+        (
+            &[],
+            &["--fault", "bad-stag"],
+            "layer 0 type 1 code 0x00",
+            false,
+        ),
+        // The server Writes past the client's memory: the client objects.
+        (
+            &[],
+            &["--fault", "bounds"],
+            "layer 1 type 1 code 0x01",
+            false,
+        ),
+        // The client Sends into no receive: the server objects.
+        (
+            &["--fault", "no-recv"],
+            &[],
+            "layer 1 type 2 code 0x02",
+            true,
+        ),
+        // The server Writes, or Reads, under an STag the client never gave.
+        (
+            &["--fault", "bad-stag"],
+            &[],
+            "layer 1 type 1 code 0x00",
+            false,
+        ),
+        (
+            &["--fault", "bad-read-stag"],
+            &[],
+            "layer 0 type 1 code 0x00",
+            false,
+        ),
+    ];
+    for layout in ["rfc5040", "siw"] {
+        for (server_extra, client_extra, code, server_sends) in cases {
+            let p = port();
+            let ps = p.to_string();
+            let mut args = vec!["-s", "-a", "127.0.0.1", "-p", &ps, "--term-layout", layout];
+            args.extend_from_slice(server_extra);
+            let mut server = spawn(&args);
+            listening(p, &mut server);
+            let mut args = vec![
+                "-c",
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &ps,
+                "-C",
+                "2",
+                "--term-layout",
+                layout,
+            ];
+            args.extend_from_slice(client_extra);
+            let client = finish(spawn(&args), "the client");
+            let served = finish(server, "the server");
+            let what = format!("{layout} {server_extra:?} {client_extra:?}");
+            let both = format!("{}\n--\n{}", client.said, served.said);
+            assert_eq!(client.status.code(), Some(1), "{what}: {both}");
+            assert_eq!(served.status.code(), Some(1), "{what}: {both}");
+            let (sender, receiver) = if server_sends {
+                (&served.said, &client.said)
+            } else {
+                (&client.said, &served.said)
+            };
+            // ("sent a Terminate" is also inside "the peer sent a Terminate":
+            // the sender must not have heard one, nor the receiver sent one.)
+            assert!(
+                sender.contains(&format!("sent a Terminate: {code}"))
+                    && !sender.contains("the peer sent a Terminate"),
+                "{what}: {both}"
+            );
+            assert!(
+                receiver.contains(&format!("the peer sent a Terminate: {code}"))
+                    && receiver.matches("sent a Terminate").count()
+                        == receiver.matches("the peer sent a Terminate").count(),
+                "{what}: {both}"
+            );
+        }
+    }
+}
+
 #[test]
 fn bad_arguments_say_what_to_fix() {
     for (args, want) in [

@@ -392,6 +392,7 @@ impl Established {
             rtr_send: self.rtr,
             rtr_accept: self.rtr_accept,
             fenced: self.fenced,
+            terminate_layout: rnic_engine::wire::term::Encoding::Rfc5040,
         }
     }
 }

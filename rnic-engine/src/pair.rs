@@ -143,6 +143,7 @@ pub fn connection(config: &PairConfig) -> Connection {
         rtr_send: None,
         rtr_accept: super::qp::RtrSet::NONE,
         fenced: false,
+        terminate_layout: crate::wire::term::Encoding::Rfc5040,
     }
 }
 

@@ -381,3 +381,79 @@ fn siws_startup_terminate_with_crc_0_is_read_as_a_terminate() {
     let sent = rnic_engine::qp::QpEvent::TerminateSent(info((2, 0, 2)));
     assert_eq!(events(&mut pair, false, Some(qb)), [sent]);
 }
+
+/// A connection with `terminate_layout: SiwBitfield` sends its Terminates in
+/// Linux siw's layout (octet 0 `etype << 4 | layer`, flags in bits 0-2 of
+/// octet 2), which siw reads correctly; dpwarp still reads them right.
+#[test]
+fn terminates_go_out_in_the_layout_asked_for() {
+    use rnic_engine::mpa::rx::{Deframer, Poll, RxConfig};
+    use rnic_engine::verbs::QpEvent;
+    use rnic_engine::wire::{ddp, rdmap, term};
+    for layout in [term::Encoding::Rfc5040, term::Encoding::SiwBitfield] {
+        let config = PairConfig::default();
+        let base = connection(&config);
+        let b = Connection {
+            terminate_layout: layout,
+            ..base
+        };
+        let (mut pair, qa, qb) = pair_with(config, base, b);
+        // A Send into b, which has no receive posted: b terminates with DDP
+        // (1), untagged buffer error (2), no buffer available (2).
+        let sgl: [rnic_engine::verbs::Sge; 0] = [];
+        pair.a
+            .rnic
+            .post_send(
+                qa,
+                &rnic_engine::verbs::SendWr {
+                    wr_id: 1,
+                    op: rnic_engine::verbs::SendOp::Send,
+                    sgl: &sgl,
+                    signaled: true,
+                    solicited: false,
+                    fence: false,
+                },
+            )
+            .unwrap();
+        let mut wire = vec![0u8; 4096];
+        let n = pair.a.rnic.poll_transmit(qa, &mut wire).unwrap();
+        pair.b.rnic.handle_stream(qb, &wire[..n]).unwrap();
+        let n = pair.b.rnic.poll_transmit(qb, &mut wire).unwrap();
+        let mut deframer = Deframer::new(RxConfig {
+            crc: config.crc,
+            markers: false,
+            ulpdu_max: 65535,
+        });
+        let (_, poll) = deframer.poll(&wire[..n]);
+        let Poll::Ulpdu(ulpdu) = poll else {
+            panic!("{poll:?}")
+        };
+        let packet = ddp::Packet::new_checked(ulpdu).unwrap();
+        assert_eq!(packet.qn(), ddp::qn::TERMINATE);
+        let control = &ulpdu[packet.header_len()..packet.header_len() + 4];
+        let expect_octet0 = match layout {
+            term::Encoding::Rfc5040 => 1 << 4 | 2,
+            term::Encoding::SiwBitfield => 2 << 4 | 1,
+        };
+        assert_eq!(control[0], expect_octet0, "{layout:?}");
+        assert_eq!(control[1], 2, "the code");
+        let message = rdmap::Repr::parse(&packet).unwrap();
+        let rdmap::Header::Terminate(t) = message.header else {
+            panic!("{message:?}")
+        };
+        assert_eq!(t.encoding, layout);
+        // The peer (dpwarp) reports the same layer/type/code either way.
+        pair.a.rnic.handle_stream(qa, &wire[..n]).unwrap();
+        let mut events = Vec::new();
+        while let Ok(Some(e)) = pair.a.rnic.poll_event(qa) {
+            events.push(e);
+        }
+        assert!(
+            events.iter().any(|e| matches!(
+                e,
+                QpEvent::TerminateReceived(i) if (i.layer, i.etype, i.ecode) == (1, 2, 2)
+            )),
+            "{layout:?}: {events:?}"
+        );
+    }
+}

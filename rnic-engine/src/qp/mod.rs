@@ -78,6 +78,12 @@ pub struct Connection {
     /// Responder: MPA fencing (RFC 5044 §7.1): no FPDU goes out before the
     /// first FPDU from the initiator has arrived.
     pub fenced: bool,
+    /// How our Terminates lay out their control word: RFC 5040's (the
+    /// default), or Linux siw's little-endian bitfield, which siw (6.1)
+    /// reads ours with, so that a siw peer reports the layer, type and
+    /// code we sent (it reads RFC 5040's with layer and type swapped).
+    /// Received Terminates are read in either layout regardless.
+    pub terminate_layout: crate::wire::term::Encoding,
 }
 
 /// An RTR indication (RFC 6581 §9.2): the initiator's first FPDU in the

@@ -708,7 +708,9 @@ impl Inner {
         let ddp_header = pending.ddp_header.as_ref().map(|(h, n)| &h[..*n]);
         let rdma_header = pending.rdma_header.as_ref().map(|(h, n)| &h[..*n]);
         let repr = term::Repr {
-            encoding: term::Encoding::Rfc5040,
+            encoding: self
+                .connection
+                .map_or(term::Encoding::Rfc5040, |c| c.terminate_layout),
             layer: term::Layer::from(layer),
             etype,
             ecode,
