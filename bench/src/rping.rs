@@ -581,6 +581,12 @@ fn tap_transport(args: &RpingArgs) -> Result<Stack<TapDevice>, String> {
         addr,
     );
     config.prefix_len = prefix;
+    // Each run its own initial sequence numbers and ports (a four-tuple of
+    // the last run may still be in the peer's TIME-WAIT).
+    config.seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()) << 32;
     config.tcp = TcpConfig {
         rx_buffer: 256 * 1024,
         tx_buffer: 256 * 1024,

@@ -106,7 +106,11 @@ pub struct StackConfig {
     pub backlog: usize,
     /// Local ports for active opens.
     pub ephemeral_ports: RangeInclusive<u16>,
-    /// Seed of smoltcp's initial sequence numbers.
+    /// Seed of smoltcp's initial sequence numbers and of where in
+    /// `ephemeral_ports` active opens start (RFC 6056 §3.2: a port picked
+    /// from a fixed start would reuse the last run's four-tuple, which a
+    /// peer in TIME-WAIT may answer with a challenge ACK instead of a
+    /// SYN-ACK). Give each run its own for connections to real peers.
     pub seed: u64,
     /// Settings of every connection.
     pub tcp: TcpConfig,

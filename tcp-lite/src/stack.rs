@@ -179,7 +179,14 @@ impl<D: Device> Stack<D> {
         }
         let slots_max = config.max_connections + LISTENERS_MAX * config.backlog;
         Ok(Stack {
-            next_port: *config.ephemeral_ports.start(),
+            next_port: {
+                let (first, last) = (
+                    *config.ephemeral_ports.start(),
+                    *config.ephemeral_ports.end(),
+                );
+                let span = u64::from(last.saturating_sub(first)) + 1;
+                first + (config.seed % span) as u16
+            },
             events: EventQueue::with_capacity(slots_max),
             slots: Vec::with_capacity(slots_max),
             generations: Vec::with_capacity(slots_max),
