@@ -333,6 +333,18 @@ impl<T: Transport> Endpoint<T> {
         }
     }
 
+    /// Ends QP `qp`'s connection at once (RST): the QP's work flushes and the
+    /// QP is destroyed now, so nothing the peer sends later can reach the
+    /// memory it used. Reported by [`take_ended`](Self::take_ended).
+    pub fn abort(&mut self, qp: QpHandle) {
+        if let Some(i) = self.live.iter().position(|l| l.qp == qp) {
+            let conn = self.live[i].conn;
+            let _ = self.transport.abort(conn);
+            // An abort reports nothing more: end it here as a reset would.
+            self.connection_event(conn, EventKind::Reset);
+        }
+    }
+
     /// How the listen on `port` went; `None` until the control plane's
     /// command has reached this core.
     pub fn listen_status(&self, port: u16) -> Option<Result<(), String>> {
@@ -500,6 +512,9 @@ impl<T: Transport> Server<T> {
             self.responder.remove(qp);
             self.served += 1;
         }
+        // A benchmark's QPs do not terminate unless something is wrong; the
+        // failures show as completions in error. Keep the queue bounded.
+        let _ = self.endpoint.take_events();
         for (handoff, qp) in self.endpoint.take_handoffs() {
             let (StartupResult::Established(e), Some(qp)) = (&handoff.result, qp) else {
                 continue;

@@ -639,6 +639,10 @@ struct Served {
     since: Instant,
     /// A Terminate went either way: the connection failed.
     terminated: bool,
+    /// The connection failed here and was counted (it is being ended).
+    failed: bool,
+    /// We closed it for want of progress (a second stall aborts it).
+    stalled: bool,
 }
 
 fn server<T: Transport>(
@@ -696,9 +700,12 @@ fn server<T: Transport>(
         // Ends first: a new QP may take an ended one's handle in this step.
         for qp in ep.take_ended() {
             if let Some(i) = served.iter().position(|s| s.qp == qp) {
+                // Only now, with the QP gone, may the slot serve another.
                 let s = served.swap_remove(i);
                 free.push(s.slot);
-                if s.terminated {
+                if s.failed {
+                    // Counted and reported when it failed.
+                } else if s.terminated {
                     // Reported with the Terminate.
                     outcome.failed += 1;
                 } else if s.phase == Phase::ReadAdv {
@@ -716,6 +723,7 @@ fn server<T: Transport>(
                     outcome.failed += 1;
                 }
                 if !args.persistent {
+                    drain(ep);
                     return Ok(outcome);
                 }
             }
@@ -754,17 +762,15 @@ fn server<T: Transport>(
                         peer,
                         since: Instant::now(),
                         terminated: false,
+                        failed: false,
+                        stalled: false,
                     });
                 }
                 (StartupResult::Rejected(_), _) => {
                     // Our --reject: the rejection was the point.
                     connections += 1;
                     if !args.persistent {
-                        // Let the Reply and our FIN go out first.
-                        let start = Instant::now();
-                        while ep.open_connections() > 0 && start.elapsed() < STALL_LIMIT {
-                            ep.step(now());
-                        }
+                        drain(ep);
                         return Ok(outcome);
                     }
                 }
@@ -784,34 +790,57 @@ fn server<T: Transport>(
             let Some(i) = served.iter().position(|s| s.qp == wc.qp) else {
                 continue;
             };
+            if served[i].failed {
+                continue;
+            }
             if let Err(why) = serve_completion(ep, l, &mut served[i], wc, args) {
-                let s = &served[i];
+                let s = &mut served[i];
                 eprintln!("bench rping: {}: iteration {}: {why}", s.peer, s.ping);
                 outcome.failed += 1;
-                // The connection goes; a persistent server goes on.
-                ep.close(served[i].qp);
-                let slot = served.swap_remove(i).slot;
-                free.push(slot);
-                if !args.persistent {
-                    return Ok(outcome);
-                }
+                s.failed = true;
+                // The connection goes at once (its QP with it, so nothing
+                // the client sends later lands in the slot); its end, seen
+                // next turn, frees the slot. A persistent server goes on.
+                ep.abort(s.qp);
                 continue;
             }
             if served[i].phase == Phase::ReadAdv && wc.wr_id & 0xff == WR_WRITE {
                 outcome.verified += 1;
             }
         }
+        // A client that makes no progress (idle in any phase) is closed;
+        // one that does not close then is reset, so no slot is held forever.
         for s in &mut served {
-            if s.phase != Phase::ReadAdv && s.since.elapsed() > STALL_LIMIT {
+            if !s.failed && s.since.elapsed() > STALL_LIMIT {
                 eprintln!(
-                    "bench rping: {}: no progress for {} s",
+                    "bench rping: {}: no progress for {} s{}",
                     s.peer,
-                    STALL_LIMIT.as_secs()
+                    STALL_LIMIT.as_secs(),
+                    if s.stalled {
+                        "; resetting"
+                    } else {
+                        "; closing"
+                    }
                 );
                 s.since = Instant::now();
-                ep.close(s.qp);
+                if s.stalled {
+                    ep.abort(s.qp);
+                } else {
+                    s.stalled = true;
+                    ep.close(s.qp);
+                }
             }
         }
+    }
+}
+
+/// Steps until every connection has ended (what is queued, a Reject or a
+/// Terminate and our FIN, goes out first), at most [`STALL_LIMIT`].
+fn drain<T: Transport>(ep: &mut Endpoint<T>) {
+    let start = Instant::now();
+    while ep.open_connections() > 0 && start.elapsed() < STALL_LIMIT {
+        ep.step(now());
+        let _ = ep.take_ended();
     }
 }
 
@@ -847,6 +876,9 @@ fn serve_completion<T: Transport>(
             if s.phase == Phase::ReadAdv {
                 if args.fault == Some(Fault::BadReadStag) {
                     remote = wrong;
+                }
+                if info.size == 0 {
+                    return Err("the client advertised an empty buffer".into());
                 }
                 if info.size as usize > l.size {
                     return Err(format!(
@@ -910,7 +942,7 @@ fn serve_completion<T: Transport>(
             if verbose {
                 println!(
                     "server ping data: {}",
-                    String::from_utf8_lossy(&data[..s.echo_len - 1])
+                    String::from_utf8_lossy(&data[..s.echo_len.saturating_sub(1)])
                 );
             }
             post_send(ep, s.qp, l, s.slot, [0; INFO_LEN])?;
@@ -964,7 +996,7 @@ fn client<T: Transport>(
             ));
         }
         if stop.load(Ordering::SeqCst) {
-            return Ok(Outcome::default());
+            return Err(format!("interrupted before {server} answered"));
         }
     };
     post_recv(ep, qp, l, 0, WR_RECV0)?;
@@ -989,8 +1021,15 @@ fn client<T: Transport>(
     let mut outcome = Outcome::default();
     let mut ping = 0u64;
     let result = loop {
-        if args.count.is_some_and(|c| ping >= c) || stop.load(Ordering::SeqCst) {
+        if args.count.is_some_and(|c| ping >= c) {
             break Ok(());
+        }
+        if stop.load(Ordering::SeqCst) {
+            // Without -C, Ctrl-C is how rping ends; with it, the run is short.
+            break match args.count {
+                Some(c) => Err(format!("interrupted after {ping} of {c} iterations")),
+                None => Ok(()),
+            };
         }
         let data = ping_data(ping, l.size);
         ep.region
@@ -1000,9 +1039,9 @@ fn client<T: Transport>(
             .write(l.second(0), &vec![0; l.size])
             .map_err(|e| format!("{e:?}"))?;
         let step = post_send(ep, qp, l, 0, advertise(ep, l.first(0)).encode())
-            .and_then(|()| wait_recv(ep, qp, l, "the server's go-ahead after its Read"))
+            .and_then(|()| wait_recv(ep, qp, l, "the server's go-ahead after its Read", stop))
             .and_then(|()| post_send(ep, qp, l, 0, advertise(ep, l.second(0)).encode()))
-            .and_then(|()| wait_recv(ep, qp, l, "the server's go-ahead after its Write"));
+            .and_then(|()| wait_recv(ep, qp, l, "the server's go-ahead after its Write", stop));
         if let Err(why) = step {
             break Err(format!("iteration {ping}: {why}"));
         }
@@ -1056,6 +1095,7 @@ fn wait_recv<T: Transport>(
     qp: QpHandle,
     l: Layout,
     what: &str,
+    stop: &AtomicBool,
 ) -> Result<(), String> {
     let start = Instant::now();
     let mut wcs = Vec::new();
@@ -1087,6 +1127,9 @@ fn wait_recv<T: Transport>(
             return Err(format!(
                 "the server closed the connection while we waited for {what}"
             ));
+        }
+        if stop.load(Ordering::SeqCst) {
+            return Err(format!("interrupted waiting for {what}"));
         }
         if start.elapsed() > STALL_LIMIT {
             return Err(format!(

@@ -233,7 +233,7 @@ fn a_persistent_server_outlives_bad_clients() {
     let _serial = serial();
     let p = port();
     let ps = p.to_string();
-    let mut server = spawn(&["-s", "-a", "127.0.0.1", "-p", &ps, "-P"]);
+    let mut server = spawn(&["-s", "-a", "127.0.0.1", "-p", &ps, "-P", "-v"]);
     listening(p, &mut server);
     let addr = format!("127.0.0.1:{p}");
     // 1. Not MPA at all.
@@ -270,9 +270,20 @@ fn a_persistent_server_outlives_bad_clients() {
             .then_some(said)
     });
     assert!(said.is_some(), "no Terminate reported");
-    // 5. A silent TCP client, left open while a good client runs.
+    // 5. A client that advertises an empty buffer: refused, connection
+    //    reset, the server (with -v, which prints the data) unharmed.
+    assert!(
+        raw_client(&addr, false, 0),
+        "the server ended the empty-buffer connection"
+    );
+    let said = eventually(|| {
+        let said = std::fs::read_to_string(&server.out).unwrap_or_default();
+        said.contains("advertised an empty buffer").then_some(said)
+    });
+    assert!(said.is_some(), "the empty buffer was not reported");
+    // 6. A silent TCP client, left open while a good client runs.
     let _silent = TcpStream::connect(&addr).unwrap();
-    // 6. Good clients, one after the other, still served.
+    // 7. Good clients, one after the other, still served.
     for _ in 0..3 {
         let good = finish(
             spawn(&["-c", "-a", "127.0.0.1", "-p", &ps, "-C", "10", "--crc"]),
@@ -302,13 +313,20 @@ fn eventually<T>(mut f: impl FnMut() -> Option<T>) -> Option<T> {
 /// whose CRC is wrong. Whether the server closed the connection (after its
 /// Terminate) within 10 s.
 fn bad_crc_client(addr: &str) -> bool {
+    raw_client(addr, true, 64)
+}
+
+/// An MPA initiator (asking for CRC or not) that sends one rping
+/// advertisement of a buffer of `size` octets; with `crc`, its CRC is
+/// wrong. Whether the server ended the connection within 10 s.
+fn raw_client(addr: &str, crc: bool, size: u32) -> bool {
     use rnic_engine::wire::mpa_rr::{EnhancedRepr, FrameKind, Packet, Repr};
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let request = Repr {
         kind: FrameKind::Request,
         markers: false,
-        crc: true,
+        crc,
         reject: false,
         reserved: 0,
         revision: 2,
@@ -336,11 +354,23 @@ fn bad_crc_client(addr: &str) -> bool {
     fpdu.extend_from_slice(&0u32.to_be_bytes()); // QN
     fpdu.extend_from_slice(&1u32.to_be_bytes()); // MSN
     fpdu.extend_from_slice(&0u32.to_be_bytes()); // MO
-    fpdu.extend_from_slice(&[7; 16]);
+    fpdu.extend_from_slice(
+        &Info {
+            buf: 0,
+            rkey: 7,
+            size,
+        }
+        .encode(),
+    );
+    // Wrong if CRC was asked for; not looked at otherwise.
     fpdu.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef]);
     s.write_all(&fpdu).unwrap();
     let mut rest = Vec::new();
-    s.read_to_end(&mut rest).is_ok()
+    // Ended: a FIN (end of stream) or a reset; not a read timeout.
+    match s.read_to_end(&mut rest) {
+        Ok(_) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
 }
 
 /// A server with --reject refuses with its text as private data; the

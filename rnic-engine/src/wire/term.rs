@@ -31,7 +31,8 @@
 //! Read Request it found while building the response, the echoed Read
 //! Request's MSN holds the read size (64) instead of the MSN (2).
 //!
-//! We send RFC 5040's layout ([`Encoding::Rfc5040`]) and read a peer's
+//! We send RFC 5040's layout ([`Encoding::Rfc5040`]) unless a connection
+//! asks for siw's (`Connection::terminate_layout`), and read a peer's
 //! Terminate with [`detect`], which scores both readings against the
 //! registry and the message length and reports when both are plausible.
 
