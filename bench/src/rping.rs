@@ -873,6 +873,13 @@ fn serve_completion<T: Transport>(
                 stag: info.rkey ^ 0x5a5a_5a00,
                 ..remote
             };
+            if matches!(args.fault, Some(Fault::BadStag | Fault::BadReadStag)) {
+                // Let the client's Send leave its transmitter first: Linux
+                // siw (6.1) skips the Terminate it owes when a send is still
+                // in progress ("cannot send TERMINATE: op 3 in progress")
+                // and just closes. Fault injection only.
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
             if s.phase == Phase::ReadAdv {
                 if args.fault == Some(Fault::BadReadStag) {
                     remote = wrong;
