@@ -790,6 +790,33 @@ impl RigConfig {
     }
 }
 
+/// A client RNIC on `client` and an in-process server RNIC on `server`
+/// listening at `server_addr`, ready once the listener is up.
+fn in_process<C: Transport, S: Transport>(
+    client: C,
+    client_emss: usize,
+    server: S,
+    server_emss: usize,
+    server_addr: Ipv4Addr,
+    config: &RigConfig,
+) -> Result<Rig<C, S>, String> {
+    let mut rig = Rig {
+        client: Endpoint::new(client, client_emss, 1, config.memory),
+        server: Some(Server::new(
+            server,
+            server_emss,
+            config.memory,
+            config.port,
+            config.startup(),
+        )),
+        server_addr: SocketAddrV4::new(server_addr, config.port),
+        startup: config.startup(),
+        run: run_id(),
+    };
+    settle(&mut rig)?;
+    Ok(rig)
+}
+
 /// Waits for the in-process server's listener before anyone connects.
 fn settle<C: Transport, S: Transport>(rig: &mut Rig<C, S>) -> Result<(), String> {
     match &mut rig.server {
@@ -824,21 +851,7 @@ pub fn embedded(config: &RigConfig) -> Result<Rig<Stack<LinkEnd>, Stack<LinkEnd>
     let client = stack(1, c_addr, end_c)?;
     let server = stack(2, s_addr, end_s)?;
     let (ce, se) = (client.emss(), server.emss());
-    let mut rig = Rig {
-        client: Endpoint::new(client, ce, 1, config.memory),
-        server: Some(Server::new(
-            server,
-            se,
-            config.memory,
-            config.port,
-            config.startup(),
-        )),
-        server_addr: SocketAddrV4::new(s_addr, config.port),
-        startup: config.startup(),
-        run: run_id(),
-    };
-    settle(&mut rig)?;
-    Ok(rig)
+    in_process(client, ce, server, se, s_addr, config)
 }
 
 /// Two RNICs on Linux TCP over loopback.
@@ -854,21 +867,7 @@ pub fn kernel(config: &RigConfig) -> Result<Rig<KernelTransport, KernelTransport
     // The loopback MTU is 65536; FPDUs are sized for the configured path,
     // as on the embedded link.
     let emss = config.mtu - 40;
-    let mut rig = Rig {
-        client: Endpoint::new(client, emss, 1, config.memory),
-        server: Some(Server::new(
-            server,
-            emss,
-            config.memory,
-            config.port,
-            config.startup(),
-        )),
-        server_addr: SocketAddrV4::new(Ipv4Addr::LOCALHOST, config.port),
-        startup: config.startup(),
-        run: run_id(),
-    };
-    settle(&mut rig)?;
-    Ok(rig)
+    in_process(client, emss, server, emss, Ipv4Addr::LOCALHOST, config)
 }
 
 /// Addresses of the TAP rig: the kernel end (in the namespace) and ours.
@@ -911,21 +910,10 @@ pub fn tap(config: &RigConfig) -> Result<(Rig<Stack<TapDevice>, KernelTransport>
     };
     let server = KernelTransport::new(kc).map_err(|e| e.to_string())?;
     let emss = client.emss();
-    let mut rig = Rig {
-        client: Endpoint::new(client, emss, 1, config.memory),
-        server: Some(Server::new(
-            server,
-            emss,
-            config.memory,
-            config.port,
-            config.startup(),
-        )),
-        server_addr: SocketAddrV4::new(TAP_KERNEL_ADDR, config.port),
-        startup: config.startup(),
-        run: run_id(),
-    };
-    settle(&mut rig)?;
-    Ok((rig, net))
+    Ok((
+        in_process(client, emss, server, emss, TAP_KERNEL_ADDR, config)?,
+        net,
+    ))
 }
 
 /// A client on Linux TCP whose server is a `bench --server` at `server`.

@@ -484,50 +484,13 @@ fn latency<C: Transport, S: Transport>(
             if !post(&mut rig.client, &pair, 0, spec, round) {
                 return Err("the client's send queue is full".into());
             }
-            let mut error = None;
-            let mut got = false;
-            wait(
-                rig,
-                pairs,
-                "the server's reply",
-                |rig: &mut Rig<C, S>, wcs: &mut Vec<Wc>| {
-                    wcs.clear();
-                    rig.client.poll_cq(wcs);
-                    for w in wcs.iter() {
-                        error = error.take().or(check(w).err());
-                        got |= w.qp == cqp
-                            && matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate);
-                    }
-                    got || error.is_some()
-                },
-            )?;
-            if let Some(e) = error {
-                return Err(e);
-            }
+            completion(rig, pairs, "the server's reply", cqp, true)?;
             post_receive(&mut rig.client, cqp, size, round)?;
         } else {
             if !post(&mut rig.client, &pair, 0, spec, round) {
                 return Err("the client's send queue is full".into());
             }
-            let mut error = None;
-            let mut got = false;
-            wait(
-                rig,
-                pairs,
-                "the completion",
-                |rig: &mut Rig<C, S>, wcs: &mut Vec<Wc>| {
-                    wcs.clear();
-                    rig.client.poll_cq(wcs);
-                    for w in wcs.iter() {
-                        error = error.take().or(check(w).err());
-                        got |= w.qp == cqp;
-                    }
-                    got || error.is_some()
-                },
-            )?;
-            if let Some(e) = error {
-                return Err(e);
-            }
+            completion(rig, pairs, "the completion", cqp, false)?;
         }
         let mut ns = t0.elapsed().as_nanos() as u64;
         if ping_pong {
@@ -567,6 +530,35 @@ fn latency<C: Transport, S: Transport>(
         intervals,
         interrupted,
     })
+}
+
+/// Steps until `qp` completes a work request (only a receive, with
+/// `receive`), checking every completion on the way.
+fn completion<C: Transport, S: Transport>(
+    rig: &mut Rig<C, S>,
+    pairs: &[Pair],
+    what: &str,
+    qp: QpHandle,
+    receive: bool,
+) -> Result<(), String> {
+    let mut error = None;
+    let mut got = false;
+    wait(
+        rig,
+        pairs,
+        what,
+        |rig: &mut Rig<C, S>, wcs: &mut Vec<Wc>| {
+            wcs.clear();
+            rig.client.poll_cq(wcs);
+            for w in wcs.iter() {
+                error = error.take().or(check(w).err());
+                got |= w.qp == qp
+                    && (!receive || matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate));
+            }
+            got || error.is_some()
+        },
+    )?;
+    error.map_or(Ok(()), Err)
 }
 
 /// How long a run may go without a completion before it is called stuck.
