@@ -10,6 +10,8 @@
 //! * [`responder`]: the server's side of every workload.
 //! * [`workload`]: the client's bandwidth and latency loops.
 //! * [`rping`]: `bench rping`, rdma-core's rping over dpwarp, both roles.
+//! * [`perftest`]: `bench perftest`, perftest's six RC tests over dpwarp,
+//!   both roles.
 //! * [`report`]: tables, `.hgrm`, `.hlog`, SVG plots and the JSON report.
 //!
 //! A benchmark reads the clock; the sans-IO crates it drives never do.
@@ -17,6 +19,7 @@
 
 pub mod args;
 pub mod hello;
+pub mod perftest;
 pub mod report;
 pub mod responder;
 pub mod rig;

@@ -17,11 +17,16 @@ use tcp_lite::Transport;
 
 fn main() {
     let argv: Vec<String> = std::env::args().collect();
-    if argv.get(1).map(String::as_str) == Some("rping") {
+    let tool = match argv.get(1).map(String::as_str) {
+        Some("rping") => Some(bench::rping::main as fn(Vec<String>, &AtomicBool) -> i32),
+        Some("perftest") => Some(bench::perftest::main as fn(Vec<String>, &AtomicBool) -> i32),
+        _ => None,
+    };
+    if let Some(tool) = tool {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
-        std::process::exit(bench::rping::main(argv[1..].to_vec(), &stop));
+        std::process::exit(tool(argv[1..].to_vec(), &stop));
     }
     let args = Args::parse();
     let plan = match args.plan() {

@@ -37,6 +37,9 @@ pub const QUEUE_DEPTH: usize = 512;
 /// deepest queues (512 sends and 512 receives each) can complete in one
 /// step without overflowing it.
 const CQ_DEPTH: usize = 64 * QUEUE_DEPTH * 2;
+/// Reads from one connection per turn, at most (each takes what the
+/// transport holds contiguously: up to a socket buffer or a ring).
+const RX_ROUNDS: usize = 64;
 /// How long connection set-up and teardown may take.
 const SETUP_LIMIT: StdDuration = StdDuration::from_secs(10);
 
@@ -58,6 +61,8 @@ struct Live {
     closing: bool,
     /// No FPDU leaves before this (see [`Endpoint::settle`]).
     hold_until: Instant,
+    /// Octets the engine took from the connection so far.
+    rx_octets: u64,
 }
 
 /// One RNIC: its transport, its control plane, its engine and memory.
@@ -96,6 +101,11 @@ pub struct Endpoint<T: Transport> {
     pub settle: Duration,
     /// The layout of the Terminates our QPs send (RFC 5040's by default).
     pub terminate_layout: rnic_engine::wire::term::Encoding,
+    /// Responder: send FPDUs before the initiator's first one arrived, as
+    /// Linux siw does (false by default: RFC 5044 §7.1's MPA fencing). For
+    /// ULPs whose passive side sends first (perftest's ib_write_lat) with
+    /// an initiator that offers no RFC 6581 RTR.
+    pub unfenced: bool,
 }
 
 impl<T: Transport> Endpoint<T> {
@@ -147,6 +157,7 @@ impl<T: Transport> Endpoint<T> {
             wcs: vec![blank; 256],
             settle: Duration::ZERO,
             terminate_layout: rnic_engine::wire::term::Encoding::Rfc5040,
+            unfenced: false,
         }
     }
 
@@ -172,13 +183,15 @@ impl<T: Transport> Endpoint<T> {
                     (n, ())
                 });
             }
-            loop {
+            // A budget per turn (STYLE.md): a peer that keeps sending must
+            // not keep the core from its other connections and its timers.
+            for _ in 0..RX_ROUNDS {
                 let got = self.transport.recv_with(live.conn, |data, _| {
                     let n = rnic.handle_stream(live.qp, data).unwrap_or(0);
                     (n, n)
                 });
                 match got {
-                    Ok(n) if n > 0 => {}
+                    Ok(n) if n > 0 => live.rx_octets += n as u64,
                     _ => break,
                 }
             }
@@ -212,9 +225,11 @@ impl<T: Transport> Endpoint<T> {
                     };
                     match self.rnic.create_qp(init) {
                         Ok(handle) => {
+                            let base = e.connection(self.emss, 65535);
                             let connection = rnic_engine::qp::Connection {
                                 terminate_layout: self.terminate_layout,
-                                ..e.connection(self.emss, 65535)
+                                fenced: base.fenced && !self.unfenced,
+                                ..base
                             };
                             if self.rnic.connect(handle, connection).is_ok() {
                                 // Active opens (a token) are initiators.
@@ -229,6 +244,7 @@ impl<T: Transport> Endpoint<T> {
                                     peer_closed: false,
                                     closing: false,
                                     hold_until,
+                                    rx_octets: 0,
                                 });
                                 qp = Some(handle);
                             } else {
@@ -361,6 +377,13 @@ impl<T: Transport> Endpoint<T> {
     /// Whether QP `qp`'s connection is still open (or closing in order).
     pub fn is_live(&self, qp: QpHandle) -> bool {
         self.live.iter().any(|l| l.qp == qp)
+    }
+
+    /// Octets QP `qp`'s connection has delivered to the engine (FPDUs of
+    /// any kind), while it is live: a measure of the peer's activity that
+    /// needs no completion (an RDMA Write or Read Request makes none here).
+    pub fn rx_octets(&self, qp: QpHandle) -> Option<u64> {
+        self.live.iter().find(|l| l.qp == qp).map(|l| l.rx_octets)
     }
 
     /// The TCP connection of QP `qp`.

@@ -487,7 +487,8 @@ fn read_info<T: Transport>(
     Ok(Info::decode(&octets))
 }
 
-fn term_text(event: QpEvent) -> String {
+/// A Terminate sent or received, in words (the interop suite greps these).
+pub(crate) fn term_text(event: QpEvent) -> String {
     match event {
         QpEvent::TerminateSent(t) => format!(
             "sent a Terminate: layer {} type {} code {:#04x}",
@@ -555,34 +556,50 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
 }
 
 fn tap_transport(args: &RpingArgs) -> Result<Stack<TapDevice>, String> {
+    tap_stack(
+        &args.tap,
+        args.ip.as_deref().unwrap_or_default(),
+        args.netns.as_deref(),
+        args.bridge.as_deref(),
+    )
+}
+
+/// tcp-lite on a new TAP device `tap` with our address `ip` (ADDR/PREFIX),
+/// the device moved into namespace `netns` (and made a port of `bridge`
+/// there) if given. Seeded from the clock: every run its own initial
+/// sequence numbers and ephemeral ports (a four-tuple of the last run may
+/// still be in the peer's TIME-WAIT).
+pub(crate) fn tap_stack(
+    tap: &str,
+    ip: &str,
+    netns: Option<&str>,
+    bridge: Option<&str>,
+) -> Result<Stack<TapDevice>, String> {
     if let Some(why) = tcp_lite::sys::tap::namespace_unavailable() {
         return Err(format!("--transport tap cannot run here: {why}"));
     }
-    let ip = args.ip.as_deref().unwrap_or_default();
     let (addr, prefix) = ip
         .split_once('/')
         .and_then(|(a, p)| Some((a.parse::<Ipv4Addr>().ok()?, p.parse::<u8>().ok()?)))
         .filter(|&(_, p)| (1..=32).contains(&p))
         .ok_or_else(|| format!("--ip {ip}: give ADDR/PREFIX, e.g. 10.77.0.10/24"))?;
-    let device = TapDevice::open(&args.tap).map_err(|e| e.to_string())?;
+    let device = TapDevice::open(tap).map_err(|e| e.to_string())?;
     let link = |a: &[&str]| tcp_lite::sys::netns::ip(a).map_err(|e| e.to_string());
-    match (&args.netns, &args.bridge) {
+    match (netns, bridge) {
         (Some(ns), bridge) => {
-            link(&["link", "set", "dev", &args.tap, "netns", ns])?;
+            link(&["link", "set", "dev", tap, "netns", ns])?;
             if let Some(br) = bridge {
-                link(&["-n", ns, "link", "set", "dev", &args.tap, "master", br])?;
+                link(&["-n", ns, "link", "set", "dev", tap, "master", br])?;
             }
-            link(&["-n", ns, "link", "set", "dev", &args.tap, "up"])?;
+            link(&["-n", ns, "link", "set", "dev", tap, "up"])?;
         }
-        (None, _) => link(&["link", "set", "dev", &args.tap, "up"])?,
+        (None, _) => link(&["link", "set", "dev", tap, "up"])?,
     }
     let mut config = StackConfig::new(
         [0x02, 0x64, 0x70, 0x77, addr.octets()[2], addr.octets()[3]],
         addr,
     );
     config.prefix_len = prefix;
-    // Each run its own initial sequence numbers and ports (a four-tuple of
-    // the last run may still be in the peer's TIME-WAIT).
     config.seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
