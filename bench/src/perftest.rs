@@ -83,6 +83,8 @@ const STALL_LIMIT: Duration = Duration::from_secs(10);
 /// perftest's client: attempts at the data connection, and the pause.
 const CONNECT_TRIES: u32 = 10;
 const CONNECT_PAUSE: Duration = Duration::from_millis(100);
+/// How long a server that refused a client waits for its retries to stop.
+const REFUSAL_QUIET: Duration = Duration::from_secs(2);
 /// How long, after a run, we let the peer close first (see
 /// `Session::finish`).
 const HANG_UP_GRACE: Duration = Duration::from_secs(1);
@@ -920,9 +922,9 @@ impl<'a, T: Transport> Session<'a, T> {
                 return r;
             }
             self.turn()?;
-            // Anything from the peer is progress: a long run (Writes or Read
-            // Requests into our memory, which make no completion here) may
-            // come before the answer we wait for.
+            // Anything from the peer on the data connection is progress: a
+            // long run (Writes or Read Requests into our memory, which make
+            // no completion here) may come before the answer we wait for.
             let now_heard = self.heard();
             if now_heard != heard {
                 heard = now_heard;
@@ -1193,6 +1195,7 @@ impl<'a, T: Transport> Session<'a, T> {
                         );
                     }
                     (StartupResult::Rejected(_), _) if self.refused.load(Ordering::SeqCst) => {
+                        self.linger_refusing();
                         return Err(format!("{what} was refused (see above)"));
                     }
                     _ => {}
@@ -1218,6 +1221,29 @@ impl<'a, T: Transport> Session<'a, T> {
                     ));
                 }
             }
+        }
+    }
+
+    /// After refusing the client's data connection: perftest's client tries
+    /// it again (ten times, 100 ms apart); each try is answered, refused,
+    /// until the client has been quiet for [`REFUSAL_QUIET`]. Leaving in the
+    /// middle of a retry's MPA startup would leave the peer to time out
+    /// (Linux siw's client then hung past a minute).
+    fn linger_refusing(&mut self) {
+        let start = Instant::now();
+        let mut last = Instant::now();
+        while last.elapsed() < REFUSAL_QUIET
+            && start.elapsed() < STALL_LIMIT
+            && !self.stop.load(Ordering::SeqCst)
+        {
+            if self.turn().is_err() {
+                break;
+            }
+            if !self.handoffs.is_empty() {
+                self.handoffs.clear();
+                last = Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
