@@ -1004,11 +1004,13 @@ impl<'a, T: Transport> Session<'a, T> {
         }
         // The data connection, between two handshakes (perftest's `my_dest`
         // is still zero then).
+        // Server: the client connects as soon as it has our answer to this
+        // handshake, which may be before this call returns.
+        self.data_open.store(true, Ordering::SeqCst);
         self.handshake(&Dest::default(), "the handshake before the data connection")?;
         let data = if self.p.client {
             self.connect(args, true)?
         } else {
-            self.data_open.store(true, Ordering::SeqCst);
             self.accept("the client's data connection")?
         };
         self.data = Some(data);
