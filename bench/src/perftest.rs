@@ -1055,7 +1055,7 @@ impl<'a, T: Transport> Session<'a, T> {
                 }
                 self.handshake(&my, "the handshake before the run")?;
                 let r = if self.p.client {
-                    self.send_bw_client()?
+                    self.bw_client(&rem)?
                 } else {
                     self.send_bw_server(&rem)?
                 };
@@ -1453,6 +1453,11 @@ impl<'a, T: Transport> Session<'a, T> {
     }
 
     fn post_data(&mut self, op: SendOp, local: u64, len: u64) -> Result<(), String> {
+        self.post_wr(WR_DATA, op, local, len)
+    }
+
+    /// A signaled work request on the data connection.
+    fn post_wr(&mut self, wr_id: u64, op: SendOp, local: u64, len: u64) -> Result<(), String> {
         let qp = self.data.ok_or("no data connection")?;
         let sgl = [self.ep.sge(local, len as u32)];
         self.ep
@@ -1460,7 +1465,7 @@ impl<'a, T: Transport> Session<'a, T> {
             .post_send(
                 qp,
                 &SendWr {
-                    wr_id: WR_DATA,
+                    wr_id,
                     op,
                     sgl: &sgl,
                     signaled: true,
@@ -1510,67 +1515,44 @@ impl<'a, T: Transport> Session<'a, T> {
         Ok(())
     }
 
-    /// The client's RDMA Write or Read bandwidth loop (perftest's
-    /// `run_iter_bw`).
+    /// The client's bandwidth loop (perftest's `run_iter_bw`): RDMA Writes
+    /// or Reads into the server's buffer (`rem`), or Sends within the
+    /// server's credits (the credit word is ours, the peer writes it).
     fn bw_client(&mut self, rem: &Dest) -> Result<BwReport, String> {
-        let (size, iters, depth) = (self.p.size, self.p.iters, u64::from(self.p.tx_depth));
-        let mut posted = Vec::with_capacity(iters as usize);
-        let mut completed = Vec::with_capacity(iters as usize);
-        let (mut scnt, mut ccnt) = (0u64, 0u64);
-        let mut since = Instant::now();
-        while ccnt < iters {
-            while scnt < iters && scnt - ccnt < depth {
-                let remote = RemoteAddr {
-                    stag: rem.rkey,
-                    to: rem
-                        .vaddr
-                        .wrapping_add(slot_offset(scnt, size, self.cycle, self.line)),
-                };
-                let op = if self.p.test.verb() == Verb::Read {
-                    SendOp::Read(remote)
-                } else {
-                    SendOp::Write(remote)
-                };
-                let local = self.l.local() + slot_offset(scnt, size, self.cycle, self.line);
-                posted.push(Instant::now());
-                self.post_data(op, local, size)?;
-                scnt += 1;
-            }
-            self.turn()?;
-            while let Some(wc) = self.data_wc()? {
-                if wc.wr_id == WR_DATA {
-                    completed.push(Instant::now());
-                    ccnt += 1;
-                    since = Instant::now();
-                }
-            }
-            self.check_progress(since, "the run")?;
-        }
-        Ok(bw_report(size, &posted, &completed, depth as usize))
-    }
-
-    /// The client's Send bandwidth loop, within the server's credits.
-    fn send_bw_client(&mut self) -> Result<BwReport, String> {
         let (size, iters) = (self.p.size, self.p.iters);
         let (depth, rx) = (u64::from(self.p.tx_depth), u64::from(self.p.rx_depth));
+        let verb = self.p.test.verb();
         let mut posted = Vec::with_capacity(iters as usize);
         let mut completed = Vec::with_capacity(iters as usize);
         let (mut scnt, mut ccnt) = (0u64, 0u64);
         let mut since = Instant::now();
         while ccnt < iters {
-            let mut word = [0u8; 4];
-            self.ep
-                .region
-                .read(CREDIT_IN_AT, &mut word)
-                .map_err(|e| format!("{e:?}"))?;
-            let credit = u32::from_le_bytes(word);
+            let credit = if verb == Verb::Send {
+                let mut word = [0u8; 4];
+                self.ep
+                    .region
+                    .read(CREDIT_IN_AT, &mut word)
+                    .map_err(|e| format!("{e:?}"))?;
+                Some(u32::from_le_bytes(word))
+            } else {
+                None
+            };
             while scnt < iters
                 && scnt - ccnt < depth
-                && (scnt as u32).wrapping_add(1).wrapping_sub(credit) < rx as u32
+                && credit.is_none_or(|c| (scnt as u32).wrapping_add(1).wrapping_sub(c) < rx as u32)
             {
-                let local = self.l.local() + slot_offset(scnt, size, self.cycle, self.line);
+                let offset = slot_offset(scnt, size, self.cycle, self.line);
+                let remote = RemoteAddr {
+                    stag: rem.rkey,
+                    to: rem.vaddr.wrapping_add(offset),
+                };
+                let op = match verb {
+                    Verb::Read => SendOp::Read(remote),
+                    Verb::Write => SendOp::Write(remote),
+                    Verb::Send => SendOp::Send,
+                };
                 posted.push(Instant::now());
-                self.post_data(SendOp::Send, local, size)?;
+                self.post_data(op, self.l.local() + offset, size)?;
                 scnt += 1;
             }
             self.turn()?;
@@ -1618,22 +1600,12 @@ impl<'a, T: Transport> Session<'a, T> {
                                 stag: rem.rkey,
                                 to: rem.vaddr,
                             };
-                            let qp = self.data.ok_or("no data connection")?;
-                            let sgl = [self.ep.sge(CREDIT_OUT_AT as u64, 4)];
-                            self.ep
-                                .rnic
-                                .post_send(
-                                    qp,
-                                    &SendWr {
-                                        wr_id: WR_CREDIT,
-                                        op: SendOp::Write(remote),
-                                        sgl: &sgl,
-                                        signaled: true,
-                                        solicited: false,
-                                        fence: false,
-                                    },
-                                )
-                                .map_err(|e| format!("posting a credit Write: {e:?}"))?;
+                            self.post_wr(
+                                WR_CREDIT,
+                                SendOp::Write(remote),
+                                CREDIT_OUT_AT as u64,
+                                4,
+                            )?;
                         }
                     }
                     WR_CREDIT => {}

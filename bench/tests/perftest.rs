@@ -17,26 +17,13 @@ use bench::perftest::{version_number, BwReport, Dest, DEST_LEN, PORT, VERSION};
 use dpwarp_pcap::decode::{self, Body, Message};
 use rnic_engine::wire::{ddp, rdmap};
 
+mod common;
+use common::{port, serial};
+
 const BENCH: &str = env!("CARGO_BIN_EXE_bench");
 /// The longest one process may run: `bench perftest` gives up on a silent
 /// peer after 10 s (its stall limit), so a failing run ends well before.
 const LIMIT: Duration = Duration::from_secs(30);
-
-/// Both sides busy-poll, as poll-mode cores do: one pair at a time, or the
-/// tests' processes starve each other on a small machine.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A free port: one the kernel just gave out, released again.
-fn port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
 
 /// How a process ended.
 #[derive(Debug)]
@@ -374,34 +361,29 @@ fn write_lat_without_an_rtr_needs_an_unfenced_server() {
 fn sizes_that_disagree_fail_on_both_sides() {
     let _serial = serial();
     // The client's 128-octet Sends into the server's 64-octet receives.
-    let (s, c) = pair(
-        &["send_lat", "-n", "100", "-s", "64"],
-        &["send_lat", "-n", "100", "-s", "128"],
+    mismatch(
+        "64",
+        "128",
+        "a Send longer than our receives of 64 octets arrived",
     );
-    assert_eq!(s.code, Some(1), "{}", s.said());
-    assert!(
-        s.stderr
-            .contains("a Send longer than our receives of 64 octets arrived")
-            && s.stderr.contains("the same -s"),
-        "{}",
-        s.said()
-    );
-    assert_eq!(c.code, Some(1), "{}", c.said());
-    assert!(c.stderr.contains("the peer closed"), "{}", c.said());
-    for run in [&s, &c] {
-        assert!(!run.stdout.contains("completed"), "{}", run.said());
-    }
-
     // The client's 64-octet Sends into the server's 128-octet receives.
+    mismatch(
+        "128",
+        "64",
+        "a Send of 64 octets arrived; the test's are 128",
+    );
+}
+
+/// send_lat with the server at `-s server` and the client at `-s client`:
+/// both fail, the server saying `why` and to give the same -s.
+fn mismatch(server: &str, client: &str, why: &str) {
     let (s, c) = pair(
-        &["send_lat", "-n", "100", "-s", "128"],
-        &["send_lat", "-n", "100", "-s", "64"],
+        &["send_lat", "-n", "100", "-s", server],
+        &["send_lat", "-n", "100", "-s", client],
     );
     assert_eq!(s.code, Some(1), "{}", s.said());
     assert!(
-        s.stderr
-            .contains("a Send of 64 octets arrived; the test's are 128")
-            && s.stderr.contains("the same -s"),
+        s.stderr.contains(why) && s.stderr.contains("the same -s"),
         "{}",
         s.said()
     );

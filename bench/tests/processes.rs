@@ -6,24 +6,11 @@
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+mod common;
+use common::{port, serial};
+
 const BENCH: &str = env!("CARGO_BIN_EXE_bench");
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// The two sides busy-poll, as poll-mode cores do: one pair at a time, or
-/// the tests' processes starve each other on a small machine.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A free port: one the kernel just gave out, released again.
-fn port() -> u16 {
-    let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
-    l.local_addr().unwrap().port()
-}
 
 fn spawn(args: &[&str]) -> Child {
     Command::new(BENCH)

@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use bench::rping::{ping_data, Info};
 
+mod common;
+use common::serial;
+
 const BENCH: &str = env!("CARGO_BIN_EXE_bench");
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -60,12 +63,6 @@ fn the_advertisement_is_rpings() {
         }
     );
     assert_eq!(info.encode(), captured);
-}
-
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn port() -> u16 {
