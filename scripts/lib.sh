@@ -16,6 +16,20 @@ need_apt() { # need_apt COMMAND PACKAGE
         || die "could not install $2 with apt-get"
 }
 
+# DPDK 22.11 and what its bindings are generated with (dataplane/dpdk-sys:
+# bindgen needs libclang, the build finds DPDK with pkg-config).
+need_dpdk() {
+    if command -v pkg-config >/dev/null 2>&1 && pkg-config --atleast-version=22.11 libdpdk \
+        && [ -n "$(ls /usr/lib/llvm-*/lib/libclang*.so* 2>/dev/null | head -n1)" ]; then
+        return 0
+    fi
+    [ "$(id -u)" = 0 ] || die "DPDK 22.11 is missing: run as root, or apt-get install libdpdk-dev libclang-dev pkg-config"
+    echo "dpwarp: installing DPDK 22.11 (libdpdk-dev, libclang-dev, pkg-config)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q libdpdk-dev libclang-dev pkg-config >/dev/null \
+        || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q libdpdk-dev libclang-dev pkg-config >/dev/null; } \
+        || die "could not install libdpdk-dev libclang-dev pkg-config with apt-get"
+}
+
 need_rust() {
     [ -d "$HOME/.cargo/bin" ] && PATH="$HOME/.cargo/bin:$PATH"
     command -v cargo >/dev/null 2>&1 || die "Rust is missing. Install Rust $RUST_MIN or newer with rustup \

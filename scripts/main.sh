@@ -12,6 +12,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 need_rust
+need_dpdk
 out=${1:-bench-out}
 cargo build --release --locked -q -p bench
 bench=target/release/bench

@@ -3,6 +3,7 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 need_rust
+need_dpdk
 need_apt ip iproute2   # the TAP test builds a network namespace
 scripts/check-deps.sh
 cargo test --workspace --locked --all-targets

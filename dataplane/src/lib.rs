@@ -1,7 +1,15 @@
-//! dpwarp's data plane.
+//! dpwarp's data plane: DPDK ports and the poll-mode cores that run the
+//! RNIC over them.
 //!
-//! Not built yet: this crate will own DPDK (through its own bindgen
-//! `dpdk-sys` crate against DPDK 22.11), the poll-mode lcores and the
-//! control-plane thread runtime, gluing `rnic-engine`, `tcp-lite` and
-//! `control` together. It is the only crate allowed to depend on DPDK.
-#![forbid(unsafe_code)]
+//! * [`dpdk`]: the safe wrapper over DPDK 22.11 (EAL, mbuf pools, ports,
+//!   queues): the crate's only `unsafe`.
+//! * [`device`]: smoltcp's `phy::Device` over one DPDK queue pair, lending
+//!   mbufs to smoltcp in place both ways.
+#![deny(unsafe_code)]
+
+mod checksum;
+pub mod device;
+pub mod dpdk;
+
+pub use checksum::{RxChecksum, TxChecksum};
+pub use device::{DeviceConfig, DeviceCounters, DpdkDevice};

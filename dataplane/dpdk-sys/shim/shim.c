@@ -1,0 +1,58 @@
+/* See shim.h: DPDK's inline functions, callable from Rust. */
+#include <stddef.h>
+
+#include "shim.h"
+
+int dpw_errno(void) { return rte_errno; }
+
+uint16_t dpw_eth_rx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{
+    return rte_eth_rx_burst(port, queue, pkts, n);
+}
+
+uint16_t dpw_eth_tx_burst(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{
+    return rte_eth_tx_burst(port, queue, pkts, n);
+}
+
+uint16_t dpw_eth_tx_prepare(uint16_t port, uint16_t queue, struct rte_mbuf **pkts, uint16_t n)
+{
+    return rte_eth_tx_prepare(port, queue, pkts, n);
+}
+
+struct rte_mbuf *dpw_pktmbuf_alloc(struct rte_mempool *pool) { return rte_pktmbuf_alloc(pool); }
+
+int dpw_pktmbuf_alloc_bulk(struct rte_mempool *pool, struct rte_mbuf **mbufs, unsigned int n)
+{
+    return rte_pktmbuf_alloc_bulk(pool, mbufs, n);
+}
+
+void dpw_pktmbuf_free(struct rte_mbuf *m) { rte_pktmbuf_free(m); }
+
+int dpw_pktmbuf_linearize(struct rte_mbuf *m) { return rte_pktmbuf_linearize(m); }
+
+uint16_t dpw_pktmbuf_data_room_size(struct rte_mempool *pool)
+{
+    return rte_pktmbuf_data_room_size(pool);
+}
+
+unsigned int dpw_lcore_id(void) { return rte_lcore_id(); }
+
+uint64_t dpw_rdtsc(void) { return rte_rdtsc(); }
+
+struct dpw_mbuf_layout dpw_mbuf_layout(void)
+{
+    struct dpw_mbuf_layout l = {
+        .size = sizeof(struct rte_mbuf),
+        .data_off = offsetof(struct rte_mbuf, data_off),
+        .nb_segs = offsetof(struct rte_mbuf, nb_segs),
+        .ol_flags = offsetof(struct rte_mbuf, ol_flags),
+        .pkt_len = offsetof(struct rte_mbuf, pkt_len),
+        .data_len = offsetof(struct rte_mbuf, data_len),
+        .buf_len = offsetof(struct rte_mbuf, buf_len),
+        .pool = offsetof(struct rte_mbuf, pool),
+        .next = offsetof(struct rte_mbuf, next),
+        .tx_offload = offsetof(struct rte_mbuf, tx_offload),
+    };
+    return l;
+}

@@ -1,0 +1,395 @@
+//! [`DpdkDevice`]: smoltcp's [`phy::Device`] over one DPDK queue pair, so
+//! tcp-lite's `Stack` runs on a DPDK port unchanged.
+//!
+//! Zero-copy both ways: a received frame is lent to smoltcp in place, in its
+//! mbuf ([`RxToken`] borrows the mbuf's data), and smoltcp writes each frame
+//! it sends straight into a fresh mbuf's data room ([`TxToken`]). Frames go
+//! in and out in bursts of up to [`BURST_MAX`]: receives are taken from the
+//! port 32 at a time and handed to smoltcp one by one; sends are staged and
+//! go out when 32 are staged or at [`flush`](DpdkDevice::flush), which the
+//! core calls once per turn.
+//!
+//! Before smoltcp sees a frame it is checked, and dropped and counted if it
+//! is a runt, oversized, not IPv4 or ARP, addressed to another MAC, a
+//! malformed IPv4 packet, or has a bad IPv4 or TCP checksum: a hostile
+//! wire costs counters, never a panic.
+//!
+//! Back-pressure, never loss: smoltcp gets a transmit token only while a
+//! free mbuf and a staging slot exist. When the port's transmit ring is
+//! full (the staged frames cannot go) or the pool is empty, the device
+//! refuses tokens, smoltcp keeps its data in the socket and tries again at
+//! the next poll; receiving stops too (a receive hands out a transmit token
+//! for the reply), leaving frames in the port's ring.
+//!
+//! Checksums ([`TxChecksum`], [`RxChecksum`]): smoltcp neither computes nor
+//! verifies IPv4 and TCP checksums here; the device does, per the port:
+//! offloaded to the port where it can, in software where it cannot, or not
+//! at all on a trusted wire (memif between two dpwarp processes).
+
+use std::sync::Arc;
+
+use smoltcp::phy::{self, Checksum, ChecksumCapabilities, DeviceCapabilities, Medium};
+use smoltcp::time::Instant;
+
+use crate::checksum::{self, RxChecksum, TxChecksum};
+use crate::dpdk::{ChecksumVerdict, Mbuf, Pool, Queue, BURST_MAX, RX_IP_CHECKSUM, RX_L4_CHECKSUM};
+
+/// Counters of a device (one queue pair of a port).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DeviceCounters {
+    /// Frames handed to smoltcp.
+    pub rx_packets: u64,
+    /// Their octets.
+    pub rx_octets: u64,
+    /// Frames given to the port to send.
+    pub tx_packets: u64,
+    /// Their octets.
+    pub tx_octets: u64,
+    /// Receive bursts that brought frames.
+    pub rx_bursts: u64,
+    /// Transmit bursts.
+    pub tx_bursts: u64,
+    /// Dropped: shorter than an Ethernet header.
+    pub rx_runt: u64,
+    /// Dropped: longer than the MTU allows.
+    pub rx_oversized: u64,
+    /// Dropped: neither IPv4 nor ARP (IPv6, LLDP, ...).
+    pub rx_non_ip: u64,
+    /// Dropped: unicast to another MAC.
+    pub rx_foreign_mac: u64,
+    /// Dropped: an IPv4 header that does not parse.
+    pub rx_malformed: u64,
+    /// Dropped: a bad IPv4 header or TCP checksum.
+    pub rx_bad_checksum: u64,
+    /// Chained frames copied into their first mbuf before smoltcp read them.
+    pub rx_linearized: u64,
+    /// Times smoltcp was refused a transmit token (ring full or pool empty).
+    pub tx_backpressure: u64,
+    /// Frames the port's transmit prepare step refused (dropped).
+    pub tx_rejected: u64,
+    /// Fewest free mbufs in the pool seen by [`DpdkDevice::sample_pool`].
+    pub pool_low_water: u32,
+}
+
+impl DeviceCounters {
+    /// Frames dropped on receive, over every reason.
+    pub fn rx_dropped(&self) -> u64 {
+        self.rx_runt
+            + self.rx_oversized
+            + self.rx_non_ip
+            + self.rx_foreign_mac
+            + self.rx_malformed
+            + self.rx_bad_checksum
+    }
+}
+
+/// How a [`DpdkDevice`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Our Ethernet address: frames to other unicast addresses are dropped.
+    pub mac: [u8; 6],
+    /// IP MTU (frames are 14 octets longer).
+    pub mtu: usize,
+    /// How our frames' checksums are completed.
+    pub tx_checksum: TxChecksum,
+    /// How received frames' checksums are checked.
+    pub rx_checksum: RxChecksum,
+}
+
+/// The transmit side: the queue, free mbufs and the staged burst.
+struct Io {
+    queue: Queue,
+    pool: Arc<Pool>,
+    /// Free mbufs for the next frames, taken from the pool in bulk.
+    spare: [Option<Mbuf>; BURST_MAX],
+    spare_len: usize,
+    /// Frames made and not yet given to the port, in order.
+    staged: [Option<Mbuf>; BURST_MAX],
+    staged_len: usize,
+    frame_max: usize,
+    tx_checksum: TxChecksum,
+    counters: DeviceCounters,
+}
+
+/// smoltcp's device over one DPDK queue pair.
+pub struct DpdkDevice {
+    io: Io,
+    /// The last receive burst, lent out one frame at a time.
+    rx: [Option<Mbuf>; BURST_MAX],
+    rx_next: usize,
+    rx_len: usize,
+    mac: [u8; 6],
+    rx_checksum: RxChecksum,
+}
+
+impl DpdkDevice {
+    /// A device on `queue` (which receives into its own pool, also used for
+    /// sending) with `config`.
+    pub fn new(queue: Queue, config: DeviceConfig) -> DpdkDevice {
+        let pool = queue.pool().clone();
+        let frame_max = (config.mtu + 14).min(pool.data_room());
+        let counters = DeviceCounters {
+            pool_low_water: pool.available(),
+            ..DeviceCounters::default()
+        };
+        DpdkDevice {
+            io: Io {
+                queue,
+                pool,
+                spare: Default::default(),
+                spare_len: 0,
+                staged: Default::default(),
+                staged_len: 0,
+                frame_max,
+                tx_checksum: config.tx_checksum,
+                counters,
+            },
+            rx: Default::default(),
+            rx_next: 0,
+            rx_len: 0,
+            mac: config.mac,
+            rx_checksum: config.rx_checksum,
+        }
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> DeviceCounters {
+        let mut c = self.io.counters;
+        c.tx_rejected = self.io.queue.tx_rejected;
+        c
+    }
+
+    /// The queue's port and index.
+    pub fn queue_id(&self) -> (u16, u16) {
+        self.io.queue.id()
+    }
+
+    /// Sends what is staged. Returns false when frames stay staged (the
+    /// port's ring is full): they go at a later flush, in order.
+    pub fn flush(&mut self) -> bool {
+        self.io.flush()
+    }
+
+    /// Frames staged and not yet taken by the port.
+    pub fn staged(&self) -> usize {
+        self.io.staged_len
+    }
+
+    /// Reads the pool's free count into the low-water mark. It sums every
+    /// lcore's cache, so the core calls it now and then, not per packet.
+    pub fn sample_pool(&mut self) -> u32 {
+        let free = self.io.pool.available();
+        let c = &mut self.io.counters;
+        c.pool_low_water = c.pool_low_water.min(free);
+        free
+    }
+
+    /// Takes the next acceptable frame, refilling from the port; frames
+    /// that fail a check are dropped and counted.
+    fn next_frame(&mut self) -> Option<Mbuf> {
+        loop {
+            if self.rx_next == self.rx_len {
+                self.rx_next = 0;
+                self.rx_len = self.io.queue.rx_burst(&mut self.rx);
+                if self.rx_len == 0 {
+                    return None;
+                }
+                self.io.counters.rx_bursts += 1;
+            }
+            let mut mbuf = self.rx[self.rx_next]
+                .take()
+                .expect("received slots hold mbufs");
+            self.rx_next += 1;
+            if self.accept(&mut mbuf) {
+                return Some(mbuf);
+            }
+        }
+    }
+
+    /// Whether smoltcp should see this frame; counts why not.
+    fn accept(&mut self, mbuf: &mut Mbuf) -> bool {
+        let c = &mut self.io.counters;
+        if mbuf.pkt_len() > self.io.frame_max + 4 {
+            // 4: a VLAN tag a switch may leave on.
+            c.rx_oversized += 1;
+            return false;
+        }
+        if mbuf.segments() > 1 {
+            if !mbuf.linearize() {
+                c.rx_oversized += 1;
+                return false;
+            }
+            c.rx_linearized += 1;
+        }
+        let frame = mbuf.data();
+        if frame.len() < 14 {
+            c.rx_runt += 1;
+            return false;
+        }
+        let dst = &frame[..6];
+        let group = dst[0] & 1 == 1; // broadcast and multicast
+        if !group && dst != self.mac {
+            c.rx_foreign_mac += 1;
+            return false;
+        }
+        match [frame[12], frame[13]] {
+            [0x08, 0x06] => return true, // ARP: smoltcp checks it
+            [0x08, 0x00] => {}
+            _ => {
+                c.rx_non_ip += 1;
+                return false;
+            }
+        }
+        let Some(ip) = checksum::ipv4(frame) else {
+            c.rx_malformed += 1;
+            return false;
+        };
+        let good = match self.rx_checksum {
+            RxChecksum::Trusted => true,
+            RxChecksum::Software => {
+                checksum::ipv4_header_ok(frame, &ip) && (!ip.tcp || checksum::tcp_ok(frame, &ip))
+            }
+            RxChecksum::Offload => {
+                let flags = mbuf.ol_flags();
+                let verdict = |v: ChecksumVerdict| match flags & v.mask {
+                    x if x == v.good => Some(true),
+                    x if x == v.bad => Some(false),
+                    _ => None, // unknown, none, or not checked: ours to do
+                };
+                let header =
+                    verdict(RX_IP_CHECKSUM).unwrap_or_else(|| checksum::ipv4_header_ok(frame, &ip));
+                let tcp = !ip.tcp
+                    || verdict(RX_L4_CHECKSUM).unwrap_or_else(|| checksum::tcp_ok(frame, &ip));
+                header && tcp
+            }
+        };
+        if !good {
+            c.rx_bad_checksum += 1;
+            return false;
+        }
+        true
+    }
+}
+
+impl Io {
+    /// A free mbuf and a staging slot for the next frame, or false.
+    fn ready(&mut self) -> bool {
+        if self.staged_len == BURST_MAX && !self.flush() {
+            self.counters.tx_backpressure += 1;
+            return false;
+        }
+        if self.spare_len == 0 {
+            if self.pool.alloc_bulk(&mut self.spare) {
+                self.spare_len = BURST_MAX;
+            } else if let Some(m) = self.pool.alloc() {
+                self.spare[0] = Some(m);
+                self.spare_len = 1;
+            } else {
+                self.counters.tx_backpressure += 1;
+                return false;
+            }
+        }
+        true
+    }
+
+    fn flush(&mut self) -> bool {
+        if self.staged_len == 0 {
+            return true;
+        }
+        let sent = self.queue.tx_burst(&mut self.staged[..self.staged_len]);
+        self.counters.tx_bursts += 1;
+        // A frame the driver refused left its slot empty too.
+        let left = self.staged[..self.staged_len]
+            .iter()
+            .filter(|s| s.is_some())
+            .count();
+        debug_assert!(self.staged_len - left >= sent);
+        self.staged_len = left;
+        left == 0
+    }
+}
+
+impl phy::Device for DpdkDevice {
+    type RxToken<'a> = RxToken;
+    type TxToken<'a> = TxToken<'a>;
+
+    fn receive(&mut self, _timestamp: Instant) -> Option<(RxToken, TxToken<'_>)> {
+        // The reply smoltcp may send needs room first (back-pressure).
+        if !self.io.ready() {
+            return None;
+        }
+        let mbuf = self.next_frame()?;
+        let len = mbuf.data().len() as u64;
+        self.io.counters.rx_packets += 1;
+        self.io.counters.rx_octets += len;
+        Some((RxToken { mbuf }, TxToken { io: &mut self.io }))
+    }
+
+    fn transmit(&mut self, _timestamp: Instant) -> Option<TxToken<'_>> {
+        if !self.io.ready() {
+            return None;
+        }
+        Some(TxToken { io: &mut self.io })
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ethernet;
+        caps.max_transmission_unit = self.io.frame_max;
+        // The device completes and checks IPv4 and TCP checksums itself
+        // (offloaded, in software, or trusted); smoltcp does the rest.
+        let mut checksum = ChecksumCapabilities::default();
+        checksum.ipv4 = Checksum::None;
+        checksum.tcp = Checksum::None;
+        caps.checksum = checksum;
+        caps
+    }
+}
+
+/// A received frame, lent to smoltcp in its mbuf; freed after.
+pub struct RxToken {
+    mbuf: Mbuf,
+}
+
+impl phy::RxToken for RxToken {
+    fn consume<R, F>(self, f: F) -> R
+    where
+        F: FnOnce(&[u8]) -> R,
+    {
+        f(self.mbuf.data())
+    }
+}
+
+/// Room for one frame: smoltcp writes it into an mbuf, which is staged.
+pub struct TxToken<'a> {
+    io: &'a mut Io,
+}
+
+impl phy::TxToken for TxToken<'_> {
+    fn consume<R, F>(self, len: usize, f: F) -> R
+    where
+        F: FnOnce(&mut [u8]) -> R,
+    {
+        let io = self.io;
+        // `ready` put a spare mbuf and a staging slot in place.
+        io.spare_len -= 1;
+        let mut mbuf = io.spare[io.spare_len]
+            .take()
+            .expect("ready left a spare mbuf");
+        let frame = mbuf
+            .set_len(len)
+            .expect("smoltcp sends at most max_transmission_unit octets, which fit an mbuf");
+        let result = f(frame);
+        if let Some(l3_len) = checksum::fill(frame, io.tx_checksum) {
+            mbuf.request_tcp_checksum_offload(14, l3_len as u16);
+        }
+        io.counters.tx_packets += 1;
+        io.counters.tx_octets += len as u64;
+        io.staged[io.staged_len] = Some(mbuf);
+        io.staged_len += 1;
+        if io.staged_len == BURST_MAX {
+            io.flush();
+        }
+        result
+    }
+}

@@ -1,0 +1,330 @@
+//! Packet buffers: [`Pool`] (an `rte_mempool` of mbufs) and [`Mbuf`] (one
+//! owned mbuf, freed back to its pool when dropped).
+
+use std::ffi::CString;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use dpdk_sys as sys;
+
+use super::eal::{errno, error_text, Eal, EalError, LIVE_OBJECTS};
+
+/// Octets DPDK keeps free in front of every packet (`RTE_PKTMBUF_HEADROOM`).
+pub const HEADROOM: usize = sys::RTE_PKTMBUF_HEADROOM as usize;
+
+/// A pool of mbufs, each with `data_room` octets for one frame after the
+/// headroom. Shared by the ports that receive into it and the cores that
+/// transmit from it; mbufs are allocated and freed from any thread (with a
+/// per-lcore cache on registered threads).
+#[derive(Debug)]
+pub struct Pool {
+    pool: NonNull<sys::rte_mempool>,
+    capacity: u32,
+    data_room: usize,
+    name: String,
+}
+
+// SAFETY: an rte_mempool is made for concurrent use: its ring is
+// multi-producer/multi-consumer and each lcore has its own cache.
+unsafe impl Send for Pool {}
+// SAFETY: as above; &Pool only allocates, frees and reads counts.
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    /// A pool of `mbufs` mbufs with `data_room` octets each (beyond the
+    /// headroom) and a per-lcore cache of `cache` mbufs.
+    pub fn new(eal: Eal, mbufs: u32, cache: u32, data_room: usize) -> Result<Arc<Pool>, EalError> {
+        let _ = eal;
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let name = format!("dpw_pool{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        let room = data_room + HEADROOM;
+        let room = u16::try_from(room).map_err(|_| {
+            EalError(format!(
+                "mbuf data room {data_room} is too large (at most {})",
+                u16::MAX as usize - HEADROOM
+            ))
+        })?;
+        let c_name = CString::new(name.as_str()).expect("no NUL in a generated name");
+        // SAFETY: EAL runs; the name is NUL-terminated and unique in this
+        // process; DPDK copies it.
+        let pool = unsafe {
+            sys::rte_pktmbuf_pool_create(c_name.as_ptr(), mbufs, cache, 0, room, sys::SOCKET_ID_ANY)
+        };
+        let pool = NonNull::new(pool).ok_or_else(|| {
+            EalError(format!(
+                "cannot create a pool of {mbufs} mbufs of {room} octets: {} (give EAL more memory, -m)",
+                error_text(errno())
+            ))
+        })?;
+        LIVE_OBJECTS.fetch_add(1, Ordering::SeqCst);
+        Ok(Arc::new(Pool {
+            pool,
+            capacity: mbufs,
+            data_room,
+            name,
+        }))
+    }
+
+    /// Mbufs in the pool when none is in use.
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    /// Octets of frame an mbuf holds (beyond the headroom).
+    pub fn data_room(&self) -> usize {
+        self.data_room
+    }
+
+    /// Mbufs free now (in the pool and in every lcore's cache).
+    pub fn available(&self) -> u32 {
+        // SAFETY: the pool is alive; the call only reads counts.
+        unsafe { sys::rte_mempool_avail_count(self.pool.as_ptr()) }
+    }
+
+    /// Its name in DPDK.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One mbuf, reset, with an empty frame; `None` when the pool is empty.
+    pub fn alloc(&self) -> Option<Mbuf> {
+        // SAFETY: the pool is alive and holds pktmbufs (made by
+        // rte_pktmbuf_pool_create).
+        NonNull::new(unsafe { sys::dpw_pktmbuf_alloc(self.pool.as_ptr()) }).map(Mbuf)
+    }
+
+    /// Fills every slot of `out` with a fresh mbuf, or none of them (and
+    /// returns false) when the pool has fewer free. Slots must be empty.
+    pub fn alloc_bulk(&self, out: &mut [Option<Mbuf>]) -> bool {
+        assert!(
+            out.iter().all(Option::is_none),
+            "alloc_bulk would leak the mbufs in out"
+        );
+        // SAFETY: `Option<Mbuf>` has the layout of `*mut rte_mbuf` (Mbuf is
+        // a transparent NonNull), so `out` is an array of mbuf pointers; on
+        // success DPDK writes `out.len()` valid pointers, on failure none.
+        let rc = unsafe {
+            sys::dpw_pktmbuf_alloc_bulk(
+                self.pool.as_ptr(),
+                out.as_mut_ptr().cast::<*mut sys::rte_mbuf>(),
+                out.len() as u32,
+            )
+        };
+        rc == 0
+    }
+
+    pub(super) fn as_ptr(&self) -> *mut sys::rte_mempool {
+        self.pool.as_ptr()
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        LIVE_OBJECTS.fetch_sub(1, Ordering::SeqCst);
+        let free = self.available();
+        if free < self.capacity {
+            // An mbuf still out (a bug: every Mbuf owner frees it, ports
+            // release theirs when closed) would point into freed memory:
+            // keep the memory instead.
+            eprintln!(
+                "dataplane: pool {} dropped with {} of {} mbufs in use: its memory is kept",
+                self.name,
+                self.capacity - free,
+                self.capacity
+            );
+            return;
+        }
+        // SAFETY: every mbuf is back in the pool, and the pool is not
+        // referenced elsewhere (ports and devices hold an Arc of it).
+        unsafe { sys::rte_mempool_free(self.pool.as_ptr()) };
+    }
+}
+
+/// One mbuf, owned: freed to its pool when dropped. Only single-segment
+/// frames are made here; a received chain is looked at through
+/// [`segments`](Mbuf::segments) and [`linearize`](Mbuf::linearize).
+#[derive(Debug)]
+#[repr(transparent)]
+pub struct Mbuf(NonNull<sys::rte_mbuf>);
+
+// SAFETY: an mbuf is plain memory owned by whoever holds the pointer; it
+// may be freed from any thread (the pool is thread-safe).
+unsafe impl Send for Mbuf {}
+
+impl Mbuf {
+    fn raw(&self) -> &sys::rte_mbuf {
+        // SAFETY: we own the mbuf; it stays valid until we free it.
+        unsafe { self.0.as_ref() }
+    }
+
+    fn raw_mut(&mut self) -> &mut sys::rte_mbuf {
+        // SAFETY: as above, and `&mut self` makes the access exclusive.
+        unsafe { self.0.as_mut() }
+    }
+
+    /// The first segment's octets (the whole frame when it is one segment).
+    pub fn data(&self) -> &[u8] {
+        let m = self.raw();
+        // SAFETY: data_off + data_len lies inside the buffer DPDK gave the
+        // mbuf (buf_len octets at buf_addr); we own it.
+        unsafe {
+            std::slice::from_raw_parts(
+                m.buf_addr.cast::<u8>().add(usize::from(m.data_off)),
+                usize::from(m.data_len),
+            )
+        }
+    }
+
+    /// The first segment's octets, writable.
+    pub fn data_mut(&mut self) -> &mut [u8] {
+        let m = self.raw_mut();
+        // SAFETY: as in `data`, and the access is exclusive.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                m.buf_addr.cast::<u8>().add(usize::from(m.data_off)),
+                usize::from(m.data_len),
+            )
+        }
+    }
+
+    /// The frame's length over all segments.
+    pub fn pkt_len(&self) -> usize {
+        self.raw().pkt_len as usize
+    }
+
+    /// Segments in the chain.
+    pub fn segments(&self) -> u16 {
+        self.raw().nb_segs
+    }
+
+    /// Octets this (single-segment) mbuf can hold from its data offset.
+    pub fn room(&self) -> usize {
+        let m = self.raw();
+        usize::from(m.buf_len) - usize::from(m.data_off)
+    }
+
+    /// Makes the frame `len` octets long (one segment) and returns it to
+    /// be written. `None` if `len` exceeds [`room`](Mbuf::room) or the mbuf
+    /// is a chain.
+    pub fn set_len(&mut self, len: usize) -> Option<&mut [u8]> {
+        if len > self.room() || self.segments() != 1 {
+            return None;
+        }
+        let m = self.raw_mut();
+        m.data_len = len as u16;
+        m.pkt_len = len as u32;
+        Some(self.data_mut())
+    }
+
+    /// Copies a chain into its first segment (`rte_pktmbuf_linearize`);
+    /// false when the frame does not fit it.
+    pub fn linearize(&mut self) -> bool {
+        // SAFETY: we own the chain; DPDK frees the segments it copied.
+        unsafe { sys::dpw_pktmbuf_linearize(self.0.as_ptr()) == 0 }
+    }
+
+    /// The receive offload flags (`ol_flags`).
+    pub fn ol_flags(&self) -> u64 {
+        self.raw().ol_flags
+    }
+
+    /// Asks the port to compute the IPv4 header and TCP checksums of this
+    /// frame (`RTE_MBUF_F_TX_IPV4 | IP_CKSUM | TCP_CKSUM`, with the header
+    /// lengths the port needs). The TCP checksum field must hold the
+    /// pseudo-header sum, as DPDK specifies.
+    pub fn request_tcp_checksum_offload(&mut self, l2_len: u8, l3_len: u16) {
+        let m = self.raw_mut();
+        m.ol_flags |=
+            sys::RTE_MBUF_F_TX_IPV4 | sys::RTE_MBUF_F_TX_IP_CKSUM | sys::RTE_MBUF_F_TX_TCP_CKSUM;
+        // SAFETY: the tx_offload bitfields are plain integers in the union;
+        // writing them through bindgen's setters touches no other field.
+        unsafe {
+            let fields = &mut m.__bindgen_anon_3.__bindgen_anon_1;
+            fields.set_l2_len(u64::from(l2_len));
+            fields.set_l3_len(u64::from(l3_len));
+        }
+    }
+
+    /// The raw pointer, handed to DPDK with ownership (the caller forgets
+    /// `self` afterwards).
+    pub(super) fn into_raw(self) -> *mut sys::rte_mbuf {
+        let ptr = self.0.as_ptr();
+        std::mem::forget(self);
+        ptr
+    }
+}
+
+impl Drop for Mbuf {
+    fn drop(&mut self) {
+        // SAFETY: we own the mbuf (chain) and nobody uses it after this.
+        unsafe { sys::dpw_pktmbuf_free(self.0.as_ptr()) };
+    }
+}
+
+/// bindgen's layout of `struct rte_mbuf` against the C compiler's, for the
+/// fields this module reads: `Ok` or the first field that differs.
+pub fn check_layout() -> Result<(), String> {
+    // SAFETY: the shim only computes sizeof/offsetof.
+    let c = unsafe { sys::dpw_mbuf_layout() };
+    let rust = [
+        ("size", std::mem::size_of::<sys::rte_mbuf>()),
+        ("data_off", std::mem::offset_of!(sys::rte_mbuf, data_off)),
+        ("nb_segs", std::mem::offset_of!(sys::rte_mbuf, nb_segs)),
+        ("ol_flags", std::mem::offset_of!(sys::rte_mbuf, ol_flags)),
+        ("pkt_len", std::mem::offset_of!(sys::rte_mbuf, pkt_len)),
+        ("data_len", std::mem::offset_of!(sys::rte_mbuf, data_len)),
+        ("buf_len", std::mem::offset_of!(sys::rte_mbuf, buf_len)),
+        ("pool", std::mem::offset_of!(sys::rte_mbuf, pool)),
+        ("next", std::mem::offset_of!(sys::rte_mbuf, next)),
+        (
+            "tx_offload",
+            std::mem::offset_of!(sys::rte_mbuf, __bindgen_anon_3),
+        ),
+    ];
+    let c_values = [
+        c.size,
+        c.data_off,
+        c.nb_segs,
+        c.ol_flags,
+        c.pkt_len,
+        c.data_len,
+        c.buf_len,
+        c.pool,
+        c.next,
+        c.tx_offload,
+    ];
+    for ((name, r), c) in rust.iter().zip(c_values) {
+        if *r != c as usize {
+            return Err(format!("rte_mbuf.{name}: bindgen says {r}, C says {c}"));
+        }
+    }
+    Ok(())
+}
+
+/// Where a received mbuf's flags say what the port found of a checksum:
+/// the mask of the field and its values for good and for bad (anything
+/// else: the port did not check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChecksumVerdict {
+    /// The bits of `ol_flags` that hold the verdict.
+    pub mask: u64,
+    /// The value meaning "checksum good".
+    pub good: u64,
+    /// The value meaning "checksum bad".
+    pub bad: u64,
+}
+
+/// The IPv4 header checksum's verdict bits (`RTE_MBUF_F_RX_IP_CKSUM_*`).
+pub const RX_IP_CHECKSUM: ChecksumVerdict = ChecksumVerdict {
+    mask: sys::RTE_MBUF_F_RX_IP_CKSUM_MASK as u64,
+    good: sys::RTE_MBUF_F_RX_IP_CKSUM_GOOD as u64,
+    bad: sys::RTE_MBUF_F_RX_IP_CKSUM_BAD as u64,
+};
+
+/// The TCP/UDP checksum's verdict bits (`RTE_MBUF_F_RX_L4_CKSUM_*`).
+pub const RX_L4_CHECKSUM: ChecksumVerdict = ChecksumVerdict {
+    mask: sys::RTE_MBUF_F_RX_L4_CKSUM_MASK as u64,
+    good: sys::RTE_MBUF_F_RX_L4_CKSUM_GOOD as u64,
+    bad: sys::RTE_MBUF_F_RX_L4_CKSUM_BAD as u64,
+};

@@ -1,0 +1,651 @@
+//! Ethernet ports: made from a virtual device (`net_memif`, `net_tap`,
+//! `net_af_packet`, `net_null`), a PCI NIC, or a pair of rings in this
+//! process (`net_ring`); configured with queue pairs; stopped, closed and
+//! removed when the last handle to them goes.
+//!
+//! A port's queues are [`Queue`]s, each taken once: DPDK's bursts on one
+//! queue must come from one thread at a time, so a queue has one owner (a
+//! poll-mode core) and is `Send` but not `Sync`.
+
+use std::ffi::{CStr, CString};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use dpdk_sys as sys;
+
+use super::eal::{errno, error_text, Eal, EalError, LIVE_OBJECTS};
+use super::mbuf::{Mbuf, Pool};
+
+/// Mbufs moved by one burst call at most (DPDK's customary 32).
+pub const BURST_MAX: usize = 32;
+
+/// How a port runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortConfig {
+    /// Receive/transmit queue pairs (one per core).
+    pub queues: u16,
+    /// Descriptors of each receive ring.
+    pub rx_descriptors: u16,
+    /// Descriptors of each transmit ring.
+    pub tx_descriptors: u16,
+    /// IP MTU; frames are up to 14 octets longer.
+    pub mtu: u16,
+    /// Use the port's IPv4/TCP checksum offloads where it has them.
+    pub checksum_offload: bool,
+    /// Receive every frame, whatever its destination MAC (the device
+    /// still drops foreign unicast, and counts it).
+    pub promiscuous: bool,
+}
+
+impl PortConfig {
+    /// One queue pair of 1024 descriptors each way at `mtu`, offloads on.
+    pub fn new(mtu: u16) -> PortConfig {
+        PortConfig {
+            queues: 1,
+            rx_descriptors: 1024,
+            tx_descriptors: 1024,
+            mtu,
+            checksum_offload: true,
+            promiscuous: false,
+        }
+    }
+}
+
+/// What a port is and can do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortInfo {
+    /// DPDK's port id.
+    pub id: u16,
+    /// The device name (`net_memif0`, `0000:01:00.0`).
+    pub name: String,
+    /// The driver (`net_memif`, `net_tap`, `net_ice`).
+    pub driver: String,
+    /// Its Ethernet address.
+    pub mac: [u8; 6],
+    /// Largest MTU it takes.
+    pub mtu_max: u16,
+    /// Queue pairs it can have.
+    pub queues_max: u16,
+    /// It computes IPv4 header and TCP checksums on transmit.
+    pub tx_checksum: bool,
+    /// It verifies IPv4 header and TCP checksums on receive.
+    pub rx_checksum: bool,
+}
+
+/// Link state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Link {
+    /// Carrier.
+    pub up: bool,
+    /// Speed in Mbit/s (0 when unknown).
+    pub speed_mbps: u32,
+}
+
+/// A port's counters (`rte_eth_stats`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Frames received.
+    pub rx_packets: u64,
+    /// Frames sent.
+    pub tx_packets: u64,
+    /// Octets received.
+    pub rx_octets: u64,
+    /// Octets sent.
+    pub tx_octets: u64,
+    /// Frames the port dropped because its receive ring was full.
+    pub rx_missed: u64,
+    /// Receive errors.
+    pub rx_errors: u64,
+    /// Transmit errors.
+    pub tx_errors: u64,
+    /// Receives that found the mbuf pool empty.
+    pub rx_no_mbuf: u64,
+}
+
+/// How the port was made, for removing it.
+#[derive(Debug)]
+enum Origin {
+    /// `rte_vdev_init(name)`: `rte_vdev_uninit(name)` removes it.
+    Vdev(CString),
+    /// `rte_dev_probe(address)`: `rte_eal_hotplug_remove("pci", address)`.
+    Pci(CString),
+    /// `rte_eth_from_rings`, which makes the virtual device `net_ring_NAME`
+    /// (removed as a vdev); the rings, freed after both ports of the pair,
+    /// are held here.
+    Rings(CString, #[allow(dead_code)] Arc<RingPair>),
+}
+
+#[derive(Debug)]
+struct PortInner {
+    info: PortInfo,
+    origin: Origin,
+    /// Queue pairs configured (0 until [`Port::start`]).
+    queues: u16,
+    /// Which queues were handed out.
+    taken: Mutex<Vec<bool>>,
+    /// Receive pools: the port's rings hold their mbufs until it closes.
+    pools: Vec<Arc<Pool>>,
+    /// The offloads enabled.
+    tx_checksum: bool,
+    rx_checksum: bool,
+    started: bool,
+}
+
+/// An Ethernet port. Cloning shares it; the last handle (with its queues)
+/// stops, closes and removes it.
+#[derive(Debug, Clone)]
+pub struct Port {
+    inner: Arc<PortInner>,
+}
+
+/// Two rings that two `net_ring` ports cross-connect, freed after both.
+#[derive(Debug)]
+struct RingPair {
+    rings: [*mut sys::rte_ring; 2],
+}
+
+// SAFETY: rte_rings are multi-thread safe objects; the pointers are only
+// used to free them, once, when the pair drops.
+unsafe impl Send for RingPair {}
+// SAFETY: as above.
+unsafe impl Sync for RingPair {}
+
+impl Drop for RingPair {
+    fn drop(&mut self) {
+        for ring in self.rings {
+            // SAFETY: both ports using the rings are closed (each holds an
+            // Arc of this pair until its inner drops).
+            unsafe { sys::rte_ring_free(ring) };
+        }
+    }
+}
+
+fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("{prefix}{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+impl Port {
+    /// A port of the virtual device `name` (`net_memif0`, `net_tap3`,
+    /// `net_af_packet0`, ...) with driver arguments `args`
+    /// (`role=server,socket=/run/dpwarp.sock`).
+    pub fn vdev(eal: Eal, name: &str, args: &str) -> Result<Port, EalError> {
+        let _ = eal;
+        let c_name = c_string(name)?;
+        let c_args = c_string(args)?;
+        // SAFETY: EAL runs; both strings are NUL-terminated; DPDK copies them.
+        let rc = unsafe { sys::rte_vdev_init(c_name.as_ptr(), c_args.as_ptr()) };
+        if rc < 0 {
+            return Err(EalError(format!(
+                "cannot create DPDK device {name},{args}: {}{}",
+                error_text(-rc),
+                vdev_hint(name, -rc)
+            )));
+        }
+        Port::found(name, Origin::Vdev(c_name))
+    }
+
+    /// The port of the PCI NIC at `address` (`0000:01:00.0`), which must be
+    /// bound to vfio-pci (`dpdk-devbind.py -b vfio-pci ADDRESS`) and allowed
+    /// in [`EalConfig::pci`](super::EalConfig::pci).
+    pub fn pci(eal: Eal, address: &str) -> Result<Port, EalError> {
+        let _ = eal;
+        let c_address = c_string(address)?;
+        if Port::by_name(address).is_none() {
+            // SAFETY: EAL runs; the string is NUL-terminated.
+            let rc = unsafe { sys::rte_dev_probe(c_address.as_ptr()) };
+            if rc < 0 {
+                return Err(EalError(format!(
+                    "no DPDK port at PCI address {address}: {} (is it bound to vfio-pci? \
+                     dpdk-devbind.py --status; and allowed with the EAL's pci list?)",
+                    error_text(-rc)
+                )));
+            }
+        }
+        Port::found(address, Origin::Pci(c_address))
+    }
+
+    /// Two ports joined back to back in this process through two rings
+    /// (`net_ring`): what one sends the other receives. No root, no device.
+    pub fn ring_pair(eal: Eal, ring_size: u32) -> Result<(Port, Port), EalError> {
+        let _ = eal;
+        let mut rings = [std::ptr::null_mut(); 2];
+        for ring in &mut rings {
+            let name = c_string(&unique("dpw_ring"))?;
+            // SAFETY: EAL runs; the name is NUL-terminated and unique; one
+            // producer (the sending core) and one consumer (the receiving).
+            *ring = unsafe {
+                sys::rte_ring_create(
+                    name.as_ptr(),
+                    ring_size,
+                    sys::SOCKET_ID_ANY,
+                    sys::RING_F_SP_ENQ | sys::RING_F_SC_DEQ,
+                )
+            };
+            if ring.is_null() {
+                return Err(EalError(format!(
+                    "cannot create a ring: {}",
+                    error_text(errno())
+                )));
+            }
+        }
+        let pair = Arc::new(RingPair { rings });
+        let mut ports = Vec::with_capacity(2);
+        for (rx, tx) in [(0, 1), (1, 0)] {
+            let name = unique("dpw");
+            let c_name = c_string(&name)?;
+            // SAFETY: the rings live as long as `pair`, which the port keeps.
+            let id = unsafe {
+                sys::rte_eth_from_rings(c_name.as_ptr(), &pair.rings[rx], 1, &pair.rings[tx], 1, 0)
+            };
+            if id < 0 {
+                return Err(EalError(format!(
+                    "cannot make a ring port: {}",
+                    error_text(errno())
+                )));
+            }
+            // DPDK names the device after ours.
+            let device = format!("net_ring_{name}");
+            let origin = Origin::Rings(c_string(&device)?, pair.clone());
+            ports.push(Port::found(&device, origin)?);
+        }
+        let b = ports.pop().expect("two ports");
+        let a = ports.pop().expect("two ports");
+        Ok((a, b))
+    }
+
+    fn by_name(name: &str) -> Option<u16> {
+        let c_name = CString::new(name).ok()?;
+        let mut id = 0u16;
+        // SAFETY: the name is NUL-terminated; `id` is a valid out pointer.
+        let rc = unsafe { sys::rte_eth_dev_get_port_by_name(c_name.as_ptr(), &mut id) };
+        (rc == 0).then_some(id)
+    }
+
+    fn found(name: &str, origin: Origin) -> Result<Port, EalError> {
+        let id = Port::by_name(name).ok_or_else(|| {
+            EalError(format!(
+                "DPDK made device {name} but no Ethernet port for it"
+            ))
+        })?;
+        let info = port_info(id, name)?;
+        LIVE_OBJECTS.fetch_add(1, Ordering::SeqCst);
+        Ok(Port {
+            inner: Arc::new(PortInner {
+                info,
+                origin,
+                queues: 0,
+                taken: Mutex::new(Vec::new()),
+                pools: Vec::new(),
+                tx_checksum: false,
+                rx_checksum: false,
+                started: false,
+            }),
+        })
+    }
+
+    /// Configures `config.queues` queue pairs, each receiving into the pool
+    /// of the same index in `pools` (one per core), and starts the port.
+    /// Only a port with no other handle can be started.
+    pub fn start(&mut self, config: &PortConfig, pools: &[Arc<Pool>]) -> Result<(), EalError> {
+        let inner = Arc::get_mut(&mut self.inner)
+            .ok_or_else(|| EalError("start a port before sharing it".into()))?;
+        if inner.started {
+            return Err(EalError(format!(
+                "port {} already started",
+                inner.info.name
+            )));
+        }
+        check_config(&inner.info, config, pools)?;
+        let id = inner.info.id;
+        let tx_checksum = config.checksum_offload && inner.info.tx_checksum;
+        let rx_checksum = config.checksum_offload && inner.info.rx_checksum;
+        let mut conf = sys::rte_eth_conf::default();
+        conf.rxmode.mtu = u32::from(config.mtu);
+        if rx_checksum {
+            conf.rxmode.offloads |=
+                u64::from(sys::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | sys::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+        }
+        if tx_checksum {
+            conf.txmode.offloads |=
+                u64::from(sys::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | sys::RTE_ETH_TX_OFFLOAD_TCP_CKSUM);
+        }
+        let name = inner.info.name.clone();
+        let fail =
+            |what: &str, rc: i32| EalError(format!("port {name}: {what}: {}", error_text(-rc)));
+        // SAFETY: the port exists and is stopped; conf outlives the call.
+        let rc = unsafe { sys::rte_eth_dev_configure(id, config.queues, config.queues, &conf) };
+        if rc < 0 {
+            return Err(fail("configure", rc));
+        }
+        // SAFETY: the port exists.
+        let socket = unsafe { sys::rte_eth_dev_socket_id(id) };
+        let socket = if socket < 0 {
+            sys::SOCKET_ID_ANY
+        } else {
+            socket
+        };
+        let mut dev_info = sys::rte_eth_dev_info::default();
+        // SAFETY: dev_info is a valid out pointer.
+        unsafe { sys::rte_eth_dev_info_get(id, &mut dev_info) };
+        for q in 0..config.queues {
+            let mut rxconf = dev_info.default_rxconf;
+            rxconf.offloads = conf.rxmode.offloads;
+            let pool = pools[usize::from(q)].as_ptr();
+            // SAFETY: the port is configured with `queues` queues; the pool
+            // outlives the port (PortInner keeps it).
+            let rc = unsafe {
+                sys::rte_eth_rx_queue_setup(
+                    id,
+                    q,
+                    config.rx_descriptors,
+                    socket as u32,
+                    &rxconf,
+                    pool,
+                )
+            };
+            if rc < 0 {
+                return Err(fail("receive queue setup", rc));
+            }
+            let mut txconf = dev_info.default_txconf;
+            txconf.offloads = conf.txmode.offloads;
+            // SAFETY: as above.
+            let rc = unsafe {
+                sys::rte_eth_tx_queue_setup(id, q, config.tx_descriptors, socket as u32, &txconf)
+            };
+            if rc < 0 {
+                return Err(fail("transmit queue setup", rc));
+            }
+        }
+        // SAFETY: the port is configured.
+        let rc = unsafe { sys::rte_eth_dev_start(id) };
+        if rc < 0 {
+            return Err(fail("start", rc));
+        }
+        if config.promiscuous {
+            // SAFETY: the port is started. Some drivers have no such mode
+            // (memif, ring): the device filters by MAC anyway.
+            unsafe { sys::rte_eth_promiscuous_enable(id) };
+        }
+        inner.queues = config.queues;
+        inner.taken = Mutex::new(vec![false; usize::from(config.queues)]);
+        inner.pools = pools[..usize::from(config.queues)].to_vec();
+        inner.tx_checksum = tx_checksum;
+        inner.rx_checksum = rx_checksum;
+        inner.started = true;
+        Ok(())
+    }
+
+    /// Queue pair `index`, once: `None` if it was taken or does not exist.
+    pub fn queue(&self, index: u16) -> Option<Queue> {
+        let mut taken = self.inner.taken.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = taken.get_mut(usize::from(index))?;
+        if *slot {
+            return None;
+        }
+        *slot = true;
+        LIVE_OBJECTS.fetch_add(1, Ordering::SeqCst);
+        Some(Queue {
+            port: self.inner.clone(),
+            index,
+            tx_rejected: 0,
+        })
+    }
+
+    /// What the port is.
+    pub fn info(&self) -> &PortInfo {
+        &self.inner.info
+    }
+
+    /// Checksum offloads in use on transmit and on receive.
+    pub fn checksum_offloads(&self) -> (bool, bool) {
+        (self.inner.tx_checksum, self.inner.rx_checksum)
+    }
+
+    /// The link, without waiting.
+    pub fn link(&self) -> Link {
+        let mut link = sys::rte_eth_link::default();
+        // SAFETY: the port exists; `link` is a valid out pointer.
+        let rc = unsafe { sys::rte_eth_link_get_nowait(self.inner.info.id, &mut link) };
+        Link {
+            up: rc == 0 && u32::from(link.link_status()) == sys::RTE_ETH_LINK_UP,
+            speed_mbps: if rc == 0 { link.link_speed } else { 0 },
+        }
+    }
+
+    /// The port's counters.
+    pub fn stats(&self) -> PortStats {
+        let mut s = sys::rte_eth_stats::default();
+        // SAFETY: the port exists; `s` is a valid out pointer.
+        let rc = unsafe { sys::rte_eth_stats_get(self.inner.info.id, &mut s) };
+        if rc != 0 {
+            return PortStats::default();
+        }
+        PortStats {
+            rx_packets: s.ipackets,
+            tx_packets: s.opackets,
+            rx_octets: s.ibytes,
+            tx_octets: s.obytes,
+            rx_missed: s.imissed,
+            rx_errors: s.ierrors,
+            tx_errors: s.oerrors,
+            rx_no_mbuf: s.rx_nombuf,
+        }
+    }
+}
+
+fn check_config(info: &PortInfo, config: &PortConfig, pools: &[Arc<Pool>]) -> Result<(), EalError> {
+    let name = &info.name;
+    if config.queues == 0 || config.queues > info.queues_max {
+        return Err(EalError(format!(
+            "port {name}: {} queue pair(s) asked, it has 1 to {}",
+            config.queues, info.queues_max
+        )));
+    }
+    if pools.len() < usize::from(config.queues) {
+        return Err(EalError(format!(
+            "port {name}: one pool per queue pair needed"
+        )));
+    }
+    if config.mtu > info.mtu_max {
+        return Err(EalError(format!(
+            "port {name} ({}) takes an MTU of at most {}; {} asked",
+            info.driver, info.mtu_max, config.mtu
+        )));
+    }
+    let frame = usize::from(config.mtu) + 14;
+    if let Some(pool) = pools.iter().find(|p| p.data_room() < frame) {
+        return Err(EalError(format!(
+            "port {name}: mbufs of {} octets cannot hold {frame}-octet frames (MTU {})",
+            pool.data_room(),
+            config.mtu
+        )));
+    }
+    Ok(())
+}
+
+fn port_info(id: u16, name: &str) -> Result<PortInfo, EalError> {
+    let mut dev_info = sys::rte_eth_dev_info::default();
+    // SAFETY: the port exists; dev_info is a valid out pointer.
+    let rc = unsafe { sys::rte_eth_dev_info_get(id, &mut dev_info) };
+    if rc != 0 {
+        return Err(EalError(format!(
+            "port {name}: no device info: {}",
+            error_text(-rc)
+        )));
+    }
+    let driver = if dev_info.driver_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: DPDK's driver names are static NUL-terminated strings.
+        unsafe { CStr::from_ptr(dev_info.driver_name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let mut mac = sys::rte_ether_addr::default();
+    // SAFETY: the port exists; mac is a valid out pointer.
+    unsafe { sys::rte_eth_macaddr_get(id, &mut mac) };
+    let tx = u64::from(sys::RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | sys::RTE_ETH_TX_OFFLOAD_TCP_CKSUM);
+    let rx = u64::from(sys::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | sys::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
+    Ok(PortInfo {
+        id,
+        name: name.to_string(),
+        driver,
+        mac: mac.addr_bytes,
+        mtu_max: dev_info.max_mtu,
+        queues_max: dev_info.max_rx_queues.min(dev_info.max_tx_queues).max(1),
+        tx_checksum: dev_info.tx_offload_capa & tx == tx,
+        rx_checksum: dev_info.rx_offload_capa & rx == rx,
+    })
+}
+
+/// What to check when a virtual device cannot be made.
+fn vdev_hint(name: &str, errno: i32) -> &'static str {
+    const EEXIST: i32 = 17;
+    if errno == EEXIST {
+        " (a device of that name exists already)"
+    } else if name.starts_with("net_memif") {
+        " (is the memif socket's directory there, or the socket served by another process?)"
+    } else if name.starts_with("net_tap") {
+        " (net_tap needs root and /dev/net/tun; is the interface name free?)"
+    } else if name.starts_with("net_af_packet") {
+        " (net_af_packet needs root and an existing interface, iface=NAME)"
+    } else {
+        ""
+    }
+}
+
+fn c_string(text: &str) -> Result<CString, EalError> {
+    CString::new(text).map_err(|_| EalError(format!("{text:?} contains a NUL octet")))
+}
+
+impl Drop for PortInner {
+    fn drop(&mut self) {
+        LIVE_OBJECTS.fetch_sub(1, Ordering::SeqCst);
+        let id = self.info.id;
+        // SAFETY: no queue handle exists (each holds an Arc of this inner);
+        // stopping and closing releases the mbufs in the port's rings to
+        // their pools, which this inner still keeps alive.
+        unsafe {
+            if self.started {
+                sys::rte_eth_dev_stop(id);
+            }
+            sys::rte_eth_dev_close(id);
+        }
+        match &self.origin {
+            // SAFETY: the port is closed; the name is the one it was made with.
+            Origin::Vdev(name) | Origin::Rings(name, _) => unsafe {
+                sys::rte_vdev_uninit(name.as_ptr());
+            },
+            Origin::Pci(address) => {
+                let bus = c"pci";
+                // SAFETY: as above.
+                unsafe { sys::rte_eal_hotplug_remove(bus.as_ptr(), address.as_ptr()) };
+            }
+        }
+    }
+}
+
+/// One receive/transmit queue pair of a port, owned by one thread at a
+/// time.
+#[derive(Debug)]
+pub struct Queue {
+    port: Arc<PortInner>,
+    index: u16,
+    /// Frames the driver's transmit prepare step refused (dropped).
+    pub tx_rejected: u64,
+}
+
+// A Queue moves between threads (Send); its bursts take `&mut self`, so one
+// thread at a time uses it, as DPDK requires.
+impl Queue {
+    /// The port's id and this queue's index.
+    pub fn id(&self) -> (u16, u16) {
+        (self.port.info.id, self.index)
+    }
+
+    /// What the port is.
+    pub fn info(&self) -> &PortInfo {
+        &self.port.info
+    }
+
+    /// Checksum offloads in use on transmit and on receive.
+    pub fn checksum_offloads(&self) -> (bool, bool) {
+        (self.port.tx_checksum, self.port.rx_checksum)
+    }
+
+    /// The pool this queue receives into.
+    pub fn pool(&self) -> &Arc<Pool> {
+        &self.port.pools[usize::from(self.index)]
+    }
+
+    /// Receives up to `out.len()` (at most [`BURST_MAX`]) frames into the
+    /// empty slots of `out`, from the front; returns how many.
+    pub fn rx_burst(&mut self, out: &mut [Option<Mbuf>]) -> usize {
+        let n = out.len().min(BURST_MAX);
+        debug_assert!(
+            out[..n].iter().all(Option::is_none),
+            "rx_burst would leak mbufs"
+        );
+        // SAFETY: we own the queue (one thread); `out` is an array of
+        // `Option<Mbuf>`, which has the layout of mbuf pointers, with room
+        // for `n`; DPDK writes that many valid mbufs at most and hands them
+        // to us.
+        let got = unsafe {
+            sys::dpw_eth_rx_burst(
+                self.port.info.id,
+                self.index,
+                out.as_mut_ptr().cast::<*mut sys::rte_mbuf>(),
+                n as u16,
+            )
+        };
+        usize::from(got)
+    }
+
+    /// Sends the frames in `frames` (every slot `Some`), from the front;
+    /// the ones sent leave their slots (now `None`) and the rest stay, in
+    /// order, at the front of `frames`. Returns how many were sent: fewer
+    /// when the transmit ring is full, which is back-pressure, not loss.
+    pub fn tx_burst(&mut self, frames: &mut [Option<Mbuf>]) -> usize {
+        let n = frames.len().min(BURST_MAX);
+        debug_assert!(
+            frames[..n].iter().all(Option::is_some),
+            "tx_burst of an empty slot"
+        );
+        let (port, index) = (self.port.info.id, self.index);
+        let pointers = frames.as_mut_ptr().cast::<*mut sys::rte_mbuf>();
+        // SAFETY: as in rx_burst; the first `n` slots hold owned mbufs.
+        let ready = if self.port.tx_checksum {
+            // tx_prepare fixes what the NIC needs for its offloads (it is
+            // a no-op on drivers without a prepare step).
+            unsafe { sys::dpw_eth_tx_prepare(port, index, pointers, n as u16) }
+        } else {
+            n as u16
+        };
+        // SAFETY: as above; DPDK takes ownership of the `sent` first mbufs.
+        let sent = usize::from(unsafe { sys::dpw_eth_tx_burst(port, index, pointers, ready) });
+        for slot in &mut frames[..sent] {
+            // The driver owns these now: forget, do not free.
+            if let Some(m) = slot.take() {
+                m.into_raw();
+            }
+        }
+        if sent == usize::from(ready) && usize::from(ready) < n {
+            // The driver's prepare step refused the frame at `ready` (its
+            // offload request is one it cannot do): it would block the
+            // queue forever. Drop it, counted.
+            frames[sent] = None;
+            self.tx_rejected += 1;
+            frames[..n].rotate_left(sent + 1);
+            return sent;
+        }
+        frames[..n].rotate_left(sent);
+        sent
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        LIVE_OBJECTS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
