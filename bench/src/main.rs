@@ -12,8 +12,8 @@ use bench::report::{self, Report};
 use bench::rig::{self, RigConfig, Server, TransportKind};
 use bench::workload::{self, memory_for, Mode, Spec, Stop};
 use clap::Parser;
+use dataplane::CoreTransport;
 use indicatif::{ProgressBar, ProgressStyle};
-use tcp_lite::Transport;
 
 fn main() {
     let argv: Vec<String> = std::env::args().collect();
@@ -261,7 +261,7 @@ fn run_transport(
     }
 }
 
-fn sweep<C: Transport, S: Transport>(
+fn sweep<C: CoreTransport, S: CoreTransport>(
     rig: &mut rig::Rig<C, S>,
     args: &Args,
     plan: &Plan,

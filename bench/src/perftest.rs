@@ -45,10 +45,11 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use control::mpa::{Accept, StartupConfig};
 use control::runtime::{Decision, Handoff, StartupResult};
+use dataplane::CoreTransport;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
+use rnic_engine::qp::QpEvent;
 use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
-use tcp_lite::Transport;
 
 use crate::rig::{now, Endpoint, QUEUE_DEPTH};
 use crate::rping::{tap_stack, term_text, RpingTransport};
@@ -662,7 +663,7 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
     }
 }
 
-fn run<T: Transport>(
+fn run<T: CoreTransport>(
     transport: T,
     emss: usize,
     args: &PerftestArgs,
@@ -674,9 +675,9 @@ fn run<T: Transport>(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     let mut ep = Endpoint::new(transport, emss, seed, layout.memory());
-    ep.unfenced = args.unfenced;
+    ep.set_unfenced(args.unfenced);
     if p.client {
-        ep.settle = tcp_lite::Duration::from_millis(args.settle_ms);
+        ep.set_settle(tcp_lite::Duration::from_millis(args.settle_ms));
     }
     // Something other than zeros to move: perftest fills its buffers at
     // random; we use a pattern. write_lat's stay zero (as perftest's): the
@@ -820,7 +821,7 @@ impl LatStats {
 }
 
 /// One run's connections and the completions sorted by them.
-struct Session<'a, T: Transport> {
+struct Session<'a, T: CoreTransport> {
     ep: &'a mut Endpoint<T>,
     stop: &'a AtomicBool,
     p: Params,
@@ -843,7 +844,7 @@ struct Session<'a, T: Transport> {
     line: u64,
 }
 
-impl<'a, T: Transport> Session<'a, T> {
+impl<'a, T: CoreTransport> Session<'a, T> {
     fn new(
         ep: &'a mut Endpoint<T>,
         stop: &'a AtomicBool,
@@ -880,14 +881,7 @@ impl<'a, T: Transport> Session<'a, T> {
     /// either way is an error.
     fn turn(&mut self) -> Result<(), String> {
         self.ep.step(now());
-        if let Some((_, event)) = self.ep.take_events().into_iter().next() {
-            let hint = if self.p.test.verb() == Verb::Send {
-                " (a Send with no receive for it: both sides need the same -n and -r)"
-            } else {
-                ""
-            };
-            return Err(format!("{}{hint}", term_text(event)));
-        }
+        let event = self.ep.take_events().into_iter().next();
         // Once both connections are up, later startups (refused: a run is
         // in progress) need no answer.
         let handoffs = self.ep.take_handoffs();
@@ -903,6 +897,32 @@ impl<'a, T: Transport> Session<'a, T> {
             } else if Some(wc.qp) == self.data {
                 self.data_wcs.push_back(wc);
             }
+        }
+        if let Some((_, event)) = event {
+            // A completion in error names the cause better than the
+            // Terminate it made (a Send too long for its receive): it is
+            // read first.
+            let cause = |wc: &Wc| !matches!(wc.status, WcStatus::Success | WcStatus::Flushed);
+            if self.data_wcs.iter().any(cause) {
+                return Ok(());
+            }
+            let code = match event {
+                QpEvent::TerminateSent(t) | QpEvent::TerminateReceived(t) => {
+                    (t.layer, t.etype, t.ecode)
+                }
+            };
+            // RFC 5041 §7.2: DDP untagged buffer errors 2 (no buffer) and 5
+            // (message too long for the buffer).
+            let hint = match (self.p.test.verb(), code) {
+                (Verb::Send, (1, 2, 2)) => {
+                    " (a Send with no receive for it: both sides need the same -n and -r)"
+                }
+                (Verb::Send, (1, 2, 5)) => {
+                    " (a Send longer than the receive for it: both sides need the same -s)"
+                }
+                _ => "",
+            };
+            return Err(format!("{}{hint}", term_text(event)));
         }
         Ok(())
     }
@@ -1320,7 +1340,7 @@ impl<'a, T: Transport> Session<'a, T> {
         let qp = self.ctrl.ok_or("no control connection")?;
         let sgl = [self.ep.sge((slot * CTRL_SLOT) as u64, CTRL_SLOT as u32)];
         self.ep
-            .rnic
+            .rnic()
             .post_recv(
                 qp,
                 &RecvWr {
@@ -1340,7 +1360,7 @@ impl<'a, T: Transport> Session<'a, T> {
             .map_err(|e| format!("{e:?}"))?;
         let sgl = [self.ep.sge(SEND_AT as u64, msg.len() as u32)];
         self.ep
-            .rnic
+            .rnic()
             .post_send(
                 qp,
                 &SendWr {
@@ -1461,7 +1481,7 @@ impl<'a, T: Transport> Session<'a, T> {
         let qp = self.data.ok_or("no data connection")?;
         let sgl = [self.ep.sge(local, len as u32)];
         self.ep
-            .rnic
+            .rnic()
             .post_send(
                 qp,
                 &SendWr {
@@ -1481,7 +1501,7 @@ impl<'a, T: Transport> Session<'a, T> {
         let at = self.l.target() + slot_offset(n, self.p.size, self.cycle, self.line);
         let sgl = [self.ep.sge(at, self.p.size as u32)];
         self.ep
-            .rnic
+            .rnic()
             .post_recv(
                 qp,
                 &RecvWr {

@@ -4,9 +4,9 @@
 //! Send, a Write with Immediate with one, and a Write with a Write once the
 //! last octet of the client's Write has landed.
 
+use dataplane::CoreTransport;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
-use tcp_lite::Transport;
 
 use crate::hello::ClientHello;
 use crate::rig::Endpoint;
@@ -71,7 +71,7 @@ impl Served {
     /// Bandwidth runs: tells the client how many messages we have taken
     /// (an 8-octet Write of the count to its credit word) every quarter
     /// window, so it never sends into a QP without receives.
-    fn report_credit<T: Transport>(&mut self, ep: &mut Endpoint<T>) -> Result<(), String> {
+    fn report_credit<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>) -> Result<(), String> {
         if self.mode != Mode::Bandwidth
             || self.consumed - self.reported < (self.depth as u64 / 4).max(1)
         {
@@ -89,16 +89,16 @@ impl Served {
             solicited: false,
             fence: false,
         };
-        ep.rnic
+        ep.rnic()
             .post_send(self.qp, &wr)
             .map_err(|e| format!("posting a credit Write: {e:?}"))?;
         self.reported = self.consumed;
         Ok(())
     }
 
-    fn post_receive<T: Transport>(&self, ep: &mut Endpoint<T>, id: u64) -> Result<(), String> {
+    fn post_receive<T: CoreTransport>(&self, ep: &mut Endpoint<T>, id: u64) -> Result<(), String> {
         let sgl = [ep.sge(self.base + half(self.size) as u64, half(self.size) as u32)];
-        ep.rnic
+        ep.rnic()
             .post_recv(
                 self.qp,
                 &RecvWr {
@@ -111,7 +111,12 @@ impl Served {
 
     /// Sends the pong of a latency round from our second half to the
     /// client's second half.
-    fn reply<T: Transport>(&self, ep: &mut Endpoint<T>, id: u64, len: usize) -> Result<(), String> {
+    fn reply<T: CoreTransport>(
+        &self,
+        ep: &mut Endpoint<T>,
+        id: u64,
+        len: usize,
+    ) -> Result<(), String> {
         let sgl = [ep.sge(self.base + half(self.size) as u64, len as u32)];
         let to_client = RemoteAddr {
             stag: self.client.stag,
@@ -130,7 +135,7 @@ impl Served {
             solicited: false,
             fence: false,
         };
-        ep.rnic
+        ep.rnic()
             .post_send(self.qp, &wr)
             .map_err(|e| format!("posting the reply: {e:?}"))
     }
@@ -147,7 +152,7 @@ impl Responder {
     /// Starts serving `s`: clears the octets Write latency watches and posts
     /// the receives its workload consumes. Call it before the QP reads its
     /// first octet ([`Endpoint::step`] allows that).
-    pub fn add<T: Transport>(&mut self, ep: &mut Endpoint<T>, s: Served) {
+    pub fn add<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>, s: Served) {
         if s.op == Op::Write && s.mode == Mode::Latency {
             let h = half(s.size) as u64;
             let _ = ep.region.write((s.base + s.size as u64 - 1) as usize, &[0]);
@@ -186,7 +191,10 @@ impl Responder {
 
     /// Reaps completions and answers what arrived. A failure names the QP
     /// it ends.
-    pub fn step<T: Transport>(&mut self, ep: &mut Endpoint<T>) -> Result<(), (QpHandle, String)> {
+    pub fn step<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+    ) -> Result<(), (QpHandle, String)> {
         self.wcs.clear();
         ep.poll_cq(&mut self.wcs);
         for wc in &self.wcs {

@@ -13,19 +13,17 @@ use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use control::mpa::{Accept, StartupConfig};
-use control::runtime::{ControlPlane, CoreLink, Decision, Handoff, StartupResult};
+use control::runtime::{ControlPlane, Decision, Handoff, StartupResult};
+use dataplane::{Core, CoreConfig, CoreTransport};
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
-use rnic_engine::mem::{Access, Pd, Region};
-use rnic_engine::qp::{QpEvent, QpState};
+use rnic_engine::mem::{Access, Region};
+use rnic_engine::qp::QpEvent;
 use rnic_engine::verbs::{CqHandle, Mr, QpHandle, QpInit, RemoteAddr, Rnic, RnicConfig, Sge};
 use tcp_lite::link::{self, LinkConfig, LinkEnd};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
 use tcp_lite::sys::netns::{self, Netns};
 use tcp_lite::sys::tap::TapDevice;
-use tcp_lite::{
-    CongestionControl, ConnId, Duration, EventKind, Instant, Stack, StackConfig, TcpConfig,
-    Transport,
-};
+use tcp_lite::{CongestionControl, ConnId, Duration, Instant, Stack, StackConfig, TcpConfig};
 
 use crate::hello::{self, ClientHello, ServerHello};
 use crate::responder::{Responder, Served};
@@ -37,78 +35,34 @@ pub const QUEUE_DEPTH: usize = 512;
 /// deepest queues (512 sends and 512 receives each) can complete in one
 /// step without overflowing it.
 const CQ_DEPTH: usize = 64 * QUEUE_DEPTH * 2;
-/// Reads from one connection per turn, at most (each takes what the
-/// transport holds contiguously: up to a socket buffer or a ring).
-const RX_ROUNDS: usize = 64;
+/// Connections one RNIC runs at once (64 QPs of a run, and room for a
+/// persistent server's clients).
+const CONNECTIONS_MAX: usize = 128;
 /// How long connection set-up and teardown may take.
 const SETUP_LIMIT: StdDuration = StdDuration::from_secs(10);
 
-/// The process's clock as tcp-lite time.
+/// The process's clock as tcp-lite time (the data plane's).
 pub fn now() -> Instant {
-    static EPOCH: std::sync::OnceLock<StdInstant> = std::sync::OnceLock::new();
-    let epoch = EPOCH.get_or_init(StdInstant::now);
-    Instant::from_micros(epoch.elapsed().as_micros() as i64 + 1)
+    dataplane::clock::now()
 }
 
-/// A connection in Full Operation and its QP.
-#[derive(Debug, Clone, Copy)]
-struct Live {
-    conn: ConnId,
-    qp: QpHandle,
-    /// The peer sent FIN; we close once its octets are read.
-    peer_closed: bool,
-    /// We sent FIN.
-    closing: bool,
-    /// No FPDU leaves before this (see [`Endpoint::settle`]).
-    hold_until: Instant,
-    /// Octets the engine took from the connection so far.
-    rx_octets: u64,
-}
-
-/// One RNIC: its transport, its control plane, its engine and memory.
-pub struct Endpoint<T: Transport> {
-    /// TCP.
-    pub transport: T,
+/// One RNIC: a poll-mode core (its transport, its link to the control
+/// plane, its engine), its control plane, and registered memory.
+pub struct Endpoint<T: CoreTransport> {
+    /// The core: TCP, the engine and the QPs of its connections.
+    pub core: Core<T>,
     pub(crate) control: ControlPlane,
-    link: CoreLink,
-    /// The engine.
-    pub rnic: Rnic,
-    pd: Pd,
     /// The CQ of every QP.
     pub cq: CqHandle,
-    emss: usize,
     /// Registered memory, remotely readable, writable and atomic.
     pub region: Arc<Region>,
     /// Its registration.
     pub mr: Mr,
-    live: Vec<Live>,
-    /// Rejected connections we are closing (MPA left them to us).
-    closing_raw: Vec<ConnId>,
-    /// Startups that ended and were not yet taken.
-    handoffs: Vec<(Handoff, Option<QpHandle>)>,
-    /// QPs whose connection ended (and which were destroyed), not yet taken.
-    ended: Vec<QpHandle>,
-    /// Completions of live QPs read while a QP was torn down.
-    pending: Vec<Wc>,
-    /// QP events (Terminates sent and received), not yet taken.
-    events: Vec<(QpHandle, QpEvent)>,
+    /// Scratch for draining the CQ.
     wcs: Vec<Wc>,
-    /// How long an initiator waits after the MPA Reply before its first
-    /// FPDU (0 by default). Linux siw (6.1) sends its Reply before it hands
-    /// the socket to its receive path, and an FPDU that lands in between
-    /// is not read until another segment arrives: a fast initiator can
-    /// stall there (seen with dpwarp, and between siw peers too).
-    pub settle: Duration,
-    /// The layout of the Terminates our QPs send (RFC 5040's by default).
-    pub terminate_layout: rnic_engine::wire::term::Encoding,
-    /// Responder: send FPDUs before the initiator's first one arrived, as
-    /// Linux siw does (false by default: RFC 5044 §7.1's MPA fencing). For
-    /// ULPs whose passive side sends first (perftest's ib_write_lat) with
-    /// an initiator that offers no RFC 6581 RTR.
-    pub unfenced: bool,
 }
 
-impl<T: Transport> Endpoint<T> {
+impl<T: CoreTransport> Endpoint<T> {
     /// An RNIC on `transport`, with `memory` octets registered.
     pub fn new(transport: T, emss: usize, seed: u64, memory: usize) -> Endpoint<T> {
         let (control, mut links) = ControlPlane::start(1);
@@ -128,278 +82,125 @@ impl<T: Transport> Endpoint<T> {
         let mr = rnic
             .reg_region(pd, region.clone(), access)
             .expect("registration");
-        let blank = Wc {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            qp: QpHandle(0),
-            byte_len: 0,
-            imm: None,
-            invalidated: None,
-            solicited: false,
-        };
-        Endpoint {
-            transport,
-            control,
-            link: links.remove(0),
-            rnic,
+        let qp_init = QpInit {
             pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            sq_size: QUEUE_DEPTH,
+            rq_size: QUEUE_DEPTH,
+        };
+        let mut config = CoreConfig::new(emss);
+        config.connections_max = CONNECTIONS_MAX;
+        Endpoint {
+            core: Core::new(config, transport, links.remove(0), rnic, qp_init),
+            control,
             cq,
-            emss,
             region,
             mr,
-            live: Vec::new(),
-            closing_raw: Vec::new(),
-            handoffs: Vec::new(),
-            ended: Vec::new(),
-            pending: Vec::new(),
-            events: Vec::new(),
-            wcs: vec![blank; 256],
-            settle: Duration::ZERO,
-            terminate_layout: rnic_engine::wire::term::Encoding::Rfc5040,
-            unfenced: false,
+            wcs: vec![BLANK_WC; 256],
         }
     }
 
-    /// One turn of the core's loop: TCP, the control plane's link, and the
-    /// engine's FPDUs both ways. Startups that end here get their QPs, but
-    /// those QPs take no octets before the next turn: the caller sees the
-    /// handoff first ([`take_handoffs`](Self::take_handoffs)) and can post
-    /// receives before the peer's first message is read.
+    /// How long an initiator waits after the MPA Reply before its first
+    /// FPDU (0 by default). Linux siw (6.1) sends its Reply before it hands
+    /// the socket to its receive path, and an FPDU that lands in between
+    /// is not read until another segment arrives: a fast initiator can
+    /// stall there (seen with dpwarp, and between siw peers too).
+    pub fn set_settle(&mut self, settle: Duration) {
+        self.core.config_mut().settle = settle;
+    }
+
+    /// The layout of the Terminates our QPs send (RFC 5040's by default).
+    pub fn set_terminate_layout(&mut self, layout: rnic_engine::wire::term::Encoding) {
+        self.core.config_mut().terminate_layout = layout;
+    }
+
+    /// Responder: send FPDUs before the initiator's first one arrived, as
+    /// Linux siw does (false by default: RFC 5044 §7.1's MPA fencing). For
+    /// ULPs whose passive side sends first (perftest's ib_write_lat) with
+    /// an initiator that offers no RFC 6581 RTR.
+    pub fn set_unfenced(&mut self, unfenced: bool) {
+        self.core.config_mut().unfenced = unfenced;
+    }
+
+    /// One turn of the core (see `dataplane::core`). Startups that end
+    /// here get their QPs, but those QPs take no octets before the next
+    /// turn: the caller sees the handoff first
+    /// ([`take_handoffs`](Self::take_handoffs)) and can post receives
+    /// before the peer's first message is read.
     pub fn step(&mut self, now: Instant) {
-        self.transport.poll(now);
-        while let Some(event) = self.transport.next_event() {
-            if self.link.handle_event(&mut self.transport, event) {
-                continue;
-            }
-            self.connection_event(event.conn, event.kind);
-        }
-        self.link.poll(&mut self.transport, now);
-        let rnic = &mut self.rnic;
-        for live in &mut self.live {
-            if now >= live.hold_until {
-                let _ = self.transport.send_with(live.conn, 1 << 20, |space| {
-                    let n = rnic.poll_transmit(live.qp, space).unwrap_or(0);
-                    (n, ())
-                });
-            }
-            // A budget per turn (STYLE.md): a peer that keeps sending must
-            // not keep the core from its other connections and its timers.
-            for _ in 0..RX_ROUNDS {
-                let got = self.transport.recv_with(live.conn, |data, _| {
-                    let n = rnic.handle_stream(live.qp, data).unwrap_or(0);
-                    (n, n)
-                });
-                match got {
-                    Ok(n) if n > 0 => live.rx_octets += n as u64,
-                    _ => break,
-                }
-            }
-            while let Ok(Some(event)) = rnic.poll_event(live.qp) {
-                self.events.push((live.qp, event));
-            }
-            // Our side of an orderly close, once the peer's octets are in;
-            // or, once a Terminate went either way, the end of the stream
-            // (RFC 5040 §6.4.1: the LLP stream is closed after it; ours is
-            // queued ahead of the FIN).
-            let dead = rnic.qp_state(live.qp) == Ok(QpState::Error);
-            if !live.closing
-                && (dead
-                    || live.peer_closed && self.transport.recv_queue(live.conn).unwrap_or(0) == 0)
-            {
-                let _ = self.transport.close(live.conn);
-                live.closing = true;
-            }
-        }
-        while let Some(handoff) = self.link.next_handoff() {
-            let mut qp = None;
-            match (&handoff.result, handoff.conn) {
-                (StartupResult::Established(e), Some(conn)) => {
-                    let init = QpInit {
-                        pd: self.pd,
-                        send_cq: self.cq,
-                        recv_cq: self.cq,
-                        srq: None,
-                        sq_size: QUEUE_DEPTH,
-                        rq_size: QUEUE_DEPTH,
-                    };
-                    match self.rnic.create_qp(init) {
-                        Ok(handle) => {
-                            let base = e.connection(self.emss, 65535);
-                            let connection = rnic_engine::qp::Connection {
-                                terminate_layout: self.terminate_layout,
-                                fenced: base.fenced && !self.unfenced,
-                                ..base
-                            };
-                            if self.rnic.connect(handle, connection).is_ok() {
-                                // Active opens (a token) are initiators.
-                                let hold_until = if handoff.token != 0 {
-                                    now + self.settle
-                                } else {
-                                    now
-                                };
-                                self.live.push(Live {
-                                    conn,
-                                    qp: handle,
-                                    peer_closed: false,
-                                    closing: false,
-                                    hold_until,
-                                    rx_octets: 0,
-                                });
-                                qp = Some(handle);
-                            } else {
-                                let _ = self.rnic.destroy_qp(handle);
-                                // An abort reports nothing more: release now.
-                                let _ = self.transport.abort(conn);
-                                self.transport.release(conn);
-                            }
-                        }
-                        Err(_) => {
-                            let _ = self.transport.abort(conn);
-                            self.transport.release(conn);
-                        }
-                    }
-                }
-                // MPA leaves a rejected connection's TCP to us: close it.
-                (StartupResult::Rejected(_), Some(conn)) => {
-                    let _ = self.transport.close(conn);
-                    self.closing_raw.push(conn);
-                }
-                _ => {}
-            }
-            self.handoffs.push((handoff, qp));
-        }
-        self.transport.poll(now);
+        self.core.turn(now);
     }
 
-    fn connection_event(&mut self, conn: ConnId, kind: EventKind) {
-        if let Some(i) = self.live.iter().position(|l| l.conn == conn) {
-            match kind {
-                EventKind::PeerClosed => self.live[i].peer_closed = true,
-                EventKind::Closed | EventKind::Reset | EventKind::TimedOut => {
-                    let live = self.live.swap_remove(i);
-                    // What arrived before the end still counts: a peer that
-                    // sends a Terminate and then resets (siw's rping does,
-                    // when it exits) must be heard.
-                    let rnic = &mut self.rnic;
-                    while let Ok(n) = self.transport.recv_with(conn, |data, _| {
-                        let n = rnic.handle_stream(live.qp, data).unwrap_or(0);
-                        (n, n)
-                    }) {
-                        if n == 0 {
-                            break;
-                        }
-                    }
-                    self.transport.release(conn);
-                    // Outstanding work completes flushed, then the QP goes;
-                    // its completions are dropped here, before a new QP can
-                    // take its handle, and the others' kept in order.
-                    let _ = self.rnic.close(live.qp);
-                    while let Ok(Some(event)) = self.rnic.poll_event(live.qp) {
-                        self.events.push((live.qp, event));
-                    }
-                    let mut wcs = Vec::new();
-                    self.drain_cq(&mut wcs);
-                    self.pending.retain(|w| w.qp != live.qp);
-                    self.pending
-                        .extend(wcs.into_iter().filter(|w| w.qp != live.qp));
-                    let _ = self.rnic.destroy_qp(live.qp);
-                    self.ended.push(live.qp);
-                }
-                _ => {}
-            }
-        } else if let Some(i) = self.closing_raw.iter().position(|&c| c == conn) {
-            match kind {
-                EventKind::PeerClosed => {
-                    let _ = self.transport.close(conn);
-                }
-                EventKind::Closed | EventKind::Reset | EventKind::TimedOut => {
-                    self.closing_raw.swap_remove(i);
-                    self.transport.release(conn);
-                }
-                _ => {}
-            }
-        }
+    /// The engine.
+    pub fn rnic(&mut self) -> &mut Rnic {
+        self.core.rnic()
     }
 
     /// Startups that ended since the last call, each with its QP if it
     /// reached Full Operation.
     pub fn take_handoffs(&mut self) -> Vec<(Handoff, Option<QpHandle>)> {
-        std::mem::take(&mut self.handoffs)
+        std::iter::from_fn(|| self.core.next_handoff()).collect()
     }
 
     /// Terminates sent and received since the last call, by QP (a QP that
     /// ended in this step is still named).
     pub fn take_events(&mut self) -> Vec<(QpHandle, QpEvent)> {
-        std::mem::take(&mut self.events)
+        std::iter::from_fn(|| self.core.next_event()).collect()
     }
 
     /// QPs whose connections ended since the last call (already destroyed).
     pub fn take_ended(&mut self) -> Vec<QpHandle> {
-        std::mem::take(&mut self.ended)
+        std::iter::from_fn(|| self.core.next_ended()).collect()
     }
 
     /// Closes QP `qp`'s connection in order (FIN after what is queued).
     pub fn close(&mut self, qp: QpHandle) {
-        if let Some(live) = self.live.iter_mut().find(|l| l.qp == qp) {
-            if !live.closing {
-                let _ = self.transport.close(live.conn);
-                live.closing = true;
-            }
-        }
+        self.core.close(qp);
     }
 
     /// Ends QP `qp`'s connection at once (RST): the QP's work flushes and the
     /// QP is destroyed now, so nothing the peer sends later can reach the
     /// memory it used. Reported by [`take_ended`](Self::take_ended).
     pub fn abort(&mut self, qp: QpHandle) {
-        if let Some(i) = self.live.iter().position(|l| l.qp == qp) {
-            let conn = self.live[i].conn;
-            let _ = self.transport.abort(conn);
-            // An abort reports nothing more: end it here as a reset would.
-            self.connection_event(conn, EventKind::Reset);
-        }
+        self.core.abort(qp);
     }
 
     /// How the listen on `port` went; `None` until the control plane's
     /// command has reached this core.
     pub fn listen_status(&self, port: u16) -> Option<Result<(), String>> {
-        self.link
+        self.core
             .listen_status(port)
             .map(|r| r.map_err(|e| format!("cannot listen on port {port}: {e}")))
     }
 
     /// Connections in Full Operation or closing.
     pub fn open_connections(&self) -> usize {
-        self.live.len() + self.closing_raw.len()
+        self.core.open_connections()
     }
 
     /// Whether QP `qp`'s connection is still open (or closing in order).
     pub fn is_live(&self, qp: QpHandle) -> bool {
-        self.live.iter().any(|l| l.qp == qp)
+        self.core.is_live(qp)
     }
 
     /// Octets QP `qp`'s connection has delivered to the engine (FPDUs of
     /// any kind), while it is live: a measure of the peer's activity that
     /// needs no completion (an RDMA Write or Read Request makes none here).
     pub fn rx_octets(&self, qp: QpHandle) -> Option<u64> {
-        self.live.iter().find(|l| l.qp == qp).map(|l| l.rx_octets)
+        self.core.rx_octets(qp)
     }
 
     /// The TCP connection of QP `qp`.
     pub fn conn_of(&self, qp: QpHandle) -> Option<ConnId> {
-        self.live.iter().find(|l| l.qp == qp).map(|l| l.conn)
+        self.core.conn_of(qp)
     }
 
     /// Completions waiting, into `out`.
     pub fn poll_cq(&mut self, out: &mut Vec<Wc>) {
-        out.append(&mut self.pending);
-        self.drain_cq(out);
-    }
-
-    fn drain_cq(&mut self, out: &mut Vec<Wc>) {
         loop {
-            let n = self.rnic.poll_cq(self.cq, &mut self.wcs).unwrap_or(0);
+            let n = self.core.poll_cq(self.cq, &mut self.wcs);
             out.extend_from_slice(&self.wcs[..n]);
             if n < self.wcs.len() {
                 return;
@@ -425,9 +226,21 @@ impl<T: Transport> Endpoint<T> {
     }
 }
 
+/// A completion slot's filler.
+const BLANK_WC: Wc = Wc {
+    wr_id: 0,
+    status: WcStatus::Success,
+    opcode: WcOpcode::Send,
+    qp: QpHandle(0),
+    byte_len: 0,
+    imm: None,
+    invalidated: None,
+    solicited: false,
+};
+
 /// A benchmark server: listens, serves each connection the workload its
 /// client announces ([`Responder`]), and closes when the client does.
-pub struct Server<T: Transport> {
+pub struct Server<T: CoreTransport> {
     /// Its RNIC.
     pub endpoint: Endpoint<T>,
     responder: Responder,
@@ -444,7 +257,7 @@ pub struct Server<T: Transport> {
     refused: Arc<std::sync::atomic::AtomicU64>,
 }
 
-impl<T: Transport> Server<T> {
+impl<T: CoreTransport> Server<T> {
     /// A server on `transport` with `memory` octets, listening on `port`.
     pub fn new(
         transport: T,
@@ -612,7 +425,7 @@ pub struct Pair {
 }
 
 /// A client RNIC and, in process, its server.
-pub struct Rig<C: Transport, S: Transport> {
+pub struct Rig<C: CoreTransport, S: CoreTransport> {
     /// The side that opens connections and drives the workload.
     pub client: Endpoint<C>,
     /// The server, when it runs in this process.
@@ -631,7 +444,7 @@ fn run_id() -> u64 {
     (u64::from(std::process::id()) << 32) ^ nanos
 }
 
-impl<C: Transport, S: Transport> Rig<C, S> {
+impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
     /// Steps every RNIC in this process once.
     pub fn step(&mut self) -> Result<(), String> {
         let now = now();
@@ -815,7 +628,7 @@ impl RigConfig {
 
 /// A client RNIC on `client` and an in-process server RNIC on `server`
 /// listening at `server_addr`, ready once the listener is up.
-fn in_process<C: Transport, S: Transport>(
+fn in_process<C: CoreTransport, S: CoreTransport>(
     client: C,
     client_emss: usize,
     server: S,
@@ -841,7 +654,7 @@ fn in_process<C: Transport, S: Transport>(
 }
 
 /// Waits for the in-process server's listener before anyone connects.
-fn settle<C: Transport, S: Transport>(rig: &mut Rig<C, S>) -> Result<(), String> {
+fn settle<C: CoreTransport, S: CoreTransport>(rig: &mut Rig<C, S>) -> Result<(), String> {
     match &mut rig.server {
         Some(server) => server.wait_listening(),
         None => Ok(()),

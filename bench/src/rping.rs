@@ -24,12 +24,13 @@ use std::time::{Duration, Instant};
 use clap::{Parser, ValueEnum};
 use control::mpa::StartupConfig;
 use control::runtime::{Decision, StartupResult};
+use dataplane::CoreTransport;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::qp::{QpEvent, RtrSet};
 use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
 use tcp_lite::sys::tap::TapDevice;
-use tcp_lite::{Stack, StackConfig, TcpConfig, Transport};
+use tcp_lite::{Stack, StackConfig, TcpConfig};
 
 use crate::rig::{now, Endpoint};
 
@@ -400,7 +401,7 @@ fn wr_id(slot: usize, kind: u64) -> u64 {
     (slot as u64) << 8 | kind
 }
 
-fn post_recv<T: Transport>(
+fn post_recv<T: CoreTransport>(
     ep: &mut Endpoint<T>,
     qp: QpHandle,
     l: Layout,
@@ -408,7 +409,7 @@ fn post_recv<T: Transport>(
     which: u64,
 ) -> Result<(), String> {
     let sgl = [ep.sge(l.recv(slot, which as usize) as u64, INFO_LEN as u32)];
-    ep.rnic
+    ep.rnic()
         .post_recv(
             qp,
             &RecvWr {
@@ -419,7 +420,7 @@ fn post_recv<T: Transport>(
         .map_err(|e| format!("posting a receive: {e:?}"))
 }
 
-fn post_send<T: Transport>(
+fn post_send<T: CoreTransport>(
     ep: &mut Endpoint<T>,
     qp: QpHandle,
     l: Layout,
@@ -438,12 +439,12 @@ fn post_send<T: Transport>(
         solicited: false,
         fence: false,
     };
-    ep.rnic
+    ep.rnic()
         .post_send(qp, &wr)
         .map_err(|e| format!("posting a Send: {e:?}"))
 }
 
-fn post_rdma<T: Transport>(
+fn post_rdma<T: CoreTransport>(
     ep: &mut Endpoint<T>,
     qp: QpHandle,
     slot: usize,
@@ -466,7 +467,7 @@ fn post_rdma<T: Transport>(
         solicited: false,
         fence: false,
     };
-    ep.rnic.post_send(qp, &wr).map_err(|e| {
+    ep.rnic().post_send(qp, &wr).map_err(|e| {
         format!(
             "posting an RDMA {}: {e:?}",
             if kind == WR_READ { "Read" } else { "Write" }
@@ -474,7 +475,7 @@ fn post_rdma<T: Transport>(
     })
 }
 
-fn read_info<T: Transport>(
+fn read_info<T: CoreTransport>(
     ep: &Endpoint<T>,
     l: Layout,
     slot: usize,
@@ -612,7 +613,7 @@ pub(crate) fn tap_stack(
     Stack::new(config, device, now()).map_err(|e| e.to_string())
 }
 
-fn run<T: Transport>(
+fn run<T: CoreTransport>(
     transport: T,
     emss: usize,
     args: &RpingArgs,
@@ -622,12 +623,12 @@ fn run<T: Transport>(
     if args.server {
         let slots = if args.persistent { CONNECTIONS_MAX } else { 1 };
         let mut ep = Endpoint::new(transport, emss, 7, layout.memory(slots));
-        ep.terminate_layout = args.term_layout.encoding();
+        ep.set_terminate_layout(args.term_layout.encoding());
         server(&mut ep, layout, slots, args, stop)
     } else {
         let mut ep = Endpoint::new(transport, emss, 5, layout.memory(1));
-        ep.settle = tcp_lite::Duration::from_millis(args.settle_ms);
-        ep.terminate_layout = args.term_layout.encoding();
+        ep.set_settle(tcp_lite::Duration::from_millis(args.settle_ms));
+        ep.set_terminate_layout(args.term_layout.encoding());
         client(&mut ep, layout, args, stop)
     }
 }
@@ -662,7 +663,7 @@ struct Served {
     stalled: bool,
 }
 
-fn server<T: Transport>(
+fn server<T: CoreTransport>(
     ep: &mut Endpoint<T>,
     l: Layout,
     slots: usize,
@@ -750,7 +751,7 @@ fn server<T: Transport>(
                 (StartupResult::Established(_), Some(qp)) => {
                     let peer = handoff
                         .conn
-                        .and_then(|c| ep.transport.endpoints(c).ok())
+                        .and_then(|c| ep.core.transport().endpoints(c).ok())
                         .map_or("a client".to_string(), |(_, p)| p.to_string());
                     let Some(slot) = free.pop() else {
                         eprintln!("bench rping: {CONNECTIONS_MAX} clients already; closing {peer}");
@@ -853,7 +854,7 @@ fn server<T: Transport>(
 
 /// Steps until every connection has ended (what is queued, a Reject or a
 /// Terminate and our FIN, goes out first), at most [`STALL_LIMIT`].
-fn drain<T: Transport>(ep: &mut Endpoint<T>) {
+fn drain<T: CoreTransport>(ep: &mut Endpoint<T>) {
     let start = Instant::now();
     while ep.open_connections() > 0 && start.elapsed() < STALL_LIMIT {
         ep.step(now());
@@ -862,7 +863,7 @@ fn drain<T: Transport>(ep: &mut Endpoint<T>) {
 }
 
 /// One completion of a served connection.
-fn serve_completion<T: Transport>(
+fn serve_completion<T: CoreTransport>(
     ep: &mut Endpoint<T>,
     l: Layout,
     s: &mut Served,
@@ -983,7 +984,7 @@ fn serve_completion<T: Transport>(
     Ok(())
 }
 
-fn client<T: Transport>(
+fn client<T: CoreTransport>(
     ep: &mut Endpoint<T>,
     l: Layout,
     args: &RpingArgs,
@@ -1114,7 +1115,7 @@ fn client<T: Transport>(
 
 /// Steps until a receive completes on `qp` (and reposts it); other
 /// completions are checked.
-fn wait_recv<T: Transport>(
+fn wait_recv<T: CoreTransport>(
     ep: &mut Endpoint<T>,
     qp: QpHandle,
     l: Layout,

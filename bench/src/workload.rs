@@ -8,10 +8,10 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use dataplane::CoreTransport;
 use hdrhistogram::Histogram;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
-use tcp_lite::Transport;
 
 use crate::rig::{Endpoint, Pair, Rig};
 
@@ -178,7 +178,7 @@ fn wr<'a>(wr_id: u64, op: SendOp, sgl: &'a [rnic_engine::verbs::Sge]) -> SendWr<
 }
 
 /// Posts one message of `spec` on QP `qi` (`pair`) of the client.
-fn post<T: Transport>(
+fn post<T: CoreTransport>(
     client: &mut Endpoint<T>,
     pair: &Pair,
     qi: usize,
@@ -210,12 +210,12 @@ fn post<T: Transport>(
             swap_mask: u64::MAX,
         },
     };
-    client.rnic.post_send(pair.qp, &wr(id, op, &sgl)).is_ok()
+    client.rnic().post_send(pair.qp, &wr(id, op, &sgl)).is_ok()
 }
 
 /// Posts a receive for the pong of a latency round into the client's
 /// second half.
-fn post_receive<T: Transport>(
+fn post_receive<T: CoreTransport>(
     client: &mut Endpoint<T>,
     qp: QpHandle,
     size: usize,
@@ -223,7 +223,7 @@ fn post_receive<T: Transport>(
 ) -> Result<(), String> {
     let sgl = [client.sge(slot(0, size) + half(size) as u64, half(size) as u32)];
     client
-        .rnic
+        .rnic()
         .post_recv(
             qp,
             &RecvWr {
@@ -245,7 +245,7 @@ fn check(wc: &Wc) -> Result<(), String> {
 /// Runs `spec` on `rig` over connections of its own, opened here and
 /// closed before returning; `last` tells a remote server this is the last
 /// size. `progress` is called with the fraction done.
-pub fn run<C: Transport, S: Transport>(
+pub fn run<C: CoreTransport, S: CoreTransport>(
     rig: &mut Rig<C, S>,
     spec: &Spec,
     last: bool,
@@ -290,7 +290,7 @@ fn done(spec: &Spec, start: Instant, messages: u64) -> (bool, f64) {
     }
 }
 
-fn bandwidth<C: Transport, S: Transport>(
+fn bandwidth<C: CoreTransport, S: CoreTransport>(
     rig: &mut Rig<C, S>,
     pairs: &[Pair],
     spec: &Spec,
@@ -408,7 +408,7 @@ fn bandwidth<C: Transport, S: Transport>(
     })
 }
 
-fn latency<C: Transport, S: Transport>(
+fn latency<C: CoreTransport, S: CoreTransport>(
     rig: &mut Rig<C, S>,
     pairs: &[Pair],
     spec: &Spec,
@@ -534,7 +534,7 @@ fn latency<C: Transport, S: Transport>(
 
 /// Steps until `qp` completes a work request (only a receive, with
 /// `receive`), checking every completion on the way.
-fn completion<C: Transport, S: Transport>(
+fn completion<C: CoreTransport, S: CoreTransport>(
     rig: &mut Rig<C, S>,
     pairs: &[Pair],
     what: &str,
@@ -566,7 +566,10 @@ const STALL_LIMIT: Duration = Duration::from_secs(10);
 
 /// An error if a connection of the run has ended (the server closed or
 /// reset it, or TCP gave up).
-fn alive<C: Transport, S: Transport>(rig: &Rig<C, S>, pairs: &[Pair]) -> Result<(), String> {
+fn alive<C: CoreTransport, S: CoreTransport>(
+    rig: &Rig<C, S>,
+    pairs: &[Pair],
+) -> Result<(), String> {
     if pairs.iter().all(|p| rig.client.is_live(p.qp)) {
         Ok(())
     } else {
@@ -575,7 +578,7 @@ fn alive<C: Transport, S: Transport>(rig: &Rig<C, S>, pairs: &[Pair]) -> Result<
 }
 
 /// Steps the rig until `ready`, at most [`STALL_LIMIT`].
-fn wait<C: Transport, S: Transport, F: FnMut(&mut Rig<C, S>, &mut Vec<Wc>) -> bool>(
+fn wait<C: CoreTransport, S: CoreTransport, F: FnMut(&mut Rig<C, S>, &mut Vec<Wc>) -> bool>(
     rig: &mut Rig<C, S>,
     pairs: &[Pair],
     what: &str,

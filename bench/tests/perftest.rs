@@ -360,23 +360,29 @@ fn write_lat_without_an_rtr_needs_an_unfenced_server() {
 #[test]
 fn sizes_that_disagree_fail_on_both_sides() {
     let _serial = serial();
-    // The client's 128-octet Sends into the server's 64-octet receives.
+    // The client's 128-octet Sends into the server's 64-octet receives: the
+    // server's DDP layer terminates (RFC 5041 §7.2: untagged buffer, code
+    // 5, too long for the buffer), and the client hears why.
     mismatch(
         "64",
         "128",
         "a Send longer than our receives of 64 octets arrived",
+        "the peer sent a Terminate: layer 1 type 2 code 0x05 (a Send longer than the receive",
     );
-    // The client's 64-octet Sends into the server's 128-octet receives.
+    // The client's 64-octet Sends into the server's 128-octet receives:
+    // DDP is content, the test is not; the server hangs up.
     mismatch(
         "128",
         "64",
         "a Send of 64 octets arrived; the test's are 128",
+        "the peer closed",
     );
 }
 
 /// send_lat with the server at `-s server` and the client at `-s client`:
-/// both fail, the server saying `why` and to give the same -s.
-fn mismatch(server: &str, client: &str, why: &str) {
+/// both fail, the server saying `why` and to give the same -s, the client
+/// saying `heard`.
+fn mismatch(server: &str, client: &str, why: &str, heard: &str) {
     let (s, c) = pair(
         &["send_lat", "-n", "100", "-s", server],
         &["send_lat", "-n", "100", "-s", client],
@@ -388,7 +394,7 @@ fn mismatch(server: &str, client: &str, why: &str) {
         s.said()
     );
     assert_eq!(c.code, Some(1), "{}", c.said());
-    assert!(c.stderr.contains("the peer closed"), "{}", c.said());
+    assert!(c.stderr.contains(heard), "{}", c.said());
     for run in [&s, &c] {
         assert!(!run.stdout.contains("completed"), "{}", run.said());
     }

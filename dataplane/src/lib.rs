@@ -5,11 +5,21 @@
 //!   queues): the crate's only `unsafe`.
 //! * [`device`]: smoltcp's `phy::Device` over one DPDK queue pair, lending
 //!   mbufs to smoltcp in place both ways.
+//! * [`core`]: the poll-mode core's turn ([`Core`]): TCP, the control
+//!   plane's link and the engine, generic over tcp-lite's transports.
+//! * [`lcore`]: pinned threads for cores, and the loop that runs a core
+//!   with its application; [`clock`]: the time a turn is given.
 #![deny(unsafe_code)]
 
 mod checksum;
+pub mod clock;
+pub mod core;
 pub mod device;
 pub mod dpdk;
+pub mod lcore;
+mod transport;
 
 pub use checksum::{RxChecksum, TxChecksum};
+pub use core::{Budgets, Core, CoreConfig, CoreCounters};
 pub use device::{DeviceConfig, DeviceCounters, DpdkDevice};
+pub use transport::{CoreTransport, Segmenting};

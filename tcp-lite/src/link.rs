@@ -192,6 +192,11 @@ impl LinkEnd {
         self.shared.borrow().directions[self.side].stats
     }
 
+    /// Counters of frames toward this end (sent by the other).
+    pub fn rx_stats(&self) -> LinkStats {
+        self.shared.borrow().directions[1 - self.side].stats
+    }
+
     /// Keep a copy of the next `frames` frames this end transmits (before
     /// faults), for tests that inspect the wire.
     pub fn capture_tx(&self, frames: usize) {

@@ -19,13 +19,14 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use control::mpa::{Accept, Rtr, RtrSet, StartupConfig};
 use control::runtime::{Decision, StartupResult};
+use dataplane::CoreTransport;
 use libtest_mimic::{Arguments, Failed, Trial};
 use rnic_engine::cq::{WcOpcode, WcStatus};
 use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp};
 use support::{now, send, Host};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
 use tcp_lite::sys::netns::tap_in_netns;
-use tcp_lite::{Stack, StackConfig, Transport};
+use tcp_lite::{Stack, StackConfig};
 
 const KERNEL_ADDR: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 1);
 const STACK_ADDR: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 2);
@@ -61,7 +62,7 @@ struct App {
 const PING: &[u8] = b"ping over TAP and Linux TCP, through MPA and DDP";
 
 /// Our memory, for the peer: STag and TO in the private data.
-fn memory_pd<T: Transport>(host: &Host<T>) -> Vec<u8> {
+fn memory_pd<T: CoreTransport>(host: &Host<T>) -> Vec<u8> {
     let mut pd = host.mr.stag.to_be_bytes().to_vec();
     pd.extend_from_slice(&host.mr.base_to.to_be_bytes());
     pd
@@ -74,7 +75,7 @@ fn peer_memory(pd: &[u8]) -> Option<RemoteAddr> {
 }
 
 /// One turn of a host's application.
-fn serve<T: Transport>(host: &mut Host<T>, app: &mut App) {
+fn serve<T: CoreTransport>(host: &mut Host<T>, app: &mut App) {
     for handoff in std::mem::take(&mut host.handoffs) {
         let StartupResult::Established(e) = &handoff.result else {
             app.error = Some(format!("startup ended {:?}", handoff.result));
@@ -87,28 +88,30 @@ fn serve<T: Transport>(host: &mut Host<T>, app: &mut App) {
                 continue;
             };
             host.region.write(0, PING).unwrap();
-            host.rnic
+            let sge = host.sge(1000, 256);
+            host.rnic()
                 .post_recv(
                     qp,
                     &RecvWr {
                         wr_id: 1,
-                        sgl: &[host.sge(1000, 256)],
+                        sgl: &[sge],
                     },
                 )
                 .unwrap();
             let sgl = [host.sge(0, PING.len() as u32)];
-            host.rnic
+            host.rnic()
                 .post_send(qp, &send(2, SendOp::Send, &sgl))
                 .unwrap();
             app.driving = Some((qp, remote, 0));
         } else {
             for id in 0..4 {
-                host.rnic
+                let sge = host.sge(4096 * (1 + id), 4096);
+                host.rnic()
                     .post_recv(
                         qp,
                         &RecvWr {
                             wr_id: 100 + id,
-                            sgl: &[host.sge(4096 * (1 + id), 4096)],
+                            sgl: &[sge],
                         },
                     )
                     .unwrap();
@@ -126,12 +129,13 @@ fn serve<T: Transport>(host: &mut Host<T>, app: &mut App) {
             (100..=103, WcOpcode::Recv) => {
                 let at = 4096 * (1 + wc.wr_id - 100);
                 let sgl = [host.sge(at, wc.byte_len)];
-                let _ = host.rnic.post_send(wc.qp, &send(200, SendOp::Send, &sgl));
-                let _ = host.rnic.post_recv(
+                let _ = host.rnic().post_send(wc.qp, &send(200, SendOp::Send, &sgl));
+                let sge = host.sge(at, 4096);
+                let _ = host.rnic().post_recv(
                     wc.qp,
                     &RecvWr {
                         wr_id: wc.wr_id,
-                        sgl: &[host.sge(at, 4096)],
+                        sgl: &[sge],
                     },
                 );
             }
@@ -149,11 +153,11 @@ fn serve<T: Transport>(host: &mut Host<T>, app: &mut App) {
                         stag: remote.stag,
                         to: remote.to + 60_000,
                     };
-                    host.rnic
+                    host.rnic()
                         .post_send(qp, &send(3, SendOp::Write(peer), &write))
                         .unwrap();
                     let read = [host.sge(2000, PING.len() as u32)];
-                    host.rnic
+                    host.rnic()
                         .post_send(qp, &send(4, SendOp::Read(peer), &read))
                         .unwrap();
                 }
@@ -299,7 +303,8 @@ fn both_roles_over_tap() -> Result<(), Failed> {
         }
         a_done.store(app.done && !app.serving.is_empty(), Ordering::SeqCst);
         let _ = host
-            .transport
+            .core
+            .transport()
             .device()
             .wait(Some(tcp_lite::Duration::from_millis(1)));
     }

@@ -1,5 +1,6 @@
-//! Whole hosts for the end-to-end tests: a tcp-lite transport (the core's),
-//! a control-plane thread, and an RNIC, stepped by the test's thread.
+//! Whole hosts for the end-to-end tests: a poll-mode core (`dataplane::Core`
+//! over a tcp-lite transport), a control-plane thread, and registered
+//! memory, stepped by the test's thread.
 // Each test file uses what it needs; the tests pace themselves by the real clock.
 #![allow(dead_code, unreachable_pub, clippy::disallowed_methods)]
 
@@ -9,15 +10,16 @@ use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use control::mpa::{Accept, RtrSet, StartupConfig};
-use control::runtime::{ControlPlane, CoreLink, Decision, Handoff, StartupResult};
+use control::runtime::{ControlPlane, Decision, Handoff, StartupResult};
+use dataplane::{Core, CoreConfig, CoreTransport};
 use rnic_engine::cq::{Wc, WcStatus};
-use rnic_engine::mem::{Access, Pd, Region};
+use rnic_engine::mem::{Access, Region};
 use rnic_engine::verbs::{
     CqHandle, Mr, QpHandle, QpInit, RecvWr, RemoteAddr, Rnic, RnicConfig, SendOp, SendWr, Sge,
 };
 use tcp_lite::link::{self, LinkConfig, LinkEnd};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
-use tcp_lite::{ConnId, Instant, Stack, StackConfig, Transport};
+use tcp_lite::{ConnId, Instant, Stack, StackConfig};
 
 pub const DEADLINE: StdDuration = StdDuration::from_secs(20);
 
@@ -36,22 +38,19 @@ pub fn now() -> Instant {
     Instant::from_micros(epoch.elapsed().as_micros() as i64 + 1)
 }
 
-/// One host: its transport (the core's), its control plane, its RNIC.
-pub struct Host<T: Transport> {
-    pub transport: T,
+/// One host: a poll-mode core (its transport, its engine), its control
+/// plane, and registered memory.
+pub struct Host<T: CoreTransport> {
+    pub core: Core<T>,
     pub control: ControlPlane,
-    pub link: CoreLink,
-    pub rnic: Rnic,
-    pub pd: Pd,
     pub cq: CqHandle,
-    pub emss: usize,
     pub qps: HashMap<ConnId, QpHandle>,
     pub handoffs: Vec<Handoff>,
     pub region: Arc<Region>,
     pub mr: Mr,
 }
 
-impl<T: Transport> Host<T> {
+impl<T: CoreTransport> Host<T> {
     pub fn new(transport: T, emss: usize, seed: u64) -> Host<T> {
         let (control, mut links) = ControlPlane::start(1);
         let mut rnic = Rnic::new(RnicConfig {
@@ -63,14 +62,24 @@ impl<T: Transport> Host<T> {
         let region = Region::new(64 * 1024);
         let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
         let mr = rnic.reg_region(pd, region.clone(), access).unwrap();
-        Host {
-            transport,
-            control,
-            link: links.remove(0),
-            rnic,
+        let qp_init = QpInit {
             pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            sq_size: 64,
+            rq_size: 64,
+        };
+        Host {
+            core: Core::new(
+                CoreConfig::new(emss),
+                transport,
+                links.remove(0),
+                rnic,
+                qp_init,
+            ),
+            control,
             cq,
-            emss,
             qps: HashMap::new(),
             handoffs: Vec::new(),
             region,
@@ -78,59 +87,25 @@ impl<T: Transport> Host<T> {
         }
     }
 
-    /// One turn of the core's loop.
+    /// One turn of the core, and the handoffs it made.
     pub fn step(&mut self, now: Instant) {
-        self.transport.poll(now);
-        while let Some(event) = self.transport.next_event() {
-            self.link.handle_event(&mut self.transport, event);
-        }
-        self.link.poll(&mut self.transport, now);
-        while let Some(handoff) = self.link.next_handoff() {
-            if let StartupResult::Established(e) = &handoff.result {
-                let qp = self
-                    .rnic
-                    .create_qp(QpInit {
-                        pd: self.pd,
-                        send_cq: self.cq,
-                        recv_cq: self.cq,
-                        srq: None,
-                        sq_size: 64,
-                        rq_size: 64,
-                    })
-                    .unwrap();
-                self.rnic
-                    .connect(qp, e.connection(self.emss, 65535))
-                    .unwrap();
-                self.qps
-                    .insert(handoff.conn.expect("an established connection"), qp);
+        self.core.turn(now);
+        while let Some((handoff, qp)) = self.core.next_handoff() {
+            if let (Some(qp), Some(conn)) = (qp, handoff.conn) {
+                self.qps.insert(conn, qp);
             }
             self.handoffs.push(handoff);
         }
-        // The engine's FPDUs go straight into TCP's transmit space; what TCP
-        // received goes straight to the engine.
-        for (&conn, &qp) in &self.qps {
-            let rnic = &mut self.rnic;
-            let _ = self.transport.send_with(conn, 64 * 1024, |space| {
-                let n = rnic.poll_transmit(qp, space).unwrap_or(0);
-                (n, ())
-            });
-            loop {
-                let got = self.transport.recv_with(conn, |data, _| {
-                    let n = rnic.handle_stream(qp, data).unwrap_or(0);
-                    (n, n)
-                });
-                match got {
-                    Ok(n) if n > 0 => {}
-                    _ => break,
-                }
-            }
-        }
-        self.transport.poll(now);
+    }
+
+    /// The engine.
+    pub fn rnic(&mut self) -> &mut Rnic {
+        self.core.rnic()
     }
 
     /// Whether the core still has startups in flight.
     pub fn link_busy(&self) -> bool {
-        self.link.in_startup() > 0
+        self.core.in_startup() > 0
     }
 
     pub fn completions(&mut self) -> Vec<Wc> {
@@ -145,7 +120,7 @@ impl<T: Transport> Host<T> {
             solicited: false,
         };
         let mut out = vec![blank; 64];
-        let n = self.rnic.poll_cq(self.cq, &mut out).unwrap();
+        let n = self.core.poll_cq(self.cq, &mut out);
         out.truncate(n);
         out
     }
@@ -167,7 +142,7 @@ impl<T: Transport> Host<T> {
 }
 
 /// Two hosts on one thread: run until `done`, or fail after the deadline.
-pub fn run<T: Transport, U: Transport>(
+pub fn run<T: CoreTransport, U: CoreTransport>(
     a: &mut Host<T>,
     b: &mut Host<U>,
     what: &str,
@@ -197,7 +172,7 @@ pub fn send(wr_id: u64, op: SendOp, sgl: &[Sge]) -> SendWr<'_> {
 }
 
 /// Connects `a` (initiator) to `b` (responder) and returns the handoffs.
-pub fn establish<T: Transport, U: Transport>(
+pub fn establish<T: CoreTransport, U: CoreTransport>(
     a: &mut Host<T>,
     b: &mut Host<U>,
     b_addr: Ipv4Addr,
@@ -234,7 +209,7 @@ pub fn establish<T: Transport, U: Transport>(
 
 /// RDMA both ways once connected: a Send each way, a Write from b into a,
 /// a Read by a from b. Checks every octet.
-pub fn traffic<T: Transport, U: Transport>(
+pub fn traffic<T: CoreTransport, U: CoreTransport>(
     a: &mut Host<T>,
     b: &mut Host<U>,
     ha: &Handoff,
@@ -244,39 +219,41 @@ pub fn traffic<T: Transport, U: Transport>(
     let data: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + 3) as u8).collect();
     a.region.write(0, &data).unwrap();
     b.region.write(0, &data).unwrap();
-    a.rnic
+    let sge = a.sge(40_000, 8_000);
+    a.rnic()
         .post_recv(
             qa,
             &RecvWr {
                 wr_id: 10,
-                sgl: &[a.sge(40_000, 8_000)],
+                sgl: &[sge],
             },
         )
         .unwrap();
-    b.rnic
+    let sge = b.sge(40_000, 8_000);
+    b.rnic()
         .post_recv(
             qb,
             &RecvWr {
                 wr_id: 20,
-                sgl: &[b.sge(40_000, 8_000)],
+                sgl: &[sge],
             },
         )
         .unwrap();
     // b posts first: with MPA fencing its Send waits for a's first FPDU.
     let b_send = [b.sge(0, 5_000)];
-    b.rnic
+    b.rnic()
         .post_send(qb, &send(21, SendOp::Send, &b_send))
         .unwrap();
     let b_write = [b.sge(5_000, 7_000)];
-    b.rnic
+    b.rnic()
         .post_send(qb, &send(22, SendOp::Write(a.remote(20_000)), &b_write))
         .unwrap();
     let a_send = [a.sge(0, 6_000)];
-    a.rnic
+    a.rnic()
         .post_send(qa, &send(11, SendOp::Send, &a_send))
         .unwrap();
     let a_read = [a.sge(30_000, 9_000)];
-    a.rnic
+    a.rnic()
         .post_send(qa, &send(12, SendOp::Read(b.remote(1_000)), &a_read))
         .unwrap();
     let (mut wa, mut wb) = (Vec::new(), Vec::new());

@@ -1,0 +1,618 @@
+//! [`Core`]: the poll-mode core's turn, the one loop that moves an RNIC's
+//! octets between TCP and the engine (STYLE.md §5: "The lcore loop runs rx
+//! burst, handle, poll_transmit, tx burst, then timers, and every step is
+//! bounded").
+//!
+//! One turn, given the time (read once by the caller):
+//!
+//! 1. **rx burst and TCP**: the transport polls its device (a DPDK queue's
+//!    receive burst, the in-memory link, a TAP fd, or kernel sockets) and
+//!    runs TCP's timers;
+//! 2. **events**: connections accepted, connected, readable, closed; those in
+//!    MPA startup are the control plane's ([`CoreLink`]), the others ours;
+//! 3. **the control link**: octets of startups to and from the
+//!    control-plane thread, and handoffs of connections that reached Full
+//!    Operation;
+//! 4. **each connection in Full Operation**: what TCP received goes to the
+//!    engine (`handle_stream`, reading the transport's buffer in place),
+//!    then the engine's FPDUs go straight into TCP's transmit ring
+//!    (`poll_transmit`, each FPDU sized by `segment_room` so it starts a TCP
+//!    segment: RFC 5044 §5), and an orderly close once the peer's octets
+//!    are in or a Terminate went either way (RFC 5040 §6.4.1);
+//! 5. **new QPs** for the handoffs (they take octets from the next turn
+//!    on, so the application sees the handoff first and can post receives);
+//! 6. **tx burst**: the transport polls again to send what was queued, and
+//!    the device flushes its staged frames.
+//!
+//! Every step has a named budget ([`Budgets`]); nothing in a turn allocates
+//! once connections are set up (the core's queues are sized at start).
+//! The core is generic over tcp-lite's [`Transport`], so the in-memory
+//! link, kernel TCP, the TAP fd and DPDK ports all run through it.
+
+use std::collections::VecDeque;
+
+use control::runtime::{CoreLink, Handoff, StartupResult};
+use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
+use rnic_engine::qp::{QpEvent, QpState};
+use rnic_engine::verbs::{CqHandle, QpHandle, QpInit, Rnic};
+use rnic_engine::wire::term::Encoding;
+use tcp_lite::{ConnId, Duration, EventKind, Instant};
+
+use crate::transport::{CoreTransport, Segmenting};
+use crate::DeviceCounters;
+
+/// How much one turn may do (STYLE.md §5: every loop has a bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budgets {
+    /// Transport events handled per turn; the rest wait for the next.
+    pub events: usize,
+    /// Reads from one connection per turn (each takes what the transport
+    /// holds contiguously): a peer that keeps sending must not keep the
+    /// core from its other connections and its timers.
+    pub rx_reads: usize,
+    /// Calls of the engine's transmit per connection per turn (each fills
+    /// the contiguous transmit space, or stops at a segment the next FPDU
+    /// does not fit).
+    pub tx_fills: usize,
+    /// Handoffs of the control plane turned into QPs per turn.
+    pub handoffs: usize,
+}
+
+impl Default for Budgets {
+    fn default() -> Budgets {
+        Budgets {
+            events: 1024,
+            rx_reads: 64,
+            tx_fills: 4,
+            handoffs: 64,
+        }
+    }
+}
+
+/// How a core runs its connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoreConfig {
+    /// TCP's effective MSS on this core's transport: FPDUs are sized for it.
+    pub emss: usize,
+    /// Segment-sized FPDUs: ask the transport where TCP cuts segments and
+    /// start every FPDU at one (RFC 5044 §5). Off: FPDUs are EMSS-sized and
+    /// packed back to back (for transports that do not say, kernel TCP).
+    pub segmenting: Segmenting,
+    /// The longest ULPDU this side accepts.
+    pub ulpdu_max: usize,
+    /// Connections in Full Operation at once; a handoff beyond it is
+    /// refused (its connection reset).
+    pub connections_max: usize,
+    /// How long an initiator waits after the MPA Reply before its first
+    /// FPDU (0 by default). Linux siw (6.1) sends its Reply before it hands
+    /// the socket to its receive path, and an FPDU that lands in between
+    /// is not read until another segment arrives.
+    pub settle: Duration,
+    /// The layout of the Terminates our QPs send.
+    pub terminate_layout: Encoding,
+    /// Responder: send FPDUs before the initiator's first one arrived, as
+    /// Linux siw does (off by default: RFC 5044 §7.1's MPA fencing).
+    pub unfenced: bool,
+    /// Budgets of a turn.
+    pub budgets: Budgets,
+    /// Turns between two looks at the mbuf pool's free count (it sums every
+    /// lcore's cache: not a per-turn cost).
+    pub pool_sample_turns: u32,
+}
+
+impl CoreConfig {
+    /// Defaults for an EMSS of `emss`.
+    pub fn new(emss: usize) -> CoreConfig {
+        CoreConfig {
+            emss,
+            segmenting: Segmenting::Transport,
+            ulpdu_max: 65535,
+            connections_max: 1024,
+            settle: Duration::ZERO,
+            terminate_layout: Encoding::Rfc5040,
+            unfenced: false,
+            budgets: Budgets::default(),
+            pool_sample_turns: 1024,
+        }
+    }
+}
+
+/// Counters of a core.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoreCounters {
+    /// Turns run.
+    pub turns: u64,
+    /// Turns that moved something (a packet, an event, an octet).
+    pub busy_turns: u64,
+    /// Turns that found nothing to do.
+    pub idle_turns: u64,
+    /// FPDU octets the engine wrote into TCP.
+    pub tx_fpdu_octets: u64,
+    /// FPDU octets TCP handed to the engine.
+    pub rx_fpdu_octets: u64,
+    /// Connections that reached Full Operation with a QP.
+    pub established: u64,
+    /// Connections in Full Operation that ended.
+    pub ended: u64,
+    /// Handoffs refused for want of a QP or of room (connection reset).
+    pub refused: u64,
+    /// The device's counters (packets, drops, the mbuf pool's low water),
+    /// where the transport has a device that counts.
+    pub device: DeviceCounters,
+}
+
+/// A connection in Full Operation and its QP.
+#[derive(Debug, Clone, Copy)]
+struct Live {
+    conn: ConnId,
+    qp: QpHandle,
+    /// The peer sent FIN; we close once its octets are read.
+    peer_closed: bool,
+    /// We sent FIN.
+    closing: bool,
+    /// No FPDU leaves before this (see [`CoreConfig::settle`]).
+    hold_until: Instant,
+    /// Octets the engine took from the connection so far.
+    rx_octets: u64,
+    /// The transport's stream position of the engine's first octet.
+    rx_base: Option<u64>,
+}
+
+/// One poll-mode core: a transport, its link to the control plane, an RNIC
+/// engine, and the QPs of the connections it owns.
+pub struct Core<T: CoreTransport> {
+    config: CoreConfig,
+    transport: T,
+    link: CoreLink,
+    rnic: Rnic,
+    /// What each new QP is made from.
+    qp_init: QpInit,
+    live: Vec<Live>,
+    /// Rejected connections we are closing (MPA left them to us).
+    closing_raw: Vec<ConnId>,
+    /// Startups that ended and were not yet taken, with their QPs.
+    handoffs: VecDeque<(Handoff, Option<QpHandle>)>,
+    /// QPs whose connection ended (destroyed), not yet taken.
+    ended: VecDeque<QpHandle>,
+    /// Completions of live QPs read while a QP was torn down, by CQ.
+    pending: VecDeque<(CqHandle, Wc)>,
+    /// QP events (Terminates sent and received), not yet taken.
+    events: VecDeque<(QpHandle, QpEvent)>,
+    /// Scratch for draining a CQ.
+    wcs: Vec<Wc>,
+    counters: CoreCounters,
+}
+
+/// A completion slot's filler.
+const BLANK_WC: Wc = Wc {
+    wr_id: 0,
+    status: WcStatus::Success,
+    opcode: WcOpcode::Send,
+    qp: QpHandle(0),
+    byte_len: 0,
+    imm: None,
+    invalidated: None,
+    solicited: false,
+};
+
+impl<T: CoreTransport> Core<T> {
+    /// A core on `transport` whose startups run on the control plane behind
+    /// `link`, with the engine `rnic`; every QP it makes for an established
+    /// connection is made from `qp_init` (the application's PD, CQs and
+    /// queue sizes).
+    pub fn new(
+        config: CoreConfig,
+        transport: T,
+        link: CoreLink,
+        rnic: Rnic,
+        qp_init: QpInit,
+    ) -> Core<T> {
+        let n = config.connections_max;
+        let wcs = qp_init.sq_size + qp_init.rq_size;
+        Core {
+            live: Vec::with_capacity(n),
+            closing_raw: Vec::with_capacity(n),
+            handoffs: VecDeque::with_capacity(config.budgets.handoffs),
+            ended: VecDeque::with_capacity(n),
+            pending: VecDeque::new(),
+            events: VecDeque::with_capacity(n),
+            wcs: vec![BLANK_WC; wcs.clamp(64, 4096)],
+            counters: CoreCounters::default(),
+            config,
+            transport,
+            link,
+            rnic,
+            qp_init,
+        }
+    }
+
+    /// One turn at time `now` (see the module's docs). Returns whether it
+    /// moved anything.
+    pub fn turn(&mut self, now: Instant) -> bool {
+        let mut busy = self.transport.poll(now);
+        busy |= self.transport_events();
+        self.link.poll(&mut self.transport, now);
+        busy |= self.connections(now);
+        busy |= self.new_qps(now);
+        busy |= self.transport.poll(now);
+        self.transport.flush();
+        self.count_turn(busy);
+        busy
+    }
+
+    fn count_turn(&mut self, busy: bool) {
+        let c = &mut self.counters;
+        c.turns += 1;
+        if busy {
+            c.busy_turns += 1;
+        } else {
+            c.idle_turns += 1;
+        }
+        let every = u64::from(self.config.pool_sample_turns.max(1));
+        if c.turns.is_multiple_of(every) {
+            self.transport.sample_pool();
+        }
+    }
+
+    /// Step 2: events, the control plane's first.
+    fn transport_events(&mut self) -> bool {
+        let mut busy = false;
+        for _ in 0..self.config.budgets.events {
+            let Some(event) = self.transport.next_event() else {
+                break;
+            };
+            busy = true;
+            if self.link.handle_event(&mut self.transport, event) {
+                continue;
+            }
+            self.connection_event(event.conn, event.kind);
+        }
+        busy
+    }
+
+    /// Step 4: each connection in Full Operation, receive then transmit.
+    fn connections(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        for i in 0..self.live.len() {
+            busy |= self.receive(i) > 0;
+            let live = self.live[i];
+            if now >= live.hold_until {
+                busy |= self.transmit(live) > 0;
+            }
+            while let Ok(Some(event)) = self.rnic.poll_event(live.qp) {
+                self.events.push_back((live.qp, event));
+            }
+            // Our side of an orderly close, once the peer's octets are in;
+            // or, once a Terminate went either way, the end of the stream
+            // (RFC 5040 §6.4.1: the LLP stream is closed after it; ours is
+            // queued ahead of the FIN).
+            let dead = self.rnic.qp_state(live.qp) == Ok(QpState::Error);
+            let drained =
+                live.peer_closed && self.transport.recv_queue(live.conn).unwrap_or(0) == 0;
+            if !live.closing && (dead || drained) {
+                let _ = self.transport.close(live.conn);
+                self.live[i].closing = true;
+            }
+        }
+        busy
+    }
+
+    /// What TCP holds for connection `i`, read in place by the engine.
+    /// Returns the octets the engine took.
+    fn receive(&mut self, i: usize) -> u64 {
+        let Live { conn, qp, .. } = self.live[i];
+        let mut got = 0;
+        for _ in 0..self.config.budgets.rx_reads {
+            let rnic = &mut self.rnic;
+            let read = self.transport.recv_with(conn, |data, position| {
+                let n = rnic.handle_stream(qp, data).unwrap_or(0);
+                (n, (n, position))
+            });
+            let Ok((n, position)) = read else { break };
+            if n == 0 {
+                break;
+            }
+            let live = &mut self.live[i];
+            // Pair assertion: the engine reads the stream once, in order,
+            // from where the startup left it.
+            let base = *live.rx_base.get_or_insert(position);
+            assert_eq!(
+                position,
+                base + live.rx_octets,
+                "the transport skipped or repeated stream octets"
+            );
+            live.rx_octets += n as u64;
+            got += n as u64;
+        }
+        self.counters.rx_fpdu_octets += got;
+        got
+    }
+
+    /// The engine's FPDUs for `live`, straight into TCP's transmit ring.
+    /// Returns the octets written.
+    fn transmit(&mut self, live: Live) -> u64 {
+        let mut total = 0;
+        for _ in 0..self.config.budgets.tx_fills {
+            let segments = match self.config.segmenting {
+                Segmenting::Transport => match self.transport.segment_room(live.conn) {
+                    Ok(room) => room.map(|first| (first, self.config.emss)),
+                    Err(_) => break,
+                },
+                Segmenting::Off => None,
+            };
+            let rnic = &mut self.rnic;
+            let written = self.transport.send_with(live.conn, usize::MAX, |space| {
+                let n = crate::transport::fill(rnic, live.qp, space, segments);
+                (n, n)
+            });
+            match written {
+                Ok(n) if n > 0 => total += n as u64,
+                _ => break,
+            }
+        }
+        self.counters.tx_fpdu_octets += total;
+        total
+    }
+
+    /// Step 5: QPs for the startups that ended.
+    fn new_qps(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        for _ in 0..self.config.budgets.handoffs {
+            let Some(handoff) = self.link.next_handoff() else {
+                break;
+            };
+            busy = true;
+            let qp = match (&handoff.result, handoff.conn) {
+                (StartupResult::Established(e), Some(conn)) => {
+                    let initiator = handoff.token != 0;
+                    self.establish(conn, e, initiator, now)
+                }
+                // MPA leaves a rejected connection's TCP to us: close it.
+                (StartupResult::Rejected(_), Some(conn)) => {
+                    let _ = self.transport.close(conn);
+                    self.closing_raw.push(conn);
+                    None
+                }
+                _ => None,
+            };
+            self.handoffs.push_back((handoff, qp));
+        }
+        busy
+    }
+
+    /// A QP for an established connection, or `None` (the connection is
+    /// reset) when the engine has no room for one.
+    fn establish(
+        &mut self,
+        conn: ConnId,
+        e: &control::mpa::Established,
+        initiator: bool,
+        now: Instant,
+    ) -> Option<QpHandle> {
+        let refuse = |core: &mut Core<T>| {
+            core.counters.refused += 1;
+            // An abort reports nothing more: release now.
+            let _ = core.transport.abort(conn);
+            core.transport.release(conn);
+            None
+        };
+        if self.live.len() >= self.config.connections_max {
+            return refuse(self);
+        }
+        let Ok(qp) = self.rnic.create_qp(self.qp_init) else {
+            return refuse(self);
+        };
+        let base = e.connection(self.config.emss, self.config.ulpdu_max);
+        let connection = rnic_engine::qp::Connection {
+            terminate_layout: self.config.terminate_layout,
+            fenced: base.fenced && !self.config.unfenced,
+            ..base
+        };
+        if self.rnic.connect(qp, connection).is_err() {
+            let _ = self.rnic.destroy_qp(qp);
+            return refuse(self);
+        }
+        self.live.push(Live {
+            conn,
+            qp,
+            peer_closed: false,
+            closing: false,
+            hold_until: if initiator {
+                now + self.config.settle
+            } else {
+                now
+            },
+            rx_octets: 0,
+            rx_base: None,
+        });
+        self.counters.established += 1;
+        Some(qp)
+    }
+
+    fn connection_event(&mut self, conn: ConnId, kind: EventKind) {
+        if let Some(i) = self.live.iter().position(|l| l.conn == conn) {
+            match kind {
+                EventKind::PeerClosed => self.live[i].peer_closed = true,
+                EventKind::Closed | EventKind::Reset | EventKind::TimedOut => self.end(i),
+                _ => {}
+            }
+        } else if let Some(i) = self.closing_raw.iter().position(|&c| c == conn) {
+            match kind {
+                EventKind::PeerClosed => {
+                    let _ = self.transport.close(conn);
+                }
+                EventKind::Closed | EventKind::Reset | EventKind::TimedOut => {
+                    self.closing_raw.swap_remove(i);
+                    self.transport.release(conn);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Connection `i` ended: its QP flushes and goes.
+    fn end(&mut self, i: usize) {
+        // What arrived before the end still counts: a peer that sends a
+        // Terminate and then resets (siw's rping does, when it exits) must
+        // be heard.
+        self.receive(i);
+        let live = self.live.swap_remove(i);
+        self.transport.release(live.conn);
+        // Outstanding work completes flushed, then the QP goes; its
+        // completions are dropped here, before a new QP can take its
+        // handle, and the others' kept in order.
+        let _ = self.rnic.close(live.qp);
+        while let Ok(Some(event)) = self.rnic.poll_event(live.qp) {
+            self.events.push_back((live.qp, event));
+        }
+        let cqs = [self.qp_init.send_cq, self.qp_init.recv_cq];
+        for (k, &cq) in cqs.iter().enumerate() {
+            if k == 1 && cq == cqs[0] {
+                break;
+            }
+            self.drain_cq(cq);
+        }
+        self.pending.retain(|(_, wc)| wc.qp != live.qp);
+        let _ = self.rnic.destroy_qp(live.qp);
+        self.ended.push_back(live.qp);
+        self.counters.ended += 1;
+    }
+
+    /// Moves what CQ `cq` holds into `pending`.
+    fn drain_cq(&mut self, cq: CqHandle) {
+        loop {
+            let n = self.rnic.poll_cq(cq, &mut self.wcs).unwrap_or(0);
+            self.pending
+                .extend(self.wcs[..n].iter().map(|wc| (cq, *wc)));
+            if n < self.wcs.len() {
+                return;
+            }
+        }
+    }
+
+    /// The next startup that ended since, with its QP if it reached Full
+    /// Operation. A QP takes no octets before the turn after its handoff:
+    /// post receives first.
+    pub fn next_handoff(&mut self) -> Option<(Handoff, Option<QpHandle>)> {
+        self.handoffs.pop_front()
+    }
+
+    /// The next Terminate sent or received, by QP (a QP that ended in the
+    /// last turn is still named).
+    pub fn next_event(&mut self) -> Option<(QpHandle, QpEvent)> {
+        self.events.pop_front()
+    }
+
+    /// The next QP whose connection ended (already destroyed).
+    pub fn next_ended(&mut self) -> Option<QpHandle> {
+        self.ended.pop_front()
+    }
+
+    /// Completions of CQ `cq` into `out`; returns how many. Those of QPs
+    /// that ended were dropped when they ended.
+    pub fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            match self.pending.iter().position(|(c, _)| *c == cq) {
+                Some(at) => {
+                    out[n] = self.pending.remove(at).expect("found").1;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        n + self.rnic.poll_cq(cq, &mut out[n..]).unwrap_or(0)
+    }
+
+    /// Closes QP `qp`'s connection in order (FIN after what is queued).
+    pub fn close(&mut self, qp: QpHandle) {
+        if let Some(live) = self.live.iter_mut().find(|l| l.qp == qp) {
+            if !live.closing {
+                let _ = self.transport.close(live.conn);
+                live.closing = true;
+            }
+        }
+    }
+
+    /// Ends QP `qp`'s connection at once (RST): the QP's work flushes and
+    /// the QP is destroyed now, so nothing the peer sends later can reach
+    /// the memory it used. Reported by [`next_ended`](Core::next_ended).
+    pub fn abort(&mut self, qp: QpHandle) {
+        if let Some(i) = self.live.iter().position(|l| l.qp == qp) {
+            let _ = self.transport.abort(self.live[i].conn);
+            // An abort reports nothing more: end it here as a reset would.
+            self.end(i);
+        }
+    }
+
+    /// How the listen on `port` went; `None` until the control plane's
+    /// command has reached this core.
+    pub fn listen_status(&self, port: u16) -> Option<Result<(), tcp_lite::ListenError>> {
+        self.link.listen_status(port)
+    }
+
+    /// Connections in Full Operation or closing.
+    pub fn open_connections(&self) -> usize {
+        self.live.len() + self.closing_raw.len()
+    }
+
+    /// Connections of this core in MPA startup (or connecting).
+    pub fn in_startup(&self) -> usize {
+        self.link.in_startup()
+    }
+
+    /// Whether QP `qp`'s connection is still open (or closing in order).
+    pub fn is_live(&self, qp: QpHandle) -> bool {
+        self.live.iter().any(|l| l.qp == qp)
+    }
+
+    /// Octets QP `qp`'s connection has delivered to the engine (FPDUs of
+    /// any kind), while it is live: a measure of the peer's activity that
+    /// needs no completion.
+    pub fn rx_octets(&self, qp: QpHandle) -> Option<u64> {
+        self.live.iter().find(|l| l.qp == qp).map(|l| l.rx_octets)
+    }
+
+    /// The TCP connection of QP `qp`.
+    pub fn conn_of(&self, qp: QpHandle) -> Option<ConnId> {
+        self.live.iter().find(|l| l.qp == qp).map(|l| l.conn)
+    }
+
+    /// The engine, e.g. to post work requests.
+    pub fn rnic(&mut self) -> &mut Rnic {
+        &mut self.rnic
+    }
+
+    /// The engine, to read.
+    pub fn rnic_ref(&self) -> &Rnic {
+        &self.rnic
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// The transport, mutably.
+    pub fn transport_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &CoreConfig {
+        &self.config
+    }
+
+    /// The configuration, to change: what it says about QPs (settle,
+    /// fencing, the Terminate layout, EMSS) applies to the QPs made after.
+    pub fn config_mut(&mut self) -> &mut CoreConfig {
+        &mut self.config
+    }
+
+    /// The counters, with the device's.
+    pub fn counters(&self) -> CoreCounters {
+        let mut c = self.counters;
+        c.device = self.transport.device_counters();
+        c
+    }
+}

