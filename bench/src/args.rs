@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use crate::workload::{Mode, Op, Stop};
+use crate::spec::{Mode, Op, Stop};
 
 /// dpwarp's benchmark: two software RNICs, perftest-style bandwidth and
 /// latency, with HDR latency histograms, plots and a same-run baseline.
@@ -241,11 +241,11 @@ impl Args {
         if mode == Mode::Latency && self.qps != 1 {
             return Err("latency runs use one queue pair: drop -q".into());
         }
-        if !(1..=crate::rig::QUEUE_DEPTH).contains(&self.depth) {
+        if !(1..=crate::endpoint::QUEUE_DEPTH).contains(&self.depth) {
             return Err(format!(
                 "-t {}: give a depth of 1 to {}",
                 self.depth,
-                crate::rig::QUEUE_DEPTH
+                crate::endpoint::QUEUE_DEPTH
             ));
         }
         if !(1280..=65000).contains(&self.mtu) {

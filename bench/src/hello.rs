@@ -19,7 +19,7 @@
 //! octets): its memory. A server that cannot serve the workload rejects with
 //! `"DPWB!"` and a line of UTF-8 saying why.
 
-use crate::workload::{Mode, Op};
+use crate::spec::{Mode, Op};
 
 const MAGIC: &[u8; 4] = b"DPWB";
 const VERSION: u8 = 1;

@@ -4,10 +4,14 @@
 //! baseline.
 //!
 //! * [`args`]: the command line, in perftest's vocabulary.
+//! * [`spec`]: the vocabulary (operations, workloads, what was measured),
+//!   a leaf every other module uses.
+//! * [`endpoint`]: one whole RNIC: a poll-mode core, its control plane and
+//!   registered memory.
+//! * [`hello`]: the workload each connection announces in MPA private data.
+//! * [`responder`]: the server: its side of every workload.
 //! * [`rig`]: the RNICs and their transport (embedded, kernel TCP, TAP, or
 //!   a server in another process).
-//! * [`hello`]: the workload each connection announces in MPA private data.
-//! * [`responder`]: the server's side of every workload.
 //! * [`workload`]: the client's bandwidth and latency loops.
 //! * [`rping`]: `bench rping`, rdma-core's rping over dpwarp, both roles.
 //! * [`perftest`]: `bench perftest`, perftest's six RC tests over dpwarp,
@@ -18,10 +22,12 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod args;
+pub mod endpoint;
 pub mod hello;
 pub mod perftest;
 pub mod report;
 pub mod responder;
 pub mod rig;
 pub mod rping;
+pub mod spec;
 pub mod workload;

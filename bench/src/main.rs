@@ -8,9 +8,12 @@ use std::net::{SocketAddrV4, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use bench::args::{Args, Plan, Role, TransportArg};
+use bench::endpoint::now;
 use bench::report::{self, Report};
-use bench::rig::{self, RigConfig, Server, TransportKind};
-use bench::workload::{self, memory_for, Mode, Spec, Stop};
+use bench::responder::Server;
+use bench::rig::{self, RigConfig, TransportKind};
+use bench::spec::{memory_for, Mode, Spec, Stop};
+use bench::workload;
 use clap::Parser;
 use dataplane::CoreTransport;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -164,7 +167,7 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
     let mut idle_since = None::<Instant>;
     let mut failures = 0u64;
     loop {
-        if let Err(why) = server.step(rig::now()) {
+        if let Err(why) = server.step(now()) {
             eprintln!("bench server: {why}");
             failures += 1;
         }

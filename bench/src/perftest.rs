@@ -51,7 +51,7 @@ use rnic_engine::qp::QpEvent;
 use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
 
-use crate::rig::{now, Endpoint, QUEUE_DEPTH};
+use crate::endpoint::{now, Endpoint, QUEUE_DEPTH};
 use crate::rping::{tap_stack, term_text, RpingTransport};
 
 /// perftest's port.

@@ -11,7 +11,7 @@ use hdrhistogram::serialization::V2Serializer;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use crate::workload::{Measured, Mode, Op};
+use crate::spec::{Measured, Mode, Op};
 
 /// One measured workload, as reported.
 pub struct Report {

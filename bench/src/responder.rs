@@ -1,5 +1,5 @@
-//! The server's side of every workload, the same in process and in a
-//! `bench --server`: it keeps receives posted for Sends and Immediates, and
+//! The server's side of every workload ([`Responder`]) and the server
+//! ([`Server`]), the same in process and in a `bench --server`: it keeps receives posted for Sends and Immediates, and
 //! in latency runs answers each ping (perftest's *_lat pong): a Send with a
 //! Send, a Write with Immediate with one, and a Write with a Write once the
 //! last octet of the client's Write has landed.
@@ -8,9 +8,19 @@ use dataplane::CoreTransport;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 
-use crate::hello::ClientHello;
-use crate::rig::Endpoint;
-use crate::workload::{credit_offset, half, slot, Mode, Op};
+use std::sync::Arc;
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use control::mpa::{Accept, StartupConfig};
+use control::runtime::{Decision, StartupResult};
+use tcp_lite::Instant;
+
+use crate::endpoint::{now, Endpoint, QUEUE_DEPTH};
+use crate::hello::{self, ClientHello, ServerHello};
+use crate::spec::{credit_offset, half, memory_for, slot, Mode, Op};
+
+/// How long a listener may take to come up.
+const SETUP_LIMIT: StdDuration = StdDuration::from_secs(10);
 
 /// One served QP and its workload.
 #[derive(Debug, Clone, Copy)]
@@ -238,4 +248,181 @@ impl Responder {
         }
         Ok(())
     }
+}
+
+/// A benchmark server: listens, serves each connection the workload its
+/// client announces ([`Responder`]), and closes when the client does.
+pub struct Server<T: CoreTransport> {
+    /// Its RNIC.
+    pub endpoint: Endpoint<T>,
+    responder: Responder,
+    /// Connections served to the end.
+    pub served: u64,
+    /// The client marked the connections now open as its last.
+    last_open: bool,
+    /// A client's last connections have all closed.
+    pub client_done: bool,
+    port: u16,
+    /// The run being served (set by the accept callback, cleared when it
+    /// is done): a second client's run is refused meanwhile.
+    active: Arc<std::sync::Mutex<Option<u64>>>,
+    refused: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<T: CoreTransport> Server<T> {
+    /// A server on `transport` with `memory` octets, listening on `port`.
+    pub fn new(
+        transport: T,
+        emss: usize,
+        memory: usize,
+        port: u16,
+        startup: StartupConfig,
+    ) -> Server<T> {
+        let endpoint = Endpoint::new(transport, emss, 2, memory);
+        let mine = ServerHello {
+            stag: endpoint.mr.stag,
+            to: endpoint.mr.base_to,
+        };
+        let len = memory;
+        let active: Arc<std::sync::Mutex<Option<u64>>> = Arc::default();
+        let refused: Arc<std::sync::atomic::AtomicU64> = Arc::default();
+        let (serving, refusals) = (active.clone(), refused.clone());
+        endpoint.control.listen(
+            0,
+            port,
+            startup,
+            Box::new(move |request, peer| {
+                let verdict = ClientHello::decode(&request.private_data)
+                    .and_then(|h| check_fits(&h, len).map(|()| h))
+                    .and_then(|h| {
+                        let mut run = serving.lock().unwrap_or_else(|p| p.into_inner());
+                        match *run {
+                            Some(r) if r != h.run => {
+                                Err("this server is serving another client's run: wait for it, \
+                                 or start another server on another port (-p)"
+                                    .to_string())
+                            }
+                            _ => {
+                                *run = Some(h.run);
+                                Ok(())
+                            }
+                        }
+                    });
+                match verdict {
+                    Ok(()) => Decision::Accept(Accept {
+                        private_data: mine.encode(),
+                        ..Accept::default()
+                    }),
+                    Err(why) => {
+                        eprintln!("bench server: refused the client at {peer}: {why}");
+                        refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Decision::Reject(hello::encode_reject(&why))
+                    }
+                }
+            }),
+        );
+        Server {
+            endpoint,
+            responder: Responder::default(),
+            served: 0,
+            last_open: false,
+            client_done: false,
+            port,
+            active,
+            refused,
+        }
+    }
+
+    /// Clients refused so far (workloads that do not fit, a second run).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Steps until the listener is up (or refused), at most 10 s.
+    pub fn wait_listening(&mut self) -> Result<(), String> {
+        let start = StdInstant::now();
+        loop {
+            if let Some(status) = self.endpoint.listen_status(self.port) {
+                return status;
+            }
+            if start.elapsed() > SETUP_LIMIT {
+                return Err("the control plane never set up the listener".into());
+            }
+            self.step(now())?;
+        }
+    }
+
+    /// One turn: the RNIC, new connections, the workloads' replies.
+    pub fn step(&mut self, now: Instant) -> Result<(), String> {
+        self.endpoint.step(now);
+        // Ends first: a new QP may take an ended one's handle in this step.
+        for qp in self.endpoint.take_ended() {
+            self.responder.remove(qp);
+            self.served += 1;
+        }
+        // A benchmark's QPs do not terminate unless something is wrong; the
+        // failures show as completions in error. Keep the queue bounded.
+        let _ = self.endpoint.take_events();
+        for (handoff, qp) in self.endpoint.take_handoffs() {
+            let (StartupResult::Established(e), Some(qp)) = (&handoff.result, qp) else {
+                continue;
+            };
+            // The callback accepted only hellos that decode and fit.
+            let Ok(h) = ClientHello::decode(&e.peer_private_data) else {
+                self.endpoint.close(qp);
+                continue;
+            };
+            self.last_open |= h.last;
+            self.responder.add(
+                &mut self.endpoint,
+                Served::new(
+                    qp,
+                    &h,
+                    RemoteAddr {
+                        stag: h.stag,
+                        to: h.to,
+                    },
+                ),
+            );
+        }
+        if self.last_open && self.endpoint.open_connections() == 0 {
+            self.client_done = true;
+            self.last_open = false;
+            *self.active.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        }
+        if let Err((qp, why)) = self.responder.step(&mut self.endpoint) {
+            // One connection's failure ends that connection only.
+            self.responder.remove(qp);
+            self.endpoint.close(qp);
+            return Err(why);
+        }
+        Ok(())
+    }
+}
+
+/// Whether the workload of `h` (from the network) is well formed and fits
+/// a server memory of `len` octets, saying why not.
+pub fn check_fits(h: &ClientHello, len: usize) -> Result<(), String> {
+    let size = h.size as usize;
+    if size == 0 || h.qps == 0 || h.qi >= h.qps || h.depth == 0 || h.depth as usize > QUEUE_DEPTH {
+        return Err(format!(
+            "malformed workload: size {}, QP {} of {}, depth {}",
+            h.size, h.qi, h.qps, h.depth
+        ));
+    }
+    let need = memory_for(h.qps as usize, size);
+    if h.to.checked_add(need as u64).is_none() {
+        return Err(format!(
+            "the client's memory at TO {:#x} would wrap past 2^64 octets",
+            h.to
+        ));
+    }
+    if need > len {
+        return Err(format!(
+            "{} QP(s) of {} B messages need {} octets of server memory; this server has {}: \
+             start it with a larger -s (or -a) and -q",
+            h.qps, h.size, need, len
+        ));
+    }
+    Ok(())
 }

@@ -32,7 +32,7 @@ use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
 use tcp_lite::sys::tap::TapDevice;
 use tcp_lite::{Stack, StackConfig, TcpConfig};
 
-use crate::rig::{now, Endpoint};
+use crate::endpoint::{now, Endpoint};
 
 /// rping's port.
 pub const PORT: u16 = 7174;

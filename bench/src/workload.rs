@@ -13,112 +13,9 @@ use hdrhistogram::Histogram;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 
-use crate::rig::{Endpoint, Pair, Rig};
-
-/// An operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Op {
-    /// RDMA Write.
-    Write,
-    /// RDMA Read.
-    Read,
-    /// Send.
-    Send,
-    /// RDMA Write with Immediate (RFC 7306).
-    WriteImm,
-    /// Atomic FetchAdd (RFC 7306), 8 octets.
-    FetchAdd,
-    /// Atomic CmpSwap (RFC 7306), 8 octets.
-    CmpSwap,
-}
-
-impl Op {
-    /// Every operation.
-    pub const ALL: [Op; 6] = [
-        Op::Write,
-        Op::Read,
-        Op::Send,
-        Op::WriteImm,
-        Op::FetchAdd,
-        Op::CmpSwap,
-    ];
-
-    /// Its name on the command line and in reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Write => "write",
-            Op::Read => "read",
-            Op::Send => "send",
-            Op::WriteImm => "write_imm",
-            Op::FetchAdd => "fetch_add",
-            Op::CmpSwap => "cmp_swap",
-        }
-    }
-
-    /// Atomics move 8 octets whatever the size asked.
-    pub fn is_atomic(self) -> bool {
-        matches!(self, Op::FetchAdd | Op::CmpSwap)
-    }
-
-    /// Whether the target consumes a posted receive.
-    pub fn needs_receive(self) -> bool {
-        matches!(self, Op::Send | Op::WriteImm)
-    }
-}
-
-/// Bandwidth or latency.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// A window of messages in flight per QP.
-    Bandwidth,
-    /// One message in flight.
-    Latency,
-}
-
-/// When a run ends.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Stop {
-    /// After this many messages.
-    Iterations(u64),
-    /// After this long.
-    Duration(Duration),
-}
-
-/// One workload.
-#[derive(Debug, Clone, Copy)]
-pub struct Spec {
-    /// The operation.
-    pub op: Op,
-    /// Bandwidth or latency.
-    pub mode: Mode,
-    /// Message size in octets (8 for atomics).
-    pub size: usize,
-    /// When to stop.
-    pub stop: Stop,
-    /// Work requests in flight per QP (bandwidth).
-    pub depth: usize,
-    /// QPs (connections) running at once.
-    pub qps: usize,
-}
-
-/// What a run measured.
-pub struct Measured {
-    /// Messages completed.
-    pub messages: u64,
-    /// Octets moved.
-    pub octets: u64,
-    /// Wall-clock time of the timed part.
-    pub elapsed: Duration,
-    /// CPU time of this thread (both RNICs) over the timed part.
-    pub cpu: Duration,
-    /// Latency in ns (latency mode; bandwidth mode records each message's
-    /// post-to-completion time too).
-    pub latency: Histogram<u64>,
-    /// One histogram per second of the run, for the interval log.
-    pub intervals: Vec<(Duration, Histogram<u64>)>,
-    /// The run stopped early (Ctrl-C).
-    pub interrupted: bool,
-}
+use crate::endpoint::Endpoint;
+use crate::rig::{Pair, Rig};
+use crate::spec::{credit_offset, half, memory_for, slot, Measured, Mode, Op, Spec, Stop};
 
 /// CPU time this thread has run (`CLOCK_THREAD_CPUTIME_ID`).
 fn thread_cpu() -> Duration {
@@ -130,40 +27,6 @@ fn thread_cpu() -> Duration {
 
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
-}
-
-/// Octets of each half of a QP's slot: messages of `size` (at least 8, an
-/// atomic's operand).
-pub fn half(size: usize) -> usize {
-    size.max(8)
-}
-
-/// Where QP `qp_index`'s messages go in either side's memory: a slot of
-/// two halves per QP (what it sends or is written, what it receives or
-/// replies from), so QPs never share octets.
-pub fn slot(qp_index: usize, size: usize) -> u64 {
-    (qp_index * half(size) * 2) as u64
-}
-
-/// Memory each side needs for `qps` QPs of messages of `size`: their slots,
-/// then a credit word per QP.
-pub fn memory_for(qps: usize, size: usize) -> usize {
-    qps * (half(size) * 2 + 8) + 4096
-}
-
-/// Where QP `qp_index`'s credit word is, after every slot: on the client
-/// the server writes there how many Sends (or Immediates) it has taken,
-/// big-endian; on the server it is the source of that Write.
-///
-/// iWARP has no receiver-not-ready retry: a Send that finds no posted
-/// receive ends the connection (RFC 5041 §7.2: DDP TERM, untagged buffer,
-/// no buffer available), and a Send completes at the sender once TCP has
-/// it, long before the receiver has seen it. So Send and Write with
-/// Immediate bandwidth runs are credit-flow-controlled: the server starts
-/// with `depth` receives posted and reports what it consumed; the client
-/// never has more outstanding than the server posted.
-pub fn credit_offset(qps: usize, qp_index: usize, size: usize) -> u64 {
-    (qps * half(size) * 2 + qp_index * 8) as u64
 }
 
 fn wr<'a>(wr_id: u64, op: SendOp, sgl: &'a [rnic_engine::verbs::Sge]) -> SendWr<'a> {
@@ -302,7 +165,7 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
     } else {
         spec.size as u64
     };
-    let depth = spec.depth.clamp(1, crate::rig::QUEUE_DEPTH);
+    let depth = spec.depth.clamp(1, crate::endpoint::QUEUE_DEPTH);
     let mut posted_at = vec![std::collections::VecDeque::with_capacity(depth); pairs.len()];
     let mut next_id = 0u64;
     let mut latency = histogram();

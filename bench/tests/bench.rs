@@ -7,7 +7,8 @@ use std::time::Duration;
 use bench::args::{Args, TransportArg};
 use bench::report::{self, Report};
 use bench::rig::{self, RigConfig};
-use bench::workload::{self, memory_for, Mode, Op, Spec, Stop};
+use bench::spec::{memory_for, Mode, Op, Spec, Stop};
+use bench::workload;
 use clap::Parser;
 
 fn parse(line: &str) -> Result<Args, String> {
@@ -285,15 +286,15 @@ fn the_bench_hello_round_trips_and_refuses_garbage() {
         depth: 16,
         ..h
     };
-    assert_eq!(bench::rig::check_fits(&fits, 1 << 20), Ok(()));
+    assert_eq!(bench::responder::check_fits(&fits, 1 << 20), Ok(()));
     let wraps = ClientHello {
         to: u64::MAX - 10,
         ..fits
     };
     assert_eq!(ClientHello::decode(&wraps.encode()), Ok(wraps));
-    let why = bench::rig::check_fits(&wraps, 1 << 20).unwrap_err();
+    let why = bench::responder::check_fits(&wraps, 1 << 20).unwrap_err();
     assert!(why.contains("wrap"), "{why}");
-    let why = bench::rig::check_fits(
+    let why = bench::responder::check_fits(
         &ClientHello {
             size: 1 << 20,
             ..fits
@@ -308,7 +309,10 @@ fn the_bench_hello_round_trips_and_refuses_garbage() {
         ClientHello { depth: 513, ..fits },
         ClientHello { size: 0, ..fits },
     ] {
-        assert!(bench::rig::check_fits(&bad, 1 << 20).is_err(), "{bad:?}");
+        assert!(
+            bench::responder::check_fits(&bad, 1 << 20).is_err(),
+            "{bad:?}"
+        );
     }
     let mut wrong_op = octets.clone();
     wrong_op[5] = 6;

@@ -17,6 +17,7 @@ pub mod core;
 pub mod device;
 pub mod dpdk;
 pub mod lcore;
+pub mod ports;
 mod transport;
 
 pub use checksum::{RxChecksum, TxChecksum};

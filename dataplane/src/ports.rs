@@ -1,0 +1,350 @@
+//! Opening the DPDK ports dpwarp runs on, by kind, with what each needs:
+//! EAL started for the machine (hugepages when reserved), mbuf pools sized
+//! for the MTU, the port started and its link waited for, and a smoltcp
+//! device over each queue with the right checksum handling. `bench`,
+//! `bench rping`, `bench perftest` and the appliance share this; none of
+//! them knows DPDK's device arguments.
+//!
+//! | kind | DPDK driver | what it is |
+//! |---|---|---|
+//! | [`PortKind::Memif`] | `net_memif` | shared-memory packet interface to another process (or another core) |
+//! | [`PortKind::Tap`] | `net_tap` | a kernel TAP interface, made in a network namespace |
+//! | [`PortKind::AfPacket`] | `net_af_packet` | an existing kernel interface (a veth end), through AF_PACKET |
+//! | [`PortKind::Pci`] | the NIC's PMD | a PCI NIC bound to vfio-pci |
+//!
+//! `net_ring` pairs (two ports in this process) come from
+//! [`Port::ring_pair`] directly.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::checksum::{RxChecksum, TxChecksum};
+use crate::device::{DeviceConfig, DpdkDevice};
+use crate::dpdk::{Eal, EalConfig, Memory, Pool, Port, PortConfig};
+
+/// Which port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortKind {
+    /// `net_memif`: `socket` names the control socket (abstract: no file),
+    /// `server` says which side creates the shared memory.
+    Memif {
+        /// The socket's name.
+        socket: String,
+        /// This side is memif's server (it owns the regions).
+        server: bool,
+    },
+    /// `net_tap`: a TAP interface `iface` made inside namespace `netns` (or
+    /// ours). The kernel end is a Linux host to talk to.
+    Tap {
+        /// The kernel interface's name.
+        iface: String,
+        /// The network namespace to make it in.
+        netns: Option<String>,
+    },
+    /// `net_af_packet` on the existing kernel interface `iface` (in `netns`).
+    AfPacket {
+        /// The interface (e.g. one end of a veth pair).
+        iface: String,
+        /// The namespace it is in.
+        netns: Option<String>,
+    },
+    /// A PCI NIC at `address` (bound to vfio-pci).
+    Pci {
+        /// `0000:01:00.0`.
+        address: String,
+    },
+}
+
+impl PortKind {
+    /// The DPDK driver's name.
+    pub fn driver(&self) -> &'static str {
+        match self {
+            PortKind::Memif { .. } => "net_memif",
+            PortKind::Tap { .. } => "net_tap",
+            PortKind::AfPacket { .. } => "net_af_packet",
+            PortKind::Pci { .. } => "pci",
+        }
+    }
+}
+
+/// Whether EAL takes hugepages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hugepages {
+    /// Use 2 MiB hugepages if enough are free, else ordinary pages (and
+    /// say so).
+    Auto,
+    /// Hugepages or fail.
+    On,
+    /// Ordinary pages.
+    Off,
+}
+
+/// Memory EAL takes, in MiB.
+pub const EAL_MEGABYTES: u32 = 1024;
+
+/// Free 2 MiB hugepages (0 where the kernel has none).
+pub fn free_hugepages() -> u64 {
+    std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Starts EAL (once per process) with `hugepages`; returns it and a line
+/// saying which memory it runs on.
+pub fn start_eal(hugepages: Hugepages, pci: &[String]) -> Result<(Eal, String), String> {
+    let pages_needed = u64::from(EAL_MEGABYTES / 2);
+    let free = free_hugepages();
+    let huge = match hugepages {
+        Hugepages::On => true,
+        Hugepages::Off => false,
+        Hugepages::Auto => free >= pages_needed,
+    };
+    let memory = if huge {
+        Memory::Huge {
+            megabytes: EAL_MEGABYTES,
+            dir: None,
+        }
+    } else {
+        Memory::NoHuge {
+            megabytes: EAL_MEGABYTES,
+        }
+    };
+    let config = EalConfig {
+        memory,
+        pci: pci.to_vec(),
+        log_level: "*:warning".into(),
+    };
+    let eal = Eal::init(&config).map_err(|e| e.to_string())?;
+    let said = if huge {
+        format!("DPDK on 2 MiB hugepages ({EAL_MEGABYTES} MiB)")
+    } else if hugepages == Hugepages::Auto {
+        format!(
+            "DPDK without hugepages (--no-huge: {free} of the {pages_needed} 2 MiB pages needed \
+             are free; as root, echo {pages_needed} > \
+             /sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages for the faster memory)"
+        )
+    } else {
+        "DPDK without hugepages (--no-huge)".to_string()
+    };
+    Ok((eal, said))
+}
+
+/// How a port is opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortOptions {
+    /// IP MTU.
+    pub mtu: u16,
+    /// Queue pairs (one per core).
+    pub queues: u16,
+    /// Mbufs per queue's pool.
+    pub mbufs: u32,
+    /// Compute TCP/IP checksums in software even where the port could
+    /// offload them or the wire is trusted.
+    pub sw_checksums: bool,
+    /// How long to wait for the link to come up.
+    pub link_timeout: Duration,
+}
+
+impl PortOptions {
+    /// One queue pair at `mtu`, 8192 mbufs, 10 s for the link.
+    pub fn new(mtu: u16) -> PortOptions {
+        PortOptions {
+            mtu,
+            queues: 1,
+            mbufs: 8192,
+            sw_checksums: false,
+            link_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Octets of frame each mbuf holds: a whole frame of the MTU (no
+    /// chains), at least DPDK's usual 2048.
+    pub fn data_room(&self) -> usize {
+        (usize::from(self.mtu) + 14 + 4)
+            .next_multiple_of(64)
+            .max(2048)
+    }
+}
+
+/// An open port: the port, its pools, and how its devices checksum.
+#[derive(Debug)]
+pub struct Opened {
+    /// The port.
+    pub port: Port,
+    /// One pool per queue pair.
+    pub pools: Vec<Arc<Pool>>,
+    /// What it is, for reports (`net_memif`, `net_tap on dpw0`, ...).
+    pub describe: String,
+    mtu: u16,
+    tx_checksum: TxChecksum,
+    rx_checksum: RxChecksum,
+}
+
+impl Opened {
+    /// A smoltcp device on queue pair `queue`, with our MAC `mac` (the
+    /// port's own where it has one, when `None`).
+    pub fn device(&self, queue: u16, mac: Option<[u8; 6]>) -> Result<DpdkDevice, String> {
+        let q = self
+            .port
+            .queue(queue)
+            .ok_or_else(|| format!("{}: queue {queue} is taken or absent", self.describe))?;
+        Ok(DpdkDevice::new(
+            q,
+            DeviceConfig {
+                mac: mac.unwrap_or_else(|| self.mac()),
+                mtu: usize::from(self.mtu),
+                tx_checksum: self.tx_checksum,
+                rx_checksum: self.rx_checksum,
+            },
+        ))
+    }
+
+    /// The port's MAC, or a locally administered one made from its id
+    /// where it has none (`net_ring`).
+    pub fn mac(&self) -> [u8; 6] {
+        let mac = self.port.info().mac;
+        if mac == [0; 6] {
+            [0x02, 0x64, 0x70, 0x77, 0, self.port.info().id as u8]
+        } else {
+            mac
+        }
+    }
+
+    /// How the devices complete and check checksums, in words.
+    pub fn checksums(&self) -> &'static str {
+        match (self.tx_checksum, self.rx_checksum) {
+            (TxChecksum::Offload, _) => "TCP/IP checksums offloaded to the port",
+            (TxChecksum::Trusted, _) => "TCP/IP checksums not computed (a trusted memory wire)",
+            (TxChecksum::Software, _) => "TCP/IP checksums in software",
+        }
+    }
+}
+
+/// Opens and starts a port of `kind`, waiting for its link.
+pub fn open(eal: Eal, kind: &PortKind, options: &PortOptions) -> Result<Opened, String> {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut port = match kind {
+        PortKind::Memif { socket, server } => {
+            let role = if *server { "server" } else { "client" };
+            // Buffers that hold a whole frame; 2^11 descriptors a ring.
+            let bsize = options.data_room();
+            let args =
+                format!("role={role},socket={socket},socket-abstract=yes,bsize={bsize},rsize=11");
+            Port::vdev(eal, &format!("net_memif{n}"), &args)
+        }
+        PortKind::Tap { iface, netns } => in_netns(netns.as_deref(), || {
+            Port::vdev(eal, &format!("net_tap{n}"), &format!("iface={iface}"))
+        })?,
+        PortKind::AfPacket { iface, netns } => {
+            let frame = options.data_room().next_power_of_two();
+            in_netns(netns.as_deref(), || {
+                let args = format!(
+                    "iface={iface},qpairs={},blocksz={frame},framesz={frame},framecnt=1024",
+                    options.queues
+                );
+                Port::vdev(eal, &format!("net_af_packet{n}"), &args)
+            })?
+        }
+        PortKind::Pci { address } => Port::pci(eal, address),
+    }
+    .map_err(|e| e.to_string())?;
+    let pools = (0..options.queues)
+        .map(|_| Pool::new(eal, options.mbufs, 256, options.data_room()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut config = PortConfig::new(options.mtu);
+    config.queues = options.queues;
+    config.checksum_offload = !options.sw_checksums;
+    config.promiscuous = matches!(kind, PortKind::Pci { .. });
+    port.start(&config, &pools).map_err(|e| e.to_string())?;
+    let (tx_offload, rx_offload) = port.checksum_offloads();
+    let trusted = matches!(kind, PortKind::Memif { .. }) && !options.sw_checksums;
+    let (tx_checksum, rx_checksum) = checksums(trusted, tx_offload, rx_offload);
+    let describe = match kind {
+        PortKind::Memif { socket, server } => {
+            format!(
+                "net_memif ({} of {socket})",
+                if *server { "server" } else { "client" }
+            )
+        }
+        PortKind::Tap { iface, .. } => format!("net_tap ({iface})"),
+        PortKind::AfPacket { iface, .. } => format!("net_af_packet ({iface})"),
+        PortKind::Pci { address } => format!("{} ({address})", port.info().driver),
+    };
+    Ok(Opened {
+        port,
+        pools,
+        describe,
+        mtu: options.mtu,
+        tx_checksum,
+        rx_checksum,
+    })
+}
+
+/// The checksum handling of a port: a trusted wire computes none;
+/// otherwise each direction is offloaded where the port can, else done in
+/// software.
+fn checksums(trusted: bool, tx_offload: bool, rx_offload: bool) -> (TxChecksum, RxChecksum) {
+    if trusted {
+        return (TxChecksum::Trusted, RxChecksum::Trusted);
+    }
+    (
+        if tx_offload {
+            TxChecksum::Offload
+        } else {
+            TxChecksum::Software
+        },
+        if rx_offload {
+            RxChecksum::Offload
+        } else {
+            RxChecksum::Software
+        },
+    )
+}
+
+/// Waits until the link of every port in `ports` is up, at most `timeout`
+/// (memif connects through its control socket in the background).
+pub fn wait_link(ports: &[&Opened], timeout: Duration) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        let down: Vec<&str> = ports
+            .iter()
+            .filter(|p| !p.port.link().up)
+            .map(|p| p.describe.as_str())
+            .collect();
+        if down.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > timeout {
+            return Err(format!(
+                "the link of {} did not come up in {} s (for memif: is the other side running, \
+                 on the same socket name?)",
+                down.join(", "),
+                timeout.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Runs `make` on a thread inside namespace `netns` (or on this thread):
+/// the devices DPDK's TAP and AF_PACKET drivers create, and the sockets
+/// they keep, belong to the namespace of the thread that probes them.
+fn in_netns<R: Send>(netns: Option<&str>, make: impl FnOnce() -> R + Send) -> Result<R, String> {
+    let Some(ns) = netns else {
+        return Ok(make());
+    };
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                tcp_lite::sys::netns::enter(ns)
+                    .map_err(|e| format!("entering namespace {ns}: {e}"))?;
+                Ok(make())
+            })
+            .join()
+            .map_err(|_| "the thread making the port panicked".to_string())?
+    })
+}
