@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
+use crate::link::{LinkArgs, PeerTransport};
 use crate::spec::{Mode, Op, Stop};
 
 /// dpwarp's benchmark: two software RNICs, perftest-style bandwidth and
@@ -77,9 +78,14 @@ pub struct Args {
 
     /// What joins the two RNICs: `embedded` (tcp-lite over an in-memory
     /// link, one core, no NIC or root needed; the default), `kernel` (Linux
-    /// TCP over loopback), or `tap` (tcp-lite over a TAP device to Linux TCP
-    /// in a network namespace made for the run; needs root). With --server
-    /// or a HOST only `kernel` applies.
+    /// TCP over loopback), `tap` (tcp-lite over a TAP device to Linux TCP
+    /// in a network namespace made for the run; root), `memif` (DPDK memif
+    /// between the two RNICs, a pinned core each), `ring` (DPDK net_ring,
+    /// likewise), `net_tap` (DPDK's TAP driver to Linux TCP in a namespace;
+    /// root), `af_packet` (DPDK's AF_PACKET driver on a veth pair to Linux
+    /// TCP in a namespace; root). With --server or a HOST: `kernel`
+    /// (default), `memif`, `net_tap`, `af_packet` or `pci` (--ip gives our
+    /// address on the link).
     #[arg(long, value_enum)]
     pub transport: Option<TransportArg>,
 
@@ -93,10 +99,15 @@ pub struct Args {
     #[arg(long, default_value_t = 9000)]
     pub mtu: usize,
 
-    /// Compute TCP/IP checksums in software on the embedded link (by default
-    /// the link offloads them, as a NIC does).
-    #[arg(long = "sw-checksums")]
-    pub sw_checksums: bool,
+    /// Both RNICs on one core (one thread steps both; the embedded link
+    /// always runs so). Without it, and with two CPUs or more, each RNIC
+    /// in this process has a pinned core of its own (-l picks them).
+    #[arg(long = "shared-core")]
+    pub shared_core: bool,
+
+    /// The link: TAP and DPDK options, CPUs, checksums.
+    #[command(flatten)]
+    pub link: LinkArgs,
 
     /// Port the server side listens on (perftest's default 18515; the
     /// in-process kernel baseline uses the next one).
@@ -156,6 +167,32 @@ pub enum TransportArg {
     Kernel,
     /// tcp-lite over a TAP device, to Linux TCP in a network namespace.
     Tap,
+    /// tcp-lite over DPDK memif.
+    Memif,
+    /// tcp-lite over a DPDK net_ring pair (in this process only).
+    Ring,
+    /// tcp-lite over DPDK's TAP driver, to Linux TCP in a namespace.
+    #[value(name = "net_tap")]
+    NetTap,
+    /// tcp-lite over DPDK's AF_PACKET driver on a veth pair, to Linux TCP.
+    #[value(name = "af_packet")]
+    AfPacket,
+    /// tcp-lite over a PCI NIC (--server or HOST only).
+    Pci,
+}
+
+impl TransportArg {
+    /// The single-RNIC transport of a --server or HOST run, if this is one.
+    pub fn peer(self) -> Option<PeerTransport> {
+        match self {
+            TransportArg::Kernel => Some(PeerTransport::Kernel),
+            TransportArg::Memif => Some(PeerTransport::Memif),
+            TransportArg::NetTap => Some(PeerTransport::NetTap),
+            TransportArg::AfPacket => Some(PeerTransport::AfPacket),
+            TransportArg::Pci => Some(PeerTransport::Pci),
+            TransportArg::Embedded | TransportArg::Tap | TransportArg::Ring => None,
+        }
+    }
 }
 
 /// Who runs the workload's two sides.
@@ -259,13 +296,28 @@ impl Args {
             (None, true) => Role::Server,
             (None, false) => Role::Local(self.transport.unwrap_or(TransportArg::Embedded)),
         };
-        if !matches!(role, Role::Local(_))
-            && self.transport.is_some_and(|t| t != TransportArg::Kernel)
-        {
-            return Err(
-                "--server and HOST runs use kernel TCP: drop --transport (or say kernel)".into(),
-            );
+        match (&role, self.transport) {
+            (Role::Local(TransportArg::Pci), _) => {
+                return Err("--transport pci joins this host to another: give a HOST, or run \
+                            --server"
+                    .into())
+            }
+            (Role::Local(_), _) => {}
+            (_, Some(t)) if t.peer().is_none() => {
+                return Err(
+                    "--server and HOST runs use kernel, memif, net_tap, af_packet or pci".into(),
+                );
+            }
+            (_, Some(t)) if t != TransportArg::Kernel && self.link.ip.is_none() => {
+                return Err(format!(
+                    "--transport {} to or as a server needs --ip ADDR/PREFIX, our address on the \
+                     link",
+                    t.to_possible_value().map_or("?".into(), |v| v.get_name().to_string())
+                ));
+            }
+            _ => {}
         }
+        self.link.cpus()?;
         if let (Role::Local(t), Some(c)) = (&role, self.compare) {
             if c == *t {
                 return Err(

@@ -9,6 +9,7 @@
 //! * [`endpoint`]: one whole RNIC: a poll-mode core, its control plane and
 //!   registered memory.
 //! * [`hello`]: the workload each connection announces in MPA private data.
+//! * [`link`]: the link options every tool shares (TAP, DPDK ports, CPUs).
 //! * [`responder`]: the server: its side of every workload.
 //! * [`rig`]: the RNICs and their transport (embedded, kernel TCP, TAP, or
 //!   a server in another process).
@@ -24,6 +25,7 @@
 pub mod args;
 pub mod endpoint;
 pub mod hello;
+pub mod link;
 pub mod perftest;
 pub mod report;
 pub mod responder;

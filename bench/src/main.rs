@@ -8,6 +8,7 @@ use std::net::{SocketAddrV4, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use bench::args::{Args, Plan, Role, TransportArg};
+use bench::link::PeerTransport;
 use bench::endpoint::now;
 use bench::report::{self, Report};
 use bench::responder::Server;
@@ -50,7 +51,11 @@ fn main() {
     }
     let mut transports = vec![match &plan.role {
         Role::Local(t) => kind(*t),
-        _ => TransportKind::Remote,
+        _ => TransportKind::Remote(
+            args.transport
+                .and_then(TransportArg::peer)
+                .unwrap_or(PeerTransport::Kernel),
+        ),
     }];
     if let Some(c) = args.compare {
         transports.push(kind(c));
@@ -63,11 +68,12 @@ fn main() {
         ),
         Mode::Latency => "latency | 1 QP, 1 in flight".to_string(),
     };
-    // The checksum clause only where the embedded link runs.
+    // The checksum clause only where the embedded link runs (DPDK ports say
+    // theirs when they open).
     let checksums = if transports.contains(&TransportKind::Embedded) {
         format!(
             ", TCP/IP checksums {} on the embedded link",
-            if args.sw_checksums {
+            if args.link.sw_checksums {
                 "in software"
             } else {
                 "offloaded"
@@ -102,6 +108,17 @@ fn main() {
         eprintln!("bench: {why}");
         std::process::exit(1);
     }
+    clean_up_dpdk();
+}
+
+/// Releases DPDK's EAL at the end of a run that started it (every port and
+/// pool is gone by then): hugepage memory goes back, nothing stays behind.
+fn clean_up_dpdk() {
+    if let Some(eal) = dataplane::dpdk::Eal::running() {
+        if let Err(why) = eal.cleanup() {
+            eprintln!("bench: {why}");
+        }
+    }
 }
 
 fn kind(t: TransportArg) -> TransportKind {
@@ -109,6 +126,12 @@ fn kind(t: TransportArg) -> TransportKind {
         TransportArg::Embedded => TransportKind::Embedded,
         TransportArg::Kernel => TransportKind::Kernel,
         TransportArg::Tap => TransportKind::Tap,
+        TransportArg::Memif => TransportKind::Memif,
+        TransportArg::Ring => TransportKind::Ring,
+        TransportArg::NetTap => TransportKind::NetTap,
+        TransportArg::AfPacket => TransportKind::AfPacket,
+        // Refused by Args::plan for in-process runs.
+        TransportArg::Pci => TransportKind::Remote(PeerTransport::Pci),
     }
 }
 
@@ -120,7 +143,7 @@ fn rig_config(args: &Args, plan: &Plan) -> RigConfig {
         mtu: args.mtu,
         memory: memory_for(args.qps, largest),
         port: args.port,
-        sw_checksums: args.sw_checksums,
+        sw_checksums: args.link.sw_checksums,
     }
 }
 
@@ -129,21 +152,59 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
     let mut config = rig_config(args, plan);
     // Room for one QP of the largest size -a reaches, whatever -s said.
     config.memory = config.memory.max(memory_for(1, bench::args::SIZE_MAX));
-    let kc = tcp_lite::sys::kernel::KernelConfig {
-        rx_buffer: 4 << 20,
-        tx_buffer: 4 << 20,
-        ..Default::default()
-    };
-    let transport = match tcp_lite::sys::kernel::KernelTransport::new(kc) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("bench: {e}");
-            return 1;
+    let transport = args
+        .transport
+        .and_then(TransportArg::peer)
+        .unwrap_or(PeerTransport::Kernel);
+    let code = if transport == PeerTransport::Kernel {
+        let kc = tcp_lite::sys::kernel::KernelConfig {
+            rx_buffer: 4 << 20,
+            tx_buffer: 4 << 20,
+            ..Default::default()
+        };
+        match tcp_lite::sys::kernel::KernelTransport::new(kc) {
+            Ok(t) => serve_on(t, args.mtu - 40, args, &config, None, stop),
+            Err(e) => {
+                eprintln!("bench: {e}");
+                1
+            }
+        }
+    } else {
+        let opened = bench::link::dpdk_port(transport, &args.link, args.mtu, true, "dpwbench0")
+            .and_then(|(eal, port)| {
+                let ip = args.link.address()?;
+                let lossless = transport == PeerTransport::Memif;
+                let stack = bench::link::dpdk_stack(&port, ip, lossless)?;
+                println!("bench server: {}, {}", port.describe, port.checksums());
+                Ok((eal, stack))
+            });
+        match opened {
+            Ok((eal, stack)) => {
+                let emss = stack.emss();
+                serve_on(stack, emss, args, &config, Some(eal), stop)
+            }
+            Err(why) => {
+                eprintln!("bench server: {why}");
+                1
+            }
         }
     };
+    clean_up_dpdk();
+    code
+}
+
+/// Serves on `transport`, pinned to the first CPU of -l if given.
+fn serve_on<T: CoreTransport>(
+    transport: T,
+    emss: usize,
+    args: &Args,
+    config: &RigConfig,
+    eal: Option<dataplane::dpdk::Eal>,
+    stop: &AtomicBool,
+) -> i32 {
     let mut server = Server::new(
         transport,
-        args.mtu - 40,
+        emss,
         config.memory,
         args.port,
         config.startup(),
@@ -152,6 +213,14 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
         eprintln!("bench server: {why}");
         return 1;
     }
+    let cpu = args.link.cpus().ok().flatten().and_then(|c| c.first().copied());
+    let _pinned = match dataplane::lcore::enter(cpu, eal) {
+        Ok(p) => p,
+        Err(why) => {
+            eprintln!("bench server: {why}");
+            return 1;
+        }
+    };
     println!(
         "bench server: listening on port {} (MPA CRC {}, markers {}, {} MiB of memory); \
          run `bench <op> THIS_HOST -p {}` on the client",
@@ -225,43 +294,135 @@ fn run_transport(
     stop: &AtomicBool,
 ) -> Result<Vec<Report>, String> {
     let mut config = rig_config(args, plan);
+    let cpus = args.link.cpus()?.unwrap_or_else(dataplane::lcore::cpus);
+    // One pinned core per RNIC, where there are two CPUs and it is asked.
+    let split = !args.shared_core && cpus.len() >= 2;
+    let place = |cores: &[usize]| -> (Option<usize>, Option<usize>) {
+        (cores.first().copied(), cores.get(1).copied())
+    };
     match transport {
         TransportKind::Embedded => sweep(&mut rig::embedded(&config)?, args, plan, transport, stop),
         TransportKind::Kernel => {
             // Next to a TAP or embedded run's port, never the same.
             config.port = args.port.wrapping_add(1).max(1);
-            sweep(&mut rig::kernel(&config)?, args, plan, transport, stop)
+            let mut rig = rig::kernel(&config)?;
+            if split {
+                let (c, s) = place(&cpus);
+                rig.split(c, s, None)?;
+            }
+            sweep(&mut rig, args, plan, transport, stop)
         }
-        TransportKind::Tap => {
+        TransportKind::Memif | TransportKind::Ring => {
+            let memif = transport == TransportKind::Memif;
+            let (mut rig, info) = rig::dpdk_pair(&config, &args.link, memif)?;
+            if split {
+                let (c, s) = place(&cpus);
+                rig.split(c, s, Some(info.eal))?;
+            }
+            say_dpdk(&info, &rig);
+            sweep(&mut rig, args, plan, transport, stop)
+        }
+        TransportKind::Tap | TransportKind::NetTap | TransportKind::AfPacket => {
+            // DPDK starts outside the run's namespace: its threads must not
+            // keep the namespace (and its devices) alive after the run.
+            let eal = match transport {
+                TransportKind::Tap => None,
+                _ => Some(dataplane::ports::start_eal(args.link.hugepages(), &[])?),
+            };
             // The rig's thread enters the run's namespace; the namespace
-            // (and the device) go when it is done.
+            // (and the devices) go when it is done.
             std::thread::scope(|scope| {
                 scope
-                    .spawn(|| {
-                        let (mut rig, netns) = rig::tap(&config)?;
-                        let reports = sweep(&mut rig, args, plan, transport, stop);
-                        drop(rig);
-                        drop(netns);
-                        reports
-                    })
+                    .spawn(|| namespace_run(args, plan, transport, &config, eal, split, &cpus, stop))
                     .join()
-                    .map_err(|_| "the TAP run's thread panicked".to_string())?
+                    .map_err(|_| "the run's thread panicked".to_string())?
             })
         }
-        TransportKind::Remote => {
+        TransportKind::Remote(peer) => {
             let Role::Client(host) = &plan.role else {
                 return Err("no server address".into());
             };
             let server = server_addr(host, args.port)?;
-            sweep(
-                &mut rig::remote(&config, server)?,
-                args,
-                plan,
-                transport,
-                stop,
-            )
+            if peer == PeerTransport::Kernel {
+                return sweep(&mut rig::remote(&config, server)?, args, plan, transport, stop);
+            }
+            let (mut rig, info) = rig::remote_dpdk(&config, &args.link, peer, server)?;
+            let (c, _) = place(&cpus);
+            if args.link.lcores.is_some() {
+                let pinned = dataplane::lcore::enter(c, Some(info.eal))?;
+                std::mem::forget(pinned);
+            }
+            say_dpdk(&info, &rig);
+            sweep(&mut rig, args, plan, transport, stop)
         }
     }
+}
+
+/// A run on a transport whose server is Linux TCP in a namespace made for
+/// it: the old TAP fd, DPDK's TAP driver, or DPDK's AF_PACKET driver.
+#[allow(clippy::too_many_arguments)]
+fn namespace_run(
+    args: &Args,
+    plan: &Plan,
+    transport: TransportKind,
+    config: &RigConfig,
+    eal: Option<(dataplane::dpdk::Eal, String)>,
+    split: bool,
+    cpus: &[usize],
+    stop: &AtomicBool,
+) -> Result<Vec<Report>, String> {
+    let (c, s) = (cpus.first().copied(), cpus.get(1).copied());
+    match (transport, eal) {
+        (TransportKind::Tap, _) => {
+            let (mut rig, netns) = rig::tap(config)?;
+            if split {
+                rig.split(c, s, None)?;
+            }
+            let reports = sweep(&mut rig, args, plan, transport, stop);
+            drop(rig);
+            drop(netns);
+            reports
+        }
+        (_, Some((eal, memory))) => {
+            let af_packet = transport == TransportKind::AfPacket;
+            let (mut rig, netns, mut info) = rig::dpdk_kernel(config, &args.link, eal, af_packet)?;
+            info.memory = memory;
+            if split {
+                rig.split(c, s, Some(eal))?;
+            }
+            say_dpdk(&info, &rig);
+            let reports = sweep(&mut rig, args, plan, transport, stop);
+            drop(rig);
+            drop(netns);
+            reports
+        }
+        (_, None) => Err("DPDK did not start".into()),
+    }
+}
+
+/// One line on what a DPDK rig runs on.
+fn say_dpdk<C: CoreTransport, S: CoreTransport>(info: &rig::DpdkInfo, rig: &rig::Rig<C, S>) {
+    let cores: Vec<String> = rig
+        .core_reports()
+        .iter()
+        .map(|c| match c.cpu {
+            Some(cpu) => format!("{} on CPU {cpu}", c.role),
+            None => format!("{} unpinned", c.role),
+        })
+        .collect();
+    let memory = if info.memory.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", info.memory)
+    };
+    println!(
+        " {}: {}; {}{memory}; {} core(s): {}",
+        if rig.cores() == 2 { "2 cores" } else { "1 core" },
+        info.ports,
+        info.checksums,
+        rig.cores(),
+        cores.join(", ")
+    );
 }
 
 fn sweep<C: CoreTransport, S: CoreTransport>(
@@ -298,17 +459,29 @@ fn sweep<C: CoreTransport, S: CoreTransport>(
         );
         bar.set_prefix(format!("{} {} B", transport.name(), size));
         let started = std::time::Instant::now();
+        let before = rig.core_reports();
         let measured = workload::run(rig, &spec, last, stop, &mut |f| {
             if started.elapsed().as_secs_f64() >= 1.0 {
                 bar.set_position((f * 1000.0) as u64);
             }
         })?;
         bar.finish_and_clear();
+        let per_core = rig
+            .core_reports()
+            .into_iter()
+            .zip(&before)
+            .map(|(after, before)| bench::rig::CoreReport {
+                counters: after.counters.since(&before.counters),
+                ..after
+            })
+            .collect();
         out.push(Report {
             op: plan.op,
             mode: plan.mode,
             size,
             transport: transport.name(),
+            cores: rig.cores(),
+            per_core,
             measured,
         });
     }

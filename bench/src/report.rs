@@ -11,6 +11,7 @@ use hdrhistogram::serialization::V2Serializer;
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
+use crate::rig::CoreReport;
 use crate::spec::{Measured, Mode, Op};
 
 /// One measured workload, as reported.
@@ -21,8 +22,12 @@ pub struct Report {
     pub mode: Mode,
     /// Message size.
     pub size: usize,
-    /// `embedded` or `kernel`.
+    /// `embedded`, `kernel`, `memif`, ...
     pub transport: &'static str,
+    /// Cores the RNICs of this process ran on (1: one thread stepped both).
+    pub cores: usize,
+    /// Each core's counters over this workload.
+    pub per_core: Vec<CoreReport>,
     /// What was measured.
     pub measured: Measured,
 }
@@ -82,6 +87,8 @@ impl Report {
             "mode": match self.mode { Mode::Bandwidth => "bandwidth", Mode::Latency => "latency" },
             "size": self.size,
             "transport": self.transport,
+            "cores": self.cores,
+            "per_core": self.per_core.iter().map(core_json).collect::<Vec<_>>(),
             "iterations": self.measured.messages,
             "seconds": self.measured.elapsed.as_secs_f64(),
             "gbit_s": self.gbit_s(),
@@ -93,12 +100,37 @@ impl Report {
     }
 }
 
+/// One core's counters in the JSON report.
+fn core_json(c: &CoreReport) -> Value {
+    let k = &c.counters;
+    let d = &k.device;
+    json!({
+        "role": c.role,
+        "cpu": c.cpu,
+        "turns": k.turns,
+        "busy_turns": k.busy_turns,
+        "idle_turns": k.idle_turns,
+        "busy_share": k.busy_turns as f64 / (k.turns.max(1)) as f64,
+        "tx_fpdu_octets": k.tx_fpdu_octets,
+        "rx_fpdu_octets": k.rx_fpdu_octets,
+        "rx_packets": d.rx_packets,
+        "tx_packets": d.tx_packets,
+        "rx_bursts": d.rx_bursts,
+        "tx_bursts": d.tx_bursts,
+        "rx_dropped": d.rx_dropped(),
+        "rx_bad_checksum": d.rx_bad_checksum,
+        "tx_backpressure": d.tx_backpressure,
+        "pool_low_water": d.pool_low_water,
+    })
+}
+
 /// The bandwidth table's header, perftest's columns plus CPU per message.
 pub fn bw_header(report_gbits: bool) -> String {
     let unit = if report_gbits { "Gb/sec" } else { "MB/sec" };
     format!(
-        " {:<10} {:<12} {:<10} {:>14} {:>14} {:>14} {:>12}",
+        " {:<10} {:<5} {:<12} {:<10} {:>14} {:>14} {:>14} {:>12}",
         "transport",
+        "cores",
         "#bytes",
         "#iterations",
         format!("BW average[{unit}]"),
@@ -116,8 +148,9 @@ pub fn bw_row(r: &Report, report_gbits: bool) -> String {
         r.measured.octets as f64 / r.measured.elapsed.as_secs_f64().max(1e-9) / 1e6
     };
     format!(
-        " {:<10} {:<12} {:<10} {:>14.2} {:>14.6} {:>14.1} {:>12}",
+        " {:<10} {:<5} {:<12} {:<10} {:>14.2} {:>14.6} {:>14.1} {:>12}",
         r.transport,
+        r.cores,
         r.size,
         r.measured.messages,
         bw,
@@ -134,8 +167,9 @@ pub fn bw_row(r: &Report, report_gbits: bool) -> String {
 /// The latency table's header: perftest's with the whole HDR percentile set.
 pub fn lat_header() -> String {
     format!(
-        " {:<10} {:<8} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        " {:<10} {:<5} {:<8} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "transport",
+        "cores",
         "#bytes",
         "#iters",
         "t_min[us]",
@@ -154,8 +188,9 @@ pub fn lat_row(r: &Report) -> String {
     let h = &r.measured.latency;
     let us = |ns: u64| ns as f64 / 1000.0;
     format!(
-        " {:<10} {:<8} {:<10} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+        " {:<10} {:<5} {:<8} {:<10} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
         r.transport,
+        r.cores,
         r.size,
         r.measured.messages,
         us(h.min()),

@@ -9,11 +9,14 @@
 //! ([`crate::hello`]), so the in-process and the remote server are one code.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use control::mpa::StartupConfig;
 use control::runtime::{Handoff, StartupResult};
-use dataplane::CoreTransport;
+use dataplane::dpdk::Eal;
+use dataplane::{CoreCounters, CoreTransport};
 use rnic_engine::verbs::{QpHandle, RemoteAddr};
 use tcp_lite::link::{self, LinkConfig, LinkEnd};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
@@ -21,7 +24,11 @@ use tcp_lite::sys::netns::{self, Netns};
 use tcp_lite::sys::tap::TapDevice;
 use tcp_lite::{CongestionControl, Stack, StackConfig, TcpConfig};
 
+use dataplane::ports::{self, PortKind, PortOptions};
+use dataplane::DpdkDevice;
+
 use crate::endpoint::{now, Endpoint};
+use crate::link::{dpdk_port, dpdk_stack, LinkArgs, PeerTransport};
 use crate::hello::{self, ClientHello, ServerHello};
 use crate::responder::Server;
 use crate::spec::Spec;
@@ -38,16 +45,64 @@ pub struct Pair {
     pub remote: RemoteAddr,
 }
 
-/// A client RNIC and, in process, its server.
+/// A client RNIC and, in process, its server: on the client's thread
+/// (one core for both), or on a pinned thread of its own (a core each).
 pub struct Rig<C: CoreTransport, S: CoreTransport> {
     /// The side that opens connections and drives the workload.
     pub client: Endpoint<C>,
     /// The server, when it runs in this process.
-    pub server: Option<Server<S>>,
+    server: ServerSide<S>,
     server_addr: SocketAddrV4,
     startup: StartupConfig,
     /// This run's name in the hello.
     run: u64,
+    /// The client's CPU, when pinned.
+    client_cpu: Option<usize>,
+}
+
+/// Where the server runs.
+enum ServerSide<S: CoreTransport> {
+    /// In another process or on another host.
+    Remote,
+    /// On the client's thread, stepped with it.
+    Local(Box<Server<S>>),
+    /// On a thread (and core) of its own.
+    Thread(ServerThread<S>),
+}
+
+/// A server running on its own pinned thread, and what it shares with the
+/// client's.
+struct ServerThread<S: CoreTransport> {
+    shared: Arc<Shared>,
+    handle: Option<std::thread::JoinHandle<Server<S>>>,
+    cpu: Option<usize>,
+}
+
+/// What a server thread tells the client's.
+#[derive(Default)]
+struct Shared {
+    /// Set by the client: stop turning.
+    stop: AtomicBool,
+    /// Connections open on the server.
+    open: AtomicUsize,
+    /// The first error a server step returned.
+    error: Mutex<Option<String>>,
+    /// The core's counters, refreshed every [`PUBLISH_TURNS`] turns.
+    counters: Mutex<CoreCounters>,
+}
+
+/// Turns between two snapshots of a server thread's counters.
+const PUBLISH_TURNS: u64 = 4096;
+
+/// One core's counters in a report.
+#[derive(Debug, Clone)]
+pub struct CoreReport {
+    /// `client` or `server`.
+    pub role: &'static str,
+    /// The CPU it was pinned to.
+    pub cpu: Option<usize>,
+    /// Its counters.
+    pub counters: CoreCounters,
 }
 
 /// A name for this process's run: its PID and the clock's nanoseconds.
@@ -59,14 +114,104 @@ fn run_id() -> u64 {
 }
 
 impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
-    /// Steps every RNIC in this process once.
+    /// Steps the client (and an in-process server on this thread) once.
     pub fn step(&mut self) -> Result<(), String> {
         let now = now();
         self.client.step(now);
-        if let Some(server) = &mut self.server {
-            server.step(now)?;
+        match &mut self.server {
+            ServerSide::Local(server) => server.step(now)?,
+            ServerSide::Thread(t) => {
+                if let Some(why) = t.shared.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    return Err(format!("the server's core: {why}"));
+                }
+            }
+            ServerSide::Remote => {}
         }
         Ok(())
+    }
+
+    /// Cores the two RNICs run on in this process (1: one thread steps
+    /// both; 2: the server has a core of its own; a remote server's core
+    /// is not counted).
+    pub fn cores(&self) -> usize {
+        match self.server {
+            ServerSide::Thread(_) => 2,
+            ServerSide::Local(_) | ServerSide::Remote => 1,
+        }
+    }
+
+    /// Pins the client's thread (this one) to `client_cpu` and moves an
+    /// in-process server to a thread of its own pinned to `server_cpu`;
+    /// with `eal`, both threads become EAL threads (their own mempool
+    /// caches).
+    pub fn split(
+        &mut self,
+        client_cpu: Option<usize>,
+        server_cpu: Option<usize>,
+        eal: Option<Eal>,
+    ) -> Result<(), String>
+    where
+        S: Send + 'static,
+    {
+        let side = std::mem::replace(&mut self.server, ServerSide::Remote);
+        let ServerSide::Local(server) = side else {
+            self.server = side;
+            return Err("only an in-process server can move to a core of its own".into());
+        };
+        let shared = Arc::new(Shared::default());
+        let theirs = shared.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let handle = std::thread::Builder::new()
+            .name("dpwarp-server-core".into())
+            .spawn(move || serve_on_core(*server, server_cpu, eal, &theirs, &ready_tx))
+            .map_err(|e| format!("cannot start the server's thread: {e}"))?;
+        let started = ready_rx
+            .recv()
+            .unwrap_or_else(|_| Err("the server's thread ended before it ran".into()));
+        self.server = ServerSide::Thread(ServerThread {
+            shared,
+            handle: Some(handle),
+            cpu: server_cpu,
+        });
+        started?;
+        // The client's thread: pinned, and an EAL thread unless it is EAL's
+        // main one already.
+        let pinned = dataplane::lcore::enter(client_cpu, eal)?;
+        std::mem::forget(pinned); // for the life of the thread
+        self.client_cpu = client_cpu;
+        Ok(())
+    }
+
+    /// Every core's counters: the client's, and the in-process server's.
+    pub fn core_reports(&self) -> Vec<CoreReport> {
+        let mut out = vec![CoreReport {
+            role: "client",
+            cpu: self.client_cpu,
+            counters: self.client.core.counters(),
+        }];
+        match &self.server {
+            ServerSide::Local(s) => out.push(CoreReport {
+                role: "server",
+                cpu: self.client_cpu,
+                counters: s.endpoint.core.counters(),
+            }),
+            ServerSide::Thread(t) => out.push(CoreReport {
+                role: "server",
+                cpu: t.cpu,
+                counters: *t.shared.counters.lock().unwrap_or_else(|p| p.into_inner()),
+            }),
+            ServerSide::Remote => {}
+        }
+        out
+    }
+
+    /// Connections open on the in-process server.
+    fn server_open(&self) -> usize {
+        match &self.server {
+            ServerSide::Local(s) => s.endpoint.open_connections(),
+            ServerSide::Thread(t) => t.shared.open.load(Ordering::SeqCst),
+            ServerSide::Remote => 0,
+        }
     }
 
     fn wait_setup(
@@ -177,13 +322,62 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
         }
         self.wait_setup("closing the connections", &mut |rig| {
             let _ = rig.client.take_ended();
-            rig.client.open_connections() == 0
-                && rig
-                    .server
-                    .as_ref()
-                    .is_none_or(|s| s.endpoint.open_connections() == 0)
+            rig.client.open_connections() == 0 && rig.server_open() == 0
         })
     }
+}
+
+impl<C: CoreTransport, S: CoreTransport> Drop for Rig<C, S> {
+    fn drop(&mut self) {
+        if let ServerSide::Thread(t) = &mut self.server {
+            t.shared.stop.store(true, Ordering::SeqCst);
+            if let Some(handle) = t.handle.take() {
+                // The server (its core, its port queues) drops on its own
+                // thread's return, here.
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+/// The server's thread: pinned (and an EAL thread), it says it is ready,
+/// then turns the server's core until told to stop. Returns the server.
+fn serve_on_core<S: CoreTransport + Send + 'static>(
+    mut server: Server<S>,
+    cpu: Option<usize>,
+    eal: Option<Eal>,
+    shared: &Shared,
+    ready: &std::sync::mpsc::Sender<Result<(), String>>,
+) -> Server<S> {
+    let pinned = match dataplane::lcore::enter(cpu, eal) {
+        Ok(p) => p,
+        Err(why) => {
+            let _ = ready.send(Err(format!("the server's core: {why}")));
+            return server;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    let mut turns = 0u64;
+    while !shared.stop.load(Ordering::Relaxed) {
+        if let Err(why) = server.step(now()) {
+            shared
+                .error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(why);
+        }
+        shared
+            .open
+            .store(server.endpoint.open_connections(), Ordering::Relaxed);
+        turns += 1;
+        if turns % PUBLISH_TURNS == 0 {
+            *shared.counters.lock().unwrap_or_else(|p| p.into_inner()) =
+                server.endpoint.core.counters();
+        }
+    }
+    *shared.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();
+    drop(pinned);
+    server
 }
 
 /// Which transport joins the two RNICs.
@@ -195,8 +389,16 @@ pub enum TransportKind {
     Kernel,
     /// tcp-lite over a TAP device, to Linux TCP in a network namespace.
     Tap,
-    /// Linux TCP to a `bench --server` in another process or host.
-    Remote,
+    /// tcp-lite over DPDK memif, a server and a client port in this process.
+    Memif,
+    /// tcp-lite over a DPDK net_ring pair in this process.
+    Ring,
+    /// tcp-lite over DPDK's TAP driver, to Linux TCP in a namespace.
+    NetTap,
+    /// tcp-lite over DPDK's AF_PACKET driver on a veth pair, to Linux TCP.
+    AfPacket,
+    /// A `bench --server` in another process or host, over this transport.
+    Remote(PeerTransport),
 }
 
 impl TransportKind {
@@ -206,7 +408,16 @@ impl TransportKind {
             TransportKind::Embedded => "embedded",
             TransportKind::Kernel => "kernel",
             TransportKind::Tap => "tap",
-            TransportKind::Remote => "remote",
+            TransportKind::Memif => "memif",
+            TransportKind::Ring => "ring",
+            TransportKind::NetTap => "net_tap",
+            TransportKind::AfPacket => "af_packet",
+            TransportKind::Remote(PeerTransport::Kernel) => "remote",
+            TransportKind::Remote(PeerTransport::Tap) => "remote_tap",
+            TransportKind::Remote(PeerTransport::NetTap) => "remote_net_tap",
+            TransportKind::Remote(PeerTransport::AfPacket) => "remote_af_packet",
+            TransportKind::Remote(PeerTransport::Memif) => "remote_memif",
+            TransportKind::Remote(PeerTransport::Pci) => "remote_pci",
         }
     }
 }
@@ -250,29 +461,23 @@ fn in_process<C: CoreTransport, S: CoreTransport>(
     server_addr: Ipv4Addr,
     config: &RigConfig,
 ) -> Result<Rig<C, S>, String> {
-    let mut rig = Rig {
+    let mut server = Server::new(
+        server,
+        server_emss,
+        config.memory,
+        config.port,
+        config.startup(),
+    );
+    // The listener is up before anyone connects.
+    server.wait_listening()?;
+    Ok(Rig {
         client: Endpoint::new(client, client_emss, 1, config.memory),
-        server: Some(Server::new(
-            server,
-            server_emss,
-            config.memory,
-            config.port,
-            config.startup(),
-        )),
+        server: ServerSide::Local(Box::new(server)),
         server_addr: SocketAddrV4::new(server_addr, config.port),
         startup: config.startup(),
         run: run_id(),
-    };
-    settle(&mut rig)?;
-    Ok(rig)
-}
-
-/// Waits for the in-process server's listener before anyone connects.
-fn settle<C: CoreTransport, S: CoreTransport>(rig: &mut Rig<C, S>) -> Result<(), String> {
-    match &mut rig.server {
-        Some(server) => server.wait_listening(),
-        None => Ok(()),
-    }
+        client_cpu: None,
+    })
 }
 
 /// Two RNICs on tcp-lite over the in-memory link.
@@ -380,9 +585,173 @@ pub fn remote(
     let emss = config.mtu - 40;
     Ok(Rig {
         client: Endpoint::new(client, emss, 1, config.memory),
-        server: None,
+        server: ServerSide::Remote,
         server_addr: server,
         startup: config.startup(),
         run: run_id(),
+        client_cpu: None,
     })
+}
+
+/// Addresses of two in-process RNICs on a DPDK link (memif, ring).
+pub const DPDK_CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
+/// The server's.
+pub const DPDK_SERVER_ADDR: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 2);
+
+/// What a rig on DPDK ports runs on, for reports.
+#[derive(Debug, Clone)]
+pub struct DpdkInfo {
+    /// EAL, to register the cores' threads.
+    pub eal: Eal,
+    /// Hugepages or not, in words.
+    pub memory: String,
+    /// The ports.
+    pub ports: String,
+    /// How checksums are done.
+    pub checksums: &'static str,
+}
+
+/// Two RNICs in this process on tcp-lite over DPDK ports: a `net_memif`
+/// server and client on one socket (`memif`), or a `net_ring` pair.
+pub fn dpdk_pair(
+    config: &RigConfig,
+    link: &LinkArgs,
+    memif: bool,
+) -> Result<(Rig<Stack<DpdkDevice>, Stack<DpdkDevice>>, DpdkInfo), String> {
+    let (eal, memory) = ports::start_eal(link.hugepages(), &[])?;
+    let mut options = PortOptions::new(mtu16(config.mtu)?);
+    options.sw_checksums = link.sw_checksums;
+    let (server_port, client_port) = if memif {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let socket = format!(
+            "/run/dpwarp/bench-{}-{}.sock",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let server = PortKind::Memif {
+            socket: socket.clone(),
+            server: true,
+        };
+        let server_port = ports::open(eal, &server, &options)?;
+        let client_port = ports::open(eal, &PortKind::Memif { socket, server: false }, &options)?;
+        (server_port, client_port)
+    } else {
+        ports::ring_pair(eal, &options)?
+    };
+    ports::wait_link(&[&server_port, &client_port], options.link_timeout)?;
+    let client = dpdk_stack(&client_port, (DPDK_CLIENT_ADDR, 24), true)?;
+    let server = dpdk_stack(&server_port, (DPDK_SERVER_ADDR, 24), true)?;
+    let info = DpdkInfo {
+        eal,
+        memory,
+        ports: format!("{} and {}", client_port.describe, server_port.describe),
+        checksums: client_port.checksums(),
+    };
+    let (ce, se) = (client.emss(), server.emss());
+    Ok((in_process(client, ce, server, se, DPDK_SERVER_ADDR, config)?, info))
+}
+
+/// Addresses of the DPDK TAP and AF_PACKET rigs: the kernel's end (in the
+/// namespace) and ours.
+pub const DPDK_KERNEL_ADDR: Ipv4Addr = Ipv4Addr::new(10, 212, 0, 1);
+/// Our (tcp-lite's) address there.
+pub const DPDK_STACK_ADDR: Ipv4Addr = Ipv4Addr::new(10, 212, 0, 2);
+
+/// The client on tcp-lite over a DPDK port into a namespace made for the
+/// run, the server on Linux TCP there: `net_tap` (DPDK's TAP driver, its
+/// interface made in the namespace) or `net_af_packet` (on one end of a
+/// veth pair whose other end is the kernel's). The calling thread enters
+/// the namespace (so the server's sockets and the port's live there); the
+/// returned [`Netns`] deletes it and its devices when dropped, after the
+/// rig. EAL must already run (started outside the namespace).
+pub fn dpdk_kernel(
+    config: &RigConfig,
+    link: &LinkArgs,
+    eal: Eal,
+    af_packet: bool,
+) -> Result<(Rig<Stack<DpdkDevice>, KernelTransport>, Netns, DpdkInfo), String> {
+    if let Some(why) = tcp_lite::sys::tap::namespace_unavailable() {
+        return Err(format!("this transport cannot run here: {why}"));
+    }
+    let pid = std::process::id();
+    let net = Netns::create(&format!("dpwbench{pid}")).map_err(|e| e.to_string())?;
+    let mtu = config.mtu.to_string();
+    let kernel_addr = format!("{DPDK_KERNEL_ADDR}/24");
+    let ours = format!("dpwd{}", pid % 100_000_000);
+    let theirs = format!("dpwk{}", pid % 100_000_000);
+    let ns = |args: &[&str]| net.ip(args).map_err(|e| e.to_string());
+    if af_packet {
+        ns(&["link", "add", &theirs, "mtu", &mtu, "type", "veth", "peer", "name", &ours, "mtu", &mtu])?;
+        ns(&["addr", "add", &kernel_addr, "dev", &theirs])?;
+        ns(&["link", "set", "dev", &theirs, "up"])?;
+        ns(&["link", "set", "dev", &ours, "up"])?;
+    }
+    net.enter().map_err(|e| format!("entering the namespace: {e}"))?;
+    let kind = if af_packet {
+        PortKind::AfPacket { iface: ours.clone(), netns: None }
+    } else {
+        PortKind::Tap { iface: ours.clone(), netns: None }
+    };
+    let mut options = PortOptions::new(mtu16(config.mtu)?);
+    options.sw_checksums = link.sw_checksums;
+    let port = ports::open(eal, &kind, &options)?;
+    if !af_packet {
+        // DPDK made the interface (here, in the namespace) with its MTU and
+        // brought it up; the kernel's end gets its address.
+        ns(&["addr", "add", &kernel_addr, "dev", &ours])?;
+        ns(&["link", "set", "dev", &ours, "up"])?;
+    }
+    ports::wait_link(&[&port], options.link_timeout)?;
+    let client = dpdk_stack(&port, (DPDK_STACK_ADDR, 24), false)?;
+    let kc = KernelConfig {
+        bind: DPDK_KERNEL_ADDR,
+        rx_buffer: 4 << 20,
+        tx_buffer: 4 << 20,
+        ..KernelConfig::default()
+    };
+    let server = KernelTransport::new(kc).map_err(|e| e.to_string())?;
+    let info = DpdkInfo {
+        eal,
+        memory: String::new(),
+        ports: port.describe.clone(),
+        checksums: port.checksums(),
+    };
+    let emss = client.emss();
+    let rig = in_process(client, emss, server, emss, DPDK_KERNEL_ADDR, config)?;
+    Ok((rig, net, info))
+}
+
+/// A client on a DPDK port (memif client, net_tap, af_packet, PCI) whose
+/// server is a `bench --server` at `server` on that link.
+pub fn remote_dpdk(
+    config: &RigConfig,
+    link: &LinkArgs,
+    transport: PeerTransport,
+    server: SocketAddrV4,
+) -> Result<(Rig<Stack<DpdkDevice>, Stack<DpdkDevice>>, DpdkInfo), String> {
+    let (eal, port) = dpdk_port(transport, link, config.mtu, false, "dpwbench0")?;
+    let lossless = transport == PeerTransport::Memif;
+    let client = dpdk_stack(&port, link.address()?, lossless)?;
+    let emss = client.emss();
+    let info = DpdkInfo {
+        eal,
+        memory: String::new(),
+        ports: port.describe.clone(),
+        checksums: port.checksums(),
+    };
+    Ok((
+        Rig {
+            client: Endpoint::new(client, emss, 1, config.memory),
+            server: ServerSide::Remote,
+            server_addr: server,
+            startup: config.startup(),
+            run: run_id(),
+            client_cpu: None,
+        },
+        info,
+    ))
+}
+
+fn mtu16(mtu: usize) -> Result<u16, String> {
+    u16::try_from(mtu).map_err(|_| format!("--mtu {mtu} is too large for a DPDK port"))
 }

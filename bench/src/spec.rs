@@ -100,7 +100,8 @@ pub struct Measured {
     pub octets: u64,
     /// Wall-clock time of the timed part.
     pub elapsed: Duration,
-    /// CPU time of this thread (both RNICs) over the timed part.
+    /// CPU time of this process (the RNICs' cores, one or two, and their
+    /// control planes) over the timed part.
     pub cpu: Duration,
     /// Latency in ns (latency mode; bandwidth mode records each message's
     /// post-to-completion time too).

@@ -17,9 +17,10 @@ use crate::endpoint::Endpoint;
 use crate::rig::{Pair, Rig};
 use crate::spec::{credit_offset, half, memory_for, slot, Measured, Mode, Op, Spec, Stop};
 
-/// CPU time this thread has run (`CLOCK_THREAD_CPUTIME_ID`).
-fn thread_cpu() -> Duration {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+/// CPU time this process has run (`CLOCK_PROCESS_CPUTIME_ID`): every core
+/// of the RNICs in it (one thread or two) and their control planes.
+fn process_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
         .map_or(Duration::ZERO, |t| {
             Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
         })
@@ -176,7 +177,7 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
         Stop::Duration(_) => u64::MAX,
     };
     let start = Instant::now();
-    let cpu0 = thread_cpu();
+    let cpu0 = process_cpu();
     let mut interval = histogram();
     let mut intervals = Vec::new();
     let mut interval_start = start;
@@ -264,7 +265,7 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
         messages,
         octets: messages * octets_per,
         elapsed,
-        cpu: thread_cpu().saturating_sub(cpu0),
+        cpu: process_cpu().saturating_sub(cpu0),
         latency,
         intervals,
         interrupted,
@@ -300,7 +301,7 @@ fn latency<C: CoreTransport, S: CoreTransport>(
     }
     let warmup = 100u64;
     let mut start = Instant::now();
-    let mut cpu0 = thread_cpu();
+    let mut cpu0 = process_cpu();
     let mut interval_start = start;
     let interrupted;
     let mut round = 0u64;
@@ -362,7 +363,7 @@ fn latency<C: CoreTransport, S: CoreTransport>(
         if round <= warmup {
             if round == warmup {
                 start = Instant::now();
-                cpu0 = thread_cpu();
+                cpu0 = process_cpu();
                 interval_start = start;
             }
             continue;
@@ -388,7 +389,7 @@ fn latency<C: CoreTransport, S: CoreTransport>(
         messages,
         octets: messages * octets_per,
         elapsed,
-        cpu: thread_cpu().saturating_sub(cpu0),
+        cpu: process_cpu().saturating_sub(cpu0),
         latency,
         intervals,
         interrupted,

@@ -141,6 +141,23 @@ pub struct CoreCounters {
     pub device: DeviceCounters,
 }
 
+impl CoreCounters {
+    /// What was counted since `earlier`.
+    pub fn since(&self, earlier: &CoreCounters) -> CoreCounters {
+        CoreCounters {
+            turns: self.turns - earlier.turns,
+            busy_turns: self.busy_turns - earlier.busy_turns,
+            idle_turns: self.idle_turns - earlier.idle_turns,
+            tx_fpdu_octets: self.tx_fpdu_octets - earlier.tx_fpdu_octets,
+            rx_fpdu_octets: self.rx_fpdu_octets - earlier.rx_fpdu_octets,
+            established: self.established - earlier.established,
+            ended: self.ended - earlier.ended,
+            refused: self.refused - earlier.refused,
+            device: self.device.since(&earlier.device),
+        }
+    }
+}
+
 /// A connection in Full Operation and its QP.
 #[derive(Debug, Clone, Copy)]
 struct Live {

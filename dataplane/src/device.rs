@@ -72,6 +72,29 @@ pub struct DeviceCounters {
 }
 
 impl DeviceCounters {
+    /// What was counted since `earlier` (the pool's low water is the
+    /// later one: it is a level, not a count).
+    pub fn since(&self, earlier: &DeviceCounters) -> DeviceCounters {
+        DeviceCounters {
+            rx_packets: self.rx_packets - earlier.rx_packets,
+            rx_octets: self.rx_octets - earlier.rx_octets,
+            tx_packets: self.tx_packets - earlier.tx_packets,
+            tx_octets: self.tx_octets - earlier.tx_octets,
+            rx_bursts: self.rx_bursts - earlier.rx_bursts,
+            tx_bursts: self.tx_bursts - earlier.tx_bursts,
+            rx_runt: self.rx_runt - earlier.rx_runt,
+            rx_oversized: self.rx_oversized - earlier.rx_oversized,
+            rx_non_ip: self.rx_non_ip - earlier.rx_non_ip,
+            rx_foreign_mac: self.rx_foreign_mac - earlier.rx_foreign_mac,
+            rx_malformed: self.rx_malformed - earlier.rx_malformed,
+            rx_bad_checksum: self.rx_bad_checksum - earlier.rx_bad_checksum,
+            rx_linearized: self.rx_linearized - earlier.rx_linearized,
+            tx_backpressure: self.tx_backpressure - earlier.tx_backpressure,
+            tx_rejected: self.tx_rejected - earlier.tx_rejected,
+            pool_low_water: self.pool_low_water,
+        }
+    }
+
     /// Frames dropped on receive, over every reason.
     pub fn rx_dropped(&self) -> u64 {
         self.rx_runt

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tcp_lite::Instant;
 
 use crate::core::Core;
-use crate::dpdk::{register_thread, Eal, ThreadRegistration};
+use crate::dpdk::{current_lcore, register_thread, Eal, ThreadRegistration};
 use crate::transport::CoreTransport;
 
 /// A thread pinned to a CPU (and registered with EAL), for as long as it
@@ -53,6 +53,8 @@ pub fn enter(cpu: Option<usize>, eal: Option<Eal>) -> Result<Pinned, String> {
         }
     }
     let registration = match eal {
+        // EAL's main thread has its lcore already.
+        Some(_) if current_lcore().is_some() => None,
         Some(eal) => Some(register_thread(eal).map_err(|e| e.to_string())?),
         None => None,
     };

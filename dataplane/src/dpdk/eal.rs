@@ -252,6 +252,14 @@ pub(super) fn errno() -> c_int {
     unsafe { sys::dpw_errno() }
 }
 
+/// The calling thread's EAL lcore id, if it has one (EAL's main thread, or
+/// a registered one).
+pub fn current_lcore() -> Option<u32> {
+    // SAFETY: reads a per-thread variable.
+    let id = unsafe { sys::dpw_lcore_id() };
+    (id != u32::MAX).then_some(id)
+}
+
 /// An EAL lcore id of a registered thread (see [`register_thread`]).
 #[derive(Debug)]
 pub struct ThreadRegistration {

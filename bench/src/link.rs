@@ -1,0 +1,310 @@
+//! The link options `bench`, `bench rping` and `bench perftest` share, and
+//! the transports they make: kernel TCP, tcp-lite on a TAP fd, and
+//! tcp-lite on a DPDK port (`net_tap`, `net_af_packet`, `net_memif`, a PCI
+//! NIC). `--ip`, `--netns`, `--bridge`, `--tap` and `--mtu` mean the same
+//! for `tap` and `net_tap`.
+
+use std::net::Ipv4Addr;
+
+use clap::{Args, ValueEnum};
+use dataplane::dpdk::Eal;
+use dataplane::ports::{self, Hugepages, Opened, PortKind, PortOptions};
+use dataplane::DpdkDevice;
+use tcp_lite::sys::tap::TapDevice;
+use tcp_lite::{CongestionControl, Stack, StackConfig, TcpConfig};
+
+use crate::endpoint::now;
+
+/// What carries a single RNIC's TCP (`bench rping`, `bench perftest`, and
+/// `bench --server` / `bench OP HOST`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PeerTransport {
+    /// Linux TCP sockets.
+    Kernel,
+    /// tcp-lite on a TAP device's file descriptor (needs --ip and root).
+    Tap,
+    /// tcp-lite on DPDK's TAP driver (needs --ip and root).
+    #[value(name = "net_tap")]
+    NetTap,
+    /// tcp-lite on DPDK's AF_PACKET driver over an existing interface
+    /// (--iface; needs --ip and root).
+    #[value(name = "af_packet")]
+    AfPacket,
+    /// tcp-lite on DPDK's memif to another dpwarp process (--ip).
+    Memif,
+    /// tcp-lite on a PCI NIC bound to vfio-pci (--pci, --ip; root).
+    Pci,
+}
+
+impl PeerTransport {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerTransport::Kernel => "kernel",
+            PeerTransport::Tap => "tap",
+            PeerTransport::NetTap => "net_tap",
+            PeerTransport::AfPacket => "af_packet",
+            PeerTransport::Memif => "memif",
+            PeerTransport::Pci => "pci",
+        }
+    }
+
+    /// Whether it runs on DPDK.
+    pub fn is_dpdk(self) -> bool {
+        matches!(
+            self,
+            PeerTransport::NetTap | PeerTransport::AfPacket | PeerTransport::Memif | PeerTransport::Pci
+        )
+    }
+}
+
+/// Hugepages on the command line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum HugepagesArg {
+    /// 2 MiB hugepages when enough are free, else ordinary pages (said).
+    #[default]
+    Auto,
+    /// Hugepages or fail.
+    On,
+    /// Ordinary pages (`--no-huge`).
+    Off,
+}
+
+/// The link options of every tool.
+#[derive(Debug, Clone, Default, Args)]
+pub struct LinkArgs {
+    /// tap, net_tap: the TAP interface to create.
+    #[arg(long)]
+    pub tap: Option<String>,
+
+    /// tap, net_tap, af_packet, memif, pci: our address and prefix on the
+    /// link, e.g. 10.77.0.10/24.
+    #[arg(long)]
+    pub ip: Option<String>,
+
+    /// tap, net_tap: put the TAP interface in this network namespace ...
+    /// (af_packet: the namespace --iface is in).
+    #[arg(long)]
+    pub netns: Option<String>,
+
+    /// ... and make it a port of this bridge there.
+    #[arg(long, requires = "netns")]
+    pub bridge: Option<String>,
+
+    /// af_packet: the existing kernel interface to run on (one end of a
+    /// veth pair, say).
+    #[arg(long)]
+    pub iface: Option<String>,
+
+    /// pci: the NIC's PCI address, bound to vfio-pci first
+    /// (`dpdk-devbind.py -b vfio-pci 0000:01:00.0`).
+    #[arg(long)]
+    pub pci: Option<String>,
+
+    /// memif: the control socket's name (an abstract socket: no file).
+    #[arg(long = "memif-socket", default_value = "/run/dpwarp/memif.sock")]
+    pub memif_socket: String,
+
+    /// DPDK: EAL's memory, 2 MiB hugepages or ordinary pages.
+    #[arg(long, value_enum, default_value_t = HugepagesArg::Auto)]
+    pub hugepages: HugepagesArg,
+
+    /// CPUs to pin the poll-mode cores to, as DPDK's -l lists them
+    /// (`0,1` or `0-1`): the client's core first, then the server's.
+    #[arg(short = 'l', long = "lcores")]
+    pub lcores: Option<String>,
+
+    /// DPDK ports: compute TCP/IP checksums in software even where the
+    /// port could offload them or the wire (memif) needs none.
+    #[arg(long = "sw-checksums")]
+    pub sw_checksums: bool,
+}
+
+impl LinkArgs {
+    /// The CPUs of `--lcores`, checked against the ones this process may
+    /// use.
+    pub fn cpus(&self) -> Result<Option<Vec<usize>>, String> {
+        let Some(list) = &self.lcores else {
+            return Ok(None);
+        };
+        let mut cpus = Vec::new();
+        for part in list.split(',') {
+            let range = match part.split_once('-') {
+                Some((a, b)) => (a.trim().parse::<usize>(), b.trim().parse::<usize>()),
+                None => (part.trim().parse::<usize>(), part.trim().parse::<usize>()),
+            };
+            let (Ok(first), Ok(last)) = range else {
+                return Err(format!("-l {list}: give CPUs as 0,1 or 0-3"));
+            };
+            cpus.extend(first..=last);
+        }
+        let allowed = dataplane::lcore::cpus();
+        if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
+            return Err(format!("-l {list}: CPU {bad} is not one this process may use ({allowed:?})"));
+        }
+        Ok(Some(cpus))
+    }
+
+    /// EAL's hugepage choice.
+    pub fn hugepages(&self) -> Hugepages {
+        match self.hugepages {
+            HugepagesArg::Auto => Hugepages::Auto,
+            HugepagesArg::On => Hugepages::On,
+            HugepagesArg::Off => Hugepages::Off,
+        }
+    }
+
+    /// `--ip` as an address and a prefix.
+    pub fn address(&self) -> Result<(Ipv4Addr, u8), String> {
+        let ip = self
+            .ip
+            .as_deref()
+            .ok_or("this transport needs --ip ADDR/PREFIX, our address on the link")?;
+        parse_cidr(ip)
+    }
+}
+
+/// `ADDR/PREFIX`.
+pub fn parse_cidr(ip: &str) -> Result<(Ipv4Addr, u8), String> {
+    ip.split_once('/')
+        .and_then(|(a, p)| Some((a.parse::<Ipv4Addr>().ok()?, p.parse::<u8>().ok()?)))
+        .filter(|&(_, p)| (1..=32).contains(&p))
+        .ok_or_else(|| format!("--ip {ip}: give ADDR/PREFIX, e.g. 10.77.0.10/24"))
+}
+
+/// A seed that differs from run to run: initial sequence numbers and
+/// ephemeral ports of a new run must not repeat the last one's (a peer may
+/// still hold its four-tuple in TIME-WAIT).
+pub fn run_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ (u64::from(std::process::id()) << 32)
+}
+
+/// tcp-lite's settings for a link: lossless wires (memif, the in-memory
+/// link) run without congestion control; real ones with CUBIC.
+pub fn tcp_config(lossless: bool) -> TcpConfig {
+    TcpConfig {
+        rx_buffer: 256 * 1024,
+        tx_buffer: 256 * 1024,
+        congestion: if lossless {
+            CongestionControl::None
+        } else {
+            CongestionControl::Cubic
+        },
+        ..TcpConfig::default()
+    }
+}
+
+/// tcp-lite on a new TAP device `tap` with our address `ip` (ADDR/PREFIX),
+/// the device moved into namespace `netns` (and made a port of `bridge`
+/// there) if given. Seeded from the clock: every run its own initial
+/// sequence numbers and ephemeral ports.
+pub fn tap_stack(
+    tap: &str,
+    ip: &str,
+    netns: Option<&str>,
+    bridge: Option<&str>,
+) -> Result<Stack<TapDevice>, String> {
+    if let Some(why) = tcp_lite::sys::tap::namespace_unavailable() {
+        return Err(format!("--transport tap cannot run here: {why}"));
+    }
+    let (addr, prefix) = parse_cidr(ip)?;
+    let device = TapDevice::open(tap).map_err(|e| e.to_string())?;
+    let link = |a: &[&str]| tcp_lite::sys::netns::ip(a).map_err(|e| e.to_string());
+    match (netns, bridge) {
+        (Some(ns), bridge) => {
+            link(&["link", "set", "dev", tap, "netns", ns])?;
+            if let Some(br) = bridge {
+                link(&["-n", ns, "link", "set", "dev", tap, "master", br])?;
+            }
+            link(&["-n", ns, "link", "set", "dev", tap, "up"])?;
+        }
+        (None, _) => link(&["link", "set", "dev", tap, "up"])?,
+    }
+    let mut config = StackConfig::new(
+        [0x02, 0x64, 0x70, 0x77, addr.octets()[2], addr.octets()[3]],
+        addr,
+    );
+    config.prefix_len = prefix;
+    config.seed = run_seed();
+    config.tcp = tcp_config(false);
+    Stack::new(config, device, now()).map_err(|e| e.to_string())
+}
+
+/// A DPDK port for a single RNIC (`bench rping`, `bench perftest`,
+/// `bench --server`/`HOST`): `server` says which side of a memif it is;
+/// `default_tap` names the TAP interface when --tap is not given.
+pub fn dpdk_port(
+    transport: PeerTransport,
+    link: &LinkArgs,
+    mtu: usize,
+    server: bool,
+    default_tap: &str,
+) -> Result<(Eal, Opened), String> {
+    let pci: Vec<String> = link.pci.iter().cloned().collect();
+    let (eal, memory) = ports::start_eal(link.hugepages(), &pci)?;
+    eprintln!("dpwarp: {memory}");
+    let tap = link.tap.clone().unwrap_or_else(|| default_tap.to_string());
+    let kind = match transport {
+        PeerTransport::NetTap => {
+            if let Some(why) = tcp_lite::sys::tap::namespace_unavailable() {
+                return Err(format!("--transport net_tap cannot run here: {why}"));
+            }
+            PortKind::Tap {
+                iface: tap.clone(),
+                netns: link.netns.clone(),
+            }
+        }
+        PeerTransport::AfPacket => PortKind::AfPacket {
+            iface: link
+                .iface
+                .clone()
+                .ok_or("--transport af_packet needs --iface, the interface to run on")?,
+            netns: link.netns.clone(),
+        },
+        PeerTransport::Memif => PortKind::Memif {
+            socket: link.memif_socket.clone(),
+            server,
+        },
+        PeerTransport::Pci => PortKind::Pci {
+            address: link
+                .pci
+                .clone()
+                .ok_or("--transport pci needs --pci ADDRESS (bound to vfio-pci)")?,
+        },
+        PeerTransport::Kernel | PeerTransport::Tap => {
+            return Err(format!("{} is not a DPDK transport", transport.name()))
+        }
+    };
+    let mtu = u16::try_from(mtu).map_err(|_| format!("--mtu {mtu} is too large"))?;
+    let mut options = PortOptions::new(mtu);
+    options.sw_checksums = link.sw_checksums;
+    let opened = ports::open(eal, &kind, &options)?;
+    if transport == PeerTransport::NetTap {
+        // The interface is made in the namespace; bring it up there (on
+        // the bridge, if one is named), as the TAP transport does.
+        let up = |a: &[&str]| tcp_lite::sys::netns::ip(a).map_err(|e| e.to_string());
+        match (&link.netns, &link.bridge) {
+            (Some(ns), Some(br)) => up(&["-n", ns, "link", "set", "dev", &tap, "master", br])?,
+            _ => {}
+        }
+        match &link.netns {
+            Some(ns) => up(&["-n", ns, "link", "set", "dev", &tap, "up"])?,
+            None => up(&["link", "set", "dev", &tap, "up"])?,
+        }
+    }
+    ports::wait_link(&[&opened], options.link_timeout)?;
+    Ok((eal, opened))
+}
+
+/// tcp-lite on queue 0 of `opened` at our address `ip`.
+pub fn dpdk_stack(opened: &Opened, ip: (Ipv4Addr, u8), lossless: bool) -> Result<Stack<DpdkDevice>, String> {
+    let device = opened.device(0, None)?;
+    let mut config = StackConfig::new(opened.mac(), ip.0);
+    config.prefix_len = ip.1;
+    config.seed = run_seed();
+    config.tcp = tcp_config(lossless);
+    Stack::new(config, device, now()).map_err(|e| e.to_string())
+}
