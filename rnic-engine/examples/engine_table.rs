@@ -14,7 +14,10 @@
 //! markers off, FPDUs sized to an EMSS of 1448 (one Ethernet MSS, siw's
 //! FPDU size) unless a row says 9000. The link moves a 64 KiB window of
 //! FPDUs per transfer, as the data plane hands the engine its TCP send
-//! window's room; rows marked "per segment" move one EMSS at a time.
+//! window's room; rows marked "per segment" move one EMSS at a time. The
+//! "segments" row fills the same window with
+//! `Rnic::poll_transmit_segments`, no FPDU across the TCP segments the link
+//! models (`Link::Segments`).
 //!
 //! `framer only` frames the same tagged segments from a plain buffer,
 //! deframes them (CRC checked) and copies the payload to a plain buffer,
@@ -28,7 +31,8 @@
 //! `engine_overhead_64k_pct`, and `read_64k_gbit_s`, `send_64k_gbit_s`,
 //! `read_64b_mops`, `send_64b_mops`, `framer_only_64b_mops`,
 //! `write_64k_segment_gbit_s`, `framer_only_64k_segment_gbit_s`,
-//! `write_64k_jumbo_gbit_s`, `framer_only_64k_jumbo_gbit_s`.
+//! `write_64k_jumbo_gbit_s`, `framer_only_64k_jumbo_gbit_s`,
+//! `write_64k_segments_gbit_s`.
 
 #[path = "common/measure.rs"]
 mod measure;
@@ -36,6 +40,7 @@ mod measure;
 mod workloads;
 
 use measure::{load, median_calls, median_rate};
+use rnic_engine::pair::Link;
 use workloads::{EngineWorkload, FramerWorkload, Kind};
 
 const EMSS: usize = 1448;
@@ -46,6 +51,12 @@ const SEGMENT: usize = 0;
 
 fn engine_gbit(kind: Kind, size: usize, emss: usize, window: usize) -> f64 {
     let mut w = EngineWorkload::new(kind, size, emss, window);
+    median_rate(w.octets(), || w.call()) * 8.0
+}
+
+/// RDMA Write through `Rnic::poll_transmit_segments` (64 KiB window).
+fn segments_gbit(size: usize) -> f64 {
+    let mut w = EngineWorkload::with_link(Kind::Write, size, EMSS, WINDOW, Link::Segments);
     median_rate(w.octets(), || w.call()) * 8.0
 }
 
@@ -78,6 +89,7 @@ fn main() {
     let send_64k = engine_gbit(Kind::Send, k, EMSS, WINDOW);
     let framer_segment = framer_gbit(k, EMSS, SEGMENT);
     let write_segment = engine_gbit(Kind::Write, k, EMSS, SEGMENT);
+    let write_segments = segments_gbit(k);
     let framer_jumbo = framer_gbit(k, JUMBO, WINDOW);
     let write_jumbo = engine_gbit(Kind::Write, k, JUMBO, WINDOW);
     let framer_64b = {
@@ -100,6 +112,7 @@ fn main() {
         ("Send", send_64k, framer_64k),
         ("framer only, per segment", framer_segment, framer_segment),
         ("RDMA Write, per segment", write_segment, framer_segment),
+        ("RDMA Write, segments", write_segments, framer_64k),
         ("framer only, EMSS 9000", framer_jumbo, framer_jumbo),
         ("RDMA Write, EMSS 9000", write_jumbo, framer_jumbo),
     ] {
@@ -125,7 +138,8 @@ fn main() {
 \"engine_overhead_64k_pct\":{overhead:.1},\"read_64k_gbit_s\":{read_64k:.2},\"send_64k_gbit_s\":{send_64k:.2},\
 \"read_64b_mops\":{read_64b:.3},\"send_64b_mops\":{send_64b:.3},\"framer_only_64b_mops\":{framer_64b:.3},\
 \"write_64k_segment_gbit_s\":{write_segment:.2},\"framer_only_64k_segment_gbit_s\":{framer_segment:.2},\
-\"write_64k_jumbo_gbit_s\":{write_jumbo:.2},\"framer_only_64k_jumbo_gbit_s\":{framer_jumbo:.2}}}"
+\"write_64k_jumbo_gbit_s\":{write_jumbo:.2},\"framer_only_64k_jumbo_gbit_s\":{framer_jumbo:.2},\
+\"write_64k_segments_gbit_s\":{write_segments:.2}}}"
         );
     }
 }

@@ -9,7 +9,9 @@
 //!   (protection domains, memory registration, completion queues, queue
 //!   pairs with send, receive or shared receive queues), and the data path
 //!   the data plane drives: [`verbs::Rnic::handle_stream`] with received
-//!   octets, [`verbs::Rnic::poll_transmit`] for octets to send. Behind it:
+//!   octets, [`verbs::Rnic::poll_transmit`] for octets to send
+//!   ([`verbs::Rnic::poll_transmit_segments`] to keep FPDUs inside the TCP
+//!   segments a transport will cut). Behind it:
 //!   [`qp`] (RDMAP/DDP per connection: segmentation, placement, the IRRQ,
 //!   ORD, Terminates), [`mem`] (registered memory and STags), [`atomics`]
 //!   (the atomic unit), [`cq`].

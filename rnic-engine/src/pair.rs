@@ -7,11 +7,16 @@
 //! [`Rnic::poll_transmit`] writes, one EMSS-sized segment (or a window of
 //! FPDUs) at a time, into the other side's [`Rnic::handle_stream`],
 //! optionally cut into pieces of seeded random sizes (any TCP
-//! segmentation must work). No TCP, no clock, no threads.
+//! segmentation must work). With [`Link::Segments`] it calls
+//! [`Rnic::poll_transmit_segments`] instead and models where TCP cuts the
+//! stream into segments, so that tests can check the FPDUs against them.
+//! No TCP, no clock, no threads.
 
 use crate::cq::Wc;
 use crate::mem::{Access, Pd, Region};
-use crate::verbs::{Connection, CqHandle, Mr, QpHandle, QpInit, Rnic, RnicConfig, VerbError};
+use crate::verbs::{
+    Connection, CqHandle, Mr, QpHandle, QpInit, Rnic, RnicConfig, Segments, VerbError,
+};
 use std::sync::Arc;
 
 /// How to build a pair.
@@ -38,6 +43,52 @@ pub struct PairConfig {
     pub cut_max: usize,
     /// Seed of the cutting and of the STag keys.
     pub seed: u64,
+    /// How the link takes FPDUs from the sender.
+    pub link: Link,
+}
+
+/// How a pair's link takes FPDUs from the sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Link {
+    /// [`Rnic::poll_transmit`] into the transfer's room: FPDUs of MULPDU,
+    /// wherever TCP's segments end.
+    #[default]
+    Window,
+    /// [`Rnic::poll_transmit_segments`] into the same room, with TCP's
+    /// segmentation modelled per direction as smoltcp's: segments of `emss`
+    /// octets cut from an anchor, the first one of each direction already
+    /// holding a seeded random number of octets (the MPA startup frames).
+    /// After a call, the segment the FPDUs leave unfinished is sent short
+    /// or kept open for the next call's FPDUs at random (as a TCP that
+    /// sends at once, or one that waits for more); after a call that wrote
+    /// nothing into an open segment, it is sent short and the engine is
+    /// called again, as the engine's contract asks.
+    Segments,
+    /// As [`Link::Segments`], and each direction's octets and segments are
+    /// kept ([`RnicPair::take_recordings`]) for tests to check.
+    SegmentsRecorded,
+}
+
+/// What one direction of a [`Link::SegmentsRecorded`] link carried.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recording {
+    /// Every octet sent, from the first octet of Full Operation.
+    pub stream: Vec<u8>,
+    /// The TCP segments that carried them, in order, end to end.
+    pub segments: Vec<TcpSegment>,
+}
+
+/// One TCP segment of a [`Recording`], in stream positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TcpSegment {
+    /// Its first octet of Full Operation (the first segment may hold MPA
+    /// startup octets before position 0).
+    pub start: u64,
+    /// One past its last octet.
+    pub end: u64,
+    /// Where it would have ended had TCP filled it: `end`, unless it was
+    /// sent short.
+    pub full_end: u64,
 }
 
 impl Default for PairConfig {
@@ -52,6 +103,7 @@ impl Default for PairConfig {
             window: 0,
             cut_max: 0,
             seed: 1,
+            link: Link::Window,
         }
     }
 }
@@ -161,6 +213,10 @@ pub struct RnicPair {
     rng: u64,
     /// Octets moved from `a` to `b` and back.
     pub moved: [u64; 2],
+    /// Calls of the engine's transmit function from `a` and from `b`.
+    pub calls: [u64; 2],
+    /// Per link, TCP's segmentation from `a` and from `b` ([`Link::Segments`]).
+    tcp: Vec<[Tcp; 2]>,
 }
 
 impl RnicPair {
@@ -168,7 +224,9 @@ impl RnicPair {
     pub fn new(config: PairConfig) -> Result<RnicPair, VerbError> {
         let a = Side::new(&config, config.seed)?;
         let b = Side::new(&config, config.seed.wrapping_mul(31).wrapping_add(7))?;
-        Ok(RnicPair {
+        // Allocated in this order (the links, then the link's buffer) as
+        // before there were TCP models: see `add_tcp`.
+        let mut pair = RnicPair {
             links: vec![(a.qp, b.qp)],
             a,
             b,
@@ -183,7 +241,11 @@ impl RnicPair {
             rng: config.seed | 1,
             config,
             moved: [0, 0],
-        })
+            calls: [0, 0],
+            tcp: Vec::new(),
+        };
+        pair.add_tcp();
+        Ok(pair)
     }
 
     /// The configuration.
@@ -195,7 +257,7 @@ impl RnicPair {
     /// and `b`'s handle.
     pub fn add_qp(&mut self) -> Result<(QpHandle, QpHandle), VerbError> {
         let link = (self.a.add_qp(&self.config)?, self.b.add_qp(&self.config)?);
-        self.links.push(link);
+        self.link(link.0, link.1);
         Ok(link)
     }
 
@@ -203,6 +265,34 @@ impl RnicPair {
     /// caller, for QPs the pair's defaults do not fit, such as SRQ users).
     pub fn link(&mut self, a: QpHandle, b: QpHandle) {
         self.links.push((a, b));
+        self.add_tcp();
+    }
+
+    /// The TCP models of the last link's two directions. A window link has
+    /// none: it draws nothing from the seed (it cuts its transfers as it
+    /// always did) and allocates nothing (the link buffer's cache-line
+    /// offset, which follows from earlier allocations, moved engine_table's
+    /// rows by up to 5%).
+    fn add_tcp(&mut self) {
+        if self.config.link == Link::Window {
+            return;
+        }
+        let (size, record) = (self.config.emss, self.config.link == Link::SegmentsRecorded);
+        let startup = [self.next() as usize % size, self.next() as usize % size];
+        self.tcp
+            .push(startup.map(|startup| Tcp::new(size, startup, record)));
+    }
+
+    /// Each direction's recording of every link (`a`'s, then `b`'s), taken
+    /// out of the pair (later transfers are not recorded), with the segment
+    /// still open ended where the stream is. Recordings are empty unless
+    /// the link is [`Link::SegmentsRecorded`], and there are none for a
+    /// [`Link::Window`].
+    pub fn take_recordings(&mut self) -> Vec<[Recording; 2]> {
+        self.tcp
+            .iter_mut()
+            .map(|directions| directions.each_mut().map(Tcp::take_recording))
+            .collect()
     }
 
     fn next(&mut self) -> u64 {
@@ -231,10 +321,14 @@ impl RnicPair {
         } else {
             (&mut self.b, qp_b, qp_a)
         };
-        let n = from
-            .rnic
-            .poll_transmit(from_qp, &mut self.segment)
-            .unwrap_or(0);
+        let n = if self.config.link == Link::Window {
+            self.calls[usize::from(!forward)] += 1;
+            from.rnic
+                .poll_transmit(from_qp, &mut self.segment)
+                .unwrap_or(0)
+        } else {
+            self.transmit_segments(link, forward)
+        };
         if n == 0 {
             return 0;
         }
@@ -254,6 +348,49 @@ impl RnicPair {
         n
     }
 
+    /// One transfer's [`Rnic::poll_transmit_segments`] with the direction's
+    /// TCP segments (see [`Link::Segments`]); returns the octets written.
+    /// Kept out of `step`: inlined there, it slowed the window link's
+    /// transfers by 7% (engine_table's per-segment row).
+    #[inline(never)]
+    fn transmit_segments(&mut self, link: usize, forward: bool) -> usize {
+        let size = self.config.emss;
+        // Random choices first: the at-a-boundary spelling (0 or a whole
+        // segment) and whether TCP sends the unfinished segment at once.
+        let (whole, send_short) = (self.next() & 1 == 0, self.next() & 2 == 0);
+        let (from, qp) = if forward {
+            (&mut self.a, self.links[link].0)
+        } else {
+            (&mut self.b, self.links[link].1)
+        };
+        let direction = usize::from(!forward);
+        let tcp = &mut self.tcp[link][direction];
+        let mut segments = tcp.segments(size);
+        if segments.first == 0 && whole {
+            segments.first = size;
+        }
+        self.calls[direction] += 1;
+        let rnic = &mut from.rnic;
+        let mut n = rnic
+            .poll_transmit_segments(qp, &mut self.segment, segments)
+            .unwrap_or(0);
+        if n == 0 && 0 < segments.first && segments.first < size {
+            // The next FPDU does not fit the open segment: TCP sends it
+            // short, and the next one has room for any FPDU.
+            tcp.send_short();
+            segments.first = size;
+            self.calls[direction] += 1;
+            n = rnic
+                .poll_transmit_segments(qp, &mut self.segment, segments)
+                .unwrap_or(0);
+        }
+        tcp.take(&self.segment[..n], size);
+        if send_short {
+            tcp.send_short();
+        }
+        n
+    }
+
     /// Steps until nothing moves, at most `steps_max` times; returns the
     /// steps taken.
     pub fn run(&mut self, steps_max: usize) -> usize {
@@ -263,5 +400,92 @@ impl RnicPair {
             }
         }
         steps_max
+    }
+}
+
+/// One direction's TCP segmentation for [`Link::Segments`]: segments of
+/// `size` octets from an anchor, as smoltcp cuts them, and short ones where
+/// the sender ends them.
+#[derive(Debug, Clone)]
+struct Tcp {
+    /// Stream position of the next octet.
+    position: u64,
+    /// Where the open segment began.
+    start: u64,
+    /// Where the open segment ends when full; `position` when none is open.
+    full_end: u64,
+    recording: Option<Recording>,
+}
+
+impl Tcp {
+    /// The first segment already holds `startup` octets (`0..size`) that
+    /// came before Full Operation.
+    fn new(size: usize, startup: usize, record: bool) -> Tcp {
+        Tcp {
+            position: 0,
+            start: 0,
+            full_end: if startup == 0 {
+                0
+            } else {
+                (size - startup) as u64
+            },
+            recording: record.then(Recording::default),
+        }
+    }
+
+    /// Where the segments fall in the next call's room.
+    fn segments(&self, size: usize) -> Segments {
+        Segments {
+            first: (self.full_end - self.position) as usize,
+            size,
+        }
+    }
+
+    /// Takes the octets a call wrote: the segments they fill are cut, the
+    /// last one they leave unfinished stays open.
+    fn take(&mut self, octets: &[u8], size: usize) {
+        if let Some(recording) = &mut self.recording {
+            recording.stream.extend_from_slice(octets);
+        }
+        let end = self.position + octets.len() as u64;
+        while self.position < end {
+            if self.full_end == self.position {
+                self.start = self.position;
+                self.full_end = self.position + size as u64;
+            }
+            self.position = self.full_end.min(end);
+            if self.position == self.full_end {
+                self.record();
+            }
+        }
+    }
+
+    /// Sends the open segment as it is: the next octet starts a segment.
+    fn send_short(&mut self) {
+        if self.full_end > self.position {
+            if self.position > self.start {
+                self.record();
+            }
+            self.full_end = self.position;
+        }
+    }
+
+    /// Records the segment from `start` to the current position.
+    fn record(&mut self) {
+        if let Some(recording) = &mut self.recording {
+            recording.segments.push(TcpSegment {
+                start: self.start,
+                end: self.position,
+                full_end: self.full_end,
+            });
+        }
+    }
+
+    fn take_recording(&mut self) -> Recording {
+        if self.full_end > self.position && self.position > self.start {
+            self.record();
+            self.start = self.position;
+        }
+        self.recording.take().unwrap_or_default()
     }
 }

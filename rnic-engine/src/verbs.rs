@@ -14,9 +14,9 @@ use std::sync::Arc;
 
 use crate::cq::{Cq, Notify, Wc};
 use crate::mem::{Access, Pd, Region, Registration, StagTable};
-use crate::qp::{Ctx, Qp};
+use crate::qp::{Ctx, NoCuts, Qp};
 
-pub use crate::qp::{Connection, QpEvent, QpState, TermInfo};
+pub use crate::qp::{Connection, QpEvent, QpState, Segments, TermInfo};
 
 /// Sizes of an RNIC's tables, fixed at startup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -515,9 +515,68 @@ impl Rnic {
     /// Writes whole FPDUs into `out` (a TCP segment's or send window's
     /// room) and returns the octets written; 0 when there is nothing to
     /// send or no room for the next FPDU.
+    ///
+    /// FPDUs are sized to MULPDU, not to TCP's segments: one that follows
+    /// a short FPDU straddles a segment boundary. A transport that controls
+    /// segmentation calls [`Rnic::poll_transmit_segments`] instead.
     pub fn poll_transmit(&mut self, qp: QpHandle, out: &mut [u8]) -> Result<usize, VerbError> {
         let (qp, mut ctx) = self.split(qp)?;
-        Ok(qp.poll_transmit(&mut ctx, out))
+        Ok(qp.poll_transmit(&mut ctx, out, NoCuts))
+    }
+
+    /// Writes whole FPDUs back to back into `out`, as
+    /// [`Rnic::poll_transmit`] does, but none across a boundary of the TCP
+    /// segments `segments` describes: each FPDU starts a segment or follows
+    /// another FPDU in the same segment (RFC 5044 §5, MPA-aware TCP; Linux
+    /// siw starts every FPDU a segment). Returns the octets written.
+    ///
+    /// * A data FPDU (RDMA Write, Send, Read Response) that would cross a
+    ///   boundary is shrunk to end at it, carrying the most payload that
+    ///   fits (at least 1 octet; markers counted, see
+    ///   [`crate::mpa::tx::Framer::ulpdu_len_max`]); the next FPDU starts
+    ///   the next segment. The peer receives the same messages, cut into
+    ///   more DDP segments; any ULPDU up to MULPDU is legal.
+    /// * When the next FPDU cannot fit the rest of its segment at all (any
+    ///   other FPDU: a Read or atomic Request, Immediate Data, a Terminate,
+    ///   an RTR, an injected ULPDU; or a data FPDU with no room for one
+    ///   octet of payload), the call stops there and returns what it wrote,
+    ///   0 if nothing. A segment can end with up to 7 octets no FPDU fits:
+    ///   FPDUs are multiples of 4 octets, a boundary need not be 4-aligned
+    ///   in the stream, and with markers a full FPDU (MULPDU) leaves room
+    ///   for one marker more than a segment may hold.
+    /// * Where `out` ends before the segment does, the next FPDU must fit
+    ///   the rest of `out` whole, as in `poll_transmit`: TCP does not cut
+    ///   there, so nothing shrinks to it.
+    ///
+    /// To make progress the caller commits the octets written to TCP and
+    /// calls again with the new room. After a 0 while a segment is open
+    /// (`first` neither 0 nor `size`), the next FPDU, if there is one, does
+    /// not fit it: the caller lets TCP send that segment short, so that the
+    /// next octet starts a segment, and calls again with `first = size`;
+    /// with `out` a segment long or more, that call writes the next FPDU if
+    /// there is one. Any other 0 means there is nothing to send (or the QP
+    /// may not send yet), or `out` is too short for the next FPDU. Every FPDU
+    /// the engine builds fits a whole segment of
+    /// [`crate::mpa::tx::EMSS_MIN`] octets, an injected ULPDU one of the
+    /// connection's EMSS. All else is as in `poll_transmit`: the order of
+    /// messages and responses, fencing, the RTR, Terminates, IRD and ORD.
+    ///
+    /// # Panics
+    /// If `segments.size` is below [`crate::mpa::tx::EMSS_MIN`] or
+    /// `segments.first` above `segments.size`: segments too small for a
+    /// Read Request would stop the QP for good.
+    pub fn poll_transmit_segments(
+        &mut self,
+        qp: QpHandle,
+        out: &mut [u8],
+        segments: Segments,
+    ) -> Result<usize, VerbError> {
+        assert!(
+            segments.size >= crate::mpa::tx::EMSS_MIN && segments.first <= segments.size,
+            "segments of at least EMSS_MIN octets, the first no larger: {segments:?}"
+        );
+        let (qp, mut ctx) = self.split(qp)?;
+        Ok(qp.poll_transmit(&mut ctx, out, segments))
     }
 
     /// Sends `ulpdu` (a DDP segment: DDP header, RDMAP header, payload) as

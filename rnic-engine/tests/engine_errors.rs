@@ -12,7 +12,7 @@ use rnic_engine::cq::{WcOpcode, WcStatus};
 use rnic_engine::mem::Access;
 use rnic_engine::mpa::rx::{Deframer, Poll, RxConfig};
 use rnic_engine::mpa::tx::{Framer, TxConfig};
-use rnic_engine::pair::{PairConfig, RnicPair};
+use rnic_engine::pair::{Link, PairConfig, RnicPair};
 use rnic_engine::verbs::{Mr, QpEvent, QpHandle, QpState, SendOp};
 use rnic_engine::wire::atomic::{AtomicOpcode, RequestRepr};
 use rnic_engine::wire::rdmap::{self, Control, Header, Opcode, ReadRequestRepr};
@@ -540,6 +540,13 @@ fn every_bad_segment_gets_its_terminate() {
             markers: true,
             cut_max: 5,
             ird_ord: 2,
+            ..PairConfig::default()
+        },
+        // Injected segments and Terminates go out between TCP segments too.
+        PairConfig {
+            markers: true,
+            seed: 13,
+            link: Link::Segments,
             ..PairConfig::default()
         },
     ] {

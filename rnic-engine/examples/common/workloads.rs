@@ -8,7 +8,7 @@ use rnic_engine::cq::Wc;
 use rnic_engine::mem::{Access, Region};
 use rnic_engine::mpa::rx::{Deframer, Poll, RxConfig};
 use rnic_engine::mpa::tx::{Framer, TxConfig};
-use rnic_engine::pair::{PairConfig, RnicPair};
+use rnic_engine::pair::{Link, PairConfig, RnicPair};
 use rnic_engine::verbs::{Mr, RecvWr, RemoteAddr, SendOp, SendWr, Sge};
 use rnic_engine::wire::ddp;
 use std::sync::Arc;
@@ -43,6 +43,18 @@ pub(crate) struct EngineWorkload {
 impl EngineWorkload {
     /// `window`: octets per transfer (0: one segment).
     pub(crate) fn new(kind: Kind, size: usize, emss: usize, window: usize) -> EngineWorkload {
+        EngineWorkload::with_link(kind, size, emss, window, Link::Window)
+    }
+
+    /// As [`EngineWorkload::new`], FPDUs taken from the sender by `link`
+    /// (`Link::Segments`: aligned to the TCP segments the link models).
+    pub(crate) fn with_link(
+        kind: Kind,
+        size: usize,
+        emss: usize,
+        window: usize,
+        link: Link,
+    ) -> EngineWorkload {
         let config = PairConfig {
             crc: true,
             markers: false,
@@ -50,6 +62,7 @@ impl EngineWorkload {
             window,
             queue_size: 256,
             cq_size: 256,
+            link,
             ..PairConfig::default()
         };
         let mut pair = RnicPair::new(config).expect("pair");

@@ -250,6 +250,33 @@ impl Framer {
         self.position += needed as u64;
         Ok(needed)
     }
+
+    /// The longest ULPDU, at most MULPDU, whose FPDU takes at most `room`
+    /// octets of stream from the current position ([`Framer::wire_len`]
+    /// of it is at most `room`); `None` when not even an empty one fits.
+    /// The engine shrinks a DDP segment with it so that its FPDU ends where
+    /// a TCP segment does (RFC 5044 §5: whole FPDUs in TCP segments).
+    pub fn ulpdu_len_max(&self, room: usize) -> Option<usize> {
+        // The FPDU's own octets are the stream octets of the room that are
+        // not marker octets (RFC 5044 §4.3: a marker occupies the 4 octets
+        // at each multiple of 512). Marker octets in [0, end): 4 per
+        // marker before the last multiple of 512, and what of that one
+        // lies before `end`.
+        let free = |end: u64| {
+            let marker = MARKER_LEN as u64;
+            end - (end / MARKER_INTERVAL) * marker - (end % MARKER_INTERVAL).min(marker)
+        };
+        let octets = if self.config.markers {
+            (free(self.position + room as u64) - free(self.position)) as usize
+        } else {
+            room
+        };
+        // An FPDU is a multiple of 4 octets: the longest that fits carries
+        // a ULPDU that needs no PAD.
+        let fpdu_len = octets - octets % 4;
+        let ulpdu_len = fpdu_len.checked_sub(HEADER_LEN + CRC_LEN)?;
+        Some(ulpdu_len.min(self.mulpdu))
+    }
 }
 
 /// Copies one FPDU's octets into place, inserting markers.

@@ -30,6 +30,8 @@ mod rx;
 pub mod term;
 mod tx;
 
+pub(crate) use self::tx::NoCuts;
+
 use std::collections::VecDeque;
 
 use crate::cq::{Cq, Wc, WcOpcode, WcStatus};
@@ -84,6 +86,38 @@ pub struct Connection {
     /// code we sent (it reads RFC 5040's with layer and type swapped).
     /// Received Terminates are read in either layout regardless.
     pub terminate_layout: crate::wire::term::Encoding,
+}
+
+/// Where TCP will cut segments in the room handed to
+/// [`crate::verbs::Rnic::poll_transmit_segments`], counted from the room's
+/// first octet: segment 0 is `[0, first)`, the rest of the segment TCP is
+/// filling, and segment k is `[first + (k - 1) * size, first + k * size)`.
+/// smoltcp cuts segments of EMSS octets from an anchor this way (tcp-lite's
+/// `Transport::segment_room` says how many octets the current one still
+/// takes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Segments {
+    /// Octets the current segment still takes, at most `size`: 0 when it
+    /// is full (the room starts a segment), `size` when none is open.
+    pub first: usize,
+    /// Octets of every following segment (TCP's EMSS), at least
+    /// [`crate::mpa::tx::EMSS_MIN`].
+    pub size: usize,
+}
+
+impl Segments {
+    /// Where the segment holding octet `at` of the room ends (when `at` is
+    /// a boundary, the end of the segment it starts).
+    fn end(self, at: usize) -> usize {
+        if at < self.first {
+            self.first
+        } else {
+            // Saturating: a caller may spell "no cut" with a huge size.
+            let segments = (at - self.first) / self.size + 1;
+            self.first
+                .saturating_add(segments.saturating_mul(self.size))
+        }
+    }
 }
 
 /// An RTR indication (RFC 6581 §9.2): the initiator's first FPDU in the

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::mem::{Access, Region};
 use rnic_engine::mpa::tx::{Framer, TxConfig};
-use rnic_engine::pair::{PairConfig, RnicPair};
+use rnic_engine::pair::{Link, PairConfig, RnicPair};
 use rnic_engine::verbs::{
     Mr, QpEvent, QpHandle, RecvWr, RemoteAddr, SendOp, SendWr, Sge, TermInfo,
 };
@@ -37,7 +37,8 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
 }
 
 /// The configurations every data test runs in: CRC and markers on and
-/// off, segments delivered whole and cut into random pieces.
+/// off, segments delivered whole and cut into random pieces, FPDUs sized
+/// to MULPDU and aligned to the TCP segments the link models.
 pub fn configs() -> Vec<PairConfig> {
     let base = PairConfig::default();
     vec![
@@ -67,6 +68,17 @@ pub fn configs() -> Vec<PairConfig> {
             cut_max: 1500,
             seed: 3,
             emss: 9000,
+            ..base
+        },
+        // FPDUs aligned to TCP segments the link models, from a random
+        // start: small FPDUs before full ones in a segment shrink these.
+        PairConfig {
+            crc: true,
+            markers: true,
+            cut_max: 200,
+            seed: 11,
+            emss: 1460,
+            link: Link::Segments,
             ..base
         },
     ]
