@@ -298,9 +298,11 @@ impl Args {
         };
         match (&role, self.transport) {
             (Role::Local(TransportArg::Pci), _) => {
-                return Err("--transport pci joins this host to another: give a HOST, or run \
+                return Err(
+                    "--transport pci joins this host to another: give a HOST, or run \
                             --server"
-                    .into())
+                        .into(),
+                )
             }
             (Role::Local(_), _) => {}
             (_, Some(t)) if t.peer().is_none() => {
@@ -312,7 +314,8 @@ impl Args {
                 return Err(format!(
                     "--transport {} to or as a server needs --ip ADDR/PREFIX, our address on the \
                      link",
-                    t.to_possible_value().map_or("?".into(), |v| v.get_name().to_string())
+                    t.to_possible_value()
+                        .map_or("?".into(), |v| v.get_name().to_string())
                 ));
             }
             _ => {}

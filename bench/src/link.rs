@@ -53,7 +53,10 @@ impl PeerTransport {
     pub fn is_dpdk(self) -> bool {
         matches!(
             self,
-            PeerTransport::NetTap | PeerTransport::AfPacket | PeerTransport::Memif | PeerTransport::Pci
+            PeerTransport::NetTap
+                | PeerTransport::AfPacket
+                | PeerTransport::Memif
+                | PeerTransport::Pci
         )
     }
 }
@@ -140,7 +143,9 @@ impl LinkArgs {
         }
         let allowed = dataplane::lcore::cpus();
         if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
-            return Err(format!("-l {list}: CPU {bad} is not one this process may use ({allowed:?})"));
+            return Err(format!(
+                "-l {list}: CPU {bad} is not one this process may use ({allowed:?})"
+            ));
         }
         Ok(Some(cpus))
     }
@@ -286,9 +291,8 @@ pub fn dpdk_port(
         // The interface is made in the namespace; bring it up there (on
         // the bridge, if one is named), as the TAP transport does.
         let up = |a: &[&str]| tcp_lite::sys::netns::ip(a).map_err(|e| e.to_string());
-        match (&link.netns, &link.bridge) {
-            (Some(ns), Some(br)) => up(&["-n", ns, "link", "set", "dev", &tap, "master", br])?,
-            _ => {}
+        if let (Some(ns), Some(br)) = (&link.netns, &link.bridge) {
+            up(&["-n", ns, "link", "set", "dev", &tap, "master", br])?;
         }
         match &link.netns {
             Some(ns) => up(&["-n", ns, "link", "set", "dev", &tap, "up"])?,
@@ -300,7 +304,11 @@ pub fn dpdk_port(
 }
 
 /// tcp-lite on queue 0 of `opened` at our address `ip`.
-pub fn dpdk_stack(opened: &Opened, ip: (Ipv4Addr, u8), lossless: bool) -> Result<Stack<DpdkDevice>, String> {
+pub fn dpdk_stack(
+    opened: &Opened,
+    ip: (Ipv4Addr, u8),
+    lossless: bool,
+) -> Result<Stack<DpdkDevice>, String> {
     let device = opened.device(0, None)?;
     let mut config = StackConfig::new(opened.mac(), ip.0);
     config.prefix_len = ip.1;

@@ -8,8 +8,8 @@ use std::net::{SocketAddrV4, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use bench::args::{Args, Plan, Role, TransportArg};
-use bench::link::PeerTransport;
 use bench::endpoint::now;
+use bench::link::PeerTransport;
 use bench::report::{self, Report};
 use bench::responder::Server;
 use bench::rig::{self, RigConfig, TransportKind};
@@ -202,18 +202,17 @@ fn serve_on<T: CoreTransport>(
     eal: Option<dataplane::dpdk::Eal>,
     stop: &AtomicBool,
 ) -> i32 {
-    let mut server = Server::new(
-        transport,
-        emss,
-        config.memory,
-        args.port,
-        config.startup(),
-    );
+    let mut server = Server::new(transport, emss, config.memory, args.port, config.startup());
     if let Err(why) = server.wait_listening() {
         eprintln!("bench server: {why}");
         return 1;
     }
-    let cpu = args.link.cpus().ok().flatten().and_then(|c| c.first().copied());
+    let cpu = args
+        .link
+        .cpus()
+        .ok()
+        .flatten()
+        .and_then(|c| c.first().copied());
     let _pinned = match dataplane::lcore::enter(cpu, eal) {
         Ok(p) => p,
         Err(why) => {
@@ -333,7 +332,9 @@ fn run_transport(
             // (and the devices) go when it is done.
             std::thread::scope(|scope| {
                 scope
-                    .spawn(|| namespace_run(args, plan, transport, &config, eal, split, &cpus, stop))
+                    .spawn(|| {
+                        namespace_run(args, plan, transport, &config, eal, split, &cpus, stop)
+                    })
                     .join()
                     .map_err(|_| "the run's thread panicked".to_string())?
             })
@@ -344,7 +345,13 @@ fn run_transport(
             };
             let server = server_addr(host, args.port)?;
             if peer == PeerTransport::Kernel {
-                return sweep(&mut rig::remote(&config, server)?, args, plan, transport, stop);
+                return sweep(
+                    &mut rig::remote(&config, server)?,
+                    args,
+                    plan,
+                    transport,
+                    stop,
+                );
             }
             let (mut rig, info) = rig::remote_dpdk(&config, &args.link, peer, server)?;
             let (c, _) = place(&cpus);
@@ -417,7 +424,11 @@ fn say_dpdk<C: CoreTransport, S: CoreTransport>(info: &rig::DpdkInfo, rig: &rig:
     };
     println!(
         " {}: {}; {}{memory}; {} core(s): {}",
-        if rig.cores() == 2 { "2 cores" } else { "1 core" },
+        if rig.cores() == 2 {
+            "2 cores"
+        } else {
+            "1 core"
+        },
         info.ports,
         info.checksums,
         rig.cores(),

@@ -28,8 +28,8 @@ use dataplane::ports::{self, PortKind, PortOptions};
 use dataplane::DpdkDevice;
 
 use crate::endpoint::{now, Endpoint};
-use crate::link::{dpdk_port, dpdk_stack, LinkArgs, PeerTransport};
 use crate::hello::{self, ClientHello, ServerHello};
+use crate::link::{dpdk_port, dpdk_stack, LinkArgs, PeerTransport};
 use crate::responder::Server;
 use crate::spec::Spec;
 
@@ -121,7 +121,13 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
         match &mut self.server {
             ServerSide::Local(server) => server.step(now)?,
             ServerSide::Thread(t) => {
-                if let Some(why) = t.shared.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                if let Some(why) = t
+                    .shared
+                    .error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                {
                     return Err(format!("the server's core: {why}"));
                 }
             }
@@ -370,7 +376,7 @@ fn serve_on_core<S: CoreTransport + Send + 'static>(
             .open
             .store(server.endpoint.open_connections(), Ordering::Relaxed);
         turns += 1;
-        if turns % PUBLISH_TURNS == 0 {
+        if turns.is_multiple_of(PUBLISH_TURNS) {
             *shared.counters.lock().unwrap_or_else(|p| p.into_inner()) =
                 server.endpoint.core.counters();
         }
@@ -593,6 +599,11 @@ pub fn remote(
     })
 }
 
+/// A rig of two RNICs on DPDK ports.
+pub type DpdkRig = Rig<Stack<DpdkDevice>, Stack<DpdkDevice>>;
+/// A rig of an RNIC on a DPDK port and one on Linux TCP.
+pub type DpdkKernelRig = Rig<Stack<DpdkDevice>, KernelTransport>;
+
 /// Addresses of two in-process RNICs on a DPDK link (memif, ring).
 pub const DPDK_CLIENT_ADDR: Ipv4Addr = Ipv4Addr::new(10, 88, 0, 1);
 /// The server's.
@@ -617,7 +628,7 @@ pub fn dpdk_pair(
     config: &RigConfig,
     link: &LinkArgs,
     memif: bool,
-) -> Result<(Rig<Stack<DpdkDevice>, Stack<DpdkDevice>>, DpdkInfo), String> {
+) -> Result<(DpdkRig, DpdkInfo), String> {
     let (eal, memory) = ports::start_eal(link.hugepages(), &[])?;
     let mut options = PortOptions::new(mtu16(config.mtu)?);
     options.sw_checksums = link.sw_checksums;
@@ -633,7 +644,14 @@ pub fn dpdk_pair(
             server: true,
         };
         let server_port = ports::open(eal, &server, &options)?;
-        let client_port = ports::open(eal, &PortKind::Memif { socket, server: false }, &options)?;
+        let client_port = ports::open(
+            eal,
+            &PortKind::Memif {
+                socket,
+                server: false,
+            },
+            &options,
+        )?;
         (server_port, client_port)
     } else {
         ports::ring_pair(eal, &options)?
@@ -648,7 +666,10 @@ pub fn dpdk_pair(
         checksums: client_port.checksums(),
     };
     let (ce, se) = (client.emss(), server.emss());
-    Ok((in_process(client, ce, server, se, DPDK_SERVER_ADDR, config)?, info))
+    Ok((
+        in_process(client, ce, server, se, DPDK_SERVER_ADDR, config)?,
+        info,
+    ))
 }
 
 /// Addresses of the DPDK TAP and AF_PACKET rigs: the kernel's end (in the
@@ -669,7 +690,7 @@ pub fn dpdk_kernel(
     link: &LinkArgs,
     eal: Eal,
     af_packet: bool,
-) -> Result<(Rig<Stack<DpdkDevice>, KernelTransport>, Netns, DpdkInfo), String> {
+) -> Result<(DpdkKernelRig, Netns, DpdkInfo), String> {
     if let Some(why) = tcp_lite::sys::tap::namespace_unavailable() {
         return Err(format!("this transport cannot run here: {why}"));
     }
@@ -681,16 +702,25 @@ pub fn dpdk_kernel(
     let theirs = format!("dpwk{}", pid % 100_000_000);
     let ns = |args: &[&str]| net.ip(args).map_err(|e| e.to_string());
     if af_packet {
-        ns(&["link", "add", &theirs, "mtu", &mtu, "type", "veth", "peer", "name", &ours, "mtu", &mtu])?;
+        ns(&[
+            "link", "add", &theirs, "mtu", &mtu, "type", "veth", "peer", "name", &ours, "mtu", &mtu,
+        ])?;
         ns(&["addr", "add", &kernel_addr, "dev", &theirs])?;
         ns(&["link", "set", "dev", &theirs, "up"])?;
         ns(&["link", "set", "dev", &ours, "up"])?;
     }
-    net.enter().map_err(|e| format!("entering the namespace: {e}"))?;
+    net.enter()
+        .map_err(|e| format!("entering the namespace: {e}"))?;
     let kind = if af_packet {
-        PortKind::AfPacket { iface: ours.clone(), netns: None }
+        PortKind::AfPacket {
+            iface: ours.clone(),
+            netns: None,
+        }
     } else {
-        PortKind::Tap { iface: ours.clone(), netns: None }
+        PortKind::Tap {
+            iface: ours.clone(),
+            netns: None,
+        }
     };
     let mut options = PortOptions::new(mtu16(config.mtu)?);
     options.sw_checksums = link.sw_checksums;
@@ -728,7 +758,7 @@ pub fn remote_dpdk(
     link: &LinkArgs,
     transport: PeerTransport,
     server: SocketAddrV4,
-) -> Result<(Rig<Stack<DpdkDevice>, Stack<DpdkDevice>>, DpdkInfo), String> {
+) -> Result<(DpdkRig, DpdkInfo), String> {
     let (eal, port) = dpdk_port(transport, link, config.mtu, false, "dpwbench0")?;
     let lossless = transport == PeerTransport::Memif;
     let client = dpdk_stack(&port, link.address()?, lossless)?;

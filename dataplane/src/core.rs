@@ -50,9 +50,9 @@ pub struct Budgets {
     /// holds contiguously): a peer that keeps sending must not keep the
     /// core from its other connections and its timers.
     pub rx_reads: usize,
-    /// Calls of the engine's transmit per connection per turn (each fills
+    /// Calls of the engine's transmit per connection per turn: each fills
     /// the contiguous transmit space, or stops at a segment the next FPDU
-    /// does not fit).
+    /// does not fit (TCP then sends that segment short before the next).
     pub tx_fills: usize,
     /// Handoffs of the control plane turned into QPs per turn.
     pub handoffs: usize,
@@ -63,7 +63,7 @@ impl Default for Budgets {
         Budgets {
             events: 1024,
             rx_reads: 64,
-            tx_fills: 4,
+            tx_fills: 16,
             handoffs: 64,
         }
     }
@@ -294,7 +294,7 @@ impl<T: CoreTransport> Core<T> {
             busy |= self.receive(i) > 0;
             let live = self.live[i];
             if now >= live.hold_until {
-                busy |= self.transmit(live) > 0;
+                busy |= self.transmit(live, now) > 0;
             }
             while let Ok(Some(event)) = self.rnic.poll_event(live.qp) {
                 self.events.push_back((live.qp, event));
@@ -345,9 +345,12 @@ impl<T: CoreTransport> Core<T> {
         got
     }
 
-    /// The engine's FPDUs for `live`, straight into TCP's transmit ring.
+    /// The engine's FPDUs for `live`, straight into TCP's transmit ring,
+    /// each inside one TCP segment where the transport says where segments
+    /// end. When the next FPDU does not fit the rest of a segment, TCP sends
+    /// that segment short (a poll) and the next FPDU starts a new one.
     /// Returns the octets written.
-    fn transmit(&mut self, live: Live) -> u64 {
+    fn transmit(&mut self, live: Live, now: Instant) -> u64 {
         let mut total = 0;
         for _ in 0..self.config.budgets.tx_fills {
             let segments = match self.config.segmenting {
@@ -362,10 +365,16 @@ impl<T: CoreTransport> Core<T> {
                 let n = crate::transport::fill(rnic, live.qp, space, segments);
                 (n, n)
             });
-            match written {
-                Ok(n) if n > 0 => total += n as u64,
-                _ => break,
+            let Ok(n) = written else { break };
+            total += n as u64;
+            // Nothing more to send, or no room at all (the transmit ring is
+            // full): the next turn goes on.
+            let open_segment =
+                segments.is_some_and(|(first, size)| n > 0 || (first > 0 && first < size));
+            if !self.rnic.transmit_short(live.qp).unwrap_or(false) || !open_segment {
+                break;
             }
+            self.transport.poll(now);
         }
         self.counters.tx_fpdu_octets += total;
         total

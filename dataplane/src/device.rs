@@ -119,10 +119,10 @@ pub struct DeviceConfig {
     pub rx_checksum: RxChecksum,
 }
 
-/// The transmit side: the queue, free mbufs and the staged burst.
+/// The transmit side: the queue, free mbufs and the staged burst. Fields
+/// drop in order: the mbufs go back before the queue and the pool they
+/// belong to can go.
 struct Io {
-    queue: Queue,
-    pool: Arc<Pool>,
     /// Free mbufs for the next frames, taken from the pool in bulk.
     spare: [Option<Mbuf>; BURST_MAX],
     spare_len: usize,
@@ -132,17 +132,20 @@ struct Io {
     frame_max: usize,
     tx_checksum: TxChecksum,
     counters: DeviceCounters,
+    queue: Queue,
+    pool: Arc<Pool>,
 }
 
-/// smoltcp's device over one DPDK queue pair.
+/// smoltcp's device over one DPDK queue pair. (Fields drop in order: the
+/// received mbufs before the queue and pool in `io`.)
 pub struct DpdkDevice {
-    io: Io,
     /// The last receive burst, lent out one frame at a time.
     rx: [Option<Mbuf>; BURST_MAX],
     rx_next: usize,
     rx_len: usize,
     mac: [u8; 6],
     rx_checksum: RxChecksum,
+    io: Io,
 }
 
 impl DpdkDevice {

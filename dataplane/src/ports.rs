@@ -114,7 +114,9 @@ pub fn start_eal(hugepages: Hugepages, pci: &[String]) -> Result<(Eal, String), 
     let config = EalConfig {
         memory,
         pci: pci.to_vec(),
-        log_level: "*:warning".into(),
+        // Errors only: EAL's start-up notices (no 1 GiB pages on this node,
+        // no multi-process channel with --no-shconf) are not ours to show.
+        log_level: "*:error".into(),
     };
     let eal = Eal::init(&config).map_err(|e| e.to_string())?;
     let said = if huge {
@@ -336,6 +338,8 @@ fn checksums(trusted: bool, tx_offload: bool, rx_offload: bool) -> (TxChecksum, 
 
 /// Waits until the link of every port in `ports` is up, at most `timeout`
 /// (memif connects through its control socket in the background).
+// Setting ports up waits by the clock; the turns of a core never do.
+#[allow(clippy::disallowed_methods)]
 pub fn wait_link(ports: &[&Opened], timeout: Duration) -> Result<(), String> {
     let start = Instant::now();
     loop {

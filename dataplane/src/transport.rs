@@ -2,7 +2,7 @@
 //! [`Transport`]: the device's counters and its transmit flush, for the
 //! transports that have a device; and how FPDUs are cut to TCP segments.
 
-use rnic_engine::verbs::{QpHandle, Rnic};
+use rnic_engine::verbs::{QpHandle, Rnic, Segments};
 use tcp_lite::link::LinkEnd;
 use tcp_lite::sys::kernel::KernelTransport;
 use tcp_lite::sys::tap::TapDevice;
@@ -77,6 +77,10 @@ pub(crate) fn fill(
     space: &mut [u8],
     segments: Option<(usize, usize)>,
 ) -> usize {
-    let _ = segments;
-    rnic.poll_transmit(qp, space).unwrap_or(0)
+    match segments {
+        Some((first, size)) => rnic
+            .poll_transmit_segments(qp, space, Segments { first, size })
+            .unwrap_or(0),
+        None => rnic.poll_transmit(qp, space).unwrap_or(0),
+    }
 }

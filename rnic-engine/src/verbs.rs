@@ -579,6 +579,19 @@ impl Rnic {
         Ok(qp.poll_transmit(&mut ctx, out, segments))
     }
 
+    /// Whether QP `qp`'s last `poll_transmit` or `poll_transmit_segments`
+    /// stopped because its next FPDU did not fit the room it was given
+    /// (the rest of a TCP segment, or of the buffer), rather than because
+    /// it had nothing (more) to send: a caller that lets TCP send what it
+    /// has and calls again will get more.
+    pub fn transmit_short(&self, qp: QpHandle) -> Result<bool, VerbError> {
+        self.qps
+            .get(qp.0 as usize)
+            .and_then(Option::as_ref)
+            .map(Qp::transmit_short)
+            .ok_or(VerbError::UnknownHandle)
+    }
+
     /// Sends `ulpdu` (a DDP segment: DDP header, RDMAP header, payload) as
     /// the next FPDU, before anything queued, without checking or
     /// accounting for it (MSNs are not advanced): for tests and the

@@ -14,7 +14,9 @@ mod eal;
 mod mbuf;
 mod port;
 
-pub use eal::{current_lcore, register_thread, Eal, EalConfig, EalError, Memory, ThreadRegistration};
+pub use eal::{
+    current_lcore, register_thread, Eal, EalConfig, EalError, Memory, ThreadRegistration,
+};
 pub use mbuf::{
     check_layout, ChecksumVerdict, Mbuf, Pool, HEADROOM, RX_IP_CHECKSUM, RX_L4_CHECKSUM,
 };

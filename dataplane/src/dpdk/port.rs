@@ -301,7 +301,11 @@ impl Port {
         let tx_checksum = config.checksum_offload && inner.info.tx_checksum;
         let rx_checksum = config.checksum_offload && inner.info.rx_checksum;
         let mut conf = sys::rte_eth_conf::default();
-        conf.rxmode.mtu = u32::from(config.mtu);
+        conf.rxmode.mtu = u32::from(if no_wire_mtu(&inner.info) {
+            config.mtu.min(inner.info.mtu_max)
+        } else {
+            config.mtu
+        });
         if rx_checksum {
             conf.rxmode.offloads |=
                 u64::from(sys::RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | sys::RTE_ETH_RX_OFFLOAD_TCP_CKSUM);
@@ -447,7 +451,7 @@ fn check_config(info: &PortInfo, config: &PortConfig, pools: &[Arc<Pool>]) -> Re
             "port {name}: one pool per queue pair needed"
         )));
     }
-    if config.mtu > info.mtu_max {
+    if config.mtu > info.mtu_max && !no_wire_mtu(info) {
         return Err(EalError(format!(
             "port {name} ({}) takes an MTU of at most {}; {} asked",
             info.driver, info.mtu_max, config.mtu
@@ -462,6 +466,30 @@ fn check_config(info: &PortInfo, config: &PortConfig, pools: &[Arc<Pool>]) -> Re
         )));
     }
     Ok(())
+}
+
+/// The largest MTU ethdev lets a port be configured with: its `max_mtu`,
+/// and no more than its largest frame allows (ethdev checks the frame:
+/// MTU plus the driver's overhead, 18 octets of Ethernet header and FCS
+/// unless the two figures say otherwise).
+fn mtu_max(dev_info: &sys::rte_eth_dev_info) -> u16 {
+    let frame = dev_info.max_rx_pktlen;
+    let max_mtu = u32::from(dev_info.max_mtu);
+    let overhead = if max_mtu != u32::from(u16::MAX) && frame > max_mtu {
+        frame - max_mtu
+    } else {
+        18
+    };
+    max_mtu.min(frame.saturating_sub(overhead)) as u16
+}
+
+/// memif has no MTU on its wire: a packet of any length crosses in chained
+/// shared-memory buffers ("Max segment number per packet: 65535"). DPDK
+/// 22.11's memif still reports a maximum frame of 1518 octets and refuses
+/// to be configured above it, so such a port is configured at its maximum
+/// and carries our larger frames regardless.
+fn no_wire_mtu(info: &PortInfo) -> bool {
+    info.driver == "net_memif"
 }
 
 fn port_info(id: u16, name: &str) -> Result<PortInfo, EalError> {
@@ -492,7 +520,7 @@ fn port_info(id: u16, name: &str) -> Result<PortInfo, EalError> {
         name: name.to_string(),
         driver,
         mac: mac.addr_bytes,
-        mtu_max: dev_info.max_mtu,
+        mtu_max: mtu_max(&dev_info),
         queues_max: dev_info.max_rx_queues.min(dev_info.max_tx_queues).max(1),
         tx_checksum: dev_info.tx_offload_capa & tx == tx,
         rx_checksum: dev_info.rx_offload_capa & rx == rx,

@@ -471,6 +471,9 @@ pub(crate) struct Qp {
     deframer: Option<Deframer>,
     /// ULPDUs to send as they are, before anything else (fault injection).
     injected: VecDeque<Vec<u8>>,
+    /// The last transmit stopped because the next FPDU did not fit the room
+    /// it had (not for want of something to send).
+    tx_short: bool,
     inner: Inner,
 }
 
@@ -560,6 +563,7 @@ impl Qp {
             framer: None,
             deframer: None,
             injected: VecDeque::new(),
+            tx_short: false,
             inner,
         }
     }

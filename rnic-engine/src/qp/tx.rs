@@ -140,8 +140,23 @@ impl Qp {
         out: &mut [u8],
         cuts: C,
     ) -> usize {
+        let (written, short) = self.transmit(ctx, out, cuts);
+        self.tx_short = short;
+        written
+    }
+
+    /// Whether the last transmit stopped for want of room (the next FPDU
+    /// did not fit), rather than for want of something to send.
+    pub(crate) fn transmit_short(&self) -> bool {
+        self.tx_short
+    }
+
+    /// The transmit path: octets written, and whether it stopped because
+    /// the next FPDU did not fit.
+    #[inline(always)]
+    fn transmit<C: Cuts>(&mut self, ctx: &mut Ctx<'_>, out: &mut [u8], cuts: C) -> (usize, bool) {
         let Some(framer) = self.framer.as_mut() else {
-            return 0;
+            return (0, false);
         };
         let inner = &mut self.inner;
         let mut at = 0;
@@ -150,11 +165,11 @@ impl Qp {
         while let Some(ulpdu) = self.injected.front().filter(|_| injecting) {
             let (end, _) = cuts.room(at, out.len());
             if framer.wire_len(ulpdu.len()) > end - at {
-                return at;
+                return (at, true);
             }
             match framer.frame(&[ulpdu], &mut out[at..end]) {
                 Ok(n) => at += n,
-                Err(_) => return at,
+                Err(_) => return (at, true),
             }
             self.injected.pop_front();
         }
@@ -163,13 +178,17 @@ impl Qp {
             let room = &mut out[at..end];
             match inner.state {
                 QpState::Rts => {}
-                QpState::Terminate => return at + inner.emit_terminate(ctx, framer, room),
-                QpState::Idle | QpState::Error => return at,
+                QpState::Terminate => {
+                    let n = inner.emit_terminate(ctx, framer, room);
+                    // A Terminate that did not fit is still to go.
+                    return (at + n, inner.state == QpState::Terminate);
+                }
+                QpState::Idle | QpState::Error => return (at, false),
             }
             if inner.fenced {
                 // RFC 5044 §7.1: the responder sends no FPDU before the
                 // initiator's first has arrived.
-                return at;
+                return (at, false);
             }
             if let Some(rtr) = inner.rtr_tx {
                 match inner.emit_rtr(framer, rtr, room) {
@@ -178,11 +197,11 @@ impl Qp {
                         inner.rtr_tx = None;
                         continue;
                     }
-                    None => return at,
+                    None => return (at, true),
                 }
             }
             let Some(job) = inner.next_job(ctx) else {
-                return at;
+                return (at, false);
             };
             let written = match job {
                 Job::Response => inner.emit_response::<C>(ctx, framer, room, cut),
@@ -190,7 +209,7 @@ impl Qp {
             };
             match written {
                 Some(n) => at += n,
-                None => return at,
+                None => return (at, true),
             }
         }
     }
