@@ -78,6 +78,20 @@ struct ServerThread<S: CoreTransport> {
     cpu: Option<usize>,
 }
 
+impl<S: CoreTransport> ServerThread<S> {
+    /// The server core's counters as of now: it is asked to publish them
+    /// and given up to a second (a stopped thread's last ones otherwise).
+    fn fresh_counters(&self) -> CoreCounters {
+        let shared = &self.shared;
+        shared.publish.store(true, Ordering::SeqCst);
+        let start = StdInstant::now();
+        while shared.publish.load(Ordering::SeqCst) && start.elapsed() < StdDuration::from_secs(1) {
+            std::hint::spin_loop();
+        }
+        *shared.counters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// What a server thread tells the client's.
 #[derive(Default)]
 struct Shared {
@@ -87,8 +101,11 @@ struct Shared {
     open: AtomicUsize,
     /// The first error a server step returned.
     error: Mutex<Option<String>>,
-    /// The core's counters, refreshed every [`PUBLISH_TURNS`] turns.
+    /// The core's counters, refreshed every [`PUBLISH_TURNS`] turns and
+    /// when asked.
     counters: Mutex<CoreCounters>,
+    /// Set by the client: publish the counters now (cleared when done).
+    publish: AtomicBool,
 }
 
 /// Turns between two snapshots of a server thread's counters.
@@ -204,11 +221,19 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
             ServerSide::Thread(t) => out.push(CoreReport {
                 role: "server",
                 cpu: t.cpu,
-                counters: *t.shared.counters.lock().unwrap_or_else(|p| p.into_inner()),
+                counters: t.fresh_counters(),
             }),
             ServerSide::Remote => {}
         }
         out
+    }
+
+    /// The in-process server when it runs on this thread.
+    pub fn local_server(&self) -> Option<&Server<S>> {
+        match &self.server {
+            ServerSide::Local(s) => Some(s),
+            ServerSide::Thread(_) | ServerSide::Remote => None,
+        }
     }
 
     /// Connections open on the in-process server.
@@ -376,9 +401,13 @@ fn serve_on_core<S: CoreTransport + Send + 'static>(
             .open
             .store(server.endpoint.open_connections(), Ordering::Relaxed);
         turns += 1;
-        if turns.is_multiple_of(PUBLISH_TURNS) {
+        let asked = shared.publish.load(Ordering::Relaxed);
+        if asked || turns.is_multiple_of(PUBLISH_TURNS) {
             *shared.counters.lock().unwrap_or_else(|p| p.into_inner()) =
                 server.endpoint.core.counters();
+            if asked {
+                shared.publish.store(false, Ordering::SeqCst);
+            }
         }
     }
     *shared.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();

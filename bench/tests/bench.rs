@@ -80,8 +80,15 @@ fn bad_arguments_say_what_to_fix() {
         ("bench write --compare embedded", "--compare"),
         ("bench write --mtu 100", "--mtu 100"),
         ("bench write --lat -s 1", "-s 2"),
-        ("bench write 10.0.0.1 --transport tap", "kernel TCP"),
-        ("bench write --server --transport embedded", "kernel TCP"),
+        ("bench write 10.0.0.1 --transport tap", "use kernel, memif"),
+        (
+            "bench write --server --transport embedded",
+            "use kernel, memif",
+        ),
+        ("bench write --server --transport memif", "needs --ip"),
+        ("bench write --transport pci", "give a HOST"),
+        ("bench write --transport memif -l 0,99", "CPU 99"),
+        ("bench write --transport memif -l x", "-l x"),
     ];
     for (line, want) in bad {
         let err = match parse(line) {
@@ -158,6 +165,8 @@ fn tiny(op: Op, mode: Mode) -> Report {
         mode,
         size,
         transport: "embedded",
+        cores: rig.cores(),
+        per_core: rig.core_reports(),
         measured,
     }
 }
@@ -200,7 +209,7 @@ fn sizes_in_a_row_share_nothing_but_the_rnics() {
                 assert_eq!(m.messages, 200, "{op:?} {mode:?} {size} B");
                 assert_eq!(rig.client.open_connections(), 0, "closed after each size");
             }
-            let server = rig.server.as_ref().unwrap();
+            let server = rig.local_server().unwrap();
             assert_eq!(
                 server.served,
                 (sizes.len() * if mode == Mode::Latency { 1 } else { 3 }) as u64

@@ -36,6 +36,11 @@ uint16_t dpw_pktmbuf_data_room_size(struct rte_mempool *pool)
     return rte_pktmbuf_data_room_size(pool);
 }
 
+unsigned int dpw_ring_dequeue_burst(struct rte_ring *ring, void **objects, unsigned int n)
+{
+    return rte_ring_dequeue_burst(ring, objects, n, NULL);
+}
+
 unsigned int dpw_lcore_id(void) { return rte_lcore_id(); }
 
 uint64_t dpw_rdtsc(void) { return rte_rdtsc(); }

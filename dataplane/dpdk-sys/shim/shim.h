@@ -35,6 +35,8 @@ void dpw_pktmbuf_free(struct rte_mbuf *m);
 int dpw_pktmbuf_linearize(struct rte_mbuf *m);
 uint16_t dpw_pktmbuf_data_room_size(struct rte_mempool *pool);
 
+unsigned int dpw_ring_dequeue_burst(struct rte_ring *ring, void **objects, unsigned int n);
+
 unsigned int dpw_lcore_id(void);
 uint64_t dpw_rdtsc(void);
 

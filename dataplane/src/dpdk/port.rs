@@ -111,8 +111,8 @@ enum Origin {
     Pci(CString),
     /// `rte_eth_from_rings`, which makes the virtual device `net_ring_NAME`
     /// (removed as a vdev); the rings, freed after both ports of the pair,
-    /// are held here.
-    Rings(CString, #[allow(dead_code)] Arc<RingPair>),
+    /// are held here with the index of the one this port transmits into.
+    Rings(CString, Arc<RingPair>, usize),
 }
 
 #[derive(Debug)]
@@ -149,6 +149,31 @@ struct RingPair {
 unsafe impl Send for RingPair {}
 // SAFETY: as above.
 unsafe impl Sync for RingPair {}
+
+impl RingPair {
+    /// Frees every mbuf left in ring `index`.
+    fn drain(&self, index: usize) {
+        let mut objects = [std::ptr::null_mut(); BURST_MAX];
+        loop {
+            // SAFETY: the ring is alive (we hold the pair) and its ports are
+            // stopped, so no one else dequeues; it holds only mbufs.
+            let n = unsafe {
+                sys::dpw_ring_dequeue_burst(
+                    self.rings[index],
+                    objects.as_mut_ptr(),
+                    BURST_MAX as u32,
+                )
+            };
+            if n == 0 {
+                return;
+            }
+            for &object in &objects[..n as usize] {
+                // SAFETY: a frame a port enqueued: an mbuf nobody else owns.
+                unsafe { sys::dpw_pktmbuf_free(object.cast()) };
+            }
+        }
+    }
+}
 
 impl Drop for RingPair {
     fn drop(&mut self) {
@@ -246,7 +271,7 @@ impl Port {
             }
             // DPDK names the device after ours.
             let device = format!("net_ring_{name}");
-            let origin = Origin::Rings(c_string(&device)?, pair.clone());
+            let origin = Origin::Rings(c_string(&device)?, pair.clone(), tx);
             ports.push(Port::found(&device, origin)?);
         }
         let b = ports.pop().expect("two ports");
@@ -562,9 +587,17 @@ impl Drop for PortInner {
         }
         match &self.origin {
             // SAFETY: the port is closed; the name is the one it was made with.
-            Origin::Vdev(name) | Origin::Rings(name, _) => unsafe {
+            Origin::Vdev(name) => unsafe {
                 sys::rte_vdev_uninit(name.as_ptr());
             },
+            Origin::Rings(name, pair, tx) => {
+                // Frames we sent that the peer never read are ours (our
+                // pools are still alive here): free them, or they would be
+                // lost with the ring.
+                pair.drain(*tx);
+                // SAFETY: as above.
+                unsafe { sys::rte_vdev_uninit(name.as_ptr()) };
+            }
             Origin::Pci(address) => {
                 let bus = c"pci";
                 // SAFETY: as above.

@@ -1,0 +1,106 @@
+//! Two RNICs of one process, each on a core (thread) of its own: over
+//! Linux TCP, over a DPDK net_ring pair and over DPDK memif, every
+//! operation in both modes completes, and each core's counters account for
+//! the traffic (what one side's device sent, the other's received). The
+//! threads are not pinned here (tests share the machine's CPUs); `bench`
+//! pins them. EAL starts once for the binary, without hugepages.
+#![allow(clippy::disallowed_methods)] // The tests pace themselves by the clock.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
+
+use bench::link::LinkArgs;
+use bench::rig::{self, RigConfig};
+use bench::spec::{memory_for, Mode, Op, Spec, Stop};
+use bench::workload;
+use dataplane::CoreTransport;
+
+/// One rig at a time: ports and pools are process-wide.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn config(port: u16) -> RigConfig {
+    RigConfig {
+        crc: true,
+        markers: false,
+        mtu: 9000,
+        memory: memory_for(2, 65536),
+        port,
+        sw_checksums: false,
+    }
+}
+
+fn link() -> LinkArgs {
+    LinkArgs {
+        hugepages: bench::link::HugepagesArg::Off,
+        memif_socket: "/run/dpwarp/test.sock".into(),
+        ..LinkArgs::default()
+    }
+}
+
+/// Every operation, both modes, then each core's counters.
+fn every_operation<C: CoreTransport, S: CoreTransport>(rig: &mut rig::Rig<C, S>, lossless: bool) {
+    assert_eq!(rig.cores(), 2);
+    for op in Op::ALL {
+        for mode in [Mode::Bandwidth, Mode::Latency] {
+            let size = if op.is_atomic() { 8 } else { 4096 };
+            let spec = Spec {
+                op,
+                mode,
+                size,
+                stop: Stop::Iterations(300),
+                depth: 32,
+                qps: if mode == Mode::Latency { 1 } else { 2 },
+            };
+            let m = workload::run(rig, &spec, false, &AtomicBool::new(false), &mut |_| {})
+                .unwrap_or_else(|e| panic!("{op:?} {mode:?}: {e}"));
+            assert_eq!(m.messages, 300, "{op:?} {mode:?}");
+        }
+    }
+    // The last ACKs and FINs land.
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_millis(100) {
+        rig.step().unwrap();
+    }
+    let cores = rig.core_reports();
+    assert_eq!(cores.len(), 2);
+    let (client, server) = (&cores[0].counters, &cores[1].counters);
+    for c in [client, server] {
+        assert!(c.turns > 0 && c.busy_turns > 0, "{c:?}");
+        assert_eq!(c.busy_turns + c.idle_turns, c.turns, "{c:?}");
+        assert!(c.established >= 18, "a connection per workload: {c:?}");
+    }
+    // What one engine wrote into TCP the other read, octet for octet.
+    assert_eq!(client.tx_fpdu_octets, server.rx_fpdu_octets);
+    assert_eq!(server.tx_fpdu_octets, client.rx_fpdu_octets);
+    if lossless {
+        let (cd, sd) = (&client.device, &server.device);
+        assert_eq!(cd.tx_packets, sd.rx_packets, "{cd:?} {sd:?}");
+        assert_eq!(sd.tx_packets, cd.rx_packets, "{cd:?} {sd:?}");
+        assert_eq!(cd.rx_dropped() + sd.rx_dropped(), 0);
+        assert!(cd.pool_low_water > 0 && sd.pool_low_water > 0);
+    }
+}
+
+#[test]
+fn two_cores_over_kernel_tcp() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut rig = rig::kernel(&config(7100)).unwrap();
+    rig.split(None, None, None).unwrap();
+    every_operation(&mut rig, false);
+}
+
+#[test]
+fn two_cores_over_a_dpdk_ring_pair() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (mut rig, info) = rig::dpdk_pair(&config(7101), &link(), false).unwrap();
+    rig.split(None, None, Some(info.eal)).unwrap();
+    every_operation(&mut rig, true);
+}
+
+#[test]
+fn two_cores_over_dpdk_memif() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (mut rig, info) = rig::dpdk_pair(&config(7102), &link(), true).unwrap();
+    rig.split(None, None, Some(info.eal)).unwrap();
+    every_operation(&mut rig, true);
+}
