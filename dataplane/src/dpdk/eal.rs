@@ -70,6 +70,9 @@ impl EalConfig {
             format!("--lcores=0@({})", cpu_list.join(",")),
             "--no-telemetry".into(),
             format!("--log-level={}", self.log_level),
+            // A runtime directory of this process's own (EAL makes it even
+            // in memory-only modes), removed at cleanup.
+            format!("--file-prefix={}", file_prefix()),
         ];
         match &self.memory {
             Memory::NoHuge { megabytes } => {
@@ -177,6 +180,11 @@ impl Eal {
                 error_text(-rc)
             )));
         }
+        // The runtime directory EAL made (empty in the modes used here:
+        // --no-shconf, --in-memory); only if empty, so nothing else goes.
+        for base in runtime_bases() {
+            let _ = std::fs::remove_dir(base.join(file_prefix()));
+        }
         Ok(())
     }
 
@@ -185,6 +193,21 @@ impl Eal {
         // SAFETY: EAL runs; the call reads a value EAL set at start.
         unsafe { sys::rte_get_tsc_hz() }
     }
+}
+
+/// This process's EAL file prefix: `dpwarp-PID`.
+fn file_prefix() -> String {
+    format!("dpwarp-{}", std::process::id())
+}
+
+/// Where EAL puts runtime directories: `/var/run/dpdk` for root, else
+/// `$XDG_RUNTIME_DIR/dpdk` or `/tmp/dpdk`.
+fn runtime_bases() -> Vec<PathBuf> {
+    let mut bases = vec![PathBuf::from("/var/run/dpdk"), PathBuf::from("/tmp/dpdk")];
+    if let Some(xdg) = std::env::var_os("XDG_RUNTIME_DIR") {
+        bases.push(PathBuf::from(xdg).join("dpdk"));
+    }
+    bases
 }
 
 fn start(config: &EalConfig) -> Result<(), EalError> {
