@@ -200,6 +200,14 @@ fn file_prefix() -> String {
     format!("dpwarp-{}", std::process::id())
 }
 
+/// Removes this process's EAL runtime directory if it is empty (called at
+/// exit).
+extern "C" fn remove_runtime_dir() {
+    for base in runtime_bases() {
+        let _ = std::fs::remove_dir(base.join(file_prefix()));
+    }
+}
+
 /// Where EAL puts runtime directories: `/var/run/dpdk` for root, else
 /// `$XDG_RUNTIME_DIR/dpdk` or `/tmp/dpdk`.
 fn runtime_bases() -> Vec<PathBuf> {
@@ -237,6 +245,10 @@ fn start(config: &EalConfig) -> Result<(), EalError> {
     // never freed; EAL has not started in this process (STARTED was empty
     // under its lock).
     let rc = unsafe { sys::rte_eal_init(argv.len() as c_int, argv.as_mut_ptr()) };
+    // Whether or not the process cleans up (a test binary cannot), its
+    // empty runtime directory goes when it exits.
+    // SAFETY: registers a plain function with no captured state.
+    unsafe { libc::atexit(remove_runtime_dir) };
     if rc < 0 {
         // SAFETY: reads the calling thread's rte_errno.
         let errno = unsafe { sys::dpw_errno() };

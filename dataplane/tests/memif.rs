@@ -1,0 +1,231 @@
+//! DPDK memif between two processes, as two hosts joined by a wire: this
+//! test binary runs itself a second time as the memif server (a tcp-lite
+//! stack that checks every octet it receives and answers with the count),
+//! and as the client connects, sends 64 MiB, reads the answer and closes.
+//! Both tear down in the order DPDK 22.11's memif needs: a process whose
+//! peer leaves must not be inside a burst then (the driver unmaps the
+//! shared memory under it), so each stops polling before the other goes.
+//! Also: a second server on a socket that is in use is refused, with a
+//! message that says so.
+//!
+//! Uses hugepages when enough are reserved, ordinary pages otherwise.
+#![allow(clippy::disallowed_methods)] // The test paces itself by the clock.
+
+use std::io::{BufRead, BufReader};
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dataplane::ports::{self, Hugepages, Opened, PortKind, PortOptions};
+use libtest_mimic::{Arguments, Failed, Trial};
+use tcp_lite::{EventKind, Stack, StackConfig, TcpConfig, Transport};
+
+const SERVER: Ipv4Addr = Ipv4Addr::new(10, 90, 0, 2);
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 90, 0, 1);
+const PORT: u16 = 5555;
+const TOTAL: u64 = 64 << 20;
+const ROLE: &str = "DPWARP_MEMIF_TEST_ROLE";
+const SOCKET: &str = "DPWARP_MEMIF_TEST_SOCKET";
+
+fn main() {
+    if let Ok(role) = std::env::var(ROLE) {
+        let socket = std::env::var(SOCKET).expect("the socket name");
+        let code = match role.as_str() {
+            "server" => server(&socket).map_or_else(
+                |e| {
+                    eprintln!("memif server: {e}");
+                    1
+                },
+                |()| 0,
+            ),
+            _ => 2,
+        };
+        std::process::exit(code);
+    }
+    let args = Arguments::from_args();
+    libtest_mimic::run(
+        &args,
+        vec![Trial::test(
+            "two_processes_over_memif_move_every_octet_and_part_cleanly",
+            two_processes,
+        )],
+    )
+    .exit();
+}
+
+fn pattern(i: u64) -> u8 {
+    (i.wrapping_mul(0x9E37_79B1) >> 11) as u8
+}
+
+fn stack(opened: &Opened, addr: Ipv4Addr) -> Result<Stack<dataplane::DpdkDevice>, String> {
+    let device = opened.device(0, None)?;
+    let mut config = StackConfig::new(opened.mac(), addr);
+    config.tcp = TcpConfig {
+        congestion: tcp_lite::CongestionControl::None,
+        ..TcpConfig::default()
+    };
+    Stack::new(config, device, dataplane::clock::now()).map_err(|e| e.to_string())
+}
+
+fn open(socket: &str, server: bool) -> Result<Opened, String> {
+    let (eal, _) = ports::start_eal(Hugepages::Auto, &[])?;
+    let kind = PortKind::Memif {
+        socket: socket.into(),
+        server,
+    };
+    ports::open(eal, &kind, &PortOptions::new(9000))
+}
+
+/// The child: serve one connection, then stop polling and say so; leave
+/// when the parent (which stopped polling too) closes our stdin.
+fn server(socket: &str) -> Result<(), String> {
+    let opened = open(socket, true)?;
+    let mut s = stack(&opened, SERVER)?;
+    s.listen(PORT).map_err(|e| e.to_string())?;
+    println!("listening");
+    let start = Instant::now();
+    let (mut conn, mut received, mut answered) = (None, 0u64, false);
+    loop {
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err("not done in 60 s".into());
+        }
+        s.poll(dataplane::clock::now());
+        s.device_mut().flush();
+        while let Some(e) = s.next_event() {
+            match e.kind {
+                EventKind::Accepted(_) => conn = Some(e.conn),
+                EventKind::Closed | EventKind::Reset => {
+                    if answered {
+                        // Done: no burst on this port from here on.
+                        println!("quiet {received}");
+                        let mut line = String::new();
+                        let _ = std::io::stdin().read_line(&mut line);
+                        return Ok(());
+                    }
+                    return Err(format!("the connection ended after {received} octets"));
+                }
+                EventKind::PeerClosed => {
+                    let c = e.conn;
+                    let _ = s.close(c);
+                }
+                _ => {}
+            }
+        }
+        let Some(c) = conn else { continue };
+        while let Ok(n) = s.recv_with(c, |data, at| {
+            let bad = data
+                .iter()
+                .enumerate()
+                .find(|(i, &o)| o != pattern(at + *i as u64));
+            (data.len(), (data.len(), bad.map(|(i, _)| at + i as u64)))
+        }) {
+            if let (_, Some(at)) = n {
+                return Err(format!("octet {at} differs"));
+            }
+            received += n.0 as u64;
+            if n.0 == 0 {
+                break;
+            }
+        }
+        if received == TOTAL && !answered {
+            let answer = received.to_be_bytes();
+            s.send_with(c, 8, |space| {
+                space[..8].copy_from_slice(&answer);
+                (8, ())
+            })
+            .map_err(|e| e.to_string())?;
+            answered = true;
+        }
+    }
+}
+
+fn two_processes() -> Result<(), Failed> {
+    let socket = format!("/run/dpwarp/test-memif-{}.sock", std::process::id());
+    let mut child = Command::new(std::env::current_exe()?)
+        .env(ROLE, "server")
+        .env(SOCKET, &socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let mut said = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    said.read_line(&mut line)?;
+    if line.trim() != "listening" {
+        let _ = child.kill();
+        return Err(format!("the server said {line:?}").into());
+    }
+    let outcome = client(&socket, &mut said);
+    // The server is quiet (or gone): leave it our stdin's end.
+    drop(child.stdin.take());
+    let status = child.wait()?;
+    outcome?;
+    if !status.success() {
+        return Err(format!("the server process ended {status}").into());
+    }
+    Ok(())
+}
+
+fn client(socket: &str, said: &mut impl BufRead) -> Result<(), Failed> {
+    // A second server on the socket in use is refused, and says why.
+    match open(socket, true) {
+        Ok(_) => return Err("a second memif server on a socket in use was accepted".into()),
+        Err(why) => {
+            if !why.contains("memif") || !why.contains("socket") {
+                return Err(format!("the refusal does not say what to fix: {why}").into());
+            }
+        }
+    }
+    let opened = open(socket, false)?;
+    ports::wait_link(&[&opened], Duration::from_secs(10))?;
+    let mut s = stack(&opened, CLIENT)?;
+    let conn = s.connect(SocketAddrV4::new(SERVER, PORT), dataplane::clock::now())?;
+    let start = Instant::now();
+    let (mut sent, mut answer, mut closed) = (0u64, Vec::new(), false);
+    while !closed {
+        if start.elapsed() > Duration::from_secs(60) {
+            return Err(format!("sent {sent}, answer {answer:?} after 60 s").into());
+        }
+        s.poll(dataplane::clock::now());
+        s.device_mut().flush();
+        while let Some(e) = s.next_event() {
+            closed |= e.conn == conn && e.kind == EventKind::Closed;
+            if e.kind == EventKind::Reset {
+                return Err("the server reset the connection".into());
+            }
+        }
+        if sent < TOTAL {
+            let _ = s.send_with(conn, (TOTAL - sent) as usize, |space| {
+                for (i, o) in space.iter_mut().enumerate() {
+                    *o = pattern(sent + i as u64);
+                }
+                (space.len(), ())
+            });
+            sent = s.send_position(conn).unwrap_or(sent);
+        }
+        let _ = s.recv_with(conn, |data, _| {
+            answer.extend_from_slice(data);
+            (data.len(), ())
+        });
+        if answer.len() == 8 && !closed {
+            let _ = s.close(conn);
+        }
+    }
+    let count = u64::from_be_bytes(answer[..8].try_into()?);
+    if count != TOTAL {
+        return Err(format!("the server counted {count} octets of {TOTAL}").into());
+    }
+    // We stopped polling; wait until the server has too, then go.
+    let mut line = String::new();
+    said.read_line(&mut line)?;
+    if line.trim() != format!("quiet {TOTAL}") {
+        return Err(format!("the server said {line:?}").into());
+    }
+    let counters = s.device().counters();
+    if counters.rx_dropped() != 0 {
+        return Err(format!("frames dropped: {counters:?}").into());
+    }
+    drop(s);
+    drop(opened);
+    Ok(())
+}
