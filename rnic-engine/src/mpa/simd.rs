@@ -1585,16 +1585,85 @@ mod x86 {
             // A marker goes in only when an octet follows it.
             let count = (src.len() - 1) / RUN_LEN;
             self.reserve(MARKER_INTERVAL * count);
+            let (periods, _) = src[..RUN_LEN * count].as_chunks::<RUN_LEN>();
+            if fill < 4 {
+                self.periods_straddling(periods);
+            } else {
+                self.periods_inside(periods);
+            }
+            &src[RUN_LEN * count..]
+        }
+
+        /// [`Gather::periods`] when the marker lies inside a block, ending
+        /// at `fill` (at least 4). The first block of a period is the last
+        /// octets of the run before, the marker and the first of its own
+        /// run. After the first period both runs are in `periods`, one
+        /// after the other: one load takes the block from `fill` octets
+        /// before the run, and the same octets moved down by 4 (one
+        /// `valignd`) are the run before's, so two blends put the block
+        /// together, and nothing is carried from one period to the next
+        /// but the marker, advanced by 512 octets of FPDUPTR with one add.
+        /// (Loading the run before's octets from memory, masked or not,
+        /// measured slower.)
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn periods_inside(&mut self, periods: &[[u8; RUN_LEN]]) {
+            let fill = self.fill();
+            let by_256 = lanes(FOLD_256);
+            let mut x = self.x;
+            let (before, mask) = (bits(0, fill - 4), bits(fill - 4, fill));
+            // The marker at the end of the first period, rotated so that
+            // its octets land at `fill - 4 .. fill`; each next one's
+            // FPDUPTR is 512 more, 2 more in its third octet.
+            let rotation = 8 * (fill % 4) as u32;
+            let word = Fpdu::marker(self.at + RUN_LEN).rotate_left(rotation);
+            let mut marker = _mm512_set1_epi32(word as i32);
+            let step = _mm512_set1_epi32((2u32 << 16).rotate_left(rotation) as i32);
+            let flat = periods.as_flattened();
+            for (k, run) in periods.iter().enumerate() {
+                let start = self.at - fill;
+                let to = &mut self.out[start..start + MARKER_INTERVAL];
+                let (to, _) = to.as_chunks_mut::<64>();
+                let first = if k == 0 {
+                    let from = run.as_ptr().wrapping_sub(fill);
+                    let own = load_masked(bits(fill, BLOCK_OCTETS), from, &run[..64 - fill]);
+                    _mm512_or_si512(self.partial, own)
+                } else {
+                    let at = RUN_LEN * k - fill;
+                    let own = load512(flat[at..at + 64].try_into().expect("64 octets"));
+                    // Octet `p` of `own` shifted down by 4 octets: the
+                    // run before's last octets, `p + 4` of `own`.
+                    let back = _mm512_alignr_epi32::<1>(own, own);
+                    let back = _mm512_mask_mov_epi8(back, mask, marker);
+                    marker = _mm512_add_epi8(marker, step);
+                    _mm512_mask_mov_epi8(own, before | mask, back)
+                };
+                store512(&mut to[0], first);
+                x[0] = fold512(x[0], by_256, first);
+                for j in 1..8 {
+                    let at = 64 * j - fill;
+                    let v = load512(run[at..at + 64].try_into().expect("64 octets"));
+                    store512(&mut to[j], v);
+                    x[j % 4] = fold512(x[j % 4], by_256, v);
+                }
+                self.at += MARKER_INTERVAL;
+                self.marker_at += MARKER_INTERVAL;
+            }
+            self.x = x;
+            let last = periods.last().expect("a period");
+            let tail = load_into(_mm512_setzero_si512(), 0, &last[512 - fill..]);
+            self.partial = _mm512_mask_mov_epi8(tail, mask, marker);
+        }
+
+        /// [`Gather::periods`] when the marker straddles two blocks, ending
+        /// at `fill` (under 4) in the first block of the next period.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn periods_straddling(&mut self, periods: &[[u8; RUN_LEN]]) {
+            let fill = self.fill();
             let (by_256, zero) = (lanes(FOLD_256), _mm512_setzero_si512());
             let (mut x, mut partial) = (self.x, self.partial);
-            // The marker ends at `fill`; with `fill` under 4 it straddles
-            // two blocks, and completes the eighth.
-            let (marker, straddle) = if fill >= 4 {
-                (bits(fill - 4, fill), 0)
-            } else {
-                (bits(0, fill), bits(60 + fill, BLOCK_OCTETS))
-            };
-            let (periods, _) = src[..RUN_LEN * count].as_chunks::<RUN_LEN>();
+            let (marker, straddle) = (bits(0, fill), bits(60 + fill, BLOCK_OCTETS));
             for run in periods {
                 let start = self.at - fill;
                 let to = &mut self.out[start..start + MARKER_INTERVAL];
@@ -1612,23 +1681,15 @@ mod x86 {
                     store512(&mut to[j], v);
                     x[j % 4] = fold512(x[j % 4], by_256, v);
                 }
-                let last = if fill >= 4 {
-                    let v = load512(run[448 - fill..512 - fill].try_into().expect("64 octets"));
-                    partial = load_into(zero, 0, &run[512 - fill..]);
-                    partial = _mm512_mask_mov_epi8(partial, marker, words);
-                    v
-                } else {
-                    partial = _mm512_maskz_mov_epi8(marker, words);
-                    let v = load_into(zero, 0, &run[448 - fill..]);
-                    _mm512_mask_mov_epi8(v, straddle, words)
-                };
+                partial = _mm512_maskz_mov_epi8(marker, words);
+                let last = load_into(zero, 0, &run[448 - fill..]);
+                let last = _mm512_mask_mov_epi8(last, straddle, words);
                 store512(&mut to[7], last);
                 x[3] = fold512(x[3], by_256, last);
                 self.at += MARKER_INTERVAL;
                 self.marker_at += MARKER_INTERVAL;
             }
             (self.x, self.partial) = (x, partial);
-            &src[RUN_LEN * count..]
         }
 
         /// [`Gather::octets`], with the markers that fall before them.
@@ -1840,6 +1901,23 @@ mod x86 {
         // the set bits `i` in `at..end`, which is `src[i - at]`, inside
         // `src` (module documentation, Safety).
         unsafe { _mm512_mask_loadu_epi8(partial, bits(at, end), from.cast()) }
+    }
+
+    /// The octets of `src` at their places in a block, zero elsewhere: a
+    /// zero-masked load with `mask`, whose set bits `i` read `from + i`,
+    /// which is `src[i - (src - from)]`.
+    ///
+    /// Panics unless `mask` is exactly the bits `src - from ..` as many
+    /// as `src` has, inside the block.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,bmi2")]
+    fn load_masked(mask: u64, from: *const u8, src: &[u8]) -> __m512i {
+        let at = (src.as_ptr() as usize).wrapping_sub(from as usize);
+        assert!(at + src.len() <= BLOCK_OCTETS && mask == bits(at, at + src.len()));
+        // SAFETY: the masked load reads octet `i` at `from + i` only for
+        // the set bits `i` in `at..at + src.len()`, which is `src[i - at]`,
+        // inside `src` (module documentation, Safety).
+        unsafe { _mm512_maskz_loadu_epi8(mask, from.cast()) }
     }
 
     /// Stores octets `..fill` of `block` so that octet `fill` would land at
