@@ -527,10 +527,22 @@ pub(super) fn copy_fpdu(register: u32, out: &mut [u8], fpdu: &Fpdu<'_>) -> u32 {
     );
     #[cfg(target_arch = "x86_64")]
     {
-        // SAFETY: `best()` is Vpclmulqdq only if `detect` found AVX-512F,
-        // AVX-512BW, BMI2, VPCLMULQDQ, PCLMULQDQ and SSE4.2, the kernel's
-        // features.
-        unsafe { x86::copy_fpdu(register, out, fpdu) }
+        // Without markers, the kernel has no code for them. Each kernel is
+        // one function with everything inlined into it and the
+        // accumulators in registers throughout; when LLVM kept one of the
+        // helpers apart (a slightly larger `Gather::octets`, called from
+        // several places), the accumulators went to memory and the marked
+        // kernel ran at 0.7 of its speed, so keep the helpers small and
+        // check the disassembly for calls after changing them.
+        if fpdu.marker_at == usize::MAX {
+            // SAFETY: `best()` is Vpclmulqdq only if `detect` found
+            // AVX-512F, AVX-512BW, BMI2, VPCLMULQDQ, PCLMULQDQ and SSE4.2,
+            // the kernel's features.
+            unsafe { x86::copy_fpdu::<false>(register, out, fpdu) }
+        } else {
+            // SAFETY: as above.
+            unsafe { x86::copy_fpdu::<true>(register, out, fpdu) }
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -1492,8 +1504,13 @@ mod x86 {
     /// markers go into [`Gather`], which puts the output together, stores
     /// and folds it block by block.
     #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq,pclmulqdq,sse4.2")]
-    pub(super) fn copy_fpdu(register: u32, out: &mut [u8], fpdu: &Fpdu<'_>) -> u32 {
-        let mut gather = Gather::new(register, out, fpdu.marker_at);
+    pub(super) fn copy_fpdu<const MARKERS: bool>(
+        register: u32,
+        out: &mut [u8],
+        fpdu: &Fpdu<'_>,
+    ) -> u32 {
+        assert_eq!(MARKERS, fpdu.marker_at != usize::MAX);
+        let mut gather = Gather::<MARKERS>::new(register, out, fpdu.marker_at);
         gather.put_octets(u32::from(fpdu.ulpdu_length.swap_bytes()), 2);
         for piece in fpdu.pieces {
             gather.put(piece);
@@ -1509,7 +1526,7 @@ mod x86 {
     /// together in `partial`, then stored once (masked where it overhangs
     /// the output) and folded; runs that cover whole blocks go straight
     /// from load to store and fold.
-    struct Gather<'o> {
+    struct Gather<'o, const MARKERS: bool> {
         out: &'o mut [u8],
         /// The output's offset in its cache line.
         lead: usize,
@@ -1520,16 +1537,16 @@ mod x86 {
         partial: __m512i,
         /// The accumulators, oldest first (fact 8).
         x: [__m512i; 4],
-        /// Where the next marker goes; `usize::MAX` for none.
+        /// Where the next marker goes; `usize::MAX` without `MARKERS`.
         marker_at: usize,
     }
 
-    impl<'o> Gather<'o> {
+    impl<'o, const MARKERS: bool> Gather<'o, MARKERS> {
         /// Nothing assembled; the register rides in the block before the
         /// first (fact 9).
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,bmi2,pclmulqdq,sse4.2")]
-        fn new(register: u32, out: &'o mut [u8], marker_at: usize) -> Gather<'o> {
+        fn new(register: u32, out: &'o mut [u8], marker_at: usize) -> Gather<'o, MARKERS> {
             let lead = out.as_ptr() as usize % BLOCK_OCTETS;
             let shifted = crc_u64(0, clmul_u32(register, u64::from(LEAD[lead])).to_le_bytes());
             let zero = _mm512_setzero_si512();
@@ -1553,18 +1570,25 @@ mod x86 {
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
         fn put(&mut self, src: &[u8]) {
+            if !MARKERS {
+                self.copy(src);
+                return;
+            }
+            // One call of each kernel function, so that LLVM inlines them.
             let mut src = src;
-            while self.marker_at - self.at < src.len() {
-                if self.marker_at - self.at == RUN_LEN && self.at >= self.fill() {
+            loop {
+                let due = self.marker_at - self.at;
+                if due == RUN_LEN && src.len() > RUN_LEN && self.at >= self.fill() {
                     src = self.periods(src);
-                    continue;
                 }
-                let (run, rest) = src.split_at(self.marker_at - self.at);
+                let (run, rest) = src.split_at(src.len().min(self.marker_at - self.at));
                 self.copy(run);
+                if rest.is_empty() {
+                    return;
+                }
                 self.marker_if_due();
                 src = rest;
             }
-            self.copy(src);
         }
 
         /// Copies `src`, which starts right after a marker and runs past
@@ -1697,14 +1721,16 @@ mod x86 {
         #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
         fn put_octets(&mut self, value: u32, len: usize) {
             let (mut value, mut len) = (value, len);
-            while self.marker_at - self.at < len {
-                let n = self.marker_at - self.at;
+            loop {
+                let n = len.min(self.marker_at - self.at);
                 self.octets(value, n);
-                self.marker_if_due();
                 value = value.checked_shr(8 * n as u32).unwrap_or(0);
                 len -= n;
+                if len == 0 {
+                    return;
+                }
+                self.marker_if_due();
             }
-            self.octets(value, len);
         }
 
         /// [`Gather::zeros`], with the markers that fall before them.
@@ -1712,20 +1738,22 @@ mod x86 {
         #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
         fn put_zeros(&mut self, len: usize) {
             let mut len = len;
-            while self.marker_at - self.at < len {
-                let n = self.marker_at - self.at;
+            loop {
+                let n = len.min(self.marker_at - self.at);
                 self.zeros(n);
-                self.marker_if_due();
                 len -= n;
+                if len == 0 {
+                    return;
+                }
+                self.marker_if_due();
             }
-            self.zeros(len);
         }
 
         /// Puts the marker in if one goes where the output is.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
         fn marker_if_due(&mut self) {
-            if self.at == self.marker_at {
+            if MARKERS && self.at == self.marker_at {
                 self.octets(Fpdu::marker(self.at), 4);
                 self.marker_at += MARKER_INTERVAL;
             }
