@@ -31,6 +31,17 @@
 //! `copy_append` copies while it computes, in one pass over the data: each
 //! block is loaded once, stored to the destination and folded.
 //!
+//! # An FPDU in one pass
+//!
+//! The framer's transmit path, `copy_fpdu` (crate-internal), writes a whole
+//! FPDU but its CRC (the length field, the ULPDU's pieces, PAD and the
+//! markers) into the output and returns its CRC, in one pass with the
+//! VPCLMULQDQ kernel: the output is put together a block at a time in a
+//! register, on the output's cache lines, stored once and folded, with the
+//! four accumulators in registers from the first octet to the last (fact 9
+//! in `simd`). Other kernels leave it to the framer to copy and then
+//! compute the CRC.
+//!
 //! # Fed in pieces
 //!
 //! An FPDU's CRC covers octets that come in pieces: the length and the

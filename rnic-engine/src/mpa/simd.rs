@@ -1444,7 +1444,7 @@ mod x86 {
         serial::<false>(register, &mut [], &octets[..len])
     }
 
-    // --- Runs copied into one output (fact 9) --------------------------
+    // --- An FPDU copied in one pass (fact 9) ------------------------------
 
     /// `x^(-8z-65) mod P` for `z` in 0..64: multiplies the register by
     /// `x^(-8z-32)` (fact 4), placing it in the last four octets of the
@@ -1520,11 +1520,11 @@ mod x86 {
         gather.finish()
     }
 
-    /// An output assembled from runs in blocks that start on cache line
-    /// boundaries (fact 9): the first `lead` octets of the first block lie
-    /// before the output, and are zero for the CRC. Each block is put
+    /// An output put together from pieces in blocks that start on cache
+    /// line boundaries (fact 9): the first `lead` octets of the first block
+    /// lie before the output, and are zero for the CRC. Each block is put
     /// together in `partial`, then stored once (masked where it overhangs
-    /// the output) and folded; runs that cover whole blocks go straight
+    /// the output) and folded; pieces that cover whole blocks go straight
     /// from load to store and fold.
     struct Gather<'o, const MARKERS: bool> {
         out: &'o mut [u8],
