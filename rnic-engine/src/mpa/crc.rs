@@ -31,6 +31,17 @@
 //! `copy_append` copies while it computes, in one pass over the data: each
 //! block is loaded once, stored to the destination and folded.
 //!
+//! # An FPDU in one pass
+//!
+//! The framer's transmit path, `copy_fpdu` (crate-internal), writes a whole
+//! FPDU but its CRC (the length field, the ULPDU's pieces, PAD and the
+//! markers) into the output and returns its CRC, in one pass with the
+//! VPCLMULQDQ kernel: the output is put together a block at a time in a
+//! register, on the output's cache lines, stored once and folded, with the
+//! four accumulators in registers from the first octet to the last (fact 9
+//! in `simd`). Other kernels leave it to the framer to copy and then
+//! compute the CRC.
+//!
 //! # Fed in pieces
 //!
 //! An FPDU's CRC covers octets that come in pieces: the length and the
@@ -60,6 +71,13 @@
 //! (bit 0) falls off: `mul_mod_p` and `x_pow_mod_p` build on that.
 
 use super::simd;
+use crate::wire::mpa_marker;
+
+/// Octets from one marker to the next (RFC 5044 §4.3).
+pub(super) const MARKER_INTERVAL: usize = mpa_marker::MARKER_INTERVAL as usize;
+
+/// Octets between one marker and the next.
+pub(super) const RUN_LEN: usize = mpa_marker::RUN_LEN;
 
 /// `P(x) = x^32 + x^28 + x^27 + x^26 + x^25 + x^23 + x^22 + x^20 + x^19 +
 /// x^18 + x^14 + x^13 + x^11 + x^10 + x^9 + x^8 + x^6 + 1` (0x1EDC6F41,
@@ -153,6 +171,52 @@ pub fn copy_append_with(kernel: Kernel, crc: u32, dst: &mut [u8], src: &[u8]) ->
         "copy_append: dst and src lengths differ"
     );
     !kernel_copy_update(kernel, !crc, dst, src)
+}
+
+/// One FPDU's octets before its CRC (RFC 5044 §4), as [`copy_fpdu`] writes
+/// them: ULPDU_Length (big-endian), the ULPDU's pieces and PAD, with a
+/// marker (RFC 5044 §4.3) put in wherever one falls before an octet of
+/// them or after the last.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Fpdu<'a> {
+    /// ULPDU_Length.
+    pub(super) ulpdu_length: u16,
+    /// The ULPDU, in pieces.
+    pub(super) pieces: &'a [&'a [u8]],
+    /// PAD octets, zero.
+    pub(super) pad: usize,
+    /// Where in the output the first marker goes, then one every
+    /// [`MARKER_INTERVAL`] octets; `usize::MAX` for no markers.
+    pub(super) marker_at: usize,
+}
+
+impl Fpdu<'_> {
+    /// The marker at output offset `at`, its octets least significant
+    /// first: a zero reserved half, then FPDUPTR, the octets back to the
+    /// FPDU's start, big-endian (`crate::wire::mpa_marker`). An FPDU never
+    /// spans 65536 octets of stream: MULPDU keeps it within an EMSS.
+    #[inline(always)]
+    pub(super) fn marker(at: usize) -> u32 {
+        u32::from((at as u16).swap_bytes()) << 16
+    }
+}
+
+/// Writes `fpdu` into `out`, which it must fill exactly, and returns
+/// `append(crc, out)`, or `None` when this CPU lacks the VPCLMULQDQ kernel
+/// (then nothing is written, and the caller copies and then computes the
+/// CRC). It is one pass: each block of `out` is put together in a register
+/// from the length field, the pieces, PAD and markers, however they cut
+/// it, stored once and folded (fact 9 in `simd`).
+///
+/// # Panics
+///
+/// If `fpdu` does not fill `out` exactly (a programmer error).
+#[inline]
+pub(super) fn copy_fpdu(crc: u32, out: &mut [u8], fpdu: &Fpdu<'_>) -> Option<u32> {
+    if kernel() != Kernel::Vpclmulqdq {
+        return None;
+    }
+    Some(!simd::copy_fpdu(!crc, out, fpdu))
 }
 
 /// A CRC32c in progress over octets fed in pieces, see ["Fed in
@@ -370,10 +434,32 @@ pub(super) const fn mul_mod_p(a: u32, b: u32) -> u32 {
     product
 }
 
+/// `a(x) * x^-1 mod P(x)`, reflected form: `x` has an inverse because
+/// `P(0) = 1`, namely `(P(x) - 1) / x`. Undoes [`times_x`]: when `a` has an
+/// `x^0` term (bit 31), `P(x)` is added first, which clears it and brings
+/// in `x^32`, so the division by `x` (a left shift) is exact.
+const fn times_x_inverse(a: u32) -> u32 {
+    if a & (1 << 31) == 0 {
+        a << 1
+    } else {
+        ((a ^ POLY) << 1) | 1
+    }
+}
+
 /// `x^n mod P(x)`, reflected form, by square and multiply.
 pub(super) const fn x_pow_mod_p(n: u64) -> u32 {
+    pow_mod_p(1 << 30, n) // x^1
+}
+
+/// `x^-n mod P(x)`, reflected form: the power of `x` that undoes `x^n`.
+pub(super) const fn x_inverse_pow_mod_p(n: u64) -> u32 {
+    pow_mod_p(times_x_inverse(1 << 31), n) // x^-1
+}
+
+/// `base(x)^n mod P(x)`, reflected form, by square and multiply.
+const fn pow_mod_p(base: u32, n: u64) -> u32 {
     let mut result = 1 << 31; // x^0
-    let mut square = 1 << 30; // x^(2^k) in turn k, starting at x^1
+    let mut square = base; // base^(2^k) in turn k
     let mut n = n;
     while n != 0 {
         if n & 1 != 0 {
@@ -549,6 +635,25 @@ mod tests {
     }
 
     #[test]
+    fn x_inverse_pow_undoes_x_pow() {
+        for a in [1u32 << 31, 1, 0xFFFF_FFFF, 0x1234_5678, POLY] {
+            assert_eq!(times_x(times_x_inverse(a)), a);
+            assert_eq!(times_x_inverse(times_x(a)), a);
+        }
+        for n in [0u64, 1, 31, 32, 33, 95, 600, 65_535] {
+            assert_eq!(
+                mul_mod_p(x_pow_mod_p(n), x_inverse_pow_mod_p(n)),
+                1 << 31,
+                "x^{n} x^-{n} = 1"
+            );
+        }
+        assert_eq!(
+            mul_mod_p(x_pow_mod_p(100), x_inverse_pow_mod_p(37)),
+            x_pow_mod_p(63)
+        );
+    }
+
+    #[test]
     fn zeros_multiply_by_x_pow() {
         // Feeding n zero octets multiplies the register by x^(8n): the fact
         // every folding constant rests on.
@@ -563,6 +668,167 @@ mod tests {
                 mul_mod_p(register, x_pow_mod_p(8 * n as u64))
             );
         }
+    }
+
+    /// SplitMix64, seeded, so a failure replays.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// The octets `fpdu` stands for, put together one at a time: a marker
+    /// whenever the output reaches its offset, before an octet or at the
+    /// end.
+    fn reference_octets(fpdu: &Fpdu<'_>) -> Vec<u8> {
+        let mut data = fpdu.ulpdu_length.to_be_bytes().to_vec();
+        for piece in fpdu.pieces {
+            data.extend_from_slice(piece);
+        }
+        data.resize(data.len() + fpdu.pad, 0);
+        let mut out = Vec::new();
+        let mut marker_at = fpdu.marker_at;
+        for octet in data.into_iter().map(Some).chain([None]) {
+            if out.len() == marker_at {
+                let at = out.len();
+                out.extend_from_slice(&[0, 0, (at >> 8) as u8, at as u8]);
+                marker_at += MARKER_INTERVAL;
+            }
+            out.extend(octet);
+        }
+        out
+    }
+
+    /// Writes `fpdu` into an output at every offset in a cache line (and a
+    /// few past it), with guard octets either side, and checks the octets,
+    /// that nothing else was written, and the CRC against the bitwise
+    /// reference. Without the VPCLMULQDQ kernel, checks that nothing is
+    /// written.
+    fn check_fpdu(crc: u32, fpdu: &Fpdu<'_>, context: &str) {
+        let expected = reference_octets(fpdu);
+        let value = !bitwise_update(!crc, &expected);
+        let len = expected.len();
+        let mut buffer = vec![0u8; len + 3 * 64];
+        let base = buffer.as_ptr().align_offset(64);
+        for lead in 0..70 {
+            buffer.fill(0xA5);
+            let out = &mut buffer[base + lead..base + lead + len];
+            let got = copy_fpdu(crc, out, fpdu);
+            let at = format!("{context}, lead {lead}");
+            if kernel() != Kernel::Vpclmulqdq {
+                assert_eq!(got, None);
+                assert!(buffer.iter().all(|&o| o == 0xA5), "nothing written: {at}");
+                continue;
+            }
+            assert_eq!(got, Some(value), "CRC: {at}");
+            assert_eq!(&buffer[base + lead..][..len], &expected[..], "octets: {at}");
+            assert!(
+                buffer[..base + lead].iter().all(|&o| o == 0xA5),
+                "before: {at}"
+            );
+            assert!(
+                buffer[base + lead + len..].iter().all(|&o| o == 0xA5),
+                "after: {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn copy_fpdu_random_shapes() {
+        let mut rng = Rng(0x0F1E_2D3C_4B5A_6978);
+        let data: Vec<u8> = (0..1200).map(|_| rng.next() as u8).collect();
+        for case in 0..60 {
+            let count = rng.below(6);
+            let pieces: Vec<&[u8]> = (0..count)
+                .map(|_| {
+                    let at = rng.below(64);
+                    let len = [rng.below(20), rng.below(200), rng.below(1100)][rng.below(3)];
+                    &data[at..at + len]
+                })
+                .collect();
+            let fpdu = Fpdu {
+                ulpdu_length: rng.next() as u16,
+                pieces: &pieces,
+                pad: rng.below(4),
+                marker_at: [usize::MAX, rng.below(700)][rng.below(2)],
+            };
+            let crc = [0, 0xFFFF_FFFF, rng.next() as u32][case % 3];
+            check_fpdu(crc, &fpdu, &format!("case {case}: {fpdu:?}"));
+        }
+    }
+
+    /// A short FPDU with a marker at every offset in it (and none): every
+    /// block boundary falls in every kind of run, markers split the length
+    /// field, the pieces and PAD, and come at the start and the end.
+    #[test]
+    fn copy_fpdu_every_marker_offset() {
+        let data: Vec<u8> = (0..200u32).map(|i| (i * 29 + 7) as u8).collect();
+        for len in [0usize, 1, 14, 61, 64, 130] {
+            let pieces = [&data[..len.min(14)], &data[len.min(14)..len]];
+            let pad = (4 - (2 + len) % 4) % 4;
+            let fpdu_len = 2 + len + pad;
+            for marker_at in (0..=fpdu_len + 1).chain([usize::MAX]) {
+                let fpdu = Fpdu {
+                    ulpdu_length: len as u16,
+                    pieces: &pieces,
+                    pad,
+                    marker_at,
+                };
+                check_fpdu(0, &fpdu, &format!("{len} octets, marker at {marker_at}"));
+            }
+        }
+    }
+
+    /// A long ULPDU with the first marker at every offset up to past a
+    /// marker interval, so that the marker periods of the VPCLMULQDQ
+    /// kernel start at every block position (every output offset in a
+    /// cache line too), including markers that straddle two blocks.
+    #[test]
+    fn copy_fpdu_marker_periods_at_every_phase() {
+        let data: Vec<u8> = (0..1800u32).map(|i| (i * 131 + 17) as u8).collect();
+        let pieces = [&data[..14], &data[14..1714]];
+        for marker_at in 0..=MARKER_INTERVAL + 8 {
+            let fpdu = Fpdu {
+                ulpdu_length: 1714,
+                pieces: &pieces,
+                pad: 0,
+                marker_at,
+            };
+            let context = format!("first marker at {marker_at}");
+            check_fpdu(0, &fpdu, &context);
+        }
+    }
+
+    #[test]
+    fn copy_fpdu_must_fill_the_output() {
+        let fpdu = Fpdu {
+            ulpdu_length: 0,
+            pieces: &[],
+            pad: 2,
+            marker_at: usize::MAX,
+        };
+        let short = std::panic::catch_unwind(|| copy_fpdu(0, &mut [0u8; 8], &fpdu));
+        let long = std::panic::catch_unwind(|| {
+            let fpdu = Fpdu {
+                pieces: &[&[1; 9]],
+                ..fpdu
+            };
+            copy_fpdu(0, &mut [0u8; 8], &fpdu)
+        });
+        // Without the kernel nothing is checked, and nothing written.
+        let kernel = kernel() == Kernel::Vpclmulqdq;
+        assert_eq!(short.is_err(), kernel, "4 octets for 8");
+        assert_eq!(long.is_err(), kernel, "13 octets for 8");
     }
 
     #[test]

@@ -118,20 +118,60 @@
 //!    the concatenation would, with one reduction however many pieces there
 //!    are.
 //!
+//! 9. **An FPDU copied in one pass.** [`copy_fpdu`] writes an FPDU's length
+//!    field, pieces, PAD and markers into an output and folds them as it
+//!    goes, in blocks that start on the output's cache lines, so that
+//!    every whole-block store is aligned (a store that straddles two lines
+//!    costs two). The first block starts `z` octets before the output (its
+//!    offset in a cache line); the last ends `t` octets after it, `0 < t
+//!    <= 64`. Both paddings are zero octets, which the blocks hold where
+//!    they overhang the output, and which are never stored:
+//!
+//!    * `z` zeros in front of a message add nothing to a CRC fed from a
+//!      zero register (fact 1). The register `S` rides instead in the
+//!      block before the first, as its last four octets `W` (zero above),
+//!      the accumulator `x_3` the first block folds after (fact 8). That
+//!      block is followed by `z + n + t` octets, so it contributes
+//!      `W x^(8(z+n+t)) x^32`, which must be `S x^(8(n+t))` (fact 1): `W =
+//!      S x^(-8z-32)`, one multiply by a constant of `x86::LEAD` (fact
+//!      4; `x` is invertible mod `P` because `P(0) = 1`).
+//!    * `t` zeros after a message multiply its register by `x^(8t)`. The
+//!      last block (zero-padded, or a whole zero block when the output
+//!      ends on a line) is joined with the four accumulators by folding
+//!      `x_i` forward `64 (4 - i)` octets (fact 5), and the resulting
+//!      block's lanes are folded onto one as in fact 6, each by `t` octets
+//!      less, which undoes the padding: lane `i` moves `16 (3 - i) - t`
+//!      octets, with the constants of `x86::REDUCE_TRAIL` (negative
+//!      distances are powers of `x^-1`). The lane's register (fact 6) is
+//!      the CRC's.
+//!
+//!    Inside, a block is put together in a register from the pieces that
+//!    cut it (masked loads that place a piece's octets at their offsets
+//!    in the block, the length field and markers broadcast from general
+//!    registers), then stored once and folded; whole blocks of one piece
+//!    go from load to store and fold. With markers, 508 octets of data and
+//!    the marker after them fill exactly 512 octets, eight blocks, so from
+//!    one marker to the next the blocks fall on the same offsets every
+//!    time: the kernel copies such periods in a loop with fixed masks, and
+//!    the eight blocks fold into the four accumulators in turn, which keep
+//!    their order.
+//!
 //! The constants of the VPCLMULQDQ kernel are therefore `fold(256)` for the
 //! main loop (four accumulators, each 256 octets ahead of itself) and for
 //! single blocks fed in pieces (fact 8), `fold(192)`, `fold(128)`,
 //! `fold(64)` to join the accumulators and for the 64-octet loop,
 //! `fold(48)`, `fold(32)`, `fold(16)` to reduce a 512-bit accumulator to
-//! one lane, and `fold(16)` for the 16-octet loop. The SSE4.2 kernel needs
-//! `k(16l)` and `k(8l)` for each stream length `l` of [`STREAM_OCTETS`].
+//! one lane, and `fold(16)` for the 16-octet loop; fact 9 adds `fold(256)`
+//! for joining a fifth block and the tables for `z` and `t`. The SSE4.2
+//! kernel needs `k(16l)` and `k(8l)` for each stream length `l` of
+//! [`STREAM_OCTETS`].
 #![allow(unsafe_code)]
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
 #[cfg(target_arch = "x86_64")]
-use super::crc::x_pow_mod_p;
-use super::crc::Kernel;
+use super::crc::{x_inverse_pow_mod_p, x_pow_mod_p, MARKER_INTERVAL, RUN_LEN};
+use super::crc::{Fpdu, Kernel};
 
 /// The best kernel of this CPU, once known: 0 until [`detect`] ran, then
 /// [`code`] of its answer.
@@ -471,6 +511,46 @@ pub(super) fn fold_finish(folding: &Folding) -> u32 {
     }
 }
 
+/// The register (no inversions) after `register` and then `fpdu`, which is
+/// written into `out` and must fill it exactly: one pass, each block of
+/// `out` put together in a register, stored once and folded (fact 9).
+///
+/// # Panics
+///
+/// If this CPU lacks the VPCLMULQDQ kernel, or if `fpdu` does not fill
+/// `out` exactly.
+#[inline]
+pub(super) fn copy_fpdu(register: u32, out: &mut [u8], fpdu: &Fpdu<'_>) -> u32 {
+    assert!(
+        best() == Kernel::Vpclmulqdq,
+        "copying an FPDU needs the VPCLMULQDQ kernel"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        // Without markers, the kernel has no code for them. Each kernel is
+        // one function with everything inlined into it and the
+        // accumulators in registers throughout; when LLVM kept one of the
+        // helpers apart (a slightly larger `Gather::octets`, called from
+        // several places), the accumulators went to memory and the marked
+        // kernel ran at 0.7 of its speed, so keep the helpers small and
+        // check the disassembly for calls after changing them.
+        if fpdu.marker_at == usize::MAX {
+            // SAFETY: `best()` is Vpclmulqdq only if `detect` found
+            // AVX-512F, AVX-512BW, BMI2, VPCLMULQDQ, PCLMULQDQ and SSE4.2,
+            // the kernel's features.
+            unsafe { x86::copy_fpdu::<false>(register, out, fpdu) }
+        } else {
+            // SAFETY: as above.
+            unsafe { x86::copy_fpdu::<true>(register, out, fpdu) }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (register, out, fpdu);
+        unreachable!("no VPCLMULQDQ kernel on this target")
+    }
+}
+
 const fn code(kernel: Kernel) -> u8 {
     match kernel {
         Kernel::Portable => 1,
@@ -538,7 +618,10 @@ fn run<const COPY: bool>(_: Kernel, _: u32, _: &mut [u8], _: &[u8]) -> Option<u3
 mod x86 {
     use core::arch::x86_64::*;
 
-    use super::{fold, k, x_pow_mod_p, Block, Folding, Pending, Zmm, BLOCK_OCTETS, STREAM_OCTETS};
+    use super::{
+        fold, k, x_inverse_pow_mod_p, x_pow_mod_p, Block, Folding, Fpdu, Pending, Zmm,
+        BLOCK_OCTETS, MARKER_INTERVAL, RUN_LEN, STREAM_OCTETS,
+    };
 
     /// Below this many octets the VPCLMULQDQ kernel uses the `crc32`
     /// instruction alone: no constant to load, no lane to reduce. Measured
@@ -1359,5 +1442,575 @@ mod x86 {
         let register = serial::<false>(lane_register(lane), &mut [], &staged[consumed..]);
         let (octets, len) = folding.pending();
         serial::<false>(register, &mut [], &octets[..len])
+    }
+
+    // --- An FPDU copied in one pass (fact 9) ------------------------------
+
+    /// `x^(-8z-65) mod P` for `z` in 0..64: multiplies the register by
+    /// `x^(-8z-32)` (fact 4), placing it in the last four octets of the
+    /// block before the first, `z` octets of zeros before the output.
+    const LEAD: [u32; BLOCK_OCTETS] = {
+        let mut lead = [0; BLOCK_OCTETS];
+        let mut z = 0;
+        while z < BLOCK_OCTETS {
+            lead[z] = x_inverse_pow_mod_p(8 * z as u64 + 65);
+            z += 1;
+        }
+        lead
+    };
+
+    /// `x^e mod P` for any integer `e`.
+    const fn x_pow_signed(e: i64) -> u32 {
+        if e >= 0 {
+            x_pow_mod_p(e as u64)
+        } else {
+            x_inverse_pow_mod_p(e.unsigned_abs())
+        }
+    }
+
+    /// For `t` in 0..=64, the constants that fold lane `i` of a block
+    /// forward by `16 (3 - i) - t` octets, `[k(8d+64), k(8d)]` for each `d`
+    /// (fact 5) as 32-bit values, low lane first: the block's four lanes
+    /// onto one, with `t` octets of zero padding after the block taken
+    /// back out (fact 9).
+    const REDUCE_TRAIL: [[u32; 8]; BLOCK_OCTETS + 1] = {
+        let mut table = [[0; 8]; BLOCK_OCTETS + 1];
+        let mut t = 0;
+        while t <= BLOCK_OCTETS {
+            let mut lane = 0;
+            while lane < 4 {
+                let d = 16 * (3 - lane as i64) - t as i64;
+                table[t][2 * lane] = x_pow_signed(8 * d + 64 - 33);
+                table[t][2 * lane + 1] = x_pow_signed(8 * d - 33);
+                lane += 1;
+            }
+            t += 1;
+        }
+        table
+    };
+
+    // Checked against the powers they stand for: x^-65 undoes x^65, and
+    // with no padding the reduction is `reduce512`'s.
+    const _: () = {
+        assert!(super::super::crc::mul_mod_p(LEAD[0], x_pow_mod_p(65)) == 1 << 31);
+        let r = REDUCE_TRAIL[0];
+        assert!(eq([r[0] as u64, r[1] as u64], FOLD_48));
+        assert!(eq([r[2] as u64, r[3] as u64], FOLD_32));
+        assert!(eq([r[4] as u64, r[5] as u64], FOLD_16));
+        assert!(r[6] == x_pow_mod_p(31) && r[7] == x_inverse_pow_mod_p(33));
+    };
+
+    /// [`super::copy_fpdu`]: the length field, the pieces, PAD and the
+    /// markers go into [`Gather`], which puts the output together, stores
+    /// and folds it block by block.
+    #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq,pclmulqdq,sse4.2")]
+    pub(super) fn copy_fpdu<const MARKERS: bool>(
+        register: u32,
+        out: &mut [u8],
+        fpdu: &Fpdu<'_>,
+    ) -> u32 {
+        assert_eq!(MARKERS, fpdu.marker_at != usize::MAX);
+        let mut gather = Gather::<MARKERS>::new(register, out, fpdu.marker_at);
+        gather.put_octets(u32::from(fpdu.ulpdu_length.swap_bytes()), 2);
+        for piece in fpdu.pieces {
+            gather.put(piece);
+        }
+        gather.put_zeros(fpdu.pad);
+        gather.marker_if_due();
+        gather.finish()
+    }
+
+    /// An output put together from pieces in blocks that start on cache
+    /// line boundaries (fact 9): the first `lead` octets of the first block
+    /// lie before the output, and are zero for the CRC. Each block is put
+    /// together in `partial`, then stored once (masked where it overhangs
+    /// the output) and folded; pieces that cover whole blocks go straight
+    /// from load to store and fold.
+    struct Gather<'o, const MARKERS: bool> {
+        out: &'o mut [u8],
+        /// The output's offset in its cache line.
+        lead: usize,
+        /// Octets of the output assembled so far.
+        at: usize,
+        /// The block being assembled: its octets below [`Gather::fill`]
+        /// are assembled, the rest zero.
+        partial: __m512i,
+        /// The accumulators, oldest first (fact 8).
+        x: [__m512i; 4],
+        /// Where the next marker goes; `usize::MAX` without `MARKERS`.
+        marker_at: usize,
+    }
+
+    impl<'o, const MARKERS: bool> Gather<'o, MARKERS> {
+        /// Nothing assembled; the register rides in the block before the
+        /// first (fact 9).
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,pclmulqdq,sse4.2")]
+        fn new(register: u32, out: &'o mut [u8], marker_at: usize) -> Gather<'o, MARKERS> {
+            let lead = out.as_ptr() as usize % BLOCK_OCTETS;
+            let shifted = crc_u64(0, clmul_u32(register, u64::from(LEAD[lead])).to_le_bytes());
+            let zero = _mm512_setzero_si512();
+            Gather {
+                out,
+                lead,
+                at: 0,
+                partial: zero,
+                // The last 4 octets of the block: 32-bit lane 15.
+                x: [
+                    zero,
+                    zero,
+                    zero,
+                    _mm512_maskz_set1_epi32(1 << 15, shifted as i32),
+                ],
+                marker_at,
+            }
+        }
+
+        /// Copies `src`, with the markers that fall before its octets.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn put(&mut self, src: &[u8]) {
+            if !MARKERS {
+                self.copy(src);
+                return;
+            }
+            // One call of each kernel function, so that LLVM inlines them.
+            let mut src = src;
+            loop {
+                let due = self.marker_at - self.at;
+                if due == RUN_LEN && src.len() > RUN_LEN && self.at >= self.fill() {
+                    src = self.periods(src);
+                }
+                let (run, rest) = src.split_at(src.len().min(self.marker_at - self.at));
+                self.copy(run);
+                if rest.is_empty() {
+                    return;
+                }
+                self.marker_if_due();
+                src = rest;
+            }
+        }
+
+        /// Copies `src`, which starts right after a marker and runs past
+        /// the next, period by period: each period is [`RUN_LEN`] octets of
+        /// `src` and the marker after them, 512 octets of output and so
+        /// exactly eight blocks, with the block boundaries and the marker
+        /// in the same places in every period (fact 9). So the loop has
+        /// no branch that depends on the data, its masks are fixed, and
+        /// the eight blocks fold into the four accumulators in turn, which
+        /// keep their order. Returns the rest of `src`, at most [`RUN_LEN`]
+        /// octets.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn periods<'s>(&mut self, src: &'s [u8]) -> &'s [u8] {
+            let fill = self.fill();
+            // The period's first block starts in the output.
+            assert!(self.marker_at - self.at == RUN_LEN && self.at >= fill);
+            // A marker goes in only when an octet follows it.
+            let count = (src.len() - 1) / RUN_LEN;
+            self.reserve(MARKER_INTERVAL * count);
+            let (periods, _) = src[..RUN_LEN * count].as_chunks::<RUN_LEN>();
+            if fill < 4 {
+                self.periods_straddling(periods);
+            } else {
+                self.periods_inside(periods);
+            }
+            &src[RUN_LEN * count..]
+        }
+
+        /// [`Gather::periods`] when the marker lies inside a block, ending
+        /// at `fill` (at least 4). The first block of a period is the last
+        /// octets of the run before, the marker and the first of its own
+        /// run. After the first period both runs are in `periods`, one
+        /// after the other: one load takes the block from `fill` octets
+        /// before the run, and the same octets moved down by 4 (one
+        /// `valignd`) are the run before's, so two blends put the block
+        /// together, and nothing is carried from one period to the next
+        /// but the marker, advanced by 512 octets of FPDUPTR with one add.
+        /// (Loading the run before's octets from memory, masked or not,
+        /// measured slower.)
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn periods_inside(&mut self, periods: &[[u8; RUN_LEN]]) {
+            let fill = self.fill();
+            let by_256 = lanes(FOLD_256);
+            let mut x = self.x;
+            let (before, mask) = (bits(0, fill - 4), bits(fill - 4, fill));
+            // The marker at the end of the first period, rotated so that
+            // its octets land at `fill - 4 .. fill`; each next one's
+            // FPDUPTR is 512 more, 2 more in its third octet.
+            let rotation = 8 * (fill % 4) as u32;
+            let word = Fpdu::marker(self.at + RUN_LEN).rotate_left(rotation);
+            let mut marker = _mm512_set1_epi32(word as i32);
+            let step = _mm512_set1_epi32((2u32 << 16).rotate_left(rotation) as i32);
+            let flat = periods.as_flattened();
+            for (k, run) in periods.iter().enumerate() {
+                let start = self.at - fill;
+                let to = &mut self.out[start..start + MARKER_INTERVAL];
+                let (to, _) = to.as_chunks_mut::<64>();
+                let first = if k == 0 {
+                    let from = run.as_ptr().wrapping_sub(fill);
+                    let own = load_masked(bits(fill, BLOCK_OCTETS), from, &run[..64 - fill]);
+                    _mm512_or_si512(self.partial, own)
+                } else {
+                    let at = RUN_LEN * k - fill;
+                    let own = load512(flat[at..at + 64].try_into().expect("64 octets"));
+                    // Octet `p` of `own` shifted down by 4 octets: the
+                    // run before's last octets, `p + 4` of `own`.
+                    let back = _mm512_alignr_epi32::<1>(own, own);
+                    let back = _mm512_mask_mov_epi8(back, mask, marker);
+                    marker = _mm512_add_epi8(marker, step);
+                    _mm512_mask_mov_epi8(own, before | mask, back)
+                };
+                store512(&mut to[0], first);
+                x[0] = fold512(x[0], by_256, first);
+                for j in 1..8 {
+                    let at = 64 * j - fill;
+                    let v = load512(run[at..at + 64].try_into().expect("64 octets"));
+                    store512(&mut to[j], v);
+                    x[j % 4] = fold512(x[j % 4], by_256, v);
+                }
+                self.at += MARKER_INTERVAL;
+                self.marker_at += MARKER_INTERVAL;
+            }
+            self.x = x;
+            let last = periods.last().expect("a period");
+            let tail = load_into(_mm512_setzero_si512(), 0, &last[512 - fill..]);
+            self.partial = _mm512_mask_mov_epi8(tail, mask, marker);
+        }
+
+        /// [`Gather::periods`] when the marker straddles two blocks, ending
+        /// at `fill` (under 4) in the first block of the next period.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn periods_straddling(&mut self, periods: &[[u8; RUN_LEN]]) {
+            let fill = self.fill();
+            let (by_256, zero) = (lanes(FOLD_256), _mm512_setzero_si512());
+            let (mut x, mut partial) = (self.x, self.partial);
+            let (marker, straddle) = (bits(0, fill), bits(60 + fill, BLOCK_OCTETS));
+            for run in periods {
+                let start = self.at - fill;
+                let to = &mut self.out[start..start + MARKER_INTERVAL];
+                let (to, _) = to.as_chunks_mut::<64>();
+                // Every 32-bit lane holds the marker rotated so that its
+                // octets land at `fill - 4 .. fill` (mod 64).
+                let word = Fpdu::marker(self.at + RUN_LEN).rotate_left(8 * (fill % 4) as u32);
+                let words = _mm512_set1_epi32(word as i32);
+                let first = load_into(partial, fill, &run[..BLOCK_OCTETS - fill]);
+                store512(&mut to[0], first);
+                x[0] = fold512(x[0], by_256, first);
+                for j in 1..7 {
+                    let at = 64 * j - fill;
+                    let v = load512(run[at..at + 64].try_into().expect("64 octets"));
+                    store512(&mut to[j], v);
+                    x[j % 4] = fold512(x[j % 4], by_256, v);
+                }
+                partial = _mm512_maskz_mov_epi8(marker, words);
+                let last = load_into(zero, 0, &run[448 - fill..]);
+                let last = _mm512_mask_mov_epi8(last, straddle, words);
+                store512(&mut to[7], last);
+                x[3] = fold512(x[3], by_256, last);
+                self.at += MARKER_INTERVAL;
+                self.marker_at += MARKER_INTERVAL;
+            }
+            (self.x, self.partial) = (x, partial);
+        }
+
+        /// [`Gather::octets`], with the markers that fall before them.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn put_octets(&mut self, value: u32, len: usize) {
+            let (mut value, mut len) = (value, len);
+            loop {
+                let n = len.min(self.marker_at - self.at);
+                self.octets(value, n);
+                value = value.checked_shr(8 * n as u32).unwrap_or(0);
+                len -= n;
+                if len == 0 {
+                    return;
+                }
+                self.marker_if_due();
+            }
+        }
+
+        /// [`Gather::zeros`], with the markers that fall before them.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn put_zeros(&mut self, len: usize) {
+            let mut len = len;
+            loop {
+                let n = len.min(self.marker_at - self.at);
+                self.zeros(n);
+                len -= n;
+                if len == 0 {
+                    return;
+                }
+                self.marker_if_due();
+            }
+        }
+
+        /// Puts the marker in if one goes where the output is.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn marker_if_due(&mut self) {
+            if MARKERS && self.at == self.marker_at {
+                self.octets(Fpdu::marker(self.at), 4);
+                self.marker_at += MARKER_INTERVAL;
+            }
+        }
+
+        /// Octets of the current block assembled.
+        #[inline(always)]
+        fn fill(&self) -> usize {
+            (self.lead + self.at) % BLOCK_OCTETS
+        }
+
+        /// Octets of the output still to come. Panics if fewer than `len`.
+        #[inline(always)]
+        fn reserve(&self, len: usize) {
+            assert!(
+                len <= self.out.len() - self.at,
+                "the FPDU overflows the output"
+            );
+        }
+
+        /// Folds the block `v`, the one after the last (fact 8).
+        #[inline]
+        #[target_feature(enable = "avx512f,vpclmulqdq")]
+        fn fold_in(&mut self, v: __m512i) {
+            let [a, b, c, d] = self.x;
+            self.x = [b, c, d, fold512(a, lanes(FOLD_256), v)];
+        }
+
+        /// Stores and folds the assembled block, which ends at `at`.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn complete(&mut self) {
+            debug_assert_eq!(self.fill(), 0);
+            store_part(self.out, self.at, self.partial, BLOCK_OCTETS);
+            self.fold_in(self.partial);
+            self.partial = _mm512_setzero_si512();
+        }
+
+        /// Copies `src`: into the current block, then whole blocks, then
+        /// the start of the next block.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn copy(&mut self, src: &[u8]) {
+            self.reserve(src.len());
+            let mut src = src;
+            let fill = self.fill();
+            if fill != 0 {
+                let n = (BLOCK_OCTETS - fill).min(src.len());
+                self.partial = load_into(self.partial, fill, &src[..n]);
+                self.at += n;
+                src = &src[n..];
+                if fill + n < BLOCK_OCTETS {
+                    return;
+                }
+                self.complete();
+            }
+            let (blocks, rest) = src.as_chunks::<64>();
+            let whole = BLOCK_OCTETS * blocks.len();
+            let to = &mut self.out[self.at..self.at + whole];
+            self.x = copy_fold(self.x, to, blocks);
+            self.at += whole;
+            if !rest.is_empty() {
+                self.partial = load_into(_mm512_setzero_si512(), 0, rest);
+                self.at += rest.len();
+            }
+        }
+
+        /// Puts the first `len` octets of `value` (at most 4) in place.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn octets(&mut self, value: u32, len: usize) {
+            assert!(len <= 4, "at most 4 octets");
+            self.reserve(len);
+            let (mut value, mut len) = (value, len);
+            // A run that straddles a block boundary takes two turns.
+            while len > 0 {
+                let fill = self.fill();
+                let n = (BLOCK_OCTETS - fill).min(len);
+                // Every 32-bit lane holds `value` rotated so that its octet
+                // `t` lands at `fill + t`.
+                let word = value.rotate_left(8 * (fill % 4) as u32);
+                let words = _mm512_set1_epi32(word as i32);
+                self.partial = _mm512_mask_mov_epi8(self.partial, bits(fill, fill + n), words);
+                self.at += n;
+                value = value.checked_shr(8 * n as u32).unwrap_or(0);
+                len -= n;
+                if fill + n == BLOCK_OCTETS {
+                    self.complete();
+                }
+            }
+        }
+
+        /// `len` zero octets: the block is zero past its fill already.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn zeros(&mut self, len: usize) {
+            self.reserve(len);
+            let mut len = len;
+            while len > 0 {
+                let fill = self.fill();
+                let n = (BLOCK_OCTETS - fill).min(len);
+                self.at += n;
+                len -= n;
+                if fill + n == BLOCK_OCTETS {
+                    self.complete();
+                }
+            }
+        }
+
+        /// Stores the last, partial block, joins it (zero-padded to a
+        /// whole one) and the accumulators into one block, and reduces
+        /// that to the register with the padding taken back out (fact 9).
+        /// With no partial block the padding is a whole zero block.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq,sse4.2")]
+        fn finish(self) -> u32 {
+            assert_eq!(self.at, self.out.len(), "the FPDU fills the output");
+            let fill = self.fill();
+            store_part(self.out, self.at, self.partial, fill);
+            let block = join_with(self.x, self.partial);
+            lane_register(reduce_trail(block, BLOCK_OCTETS - fill))
+        }
+    }
+
+    /// Joins four accumulators, oldest first, and the block after them
+    /// into that block: `x[i]` folds forward by `64 (4 - i)` octets. The
+    /// eight products do not depend on each other, so this is one multiply
+    /// and two three-way XORs in a row.
+    #[inline]
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn join_with(x: [__m512i; 4], last: __m512i) -> __m512i {
+        let (a, b) = products(x[0], lanes(FOLD_256));
+        let (c, d) = products(x[1], lanes(FOLD_192));
+        let (e, f) = products(x[2], lanes(FOLD_128));
+        let (g, h) = products(x[3], lanes(FOLD_64));
+        let left = _mm512_ternarylogic_epi64::<0x96>(a, b, c);
+        let middle = _mm512_ternarylogic_epi64::<0x96>(d, e, f);
+        let right = _mm512_ternarylogic_epi64::<0x96>(g, h, last);
+        _mm512_ternarylogic_epi64::<0x96>(left, middle, right)
+    }
+
+    /// The lane congruent to `block`'s four lanes folded onto the last,
+    /// and then moved back by `trail` octets (fact 9): one multiply of all
+    /// four lanes by [`REDUCE_TRAIL`]`[trail]`, then the four products
+    /// added.
+    #[inline]
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn reduce_trail(block: __m512i, trail: usize) -> __m128i {
+        let constants = &REDUCE_TRAIL[trail];
+        // SAFETY: `constants` is 32 readable octets; `loadu` needs no
+        // alignment.
+        let constants = unsafe { _mm256_loadu_si256(constants.as_ptr().cast()) };
+        let (h, l) = products(block, _mm512_cvtepu32_epi64(constants));
+        let y = _mm512_xor_si512(h, l);
+        // Lanes 1 to 3 are extracted side by side rather than by halving.
+        let low = _mm_xor_si128(_mm512_castsi512_si128(y), _mm512_extracti32x4_epi32::<1>(y));
+        let high = _mm_xor_si128(
+            _mm512_extracti32x4_epi32::<2>(y),
+            _mm512_extracti32x4_epi32::<3>(y),
+        );
+        _mm_xor_si128(low, high)
+    }
+
+    /// `partial` with octets `at..at + src.len()` loaded from `src`, by one
+    /// masked load. Panics past the block's end.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,bmi2")]
+    fn load_into(partial: __m512i, at: usize, src: &[u8]) -> __m512i {
+        let end = at + src.len();
+        assert!(end <= BLOCK_OCTETS);
+        let from = src.as_ptr().wrapping_sub(at);
+        // SAFETY: the masked load reads octet `i` at `from + i` only for
+        // the set bits `i` in `at..end`, which is `src[i - at]`, inside
+        // `src` (module documentation, Safety).
+        unsafe { _mm512_mask_loadu_epi8(partial, bits(at, end), from.cast()) }
+    }
+
+    /// The octets of `src` at their places in a block, zero elsewhere: a
+    /// zero-masked load with `mask`, whose set bits `i` read `from + i`,
+    /// which is `src[i - (src - from)]`.
+    ///
+    /// Panics unless `mask` is exactly the bits `src - from ..` as many
+    /// as `src` has, inside the block.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,bmi2")]
+    fn load_masked(mask: u64, from: *const u8, src: &[u8]) -> __m512i {
+        let at = (src.as_ptr() as usize).wrapping_sub(from as usize);
+        assert!(at + src.len() <= BLOCK_OCTETS && mask == bits(at, at + src.len()));
+        // SAFETY: the masked load reads octet `i` at `from + i` only for
+        // the set bits `i` in `at..at + src.len()`, which is `src[i - at]`,
+        // inside `src` (module documentation, Safety).
+        unsafe { _mm512_maskz_loadu_epi8(mask, from.cast()) }
+    }
+
+    /// Stores octets `..fill` of `block` so that octet `fill` would land at
+    /// `out[end]`; those that would land before `out` (the first block's
+    /// lead) are not stored.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,bmi2")]
+    fn store_part(out: &mut [u8], end: usize, block: __m512i, fill: usize) {
+        assert!(end <= out.len() && fill <= BLOCK_OCTETS);
+        // Block octets `skip..fill` land in `out[end + skip - fill..end]`.
+        let skip = fill.saturating_sub(end);
+        let to = &mut out[end + skip - fill..end];
+        let at = to.as_mut_ptr().wrapping_sub(skip);
+        // SAFETY: the masked store writes octet `i` at `at + i` only for the
+        // set bits `i` in `skip..fill`, which is `to[i - skip]`, inside `to`.
+        unsafe { _mm512_mask_storeu_epi8(at.cast(), bits(skip, fill), block) };
+    }
+
+    /// Copies whole blocks from `blocks` to `to` (as long) and folds them
+    /// after the accumulators `x`, oldest first (fact 8): four at a time as
+    /// the main loop, then one at a time.
+    #[inline]
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn copy_fold(x: [__m512i; 4], to: &mut [u8], blocks: &[[u8; 64]]) -> [__m512i; 4] {
+        let by_256 = lanes(FOLD_256);
+        let (groups, singles) = blocks.as_chunks::<4>();
+        let (to_groups, to_singles) = to.as_chunks_mut::<256>();
+        let mut x = x;
+        for (group, to) in groups.iter().zip(to_groups) {
+            let v = [
+                load512(&group[0]),
+                load512(&group[1]),
+                load512(&group[2]),
+                load512(&group[3]),
+            ];
+            store4(to, v);
+            x = fold4(x, by_256, v);
+        }
+        // At most three blocks remain. Written out: as a loop, LLVM makes
+        // the copy a `memcpy` call and folds what it stored, reloaded.
+        let (to_singles, _) = to_singles.as_chunks_mut::<64>();
+        let (mut from, mut to) = (singles.iter(), to_singles.iter_mut());
+        let x = copy_fold_one(x, by_256, from.next(), to.next());
+        let x = copy_fold_one(x, by_256, from.next(), to.next());
+        let x = copy_fold_one(x, by_256, from.next(), to.next());
+        debug_assert!(from.next().is_none());
+        x
+    }
+
+    /// The accumulators `x` with the block `from` copied to `to` and folded
+    /// in after them, if there is one.
+    #[inline]
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn copy_fold_one(
+        x: [__m512i; 4],
+        by_256: __m512i,
+        from: Option<&[u8; 64]>,
+        to: Option<&mut [u8; 64]>,
+    ) -> [__m512i; 4] {
+        let Some(from) = from else {
+            return x;
+        };
+        let v = load512(from);
+        store512(to.expect("`to` as long as `from`"), v);
+        let [a, b, c, d] = x;
+        [b, c, d, fold512(a, by_256, v)]
     }
 }
