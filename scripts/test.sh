@@ -4,7 +4,8 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 need_rust
 need_dpdk
-need_apt ip iproute2   # the TAP test builds a network namespace
+need_apt ip iproute2   # the TAP tests build network namespaces
+need_apt ethtool ethtool   # the AF_PACKET tests: Linux completes its checksums on a veth
 scripts/check-deps.sh
 cargo test --workspace --locked --all-targets
 cargo test --workspace --locked --doc

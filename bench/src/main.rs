@@ -88,7 +88,7 @@ fn main() {
         shape,
         if args.no_crc { "off" } else { "on" },
         if args.markers { "on" } else { "off" },
-        args.mtu,
+        args.mtu(),
     );
     for &transport in &transports {
         if stop.load(Ordering::SeqCst) {
@@ -140,7 +140,7 @@ fn rig_config(args: &Args, plan: &Plan) -> RigConfig {
     RigConfig {
         crc: !args.no_crc,
         markers: args.markers,
-        mtu: args.mtu,
+        mtu: args.mtu(),
         memory: memory_for(args.qps, largest),
         port: args.port,
         sw_checksums: args.link.sw_checksums,
@@ -163,14 +163,14 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
             ..Default::default()
         };
         match tcp_lite::sys::kernel::KernelTransport::new(kc) {
-            Ok(t) => serve_on(t, args.mtu - 40, args, &config, None, stop),
+            Ok(t) => serve_on(t, args.mtu() - 40, args, &config, None, stop),
             Err(e) => {
                 eprintln!("bench: {e}");
                 1
             }
         }
     } else {
-        let opened = bench::link::dpdk_port(transport, &args.link, args.mtu, true, "dpwbench0")
+        let opened = bench::link::dpdk_port(transport, &args.link, args.mtu(), true, "dpwbench0")
             .and_then(|(eal, port)| {
                 let ip = args.link.address()?;
                 let lossless = transport == PeerTransport::Memif;

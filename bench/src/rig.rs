@@ -740,6 +740,9 @@ pub fn dpdk_kernel(
     }
     net.enter()
         .map_err(|e| format!("entering the namespace: {e}"))?;
+    if af_packet {
+        ports::kernel_checksums_complete(&theirs)?;
+    }
     let kind = if af_packet {
         PortKind::AfPacket {
             iface: ours.clone(),

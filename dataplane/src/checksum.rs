@@ -206,3 +206,49 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod fill_tests {
+    use super::*;
+    use smoltcp::wire::{IpAddress, Ipv4Packet, TcpPacket};
+
+    /// An Ethernet/IPv4/TCP frame with `payload` octets, checksums zero.
+    fn frame(payload: usize) -> Vec<u8> {
+        let total = 40 + payload;
+        let mut f = vec![0u8; 14 + total];
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let ip = &mut f[14..];
+        ip[0] = 0x45;
+        ip[2..4].copy_from_slice(&(total as u16).to_be_bytes());
+        ip[8] = 64;
+        ip[9] = 6;
+        ip[12..16].copy_from_slice(&[10, 1, 2, 3]);
+        ip[16..20].copy_from_slice(&[10, 4, 5, 6]);
+        ip[20..22].copy_from_slice(&1234u16.to_be_bytes());
+        ip[22..24].copy_from_slice(&80u16.to_be_bytes());
+        ip[32] = 5 << 4;
+        ip[33] = 0x02;
+        for (i, o) in ip[40..].iter_mut().enumerate() {
+            *o = (i * 7 + 1) as u8;
+        }
+        f
+    }
+
+    #[test]
+    fn software_checksums_are_what_smoltcp_verifies() {
+        for payload in [0, 1, 2, 3, 100, 1459, 1460, 8960] {
+            let mut f = frame(payload);
+            assert_eq!(fill(&mut f, TxChecksum::Software), None);
+            let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+            assert!(ip.verify_checksum(), "IPv4, payload {payload}");
+            let tcp = TcpPacket::new_checked(ip.payload()).unwrap();
+            let (src, dst) = (
+                IpAddress::from(ip.src_addr()),
+                IpAddress::from(ip.dst_addr()),
+            );
+            assert!(tcp.verify_checksum(&src, &dst), "TCP, payload {payload}");
+            let parsed = ipv4(&f).unwrap();
+            assert!(ipv4_header_ok(&f, &parsed) && tcp_ok(&f, &parsed));
+        }
+    }
+}

@@ -241,10 +241,10 @@ pub fn open(eal: Eal, kind: &PortKind, options: &PortOptions) -> Result<Opened, 
             Port::vdev(eal, &format!("net_tap{n}"), &format!("iface={iface}"))
         })?,
         PortKind::AfPacket { iface, netns } => {
-            let frame = options.data_room().next_power_of_two();
+            let (frame, block) = af_packet_frames(options);
             in_netns(netns.as_deref(), || {
                 let args = format!(
-                    "iface={iface},qpairs={},blocksz={frame},framesz={frame},framecnt=1024",
+                    "iface={iface},qpairs={},blocksz={block},framesz={frame},framecnt=1024",
                     options.queues
                 );
                 Port::vdev(eal, &format!("net_af_packet{n}"), &args)
@@ -253,8 +253,13 @@ pub fn open(eal: Eal, kind: &PortKind, options: &PortOptions) -> Result<Opened, 
         PortKind::Pci { address } => Port::pci(eal, address),
     }
     .map_err(|e| e.to_string())?;
+    let room = match kind {
+        // The driver copies a whole ring frame into one mbuf.
+        PortKind::AfPacket { .. } => af_packet_frames(options).0 - AF_PACKET_HEADER,
+        _ => options.data_room(),
+    };
     let pools = (0..options.queues)
-        .map(|_| Pool::new(eal, options.mbufs, 256, options.data_room()))
+        .map(|_| Pool::new(eal, options.mbufs, 256, room))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
     let mut config = PortConfig::new(options.mtu);
@@ -284,6 +289,39 @@ pub fn open(eal: Eal, kind: &PortKind, options: &PortOptions) -> Result<Opened, 
         tx_checksum,
         rx_checksum,
     })
+}
+
+/// Makes Linux complete the checksums of what it sends on `iface` (a veth
+/// end, in the calling thread's namespace) instead of leaving them to
+/// "hardware". Over a veth, Linux hands locally made TCP segments to the
+/// peer with only the pseudo-header summed (the peer takes them as
+/// verified); DPDK's AF_PACKET driver receives them as they are, and our
+/// device, checking every checksum, would drop them all. Needs `ethtool`.
+pub fn kernel_checksums_complete(iface: &str) -> Result<(), String> {
+    let out = std::process::Command::new("ethtool")
+        .args(["-K", iface, "tx", "off"])
+        .output()
+        .map_err(|e| format!("cannot run ethtool (apt-get install ethtool): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "ethtool -K {iface} tx off failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+/// Octets of TPACKET_V2 header DPDK's AF_PACKET driver keeps at the start
+/// of each ring frame.
+const AF_PACKET_HEADER: usize = 32;
+
+/// The AF_PACKET ring's frame and block sizes for `options`: a frame holds
+/// a whole Ethernet frame after the header; the driver walks frames as if
+/// they were packed end to end, so a block (whole pages) must hold a whole
+/// number of them: a power of two of at least a page does.
+fn af_packet_frames(options: &PortOptions) -> (usize, usize) {
+    let frame = (options.data_room() + AF_PACKET_HEADER).next_power_of_two();
+    (frame, frame.max(4096))
 }
 
 /// Two `net_ring` ports joined back to back in this process, started, for

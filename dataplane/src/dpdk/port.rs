@@ -508,13 +508,18 @@ fn mtu_max(dev_info: &sys::rte_eth_dev_info) -> u16 {
     max_mtu.min(frame.saturating_sub(overhead)) as u16
 }
 
-/// memif has no MTU on its wire: a packet of any length crosses in chained
-/// shared-memory buffers ("Max segment number per packet: 65535"). DPDK
-/// 22.11's memif still reports a maximum frame of 1518 octets and refuses
-/// to be configured above it, so such a port is configured at its maximum
-/// and carries our larger frames regardless.
+/// Whether ethdev's MTU limit is not the wire's for this driver. DPDK 22.11
+/// reports a largest frame of 1518 octets for `net_memif` and
+/// `net_af_packet` and refuses to be configured above it, yet both carry
+/// longer frames: memif chains shared-memory buffers (no MTU on its wire at
+/// all), and AF_PACKET copies whole frames to and from its ring, whose
+/// frame size is set when the port is made. Such a port is configured at
+/// ethdev's limit and carries frames up to the MTU asked (the kernel
+/// interface's MTU, for AF_PACKET, is the caller's to set). `net_tap` is
+/// not one: its transmit refuses frames longer than the configured MTU
+/// plus 22 octets, so it stays at 1504.
 fn no_wire_mtu(info: &PortInfo) -> bool {
-    info.driver == "net_memif"
+    matches!(info.driver.as_str(), "net_memif" | "net_af_packet")
 }
 
 fn port_info(id: u16, name: &str) -> Result<PortInfo, EalError> {
