@@ -299,7 +299,11 @@ pub fn dpdk_port(
             None => up(&["link", "set", "dev", &tap, "up"])?,
         }
     }
-    ports::wait_link(&[&opened], options.link_timeout)?;
+    // A memif server's link comes up when its client connects: it listens
+    // meanwhile. Every other port is up before anyone uses it.
+    if !(transport == PeerTransport::Memif && server) {
+        ports::wait_link(&[&opened], options.link_timeout)?;
+    }
     Ok((eal, opened))
 }
 
@@ -315,4 +319,40 @@ pub fn dpdk_stack(
     config.seed = run_seed();
     config.tcp = tcp_config(lossless);
     Stack::new(config, device, now()).map_err(|e| e.to_string())
+}
+
+/// How long each side of a memif link stays quiet (no burst on the port)
+/// before it closes the port. DPDK 22.11's memif unmaps the shared memory
+/// when the peer leaves, under a burst that is running then (a crash); a
+/// side that stops polling and waits this long lets its peer finish
+/// closing and stop polling too.
+pub const MEMIF_QUIET: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// Runs `run` on tcp-lite over a DPDK port of `transport` (a single RNIC:
+/// `bench rping`, `bench perftest`), pinned to the first CPU of -l if
+/// given; closes the port (quietly, on memif) and EAL after.
+pub fn run_on_dpdk<R>(
+    transport: PeerTransport,
+    link: &LinkArgs,
+    mtu: usize,
+    server: bool,
+    default_tap: &str,
+    run: impl FnOnce(Stack<DpdkDevice>) -> Result<R, String>,
+) -> Result<R, String> {
+    let result = (|| {
+        let (eal, port) = dpdk_port(transport, link, mtu, server, default_tap)?;
+        let stack = dpdk_stack(&port, link.address()?, transport == PeerTransport::Memif)?;
+        let cpu = link.cpus()?.and_then(|c| c.first().copied());
+        let _pinned = dataplane::lcore::enter(cpu, Some(eal))?;
+        let result = run(stack);
+        if transport == PeerTransport::Memif {
+            std::thread::sleep(MEMIF_QUIET);
+        }
+        drop(port);
+        result
+    })();
+    if let Some(eal) = Eal::running() {
+        let _ = eal.cleanup();
+    }
+    result
 }

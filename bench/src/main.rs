@@ -163,7 +163,15 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
             ..Default::default()
         };
         match tcp_lite::sys::kernel::KernelTransport::new(kc) {
-            Ok(t) => serve_on(t, args.mtu() - 40, args, &config, None, stop),
+            Ok(t) => serve_on(
+                t,
+                args.mtu() - 40,
+                args,
+                &config,
+                None,
+                stop,
+                Duration::ZERO,
+            ),
             Err(e) => {
                 eprintln!("bench: {e}");
                 1
@@ -181,7 +189,12 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
         match opened {
             Ok((eal, stack)) => {
                 let emss = stack.emss();
-                serve_on(stack, emss, args, &config, Some(eal), stop)
+                let quiet = if transport == PeerTransport::Memif {
+                    bench::link::MEMIF_QUIET
+                } else {
+                    Duration::ZERO
+                };
+                serve_on(stack, emss, args, &config, Some(eal), stop, quiet)
             }
             Err(why) => {
                 eprintln!("bench server: {why}");
@@ -193,8 +206,23 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
     code
 }
 
-/// Serves on `transport`, pinned to the first CPU of -l if given.
+/// Serves on `transport`, pinned to the first CPU of -l if given; stays
+/// `quiet` (no turn) before it lets the transport go (see `MEMIF_QUIET`).
 fn serve_on<T: CoreTransport>(
+    transport: T,
+    emss: usize,
+    args: &Args,
+    config: &RigConfig,
+    eal: Option<dataplane::dpdk::Eal>,
+    stop: &AtomicBool,
+    quiet: Duration,
+) -> i32 {
+    let code = serve_until_done(transport, emss, args, config, eal, stop);
+    std::thread::sleep(quiet);
+    code
+}
+
+fn serve_until_done<T: CoreTransport>(
     transport: T,
     emss: usize,
     args: &Args,
@@ -360,7 +388,11 @@ fn run_transport(
                 std::mem::forget(pinned);
             }
             say_dpdk(&info, &rig);
-            sweep(&mut rig, args, plan, transport, stop)
+            let reports = sweep(&mut rig, args, plan, transport, stop);
+            if peer == PeerTransport::Memif {
+                std::thread::sleep(bench::link::MEMIF_QUIET);
+            }
+            reports
         }
     }
 }

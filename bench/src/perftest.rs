@@ -52,7 +52,8 @@ use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
 
 use crate::endpoint::{now, Endpoint, QUEUE_DEPTH};
-use crate::rping::{tap_stack, term_text, RpingTransport};
+use crate::link::{self, LinkArgs, PeerTransport};
+use crate::rping::term_text;
 
 /// perftest's port.
 pub const PORT: u16 = 18515;
@@ -217,26 +218,18 @@ pub struct PerftestArgs {
     #[arg(long, default_value_t = Ipv4Addr::UNSPECIFIED)]
     pub bind: Ipv4Addr,
 
-    /// What carries TCP: `kernel` (Linux TCP sockets) or `tap` (tcp-lite's
-    /// smoltcp TCP on a TAP device; needs --ip and root).
-    #[arg(long, value_enum, default_value_t = RpingTransport::Kernel)]
-    pub transport: RpingTransport,
+    /// What carries TCP: `kernel` (Linux TCP sockets), `tap` (tcp-lite on
+    /// a TAP device's fd), `net_tap` (tcp-lite on DPDK's TAP driver),
+    /// `af_packet` (DPDK's AF_PACKET driver, --iface), `memif` (DPDK memif,
+    /// to another dpwarp) or `pci` (a NIC bound to vfio-pci, --pci). All
+    /// but `kernel` need --ip and root.
+    #[arg(long, value_enum, default_value_t = PeerTransport::Kernel)]
+    pub transport: PeerTransport,
 
-    /// TAP: the device to create.
-    #[arg(long, default_value = "dpwperf0")]
-    pub tap: String,
-
-    /// TAP: our address and prefix on the TAP link, e.g. 10.77.0.10/24.
-    #[arg(long)]
-    pub ip: Option<String>,
-
-    /// TAP: move the device into this network namespace ...
-    #[arg(long)]
-    pub netns: Option<String>,
-
-    /// ... and make it a port of this bridge there.
-    #[arg(long, requires = "netns")]
-    pub bridge: Option<String>,
+    /// The link (TAP and DPDK options; the TAP interface defaults to
+    /// dpwperf0).
+    #[command(flatten)]
+    pub link: LinkArgs,
 
     /// MPA revision: 2 (RFC 6581 enhanced, IRD/ORD exchanged) or 1.
     #[arg(long = "mpa-rev", default_value_t = 2)]
@@ -358,7 +351,7 @@ impl PerftestArgs {
         if !(1..=2).contains(&self.mpa_rev) {
             return Err(format!("--mpa-rev {}: give 1 or 2", self.mpa_rev));
         }
-        if self.transport == RpingTransport::Tap && self.ip.is_none() {
+        if self.transport != PeerTransport::Kernel && self.link.ip.is_none() {
             return Err(
                 "--transport tap needs --ip ADDR/PREFIX, our address on the TAP link".into(),
             );
@@ -611,6 +604,9 @@ pub struct Outcome {
     pub lat: Vec<f64>,
 }
 
+/// The TAP interface `bench perftest` makes when --tap is not given.
+const DEFAULT_TAP: &str = "dpwperf0";
+
 /// Runs `bench perftest`; returns the process's exit status.
 pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
     let args = match PerftestArgs::try_parse_from(argv) {
@@ -629,7 +625,7 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
     };
     let emss = args.mtu - 52;
     let result = match args.transport {
-        RpingTransport::Kernel => {
+        PeerTransport::Kernel => {
             let kc = KernelConfig {
                 bind: if p.client {
                     Ipv4Addr::UNSPECIFIED
@@ -643,16 +639,27 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
                 Err(e) => Err(e.to_string()),
             }
         }
-        RpingTransport::Tap => tap_stack(
-            &args.tap,
-            args.ip.as_deref().unwrap_or_default(),
-            args.netns.as_deref(),
-            args.bridge.as_deref(),
+        PeerTransport::Tap => link::tap_stack(
+            args.link.tap.as_deref().unwrap_or(DEFAULT_TAP),
+            args.link.ip.as_deref().unwrap_or_default(),
+            args.link.netns.as_deref(),
+            args.link.bridge.as_deref(),
         )
         .and_then(|stack| {
             let emss = stack.emss();
             run(stack, emss, &args, &p, stop)
         }),
+        dpdk => link::run_on_dpdk(
+            dpdk,
+            &args.link,
+            args.mtu,
+            !p.client,
+            DEFAULT_TAP,
+            |stack| {
+                let emss = stack.emss();
+                run(stack, emss, &args, &p, stop)
+            },
+        ),
     };
     match result {
         Ok(()) => 0,
@@ -707,8 +714,12 @@ fn print_banner(p: &Params, args: &PerftestArgs) {
     println!(
         " Number of qps   : 1\t\tTransport type : IW ({})",
         match args.transport {
-            RpingTransport::Kernel => "kernel TCP",
-            RpingTransport::Tap => "tcp-lite on TAP",
+            PeerTransport::Kernel => "kernel TCP",
+            PeerTransport::Tap => "tcp-lite on TAP",
+            PeerTransport::NetTap => "tcp-lite on DPDK net_tap",
+            PeerTransport::AfPacket => "tcp-lite on DPDK net_af_packet",
+            PeerTransport::Memif => "tcp-lite on DPDK memif",
+            PeerTransport::Pci => "tcp-lite on a DPDK PCI NIC",
         }
     );
     println!(" Connection type : RC\t\tUsing SRQ      : OFF");

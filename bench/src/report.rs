@@ -128,7 +128,7 @@ fn core_json(c: &CoreReport) -> Value {
 pub fn bw_header(report_gbits: bool) -> String {
     let unit = if report_gbits { "Gb/sec" } else { "MB/sec" };
     format!(
-        " {:<10} {:<5} {:<12} {:<10} {:>14} {:>14} {:>14} {:>12}",
+        " {:<12} {:<5} {:<12} {:<10} {:>14} {:>14} {:>14} {:>12}",
         "transport",
         "cores",
         "#bytes",
@@ -148,7 +148,7 @@ pub fn bw_row(r: &Report, report_gbits: bool) -> String {
         r.measured.octets as f64 / r.measured.elapsed.as_secs_f64().max(1e-9) / 1e6
     };
     format!(
-        " {:<10} {:<5} {:<12} {:<10} {:>14.2} {:>14.6} {:>14.1} {:>12}",
+        " {:<12} {:<5} {:<12} {:<10} {:>14.2} {:>14.6} {:>14.1} {:>12}",
         r.transport,
         r.cores,
         r.size,
@@ -167,7 +167,7 @@ pub fn bw_row(r: &Report, report_gbits: bool) -> String {
 /// The latency table's header: perftest's with the whole HDR percentile set.
 pub fn lat_header() -> String {
     format!(
-        " {:<10} {:<5} {:<8} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        " {:<12} {:<5} {:<8} {:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
         "transport",
         "cores",
         "#bytes",
@@ -188,7 +188,7 @@ pub fn lat_row(r: &Report) -> String {
     let h = &r.measured.latency;
     let us = |ns: u64| ns as f64 / 1000.0;
     format!(
-        " {:<10} {:<5} {:<8} {:<10} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
+        " {:<12} {:<5} {:<8} {:<10} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
         r.transport,
         r.cores,
         r.size,

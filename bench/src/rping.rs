@@ -29,13 +29,14 @@ use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::qp::{QpEvent, RtrSet};
 use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
-use tcp_lite::sys::tap::TapDevice;
-use tcp_lite::{Stack, StackConfig, TcpConfig};
 
 use crate::endpoint::{now, Endpoint};
+use crate::link::{self, LinkArgs, PeerTransport};
 
 /// rping's port.
 pub const PORT: u16 = 7174;
+/// The TAP interface `bench rping` makes when --tap is not given.
+const DEFAULT_TAP: &str = "dpwrping0";
 /// rping's smallest buffer: room for `"rdma-ping-2147483647: "` and a 0.
 pub const SIZE_MIN: usize = 26;
 /// rping's largest buffer.
@@ -99,10 +100,13 @@ pub struct RpingArgs {
     #[arg(short = 'P')]
     pub persistent: bool,
 
-    /// What carries TCP: `kernel` (Linux TCP sockets) or `tap` (tcp-lite's
-    /// smoltcp TCP on a TAP device; needs --ip and root).
-    #[arg(long, value_enum, default_value_t = RpingTransport::Kernel)]
-    pub transport: RpingTransport,
+    /// What carries TCP: `kernel` (Linux TCP sockets), `tap` (tcp-lite on
+    /// a TAP device's fd), `net_tap` (tcp-lite on DPDK's TAP driver),
+    /// `af_packet` (tcp-lite on DPDK's AF_PACKET driver, --iface), `memif`
+    /// (tcp-lite on DPDK memif, to another dpwarp) or `pci` (a NIC bound
+    /// to vfio-pci, --pci). All but `kernel` need --ip and root.
+    #[arg(long, value_enum, default_value_t = PeerTransport::Kernel)]
+    pub transport: PeerTransport,
 
     /// MPA revision: 2 (RFC 6581 enhanced, IRD/ORD exchanged) or 1.
     #[arg(long = "mpa-rev", default_value_t = 2)]
@@ -133,21 +137,10 @@ pub struct RpingArgs {
     #[arg(long, default_value_t = 1)]
     pub ord: u16,
 
-    /// TAP: the device to create.
-    #[arg(long, default_value = "dpwrping0")]
-    pub tap: String,
-
-    /// TAP: our address and prefix on the TAP link, e.g. 10.77.0.10/24.
-    #[arg(long)]
-    pub ip: Option<String>,
-
-    /// TAP: move the device into this network namespace ...
-    #[arg(long)]
-    pub netns: Option<String>,
-
-    /// ... and make it a port of this bridge there.
-    #[arg(long, requires = "netns")]
-    pub bridge: Option<String>,
+    /// The link (TAP and DPDK options; the TAP interface defaults to
+    /// dpwrping0).
+    #[command(flatten)]
+    pub link: LinkArgs,
 
     /// Client: milliseconds to wait after the MPA Reply before the first
     /// FPDU. Linux siw (6.1) sends its Reply before it hands the socket to
@@ -174,15 +167,6 @@ pub struct RpingArgs {
     /// IP MTU of the path (FPDUs are sized for it).
     #[arg(long, default_value_t = 1500)]
     pub mtu: usize,
-}
-
-/// A transport for rping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RpingTransport {
-    /// Linux TCP.
-    Kernel,
-    /// tcp-lite over a TAP device.
-    Tap,
 }
 
 /// A Terminate layout on the command line.
@@ -261,11 +245,12 @@ impl RpingArgs {
             (Some(Fault::Bounds), true) => return Err("--fault bounds is the client's".into()),
             _ => {}
         }
-        if self.transport == RpingTransport::Tap && self.ip.is_none() {
-            return Err(
-                "--transport tap needs --ip ADDR/PREFIX, our address on the TAP link".into(),
-            );
+        if self.transport != PeerTransport::Kernel {
+            self.link
+                .address()
+                .map_err(|e| format!("--transport {}: {e}", self.transport.name()))?;
         }
+        self.link.cpus()?;
         if !(576..=9000).contains(&self.mtu) {
             return Err(format!("--mtu {}: give 576 to 9000", self.mtu));
         }
@@ -521,7 +506,7 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
         return 2;
     }
     let result = match args.transport {
-        RpingTransport::Kernel => {
+        PeerTransport::Kernel => {
             let kc = KernelConfig {
                 bind: if args.server {
                     args.addr
@@ -535,10 +520,27 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
                 Err(e) => Err(e.to_string()),
             }
         }
-        RpingTransport::Tap => tap_transport(&args).and_then(|stack| {
+        PeerTransport::Tap => link::tap_stack(
+            args.link.tap.as_deref().unwrap_or(DEFAULT_TAP),
+            args.link.ip.as_deref().unwrap_or_default(),
+            args.link.netns.as_deref(),
+            args.link.bridge.as_deref(),
+        )
+        .and_then(|stack| {
             let emss = stack.emss();
             run(stack, emss, &args, stop)
         }),
+        dpdk => link::run_on_dpdk(
+            dpdk,
+            &args.link,
+            args.mtu,
+            args.server,
+            DEFAULT_TAP,
+            |stack| {
+                let emss = stack.emss();
+                run(stack, emss, &args, stop)
+            },
+        ),
     };
     match result {
         Ok(o) if o.failed == 0 => 0,
@@ -554,63 +556,6 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
             1
         }
     }
-}
-
-fn tap_transport(args: &RpingArgs) -> Result<Stack<TapDevice>, String> {
-    tap_stack(
-        &args.tap,
-        args.ip.as_deref().unwrap_or_default(),
-        args.netns.as_deref(),
-        args.bridge.as_deref(),
-    )
-}
-
-/// tcp-lite on a new TAP device `tap` with our address `ip` (ADDR/PREFIX),
-/// the device moved into namespace `netns` (and made a port of `bridge`
-/// there) if given. Seeded from the clock: every run its own initial
-/// sequence numbers and ephemeral ports (a four-tuple of the last run may
-/// still be in the peer's TIME-WAIT).
-pub(crate) fn tap_stack(
-    tap: &str,
-    ip: &str,
-    netns: Option<&str>,
-    bridge: Option<&str>,
-) -> Result<Stack<TapDevice>, String> {
-    if let Some(why) = tcp_lite::sys::tap::namespace_unavailable() {
-        return Err(format!("--transport tap cannot run here: {why}"));
-    }
-    let (addr, prefix) = ip
-        .split_once('/')
-        .and_then(|(a, p)| Some((a.parse::<Ipv4Addr>().ok()?, p.parse::<u8>().ok()?)))
-        .filter(|&(_, p)| (1..=32).contains(&p))
-        .ok_or_else(|| format!("--ip {ip}: give ADDR/PREFIX, e.g. 10.77.0.10/24"))?;
-    let device = TapDevice::open(tap).map_err(|e| e.to_string())?;
-    let link = |a: &[&str]| tcp_lite::sys::netns::ip(a).map_err(|e| e.to_string());
-    match (netns, bridge) {
-        (Some(ns), bridge) => {
-            link(&["link", "set", "dev", tap, "netns", ns])?;
-            if let Some(br) = bridge {
-                link(&["-n", ns, "link", "set", "dev", tap, "master", br])?;
-            }
-            link(&["-n", ns, "link", "set", "dev", tap, "up"])?;
-        }
-        (None, _) => link(&["link", "set", "dev", tap, "up"])?,
-    }
-    let mut config = StackConfig::new(
-        [0x02, 0x64, 0x70, 0x77, addr.octets()[2], addr.octets()[3]],
-        addr,
-    );
-    config.prefix_len = prefix;
-    config.seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        ^ u64::from(std::process::id()) << 32;
-    config.tcp = TcpConfig {
-        rx_buffer: 256 * 1024,
-        tx_buffer: 256 * 1024,
-        ..TcpConfig::default()
-    };
-    Stack::new(config, device, now()).map_err(|e| e.to_string())
 }
 
 fn run<T: CoreTransport>(

@@ -32,7 +32,7 @@ fn server(args: &[&str]) -> Server {
     let log = std::env::temp_dir().join(format!(
         "dpwarp-bench-server-{}-{}.log",
         std::process::id(),
-        args.join("_")
+        args.join("_").replace('/', "-")
     ));
     let file = std::fs::File::create(&log).unwrap();
     let child = Command::new(BENCH)
@@ -367,4 +367,113 @@ fn an_interrupted_run_prints_its_results() {
             text(&out)
         );
     }
+}
+
+/// `bench --server` and its client over DPDK memif, two processes joined
+/// only by the shared-memory wire (its socket named for this test): a
+/// bandwidth and a latency run, the server's memif server side quiet before
+/// the client leaves and the other way round.
+#[test]
+fn two_processes_over_memif() {
+    let _serial = serial();
+    let socket = format!("/run/dpwarp/test-bench-{}.sock", std::process::id());
+    for (op, lat) in [("write", false), ("read", true)] {
+        let p = port().to_string();
+        let server = server(&[
+            "--transport",
+            "memif",
+            "--memif-socket",
+            &socket,
+            "--ip",
+            "10.91.0.2/24",
+            "--hugepages",
+            "off",
+            "-p",
+            &p,
+        ]);
+        let mut args = vec![
+            op,
+            "10.91.0.2",
+            "--transport",
+            "memif",
+            "--memif-socket",
+            &socket,
+            "--ip",
+            "10.91.0.1/24",
+            "--hugepages",
+            "off",
+            "-p",
+            &p,
+            "-n",
+            "2000",
+            "-s",
+            "4096",
+        ];
+        if lat {
+            args.push("--lat");
+        }
+        let client = finish(spawn(&args), "the client");
+        assert!(client.status.success(), "{op}: {}", text(&client));
+        assert!(text(&client).contains("remote_memif"), "{}", text(&client));
+        let (ok, said) = server.finish();
+        assert!(ok && said.contains("client done"), "{op} server: {said}");
+    }
+}
+
+/// `bench rping` both roles over memif between two processes: ten
+/// iterations, each verified on both sides.
+#[test]
+fn rping_between_two_processes_over_memif() {
+    let _serial = serial();
+    let socket = format!("/run/dpwarp/test-rping-{}.sock", std::process::id());
+    let log = std::env::temp_dir().join(format!("dpwarp-rping-memif-{}.log", std::process::id()));
+    let file = std::fs::File::create(&log).unwrap();
+    let mut srv = Command::new(BENCH)
+        .args([
+            "rping",
+            "-s",
+            "-a",
+            "10.92.0.2",
+            "--transport",
+            "memif",
+            "--memif-socket",
+            &socket,
+            "--ip",
+            "10.92.0.2/24",
+            "--hugepages",
+            "off",
+        ])
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .expect("bench runs");
+    // The memif server listens at once (its link comes up with the client).
+    std::thread::sleep(Duration::from_millis(700));
+    let client = finish(
+        spawn(&[
+            "rping",
+            "-c",
+            "-a",
+            "10.92.0.2",
+            "-C",
+            "10",
+            "-v",
+            "--transport",
+            "memif",
+            "--memif-socket",
+            &socket,
+            "--ip",
+            "10.92.0.1/24",
+            "--hugepages",
+            "off",
+        ]),
+        "the rping client",
+    );
+    let said = text(&client);
+    let status = srv.wait().unwrap();
+    let server_said = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(client.status.success(), "{said}");
+    assert_eq!(said.matches("ping data: rdma-ping-").count(), 10, "{said}");
+    assert!(status.success(), "{server_said}");
 }
