@@ -17,6 +17,8 @@
 //! * [`rping`]: `bench rping`, rdma-core's rping over dpwarp, both roles.
 //! * [`perftest`]: `bench perftest`, perftest's six RC tests over dpwarp,
 //!   both roles.
+//! * [`portcost`]: `bench port`, the smoltcp device layer's cost per
+//!   packet beside a raw DPDK loop on the same ports.
 //! * [`report`]: tables, `.hgrm`, `.hlog`, SVG plots and the JSON report.
 //!
 //! A benchmark reads the clock; the sans-IO crates it drives never do.
@@ -27,6 +29,7 @@ pub mod endpoint;
 pub mod hello;
 pub mod link;
 pub mod perftest;
+pub mod portcost;
 pub mod report;
 pub mod responder;
 pub mod rig;

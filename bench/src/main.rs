@@ -24,6 +24,7 @@ fn main() {
     let tool = match argv.get(1).map(String::as_str) {
         Some("rping") => Some(bench::rping::main as fn(Vec<String>, &AtomicBool) -> i32),
         Some("perftest") => Some(bench::perftest::main as fn(Vec<String>, &AtomicBool) -> i32),
+        Some("port") => Some(bench::portcost::main as fn(Vec<String>, &AtomicBool) -> i32),
         _ => None,
     };
     if let Some(tool) = tool {
