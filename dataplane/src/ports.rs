@@ -116,6 +116,8 @@ pub fn start_eal(hugepages: Hugepages, pci: &[String]) -> Result<(Eal, String), 
         pci: pci.to_vec(),
         // Errors only: EAL's start-up notices (no 1 GiB pages on this node,
         // no multi-process channel with --no-shconf) are not ours to show.
+        // (DPDK 22.11's TAP driver prints what it cannot set up for
+        // rte_flow, which dpwarp does not use, whatever the level.)
         log_level: "*:error".into(),
     };
     let eal = Eal::init(&config).map_err(|e| e.to_string())?;
@@ -203,15 +205,23 @@ impl Opened {
         ))
     }
 
-    /// The port's MAC, or a locally administered one made from its id
-    /// where it has none (`net_ring`).
+    /// The MAC our stack uses on this port: the port's, or a locally
+    /// administered one made from its id where it has none (`net_ring`).
+    /// On `net_tap`, one that differs from the port's in its last octet:
+    /// DPDK gives the kernel's end of the TAP interface the port's own MAC,
+    /// and a bridge the interface joins takes frames to that MAC for itself
+    /// instead of forwarding them to us (the TAP driver hands us every
+    /// frame the kernel sends, whatever its destination).
     pub fn mac(&self) -> [u8; 6] {
-        let mac = self.port.info().mac;
+        let mut mac = self.port.info().mac;
         if mac == [0; 6] {
-            [0x02, 0x64, 0x70, 0x77, 0, self.port.info().id as u8]
-        } else {
-            mac
+            return [0x02, 0x64, 0x70, 0x77, 0, self.port.info().id as u8];
         }
+        if self.port.info().driver == "net_tap" {
+            mac[0] |= 0x02; // locally administered
+            mac[5] ^= 0x01;
+        }
+        mac
     }
 
     /// How the devices complete and check checksums, in words.
@@ -226,6 +236,20 @@ impl Opened {
 
 /// Opens and starts a port of `kind`, waiting for its link.
 pub fn open(eal: Eal, kind: &PortKind, options: &PortOptions) -> Result<Opened, String> {
+    // The TAP and AF_PACKET drivers open their interface's files and
+    // sockets when the device is made and when its queues are set up, in
+    // the namespace of the thread doing it: both happen in the namespace
+    // (the TAP driver would otherwise make a second interface of the same
+    // name where we stand).
+    let netns = match kind {
+        PortKind::Tap { netns, .. } | PortKind::AfPacket { netns, .. } => netns.as_deref(),
+        PortKind::Memif { .. } | PortKind::Pci { .. } => None,
+    };
+    in_netns(netns, || open_here(eal, kind, options))?
+}
+
+/// [`open`], in the calling thread's namespace.
+fn open_here(eal: Eal, kind: &PortKind, options: &PortOptions) -> Result<Opened, String> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let mut port = match kind {
@@ -237,18 +261,16 @@ pub fn open(eal: Eal, kind: &PortKind, options: &PortOptions) -> Result<Opened, 
                 format!("role={role},socket={socket},socket-abstract=yes,bsize={bsize},rsize=11");
             Port::vdev(eal, &format!("net_memif{n}"), &args)
         }
-        PortKind::Tap { iface, netns } => in_netns(netns.as_deref(), || {
+        PortKind::Tap { iface, .. } => {
             Port::vdev(eal, &format!("net_tap{n}"), &format!("iface={iface}"))
-        })?,
-        PortKind::AfPacket { iface, netns } => {
+        }
+        PortKind::AfPacket { iface, .. } => {
             let (frame, block) = af_packet_frames(options);
-            in_netns(netns.as_deref(), || {
-                let args = format!(
-                    "iface={iface},qpairs={},blocksz={block},framesz={frame},framecnt=1024",
-                    options.queues
-                );
-                Port::vdev(eal, &format!("net_af_packet{n}"), &args)
-            })?
+            let args = format!(
+                "iface={iface},qpairs={},blocksz={block},framesz={frame},framecnt=1024",
+                options.queues
+            );
+            Port::vdev(eal, &format!("net_af_packet{n}"), &args)
         }
         PortKind::Pci { address } => Port::pci(eal, address),
     }

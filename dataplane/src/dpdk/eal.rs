@@ -47,7 +47,8 @@ pub struct EalConfig {
     /// PCI devices to probe (`-a 0000:01:00.0`); empty: no PCI bus scan
     /// (`--no-pci`), so only virtual devices exist.
     pub pci: Vec<String>,
-    /// EAL's log level (`--log-level`), e.g. `*:warning`.
+    /// EAL's log levels (`--log-level`, one per comma-separated item),
+    /// e.g. `*:warning` or `*:error,pmd.net.tap:critical`.
     pub log_level: String,
 }
 
@@ -69,11 +70,13 @@ impl EalConfig {
             // Main lcore 0, free to run on every CPU we have: EAL pins nothing.
             format!("--lcores=0@({})", cpu_list.join(",")),
             "--no-telemetry".into(),
-            format!("--log-level={}", self.log_level),
             // A runtime directory of this process's own (EAL makes it even
             // in memory-only modes), removed at cleanup.
             format!("--file-prefix={}", file_prefix()),
         ];
+        for level in self.log_level.split(',') {
+            args.push(format!("--log-level={level}"));
+        }
         match &self.memory {
             Memory::NoHuge { megabytes } => {
                 args.extend(["--no-huge".into(), "--no-shconf".into()]);
