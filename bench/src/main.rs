@@ -33,6 +33,8 @@ fn main() {
         let _ = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst));
         std::process::exit(tool(argv[1..].to_vec(), &stop));
     }
+    // The CPUs we may use, read before any thread is pinned.
+    let _ = dataplane::lcore::cpus();
     let args = Args::parse();
     let plan = match args.plan() {
         Ok(plan) => plan,

@@ -56,6 +56,11 @@ pub struct Budgets {
     pub tx_fills: usize,
     /// Handoffs of the control plane turned into QPs per turn.
     pub handoffs: usize,
+    /// Octets the engine writes into TCP per fill before TCP sends them:
+    /// small enough that the peer works on one chunk while the engine
+    /// makes the next (a whole ring per fill left the two cores taking
+    /// turns), large enough to amortise a poll of TCP.
+    pub tx_chunk: usize,
 }
 
 impl Default for Budgets {
@@ -65,6 +70,7 @@ impl Default for Budgets {
             rx_reads: 64,
             tx_fills: 16,
             handoffs: 64,
+            tx_chunk: 64 * 1024,
         }
     }
 }
@@ -126,6 +132,11 @@ pub struct CoreCounters {
     pub busy_turns: u64,
     /// Turns that found nothing to do.
     pub idle_turns: u64,
+    /// Microseconds from the start of a busy turn to the start of the
+    /// next turn (the clock each turn is given), summed: time spent working.
+    pub busy_us: u64,
+    /// The same for idle turns: time spent polling for nothing.
+    pub idle_us: u64,
     /// FPDU octets the engine wrote into TCP.
     pub tx_fpdu_octets: u64,
     /// FPDU octets TCP handed to the engine.
@@ -148,6 +159,8 @@ impl CoreCounters {
             turns: self.turns - earlier.turns,
             busy_turns: self.busy_turns - earlier.busy_turns,
             idle_turns: self.idle_turns - earlier.idle_turns,
+            busy_us: self.busy_us - earlier.busy_us,
+            idle_us: self.idle_us - earlier.idle_us,
             tx_fpdu_octets: self.tx_fpdu_octets - earlier.tx_fpdu_octets,
             rx_fpdu_octets: self.rx_fpdu_octets - earlier.rx_fpdu_octets,
             established: self.established - earlier.established,
@@ -198,6 +211,8 @@ pub struct Core<T: CoreTransport> {
     /// Scratch for draining a CQ.
     wcs: Vec<Wc>,
     counters: CoreCounters,
+    /// The last turn's start and whether it was busy, for the time counters.
+    last_turn: Option<(Instant, bool)>,
 }
 
 /// A completion slot's filler.
@@ -235,6 +250,7 @@ impl<T: CoreTransport> Core<T> {
             events: VecDeque::with_capacity(n),
             wcs: vec![BLANK_WC; wcs.clamp(64, 4096)],
             counters: CoreCounters::default(),
+            last_turn: None,
             config,
             transport,
             link,
@@ -253,12 +269,23 @@ impl<T: CoreTransport> Core<T> {
         busy |= self.new_qps(now);
         busy |= self.transport.poll(now);
         self.transport.flush();
-        self.count_turn(busy);
+        self.count_turn(now, busy);
         busy
     }
 
-    fn count_turn(&mut self, busy: bool) {
+    fn count_turn(&mut self, now: Instant, busy: bool) {
         let c = &mut self.counters;
+        // The time since the last turn began was that turn's (and the
+        // application's, between turns).
+        if let Some((then, was_busy)) = self.last_turn {
+            let us = (now - then).total_micros();
+            if was_busy {
+                c.busy_us += us;
+            } else {
+                c.idle_us += us;
+            }
+        }
+        self.last_turn = Some((now, busy));
         c.turns += 1;
         if busy {
             c.busy_turns += 1;
@@ -361,20 +388,33 @@ impl<T: CoreTransport> Core<T> {
                 Segmenting::Off => None,
             };
             let rnic = &mut self.rnic;
-            let written = self.transport.send_with(live.conn, usize::MAX, |space| {
+            // A chunk ends where a segment does, or TCP would send its tail
+            // as a short segment of its own.
+            let chunk = match segments {
+                Some((first, size)) => {
+                    let whole = self.config.budgets.tx_chunk.saturating_sub(first) / size;
+                    first + whole.max(1) * size
+                }
+                None => self.config.budgets.tx_chunk,
+            };
+            let written = self.transport.send_with(live.conn, chunk, |space| {
                 let n = crate::transport::fill(rnic, live.qp, space, segments);
                 (n, n)
             });
             let Ok(n) = written else { break };
             total += n as u64;
-            // Nothing more to send, or no room at all (the transmit ring is
-            // full): the next turn goes on.
-            let open_segment =
-                segments.is_some_and(|(first, size)| n > 0 || (first > 0 && first < size));
-            if !self.rnic.transmit_short(live.qp).unwrap_or(false) || !open_segment {
+            // Nothing more to send: done. Nothing written into a fresh
+            // segment: no room at all (the transmit ring is full, or wraps
+            // before the next FPDU fits): the next turn goes on.
+            let open_segment = segments.is_some_and(|(first, size)| first > 0 && first < size);
+            if !self.rnic.transmit_short(live.qp).unwrap_or(false) || (n == 0 && !open_segment) {
                 break;
             }
+            // TCP sends what this fill queued (a segment cut short where the
+            // next FPDU did not fit), and the device hands it to the port,
+            // so the peer works on it while the engine makes the next.
             self.transport.poll(now);
+            self.transport.flush();
         }
         self.counters.tx_fpdu_octets += total;
         total

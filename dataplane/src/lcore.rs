@@ -30,11 +30,17 @@ impl Pinned {
     }
 }
 
-/// The CPUs this process may run on, in order.
+/// The CPUs this process may run on, in order: read once, at the first
+/// call, so that a thread pinned since (to one CPU) still sees them all.
+/// Call it before pinning anything (`enter` does).
 pub fn cpus() -> Vec<usize> {
-    core_affinity::get_core_ids()
-        .map(|ids| ids.into_iter().map(|c| c.id).collect())
-        .unwrap_or_default()
+    static CPUS: std::sync::OnceLock<Vec<usize>> = std::sync::OnceLock::new();
+    CPUS.get_or_init(|| {
+        core_affinity::get_core_ids()
+            .map(|ids| ids.into_iter().map(|c| c.id).collect())
+            .unwrap_or_default()
+    })
+    .clone()
 }
 
 /// Pins the calling thread to `cpu` (none: leaves it to the scheduler) and,

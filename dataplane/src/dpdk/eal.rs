@@ -222,10 +222,10 @@ fn runtime_bases() -> Vec<PathBuf> {
 }
 
 fn start(config: &EalConfig) -> Result<(), EalError> {
-    let cpus: Vec<usize> = core_affinity::get_core_ids()
-        .map(|ids| ids.into_iter().map(|c| c.id).collect())
-        .filter(|ids: &Vec<usize>| !ids.is_empty())
-        .unwrap_or_else(|| vec![0]);
+    let mut cpus = crate::lcore::cpus();
+    if cpus.is_empty() {
+        cpus.push(0);
+    }
     let args = config.args(&cpus);
     let mut owned: Vec<CString> = Vec::with_capacity(args.len());
     for arg in &args {
