@@ -89,10 +89,10 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub transport: Option<TransportArg>,
 
-    /// Run the same workload over this baseline too, in the same run, and
-    /// print the ratios.
-    #[arg(long, value_enum)]
-    pub compare: Option<TransportArg>,
+    /// Run the same workload over these baselines too (`kernel`, or
+    /// `kernel,embedded`), in the same run, and print the ratios.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub compare: Vec<TransportArg>,
 
     /// IP MTU of the link (FPDUs are sized for it on every transport):
     /// 9000 by default, 1500 on net_tap (DPDK 22.11's TAP driver takes no
@@ -228,7 +228,8 @@ pub const SIZE_MAX: usize = 8 << 20;
 impl Args {
     /// The IP MTU: --mtu, or 9000 (1500 where net_tap runs).
     pub fn mtu(&self) -> usize {
-        let net_tap = [self.transport, self.compare].contains(&Some(TransportArg::NetTap));
+        let net_tap = self.transport == Some(TransportArg::NetTap)
+            || self.compare.contains(&TransportArg::NetTap);
         self.mtu.unwrap_or(if net_tap { 1500 } else { 9000 })
     }
 
@@ -331,12 +332,15 @@ impl Args {
             _ => {}
         }
         self.link.cpus()?;
-        if let (Role::Local(t), Some(c)) = (&role, self.compare) {
-            if c == *t {
+        if let Role::Local(t) = &role {
+            if self.compare.contains(t) {
                 return Err(
                     "--compare names the transport already measured: compare another".into(),
                 );
             }
+        }
+        if (1..self.compare.len()).any(|i| self.compare[..i].contains(&self.compare[i])) {
+            return Err("--compare names a transport twice".into());
         }
         if let Role::Client(host) = &role {
             if host.is_empty() || host.starts_with('-') {

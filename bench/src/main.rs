@@ -60,9 +60,7 @@ fn main() {
                 .unwrap_or(PeerTransport::Kernel),
         ),
     }];
-    if let Some(c) = args.compare {
-        transports.push(kind(c));
-    }
+    transports.extend(args.compare.iter().map(|&c| kind(c)));
     let mut reports: Vec<Report> = Vec::new();
     let shape = match plan.mode {
         Mode::Bandwidth => format!(
@@ -553,14 +551,15 @@ fn print_tables(args: &Args, plan: &Plan, reports: &[Report]) {
             }
         }
     }
-    // Same-run comparison: the first transport against the second, per size.
-    if args.compare.is_some() {
+    // Same-run comparison: the first transport against each baseline, per
+    // size.
+    if !args.compare.is_empty() {
         let first = reports[0].transport;
         println!();
         for r in reports.iter().filter(|r| r.transport == first) {
-            if let Some(base) = reports
+            for base in reports
                 .iter()
-                .find(|b| b.transport != first && b.size == r.size)
+                .filter(|b| b.transport != first && b.size == r.size)
             {
                 match plan.mode {
                     Mode::Bandwidth => println!(

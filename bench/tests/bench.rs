@@ -25,8 +25,11 @@ fn perftest_vocabulary_parses() {
         (Op::Write, Mode::Bandwidth, vec![65536])
     );
     assert_eq!(plan.stop, Stop::Duration(Duration::from_secs(5)));
-    assert_eq!(a.compare, Some(TransportArg::Kernel));
+    assert_eq!(a.compare, [TransportArg::Kernel]);
     assert!(a.report_gbits && a.json.is_some());
+    let a = parse("bench write --transport memif --compare kernel,embedded").unwrap();
+    assert_eq!(a.compare, [TransportArg::Kernel, TransportArg::Embedded]);
+    assert!(a.plan().is_ok());
     let a = parse("bench write -s 64 -D 5 --lat --compare kernel --json f.json").unwrap();
     assert_eq!(a.plan().unwrap().mode, Mode::Latency);
     let a = parse("bench read -a -n 10 -q 4 -t 32 --no-crc --markers -p 2000").unwrap();
@@ -78,6 +81,7 @@ fn bad_arguments_say_what_to_fix() {
         ("bench fetch_add -s 64", "moves 8 octets"),
         ("bench write -a -s 64", "drop -s"),
         ("bench write --compare embedded", "--compare"),
+        ("bench write --compare kernel,kernel", "twice"),
         ("bench write --mtu 100", "--mtu 100"),
         ("bench write --lat -s 1", "-s 2"),
         ("bench write 10.0.0.1 --transport tap", "use kernel, memif"),

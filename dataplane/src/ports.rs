@@ -94,6 +94,19 @@ pub fn free_hugepages() -> u64 {
 /// Starts EAL (once per process) with `hugepages`; returns it and a line
 /// saying which memory it runs on.
 pub fn start_eal(hugepages: Hugepages, pci: &[String]) -> Result<(Eal, String), String> {
+    // EAL starts once: later calls get the running one (whatever the
+    // hugepages look like now; the first call took its share).
+    static STARTED: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    let mut said = STARTED.lock().unwrap_or_else(|p| p.into_inner());
+    if let (Some(eal), Some(memory)) = (Eal::running(), said.as_ref()) {
+        return Ok((eal, memory.clone()));
+    }
+    let (eal, memory) = start_eal_once(hugepages, pci)?;
+    *said = Some(memory.clone());
+    Ok((eal, memory))
+}
+
+fn start_eal_once(hugepages: Hugepages, pci: &[String]) -> Result<(Eal, String), String> {
     let pages_needed = u64::from(EAL_MEGABYTES / 2);
     let free = free_hugepages();
     let huge = match hugepages {
