@@ -477,3 +477,123 @@ fn rping_between_two_processes_over_memif() {
     assert_eq!(said.matches("ping data: rdma-ping-").count(), 10, "{said}");
     assert!(status.success(), "{server_said}");
 }
+
+/// A memif run stopped by SIGTERM: both cores stop, the results so far are
+/// printed, the ports close and EAL cleans up: nothing of DPDK's stays in
+/// its runtime directory.
+#[test]
+fn a_signalled_dpdk_run_stops_its_cores_and_leaves_nothing() {
+    let _serial = serial();
+    let child = spawn(&[
+        "write",
+        "-D",
+        "30",
+        "--transport",
+        "memif",
+        "--hugepages",
+        "off",
+    ]);
+    let pid = child.id();
+    std::thread::sleep(Duration::from_millis(2500));
+    let killed = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = finish(child, "the signalled memif run");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("(interrupted)"), "{}", text(&out));
+    for base in ["/var/run/dpdk", "/tmp/dpdk"] {
+        let dir = std::path::Path::new(base).join(format!("dpwarp-{pid}"));
+        assert!(!dir.exists(), "{} was left behind", dir.display());
+    }
+}
+
+/// What cannot work here says so in one line that names the fix: hugepages
+/// insisted on where none are free, a PCI address with no NIC bound to
+/// vfio-pci, a memif server on a socket another process serves.
+#[test]
+fn dpdk_setup_failures_say_what_to_fix() {
+    let _serial = serial();
+    let free: u64 =
+        std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+    if free < 512 {
+        let out = finish(
+            spawn(&[
+                "write",
+                "-n",
+                "10",
+                "--transport",
+                "memif",
+                "--hugepages",
+                "on",
+            ]),
+            "bench with hugepages it cannot have",
+        );
+        assert!(!out.status.success());
+        assert!(text(&out).contains("nr_hugepages"), "{}", text(&out));
+    }
+    let out = finish(
+        spawn(&[
+            "write",
+            "192.0.2.1",
+            "--transport",
+            "pci",
+            "--pci",
+            "0000:7f:1f.7",
+            "--ip",
+            "192.0.2.2/24",
+            "--hugepages",
+            "off",
+            "-n",
+            "10",
+        ]),
+        "bench on a PCI address with no NIC",
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("0000:7f:1f.7") && text(&out).contains("vfio-pci"),
+        "{}",
+        text(&out)
+    );
+    let socket = format!("/run/dpwarp/test-busy-{}.sock", std::process::id());
+    let p = port().to_string();
+    let first = server(&[
+        "--transport",
+        "memif",
+        "--memif-socket",
+        &socket,
+        "--ip",
+        "10.94.0.2/24",
+        "--hugepages",
+        "off",
+        "-p",
+        &p,
+    ]);
+    let second = finish(
+        spawn(&[
+            "--server",
+            "--transport",
+            "memif",
+            "--memif-socket",
+            &socket,
+            "--ip",
+            "10.94.0.3/24",
+            "--hugepages",
+            "off",
+            "-p",
+            &p,
+        ]),
+        "a second memif server on the same socket",
+    );
+    assert!(!second.status.success());
+    assert!(
+        text(&second).contains("memif socket") && text(&second).contains("another process"),
+        "{}",
+        text(&second)
+    );
+    drop(first);
+}
