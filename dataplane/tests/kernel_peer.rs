@@ -116,6 +116,21 @@ fn run(af_packet: bool, mtu: u16) -> Result<(), Failed> {
                 let echoed = echo.join().map_err(|_| "the echo thread panicked")?;
                 checked?;
                 echoed?;
+                // The port closed (its rings gave their mbufs back): every
+                // mbuf is home.
+                let pools = opened.pools.clone();
+                drop(opened);
+                for pool in &pools {
+                    if pool.available() != pool.capacity() {
+                        return Err(format!(
+                            "{} of {} mbufs back in {}",
+                            pool.available(),
+                            pool.capacity(),
+                            pool.name()
+                        )
+                        .into());
+                    }
+                }
                 Ok(())
             })
             .join()

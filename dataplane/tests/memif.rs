@@ -226,6 +226,12 @@ fn client(socket: &str, said: &mut impl BufRead) -> Result<(), Failed> {
         return Err(format!("frames dropped: {counters:?}").into());
     }
     drop(s);
+    let pools = opened.pools.clone();
     drop(opened);
+    for pool in &pools {
+        if pool.available() != pool.capacity() {
+            return Err(format!("{} of {} mbufs back", pool.available(), pool.capacity()).into());
+        }
+    }
     Ok(())
 }
