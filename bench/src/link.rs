@@ -177,6 +177,13 @@ pub fn parse_cidr(ip: &str) -> Result<(Ipv4Addr, u8), String> {
         .ok_or_else(|| format!("--ip {ip}: give ADDR/PREFIX, e.g. 10.77.0.10/24"))
 }
 
+/// A locally administered MAC made from an IPv4 address (its last two
+/// octets), for our stacks on TAP and virtual DPDK ports.
+pub fn ip_mac(addr: Ipv4Addr) -> [u8; 6] {
+    let o = addr.octets();
+    [0x02, 0x64, 0x70, 0x77, o[2], o[3]]
+}
+
 /// A seed that differs from run to run: initial sequence numbers and
 /// ephemeral ports of a new run must not repeat the last one's (a peer may
 /// still hold its four-tuple in TIME-WAIT).
@@ -228,10 +235,7 @@ pub fn tap_stack(
         }
         (None, _) => link(&["link", "set", "dev", tap, "up"])?,
     }
-    let mut config = StackConfig::new(
-        [0x02, 0x64, 0x70, 0x77, addr.octets()[2], addr.octets()[3]],
-        addr,
-    );
+    let mut config = StackConfig::new(ip_mac(addr), addr);
     config.prefix_len = prefix;
     config.seed = run_seed();
     config.tcp = tcp_config(false);
@@ -313,8 +317,18 @@ pub fn dpdk_stack(
     ip: (Ipv4Addr, u8),
     lossless: bool,
 ) -> Result<Stack<DpdkDevice>, String> {
-    let device = opened.device(0, None)?;
-    let mut config = StackConfig::new(opened.mac(), ip.0);
+    // A MAC made from our address, the same run after run, as the TAP
+    // transport's: DPDK gives virtual ports a random one each time, and a
+    // peer that still has the last run's in its ARP cache would send to it
+    // (a test's server started right after its client, on the same address,
+    // saw its SYNs go unanswered). A NIC keeps its own.
+    let mac = if opened.port.info().driver.starts_with("net_") {
+        ip_mac(ip.0)
+    } else {
+        opened.mac()
+    };
+    let device = opened.device(0, Some(mac))?;
+    let mut config = StackConfig::new(mac, ip.0);
     config.prefix_len = ip.1;
     config.seed = run_seed();
     config.tcp = tcp_config(lossless);

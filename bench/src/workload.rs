@@ -145,12 +145,15 @@ pub fn run<C: CoreTransport, S: CoreTransport>(
 }
 
 fn done(spec: &Spec, start: Instant, messages: u64) -> (bool, f64) {
+    done_at(spec, start, Instant::now(), messages)
+}
+
+/// [`done`] as of `now` (a clock read the caller already made).
+fn done_at(spec: &Spec, start: Instant, now: Instant, messages: u64) -> (bool, f64) {
+    let elapsed = now.saturating_duration_since(start);
     match spec.stop {
         Stop::Iterations(n) => (messages >= n, messages as f64 / n as f64),
-        Stop::Duration(d) => (
-            start.elapsed() >= d,
-            start.elapsed().as_secs_f64() / d.as_secs_f64(),
-        ),
+        Stop::Duration(d) => (elapsed >= d, elapsed.as_secs_f64() / d.as_secs_f64()),
     }
 }
 
@@ -187,6 +190,10 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
     let credited = spec.op.needs_receive();
     let mut sent = vec![0u64; pairs.len()];
     loop {
+        // One clock read for this round's posts and one for its
+        // completions: at millions of messages a second, a read per message
+        // (three, once) cost the client's core a third of its time.
+        let now = Instant::now();
         // Keep every QP's window full, within its credits.
         for (qi, pair) in pairs.iter().enumerate() {
             let granted = if credited {
@@ -204,12 +211,12 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
                 && sent[qi] < granted
                 && issued < limit
                 && !interrupted
-                && !done(spec, start, messages).0
+                && !done_at(spec, start, now, messages).0
             {
                 if !post(&mut rig.client, pair, qi, spec, next_id) {
                     break;
                 }
-                posted_at[qi].push_back(Instant::now());
+                posted_at[qi].push_back(now);
                 next_id += 1;
                 issued += 1;
                 sent[qi] += 1;
@@ -219,9 +226,10 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
         alive(rig, pairs)?;
         wcs.clear();
         rig.client.poll_cq(&mut wcs);
+        let now = Instant::now();
         if !wcs.is_empty() {
-            last_progress = Instant::now();
-        } else if last_progress.elapsed() > STALL_LIMIT {
+            last_progress = now;
+        } else if now.saturating_duration_since(last_progress) > STALL_LIMIT {
             return Err(format!(
                 "no completion for {} s ({messages} messages done)",
                 STALL_LIMIT.as_secs()
@@ -234,20 +242,20 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
                 .position(|p| p.qp == wc.qp)
                 .ok_or("completion on an unknown QP")?;
             if let Some(at) = posted_at[qi].pop_front() {
-                let ns = at.elapsed().as_nanos() as u64;
+                let ns = now.saturating_duration_since(at).as_nanos() as u64;
                 let _ = latency.record(ns.max(1));
                 let _ = interval.record(ns.max(1));
             }
             messages += 1;
         }
-        if interval_start.elapsed() >= Duration::from_secs(1) {
+        if now.saturating_duration_since(interval_start) >= Duration::from_secs(1) {
             intervals.push((
                 interval_start - start,
                 std::mem::replace(&mut interval, histogram()),
             ));
-            interval_start = Instant::now();
+            interval_start = now;
         }
-        let (finished, fraction) = done(spec, start, messages);
+        let (finished, fraction) = done_at(spec, start, now, messages);
         progress(fraction.min(1.0));
         if stop_flag.load(Ordering::Relaxed) {
             interrupted = true;
@@ -255,7 +263,7 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
         if (finished || interrupted) && posted_at.iter().all(|q| q.is_empty()) {
             break;
         }
-        if start.elapsed() > Duration::from_secs(3600) {
+        if now.saturating_duration_since(start) > Duration::from_secs(3600) {
             return Err("the run did not finish within an hour".into());
         }
     }

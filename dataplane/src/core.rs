@@ -267,7 +267,12 @@ impl<T: CoreTransport> Core<T> {
         self.link.poll(&mut self.transport, now);
         busy |= self.connections(now);
         busy |= self.new_qps(now);
-        busy |= self.transport.poll(now);
+        // The tx burst: TCP sends what this turn queued. A turn that moved
+        // nothing queued nothing (the control link's octets, if any, go at
+        // the next turn's first poll), so an idle turn polls TCP once.
+        if busy {
+            self.transport.poll(now);
+        }
         self.transport.flush();
         self.count_turn(now, busy);
         busy
