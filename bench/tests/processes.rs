@@ -65,6 +65,23 @@ impl Drop for Server {
 }
 
 impl Server {
+    /// Ends the server with SIGTERM (as a user would), waits for it, and
+    /// checks that it left nothing of DPDK's behind; what it said.
+    fn terminate(self) -> String {
+        let pid = self.child.id();
+        let killed = Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let (_, said) = self.finish();
+        for base in ["/var/run/dpdk", "/tmp/dpdk"] {
+            let dir = std::path::Path::new(base).join(format!("dpwarp-{pid}"));
+            assert!(!dir.exists(), "{} was left behind: {said}", dir.display());
+        }
+        said
+    }
+
     /// Waits for the server to exit; its exit status and what it said.
     fn finish(mut self) -> (bool, String) {
         #[allow(clippy::disallowed_methods)] // A child process runs on real time.
@@ -595,5 +612,5 @@ fn dpdk_setup_failures_say_what_to_fix() {
         "{}",
         text(&second)
     );
-    drop(first);
+    first.terminate();
 }

@@ -120,12 +120,16 @@ pub(crate) fn fill(frame: &mut [u8], how: TxChecksum) -> Option<usize> {
     ip[IPV4_CHECKSUM..IPV4_CHECKSUM + 2].fill(0);
     let (src, dst) = addresses(ip);
     let tcp_len = f.total_len - f.header_len;
-    let offload = how == TxChecksum::Offload;
+    let is_tcp = f.tcp && tcp_len >= 20;
+    // The port is asked for the IPv4 header checksum only with a TCP one
+    // (`request_tcp_checksum_offload`): anything else (smoltcp's ICMP echo
+    // replies, ARP aside) gets its header checksum here.
+    let offload = how == TxChecksum::Offload && is_tcp;
     if !offload {
         let c = !fold(sum(&ip[..f.header_len]));
         ip[IPV4_CHECKSUM..IPV4_CHECKSUM + 2].copy_from_slice(&c.to_be_bytes());
     }
-    if !f.tcp || tcp_len < 20 {
+    if !is_tcp {
         return None;
     }
     let pseudo = pseudo_header(src, dst, tcp_len as u16);
@@ -250,5 +254,30 @@ mod fill_tests {
             let parsed = ipv4(&f).unwrap();
             assert!(ipv4_header_ok(&f, &parsed) && tcp_ok(&f, &parsed));
         }
+    }
+
+    #[test]
+    fn offload_leaves_tcp_to_the_port_and_completes_the_rest_here() {
+        // TCP: the port finishes both; the TCP field holds the pseudo-header
+        // sum and the header length is returned for the mbuf's flags.
+        let mut f = frame(100);
+        assert_eq!(fill(&mut f, TxChecksum::Offload), Some(20));
+        assert_eq!(&f[14 + IPV4_CHECKSUM..14 + IPV4_CHECKSUM + 2], &[0, 0]);
+        let pseudo = fold(pseudo_header([10, 1, 2, 3], [10, 4, 5, 6], 120));
+        let at = 14 + 20 + TCP_CHECKSUM;
+        assert_eq!(&f[at..at + 2], &pseudo.to_be_bytes());
+        // Not TCP (an ICMP echo reply, protocol 1): no offload is asked, so
+        // the IPv4 header checksum is computed here.
+        let mut f = frame(100);
+        f[14 + 9] = 1;
+        assert_eq!(fill(&mut f, TxChecksum::Offload), None);
+        let ip = Ipv4Packet::new_checked(&f[14..]).unwrap();
+        assert!(ip.verify_checksum());
+        // A TCP header cut short: the same.
+        let mut f = frame(0);
+        f[14 + 2..14 + 4].copy_from_slice(&36u16.to_be_bytes());
+        f.truncate(14 + 36);
+        assert_eq!(fill(&mut f, TxChecksum::Offload), None);
+        assert!(Ipv4Packet::new_checked(&f[14..]).unwrap().verify_checksum());
     }
 }

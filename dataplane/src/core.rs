@@ -25,7 +25,9 @@
 //!    the device flushes its staged frames.
 //!
 //! Every step has a named budget ([`Budgets`]); nothing in a turn allocates
-//! once connections are set up (the core's queues are sized at start).
+//! once connections are set up (the core's queues are sized at start), as
+//! long as the application takes the completions, handoffs and events the
+//! core keeps for it (those queues grow while it does not).
 //! The core is generic over tcp-lite's [`Transport`], so the in-memory
 //! link, kernel TCP, the TAP fd and DPDK ports all run through it.
 
@@ -397,7 +399,7 @@ impl<T: CoreTransport> Core<T> {
             // as a short segment of its own.
             let chunk = match segments {
                 Some((first, size)) => {
-                    let whole = self.config.budgets.tx_chunk.saturating_sub(first) / size;
+                    let whole = self.config.budgets.tx_chunk.saturating_sub(first) / size.max(1);
                     first + whole.max(1) * size
                 }
                 None => self.config.budgets.tx_chunk,

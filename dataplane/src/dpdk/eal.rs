@@ -121,8 +121,36 @@ impl std::error::Error for EalError {}
 static STARTED: Mutex<Option<Result<EalConfig, EalError>>> = Mutex::new(None);
 /// `rte_eal_cleanup` ran: DPDK may not be used again in this process.
 static CLEANED: AtomicBool = AtomicBool::new(false);
-/// Pools, ports and queues alive: cleanup waits until there are none.
-pub(super) static LIVE_OBJECTS: AtomicUsize = AtomicUsize::new(0);
+/// Pools, ports, queues and registered threads alive: cleanup refuses
+/// while there are any. Each is counted ([`counted`]) when made, under
+/// [`make`]'s lock or from a live parent, and uncounted ([`released`]) last
+/// in its drop, after it let go of everything of DPDK's.
+static LIVE_OBJECTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `make`, which creates DPDK objects, each counted with [`counted`]
+/// as it is made, unless EAL was cleaned up. Under the lock
+/// [`Eal::cleanup`] takes, so a cleanup either sees them counted or
+/// happened before and `make` never runs. `make` must not call `make`.
+pub(super) fn make<T>(make: impl FnOnce() -> Result<T, EalError>) -> Result<T, EalError> {
+    let _started = STARTED.lock().unwrap_or_else(|p| p.into_inner());
+    if CLEANED.load(Ordering::SeqCst) {
+        return Err(EalError(
+            "EAL was cleaned up: DPDK cannot be used again in this process".into(),
+        ));
+    }
+    make()
+}
+
+/// One more live object: called inside [`make`], or for an object made
+/// from a live one (a queue of a port), before which cleanup cannot run.
+pub(super) fn counted() {
+    LIVE_OBJECTS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// A live object let go of everything of DPDK's (last in its drop).
+pub(super) fn released() {
+    LIVE_OBJECTS.fetch_sub(1, Ordering::SeqCst);
+}
 
 impl Eal {
     /// Starts EAL with `config`, or returns the running one if it started
@@ -161,21 +189,24 @@ impl Eal {
     }
 
     /// Releases EAL's resources (`rte_eal_cleanup`: hugepage memory, the
-    /// interrupt thread). Every pool, port and queue must be gone; after
-    /// it, DPDK cannot be used in this process again.
+    /// interrupt thread). Every pool, port, queue and thread registration
+    /// must be gone; after it, DPDK cannot be used in this process again
+    /// (every constructor says so).
     pub fn cleanup(self) -> Result<(), EalError> {
         let _started = STARTED.lock().unwrap_or_else(|p| p.into_inner());
         let live = LIVE_OBJECTS.load(Ordering::SeqCst);
         if live > 0 {
             return Err(EalError(format!(
-                "{live} DPDK pool(s), port(s) or queue(s) still exist: drop them before cleanup"
+                "{live} DPDK pool(s), port(s), queue(s) or thread registration(s) still exist: \
+                 drop them before cleanup"
             )));
         }
         if CLEANED.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
         // SAFETY: EAL runs (an `Eal` exists) and nothing of ours uses DPDK
-        // any more (no live objects); CLEANED stops any later use.
+        // any more (no live objects); CLEANED, set under the lock every
+        // constructor takes, stops any later use.
         let rc = unsafe { sys::rte_eal_cleanup() };
         if rc < 0 {
             return Err(EalError(format!(
@@ -316,8 +347,10 @@ impl ThreadRegistration {
 impl Drop for ThreadRegistration {
     fn drop(&mut self) {
         // SAFETY: this thread registered (a ThreadRegistration is not Send,
-        // so it is dropped by the thread that made it).
+        // so it is dropped by the thread that made it), and EAL still runs
+        // (the registration is counted live, so cleanup waits for it).
         unsafe { sys::rte_thread_unregister() };
+        released();
     }
 }
 
@@ -334,18 +367,22 @@ pub fn register_thread(_eal: Eal) -> Result<ThreadRegistration, EalError> {
             "this thread is already EAL lcore {current}: start poll-mode cores on threads of their own"
         )));
     }
-    // SAFETY: EAL runs; the call registers the calling thread only.
-    let rc = unsafe { sys::rte_thread_register() };
-    if rc < 0 {
-        return Err(EalError(format!(
-            "EAL gave this thread no lcore id: {}",
-            error_text(errno())
-        )));
-    }
-    // SAFETY: as above.
-    let lcore = unsafe { sys::dpw_lcore_id() };
-    Ok(ThreadRegistration {
-        lcore,
-        _not_send: std::marker::PhantomData,
+    make(|| {
+        // SAFETY: EAL runs and is not cleaned up (checked under the lock);
+        // the call registers the calling thread only.
+        let rc = unsafe { sys::rte_thread_register() };
+        if rc < 0 {
+            return Err(EalError(format!(
+                "EAL gave this thread no lcore id: {}",
+                error_text(errno())
+            )));
+        }
+        // SAFETY: as above.
+        let lcore = unsafe { sys::dpw_lcore_id() };
+        counted();
+        Ok(ThreadRegistration {
+            lcore,
+            _not_send: std::marker::PhantomData,
+        })
     })
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dpdk_sys as sys;
 
-use super::eal::{errno, error_text, Eal, EalError, LIVE_OBJECTS};
+use super::eal::{counted, errno, error_text, make, released, Eal, EalError};
 
 /// Octets DPDK keeps free in front of every packet (`RTE_PKTMBUF_HEADROOM`).
 pub const HEADROOM: usize = sys::RTE_PKTMBUF_HEADROOM as usize;
@@ -46,24 +46,33 @@ impl Pool {
             ))
         })?;
         let c_name = CString::new(name.as_str()).expect("no NUL in a generated name");
-        // SAFETY: EAL runs; the name is NUL-terminated and unique in this
-        // process; DPDK copies it.
-        let pool = unsafe {
-            sys::rte_pktmbuf_pool_create(c_name.as_ptr(), mbufs, cache, 0, room, sys::SOCKET_ID_ANY)
-        };
-        let pool = NonNull::new(pool).ok_or_else(|| {
-            EalError(format!(
-                "cannot create a pool of {mbufs} mbufs of {room} octets: {} (give EAL more memory, -m)",
-                error_text(errno())
-            ))
-        })?;
-        LIVE_OBJECTS.fetch_add(1, Ordering::SeqCst);
-        Ok(Arc::new(Pool {
-            pool,
-            capacity: mbufs,
-            data_room,
-            name,
-        }))
+        make(|| {
+            // SAFETY: EAL runs (checked under the lock); the name is
+            // NUL-terminated and unique in this process; DPDK copies it.
+            let pool = unsafe {
+                sys::rte_pktmbuf_pool_create(
+                    c_name.as_ptr(),
+                    mbufs,
+                    cache,
+                    0,
+                    room,
+                    sys::SOCKET_ID_ANY,
+                )
+            };
+            let pool = NonNull::new(pool).ok_or_else(|| {
+                EalError(format!(
+                    "cannot create a pool of {mbufs} mbufs of {room} octets: {} (give EAL more memory, -m)",
+                    error_text(errno())
+                ))
+            })?;
+            counted();
+            Ok(Arc::new(Pool {
+                pool,
+                capacity: mbufs,
+                data_room,
+                name,
+            }))
+        })
     }
 
     /// Mbufs in the pool when none is in use.
@@ -94,24 +103,31 @@ impl Pool {
         NonNull::new(unsafe { sys::dpw_pktmbuf_alloc(self.pool.as_ptr()) }).map(Mbuf)
     }
 
-    /// Fills every slot of `out` with a fresh mbuf, or none of them (and
-    /// returns false) when the pool has fewer free. Slots must be empty.
+    /// Fills every slot of `out` with a fresh mbuf, or leaves every slot
+    /// empty (and returns false) when the pool has fewer free. Whatever the
+    /// slots held before is freed.
     pub fn alloc_bulk(&self, out: &mut [Option<Mbuf>]) -> bool {
-        assert!(
-            out.iter().all(Option::is_none),
-            "alloc_bulk would leak the mbufs in out"
-        );
-        // SAFETY: `Option<Mbuf>` has the layout of `*mut rte_mbuf` (Mbuf is
-        // a transparent NonNull), so `out` is an array of mbuf pointers; on
-        // success DPDK writes `out.len()` valid pointers, on failure none.
-        let rc = unsafe {
-            sys::dpw_pktmbuf_alloc_bulk(
-                self.pool.as_ptr(),
-                out.as_mut_ptr().cast::<*mut sys::rte_mbuf>(),
-                out.len() as u32,
-            )
-        };
-        rc == 0
+        const CHUNK: usize = 32;
+        let mut raw = [std::ptr::null_mut::<sys::rte_mbuf>(); CHUNK];
+        for at in (0..out.len()).step_by(CHUNK) {
+            let n = CHUNK.min(out.len() - at);
+            // SAFETY: the pool is alive and holds pktmbufs; `raw` has room
+            // for `n` pointers. DPDK writes all `n` on success; on failure
+            // it may have written some that still belong to the pool (its
+            // per-lcore cache keeps them), so only a success is read.
+            let rc = unsafe {
+                sys::dpw_pktmbuf_alloc_bulk(self.pool.as_ptr(), raw.as_mut_ptr(), n as u32)
+            };
+            if rc != 0 {
+                // None of them, then: what the chunks before got goes back.
+                out.fill_with(|| None);
+                return false;
+            }
+            for (slot, &m) in out[at..at + n].iter_mut().zip(&raw[..n]) {
+                *slot = Some(Mbuf(NonNull::new(m).expect("DPDK allocated an mbuf")));
+            }
+        }
+        true
     }
 
     pub(super) fn as_ptr(&self) -> *mut sys::rte_mempool {
@@ -121,14 +137,15 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        LIVE_OBJECTS.fetch_sub(1, Ordering::SeqCst);
         let free = self.available();
         if free < self.capacity {
             // An mbuf still out (a bug: every Mbuf owner frees it, ports
             // release theirs when closed) would point into freed memory:
-            // keep the memory instead.
+            // keep the memory instead, still counted live, so EAL is not
+            // cleaned up under that mbuf either.
             eprintln!(
-                "dataplane: pool {} dropped with {} of {} mbufs in use: its memory is kept",
+                "dataplane: pool {} dropped with {} of {} mbufs in use: its memory is kept \
+                 (and EAL cannot be cleaned up)",
                 self.name,
                 self.capacity - free,
                 self.capacity
@@ -138,6 +155,7 @@ impl Drop for Pool {
         // SAFETY: every mbuf is back in the pool, and the pool is not
         // referenced elsewhere (ports and devices hold an Arc of it).
         unsafe { sys::rte_mempool_free(self.pool.as_ptr()) };
+        released();
     }
 }
 
@@ -244,6 +262,19 @@ impl Mbuf {
             fields.set_l2_len(u64::from(l2_len));
             fields.set_l3_len(u64::from(l3_len));
         }
+    }
+
+    /// The raw pointer, lent (ownership stays with `self`).
+    pub(super) fn as_ptr(&self) -> *mut sys::rte_mbuf {
+        self.0.as_ptr()
+    }
+
+    /// Takes ownership of an mbuf DPDK handed over.
+    ///
+    /// # Safety
+    /// `ptr` is a valid mbuf nobody else owns.
+    pub(super) unsafe fn from_raw(ptr: NonNull<sys::rte_mbuf>) -> Mbuf {
+        Mbuf(ptr)
     }
 
     /// The raw pointer, handed to DPDK with ownership (the caller forgets

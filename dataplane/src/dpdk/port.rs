@@ -5,15 +5,18 @@
 //!
 //! A port's queues are [`Queue`]s, each taken once: DPDK's bursts on one
 //! queue must come from one thread at a time, so a queue has one owner (a
-//! poll-mode core) and is `Send` but not `Sync`.
+//! poll-mode core) and its bursts take `&mut self`. A DPDK port has one
+//! [`Port`] in a process at a time (a second open of the same PCI address
+//! is refused), so its queues cannot be taken twice either.
 
 use std::ffi::{CStr, CString};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dpdk_sys as sys;
 
-use super::eal::{errno, error_text, Eal, EalError, LIVE_OBJECTS};
+use super::eal::{counted, errno, error_text, make, released, Eal, EalError};
 use super::mbuf::{Mbuf, Pool};
 
 /// Mbufs moved by one burst call at most (DPDK's customary 32).
@@ -111,8 +114,8 @@ enum Origin {
     Pci(CString),
     /// `rte_eth_from_rings`, which makes the virtual device `net_ring_NAME`
     /// (removed as a vdev); the rings, freed after both ports of the pair,
-    /// are held here with the index of the one this port transmits into.
-    Rings(CString, Arc<RingPair>, usize),
+    /// are held here.
+    Rings(CString, Arc<RingPair>),
 }
 
 #[derive(Debug)]
@@ -138,37 +141,41 @@ pub struct Port {
     inner: Arc<PortInner>,
 }
 
-/// Two rings that two `net_ring` ports cross-connect, freed after both.
+/// Two rings that two `net_ring` ports cross-connect, freed after both
+/// ports. Frames one port sent and the other never read are still in a
+/// ring then: the pair keeps both ports' pools, so those mbufs go back to
+/// their pool when the pair drains the rings, before the pools go.
 #[derive(Debug)]
 struct RingPair {
+    /// Null until made.
     rings: [*mut sys::rte_ring; 2],
+    /// Both ports' pools (added as each starts).
+    pools: Mutex<Vec<Arc<Pool>>>,
 }
 
 // SAFETY: rte_rings are multi-thread safe objects; the pointers are only
-// used to free them, once, when the pair drops.
+// used to drain and free them, once, when the pair drops.
 unsafe impl Send for RingPair {}
 // SAFETY: as above.
 unsafe impl Sync for RingPair {}
 
 impl RingPair {
-    /// Frees every mbuf left in ring `index`.
-    fn drain(&self, index: usize) {
+    /// Frees every mbuf left in `ring`.
+    fn drain(ring: *mut sys::rte_ring) {
         let mut objects = [std::ptr::null_mut(); BURST_MAX];
         loop {
-            // SAFETY: the ring is alive (we hold the pair) and its ports are
-            // stopped, so no one else dequeues; it holds only mbufs.
+            // SAFETY: the ring is alive (the pair owns it) and both ports
+            // are closed (each held an Arc of the pair), so no one else
+            // dequeues; it holds only mbufs.
             let n = unsafe {
-                sys::dpw_ring_dequeue_burst(
-                    self.rings[index],
-                    objects.as_mut_ptr(),
-                    BURST_MAX as u32,
-                )
+                sys::dpw_ring_dequeue_burst(ring, objects.as_mut_ptr(), BURST_MAX as u32)
             };
             if n == 0 {
                 return;
             }
             for &object in &objects[..n as usize] {
-                // SAFETY: a frame a port enqueued: an mbuf nobody else owns.
+                // SAFETY: a frame a port enqueued: an mbuf nobody else owns,
+                // of a pool this pair keeps alive.
                 unsafe { sys::dpw_pktmbuf_free(object.cast()) };
             }
         }
@@ -178,12 +185,20 @@ impl RingPair {
 impl Drop for RingPair {
     fn drop(&mut self) {
         for ring in self.rings {
+            if ring.is_null() {
+                continue;
+            }
+            RingPair::drain(ring);
             // SAFETY: both ports using the rings are closed (each holds an
-            // Arc of this pair until its inner drops).
+            // Arc of this pair until its inner drops); drained above.
             unsafe { sys::rte_ring_free(ring) };
         }
+        // The pools go after this, every mbuf back in them.
     }
 }
+
+/// DPDK ports that have a [`Port`] in this process.
+static CLAIMED: Mutex<Vec<u16>> = Mutex::new(Vec::new());
 
 fn unique(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -198,16 +213,19 @@ impl Port {
         let _ = eal;
         let c_name = c_string(name)?;
         let c_args = c_string(args)?;
-        // SAFETY: EAL runs; both strings are NUL-terminated; DPDK copies them.
-        let rc = unsafe { sys::rte_vdev_init(c_name.as_ptr(), c_args.as_ptr()) };
-        if rc < 0 {
-            return Err(EalError(format!(
-                "cannot create DPDK device {name},{args}: {}{}",
-                error_text(-rc),
-                vdev_hint(name, -rc)
-            )));
-        }
-        Port::found(name, Origin::Vdev(c_name))
+        make(|| {
+            // SAFETY: EAL runs (checked under the lock); both strings are
+            // NUL-terminated; DPDK copies them.
+            let rc = unsafe { sys::rte_vdev_init(c_name.as_ptr(), c_args.as_ptr()) };
+            if rc < 0 {
+                return Err(EalError(format!(
+                    "cannot create DPDK device {name},{args}: {}{}",
+                    error_text(-rc),
+                    vdev_hint(name, -rc)
+                )));
+            }
+            Port::found(name, Origin::Vdev(c_name), true)
+        })
     }
 
     /// The port of the PCI NIC at `address` (`0000:01:00.0`), which must be
@@ -216,67 +234,88 @@ impl Port {
     pub fn pci(eal: Eal, address: &str) -> Result<Port, EalError> {
         let _ = eal;
         let c_address = c_string(address)?;
-        if Port::by_name(address).is_none() {
-            // SAFETY: EAL runs; the string is NUL-terminated.
-            let rc = unsafe { sys::rte_dev_probe(c_address.as_ptr()) };
-            if rc < 0 {
-                return Err(EalError(format!(
-                    "no DPDK port at PCI address {address}: {} (is it bound to vfio-pci? \
-                     dpdk-devbind.py --status; and allowed with the EAL's pci list?)",
-                    error_text(-rc)
-                )));
+        make(|| {
+            // EAL probes the PCI devices it is allowed at start; one it has
+            // not is probed here (and removed again if it fails).
+            let probed = Port::by_name(address).is_none();
+            if probed {
+                // SAFETY: EAL runs (checked under the lock); the string is
+                // NUL-terminated.
+                let rc = unsafe { sys::rte_dev_probe(c_address.as_ptr()) };
+                if rc < 0 {
+                    return Err(EalError(format!(
+                        "no DPDK port at PCI address {address}: {} (is it bound to vfio-pci? \
+                         dpdk-devbind.py --status; and allowed with the EAL's pci list?)",
+                        error_text(-rc)
+                    )));
+                }
             }
-        }
-        Port::found(address, Origin::Pci(c_address))
+            Port::found(address, Origin::Pci(c_address), probed)
+        })
     }
 
     /// Two ports joined back to back in this process through two rings
     /// (`net_ring`): what one sends the other receives. No root, no device.
     pub fn ring_pair(eal: Eal, ring_size: u32) -> Result<(Port, Port), EalError> {
         let _ = eal;
-        let mut rings = [std::ptr::null_mut(); 2];
-        for ring in &mut rings {
-            let name = c_string(&unique("dpw_ring"))?;
-            // SAFETY: EAL runs; the name is NUL-terminated and unique; one
-            // producer (the sending core) and one consumer (the receiving).
-            *ring = unsafe {
-                sys::rte_ring_create(
-                    name.as_ptr(),
-                    ring_size,
-                    sys::SOCKET_ID_ANY,
-                    sys::RING_F_SP_ENQ | sys::RING_F_SC_DEQ,
-                )
+        make(|| {
+            // Dropped on any error below: what was made of it goes.
+            let mut pair = RingPair {
+                rings: [std::ptr::null_mut(); 2],
+                pools: Mutex::new(Vec::new()),
             };
-            if ring.is_null() {
-                return Err(EalError(format!(
-                    "cannot create a ring: {}",
-                    error_text(errno())
-                )));
+            for ring in &mut pair.rings {
+                let name = c_string(&unique("dpw_ring"))?;
+                // SAFETY: EAL runs (checked under the lock); the name is
+                // NUL-terminated and unique; one producer (the sending core)
+                // and one consumer (the receiving).
+                *ring = unsafe {
+                    sys::rte_ring_create(
+                        name.as_ptr(),
+                        ring_size,
+                        sys::SOCKET_ID_ANY,
+                        sys::RING_F_SP_ENQ | sys::RING_F_SC_DEQ,
+                    )
+                };
+                if ring.is_null() {
+                    return Err(EalError(format!(
+                        "cannot create a ring: {}",
+                        error_text(errno())
+                    )));
+                }
             }
-        }
-        let pair = Arc::new(RingPair { rings });
-        let mut ports = Vec::with_capacity(2);
-        for (rx, tx) in [(0, 1), (1, 0)] {
-            let name = unique("dpw");
-            let c_name = c_string(&name)?;
-            // SAFETY: the rings live as long as `pair`, which the port keeps.
-            let id = unsafe {
-                sys::rte_eth_from_rings(c_name.as_ptr(), &pair.rings[rx], 1, &pair.rings[tx], 1, 0)
-            };
-            if id < 0 {
-                return Err(EalError(format!(
-                    "cannot make a ring port: {}",
-                    error_text(errno())
-                )));
+            let pair = Arc::new(pair);
+            let mut ports = Vec::with_capacity(2);
+            for (rx, tx) in [(0, 1), (1, 0)] {
+                let name = unique("dpw");
+                let c_name = c_string(&name)?;
+                // SAFETY: the rings live as long as `pair`, which the port
+                // keeps.
+                let id = unsafe {
+                    sys::rte_eth_from_rings(
+                        c_name.as_ptr(),
+                        &pair.rings[rx],
+                        1,
+                        &pair.rings[tx],
+                        1,
+                        0,
+                    )
+                };
+                if id < 0 {
+                    return Err(EalError(format!(
+                        "cannot make a ring port: {}",
+                        error_text(errno())
+                    )));
+                }
+                // DPDK names the device after ours.
+                let device = format!("net_ring_{name}");
+                let origin = Origin::Rings(c_string(&device)?, pair.clone());
+                ports.push(Port::found(&device, origin, true)?);
             }
-            // DPDK names the device after ours.
-            let device = format!("net_ring_{name}");
-            let origin = Origin::Rings(c_string(&device)?, pair.clone(), tx);
-            ports.push(Port::found(&device, origin)?);
-        }
-        let b = ports.pop().expect("two ports");
-        let a = ports.pop().expect("two ports");
-        Ok((a, b))
+            let b = ports.pop().expect("two ports");
+            let a = ports.pop().expect("two ports");
+            Ok((a, b))
+        })
     }
 
     fn by_name(name: &str) -> Option<u16> {
@@ -287,14 +326,37 @@ impl Port {
         (rc == 0).then_some(id)
     }
 
-    fn found(name: &str, origin: Origin) -> Result<Port, EalError> {
-        let id = Port::by_name(name).ok_or_else(|| {
-            EalError(format!(
+    /// The port of the device `name` just made (`ours`: by us, so removed
+    /// again if it cannot be used), claimed for this process. Runs inside
+    /// [`make`].
+    fn found(name: &str, origin: Origin, ours: bool) -> Result<Port, EalError> {
+        let Some(id) = Port::by_name(name) else {
+            if ours {
+                remove(&origin);
+            }
+            return Err(EalError(format!(
                 "DPDK made device {name} but no Ethernet port for it"
-            ))
-        })?;
-        let info = port_info(id, name)?;
-        LIVE_OBJECTS.fetch_add(1, Ordering::SeqCst);
+            )));
+        };
+        let mut claimed = CLAIMED.lock().unwrap_or_else(|p| p.into_inner());
+        if claimed.contains(&id) {
+            return Err(EalError(format!(
+                "port {name} is open already in this process (DPDK port {id})"
+            )));
+        }
+        let info = match port_info(id, name) {
+            Ok(info) => info,
+            Err(e) => {
+                if ours {
+                    // SAFETY: the port exists, unstarted, and is ours.
+                    unsafe { sys::rte_eth_dev_close(id) };
+                    remove(&origin);
+                }
+                return Err(e);
+            }
+        };
+        claimed.push(id);
+        counted();
         Ok(Port {
             inner: Arc::new(PortInner {
                 info,
@@ -322,6 +384,14 @@ impl Port {
             )));
         }
         check_config(&inner.info, config, pools)?;
+        // The port keeps its pools from here on, even if a step below fails
+        // after a driver filled its ring from them (they go after it
+        // closes). A ring pair keeps both ports' pools until both close.
+        inner.pools = pools[..usize::from(config.queues)].to_vec();
+        if let Origin::Rings(_, pair) = &inner.origin {
+            let mut kept = pair.pools.lock().unwrap_or_else(|p| p.into_inner());
+            kept.extend(inner.pools.iter().cloned());
+        }
         let id = inner.info.id;
         let tx_checksum = config.checksum_offload && inner.info.tx_checksum;
         let rx_checksum = config.checksum_offload && inner.info.rx_checksum;
@@ -398,7 +468,6 @@ impl Port {
         }
         inner.queues = config.queues;
         inner.taken = Mutex::new(vec![false; usize::from(config.queues)]);
-        inner.pools = pools[..usize::from(config.queues)].to_vec();
         inner.tx_checksum = tx_checksum;
         inner.rx_checksum = rx_checksum;
         inner.started = true;
@@ -413,7 +482,8 @@ impl Port {
             return None;
         }
         *slot = true;
-        LIVE_OBJECTS.fetch_add(1, Ordering::SeqCst);
+        // Counted from a live port: cleanup cannot run before it.
+        counted();
         Some(Queue {
             port: self.inner.clone(),
             index,
@@ -577,9 +647,24 @@ fn c_string(text: &str) -> Result<CString, EalError> {
     CString::new(text).map_err(|_| EalError(format!("{text:?} contains a NUL octet")))
 }
 
+/// Removes the device a port was made from (closed, or never set up).
+fn remove(origin: &Origin) {
+    match origin {
+        // SAFETY: the device's port is closed or unused; the name is the
+        // one it was made with.
+        Origin::Vdev(name) | Origin::Rings(name, _) => unsafe {
+            sys::rte_vdev_uninit(name.as_ptr());
+        },
+        Origin::Pci(address) => {
+            let bus = c"pci";
+            // SAFETY: as above.
+            unsafe { sys::rte_eal_hotplug_remove(bus.as_ptr(), address.as_ptr()) };
+        }
+    }
+}
+
 impl Drop for PortInner {
     fn drop(&mut self) {
-        LIVE_OBJECTS.fetch_sub(1, Ordering::SeqCst);
         let id = self.info.id;
         // SAFETY: no queue handle exists (each holds an Arc of this inner);
         // stopping and closing releases the mbufs in the port's rings to
@@ -590,25 +675,14 @@ impl Drop for PortInner {
             }
             sys::rte_eth_dev_close(id);
         }
-        match &self.origin {
-            // SAFETY: the port is closed; the name is the one it was made with.
-            Origin::Vdev(name) => unsafe {
-                sys::rte_vdev_uninit(name.as_ptr());
-            },
-            Origin::Rings(name, pair, tx) => {
-                // Frames we sent that the peer never read are ours (our
-                // pools are still alive here): free them, or they would be
-                // lost with the ring.
-                pair.drain(*tx);
-                // SAFETY: as above.
-                unsafe { sys::rte_vdev_uninit(name.as_ptr()) };
-            }
-            Origin::Pci(address) => {
-                let bus = c"pci";
-                // SAFETY: as above.
-                unsafe { sys::rte_eal_hotplug_remove(bus.as_ptr(), address.as_ptr()) };
-            }
-        }
+        // A ring pair's frames this port sent and the other never read go
+        // back to their pool when the pair drains, after both ports.
+        remove(&self.origin);
+        CLAIMED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|&claimed| claimed != id);
+        released();
     }
 }
 
@@ -646,72 +720,76 @@ impl Queue {
     }
 
     /// Receives up to `out.len()` (at most [`BURST_MAX`]) frames into the
-    /// empty slots of `out`, from the front; returns how many.
+    /// first slots of `out`; returns how many. Whatever those slots held is
+    /// freed.
     pub fn rx_burst(&mut self, out: &mut [Option<Mbuf>]) -> usize {
         let n = out.len().min(BURST_MAX);
-        debug_assert!(
-            out[..n].iter().all(Option::is_none),
-            "rx_burst would leak mbufs"
-        );
-        // SAFETY: we own the queue (one thread); `out` is an array of
-        // `Option<Mbuf>`, which has the layout of mbuf pointers, with room
-        // for `n`; DPDK writes that many valid mbufs at most and hands them
-        // to us.
+        let mut raw = [std::ptr::null_mut::<sys::rte_mbuf>(); BURST_MAX];
+        // SAFETY: we own the queue (`&mut self`, one thread); `raw` has room
+        // for `n` pointers. DPDK hands us the first `got` it writes; vector
+        // drivers may write ring-owned pointers past them, which are never
+        // read.
         let got = unsafe {
-            sys::dpw_eth_rx_burst(
-                self.port.info.id,
-                self.index,
-                out.as_mut_ptr().cast::<*mut sys::rte_mbuf>(),
-                n as u16,
-            )
+            sys::dpw_eth_rx_burst(self.port.info.id, self.index, raw.as_mut_ptr(), n as u16)
         };
-        usize::from(got)
+        let got = usize::from(got).min(n);
+        for (slot, &m) in out.iter_mut().zip(&raw[..got]) {
+            let m = NonNull::new(m).expect("DPDK received into an mbuf");
+            // SAFETY: DPDK handed this mbuf over; nobody else owns it.
+            *slot = Some(unsafe { Mbuf::from_raw(m) });
+        }
+        got
     }
 
-    /// Sends the frames in `frames` (every slot `Some`), from the front;
-    /// the ones sent leave their slots (now `None`) and the rest stay, in
-    /// order, at the front of `frames`. Returns how many were sent: fewer
-    /// when the transmit ring is full, which is back-pressure, not loss.
+    /// Sends the frames at the front of `frames`, up to the first empty
+    /// slot ([`BURST_MAX`] at most); the ones sent leave their slots and
+    /// the slots after them move to the front, in order (so the frames not
+    /// sent stay first). Returns how many were sent: fewer when the
+    /// transmit ring is full, which is back-pressure, not loss.
     pub fn tx_burst(&mut self, frames: &mut [Option<Mbuf>]) -> usize {
-        let n = frames.len().min(BURST_MAX);
-        debug_assert!(
-            frames[..n].iter().all(Option::is_some),
-            "tx_burst of an empty slot"
-        );
+        let mut raw = [std::ptr::null_mut::<sys::rte_mbuf>(); BURST_MAX];
+        let mut n = 0;
+        for (slot, frame) in raw.iter_mut().zip(frames.iter()) {
+            let Some(frame) = frame else { break };
+            *slot = frame.as_ptr();
+            n += 1;
+        }
         let (port, index) = (self.port.info.id, self.index);
-        let pointers = frames.as_mut_ptr().cast::<*mut sys::rte_mbuf>();
-        // SAFETY: as in rx_burst; the first `n` slots hold owned mbufs.
         let ready = if self.port.tx_checksum {
             // tx_prepare fixes what the NIC needs for its offloads (it is
             // a no-op on drivers without a prepare step).
-            unsafe { sys::dpw_eth_tx_prepare(port, index, pointers, n as u16) }
+            // SAFETY: we own the queue; `raw[..n]` are mbufs we own (still
+            // in `frames`), which prepare may edit but does not take.
+            unsafe { sys::dpw_eth_tx_prepare(port, index, raw.as_mut_ptr(), n as u16) }
         } else {
             n as u16
         };
-        // SAFETY: as above; DPDK takes ownership of the `sent` first mbufs.
-        let sent = usize::from(unsafe { sys::dpw_eth_tx_burst(port, index, pointers, ready) });
+        // SAFETY: as above; DPDK takes ownership of the first `sent`.
+        let sent =
+            usize::from(unsafe { sys::dpw_eth_tx_burst(port, index, raw.as_mut_ptr(), ready) });
+        let sent = sent.min(usize::from(ready));
         for slot in &mut frames[..sent] {
             // The driver owns these now: forget, do not free.
             if let Some(m) = slot.take() {
                 m.into_raw();
             }
         }
+        let mut gone = sent;
         if sent == usize::from(ready) && usize::from(ready) < n {
             // The driver's prepare step refused the frame at `ready` (its
             // offload request is one it cannot do): it would block the
             // queue forever. Drop it, counted.
             frames[sent] = None;
             self.tx_rejected += 1;
-            frames[..n].rotate_left(sent + 1);
-            return sent;
+            gone += 1;
         }
-        frames[..n].rotate_left(sent);
+        frames.rotate_left(gone);
         sent
     }
 }
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        LIVE_OBJECTS.fetch_sub(1, Ordering::SeqCst);
+        released();
     }
 }
