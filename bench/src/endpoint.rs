@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use control::runtime::{ControlPlane, Handoff};
 use dataplane::{Core, CoreConfig, CoreTransport};
-use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
+use rnic_engine::cq::Wc;
 use rnic_engine::mem::{Access, Region};
 use rnic_engine::qp::QpEvent;
 use rnic_engine::verbs::{CqHandle, Mr, QpHandle, QpInit, RemoteAddr, Rnic, RnicConfig, Sge};
@@ -81,7 +81,7 @@ impl<T: CoreTransport> Endpoint<T> {
             cq,
             region,
             mr,
-            wcs: vec![BLANK_WC; 256],
+            wcs: vec![Wc::EMPTY; 256],
         }
     }
 
@@ -208,15 +208,3 @@ impl<T: CoreTransport> Endpoint<T> {
         }
     }
 }
-
-/// A completion slot's filler.
-const BLANK_WC: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    qp: QpHandle(0),
-    byte_len: 0,
-    imm: None,
-    invalidated: None,
-    solicited: false,
-};

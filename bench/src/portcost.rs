@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use dataplane::dpdk::{Eal, Mbuf, Queue, BURST_MAX};
-use dataplane::ports::{self, Opened, PortKind, PortOptions};
+use dataplane::ports::{self, Opened, PortOptions};
 use dataplane::DpdkDevice;
 use tcp_lite::smoltcp::phy::{Device, RxToken, TxToken};
 
@@ -132,22 +132,7 @@ fn run(args: &PortArgs, stop: &AtomicBool) -> Result<(), String> {
         PortPair::Ring => ports::ring_pair(eal, &options)?,
         PortPair::Memif => {
             let socket = format!("/run/dpwarp/bench-port-{}.sock", std::process::id());
-            let server = ports::open(
-                eal,
-                &PortKind::Memif {
-                    socket: socket.clone(),
-                    server: true,
-                },
-                &options,
-            )?;
-            let client = ports::open(
-                eal,
-                &PortKind::Memif {
-                    socket,
-                    server: false,
-                },
-                &options,
-            )?;
+            let (server, client) = ports::memif_pair(eal, &socket, &options)?;
             ports::wait_link(&[&server, &client], Duration::from_secs(10))?;
             (client, server)
         }

@@ -544,16 +544,22 @@ pub fn embedded(config: &RigConfig) -> Result<Rig<Stack<LinkEnd>, Stack<LinkEnd>
     in_process(client, ce, server, se, s_addr, config)
 }
 
-/// Two RNICs on Linux TCP over loopback.
-pub fn kernel(config: &RigConfig) -> Result<Rig<KernelTransport, KernelTransport>, String> {
+/// Linux TCP bound to `bind` (unspecified: any address), with the 4 MiB
+/// socket buffers every kernel transport of `bench` has.
+fn kernel_transport(bind: Ipv4Addr) -> Result<KernelTransport, String> {
     let kc = KernelConfig {
-        bind: Ipv4Addr::LOCALHOST,
+        bind,
         rx_buffer: 4 << 20,
         tx_buffer: 4 << 20,
         ..KernelConfig::default()
     };
-    let client = KernelTransport::new(kc.clone()).map_err(|e| e.to_string())?;
-    let server = KernelTransport::new(kc).map_err(|e| e.to_string())?;
+    KernelTransport::new(kc).map_err(|e| e.to_string())
+}
+
+/// Two RNICs on Linux TCP over loopback.
+pub fn kernel(config: &RigConfig) -> Result<Rig<KernelTransport, KernelTransport>, String> {
+    let client = kernel_transport(Ipv4Addr::LOCALHOST)?;
+    let server = kernel_transport(Ipv4Addr::LOCALHOST)?;
     // The loopback MTU is 65536; FPDUs are sized for the configured path,
     // as on the embedded link.
     let emss = config.mtu - 40;
@@ -592,13 +598,7 @@ pub fn tap(config: &RigConfig) -> Result<(Rig<Stack<TapDevice>, KernelTransport>
     let mut c = StackConfig::new([2, 0, 0, 0, 0, 1], TAP_STACK_ADDR);
     c.tcp = tcp;
     let client = Stack::new(c, device, now()).map_err(|e| e.to_string())?;
-    let kc = KernelConfig {
-        bind: TAP_KERNEL_ADDR,
-        rx_buffer: 4 << 20,
-        tx_buffer: 4 << 20,
-        ..KernelConfig::default()
-    };
-    let server = KernelTransport::new(kc).map_err(|e| e.to_string())?;
+    let server = kernel_transport(TAP_KERNEL_ADDR)?;
     let emss = client.emss();
     Ok((
         in_process(client, emss, server, emss, TAP_KERNEL_ADDR, config)?,
@@ -611,12 +611,7 @@ pub fn remote(
     config: &RigConfig,
     server: SocketAddrV4,
 ) -> Result<Rig<KernelTransport, KernelTransport>, String> {
-    let kc = KernelConfig {
-        rx_buffer: 4 << 20,
-        tx_buffer: 4 << 20,
-        ..KernelConfig::default()
-    };
-    let client = KernelTransport::new(kc).map_err(|e| e.to_string())?;
+    let client = kernel_transport(Ipv4Addr::UNSPECIFIED)?;
     let emss = config.mtu - 40;
     Ok(Rig {
         client: Endpoint::new(client, emss, 1, config.memory),
@@ -668,20 +663,7 @@ pub fn dpdk_pair(
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let server = PortKind::Memif {
-            socket: socket.clone(),
-            server: true,
-        };
-        let server_port = ports::open(eal, &server, &options)?;
-        let client_port = ports::open(
-            eal,
-            &PortKind::Memif {
-                socket,
-                server: false,
-            },
-            &options,
-        )?;
-        (server_port, client_port)
+        ports::memif_pair(eal, &socket, &options)?
     } else {
         ports::ring_pair(eal, &options)?
     };
@@ -725,18 +707,13 @@ pub fn dpdk_kernel(
     }
     let pid = std::process::id();
     let net = Netns::create(&format!("dpwbench{pid}")).map_err(|e| e.to_string())?;
-    let mtu = config.mtu.to_string();
     let kernel_addr = format!("{DPDK_KERNEL_ADDR}/24");
     let ours = format!("dpwd{}", pid % 100_000_000);
     let theirs = format!("dpwk{}", pid % 100_000_000);
     let ns = |args: &[&str]| net.ip(args).map_err(|e| e.to_string());
     if af_packet {
-        ns(&[
-            "link", "add", &theirs, "mtu", &mtu, "type", "veth", "peer", "name", &ours, "mtu", &mtu,
-        ])?;
-        ns(&["addr", "add", &kernel_addr, "dev", &theirs])?;
-        ns(&["link", "set", "dev", &theirs, "up"])?;
-        ns(&["link", "set", "dev", &ours, "up"])?;
+        net.veth(&ours, &theirs, config.mtu, &kernel_addr)
+            .map_err(|e| e.to_string())?;
     }
     net.enter()
         .map_err(|e| format!("entering the namespace: {e}"))?;
@@ -765,13 +742,7 @@ pub fn dpdk_kernel(
     }
     ports::wait_link(&[&port], options.link_timeout)?;
     let client = dpdk_stack(&port, (DPDK_STACK_ADDR, 24), false)?;
-    let kc = KernelConfig {
-        bind: DPDK_KERNEL_ADDR,
-        rx_buffer: 4 << 20,
-        tx_buffer: 4 << 20,
-        ..KernelConfig::default()
-    };
-    let server = KernelTransport::new(kc).map_err(|e| e.to_string())?;
+    let server = kernel_transport(DPDK_KERNEL_ADDR)?;
     let info = DpdkInfo {
         eal,
         memory: String::new(),

@@ -30,17 +30,6 @@ fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("valid bounds")
 }
 
-fn wr<'a>(wr_id: u64, op: SendOp, sgl: &'a [rnic_engine::verbs::Sge]) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        op,
-        sgl,
-        signaled: true,
-        solicited: false,
-        fence: false,
-    }
-}
-
 /// Posts one message of `spec` on QP `qi` (`pair`) of the client.
 fn post<T: CoreTransport>(
     client: &mut Endpoint<T>,
@@ -74,7 +63,10 @@ fn post<T: CoreTransport>(
             swap_mask: u64::MAX,
         },
     };
-    client.rnic().post_send(pair.qp, &wr(id, op, &sgl)).is_ok()
+    client
+        .rnic()
+        .post_send(pair.qp, &SendWr::signaled(id, op, &sgl))
+        .is_ok()
 }
 
 /// Posts a receive for the pong of a latency round into the client's

@@ -34,7 +34,7 @@
 use std::collections::VecDeque;
 
 use control::runtime::{CoreLink, Handoff, StartupResult};
-use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
+use rnic_engine::cq::Wc;
 use rnic_engine::qp::{QpEvent, QpState};
 use rnic_engine::verbs::{CqHandle, QpHandle, QpInit, Rnic};
 use rnic_engine::wire::term::Encoding;
@@ -217,18 +217,6 @@ pub struct Core<T: CoreTransport> {
     last_turn: Option<(Instant, bool)>,
 }
 
-/// A completion slot's filler.
-const BLANK_WC: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    qp: QpHandle(0),
-    byte_len: 0,
-    imm: None,
-    invalidated: None,
-    solicited: false,
-};
-
 impl<T: CoreTransport> Core<T> {
     /// A core on `transport` whose startups run on the control plane behind
     /// `link`, with the engine `rnic`; every QP it makes for an established
@@ -250,7 +238,7 @@ impl<T: CoreTransport> Core<T> {
             ended: VecDeque::with_capacity(n),
             pending: VecDeque::new(),
             events: VecDeque::with_capacity(n),
-            wcs: vec![BLANK_WC; wcs.clamp(64, 4096)],
+            wcs: vec![Wc::EMPTY; wcs.clamp(64, 4096)],
             counters: CoreCounters::default(),
             last_turn: None,
             config,

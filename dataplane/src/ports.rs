@@ -388,6 +388,23 @@ pub fn ring_pair(eal: Eal, options: &PortOptions) -> Result<(Opened, Opened), St
     Ok((a, b))
 }
 
+/// Two memif ports of this process joined through `socket`, the server's
+/// and the client's, started: two cores as two hosts on a wire. Their link
+/// comes up in the background ([`wait_link`]).
+pub fn memif_pair(
+    eal: Eal,
+    socket: &str,
+    options: &PortOptions,
+) -> Result<(Opened, Opened), String> {
+    let side = |server| PortKind::Memif {
+        socket: socket.to_string(),
+        server,
+    };
+    let server = open(eal, &side(true), options)?;
+    let client = open(eal, &side(false), options)?;
+    Ok((server, client))
+}
+
 /// The checksum handling of a port: a trusted wire computes none;
 /// otherwise each direction is offloaded where the port can, else done in
 /// software.

@@ -15,7 +15,7 @@ use dataplane::dpdk::{Eal, EalConfig, Pool, Port, PortConfig};
 use dataplane::{
     Core, CoreConfig, CoreTransport, DeviceConfig, DpdkDevice, RxChecksum, TxChecksum,
 };
-use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
+use rnic_engine::cq::{Wc, WcStatus};
 use rnic_engine::mem::{Access, Region};
 use rnic_engine::verbs::{
     Mr, QpHandle, QpInit, RecvWr, RemoteAddr, Rnic, RnicConfig, SendOp, SendWr, Sge,
@@ -177,17 +177,7 @@ fn traffic<A: CoreTransport, B: CoreTransport>(
     turns: usize,
     (posted, completed): (&mut u64, &mut u64),
 ) -> u64 {
-    let blank = Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        qp: QpHandle(0),
-        byte_len: 0,
-        imm: None,
-        invalidated: None,
-        solicited: false,
-    };
-    let mut wcs = [blank; 64];
+    let mut wcs = [Wc::EMPTY; 64];
     let mut done = 0;
     let remote = RemoteAddr {
         stag: b.mr.stag,

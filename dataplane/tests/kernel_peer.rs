@@ -71,7 +71,6 @@ fn run(af_packet: bool, mtu: u16) -> Result<(), Failed> {
     let net = Netns::create(&format!("dpwkp{id}{tag}"))?;
     let ours = format!("dpwkd{id}{tag}");
     let theirs = format!("dpwkk{id}{tag}");
-    let mtu_text = mtu.to_string();
     let kernel_addr = format!("{KERNEL}/24");
     // Everything below runs on a thread inside the namespace: the port's
     // interface and sockets, and Linux's listener, are made there.
@@ -80,13 +79,7 @@ fn run(af_packet: bool, mtu: u16) -> Result<(), Failed> {
             .spawn(|| -> Result<(), Failed> {
                 net.enter()?;
                 if af_packet {
-                    net.ip(&[
-                        "link", "add", &theirs, "mtu", &mtu_text, "type", "veth", "peer", "name",
-                        &ours, "mtu", &mtu_text,
-                    ])?;
-                    net.ip(&["addr", "add", &kernel_addr, "dev", &theirs])?;
-                    net.ip(&["link", "set", "dev", &theirs, "up"])?;
-                    net.ip(&["link", "set", "dev", &ours, "up"])?;
+                    net.veth(&ours, &theirs, usize::from(mtu), &kernel_addr)?;
                     ports::kernel_checksums_complete(&theirs)?;
                 }
                 let kind = if af_packet {

@@ -22,8 +22,8 @@ use control::runtime::{Decision, StartupResult};
 use dataplane::CoreTransport;
 use libtest_mimic::{Arguments, Failed, Trial};
 use rnic_engine::cq::{WcOpcode, WcStatus};
-use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp};
-use support::{now, send, Host};
+use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
+use support::{now, Host};
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
 use tcp_lite::sys::netns::tap_in_netns;
 use tcp_lite::{Stack, StackConfig};
@@ -100,7 +100,7 @@ fn serve<T: CoreTransport>(host: &mut Host<T>, app: &mut App) {
                 .unwrap();
             let sgl = [host.sge(0, PING.len() as u32)];
             host.rnic()
-                .post_send(qp, &send(2, SendOp::Send, &sgl))
+                .post_send(qp, &SendWr::signaled(2, SendOp::Send, &sgl))
                 .unwrap();
             app.driving = Some((qp, remote, 0));
         } else {
@@ -129,7 +129,9 @@ fn serve<T: CoreTransport>(host: &mut Host<T>, app: &mut App) {
             (100..=103, WcOpcode::Recv) => {
                 let at = 4096 * (1 + wc.wr_id - 100);
                 let sgl = [host.sge(at, wc.byte_len)];
-                let _ = host.rnic().post_send(wc.qp, &send(200, SendOp::Send, &sgl));
+                let _ = host
+                    .rnic()
+                    .post_send(wc.qp, &SendWr::signaled(200, SendOp::Send, &sgl));
                 let sge = host.sge(at, 4096);
                 let _ = host.rnic().post_recv(
                     wc.qp,
@@ -154,11 +156,11 @@ fn serve<T: CoreTransport>(host: &mut Host<T>, app: &mut App) {
                         to: remote.to + 60_000,
                     };
                     host.rnic()
-                        .post_send(qp, &send(3, SendOp::Write(peer), &write))
+                        .post_send(qp, &SendWr::signaled(3, SendOp::Write(peer), &write))
                         .unwrap();
                     let read = [host.sge(2000, PING.len() as u32)];
                     host.rnic()
-                        .post_send(qp, &send(4, SendOp::Read(peer), &read))
+                        .post_send(qp, &SendWr::signaled(4, SendOp::Read(peer), &read))
                         .unwrap();
                 }
             }

@@ -78,6 +78,21 @@ pub struct Wc {
     pub solicited: bool,
 }
 
+impl Wc {
+    /// A completion slot's filler, for the arrays `poll_cq` writes into
+    /// (it means nothing until overwritten).
+    pub const EMPTY: Wc = Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        qp: QpHandle(0),
+        byte_len: 0,
+        imm: None,
+        invalidated: None,
+        solicited: false,
+    };
+}
+
 /// Which completions raise the event ([`Cq::take_event`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Notify {

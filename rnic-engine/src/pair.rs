@@ -162,16 +162,7 @@ impl Side {
     /// Takes every completion waiting.
     pub fn completions(&mut self) -> Vec<Wc> {
         let mut out = Vec::new();
-        let mut batch = [Wc {
-            wr_id: 0,
-            status: crate::cq::WcStatus::Success,
-            opcode: crate::cq::WcOpcode::Send,
-            qp: self.qp,
-            byte_len: 0,
-            imm: None,
-            invalidated: None,
-            solicited: false,
-        }; 32];
+        let mut batch = [Wc::EMPTY; 32];
         loop {
             let n = self.rnic.poll_cq(self.cq, &mut batch).unwrap_or(0);
             out.extend_from_slice(&batch[..n]);

@@ -194,6 +194,22 @@ pub struct SendWr<'a> {
     pub fence: bool,
 }
 
+impl<'a> SendWr<'a> {
+    /// A signaled request with no Solicited Event and no fence, the common
+    /// case: `SendWr { solicited: true, ..SendWr::signaled(..) }` for the
+    /// others.
+    pub fn signaled(wr_id: u64, op: SendOp, sgl: &'a [Sge]) -> SendWr<'a> {
+        SendWr {
+            wr_id,
+            op,
+            sgl,
+            signaled: true,
+            solicited: false,
+            fence: false,
+        }
+    }
+}
+
 /// A receive work request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecvWr<'a> {

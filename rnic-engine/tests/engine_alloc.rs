@@ -7,10 +7,10 @@ mod support;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
+use rnic_engine::cq::{Wc, WcStatus};
 use rnic_engine::mem::Access;
 use rnic_engine::pair::PairConfig;
-use rnic_engine::verbs::{QpHandle, SendOp, SendWr};
+use rnic_engine::verbs::{SendOp, SendWr};
 use support::*;
 
 struct Counting;
@@ -58,16 +58,7 @@ fn steady_state_transfers_do_not_allocate() {
         });
         let (_, b_mr, _, a_mr) = regions(&mut pair, 1 << 17, ALL);
         let (_, b_inbox) = pair.b.region(1 << 17, Access::LOCAL_WRITE).unwrap();
-        let mut wcs = [Wc {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: WcOpcode::Send,
-            qp: QpHandle(0),
-            byte_len: 0,
-            imm: None,
-            invalidated: None,
-            solicited: false,
-        }; 64];
+        let mut wcs = [Wc::EMPTY; 64];
         let mut round = |pair: &mut rnic_engine::pair::RnicPair| {
             for (i, len) in [0usize, 1, 64, 1500, 1 << 16].into_iter().enumerate() {
                 let sgl = [sge(&a_mr, 0, len)];

@@ -109,17 +109,7 @@ impl<T: CoreTransport> Host<T> {
     }
 
     pub fn completions(&mut self) -> Vec<Wc> {
-        let blank = Wc {
-            wr_id: 0,
-            status: WcStatus::Success,
-            opcode: rnic_engine::cq::WcOpcode::Send,
-            qp: QpHandle(0),
-            byte_len: 0,
-            imm: None,
-            invalidated: None,
-            solicited: false,
-        };
-        let mut out = vec![blank; 64];
+        let mut out = vec![Wc::EMPTY; 64];
         let n = self.core.poll_cq(self.cq, &mut out);
         out.truncate(n);
         out
@@ -157,17 +147,6 @@ pub fn run<T: CoreTransport, U: CoreTransport>(
         a.step(now());
         b.step(now());
         std::thread::yield_now();
-    }
-}
-
-pub fn send(wr_id: u64, op: SendOp, sgl: &[Sge]) -> SendWr<'_> {
-    SendWr {
-        wr_id,
-        op,
-        sgl,
-        signaled: true,
-        solicited: false,
-        fence: false,
     }
 }
 
@@ -242,19 +221,25 @@ pub fn traffic<T: CoreTransport, U: CoreTransport>(
     // b posts first: with MPA fencing its Send waits for a's first FPDU.
     let b_send = [b.sge(0, 5_000)];
     b.rnic()
-        .post_send(qb, &send(21, SendOp::Send, &b_send))
+        .post_send(qb, &SendWr::signaled(21, SendOp::Send, &b_send))
         .unwrap();
     let b_write = [b.sge(5_000, 7_000)];
     b.rnic()
-        .post_send(qb, &send(22, SendOp::Write(a.remote(20_000)), &b_write))
+        .post_send(
+            qb,
+            &SendWr::signaled(22, SendOp::Write(a.remote(20_000)), &b_write),
+        )
         .unwrap();
     let a_send = [a.sge(0, 6_000)];
     a.rnic()
-        .post_send(qa, &send(11, SendOp::Send, &a_send))
+        .post_send(qa, &SendWr::signaled(11, SendOp::Send, &a_send))
         .unwrap();
     let a_read = [a.sge(30_000, 9_000)];
     a.rnic()
-        .post_send(qa, &send(12, SendOp::Read(b.remote(1_000)), &a_read))
+        .post_send(
+            qa,
+            &SendWr::signaled(12, SendOp::Read(b.remote(1_000)), &a_read),
+        )
         .unwrap();
     let (mut wa, mut wb) = (Vec::new(), Vec::new());
     run(a, b, "traffic", |a, b| {

@@ -77,16 +77,7 @@ impl EngineWorkload {
             .collect();
         a_region.write(0, &data).expect("fits");
         b_region.write(0, &data).expect("fits");
-        let wc = Wc {
-            wr_id: 0,
-            status: rnic_engine::cq::WcStatus::Success,
-            opcode: rnic_engine::cq::WcOpcode::Send,
-            qp: pair.a.qp,
-            byte_len: 0,
-            imm: None,
-            invalidated: None,
-            solicited: false,
-        };
+        let wc = Wc::EMPTY;
         EngineWorkload {
             pair,
             kind,

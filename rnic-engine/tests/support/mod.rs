@@ -119,14 +119,7 @@ pub fn remote(mr: &Mr, offset: usize) -> RemoteAddr {
 
 /// A signaled work request.
 pub fn wr<'a>(wr_id: u64, op: SendOp, sgl: &'a [Sge]) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        op,
-        sgl,
-        signaled: true,
-        solicited: false,
-        fence: false,
-    }
+    SendWr::signaled(wr_id, op, sgl)
 }
 
 /// A receive.

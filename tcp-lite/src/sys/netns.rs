@@ -62,6 +62,20 @@ impl Netns {
         ip(&all)
     }
 
+    /// A veth pair inside the namespace, both ends up with IP MTU `mtu`:
+    /// `theirs` has address `their_addr` (`A/P`) and is Linux's host,
+    /// `ours` has none (a user-space stack runs on it, e.g. over
+    /// AF_PACKET). They go with the namespace.
+    pub fn veth(&self, ours: &str, theirs: &str, mtu: usize, their_addr: &str) -> io::Result<()> {
+        let mtu = mtu.to_string();
+        self.ip(&[
+            "link", "add", theirs, "mtu", &mtu, "type", "veth", "peer", "name", ours, "mtu", &mtu,
+        ])?;
+        self.ip(&["addr", "add", their_addr, "dev", theirs])?;
+        self.ip(&["link", "set", "dev", theirs, "up"])?;
+        self.ip(&["link", "set", "dev", ours, "up"])
+    }
+
     /// Moves the calling thread (only it) into the namespace: sockets it
     /// opens from now on live there. Other threads are not affected.
     pub fn enter(&self) -> io::Result<()> {
