@@ -7,7 +7,8 @@
 #   RDMA Write bandwidth over every size; 64 KiB Writes at MTU 9000 and
 #   1500; 64 B Writes with 128 in flight; 64 B Write, Read and FetchAdd
 #   latency; the 64 KiB Write with TCP/IP checksums in software; and the
-#   smoltcp device layer's cost per packet beside a raw DPDK loop.
+#   smoltcp device layer's cost per packet beside a raw DPDK loop; and
+#   64 KiB and 64 B Writes on one and then two pinned cores (--cores 1,2).
 #   scripts/main.sh [OUTPUT_DIR]     (default bench-out)
 # As root it reserves 2 MiB hugepages for DPDK (and gives them back at the
 # end); without root, or without the memory, DPDK runs on ordinary pages
@@ -62,3 +63,10 @@ echo
 "$bench" write -s 65536 -D 3 --transport memif --sw-checksums --report_gbits --out "$out" --json "$out/write_bw_64k_sw_checksums.json"
 echo
 "$bench" port -D 2 --json "$out/port_cost.json"
+echo
+# Many cores: the same workload on one and then on two pinned cores, each
+# core running both ends of its own connections over a memif pair of its
+# own (nothing shared on the hot path), and the scaling.
+"$bench" write -s 65536 -D 3 -q 2 --cores 1,2 --transport memif --report_gbits --json "$out/write_bw_64k_cores.json"
+echo
+"$bench" write -s 64 -D 3 -q 2 --cores 1,2 --transport memif --report_gbits --json "$out/write_rate_64_cores.json"

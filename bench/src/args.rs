@@ -106,6 +106,14 @@ pub struct Args {
     #[arg(long = "shared-core")]
     pub shared_core: bool,
 
+    /// Run the workload on this many pinned cores at once, each core
+    /// running both ends of its own connections over a port pair of its
+    /// own (memif, ring, or the embedded link): `2`, or `1,2` to run on
+    /// one and then on two cores and print the scaling. -q QPs are spread
+    /// over the cores. -l picks the CPUs (core k on the k-th).
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["server", "host", "compare", "shared_core"])]
+    pub cores: Vec<usize>,
+
     /// The link: TAP and DPDK options, CPUs, checksums.
     #[command(flatten)]
     pub link: LinkArgs,
@@ -331,7 +339,40 @@ impl Args {
             }
             _ => {}
         }
-        self.link.cpus()?;
+        let cpus = self.link.cpus()?.unwrap_or_else(dataplane::lcore::cpus);
+        if !self.cores.is_empty() {
+            match &role {
+                Role::Local(TransportArg::Memif | TransportArg::Ring | TransportArg::Embedded) => {}
+                _ => {
+                    return Err("--cores runs both ends of each core's connections in this \
+                                process: use --transport memif, ring or embedded"
+                        .into())
+                }
+            }
+            if mode == Mode::Latency {
+                return Err("--cores measures bandwidth: drop --lat".into());
+            }
+            for &k in &self.cores {
+                if k == 0 || k > cpus.len() {
+                    return Err(format!(
+                        "--cores {k}: give 1 to {} (the CPUs this process may use{})",
+                        cpus.len(),
+                        if self.link.lcores.is_some() {
+                            ", as -l lists them"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+                if k > self.qps {
+                    return Err(format!(
+                        "-q {} over {k} cores leaves a core without a queue pair: give -q {k} \
+                         or more",
+                        self.qps
+                    ));
+                }
+            }
+        }
         if let Role::Local(t) = &role {
             if self.compare.contains(t) {
                 return Err(

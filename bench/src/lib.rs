@@ -14,6 +14,8 @@
 //! * [`rig`]: the RNICs and their transport (embedded, kernel TCP, TAP, or
 //!   a server in another process).
 //! * [`workload`]: the client's bandwidth and latency loops.
+//! * [`cores`]: `--cores`, the workload on several pinned cores at once,
+//!   each with its own port pair, and the scaling.
 //! * [`rping`]: `bench rping`, rdma-core's rping over dpwarp, both roles.
 //! * [`perftest`]: `bench perftest`, perftest's six RC tests over dpwarp,
 //!   both roles.
@@ -25,6 +27,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod args;
+pub mod cores;
 pub mod endpoint;
 pub mod hello;
 pub mod link;

@@ -52,6 +52,9 @@ fn main() {
     if plan.role == Role::Server {
         std::process::exit(serve(&args, &plan, &stop));
     }
+    if !args.cores.is_empty() {
+        std::process::exit(run_cores(&args, &plan, &stop));
+    }
     let mut transports = vec![match &plan.role {
         Role::Local(t) => kind(*t),
         _ => TransportKind::Remote(
@@ -110,6 +113,93 @@ fn main() {
         std::process::exit(1);
     }
     clean_up_dpdk();
+}
+
+/// `--cores`: the workload on each count of cores in turn, a table with
+/// a row per core and the total, and the scaling.
+fn run_cores(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
+    use bench::cores::{self, CoreLink};
+    let kind = match args.transport {
+        Some(TransportArg::Memif) => CoreLink::Memif,
+        Some(TransportArg::Ring) => CoreLink::Ring,
+        _ => CoreLink::Embedded,
+    };
+    let cpus = match args.link.cpus() {
+        Ok(list) => list.unwrap_or_else(dataplane::lcore::cpus),
+        Err(why) => {
+            eprintln!("bench: {why}");
+            return 2;
+        }
+    };
+    let config = rig_config(args, plan);
+    let spec = Spec {
+        op: plan.op,
+        mode: plan.mode,
+        size: plan.sizes[0],
+        stop: plan.stop,
+        depth: args.depth,
+        qps: args.qps,
+    };
+    println!(
+        "{} bandwidth | {} QP(s) spread over the cores, {} in flight each | {} per core, \
+         both ends of its connections on it | MPA CRC {}, markers {} | MTU {}",
+        plan.op.name(),
+        args.qps,
+        args.depth,
+        kind.name(),
+        if args.no_crc { "off" } else { "on" },
+        if args.markers { "on" } else { "off" },
+        args.mtu(),
+    );
+    for &count in &args.cores {
+        println!(
+            " {count} core(s) on CPU(s) {:?}, {} QP(s) each",
+            &cpus[..count],
+            (0..count)
+                .map(|k| cores::qps_of(args.qps, count, k).to_string())
+                .collect::<Vec<_>>()
+                .join("/")
+        );
+    }
+    let mut code = 0;
+    let reports = match cores::run(
+        &config,
+        &args.link,
+        kind,
+        &args.cores,
+        &cpus,
+        &spec,
+        &plan.sizes,
+        stop,
+    ) {
+        Ok(r) => r,
+        Err(why) => {
+            eprintln!("bench: --cores: {why}");
+            code = 1;
+            Vec::new()
+        }
+    };
+    println!();
+    println!("{}", report::bw_header(args.report_gbits));
+    for r in &reports {
+        println!("{}", report::bw_row(r, args.report_gbits));
+        for row in cores::core_rows(r, args.report_gbits) {
+            println!("{row}");
+        }
+    }
+    let scaling = cores::scaling(&reports);
+    if !scaling.is_empty() {
+        println!();
+        for line in scaling {
+            println!("{line}");
+        }
+    }
+    if let Err(why) = write_files(args, plan, &reports) {
+        eprintln!("bench: {why}");
+        code = 1;
+    }
+    clean_up_dpdk();
+    code
 }
 
 /// Releases DPDK's EAL at the end of a run that started it (every port and

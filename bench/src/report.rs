@@ -104,7 +104,7 @@ impl Report {
 fn core_json(c: &CoreReport) -> Value {
     let k = &c.counters;
     let d = &k.device;
-    json!({
+    let mut out = json!({
         "role": c.role,
         "cpu": c.cpu,
         "turns": k.turns,
@@ -123,7 +123,15 @@ fn core_json(c: &CoreReport) -> Value {
         "rx_bad_checksum": d.rx_bad_checksum,
         "tx_backpressure": d.tx_backpressure,
         "pool_low_water": d.pool_low_water,
-    })
+    });
+    if let (Some(share), Some(map)) = (&c.share, out.as_object_mut()) {
+        map.insert("messages".into(), json!(share.messages));
+        map.insert("octets".into(), json!(share.octets));
+        map.insert("seconds".into(), json!(share.seconds));
+        map.insert("gbit_s".into(), json!(share.gbit_s()));
+        map.insert("msgs_per_s".into(), json!(share.msgs_s()));
+    }
+    out
 }
 
 /// The bandwidth table's header, perftest's columns plus CPU per message.

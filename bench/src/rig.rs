@@ -120,6 +120,32 @@ pub struct CoreReport {
     pub cpu: Option<usize>,
     /// Its counters.
     pub counters: CoreCounters,
+    /// Its share of the run, when cores run workloads of their own
+    /// (`--cores`).
+    pub share: Option<Share>,
+}
+
+/// What one core's own workload moved (`--cores`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Share {
+    /// Messages completed.
+    pub messages: u64,
+    /// Octets moved.
+    pub octets: u64,
+    /// Seconds of its timed part.
+    pub seconds: f64,
+}
+
+impl Share {
+    /// Goodput in Gbit/s.
+    pub fn gbit_s(&self) -> f64 {
+        self.octets as f64 * 8.0 / self.seconds.max(1e-9) / 1e9
+    }
+
+    /// Messages per second.
+    pub fn msgs_s(&self) -> f64 {
+        self.messages as f64 / self.seconds.max(1e-9)
+    }
 }
 
 /// A name for this process's run: its PID and the clock's nanoseconds.
@@ -211,17 +237,20 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
             role: "client",
             cpu: self.client_cpu,
             counters: self.client.core.counters(),
+            share: None,
         }];
         match &self.server {
             ServerSide::Local(s) => out.push(CoreReport {
                 role: "server",
                 cpu: self.client_cpu,
                 counters: s.endpoint.core.counters(),
+                share: None,
             }),
             ServerSide::Thread(t) => out.push(CoreReport {
                 role: "server",
                 cpu: t.cpu,
                 counters: t.fresh_counters(),
+                share: None,
             }),
             ServerSide::Remote => {}
         }

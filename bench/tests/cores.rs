@@ -104,3 +104,75 @@ fn two_cores_over_dpdk_memif() {
     rig.split(None, None, Some(info.eal)).unwrap();
     every_operation(&mut rig, true);
 }
+
+/// `--cores`: the workload on one and then two pinned cores, each running
+/// both ends of its own connections over its own link (the in-memory link,
+/// then a DPDK ring pair per core): every core runs its share of the QPs
+/// to completion, on its own CPU, and the total is the sum of the cores.
+#[test]
+fn a_workload_spreads_over_pinned_cores_and_adds_up() {
+    use bench::cores::{self, CoreLink};
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let cpus = dataplane::lcore::cpus();
+    let counts: Vec<usize> = if cpus.len() >= 2 { vec![1, 2] } else { vec![1] };
+    let spec = Spec {
+        op: Op::Write,
+        mode: Mode::Bandwidth,
+        size: 4096,
+        stop: Stop::Iterations(400),
+        depth: 16,
+        qps: 3,
+    };
+    let sizes = [64, 4096];
+    for kind in [CoreLink::Embedded, CoreLink::Ring] {
+        let reports = cores::run(
+            &config(7450),
+            &link(),
+            kind,
+            &counts,
+            &cpus,
+            &spec,
+            &sizes,
+            &AtomicBool::new(false),
+        )
+        .unwrap_or_else(|why| panic!("{}: {why}", kind.name()));
+        assert_eq!(reports.len(), counts.len() * sizes.len(), "{}", kind.name());
+        for (r, (&count, &size)) in reports.iter().zip(
+            counts
+                .iter()
+                .flat_map(|c| sizes.iter().map(move |s| (c, s))),
+        ) {
+            let what = format!("{} on {count} core(s), {size} B", kind.name());
+            assert_eq!(
+                (r.cores, r.size, r.transport),
+                (count, size, kind.name()),
+                "{what}"
+            );
+            let clients: Vec<_> = r.per_core.iter().filter(|c| c.share.is_some()).collect();
+            assert_eq!(clients.len(), count, "{what}: one share per core");
+            let cpus_used: std::collections::HashSet<_> = clients.iter().map(|c| c.cpu).collect();
+            assert_eq!(cpus_used.len(), count, "{what}: a CPU each");
+            let mut messages = 0;
+            for c in &clients {
+                let share = c.share.expect("filtered");
+                // -n is per core: each ran its QPs to the count.
+                assert!(share.messages >= 400, "{what}: {share:?}");
+                assert_eq!(share.octets, share.messages * size as u64, "{what}");
+                // The core's own counters carried its share (FPDUs add
+                // headers; nothing of another core's).
+                assert!(
+                    c.counters.tx_fpdu_octets >= share.octets,
+                    "{what}: the core sent {} FPDU octets for {} of payload",
+                    c.counters.tx_fpdu_octets,
+                    share.octets
+                );
+                messages += share.messages;
+            }
+            assert_eq!(
+                r.measured.messages, messages,
+                "{what}: the total is the sum"
+            );
+            assert_eq!(r.measured.octets, messages * size as u64, "{what}");
+        }
+    }
+}

@@ -11,18 +11,73 @@
 //! startup: the core forwards at most one frame's worth it has not consumed,
 //! and consumes only what a state machine took.
 //!
+//! # One control thread, many cores
+//!
+//! Each core has a bounded channel of its own each way
+//! ([`ControlConfig::channel_depth`] messages). Neither side ever waits for
+//! the other, and neither drops a message:
+//!
+//! * **Core to control plane.** What the channel has no room for waits in
+//!   the link's backlog, in order, and goes first at the link's next poll;
+//!   meanwhile the link forwards no octets. The link refuses an accept
+//!   while its backlog holds `startups_max_per_core` messages, so the
+//!   backlog holds at most that many Accepted, one Input, and one message
+//!   per connection of the core that leaves startup or connects (Connected,
+//!   Closed, ConnectFailed): about three messages per startup the core may
+//!   hold.
+//! * **Control plane to core.** The control thread serves the cores
+//!   round-robin, at most [`ROUND_MESSAGES_MAX`] messages of each per
+//!   round, so a core that floods it with startups delays another core's
+//!   startups by one round's budget, not by the flood. Between rounds it
+//!   waits (`crossbeam_channel::Select`) on every core's channel, the
+//!   application's commands and the channels it has messages queued for,
+//!   up to its next timer: it never spins and never blocks on a core. What
+//!   a core's channel has no room for waits in that core's backlog, in
+//!   order, and goes first in the next round. Everything the control plane
+//!   sends a core is owed to a startup of that core or to the application,
+//!   so the startups bound the backlog: per startup at most its frames (a
+//!   Request, Reply or Reject, and a Terminate: three Sends), its Done (or,
+//!   for an accept beyond `startups_max`, its Refuse), a Consume before
+//!   each of those and one more (while the backlog is not empty, the octets
+//!   a machine takes are owed to the connection and folded into one
+//!   Consume), nine messages in all; plus one heartbeat per core, one
+//!   message per listen and two per connect of the application. The
+//!   startups a core holds are limited by [`ControlConfig`] (accepts; the
+//!   application's own connects are its to bound).
+//!
+//! # Heartbeat
+//!
+//! Every [`ControlConfig::heartbeat`] the control thread sends each core a
+//! heartbeat (one in flight per core at most); the link answers at its next
+//! poll, ahead of its backlog. The answer is a message on the core's own
+//! channel, sent from the poll the core runs anyway: it costs nothing per
+//! packet, and the core writes no shared state. A core that has not
+//! answered for [`ControlConfig::stall_after`] is reported stalled
+//! ([`ControlPlane::health`], [`ControlStats::stalls`]) until it answers
+//! again.
+//!
+//! # Limits a peer cannot push past
+//!
+//! An accept is refused at once (the core aborts the TCP connection) when
+//! its core holds [`ControlConfig::startups_max_per_core`] startups (the
+//! link refuses it without asking the control plane) or all cores together
+//! hold [`ControlConfig::startups_max`] (the control plane refuses it).
+//! Peers that connect and never send their MPA Request thus hold at most
+//! that many startups, each until its responder's `request_timeout`
+//! ([`StartupConfig`]; RFC 5044 §7.1 has the responder time out).
+//!
 //! This module is the crate's one exception to sans-IO (STYLE.md §1.1): it
 //! starts a thread and reads the clock. The state machines it drives are in
 //! [`crate::mpa`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
 use std::net::SocketAddrV4;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Instant as StdInstant;
+use std::time::{Duration, Instant as StdInstant};
 
-use crossbeam_channel::{
-    bounded, unbounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError,
-};
+use crossbeam_channel::{bounded, Receiver, Select, Sender, TryRecvError, TrySendError};
 use rnic_engine::wire::mpa_rr::{HEADER_LEN, PRIVATE_DATA_LEN_MAX};
 use tcp_lite::{ConnId, Event, EventKind, Instant, ListenError, ListenerId, Transport};
 
@@ -34,17 +89,108 @@ use crate::mpa::{
 /// Which poll-mode core.
 pub type CoreId = u16;
 
-/// Messages in flight from the cores to the control plane. Beyond this a
-/// core keeps its messages, in order, and retries at its next poll; it
-/// stops forwarding octets meanwhile. (Each connection owes at most a few
-/// messages, so what a core keeps is bounded by its connections.) The
-/// other way the channels are unbounded, so the control plane never waits
-/// for a core either; what it sends is bounded by the startups in flight.
+/// The default depth of each channel between a core and the control plane
+/// (each way), and of the application's command channel.
 pub const CHANNEL_DEPTH: usize = 1024;
+
+/// The deepest channel [`ControlConfig::channel_depth`] may ask for.
+pub const CHANNEL_DEPTH_MAX: usize = 1 << 20;
+
+/// The most startups [`ControlConfig`] may allow, per core or in all.
+pub const STARTUPS_LIMIT: usize = 1 << 20;
+
+/// Messages the control thread takes from one core per round before it
+/// serves the next: the budget that keeps one core's flood from starving
+/// another core's startups.
+pub const ROUND_MESSAGES_MAX: usize = 64;
+
+/// Application commands the control thread takes per round.
+const ROUND_COMMANDS_MAX: usize = 64;
+
+/// The longest heartbeat period or stall threshold (the clock arithmetic
+/// must not overflow; a day is longer than any core should be trusted
+/// silent).
+const PERIOD_LIMIT: Duration = Duration::from_secs(24 * 3600);
 
 /// Octets a core forwards without the control plane having consumed them:
 /// one frame at most, so nothing past a frame ever leaves TCP for it.
 pub const FORWARD_MAX: usize = HEADER_LEN + PRIVATE_DATA_LEN_MAX;
+
+/// Settings of the control plane: its channels, its heartbeat and the
+/// limits on startups.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlConfig {
+    /// Messages each channel holds: one each way per core, and the
+    /// application's commands. More wait in the sender's backlog (see the
+    /// module's docs).
+    pub channel_depth: usize,
+    /// How often the control plane asks each core whether it still polls.
+    pub heartbeat: Duration,
+    /// A core that has not answered for this long is reported stalled.
+    /// Longer than `heartbeat`: a polling core answers once per period.
+    pub stall_after: Duration,
+    /// MPA startups one core may hold at once (accepted and active opens);
+    /// an accept beyond is refused by the core's link.
+    pub startups_max_per_core: usize,
+    /// MPA startups all cores may hold at once; an accept beyond is refused
+    /// by the control plane.
+    pub startups_max: usize,
+}
+
+impl Default for ControlConfig {
+    /// Channels of [`CHANNEL_DEPTH`], a heartbeat every 100 ms, a stall
+    /// after 1 s, 4096 startups per core and 16384 in all.
+    fn default() -> Self {
+        ControlConfig {
+            channel_depth: CHANNEL_DEPTH,
+            heartbeat: Duration::from_millis(100),
+            stall_after: Duration::from_secs(1),
+            startups_max_per_core: 4096,
+            startups_max: 16384,
+        }
+    }
+}
+
+impl ControlConfig {
+    /// Check the configuration, saying what to fix.
+    pub fn validate(&self) -> Result<(), ControlConfigError> {
+        if !(1..=CHANNEL_DEPTH_MAX).contains(&self.channel_depth) {
+            return Err(ControlConfigError(
+                "channel_depth must be 1..=1048576 (CHANNEL_DEPTH_MAX)",
+            ));
+        }
+        if self.heartbeat.is_zero() || self.heartbeat > PERIOD_LIMIT {
+            return Err(ControlConfigError(
+                "heartbeat must be above zero and at most 24 hours",
+            ));
+        }
+        if self.stall_after <= self.heartbeat || self.stall_after > PERIOD_LIMIT {
+            return Err(ControlConfigError(
+                "stall_after must be longer than heartbeat and at most 24 hours",
+            ));
+        }
+        for n in [self.startups_max_per_core, self.startups_max] {
+            if !(1..=STARTUPS_LIMIT).contains(&n) {
+                return Err(ControlConfigError(
+                    "startups_max_per_core and startups_max must be 1..=1048576 (STARTUPS_LIMIT)",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A [`ControlConfig`] that cannot work; the message says what to fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlConfigError(pub &'static str);
+
+impl fmt::Display for ControlConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid control-plane configuration: {}", self.0)
+    }
+}
+
+impl std::error::Error for ControlConfigError {}
 
 /// What the ULP answers to an MPA Request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,32 +205,32 @@ pub enum Decision {
 /// peer's private data and, if enhanced, its IRD/ORD) and the peer's address.
 pub type OnRequest = Box<dyn FnMut(&Request, SocketAddrV4) -> Decision + Send>;
 
-/// From a core to the control plane.
+/// From a core to the control plane (over the core's own channel: the
+/// channel says which core).
 #[derive(Debug)]
 enum ToControl {
     Accepted {
-        core: CoreId,
         conn: ConnId,
         listener: ListenerId,
         peer: SocketAddrV4,
     },
     Connected {
-        core: CoreId,
         conn: ConnId,
         token: u64,
     },
     ConnectFailed {
-        core: CoreId,
         token: u64,
     },
     Input {
-        core: CoreId,
         conn: ConnId,
         octets: Vec<u8>,
     },
     Closed {
-        core: CoreId,
         conn: ConnId,
+    },
+    /// The answer to a heartbeat, with the accepts the link refused so far.
+    Alive {
+        refused: u64,
     },
 }
 
@@ -111,6 +257,30 @@ enum ToCore {
         token: u64,
         result: StartupResult,
     },
+    /// An accept beyond `startups_max`: abort the connection.
+    Refuse {
+        conn: ConnId,
+    },
+    /// Answer at your next poll.
+    Heartbeat,
+}
+
+impl ToCore {
+    /// The connection the message is about, if one.
+    fn conn(&self) -> Option<ConnId> {
+        match self {
+            ToCore::Send { conn, .. }
+            | ToCore::Consume { conn, .. }
+            | ToCore::Refuse { conn }
+            | ToCore::Done {
+                conn: Some(conn), ..
+            } => Some(*conn),
+            ToCore::Listen { .. }
+            | ToCore::Connect { .. }
+            | ToCore::Done { conn: None, .. }
+            | ToCore::Heartbeat => None,
+        }
+    }
 }
 
 /// How a startup ended, as the core hears it.
@@ -168,6 +338,46 @@ pub struct ControlStats {
     pub rejected: u64,
     /// Startups that failed (timeouts, bad frames, closes, Terminates).
     pub failed: u64,
+    /// Accepts refused for a limit: by the control plane at once, by the
+    /// cores' links as of their last heartbeat answer.
+    pub refused_startups: u64,
+    /// Times a core was seen stalled (no heartbeat answer for
+    /// `stall_after`).
+    pub stalls: u64,
+}
+
+/// How one core is doing, as the control plane sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoreHealth {
+    /// The core.
+    pub core: CoreId,
+    /// Time since the core last answered a heartbeat (since the control
+    /// plane started, if it never did).
+    pub since_answer: Duration,
+    /// No answer for `stall_after`: the core has stopped polling its link.
+    /// Cleared when it answers again.
+    pub stalled: bool,
+    /// Times the core was seen stalled.
+    pub stalls: u64,
+    /// MPA startups of the core the control plane holds.
+    pub startups: usize,
+    /// Accepts of the core refused for a limit (the link's as of its last
+    /// answer, the control plane's at once).
+    pub refused_startups: u64,
+    /// Messages for the core waiting for room in its channel.
+    pub backlog: usize,
+    /// The most that ever waited.
+    pub backlog_max: usize,
+    /// The core's link was dropped: it is neither polled nor reported
+    /// stalled any more.
+    pub detached: bool,
+}
+
+/// What the control thread publishes for [`ControlPlane::health`] and
+/// [`ControlPlane::stats`]; written by the control thread only.
+struct Published {
+    stats: ControlStats,
+    cores: Vec<(StdInstant, CoreHealth)>,
 }
 
 /// The control plane: a thread that runs MPA startups for the cores.
@@ -175,6 +385,8 @@ pub struct ControlPlane {
     commands: Sender<Command>,
     thread: Option<JoinHandle<ControlStats>>,
     next_token: u64,
+    published: Arc<Mutex<Published>>,
+    config: ControlConfig,
 }
 
 /// A core's end of the control plane. Give it to the core's thread.
@@ -182,24 +394,32 @@ pub struct CoreLink {
     core: CoreId,
     to_control: Sender<ToControl>,
     from_control: Receiver<ToCore>,
+    /// Messages taken from the control plane per poll (its channel's depth).
+    inbound_budget: usize,
+    /// Startups this core may hold (`startups_max_per_core`).
+    startups_max: usize,
     /// Connections in startup: octets forwarded but not consumed, and the
     /// octets still to send.
     starting: HashMap<ConnId, Starting>,
     /// Connect tokens of active opens in progress.
     connecting: HashMap<ConnId, u64>,
     /// Ports the control plane listens on through this core.
-    listening: std::collections::HashSet<u16>,
+    listening: HashSet<u16>,
     /// How each listen command ended, for [`CoreLink::listen_status`].
     listen_results: HashMap<u16, Result<(), ListenError>>,
     /// Connections closing after a failed startup: released once the
     /// transport reports their end (so a Terminate queued before the close
     /// still goes out).
-    draining: std::collections::HashSet<ConnId>,
+    draining: HashSet<ConnId>,
     /// Messages the channel had no room for, retried first, in order.
-    backlog: std::collections::VecDeque<ToControl>,
+    backlog: VecDeque<ToControl>,
+    /// A heartbeat waits for its answer.
+    alive_owed: bool,
+    /// Accepts this link refused (its limit, or no control plane).
+    refused: u64,
     /// The control plane is gone: no more startups.
     dead: bool,
-    handoffs: std::collections::VecDeque<Handoff>,
+    handoffs: VecDeque<Handoff>,
 }
 
 #[derive(Debug, Default)]
@@ -213,42 +433,58 @@ struct Starting {
 }
 
 impl ControlPlane {
-    /// Starts the control-plane thread for `cores` cores; returns it and
-    /// one [`CoreLink`] per core, in order.
+    /// Starts the control-plane thread for `cores` cores with the default
+    /// [`ControlConfig`]; returns it and one [`CoreLink`] per core, in order.
     pub fn start(cores: u16) -> (ControlPlane, Vec<CoreLink>) {
-        let (commands, command_rx) = bounded(CHANNEL_DEPTH);
-        let (to_control, control_rx) = bounded(CHANNEL_DEPTH);
-        let mut core_txs = Vec::new();
-        let mut links = Vec::new();
+        Self::start_with(ControlConfig::default(), cores)
+            .expect("the default control-plane configuration is valid")
+    }
+
+    /// Starts the control-plane thread for `cores` cores with `config`;
+    /// returns it and one [`CoreLink`] per core, in order.
+    // The runtime is the crate's clock (the module's docs).
+    #[allow(clippy::disallowed_methods)]
+    pub fn start_with(
+        config: ControlConfig,
+        cores: u16,
+    ) -> Result<(ControlPlane, Vec<CoreLink>), ControlConfigError> {
+        config.validate()?;
+        let depth = config.channel_depth;
+        let (commands, command_rx) = bounded(depth);
+        let epoch = StdInstant::now();
+        let mut slots = Vec::with_capacity(usize::from(cores));
+        let mut links = Vec::with_capacity(usize::from(cores));
         for core in 0..cores {
-            let (tx, rx) = unbounded();
-            core_txs.push(tx);
-            links.push(CoreLink {
-                core,
-                to_control: to_control.clone(),
-                from_control: rx,
-                starting: HashMap::new(),
-                connecting: HashMap::new(),
-                listening: Default::default(),
-                listen_results: Default::default(),
-                draining: Default::default(),
-                backlog: Default::default(),
-                dead: false,
-                handoffs: Default::default(),
-            });
+            // Each core its own pair: the link holds the only sender of its
+            // inbox and the only receiver of its outbox, so either end sees
+            // the other go.
+            let (to_control, inbox) = bounded(depth);
+            let (outbox, from_control) = bounded(depth);
+            slots.push(CoreSlot::new(core, inbox, outbox, epoch));
+            links.push(CoreLink::new(core, to_control, from_control, &config));
         }
+        let published = Arc::new(Mutex::new(Published {
+            stats: ControlStats::default(),
+            cores: slots.iter().map(|s| (s.last_answer, s.health())).collect(),
+        }));
+        let worker = Worker::new(config.clone(), command_rx, slots, published.clone(), epoch);
         let thread = std::thread::Builder::new()
             .name("dpwarp-control".into())
-            .spawn(move || Worker::new(command_rx, control_rx, core_txs).run())
+            .spawn(move || worker.run())
             .expect("spawn the control-plane thread");
-        (
-            ControlPlane {
-                commands,
-                thread: Some(thread),
-                next_token: 1,
-            },
-            links,
-        )
+        let plane = ControlPlane {
+            commands,
+            thread: Some(thread),
+            next_token: 1,
+            published,
+            config,
+        };
+        Ok((plane, links))
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &ControlConfig {
+        &self.config
     }
 
     /// Listens on `port` of `core`'s transport: every accepted connection
@@ -283,6 +519,29 @@ impl ControlPlane {
         token
     }
 
+    /// How each core is doing, in core order: readable at any time, from
+    /// any thread. The control thread updates it once per round (at least
+    /// once per heartbeat); `since_answer` is measured now.
+    // The runtime is the crate's clock (the module's docs).
+    #[allow(clippy::disallowed_methods)]
+    pub fn health(&self) -> Vec<CoreHealth> {
+        let now = StdInstant::now();
+        let published = lock(&self.published);
+        published
+            .cores
+            .iter()
+            .map(|&(last_answer, health)| CoreHealth {
+                since_answer: now.saturating_duration_since(last_answer),
+                ..health
+            })
+            .collect()
+    }
+
+    /// The counters so far (as of the control thread's last round).
+    pub fn stats(&self) -> ControlStats {
+        lock(&self.published).stats
+    }
+
     /// Stops the thread and returns its counters.
     pub fn stop(mut self) -> ControlStats {
         self.halt()
@@ -305,7 +564,38 @@ impl Drop for ControlPlane {
     }
 }
 
+/// The published state, even if the control thread panicked while holding
+/// it (it only ever writes whole values).
+fn lock(published: &Mutex<Published>) -> MutexGuard<'_, Published> {
+    published.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl CoreLink {
+    fn new(
+        core: CoreId,
+        to_control: Sender<ToControl>,
+        from_control: Receiver<ToCore>,
+        config: &ControlConfig,
+    ) -> CoreLink {
+        CoreLink {
+            core,
+            to_control,
+            from_control,
+            inbound_budget: config.channel_depth,
+            startups_max: config.startups_max_per_core,
+            starting: HashMap::new(),
+            connecting: HashMap::new(),
+            listening: HashSet::new(),
+            listen_results: HashMap::new(),
+            draining: HashSet::new(),
+            backlog: VecDeque::new(),
+            alive_owed: false,
+            refused: 0,
+            dead: false,
+            handoffs: VecDeque::new(),
+        }
+    }
+
     /// This core's id.
     pub fn core(&self) -> CoreId {
         self.core
@@ -325,11 +615,27 @@ impl CoreLink {
         self.starting.len() + self.connecting.len() + self.draining.len()
     }
 
+    /// Accepts this link refused on its own: beyond
+    /// [`ControlConfig::startups_max_per_core`], or with no control plane.
+    /// (Accepts the control plane refuses, beyond `startups_max`, are
+    /// counted there.)
+    pub fn refused_startups(&self) -> u64 {
+        self.refused
+    }
+
     /// Whether `conn` is the link's (in startup, connecting, or closing).
     pub fn owns(&self, conn: ConnId) -> bool {
         self.starting.contains_key(&conn)
             || self.connecting.contains_key(&conn)
             || self.draining.contains(&conn)
+    }
+
+    /// Whether one more accepted startup fits: the core holds fewer than
+    /// `startups_max_per_core` startups, and the control plane is not
+    /// behind by as many messages (which bounds the backlog).
+    fn has_room(&self) -> bool {
+        let held = self.starting.len() + self.connecting.len();
+        !self.dead && held < self.startups_max && self.backlog.len() < self.startups_max
     }
 
     /// Offers a transport event. Returns `true` if the link took it (a
@@ -342,21 +648,21 @@ impl CoreLink {
                 if !self.listening.contains(&listener.0) {
                     return false;
                 }
-                let peer = transport.endpoints(conn).map(|(_, p)| p);
-                match peer {
-                    Ok(peer) if !self.dead => {
+                match transport.endpoints(conn).map(|(_, p)| p) {
+                    Ok(peer) if self.has_room() => {
                         self.starting.insert(conn, Starting::default());
                         self.send(ToControl::Accepted {
-                            core: self.core,
                             conn,
                             listener,
                             peer,
                         });
                     }
-                    // No control plane, or no peer address: refuse.
+                    // A limit, no control plane, or no peer address: refuse
+                    // at once, before the peer costs anything more.
                     _ => {
                         let _ = transport.abort(conn);
                         transport.release(conn);
+                        self.refused += 1;
                     }
                 }
                 true
@@ -364,11 +670,7 @@ impl CoreLink {
             EventKind::Connected => match self.connecting.remove(&conn) {
                 Some(token) => {
                     self.starting.insert(conn, Starting::default());
-                    self.send(ToControl::Connected {
-                        core: self.core,
-                        conn,
-                        token,
-                    });
+                    self.send(ToControl::Connected { conn, token });
                     true
                 }
                 None => false,
@@ -384,48 +686,37 @@ impl CoreLink {
                 self.owns(conn)
             }
             EventKind::Closed | EventKind::Reset | EventKind::TimedOut => {
-                if self.draining.remove(&conn) {
-                    transport.release(conn);
-                    return true;
-                }
-                if let Some(token) = self.connecting.remove(&conn) {
-                    transport.release(conn);
-                    self.send(ToControl::ConnectFailed {
-                        core: self.core,
-                        token,
-                    });
-                    return true;
-                }
-                if self.starting.remove(&conn).is_some() {
-                    transport.release(conn);
-                    self.send(ToControl::Closed {
-                        core: self.core,
-                        conn,
-                    });
-                    return true;
-                }
-                false
+                self.connection_ended(transport, conn)
             }
         }
     }
 
-    /// Moves startup octets both ways and carries out the control plane's
-    /// answers; never blocks. Call it every loop, after handling events.
-    pub fn poll<T: Transport>(&mut self, transport: &mut T, now: Instant) {
-        while let Some(message) = self.backlog.pop_front() {
-            match self.to_control.try_send(message) {
-                Ok(()) => {}
-                Err(TrySendError::Full(message)) => {
-                    self.backlog.push_front(message);
-                    break;
-                }
-                Err(TrySendError::Disconnected(_)) => {
-                    self.backlog.clear();
-                    self.dead = true;
-                }
-            }
+    fn connection_ended<T: Transport>(&mut self, transport: &mut T, conn: ConnId) -> bool {
+        if self.draining.remove(&conn) {
+            transport.release(conn);
+            return true;
         }
-        loop {
+        if let Some(token) = self.connecting.remove(&conn) {
+            transport.release(conn);
+            self.send(ToControl::ConnectFailed { token });
+            return true;
+        }
+        if self.starting.remove(&conn).is_some() {
+            transport.release(conn);
+            self.send(ToControl::Closed { conn });
+            return true;
+        }
+        false
+    }
+
+    /// Moves startup octets both ways, carries out the control plane's
+    /// answers and answers its heartbeat; never blocks. Call it every loop,
+    /// after handling events.
+    pub fn poll<T: Transport>(&mut self, transport: &mut T, now: Instant) {
+        self.flush_backlog();
+        // One channel's worth per poll: the control plane may refill it
+        // meanwhile, and a poll is bounded.
+        for _ in 0..self.inbound_budget {
             match self.from_control.try_recv() {
                 Ok(message) => self.apply(transport, message, now),
                 Err(TryRecvError::Empty) => break,
@@ -435,6 +726,7 @@ impl CoreLink {
                 }
             }
         }
+        self.answer_heartbeat();
         if self.dead {
             self.abandon(transport);
             return;
@@ -453,47 +745,77 @@ impl CoreLink {
         let conns: Vec<ConnId> = self.starting.keys().copied().collect();
         for conn in conns {
             self.flush(transport, conn);
-            if !self.backlog.is_empty() {
-                continue;
+            if self.backlog.is_empty() {
+                self.forward(transport, conn);
             }
-            let Some(state) = self.starting.get_mut(&conn) else {
-                continue;
-            };
-            if state.closing {
-                continue;
-            }
-            // Peek: forward what the control plane has not seen, consume
-            // nothing (it says how much its frame took).
-            let skip = state.forwarded;
-            let room = FORWARD_MAX.saturating_sub(skip);
-            let peeked = transport.recv_with(conn, |data, _| {
-                let fresh = data.get(skip..).unwrap_or(&[]);
-                (0, fresh[..fresh.len().min(room)].to_vec())
-            });
-            match peeked {
-                Ok(octets) if !octets.is_empty() => {
-                    state.forwarded += octets.len();
-                    self.send(ToControl::Input {
-                        core: self.core,
-                        conn,
-                        octets,
-                    });
+        }
+    }
+
+    /// Sends what the channel had no room for, in order.
+    fn flush_backlog(&mut self) {
+        while let Some(message) = self.backlog.pop_front() {
+            match self.to_control.try_send(message) {
+                Ok(()) => {}
+                Err(TrySendError::Full(message)) => {
+                    self.backlog.push_front(message);
+                    break;
                 }
-                // Everything before the peer's FIN was forwarded and taken
-                // by the state machine (what it has not taken is past its
-                // frame: its outcome is on the way): now the close. Our side
-                // closes too.
-                _ if state.peer_closed && state.forwarded == 0 => {
-                    self.starting.remove(&conn);
-                    let _ = transport.close(conn);
-                    self.draining.insert(conn);
-                    self.send(ToControl::Closed {
-                        core: self.core,
-                        conn,
-                    });
+                Err(TrySendError::Disconnected(_)) => {
+                    self.backlog.clear();
+                    self.dead = true;
                 }
-                _ => {}
             }
+        }
+    }
+
+    /// The answer to a heartbeat goes ahead of the backlog (it says only
+    /// that this core polls, so its order does not matter); with no room,
+    /// at the next poll.
+    fn answer_heartbeat(&mut self) {
+        if !self.alive_owed {
+            return;
+        }
+        let refused = self.refused;
+        match self.to_control.try_send(ToControl::Alive { refused }) {
+            Ok(()) => self.alive_owed = false,
+            Err(TrySendError::Full(_)) => {}
+            Err(TrySendError::Disconnected(_)) => self.dead = true,
+        }
+    }
+
+    /// Forwards what the control plane has not seen of `conn`'s octets, or
+    /// its close once everything before the peer's FIN was taken.
+    fn forward<T: Transport>(&mut self, transport: &mut T, conn: ConnId) {
+        let Some(state) = self.starting.get_mut(&conn) else {
+            return;
+        };
+        if state.closing {
+            return;
+        }
+        // Peek: forward what the control plane has not seen, consume
+        // nothing (it says how much its frame took).
+        let skip = state.forwarded;
+        let room = FORWARD_MAX.saturating_sub(skip);
+        let peeked = transport.recv_with(conn, |data, _| {
+            let fresh = data.get(skip..).unwrap_or(&[]);
+            (0, fresh[..fresh.len().min(room)].to_vec())
+        });
+        match peeked {
+            Ok(octets) if !octets.is_empty() => {
+                state.forwarded += octets.len();
+                self.send(ToControl::Input { conn, octets });
+            }
+            // Everything before the peer's FIN was forwarded and taken
+            // by the state machine (what it has not taken is past its
+            // frame: its outcome is on the way): now the close. Our side
+            // closes too.
+            _ if state.peer_closed && state.forwarded == 0 => {
+                self.starting.remove(&conn);
+                let _ = transport.close(conn);
+                self.draining.insert(conn);
+                self.send(ToControl::Closed { conn });
+            }
+            _ => {}
         }
     }
 
@@ -517,21 +839,13 @@ impl CoreLink {
 
     /// The control plane is gone: every startup of this core fails.
     fn abandon<T: Transport>(&mut self, transport: &mut T) {
-        let failed = || {
-            StartupResult::Failed(Failure {
-                reason: FailReason::Local,
-                term: None,
-                peer: None,
-                retry_unenhanced: false,
-            })
-        };
         for (conn, _) in self.starting.drain() {
             let _ = transport.abort(conn);
             transport.release(conn);
             self.handoffs.push_back(Handoff {
                 conn: Some(conn),
                 token: 0,
-                result: failed(),
+                result: StartupResult::Failed(local_failure()),
             });
         }
         for (conn, token) in self.connecting.drain() {
@@ -540,7 +854,7 @@ impl CoreLink {
             self.handoffs.push_back(Handoff {
                 conn: Some(conn),
                 token,
-                result: failed(),
+                result: StartupResult::Failed(local_failure()),
             });
         }
     }
@@ -585,10 +899,7 @@ impl CoreLink {
                 Ok(conn) => {
                     self.connecting.insert(conn, token);
                 }
-                Err(_) => self.send(ToControl::ConnectFailed {
-                    core: self.core,
-                    token,
-                }),
+                Err(_) => self.send(ToControl::ConnectFailed { token }),
             },
             ToCore::Send { conn, octets } => {
                 if let Some(state) = self.starting.get_mut(&conn) {
@@ -596,21 +907,7 @@ impl CoreLink {
                     self.flush(transport, conn);
                 }
             }
-            ToCore::Consume { conn, octets } => {
-                if let Some(state) = self.starting.get_mut(&conn) {
-                    let mut left = octets;
-                    while left > 0 {
-                        match transport.recv_with(conn, |data, _| {
-                            let n = data.len().min(left);
-                            (n, n)
-                        }) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => left -= n,
-                        }
-                    }
-                    state.forwarded = state.forwarded.saturating_sub(octets);
-                }
-            }
+            ToCore::Consume { conn, octets } => self.consume(transport, conn, octets),
             ToCore::Done {
                 conn: None,
                 token,
@@ -626,56 +923,85 @@ impl CoreLink {
                 conn: Some(conn),
                 token,
                 result,
-            } => {
-                let mut result = result;
-                let mut handed = Some(conn);
-                match &result {
-                    StartupResult::Failed(_) => {
-                        if let Some(state) = self.starting.get_mut(&conn) {
-                            state.closing = true;
-                        }
-                        self.flush(transport, conn);
-                    }
-                    StartupResult::Established(_) | StartupResult::Rejected(_) => {
-                        // The frame still queued goes out first; then the
-                        // connection is the core's.
-                        self.flush(transport, conn);
-                        match self.starting.remove(&conn) {
-                            Some(state) if state.outgoing.is_empty() => {}
-                            // No room in TCP for the frame: the core cannot
-                            // take over a half-sent frame.
-                            Some(_) => {
-                                let _ = transport.abort(conn);
-                                self.draining.insert(conn);
-                                result = StartupResult::Failed(Failure {
-                                    reason: FailReason::Local,
-                                    term: None,
-                                    peer: None,
-                                    retry_unenhanced: false,
-                                });
-                            }
-                            // Closed (and released) meanwhile: a reject
-                            // stands (the ULP gets its private data) without
-                            // a connection; a connection to run is gone.
-                            None if matches!(result, StartupResult::Rejected(_)) => handed = None,
-                            None => {
-                                result = StartupResult::Failed(Failure {
-                                    reason: FailReason::PeerClosed,
-                                    term: None,
-                                    peer: None,
-                                    retry_unenhanced: false,
-                                });
-                            }
-                        }
-                    }
+            } => self.done(transport, conn, token, result),
+            ToCore::Refuse { conn } => {
+                // The accept was beyond the control plane's limit; the core
+                // aborts it as it aborts its own refusals.
+                if self.starting.remove(&conn).is_some() {
+                    let _ = transport.abort(conn);
+                    transport.release(conn);
                 }
-                self.handoffs.push_back(Handoff {
-                    conn: handed,
-                    token,
-                    result,
-                });
+            }
+            ToCore::Heartbeat => self.alive_owed = true,
+        }
+    }
+
+    fn consume<T: Transport>(&mut self, transport: &mut T, conn: ConnId, octets: usize) {
+        let Some(state) = self.starting.get_mut(&conn) else {
+            return;
+        };
+        let mut left = octets;
+        while left > 0 {
+            match transport.recv_with(conn, |data, _| {
+                let n = data.len().min(left);
+                (n, n)
+            }) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left -= n,
             }
         }
+        state.forwarded = state.forwarded.saturating_sub(octets);
+    }
+
+    fn done<T: Transport>(
+        &mut self,
+        transport: &mut T,
+        conn: ConnId,
+        token: u64,
+        result: StartupResult,
+    ) {
+        let mut result = result;
+        let mut handed = Some(conn);
+        match &result {
+            StartupResult::Failed(_) => {
+                if let Some(state) = self.starting.get_mut(&conn) {
+                    state.closing = true;
+                }
+                self.flush(transport, conn);
+            }
+            StartupResult::Established(_) | StartupResult::Rejected(_) => {
+                // The frame still queued goes out first; then the
+                // connection is the core's.
+                self.flush(transport, conn);
+                match self.starting.remove(&conn) {
+                    Some(state) if state.outgoing.is_empty() => {}
+                    // No room in TCP for the frame: the core cannot
+                    // take over a half-sent frame.
+                    Some(_) => {
+                        let _ = transport.abort(conn);
+                        self.draining.insert(conn);
+                        result = StartupResult::Failed(local_failure());
+                    }
+                    // Closed (and released) meanwhile: a reject
+                    // stands (the ULP gets its private data) without
+                    // a connection; a connection to run is gone.
+                    None if matches!(result, StartupResult::Rejected(_)) => handed = None,
+                    None => {
+                        result = StartupResult::Failed(Failure {
+                            reason: FailReason::PeerClosed,
+                            term: None,
+                            peer: None,
+                            retry_unenhanced: false,
+                        });
+                    }
+                }
+            }
+        }
+        self.handoffs.push_back(Handoff {
+            conn: handed,
+            token,
+            result,
+        });
     }
 }
 
@@ -683,6 +1009,22 @@ impl CoreLink {
 enum Machine {
     Initiator(Initiator),
     Responder(Responder),
+}
+
+impl Machine {
+    fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Machine::Initiator(m) => m.poll_timeout(),
+            Machine::Responder(m) => m.poll_timeout(),
+        }
+    }
+
+    fn outcome(&self) -> Option<Outcome> {
+        match self {
+            Machine::Initiator(m) => m.outcome().cloned(),
+            Machine::Responder(m) => m.outcome().cloned(),
+        }
+    }
 }
 
 struct Startup {
@@ -703,120 +1045,344 @@ struct Listener {
     on_request: OnRequest,
 }
 
-struct Worker {
-    commands: Receiver<Command>,
+/// The control thread's side of one core.
+struct CoreSlot {
+    core: CoreId,
     inbox: Receiver<ToControl>,
-    cores: Vec<Sender<ToCore>>,
+    outbox: Sender<ToCore>,
+    /// Messages the core's channel had no room for, oldest first; sent
+    /// before anything else (see the module's docs for its bound).
+    backlog: VecDeque<ToCore>,
+    backlog_max: usize,
+    /// Octets machines took from a connection while the backlog was not
+    /// empty, owed to the core as one Consume per connection: sent before
+    /// any other message about the connection, or once the backlog empties.
+    owed: HashMap<ConnId, usize>,
+    /// The link was dropped.
+    detached: bool,
+    heartbeat_in_flight: bool,
+    last_answer: StdInstant,
+    stalled: bool,
+    stalls: u64,
+    /// Startups of this core the control plane holds.
+    startups: usize,
+    /// Accepts the link refused, as of its last answer.
+    refused_by_link: u64,
+    /// Accepts of this core the control plane refused.
+    refused_here: u64,
+}
+
+impl CoreSlot {
+    fn new(
+        core: CoreId,
+        inbox: Receiver<ToControl>,
+        outbox: Sender<ToCore>,
+        now: StdInstant,
+    ) -> CoreSlot {
+        CoreSlot {
+            core,
+            inbox,
+            outbox,
+            backlog: VecDeque::new(),
+            backlog_max: 0,
+            owed: HashMap::new(),
+            detached: false,
+            heartbeat_in_flight: false,
+            last_answer: now,
+            stalled: false,
+            stalls: 0,
+            startups: 0,
+            refused_by_link: 0,
+            refused_here: 0,
+        }
+    }
+
+    /// Queues `message` behind what waits, or sends it; never blocks.
+    fn push(&mut self, message: ToCore) {
+        if self.detached {
+            return;
+        }
+        if !self.backlog.is_empty() {
+            self.backlog.push_back(message);
+            self.backlog_max = self.backlog_max.max(self.backlog.len());
+            return;
+        }
+        match self.outbox.try_send(message) {
+            Ok(()) => {}
+            Err(TrySendError::Full(message)) => {
+                self.backlog.push_back(message);
+                self.backlog_max = self.backlog_max.max(1);
+            }
+            Err(TrySendError::Disconnected(_)) => self.detach(),
+        }
+    }
+
+    /// Sends what waits, in order, as far as the channel has room; then,
+    /// once nothing waits, what is owed.
+    fn flush(&mut self) {
+        while let Some(message) = self.backlog.pop_front() {
+            match self.outbox.try_send(message) {
+                Ok(()) => {}
+                Err(TrySendError::Full(message)) => {
+                    self.backlog.push_front(message);
+                    return;
+                }
+                Err(TrySendError::Disconnected(_)) => return self.detach(),
+            }
+        }
+        if !self.owed.is_empty() {
+            let mut owed = std::mem::take(&mut self.owed);
+            for (conn, octets) in owed.drain() {
+                self.push(ToCore::Consume { conn, octets });
+            }
+            // Keep the map's room for the next time.
+            self.owed = owed;
+        }
+    }
+
+    /// The core's link was dropped: nothing more goes to it.
+    fn detach(&mut self) {
+        self.detached = true;
+        self.backlog = VecDeque::new();
+        self.owed = HashMap::new();
+        self.heartbeat_in_flight = false;
+        self.stalled = false;
+    }
+
+    fn health(&self) -> CoreHealth {
+        CoreHealth {
+            core: self.core,
+            since_answer: Duration::ZERO,
+            stalled: self.stalled,
+            stalls: self.stalls,
+            startups: self.startups,
+            refused_startups: self.refused_by_link + self.refused_here,
+            backlog: self.backlog.len(),
+            backlog_max: self.backlog_max,
+            detached: self.detached,
+        }
+    }
+}
+
+struct Worker {
+    config: ControlConfig,
+    commands: Receiver<Command>,
+    cores: Vec<CoreSlot>,
+    /// The core served first in the next round (round-robin).
+    next_core: usize,
     listeners: Vec<Listener>,
     pending_connects: HashMap<u64, (StartupConfig, Vec<u8>, SocketAddrV4)>,
     startups: HashMap<(CoreId, ConnId), Startup>,
+    /// No startup's timer is due before this: a lower bound, lowered as
+    /// machines move and made exact whenever timers run.
+    timer_at: Option<Instant>,
+    next_heartbeat: StdInstant,
     epoch: StdInstant,
     stats: ControlStats,
+    published: Arc<Mutex<Published>>,
 }
 
 impl Worker {
-    // The runtime is the crate's clock (STYLE.md §1.1's exception).
-    #[allow(clippy::disallowed_methods)]
     fn new(
+        config: ControlConfig,
         commands: Receiver<Command>,
-        inbox: Receiver<ToControl>,
-        cores: Vec<Sender<ToCore>>,
+        cores: Vec<CoreSlot>,
+        published: Arc<Mutex<Published>>,
+        epoch: StdInstant,
     ) -> Worker {
         Worker {
+            next_heartbeat: epoch,
+            config,
             commands,
-            inbox,
             cores,
+            next_core: 0,
             listeners: Vec::new(),
             pending_connects: HashMap::new(),
             startups: HashMap::new(),
-            epoch: StdInstant::now(),
+            timer_at: None,
+            epoch,
             stats: ControlStats::default(),
+            published,
         }
+    }
+
+    // The runtime is the crate's clock (the module's docs).
+    #[allow(clippy::disallowed_methods)]
+    fn clock(&self) -> StdInstant {
+        StdInstant::now()
+    }
+
+    /// The machines' time: microseconds since the thread's epoch.
+    fn instant(&self, at: StdInstant) -> Instant {
+        Instant::from_micros(at.saturating_duration_since(self.epoch).as_micros() as i64)
     }
 
     fn now(&self) -> Instant {
-        Instant::from_micros(self.epoch.elapsed().as_micros() as i64)
-    }
-
-    fn to_core(&self, core: CoreId, message: ToCore) {
-        if let Some(tx) = self.cores.get(usize::from(core)) {
-            // Unbounded: the control plane never waits for a core either.
-            let _ = tx.send(message);
-        }
+        self.instant(self.clock())
     }
 
     fn run(mut self) -> ControlStats {
         loop {
-            loop {
-                match self.commands.try_recv() {
-                    Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return self.stop(),
-                    Ok(command) => self.command(command),
-                    Err(TryRecvError::Empty) => break,
-                }
-            }
-            let now = self.now();
-            let next = self
-                .startups
-                .values()
-                .filter_map(|s| match &s.machine {
-                    Machine::Initiator(m) => m.poll_timeout(),
-                    Machine::Responder(m) => m.poll_timeout(),
-                })
-                .min();
-            // Wake for commands at least every 10 ms; not at all for a
-            // deadline already due.
-            let wait = match next {
-                Some(at) if at <= now => 0,
-                Some(at) => (at - now).total_micros().min(10_000),
-                None => 10_000,
+            let Some(commands_left) = self.serve_commands() else {
+                return self.stop();
             };
-            match self
-                .inbox
-                .recv_timeout(std::time::Duration::from_micros(wait))
-            {
-                Ok(message) => {
-                    self.message(message);
-                    // Drain what else is there before looking at timers.
-                    while let Ok(message) = self.inbox.try_recv() {
-                        self.message(message);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return self.stop(),
-            }
-            // Timers, only when one is due (not once per message).
-            let now = self.now();
-            if next.is_some_and(|at| at <= now) {
-                let due: Vec<_> = self
-                    .startups
-                    .iter()
-                    .filter(|(_, s)| {
-                        match &s.machine {
-                            Machine::Initiator(m) => m.poll_timeout(),
-                            Machine::Responder(m) => m.poll_timeout(),
-                        }
-                        .is_some_and(|at| at <= now)
-                    })
-                    .map(|(k, _)| *k)
-                    .collect();
-                for key in due {
-                    if let Some(s) = self.startups.get_mut(&key) {
-                        match &mut s.machine {
-                            Machine::Initiator(m) => m.handle_timeout(now),
-                            Machine::Responder(m) => m.handle_timeout(now),
-                        }
-                    }
-                    self.progress(key);
-                }
+            let cores_left = self.serve_cores();
+            let now = self.clock();
+            self.timers(now);
+            self.heartbeats(now);
+            self.publish();
+            // Work left over from a round's budgets: the next round at once.
+            if !commands_left && !cores_left {
+                self.wait(now);
             }
         }
     }
 
+    /// Takes up to a round's commands; `None` on Stop (or the application
+    /// gone), else whether more wait.
+    fn serve_commands(&mut self) -> Option<bool> {
+        for _ in 0..ROUND_COMMANDS_MAX {
+            match self.commands.try_recv() {
+                Ok(Command::Stop) | Err(TryRecvError::Disconnected) => return None,
+                Ok(command) => self.command(command),
+                Err(TryRecvError::Empty) => return Some(false),
+            }
+        }
+        Some(true)
+    }
+
+    /// One round over the cores, starting one further each round; returns
+    /// whether a core has messages left over.
+    fn serve_cores(&mut self) -> bool {
+        let n = self.cores.len();
+        let mut left = false;
+        for i in 0..n {
+            left |= self.serve_core((self.next_core + i) % n);
+        }
+        if n > 0 {
+            self.next_core = (self.next_core + 1) % n;
+        }
+        left
+    }
+
+    /// What waits for core `index` first, then up to [`ROUND_MESSAGES_MAX`]
+    /// of its messages; returns whether it may have more.
+    fn serve_core(&mut self, index: usize) -> bool {
+        self.cores[index].flush();
+        let core = self.cores[index].core;
+        for _ in 0..ROUND_MESSAGES_MAX {
+            let slot = &mut self.cores[index];
+            if slot.detached {
+                return false;
+            }
+            match slot.inbox.try_recv() {
+                Ok(message) => self.message(core, message),
+                Err(TryRecvError::Empty) => return false,
+                Err(TryRecvError::Disconnected) => {
+                    slot.detach();
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// Sleeps until a channel has something (a message from a core or the
+    /// application, room for a core's backlog) or the next timer: a startup's,
+    /// the heartbeat, a core's stall deadline.
+    fn wait(&self, now: StdInstant) {
+        let mut wake = self.next_heartbeat;
+        if let Some(at) = self.timer_at {
+            let micros = u64::try_from(at.total_micros()).unwrap_or(0);
+            wake = wake.min(self.epoch + Duration::from_micros(micros));
+        }
+        for slot in self.cores.iter().filter(|s| !s.detached && !s.stalled) {
+            wake = wake.min(slot.last_answer + self.config.stall_after);
+        }
+        let timeout = wake.saturating_duration_since(now);
+        if timeout.is_zero() {
+            return;
+        }
+        let mut select = Select::new();
+        select.recv(&self.commands);
+        for slot in self.cores.iter().filter(|s| !s.detached) {
+            select.recv(&slot.inbox);
+            if !slot.backlog.is_empty() {
+                select.send(&slot.outbox);
+            }
+        }
+        // Which one is ready does not matter: the next round looks at all.
+        let _ = select.ready_timeout(timeout);
+    }
+
+    /// Runs the machines' timers, if one may be due.
+    fn timers(&mut self, now: StdInstant) {
+        let now = self.instant(now);
+        if self.timer_at.is_none_or(|at| at > now) {
+            return;
+        }
+        let due: Vec<_> = self
+            .startups
+            .iter()
+            .filter(|(_, s)| s.machine.poll_timeout().is_some_and(|at| at <= now))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in due {
+            if let Some(s) = self.startups.get_mut(&key) {
+                match &mut s.machine {
+                    Machine::Initiator(m) => m.handle_timeout(now),
+                    Machine::Responder(m) => m.handle_timeout(now),
+                }
+            }
+            self.progress(key);
+        }
+        self.timer_at = self
+            .startups
+            .values()
+            .filter_map(|s| s.machine.poll_timeout())
+            .min();
+    }
+
+    /// Sends the heartbeat when it is due, and notes the cores that have
+    /// not answered for `stall_after`.
+    fn heartbeats(&mut self, now: StdInstant) {
+        if now >= self.next_heartbeat {
+            self.next_heartbeat = now + self.config.heartbeat;
+            for slot in self.cores.iter_mut() {
+                // One in flight per core: a core that has not answered the
+                // last one gets no other (it waits in the backlog at most).
+                if !slot.detached && !slot.heartbeat_in_flight {
+                    slot.heartbeat_in_flight = true;
+                    slot.push(ToCore::Heartbeat);
+                }
+            }
+        }
+        for slot in self.cores.iter_mut() {
+            let silent = now.saturating_duration_since(slot.last_answer);
+            if !slot.detached && !slot.stalled && silent >= self.config.stall_after {
+                slot.stalled = true;
+                slot.stalls += 1;
+                self.stats.stalls += 1;
+            }
+        }
+    }
+
+    /// Publishes the counters and each core's health.
+    fn publish(&self) {
+        let mut published = lock(&self.published);
+        published.stats = self.stats;
+        for (out, slot) in published.cores.iter_mut().zip(&self.cores) {
+            *out = (slot.last_answer, slot.health());
+        }
+    }
+
     /// Ends every startup in flight (the cores close them) and the thread.
+    /// What a core's channel has no room for is dropped with the thread: a
+    /// link whose control plane is gone aborts every startup it still has.
     fn stop(mut self) -> ControlStats {
         let keys: Vec<_> = self.startups.keys().copied().collect();
         for (core, conn) in keys {
-            if let Some(s) = self.startups.remove(&(core, conn)) {
+            if let Some(s) = self.release((core, conn)) {
                 self.done(
                     core,
                     Some(conn),
@@ -825,7 +1391,65 @@ impl Worker {
                 );
             }
         }
+        for slot in self.cores.iter_mut() {
+            slot.flush();
+        }
+        self.publish();
         self.stats
+    }
+
+    /// Queues `message` for `core`, behind a Consume owed for the same
+    /// connection: a core must have consumed a frame before it takes the
+    /// connection over or answers it.
+    fn send_to(&mut self, core: CoreId, message: ToCore) {
+        let Some(slot) = self.cores.get_mut(usize::from(core)) else {
+            return;
+        };
+        if let Some(conn) = message.conn() {
+            if let Some(octets) = slot.owed.remove(&conn) {
+                slot.push(ToCore::Consume { conn, octets });
+            }
+        }
+        slot.push(message);
+    }
+
+    /// Tells `core` that a machine took `octets` of `conn`. While messages
+    /// wait for the core, the octets are owed instead, one Consume per
+    /// connection (this is what bounds the backlog by the startups).
+    fn consume(&mut self, core: CoreId, conn: ConnId, octets: usize) {
+        let Some(slot) = self.cores.get_mut(usize::from(core)) else {
+            return;
+        };
+        if slot.backlog.is_empty() {
+            slot.push(ToCore::Consume { conn, octets });
+        } else {
+            *slot.owed.entry(conn).or_default() += octets;
+        }
+    }
+
+    /// Holds a startup of `key.0`, counted against the limits.
+    fn hold(&mut self, key: (CoreId, ConnId), startup: Startup) {
+        self.note_timer(startup.machine.poll_timeout());
+        if self.startups.insert(key, startup).is_none() {
+            if let Some(slot) = self.cores.get_mut(usize::from(key.0)) {
+                slot.startups += 1;
+            }
+        }
+    }
+
+    /// Lets go of a startup.
+    fn release(&mut self, key: (CoreId, ConnId)) -> Option<Startup> {
+        let startup = self.startups.remove(&key)?;
+        if let Some(slot) = self.cores.get_mut(usize::from(key.0)) {
+            slot.startups -= 1;
+        }
+        Some(startup)
+    }
+
+    fn note_timer(&mut self, at: Option<Instant>) {
+        if let Some(at) = at {
+            self.timer_at = Some(self.timer_at.map_or(at, |t| t.min(at)));
+        }
     }
 
     fn command(&mut self, command: Command) {
@@ -836,7 +1460,7 @@ impl Worker {
                 config,
                 on_request,
             } => {
-                self.to_core(core, ToCore::Listen { port });
+                self.send_to(core, ToCore::Listen { port });
                 self.listeners.push(Listener {
                     core,
                     port,
@@ -853,74 +1477,21 @@ impl Worker {
             } => {
                 self.pending_connects
                     .insert(token, (config, private_data, remote));
-                self.to_core(core, ToCore::Connect { remote, token });
+                self.send_to(core, ToCore::Connect { remote, token });
             }
             Command::Stop => {}
         }
     }
 
-    fn message(&mut self, message: ToControl) {
-        let now = self.now();
+    fn message(&mut self, core: CoreId, message: ToControl) {
         match message {
             ToControl::Accepted {
-                core,
                 conn,
                 listener,
                 peer,
-            } => {
-                let config = self
-                    .listeners
-                    .iter()
-                    .find(|l| l.core == core && l.port == listener.0)
-                    .map(|l| l.config.clone());
-                let machine = config.and_then(|c| Responder::new(c, now).ok());
-                match machine {
-                    Some(m) => {
-                        let startup = Startup {
-                            machine: Machine::Responder(m),
-                            token: 0,
-                            peer,
-                            port: listener.0,
-                            retry: None,
-                        };
-                        self.startups.insert((core, conn), startup);
-                    }
-                    None => self.done(core, Some(conn), 0, StartupResult::Failed(local_failure())),
-                }
-            }
-            ToControl::Connected { core, conn, token } => {
-                let Some((config, private_data, remote)) = self.pending_connects.remove(&token)
-                else {
-                    return self.done(
-                        core,
-                        Some(conn),
-                        token,
-                        StartupResult::Failed(local_failure()),
-                    );
-                };
-                let retry = (config.retry_unenhanced && config.enhanced)
-                    .then(|| (config.clone(), private_data.clone()));
-                match Initiator::new(config, &private_data, now) {
-                    Ok(m) => {
-                        let startup = Startup {
-                            machine: Machine::Initiator(m),
-                            token,
-                            peer: remote,
-                            port: 0,
-                            retry,
-                        };
-                        self.startups.insert((core, conn), startup);
-                        self.progress((core, conn));
-                    }
-                    Err(_) => self.done(
-                        core,
-                        Some(conn),
-                        token,
-                        StartupResult::Failed(local_failure()),
-                    ),
-                }
-            }
-            ToControl::ConnectFailed { core, token } => {
+            } => self.accepted(core, conn, listener, peer),
+            ToControl::Connected { conn, token } => self.connected(core, conn, token),
+            ToControl::ConnectFailed { token } => {
                 self.pending_connects.remove(&token);
                 let failure = Failure {
                     reason: FailReason::Unreachable,
@@ -930,76 +1501,151 @@ impl Worker {
                 };
                 self.done(core, None, token, StartupResult::Failed(failure));
             }
-            ToControl::Input { core, conn, octets } => {
-                let Some(s) = self.startups.get_mut(&(core, conn)) else {
-                    return;
+            ToControl::Input { conn, octets } => self.input(core, conn, &octets),
+            ToControl::Closed { conn } => self.closed(core, conn),
+            ToControl::Alive { refused } => self.alive(core, refused),
+        }
+    }
+
+    /// A heartbeat's answer: the core polls.
+    // The runtime is the crate's clock (the module's docs).
+    #[allow(clippy::disallowed_methods)]
+    fn alive(&mut self, core: CoreId, refused: u64) {
+        let Some(slot) = self.cores.get_mut(usize::from(core)) else {
+            return;
+        };
+        slot.heartbeat_in_flight = false;
+        slot.last_answer = StdInstant::now();
+        slot.stalled = false;
+        // The link's count only grows; take what is new.
+        self.stats.refused_startups += refused.saturating_sub(slot.refused_by_link);
+        slot.refused_by_link = slot.refused_by_link.max(refused);
+    }
+
+    fn accepted(&mut self, core: CoreId, conn: ConnId, listener: ListenerId, peer: SocketAddrV4) {
+        let held = self
+            .cores
+            .get(usize::from(core))
+            .map_or(0, |slot| slot.startups);
+        if self.startups.len() >= self.config.startups_max
+            || held >= self.config.startups_max_per_core
+        {
+            // Beyond a limit: refused at once, the core aborts it. (The
+            // link enforces the per-core limit first; its count is never
+            // below ours.)
+            if let Some(slot) = self.cores.get_mut(usize::from(core)) {
+                slot.refused_here += 1;
+            }
+            self.stats.refused_startups += 1;
+            return self.send_to(core, ToCore::Refuse { conn });
+        }
+        let now = self.now();
+        let config = self
+            .listeners
+            .iter()
+            .find(|l| l.core == core && l.port == listener.0)
+            .map(|l| l.config.clone());
+        match config.and_then(|c| Responder::new(c, now).ok()) {
+            Some(m) => {
+                let startup = Startup {
+                    machine: Machine::Responder(m),
+                    token: 0,
+                    peer,
+                    port: listener.0,
+                    retry: None,
                 };
-                let taken = match &mut s.machine {
-                    Machine::Initiator(m) => m.handle_input(&octets, now),
-                    Machine::Responder(m) => m.handle_input(&octets, now),
+                self.hold((core, conn), startup);
+            }
+            None => self.done(core, Some(conn), 0, StartupResult::Failed(local_failure())),
+        }
+    }
+
+    fn connected(&mut self, core: CoreId, conn: ConnId, token: u64) {
+        let Some((config, private_data, remote)) = self.pending_connects.remove(&token) else {
+            return self.done(
+                core,
+                Some(conn),
+                token,
+                StartupResult::Failed(local_failure()),
+            );
+        };
+        let retry = (config.retry_unenhanced && config.enhanced)
+            .then(|| (config.clone(), private_data.clone()));
+        match Initiator::new(config, &private_data, self.now()) {
+            Ok(m) => {
+                let startup = Startup {
+                    machine: Machine::Initiator(m),
+                    token,
+                    peer: remote,
+                    port: 0,
+                    retry,
                 };
-                if taken > 0 {
-                    self.to_core(
-                        core,
-                        ToCore::Consume {
-                            conn,
-                            octets: taken,
-                        },
-                    );
-                }
+                self.hold((core, conn), startup);
                 self.progress((core, conn));
             }
-            ToControl::Closed { core, conn } => {
-                if let Some(mut s) = self.startups.remove(&(core, conn)) {
-                    let outcome = match &mut s.machine {
-                        Machine::Initiator(m) => {
-                            m.handle_peer_closed();
-                            m.outcome().cloned()
-                        }
-                        Machine::Responder(m) => {
-                            m.handle_peer_closed();
-                            m.outcome().cloned()
-                        }
-                    };
-                    // RFC 6581 §10: an enhanced Request closed unanswered may
-                    // be retried unenhanced, if the application allows it.
-                    if let (Some(Outcome::Failed(f)), Some((config, pd))) = (&outcome, &s.retry) {
-                        if f.retry_unenhanced {
-                            let config = StartupConfig {
-                                revision: 1,
-                                enhanced: false,
-                                peer_to_peer: false,
-                                retry_unenhanced: false,
-                                ..config.clone()
-                            };
-                            self.pending_connects
-                                .insert(s.token, (config, pd.clone(), s.peer));
-                            self.to_core(
-                                core,
-                                ToCore::Connect {
-                                    remote: s.peer,
-                                    token: s.token,
-                                },
-                            );
-                            return;
-                        }
-                    }
-                    // The ULP hears how it ended, with RFC 6581 §10's hint
-                    // that an unenhanced retry may work.
-                    let result = match outcome {
-                        Some(Outcome::Failed(f)) => StartupResult::Failed(f),
-                        Some(Outcome::Rejected(r)) => StartupResult::Rejected(r),
-                        _ => StartupResult::Failed(Failure {
-                            reason: FailReason::PeerClosed,
-                            term: None,
-                            peer: None,
-                            retry_unenhanced: false,
-                        }),
-                    };
-                    self.done(core, Some(conn), s.token, result);
-                }
+            Err(_) => self.done(
+                core,
+                Some(conn),
+                token,
+                StartupResult::Failed(local_failure()),
+            ),
+        }
+    }
+
+    fn input(&mut self, core: CoreId, conn: ConnId, octets: &[u8]) {
+        let now = self.now();
+        let Some(s) = self.startups.get_mut(&(core, conn)) else {
+            return;
+        };
+        let taken = match &mut s.machine {
+            Machine::Initiator(m) => m.handle_input(octets, now),
+            Machine::Responder(m) => m.handle_input(octets, now),
+        };
+        if taken > 0 {
+            self.consume(core, conn, taken);
+        }
+        self.progress((core, conn));
+    }
+
+    fn closed(&mut self, core: CoreId, conn: ConnId) {
+        let Some(mut s) = self.release((core, conn)) else {
+            return;
+        };
+        match &mut s.machine {
+            Machine::Initiator(m) => m.handle_peer_closed(),
+            Machine::Responder(m) => m.handle_peer_closed(),
+        }
+        let outcome = s.machine.outcome();
+        // RFC 6581 §10: an enhanced Request closed unanswered may
+        // be retried unenhanced, if the application allows it.
+        if let (Some(Outcome::Failed(f)), Some((config, pd))) = (&outcome, &s.retry) {
+            if f.retry_unenhanced {
+                let config = StartupConfig {
+                    revision: 1,
+                    enhanced: false,
+                    peer_to_peer: false,
+                    retry_unenhanced: false,
+                    ..config.clone()
+                };
+                self.pending_connects
+                    .insert(s.token, (config, pd.clone(), s.peer));
+                let (remote, token) = (s.peer, s.token);
+                return self.send_to(core, ToCore::Connect { remote, token });
             }
         }
+        // The ULP hears how it ended, with RFC 6581 §10's hint
+        // that an unenhanced retry may work.
+        let result = match outcome {
+            Some(Outcome::Failed(f)) => StartupResult::Failed(f),
+            Some(Outcome::Rejected(r)) => StartupResult::Rejected(r),
+            _ => StartupResult::Failed(Failure {
+                reason: FailReason::PeerClosed,
+                term: None,
+                peer: None,
+                retry_unenhanced: false,
+            }),
+        };
+        self.done(core, Some(conn), s.token, result);
     }
 
     /// Sends what a machine has, asks the ULP about a Request, and ends
@@ -1040,19 +1686,13 @@ impl Worker {
             }
             out.extend_from_slice(&buf[..n]);
         }
+        let (outcome, timer) = (s.machine.outcome(), s.machine.poll_timeout());
+        self.note_timer(timer);
         if !out.is_empty() {
-            self.to_core(core, ToCore::Send { conn, octets: out });
+            self.send_to(core, ToCore::Send { conn, octets: out });
         }
-        let Some(s) = self.startups.get_mut(&key) else {
-            return;
-        };
-        let outcome = match &s.machine {
-            Machine::Initiator(m) => m.outcome().cloned(),
-            Machine::Responder(m) => m.outcome().cloned(),
-        };
         if let Some(outcome) = outcome {
-            let token = s.token;
-            self.startups.remove(&key);
+            let token = self.release(key).map_or(0, |s| s.token);
             let result = match outcome {
                 Outcome::Established(e) => StartupResult::Established(e),
                 Outcome::Rejected(r) => StartupResult::Rejected(r),
@@ -1068,7 +1708,7 @@ impl Worker {
             StartupResult::Rejected(_) => self.stats.rejected += 1,
             StartupResult::Failed(_) => self.stats.failed += 1,
         }
-        self.to_core(
+        self.send_to(
             core,
             ToCore::Done {
                 conn,

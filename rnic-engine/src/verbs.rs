@@ -281,54 +281,49 @@ pub(crate) struct Srq {
     pub(crate) capacity: usize,
 }
 
-/// One RNIC instance.
+/// What every core of an RNIC shares: protection domains, memory
+/// registrations and their STags. The control side (the application, a
+/// daemon's memory service) registers a region once; QPs on every core
+/// address it by its STag, and every core checks it, per DDP segment,
+/// without a lock (see the STag table's concurrency notes in
+/// [`crate::mem`]). Invalidation (a Local Invalidate or a Send with
+/// Invalidate on any core) and deregistration are seen by every core at
+/// its next segment.
+///
+/// Everything per QP (QPs, SRQs, CQs) stays in each core's own [`Rnic`].
 #[derive(Debug)]
-pub struct Rnic {
-    config: RnicConfig,
-    pds: Vec<bool>,
-    stags: StagTable,
-    cqs: Vec<Option<Cq>>,
-    qps: Vec<Option<Qp>>,
-    srqs: Vec<Option<Srq>>,
+pub struct Registry {
+    /// Allocated PDs: taken and checked only when a QP, SRQ or
+    /// registration is made, never per segment.
+    pds: std::sync::Mutex<Vec<bool>>,
+    stags: Arc<StagTable>,
 }
 
-fn take_slot<T>(slots: &mut [Option<T>], value: T) -> Option<u32> {
-    let index = slots.iter().position(Option::is_none)?;
-    slots[index] = Some(value);
-    Some(index as u32)
-}
-
-impl Rnic {
-    /// An RNIC with empty tables of the configured sizes.
-    pub fn new(config: RnicConfig) -> Rnic {
-        Rnic {
-            config,
-            pds: vec![false; config.pds_max],
-            stags: StagTable::new(config.stags_max, config.stag_seed),
-            cqs: (0..config.cqs_max).map(|_| None).collect(),
-            qps: (0..config.qps_max).map(|_| None).collect(),
-            srqs: (0..config.srqs_max).map(|_| None).collect(),
-        }
+impl Registry {
+    /// A registry sized by `config`'s `pds_max`, `stags_max` and keyed from
+    /// `stag_seed`.
+    pub fn new(config: &RnicConfig) -> Arc<Registry> {
+        Arc::new(Registry {
+            pds: std::sync::Mutex::new(vec![false; config.pds_max]),
+            stags: Arc::new(StagTable::new(config.stags_max, config.stag_seed)),
+        })
     }
 
-    /// The configuration.
-    pub fn config(&self) -> RnicConfig {
-        self.config
+    fn pds(&self) -> std::sync::MutexGuard<'_, Vec<bool>> {
+        // Each change is one store: a panic elsewhere left it whole.
+        self.pds.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Allocates a protection domain.
-    pub fn alloc_pd(&mut self) -> Result<Pd, VerbError> {
-        let index = self
-            .pds
-            .iter()
-            .position(|used| !used)
-            .ok_or(VerbError::Full)?;
-        self.pds[index] = true;
+    pub fn alloc_pd(&self) -> Result<Pd, VerbError> {
+        let mut pds = self.pds();
+        let index = pds.iter().position(|used| !used).ok_or(VerbError::Full)?;
+        pds[index] = true;
         Ok(Pd(index as u32))
     }
 
     fn check_pd(&self, pd: Pd) -> Result<(), VerbError> {
-        match self.pds.get(pd.0 as usize) {
+        match self.pds().get(pd.0 as usize) {
             Some(true) => Ok(()),
             _ => Err(VerbError::UnknownHandle),
         }
@@ -337,7 +332,7 @@ impl Rnic {
     /// Registers `len` octets of `region` from `offset`, addressed by Tagged
     /// Offsets from `base_to`.
     pub fn reg_mr(
-        &mut self,
+        &self,
         pd: Pd,
         region: Arc<Region>,
         offset: usize,
@@ -366,26 +361,109 @@ impl Rnic {
     }
 
     /// Registers a whole region with Tagged Offsets from 0.
+    pub fn reg_region(&self, pd: Pd, region: Arc<Region>, access: Access) -> Result<Mr, VerbError> {
+        let len = region.len();
+        self.reg_mr(pd, region, 0, len, 0, access)
+    }
+
+    /// Frees a registration's STag: no core places into or reads from it
+    /// after this returns (a segment being copied finishes).
+    pub fn dereg_mr(&self, stag: u32) -> Result<(), VerbError> {
+        self.stags.free(stag).map_err(|_| VerbError::Stag)
+    }
+
+    /// Allocates an STag for fast registration (bound later by a
+    /// [`SendOp::FastRegister`] work request on any core).
+    pub fn alloc_fast_reg_stag(&self, pd: Pd) -> Result<u32, VerbError> {
+        self.check_pd(pd)?;
+        self.stags.reserve(pd).ok_or(VerbError::Full)
+    }
+}
+
+/// One core's RNIC: its QPs, SRQs and CQs, over a [`Registry`] it may share
+/// with the RNICs of other cores.
+#[derive(Debug)]
+pub struct Rnic {
+    config: RnicConfig,
+    registry: Arc<Registry>,
+    cqs: Vec<Option<Cq>>,
+    qps: Vec<Option<Qp>>,
+    srqs: Vec<Option<Srq>>,
+}
+
+fn take_slot<T>(slots: &mut [Option<T>], value: T) -> Option<u32> {
+    let index = slots.iter().position(Option::is_none)?;
+    slots[index] = Some(value);
+    Some(index as u32)
+}
+
+impl Rnic {
+    /// An RNIC with empty tables of the configured sizes and a registry of
+    /// its own.
+    pub fn new(config: RnicConfig) -> Rnic {
+        Rnic::with_registry(config, Registry::new(&config))
+    }
+
+    /// An RNIC (one core's) over a shared `registry`: `config`'s CQ, QP and
+    /// SRQ sizes apply; its PD and STag sizes and seed are the registry's.
+    pub fn with_registry(config: RnicConfig, registry: Arc<Registry>) -> Rnic {
+        Rnic {
+            config,
+            registry,
+            cqs: (0..config.cqs_max).map(|_| None).collect(),
+            qps: (0..config.qps_max).map(|_| None).collect(),
+            srqs: (0..config.srqs_max).map(|_| None).collect(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> RnicConfig {
+        self.config
+    }
+
+    /// The registry (PDs, registrations, STags) this RNIC uses.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Allocates a protection domain (in the registry).
+    pub fn alloc_pd(&mut self) -> Result<Pd, VerbError> {
+        self.registry.alloc_pd()
+    }
+
+    /// Registers memory (in the registry): see [`Registry::reg_mr`].
+    pub fn reg_mr(
+        &mut self,
+        pd: Pd,
+        region: Arc<Region>,
+        offset: usize,
+        len: usize,
+        base_to: u64,
+        access: Access,
+    ) -> Result<Mr, VerbError> {
+        self.registry
+            .reg_mr(pd, region, offset, len, base_to, access)
+    }
+
+    /// Registers a whole region with Tagged Offsets from 0.
     pub fn reg_region(
         &mut self,
         pd: Pd,
         region: Arc<Region>,
         access: Access,
     ) -> Result<Mr, VerbError> {
-        let len = region.len();
-        self.reg_mr(pd, region, 0, len, 0, access)
+        self.registry.reg_region(pd, region, access)
     }
 
     /// Frees a registration's STag.
     pub fn dereg_mr(&mut self, stag: u32) -> Result<(), VerbError> {
-        self.stags.free(stag).map_err(|_| VerbError::Stag)
+        self.registry.dereg_mr(stag)
     }
 
     /// Allocates an STag for fast registration (bound later by a
     /// [`SendOp::FastRegister`] work request).
     pub fn alloc_fast_reg_stag(&mut self, pd: Pd) -> Result<u32, VerbError> {
-        self.check_pd(pd)?;
-        self.stags.reserve(pd).ok_or(VerbError::Full)
+        self.registry.alloc_fast_reg_stag(pd)
     }
 
     /// Creates a completion queue of `capacity` entries.
@@ -416,7 +494,7 @@ impl Rnic {
 
     /// Creates a shared receive queue.
     pub fn create_srq(&mut self, pd: Pd, capacity: usize) -> Result<SrqHandle, VerbError> {
-        self.check_pd(pd)?;
+        self.registry.check_pd(pd)?;
         let srq = Srq {
             pd,
             ring: std::collections::VecDeque::with_capacity(capacity),
@@ -444,7 +522,7 @@ impl Rnic {
 
     /// Creates a queue pair in state Idle.
     pub fn create_qp(&mut self, init: QpInit) -> Result<QpHandle, VerbError> {
-        self.check_pd(init.pd)?;
+        self.registry.check_pd(init.pd)?;
         for cq in [init.send_cq, init.recv_cq] {
             self.cq(cq)?;
         }
@@ -486,7 +564,7 @@ impl Rnic {
         Ok((
             qp,
             Ctx {
-                stags: &mut self.stags,
+                stags: &self.registry.stags,
                 cqs: &mut self.cqs,
                 srqs: &mut self.srqs,
             },

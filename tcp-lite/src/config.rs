@@ -10,6 +10,8 @@ use std::net::Ipv4Addr;
 
 use smoltcp::time::Duration;
 
+use crate::rss::Steering;
+
 /// Most connections a stack may be configured for.
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 20;
 /// Most listening sockets per listener.
@@ -114,6 +116,13 @@ pub struct StackConfig {
     pub seed: u64,
     /// Settings of every connection.
     pub tcp: TcpConfig,
+    /// The receive queue this stack owns on a port shared by several
+    /// stacks (one per core, all with `addr`), if any. Active opens then
+    /// take only local ports whose reply traffic hashes to that queue, so
+    /// every packet of the connection reaches this stack; stacks on the
+    /// same address with different queues never pick the same four-tuple.
+    /// `None`: the stack has the port to itself and takes any free port.
+    pub steering: Option<Steering>,
 }
 
 impl StackConfig {
@@ -130,6 +139,7 @@ impl StackConfig {
             ephemeral_ports: 49152..=65535,
             seed: 0x6470_7761_7270,
             tcp: TcpConfig::default(),
+            steering: None,
         }
     }
 
@@ -168,6 +178,14 @@ impl StackConfig {
             return Err(ConfigError(
                 "tcp.user_timeout must be above zero and at most 24 hours",
             ));
+        }
+        if let Some(steering) = &self.steering {
+            if !steering.reta().contains(steering.queue()) {
+                return Err(ConfigError(
+                    "steering.queue must be one of steering.reta's entries (no packet would reach \
+                     this stack): give it a queue the port's redirection table holds",
+                ));
+            }
         }
         Ok(())
     }

@@ -14,6 +14,9 @@
 //!   receive slices with their stream position, close, abort, events).
 //! * [`link`]: an in-memory link pair with seeded fault injection, for tests
 //!   and the embedded benchmark.
+//! * [`rss`]: the Toeplitz hash and redirection table of receive-side
+//!   scaling, and the [`Steering`] that makes a stack on one queue of a
+//!   multi-queue port pick local ports whose replies reach that queue.
 //! * [`sys::tap`]: a TAP device, for running without DPDK.
 //! * [`sys::kernel`]: the same [`Transport`] interface over Linux TCP sockets.
 #![forbid(unsafe_code)]
@@ -21,6 +24,7 @@
 mod config;
 mod event;
 pub mod link;
+pub mod rss;
 mod stack;
 pub mod sys;
 mod transport;
@@ -30,6 +34,7 @@ pub use config::{
     USER_TIMEOUT_LIMIT,
 };
 pub use event::{ConnId, Event, EventKind, ListenerId};
+pub use rss::{Reta, RetaError, Steering, Toeplitz};
 pub use smoltcp;
 pub use smoltcp::time::{Duration, Instant};
 pub use stack::{Stack, StackStats, LISTENERS_MAX, RX_BURST_PACKETS_MAX, TX_BURST_ROUNDS_MAX};

@@ -617,7 +617,14 @@ impl<D: Device> Transport for Stack<D> {
             *self.config.ephemeral_ports.end(),
         );
         let span = u32::from(last - first) + 1;
+        let local_addr = self.config.addr;
         let mut port = None;
+        // RFC 6056 §3.3.1 (Algorithm 1) walks the range from a random start
+        // until `check_suitable_port()`, which "checks whether the resulting
+        // port number is acceptable as an ephemeral port", holds. Ours holds
+        // for a port that is free and, with steering, whose reply traffic
+        // (remote to us) hashes to our queue: about one port in `queues`, so
+        // the walk takes about `queues` candidates, bounded by the range.
         for _ in 0..span {
             let candidate = self.next_port;
             self.next_port = if candidate >= last {
@@ -625,7 +632,13 @@ impl<D: Device> Transport for Stack<D> {
             } else {
                 candidate + 1
             };
-            if !self.port_used(candidate) && !self.listeners.iter().any(|l| l.port == candidate) {
+            let steered_here = self.config.steering.as_ref().is_none_or(|steering| {
+                steering.is_mine(SocketAddrV4::new(local_addr, candidate), remote)
+            });
+            if !self.port_used(candidate)
+                && !self.listeners.iter().any(|l| l.port == candidate)
+                && steered_here
+            {
                 port = Some(candidate);
                 break;
             }

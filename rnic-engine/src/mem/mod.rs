@@ -31,7 +31,9 @@ mod dma;
 use std::sync::atomic::AtomicU64;
 #[cfg(test)]
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwapOption;
 
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -181,9 +183,9 @@ pub(crate) struct Registration {
     pub(crate) access: Access,
 }
 
+/// What a live STag names.
 #[derive(Debug)]
-enum Slot {
-    Free,
+pub(crate) enum State {
     /// Allocated for fast registration, not bound (or invalidated).
     Idle {
         pd: Pd,
@@ -191,12 +193,49 @@ enum Slot {
     Valid(Registration),
 }
 
-/// The STag table: fixed capacity, set at startup.
+/// A live STag: its key and what it names. Replaced whole (never changed
+/// in place), so a reader holding one sees a consistent key and state.
 #[derive(Debug)]
-pub(crate) struct StagTable {
-    slots: Vec<(u8, Slot)>,
+pub(crate) struct Entry {
+    key: u8,
+    state: State,
+}
+
+/// A slot of the table: `None` when free.
+pub(crate) type Slot = ArcSwapOption<Entry>;
+
+/// What allocation and freeing take a lock for (never the data path).
+#[derive(Debug)]
+struct Allocator {
     free: Vec<u32>,
     rng: ChaCha8Rng,
+}
+
+/// The STag table: fixed capacity, set at startup, shared by every core of
+/// an RNIC (see [`crate::verbs::Registry`]).
+///
+/// # Concurrency
+/// Checks and lookups (every FPDU that places or sources data, every work
+/// request's SGL) read a slot with one `arc_swap` load: no lock, no write
+/// to memory another core reads, so cores checking the same STag do not
+/// bounce a cache line between them. Registration, fast-registration
+/// binds, invalidation and deregistration replace a slot's entry with a
+/// compare-and-swap against the entry they checked, so two of them racing
+/// on one STag (a Local Invalidate on one core, a remote Send with
+/// Invalidate on another) cannot both succeed; allocation and freeing of
+/// indexes (and the key stream) take a mutex, off the data path.
+///
+/// A change is seen by every access that starts after it: the engine checks
+/// the STag again for every FPDU it places or sends (RFC 5040 §7.1 checks
+/// per DDP segment), so invalidating or deregistering a region on one core
+/// stops the Read Responses another core is streaming from it at the next
+/// segment. A segment already being copied finishes into the region it
+/// checked, which the entry it loaded keeps alive (as a hardware RNIC
+/// finishes a DMA already started).
+#[derive(Debug)]
+pub(crate) struct StagTable {
+    slots: Box<[Slot]>,
+    allocator: Mutex<Allocator>,
 }
 
 /// A granted range: the region and the octet offset the TO maps to.
@@ -204,6 +243,54 @@ pub(crate) struct StagTable {
 pub(crate) struct Grant {
     pub(crate) region: Arc<Region>,
     pub(crate) offset: usize,
+}
+
+/// A checked access for one segment: the region (kept alive by the table
+/// entry it was read from, without touching the region's reference count)
+/// and the octet offset the Tagged Offset maps to.
+pub(crate) struct Lease {
+    entry: arc_swap::Guard<Option<Arc<Entry>>>,
+    pub(crate) offset: usize,
+}
+
+impl Lease {
+    /// The region.
+    pub(crate) fn region(&self) -> &Region {
+        match self.entry.as_deref() {
+            Some(Entry {
+                state: State::Valid(r),
+                ..
+            }) => &r.region,
+            // A lease is made only from a valid entry, which the guard holds.
+            _ => unreachable!("a lease holds a valid registration"),
+        }
+    }
+}
+
+/// One slot of a shared table, owned (for [`StagCache`]).
+#[derive(Debug)]
+pub(crate) struct SlotRef {
+    table: Arc<StagTable>,
+    index: usize,
+}
+
+impl core::ops::Deref for SlotRef {
+    type Target = Slot;
+    fn deref(&self) -> &Slot {
+        &self.table.slots[self.index]
+    }
+}
+
+/// A QP's copy of the entry of the STag it used last: checking that STag
+/// again reads the slot's pointer once and compares it (no write, no
+/// reference count), and reloads only when the slot changed. Most work
+/// targets one STag over and over (a peer's Writes into one buffer, a
+/// sender's SGL in one region), so the data path seldom pays more. It keeps
+/// the entry it copied (and its region) alive until it next looks, or the
+/// QP goes: the region's memory, never its registration.
+#[derive(Debug, Default)]
+pub(crate) struct StagCache {
+    cache: Option<arc_swap::Cache<SlotRef, Option<Arc<Entry>>>>,
 }
 
 /// The most STags one RNIC holds (the index is 24 bits).
@@ -214,96 +301,174 @@ impl StagTable {
         let capacity = capacity.min(STAGS_MAX - 1);
         // Index 0 is never used: STag 0 is commonly special, and siw's RTR
         // uses STag 1, so the first real index is 2.
-        let slots = (0..capacity + 2).map(|_| (0, Slot::Free)).collect();
+        let slots = (0..capacity + 2).map(|_| Slot::empty()).collect();
         let free = (2..capacity as u32 + 2).rev().collect();
         StagTable {
             slots,
-            free,
-            rng: ChaCha8Rng::seed_from_u64(seed),
+            allocator: Mutex::new(Allocator {
+                free,
+                rng: ChaCha8Rng::seed_from_u64(seed),
+            }),
         }
     }
 
-    fn allocate(&mut self, slot: Slot) -> Option<u32> {
-        let index = self.free.pop()?;
-        let key = (self.rng.next_u32() & 0xFF) as u8;
-        self.slots[index as usize] = (key, slot);
+    fn allocator(&self) -> std::sync::MutexGuard<'_, Allocator> {
+        // A panic elsewhere while holding it left the free list whole (each
+        // step is one push or pop): go on with it.
+        self.allocator.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn allocate(&self, state: State) -> Option<u32> {
+        let mut allocator = self.allocator();
+        let index = allocator.free.pop()?;
+        let key = (allocator.rng.next_u32() & 0xFF) as u8;
+        self.slots[index as usize].store(Some(Arc::new(Entry { key, state })));
         Some(index << 8 | u32::from(key))
     }
 
     /// Registers a window and returns its STag, or `None` when full.
-    pub(crate) fn register(&mut self, registration: Registration) -> Option<u32> {
-        self.allocate(Slot::Valid(registration))
+    pub(crate) fn register(&self, registration: Registration) -> Option<u32> {
+        self.allocate(State::Valid(registration))
     }
 
     /// An STag for fast registration, not yet bound.
-    pub(crate) fn reserve(&mut self, pd: Pd) -> Option<u32> {
-        self.allocate(Slot::Idle { pd })
+    pub(crate) fn reserve(&self, pd: Pd) -> Option<u32> {
+        self.allocate(State::Idle { pd })
     }
 
-    fn slot(&self, stag: u32) -> Option<&Slot> {
-        let (key, slot) = self.slots.get((stag >> 8) as usize)?;
-        (*key == stag as u8 && !matches!(slot, Slot::Free)).then_some(slot)
+    /// The live entry `stag` names (key included).
+    fn entry(&self, stag: u32) -> Option<arc_swap::Guard<Option<Arc<Entry>>>> {
+        let slot = self.slots.get((stag >> 8) as usize)?;
+        let entry = slot.load();
+        (entry.as_ref()?.key == stag as u8).then_some(entry)
     }
 
-    fn slot_mut(&mut self, stag: u32) -> Option<&mut Slot> {
-        let (key, slot) = self.slots.get_mut((stag >> 8) as usize)?;
-        (*key == stag as u8 && !matches!(slot, Slot::Free)).then_some(slot)
+    /// Replaces `stag`'s entry with what `change` makes of it, atomically
+    /// against every other change of the slot.
+    fn update(
+        &self,
+        stag: u32,
+        mut change: impl FnMut(&State) -> Result<Option<State>, AccessError>,
+    ) -> Result<(), AccessError> {
+        let slot = self
+            .slots
+            .get((stag >> 8) as usize)
+            .ok_or(AccessError::InvalidStag)?;
+        loop {
+            let current = slot.load();
+            let Some(entry) = current.as_ref().filter(|e| e.key == stag as u8) else {
+                return Err(AccessError::InvalidStag);
+            };
+            let next = change(&entry.state)?.map(|state| {
+                Arc::new(Entry {
+                    key: entry.key,
+                    state,
+                })
+            });
+            let previous = slot.compare_and_swap(&*current, next);
+            let same = match (&*previous, &*current) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            };
+            if same {
+                return Ok(());
+            }
+            // Another change came first: check again against it.
+        }
+    }
+
+    /// The live entry `stag` names, through `cache`.
+    fn cached<'c>(self: &Arc<Self>, cache: &'c mut StagCache, stag: u32) -> Option<&'c Entry> {
+        let index = (stag >> 8) as usize;
+        if index >= self.slots.len() {
+            return None;
+        }
+        let hit = cache
+            .cache
+            .as_ref()
+            .is_some_and(|c| std::ptr::eq(c.arc_swap(), &self.slots[index]));
+        if !hit {
+            cache.cache = Some(arc_swap::Cache::new(SlotRef {
+                table: self.clone(),
+                index,
+            }));
+        }
+        let entry = cache.cache.as_mut()?.load().as_deref()?;
+        (entry.key == stag as u8).then_some(entry)
+    }
+
+    /// [`StagTable::check`] through a QP's cache.
+    pub(crate) fn check_cached(
+        self: &Arc<Self>,
+        cache: &mut StagCache,
+        stag: u32,
+        pd: Pd,
+        access: Access,
+        to: u64,
+        len: usize,
+    ) -> Result<Grant, AccessError> {
+        let entry = self.cached(cache, stag).ok_or(AccessError::InvalidStag)?;
+        let (r, offset) = Self::grant(Some(entry), pd, access, to, len)?;
+        Ok(Grant {
+            region: r.region.clone(),
+            offset,
+        })
+    }
+
+    /// [`StagTable::lookup`] through a QP's cache: the region, borrowed
+    /// from the cache, and the octet offset.
+    pub(crate) fn lookup_cached<'c>(
+        self: &Arc<Self>,
+        cache: &'c mut StagCache,
+        stag: u32,
+        pd: Pd,
+        access: Access,
+        to: u64,
+        len: usize,
+    ) -> Result<(&'c Region, usize), AccessError> {
+        let entry = self.cached(cache, stag).ok_or(AccessError::InvalidStag)?;
+        let (r, offset) = Self::grant(Some(entry), pd, access, to, len)?;
+        Ok((&r.region, offset))
     }
 
     /// Binds a reserved STag to a window (fast registration).
-    pub(crate) fn bind(
-        &mut self,
-        stag: u32,
-        registration: Registration,
-    ) -> Result<(), AccessError> {
-        match self.slot_mut(stag) {
-            Some(slot @ Slot::Idle { .. }) => {
-                let Slot::Idle { pd } = *slot else {
-                    unreachable!()
-                };
-                if pd != registration.pd {
-                    return Err(AccessError::PdMismatch);
-                }
-                *slot = Slot::Valid(registration);
-                Ok(())
-            }
-            _ => Err(AccessError::InvalidStag),
-        }
+    pub(crate) fn bind(&self, stag: u32, registration: Registration) -> Result<(), AccessError> {
+        self.update(stag, |state| match state {
+            State::Idle { pd } if *pd != registration.pd => Err(AccessError::PdMismatch),
+            State::Idle { .. } => Ok(Some(State::Valid(registration.clone()))),
+            State::Valid(_) => Err(AccessError::InvalidStag),
+        })
     }
 
     /// Invalidates an STag (local invalidate, or remote with
     /// `REMOTE_INVALIDATE` checked by the caller): it stays allocated to
     /// the PD for a later fast registration.
-    pub(crate) fn invalidate(
-        &mut self,
-        stag: u32,
-        pd: Pd,
-        remote: bool,
-    ) -> Result<(), AccessError> {
-        let slot = self.slot_mut(stag).ok_or(AccessError::InvalidStag)?;
-        match slot {
-            Slot::Valid(r) if r.pd != pd => Err(AccessError::PdMismatch),
-            Slot::Valid(r) if remote && !r.access.contains(Access::REMOTE_INVALIDATE) => {
+    pub(crate) fn invalidate(&self, stag: u32, pd: Pd, remote: bool) -> Result<(), AccessError> {
+        self.update(stag, |state| match state {
+            State::Valid(r) if r.pd != pd => Err(AccessError::PdMismatch),
+            State::Valid(r) if remote && !r.access.contains(Access::REMOTE_INVALIDATE) => {
                 Err(AccessError::Rights)
             }
-            Slot::Valid(r) => {
-                *slot = Slot::Idle { pd: r.pd };
-                Ok(())
-            }
-            Slot::Idle { .. } | Slot::Free => Err(AccessError::InvalidStag),
-        }
+            State::Valid(r) => Ok(Some(State::Idle { pd: r.pd })),
+            State::Idle { .. } => Err(AccessError::InvalidStag),
+        })
     }
 
     /// Frees an STag (deregistration).
-    pub(crate) fn free(&mut self, stag: u32) -> Result<(), AccessError> {
-        let index = stag >> 8;
-        self.slot(stag).ok_or(AccessError::InvalidStag)?;
-        self.slots[index as usize].1 = Slot::Free;
-        self.free.push(index);
+    pub(crate) fn free(&self, stag: u32) -> Result<(), AccessError> {
+        // The index goes back to the free list only after its slot is
+        // empty, under the allocator's lock, so no allocation can reuse it
+        // while the old entry is still in place.
+        let mut allocator = self.allocator();
+        self.update(stag, |_| Ok(None))?;
+        allocator.free.push(stag >> 8);
         Ok(())
     }
 
-    /// Checks an access of `len` octets at Tagged Offset `to`.
+    /// Checks an access of `len` octets at Tagged Offset `to`, and takes a
+    /// reference on the region (work requests keep theirs until they
+    /// complete).
+    #[cfg(test)]
     pub(crate) fn check(
         &self,
         stag: u32,
@@ -312,16 +477,16 @@ impl StagTable {
         to: u64,
         len: usize,
     ) -> Result<Grant, AccessError> {
-        let (region, offset) = self.lookup(stag, pd, access, to, len)?;
+        let entry = self.entry(stag).ok_or(AccessError::InvalidStag)?;
+        let (r, offset) = Self::grant(entry.as_deref(), pd, access, to, len)?;
         Ok(Grant {
-            region: region.clone(),
+            region: r.region.clone(),
             offset,
         })
     }
 
-    /// [`StagTable::check`] without taking a reference on the region: the
-    /// region and the octet offset `to` maps to, borrowed from the table
-    /// (placement of one segment needs no more).
+    /// [`StagTable::check`] for one segment, without taking a reference on
+    /// the region: placement and sourcing of one segment need no more.
     pub(crate) fn lookup(
         &self,
         stag: u32,
@@ -329,8 +494,24 @@ impl StagTable {
         access: Access,
         to: u64,
         len: usize,
-    ) -> Result<(&Arc<Region>, usize), AccessError> {
-        let Some(Slot::Valid(r)) = self.slot(stag) else {
+    ) -> Result<Lease, AccessError> {
+        let entry = self.entry(stag).ok_or(AccessError::InvalidStag)?;
+        let (_, offset) = Self::grant(entry.as_deref(), pd, access, to, len)?;
+        Ok(Lease { entry, offset })
+    }
+
+    fn grant(
+        entry: Option<&Entry>,
+        pd: Pd,
+        access: Access,
+        to: u64,
+        len: usize,
+    ) -> Result<(&Registration, usize), AccessError> {
+        let Some(Entry {
+            state: State::Valid(r),
+            ..
+        }) = entry
+        else {
             return Err(AccessError::InvalidStag);
         };
         if r.pd != pd {
@@ -345,7 +526,7 @@ impl StagTable {
         if to < r.base_to || end > r.base_to.saturating_add(r.len as u64) {
             return Err(AccessError::BaseBounds);
         }
-        Ok((&r.region, r.offset + (to - r.base_to) as usize))
+        Ok((r, r.offset + (to - r.base_to) as usize))
     }
 }
 
@@ -405,7 +586,7 @@ mod tests {
 
     #[test]
     fn stag_checks() {
-        let mut table = StagTable::new(16, 7);
+        let table = StagTable::new(16, 7);
         let pd = Pd(1);
         let stag = table
             .register(registration(pd, 64, Access::REMOTE_WRITE))
@@ -463,7 +644,7 @@ mod tests {
 
     #[test]
     fn keys_change_when_an_index_is_reused() {
-        let mut table = StagTable::new(1, 42);
+        let table = StagTable::new(1, 42);
         let pd = Pd(1);
         let mut seen = std::collections::HashSet::new();
         for _ in 0..64 {
@@ -490,7 +671,7 @@ mod tests {
 
     #[test]
     fn invalidation_and_fast_registration() {
-        let mut table = StagTable::new(4, 1);
+        let table = StagTable::new(4, 1);
         let pd = Pd(3);
         let stag = table.reserve(pd).unwrap();
         assert_eq!(

@@ -33,9 +33,10 @@ mod tx;
 pub(crate) use self::tx::NoCuts;
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::cq::{Cq, Wc, WcOpcode, WcStatus};
-use crate::mem::{Access, AccessError, Grant, Pd, StagTable};
+use crate::mem::{Access, AccessError, Grant, Pd, StagCache, StagTable};
 use crate::mpa::rx::{Deframer, RxConfig};
 use crate::mpa::tx::{Framer, TxConfig};
 use crate::verbs::{
@@ -226,7 +227,7 @@ pub enum QpEvent {
 
 /// Mutable parts of the RNIC a QP reaches into.
 pub(crate) struct Ctx<'a> {
-    pub(crate) stags: &'a mut StagTable,
+    pub(crate) stags: &'a Arc<StagTable>,
     pub(crate) cqs: &'a mut [Option<Cq>],
     pub(crate) srqs: &'a mut [Option<Srq>],
 }
@@ -269,11 +270,17 @@ impl SgList {
     }
 
     /// Checks every entry with `access` and resolves it to memory.
-    fn resolve(&self, stags: &StagTable, pd: Pd, access: Access) -> Result<Grants, AccessError> {
+    fn resolve(
+        &self,
+        stags: &Arc<StagTable>,
+        cache: &mut StagCache,
+        pd: Pd,
+        access: Access,
+    ) -> Result<Grants, AccessError> {
         let mut grants = Grants::default();
         for (slot, sge) in grants.entries.iter_mut().zip(self.entries()) {
             *slot = Some((
-                stags.check(sge.stag, pd, access, sge.to, sge.len as usize)?,
+                stags.check_cached(cache, sge.stag, pd, access, sge.to, sge.len as usize)?,
                 sge.len as usize,
             ));
         }
@@ -486,6 +493,10 @@ const INJECTED_MAX: usize = 8;
 pub(crate) struct Inner {
     handle: QpHandle,
     pd: Pd,
+    /// The STags this QP checked last: for placement of what it receives,
+    /// and for the SGLs of its work requests.
+    rx_stag: StagCache,
+    tx_stag: StagCache,
     send_cq: CqHandle,
     recv_cq: CqHandle,
     srq: Option<SrqHandle>,
@@ -532,6 +543,8 @@ impl Qp {
         let inner = Inner {
             handle,
             pd: init.pd,
+            rx_stag: StagCache::default(),
+            tx_stag: StagCache::default(),
             send_cq: init.send_cq,
             recv_cq: init.recv_cq,
             srq: init.srq,

@@ -281,7 +281,8 @@ impl Inner {
         }
         let (region, offset) = ctx
             .stags
-            .lookup(
+            .lookup_cached(
+                &mut self.rx_stag,
                 packet.stag(),
                 self.pd,
                 Access::REMOTE_WRITE,
@@ -373,7 +374,10 @@ impl Inner {
             let wqe = self
                 .take_recv(ctx)
                 .ok_or(untagged(UntaggedError::NoBuffer))?;
-            match wqe.sgl.resolve(ctx.stags, self.pd, Access::LOCAL_WRITE) {
+            match wqe
+                .sgl
+                .resolve(ctx.stags, &mut self.rx_stag, self.pd, Access::LOCAL_WRITE)
+            {
                 Ok(grants) => {
                     let capacity = wqe.sgl.total();
                     self.receiving = Some(Receiving {
@@ -536,7 +540,7 @@ impl Inner {
         if let atomic::AtomicOpcode::Unknown(_) = request.opcode {
             return Err(TermCause::Operation(OperationError::Opcode));
         }
-        let (region, offset) = ctx
+        let lease = ctx
             .stags
             .lookup(
                 request.remote_stag,
@@ -546,7 +550,7 @@ impl Inner {
                 8,
             )
             .map_err(TermCause::protection)?;
-        if region.word(offset).is_err() {
+        if lease.region().word(lease.offset).is_err() {
             // Seed 004 §5.1: "naturally aligned"; an unaligned target has
             // no registered code, so: unspecified.
             return Err(TermCause::Operation(OperationError::Unspecified));

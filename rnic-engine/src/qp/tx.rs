@@ -394,7 +394,10 @@ impl Inner {
             } else {
                 Access::LOCAL_READ
             };
-            match wqe.sgl.resolve(ctx.stags, self.pd, access) {
+            match wqe
+                .sgl
+                .resolve(ctx.stags, &mut self.tx_stag, self.pd, access)
+            {
                 Ok(grants) => self.tx_grants = Some(grants),
                 Err(_) => {
                     self.tx_next += 1;
@@ -746,9 +749,9 @@ impl Inner {
                     }
                 };
                 let written = frame_segment(framer, &ddp, n, out, |offset, dst| {
-                    if let Some((region, at)) = source {
+                    if let Some(lease) = &source {
                         // In bounds: checked just above.
-                        let _ = region.read(at + offset, dst);
+                        let _ = lease.region().read(lease.offset + offset, dst);
                     }
                 })?;
                 if last {
@@ -781,18 +784,23 @@ impl Inner {
                         8,
                     )
                     .map_err(TermCause::protection)
-                    .and_then(|(region, offset)| {
-                        region.word(offset).map_err(|_| {
-                            TermCause::Operation(super::term::OperationError::Unspecified)
-                        })
+                    .and_then(|lease| match lease.region().word(lease.offset) {
+                        Ok(_) => Ok(lease),
+                        Err(_) => Err(TermCause::Operation(
+                            super::term::OperationError::Unspecified,
+                        )),
                     });
-                let word = match target {
-                    Ok(word) => word,
+                let lease = match target {
+                    Ok(lease) => lease,
                     Err(cause) => {
                         self.fail_request(cause, msn, Header::None);
                         return Some(0);
                     }
                 };
+                let word = lease
+                    .region()
+                    .word(lease.offset)
+                    .expect("checked aligned and in bounds above");
                 let original = execute(&request, word);
                 let response = atomic::ResponseRepr {
                     original_request_id: request.request_id,

@@ -1,0 +1,592 @@
+//! The control-plane runtime with several cores: each core a [`CoreLink`]
+//! over a tcp-lite [`Stack`] on an in-memory link, stepped by the test's
+//! thread against the real control-plane thread.
+//!
+//! * a core that stops polling is reported stalled, and recovers; the
+//!   other core never is;
+//! * a flood of connections that never send their MPA Request is refused
+//!   beyond the per-core limit on the flooded core, while another core
+//!   completes RFC 6581 enhanced startups; the startups held never exceed
+//!   the limit;
+//! * the all-cores limit is enforced by the control plane;
+//! * held startups end at the responder's request timeout, and the room
+//!   they held is given again;
+//! * with channels four messages deep, many startups at once all complete;
+//! * configurations that cannot work are refused.
+//!
+//! Every test runs under a watchdog: a call that blocked would fail it
+//! instead of hanging it.
+// The tests pace themselves by the real clock, as the control thread does.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::HashSet;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::mpsc;
+use std::time::{Duration, Instant as StdInstant};
+
+use control::mpa::{Accept, FailReason, StartupConfig};
+use control::runtime::{
+    ControlConfig, ControlPlane, CoreHealth, CoreLink, Decision, Handoff, StartupResult,
+};
+use tcp_lite::link::{self, LinkConfig, LinkEnd};
+use tcp_lite::{CongestionControl, ConnId, EventKind, Instant, Stack, StackConfig, Transport};
+
+/// The longest any test may run before the watchdog fails it.
+const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// One clock for every stack and step of the process.
+fn now() -> Instant {
+    static EPOCH: std::sync::OnceLock<StdInstant> = std::sync::OnceLock::new();
+    let epoch = EPOCH.get_or_init(StdInstant::now);
+    Instant::from_micros(epoch.elapsed().as_micros() as i64 + 1)
+}
+
+/// Runs `test` on a thread of its own and fails if it has not ended within
+/// `limit` (a blocked channel would otherwise hang the test).
+fn watchdog(limit: Duration, test: impl FnOnce() + Send + 'static) {
+    let (done, ended) = mpsc::channel();
+    let thread = std::thread::spawn(move || {
+        test();
+        let _ = done.send(());
+    });
+    match ended.recv_timeout(limit) {
+        Ok(()) => thread.join().expect("the test thread ended"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            // The test panicked: report its panic.
+            if let Err(panic) = thread.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => {
+            panic!("still running after {limit:?}: something blocked")
+        }
+    }
+}
+
+/// A stack on `end` with small buffers (MPA frames are at most 536
+/// octets), room for `connections`, and no congestion control (the
+/// in-memory link drops nothing).
+fn stack(end: LinkEnd, host: u8, net: u8, connections: usize) -> Stack<LinkEnd> {
+    let mut config = StackConfig::new([2, 0, 0, 0, net, host], Ipv4Addr::new(10, 0, net, host));
+    config.max_connections = connections;
+    config.tcp.rx_buffer = 4096;
+    config.tcp.tx_buffer = 4096;
+    config.tcp.congestion = CongestionControl::None;
+    config.seed = u64::from(net) << 8 | u64::from(host);
+    Stack::new(config, end, now()).expect("stack configuration")
+}
+
+/// Two stacks on one in-memory link: hosts 1 and 2 of 10.0.`net`.0/24.
+fn pair(net: u8, connections: usize) -> (Stack<LinkEnd>, Stack<LinkEnd>) {
+    let mut config = LinkConfig::ethernet(1500);
+    config.queue_frames = 1 << 14;
+    let (a, b) = link::pair(config, u64::from(net));
+    (stack(a, 1, net, connections), stack(b, 2, net, connections))
+}
+
+/// A poll-mode core as far as the control plane sees it: a transport and
+/// its link, stepped as the data plane's cores step them.
+struct Core {
+    stack: Stack<LinkEnd>,
+    link: CoreLink,
+    handoffs: Vec<Handoff>,
+}
+
+impl Core {
+    fn new(stack: Stack<LinkEnd>, link: CoreLink) -> Core {
+        Core {
+            stack,
+            link,
+            handoffs: Vec::new(),
+        }
+    }
+
+    /// One turn: TCP, its events (the link's first), the link, TCP again.
+    fn step(&mut self) {
+        let now = now();
+        self.stack.poll(now);
+        while let Some(event) = self.stack.next_event() {
+            // The others are a handed-off connection's: nobody runs FPDUs here.
+            self.link.handle_event(&mut self.stack, event);
+        }
+        self.link.poll(&mut self.stack, now);
+        while let Some(handoff) = self.link.next_handoff() {
+            self.handoffs.push(handoff);
+        }
+        self.stack.poll(now);
+    }
+
+    fn wait_listening(&mut self, port: u16) {
+        let start = StdInstant::now();
+        while self.link.listen_status(port).is_none() {
+            assert!(start.elapsed() < Duration::from_secs(5), "no listener");
+            self.step();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(self.link.listen_status(port), Some(Ok(())));
+    }
+}
+
+/// Peers that open TCP connections and never send an MPA Request.
+struct Flood {
+    stack: Stack<LinkEnd>,
+    target: SocketAddrV4,
+    opened: usize,
+    /// Connections the target reset (refused).
+    reset: usize,
+}
+
+impl Flood {
+    fn new(stack: Stack<LinkEnd>, target: SocketAddrV4) -> Flood {
+        Flood {
+            stack,
+            target,
+            opened: 0,
+            reset: 0,
+        }
+    }
+
+    /// Opens up to `batch` more connections, `total` in all.
+    fn open(&mut self, batch: usize, total: usize) {
+        for _ in 0..batch.min(total - self.opened) {
+            self.stack
+                .connect(self.target, now())
+                .expect("room for the flood's connections");
+            self.opened += 1;
+        }
+    }
+
+    fn step(&mut self) {
+        self.stack.poll(now());
+        while let Some(event) = self.stack.next_event() {
+            if matches!(
+                event.kind,
+                EventKind::Reset | EventKind::Closed | EventKind::TimedOut
+            ) {
+                self.stack.release(event.conn);
+                self.reset += 1;
+            }
+        }
+        self.stack.poll(now());
+    }
+}
+
+fn accept_all(control: &ControlPlane, core: u16, port: u16, config: StartupConfig) {
+    control.listen(
+        core,
+        port,
+        config,
+        Box::new(|_, _| Decision::Accept(Accept::default())),
+    );
+}
+
+/// Steps until `done`, failing after `limit`.
+fn until(limit: Duration, what: &str, mut step: impl FnMut() -> bool) {
+    let start = StdInstant::now();
+    while !step() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+    }
+}
+
+fn established(handoff: &Handoff) -> &control::mpa::Established {
+    match &handoff.result {
+        StartupResult::Established(e) => e,
+        other => panic!("not established: {other:?}"),
+    }
+}
+
+#[test]
+fn a_core_that_stops_polling_is_reported_stalled_and_recovers() {
+    watchdog(WATCHDOG, || {
+        let heartbeat = Duration::from_millis(20);
+        let stall_after = Duration::from_millis(200);
+        let config = ControlConfig {
+            heartbeat,
+            stall_after,
+            ..ControlConfig::default()
+        };
+        let (control, links) = ControlPlane::start_with(config, 2).unwrap();
+        let (s0, s1) = pair(1, 16);
+        let mut cores: Vec<Core> = [s0, s1]
+            .into_iter()
+            .zip(links)
+            .map(|(s, l)| Core::new(s, l))
+            .collect();
+        let healthy = |h: &CoreHealth| !h.stalled && h.stalls == 0;
+        // Both poll: neither is stalled.
+        let start = StdInstant::now();
+        while start.elapsed() < Duration::from_millis(300) {
+            cores.iter_mut().for_each(Core::step);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let health = control.health();
+        assert!(health.iter().all(healthy), "{health:?}");
+        assert!(health[0].since_answer < stall_after, "{health:?}");
+
+        // Core 0 stops polling; core 1 goes on.
+        let stopped = StdInstant::now();
+        let detected = loop {
+            cores[1].step();
+            let health = control.health();
+            assert!(healthy(&health[1]), "core 1 reported: {health:?}");
+            if health[0].stalled {
+                break stopped.elapsed();
+            }
+            assert!(
+                stopped.elapsed() < Duration::from_secs(3),
+                "no stall reported"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        // Its last answer came at most about a heartbeat before it stopped:
+        // reported after stall_after less a heartbeat, within stall_after and
+        // a heartbeat (and the scheduler's slack).
+        assert!(detected >= stall_after - 2 * heartbeat, "{detected:?}");
+        assert!(
+            detected <= stall_after + heartbeat + Duration::from_millis(300),
+            "{detected:?}"
+        );
+        let health = control.health();
+        assert_eq!(health[0].stalls, 1);
+        assert!(health[0].since_answer >= stall_after, "{health:?}");
+
+        // Still silent: still stalled, counted once.
+        let start = StdInstant::now();
+        while start.elapsed() < Duration::from_millis(300) {
+            cores[1].step();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let health = control.health();
+        assert!(health[0].stalled && health[0].stalls == 1, "{health:?}");
+        assert!(healthy(&health[1]), "{health:?}");
+
+        // Core 0 polls again: the heartbeat waiting for it is answered.
+        let resumed = StdInstant::now();
+        loop {
+            cores.iter_mut().for_each(Core::step);
+            let health = control.health();
+            assert!(healthy(&health[1]), "core 1 reported: {health:?}");
+            if !health[0].stalled {
+                break;
+            }
+            assert!(
+                resumed.elapsed() < heartbeat + Duration::from_millis(500),
+                "still stalled after polling again"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let health = control.health();
+        assert_eq!(health[0].stalls, 1);
+        assert!(health[0].since_answer < stall_after, "{health:?}");
+        assert_eq!(control.stats().stalls, 1);
+        assert_eq!(control.stop().stalls, 1);
+    });
+}
+
+#[test]
+fn a_dropped_link_is_detached_not_stalled() {
+    watchdog(WATCHDOG, || {
+        let config = ControlConfig {
+            heartbeat: Duration::from_millis(10),
+            stall_after: Duration::from_millis(50),
+            ..ControlConfig::default()
+        };
+        let (control, mut links) = ControlPlane::start_with(config, 2).unwrap();
+        drop(links.pop());
+        let (s0, _) = pair(2, 4);
+        let mut core = Core::new(s0, links.pop().unwrap());
+        let start = StdInstant::now();
+        while start.elapsed() < Duration::from_millis(200) {
+            core.step();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let health = control.health();
+        assert!(health[1].detached && !health[1].stalled, "{health:?}");
+        assert!(!health[0].detached && !health[0].stalled, "{health:?}");
+        assert_eq!(control.stop().stalls, 0);
+    });
+}
+
+#[test]
+fn a_flood_of_silent_peers_is_refused_on_its_core_while_another_core_completes_startups() {
+    const FLOOD: usize = 2_000;
+    const LIMIT: usize = 500;
+    const STARTUPS: usize = 50;
+    watchdog(WATCHDOG, || {
+        let config = ControlConfig {
+            heartbeat: Duration::from_millis(20),
+            startups_max_per_core: LIMIT,
+            ..ControlConfig::default()
+        };
+        let (control, links) = ControlPlane::start_with(config, 2).unwrap();
+        let mut links = links.into_iter();
+        // Core 0 and its flood, core 1 and a host that starts MPA with it.
+        let (flood_stack, s0) = pair(10, FLOOD + 100);
+        let (c1, s1) = pair(11, 256);
+        let mut core0 = Core::new(s0, links.next().unwrap());
+        let mut core1 = Core::new(s1, links.next().unwrap());
+        let (mut client_control, mut client_links) = ControlPlane::start(1);
+        let mut client = Core::new(c1, client_links.remove(0));
+        // The silent peers would be held for 5 s by default; longer here,
+        // so none ends (and frees room) before the flood is counted.
+        let patient = StartupConfig {
+            request_timeout: tcp_lite::Duration::from_secs(60),
+            startup_timeout: tcp_lite::Duration::from_secs(120),
+            ..StartupConfig::default()
+        };
+        accept_all(&control, 0, 5000, patient);
+        accept_all(&control, 1, 5001, StartupConfig::default());
+        core0.wait_listening(5000);
+        core1.wait_listening(5001);
+
+        let mut flood = Flood::new(
+            flood_stack,
+            SocketAddrV4::new(Ipv4Addr::new(10, 0, 10, 2), 5000),
+        );
+        // RFC 6581 enhanced startups (the default configuration: revision
+        // 2, enhanced) from the client to core 1, during the flood.
+        let remote = SocketAddrV4::new(Ipv4Addr::new(10, 0, 11, 2), 5001);
+        let tokens: HashSet<u64> = (0..STARTUPS)
+            .map(|_| client_control.connect(0, remote, StartupConfig::default(), b"core 1"))
+            .collect();
+        until(Duration::from_secs(15), "flood and startups", || {
+            flood.open(100, FLOOD);
+            flood.step();
+            core0.step();
+            core1.step();
+            client.step();
+            // The startups held never exceed the limit, on the link or on
+            // the control plane.
+            assert!(
+                core0.link.in_startup() <= LIMIT,
+                "{}",
+                core0.link.in_startup()
+            );
+            let health = control.health();
+            assert!(health[0].startups <= LIMIT, "{health:?}");
+            let seen = core0.link.refused_startups() as usize + core0.link.in_startup();
+            seen == FLOOD && core1.handoffs.len() == STARTUPS && client.handoffs.len() == STARTUPS
+        });
+
+        // Core 0: the limit held, the rest refused (and reset) at once.
+        assert_eq!(core0.link.in_startup(), LIMIT);
+        assert_eq!(core0.link.refused_startups(), (FLOOD - LIMIT) as u64);
+        until(Duration::from_secs(2), "the refusals reported", || {
+            flood.step();
+            core0.step();
+            core1.step();
+            control.health()[0].refused_startups == (FLOOD - LIMIT) as u64
+                && flood.reset == FLOOD - LIMIT
+        });
+        let health = control.health();
+        assert_eq!(health[0].startups, LIMIT);
+        assert!(core0.handoffs.is_empty(), "{:?}", core0.handoffs.first());
+        // Core 1: every startup to the end, enhanced, nothing refused.
+        assert_eq!(health[1].refused_startups, 0);
+        assert_eq!(health[1].startups, 0);
+        assert!(health.iter().all(|h| h.stalls == 0), "{health:?}");
+        for handoff in &core1.handoffs {
+            let e = established(handoff);
+            assert!(e.enhanced && e.revision == 2, "{e:?}");
+            assert_eq!(e.peer_private_data, b"core 1");
+        }
+        let mut seen = HashSet::new();
+        for handoff in &client.handoffs {
+            let e = established(handoff);
+            assert!(e.enhanced && e.revision == 2, "{e:?}");
+            assert!(seen.insert(handoff.token));
+        }
+        assert_eq!(seen, tokens);
+        let stats = control.stats();
+        assert_eq!(stats.refused_startups, (FLOOD - LIMIT) as u64);
+        assert_eq!(stats.established, STARTUPS as u64);
+        assert_eq!(stats.failed, 0);
+        // Stopping fails the startups still held.
+        assert_eq!(control.stop().failed, LIMIT as u64);
+        assert_eq!(client_control.stop().established, STARTUPS as u64);
+    });
+}
+
+#[test]
+fn the_all_cores_limit_is_enforced_by_the_control_plane() {
+    const HELD: usize = 50;
+    const PEERS: usize = 80;
+    watchdog(WATCHDOG, || {
+        let config = ControlConfig {
+            startups_max_per_core: 100,
+            startups_max: HELD,
+            heartbeat: Duration::from_millis(20),
+            ..ControlConfig::default()
+        };
+        let (control, mut links) = ControlPlane::start_with(config, 1).unwrap();
+        let (flood_stack, s0) = pair(20, 256);
+        let mut core = Core::new(s0, links.remove(0));
+        accept_all(&control, 0, 5000, StartupConfig::default());
+        core.wait_listening(5000);
+        let mut flood = Flood::new(
+            flood_stack,
+            SocketAddrV4::new(Ipv4Addr::new(10, 0, 20, 2), 5000),
+        );
+        until(Duration::from_secs(10), "the refusals", || {
+            flood.open(PEERS, PEERS);
+            flood.step();
+            core.step();
+            let health = control.health();
+            assert!(health[0].startups <= HELD, "{health:?}");
+            flood.reset == PEERS - HELD
+                && health[0].refused_startups == (PEERS - HELD) as u64
+                && core.link.in_startup() == HELD
+        });
+        // The control plane refused them: the link's own count is zero.
+        assert_eq!(core.link.refused_startups(), 0);
+        assert_eq!(control.health()[0].startups, HELD);
+        assert_eq!(control.stats().refused_startups, (PEERS - HELD) as u64);
+        drop(control);
+    });
+}
+
+#[test]
+fn held_startups_end_at_the_request_timeout_and_their_room_is_given_again() {
+    const LIMIT: usize = 20;
+    watchdog(WATCHDOG, || {
+        let config = ControlConfig {
+            startups_max_per_core: LIMIT,
+            heartbeat: Duration::from_millis(20),
+            ..ControlConfig::default()
+        };
+        let (control, mut links) = ControlPlane::start_with(config, 1).unwrap();
+        let (flood_stack, s0) = pair(30, 256);
+        let mut core = Core::new(s0, links.remove(0));
+        let request_timeout = Duration::from_millis(300);
+        let impatient = StartupConfig {
+            request_timeout: request_timeout.into(),
+            ..StartupConfig::default()
+        };
+        accept_all(&control, 0, 5000, impatient);
+        core.wait_listening(5000);
+        let mut flood = Flood::new(
+            flood_stack,
+            SocketAddrV4::new(Ipv4Addr::new(10, 0, 30, 2), 5000),
+        );
+        let start = StdInstant::now();
+        until(Duration::from_secs(5), "a flood of 30", || {
+            flood.open(30, 30);
+            flood.step();
+            core.step();
+            core.link.refused_startups() == 10
+                && flood.reset == 10
+                && control.health()[0].startups == LIMIT
+        });
+        assert!(start.elapsed() < request_timeout, "too slow to count");
+        assert_eq!(core.link.in_startup(), LIMIT);
+        // RFC 5044 §7.1: the responder times out waiting for the Request.
+        until(Duration::from_secs(5), "the request timeouts", || {
+            flood.step();
+            core.step();
+            std::thread::sleep(Duration::from_millis(1));
+            core.handoffs.len() == LIMIT && control.health()[0].startups == 0
+        });
+        assert!(start.elapsed() >= request_timeout);
+        for handoff in &core.handoffs {
+            match &handoff.result {
+                StartupResult::Failed(f) => assert_eq!(f.reason, FailReason::RequestTimeout),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(control.stats().failed, LIMIT as u64);
+        // The room is there again: as many new peers are held.
+        until(Duration::from_secs(5), "a second flood", || {
+            flood.open(LIMIT, 30 + LIMIT);
+            flood.step();
+            core.step();
+            control.health()[0].startups == LIMIT
+        });
+        assert_eq!(core.link.refused_startups(), 10);
+        drop(control);
+    });
+}
+
+#[test]
+fn with_channels_four_deep_many_startups_at_once_all_complete() {
+    const STARTUPS: usize = 200;
+    watchdog(WATCHDOG, || {
+        let config = ControlConfig {
+            channel_depth: 4,
+            stall_after: Duration::from_secs(2),
+            ..ControlConfig::default()
+        };
+        // Core 0 connects to core 1 through the same control plane: every
+        // startup crosses both cores' channels twice over.
+        let (mut control, links) = ControlPlane::start_with(config, 2).unwrap();
+        let (a, b) = pair(40, 512);
+        let mut links = links.into_iter();
+        let mut core0 = Core::new(a, links.next().unwrap());
+        let mut core1 = Core::new(b, links.next().unwrap());
+        accept_all(&control, 1, 6000, StartupConfig::default());
+        core1.wait_listening(6000);
+        let remote = SocketAddrV4::new(Ipv4Addr::new(10, 0, 40, 2), 6000);
+        let tokens: HashSet<u64> = (0..STARTUPS)
+            .map(|_| control.connect(0, remote, StartupConfig::default(), b"deep"))
+            .collect();
+        until(Duration::from_secs(15), "every startup", || {
+            core0.step();
+            core1.step();
+            core0.handoffs.len() == STARTUPS && core1.handoffs.len() == STARTUPS
+        });
+        let initiated: HashSet<u64> = core0.handoffs.iter().map(|h| h.token).collect();
+        assert_eq!(initiated, tokens);
+        let accepted: HashSet<ConnId> = core1.handoffs.iter().map(|h| h.conn.unwrap()).collect();
+        assert_eq!(accepted.len(), STARTUPS);
+        for handoff in core0.handoffs.iter().chain(&core1.handoffs) {
+            let e = established(handoff);
+            assert!(e.enhanced, "{e:?}");
+        }
+        // The channels were full and the backlogs carried the rest.
+        let health = control.health();
+        assert!(health[0].backlog_max > 0, "{health:?}");
+        assert!(health.iter().all(|h| h.backlog == 0), "{health:?}");
+        let stats = control.stop();
+        assert_eq!(stats.established, 2 * STARTUPS as u64);
+        assert_eq!(
+            (stats.failed, stats.rejected, stats.refused_startups),
+            (0, 0, 0)
+        );
+        assert_eq!(stats.stalls, 0);
+    });
+}
+
+#[test]
+fn configurations_that_cannot_work_are_refused() {
+    let base = ControlConfig::default();
+    assert_eq!(base.validate(), Ok(()));
+    let bad = [
+        ControlConfig {
+            channel_depth: 0,
+            ..base.clone()
+        },
+        ControlConfig {
+            heartbeat: Duration::ZERO,
+            ..base.clone()
+        },
+        ControlConfig {
+            stall_after: base.heartbeat,
+            ..base.clone()
+        },
+        ControlConfig {
+            startups_max_per_core: 0,
+            ..base.clone()
+        },
+        ControlConfig {
+            startups_max: 0,
+            ..base.clone()
+        },
+        ControlConfig {
+            stall_after: Duration::from_secs(u64::MAX),
+            ..base.clone()
+        },
+    ];
+    for config in bad {
+        assert!(config.validate().is_err(), "{config:?}");
+        assert!(ControlPlane::start_with(config, 1).is_err());
+    }
+}
