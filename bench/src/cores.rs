@@ -1,11 +1,15 @@
 //! `--cores`: the same workload on K pinned poll-mode cores at once. Core
 //! k runs both ends of its own connections (a client RNIC core and a
-//! server RNIC core, turned in turn on its thread) over a port pair of its
-//! own (a memif or ring pair, or an in-memory link): its own ports, mbuf
-//! pools, TCP stacks, engines, queue pairs and memory. Nothing the cores
-//! write on the hot path is shared, so what one core moves does not depend
-//! on how many others run: the scaling from 1 to 2 cores here is the
-//! argument for N (see each core's busy share and counters).
+//! server RNIC core, turned in turn on its thread). Over DPDK the two
+//! hosts are one memif (or net_ring) pair with a queue pair per core: core
+//! k's stacks are queue k of each port, steered (`dataplane::steer`: its
+//! active opens pick source ports that hash to it, and the peer's core k
+//! owns them too), with their own mbuf pools, TCP stacks, engines, queue
+//! pairs and memory; over the in-memory link each core has a link of its
+//! own. Nothing the cores write on the hot path is shared, so what one core
+//! moves does not depend on how many others run: the scaling from 1 to 2
+//! cores here is the argument for N (see each core's busy share and
+//! counters).
 //!
 //! The -q queue pairs of the run are spread over the cores (core k gets
 //! every K-th); all cores start each size together (a barrier) and run it
@@ -67,12 +71,12 @@ pub fn qps_of(qps: usize, cores: usize, k: usize) -> usize {
 /// in `counts` in turn, core k pinned to `cpus[k]`. Returns one report per
 /// count and size: the aggregate, with every core's counters and share.
 ///
-/// Every core's rig (ports, pools, RNICs) is made once, before the first
-/// count, and closed after the last: a core not in the current count waits
-/// (blocked, not polling) with its connections closed. DPDK 22.11's memif
-/// crashed on EAL's interrupt thread when pairs were made after others had
-/// closed in the same process (1 run in 3 here), so no port is made after
-/// one closed.
+/// Every core's rig (its queues, pools, RNICs) is made once, before the
+/// first count, and closed after the last: a core not in the current count
+/// waits (blocked, not polling) with its connections closed. DPDK 22.11's
+/// memif crashed on EAL's interrupt thread when pairs were made after
+/// others had closed in the same process (1 run in 3 here), so no port is
+/// made after one closed.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     config: &RigConfig,
@@ -100,20 +104,38 @@ pub fn run(
     let steps = counts.len() * sizes.len();
     let barrier = Barrier::new(most);
     let failed = AtomicBool::new(false);
+    // Memory for the most QPs a core runs in any count (core 0's).
+    let qps_max = |k: usize| {
+        counts
+            .iter()
+            .filter(|&&c| k < c)
+            .map(|&c| qps_of(spec.qps, c, k))
+            .max()
+            .unwrap_or(1)
+    };
+    // DPDK: one port pair with a queue pair per core, and a rig per core on
+    // it, made here (DPDK's control path on one thread) and moved to the
+    // cores.
+    let mut dpdk_rigs = match kind {
+        CoreLink::Memif | CoreLink::Ring => {
+            let config = RigConfig {
+                memory: memory_for(qps_max(0), largest),
+                ..config.clone()
+            };
+            let cores = u16::try_from(most).map_err(|_| "too many cores".to_string())?;
+            let _one = control_path();
+            rig::dpdk_pair_cores(&config, link, kind == CoreLink::Memif, cores)?
+        }
+        CoreLink::Embedded => Vec::new(),
+    }
+    .into_iter();
     let results: Vec<Result<Vec<Option<CoreRun>>, String>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..most)
             .map(|k| {
                 let (barrier, failed) = (&barrier, &failed);
                 let cpu = cpus[k];
-                // Memory for the most QPs this core runs in any count.
-                let qps_max = counts
-                    .iter()
-                    .filter(|&&c| k < c)
-                    .map(|&c| qps_of(spec.qps, c, k))
-                    .max()
-                    .unwrap_or(1);
                 let config = RigConfig {
-                    memory: memory_for(qps_max, largest),
+                    memory: memory_for(qps_max(k), largest),
                     ..config.clone()
                 };
                 let plan = Plan {
@@ -123,23 +145,15 @@ pub fn run(
                     counts,
                     sizes,
                 };
+                let dpdk_rig = dpdk_rigs.next();
                 scope.spawn(move || {
                     let mut met = 0;
                     let on_core = |met: &mut usize| -> Result<Vec<Option<CoreRun>>, String> {
                         let _pinned = dataplane::lcore::enter(Some(cpu), eal)?;
-                        match kind {
-                            CoreLink::Memif | CoreLink::Ring => {
-                                let memif = kind == CoreLink::Memif;
-                                // DPDK's control path (device creation,
-                                // start, the memif handshake on EAL's
-                                // interrupt thread, close) runs for one
-                                // core at a time.
-                                let mut rig = {
-                                    let _one = control_path();
-                                    rig::dpdk_pair(&config, link, memif)?.0
-                                };
+                        match dpdk_rig {
+                            Some(mut rig) => {
                                 let result = drive(&mut rig, &plan, barrier, failed, stop, met);
-                                if memif {
+                                if kind == CoreLink::Memif {
                                     // Quiet before the close (see MEMIF_QUIET).
                                     std::thread::sleep(crate::link::MEMIF_QUIET);
                                 }
@@ -147,7 +161,7 @@ pub fn run(
                                 drop(rig);
                                 result
                             }
-                            CoreLink::Embedded => {
+                            None => {
                                 let mut rig = rig::embedded(&config)?;
                                 drive(&mut rig, &plan, barrier, failed, stop, met)
                             }
@@ -327,9 +341,17 @@ pub fn core_rows(report: &Report, report_gbits: bool) -> Vec<String> {
                 share.octets as f64 / share.seconds.max(1e-9) / 1e6
             )
         };
+        // TCP frames that reached this core's queues but belonged to
+        // another core (0 when both ends steer alike).
+        let misplaced: u64 = report
+            .per_core
+            .iter()
+            .filter(|r| r.cpu == c.cpu)
+            .map(|r| r.counters.device.rx_steered_out)
+            .sum();
         rows.push(format!(
             "   core {k} (CPU {}): {bw}, {:.3} Mmsg/s, {} messages; turns busy: client {:.0}%, \
-             server {:.0}%",
+             server {:.0}%; frames at the wrong core: {misplaced}",
             c.cpu.map_or("-".into(), |c| c.to_string()),
             share.msgs_s() / 1e6,
             share.messages,

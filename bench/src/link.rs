@@ -317,6 +317,19 @@ pub fn dpdk_stack(
     ip: (Ipv4Addr, u8),
     lossless: bool,
 ) -> Result<Stack<DpdkDevice>, String> {
+    dpdk_stack_on(opened, 0, None, ip, lossless)
+}
+
+/// tcp-lite on queue `queue` of `opened` at our address `ip`; with `steer`,
+/// as core `queue` of the port's cores (its device hands frames other cores
+/// own to them, its active opens pick ports that hash to it).
+pub fn dpdk_stack_on(
+    opened: &Opened,
+    queue: u16,
+    steer: Option<&std::sync::Arc<dataplane::steer::Steer>>,
+    ip: (Ipv4Addr, u8),
+    lossless: bool,
+) -> Result<Stack<DpdkDevice>, String> {
     // A MAC made from our address, the same run after run, as the TAP
     // transport's: DPDK gives virtual ports a random one each time, and a
     // peer that still has the last run's in its ARP cache would send to it
@@ -327,10 +340,14 @@ pub fn dpdk_stack(
     } else {
         opened.mac()
     };
-    let device = opened.device(0, Some(mac))?;
+    let mut device = opened.device(queue, Some(mac))?;
     let mut config = StackConfig::new(mac, ip.0);
+    if let Some(steer) = steer {
+        device = device.steered(steer.clone(), queue);
+        config.steering = Some(steer.steering(queue));
+    }
     config.prefix_len = ip.1;
-    config.seed = run_seed();
+    config.seed = run_seed().wrapping_add(u64::from(queue) << 40);
     config.tcp = tcp_config(lossless);
     Stack::new(config, device, now()).map_err(|e| e.to_string())
 }

@@ -123,6 +123,10 @@ fn core_json(c: &CoreReport) -> Value {
         "rx_bad_checksum": d.rx_bad_checksum,
         "tx_backpressure": d.tx_backpressure,
         "pool_low_water": d.pool_low_water,
+        "rx_steered_out": d.rx_steered_out,
+        "rx_steered_in": d.rx_steered_in,
+        "rx_arp_shared": d.rx_arp_shared,
+        "rx_steer_dropped": d.rx_steer_dropped,
     });
     if let (Some(share), Some(map)) = (&c.share, out.as_object_mut()) {
         map.insert("messages".into(), json!(share.messages));

@@ -712,6 +712,55 @@ pub fn dpdk_pair(
     ))
 }
 
+/// One DPDK memif or net_ring pair with a queue pair per core, and a rig
+/// per core on it: rig k's client and server stacks are core k of their
+/// port (queue k, steered: `dataplane::steer`), so each connection stays on
+/// its core at both ends.
+pub fn dpdk_pair_cores(
+    config: &RigConfig,
+    link: &LinkArgs,
+    memif: bool,
+    cores: u16,
+) -> Result<Vec<DpdkRig>, String> {
+    let (eal, _) = ports::start_eal(link.hugepages(), &[])?;
+    let mut options = PortOptions::new(mtu16(config.mtu)?);
+    options.sw_checksums = link.sw_checksums;
+    options.queues = cores;
+    let (server_port, client_port) = if memif {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let socket = format!(
+            "/run/dpwarp/bench-cores-{}-{}.sock",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        ports::memif_pair(eal, &socket, &options)?
+    } else {
+        ports::ring_pair(eal, &options)?
+    };
+    ports::wait_link(&[&server_port, &client_port], options.link_timeout)?;
+    let (client_steer, server_steer) = (client_port.steer()?, server_port.steer()?);
+    (0..cores)
+        .map(|k| {
+            let client = crate::link::dpdk_stack_on(
+                &client_port,
+                k,
+                Some(&client_steer),
+                (DPDK_CLIENT_ADDR, 24),
+                true,
+            )?;
+            let server = crate::link::dpdk_stack_on(
+                &server_port,
+                k,
+                Some(&server_steer),
+                (DPDK_SERVER_ADDR, 24),
+                true,
+            )?;
+            let (ce, se) = (client.emss(), server.emss());
+            in_process(client, ce, server, se, DPDK_SERVER_ADDR, config)
+        })
+        .collect()
+}
+
 /// Addresses of the DPDK TAP and AF_PACKET rigs: the kernel's end (in the
 /// namespace) and ours.
 pub const DPDK_KERNEL_ADDR: Ipv4Addr = Ipv4Addr::new(10, 212, 0, 1);

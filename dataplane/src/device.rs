@@ -33,6 +33,7 @@ use smoltcp::time::Instant;
 
 use crate::checksum::{self, RxChecksum, TxChecksum};
 use crate::dpdk::{ChecksumVerdict, Mbuf, Pool, Queue, BURST_MAX, RX_IP_CHECKSUM, RX_L4_CHECKSUM};
+use crate::steer::{Kind, Steer, SteerPoint};
 
 /// Counters of a device (one queue pair of a port).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,6 +70,15 @@ pub struct DeviceCounters {
     pub tx_rejected: u64,
     /// Fewest free mbufs in the pool seen by [`DpdkDevice::sample_pool`].
     pub pool_low_water: u32,
+    /// Received frames another core owns, handed to it ([`crate::steer`]).
+    pub rx_steered_out: u64,
+    /// Frames other cores handed to this one.
+    pub rx_steered_in: u64,
+    /// Copies of received ARP frames handed to the other cores.
+    pub rx_arp_shared: u64,
+    /// Frames for another core dropped: its handoff ring was full, or no
+    /// mbuf was free for a copy of an ARP frame.
+    pub rx_steer_dropped: u64,
 }
 
 impl DeviceCounters {
@@ -92,6 +102,10 @@ impl DeviceCounters {
             tx_backpressure: self.tx_backpressure - earlier.tx_backpressure,
             tx_rejected: self.tx_rejected - earlier.tx_rejected,
             pool_low_water: self.pool_low_water,
+            rx_steered_out: self.rx_steered_out - earlier.rx_steered_out,
+            rx_steered_in: self.rx_steered_in - earlier.rx_steered_in,
+            rx_arp_shared: self.rx_arp_shared - earlier.rx_arp_shared,
+            rx_steer_dropped: self.rx_steer_dropped - earlier.rx_steer_dropped,
         }
     }
 
@@ -145,6 +159,8 @@ pub struct DpdkDevice {
     rx_len: usize,
     mac: [u8; 6],
     rx_checksum: RxChecksum,
+    /// The other cores of the port, when it has several.
+    steer: Option<SteerPoint>,
     io: Io,
 }
 
@@ -175,7 +191,16 @@ impl DpdkDevice {
             rx_len: 0,
             mac: config.mac,
             rx_checksum: config.rx_checksum,
+            steer: None,
         }
+    }
+
+    /// This device as core `me` of the cores `steer` joins: a received
+    /// TCP frame another core owns goes to it, ARP to every core, and what
+    /// other cores hand over is received here ([`crate::steer`]).
+    pub fn steered(mut self, steer: Arc<Steer>, me: u16) -> DpdkDevice {
+        self.steer = Some(SteerPoint { steer, me });
+        self
     }
 
     /// The counters.
@@ -237,6 +262,11 @@ impl DpdkDevice {
     /// Takes the next acceptable frame, refilling from the port; frames
     /// that fail a check are dropped and counted.
     fn next_frame(&mut self) -> Option<Mbuf> {
+        // What other cores handed over (checked where it arrived) first.
+        if let Some(mbuf) = self.steer.as_ref().and_then(SteerPoint::take) {
+            self.io.counters.rx_steered_in += 1;
+            return Some(mbuf);
+        }
         loop {
             if self.rx_next == self.rx_len {
                 self.rx_next = 0;
@@ -250,8 +280,36 @@ impl DpdkDevice {
                 .take()
                 .expect("received slots hold mbufs");
             self.rx_next += 1;
-            if self.accept(&mut mbuf) {
+            if !self.accept(&mut mbuf) {
+                continue;
+            }
+            let Some(steer) = &self.steer else {
                 return Some(mbuf);
+            };
+            let c = &mut self.io.counters;
+            match steer.classify(mbuf.data()) {
+                Kind::Mine | Kind::Here => return Some(mbuf),
+                Kind::Theirs(owner) => {
+                    if steer.hand(owner, mbuf) {
+                        c.rx_steered_out += 1;
+                    } else {
+                        c.rx_steer_dropped += 1;
+                    }
+                }
+                Kind::Everyone => {
+                    for other in steer.others() {
+                        let copy = self.io.pool.alloc().and_then(|mut m| {
+                            m.set_len(mbuf.data().len())?.copy_from_slice(mbuf.data());
+                            Some(m)
+                        });
+                        if copy.is_some_and(|m| steer.hand(other, m)) {
+                            c.rx_arp_shared += 1;
+                        } else {
+                            c.rx_steer_dropped += 1;
+                        }
+                    }
+                    return Some(mbuf);
+                }
             }
         }
     }

@@ -7,6 +7,8 @@
 //!   mbufs to smoltcp in place both ways.
 //! * [`core`]: the poll-mode core's turn ([`Core`]): TCP, the control
 //!   plane's link and the engine, generic over tcp-lite's transports.
+//! * [`steer`]: which core of a port owns a received frame, and the
+//!   handoff of frames that arrived at another.
 //! * [`lcore`]: pinned threads for cores, and the loop that runs a core
 //!   with its application; [`clock`]: the time a turn is given.
 #![deny(unsafe_code)]
@@ -18,6 +20,7 @@ pub mod device;
 pub mod dpdk;
 pub mod lcore;
 pub mod ports;
+pub mod steer;
 mod transport;
 
 pub use checksum::{RxChecksum, TxChecksum};

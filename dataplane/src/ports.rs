@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use crate::checksum::{RxChecksum, TxChecksum};
 use crate::device::{DeviceConfig, DpdkDevice};
 use crate::dpdk::{Eal, EalConfig, Memory, Pool, Port, PortConfig};
+use crate::steer::Steer;
 
 /// Which port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -200,6 +201,13 @@ pub struct Opened {
 }
 
 impl Opened {
+    /// Steering among this port's queue pairs, one core each
+    /// ([`crate::steer`]): give each core's device to
+    /// [`DpdkDevice::steered`] and its stack `steer.steering(core)`.
+    pub fn steer(&self) -> Result<Arc<Steer>, String> {
+        Steer::new(&self.pools)
+    }
+
     /// A smoltcp device on queue pair `queue`, with our MAC `mac` (the
     /// port's own where it has one, when `None`).
     pub fn device(&self, queue: u16, mac: Option<[u8; 6]>) -> Result<DpdkDevice, String> {
@@ -363,7 +371,7 @@ fn af_packet_frames(options: &PortOptions) -> (usize, usize) {
 /// two in-process RNICs (no root, no device). The wire is memory, so
 /// checksums are trusted unless `options.sw_checksums`.
 pub fn ring_pair(eal: Eal, options: &PortOptions) -> Result<(Opened, Opened), String> {
-    let (a, b) = Port::ring_pair(eal, 4096).map_err(|e| e.to_string())?;
+    let (a, b) = Port::ring_pair_queues(eal, 4096, options.queues).map_err(|e| e.to_string())?;
     let mut opened = Vec::with_capacity(2);
     for mut port in [a, b] {
         let pools = (0..options.queues)

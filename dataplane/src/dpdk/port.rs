@@ -147,8 +147,8 @@ pub struct Port {
 /// their pool when the pair drains the rings, before the pools go.
 #[derive(Debug)]
 struct RingPair {
-    /// Null until made.
-    rings: [*mut sys::rte_ring; 2],
+    /// Two per queue pair (one each way); null until made.
+    rings: Vec<*mut sys::rte_ring>,
     /// Both ports' pools (added as each starts).
     pools: Mutex<Vec<Arc<Pool>>>,
 }
@@ -184,7 +184,7 @@ impl RingPair {
 
 impl Drop for RingPair {
     fn drop(&mut self) {
-        for ring in self.rings {
+        for &ring in &self.rings {
             if ring.is_null() {
                 continue;
             }
@@ -257,11 +257,24 @@ impl Port {
     /// Two ports joined back to back in this process through two rings
     /// (`net_ring`): what one sends the other receives. No root, no device.
     pub fn ring_pair(eal: Eal, ring_size: u32) -> Result<(Port, Port), EalError> {
+        Port::ring_pair_queues(eal, ring_size, 1)
+    }
+
+    /// [`Port::ring_pair`] with `queues` queue pairs: queue q of one port
+    /// sends to queue q of the other.
+    pub fn ring_pair_queues(
+        eal: Eal,
+        ring_size: u32,
+        queues: u16,
+    ) -> Result<(Port, Port), EalError> {
         let _ = eal;
+        if queues == 0 {
+            return Err(EalError("a ring pair needs a queue pair at least".into()));
+        }
         make(|| {
             // Dropped on any error below: what was made of it goes.
             let mut pair = RingPair {
-                rings: [std::ptr::null_mut(); 2],
+                rings: vec![std::ptr::null_mut(); 2 * usize::from(queues)],
                 pools: Mutex::new(Vec::new()),
             };
             for ring in &mut pair.rings {
@@ -286,18 +299,23 @@ impl Port {
             }
             let pair = Arc::new(pair);
             let mut ports = Vec::with_capacity(2);
-            for (rx, tx) in [(0, 1), (1, 0)] {
+            // Ring 2q carries queue q from the first port to the second,
+            // ring 2q + 1 back.
+            let way = |parity: usize| -> Vec<*mut sys::rte_ring> {
+                pair.rings.iter().skip(parity).step_by(2).copied().collect()
+            };
+            for (rx, tx) in [(way(1), way(0)), (way(0), way(1))] {
                 let name = unique("dpw");
                 let c_name = c_string(&name)?;
                 // SAFETY: the rings live as long as `pair`, which the port
-                // keeps.
+                // keeps; DPDK copies the two arrays of pointers.
                 let id = unsafe {
                     sys::rte_eth_from_rings(
                         c_name.as_ptr(),
-                        &pair.rings[rx],
-                        1,
-                        &pair.rings[tx],
-                        1,
+                        rx.as_ptr(),
+                        u32::from(queues),
+                        tx.as_ptr(),
+                        u32::from(queues),
                         0,
                     )
                 };

@@ -1,0 +1,293 @@
+//! Several cores on one port: two `net_ring` ports of two queue pairs each
+//! (two hosts of two cores, one IP address each), a tcp-lite stack per
+//! queue. Connections belong to the core their four-tuple hashes to:
+//!
+//! * both hosts steer with the same (symmetric) key: every active open
+//!   picks a source port whose traffic hashes to its own core, the peer's
+//!   core of the same index accepts it, and no TCP frame is handed between
+//!   cores;
+//! * the client steers with another key (a peer that disagrees, as the
+//!   kernel behind DPDK's TAP driver does): frames arrive at the wrong
+//!   core on both hosts, are handed to their owners over the handoff rings
+//!   (counted), and every connection still carries its data intact.
+//!
+//! EAL starts once for the binary (`--no-huge`); the cores are stepped by
+//! one thread (ownership, not parallelism, is what is tested here).
+#![allow(clippy::disallowed_methods)] // The tests pace themselves by the clock.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use dataplane::dpdk::{Eal, EalConfig};
+use dataplane::ports::{self, Opened, PortOptions};
+use dataplane::steer::Steer;
+use dataplane::{DeviceCounters, DpdkDevice};
+use tcp_lite::rss::MICROSOFT_KEY;
+use tcp_lite::{ConnId, EventKind, Instant, Stack, StackConfig, Transport};
+
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 9, 1, 1);
+const SERVER: Ipv4Addr = Ipv4Addr::new(10, 9, 1, 2);
+const PORT: u16 = 5000;
+const CORES: u16 = 2;
+
+fn eal() -> Eal {
+    Eal::init(&EalConfig::no_huge(768)).expect("EAL starts without hugepages")
+}
+
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now() -> Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let epoch = EPOCH.get_or_init(std::time::Instant::now);
+    Instant::from_micros(epoch.elapsed().as_micros() as i64 + 1)
+}
+
+/// A host: one stack per queue of its port, all on `addr`.
+struct Host {
+    stacks: Vec<Stack<DpdkDevice>>,
+    steer: Arc<Steer>,
+}
+
+fn host(port: &Opened, addr: Ipv4Addr, steer: Arc<Steer>, steered_opens: bool) -> Host {
+    let stacks = (0..CORES)
+        .map(|k| {
+            let device = port.device(k, None).unwrap().steered(steer.clone(), k);
+            let mut config = StackConfig::new(port.mac(), addr);
+            config.prefix_len = 24;
+            config.seed = 0x5eed + u64::from(k) * 977 + u64::from(u32::from(addr));
+            if steered_opens {
+                config.steering = Some(steer.steering(k));
+            }
+            Stack::new(config, device, now()).unwrap()
+        })
+        .collect();
+    Host { stacks, steer }
+}
+
+impl Host {
+    fn poll(&mut self, t: Instant) {
+        for s in &mut self.stacks {
+            s.poll(t);
+            s.device_mut().flush();
+        }
+    }
+
+    fn counters(&self) -> Vec<DeviceCounters> {
+        self.stacks.iter().map(|s| s.device().counters()).collect()
+    }
+}
+
+/// A connection and where it lives on each host.
+struct Conn {
+    client_core: usize,
+    client: ConnId,
+    server: Option<(usize, ConnId)>,
+    /// Octets echoed back so far.
+    back: Vec<u8>,
+}
+
+/// Opens `per_core` connections from each client core, sends each a
+/// message the server echoes, and returns them when every echo is back.
+fn run(client: &mut Host, server: &mut Host, per_core: usize) -> Vec<Conn> {
+    for s in &mut server.stacks {
+        s.listen(PORT).unwrap();
+    }
+    let remote = SocketAddrV4::new(SERVER, PORT);
+    let mut conns = Vec::new();
+    for k in 0..usize::from(CORES) {
+        for _ in 0..per_core {
+            let id = client.stacks[k].connect(remote, now()).unwrap();
+            conns.push(Conn {
+                client_core: k,
+                client: id,
+                server: None,
+                back: Vec::new(),
+            });
+        }
+    }
+    let message = |i: usize| format!("connection {i} says hello").into_bytes();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut sent = vec![false; conns.len()];
+    loop {
+        let t = now();
+        client.poll(t);
+        server.poll(t);
+        // Server: accept, echo what arrives.
+        for (k, s) in server.stacks.iter_mut().enumerate() {
+            while let Some(e) = s.next_event() {
+                if let EventKind::Accepted(_) = e.kind {
+                    let (_, peer) = s.endpoints(e.conn).unwrap();
+                    if let Some(c) = conns.iter_mut().find(|c| {
+                        client.stacks[c.client_core]
+                            .endpoints(c.client)
+                            .is_ok_and(|(local, _)| local == peer)
+                    }) {
+                        c.server = Some((k, e.conn));
+                    }
+                }
+            }
+        }
+        for c in &conns {
+            if let Some((k, id)) = c.server {
+                let s = &mut server.stacks[k];
+                let got = s
+                    .recv_with(id, |data, _| (data.len(), data.to_vec()))
+                    .unwrap_or_default();
+                if !got.is_empty() {
+                    s.send_with(id, got.len(), |space| {
+                        space.copy_from_slice(&got[..space.len()]);
+                        (space.len(), ())
+                    })
+                    .unwrap();
+                }
+            }
+        }
+        // Client: send once connected, read the echo.
+        for (i, c) in conns.iter_mut().enumerate() {
+            let s = &mut client.stacks[c.client_core];
+            while s.next_event().is_some() {}
+            if !sent[i] && s.send_space(c.client).unwrap_or(0) > 64 {
+                let m = message(i);
+                let n = s
+                    .send_with(c.client, m.len(), |space| {
+                        space.copy_from_slice(&m[..space.len()]);
+                        (space.len(), space.len())
+                    })
+                    .unwrap();
+                sent[i] = n == m.len();
+            }
+            let got = s
+                .recv_with(c.client, |data, _| (data.len(), data.to_vec()))
+                .unwrap_or_default();
+            c.back.extend_from_slice(&got);
+        }
+        let done = conns
+            .iter()
+            .enumerate()
+            .all(|(i, c)| c.back.len() >= message(i).len());
+        if done {
+            for (i, c) in conns.iter().enumerate() {
+                assert_eq!(c.back, message(i), "connection {i}: the echo, intact");
+            }
+            return conns;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "echoes back: {} of {}; client {:?}; server {:?}",
+            conns
+                .iter()
+                .enumerate()
+                .filter(|(i, c)| c.back.len() >= message(*i).len())
+                .count(),
+            conns.len(),
+            client.counters(),
+            server.counters()
+        );
+    }
+}
+
+fn ports_of(eal: Eal) -> (Opened, Opened) {
+    let mut options = PortOptions::new(1500);
+    options.queues = CORES;
+    options.mbufs = 2048;
+    ports::ring_pair(eal, &options).unwrap()
+}
+
+#[test]
+fn with_one_key_each_connection_stays_on_its_core_at_both_ends() {
+    let _one = serial();
+    let (a, b) = ports_of(eal());
+    let mut client = host(&a, CLIENT, a.steer().unwrap(), true);
+    let mut server = host(&b, SERVER, b.steer().unwrap(), true);
+    let conns = run(&mut client, &mut server, 24);
+    for c in &conns {
+        let (server_core, _) = c.server.expect("accepted");
+        let (local, remote) = client.stacks[c.client_core].endpoints(c.client).unwrap();
+        assert_eq!(
+            usize::from(client.steer.owner(remote, local)),
+            c.client_core,
+            "the source port was picked for the opening core"
+        );
+        assert_eq!(
+            server_core, c.client_core,
+            "the server's core of the same index owns it"
+        );
+    }
+    for (side, counters) in [("client", client.counters()), ("server", server.counters())] {
+        // What a core took from its ring were the others' ARP copies.
+        let shared: u64 = counters.iter().map(|c| c.rx_arp_shared).sum();
+        let taken: u64 = counters.iter().map(|c| c.rx_steered_in).sum();
+        assert_eq!(taken, shared, "{side}: only ARP went between cores");
+        for (k, c) in counters.iter().enumerate() {
+            assert_eq!(
+                (c.rx_steered_out, c.rx_steer_dropped),
+                (0, 0),
+                "{side} core {k}: no TCP frame at the wrong core ({c:?})"
+            );
+            assert!(c.rx_packets > 0, "{side} core {k} carried traffic");
+        }
+    }
+}
+
+#[test]
+fn frames_at_the_wrong_core_are_handed_to_their_owner() {
+    let _one = serial();
+    let (a, b) = ports_of(eal());
+    // The client picks its ports and its owners by another key: half its
+    // connections reach the server at the core that does not own them, and
+    // the replies reach it at the wrong core too.
+    let client_steer = Steer::with_key(&a.pools, &MICROSOFT_KEY).unwrap();
+    let mut client = host(&a, CLIENT, client_steer, true);
+    let mut server = host(&b, SERVER, b.steer().unwrap(), true);
+    let conns = run(&mut client, &mut server, 24);
+    let mut misplaced = 0;
+    for c in &conns {
+        let (server_core, id) = c.server.expect("accepted");
+        let (local, remote) = server.stacks[server_core].endpoints(id).unwrap();
+        assert_eq!(
+            usize::from(server.steer.owner(remote, local)),
+            server_core,
+            "accepted by the core the server's hash names"
+        );
+        misplaced += usize::from(server_core != c.client_core);
+    }
+    assert!(
+        misplaced > 0,
+        "the keys disagree on some of {} connections",
+        conns.len()
+    );
+    // Frames handed over in the last round are taken in the next ones.
+    let handed = |h: &Host| {
+        let c = h.counters();
+        (
+            c.iter()
+                .map(|c| c.rx_steered_out + c.rx_arp_shared)
+                .sum::<u64>(),
+            c.iter().map(|c| c.rx_steered_in).sum::<u64>(),
+        )
+    };
+    let settle = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while (handed(&client).0 != handed(&client).1 || handed(&server).0 != handed(&server).1)
+        && std::time::Instant::now() < settle
+    {
+        let t = now();
+        client.poll(t);
+        server.poll(t);
+    }
+    for (side, counters) in [("client", client.counters()), ("server", server.counters())] {
+        let out: u64 = counters.iter().map(|c| c.rx_steered_out).sum();
+        let shared: u64 = counters.iter().map(|c| c.rx_arp_shared).sum();
+        let into: u64 = counters.iter().map(|c| c.rx_steered_in).sum();
+        let dropped: u64 = counters.iter().map(|c| c.rx_steer_dropped).sum();
+        assert!(out > 0, "{side}: frames handed over ({counters:?})");
+        assert_eq!(
+            out + shared,
+            into,
+            "{side}: every frame handed over was taken"
+        );
+        assert_eq!(dropped, 0, "{side}: none lost");
+    }
+}
