@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use dataplane::CoreTransport;
 
+use crate::endpoint::Host;
 use crate::link::LinkArgs;
 use crate::report::Report;
 use crate::rig::{self, CoreReport, Rig, RigConfig, Share};
@@ -129,15 +130,15 @@ pub fn run(
         CoreLink::Embedded => Vec::new(),
     }
     .into_iter();
+    // The in-memory link: a link per core, made on its core's thread; the
+    // two hosts (a control-plane thread and a registry each) shared.
+    let cores = u16::try_from(most).map_err(|_| "too many cores".to_string())?;
+    let hosts = (kind == CoreLink::Embedded).then(|| (Host::new(cores, 1), Host::new(cores, 2)));
     let results: Vec<Result<Vec<Option<CoreRun>>, String>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..most)
             .map(|k| {
                 let (barrier, failed) = (&barrier, &failed);
                 let cpu = cpus[k];
-                let config = RigConfig {
-                    memory: memory_for(qps_max(k), largest),
-                    ..config.clone()
-                };
                 let plan = Plan {
                     k,
                     cpu,
@@ -146,6 +147,11 @@ pub fn run(
                     sizes,
                 };
                 let dpdk_rig = dpdk_rigs.next();
+                let hosts = hosts.as_ref();
+                let config = RigConfig {
+                    memory: memory_for(qps_max(k), largest),
+                    ..config.clone()
+                };
                 scope.spawn(move || {
                     let mut met = 0;
                     let on_core = |met: &mut usize| -> Result<Vec<Option<CoreRun>>, String> {
@@ -162,7 +168,8 @@ pub fn run(
                                 result
                             }
                             None => {
-                                let mut rig = rig::embedded(&config)?;
+                                let hosts = hosts.ok_or("no link for this core")?;
+                                let mut rig = rig::embedded_on(hosts, k as u16, &config)?;
                                 drive(&mut rig, &plan, barrier, failed, stop, met)
                             }
                         }

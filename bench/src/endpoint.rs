@@ -6,12 +6,18 @@
 
 use std::sync::Arc;
 
-use control::runtime::{ControlPlane, Handoff};
+use control::mpa::StartupConfig;
+use control::runtime::{ControlPlane, CoreId, CoreLink, Handoff, OnRequest};
 use dataplane::{Core, CoreConfig, CoreTransport};
 use rnic_engine::cq::Wc;
+use rnic_engine::mem::Pd;
 use rnic_engine::mem::{Access, Region};
 use rnic_engine::qp::QpEvent;
-use rnic_engine::verbs::{CqHandle, Mr, QpHandle, QpInit, RemoteAddr, Rnic, RnicConfig, Sge};
+use rnic_engine::verbs::{
+    CqHandle, Mr, QpHandle, QpInit, Registry, RemoteAddr, Rnic, RnicConfig, Sge,
+};
+use std::net::SocketAddrV4;
+use std::sync::Mutex;
 use tcp_lite::{ConnId, Duration, Instant};
 
 /// Send and receive queue depth of every QP.
@@ -29,12 +35,83 @@ pub fn now() -> Instant {
     dataplane::clock::now()
 }
 
-/// One RNIC: a poll-mode core (its transport, its link to the control
-/// plane, its engine), its control plane, and registered memory.
+/// What the cores of one RNIC share: the control-plane thread (one for
+/// all its cores) and the registry of protection domains and memory
+/// registrations (a region registered by one core is addressed from every
+/// core). Each core is an [`Endpoint`] made with [`Endpoint::on_host`].
+pub struct Host {
+    plane: Mutex<ControlPlane>,
+    links: Mutex<Vec<Option<CoreLink>>>,
+    registry: Arc<Registry>,
+    pd: Pd,
+}
+
+impl Host {
+    /// A host of `cores` cores whose STag keys are drawn from `seed`.
+    pub fn new(cores: u16, seed: u64) -> Arc<Host> {
+        let (plane, links) = ControlPlane::start(cores);
+        let registry = Registry::new(&RnicConfig {
+            stag_seed: seed,
+            ..RnicConfig::default()
+        });
+        let pd = registry
+            .alloc_pd()
+            .expect("a fresh registry has room for a PD");
+        Arc::new(Host {
+            plane: Mutex::new(plane),
+            links: Mutex::new(links.into_iter().map(Some).collect()),
+            registry,
+            pd,
+        })
+    }
+
+    /// The registry every core's engine uses.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    fn plane(&self) -> std::sync::MutexGuard<'_, ControlPlane> {
+        self.plane.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A core's handle on its host's control plane: listens and connects
+/// through this core.
+pub struct Control {
+    host: Arc<Host>,
+    core: CoreId,
+}
+
+impl Control {
+    /// Listens on `port` of this core's transport (see
+    /// `ControlPlane::listen`).
+    pub fn listen(&self, port: u16, config: StartupConfig, on_request: OnRequest) {
+        self.host
+            .plane()
+            .listen(self.core, port, config, on_request);
+    }
+
+    /// Opens a connection from this core (see `ControlPlane::connect`);
+    /// returns the handoff's token.
+    pub fn connect(&self, remote: SocketAddrV4, config: StartupConfig, private_data: &[u8]) -> u64 {
+        self.host
+            .plane()
+            .connect(self.core, remote, config, private_data)
+    }
+
+    /// The host.
+    pub fn host(&self) -> &Arc<Host> {
+        &self.host
+    }
+}
+
+/// One RNIC core: a poll-mode core (its transport, its link to the
+/// control plane, its engine), its host's control plane, and registered
+/// memory.
 pub struct Endpoint<T: CoreTransport> {
     /// The core: TCP, the engine and the QPs of its connections.
     pub core: Core<T>,
-    pub(crate) control: ControlPlane,
+    pub(crate) control: Control,
     /// The CQ of every QP.
     pub cq: CqHandle,
     /// Registered memory, remotely readable, writable and atomic.
@@ -46,14 +123,33 @@ pub struct Endpoint<T: CoreTransport> {
 }
 
 impl<T: CoreTransport> Endpoint<T> {
-    /// An RNIC on `transport`, with `memory` octets registered.
+    /// An RNIC of one core on `transport`, with `memory` octets
+    /// registered.
     pub fn new(transport: T, emss: usize, seed: u64, memory: usize) -> Endpoint<T> {
-        let (control, mut links) = ControlPlane::start(1);
-        let mut rnic = Rnic::new(RnicConfig {
-            stag_seed: seed,
-            ..RnicConfig::default()
-        });
-        let pd = rnic.alloc_pd().expect("a fresh RNIC has room for a PD");
+        Endpoint::on_host(&Host::new(1, seed), 0, transport, emss, memory)
+    }
+
+    /// Core `core` of `host` on `transport`, with `memory` octets of its
+    /// own registered in the host's registry.
+    ///
+    /// # Panics
+    /// If the host has no core `core`, or it was taken already.
+    pub fn on_host(
+        host: &Arc<Host>,
+        core: CoreId,
+        transport: T,
+        emss: usize,
+        memory: usize,
+    ) -> Endpoint<T> {
+        let link = host
+            .links
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(usize::from(core))
+            .and_then(Option::take)
+            .expect("each core of a host is taken once");
+        let mut rnic = Rnic::with_registry(RnicConfig::default(), host.registry.clone());
+        let pd = host.pd;
         let cq = rnic
             .create_cq(CQ_DEPTH)
             .expect("a fresh RNIC has room for a CQ");
@@ -76,8 +172,11 @@ impl<T: CoreTransport> Endpoint<T> {
         let mut config = CoreConfig::new(emss);
         config.connections_max = CONNECTIONS_MAX;
         Endpoint {
-            core: Core::new(config, transport, links.remove(0), rnic, qp_init),
-            control,
+            core: Core::new(config, transport, link, rnic, qp_init),
+            control: Control {
+                host: host.clone(),
+                core,
+            },
             cq,
             region,
             mr,

@@ -1157,7 +1157,6 @@ impl<'a, T: CoreTransport> Session<'a, T> {
         // The first connection is the control one, the second the data one;
         // a run serves one client.
         self.ep.control.listen(
-            0,
             args.port,
             ctrl,
             Box::new(move |request, peer| {
@@ -1297,7 +1296,7 @@ impl<'a, T: CoreTransport> Session<'a, T> {
             let token = self
                 .ep
                 .control
-                .connect(0, server, args.startup(&self.p, data), b"");
+                .connect(server, args.startup(&self.p, data), b"");
             let start = Instant::now();
             let got = loop {
                 self.turn()?;

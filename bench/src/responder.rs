@@ -15,7 +15,7 @@ use control::mpa::{Accept, StartupConfig};
 use control::runtime::{Decision, StartupResult};
 use tcp_lite::Instant;
 
-use crate::endpoint::{now, Endpoint, QUEUE_DEPTH};
+use crate::endpoint::{now, Endpoint, Host, QUEUE_DEPTH};
 use crate::hello::{self, ClientHello, ServerHello};
 use crate::spec::{credit_offset, half, memory_for, slot, Mode, Op};
 
@@ -278,7 +278,20 @@ impl<T: CoreTransport> Server<T> {
         port: u16,
         startup: StartupConfig,
     ) -> Server<T> {
-        let endpoint = Endpoint::new(transport, emss, 2, memory);
+        Server::on_host(&Host::new(1, 2), 0, transport, emss, memory, port, startup)
+    }
+
+    /// A server as core `core` of `host` (its control plane and registry).
+    pub fn on_host(
+        host: &Arc<Host>,
+        core: u16,
+        transport: T,
+        emss: usize,
+        memory: usize,
+        port: u16,
+        startup: StartupConfig,
+    ) -> Server<T> {
+        let endpoint = Endpoint::on_host(host, core, transport, emss, memory);
         let mine = ServerHello {
             stag: endpoint.mr.stag,
             to: endpoint.mr.base_to,
@@ -288,7 +301,6 @@ impl<T: CoreTransport> Server<T> {
         let refused: Arc<std::sync::atomic::AtomicU64> = Arc::default();
         let (serving, refusals) = (active.clone(), refused.clone());
         endpoint.control.listen(
-            0,
             port,
             startup,
             Box::new(move |request, peer| {

@@ -27,7 +27,7 @@ use tcp_lite::{CongestionControl, Stack, StackConfig, TcpConfig};
 use dataplane::ports::{self, PortKind, PortOptions};
 use dataplane::DpdkDevice;
 
-use crate::endpoint::{now, Endpoint};
+use crate::endpoint::{now, Endpoint, Host};
 use crate::hello::{self, ClientHello, ServerHello};
 use crate::link::{dpdk_port, dpdk_stack, LinkArgs, PeerTransport};
 use crate::responder::Server;
@@ -309,7 +309,7 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
             let token =
                 self.client
                     .control
-                    .connect(0, self.server_addr, self.startup.clone(), &h.encode());
+                    .connect(self.server_addr, self.startup.clone(), &h.encode());
             tokens.push(token);
         }
         let mut ended: Vec<(Handoff, Option<QpHandle>)> = Vec::new();
@@ -525,7 +525,34 @@ fn in_process<C: CoreTransport, S: CoreTransport>(
     server_addr: Ipv4Addr,
     config: &RigConfig,
 ) -> Result<Rig<C, S>, String> {
-    let mut server = Server::new(
+    let hosts = (Host::new(1, 1), Host::new(1, 2));
+    in_process_on(
+        &hosts,
+        0,
+        client,
+        client_emss,
+        server,
+        server_emss,
+        server_addr,
+        config,
+    )
+}
+
+/// [`in_process`] as core `core` of a client and a server host.
+#[allow(clippy::too_many_arguments)]
+fn in_process_on<C: CoreTransport, S: CoreTransport>(
+    (client_host, server_host): &(Arc<Host>, Arc<Host>),
+    core: u16,
+    client: C,
+    client_emss: usize,
+    server: S,
+    server_emss: usize,
+    server_addr: Ipv4Addr,
+    config: &RigConfig,
+) -> Result<Rig<C, S>, String> {
+    let mut server = Server::on_host(
+        server_host,
+        core,
         server,
         server_emss,
         config.memory,
@@ -535,7 +562,7 @@ fn in_process<C: CoreTransport, S: CoreTransport>(
     // The listener is up before anyone connects.
     server.wait_listening()?;
     Ok(Rig {
-        client: Endpoint::new(client, client_emss, 1, config.memory),
+        client: Endpoint::on_host(client_host, core, client, client_emss, config.memory),
         server: ServerSide::Local(Box::new(server)),
         server_addr: SocketAddrV4::new(server_addr, config.port),
         startup: config.startup(),
@@ -546,6 +573,20 @@ fn in_process<C: CoreTransport, S: CoreTransport>(
 
 /// Two RNICs on tcp-lite over the in-memory link.
 pub fn embedded(config: &RigConfig) -> Result<Rig<Stack<LinkEnd>, Stack<LinkEnd>>, String> {
+    embedded_on(&(Host::new(1, 1), Host::new(1, 2)), 0, config)
+}
+
+/// Two RNICs over the in-memory link.
+pub type EmbeddedRig = Rig<Stack<LinkEnd>, Stack<LinkEnd>>;
+
+/// [`embedded`] as core `core` of a client and a server host (a
+/// control-plane thread and a registry each, shared by their cores). The
+/// link is the core's own; make it on the core's thread (it is not `Send`).
+pub fn embedded_on(
+    hosts: &(Arc<Host>, Arc<Host>),
+    core: u16,
+    config: &RigConfig,
+) -> Result<EmbeddedRig, String> {
     let mut link_config = LinkConfig::ethernet(config.mtu);
     // A NIC offloads the TCP/IP checksums (DPDK ports will use that
     // offload); the embedded link does likewise unless asked to compute them.
@@ -570,7 +611,7 @@ pub fn embedded(config: &RigConfig) -> Result<Rig<Stack<LinkEnd>, Stack<LinkEnd>
     let client = stack(1, c_addr, end_c)?;
     let server = stack(2, s_addr, end_s)?;
     let (ce, se) = (client.emss(), server.emss());
-    in_process(client, ce, server, se, s_addr, config)
+    in_process_on(hosts, core, client, ce, server, se, s_addr, config)
 }
 
 /// Linux TCP bound to `bind` (unspecified: any address), with the 4 MiB
@@ -739,6 +780,9 @@ pub fn dpdk_pair_cores(
     };
     ports::wait_link(&[&server_port, &client_port], options.link_timeout)?;
     let (client_steer, server_steer) = (client_port.steer()?, server_port.steer()?);
+    // Two hosts of `cores` cores: a control-plane thread and a registry
+    // each, shared by its cores.
+    let hosts = (Host::new(cores, 1), Host::new(cores, 2));
     (0..cores)
         .map(|k| {
             let client = crate::link::dpdk_stack_on(
@@ -756,7 +800,7 @@ pub fn dpdk_pair_cores(
                 true,
             )?;
             let (ce, se) = (client.emss(), server.emss());
-            in_process(client, ce, server, se, DPDK_SERVER_ADDR, config)
+            in_process_on(&hosts, k, client, ce, server, se, DPDK_SERVER_ADDR, config)
         })
         .collect()
 }

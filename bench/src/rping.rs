@@ -617,7 +617,6 @@ fn server<T: CoreTransport>(
 ) -> Result<Outcome, String> {
     let reject = args.reject.clone();
     ep.control.listen(
-        0,
         args.port,
         args.startup(),
         Box::new(move |_, peer| match &reject {
@@ -936,7 +935,7 @@ fn client<T: CoreTransport>(
     stop: &AtomicBool,
 ) -> Result<Outcome, String> {
     let server = SocketAddrV4::new(args.addr, args.port);
-    let token = ep.control.connect(0, server, args.startup(), b"");
+    let token = ep.control.connect(server, args.startup(), b"");
     let start = Instant::now();
     let qp = loop {
         ep.step(now());
