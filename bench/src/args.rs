@@ -56,7 +56,8 @@ pub struct Args {
     #[arg(short = 'D', long)]
     pub duration: Option<f64>,
 
-    /// Queue pairs (connections) running at once (bandwidth).
+    /// Queue pairs (connections) running at once (bandwidth), 1 to 1024;
+    /// with -t, at most 65536 work requests in flight in all.
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     pub qps: usize,
 
@@ -288,8 +289,12 @@ impl Args {
                 Mode::Latency => 1000,
             }),
         };
-        if !(1..=64).contains(&self.qps) {
-            return Err(format!("-q {}: give 1 to 64 queue pairs", self.qps));
+        if !(1..=crate::endpoint::QPS_MAX).contains(&self.qps) {
+            return Err(format!(
+                "-q {}: give 1 to {} queue pairs",
+                self.qps,
+                crate::endpoint::QPS_MAX
+            ));
         }
         if mode == Mode::Latency && self.qps != 1 {
             return Err("latency runs use one queue pair: drop -q".into());
@@ -299,6 +304,15 @@ impl Args {
                 "-t {}: give a depth of 1 to {}",
                 self.depth,
                 crate::endpoint::QUEUE_DEPTH
+            ));
+        }
+        if self.qps * self.depth > crate::endpoint::IN_FLIGHT_MAX {
+            return Err(format!(
+                "-q {} x -t {} work requests in flight: the CQ holds {}; give -t {} or less",
+                self.qps,
+                self.depth,
+                crate::endpoint::IN_FLIGHT_MAX,
+                (crate::endpoint::IN_FLIGHT_MAX / self.qps).max(1)
             ));
         }
         if !(1280..=65000).contains(&self.mtu()) {

@@ -22,13 +22,16 @@ use tcp_lite::{ConnId, Duration, Instant};
 
 /// Send and receive queue depth of every QP.
 pub const QUEUE_DEPTH: usize = 512;
-/// Completions per CQ: every work request of the most QPs (64) at the
-/// deepest queues (512 sends and 512 receives each) can complete in one
-/// step without overflowing it.
-const CQ_DEPTH: usize = 64 * QUEUE_DEPTH * 2;
-/// Connections one RNIC runs at once (64 QPs of a run, and room for a
-/// persistent server's clients).
-const CONNECTIONS_MAX: usize = 128;
+/// The most QPs a run has (`-q`).
+pub const QPS_MAX: usize = 1024;
+/// Work requests a run may have in flight over all its QPs (`-q` x `-t`).
+pub const IN_FLIGHT_MAX: usize = 65536;
+/// Completions per CQ: every work request in flight, and a receive for
+/// each, can complete in one step without overflowing it.
+const CQ_DEPTH: usize = IN_FLIGHT_MAX * 2;
+/// Connections one RNIC core runs at once (the most QPs of a run, and
+/// room for a persistent server's clients).
+pub const CONNECTIONS_MAX: usize = QPS_MAX + 64;
 
 /// The process's clock as tcp-lite time (the data plane's).
 pub fn now() -> Instant {
@@ -148,7 +151,11 @@ impl<T: CoreTransport> Endpoint<T> {
             .get_mut(usize::from(core))
             .and_then(Option::take)
             .expect("each core of a host is taken once");
-        let mut rnic = Rnic::with_registry(RnicConfig::default(), host.registry.clone());
+        let rnic_config = RnicConfig {
+            qps_max: CONNECTIONS_MAX,
+            ..RnicConfig::default()
+        };
+        let mut rnic = Rnic::with_registry(rnic_config, host.registry.clone());
         let pd = host.pd;
         let cq = rnic
             .create_cq(CQ_DEPTH)

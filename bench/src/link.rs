@@ -342,6 +342,7 @@ pub fn dpdk_stack_on(
     };
     let mut device = opened.device(queue, Some(mac))?;
     let mut config = StackConfig::new(mac, ip.0);
+    config.max_connections = crate::endpoint::CONNECTIONS_MAX;
     if let Some(steer) = steer {
         device = device.steered(steer.clone(), queue);
         config.steering = Some(steer.steering(queue));

@@ -591,6 +591,9 @@ pub fn embedded_on(
     // A NIC offloads the TCP/IP checksums (DPDK ports will use that
     // offload); the embedded link does likewise unless asked to compute them.
     link_config.checksums = config.sw_checksums;
+    // A memory wire: full means wait, not drop (many connections can have
+    // more in flight than the queue holds).
+    link_config.backpressure = true;
     let (end_c, end_s) = link::pair(link_config, 1);
     let (c_addr, s_addr) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
     // 256 KiB each way: the window outruns nothing on a zero-delay link, and
@@ -606,6 +609,7 @@ pub fn embedded_on(
     let stack = |mac: u8, addr, end| {
         let mut c = StackConfig::new([2, 0, 0, 0, 0, mac], addr);
         c.tcp = tcp.clone();
+        c.max_connections = crate::endpoint::CONNECTIONS_MAX;
         Stack::new(c, end, now()).map_err(|e| e.to_string())
     };
     let client = stack(1, c_addr, end_c)?;
@@ -621,6 +625,7 @@ fn kernel_transport(bind: Ipv4Addr) -> Result<KernelTransport, String> {
         bind,
         rx_buffer: 4 << 20,
         tx_buffer: 4 << 20,
+        max_connections: crate::endpoint::CONNECTIONS_MAX,
         ..KernelConfig::default()
     };
     KernelTransport::new(kc).map_err(|e| e.to_string())

@@ -31,7 +31,7 @@
 //! The core is generic over tcp-lite's [`Transport`], so the in-memory
 //! link, kernel TCP, the TAP fd and DPDK ports all run through it.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 use control::runtime::{CoreLink, Handoff, StartupResult};
 use rnic_engine::cq::Wc;
@@ -58,6 +58,13 @@ pub struct Budgets {
     pub tx_fills: usize,
     /// Handoffs of the control plane turned into QPs per turn.
     pub handoffs: usize,
+    /// Times per turn TCP is polled between two fills of one connection (so
+    /// that the peer works on one chunk while the engine makes the next):
+    /// a poll of TCP visits every connection (smoltcp's sockets), so with
+    /// many connections these polls are bounded per turn, not per
+    /// connection; past the budget each connection fills what TCP has room
+    /// for and the rest waits for the next turn.
+    pub tx_polls: usize,
     /// Octets the engine writes into TCP per fill before TCP sends them:
     /// small enough that the peer works on one chunk while the engine
     /// makes the next (a whole ring per fill left the two cores taking
@@ -72,6 +79,7 @@ impl Default for Budgets {
             rx_reads: 64,
             tx_fills: 16,
             handoffs: 64,
+            tx_polls: 16,
             tx_chunk: 64 * 1024,
         }
     }
@@ -184,6 +192,9 @@ struct Live {
     closing: bool,
     /// No FPDU leaves before this (see [`CoreConfig::settle`]).
     hold_until: Instant,
+    /// TCP said octets arrived (Readable) that the engine has not read to
+    /// the end: a turn reads only such connections.
+    rx_ready: bool,
     /// Octets the engine took from the connection so far.
     rx_octets: u64,
     /// The transport's stream position of the engine's first octet.
@@ -200,6 +211,14 @@ pub struct Core<T: CoreTransport> {
     /// What each new QP is made from.
     qp_init: QpInit,
     live: Vec<Live>,
+    /// Where each live connection is in `live`, by connection and by QP.
+    by_conn: HashMap<ConnId, usize>,
+    by_qp: HashMap<QpHandle, usize>,
+    /// Where this turn's walk over `live` starts: it moves on each turn, so
+    /// that no connection always comes last to a full link.
+    first: usize,
+    /// Intermediate polls of TCP left this turn ([`Budgets::tx_polls`]).
+    polls_left: usize,
     /// Rejected connections we are closing (MPA left them to us).
     closing_raw: Vec<ConnId>,
     /// Startups that ended and were not yet taken, with their QPs.
@@ -233,6 +252,10 @@ impl<T: CoreTransport> Core<T> {
         let wcs = qp_init.sq_size + qp_init.rq_size;
         Core {
             live: Vec::with_capacity(n),
+            by_conn: HashMap::with_capacity(n),
+            by_qp: HashMap::with_capacity(n),
+            first: 0,
+            polls_left: 0,
             closing_raw: Vec::with_capacity(n),
             handoffs: VecDeque::with_capacity(config.budgets.handoffs),
             ended: VecDeque::with_capacity(n),
@@ -312,10 +335,16 @@ impl<T: CoreTransport> Core<T> {
     /// Step 4: each connection in Full Operation, receive then transmit.
     fn connections(&mut self, now: Instant) -> bool {
         let mut busy = false;
-        for i in 0..self.live.len() {
-            busy |= self.receive(i) > 0;
+        self.polls_left = self.config.budgets.tx_polls;
+        let n = self.live.len();
+        self.first = if n == 0 { 0 } else { (self.first + 1) % n };
+        for k in 0..n {
+            let i = (self.first + k) % n;
+            if self.live[i].rx_ready {
+                busy |= self.receive(i) > 0;
+            }
             let live = self.live[i];
-            if now >= live.hold_until {
+            if now >= live.hold_until && self.rnic.may_transmit(live.qp).unwrap_or(false) {
                 busy |= self.transmit(live, now) > 0;
             }
             while let Ok(Some(event)) = self.rnic.poll_event(live.qp) {
@@ -347,8 +376,14 @@ impl<T: CoreTransport> Core<T> {
                 let n = rnic.handle_stream(qp, data).unwrap_or(0);
                 (n, (n, position))
             });
-            let Ok((n, position)) = read else { break };
+            let Ok((n, position)) = read else {
+                self.live[i].rx_ready = false;
+                break;
+            };
             if n == 0 {
+                // Read to the end (or the engine stopped at a Terminate):
+                // nothing more until TCP says Readable again.
+                self.live[i].rx_ready = false;
                 break;
             }
             let live = &mut self.live[i];
@@ -407,7 +442,13 @@ impl<T: CoreTransport> Core<T> {
             }
             // TCP sends what this fill queued (a segment cut short where the
             // next FPDU did not fit), and the device hands it to the port,
-            // so the peer works on it while the engine makes the next.
+            // so the peer works on it while the engine makes the next. A
+            // poll visits every connection: past the turn's budget, the
+            // rest waits for the next turn.
+            if self.polls_left == 0 {
+                break;
+            }
+            self.polls_left -= 1;
             self.transport.poll(now);
             self.transport.flush();
         }
@@ -473,6 +514,8 @@ impl<T: CoreTransport> Core<T> {
             let _ = self.rnic.destroy_qp(qp);
             return refuse(self);
         }
+        self.by_conn.insert(conn, self.live.len());
+        self.by_qp.insert(qp, self.live.len());
         self.live.push(Live {
             conn,
             qp,
@@ -483,6 +526,9 @@ impl<T: CoreTransport> Core<T> {
             } else {
                 now
             },
+            // What arrived before the QP (after the startup's frame) is
+            // read at once.
+            rx_ready: true,
             rx_octets: 0,
             rx_base: None,
         });
@@ -491,9 +537,10 @@ impl<T: CoreTransport> Core<T> {
     }
 
     fn connection_event(&mut self, conn: ConnId, kind: EventKind) {
-        if let Some(i) = self.live.iter().position(|l| l.conn == conn) {
+        if let Some(&i) = self.by_conn.get(&conn) {
             match kind {
                 EventKind::PeerClosed => self.live[i].peer_closed = true,
+                EventKind::Readable => self.live[i].rx_ready = true,
                 EventKind::Closed | EventKind::Reset | EventKind::TimedOut => self.end(i),
                 _ => {}
             }
@@ -518,6 +565,12 @@ impl<T: CoreTransport> Core<T> {
         // be heard.
         self.receive(i);
         let live = self.live.swap_remove(i);
+        self.by_conn.remove(&live.conn);
+        self.by_qp.remove(&live.qp);
+        if let Some(moved) = self.live.get(i) {
+            self.by_conn.insert(moved.conn, i);
+            self.by_qp.insert(moved.qp, i);
+        }
         self.transport.release(live.conn);
         // Outstanding work completes flushed, then the QP goes; its
         // completions are dropped here, before a new QP can take its
@@ -587,7 +640,7 @@ impl<T: CoreTransport> Core<T> {
 
     /// Closes QP `qp`'s connection in order (FIN after what is queued).
     pub fn close(&mut self, qp: QpHandle) {
-        if let Some(live) = self.live.iter_mut().find(|l| l.qp == qp) {
+        if let Some(live) = self.by_qp.get(&qp).map(|&i| &mut self.live[i]) {
             if !live.closing {
                 let _ = self.transport.close(live.conn);
                 live.closing = true;
@@ -599,7 +652,7 @@ impl<T: CoreTransport> Core<T> {
     /// the QP is destroyed now, so nothing the peer sends later can reach
     /// the memory it used. Reported by [`next_ended`](Core::next_ended).
     pub fn abort(&mut self, qp: QpHandle) {
-        if let Some(i) = self.live.iter().position(|l| l.qp == qp) {
+        if let Some(&i) = self.by_qp.get(&qp) {
             let _ = self.transport.abort(self.live[i].conn);
             // An abort reports nothing more: end it here as a reset would.
             self.end(i);
@@ -624,19 +677,19 @@ impl<T: CoreTransport> Core<T> {
 
     /// Whether QP `qp`'s connection is still open (or closing in order).
     pub fn is_live(&self, qp: QpHandle) -> bool {
-        self.live.iter().any(|l| l.qp == qp)
+        self.by_qp.contains_key(&qp)
     }
 
     /// Octets QP `qp`'s connection has delivered to the engine (FPDUs of
     /// any kind), while it is live: a measure of the peer's activity that
     /// needs no completion.
     pub fn rx_octets(&self, qp: QpHandle) -> Option<u64> {
-        self.live.iter().find(|l| l.qp == qp).map(|l| l.rx_octets)
+        self.by_qp.get(&qp).map(|&i| self.live[i].rx_octets)
     }
 
     /// The TCP connection of QP `qp`.
     pub fn conn_of(&self, qp: QpHandle) -> Option<ConnId> {
-        self.live.iter().find(|l| l.qp == qp).map(|l| l.conn)
+        self.by_qp.get(&qp).map(|&i| self.live[i].conn)
     }
 
     /// The engine, e.g. to post work requests.

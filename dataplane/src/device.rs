@@ -68,6 +68,11 @@ pub struct DeviceCounters {
     pub tx_backpressure: u64,
     /// Frames the port's transmit prepare step refused (dropped).
     pub tx_rejected: u64,
+    /// Replies smoltcp made to a received frame (ACKs, resets) while no
+    /// mbuf or transmit slot was free, dropped (TCP recovers a lost ACK):
+    /// receiving never waits for room to send, or two ports whose
+    /// transmit rings are both full would each wait for the other.
+    pub tx_reply_dropped: u64,
     /// Fewest free mbufs in the pool seen by [`DpdkDevice::sample_pool`].
     pub pool_low_water: u32,
     /// Received frames another core owns, handed to it ([`crate::steer`]).
@@ -101,6 +106,7 @@ impl DeviceCounters {
             rx_linearized: self.rx_linearized - earlier.rx_linearized,
             tx_backpressure: self.tx_backpressure - earlier.tx_backpressure,
             tx_rejected: self.tx_rejected - earlier.tx_rejected,
+            tx_reply_dropped: self.tx_reply_dropped - earlier.tx_reply_dropped,
             pool_low_water: self.pool_low_water,
             rx_steered_out: self.rx_steered_out - earlier.rx_steered_out,
             rx_steered_in: self.rx_steered_in - earlier.rx_steered_in,
@@ -144,6 +150,8 @@ struct Io {
     staged: [Option<Mbuf>; BURST_MAX],
     staged_len: usize,
     frame_max: usize,
+    /// Where a reply goes that has no room to be sent (dropped).
+    scratch: Box<[u8]>,
     tx_checksum: TxChecksum,
     counters: DeviceCounters,
     queue: Queue,
@@ -183,6 +191,7 @@ impl DpdkDevice {
                 staged: Default::default(),
                 staged_len: 0,
                 frame_max,
+                scratch: vec![0; frame_max].into_boxed_slice(),
                 tx_checksum: config.tx_checksum,
                 counters,
             },
@@ -422,22 +431,31 @@ impl phy::Device for DpdkDevice {
     type TxToken<'a> = TxToken<'a>;
 
     fn receive(&mut self, _timestamp: Instant) -> Option<(RxToken, TxToken<'_>)> {
-        // The reply smoltcp may send needs room first (back-pressure).
-        if !self.io.ready() {
-            return None;
-        }
+        // The reply smoltcp may send goes out if there is room, and is
+        // dropped (counted) if not: a receive that waited for room to send
+        // could wait for a peer that waits for us.
+        let room = self.io.ready();
         let mbuf = self.next_frame()?;
         let len = mbuf.data().len() as u64;
         self.io.counters.rx_packets += 1;
         self.io.counters.rx_octets += len;
-        Some((RxToken { mbuf }, TxToken { io: &mut self.io }))
+        Some((
+            RxToken { mbuf },
+            TxToken {
+                io: &mut self.io,
+                room,
+            },
+        ))
     }
 
     fn transmit(&mut self, _timestamp: Instant) -> Option<TxToken<'_>> {
         if !self.io.ready() {
             return None;
         }
-        Some(TxToken { io: &mut self.io })
+        Some(TxToken {
+            io: &mut self.io,
+            room: true,
+        })
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
@@ -468,9 +486,12 @@ impl phy::RxToken for RxToken {
     }
 }
 
-/// Room for one frame: smoltcp writes it into an mbuf, which is staged.
+/// Room for one frame: smoltcp writes it into an mbuf, which is staged
+/// (or, for a reply to a received frame when there was no room, into
+/// scratch, and it is dropped).
 pub struct TxToken<'a> {
     io: &'a mut Io,
+    room: bool,
 }
 
 impl phy::TxToken for TxToken<'_> {
@@ -479,6 +500,11 @@ impl phy::TxToken for TxToken<'_> {
         F: FnOnce(&mut [u8]) -> R,
     {
         let io = self.io;
+        if !self.room {
+            io.counters.tx_reply_dropped += 1;
+            let len = len.min(io.scratch.len());
+            return f(&mut io.scratch[..len]);
+        }
         // `ready` put a spare mbuf and a staging slot in place.
         io.spare_len -= 1;
         let mut mbuf = io.spare[io.spare_len]

@@ -686,6 +686,18 @@ impl Rnic {
             .ok_or(VerbError::UnknownHandle)
     }
 
+    /// Whether QP `qp` may have FPDUs to send: false when it surely has
+    /// none, so a core with many connections can skip calling the transmit
+    /// path of the idle ones (true does not promise an FPDU: a request may
+    /// wait for an ORD credit).
+    pub fn may_transmit(&self, qp: QpHandle) -> Result<bool, VerbError> {
+        self.qps
+            .get(qp.0 as usize)
+            .and_then(Option::as_ref)
+            .map(Qp::may_transmit)
+            .ok_or(VerbError::UnknownHandle)
+    }
+
     /// Sends `ulpdu` (a DDP segment: DDP header, RDMAP header, payload) as
     /// the next FPDU, before anything queued, without checking or
     /// accounting for it (MSNs are not advanced): for tests and the

@@ -151,6 +151,24 @@ impl Qp {
         self.tx_short
     }
 
+    /// Whether a transmit may write something: false when there is surely
+    /// nothing to send (no injected ULPDU, Terminate, RTR, response, or
+    /// request not yet sent). True does not promise an FPDU (a request may
+    /// wait for an ORD credit or a fence, a responder for its first FPDU).
+    pub(crate) fn may_transmit(&self) -> bool {
+        let i = &self.inner;
+        match i.state {
+            QpState::Terminate => true,
+            QpState::Rts => {
+                !self.injected.is_empty()
+                    || i.rtr_tx.is_some()
+                    || !i.irrq.is_empty()
+                    || i.tx_next < i.sq_base + i.sq.len() as u64
+            }
+            QpState::Idle | QpState::Error => false,
+        }
+    }
+
     /// The transmit path: octets written, and whether it stopped because
     /// the next FPDU did not fit.
     #[inline(always)]
