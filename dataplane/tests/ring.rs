@@ -491,3 +491,52 @@ fn an_empty_pool_is_back_pressure_not_loss() {
     assert_eq!(a.tx_packets, b.rx_packets, "no frame lost: {a:?} {b:?}");
     net.finish();
 }
+
+#[test]
+fn both_transmit_rings_full_is_no_deadlock() {
+    let _g = serial();
+    // A ring of 32 frames each way, windows of 180 segments, and both
+    // sides sending at once: both rings fill. A device that received only
+    // with room to send a reply waited for its peer, which waited for it.
+    let mut net = Net::new(&Setup {
+        ring: 32,
+        no_congestion_control: true,
+        ..Setup::default()
+    });
+    let (client, server) = net.connect(5004);
+    let total: u64 = 8 << 20;
+    let (mut sent, mut received) = ([0u64; 2], [0u64; 2]);
+    net.run(|net| {
+        for (side, conn) in [(0, client), (1, server)] {
+            let stack = if side == 0 { &mut net.a } else { &mut net.b };
+            if sent[side] < total {
+                let at = sent[side];
+                let _ = stack.send_with(conn, (total - at) as usize, |space| {
+                    for (i, o) in space.iter_mut().enumerate() {
+                        *o = pattern(at + i as u64);
+                    }
+                    (space.len(), ())
+                });
+                sent[side] = stack.send_position(conn).unwrap();
+            }
+            while let Ok(n) = stack.recv_with(conn, |data, at| {
+                for (i, &o) in data.iter().enumerate() {
+                    assert_eq!(o, pattern(at + i as u64), "octet {}", at + i as u64);
+                }
+                (data.len(), data.len())
+            }) {
+                if n == 0 {
+                    break;
+                }
+                received[side] += n as u64;
+            }
+        }
+        received == [total, total]
+    });
+    let (a, b) = net.counters();
+    assert!(
+        a.tx_backpressure > 0 && b.tx_backpressure > 0,
+        "both rings filled: {a:?} {b:?}"
+    );
+    net.finish();
+}

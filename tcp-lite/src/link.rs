@@ -543,6 +543,25 @@ mod tests {
     }
 
     #[test]
+    fn a_full_queue_with_backpressure_refuses_tokens_and_keeps_every_frame() {
+        let mut config = LinkConfig::ethernet(1500);
+        config.queue_frames = 4;
+        config.backpressure = true;
+        let (mut a, mut b) = pair(config, 1);
+        for byte in 0..4 {
+            send(&mut a, byte, Instant::ZERO);
+        }
+        assert!(a.transmit(Instant::ZERO).is_none(), "full: no token");
+        // Nor a receive, whose reply would need one: B sends A a frame.
+        send(&mut b, 9, Instant::ZERO);
+        assert!(a.receive(Instant::ZERO).is_none(), "full: no receive");
+        assert_eq!(a.tx_stats().overflowed, 0);
+        assert_eq!(drain(&mut b, Instant::ZERO), [0, 1, 2, 3]);
+        assert!(a.transmit(Instant::ZERO).is_some(), "room again");
+        assert_eq!(drain(&mut a, Instant::ZERO), [9]);
+    }
+
+    #[test]
     #[should_panic(expected = "faults.drop must be a probability")]
     fn bad_rates_are_refused() {
         let (a, _b) = pair(LinkConfig::ethernet(1500), 1);
