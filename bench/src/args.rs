@@ -115,6 +115,14 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', conflicts_with_all = ["server", "host", "compare", "shared_core"])]
     pub cores: Vec<usize>,
 
+    /// With --cores: run each count of two cores or more a second time with
+    /// core 0 flooding its peer's core 0 with TCP connections that never
+    /// send an MPA Request (at most this many open at once, the oldest
+    /// reset to make room) while the other cores run the workload, and
+    /// print how much of their rate they kept. Needs -D.
+    #[arg(long, requires = "cores")]
+    pub flood: Option<usize>,
+
     /// The link: TAP and DPDK options, CPUs, checksums.
     #[command(flatten)]
     pub link: LinkArgs,
@@ -365,6 +373,12 @@ impl Args {
             }
             if mode == Mode::Latency {
                 return Err("--cores measures bandwidth: drop --lat".into());
+            }
+            if self.flood.is_some() && self.duration.is_none() {
+                return Err("--flood runs as long as the workload: give -D".into());
+            }
+            if self.flood == Some(0) {
+                return Err("--flood 0 opens nothing: give 1 or more".into());
             }
             for &k in &self.cores {
                 if k == 0 || k > cpus.len() {

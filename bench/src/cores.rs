@@ -87,6 +87,8 @@ pub fn run(
     cpus: &[usize],
     spec: &Spec,
     sizes: &[usize],
+    flood: Option<usize>,
+    floods: &mut Vec<(usize, FloodStats)>,
     stop: &AtomicBool,
 ) -> Result<Vec<Report>, String> {
     let most = counts.iter().copied().max().unwrap_or(1);
@@ -100,17 +102,38 @@ pub fn run(
         CoreLink::Embedded => None,
     };
     let largest = sizes.iter().copied().max().unwrap_or(spec.size);
+    // Every (count, size), and with a flood each count of two cores or more
+    // again with core 0 flooded.
+    let mut plan_steps = Vec::new();
+    for &count in counts {
+        for (i, &size) in sizes.iter().enumerate() {
+            let last = i + 1 == sizes.len();
+            plan_steps.push(Step {
+                count,
+                size,
+                flood: None,
+                last,
+            });
+            if count >= 2 && flood.is_some() {
+                plan_steps.push(Step {
+                    count,
+                    size,
+                    flood,
+                    last,
+                });
+            }
+        }
+    }
     // Every core meets the others once when its rig is up, then before each
-    // (count, size) step.
-    let steps = counts.len() * sizes.len();
+    // step.
+    let steps = plan_steps.len();
     let barrier = Barrier::new(most);
     let failed = AtomicBool::new(false);
     // Memory for the most QPs a core runs in any count (core 0's).
     let qps_max = |k: usize| {
-        counts
+        plan_steps
             .iter()
-            .filter(|&&c| k < c)
-            .map(|&c| qps_of(spec.qps, c, k))
+            .filter_map(|s| s.qps_of(spec.qps, k))
             .max()
             .unwrap_or(1)
     };
@@ -134,7 +157,7 @@ pub fn run(
     // two hosts (a control-plane thread and a registry each) shared.
     let cores = u16::try_from(most).map_err(|_| "too many cores".to_string())?;
     let hosts = (kind == CoreLink::Embedded).then(|| (Host::new(cores, 1), Host::new(cores, 2)));
-    let results: Vec<Result<Vec<Option<CoreRun>>, String>> = std::thread::scope(|scope| {
+    let results: Vec<Result<Vec<Done>, String>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..most)
             .map(|k| {
                 let (barrier, failed) = (&barrier, &failed);
@@ -143,8 +166,7 @@ pub fn run(
                     k,
                     cpu,
                     spec: *spec,
-                    counts,
-                    sizes,
+                    steps: &plan_steps,
                 };
                 let dpdk_rig = dpdk_rigs.next();
                 let hosts = hosts.as_ref();
@@ -154,7 +176,7 @@ pub fn run(
                 };
                 scope.spawn(move || {
                     let mut met = 0;
-                    let on_core = |met: &mut usize| -> Result<Vec<Option<CoreRun>>, String> {
+                    let on_core = |met: &mut usize| -> Result<Vec<Done>, String> {
                         let _pinned = dataplane::lcore::enter(Some(cpu), eal)?;
                         match dpdk_rig {
                             Some(mut rig) => {
@@ -200,28 +222,103 @@ pub fn run(
         per_core.push(result.map_err(|why| format!("core {k} (CPU {}): {why}", cpus[k]))?);
     }
     let mut out = Vec::new();
-    for (c, &count) in counts.iter().enumerate() {
-        for (i, &size) in sizes.iter().enumerate() {
-            let step = c * sizes.len() + i;
-            let runs: Vec<&CoreRun> = per_core[..count]
-                .iter()
-                .filter_map(|r| r.get(step).and_then(Option::as_ref))
-                .collect();
-            if runs.len() < count {
-                return Ok(out);
+    for (n, step) in plan_steps.iter().enumerate() {
+        let done: Vec<&Done> = per_core[..step.count]
+            .iter()
+            .filter_map(|r| r.get(n))
+            .collect();
+        if done.len() < step.count {
+            return Ok(out);
+        }
+        let runs: Vec<&CoreRun> = done
+            .iter()
+            .filter_map(|d| match d {
+                Done::Ran(run) => Some(run),
+                _ => None,
+            })
+            .collect();
+        if runs.is_empty() {
+            return Ok(out);
+        }
+        let mut per_core: Vec<CoreReport> = runs.iter().flat_map(|r| r.reports.clone()).collect();
+        let mut flood_stats = None;
+        for d in &done {
+            if let Done::Flooded(f) = d {
+                per_core.extend(f.reports.iter().cloned());
+                flood_stats = Some(f.stats);
             }
-            out.push(Report {
-                op: spec.op,
-                mode: spec.mode,
-                size,
-                transport: kind.name(),
-                cores: count,
-                per_core: runs.iter().flat_map(|r| r.reports.clone()).collect(),
-                measured: aggregate(&runs),
-            });
+        }
+        out.push(Report {
+            op: spec.op,
+            mode: spec.mode,
+            size: step.size,
+            transport: match (kind, flood_stats.is_some()) {
+                (_, false) => kind.name(),
+                (CoreLink::Memif, true) => "memif+flood",
+                (CoreLink::Ring, true) => "ring+flood",
+                (CoreLink::Embedded, true) => "embedded+flood",
+            },
+            cores: step.count,
+            per_core,
+            measured: aggregate(&runs),
+        });
+        if let Some(f) = flood_stats {
+            floods.push((out.len() - 1, f));
         }
     }
     Ok(out)
+}
+
+/// One step of a `--cores` run.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    count: usize,
+    size: usize,
+    /// Core 0 floods its peer with connections that never start MPA (at
+    /// most this many open at once) instead of running the workload.
+    flood: Option<usize>,
+    last: bool,
+}
+
+impl Step {
+    /// The QPs core `k` runs in this step (none: it floods or idles). In
+    /// a flooded step the other cores run what they run without the flood
+    /// (core 0's share is not run), so each core's rate compares with its
+    /// own.
+    fn qps_of(&self, qps: usize, k: usize) -> Option<usize> {
+        let flooder = usize::from(self.flood.is_some());
+        (k >= flooder && k < self.count).then(|| qps_of(qps, self.count, k))
+    }
+}
+
+/// What a core did in a step.
+enum Done {
+    /// Not in this step's count.
+    Idle,
+    /// Its share of the workload.
+    Ran(CoreRun),
+    /// The flood.
+    Flooded(FloodRun),
+}
+
+/// What a flood did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FloodStats {
+    /// TCP connections opened to the peer's core (none starts MPA).
+    pub opened: u64,
+    /// Opens refused at once by our own stack (its connection limit).
+    pub refused_here: u64,
+    /// The most MPA startups the peer's core held at once.
+    pub held_max: usize,
+    /// Startups the peer's control plane refused for its limits.
+    pub refused_by_peer: u64,
+    /// Seconds it ran.
+    pub millis: u64,
+}
+
+struct FloodRun {
+    stats: FloodStats,
+    reports: Vec<CoreReport>,
 }
 
 /// What one core's thread runs.
@@ -229,13 +326,11 @@ struct Plan<'a> {
     k: usize,
     cpu: usize,
     spec: Spec,
-    counts: &'a [usize],
-    sizes: &'a [usize],
+    steps: &'a [Step],
 }
 
-/// Every (count, size) step on one core's rig, each started with the other
-/// cores; `None` for the steps of counts this core is not in. `met` counts
-/// the barriers passed.
+/// Every step on one core's rig, each started with the other cores.
+/// `met` counts the barriers passed.
 fn drive<C: CoreTransport, S: CoreTransport>(
     rig: &mut Rig<C, S>,
     plan: &Plan<'_>,
@@ -243,40 +338,27 @@ fn drive<C: CoreTransport, S: CoreTransport>(
     failed: &AtomicBool,
     stop: &AtomicBool,
     met: &mut usize,
-) -> Result<Vec<Option<CoreRun>>, String> {
+) -> Result<Vec<Done>, String> {
     let mut out = Vec::new();
     // Every core's rig is up.
     barrier.wait();
     *met += 1;
-    for &count in plan.counts {
-        for (i, &size) in plan.sizes.iter().enumerate() {
-            barrier.wait();
-            *met += 1;
-            if failed.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst) {
-                return Ok(out);
-            }
-            if plan.k >= count {
-                out.push(None);
-                continue;
-            }
-            let spec = Spec {
-                size,
-                qps: qps_of(plan.spec.qps, count, plan.k),
-                ..plan.spec
-            };
-            // A turn first, so the wait at the barrier is not counted as
-            // the last turn's time.
-            rig.step()?;
-            let before = rig.core_reports();
-            let last = i + 1 == plan.sizes.len();
-            let measured = workload::run(rig, &spec, last, stop, &mut |_| {})?;
-            let share = Share {
-                messages: measured.messages,
-                octets: measured.octets,
-                seconds: measured.elapsed.as_secs_f64(),
-            };
-            let reports = rig
-                .core_reports()
+    for step in plan.steps {
+        barrier.wait();
+        *met += 1;
+        if failed.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst) {
+            return Ok(out);
+        }
+        if plan.k >= step.count {
+            out.push(Done::Idle);
+            continue;
+        }
+        // A turn first, so the wait at the barrier is not counted as the
+        // last turn's time.
+        rig.step()?;
+        let before = rig.core_reports();
+        let reports = |rig: &Rig<C, S>, share: Option<Share>, flooded: bool| {
+            rig.core_reports()
                 .into_iter()
                 .zip(&before)
                 .map(|(after, before)| CoreReport {
@@ -284,14 +366,108 @@ fn drive<C: CoreTransport, S: CoreTransport>(
                     cpu: Some(plan.cpu),
                     // The core's share goes with its client (the side that
                     // counts messages).
-                    share: (after.role == "client").then_some(share),
-                    ..after
+                    share: share.filter(|_| after.role == "client"),
+                    role: match (flooded, after.role) {
+                        (true, "client") => "flooder",
+                        (true, _) => "flooded",
+                        (false, role) => role,
+                    },
                 })
-                .collect();
-            out.push(Some(CoreRun { measured, reports }));
+                .collect::<Vec<_>>()
+        };
+        if let (Some(open_max), 0) = (step.flood, plan.k) {
+            let stats = flood(rig, open_max, plan.spec.stop, stop)?;
+            out.push(Done::Flooded(FloodRun {
+                stats,
+                reports: reports(rig, None, true),
+            }));
+            continue;
         }
+        let spec = Spec {
+            size: step.size,
+            qps: step.qps_of(plan.spec.qps, plan.k).unwrap_or(1),
+            ..plan.spec
+        };
+        let measured = workload::run(rig, &spec, step.last, stop, &mut |_| {})?;
+        let share = Share {
+            messages: measured.messages,
+            octets: measured.octets,
+            seconds: measured.elapsed.as_secs_f64(),
+        };
+        let reports = reports(rig, Some(share), false);
+        out.push(Done::Ran(CoreRun { measured, reports }));
     }
     Ok(out)
+}
+
+/// Core 0's flood: TCP connections to its peer's core that never send an
+/// MPA Request (half-open MPA startups), as many as `open_max` at once and
+/// as fast as the core opens them, the oldest aborted to make room, for as
+/// long as the workload runs on the other cores (its -D).
+// The flood runs for a wall-clock time, as the workload does.
+#[allow(clippy::disallowed_methods)]
+fn flood<C: CoreTransport, S: CoreTransport>(
+    rig: &mut Rig<C, S>,
+    open_max: usize,
+    stop_at: crate::spec::Stop,
+    stop: &AtomicBool,
+) -> Result<FloodStats, String> {
+    let crate::spec::Stop::Duration(duration) = stop_at else {
+        return Err("--flood runs for a duration: give -D".into());
+    };
+    let server = rig.server_addr();
+    let mut open = std::collections::VecDeque::with_capacity(open_max);
+    let mut stats = FloodStats::default();
+    let control = |rig: &Rig<C, S>| {
+        rig.local_server()
+            .map(|s| s.endpoint.control.host().stats().refused_startups)
+            .unwrap_or(0)
+    };
+    let refused_before = control(rig);
+    let start = std::time::Instant::now();
+    while start.elapsed() < duration && !stop.load(Ordering::Relaxed) {
+        // Up to 64 opens a turn.
+        for _ in 0..64 {
+            if open.len() >= open_max {
+                if let Some(old) = open.pop_front() {
+                    let t = rig.client.core.transport_mut();
+                    let _ = t.abort(old);
+                    t.release(old);
+                }
+            }
+            match rig
+                .client
+                .core
+                .transport_mut()
+                .connect(server, crate::endpoint::now())
+            {
+                Ok(conn) => {
+                    open.push_back(conn);
+                    stats.opened += 1;
+                }
+                Err(_) => {
+                    stats.refused_here += 1;
+                    break;
+                }
+            }
+        }
+        rig.step()?;
+        if let Some(s) = rig.local_server() {
+            stats.held_max = stats.held_max.max(s.endpoint.core.in_startup());
+        }
+    }
+    let t = rig.client.core.transport_mut();
+    for conn in open {
+        let _ = t.abort(conn);
+        t.release(conn);
+    }
+    // Let the resets reach the peer.
+    for _ in 0..64 {
+        rig.step()?;
+    }
+    stats.refused_by_peer = control(rig) - refused_before;
+    stats.millis = start.elapsed().as_millis() as u64;
+    Ok(stats)
 }
 
 /// The cores' results as one: every message and octet, over the longest
@@ -370,6 +546,51 @@ pub fn core_rows(report: &Report, report_gbits: bool) -> Vec<String> {
     rows
 }
 
+/// What each flooded run did, and how much of their rate the other cores
+/// kept beside the same run without the flood.
+pub fn flood_lines(reports: &[Report], floods: &[(usize, FloodStats)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for &(at, f) in floods {
+        let Some(r) = reports.get(at) else { continue };
+        out.push(format!(
+            " {} B, {} cores, core 0 flooding its peer for {:.1} s: {} TCP connections \
+             opened that never start MPA ({} refused by our stack's limit), the peer's core \
+             held at most {} MPA startups, its control plane refused {} for its limits",
+            r.size,
+            r.cores,
+            f.millis as f64 / 1000.0,
+            f.opened,
+            f.refused_here,
+            f.held_max,
+            f.refused_by_peer
+        ));
+        let base = reports
+            .iter()
+            .find(|b| b.cores == r.cores && b.size == r.size && !b.transport.ends_with("+flood"));
+        for c in r.per_core.iter().filter(|c| c.share.is_some()) {
+            let quiet = base.and_then(|b| {
+                b.per_core
+                    .iter()
+                    .find(|q| q.cpu == c.cpu && q.share.is_some())
+                    .and_then(|q| q.share)
+            });
+            let (Some(now), Some(quiet)) = (c.share, quiet) else {
+                continue;
+            };
+            out.push(format!(
+                "   the core on CPU {}: {:.3} Mmsg/s ({:.2} Gbit/s) beside the flood, {:.1}% of \
+                 its {:.3} Mmsg/s without",
+                c.cpu.map_or("-".into(), |c| c.to_string()),
+                now.msgs_s() / 1e6,
+                now.gbit_s(),
+                100.0 * now.msgs_s() / quiet.msgs_s().max(1e-9),
+                quiet.msgs_s() / 1e6
+            ));
+        }
+    }
+    out
+}
+
 /// "2 cores: 1.93x the bandwidth of 1 core" lines, per size, for every
 /// count against the first.
 pub fn scaling(reports: &[Report]) -> Vec<String> {
@@ -377,10 +598,13 @@ pub fn scaling(reports: &[Report]) -> Vec<String> {
     let Some(first) = reports.first().map(|r| r.cores) else {
         return out;
     };
-    for r in reports.iter().filter(|r| r.cores != first) {
+    for r in reports
+        .iter()
+        .filter(|r| r.cores != first && !r.transport.ends_with("+flood"))
+    {
         if let Some(base) = reports
             .iter()
-            .find(|b| b.cores == first && b.size == r.size)
+            .find(|b| b.cores == first && b.size == r.size && !b.transport.ends_with("+flood"))
         {
             let atomics = matches!(r.op, Op::FetchAdd | Op::CmpSwap);
             out.push(format!(

@@ -68,6 +68,11 @@ impl Host {
         })
     }
 
+    /// The control plane's counters (startups established, refused, ...).
+    pub fn stats(&self) -> control::runtime::ControlStats {
+        self.plane().stats()
+    }
+
     /// The registry every core's engine uses.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry

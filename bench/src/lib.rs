@@ -19,6 +19,8 @@
 //! * [`rping`]: `bench rping`, rdma-core's rping over dpwarp, both roles.
 //! * [`perftest`]: `bench perftest`, perftest's six RC tests over dpwarp,
 //!   both roles.
+//! * [`connect`]: `bench connect`, connection establishment (TCP and
+//!   RFC 6581's enhanced MPA startup) per second and its latency.
 //! * [`portcost`]: `bench port`, the smoltcp device layer's cost per
 //!   packet beside a raw DPDK loop on the same ports.
 //! * [`report`]: tables, `.hgrm`, `.hlog`, SVG plots and the JSON report.
@@ -27,6 +29,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod args;
+pub mod connect;
 pub mod cores;
 pub mod endpoint;
 pub mod hello;

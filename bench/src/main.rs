@@ -25,6 +25,7 @@ fn main() {
         Some("rping") => Some(bench::rping::main as fn(Vec<String>, &AtomicBool) -> i32),
         Some("perftest") => Some(bench::perftest::main as fn(Vec<String>, &AtomicBool) -> i32),
         Some("port") => Some(bench::portcost::main as fn(Vec<String>, &AtomicBool) -> i32),
+        Some("connect") => Some(bench::connect::main as fn(Vec<String>, &AtomicBool) -> i32),
         _ => None,
     };
     if let Some(tool) = tool {
@@ -162,6 +163,7 @@ fn run_cores(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
         );
     }
     let mut code = 0;
+    let mut floods = Vec::new();
     let reports = match cores::run(
         &config,
         &args.link,
@@ -170,6 +172,8 @@ fn run_cores(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
         &cpus,
         &spec,
         &plan.sizes,
+        args.flood,
+        &mut floods,
         stop,
     ) {
         Ok(r) => r,
@@ -186,6 +190,9 @@ fn run_cores(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
         for row in cores::core_rows(r, args.report_gbits) {
             println!("{row}");
         }
+    }
+    for line in cores::flood_lines(&reports, &floods) {
+        println!("{line}");
     }
     let scaling = cores::scaling(&reports);
     if !scaling.is_empty() {

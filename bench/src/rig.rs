@@ -257,6 +257,11 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
         out
     }
 
+    /// The server's address.
+    pub fn server_addr(&self) -> SocketAddrV4 {
+        self.server_addr
+    }
+
     /// The in-process server when it runs on this thread.
     pub fn local_server(&self) -> Option<&Server<S>> {
         match &self.server {

@@ -133,6 +133,8 @@ fn a_workload_spreads_over_pinned_cores_and_adds_up() {
             &cpus,
             &spec,
             &sizes,
+            None,
+            &mut Vec::new(),
             &AtomicBool::new(false),
         )
         .unwrap_or_else(|why| panic!("{}: {why}", kind.name()));
@@ -175,4 +177,64 @@ fn a_workload_spreads_over_pinned_cores_and_adds_up() {
             assert_eq!(r.measured.octets, messages * size as u64, "{what}");
         }
     }
+}
+
+/// `--flood`: core 0 opens TCP connections to its peer that never start
+/// MPA while core 1 runs the workload: the flood is bounded on the peer (it
+/// holds at most its connection limit), core 1 completes its share, and
+/// the report names what each did.
+#[test]
+fn a_flood_on_one_core_leaves_the_other_running() {
+    use bench::cores::{self, CoreLink};
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let cpus = dataplane::lcore::cpus();
+    if cpus.len() < 2 {
+        eprintln!("one CPU: no second core to flood beside");
+        return;
+    }
+    let spec = Spec {
+        op: Op::Write,
+        mode: Mode::Bandwidth,
+        size: 4096,
+        stop: Stop::Duration(std::time::Duration::from_millis(600)),
+        depth: 16,
+        qps: 2,
+    };
+    let mut floods = Vec::new();
+    let reports = cores::run(
+        &config(7470),
+        &link(),
+        CoreLink::Ring,
+        &[2],
+        &cpus,
+        &spec,
+        &[4096],
+        Some(300),
+        &mut floods,
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    assert_eq!(reports.len(), 2, "the run, then the run with the flood");
+    assert_eq!(floods.len(), 1);
+    let (at, f) = floods[0];
+    assert_eq!(reports[at].transport, "ring+flood");
+    assert!(
+        f.opened > 300,
+        "the flood opened and reset connections: {f:?}"
+    );
+    assert!(
+        f.held_max > 0 && f.held_max <= bench::endpoint::CONNECTIONS_MAX,
+        "the peer held half-open startups, bounded: {f:?}"
+    );
+    let shares: Vec<_> = reports[at]
+        .per_core
+        .iter()
+        .filter_map(|c| c.share)
+        .collect();
+    assert_eq!(shares.len(), 1, "only core 1 ran the workload");
+    assert!(shares[0].messages > 0);
+    assert!(
+        reports[at].per_core.iter().any(|c| c.role == "flooder"),
+        "core 0's counters are in the report"
+    );
 }
