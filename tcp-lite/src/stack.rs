@@ -122,6 +122,12 @@ pub struct Stack<D: Device> {
     device: D,
     iface: Interface,
     sockets: SocketSet<'static>,
+    /// Sockets of freed slots, closed and kept (with their buffers) for the
+    /// next slots: a new socket's buffers are zero-filled allocations (two
+    /// of 256 KiB in `bench`), which cost more than the whole MPA startup
+    /// of a connection. smoltcp clears a socket's state when it is opened
+    /// again (`listen` and `connect` reset a closed socket).
+    spare: Vec<SocketHandle>,
     slots: Vec<Option<Slot>>,
     /// Generation of each slot index, kept while it is free.
     generations: Vec<u32>,
@@ -195,6 +201,7 @@ impl<D: Device> Stack<D> {
             listeners: Vec::new(),
             ports_used: vec![0; 1024],
             sockets: SocketSet::new(Vec::with_capacity(slots_max)),
+            spare: Vec::with_capacity(slots_max),
             connections: 0,
             emss: ip_mtu - IPV4_TCP_HEADERS,
             stats: StackStats::default(),
@@ -290,15 +297,20 @@ impl<D: Device> Stack<D> {
             None => return None,
         };
         let tcp = &self.config.tcp;
-        let mut socket = tcp::Socket::new(
-            tcp::SocketBuffer::new(vec![0; tcp.rx_buffer]),
-            tcp::SocketBuffer::new(vec![0; tcp.tx_buffer]),
-        );
+        let handle = match self.spare.pop() {
+            Some(handle) => handle,
+            None => self.sockets.add(tcp::Socket::new(
+                tcp::SocketBuffer::new(vec![0; tcp.rx_buffer]),
+                tcp::SocketBuffer::new(vec![0; tcp.tx_buffer]),
+            )),
+        };
+        let socket = self.sockets.get_mut::<tcp::Socket>(handle);
         socket.set_nagle_enabled(tcp.nagle);
         socket.set_ack_delay(tcp.ack_delay);
+        // A new controller: a reused socket's must not carry its last
+        // connection's window.
         socket.set_congestion_control(tcp.congestion.to_smoltcp());
         socket.set_keep_alive(tcp.keep_alive);
-        let handle = self.sockets.add(socket);
         let generation = self.generations[index as usize].wrapping_add(1);
         self.generations[index as usize] = generation;
         self.slots[index as usize] = Some(Slot {
@@ -329,7 +341,15 @@ impl<D: Device> Stack<D> {
 
     fn free_slot(&mut self, index: u32) {
         if let Some(slot) = self.slots[index as usize].take() {
-            self.sockets.remove(slot.handle);
+            // A socket released in TIME-WAIT (or still listening) is closed
+            // first: a closed socket takes no segment, so its four-tuple is
+            // free for a new connection at once, as when it was removed.
+            // (Its peer, closed already, may get a reset it ignores.)
+            let socket = self.sockets.get_mut::<tcp::Socket>(slot.handle);
+            if socket.state() != State::Closed {
+                socket.abort();
+            }
+            self.spare.push(slot.handle);
             if !matches!(slot.role, Role::Listening(_)) {
                 self.connections -= 1;
                 self.live.retain(|&i| i != index);

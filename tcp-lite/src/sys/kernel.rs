@@ -178,6 +178,12 @@ impl Ring {
         self.len == 0
     }
 
+    /// Empty, for another connection (the octets stay, unreadable).
+    fn clear(&mut self) {
+        self.start = 0;
+        self.len = 0;
+    }
+
     fn free(&self) -> usize {
         self.buf.len() - self.len
     }
@@ -296,7 +302,7 @@ impl Conn {
         generation: u32,
         socket: Socket,
         listener: Option<u16>,
-        config: &KernelConfig,
+        (tx, rx): (Ring, Ring),
         now: Instant,
     ) -> Self {
         Conn {
@@ -304,8 +310,8 @@ impl Conn {
             socket: Some(socket),
             listener,
             connected: listener.is_some(),
-            tx: Ring::new(config.tx_buffer),
-            rx: Ring::new(config.rx_buffer),
+            tx,
+            rx,
             tx_pos: 0,
             rx_pos: 0,
             rx_announced: 0,
@@ -480,6 +486,10 @@ pub struct KernelTransport {
     /// Generation of each slot index, kept while it is free.
     generations: Vec<u32>,
     free: Vec<u32>,
+    /// Rings of released connections, emptied and kept for the next ones:
+    /// a new ring is a zero-filled allocation (4 MiB each way in
+    /// `bench`), which costs more than a connection's whole setup.
+    spare: Vec<(Ring, Ring)>,
     events: EventQueue,
     connections: usize,
     stats: KernelStats,
@@ -494,6 +504,7 @@ impl KernelTransport {
             slots: Vec::with_capacity(config.max_connections),
             generations: Vec::with_capacity(config.max_connections),
             free: Vec::new(),
+            spare: Vec::new(),
             events: EventQueue::with_capacity(config.max_connections),
             connections: 0,
             stats: KernelStats::default(),
@@ -553,8 +564,14 @@ impl KernelTransport {
         let generation = self.generations[index as usize].wrapping_add(1);
         self.generations[index as usize] = generation;
         self.connections += 1;
+        let rings = self.spare.pop().unwrap_or_else(|| {
+            (
+                Ring::new(self.config.tx_buffer),
+                Ring::new(self.config.rx_buffer),
+            )
+        });
         let slot = &mut self.slots[index as usize];
-        let conn = slot.insert(Conn::new(generation, socket, listener, &self.config, now));
+        let conn = slot.insert(Conn::new(generation, socket, listener, rings, now));
         Some((ConnId { index, generation }, conn))
     }
 
@@ -906,6 +923,10 @@ impl Transport for KernelTransport {
             if let Some(socket) = c.socket {
                 abort_socket(socket);
             }
+            let (mut tx, mut rx) = (c.tx, c.rx);
+            tx.clear();
+            rx.clear();
+            self.spare.push((tx, rx));
             self.connections -= 1;
             self.events.forget(conn.index);
             self.free.push(conn.index);
