@@ -8,7 +8,9 @@
 #   1500; 64 B Writes with 128 in flight; 64 B Write, Read and FetchAdd
 #   latency; the 64 KiB Write with TCP/IP checksums in software; and the
 #   smoltcp device layer's cost per packet beside a raw DPDK loop; and
-#   64 KiB and 64 B Writes on one and then two pinned cores (--cores 1,2).
+#   64 KiB and 64 B Writes on one and then two pinned cores (--cores 1,2),
+#   and with one core flooded; 1 and 1,024 QPs on one core; and MPA
+#   connection establishments per second (bench connect).
 #   scripts/main.sh [OUTPUT_DIR]     (default bench-out)
 # As root it reserves 2 MiB hugepages for DPDK (and gives them back at the
 # end); without root, or without the memory, DPDK runs on ordinary pages
@@ -70,3 +72,17 @@ echo
 "$bench" write -s 65536 -D 3 -q 2 --cores 1,2 --transport memif --report_gbits --json "$out/write_bw_64k_cores.json"
 echo
 "$bench" write -s 64 -D 3 -q 2 --cores 1,2 --transport memif --report_gbits --json "$out/write_rate_64_cores.json"
+echo
+# The same two cores, then core 0 flooding its peer with TCP connections
+# that never start MPA while core 1 runs its share: what core 1 keeps.
+"$bench" write -s 64 -D 3 -q 2 --cores 2 --flood 1000 --transport memif --report_gbits --json "$out/write_rate_64_flood.json"
+echo
+# Many QPs on one core: 1 and then 1,024 QPs, 8 Writes in flight each.
+"$bench" write -s 65536 -D 3 -q 1 -t 8 --transport memif --report_gbits --json "$out/write_bw_64k_1qp.json"
+echo
+"$bench" write -s 65536 -D 3 -q 1024 -t 8 --transport memif --report_gbits --json "$out/write_bw_64k_1024qps.json"
+echo
+# Connection establishment: TCP and RFC 6581's enhanced MPA startup to Full
+# Operation on both ends, closed in order, 16 at a time, one control-plane
+# thread; embedded, then kernel TCP.
+"$bench" connect -D 5 --json "$out/connect.json"

@@ -501,7 +501,8 @@ fn aggregate(runs: &[&CoreRun]) -> Measured {
 /// The per-core rows of one report, for the table.
 pub fn core_rows(report: &Report, report_gbits: bool) -> Vec<String> {
     let mut rows = Vec::new();
-    let mut k = 0;
+    // A flooded run's workload ran on the cores after core 0.
+    let mut k = usize::from(report.transport.ends_with("+flood"));
     for c in &report.per_core {
         let Some(share) = c.share else { continue };
         let busy = |role: &str| {
