@@ -1,9 +1,9 @@
 //! The MPA startup phase (RFC 5044 §7.1) with RFC 6581 enhanced RDMA
 //! connection establishment, both roles, sans-IO.
 //!
-//! Heads up! Read RFC 6581 (`../shared/seeds/001_*.txt`) whole, in
-//! particular §9.1 (IRD/ORD), §9.2 (peer-to-peer and RTR), §9.3 (the flow)
-//! and §10 (interoperability), and `../shared/spec/WIRE.md` §1.
+//! Heads up! Read RFC 6581 whole, in particular §9.1 (IRD/ORD), §9.2
+//! (peer-to-peer and RTR), §9.3 (the flow) and §10 (interoperability), and
+//! RFC 5044 §7.1 (the MPA Request and Reply frames).
 //!
 //! An [`Initiator`] sends the MPA Request and reads the Reply; a [`Responder`]
 //! reads the Request, lets the ULP [`accept`](Responder::accept) or

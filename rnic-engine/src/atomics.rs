@@ -1,5 +1,5 @@
-//! The atomic unit: RFC 7306 / seed 004 §5.1 operations on registered
-//! memory.
+//! The atomic unit: RFC 7306 (draft-ietf-storm-rdmap-ext-00) §5.1 operations on
+//! registered memory.
 //!
 //! Seed 004 §5.3: "Atomicity of the RMW on the responder's node by the
 //! Atomic Operation SHALL be assured in the presence of concurrent atomic

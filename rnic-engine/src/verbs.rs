@@ -190,7 +190,7 @@ pub struct SendWr<'a> {
     /// Start only after every earlier Read and atomic of the QP completed
     /// (ibverbs' `IBV_SEND_FENCE`). Without it a later Write may be placed
     /// at the peer before an earlier Read's data is fetched there, as RFC
-    /// 5040 §5.5 and seed 004 §5.4 item 3 allow.
+    /// 5040 §5.5 and draft-ietf-storm-rdmap-ext-00 §5.4 item 3 allow.
     pub fence: bool,
 }
 

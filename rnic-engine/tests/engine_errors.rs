@@ -1,7 +1,8 @@
-//! Every bad input of WIRE.md's error lists (RFC 5040 §7, RFC 5041 §7,
-//! seed 004 §8): what a broken or hostile peer sends is answered with the
-//! specified Terminate, the peer reports the same layer/type/code, the QP's
-//! outstanding work completes in error, and the other QPs keep working.
+//! Every bad input of the error lists of RFC 5040 §7, RFC 5041 §7 and
+//! draft-ietf-storm-rdmap-ext-00 §8 (RFC 7306): what a broken or hostile peer
+//! sends is answered with the specified Terminate, the peer reports the same
+//! layer/type/code, the QP's outstanding work completes in error, and the other
+//! QPs keep working.
 //!
 //! Bad segments are sent with `Rnic::inject_ulpdu` from side `a`, through
 //! its real framer (so markers and CRC stay right), into side `b`.
@@ -630,8 +631,8 @@ fn a_bad_crc_is_an_mpa_terminate() {
 
 /// The Terminate's own layout (RFC 5040 §4.8): M and D with the failed
 /// segment's length and DDP header; R and the 28-octet header for a Read
-/// Request; no RDMA header for an atomic (seed 004 §8.1); only the first
-/// error is reported.
+/// Request; no RDMA header for an atomic (draft-ietf-storm-rdmap-ext-00 §8.1);
+/// only the first error is reported.
 #[test]
 fn the_terminate_echoes_the_failed_segment() {
     let config = PairConfig::default();
@@ -754,8 +755,8 @@ fn a_refused_read_completes_with_a_remote_access_error() {
     );
 }
 
-/// A Terminate from Linux siw (its bit-swapped control word, WIRE.md §4) is
-/// understood: the same layer/type/code reaches the application.
+/// A Terminate from Linux siw (its bit-swapped control word, as in the
+/// captures) is understood: the same layer/type/code reaches the application.
 #[test]
 fn a_siw_style_terminate_is_read_leniently() {
     let mut pair = pair(PairConfig::default());

@@ -122,9 +122,10 @@ fn run_model(config: PairConfig, ops: &[(Op, bool)]) -> Result<(), TestCaseError
     let mut expected_a = Vec::new();
     let mut expected_b = Vec::new();
     let mut recv_id = 0u64;
-    // Reads and atomics posted since the pair last ran dry: a Write behind
-    // one of them needs a fence, or it may be placed before the earlier
-    // request's data is fetched (RFC 5040 §5.5, seed 004 §5.4 item 3).
+    // Reads and atomics posted since the pair last ran dry: a Write behind one
+    // of them needs a fence, or it may be placed before the earlier request's
+    // data is fetched (RFC 5040 §5.5, draft-ietf-storm-rdmap-ext-00 §5.4 item
+    // 3).
     let mut fetching = false;
 
     for (i, (op, signaled)) in ops.iter().enumerate() {

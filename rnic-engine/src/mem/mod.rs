@@ -14,13 +14,13 @@
 //! unit ([`crate::atomics`]) works on the same words with read-modify-write
 //! atomics, so no other access splits a 64-bit atomic operation.
 //!
-//! Octets map to words in memory order: octet `i` is byte `i % 8` of word
-//! `i / 8` in the machine's byte order, so a 64-bit value stored at an
-//! 8-aligned offset is the native-endian value RFC 7306's atomics act on
-//! ("in the endian format of the target memory", seed 004 §5.1).
+//! Octets map to words in memory order: octet `i` is byte `i % 8` of word `i /
+//! 8` in the machine's byte order, so a 64-bit value stored at an 8-aligned
+//! offset is the native-endian value RFC 7306's atomics act on ("in the endian
+//! format of the target memory", draft-ietf-storm-rdmap-ext-00 §5.1).
 //!
 //! # STags
-//! RFC 5040 §6 (WIRE.md): an STag names a tagged buffer. Ours are, as on
+//! RFC 5040 §6: an STag names a tagged buffer. Ours are, as on
 //! most RNICs, a 24-bit index into the table and an 8-bit key; the key is
 //! drawn from a ChaCha8 stream seeded by the caller (`dataplane` seeds it
 //! from the OS), so a peer cannot guess the STag of a region it was not

@@ -44,7 +44,7 @@ const ZEROS: [u8; 3] = [0; 3];
 const ONE_PASS_OCTETS_MIN: usize = 128;
 
 /// The largest ULPDU one FPDU may carry when the TCP effective maximum
-/// segment size is `emss` (RFC 5044's MULPDU rule; WIRE.md §2):
+/// segment size is `emss` (RFC 5044's MULPDU rule, §4):
 ///
 /// * without markers, `EMSS - (6 + EMSS mod 4)`: the length field and CRC
 ///   (6 octets) and the PAD an unaligned EMSS forces;

@@ -1,9 +1,10 @@
 //! Queue pairs: the RDMAP/DDP state of one connection.
 //!
-//! Heads up! Before working on these files you should read, at least, RFC
-//! 5040 §5 (RDMAP data transfer, ordering and completion) and §7 (error
-//! handling), RFC 5041 §5-§7 (DDP placement and errors), seed 004 §5-§8
-//! (atomics, immediate data, their ordering table), and WIRE.md §3-§4.
+//! Heads up! Before working on these files you should read, at least, RFC 5040
+//! §5 (RDMAP data transfer, ordering and completion) and §7 (error handling),
+//! RFC 5041 §5-§7 (DDP placement and errors), draft-ietf-storm-rdmap-ext-00
+//! §5-§8 (atomics, immediate data, their ordering table), and RFC 5040/5041's
+//! error lists.
 //!
 //! The parts, after siw (STYLE.md §1.2): this file holds the state, the
 //! work queues and completions; [`tx`] turns the send queue and the
@@ -628,7 +629,8 @@ impl Qp {
         Ok(())
     }
 
-    /// Queues a ULPDU to send verbatim (see [`crate::verbs::Rnic::inject_ulpdu`]).
+    /// Queues a ULPDU to send verbatim (see
+    /// [`crate::verbs::Rnic::inject_ulpdu`]).
     pub(crate) fn inject(&mut self, ulpdu: &[u8]) -> Result<(), VerbError> {
         let Some(framer) = self.framer.as_ref() else {
             return Err(VerbError::State);

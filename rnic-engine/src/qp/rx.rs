@@ -207,7 +207,7 @@ impl Inner {
             Opcode::ImmediateData | Opcode::ImmediateDataWithSe
         ) && packet.payload().len() != rdmap::IMMEDIATE_DATA_LEN
         {
-            // RFC 7306 / seed 004 §6.3: exactly 8 octets.
+            // RFC 7306 (draft-ietf-storm-rdmap-ext-00) §6.3: exactly 8 octets.
             return Err(operation(OperationError::Unspecified));
         }
         let single = matches!(
@@ -224,7 +224,8 @@ impl Inner {
             return Err(untagged(UntaggedError::InvalidMo));
         }
         // RFC 5040 §4.8 echoes the RDMA header of a failed Read Request;
-        // seed 004 §8.1 item 2 leaves it out (zero) for the new messages.
+        // draft-ietf-storm-rdmap-ext-00 §8.1 item 2 leaves it out (zero) for
+        // the new messages.
         let read_request = control.opcode == Opcode::RdmaReadRequest;
         // The data messages have no RDMAP header: their payload follows the
         // DDP header, no parsing needed (the hot path).
@@ -590,11 +591,11 @@ impl Inner {
     }
 
     /// The peer ended the stream. Its Terminate is read in whichever layout
-    /// fits (Linux siw writes the control word bit-swapped; WIRE.md §4), and
-    /// even a malformed one ends the QP: never answered with a Terminate.
-    /// When it echoes the DDP header of one of our Read or Atomic Requests
-    /// (queue 1, by MSN), that request completes with the remote error;
-    /// everything else outstanding is flushed.
+    /// fits (Linux siw writes the control word bit-swapped, as the siw captures
+    /// show), and even a malformed one ends the QP: never answered with a
+    /// Terminate. When it echoes the DDP header of one of our Read or Atomic
+    /// Requests (queue 1, by MSN), that request completes with the remote
+    /// error; everything else outstanding is flushed.
     fn receive_terminate(&mut self, ctx: &mut Ctx<'_>, packet: &ddp::Packet<&[u8]>) {
         use crate::wire::term;
         let mut info = TermInfo {

@@ -1,6 +1,7 @@
 //! Why a stream is terminated: one exhaustive mapping from cause to the
-//! Terminate layer/type/code of the IANA "RDDP" registry (RFC 6580; WIRE.md
-//! §3-§4; siw's `iwarp.h` agrees on every value), no catch-all arm.
+//! Terminate layer/type/code of the IANA "RDDP" registry (RFC 6580, and RFC
+//! 5040 §7 and RFC 5041 §7; siw's `iwarp.h` agrees on every value), no
+//! catch-all arm.
 //!
 //! STYLE.md §4: the wire layer only knows that bytes do not parse; the
 //! engine knows which layer checked what, so it picks the cause here.
@@ -183,7 +184,8 @@ mod tests {
     use super::*;
     use crate::wire::term::describe;
 
-    /// Every cause, with the registry's words for it (WIRE.md §3-§4).
+    /// Every cause, with the registry's words for it (RFC 5040 §7, RFC 5041
+    /// §7).
     fn all() -> Vec<(TermCause, &'static str)> {
         use OperationError as O;
         use ProtectionError as P;

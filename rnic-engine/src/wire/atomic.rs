@@ -1,8 +1,9 @@
-//! Atomic Request and Response headers (seed 004 §5.2 = RFC 7306; WIRE.md §4).
+//! Atomic Request and Response headers (RFC 7306, draft-ietf-storm-rdmap-ext-00
+//! §5.2).
 //!
 //! Both follow the untagged DDP header: the Request on QN 1 (sharing the
-//! ORD/IRD credits of RDMA Read Requests, seed 004 §5.2), the Response on
-//! QN 3 (§5.2.2 item 3). Seed 004 §5.2.1, Figure 4:
+//! ORD/IRD credits of RDMA Read Requests, draft-ietf-storm-rdmap-ext-00 §5.2),
+//! the Response on QN 3 (§5.2.2 item 3). Seed 004 §5.2.1, Figure 4:
 //!
 //! ```text
 //! Reserved (28) | AOpCode (4)
@@ -67,7 +68,7 @@ const _: () = assert!(REQUEST_HEADER_LEN == 52);
 const _: () = assert!(RESPONSE_HEADER_LEN == 12);
 
 enum_with_unknown! {
-    /// Atomic Operation Code (seed 004 Figure 5).
+    /// Atomic Operation Code (draft-ietf-storm-rdmap-ext-00 Figure 5).
     pub enum AtomicOpcode(u8) {
         /// Masked fetch-and-add.
         FetchAdd = 0,

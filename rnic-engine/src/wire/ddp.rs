@@ -1,4 +1,4 @@
-//! DDP segment headers (RFC 5041 §4; WIRE.md §3).
+//! DDP segment headers (RFC 5041 §4).
 //!
 //! ```text
 //! byte 0 (DDP control)  |T|L| Rsvd  | DV|   T 0x80 tagged, L 0x40 last,

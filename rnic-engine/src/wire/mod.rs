@@ -1,11 +1,10 @@
 //! Zero-copy views and representations of every iWARP header.
 //!
-//! Heads up! Before working on these files you should read, at least:
-//! RFC 5044 §4 (FPDU, markers, CRC) and §7.1 (MPA Request/Reply), RFC 6581 §6
-//! and §9 (enhanced connection establishment data), RFC 5041 §4 (DDP
-//! headers), RFC 5040 §4 (RDMAP headers, Terminate) and RFC 7306 / seed 004
-//! §4-§6 (atomics, immediate data). `../shared/spec/WIRE.md` collects the
-//! wire facts of the RFCs that are not on these machines.
+//! Heads up! Before working on these files you should read, at least: RFC 5044
+//! §4 (FPDU, markers, CRC) and §7.1 (MPA Request/Reply), RFC 6581 §6 and §9
+//! (enhanced connection establishment data), RFC 5041 §4 (DDP headers), RFC
+//! 5040 §4 (RDMAP headers, Terminate) and RFC 7306
+//! (draft-ietf-storm-rdmap-ext-00) §4-§6 (atomics, immediate data).
 //!
 //! The shape follows smoltcp's `wire` module:
 //!

@@ -1,4 +1,4 @@
-//! The MPA FPDU (RFC 5044 §4; WIRE.md §2), markers removed.
+//! The MPA FPDU (RFC 5044 §4), markers removed.
 //!
 //! ```text
 //! ULPDU_Length (2) | ULPDU (ULPDU_Length octets) | PAD (0..3) | CRC (4)
@@ -11,10 +11,10 @@
 //! twelve padded FPDUs of the captures (perftest's 2-octet Sends) carry
 //! `00 40` there, covered by a correct CRC. A receiver must ignore PAD.
 //!
-//! This view is over a contiguous FPDU **without markers**. Markers ([`super::mpa_marker`]) are counted in the CRC but not in
-//! ULPDU_Length, so a deframer that strips them computes the CRC over the
-//! stream octets itself; [`Packet::compute_crc`] is right only for FPDUs
-//! that had no marker inside.
+//! This view is over a contiguous FPDU **without markers**. Markers
+//! ([`super::mpa_marker`]) are counted in the CRC but not in ULPDU_Length, so a
+//! deframer that strips them computes the CRC over the stream octets itself;
+//! [`Packet::compute_crc`] is right only for FPDUs that had no marker inside.
 //!
 //! siw capture facts (`tools/pcap/tests/golden.rs` checks each): every
 //! FPDU starts a TCP segment and no segment starts two FPDUs; with MSS 1448

@@ -1,4 +1,4 @@
-//! MPA markers (RFC 5044 §4; WIRE.md §2).
+//! MPA markers (RFC 5044 §4).
 //!
 //! ```text
 //! | reserved (16, zero) | FPDUPTR (16) |
@@ -253,7 +253,8 @@ mod tests {
     fn test_stream_len() {
         // An FPDU at position 0 starts with a marker.
         assert_eq!(stream_len(0, 8), 12);
-        // 508 octets fill the first run exactly; the marker at 512 is the next FPDU's.
+        // 508 octets fill the first run exactly; the marker at 512 is the next
+        // FPDU's.
         assert_eq!(stream_len(0, 508), 512);
         assert_eq!(stream_len(0, 509), 517);
         // Starting mid-run, the marker at 512 falls inside.

@@ -1,8 +1,8 @@
-//! RDMAP messages (RFC 5040 §4; RFC 7306 / seed 004 §4-§6; WIRE.md §4).
+//! RDMAP messages (RFC 5040 §4; RFC 7306, draft-ietf-storm-rdmap-ext-00 §4-§6).
 //!
-//! RDMAP lives inside DDP's header: its control octet is DDP's 8-bit
-//! RsvdULP field, and Send with Invalidate puts the Invalidate STag in DDP's
-//! untagged 32-bit RsvdULP field (seed 004 §4.1, Figure 1):
+//! RDMAP lives inside DDP's header: its control octet is DDP's 8-bit RsvdULP
+//! field, and Send with Invalidate puts the Invalidate STag in DDP's untagged
+//! 32-bit RsvdULP field (draft-ietf-storm-rdmap-ext-00 §4.1, Figure 1):
 //!
 //! ```text
 //! |T|L| Resrv | DV| RV|Rsv| Opcode|     DDP control | RDMAP control
@@ -22,12 +22,13 @@
 //!
 //! # Validity
 //! [`Repr::parse`] rejects what cannot be laid out: a known opcode with the
-//! wrong buffer model (its headers would be misread), an RDMAP header that
-//! does not fit, and octets after the header of a message that carries no
-//! ULP payload (Read Request, Immediate Data, Atomics: seed 004 Figure 3
-//! "ULP Message allowed: No"; RFC 7306 requires exactly 8 octets of
-//! Immediate Data). It keeps an unknown opcode, any RDMAP version, any QN
-//! and the reserved bits, so the engine can answer each with its TERM.
+//! wrong buffer model (its headers would be misread), an RDMAP header that does
+//! not fit, and octets after the header of a message that carries no ULP
+//! payload (Read Request, Immediate Data, Atomics:
+//! draft-ietf-storm-rdmap-ext-00 Figure 3 "ULP Message allowed: No"; RFC 7306
+//! requires exactly 8 octets of Immediate Data). It keeps an unknown opcode,
+//! any RDMAP version, any QN and the reserved bits, so the engine can answer
+//! each with its TERM.
 
 use super::macros::enum_with_unknown;
 use super::{atomic, be, ddp, term, Error, Field, Result};
@@ -49,18 +50,19 @@ mod field {
     pub(crate) const SOURCE_TO: Field = 20..28;
 }
 
-/// RDMAP version of RFC 5040; seed 004 §4.1: "MUST be 01b" with the
-/// extensions too.
+/// RDMAP version of RFC 5040; draft-ietf-storm-rdmap-ext-00 §4.1: "MUST be 01b"
+/// with the extensions too.
 pub const VERSION: u8 = 1;
 /// Length of the Read Request header.
 pub const READ_REQUEST_HEADER_LEN: usize = field::SOURCE_TO.end;
-/// Length of the Immediate Data header (seed 004 §6.2).
+/// Length of the Immediate Data header (draft-ietf-storm-rdmap-ext-00 §6.2).
 pub const IMMEDIATE_DATA_LEN: usize = 8;
 
 const _: () = assert!(READ_REQUEST_HEADER_LEN == 28);
 
 enum_with_unknown! {
-    /// RDMA message opcode (RFC 5040 §4.2; seed 004 §4.1 Figure 2).
+    /// RDMA message opcode (RFC 5040 §4.2; draft-ietf-storm-rdmap-ext-00 §4.1
+    /// Figure 2).
     pub enum Opcode(u8) {
         /// RDMA Write (tagged).
         RdmaWrite = 0x0,

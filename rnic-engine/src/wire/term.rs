@@ -1,4 +1,4 @@
-//! The Terminate header (RFC 5040 §4.8; WIRE.md §4) and the registry of
+//! The Terminate header (RFC 5040 §4.8) and the registry of
 //! Terminate layer/type/code values (IANA "RDDP", RFC 6580, RFC 6581 §8).
 //!
 //! A Terminate is an untagged DDP segment on QN 2 (opcode 7). After the DDP

@@ -146,7 +146,8 @@ fn payload(ulpdu: &[u8]) -> Option<&[u8]> {
 }
 
 /// For a Terminate whose control word also reads differently in the other
-/// layout, that other reading (WIRE.md §4: report both when they differ).
+/// layout, that other reading (siw's bit-swapped control word: report both when
+/// they differ).
 fn term_alternative(ulpdu: &[u8]) -> Option<String> {
     let (chosen, packet) = terminate(ulpdu)?;
     let other = match chosen.encoding {

@@ -1,10 +1,10 @@
 //! Golden vectors from real traffic: every Linux siw capture in
 //! `tests/data/golden/` is reassembled and decoded, and what it holds is
-//! compared with what its `.txt` says: the commands (`-n`, `-s`, `-C`,
-//! `-S`, `-o`), the siw module parameters of both sides, and the programs'
-//! output. On the way, every wire fact of WIRE.md that the captures show is
-//! checked (CRC byte order, DDP/RDMAP versions, one FPDU per TCP segment
-//! with MULPDU 1442, MSN/MO/TO progression, siw's Terminate encoding).
+//! compared with what its `.txt` says: the commands (`-n`, `-s`, `-C`, `-S`,
+//! `-o`), the siw module parameters of both sides, and the programs' output. On
+//! the way, every wire fact of RFC 5040/5041/5044 that the captures show is
+//! checked (CRC byte order, DDP/RDMAP versions, one FPDU per TCP segment with
+//! MULPDU 1442, MSN/MO/TO progression, siw's Terminate encoding).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -219,10 +219,11 @@ fn startup_frames_match_the_siw_parameters() {
     }
 }
 
-/// WIRE.md §2-§4 as siw sends them: DV = RV = 1; one FPDU per TCP segment,
-/// no larger than MULPDU 1442; CRC verdicts as negotiated (good where C was
-/// set, an all-zero field where not); and per message, L only on the last
-/// segment, MSN from 1 counting per queue, MO and TO advancing by payload.
+/// RFC 5044 §4, RFC 5041 and RFC 5040 as siw sends them: DV = RV = 1; one FPDU
+/// per TCP segment, no larger than MULPDU 1442; CRC verdicts as negotiated
+/// (good where C was set, an all-zero field where not); and per message, L only
+/// on the last segment, MSN from 1 counting per queue, MO and TO advancing by
+/// payload.
 #[test]
 fn siw_wire_facts_hold_in_every_capture() {
     for name in CAPTURES {
