@@ -61,6 +61,12 @@ pub struct Args {
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     pub qps: usize,
 
+    /// With --lat on write: this many more QPs, each keeping -t Writes of
+    /// the same size in flight, while one QP measures latency (the latency
+    /// of one QP among many busy ones).
+    #[arg(long, default_value_t = 0)]
+    pub active: usize,
+
     /// Work requests in flight per queue pair (bandwidth), at most 512.
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
     pub depth: usize,
@@ -312,6 +318,27 @@ impl Args {
                 "-t {}: give a depth of 1 to {}",
                 self.depth,
                 crate::endpoint::QUEUE_DEPTH
+            ));
+        }
+        if self.active > 0 && !(self.lat && matches!(self.op, Some(OpArg::Write))) {
+            return Err(
+                "--active goes with a Write latency run: bench write --lat --active N".into(),
+            );
+        }
+        if self.qps + self.active > crate::endpoint::QPS_MAX {
+            return Err(format!(
+                "--active {}: give at most {} QPs in all",
+                self.active,
+                crate::endpoint::QPS_MAX
+            ));
+        }
+        if (self.qps + self.active) * self.depth > crate::endpoint::IN_FLIGHT_MAX {
+            return Err(format!(
+                "--active {} x -t {} work requests in flight: the CQ holds {}; give -t {} or less",
+                self.active,
+                self.depth,
+                crate::endpoint::IN_FLIGHT_MAX,
+                (crate::endpoint::IN_FLIGHT_MAX / (self.qps + self.active)).max(1)
             ));
         }
         if self.qps * self.depth > crate::endpoint::IN_FLIGHT_MAX {

@@ -495,6 +495,7 @@ fn aggregate(runs: &[&CoreRun]) -> Measured {
         latency,
         intervals: Vec::new(),
         interrupted: runs.iter().any(|r| r.measured.interrupted),
+        beside: runs.iter().map(|r| r.measured.beside).sum(),
     }
 }
 

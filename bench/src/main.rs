@@ -71,6 +71,10 @@ fn main() {
             "bandwidth | {} QP(s), {} in flight each",
             args.qps, args.depth
         ),
+        Mode::Latency if args.active > 0 => format!(
+            "latency | 1 QP, 1 in flight, beside {} QP(s) with {} Writes in flight each",
+            args.active, args.depth
+        ),
         Mode::Latency => "latency | 1 QP, 1 in flight".to_string(),
     };
     // The checksum clause only where the embedded link runs (DPDK ports say
@@ -239,7 +243,7 @@ fn rig_config(args: &Args, plan: &Plan) -> RigConfig {
         crc: !args.no_crc,
         markers: args.markers,
         mtu: args.mtu(),
-        memory: memory_for(args.qps, largest),
+        memory: memory_for(args.qps + args.active, largest),
         port: args.port,
         sw_checksums: args.link.sw_checksums,
     }
@@ -601,7 +605,7 @@ fn sweep<C: CoreTransport, S: CoreTransport>(
         bar.set_prefix(format!("{} {} B", transport.name(), size));
         let started = std::time::Instant::now();
         let before = rig.core_reports();
-        let measured = workload::run(rig, &spec, last, stop, &mut |f| {
+        let measured = workload::run_beside(rig, &spec, args.active, last, stop, &mut |f| {
             if started.elapsed().as_secs_f64() >= 1.0 {
                 bar.set_position((f * 1000.0) as u64);
             }
@@ -645,6 +649,16 @@ fn print_tables(args: &Args, plan: &Plan, reports: &[Report]) {
             println!("{}", report::lat_header());
             for r in reports {
                 println!("{}", report::lat_row(r));
+            }
+            for r in reports.iter().filter(|r| r.measured.beside > 0) {
+                println!(
+                    " {} {} B: {} Writes completed on the {} busy QP(s) meanwhile ({:.3} M/s)",
+                    r.transport,
+                    r.size,
+                    r.measured.beside,
+                    args.active,
+                    r.measured.beside as f64 / r.measured.elapsed.as_secs_f64().max(1e-9) / 1e6
+                );
             }
         }
     }

@@ -96,6 +96,7 @@ impl Report {
             "cpu_ns_per_msg": self.cpu_ns_per_msg(),
             "latency_ns": Value::Object(latency),
             "interrupted": self.measured.interrupted,
+            "beside_messages": self.measured.beside,
         })
     }
 }

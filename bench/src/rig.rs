@@ -297,15 +297,28 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
     /// Opens the connections of one workload (`spec.qps` of them); `last`
     /// tells a remote server this is the client's last size.
     pub fn open(&mut self, spec: &Spec, last: bool) -> Result<Vec<Pair>, String> {
+        self.open_slots(spec, last, 0, spec.qps)
+    }
+
+    /// [`Rig::open`] for `spec.qps` QPs numbered from `first` of `total`
+    /// QPs in all (their memory slots), so that QPs of two workloads (a
+    /// latency run and the QPs active beside it) share nothing.
+    pub fn open_slots(
+        &mut self,
+        spec: &Spec,
+        last: bool,
+        first: usize,
+        total: usize,
+    ) -> Result<Vec<Pair>, String> {
         let mut tokens = Vec::with_capacity(spec.qps);
-        for qi in 0..spec.qps {
+        for qi in first..first + spec.qps {
             let h = ClientHello {
                 op: spec.op,
                 mode: spec.mode,
                 size: spec.size as u32,
                 depth: spec.depth as u16,
                 qi: qi as u16,
-                qps: spec.qps as u16,
+                qps: total as u16,
                 last,
                 stag: self.client.mr.stag,
                 to: self.client.mr.base_to,

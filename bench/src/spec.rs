@@ -110,6 +110,9 @@ pub struct Measured {
     pub intervals: Vec<(Duration, Histogram<u64>)>,
     /// The run stopped early (Ctrl-C).
     pub interrupted: bool,
+    /// Messages the QPs active beside a latency run completed meanwhile
+    /// (`--active`).
+    pub beside: u64,
 }
 
 /// Octets of each half of a QP's slot: messages of `size` (at least 8, an

@@ -108,7 +108,25 @@ pub fn run<C: CoreTransport, S: CoreTransport>(
     stop_flag: &AtomicBool,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Measured, String> {
-    let need = memory_for(spec.qps, spec.size);
+    run_beside(rig, spec, 0, last, stop_flag, progress)
+}
+
+/// [`run`], and for a Write latency run, `active` more QPs each keeping
+/// `spec.depth` Writes of the same size in flight meanwhile (`--active`):
+/// the latency of one QP among many busy ones.
+pub fn run_beside<C: CoreTransport, S: CoreTransport>(
+    rig: &mut Rig<C, S>,
+    spec: &Spec,
+    active: usize,
+    last: bool,
+    stop_flag: &AtomicBool,
+    progress: &mut dyn FnMut(f64),
+) -> Result<Measured, String> {
+    if active > 0 && (spec.mode != Mode::Latency || spec.op != Op::Write) {
+        return Err("QPs active beside a run go with a Write latency run".into());
+    }
+    let total = spec.qps + active;
+    let need = memory_for(total, spec.size);
     if need > rig.client.region.len() {
         return Err(format!(
             "{} QP(s) of {} B messages need {need} octets of memory; this rig has {}",
@@ -125,15 +143,107 @@ pub fn run<C: CoreTransport, S: CoreTransport>(
             .write(at, &[0; 8])
             .map_err(|e| format!("credit word: {e:?}"))?;
     }
-    let pairs = rig.open(spec, last)?;
+    let mut background = Background::new(spec, active);
+    if active > 0 {
+        let busy = Spec {
+            mode: Mode::Bandwidth,
+            qps: active,
+            ..*spec
+        };
+        background.pairs = rig.open_slots(&busy, last, spec.qps, total)?;
+    }
+    let pairs = match rig.open_slots(spec, last, 0, total) {
+        Ok(pairs) => pairs,
+        Err(why) => {
+            let _ = rig.close(&background.pairs);
+            return Err(why);
+        }
+    };
     let measured = match spec.mode {
         Mode::Bandwidth => bandwidth(rig, &pairs, spec, stop_flag, progress),
-        Mode::Latency => latency(rig, &pairs, spec, stop_flag, progress),
+        Mode::Latency => latency(rig, &pairs, &mut background, spec, stop_flag, progress),
     };
-    let closed = rig.close(&pairs);
-    let measured = measured?;
+    let mut all = pairs;
+    all.extend_from_slice(&background.pairs);
+    let closed = rig.close(&all);
+    let mut measured = measured?;
     closed?;
+    measured.beside = background.done;
     Ok(measured)
+}
+
+/// The QPs active beside a latency run: each keeps its window of Writes
+/// full, re-posting one as one completes.
+struct Background {
+    spec: Spec,
+    first_qi: usize,
+    pairs: Vec<Pair>,
+    /// Which of `pairs` a QP is.
+    index: std::collections::HashMap<QpHandle, usize>,
+    next_id: u64,
+    /// Writes completed.
+    done: u64,
+}
+
+impl Background {
+    fn new(spec: &Spec, active: usize) -> Background {
+        Background {
+            spec: Spec {
+                mode: Mode::Bandwidth,
+                qps: active,
+                ..*spec
+            },
+            first_qi: spec.qps,
+            pairs: Vec::new(),
+            index: std::collections::HashMap::new(),
+            next_id: 1 << 40,
+            done: 0,
+        }
+    }
+
+    /// Fills every QP's window.
+    fn start<T: CoreTransport>(&mut self, client: &mut Endpoint<T>) -> Result<(), String> {
+        self.index = self
+            .pairs
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.qp, i))
+            .collect();
+        let depth = self.spec.depth.clamp(1, crate::endpoint::QUEUE_DEPTH);
+        for i in 0..self.pairs.len() {
+            for _ in 0..depth {
+                self.post(client, i)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn post<T: CoreTransport>(&mut self, client: &mut Endpoint<T>, i: usize) -> Result<(), String> {
+        self.next_id += 1;
+        if post(
+            client,
+            &self.pairs[i],
+            self.first_qi + i,
+            &self.spec,
+            self.next_id,
+        ) {
+            Ok(())
+        } else {
+            Err("a busy QP's send queue is full".into())
+        }
+    }
+
+    /// Takes `wc` if it is a busy QP's: checks it and posts the next Write.
+    /// `None` if it is not one of theirs.
+    fn take<T: CoreTransport>(
+        &mut self,
+        client: &mut Endpoint<T>,
+        wc: &Wc,
+    ) -> Option<Result<(), String>> {
+        let &i = self.index.get(&wc.qp)?;
+        self.done += 1;
+        Some(check(wc).and_then(|()| self.post(client, i)))
+    }
 }
 
 fn done(spec: &Spec, start: Instant, messages: u64) -> (bool, f64) {
@@ -269,12 +379,14 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
         latency,
         intervals,
         interrupted,
+        beside: 0,
     })
 }
 
 fn latency<C: CoreTransport, S: CoreTransport>(
     rig: &mut Rig<C, S>,
     pairs: &[Pair],
+    background: &mut Background,
     spec: &Spec,
     stop_flag: &AtomicBool,
     progress: &mut dyn FnMut(f64),
@@ -299,6 +411,7 @@ fn latency<C: CoreTransport, S: CoreTransport>(
     if spec.op.needs_receive() {
         post_receive(&mut rig.client, cqp, size, 0)?;
     }
+    background.start(&mut rig.client)?;
     let warmup = 100u64;
     let mut start = Instant::now();
     let mut cpu0 = process_cpu();
@@ -331,11 +444,16 @@ fn latency<C: CoreTransport, S: CoreTransport>(
                 pairs,
                 "the server's Write back",
                 |rig: &mut Rig<C, S>, wcs: &mut Vec<Wc>| {
-                    // Reap our Write's completion as it comes.
+                    // Reap our Write's completion as it comes, and keep
+                    // the busy QPs' windows full.
                     wcs.clear();
                     rig.client.poll_cq(wcs);
                     for w in wcs.iter() {
-                        error = error.take().or(check(w).err());
+                        let outcome = match background.take(&mut rig.client, w) {
+                            Some(result) => result,
+                            None => check(w),
+                        };
+                        error = error.take().or(outcome.err());
                     }
                     error.is_some()
                         || (rig.client.region.read(pong_at, &mut last).is_ok() && last[0] == marker)
@@ -393,6 +511,7 @@ fn latency<C: CoreTransport, S: CoreTransport>(
         latency,
         intervals,
         interrupted,
+        beside: 0,
     })
 }
 

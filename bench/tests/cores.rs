@@ -238,3 +238,49 @@ fn a_flood_on_one_core_leaves_the_other_running() {
         "core 0's counters are in the report"
     );
 }
+
+/// `--active`: a Write latency run beside busy QPs on the same core: the
+/// latency QP completes its rounds, the busy QPs complete Writes meanwhile,
+/// and their memory slots are their own (the latency QP's pong is its own).
+#[test]
+fn a_latency_run_beside_busy_qps_measures_both() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let active = 16;
+    let mut rig = rig::embedded(&RigConfig {
+        memory: memory_for(1 + active, 64),
+        ..config(7490)
+    })
+    .unwrap();
+    let spec = Spec {
+        op: Op::Write,
+        mode: Mode::Latency,
+        size: 64,
+        stop: Stop::Iterations(300),
+        depth: 4,
+        qps: 1,
+    };
+    let m = workload::run_beside(
+        &mut rig,
+        &spec,
+        active,
+        true,
+        &AtomicBool::new(false),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(m.messages >= 300, "the latency QP's rounds: {}", m.messages);
+    assert!(m.latency.len() >= 300);
+    assert!(m.beside > 0, "the busy QPs completed Writes meanwhile");
+    assert_eq!(rig.client.open_connections(), 0, "every connection closed");
+    // Beside a bandwidth run it is refused, and says why.
+    let bw = Spec {
+        mode: Mode::Bandwidth,
+        ..spec
+    };
+    let refused =
+        workload::run_beside(&mut rig, &bw, 2, true, &AtomicBool::new(false), &mut |_| {});
+    match refused {
+        Err(why) => assert!(why.contains("Write latency"), "{why}"),
+        Ok(_) => panic!("busy QPs beside a bandwidth run were accepted"),
+    }
+}
