@@ -83,7 +83,7 @@ echo
 "$bench" write -s 65536 -D 3 -q 1024 -t 8 --transport memif --report_gbits --json "$out/write_bw_64k_1024qps.json"
 echo
 # 64 B Write latency of one QP beside 255 busy ones (8 Writes in flight
-# each) on the same cores (beside 1,023 the latency QP starves: README).
+# each) on the same cores.
 "$bench" write -s 64 -D 3 --lat --active 255 -t 8 --transport memif --out "$out" --json "$out/write_lat_64_beside_255.json"
 echo
 # Connection establishment: TCP and RFC 6581's enhanced MPA startup to Full
