@@ -746,21 +746,7 @@ pub fn dpdk_pair(
     link: &LinkArgs,
     memif: bool,
 ) -> Result<(DpdkRig, DpdkInfo), String> {
-    let (eal, memory) = ports::start_eal(link.hugepages(), &[])?;
-    let mut options = PortOptions::new(mtu16(config.mtu)?);
-    options.sw_checksums = link.sw_checksums;
-    let (server_port, client_port) = if memif {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let socket = format!(
-            "/run/dpwarp/bench-{}-{}.sock",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        ports::memif_pair(eal, &socket, &options)?
-    } else {
-        ports::ring_pair(eal, &options)?
-    };
-    ports::wait_link(&[&server_port, &client_port], options.link_timeout)?;
+    let (eal, memory, server_port, client_port) = open_pair(config, link, memif, 1)?;
     let client = dpdk_stack(&client_port, (DPDK_CLIENT_ADDR, 24), true)?;
     let server = dpdk_stack(&server_port, (DPDK_SERVER_ADDR, 24), true)?;
     let info = DpdkInfo {
@@ -776,6 +762,33 @@ pub fn dpdk_pair(
     ))
 }
 
+/// EAL and a started memif (or net_ring) pair of `queues` queue pairs each,
+/// its link up: the server's port, then the client's.
+fn open_pair(
+    config: &RigConfig,
+    link: &LinkArgs,
+    memif: bool,
+    queues: u16,
+) -> Result<(Eal, String, ports::Opened, ports::Opened), String> {
+    let (eal, memory) = ports::start_eal(link.hugepages(), &[])?;
+    let mut options = PortOptions::new(mtu16(config.mtu)?);
+    options.sw_checksums = link.sw_checksums;
+    options.queues = queues;
+    let (server_port, client_port) = if memif {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let socket = format!(
+            "/run/dpwarp/bench-{}-{}.sock",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        ports::memif_pair(eal, &socket, &options)?
+    } else {
+        ports::ring_pair(eal, &options)?
+    };
+    ports::wait_link(&[&server_port, &client_port], options.link_timeout)?;
+    Ok((eal, memory, server_port, client_port))
+}
+
 /// One DPDK memif or net_ring pair with a queue pair per core, and a rig
 /// per core on it: rig k's client and server stacks are core k of their
 /// port (queue k, steered: `dataplane::steer`), so each connection stays on
@@ -786,22 +799,7 @@ pub fn dpdk_pair_cores(
     memif: bool,
     cores: u16,
 ) -> Result<Vec<DpdkRig>, String> {
-    let (eal, _) = ports::start_eal(link.hugepages(), &[])?;
-    let mut options = PortOptions::new(mtu16(config.mtu)?);
-    options.sw_checksums = link.sw_checksums;
-    options.queues = cores;
-    let (server_port, client_port) = if memif {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let socket = format!(
-            "/run/dpwarp/bench-cores-{}-{}.sock",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        ports::memif_pair(eal, &socket, &options)?
-    } else {
-        ports::ring_pair(eal, &options)?
-    };
-    ports::wait_link(&[&server_port, &client_port], options.link_timeout)?;
+    let (_, _, server_port, client_port) = open_pair(config, link, memif, cores)?;
     let (client_steer, server_steer) = (client_port.steer()?, server_port.steer()?);
     // Two hosts of `cores` cores: a control-plane thread and a registry
     // each, shared by its cores.

@@ -18,10 +18,13 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+mod support;
+
 use dataplane::dpdk::{Eal, EalConfig};
 use dataplane::ports::{self, Opened, PortOptions};
 use dataplane::steer::Steer;
 use dataplane::{DeviceCounters, DpdkDevice};
+use support::now;
 use tcp_lite::rss::MICROSOFT_KEY;
 use tcp_lite::{ConnId, EventKind, Instant, Stack, StackConfig, Transport};
 
@@ -37,12 +40,6 @@ fn eal() -> Eal {
 fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn now() -> Instant {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let epoch = EPOCH.get_or_init(std::time::Instant::now);
-    Instant::from_micros(epoch.elapsed().as_micros() as i64 + 1)
 }
 
 /// A host: one stack per queue of its port, all on `addr`.

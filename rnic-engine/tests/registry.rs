@@ -42,12 +42,8 @@ struct End {
 }
 
 impl End {
-    /// A QP on `rnic` in a PD of its registry, connected.
-    fn new(mut rnic: Rnic, pd: Option<rnic_engine::mem::Pd>) -> End {
-        let pd = match pd {
-            Some(pd) => pd,
-            None => rnic.alloc_pd().unwrap(),
-        };
+    /// A QP on `rnic` in its PD `pd`, connected.
+    fn new(mut rnic: Rnic, pd: rnic_engine::mem::Pd) -> End {
         let cq = rnic.create_cq(1024).unwrap();
         let qp = rnic
             .create_qp(QpInit {
@@ -133,37 +129,18 @@ fn host_a(len: usize) -> HostA {
 /// A core of host A (over the shared registry) and its peer on host B.
 fn core_pair(a: &HostA, seed: u64) -> (End, End, Arc<Region>, u32) {
     let config = RnicConfig::default();
-    let core = End::new(Rnic::with_registry(config, a.registry.clone()), Some(a.pd));
-    let mut peer = End::new(
-        Rnic::new(RnicConfig {
-            stag_seed: seed,
-            ..config
-        }),
-        None,
-    );
-    let pd = peer.rnic.alloc_pd().unwrap();
+    let core = End::new(Rnic::with_registry(config, a.registry.clone()), a.pd);
+    let mut rnic = Rnic::new(RnicConfig {
+        stag_seed: seed,
+        ..config
+    });
+    let pd = rnic.alloc_pd().unwrap();
     let local = Region::new(1 << 20);
-    let lstag = peer
-        .rnic
+    let lstag = rnic
         .reg_region(pd, local.clone(), Access::LOCAL_WRITE)
         .unwrap()
         .stag;
-    // The peer's QP was made in its first PD; give it one in the same PD.
-    let cq = peer.cq;
-    peer.qp = peer
-        .rnic
-        .create_qp(QpInit {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            sq_size: 256,
-            rq_size: 256,
-        })
-        .unwrap();
-    peer.rnic
-        .connect(peer.qp, connection(&pair_config()))
-        .unwrap();
+    let peer = End::new(rnic, pd);
     (core, peer, local, lstag)
 }
 
