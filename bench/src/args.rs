@@ -113,12 +113,16 @@ pub struct Args {
     #[arg(long = "shared-core")]
     pub shared_core: bool,
 
-    /// Run the workload on this many pinned cores at once, each core
-    /// running both ends of its own connections over a port pair of its
-    /// own (memif, ring, or the embedded link): `2`, or `1,2` to run on
-    /// one and then on two cores and print the scaling. -q QPs are spread
-    /// over the cores. -l picks the CPUs (core k on the k-th).
-    #[arg(long, value_delimiter = ',', conflicts_with_all = ["server", "host", "compare", "shared_core"])]
+    /// Run the workload on this many pinned cores at once: `2`, or `1,2` to
+    /// run on one and then on two cores and print the scaling. -q QPs are
+    /// spread over the cores; -l picks the CPUs (core k on the k-th). In
+    /// one process (memif, ring, or the embedded link) each core runs both
+    /// ends of its own connections over a queue pair of its own; as a
+    /// HOST's client each core opens its share of the QPs on its queue
+    /// pair of the port. With --server: serve on this many cores (one
+    /// count), each on a queue pair of the DPDK port (steered) or a kernel
+    /// TCP listener of its own on the port (SO_REUSEPORT).
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["compare", "shared_core"])]
     pub cores: Vec<usize>,
 
     /// With --cores: run each count of two cores or more a second time with
@@ -392,13 +396,21 @@ impl Args {
         if !self.cores.is_empty() {
             match &role {
                 Role::Local(TransportArg::Memif | TransportArg::Ring | TransportArg::Embedded) => {}
-                _ => {
+                Role::Local(_) => {
                     return Err("--cores runs both ends of each core's connections in this \
-                                process: use --transport memif, ring or embedded"
+                                process: use --transport memif, ring or embedded (or run a \
+                                --server and its HOST client on another transport)"
                         .into())
                 }
+                Role::Server if self.cores.len() > 1 => {
+                    return Err("--server --cores takes one count: the cores it serves on".into())
+                }
+                Role::Server | Role::Client(_) => {}
             }
-            if mode == Mode::Latency {
+            if self.flood.is_some() && !matches!(role, Role::Local(_)) {
+                return Err("--flood runs in one process: drop HOST and --server".into());
+            }
+            if mode == Mode::Latency && role != Role::Server {
                 return Err("--cores measures bandwidth: drop --lat".into());
             }
             if self.flood.is_some() && self.duration.is_none() {
@@ -419,7 +431,7 @@ impl Args {
                         }
                     ));
                 }
-                if k > self.qps {
+                if k > self.qps && role != Role::Server {
                     return Err(format!(
                         "-q {} over {k} cores leaves a core without a queue pair: give -q {k} \
                          or more",

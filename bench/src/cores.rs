@@ -16,6 +16,7 @@
 //! for the same -D or -n. The aggregate is every core's octets over the
 //! longest core's time.
 
+use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::Duration;
@@ -23,7 +24,7 @@ use std::time::Duration;
 use dataplane::CoreTransport;
 
 use crate::endpoint::Host;
-use crate::link::LinkArgs;
+use crate::link::{LinkArgs, PeerTransport};
 use crate::report::Report;
 use crate::rig::{self, CoreReport, Rig, RigConfig, Share};
 use crate::spec::{memory_for, Measured, Op, Spec};
@@ -38,6 +39,10 @@ pub enum CoreLink {
     Ring,
     /// The in-memory link.
     Embedded,
+    /// The client of a `bench --server` at this address: each core opens
+    /// its share of the run's QPs (their own slots of the server's memory)
+    /// on its queue pair of a DPDK port, steered, or over Linux TCP.
+    Remote(PeerTransport, SocketAddrV4),
 }
 
 impl CoreLink {
@@ -47,6 +52,7 @@ impl CoreLink {
             CoreLink::Memif => "memif",
             CoreLink::Ring => "ring",
             CoreLink::Embedded => "embedded",
+            CoreLink::Remote(peer, _) => rig::TransportKind::Remote(peer).name(),
         }
     }
 }
@@ -95,19 +101,22 @@ pub fn run(
     if counts.contains(&0) || most > cpus.len() {
         return Err(format!("{counts:?} cores on {} CPUs", cpus.len()));
     }
-    let eal = match kind {
+    let remote = matches!(kind, CoreLink::Remote(..));
+    let mut eal = match kind {
         CoreLink::Memif | CoreLink::Ring => {
             Some(dataplane::ports::start_eal(link.hugepages(), &[])?.0)
         }
-        CoreLink::Embedded => None,
+        CoreLink::Embedded | CoreLink::Remote(..) => None,
     };
     let largest = sizes.iter().copied().max().unwrap_or(spec.size);
     // Every (count, size), and with a flood each count of two cores or more
     // again with core 0 flooded.
     let mut plan_steps = Vec::new();
-    for &count in counts {
+    for (c, &count) in counts.iter().enumerate() {
         for (i, &size) in sizes.iter().enumerate() {
-            let last = i + 1 == sizes.len();
+            // A remote server serves one run: its last size is the last
+            // size of the last count.
+            let last = i + 1 == sizes.len() && (!remote || c + 1 == counts.len());
             plan_steps.push(Step {
                 count,
                 size,
@@ -129,8 +138,13 @@ pub fn run(
     let steps = plan_steps.len();
     let barrier = Barrier::new(most);
     let failed = AtomicBool::new(false);
-    // Memory for the most QPs a core runs in any count (core 0's).
+    // Memory for the most QPs a core runs in any count (core 0's); for a
+    // remote server's client, a slot for every QP of the run (each core's
+    // QPs use their own).
     let qps_max = |k: usize| {
+        if remote {
+            return spec.qps;
+        }
         plan_steps
             .iter()
             .filter_map(|s| s.qps_of(spec.qps, k))
@@ -140,6 +154,7 @@ pub fn run(
     // DPDK: one port pair with a queue pair per core, and a rig per core on
     // it, made here (DPDK's control path on one thread) and moved to the
     // cores.
+    let mut kernel_rigs = Vec::new();
     let mut dpdk_rigs = match kind {
         CoreLink::Memif | CoreLink::Ring => {
             let config = RigConfig {
@@ -151,8 +166,28 @@ pub fn run(
             rig::dpdk_pair_cores(&config, link, kind == CoreLink::Memif, cores)?
         }
         CoreLink::Embedded => Vec::new(),
+        CoreLink::Remote(peer, server) => {
+            let config = RigConfig {
+                memory: memory_for(spec.qps, largest),
+                ..config.clone()
+            };
+            let cores = u16::try_from(most).map_err(|_| "too many cores".to_string())?;
+            let _one = control_path();
+            match rig::remote_cores(&config, link, peer, server, cores)? {
+                rig::RemoteCores::Dpdk(rigs, info) => {
+                    println!(" {}, {}", info.ports, info.checksums);
+                    eal = Some(info.eal);
+                    rigs
+                }
+                rig::RemoteCores::Kernel(rigs) => {
+                    kernel_rigs = rigs;
+                    Vec::new()
+                }
+            }
+        }
     }
     .into_iter();
+    let mut kernel_rigs = kernel_rigs.into_iter();
     // The in-memory link: a link per core, made on its core's thread; the
     // two hosts (a control-plane thread and a registry each) shared.
     let cores = u16::try_from(most).map_err(|_| "too many cores".to_string())?;
@@ -167,8 +202,10 @@ pub fn run(
                     cpu,
                     spec: *spec,
                     steps: &plan_steps,
+                    remote,
                 };
                 let dpdk_rig = dpdk_rigs.next();
+                let kernel_rig = kernel_rigs.next();
                 let hosts = hosts.as_ref();
                 let config = RigConfig {
                     memory: memory_for(qps_max(k), largest),
@@ -178,10 +215,16 @@ pub fn run(
                     let mut met = 0;
                     let on_core = |met: &mut usize| -> Result<Vec<Done>, String> {
                         let _pinned = dataplane::lcore::enter(Some(cpu), eal)?;
+                        if let Some(mut rig) = kernel_rig {
+                            return drive(&mut rig, &plan, barrier, failed, stop, met);
+                        }
                         match dpdk_rig {
                             Some(mut rig) => {
                                 let result = drive(&mut rig, &plan, barrier, failed, stop, met);
-                                if kind == CoreLink::Memif {
+                                if matches!(
+                                    kind,
+                                    CoreLink::Memif | CoreLink::Remote(PeerTransport::Memif, _)
+                                ) {
                                     // Quiet before the close (see MEMIF_QUIET).
                                     std::thread::sleep(crate::link::MEMIF_QUIET);
                                 }
@@ -253,7 +296,7 @@ pub fn run(
             mode: spec.mode,
             size: step.size,
             transport: match (kind, flood_stats.is_some()) {
-                (_, false) => kind.name(),
+                (_, false) | (CoreLink::Remote(..), true) => kind.name(),
                 (CoreLink::Memif, true) => "memif+flood",
                 (CoreLink::Ring, true) => "ring+flood",
                 (CoreLink::Embedded, true) => "embedded+flood",
@@ -327,6 +370,9 @@ struct Plan<'a> {
     cpu: usize,
     spec: Spec,
     steps: &'a [Step],
+    /// The server is another process's: the cores' QPs are numbered
+    /// across the cores (each its own slots of the server's memory).
+    remote: bool,
 }
 
 /// Every step on one core's rig, each started with the other cores.
@@ -388,7 +434,22 @@ fn drive<C: CoreTransport, S: CoreTransport>(
             qps: step.qps_of(plan.spec.qps, plan.k).unwrap_or(1),
             ..plan.spec
         };
-        let measured = workload::run(rig, &spec, step.last, stop, &mut |_| {})?;
+        let measured = if plan.remote {
+            let first = (0..plan.k)
+                .filter_map(|j| step.qps_of(plan.spec.qps, j))
+                .sum();
+            workload::run_share(
+                rig,
+                &spec,
+                first,
+                plan.spec.qps,
+                step.last,
+                stop,
+                &mut |_| {},
+            )?
+        } else {
+            workload::run(rig, &spec, step.last, stop, &mut |_| {})?
+        };
         let share = Share {
             messages: measured.messages,
             octets: measured.octets,
@@ -534,14 +595,23 @@ pub fn core_rows(report: &Report, report_gbits: bool) -> Vec<String> {
             .filter(|r| r.cpu == c.cpu)
             .map(|r| r.counters.device.rx_steered_out)
             .sum();
+        // A remote server's turns are its own process's.
+        let has_server = report
+            .per_core
+            .iter()
+            .any(|r| r.cpu == c.cpu && r.role == "server");
+        let server = if has_server {
+            format!(", server {:.0}%", busy("server") * 100.0)
+        } else {
+            String::new()
+        };
         rows.push(format!(
-            "   core {k} (CPU {}): {bw}, {:.3} Mmsg/s, {} messages; turns busy: client {:.0}%, \
-             server {:.0}%; frames at the wrong core: {misplaced}",
+            "   core {k} (CPU {}): {bw}, {:.3} Mmsg/s, {} messages; turns busy: client \
+             {:.0}%{server}; frames at the wrong core: {misplaced}",
             c.cpu.map_or("-".into(), |c| c.to_string()),
             share.msgs_s() / 1e6,
             share.messages,
             busy("client") * 100.0,
-            busy("server") * 100.0,
         ));
         k += 1;
     }

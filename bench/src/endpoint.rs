@@ -78,6 +78,22 @@ impl Host {
         &self.registry
     }
 
+    /// `memory` octets registered once in the host's PD, remotely readable,
+    /// writable and atomic, for one core or for several
+    /// ([`Endpoint::on_host_sharing`]).
+    pub fn register(&self, memory: usize) -> (Arc<Region>, Mr) {
+        let region = Region::new(memory);
+        let access = Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC;
+        let mr = self
+            .registry
+            .reg_region(self.pd, region.clone(), access)
+            .expect("a registry has room for a benchmark's registrations");
+        (region, mr)
+    }
+
     fn plane(&self) -> std::sync::MutexGuard<'_, ControlPlane> {
         self.plane.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -149,6 +165,24 @@ impl<T: CoreTransport> Endpoint<T> {
         emss: usize,
         memory: usize,
     ) -> Endpoint<T> {
+        let (region, mr) = host.register(memory);
+        Endpoint::on_host_sharing(host, core, transport, emss, region, mr)
+    }
+
+    /// Core `core` of `host` on `transport`, addressing `region` through
+    /// `mr`, a registration in the host's registry that other cores may
+    /// use too ([`Host::register`]).
+    ///
+    /// # Panics
+    /// If the host has no core `core`, or it was taken already.
+    pub fn on_host_sharing(
+        host: &Arc<Host>,
+        core: CoreId,
+        transport: T,
+        emss: usize,
+        region: Arc<Region>,
+        mr: Mr,
+    ) -> Endpoint<T> {
         let link = host
             .links
             .lock()
@@ -165,14 +199,6 @@ impl<T: CoreTransport> Endpoint<T> {
         let cq = rnic
             .create_cq(CQ_DEPTH)
             .expect("a fresh RNIC has room for a CQ");
-        let region = Region::new(memory);
-        let access = Access::LOCAL_WRITE
-            | Access::REMOTE_WRITE
-            | Access::REMOTE_READ
-            | Access::REMOTE_ATOMIC;
-        let mr = rnic
-            .reg_region(pd, region.clone(), access)
-            .expect("registration");
         let qp_init = QpInit {
             pd,
             send_cq: cq,

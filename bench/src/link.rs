@@ -252,6 +252,21 @@ pub fn dpdk_port(
     server: bool,
     default_tap: &str,
 ) -> Result<(Eal, Opened), String> {
+    dpdk_port_queues(transport, link, mtu, server, default_tap, 1)
+}
+
+/// [`dpdk_port`] with `queues` queue pairs, one per core (`--cores` of a
+/// server or of a client of one). A port without RSS (memif, and net_tap,
+/// whose kernel side picks a queue by its own flow hash) is steered by
+/// the cores' stacks (`dataplane::steer`).
+pub fn dpdk_port_queues(
+    transport: PeerTransport,
+    link: &LinkArgs,
+    mtu: usize,
+    server: bool,
+    default_tap: &str,
+    queues: u16,
+) -> Result<(Eal, Opened), String> {
     let pci: Vec<String> = link.pci.iter().cloned().collect();
     let (eal, memory) = ports::start_eal(link.hugepages(), &pci)?;
     eprintln!("dpwarp: {memory}");
@@ -290,6 +305,7 @@ pub fn dpdk_port(
     let mtu = u16::try_from(mtu).map_err(|_| format!("--mtu {mtu} is too large"))?;
     let mut options = PortOptions::new(mtu);
     options.sw_checksums = link.sw_checksums;
+    options.queues = queues;
     let opened = ports::open(eal, &kind, &options)?;
     if transport == PeerTransport::NetTap {
         // The interface is made in the namespace; bring it up there (on

@@ -124,9 +124,20 @@ fn main() {
 /// a row per core and the total, and the scaling.
 fn run_cores(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
     use bench::cores::{self, CoreLink};
-    let kind = match args.transport {
-        Some(TransportArg::Memif) => CoreLink::Memif,
-        Some(TransportArg::Ring) => CoreLink::Ring,
+    let kind = match (&plan.role, args.transport) {
+        (Role::Client(host), t) => match server_addr(host, args.port) {
+            Ok(addr) => CoreLink::Remote(
+                t.and_then(TransportArg::peer)
+                    .unwrap_or(PeerTransport::Kernel),
+                addr,
+            ),
+            Err(why) => {
+                eprintln!("bench: {why}");
+                return 1;
+            }
+        },
+        (_, Some(TransportArg::Memif)) => CoreLink::Memif,
+        (_, Some(TransportArg::Ring)) => CoreLink::Ring,
         _ => CoreLink::Embedded,
     };
     let cpus = match args.link.cpus() {
@@ -145,13 +156,24 @@ fn run_cores(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
         depth: args.depth,
         qps: args.qps,
     };
+    let per_core = match kind {
+        CoreLink::Remote(peer, addr) => {
+            format!(
+                "a client of the server at {addr} over {} per core",
+                peer.name()
+            )
+        }
+        _ => format!(
+            "{} per core, both ends of its connections on it",
+            kind.name()
+        ),
+    };
     println!(
-        "{} bandwidth | {} QP(s) spread over the cores, {} in flight each | {} per core, \
-         both ends of its connections on it | MPA CRC {}, markers {} | MTU {}",
+        "{} bandwidth | {} QP(s) spread over the cores, {} in flight each | {per_core} | MPA \
+         CRC {}, markers {} | MTU {}",
         plan.op.name(),
         args.qps,
         args.depth,
-        kind.name(),
         if args.no_crc { "off" } else { "on" },
         if args.markers { "on" } else { "off" },
         args.mtu(),
@@ -250,10 +272,15 @@ fn rig_config(args: &Args, plan: &Plan) -> RigConfig {
 }
 
 /// `--server`: serve one client's run (every size it brings), then exit.
+/// With `--cores K`, K pinned cores serve it together: one control-plane
+/// thread, one registration of the memory, and each core its own
+/// transport (queue pair K of a DPDK port, steered; or a kernel TCP
+/// listener of its own on the same port, `SO_REUSEPORT`).
 fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
     let mut config = rig_config(args, plan);
     // Room for one QP of the largest size -a reaches, whatever -s said.
     config.memory = config.memory.max(memory_for(1, bench::args::SIZE_MAX));
+    let cores = args.cores.first().copied().unwrap_or(1);
     let transport = args
         .transport
         .and_then(TransportArg::peer)
@@ -262,9 +289,15 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
         let kc = tcp_lite::sys::kernel::KernelConfig {
             rx_buffer: 4 << 20,
             tx_buffer: 4 << 20,
+            reuse_port: cores > 1,
             ..Default::default()
         };
-        match tcp_lite::sys::kernel::KernelTransport::new(kc) {
+        let transports: Result<Vec<_>, String> = (0..cores)
+            .map(|_| {
+                tcp_lite::sys::kernel::KernelTransport::new(kc.clone()).map_err(|e| e.to_string())
+            })
+            .collect();
+        match transports {
             Ok(t) => serve_on(
                 t,
                 args.mtu() - 40,
@@ -280,23 +313,42 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
             }
         }
     } else {
-        let opened = bench::link::dpdk_port(transport, &args.link, args.mtu(), true, "dpwbench0")
-            .and_then(|(eal, port)| {
-                let ip = args.link.address()?;
-                let lossless = transport == PeerTransport::Memif;
-                let stack = bench::link::dpdk_stack(&port, ip, lossless)?;
-                println!("bench server: {}, {}", port.describe, port.checksums());
-                Ok((eal, stack))
-            });
+        let opened = bench::link::dpdk_port_queues(
+            transport,
+            &args.link,
+            args.mtu(),
+            true,
+            "dpwbench0",
+            cores as u16,
+        )
+        .and_then(|(eal, port)| {
+            let ip = args.link.address()?;
+            let lossless = transport == PeerTransport::Memif;
+            let steer = if cores > 1 { Some(port.steer()?) } else { None };
+            let stacks = (0..cores as u16)
+                .map(|k| bench::link::dpdk_stack_on(&port, k, steer.as_ref(), ip, lossless))
+                .collect::<Result<Vec<_>, String>>()?;
+            println!(
+                "bench server: {}{}, {}",
+                port.describe,
+                if cores > 1 {
+                    format!(", {cores} queue pairs (steered)")
+                } else {
+                    String::new()
+                },
+                port.checksums()
+            );
+            Ok((eal, stacks))
+        });
         match opened {
-            Ok((eal, stack)) => {
-                let emss = stack.emss();
+            Ok((eal, stacks)) => {
+                let emss = stacks[0].emss();
                 let quiet = if transport == PeerTransport::Memif {
                     bench::link::MEMIF_QUIET
                 } else {
                     Duration::ZERO
                 };
-                serve_on(stack, emss, args, &config, Some(eal), stop, quiet)
+                serve_on(stacks, emss, args, &config, Some(eal), stop, quiet)
             }
             Err(why) => {
                 eprintln!("bench server: {why}");
@@ -308,10 +360,12 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
     code
 }
 
-/// Serves on `transport`, pinned to the first CPU of -l if given; stays
-/// `quiet` (no turn) before it lets the transport go (see `MEMIF_QUIET`).
-fn serve_on<T: CoreTransport>(
-    transport: T,
+/// Serves on `transports`, one pinned core each (core k on the k-th CPU
+/// of -l, or of the CPUs this process may use when there are several);
+/// stays `quiet` (no turn) before it lets the transports go (see
+/// `MEMIF_QUIET`).
+fn serve_on<T: CoreTransport + Send>(
+    transports: Vec<T>,
     emss: usize,
     args: &Args,
     config: &RigConfig,
@@ -319,82 +373,186 @@ fn serve_on<T: CoreTransport>(
     stop: &AtomicBool,
     quiet: Duration,
 ) -> i32 {
-    let code = serve_until_done(transport, emss, args, config, eal, stop);
+    let code = serve_until_done(transports, emss, args, config, eal, stop);
     std::thread::sleep(quiet);
     code
 }
 
-fn serve_until_done<T: CoreTransport>(
-    transport: T,
+/// How one server core's run ended.
+enum Served {
+    /// Its client's run is done (on every core), or we were stopped.
+    Done,
+    /// No client for `IDLE_LIMIT` after one (served or refused): it went
+    /// away.
+    Idle,
+}
+
+fn serve_until_done<T: CoreTransport + Send>(
+    transports: Vec<T>,
     emss: usize,
     args: &Args,
     config: &RigConfig,
     eal: Option<dataplane::dpdk::Eal>,
     stop: &AtomicBool,
 ) -> i32 {
-    let mut server = Server::new(transport, emss, config.memory, args.port, config.startup());
-    if let Err(why) = server.wait_listening() {
-        eprintln!("bench server: {why}");
-        return 1;
-    }
-    let cpu = args
-        .link
-        .cpus()
-        .ok()
-        .flatten()
-        .and_then(|c| c.first().copied());
-    let _pinned = match dataplane::lcore::enter(cpu, eal) {
-        Ok(p) => p,
-        Err(why) => {
-            eprintln!("bench server: {why}");
-            return 1;
+    let cores = transports.len();
+    let cpus: Vec<Option<usize>> = match args.link.cpus().ok().flatten() {
+        Some(cpus) => (0..cores).map(|k| cpus.get(k).copied()).collect(),
+        // One core: where the scheduler puts it, as before; several: one
+        // CPU each.
+        None if cores > 1 => {
+            let all = dataplane::lcore::cpus();
+            (0..cores).map(|k| all.get(k).copied()).collect()
         }
+        None => vec![None],
     };
-    println!(
-        "bench server: listening on port {} (MPA CRC {}, markers {}, {} MiB of memory); \
-         run `bench <op> THIS_HOST -p {}` on the client",
-        args.port,
-        if args.no_crc { "off" } else { "on" },
-        if args.markers { "on" } else { "off" },
-        config.memory >> 20,
-        args.port,
-    );
-    // A client that vanished mid-run (killed, Ctrl-C) is given up on after
-    // this long without a connection.
-    const IDLE_LIMIT: Duration = Duration::from_secs(10);
-    let mut idle_since = None::<Instant>;
-    let mut failures = 0u64;
-    loop {
-        if let Err(why) = server.step(now()) {
-            eprintln!("bench server: {why}");
-            failures += 1;
+    let host = bench::endpoint::Host::new(cores as u16, 2);
+    let (region, mr) = host.register(config.memory);
+    let serving = bench::responder::Serving::new(cores);
+    let servers: Vec<Server<T>> = transports
+        .into_iter()
+        .enumerate()
+        .map(|(k, t)| {
+            Server::on_host_sharing(
+                &host,
+                k as u16,
+                t,
+                emss,
+                region.clone(),
+                mr,
+                &serving,
+                args.port,
+                config.startup(),
+            )
+        })
+        .collect();
+    let listening = std::sync::Barrier::new(cores + 1);
+    let failed = AtomicBool::new(false);
+    let results: Vec<Result<(Served, dataplane::CoreCounters), String>> =
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = servers
+                .into_iter()
+                .zip(&cpus)
+                .map(|(mut server, &cpu)| {
+                    let (listening, failed, serving) = (&listening, &failed, &serving);
+                    scope.spawn(move || {
+                        let up = dataplane::lcore::enter(cpu, eal)
+                            .and_then(|pinned| server.wait_listening().map(|()| pinned));
+                        if up.is_err() {
+                            failed.store(true, Ordering::SeqCst);
+                        }
+                        listening.wait();
+                        let _pinned = up?;
+                        let served = serve_core(&mut server, serving, failed, stop)?;
+                        Ok((served, server.endpoint.core.counters()))
+                    })
+                })
+                .collect();
+            listening.wait();
+            if !failed.load(Ordering::SeqCst) {
+                println!(
+                "bench server: listening on port {} (MPA CRC {}, markers {}, {} MiB of memory, \
+                 {cores} core(s)); run `bench <op> THIS_HOST -p {}` on the client",
+                args.port,
+                if args.no_crc { "off" } else { "on" },
+                if args.markers { "on" } else { "off" },
+                config.memory >> 20,
+                args.port,
+            );
+            }
+            threads
+                .into_iter()
+                .map(|t| {
+                    t.join()
+                        .unwrap_or_else(|_| Err("a core's thread panicked".into()))
+                })
+                .collect()
+        });
+    let mut code = 0;
+    for (k, result) in results.iter().enumerate() {
+        match result {
+            Err(why) => {
+                eprintln!("bench server: core {k}: {why}");
+                code = 1;
+            }
+            Ok((Served::Idle, _)) if code == 0 => {
+                eprintln!(
+                    "bench server: no client for {} s ({} connection(s) served, {} refused)",
+                    IDLE_LIMIT.as_secs(),
+                    serving.served(),
+                    serving.refused()
+                );
+                code = 1;
+            }
+            _ => {}
         }
-        if server.client_done {
+    }
+    if cores > 1 {
+        for (k, cpu) in cpus.iter().enumerate() {
+            // TCP frames that reached this core's queue but belonged to
+            // another core, and those another core handed to it: 0 when
+            // the client steers as we do (a dpwarp client), not when the
+            // port's own hash picks the queue (net_tap's kernel side).
+            let steering = match &results[k] {
+                Ok((_, c)) => format!(
+                    "; TCP frames handed to their core: {} ({} dropped); ARP frames copied to \
+                     the others: {}",
+                    c.device.rx_steered_out, c.device.rx_steer_dropped, c.device.rx_arp_shared
+                ),
+                Err(_) => String::new(),
+            };
+            println!(
+                "bench server: core {k} (CPU {}): {} connection(s){steering}",
+                cpu.map_or("-".into(), |c| c.to_string()),
+                serving.served_by(k)
+            );
+        }
+    }
+    if code == 0 {
+        if serving.runs_done() > 0 {
             println!(
                 "bench server: client done after {} connection(s)",
-                server.served
+                serving.served()
             );
-            return 0;
-        }
-        if stop.load(Ordering::SeqCst) {
+        } else {
             println!(
                 "bench server: stopped after {} connection(s)",
-                server.served
+                serving.served()
             );
-            return 0;
+        }
+    }
+    code
+}
+
+/// A client that vanished mid-run (killed, Ctrl-C) is given up on after
+/// this long without a connection.
+const IDLE_LIMIT: Duration = Duration::from_secs(10);
+
+/// One server core's loop, until its client's run is done on every core,
+/// `stop`, another core failed, or the client went away.
+fn serve_core<T: CoreTransport>(
+    server: &mut Server<T>,
+    serving: &bench::responder::Serving,
+    failed: &AtomicBool,
+    stop: &AtomicBool,
+) -> Result<Served, String> {
+    let mut idle_since = None::<Instant>;
+    loop {
+        if let Err(why) = server.step(now()) {
+            // One connection's failure ends that connection only.
+            eprintln!("bench server: {why}");
+        }
+        if serving.runs_done() > 0 || stop.load(Ordering::SeqCst) {
+            return Ok(Served::Done);
+        }
+        if failed.load(Ordering::SeqCst) {
+            return Err("stopped: another core failed".into());
         }
         // Idle after a client (served or refused): it went away.
-        if (server.served > 0 || server.refused() > 0) && server.endpoint.open_connections() == 0 {
+        if (serving.served() > 0 || serving.refused() > 0) && serving.open() == 0 {
             let since = *idle_since.get_or_insert_with(Instant::now);
             if since.elapsed() > IDLE_LIMIT {
-                eprintln!(
-                    "bench server: no client for {} s ({} connection(s) served, {} refused, \
-                     {failures} failed)",
-                    IDLE_LIMIT.as_secs(),
-                    server.served,
-                    server.refused()
-                );
-                return 1;
+                return Ok(Served::Idle);
             }
         } else {
             idle_since = None;

@@ -6,9 +6,11 @@
 
 use dataplane::CoreTransport;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
-use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
+use rnic_engine::mem::Region;
+use rnic_engine::verbs::{Mr, QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use control::mpa::{Accept, StartupConfig};
@@ -250,23 +252,123 @@ impl Responder {
     }
 }
 
-/// A benchmark server: listens, serves each connection the workload its
-/// client announces ([`Responder`]), and closes when the client does.
+/// What the cores of one benchmark server share: the client run being
+/// served (a second client's run is refused meanwhile), each core's open
+/// connections and startups, and the runs served to the end. Written by
+/// the control-plane thread when it accepts a connection and by each core
+/// once a turn (its own slot): nothing per packet.
+pub struct Serving {
+    /// The run being served (set by the accept callback, cleared when it is
+    /// done).
+    active: Mutex<Option<u64>>,
+    refused: AtomicU64,
+    /// A connection of the run's last size was accepted.
+    last_seen: AtomicBool,
+    /// Each core's connections open or in MPA startup, as of its last turn.
+    open: Vec<AtomicUsize>,
+    /// Connections each core served to the end.
+    served: Vec<AtomicU64>,
+    /// Client runs served to the end.
+    runs_done: AtomicU64,
+}
+
+impl Serving {
+    /// The shared state of a server of `cores` cores.
+    pub fn new(cores: usize) -> Arc<Serving> {
+        Arc::new(Serving {
+            active: Mutex::new(None),
+            refused: AtomicU64::new(0),
+            last_seen: AtomicBool::new(false),
+            open: (0..cores).map(|_| AtomicUsize::new(0)).collect(),
+            served: (0..cores).map(|_| AtomicU64::new(0)).collect(),
+            runs_done: AtomicU64::new(0),
+        })
+    }
+
+    /// Clients refused so far (workloads that do not fit, a second run).
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Connections served to the end, on every core.
+    pub fn served(&self) -> u64 {
+        self.served.iter().map(|s| s.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Connections core `core` served to the end.
+    pub fn served_by(&self, core: usize) -> u64 {
+        self.served[core].load(Ordering::Relaxed)
+    }
+
+    /// Connections open or starting on every core, as of their last turns.
+    pub fn open(&self) -> usize {
+        self.open.iter().map(|o| o.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Client runs served to the end: their last size's connections were
+    /// accepted and every core has since closed all it had.
+    pub fn runs_done(&self) -> u64 {
+        self.runs_done.load(Ordering::SeqCst)
+    }
+
+    /// The accept callback's verdict on `hello` for a server of `len`
+    /// octets.
+    fn admit(&self, hello: &ClientHello, len: usize) -> Result<(), String> {
+        check_fits(hello, len)?;
+        let mut run = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        match *run {
+            Some(r) if r != hello.run => Err(
+                "this server is serving another client's run: wait for it, or start another \
+                 server on another port (-p)"
+                    .to_string(),
+            ),
+            _ => {
+                *run = Some(hello.run);
+                if hello.last {
+                    self.last_seen.store(true, Ordering::SeqCst);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Core `core` has `open` connections open or starting: publishes it,
+    /// and ends the run if its last size's connections are all gone from
+    /// every core. A client opens every connection of a size (each one
+    /// counted by its core from the SYN on) before it closes any, so no
+    /// core still has one of them to come.
+    fn publish(&self, core: usize, open: usize) {
+        self.open[core].store(open, Ordering::SeqCst);
+        if open == 0
+            && self.last_seen.load(Ordering::SeqCst)
+            && self.open() == 0
+            && self
+                .last_seen
+                .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            *self.active.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            self.runs_done.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A benchmark server's core: listens, serves each connection the
+/// workload its client announces ([`Responder`]), and closes when the
+/// client does. The cores of one server share its [`Serving`] and may
+/// share its memory (one registration, [`Server::on_host_sharing`]).
 pub struct Server<T: CoreTransport> {
     /// Its RNIC.
     pub endpoint: Endpoint<T>,
     responder: Responder,
-    /// Connections served to the end.
+    /// Connections this core served to the end.
     pub served: u64,
-    /// The client marked the connections now open as its last.
-    last_open: bool,
-    /// A client's last connections have all closed.
+    /// A client's last connections have all closed (on every core).
     pub client_done: bool,
     port: u16,
-    /// The run being served (set by the accept callback, cleared when it
-    /// is done): a second client's run is refused meanwhile.
-    active: Arc<std::sync::Mutex<Option<u64>>>,
-    refused: Arc<std::sync::atomic::AtomicU64>,
+    core: usize,
+    serving: Arc<Serving>,
+    runs_seen: u64,
 }
 
 impl<T: CoreTransport> Server<T> {
@@ -281,7 +383,8 @@ impl<T: CoreTransport> Server<T> {
         Server::on_host(&Host::new(1, 2), 0, transport, emss, memory, port, startup)
     }
 
-    /// A server as core `core` of `host` (its control plane and registry).
+    /// A server alone as core `core` of `host` (its control plane and
+    /// registry), with `memory` octets of its own.
     pub fn on_host(
         host: &Arc<Host>,
         core: u16,
@@ -291,35 +394,42 @@ impl<T: CoreTransport> Server<T> {
         port: u16,
         startup: StartupConfig,
     ) -> Server<T> {
-        let endpoint = Endpoint::on_host(host, core, transport, emss, memory);
+        let (region, mr) = host.register(memory);
+        let serving = Serving::new(usize::from(core) + 1);
+        Server::on_host_sharing(
+            host, core, transport, emss, region, mr, &serving, port, startup,
+        )
+    }
+
+    /// Core `core` of a server of several on `host`: they share `serving`
+    /// and the memory `region` registered as `mr` (every client QP, on
+    /// whichever core, is told the same STag), and each listens on `port`
+    /// of its own transport.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_host_sharing(
+        host: &Arc<Host>,
+        core: u16,
+        transport: T,
+        emss: usize,
+        region: Arc<Region>,
+        mr: Mr,
+        serving: &Arc<Serving>,
+        port: u16,
+        startup: StartupConfig,
+    ) -> Server<T> {
+        let len = region.len();
+        let endpoint = Endpoint::on_host_sharing(host, core, transport, emss, region, mr);
         let mine = ServerHello {
             stag: endpoint.mr.stag,
             to: endpoint.mr.base_to,
         };
-        let len = memory;
-        let active: Arc<std::sync::Mutex<Option<u64>>> = Arc::default();
-        let refused: Arc<std::sync::atomic::AtomicU64> = Arc::default();
-        let (serving, refusals) = (active.clone(), refused.clone());
+        let shared = serving.clone();
         endpoint.control.listen(
             port,
             startup,
             Box::new(move |request, peer| {
-                let verdict = ClientHello::decode(&request.private_data)
-                    .and_then(|h| check_fits(&h, len).map(|()| h))
-                    .and_then(|h| {
-                        let mut run = serving.lock().unwrap_or_else(|p| p.into_inner());
-                        match *run {
-                            Some(r) if r != h.run => {
-                                Err("this server is serving another client's run: wait for it, \
-                                 or start another server on another port (-p)"
-                                    .to_string())
-                            }
-                            _ => {
-                                *run = Some(h.run);
-                                Ok(())
-                            }
-                        }
-                    });
+                let verdict =
+                    ClientHello::decode(&request.private_data).and_then(|h| shared.admit(&h, len));
                 match verdict {
                     Ok(()) => Decision::Accept(Accept {
                         private_data: mine.encode(),
@@ -327,7 +437,7 @@ impl<T: CoreTransport> Server<T> {
                     }),
                     Err(why) => {
                         eprintln!("bench server: refused the client at {peer}: {why}");
-                        refusals.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        shared.refused.fetch_add(1, Ordering::Relaxed);
                         Decision::Reject(hello::encode_reject(&why))
                     }
                 }
@@ -337,17 +447,23 @@ impl<T: CoreTransport> Server<T> {
             endpoint,
             responder: Responder::default(),
             served: 0,
-            last_open: false,
             client_done: false,
             port,
-            active,
-            refused,
+            core: usize::from(core),
+            serving: serving.clone(),
+            runs_seen: 0,
         }
     }
 
-    /// Clients refused so far (workloads that do not fit, a second run).
+    /// Clients refused so far, by every core of this server (workloads
+    /// that do not fit, a second run).
     pub fn refused(&self) -> u64 {
-        self.refused.load(std::sync::atomic::Ordering::Relaxed)
+        self.serving.refused()
+    }
+
+    /// What this server's cores share.
+    pub fn serving(&self) -> &Arc<Serving> {
+        &self.serving
     }
 
     /// Steps until the listener is up (or refused), at most 10 s.
@@ -371,6 +487,7 @@ impl<T: CoreTransport> Server<T> {
         for qp in self.endpoint.take_ended() {
             self.responder.remove(qp);
             self.served += 1;
+            self.serving.served[self.core].fetch_add(1, Ordering::Relaxed);
         }
         // A benchmark's QPs do not terminate unless something is wrong; the
         // failures show as completions in error. Keep the queue bounded.
@@ -384,7 +501,6 @@ impl<T: CoreTransport> Server<T> {
                 self.endpoint.close(qp);
                 continue;
             };
-            self.last_open |= h.last;
             self.responder.add(
                 &mut self.endpoint,
                 Served::new(
@@ -397,10 +513,12 @@ impl<T: CoreTransport> Server<T> {
                 ),
             );
         }
-        if self.last_open && self.endpoint.open_connections() == 0 {
+        let open = self.endpoint.open_connections() + self.endpoint.core.in_startup();
+        self.serving.publish(self.core, open);
+        let runs = self.serving.runs_done();
+        if runs != self.runs_seen {
+            self.runs_seen = runs;
             self.client_done = true;
-            self.last_open = false;
-            *self.active.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
         if let Err((qp, why)) = self.responder.step(&mut self.endpoint) {
             // One connection's failure ends that connection only.

@@ -31,7 +31,7 @@ use crate::endpoint::{now, Endpoint, Host};
 use crate::hello::{self, ClientHello, ServerHello};
 use crate::link::{dpdk_port, dpdk_stack, LinkArgs, PeerTransport};
 use crate::responder::Server;
-use crate::spec::Spec;
+use crate::spec::{credit_offset, Spec};
 
 /// How long connection set-up and teardown may take.
 const SETUP_LIMIT: StdDuration = StdDuration::from_secs(10);
@@ -43,6 +43,11 @@ pub struct Pair {
     pub qp: QpHandle,
     /// The server's memory (its first octet; slots are offsets from it).
     pub remote: RemoteAddr,
+    /// Its number among the run's QPs: the slot of memory it uses, on both
+    /// sides.
+    pub slot: usize,
+    /// Where the server writes its credits in our memory.
+    pub credit: u64,
 }
 
 /// A client RNIC and, in process, its server: on the client's thread
@@ -311,7 +316,9 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
         total: usize,
     ) -> Result<Vec<Pair>, String> {
         let mut tokens = Vec::with_capacity(spec.qps);
+        let mut slots = Vec::with_capacity(spec.qps);
         for qi in first..first + spec.qps {
+            slots.push(qi);
             let h = ClientHello {
                 op: spec.op,
                 mode: spec.mode,
@@ -346,7 +353,7 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
         }
         let mut pairs = Vec::with_capacity(want);
         let mut failure = None;
-        for token in tokens {
+        for (token, qi) in tokens.into_iter().zip(slots) {
             let Some((handoff, qp)) = ended.iter().find(|(h, _)| h.token == token) else {
                 failure.get_or_insert_with(|| "a connection never ended its startup".to_string());
                 continue;
@@ -360,6 +367,8 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
                                 stag: s.stag,
                                 to: s.to,
                             },
+                            slot: qi,
+                            credit: credit_offset(total, qi, spec.size),
                         }),
                         Err(why) => {
                             failure.get_or_insert(why);
@@ -930,4 +939,73 @@ pub fn remote_dpdk(
 
 fn mtu16(mtu: usize) -> Result<u16, String> {
     u16::try_from(mtu).map_err(|_| format!("--mtu {mtu} is too large for a DPDK port"))
+}
+
+/// The cores of a client of a `bench --server` (`--cores` with a HOST).
+pub enum RemoteCores {
+    /// Over Linux TCP: a transport per core.
+    Kernel(Vec<Rig<KernelTransport, KernelTransport>>),
+    /// Over a DPDK port with a queue pair per core, steered.
+    Dpdk(Vec<DpdkRig>, DpdkInfo),
+}
+
+/// A client of `cores` cores whose server is a `bench --server` at
+/// `server`, over `transport`: one host (a control-plane thread, a
+/// registry) for all of them, and each core its own transport (a DPDK
+/// queue pair whose active opens pick ports that hash to it, or Linux
+/// TCP). Every core's QPs are of one run (they share its id), so the
+/// server serves them together.
+pub fn remote_cores(
+    config: &RigConfig,
+    link: &LinkArgs,
+    transport: PeerTransport,
+    server: SocketAddrV4,
+    cores: u16,
+) -> Result<RemoteCores, String> {
+    let host = Host::new(cores, 1);
+    let run = run_id();
+    fn rig<C: CoreTransport>(
+        client: Endpoint<C>,
+        server_addr: SocketAddrV4,
+        startup: StartupConfig,
+        run: u64,
+    ) -> Rig<C, C> {
+        Rig {
+            client,
+            server: ServerSide::Remote,
+            server_addr,
+            startup,
+            run,
+            client_cpu: None,
+        }
+    }
+    if transport == PeerTransport::Kernel {
+        let rigs = (0..cores)
+            .map(|k| {
+                let t = kernel_transport(Ipv4Addr::UNSPECIFIED)?;
+                let client = Endpoint::on_host(&host, k, t, config.mtu - 40, config.memory);
+                Ok(rig(client, server, config.startup(), run))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        return Ok(RemoteCores::Kernel(rigs));
+    }
+    let (eal, port) =
+        crate::link::dpdk_port_queues(transport, link, config.mtu, false, "dpwbench0", cores)?;
+    let steer = if cores > 1 { Some(port.steer()?) } else { None };
+    let lossless = transport == PeerTransport::Memif;
+    let mut rigs = Vec::with_capacity(usize::from(cores));
+    for k in 0..cores {
+        let stack =
+            crate::link::dpdk_stack_on(&port, k, steer.as_ref(), link.address()?, lossless)?;
+        let emss = stack.emss();
+        let client = Endpoint::on_host(&host, k, stack, emss, config.memory);
+        rigs.push(rig(client, server, config.startup(), run));
+    }
+    let info = DpdkInfo {
+        eal,
+        memory: String::new(),
+        ports: format!("{}, {cores} queue pair(s)", port.describe),
+        checksums: port.checksums(),
+    };
+    Ok(RemoteCores::Dpdk(rigs, info))
 }

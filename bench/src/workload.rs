@@ -122,10 +122,56 @@ pub fn run_beside<C: CoreTransport, S: CoreTransport>(
     stop_flag: &AtomicBool,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Measured, String> {
+    run_in(
+        rig,
+        spec,
+        active,
+        0,
+        spec.qps + active,
+        last,
+        stop_flag,
+        progress,
+    )
+}
+
+/// [`run`] for one core's share of a run of `total` QPs on several cores
+/// of a client (`--cores` against a `bench --server`): its `spec.qps` QPs
+/// are numbers `first..` of the run, and use those slots of memory on both
+/// sides, so that no two cores' QPs share one.
+pub fn run_share<C: CoreTransport, S: CoreTransport>(
+    rig: &mut Rig<C, S>,
+    spec: &Spec,
+    first: usize,
+    total: usize,
+    last: bool,
+    stop_flag: &AtomicBool,
+    progress: &mut dyn FnMut(f64),
+) -> Result<Measured, String> {
+    if first + spec.qps > total {
+        return Err(format!(
+            "QPs {first}..{} of a run of {total}",
+            first + spec.qps
+        ));
+    }
+    run_in(rig, spec, 0, first, total, last, stop_flag, progress)
+}
+
+/// `spec.qps` QPs numbered from `first` of `total`, and `active` more
+/// after them (see [`run_beside`]).
+#[allow(clippy::too_many_arguments)]
+fn run_in<C: CoreTransport, S: CoreTransport>(
+    rig: &mut Rig<C, S>,
+    spec: &Spec,
+    active: usize,
+    first: usize,
+    total: usize,
+    last: bool,
+    stop_flag: &AtomicBool,
+    progress: &mut dyn FnMut(f64),
+) -> Result<Measured, String> {
     if active > 0 && (spec.mode != Mode::Latency || spec.op != Op::Write) {
         return Err("QPs active beside a run go with a Write latency run".into());
     }
-    let total = spec.qps + active;
     let need = memory_for(total, spec.size);
     if need > rig.client.region.len() {
         return Err(format!(
@@ -136,8 +182,8 @@ pub fn run_beside<C: CoreTransport, S: CoreTransport>(
         ));
     }
     // A fresh count for each connection (the memory outlives them).
-    for qi in 0..spec.qps {
-        let at = credit_offset(spec.qps, qi, spec.size) as usize;
+    for qi in first..first + spec.qps {
+        let at = credit_offset(total, qi, spec.size) as usize;
         rig.client
             .region
             .write(at, &[0; 8])
@@ -150,9 +196,9 @@ pub fn run_beside<C: CoreTransport, S: CoreTransport>(
             qps: active,
             ..*spec
         };
-        background.pairs = rig.open_slots(&busy, last, spec.qps, total)?;
+        background.pairs = rig.open_slots(&busy, last, first + spec.qps, total)?;
     }
-    let pairs = match rig.open_slots(spec, last, 0, total) {
+    let pairs = match rig.open_slots(spec, last, first, total) {
         Ok(pairs) => pairs,
         Err(why) => {
             let _ = rig.close(&background.pairs);
@@ -176,7 +222,6 @@ pub fn run_beside<C: CoreTransport, S: CoreTransport>(
 /// full, re-posting one as one completes.
 struct Background {
     spec: Spec,
-    first_qi: usize,
     pairs: Vec<Pair>,
     /// Which of `pairs` a QP is.
     index: std::collections::HashMap<QpHandle, usize>,
@@ -193,7 +238,6 @@ impl Background {
                 qps: active,
                 ..*spec
             },
-            first_qi: spec.qps,
             pairs: Vec::new(),
             index: std::collections::HashMap::new(),
             next_id: 1 << 40,
@@ -223,7 +267,7 @@ impl Background {
         if post(
             client,
             &self.pairs[i],
-            self.first_qi + i,
+            self.pairs[i].slot,
             &self.spec,
             self.next_id,
         ) {
@@ -300,7 +344,7 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
         for (qi, pair) in pairs.iter().enumerate() {
             let granted = if credited {
                 let mut word = [0; 8];
-                let at = credit_offset(spec.qps, qi, spec.size) as usize;
+                let at = pair.credit as usize;
                 rig.client
                     .region
                     .read(at, &mut word)
@@ -315,7 +359,7 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
                 && !interrupted
                 && !done_at(spec, start, now, messages).0
             {
-                if !post(&mut rig.client, pair, qi, spec, next_id) {
+                if !post(&mut rig.client, pair, pair.slot, spec, next_id) {
                     break;
                 }
                 posted_at[qi].push_back(now);

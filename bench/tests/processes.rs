@@ -437,6 +437,123 @@ fn two_processes_over_memif() {
     }
 }
 
+/// `bench --server --cores 2` and a client on one and then two cores
+/// (`--cores 1,2`) over one memif port with two queue pairs on each side:
+/// Sends (credit flow control: each core's QPs use their own slots and
+/// credit words of the server's one region) and Reads. Both sides steer by
+/// the same hash, so core k's connections are core k's on the server too:
+/// its counts are exact, and no frame reaches the wrong core.
+#[test]
+fn two_cores_each_side_over_memif() {
+    let _serial = serial();
+    let socket = format!("/run/dpwarp/test-cores-{}.sock", std::process::id());
+    for op in ["send", "read"] {
+        let p = port().to_string();
+        let server = server(&[
+            "--transport",
+            "memif",
+            "--memif-socket",
+            &socket,
+            "--ip",
+            "10.92.0.2/24",
+            "--hugepages",
+            "off",
+            "--cores",
+            "2",
+            "-q",
+            "4",
+            "-p",
+            &p,
+        ]);
+        let client = finish(
+            spawn(&[
+                op,
+                "10.92.0.2",
+                "--transport",
+                "memif",
+                "--memif-socket",
+                &socket,
+                "--ip",
+                "10.92.0.1/24",
+                "--hugepages",
+                "off",
+                "--cores",
+                "1,2",
+                "-q",
+                "4",
+                "-p",
+                &p,
+                "-n",
+                "4000",
+                "-s",
+                "4096",
+            ]),
+            "the client",
+        );
+        let said = text(&client);
+        assert!(client.status.success(), "{op}: {said}");
+        assert!(said.contains("2 queue pair(s)"), "{said}");
+        assert_eq!(said.matches("remote_memif").count(), 2, "{said}");
+        assert!(said.contains("2 cores / 1 = "), "{said}");
+        assert_eq!(
+            said.matches("frames at the wrong core: 0").count(),
+            3,
+            "one row for the 1-core run, two for the 2-core run: {said}"
+        );
+        let (ok, served) = server.finish();
+        assert!(ok, "{op} server: {served}");
+        // 4 QPs on core 0, then 2 on each.
+        assert!(
+            served.contains("core 0 (CPU 0): 6 connection(s); TCP frames handed to their core: 0 ")
+                && served.contains(
+                    "core 1 (CPU 1): 2 connection(s); TCP frames handed to their core: 0 "
+                )
+                && served.contains("client done after 8 connection(s)"),
+            "{op} server: {served}"
+        );
+    }
+}
+
+/// `bench --server --cores 2` over kernel TCP: each core listens on the
+/// port (SO_REUSEPORT) and the kernel spreads the connections; a client on
+/// two cores runs 16 QPs of Sends, and the server serves them all as one
+/// run.
+#[test]
+fn two_cores_each_side_over_kernel_tcp() {
+    let _serial = serial();
+    let p = port().to_string();
+    let server = server(&["--cores", "2", "-q", "16", "-p", &p]);
+    let client = finish(
+        spawn(&[
+            "send",
+            "127.0.0.1",
+            "--cores",
+            "2",
+            "-q",
+            "16",
+            "-p",
+            &p,
+            "-n",
+            "4000",
+            "-s",
+            "4096",
+            "-t",
+            "16",
+        ]),
+        "the client",
+    );
+    let said = text(&client);
+    assert!(client.status.success(), "{said}");
+    assert!(said.contains("8/8 QP(s) each"), "{said}");
+    let (ok, served) = server.finish();
+    assert!(
+        ok && served.contains("core 0 (CPU 0): ")
+            && served.contains("core 1 (CPU 1): ")
+            && served.contains("client done after 16 connection(s)"),
+        "{served}"
+    );
+}
+
 /// `bench rping` both roles over memif between two processes: ten
 /// iterations, each verified on both sides.
 #[test]

@@ -669,3 +669,50 @@ fn user_timeout() {
     t.release(server);
     assert_eq!(t.connections(), 0);
 }
+
+/// `reuse_port`: two transports (two cores' worth) listen on one port, and
+/// the kernel spreads 64 connections over both; without it the second
+/// listen is refused.
+#[test]
+fn reuse_port_spreads_connections_over_listeners() {
+    let clock = Clock::new(StdDuration::from_secs(30));
+    let p = port(9);
+    let shared = KernelConfig {
+        reuse_port: true,
+        ..config()
+    };
+    let mut a = KernelTransport::new(shared.clone()).unwrap();
+    let mut b = KernelTransport::new(shared).unwrap();
+    a.listen(p).unwrap();
+    b.listen(p).unwrap();
+    let mut alone = KernelTransport::new(config()).unwrap();
+    assert_eq!(alone.listen(p), Err(ListenError::PortInUse));
+
+    let mut client = KernelTransport::new(config()).unwrap();
+    const N: usize = 64;
+    let mut conns = Vec::new();
+    for _ in 0..N {
+        conns.push(
+            client
+                .connect(SocketAddrV4::new(LOCALHOST, p), clock.now())
+                .unwrap(),
+        );
+    }
+    let (mut on_a, mut on_b) = (0, 0);
+    let mut events = Vec::new();
+    while on_a + on_b < N {
+        clock.check("accepting on two listeners");
+        pump(&mut client, &clock, &mut Vec::new());
+        for (t, count) in [(&mut a, &mut on_a), (&mut b, &mut on_b)] {
+            events.clear();
+            pump(t, &clock, &mut events);
+            *count += events
+                .iter()
+                .filter(|e| matches!(e.kind, EventKind::Accepted(l) if l.0 == p))
+                .count();
+        }
+    }
+    assert_eq!(on_a + on_b, N);
+    // Each listener misses every one of 64 by chance with probability 2^-64.
+    assert!(on_a > 0 && on_b > 0, "accepted {on_a} and {on_b}");
+}

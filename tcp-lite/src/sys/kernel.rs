@@ -86,6 +86,11 @@ pub struct KernelConfig {
     /// A connection that makes no progress for this long is aborted with
     /// [`EventKind::TimedOut`]; also its `TCP_USER_TIMEOUT`.
     pub user_timeout: Duration,
+    /// `SO_REUSEPORT` on listeners: several transports (one per core) may
+    /// listen on one port, and the kernel spreads the connections it
+    /// accepts over them by a hash of the addresses and ports (off by
+    /// default: a second listener on a port is refused).
+    pub reuse_port: bool,
 }
 
 impl Default for KernelConfig {
@@ -97,6 +102,7 @@ impl Default for KernelConfig {
             tx_buffer: 256 * 1024,
             nodelay: true,
             user_timeout: Duration::from_secs(30),
+            reuse_port: false,
         }
     }
 }
@@ -729,6 +735,9 @@ impl Transport for KernelTransport {
         socket
             .set_reuse_address(true)
             .map_err(|_| ListenError::Io)?;
+        if self.config.reuse_port {
+            socket.set_reuse_port(true).map_err(|_| ListenError::Io)?;
+        }
         set_options(&socket, &self.config).map_err(|_| ListenError::Io)?;
         let local = SockAddr::from(SocketAddrV4::new(self.config.bind, port));
         socket.bind(&local).map_err(|e| match e.kind() {
