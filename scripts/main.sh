@@ -86,6 +86,10 @@ echo
 # each) on the same cores.
 "$bench" write -s 64 -D 3 --lat --active 255 -t 8 --transport memif --out "$out" --json "$out/write_lat_64_beside_255.json"
 echo
+# The same latency beside 1,023 QPs that are connected and idle: an idle QP
+# costs a turn nothing.
+"$bench" write -s 64 -D 3 --lat --idle 1023 --transport memif --out "$out" --json "$out/write_lat_64_beside_1023_idle.json"
+echo
 # Connection establishment: TCP and RFC 6581's enhanced MPA startup to Full
 # Operation on both ends, closed in order, 16 at a time, one control-plane
 # thread; embedded, then kernel TCP.

@@ -64,8 +64,14 @@ pub struct Args {
     /// With --lat on write: this many more QPs, each keeping -t Writes of
     /// the same size in flight, while one QP measures latency (the latency
     /// of one QP among many busy ones).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "idle")]
     pub active: usize,
+
+    /// With --lat on write: this many more QPs connected (in RTS) and idle
+    /// while one QP measures latency (what many QPs cost the core that
+    /// serves one).
+    #[arg(long, default_value_t = 0)]
+    pub idle: usize,
 
     /// Work requests in flight per queue pair (bandwidth), at most 512.
     #[arg(short = 't', long = "tx-depth", default_value_t = 128)]
@@ -253,6 +259,16 @@ pub struct Plan {
 pub const SIZE_MAX: usize = 8 << 20;
 
 impl Args {
+    /// The QPs beside a latency run (`--active` or `--idle`), and whether
+    /// they are busy.
+    pub fn beside(&self) -> (usize, bool) {
+        if self.idle > 0 {
+            (self.idle, false)
+        } else {
+            (self.active, true)
+        }
+    }
+
     /// The IP MTU: --mtu, or 9000 (1500 where net_tap runs).
     pub fn mtu(&self) -> usize {
         let net_tap = self.transport == Some(TransportArg::NetTap)
@@ -329,10 +345,14 @@ impl Args {
                 "--active goes with a Write latency run: bench write --lat --active N".into(),
             );
         }
-        if self.qps + self.active > crate::endpoint::QPS_MAX {
+        if self.idle > 0 && !(self.lat && matches!(self.op, Some(OpArg::Write))) {
+            return Err("--idle goes with a Write latency run: bench write --lat --idle N".into());
+        }
+        if self.qps + self.beside().0 > crate::endpoint::QPS_MAX {
             return Err(format!(
-                "--active {}: give at most {} QPs in all",
-                self.active,
+                "-q {} and {} QPs beside: give at most {} QPs in all",
+                self.qps,
+                self.beside().0,
                 crate::endpoint::QPS_MAX
             ));
         }

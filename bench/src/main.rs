@@ -75,6 +75,10 @@ fn main() {
             "latency | 1 QP, 1 in flight, beside {} QP(s) with {} Writes in flight each",
             args.active, args.depth
         ),
+        Mode::Latency if args.idle > 0 => format!(
+            "latency | 1 QP, 1 in flight, beside {} idle QP(s) (connected, nothing posted)",
+            args.idle
+        ),
         Mode::Latency => "latency | 1 QP, 1 in flight".to_string(),
     };
     // The checksum clause only where the embedded link runs (DPDK ports say
@@ -265,7 +269,7 @@ fn rig_config(args: &Args, plan: &Plan) -> RigConfig {
         crc: !args.no_crc,
         markers: args.markers,
         mtu: args.mtu(),
-        memory: memory_for(args.qps + args.active, largest),
+        memory: memory_for(args.qps + args.beside().0, largest),
         port: args.port,
         sw_checksums: args.link.sw_checksums,
     }
@@ -763,7 +767,8 @@ fn sweep<C: CoreTransport, S: CoreTransport>(
         bar.set_prefix(format!("{} {} B", transport.name(), size));
         let started = std::time::Instant::now();
         let before = rig.core_reports();
-        let measured = workload::run_beside(rig, &spec, args.active, last, stop, &mut |f| {
+        let (beside, busy) = args.beside();
+        let measured = workload::run_beside(rig, &spec, beside, busy, last, stop, &mut |f| {
             if started.elapsed().as_secs_f64() >= 1.0 {
                 bar.set_position((f * 1000.0) as u64);
             }

@@ -338,7 +338,11 @@ impl Serving {
     /// counted by its core from the SYN on) before it closes any, so no
     /// core still has one of them to come.
     fn publish(&self, core: usize, open: usize) {
-        self.open[core].store(open, Ordering::SeqCst);
+        // Written when it changes, not every turn (a turn of a latency run
+        // is a microsecond).
+        if self.open[core].load(Ordering::Relaxed) != open {
+            self.open[core].store(open, Ordering::SeqCst);
+        }
         if open == 0
             && self.last_seen.load(Ordering::SeqCst)
             && self.open() == 0

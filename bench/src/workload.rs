@@ -108,16 +108,19 @@ pub fn run<C: CoreTransport, S: CoreTransport>(
     stop_flag: &AtomicBool,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Measured, String> {
-    run_beside(rig, spec, 0, last, stop_flag, progress)
+    run_beside(rig, spec, 0, true, last, stop_flag, progress)
 }
 
-/// [`run`], and for a Write latency run, `active` more QPs each keeping
-/// `spec.depth` Writes of the same size in flight meanwhile (`--active`):
-/// the latency of one QP among many busy ones.
+/// [`run`], and for a Write latency run, `active` more QPs beside it:
+/// `busy`, each keeping `spec.depth` Writes of the same size in flight
+/// meanwhile (`--active`), the latency of one QP among many busy ones; or
+/// connected and idle (`--idle`), what many QPs cost a core that serves
+/// one.
 pub fn run_beside<C: CoreTransport, S: CoreTransport>(
     rig: &mut Rig<C, S>,
     spec: &Spec,
     active: usize,
+    busy: bool,
     last: bool,
     stop_flag: &AtomicBool,
     progress: &mut dyn FnMut(f64),
@@ -125,7 +128,7 @@ pub fn run_beside<C: CoreTransport, S: CoreTransport>(
     run_in(
         rig,
         spec,
-        active,
+        (active, busy),
         0,
         spec.qps + active,
         last,
@@ -153,7 +156,16 @@ pub fn run_share<C: CoreTransport, S: CoreTransport>(
             first + spec.qps
         ));
     }
-    run_in(rig, spec, 0, first, total, last, stop_flag, progress)
+    run_in(
+        rig,
+        spec,
+        (0, true),
+        first,
+        total,
+        last,
+        stop_flag,
+        progress,
+    )
 }
 
 /// `spec.qps` QPs numbered from `first` of `total`, and `active` more
@@ -162,7 +174,7 @@ pub fn run_share<C: CoreTransport, S: CoreTransport>(
 fn run_in<C: CoreTransport, S: CoreTransport>(
     rig: &mut Rig<C, S>,
     spec: &Spec,
-    active: usize,
+    (active, busy): (usize, bool),
     first: usize,
     total: usize,
     last: bool,
@@ -189,7 +201,7 @@ fn run_in<C: CoreTransport, S: CoreTransport>(
             .write(at, &[0; 8])
             .map_err(|e| format!("credit word: {e:?}"))?;
     }
-    let mut background = Background::new(spec, active);
+    let mut background = Background::new(spec, active, busy);
     if active > 0 {
         let busy = Spec {
             mode: Mode::Bandwidth,
@@ -218,9 +230,12 @@ fn run_in<C: CoreTransport, S: CoreTransport>(
     Ok(measured)
 }
 
-/// The QPs active beside a latency run: each keeps its window of Writes
-/// full, re-posting one as one completes.
+/// The QPs beside a latency run: each keeps its window of Writes full,
+/// re-posting one as one completes, or, not `busy`, is idle.
 struct Background {
+    /// Whether the QPs keep Writes in flight (`--active`) or stay idle,
+    /// connected and ready (`--idle`).
+    busy: bool,
     spec: Spec,
     pairs: Vec<Pair>,
     /// Which of `pairs` a QP is.
@@ -231,8 +246,9 @@ struct Background {
 }
 
 impl Background {
-    fn new(spec: &Spec, active: usize) -> Background {
+    fn new(spec: &Spec, active: usize, busy: bool) -> Background {
         Background {
+            busy,
             spec: Spec {
                 mode: Mode::Bandwidth,
                 qps: active,
@@ -253,6 +269,9 @@ impl Background {
             .enumerate()
             .map(|(i, p)| (p.qp, i))
             .collect();
+        if !self.busy {
+            return Ok(());
+        }
         let depth = self.spec.depth.clamp(1, crate::endpoint::QUEUE_DEPTH);
         for i in 0..self.pairs.len() {
             for _ in 0..depth {

@@ -264,6 +264,7 @@ fn a_latency_run_beside_busy_qps_measures_both() {
         &spec,
         active,
         true,
+        true,
         &AtomicBool::new(false),
         &mut |_| {},
     )
@@ -277,10 +278,66 @@ fn a_latency_run_beside_busy_qps_measures_both() {
         mode: Mode::Bandwidth,
         ..spec
     };
-    let refused =
-        workload::run_beside(&mut rig, &bw, 2, true, &AtomicBool::new(false), &mut |_| {});
+    let refused = workload::run_beside(
+        &mut rig,
+        &bw,
+        2,
+        true,
+        true,
+        &AtomicBool::new(false),
+        &mut |_| {},
+    );
     match refused {
         Err(why) => assert!(why.contains("Write latency"), "{why}"),
         Ok(_) => panic!("busy QPs beside a bandwidth run were accepted"),
     }
+}
+
+/// `--idle N`: N QPs connected beside a latency run and never used: they
+/// complete nothing, and every one of them is closed after the run.
+#[test]
+fn a_latency_run_beside_idle_qps() {
+    let idle = 32;
+    let mut rig = rig::embedded(&RigConfig {
+        memory: memory_for(1 + idle, 64),
+        ..config(7491)
+    })
+    .unwrap();
+    let spec = Spec {
+        op: Op::Write,
+        mode: Mode::Latency,
+        size: 64,
+        stop: Stop::Iterations(300),
+        depth: 4,
+        qps: 1,
+    };
+    let before = rig.core_reports()[0].counters;
+    let m = workload::run_beside(
+        &mut rig,
+        &spec,
+        idle,
+        false,
+        true,
+        &AtomicBool::new(false),
+        &mut |_| {},
+    )
+    .unwrap();
+    let c = rig.core_reports()[0].counters.since(&before);
+    assert!(m.messages >= 300, "the latency QP's rounds: {}", m.messages);
+    assert_eq!(m.beside, 0, "idle QPs completed nothing");
+    // The client core's turns looked at the QPs with work (the latency
+    // QP's rounds, each QP's set-up and close), not at every QP each turn.
+    eprintln!(
+        "{} turns looked at {} connections for {} rounds",
+        c.turns, c.looked_at, m.messages
+    );
+    assert!(
+        c.looked_at * 4 < c.turns * (1 + idle as u64),
+        "{} turns looked at {} connections",
+        c.turns,
+        c.looked_at
+    );
+    assert_eq!(rig.client.open_connections(), 0, "every connection closed");
+    let server = rig.local_server().unwrap();
+    assert_eq!(server.served, 1 + idle as u64, "each idle QP was connected");
 }

@@ -31,7 +31,7 @@
 //! The core is generic over tcp-lite's [`Transport`], so the in-memory
 //! link, kernel TCP, the TAP fd and DPDK ports all run through it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use control::runtime::{CoreLink, Handoff, StartupResult};
 use rnic_engine::cq::Wc;
@@ -157,6 +157,10 @@ pub struct CoreCounters {
     pub ended: u64,
     /// Handoffs refused for want of a QP or of room (connection reset).
     pub refused: u64,
+    /// Connections in Full Operation the turns looked at: those TCP or the
+    /// engine's doorbells named, or left with work from the turn before.
+    /// An idle connection adds nothing.
+    pub looked_at: u64,
     /// The device's counters (packets, drops, the mbuf pool's low water),
     /// where the transport has a device that counts.
     pub device: DeviceCounters,
@@ -176,7 +180,65 @@ impl CoreCounters {
             established: self.established - earlier.established,
             ended: self.ended - earlier.ended,
             refused: self.refused - earlier.refused,
+            looked_at: self.looked_at - earlier.looked_at,
             device: self.device.since(&earlier.device),
+        }
+    }
+}
+
+/// What a [`Places`] map is keyed by: a handle with a small index of its
+/// own (a QP's, a connection slot's).
+trait Keyed: Copy + Eq {
+    fn index(self) -> usize;
+}
+
+impl Keyed for QpHandle {
+    fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl Keyed for ConnId {
+    fn index(self) -> usize {
+        ConnId::index(self)
+    }
+}
+
+/// Where each live connection is in `Core::live`, by its QP or its
+/// connection: an array by the key's index (a lookup per connection looked
+/// at in a turn is a load, not a hash). It grows only for an index beyond
+/// the capacity it was made with.
+struct Places<K> {
+    at: Vec<Option<(K, usize)>>,
+}
+
+impl<K: Keyed> Places<K> {
+    fn with_capacity(n: usize) -> Places<K> {
+        Places { at: vec![None; n] }
+    }
+
+    fn get(&self, key: &K) -> Option<&usize> {
+        match self.at.get(key.index()) {
+            Some(Some((k, at))) if k == key => Some(at),
+            _ => None,
+        }
+    }
+
+    fn contains_key(&self, key: &K) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn insert(&mut self, key: K, at: usize) {
+        let i = key.index();
+        if i >= self.at.len() {
+            self.at.resize(i + 1, None);
+        }
+        self.at[i] = Some((key, at));
+    }
+
+    fn remove(&mut self, key: &K) {
+        if self.get(key).is_some() {
+            self.at[key.index()] = None;
         }
     }
 }
@@ -199,6 +261,8 @@ struct Live {
     rx_octets: u64,
     /// The transport's stream position of the engine's first octet.
     rx_base: Option<u64>,
+    /// In the queue of connections the next turn looks at.
+    active: bool,
 }
 
 /// One poll-mode core: a transport, its link to the control plane, an RNIC
@@ -212,11 +276,18 @@ pub struct Core<T: CoreTransport> {
     qp_init: QpInit,
     live: Vec<Live>,
     /// Where each live connection is in `live`, by connection and by QP.
-    by_conn: HashMap<ConnId, usize>,
-    by_qp: HashMap<QpHandle, usize>,
-    /// Where this turn's walk over `live` starts: it moves on each turn, so
-    /// that no connection always comes last to a full link.
-    first: usize,
+    by_conn: Places<ConnId>,
+    by_qp: Places<QpHandle>,
+    /// The connections the next turn looks at, by QP: those with octets
+    /// to read (TCP said Readable), whose engine may transmit (work posted:
+    /// the engine's doorbells; or left from the last turn), held back,
+    /// closing, or with events. A turn walks these, not every connection,
+    /// so an idle connection costs a turn nothing; each looked at goes to
+    /// the back if it still needs looking at, so that no connection always
+    /// comes last to a full link.
+    active: VecDeque<QpHandle>,
+    /// Scratch for the engine's doorbells.
+    doorbells: Vec<QpHandle>,
     /// Intermediate polls of TCP left this turn ([`Budgets::tx_polls`]).
     polls_left: usize,
     /// Rejected connections we are closing (MPA left them to us).
@@ -252,9 +323,10 @@ impl<T: CoreTransport> Core<T> {
         let wcs = qp_init.sq_size + qp_init.rq_size;
         Core {
             live: Vec::with_capacity(n),
-            by_conn: HashMap::with_capacity(n),
-            by_qp: HashMap::with_capacity(n),
-            first: 0,
+            by_conn: Places::with_capacity(n),
+            by_qp: Places::with_capacity(rnic.config().qps_max),
+            active: VecDeque::with_capacity(n),
+            doorbells: Vec::with_capacity(n),
             polls_left: 0,
             closing_raw: Vec::with_capacity(n),
             handoffs: VecDeque::with_capacity(config.budgets.handoffs),
@@ -332,14 +404,39 @@ impl<T: CoreTransport> Core<T> {
         busy
     }
 
-    /// Step 4: each connection in Full Operation, receive then transmit.
+    /// Queues connection `i` for the next look, if it is not queued.
+    fn wake(&mut self, i: usize) {
+        let live = &mut self.live[i];
+        if !live.active {
+            live.active = true;
+            self.active.push_back(live.qp);
+        }
+    }
+
+    /// Step 4: each connection in Full Operation that needs a look (see
+    /// `Core::active`), receive then transmit.
     fn connections(&mut self, now: Instant) -> bool {
         let mut busy = false;
         self.polls_left = self.config.budgets.tx_polls;
-        let n = self.live.len();
-        self.first = if n == 0 { 0 } else { (self.first + 1) % n };
-        for k in 0..n {
-            let i = (self.first + k) % n;
+        self.rnic.take_doorbells(&mut self.doorbells);
+        for k in 0..self.doorbells.len() {
+            if let Some(&i) = self.by_qp.get(&self.doorbells[k]) {
+                self.wake(i);
+            }
+        }
+        self.doorbells.clear();
+        for _ in 0..self.active.len() {
+            let Some(qp) = self.active.pop_front() else {
+                break;
+            };
+            let Some(&i) = self.by_qp.get(&qp) else {
+                continue;
+            };
+            if !self.live[i].active {
+                continue;
+            }
+            self.live[i].active = false;
+            self.counters.looked_at += 1;
             if self.live[i].rx_ready {
                 busy |= self.receive(i) > 0;
             }
@@ -360,6 +457,17 @@ impl<T: CoreTransport> Core<T> {
             if !live.closing && (dead || drained) {
                 let _ = self.transport.close(live.conn);
                 self.live[i].closing = true;
+            }
+            // Another look next turn: octets left to read, FPDUs left to
+            // send (TCP had no room, or a budget ran out), a hold not over,
+            // or a close to make once the peer's octets are read.
+            let live = self.live[i];
+            if live.rx_ready
+                || now < live.hold_until
+                || (live.peer_closed && !live.closing)
+                || self.rnic.may_transmit(live.qp).unwrap_or(false)
+            {
+                self.wake(i);
             }
         }
         busy
@@ -531,7 +639,9 @@ impl<T: CoreTransport> Core<T> {
             rx_ready: true,
             rx_octets: 0,
             rx_base: None,
+            active: false,
         });
+        self.wake(self.live.len() - 1);
         self.counters.established += 1;
         Some(qp)
     }
@@ -539,8 +649,14 @@ impl<T: CoreTransport> Core<T> {
     fn connection_event(&mut self, conn: ConnId, kind: EventKind) {
         if let Some(&i) = self.by_conn.get(&conn) {
             match kind {
-                EventKind::PeerClosed => self.live[i].peer_closed = true,
-                EventKind::Readable => self.live[i].rx_ready = true,
+                EventKind::PeerClosed => {
+                    self.live[i].peer_closed = true;
+                    self.wake(i);
+                }
+                EventKind::Readable => {
+                    self.live[i].rx_ready = true;
+                    self.wake(i);
+                }
                 EventKind::Closed | EventKind::Reset | EventKind::TimedOut => self.end(i),
                 _ => {}
             }

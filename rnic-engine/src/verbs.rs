@@ -389,6 +389,10 @@ pub struct Rnic {
     cqs: Vec<Option<Cq>>,
     qps: Vec<Option<Qp>>,
     srqs: Vec<Option<Srq>>,
+    /// QPs given work from outside the data path since the last
+    /// [`Rnic::take_doorbells`], each once (`rung` by QP index).
+    doorbells: Vec<QpHandle>,
+    rung: Vec<bool>,
 }
 
 fn take_slot<T>(slots: &mut [Option<T>], value: T) -> Option<u32> {
@@ -413,6 +417,35 @@ impl Rnic {
             cqs: (0..config.cqs_max).map(|_| None).collect(),
             qps: (0..config.qps_max).map(|_| None).collect(),
             srqs: (0..config.srqs_max).map(|_| None).collect(),
+            doorbells: Vec::with_capacity(config.qps_max),
+            rung: vec![false; config.qps_max],
+        }
+    }
+
+    /// Notes that QP `qp` was given work to send (a hardware RNIC's
+    /// doorbell).
+    fn ring(&mut self, qp: QpHandle) {
+        if let Some(rung) = self.rung.get_mut(qp.0 as usize) {
+            if !*rung {
+                *rung = true;
+                self.doorbells.push(qp);
+            }
+        }
+    }
+
+    /// The QPs given work to send since the last call, each once, into
+    /// `out`: those a send work request was posted to
+    /// ([`Rnic::post_send`]), an ULPDU injected into, or that were moved to
+    /// Error ([`Rnic::close`]). With what a core learns on the data path
+    /// (what TCP delivered, what the engine still holds), these are the
+    /// only QPs whose transmit path can have new work: a core with many
+    /// QPs looks at the others only when TCP says so.
+    pub fn take_doorbells(&mut self, out: &mut Vec<QpHandle>) {
+        for qp in self.doorbells.drain(..) {
+            if let Some(rung) = self.rung.get_mut(qp.0 as usize) {
+                *rung = false;
+            }
+            out.push(qp);
         }
     }
 
@@ -589,6 +622,7 @@ impl Rnic {
 
     /// Posts a send work request.
     pub fn post_send(&mut self, qp: QpHandle, wr: &SendWr<'_>) -> Result<(), VerbError> {
+        self.ring(qp);
         let (qp, _) = self.split(qp)?;
         qp.post_send(wr)
     }
@@ -703,6 +737,7 @@ impl Rnic {
     /// accounting for it (MSNs are not advanced): for tests and the
     /// fault-injection suite, which need to send what a broken peer would.
     pub fn inject_ulpdu(&mut self, qp: QpHandle, ulpdu: &[u8]) -> Result<(), VerbError> {
+        self.ring(qp);
         let (qp, _) = self.split(qp)?;
         qp.inject(ulpdu)
     }
@@ -716,6 +751,7 @@ impl Rnic {
     /// Moves the QP to Error: every outstanding work request completes
     /// flushed (the connection was lost or closed).
     pub fn close(&mut self, qp: QpHandle) -> Result<(), VerbError> {
+        self.ring(qp);
         let (qp, mut ctx) = self.split(qp)?;
         qp.enter_error(&mut ctx);
         Ok(())

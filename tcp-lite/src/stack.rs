@@ -13,7 +13,7 @@ use smoltcp::iface::{
 };
 use smoltcp::phy::{Device, Medium};
 use smoltcp::socket::tcp::{self, State};
-use smoltcp::time::Instant;
+use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 
 use crate::config::{ConfigError, StackConfig};
@@ -31,6 +31,10 @@ pub const LISTENERS_MAX: usize = 16;
 /// IPv4 and TCP headers without options: what smoltcp subtracts from the IP
 /// MTU for its segment size (no timestamps are negotiated).
 const IPV4_TCP_HEADERS: usize = 40;
+/// How often a scan looks at every connection, not only those that may
+/// have changed: the user timeout of a connection waiting on a silent peer
+/// (no segment, no timer of smoltcp's) is seen at most this late.
+const FULL_SCAN_EVERY: Duration = Duration::from_millis(100);
 
 /// Counters of a [`Stack`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -54,6 +58,10 @@ pub struct StackStats {
     pub half_open_dropped: u64,
     /// Packets taken from the device.
     pub rx_packets: u64,
+    /// Connections the scans after each poll looked at: those ingress,
+    /// egress or the user touched, and every one at the periodic full scan.
+    /// An idle connection adds nothing between full scans.
+    pub slots_scanned: u64,
 }
 
 /// Where a slot's socket came from.
@@ -107,6 +115,8 @@ struct Slot {
     releasing: bool,
     /// Aborted since the last egress: the RST has not gone out yet.
     rst_pending: bool,
+    /// In the list of slots the next scan looks at.
+    dirty: bool,
 }
 
 #[derive(Debug)]
@@ -145,6 +155,17 @@ pub struct Stack<D: Device> {
     stats: StackStats,
     /// Time of the last poll (or of creation).
     now: Instant,
+    /// Slots the next scan looks at (their `dirty` is set).
+    dirty: Vec<u32>,
+    /// The sockets smoltcp says it touched (scratch).
+    changed: Vec<SocketHandle>,
+    /// Each socket's slot, by the socket's index in `sockets` (`u32::MAX`:
+    /// none).
+    by_handle: Vec<u32>,
+    /// When the next scan looks at every connection.
+    full_scan_at: Instant,
+    /// A slot was freed since the listeners were last replenished.
+    freed: bool,
 }
 
 impl<D: Device> Stack<D> {
@@ -206,6 +227,11 @@ impl<D: Device> Stack<D> {
             emss: ip_mtu - IPV4_TCP_HEADERS,
             stats: StackStats::default(),
             now,
+            dirty: Vec::with_capacity(slots_max),
+            changed: Vec::with_capacity(slots_max),
+            by_handle: Vec::with_capacity(slots_max),
+            full_scan_at: now,
+            freed: false,
             config,
             device,
             iface,
@@ -264,6 +290,7 @@ impl<D: Device> Stack<D> {
         }
     }
 
+    /// A connection's slot, to change: the next scan looks at it.
     fn slot_mut(&mut self, conn: ConnId) -> Result<&mut Slot, SendError> {
         match self.slots.get_mut(conn.index as usize) {
             Some(Some(slot))
@@ -271,16 +298,27 @@ impl<D: Device> Stack<D> {
                     && !slot.releasing
                     && !matches!(slot.role, Role::Listening(_)) =>
             {
+                if !slot.dirty {
+                    slot.dirty = true;
+                    self.dirty.push(conn.index);
+                }
                 Ok(slot)
             }
             _ => Err(SendError::InvalidConnection),
         }
     }
 
-    /// A connection's slot, released or not.
+    /// A connection's slot, released or not, to change (see
+    /// [`slot_mut`](Self::slot_mut)).
     fn slot_mut_any(&mut self, conn: ConnId) -> Result<&mut Slot, SendError> {
         match self.slots.get_mut(conn.index as usize) {
-            Some(Some(slot)) if slot.generation == conn.generation => Ok(slot),
+            Some(Some(slot)) if slot.generation == conn.generation => {
+                if !slot.dirty {
+                    slot.dirty = true;
+                    self.dirty.push(conn.index);
+                }
+                Ok(slot)
+            }
             _ => Err(SendError::InvalidConnection),
         }
     }
@@ -335,12 +373,22 @@ impl<D: Device> Stack<D> {
             finished: false,
             releasing: false,
             rst_pending: false,
+            dirty: false,
         });
+        let at = handle.index();
+        if at >= self.by_handle.len() {
+            self.by_handle.resize(at + 1, u32::MAX);
+        }
+        self.by_handle[at] = index;
+        self.mark(index);
         Some(index)
     }
 
     fn free_slot(&mut self, index: u32) {
         if let Some(slot) = self.slots[index as usize].take() {
+            if let Some(at) = self.by_handle.get_mut(slot.handle.index()) {
+                *at = u32::MAX;
+            }
             // A socket released in TIME-WAIT (or still listening) is closed
             // first: a closed socket takes no segment, so its four-tuple is
             // free for a new connection at once, as when it was removed.
@@ -359,6 +407,7 @@ impl<D: Device> Stack<D> {
             }
             self.events.forget(index);
             self.free.push(index);
+            self.freed = true;
         }
     }
 
@@ -378,6 +427,7 @@ impl<D: Device> Stack<D> {
     /// Put listening sockets back where SYNs took them, and take back the
     /// ones whose handshake was reset (smoltcp returns those to LISTEN).
     fn replenish(&mut self, now: Instant) {
+        self.freed = false;
         for l in 0..self.listeners.len() {
             let port = self.listeners[l].port;
             let mut i = 0;
@@ -433,152 +483,211 @@ impl<D: Device> Stack<D> {
 
     /// Turn smoltcp's socket states into events, enforce the user timeout,
     /// and free released slots (`after_egress`: pending RSTs have gone out).
+    /// Only the connections that may have changed are looked at: those
+    /// smoltcp says ingress or egress touched (`SocketSet::take_changed`)
+    /// and those the user touched; every connection at least every
+    /// [`FULL_SCAN_EVERY`] (or a tenth of the user timeout), for the user
+    /// timeout of one that waits on a silent peer. A poll so costs what the
+    /// active connections cost, not what every connection does.
     fn scan(&mut self, now: Instant, after_egress: bool) {
-        let timeout = self.config.tcp.user_timeout;
-        let mut i = 0;
-        while i < self.live.len() {
-            let index = self.live[i];
-            i += 1;
-            let Some(slot) = self.slots[index as usize].as_mut() else {
-                continue;
-            };
-            let conn = ConnId {
-                index,
-                generation: slot.generation,
-            };
-            let socket = self.sockets.get_mut::<tcp::Socket>(slot.handle);
-            let state = socket.state();
-            // smoltcp forgets the tuple once the RST of an abort went out.
-            if after_egress && slot.rst_pending && socket.local_endpoint().is_none() {
-                slot.rst_pending = false;
+        self.sockets.take_changed(&mut self.changed);
+        if self.changed.is_empty() && self.dirty.is_empty() && now < self.full_scan_at {
+            return;
+        }
+        for i in 0..self.changed.len() {
+            let index = self
+                .by_handle
+                .get(self.changed[i].index())
+                .copied()
+                .unwrap_or(u32::MAX);
+            if index != u32::MAX {
+                self.mark(index);
             }
-            if slot.releasing {
-                // A RST that cannot leave (no route to the peer) does not
-                // hold the slot past the user timeout.
-                let stuck = now >= slot.progress_at + timeout;
-                if (!slot.rst_pending || stuck) && matches!(state, State::Closed | State::TimeWait)
-                {
-                    self.free_slot(index);
+        }
+        self.changed.clear();
+        let mut dirty = core::mem::take(&mut self.dirty);
+        for &index in &dirty {
+            if let Some(Some(slot)) = self.slots.get_mut(index as usize) {
+                slot.dirty = false;
+            }
+        }
+        if now >= self.full_scan_at {
+            let every = FULL_SCAN_EVERY.min(self.config.tcp.user_timeout / 10);
+            self.full_scan_at = now + every;
+            let mut i = 0;
+            while i < self.live.len() {
+                let index = self.live[i];
+                i += 1;
+                if self.scan_slot(index, now, after_egress) {
                     i -= 1;
                 }
-                continue;
             }
-            // A socket whose handshake was reset went back to LISTEN (smoltcp
-            // does that in SYN-RECEIVED): it was never a connection. Free it
-            // (`replenish` listens afresh), so no state of that peer stays.
-            if state == State::Listen {
-                self.stats.half_open_dropped += 1;
+        } else {
+            for &index in &dirty {
+                self.scan_slot(index, now, after_egress);
+            }
+        }
+        dirty.clear();
+        self.dirty = dirty;
+    }
+
+    /// Marks slot `index` for the next scan.
+    fn mark(&mut self, index: u32) {
+        if let Some(Some(slot)) = self.slots.get_mut(index as usize) {
+            if !slot.dirty {
+                slot.dirty = true;
+                self.dirty.push(index);
+            }
+        }
+    }
+
+    /// [`scan`](Self::scan) of one connection; whether it freed the slot.
+    fn scan_slot(&mut self, index: u32, now: Instant, after_egress: bool) -> bool {
+        self.stats.slots_scanned += 1;
+        let timeout = self.config.tcp.user_timeout;
+        let Some(slot) = self.slots[index as usize].as_mut() else {
+            return false;
+        };
+        if matches!(slot.role, Role::Listening(_)) {
+            return false;
+        }
+        let conn = ConnId {
+            index,
+            generation: slot.generation,
+        };
+        let handle = slot.handle;
+        let socket = self.sockets.get::<tcp::Socket>(handle);
+        let state = socket.state();
+        // smoltcp forgets the tuple once the RST of an abort went out.
+        if after_egress && slot.rst_pending && socket.local_endpoint().is_none() {
+            slot.rst_pending = false;
+        }
+        if slot.releasing {
+            // A RST that cannot leave (no route to the peer) does not
+            // hold the slot past the user timeout.
+            let stuck = now >= slot.progress_at + timeout;
+            if (!slot.rst_pending || stuck) && matches!(state, State::Closed | State::TimeWait) {
                 self.free_slot(index);
-                i -= 1;
-                continue;
+                return true;
             }
-            if state != slot.state {
-                slot.state = state;
-                slot.progress_at = now;
-                if slot.endpoints.is_none() {
-                    slot.endpoints = endpoints(socket);
+            return false;
+        }
+        // A socket whose handshake was reset went back to LISTEN (smoltcp
+        // does that in SYN-RECEIVED): it was never a connection. Free it
+        // (`replenish` listens afresh), so no state of that peer stays.
+        if state == State::Listen {
+            self.stats.half_open_dropped += 1;
+            self.free_slot(index);
+            return true;
+        }
+        if state != slot.state {
+            slot.state = state;
+            slot.progress_at = now;
+            if slot.endpoints.is_none() {
+                slot.endpoints = endpoints(socket);
+            }
+        }
+        if slot.finished {
+            return false;
+        }
+        if !slot.open_reported && matches!(state, State::Established | State::CloseWait) {
+            slot.open_reported = true;
+            match slot.role {
+                Role::Accepted(port) => {
+                    self.stats.accepted += 1;
+                    self.events
+                        .push(conn, EventKind::Accepted(ListenerId(port)));
                 }
-            }
-            if slot.finished {
-                continue;
-            }
-            if !slot.open_reported && matches!(state, State::Established | State::CloseWait) {
-                slot.open_reported = true;
-                match slot.role {
-                    Role::Accepted(port) => {
-                        self.stats.accepted += 1;
-                        self.events
-                            .push(conn, EventKind::Accepted(ListenerId(port)));
-                    }
-                    _ => {
-                        self.stats.connected += 1;
-                        self.events.push(conn, EventKind::Connected);
-                    }
-                }
-            }
-            let received = slot.rx_pos + socket.recv_queue() as u64;
-            if received > slot.rx_announced {
-                slot.rx_announced = received;
-                // Data from the peer is progress too (a close we started
-                // waits in FIN-WAIT-2 while the peer still sends).
-                slot.progress_at = now;
-                self.events.push(conn, EventKind::Readable);
-            }
-            let acked = slot.tx_pos - socket.send_queue() as u64;
-            if acked != slot.acked {
-                slot.acked = acked;
-                slot.progress_at = now;
-            }
-            if slot.tx_blocked && socket.send_capacity() > socket.send_queue() && socket.may_send()
-            {
-                slot.tx_blocked = false;
-                self.events.push(conn, EventKind::Writable);
-            }
-            if !slot.peer_fin
-                && matches!(
-                    state,
-                    State::CloseWait | State::LastAck | State::Closing | State::TimeWait
-                )
-            {
-                slot.peer_fin = true;
-                self.events.push(conn, EventKind::PeerClosed);
-            }
-            // smoltcp sends whatever is queued at the next poll, so the next
-            // segment starts at the current end of the queue.
-            slot.segment_anchor = slot.tx_pos;
-            let ended = match state {
-                State::TimeWait => Some(EventKind::Closed),
-                State::Closed if slot.peer_fin && slot.closed_by_us => Some(EventKind::Closed),
-                // A close before the handshake completed (smoltcp drops SYN-SENT).
-                State::Closed if slot.closed_by_us && !slot.open_reported => {
-                    Some(EventKind::Closed)
-                }
-                State::Closed => Some(EventKind::Reset),
-                _ => None,
-            };
-            // A handshake that never completed was never reported: drop it
-            // silently, whatever ended it.
-            let unreported = matches!(slot.role, Role::Accepted(_)) && !slot.open_reported;
-            if ended.is_some() && unreported {
-                slot.finished = true;
-                slot.releasing = true;
-                slot.progress_at = now;
-                self.stats.half_open_dropped += 1;
-                continue;
-            }
-            if let Some(kind) = ended {
-                slot.finished = true;
-                match kind {
-                    EventKind::Closed => self.stats.closed += 1,
-                    _ => self.stats.reset += 1,
-                }
-                self.events.push(conn, kind);
-                continue;
-            }
-            // The user timeout: waiting for a handshake, an acknowledgement,
-            // or the end of a close we started, without progress.
-            slot.waiting = match state {
-                State::SynSent | State::SynReceived => true,
-                State::FinWait1 | State::FinWait2 | State::Closing | State::LastAck => true,
-                _ => socket.send_queue() > 0,
-            };
-            if !slot.waiting {
-                // The timeout measures waiting only, not idleness before it.
-                slot.progress_at = now;
-            } else if now >= slot.progress_at + timeout {
-                socket.abort();
-                slot.finished = true;
-                slot.rst_pending = true;
-                if unreported {
-                    slot.releasing = true;
-                    slot.progress_at = now;
-                    self.stats.half_open_dropped += 1;
-                } else {
-                    self.stats.timed_out += 1;
-                    self.events.push(conn, EventKind::TimedOut);
+                _ => {
+                    self.stats.connected += 1;
+                    self.events.push(conn, EventKind::Connected);
                 }
             }
         }
+        let received = slot.rx_pos + socket.recv_queue() as u64;
+        if received > slot.rx_announced {
+            slot.rx_announced = received;
+            // Data from the peer is progress too (a close we started
+            // waits in FIN-WAIT-2 while the peer still sends).
+            slot.progress_at = now;
+            self.events.push(conn, EventKind::Readable);
+        }
+        let acked = slot.tx_pos - socket.send_queue() as u64;
+        if acked != slot.acked {
+            slot.acked = acked;
+            slot.progress_at = now;
+        }
+        if slot.tx_blocked && socket.send_capacity() > socket.send_queue() && socket.may_send() {
+            slot.tx_blocked = false;
+            self.events.push(conn, EventKind::Writable);
+        }
+        if !slot.peer_fin
+            && matches!(
+                state,
+                State::CloseWait | State::LastAck | State::Closing | State::TimeWait
+            )
+        {
+            slot.peer_fin = true;
+            self.events.push(conn, EventKind::PeerClosed);
+        }
+        // smoltcp sends whatever is queued at the next poll, so the next
+        // segment starts at the current end of the queue.
+        slot.segment_anchor = slot.tx_pos;
+        let ended = match state {
+            State::TimeWait => Some(EventKind::Closed),
+            State::Closed if slot.peer_fin && slot.closed_by_us => Some(EventKind::Closed),
+            // A close before the handshake completed (smoltcp drops SYN-SENT).
+            State::Closed if slot.closed_by_us && !slot.open_reported => Some(EventKind::Closed),
+            State::Closed => Some(EventKind::Reset),
+            _ => None,
+        };
+        // A handshake that never completed was never reported: drop it
+        // silently, whatever ended it.
+        let unreported = matches!(slot.role, Role::Accepted(_)) && !slot.open_reported;
+        if ended.is_some() && unreported {
+            slot.finished = true;
+            slot.releasing = true;
+            slot.progress_at = now;
+            self.stats.half_open_dropped += 1;
+            return false;
+        }
+        if let Some(kind) = ended {
+            slot.finished = true;
+            match kind {
+                EventKind::Closed => self.stats.closed += 1,
+                _ => self.stats.reset += 1,
+            }
+            self.events.push(conn, kind);
+            return false;
+        }
+        // The user timeout: waiting for a handshake, an acknowledgement,
+        // or the end of a close we started, without progress.
+        let was_waiting = slot.waiting;
+        slot.waiting = match state {
+            State::SynSent | State::SynReceived => true,
+            State::FinWait1 | State::FinWait2 | State::Closing | State::LastAck => true,
+            _ => socket.send_queue() > 0,
+        };
+        if !slot.waiting {
+            // The timeout measures waiting only, not idleness before it.
+            slot.progress_at = now;
+        } else if !was_waiting {
+            // Waiting from now on (between scans it was not).
+            slot.progress_at = now;
+        } else if now >= slot.progress_at + timeout {
+            self.sockets.get_mut::<tcp::Socket>(handle).abort();
+            slot.finished = true;
+            slot.rst_pending = true;
+            if unreported {
+                slot.releasing = true;
+                slot.progress_at = now;
+                self.stats.half_open_dropped += 1;
+            } else {
+                self.stats.timed_out += 1;
+                self.events.push(conn, EventKind::TimedOut);
+            }
+        }
+        false
     }
 }
 
@@ -846,7 +955,7 @@ impl<D: Device> Transport for Stack<D> {
         let mut progress = false;
         self.now = now;
         // Slots freed since the last poll may let a full listener listen again.
-        if !self.listeners.is_empty() {
+        if self.freed && !self.listeners.is_empty() {
             self.replenish(now);
         }
         for _ in 0..RX_BURST_PACKETS_MAX {

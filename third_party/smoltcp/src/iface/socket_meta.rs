@@ -36,6 +36,18 @@ pub(crate) struct Meta {
     pub(crate) handle: SocketHandle,
     /// See [NeighborState](struct.NeighborState.html).
     neighbor_state: NeighborState,
+    /// dpwarp: in its set's ready queue (the next egress pass visits it).
+    pub(crate) ready: bool,
+    /// dpwarp: in its set's list of changed sockets (see
+    /// `SocketSet::take_changed`).
+    pub(crate) changed: bool,
+    /// dpwarp: when its entry in its set's timer queue is due, if it has
+    /// one.
+    pub(crate) timer: Option<Instant>,
+    /// dpwarp: in its set's list of sockets waiting for a neighbor.
+    pub(crate) waiting_listed: bool,
+    /// dpwarp: the TCP flow its set indexes it under for ingress.
+    pub(crate) flow: Option<super::socket_set::FlowKey>,
 }
 
 impl Meta {
@@ -96,6 +108,22 @@ impl Meta {
         }
     }
 
+    /// dpwarp: whether it waits for a neighbor to be discovered.
+    pub(crate) fn is_waiting(&self) -> bool {
+        matches!(self.neighbor_state, NeighborState::Waiting { .. })
+    }
+
+    /// dpwarp: whether the neighbor it waits for has been discovered.
+    pub(crate) fn neighbor_found<F>(&self, has_neighbor: F) -> bool
+    where
+        F: Fn(IpAddress) -> bool,
+    {
+        match self.neighbor_state {
+            NeighborState::Active => true,
+            NeighborState::Waiting { neighbor, .. } => has_neighbor(neighbor),
+        }
+    }
+
     pub(crate) fn neighbor_missing(&mut self, timestamp: Instant, neighbor: IpAddress) {
         net_trace!(
             "{}: neighbor {} missing, silencing until t+{}",
@@ -123,6 +151,7 @@ mod tests {
         Meta {
             handle: SocketHandle::default(),
             neighbor_state: NeighborState::Active,
+            ..Meta::default()
         }
     }
 

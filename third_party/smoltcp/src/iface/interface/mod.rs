@@ -727,13 +727,67 @@ impl Interface {
         }
 
         let mut result = PollResult::None;
-        // dpwarp: one socket's turn; true when the device refused a token.
-        let mut visit = |item: &mut crate::iface::socket_set::Item<'_>| -> bool {
+        // dpwarp: sockets whose timers are due, and those whose neighbor
+        // was discovered, are ready.
+        #[cfg(feature = "alloc")]
+        {
+            let now = self.inner.now;
+            while let Some(&core::cmp::Reverse((at, index))) = sockets.schedule.timers.peek() {
+                if at > now {
+                    break;
+                }
+                sockets.schedule.timers.pop();
+                let due = sockets.item_mut(index).is_some_and(|item| {
+                    let due = item.meta.timer == Some(at);
+                    if due {
+                        item.meta.timer = None;
+                    }
+                    due
+                });
+                if due {
+                    sockets.wake(index);
+                }
+            }
+            let mut k = 0;
+            while k < sockets.schedule.waiting.len() {
+                let index = sockets.schedule.waiting[k];
+                let over = match sockets.item_mut(index) {
+                    Some(item) if item.meta.is_waiting() => {
+                        let found = item
+                            .meta
+                            .neighbor_found(|ip_addr| self.inner.has_neighbor(&ip_addr));
+                        if found {
+                            item.meta.waiting_listed = false;
+                        }
+                        found
+                    }
+                    Some(item) => {
+                        item.meta.waiting_listed = false;
+                        true
+                    }
+                    None => true,
+                };
+                if over {
+                    sockets.schedule.waiting.swap_remove(k);
+                    sockets.wake(index);
+                } else {
+                    k += 1;
+                }
+            }
+        }
+        // dpwarp: one socket's turn; `None` when the device refused a token,
+        // else when the socket wants its next turn.
+        let mut visit = |item: &mut crate::iface::socket_set::Item<'_>| -> Option<PollAt> {
+            let next = |inner: &mut InterfaceInner, item: &mut crate::iface::socket_set::Item<'_>| {
+                let socket_poll_at = item.socket.poll_at(inner);
+                item.meta
+                    .poll_at(socket_poll_at, |ip_addr| inner.has_neighbor(&ip_addr), inner.now)
+            };
             if !item
                 .meta
                 .egress_permitted(self.inner.now, |ip_addr| self.inner.has_neighbor(&ip_addr))
             {
-                return false;
+                return Some(next(&mut self.inner, item));
             }
 
             let mut neighbor_addr = None;
@@ -814,7 +868,7 @@ impl Interface {
             };
 
             match result {
-                Err(EgressError::Exhausted) => return true, // Device buffer full.
+                Err(EgressError::Exhausted) => return None, // Device buffer full.
                 Err(EgressError::Dispatch) => {
                     // `NeighborCache` already takes care of rate limiting the neighbor discovery
                     // requests from the socket. However, without an additional rate limiting
@@ -827,27 +881,77 @@ impl Interface {
                 }
                 Ok(()) => {}
             }
-            false
+            Some(next(&mut self.inner, item))
         };
-        // dpwarp: start where the last pass stopped, then wrap around.
-        let start = self.egress_start;
-        let mut stopped = None;
-        for (i, item) in sockets.items_mut().enumerate().skip(start) {
-            if visit(item) {
-                stopped = Some(i);
+        // dpwarp: the ready sockets, in order, each once (one that wants
+        // another turn goes to the back, for the next pass); the one the
+        // device refused a token stays first, so that under sustained
+        // back-pressure every socket gets its turn.
+        #[cfg(feature = "alloc")]
+        for _ in 0..sockets.schedule.ready.len() {
+            let Some(index) = sockets.schedule.ready.pop_front() else {
                 break;
+            };
+            let Some(item) = sockets.item_mut(index) else {
+                continue;
+            };
+            if !item.meta.ready {
+                continue;
+            }
+            item.meta.ready = false;
+            let Some(next) = visit(item) else {
+                item.meta.ready = true;
+                sockets.schedule.ready.push_front(index);
+                break;
+            };
+            let waiting = item.meta.is_waiting() && !item.meta.waiting_listed;
+            if waiting {
+                item.meta.waiting_listed = true;
+            }
+            // A socket keeps one timer entry, its earliest: a later time
+            // waits for that entry's visit, which looks again.
+            let timer = match (next, item.meta.timer) {
+                (PollAt::Time(at), Some(armed)) if armed <= at => None,
+                (PollAt::Time(at), _) => {
+                    item.meta.timer = Some(at);
+                    Some(at)
+                }
+                _ => None,
+            };
+            sockets.note_changed(index);
+            if waiting {
+                sockets.schedule.waiting.push(index);
+            }
+            if let Some(at) = timer {
+                sockets.arm(index, at);
+            }
+            if next == PollAt::Now {
+                sockets.wake(index);
             }
         }
-        if stopped.is_none() {
-            for (i, item) in sockets.items_mut().enumerate().take(start) {
-                if visit(item) {
+        // dpwarp: without an allocator, every socket in turn, from where the
+        // last pass stopped.
+        #[cfg(not(feature = "alloc"))]
+        {
+            let start = self.egress_start;
+            let mut stopped = None;
+            for (i, item) in sockets.items_mut().enumerate().skip(start) {
+                if visit(item).is_none() {
                     stopped = Some(i);
                     break;
                 }
             }
-        }
-        if let Some(i) = stopped {
-            self.egress_start = i;
+            if stopped.is_none() {
+                for (i, item) in sockets.items_mut().enumerate().take(start) {
+                    if visit(item).is_none() {
+                        stopped = Some(i);
+                        break;
+                    }
+                }
+            }
+            if let Some(i) = stopped {
+                self.egress_start = i;
+            }
         }
         result
     }

@@ -1,5 +1,6 @@
 use super::*;
 
+use crate::iface::socket_set::FlowKey;
 use crate::socket::tcp::Socket;
 
 impl InterfaceInner {
@@ -29,15 +30,60 @@ impl InterfaceInner {
             &self.caps.checksum
         ));
 
-        for tcp_socket in sockets
-            .items_mut()
-            .filter_map(|i| Socket::downcast_mut(&mut i.socket))
-        {
-            if tcp_socket.accepts(self, &ip_repr, &tcp_repr) {
-                return tcp_socket
-                    .process(self, &ip_repr, &tcp_repr)
-                    .map(|(ip, tcp)| Packet::new(ip, IpPayload::Tcp(tcp)));
+        // dpwarp: the socket of the segment's flow, found through the flow
+        // index if it is there (and still accepts it), else by a walk over
+        // every socket; it is woken (it may have an ACK to send) and noted
+        // as changed.
+        let flow = FlowKey {
+            local: dst_addr,
+            local_port: tcp_repr.dst_port,
+            remote: src_addr,
+            remote_port: tcp_repr.src_port,
+        };
+        let mut found = None;
+        #[cfg(feature = "alloc")]
+        if let Some(&index) = sockets.schedule.flows.get(&flow) {
+            if let Some(item) = sockets.item_mut(index) {
+                if let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) {
+                    if tcp_socket.accepts(self, &ip_repr, &tcp_repr) {
+                        found = Some(index);
+                    }
+                }
             }
+        }
+        if found.is_none() {
+            for item in sockets.items_mut() {
+                if let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) {
+                    if tcp_socket.accepts(self, &ip_repr, &tcp_repr) {
+                        found = Some(item.meta.handle.index());
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(index) = found {
+            sockets.wake(index);
+            sockets.note_changed(index);
+            let mut reply = None;
+            #[allow(unused_mut)]
+            let mut indexed = false;
+            if let Some(item) = sockets.item_mut(index) {
+                if let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) {
+                    reply = tcp_socket
+                        .process(self, &ip_repr, &tcp_repr)
+                        .map(|(ip, tcp)| Packet::new(ip, IpPayload::Tcp(tcp)));
+                    // A listener that took a SYN is now this flow's socket.
+                    indexed = tcp_socket.local_endpoint().map(|e| (e.addr, e.port))
+                        == Some((flow.local, flow.local_port))
+                        && tcp_socket.remote_endpoint().map(|e| (e.addr, e.port))
+                            == Some((flow.remote, flow.remote_port));
+                }
+            }
+            #[cfg(feature = "alloc")]
+            if indexed {
+                sockets.index_flow(index, flow);
+            }
+            return reply;
         }
 
         if tcp_repr.control == TcpControl::Rst
