@@ -157,6 +157,11 @@ impl Served {
 #[derive(Default)]
 pub struct Responder {
     served: Vec<Served>,
+    /// Where each QP is in `served`.
+    index: std::collections::HashMap<QpHandle, usize>,
+    /// The Write latency QPs, whose memory a step watches (the others cost
+    /// a step nothing unless they complete something).
+    watched: Vec<QpHandle>,
     wcs: Vec<Wc>,
 }
 
@@ -183,12 +188,23 @@ impl Responder {
                 }
             }
         }
+        if s.op == Op::Write && s.mode == Mode::Latency {
+            self.watched.push(s.qp);
+        }
+        self.index.insert(s.qp, self.served.len());
         self.served.push(s);
     }
 
     /// Stops serving `qp`.
     pub fn remove(&mut self, qp: QpHandle) {
-        self.served.retain(|s| s.qp != qp);
+        let Some(i) = self.index.remove(&qp) else {
+            return;
+        };
+        self.served.swap_remove(i);
+        if let Some(moved) = self.served.get(i) {
+            self.index.insert(moved.qp, i);
+        }
+        self.watched.retain(|&w| w != qp);
     }
 
     /// QPs served.
@@ -210,7 +226,7 @@ impl Responder {
         self.wcs.clear();
         ep.poll_cq(&mut self.wcs);
         for wc in &self.wcs {
-            let Some(s) = self.served.iter_mut().find(|s| s.qp == wc.qp) else {
+            let Some(s) = self.index.get(&wc.qp).map(|&i| &mut self.served[i]) else {
                 continue;
             };
             if wc.status != WcStatus::Success {
@@ -229,10 +245,10 @@ impl Responder {
                 }
             }
         }
-        for s in &mut self.served {
-            if s.op != Op::Write || s.mode != Mode::Latency {
+        for qp in &self.watched {
+            let Some(s) = self.index.get(qp).map(|&i| &mut self.served[i]) else {
                 continue;
-            }
+            };
             let mut last = [0];
             let at = (s.base + s.size as u64 - 1) as usize;
             if ep.region.read(at, &mut last).is_err() || last[0] == 0 || last[0] == s.marker {
