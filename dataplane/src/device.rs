@@ -224,6 +224,11 @@ impl DpdkDevice {
         self.io.queue.id()
     }
 
+    /// Whether the port's link is up.
+    pub fn link_up(&self) -> bool {
+        self.io.queue.link_up()
+    }
+
     /// Sends what is staged. Returns false when frames stay staged (the
     /// port's ring is full): they go at a later flush, in order.
     pub fn flush(&mut self) -> bool {

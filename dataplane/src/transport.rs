@@ -23,6 +23,12 @@ pub trait CoreTransport: Transport {
 
     /// Updates the device's mbuf pool low-water mark.
     fn sample_pool(&mut self) {}
+
+    /// Whether the device's link is up, where there is a device with a
+    /// link of its own (a DPDK port).
+    fn link_up(&self) -> Option<bool> {
+        None
+    }
 }
 
 impl CoreTransport for Stack<DpdkDevice> {
@@ -36,6 +42,10 @@ impl CoreTransport for Stack<DpdkDevice> {
 
     fn sample_pool(&mut self) {
         self.device_mut().sample_pool();
+    }
+
+    fn link_up(&self) -> Option<bool> {
+        Some(self.device().link_up())
     }
 }
 
