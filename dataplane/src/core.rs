@@ -60,10 +60,11 @@ pub struct Budgets {
     pub handoffs: usize,
     /// Times per turn TCP is polled between two fills of one connection (so
     /// that the peer works on one chunk while the engine makes the next):
-    /// a poll of TCP visits every connection (smoltcp's sockets), so with
-    /// many connections these polls are bounded per turn, not per
-    /// connection; past the budget each connection fills what TCP has room
-    /// for and the rest waits for the next turn.
+    /// a poll of TCP visits every connection with something to send (each
+    /// one a segment per round), so with many busy connections these polls
+    /// are bounded per turn, not per connection; past the budget each
+    /// connection fills what TCP has room for and the rest waits for the
+    /// next turn.
     pub tx_polls: usize,
     /// Octets the engine writes into TCP per fill before TCP sends them:
     /// small enough that the peer works on one chunk while the engine
@@ -551,8 +552,8 @@ impl<T: CoreTransport> Core<T> {
             // TCP sends what this fill queued (a segment cut short where the
             // next FPDU did not fit), and the device hands it to the port,
             // so the peer works on it while the engine makes the next. A
-            // poll visits every connection: past the turn's budget, the
-            // rest waits for the next turn.
+            // poll visits every connection with something to send: past the
+            // turn's budget, the rest waits for the next turn.
             if self.polls_left == 0 {
                 break;
             }

@@ -23,7 +23,8 @@ use crate::transport::{ConnectError, ListenError, RecvError, SendError, Transpor
 /// Packets taken from the device per [`Stack::poll`] before egress runs
 /// (STYLE.md §5: every poller has a named budget).
 pub const RX_BURST_PACKETS_MAX: usize = 256;
-/// Rounds of egress per poll; each round lets every socket emit one segment.
+/// Rounds of egress per poll; each round lets every socket with something
+/// to send emit one segment.
 pub const TX_BURST_ROUNDS_MAX: usize = 256;
 /// Listeners per stack.
 pub const LISTENERS_MAX: usize = 16;
