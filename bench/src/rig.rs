@@ -427,10 +427,11 @@ impl<C: CoreTransport, S: CoreTransport> Drop for Rig<C, S> {
             }
             // An in-process memif pair: the server's port is closed, and
             // EAL's interrupt thread takes the client's side of the link
-            // down when it handles the server leaving. Closing the client's
-            // port before that races DPDK 22.11's memif handler, which then
-            // works on freed memory (a crash on the interrupt thread after
-            // the run, 1 in 10 `--compare` runs on hugepages).
+            // down when it handles the server leaving. The client's port
+            // closes after that, not while the handler runs on it: one
+            // close at a time on DPDK 22.11's memif (the crash it had after
+            // runs was its deferred release, see `PortInner::drop` in
+            // dataplane; this order alone did not stop it).
             let start = StdInstant::now();
             while self.client.core.transport().link_up() == Some(true)
                 && start.elapsed() < StdDuration::from_secs(1)
