@@ -481,11 +481,6 @@ impl<T: CoreTransport> Server<T> {
         self.serving.refused()
     }
 
-    /// What this server's cores share.
-    pub fn serving(&self) -> &Arc<Serving> {
-        &self.serving
-    }
-
     /// Steps until the listener is up (or refused), at most 10 s.
     pub fn wait_listening(&mut self) -> Result<(), String> {
         let start = StdInstant::now();

@@ -239,16 +239,12 @@ fn a_flood_on_one_core_leaves_the_other_running() {
     );
 }
 
-/// `--active`: a Write latency run beside busy QPs on the same core: the
-/// latency QP completes its rounds, the busy QPs complete Writes meanwhile,
-/// and their memory slots are their own (the latency QP's pong is its own).
-#[test]
-fn a_latency_run_beside_busy_qps_measures_both() {
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let active = 16;
-    let mut rig = rig::embedded(&RigConfig {
-        memory: memory_for(1 + active, 64),
-        ..config(7490)
+/// An embedded rig with memory for a 64 B Write latency QP and `beside`
+/// more QPs, listening on `port`, and that latency run (300 rounds).
+fn write_latency_beside(beside: usize, port: u16) -> (rig::EmbeddedRig, Spec) {
+    let rig = rig::embedded(&RigConfig {
+        memory: memory_for(1 + beside, 64),
+        ..config(port)
     })
     .unwrap();
     let spec = Spec {
@@ -259,6 +255,17 @@ fn a_latency_run_beside_busy_qps_measures_both() {
         depth: 4,
         qps: 1,
     };
+    (rig, spec)
+}
+
+/// `--active`: a Write latency run beside busy QPs on the same core: the
+/// latency QP completes its rounds, the busy QPs complete Writes meanwhile,
+/// and their memory slots are their own (the latency QP's pong is its own).
+#[test]
+fn a_latency_run_beside_busy_qps_measures_both() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let active = 16;
+    let (mut rig, spec) = write_latency_beside(active, 7490);
     let m = workload::run_beside(
         &mut rig,
         &spec,
@@ -297,20 +304,9 @@ fn a_latency_run_beside_busy_qps_measures_both() {
 /// complete nothing, and every one of them is closed after the run.
 #[test]
 fn a_latency_run_beside_idle_qps() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let idle = 32;
-    let mut rig = rig::embedded(&RigConfig {
-        memory: memory_for(1 + idle, 64),
-        ..config(7491)
-    })
-    .unwrap();
-    let spec = Spec {
-        op: Op::Write,
-        mode: Mode::Latency,
-        size: 64,
-        stop: Stop::Iterations(300),
-        depth: 4,
-        qps: 1,
-    };
+    let (mut rig, spec) = write_latency_beside(idle, 7491);
     let before = rig.core_reports()[0].counters;
     let m = workload::run_beside(
         &mut rig,

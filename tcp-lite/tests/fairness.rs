@@ -7,12 +7,9 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::net::SocketAddrV4;
-
 use support::*;
 use tcp_lite::link::LinkConfig;
-use tcp_lite::{ConnId, Duration, EventKind, Transport};
+use tcp_lite::{Duration, Transport};
 
 #[test]
 fn every_connection_gets_its_turn_on_a_link_that_pushes_back() {
@@ -25,29 +22,8 @@ fn every_connection_gets_its_turn_on_a_link_that_pushes_back() {
         c.tcp.tx_buffer = 64 * 1024;
         c.tcp.congestion = tcp_lite::CongestionControl::None;
     });
-    net.b.listen(9000).unwrap();
-    let now = net.now;
-    let clients: Vec<ConnId> = (0..CONNS)
-        .map(|_| net.a.connect(SocketAddrV4::new(B_ADDR, 9000), now).unwrap())
-        .collect();
     // Every connection up, and the server's end of each.
-    let mut servers: HashMap<SocketAddrV4, ConnId> = HashMap::new();
-    net.run_until(Duration::from_secs(10), |net| {
-        for e in net.b_events.drain(..) {
-            if let EventKind::Accepted(_) = e.kind {
-                let (_, peer) = net.b.endpoints(e.conn).unwrap();
-                servers.insert(peer, e.conn);
-            }
-        }
-        servers.len() == CONNS
-    });
-    let pairs: Vec<(ConnId, ConnId)> = clients
-        .iter()
-        .map(|&c| {
-            let (local, _) = net.a.endpoints(c).unwrap();
-            (c, servers[&local])
-        })
-        .collect();
+    let pairs = net.open_many(CONNS, 9000);
     // Everyone sends as fast as TCP takes it; the server reads it all.
     let mut received = vec![0u64; CONNS];
     let chunk = vec![0x5a; 16 * 1024];

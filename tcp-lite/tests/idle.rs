@@ -10,12 +10,9 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::net::SocketAddrV4;
-
 use support::*;
 use tcp_lite::link::LinkConfig;
-use tcp_lite::{ConnId, Duration, EventKind, Transport};
+use tcp_lite::{Duration, Transport};
 
 #[test]
 fn a_ping_pong_beside_512_idle_connections_looks_at_none_of_them() {
@@ -26,23 +23,7 @@ fn a_ping_pong_beside_512_idle_connections_looks_at_none_of_them() {
         c.tcp.tx_buffer = 4096;
         c.max_connections = 1024;
     });
-    net.b.listen(9000).unwrap();
-    let now = net.now;
-    let clients: Vec<ConnId> = (0..=IDLE)
-        .map(|_| net.a.connect(SocketAddrV4::new(B_ADDR, 9000), now).unwrap())
-        .collect();
-    let mut servers: HashMap<SocketAddrV4, ConnId> = HashMap::new();
-    net.run_until(Duration::from_secs(10), |net| {
-        for e in net.b_events.drain(..) {
-            if let EventKind::Accepted(_) = e.kind {
-                let (_, peer) = net.b.endpoints(e.conn).unwrap();
-                servers.insert(peer, e.conn);
-            }
-        }
-        servers.len() == IDLE + 1
-    });
-    let client = clients[IDLE];
-    let server = servers[&net.a.endpoints(client).unwrap().0];
+    let (client, server) = net.open_many(IDLE + 1, 9000)[IDLE];
     // Quiet: every handshake's last ACK is in.
     for _ in 0..100 {
         net.step(Duration::from_millis(1));

@@ -1,6 +1,7 @@
 //! Two stacks joined by an in-memory link, driven in virtual time.
 #![allow(dead_code)] // Each test file uses what it needs.
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use tcp_lite::link::{self, LinkConfig, LinkEnd};
@@ -73,6 +74,37 @@ impl Net {
             assert!(self.now < end, "not done after {limit} of virtual time");
             self.step(Duration::from_millis(10));
         }
+    }
+
+    /// Open `n` connections at once from `a` to `b`'s `port` (listening
+    /// there first); each client with its server, in the order opened.
+    pub(crate) fn open_many(&mut self, n: usize, port: u16) -> Vec<(ConnId, ConnId)> {
+        let _ = self.b.listen(port);
+        let now = self.now;
+        let clients: Vec<ConnId> = (0..n)
+            .map(|_| {
+                self.a
+                    .connect(SocketAddrV4::new(B_ADDR, port), now)
+                    .unwrap()
+            })
+            .collect();
+        let mut servers: HashMap<SocketAddrV4, ConnId> = HashMap::new();
+        self.run_until(Duration::from_secs(10), |net| {
+            for e in net.b_events.drain(..) {
+                if let EventKind::Accepted(_) = e.kind {
+                    let (_, peer) = net.b.endpoints(e.conn).unwrap();
+                    servers.insert(peer, e.conn);
+                }
+            }
+            servers.len() == n
+        });
+        clients
+            .into_iter()
+            .map(|c| {
+                let (local, _) = self.a.endpoints(c).unwrap();
+                (c, servers[&local])
+            })
+            .collect()
     }
 
     /// Open a connection from `a` to `b`'s `port` (listening there first).

@@ -118,7 +118,9 @@ pub struct Interface {
     fragmenter: Fragmenter,
     /// dpwarp: where the next egress pass starts (the socket the device
     /// last refused a token), so that under sustained back-pressure every
-    /// socket gets its turn instead of the first ones only.
+    /// socket gets its turn instead of the first ones only. With `alloc`
+    /// the socket set's ready queue keeps that order instead.
+    #[cfg(not(feature = "alloc"))]
     egress_start: usize,
 }
 
@@ -263,6 +265,7 @@ impl Interface {
         }
 
         Interface {
+            #[cfg(not(feature = "alloc"))]
             egress_start: 0,
             fragments: FragmentsBuffer {
                 #[cfg(feature = "proto-sixlowpan")]
