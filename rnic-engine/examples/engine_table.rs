@@ -32,7 +32,10 @@
 //! `read_64b_mops`, `send_64b_mops`, `framer_only_64b_mops`,
 //! `write_64k_segment_gbit_s`, `framer_only_64k_segment_gbit_s`,
 //! `write_64k_jumbo_gbit_s`, `framer_only_64k_jumbo_gbit_s`,
-//! `write_64k_segments_gbit_s`.
+//! `write_64k_segments_gbit_s`, and for DDP over SCTP's messages (rows
+//! "SCTP messages": the engine's second lower layer, RFC 5043, without
+//! the SCTP association) `write_64k_sctp_gbit_s`, `read_64k_sctp_gbit_s`,
+//! `write_64b_sctp_mops`.
 
 #[path = "common/measure.rs"]
 mod measure;
@@ -65,6 +68,21 @@ fn engine_mops(kind: Kind, size: usize) -> f64 {
     median_calls(|| w.call()) * w.batch() as f64 / 1e6
 }
 
+/// The engine over DDP over SCTP's messages (RFC 5043; `Link::Messages`,
+/// 1,444-octet messages, MTU 1500 over UDP), without SCTP itself: what the
+/// second lower layer costs the engine, beside MPA with CRC.
+fn messages_gbit(kind: Kind, size: usize) -> f64 {
+    let message = rnic_engine::sctp::MESSAGE_MAX_MTU_1500;
+    let mut w = EngineWorkload::with_link(kind, size, message, WINDOW, Link::Messages);
+    median_rate(w.octets(), || w.call()) * 8.0
+}
+
+fn messages_mops(size: usize) -> f64 {
+    let message = rnic_engine::sctp::MESSAGE_MAX_MTU_1500;
+    let mut w = EngineWorkload::with_link(Kind::Write, size, message, WINDOW, Link::Messages);
+    median_calls(|| w.call()) * w.batch() as f64 / 1e6
+}
+
 fn framer_gbit(size: usize, emss: usize, window: usize) -> f64 {
     let mut w = FramerWorkload::new(size, emss, window);
     median_rate(w.octets(), || w.call()) * 8.0
@@ -92,6 +110,8 @@ fn main() {
     let write_segments = segments_gbit(k);
     let framer_jumbo = framer_gbit(k, JUMBO, WINDOW);
     let write_jumbo = engine_gbit(Kind::Write, k, JUMBO, WINDOW);
+    let write_sctp = messages_gbit(Kind::Write, k);
+    let read_sctp = messages_gbit(Kind::Read, k);
     let framer_64b = {
         let mut w = FramerWorkload::new(64, EMSS, WINDOW);
         median_calls(|| w.call()) * workloads::batch(64) as f64 / 1e6
@@ -99,6 +119,7 @@ fn main() {
     let write_64b = engine_mops(Kind::Write, 64);
     let read_64b = engine_mops(Kind::Read, 64);
     let send_64b = engine_mops(Kind::Send, 64);
+    let write_64b_sctp = messages_mops(64);
     let overhead = (framer_64k / write_64k - 1.0) * 100.0;
 
     println!(
@@ -115,6 +136,8 @@ fn main() {
         ("RDMA Write, segments", write_segments, framer_64k),
         ("framer only, EMSS 9000", framer_jumbo, framer_jumbo),
         ("RDMA Write, EMSS 9000", write_jumbo, framer_jumbo),
+        ("RDMA Write, SCTP messages", write_sctp, framer_64k),
+        ("RDMA Read, SCTP messages", read_sctp, framer_64k),
     ] {
         println!("{name:<34} {value:>10.1} {:>9.0}%", value / framer * 100.0);
     }
@@ -125,6 +148,7 @@ fn main() {
         ("RDMA Write", write_64b),
         ("RDMA Read", read_64b),
         ("Send", send_64b),
+        ("RDMA Write, SCTP messages", write_64b_sctp),
     ] {
         println!("{name:<34} {value:>10.2}");
     }
@@ -139,7 +163,8 @@ fn main() {
 \"read_64b_mops\":{read_64b:.3},\"send_64b_mops\":{send_64b:.3},\"framer_only_64b_mops\":{framer_64b:.3},\
 \"write_64k_segment_gbit_s\":{write_segment:.2},\"framer_only_64k_segment_gbit_s\":{framer_segment:.2},\
 \"write_64k_jumbo_gbit_s\":{write_jumbo:.2},\"framer_only_64k_jumbo_gbit_s\":{framer_jumbo:.2},\
-\"write_64k_segments_gbit_s\":{write_segments:.2}}}"
+\"write_64k_segments_gbit_s\":{write_segments:.2},\"write_64k_sctp_gbit_s\":{write_sctp:.2},\
+\"read_64k_sctp_gbit_s\":{read_sctp:.2},\"write_64b_sctp_mops\":{write_64b_sctp:.3}}}"
         );
     }
 }

@@ -5,6 +5,10 @@
 //!   RDMAP with the RFC 7306 extensions, Terminate).
 //! * [`mpa`]: the MPA framer and deframer (markers, CRC32c with SIMD
 //!   kernels).
+//! * [`sctp`]: the second lower layer, DDP over SCTP (RFC 5043): one DDP
+//!   segment per SCTP message behind a DDP-SSN, and the reorder window
+//!   that delivers unordered messages in DDP-SSN order
+//!   ([`verbs::Rnic::handle_message`], [`verbs::Rnic::poll_transmit_messages`]).
 //! * [`verbs`]: the RNIC as an application sees it, in libibverbs' shapes
 //!   (protection domains, memory registration, completion queues, queue
 //!   pairs with send, receive or shared receive queues), and the data path
@@ -29,5 +33,6 @@ pub mod mem;
 pub mod mpa;
 pub mod pair;
 pub mod qp;
+pub mod sctp;
 pub mod verbs;
 pub mod wire;

@@ -14,8 +14,10 @@
 
 use crate::cq::Wc;
 use crate::mem::{Access, Pd, Region};
+use crate::sctp::rx::ReorderConfig;
 use crate::verbs::{
-    Connection, CqHandle, Mr, QpHandle, QpInit, Rnic, RnicConfig, Segments, VerbError,
+    Connection, CqHandle, MessageConnection, Mr, QpHandle, QpInit, Rnic, RnicConfig, Segments,
+    VerbError,
 };
 use std::sync::Arc;
 
@@ -67,6 +69,22 @@ pub enum Link {
     /// As [`Link::Segments`], and each direction's octets and segments are
     /// kept ([`RnicPair::take_recordings`]) for tests to check.
     SegmentsRecorded,
+    /// DDP over SCTP (RFC 5043): the QPs are connected with
+    /// [`Rnic::connect_messages`] (`emss` is the largest user message) and
+    /// each DDP Segment message goes from [`Rnic::poll_transmit_messages`]
+    /// to [`Rnic::handle_message`] in the order it was sent.
+    Messages,
+    /// As [`Link::Messages`], delivered out of order, as unordered SCTP
+    /// chunks may be: each transfer's messages are shuffled with the seed,
+    /// and some are held back until a later transfer.
+    MessagesShuffled,
+}
+
+impl Link {
+    /// Whether the link carries SCTP messages rather than an MPA stream.
+    pub fn is_messages(self) -> bool {
+        matches!(self, Link::Messages | Link::MessagesShuffled)
+    }
 }
 
 /// What one direction of a [`Link::SegmentsRecorded`] link carried.
@@ -148,7 +166,11 @@ impl Side {
             sq_size: config.queue_size,
             rq_size: config.queue_size,
         })?;
-        self.rnic.connect(qp, connection(config))?;
+        if config.link.is_messages() {
+            self.rnic.connect_messages(qp, message_connection(config))?;
+        } else {
+            self.rnic.connect(qp, connection(config))?;
+        }
         Ok(qp)
     }
 
@@ -190,6 +212,17 @@ pub fn connection(config: &PairConfig) -> Connection {
     }
 }
 
+/// The parameters both sides of a [`Link::Messages`] pair negotiated.
+pub fn message_connection(config: &PairConfig) -> MessageConnection {
+    MessageConnection {
+        message_max: config.emss,
+        ird: config.ird_ord,
+        ord: config.ird_ord,
+        reorder: ReorderConfig::default(),
+        terminate_layout: crate::wire::term::Encoding::Rfc5040,
+    }
+}
+
 /// Two connected RNICs.
 #[derive(Debug)]
 pub struct RnicPair {
@@ -206,8 +239,19 @@ pub struct RnicPair {
     pub moved: [u64; 2],
     /// Calls of the engine's transmit function from `a` and from `b`.
     pub calls: [u64; 2],
+    /// [`Link::MessagesShuffled`]: messages delivered before one sent
+    /// earlier on the same link and direction.
+    pub reordered: u64,
     /// Per link, TCP's segmentation from `a` and from `b` ([`Link::Segments`]).
     tcp: Vec<[Tcp; 2]>,
+    /// Message links: the lengths of the messages one transfer wrote.
+    lengths: Vec<u16>,
+    /// [`Link::MessagesShuffled`]: per link and direction, the messages
+    /// sent and not yet delivered.
+    in_flight: Vec<[Vec<Vec<u8>>; 2]>,
+    /// Buffers of delivered messages, reused (steady transfers allocate
+    /// nothing, as `engine_alloc` checks).
+    spare: Vec<Vec<u8>>,
 }
 
 impl RnicPair {
@@ -233,7 +277,11 @@ impl RnicPair {
             config,
             moved: [0, 0],
             calls: [0, 0],
+            reordered: 0,
             tcp: Vec::new(),
+            lengths: Vec::new(),
+            in_flight: Vec::new(),
+            spare: Vec::new(),
         };
         pair.add_tcp();
         Ok(pair)
@@ -265,6 +313,10 @@ impl RnicPair {
     /// offset, which follows from earlier allocations, moved engine_table's
     /// rows by up to 5%).
     fn add_tcp(&mut self) {
+        if self.config.link.is_messages() {
+            self.in_flight.push([Vec::new(), Vec::new()]);
+            return;
+        }
         if self.config.link == Link::Window {
             return;
         }
@@ -287,10 +339,7 @@ impl RnicPair {
     }
 
     fn next(&mut self) -> u64 {
-        self.rng ^= self.rng << 13;
-        self.rng ^= self.rng >> 7;
-        self.rng ^= self.rng << 17;
-        self.rng
+        xorshift(&mut self.rng)
     }
 
     /// Moves at most one transfer (a segment, or a window) each way on
@@ -306,6 +355,9 @@ impl RnicPair {
     }
 
     fn transfer(&mut self, link: usize, forward: bool) -> usize {
+        if self.config.link.is_messages() {
+            return self.transfer_messages(link, forward);
+        }
         let (qp_a, qp_b) = self.links[link];
         let (from, from_qp, to_qp) = if forward {
             (&mut self.a, qp_a, qp_b)
@@ -337,6 +389,63 @@ impl RnicPair {
         }
         self.moved[usize::from(!forward)] += n as u64;
         n
+    }
+
+    /// One transfer of SCTP messages ([`Link::Messages`]); returns the
+    /// octets sent, or delivered from earlier transfers when nothing new
+    /// was sent.
+    #[inline(never)]
+    fn transfer_messages(&mut self, link: usize, forward: bool) -> usize {
+        let (qp_a, qp_b) = self.links[link];
+        let (from, to, from_qp, to_qp) = if forward {
+            (&mut self.a, &mut self.b, qp_a, qp_b)
+        } else {
+            (&mut self.b, &mut self.a, qp_b, qp_a)
+        };
+        let direction = usize::from(!forward);
+        self.calls[direction] += 1;
+        self.lengths.clear();
+        let n = from
+            .rnic
+            .poll_transmit_messages(from_qp, &mut self.segment, &mut self.lengths)
+            .unwrap_or(0);
+        self.moved[direction] += n as u64;
+        let mut at = 0;
+        if self.config.link == Link::Messages {
+            for &len in &self.lengths {
+                let message = &self.segment[at..at + usize::from(len)];
+                let _ = to.rnic.handle_message(to_qp, message);
+                at += usize::from(len);
+            }
+            return n;
+        }
+        let flight = &mut self.in_flight[link][direction];
+        for &len in &self.lengths {
+            let mut message = self.spare.pop().unwrap_or_default();
+            message.clear();
+            message.extend_from_slice(&self.segment[at..at + usize::from(len)]);
+            flight.push(message);
+            at += usize::from(len);
+        }
+        let mut delivered = 0;
+        // Deliver all but up to three at random, unless nothing new came:
+        // then everything, so that a run ends.
+        let keep = if n == 0 {
+            0
+        } else {
+            (xorshift(&mut self.rng) % 4) as usize
+        };
+        while flight.len() > keep {
+            // `flight` is in sending order: any pick but the first
+            // overtakes an earlier message.
+            let pick = (xorshift(&mut self.rng) % flight.len() as u64) as usize;
+            self.reordered += u64::from(pick != 0);
+            let message = flight.remove(pick);
+            let _ = to.rnic.handle_message(to_qp, &message);
+            delivered += message.len();
+            self.spare.push(message);
+        }
+        n.max(delivered)
     }
 
     /// One transfer's [`Rnic::poll_transmit_segments`] with the direction's
@@ -392,6 +501,13 @@ impl RnicPair {
         }
         steps_max
     }
+}
+
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
 }
 
 /// One direction's TCP segmentation for [`Link::Segments`]: segments of

@@ -16,7 +16,7 @@ use crate::cq::{Cq, Notify, Wc};
 use crate::mem::{Access, Pd, Region, Registration, StagTable};
 use crate::qp::{Ctx, NoCuts, Qp};
 
-pub use crate::qp::{Connection, QpEvent, QpState, Segments, TermInfo};
+pub use crate::qp::{Connection, MessageConnection, QpEvent, QpState, Segments, TermInfo};
 
 /// Sizes of an RNIC's tables, fixed at startup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -611,6 +611,59 @@ impl Rnic {
         qp.connect(connection)
     }
 
+    /// Connects an idle QP to a DDP stream over SCTP (RFC 5043) that the
+    /// control plane's session control established: from now on it takes
+    /// [`Rnic::handle_message`] and gives [`Rnic::poll_transmit_messages`].
+    pub fn connect_messages(
+        &mut self,
+        qp: QpHandle,
+        connection: MessageConnection,
+    ) -> Result<(), VerbError> {
+        let (qp, _) = self.split(qp)?;
+        qp.connect_messages(connection)
+    }
+
+    /// Feeds one DDP Segment message (SCTP PPID 16, `DDP-SSN | DDP
+    /// segment`) of a QP connected with [`Rnic::connect_messages`], in
+    /// whatever order SCTP delivered it (chunks are unordered, RFC 5043
+    /// §8): RDMA Writes are placed as they arrive, everything else is
+    /// processed and completed in DDP-SSN order. A message that breaks the
+    /// rules (too short, a DDP-SSN outside the window or seen before, more
+    /// than the window holds, or any DDP/RDMAP error) makes the QP send a
+    /// Terminate, as over MPA. [`VerbError::State`] for a QP connected
+    /// over MPA or not at all; a QP no longer in RTS ignores the message.
+    pub fn handle_message(&mut self, qp: QpHandle, message: &[u8]) -> Result<(), VerbError> {
+        let (qp, mut ctx) = self.split(qp)?;
+        if !qp.is_message_llp() {
+            return Err(VerbError::State);
+        }
+        qp.handle_message(&mut ctx, message);
+        Ok(())
+    }
+
+    /// Writes DDP Segment messages (`DDP-SSN | DDP segment`, each at most
+    /// the connection's `message_max` octets) back to back into `out`,
+    /// appends each one's length to `lengths`, and returns the octets
+    /// written; the caller sends each as one unordered SCTP user message
+    /// with PPID 16 on the QP's stream. Everything else is as in
+    /// [`Rnic::poll_transmit`] (message order, responses, Terminates, IRD
+    /// and ORD); 0 when there is nothing to send or no room for the next
+    /// message. [`VerbError::State`] for a QP connected over MPA.
+    pub fn poll_transmit_messages(
+        &mut self,
+        qp: QpHandle,
+        out: &mut [u8],
+        lengths: &mut Vec<u16>,
+    ) -> Result<usize, VerbError> {
+        let (qp, mut ctx) = self.split(qp)?;
+        if !qp.is_message_llp() {
+            return Err(VerbError::State);
+        }
+        let n = qp.poll_transmit(&mut ctx, out, NoCuts);
+        qp.take_message_lengths(lengths);
+        Ok(n)
+    }
+
     /// The QP's state.
     pub fn qp_state(&self, qp: QpHandle) -> Result<QpState, VerbError> {
         self.qps
@@ -647,8 +700,14 @@ impl Rnic {
     /// FPDUs are sized to MULPDU, not to TCP's segments: one that follows
     /// a short FPDU straddles a segment boundary. A transport that controls
     /// segmentation calls [`Rnic::poll_transmit_segments`] instead.
+    /// [`VerbError::State`] for a QP connected over SCTP
+    /// ([`Rnic::poll_transmit_messages`]).
     pub fn poll_transmit(&mut self, qp: QpHandle, out: &mut [u8]) -> Result<usize, VerbError> {
         let (qp, mut ctx) = self.split(qp)?;
+        if qp.is_message_llp() {
+            // Its messages need their lengths: `poll_transmit_messages`.
+            return Err(VerbError::State);
+        }
         Ok(qp.poll_transmit(&mut ctx, out, NoCuts))
     }
 
@@ -704,6 +763,10 @@ impl Rnic {
             "segments of at least EMSS_MIN octets, the first no larger: {segments:?}"
         );
         let (qp, mut ctx) = self.split(qp)?;
+        if qp.is_message_llp() {
+            // Its messages need their lengths: `poll_transmit_messages`.
+            return Err(VerbError::State);
+        }
         Ok(qp.poll_transmit(&mut ctx, out, segments))
     }
 

@@ -51,7 +51,14 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn steady_state_transfers_do_not_allocate() {
-    for config in configs() {
+    // Out of order SCTP delivery is left out: the reorder window copies an
+    // early message into a buffer it keeps for reuse, and a deeper
+    // reordering than any before takes one more (bounded by its
+    // `ReorderConfig`). In-order messages, the steady state, are in.
+    let steady = configs()
+        .into_iter()
+        .filter(|c| c.link != rnic_engine::pair::Link::MessagesShuffled);
+    for config in steady {
         let mut pair = pair(PairConfig {
             ird_ord: 4,
             ..config

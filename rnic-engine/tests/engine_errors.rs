@@ -550,6 +550,20 @@ fn every_bad_segment_gets_its_terminate() {
             link: Link::Segments,
             ..PairConfig::default()
         },
+        // DDP over SCTP: the same answers, whatever order the messages
+        // arrive in (one code path for DDP/RDMAP behind both LLPs).
+        PairConfig {
+            emss: rnic_engine::sctp::MESSAGE_MAX_MTU_1500,
+            link: Link::Messages,
+            ..PairConfig::default()
+        },
+        PairConfig {
+            emss: rnic_engine::sctp::MESSAGE_MAX_MTU_1500,
+            window: 4 * rnic_engine::sctp::MESSAGE_MAX_MTU_1500,
+            seed: 21,
+            link: Link::MessagesShuffled,
+            ..PairConfig::default()
+        },
     ] {
         for (name, build, code) in cases() {
             let config = PairConfig {

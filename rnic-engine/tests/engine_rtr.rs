@@ -141,7 +141,8 @@ fn the_rtr_goes_first_in_siws_form_and_is_consumed() {
 #[test]
 fn every_rtr_then_every_operation_both_ways() {
     for rtr in [Rtr::Write, Rtr::Read, Rtr::Send] {
-        for config in configs() {
+        // No RTR over SCTP (RFC 6581 §7: either side may send first).
+        for config in configs().into_iter().filter(|c| !c.link.is_messages()) {
             let (mut pair, qa, qb) = p2p_pair(config, Some(rtr), RtrSet::ALL);
             let (a_region, a_mr) = pair
                 .a

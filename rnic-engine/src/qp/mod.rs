@@ -39,7 +39,9 @@ use std::sync::Arc;
 use crate::cq::{Cq, Wc, WcOpcode, WcStatus};
 use crate::mem::{Access, AccessError, Grant, Pd, StagCache, StagTable};
 use crate::mpa::rx::{Deframer, RxConfig};
-use crate::mpa::tx::{Framer, TxConfig};
+use crate::mpa::tx::{FrameError, Framer, TxConfig};
+use crate::sctp::rx::{Reorder, ReorderConfig};
+use crate::sctp::tx::MessageFramer;
 use crate::verbs::{
     CqHandle, QpHandle, QpInit, RecvWr, SendOp, SendWr, Sge, Srq, SrqHandle, VerbError, SGE_MAX,
 };
@@ -87,6 +89,27 @@ pub struct Connection {
     /// reads ours with, so that a siw peer reports the layer, type and
     /// code we sent (it reads RFC 5040's with layer and type swapped).
     /// Received Terminates are read in either layout regardless.
+    pub terminate_layout: crate::wire::term::Encoding,
+}
+
+/// What a DDP stream over SCTP negotiated (RFC 5043 §6 session control,
+/// with RFC 6581 §7's IRD/ORD): the QP's lower layer is then one SCTP
+/// user message per DDP segment ([`crate::sctp`]) instead of MPA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageConnection {
+    /// The largest user message the association carries in one packet
+    /// ([`crate::sctp::message_max`] of its path MTU): the DDP-SSN and a
+    /// DDP segment of at most this less 2 octets.
+    pub message_max: usize,
+    /// Inbound Read queue depth this side granted.
+    pub ird: u16,
+    /// Outbound Reads and atomics this side may have outstanding.
+    pub ord: u16,
+    /// How many messages may arrive ahead of their turn, and how many
+    /// octets of them this side holds.
+    pub reorder: ReorderConfig,
+    /// How our Terminates lay out their control word (see
+    /// [`Connection::terminate_layout`]).
     pub terminate_layout: crate::wire::term::Encoding,
 }
 
@@ -472,11 +495,80 @@ struct Receiving {
     len: usize,
 }
 
+/// The lower layer a QP's DDP segments leave through: MPA FPDUs on a TCP
+/// stream, or messages on an SCTP stream. The transmit path is written
+/// once against this (one code path for DDP/RDMAP, two adapters).
+#[derive(Debug)]
+pub(crate) enum LlpTx {
+    Mpa(Framer),
+    Sctp(MessageFramer),
+}
+
+impl LlpTx {
+    #[inline(always)]
+    fn mulpdu(&self) -> usize {
+        match self {
+            LlpTx::Mpa(f) => f.mulpdu(),
+            LlpTx::Sctp(f) => f.mulpdu(),
+        }
+    }
+
+    #[inline(always)]
+    fn wire_len(&self, ulpdu_len: usize) -> usize {
+        match self {
+            LlpTx::Mpa(f) => f.wire_len(ulpdu_len),
+            LlpTx::Sctp(f) => f.wire_len(ulpdu_len),
+        }
+    }
+
+    #[inline(always)]
+    fn ulpdu_len_max(&self, room: usize) -> Option<usize> {
+        match self {
+            LlpTx::Mpa(f) => f.ulpdu_len_max(room),
+            LlpTx::Sctp(f) => f.ulpdu_len_max(room),
+        }
+    }
+
+    #[inline(always)]
+    fn frame(&mut self, pieces: &[&[u8]], out: &mut [u8]) -> Result<usize, FrameError> {
+        match self {
+            LlpTx::Mpa(f) => f.frame(pieces, out),
+            LlpTx::Sctp(f) => f.frame(pieces, out),
+        }
+    }
+
+    #[inline(always)]
+    fn frame_with(
+        &mut self,
+        header: &[u8],
+        payload_len: usize,
+        out: &mut [u8],
+        fill: impl FnMut(usize, &mut [u8]),
+    ) -> Result<usize, FrameError> {
+        match self {
+            LlpTx::Mpa(f) => f.frame_with(header, payload_len, out, fill),
+            LlpTx::Sctp(f) => f.frame_with(header, payload_len, out, fill),
+        }
+    }
+}
+
+/// The lower layer a QP's DDP segments arrive through.
+///
+/// Not boxed although the deframer is larger (its frame buffer): one per
+/// QP, read on every received segment, where a pointer chase would cost
+/// more than the octets an SCTP QP leaves unused.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
+pub(crate) enum LlpRx {
+    Mpa(Deframer),
+    Sctp(Reorder),
+}
+
 /// A queue pair.
 #[derive(Debug)]
 pub(crate) struct Qp {
-    framer: Option<Framer>,
-    deframer: Option<Deframer>,
+    framer: Option<LlpTx>,
+    deframer: Option<LlpRx>,
     /// ULPDUs to send as they are, before anything else (fault injection).
     injected: VecDeque<Vec<u8>>,
     /// The last transmit stopped because the next FPDU did not fit the room
@@ -596,13 +688,59 @@ impl Qp {
             emss: c.emss,
         })
         .map_err(|_| VerbError::Invalid)?;
-        self.deframer = Some(Deframer::new(RxConfig {
+        self.deframer = Some(LlpRx::Mpa(Deframer::new(RxConfig {
             crc: c.crc,
             markers: c.markers_rx,
             ulpdu_max: c.ulpdu_max,
-        }));
-        self.framer = Some(framer);
-        let inner = &mut self.inner;
+        })));
+        self.framer = Some(LlpTx::Mpa(framer));
+        self.inner.connected(c);
+        Ok(())
+    }
+
+    /// Connects the QP to a DDP stream over SCTP (RFC 5043): no RTR (either
+    /// side may send first, RFC 6581 §7), no fencing, no CRC or markers
+    /// (SCTP checks its packets with its own CRC32c).
+    pub(crate) fn connect_messages(&mut self, c: MessageConnection) -> Result<(), VerbError> {
+        if self.inner.state != QpState::Idle {
+            return Err(VerbError::State);
+        }
+        let framer = MessageFramer::new(c.message_max).ok_or(VerbError::Invalid)?;
+        self.framer = Some(LlpTx::Sctp(framer));
+        self.deframer = Some(LlpRx::Sctp(Reorder::new(c.reorder)));
+        self.inner.connected(Connection {
+            crc: false,
+            markers_tx: false,
+            markers_rx: false,
+            emss: c.message_max,
+            ird: c.ird,
+            ord: c.ord,
+            ulpdu_max: c.message_max - crate::sctp::SSN_LEN,
+            rtr_send: None,
+            rtr_accept: RtrSet::NONE,
+            fenced: false,
+            terminate_layout: c.terminate_layout,
+        });
+        Ok(())
+    }
+
+    /// Whether the QP's lower layer is SCTP messages.
+    pub(crate) fn is_message_llp(&self) -> bool {
+        matches!(self.framer, Some(LlpTx::Sctp(_)))
+    }
+
+    /// The lengths of the messages the last transmits wrote, appended to
+    /// `out` (nothing for an MPA QP).
+    pub(crate) fn take_message_lengths(&mut self, out: &mut Vec<u16>) {
+        if let Some(LlpTx::Sctp(framer)) = &mut self.framer {
+            framer.take_lengths(out);
+        }
+    }
+}
+
+impl Inner {
+    fn connected(&mut self, c: Connection) {
+        let inner = self;
         inner.orq = VecDeque::with_capacity(usize::from(c.ord));
         inner.irrq = VecDeque::with_capacity(usize::from(c.ird));
         inner.rtr_tx = c.rtr_send;
@@ -610,9 +748,10 @@ impl Qp {
         inner.fenced = c.fenced;
         inner.connection = Some(c);
         inner.state = QpState::Rts;
-        Ok(())
     }
+}
 
+impl Qp {
     pub(crate) fn post_send(&mut self, wr: &SendWr<'_>) -> Result<(), VerbError> {
         self.inner.post_send(wr)
     }

@@ -16,12 +16,13 @@
 use crate::cq::{WcOpcode, WcStatus};
 use crate::mem::{Access, AccessError};
 use crate::mpa::rx::Poll;
+use crate::sctp::rx::Arrival;
 use crate::wire::rdmap::{self, Control, Header, Opcode};
 use crate::wire::{atomic, ddp};
 
 use super::term::{OperationError, ProtectionError, TaggedError, TermCause, UntaggedError};
 use super::{
-    Ctx, Inner, Irrq, Orq, Qp, QpEvent, QpState, Receiving, RecvCompletion, RtrSet, TermInfo,
+    Ctx, Inner, Irrq, LlpRx, Orq, Qp, QpEvent, QpState, Receiving, RecvCompletion, RtrSet, TermInfo,
 };
 
 /// A processing failure: the cause, and whether the Terminate echoes the
@@ -41,7 +42,7 @@ impl Qp {
     /// the QP is not connected (none). After an error the rest of the
     /// stream is consumed and ignored.
     pub(crate) fn handle_stream(&mut self, ctx: &mut Ctx<'_>, octets: &[u8]) -> usize {
-        let Some(deframer) = self.deframer.as_mut() else {
+        let Some(LlpRx::Mpa(deframer)) = self.deframer.as_mut() else {
             return 0;
         };
         let inner = &mut self.inner;
@@ -76,6 +77,69 @@ impl Qp {
         }
         octets.len()
     }
+}
+
+impl Qp {
+    /// Takes one DDP Segment message (PPID 16: `DDP-SSN | DDP segment`,
+    /// RFC 5043 §5.2) of a DDP stream over SCTP, which may arrive in any
+    /// order (see [`crate::sctp::rx`]). Segments reach the same receive
+    /// path MPA's ULPDUs do, in DDP-SSN order, but for RDMA Writes, placed
+    /// as they come. Returns whether the QP took it: `false` for a QP that
+    /// is not connected over SCTP or not in RTS (the message is ignored).
+    pub(crate) fn handle_message(&mut self, ctx: &mut Ctx<'_>, message: &[u8]) -> bool {
+        let Some(LlpRx::Sctp(reorder)) = self.deframer.as_mut() else {
+            return false;
+        };
+        let inner = &mut self.inner;
+        if inner.state != QpState::Rts {
+            return false;
+        }
+        let Some((ssn, segment)) = crate::sctp::split(message) else {
+            inner.fail(TermCause::Truncated, None, false);
+            return true;
+        };
+        match reorder.arrival(ssn) {
+            Arrival::Next => {
+                inner.receive(ctx, segment);
+                reorder.advance();
+                while inner.state == QpState::Rts {
+                    match reorder.next_ready() {
+                        Some(Some(held)) => {
+                            inner.receive(ctx, &held);
+                            reorder.recycle(held);
+                        }
+                        Some(None) => {}
+                        None => break,
+                    }
+                }
+            }
+            Arrival::Early(k) if is_write(segment) => {
+                // Tagged placement needs nothing earlier (RFC 5041 §5); a
+                // Write delivers nothing at the data sink, so only its turn
+                // is left.
+                inner.receive(ctx, segment);
+                reorder.placed(k);
+            }
+            Arrival::Early(k) => {
+                if !reorder.hold(k, segment) {
+                    inner.fail(TermCause::Sequence, Some(segment), false);
+                }
+            }
+            Arrival::Invalid => inner.fail(TermCause::Sequence, Some(segment), false),
+        }
+        true
+    }
+}
+
+/// Whether a DDP segment is a well-formed RDMA Write's (tagged, opcode
+/// Write): one that may be placed ahead of its turn. Anything else, a
+/// malformed segment included, waits for its turn and is checked then.
+fn is_write(segment: &[u8]) -> bool {
+    ddp::Packet::new_checked(segment).is_ok_and(|packet| {
+        packet.tagged()
+            && packet.version() == ddp::VERSION
+            && Control::from_octet(packet.rsvd_ulp()).opcode == Opcode::RdmaWrite
+    })
 }
 
 /// The ULPDU of a Terminate FPDU at the very start of a stream whose CRC

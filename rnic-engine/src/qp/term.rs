@@ -85,6 +85,12 @@ pub enum TermCause {
     Mpa(MpaError),
     /// A ULPDU too short for a DDP header: framing (2/0/4).
     Truncated,
+    /// DDP over SCTP: a message whose DDP-SSN is outside the receive
+    /// window, already arrived, or more than the window holds (RFC 5043
+    /// §6.1 lets a receiver terminate on an invalid DDP-SSN). RFC 5043
+    /// names no LLP error codes, so this is the lower layer's framing error
+    /// (2/0/4), as for a message too short to hold a DDP-SSN.
+    Sequence,
     /// A peer-to-peer connection's first message is none of the negotiated
     /// RTR indications: RFC 6581 §8's "No matching RTR option" (2/0/7).
     NoMatchingRtr,
@@ -105,7 +111,7 @@ impl TermCause {
     pub const fn code(self) -> (u8, u8, u8) {
         match self {
             TermCause::Mpa(e) => (e.layer(), e.etype(), e.ecode()),
-            TermCause::Truncated => (2, 0, 0x04),
+            TermCause::Truncated | TermCause::Sequence => (2, 0, 0x04),
             TermCause::NoMatchingRtr => (2, 0, 0x07),
             TermCause::Tagged(e) => (
                 1,
@@ -196,6 +202,7 @@ mod tests {
             (TermCause::Mpa(MpaError::Marker), "Marker"),
             (TermCause::Mpa(MpaError::Framing), "Invalid MPA"),
             (TermCause::Truncated, "Invalid MPA"),
+            (TermCause::Sequence, "Invalid MPA"),
             (
                 TermCause::Tagged(T::InvalidStag),
                 "Tagged Buffer Error / Invalid STag",

@@ -3,26 +3,26 @@
 //!
 //! Messages are cut into DDP segments of at most MULPDU (RFC 5041 §5:
 //! segmentation to what the LLP carries in one unit; the framer's
-//! [`Framer::mulpdu`]), untagged segments numbered by MSN and MO, tagged
+//! [`crate::mpa::tx::Framer::mulpdu`]), untagged segments numbered by MSN and MO, tagged
 //! ones addressed by STag and TO, L on the last. Payloads are gathered
-//! from registered memory straight into the output ([`Framer::frame_with`]).
+//! from registered memory straight into the output ([`crate::mpa::tx::Framer::frame_with`]).
 //!
 //! Given where TCP cuts segments ([`Segments`]), no FPDU crosses a cut
 //! (RFC 5044 §5): a data segment shrinks to end at it
-//! ([`Framer::ulpdu_len_max`]), and transmission stops before any other
+//! ([`crate::mpa::tx::Framer::ulpdu_len_max`]), and transmission stops before any other
 //! FPDU that does not fit, until TCP has sent the short segment.
 
 use crate::atomics;
 use crate::cq::WcStatus;
 use crate::mem::Access;
-use crate::mpa::tx::Framer;
 use crate::verbs::{RemoteAddr, SendOp};
 use crate::wire::rdmap::{self, Control, Header, Opcode, ReadRequestRepr};
 use crate::wire::{atomic, ddp, term};
 
 use super::term::TermCause;
 use super::{
-    Ctx, Inner, Irrq, Orq, Qp, QpEvent, QpState, Rtr, Segments, TermInfo, RESPONSE_BURST_FPDUS_MAX,
+    Ctx, Inner, Irrq, LlpTx, Orq, Qp, QpEvent, QpState, Rtr, Segments, TermInfo,
+    RESPONSE_BURST_FPDUS_MAX,
 };
 
 /// The longest DDP + RDMAP header: untagged DDP and an Atomic Request.
@@ -70,7 +70,7 @@ impl HeaderBuf {
 /// octets that span the header's narrow stores, which stalls on store
 /// forwarding: 10% of an RDMA Write at EMSS 1448 on this machine.
 fn frame_segment(
-    framer: &mut Framer,
+    framer: &mut LlpTx,
     ddp: &ddp::Repr,
     len: usize,
     out: &mut [u8],
@@ -294,7 +294,7 @@ impl Cuts for Segments {
 /// when not even that fits, the full size is returned, which does not fit
 /// either, and the caller stops there.
 fn payload_len<C: Cuts>(
-    framer: &Framer,
+    framer: &LlpTx,
     header_len: usize,
     rest: usize,
     out: &[u8],
@@ -400,7 +400,7 @@ impl Inner {
     fn emit_request<C: Cuts>(
         &mut self,
         ctx: &mut Ctx<'_>,
-        framer: &mut Framer,
+        framer: &mut LlpTx,
         seq: u64,
         out: &mut [u8],
         cut: bool,
@@ -460,7 +460,7 @@ impl Inner {
     /// from offset `from`; `None` when it does not fit.
     fn frame_payload(
         &self,
-        framer: &mut Framer,
+        framer: &mut LlpTx,
         ddp: &ddp::Repr,
         from: usize,
         len: usize,
@@ -475,7 +475,7 @@ impl Inner {
     fn emit_send<C: Cuts>(
         &mut self,
         ctx: &mut Ctx<'_>,
-        framer: &mut Framer,
+        framer: &mut LlpTx,
         seq: u64,
         out: &mut [u8],
         cut: bool,
@@ -510,7 +510,7 @@ impl Inner {
     fn emit_write<C: Cuts>(
         &mut self,
         ctx: &mut Ctx<'_>,
-        framer: &mut Framer,
+        framer: &mut LlpTx,
         seq: u64,
         remote: RemoteAddr,
         out: &mut [u8],
@@ -544,7 +544,7 @@ impl Inner {
     fn emit_immediate(
         &mut self,
         ctx: &mut Ctx<'_>,
-        framer: &mut Framer,
+        framer: &mut LlpTx,
         seq: u64,
         data: [u8; 8],
         out: &mut [u8],
@@ -582,7 +582,7 @@ impl Inner {
     /// source STag 1 to sink STag 0; a zero-length Send. It uses the
     /// queues' first MSNs like any message.
     #[inline(never)] // Once per connection: see `Cuts`.
-    fn emit_rtr(&mut self, framer: &mut Framer, rtr: Rtr, out: &mut [u8]) -> Option<usize> {
+    fn emit_rtr(&mut self, framer: &mut LlpTx, rtr: Rtr, out: &mut [u8]) -> Option<usize> {
         let header = match rtr {
             Rtr::Write => {
                 let ddp = tagged(Opcode::RdmaWrite, 1, 0, true);
@@ -625,7 +625,7 @@ impl Inner {
     #[inline(always)] // Into both copies of the path: see `Cuts`.
     fn emit_read_request(
         &mut self,
-        framer: &mut Framer,
+        framer: &mut LlpTx,
         seq: u64,
         remote: RemoteAddr,
         out: &mut [u8],
@@ -669,7 +669,7 @@ impl Inner {
     #[inline(always)] // Into both copies of the path: see `Cuts`.
     fn emit_atomic_request(
         &mut self,
-        framer: &mut Framer,
+        framer: &mut LlpTx,
         seq: u64,
         out: &mut [u8],
     ) -> Option<usize> {
@@ -732,7 +732,7 @@ impl Inner {
     fn emit_response<C: Cuts>(
         &mut self,
         ctx: &mut Ctx<'_>,
-        framer: &mut Framer,
+        framer: &mut LlpTx,
         out: &mut [u8],
         cut: bool,
     ) -> Option<usize> {
@@ -852,7 +852,7 @@ impl Inner {
     /// Sends the Terminate this side owes, then moves to Error. Returns the
     /// octets written (0 while there is no room).
     #[inline(never)] // Once per connection: see `Cuts`.
-    fn emit_terminate(&mut self, ctx: &mut Ctx<'_>, framer: &mut Framer, out: &mut [u8]) -> usize {
+    fn emit_terminate(&mut self, ctx: &mut Ctx<'_>, framer: &mut LlpTx, out: &mut [u8]) -> usize {
         let Some(pending) = self.term.clone() else {
             self.enter_error(ctx);
             return 0;

@@ -38,7 +38,8 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 /// The configurations every data test runs in: CRC and markers on and
 /// off, segments delivered whole and cut into random pieces, FPDUs sized
-/// to MULPDU and aligned to the TCP segments the link models.
+/// to MULPDU and aligned to the TCP segments the link models; and DDP over
+/// SCTP, messages delivered in order and out of order.
 pub fn configs() -> Vec<PairConfig> {
     let base = PairConfig::default();
     vec![
@@ -81,11 +82,35 @@ pub fn configs() -> Vec<PairConfig> {
             link: Link::Segments,
             ..base
         },
+        // DDP over SCTP (RFC 5043): one message per DDP segment, 1,444
+        // octets at most (MTU 1500 over UDP), in order and shuffled.
+        PairConfig {
+            emss: rnic_engine::sctp::MESSAGE_MAX_MTU_1500,
+            link: Link::Messages,
+            ..base
+        },
+        PairConfig {
+            emss: rnic_engine::sctp::MESSAGE_MAX_MTU_1500,
+            window: 6 * rnic_engine::sctp::MESSAGE_MAX_MTU_1500,
+            seed: 13,
+            link: Link::MessagesShuffled,
+            ..base
+        },
+        PairConfig {
+            emss: rnic_engine::sctp::message_max(9000).unwrap(),
+            window: 20_000,
+            seed: 17,
+            link: Link::MessagesShuffled,
+            ..base
+        },
     ]
 }
 
 /// The framer's MULPDU for a configuration.
 pub fn mulpdu(config: &PairConfig) -> usize {
+    if config.link.is_messages() {
+        return config.emss - rnic_engine::sctp::SSN_LEN;
+    }
     Framer::new(TxConfig {
         crc: config.crc,
         markers: config.markers,

@@ -1,0 +1,261 @@
+//! DDP over SCTP, receive: PPID 16 messages in, DDP segments out in
+//! DDP-SSN order.
+//!
+//! Chunks arrive unordered (U=1, RFC 5043 §8): SCTP delivers each message
+//! once, but not in the order it was sent. The [`Reorder`] window restores
+//! the order of the DDP-SSN (RFC 5043 §6.1, modulo 2^16) for delivery:
+//!
+//! * the message with the next expected DDP-SSN goes to the queue pair at
+//!   once, in place (no copy), and so do the held ones that follow it;
+//! * an early RDMA Write segment is placed at once too, in place (tagged
+//!   placement needs nothing earlier, RFC 5041 §5), and only its turn is
+//!   recorded; a Write completes nothing at the data sink, so its delivery
+//!   is that turn passing;
+//! * any other early message (untagged: Send, Read Request, Immediate
+//!   Data, atomics, Terminate; and Read Responses, which the ORQ places in
+//!   order) is copied and held until its turn.
+//!
+//! What a peer can make this side hold is bounded: at most
+//! [`ReorderConfig::messages`] DDP-SSNs ahead of the next expected one,
+//! and at most [`ReorderConfig::octets`] octets held. A message outside
+//! the window, a DDP-SSN that already arrived, or one more octet than the
+//! bound is the peer's error (an SCTP receive window no larger than the
+//! bound never lets a correct peer exceed it).
+
+use std::collections::VecDeque;
+
+/// The bounds of a [`Reorder`] window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReorderConfig {
+    /// DDP-SSNs after the next expected one that may arrive early (at most
+    /// 32,767: beyond that the modulo 2^16 arithmetic is ambiguous).
+    pub messages: u16,
+    /// Octets of early messages held at most.
+    pub octets: usize,
+}
+
+impl Default for ReorderConfig {
+    /// 1,024 messages and 1 MiB: more than the 256 KiB SCTP receive window
+    /// dpwarp's associations advertise lets a peer have in flight.
+    fn default() -> ReorderConfig {
+        ReorderConfig {
+            messages: 1024,
+            octets: 1 << 20,
+        }
+    }
+}
+
+/// Where an arriving DDP-SSN falls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// The next expected: deliver it now, then [`Reorder::advance`].
+    Next,
+    /// `k` DDP-SSNs after the next expected (`k >= 1`), not seen before:
+    /// [`Reorder::placed`] or [`Reorder::hold`] it.
+    Early(u16),
+    /// Outside the window, or a DDP-SSN that already arrived: the peer's
+    /// error.
+    Invalid,
+}
+
+#[derive(Debug)]
+enum Slot {
+    Empty,
+    /// An early Write, already placed: only its turn is left.
+    Placed,
+    Held(Vec<u8>),
+}
+
+/// Buffers of delivered held messages kept for reuse, at most.
+const SPARES_MAX: usize = 16;
+
+/// The receive order of one DDP stream over SCTP.
+#[derive(Debug)]
+pub struct Reorder {
+    config: ReorderConfig,
+    /// The DDP-SSN delivered next.
+    expected: u16,
+    /// `slots[i]` stands for DDP-SSN `expected + i` (`slots[0]` stays
+    /// empty: the expected message is delivered in place when it arrives).
+    slots: VecDeque<Slot>,
+    /// Octets held in `slots`.
+    held: usize,
+    spares: Vec<Vec<u8>>,
+}
+
+impl Reorder {
+    /// A window expecting DDP-SSN 0 first (RFC 5043 §6.1).
+    pub fn new(config: ReorderConfig) -> Reorder {
+        Reorder {
+            config: ReorderConfig {
+                messages: config.messages.min(i16::MAX as u16),
+                ..config
+            },
+            expected: 0,
+            slots: VecDeque::new(),
+            held: 0,
+            spares: Vec::new(),
+        }
+    }
+
+    /// The DDP-SSN delivered next.
+    pub fn expected(&self) -> u16 {
+        self.expected
+    }
+
+    /// Octets held for later delivery.
+    pub fn held_octets(&self) -> usize {
+        self.held
+    }
+
+    /// Where DDP-SSN `ssn` falls.
+    pub fn arrival(&self, ssn: u16) -> Arrival {
+        match ssn.wrapping_sub(self.expected) {
+            0 => Arrival::Next,
+            k if k <= self.config.messages => match self.slots.get(usize::from(k)) {
+                None | Some(Slot::Empty) => Arrival::Early(k),
+                Some(_) => Arrival::Invalid,
+            },
+            _ => Arrival::Invalid,
+        }
+    }
+
+    /// The next expected message was delivered.
+    pub fn advance(&mut self) {
+        self.slots.pop_front();
+        self.expected = self.expected.wrapping_add(1);
+    }
+
+    /// Records that the message `k` ahead ([`Arrival::Early`]) was placed
+    /// and needs nothing more than its turn.
+    pub fn placed(&mut self, k: u16) {
+        *self.slot(k) = Slot::Placed;
+    }
+
+    /// Copies the message `k` ahead ([`Arrival::Early`]) for delivery in
+    /// its turn; `false` (nothing held) when that would exceed
+    /// [`ReorderConfig::octets`].
+    pub fn hold(&mut self, k: u16, segment: &[u8]) -> bool {
+        if self.held + segment.len() > self.config.octets {
+            return false;
+        }
+        let mut buffer = self.spares.pop().unwrap_or_default();
+        buffer.clear();
+        buffer.extend_from_slice(segment);
+        self.held += segment.len();
+        *self.slot(k) = Slot::Held(buffer);
+        true
+    }
+
+    /// Takes the next expected message if it arrived early: `Some(None)` for
+    /// a placed Write (its turn passes), `Some(Some(segment))` for a held
+    /// one, which the caller delivers and hands back with
+    /// [`Reorder::recycle`]. Either way the window has advanced.
+    pub fn next_ready(&mut self) -> Option<Option<Vec<u8>>> {
+        match self.slots.front()? {
+            Slot::Empty => None,
+            Slot::Placed | Slot::Held(_) => {
+                let slot = self.slots.pop_front()?;
+                self.expected = self.expected.wrapping_add(1);
+                match slot {
+                    Slot::Held(buffer) => {
+                        self.held -= buffer.len();
+                        Some(Some(buffer))
+                    }
+                    Slot::Placed | Slot::Empty => Some(None),
+                }
+            }
+        }
+    }
+
+    /// Gives back the buffer of a delivered held message.
+    pub fn recycle(&mut self, buffer: Vec<u8>) {
+        if self.spares.len() < SPARES_MAX {
+            self.spares.push(buffer);
+        }
+    }
+
+    fn slot(&mut self, k: u16) -> &mut Slot {
+        let index = usize::from(k);
+        if self.slots.len() <= index {
+            self.slots.resize_with(index + 1, || Slot::Empty);
+        }
+        &mut self.slots[index]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(messages: u16, octets: usize) -> Reorder {
+        Reorder::new(ReorderConfig { messages, octets })
+    }
+
+    #[test]
+    fn in_order_messages_pass_without_holding() {
+        let mut r = window(4, 100);
+        for ssn in 0..10u16 {
+            assert_eq!(r.arrival(ssn), Arrival::Next);
+            r.advance();
+            assert_eq!(r.next_ready(), None);
+        }
+        assert_eq!(r.expected(), 10);
+    }
+
+    #[test]
+    fn early_messages_wait_for_their_turn() {
+        let mut r = window(4, 100);
+        assert_eq!(r.arrival(2), Arrival::Early(2));
+        assert!(r.hold(2, b"two"));
+        assert_eq!(r.arrival(1), Arrival::Early(1));
+        r.placed(1);
+        assert_eq!(r.held_octets(), 3);
+        assert_eq!(r.next_ready(), None, "0 has not arrived");
+        assert_eq!(r.arrival(2), Arrival::Invalid, "a duplicate");
+        assert_eq!(r.arrival(0), Arrival::Next);
+        r.advance();
+        assert_eq!(r.next_ready(), Some(None), "1 was placed");
+        let held = r.next_ready().unwrap().unwrap();
+        assert_eq!(held, b"two");
+        r.recycle(held);
+        assert_eq!(r.next_ready(), None);
+        assert_eq!((r.expected(), r.held_octets()), (3, 0));
+        assert_eq!(r.arrival(2), Arrival::Invalid, "already delivered");
+    }
+
+    #[test]
+    fn the_window_bounds_messages_and_octets() {
+        let mut r = window(4, 5);
+        assert_eq!(r.arrival(4), Arrival::Early(4));
+        assert_eq!(r.arrival(5), Arrival::Invalid);
+        assert!(r.hold(1, b"abc"));
+        assert!(!r.hold(2, b"def"), "6 octets held would exceed 5");
+        assert!(r.hold(2, b"de"));
+        assert_eq!(r.held_octets(), 5);
+    }
+
+    #[test]
+    fn ssns_wrap_modulo_2_16() {
+        let mut r = window(8, 100);
+        for _ in 0..u16::MAX {
+            r.advance();
+        }
+        assert_eq!(r.expected(), u16::MAX);
+        assert_eq!(r.arrival(1), Arrival::Early(2));
+        assert!(r.hold(2, b"x"));
+        assert_eq!(r.arrival(0), Arrival::Early(1));
+        r.placed(1);
+        r.advance();
+        assert_eq!(r.next_ready(), Some(None));
+        assert_eq!(r.next_ready(), Some(Some(b"x".to_vec())));
+        assert_eq!(r.expected(), 2);
+    }
+
+    #[test]
+    fn the_window_never_exceeds_half_the_ssn_space() {
+        let r = window(u16::MAX, 100);
+        assert_eq!(r.arrival(i16::MAX as u16), Arrival::Early(i16::MAX as u16));
+        assert_eq!(r.arrival(0x8000), Arrival::Invalid);
+    }
+}
