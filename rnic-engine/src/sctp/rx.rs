@@ -10,7 +10,11 @@
 //! * an early RDMA Write segment is placed at once too, in place (tagged
 //!   placement needs nothing earlier, RFC 5041 §5), and only its turn is
 //!   recorded; a Write completes nothing at the data sink, so its delivery
-//!   is that turn passing;
+//!   is that turn passing. Its STag is checked as it stands when the
+//!   segment arrives: a Send with Invalidate of that STag that comes
+//!   earlier in DDP-SSN order but has not arrived yet does not stop it, as
+//!   on any receiver that places out of order; and when an earlier message
+//!   turns out bad, the Write stays placed behind the Terminate;
 //! * any other early message (untagged: Send, Read Request, Immediate
 //!   Data, atomics, Terminate; and Read Responses, which the ORQ places in
 //!   order) is copied and held until its turn.
