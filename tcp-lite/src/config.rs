@@ -123,6 +123,11 @@ pub struct StackConfig {
     /// same address with different queues never pick the same four-tuple.
     /// `None`: the stack has the port to itself and takes any free port.
     pub steering: Option<Steering>,
+    /// Octets each UDP socket ([`Datagrams`](crate::Datagrams)) buffers per
+    /// direction, and the datagrams it holds at most (their metadata).
+    pub udp_buffer: usize,
+    /// See [`StackConfig::udp_buffer`].
+    pub udp_datagrams: usize,
 }
 
 impl StackConfig {
@@ -140,6 +145,8 @@ impl StackConfig {
             seed: 0x6470_7761_7270,
             tcp: TcpConfig::default(),
             steering: None,
+            udp_buffer: 1 << 20,
+            udp_datagrams: 1024,
         }
     }
 

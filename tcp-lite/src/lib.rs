@@ -19,6 +19,8 @@
 //!   multi-queue port pick local ports whose replies reach that queue.
 //! * [`sys::tap`]: a TAP device, for running without DPDK.
 //! * [`sys::kernel`]: the same [`Transport`] interface over Linux TCP sockets.
+//! * [`Datagrams`]: UDP sockets beside the TCP connections ([`Stack`] on its
+//!   device, [`sys::udp`] over Linux), for SCTP over UDP encapsulation.
 #![forbid(unsafe_code)]
 
 mod config;
@@ -38,4 +40,6 @@ pub use rss::{Reta, RetaError, Steering, Toeplitz};
 pub use smoltcp;
 pub use smoltcp::time::{Duration, Instant};
 pub use stack::{Stack, StackStats, LISTENERS_MAX, RX_BURST_PACKETS_MAX, TX_BURST_ROUNDS_MAX};
-pub use transport::{ConnectError, ListenError, RecvError, SendError, Transport};
+pub use transport::{
+    ConnectError, Datagrams, ListenError, RecvError, SendError, Transport, UdpError, UdpId,
+};

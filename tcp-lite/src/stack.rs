@@ -13,12 +13,15 @@ use smoltcp::iface::{
 };
 use smoltcp::phy::{Device, Medium};
 use smoltcp::socket::tcp::{self, State};
+use smoltcp::socket::udp;
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 
 use crate::config::{ConfigError, StackConfig};
 use crate::event::{ConnId, Event, EventKind, EventQueue, ListenerId};
-use crate::transport::{ConnectError, ListenError, RecvError, SendError, Transport};
+use crate::transport::{
+    ConnectError, Datagrams, ListenError, RecvError, SendError, Transport, UdpError, UdpId,
+};
 
 /// Packets taken from the device per [`Stack::poll`] before egress runs
 /// (STYLE.md §5: every poller has a named budget).
@@ -167,6 +170,8 @@ pub struct Stack<D: Device> {
     full_scan_at: Instant,
     /// A slot was freed since the listeners were last replenished.
     freed: bool,
+    /// UDP sockets ([`Datagrams`]), by [`UdpId`]; never removed.
+    udp: Vec<SocketHandle>,
 }
 
 impl<D: Device> Stack<D> {
@@ -233,6 +238,7 @@ impl<D: Device> Stack<D> {
             by_handle: Vec::with_capacity(slots_max),
             full_scan_at: now,
             freed: false,
+            udp: Vec::new(),
             config,
             device,
             iface,
@@ -1011,5 +1017,112 @@ impl<D: Device> Transport for Stack<D> {
 
     fn connections(&self) -> usize {
         self.connections
+    }
+}
+
+/// UDP sockets on the stack's interface. smoltcp finds a datagram's socket
+/// by walking the sockets (there is no flow index for UDP, unlike TCP's):
+/// a cost per datagram that grows with the TCP connections beside it.
+impl<D: Device> Datagrams for Stack<D> {
+    fn udp_bind(&mut self, port: u16) -> Result<UdpId, ListenError> {
+        let port = if port == 0 {
+            self.ephemeral_udp_port()?
+        } else {
+            port
+        };
+        if self
+            .udp
+            .iter()
+            .any(|&h| self.sockets.get::<udp::Socket>(h).endpoint().port == port)
+        {
+            return Err(ListenError::PortInUse);
+        }
+        let buffer = |octets: usize| {
+            udp::PacketBuffer::new(
+                vec![udp::PacketMetadata::EMPTY; self.config.udp_datagrams],
+                vec![0u8; octets],
+            )
+        };
+        let mut socket = udp::Socket::new(
+            buffer(self.config.udp_buffer),
+            buffer(self.config.udp_buffer),
+        );
+        socket.bind(port).map_err(|_| ListenError::Unaddressable)?;
+        let handle = self.sockets.add(socket);
+        self.udp.push(handle);
+        Ok(UdpId(self.udp.len() as u32 - 1))
+    }
+
+    fn udp_local(&self, socket: UdpId) -> Result<SocketAddrV4, UdpError> {
+        let handle = *self
+            .udp
+            .get(socket.0 as usize)
+            .ok_or(UdpError::InvalidSocket)?;
+        let port = self.sockets.get::<udp::Socket>(handle).endpoint().port;
+        Ok(SocketAddrV4::new(self.config.addr, port))
+    }
+
+    fn udp_send_with(
+        &mut self,
+        socket: UdpId,
+        remote: SocketAddrV4,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), UdpError> {
+        let handle = *self
+            .udp
+            .get(socket.0 as usize)
+            .ok_or(UdpError::InvalidSocket)?;
+        if remote.port() == 0 || remote.ip().is_unspecified() {
+            return Err(UdpError::Unaddressable);
+        }
+        // IPv4 (20) and UDP (8) headers on the interface's IP MTU.
+        if len > self.emss + IPV4_TCP_HEADERS - 28 || len > self.config.udp_buffer {
+            return Err(UdpError::TooLong);
+        }
+        let endpoint = IpEndpoint::new(IpAddress::Ipv4(*remote.ip()), remote.port());
+        let sock = self.sockets.get_mut::<udp::Socket>(handle);
+        match sock.send(len, endpoint) {
+            Ok(buffer) => {
+                fill(buffer);
+                Ok(())
+            }
+            Err(udp::SendError::BufferFull) => Err(UdpError::Full),
+            Err(udp::SendError::Unaddressable) => Err(UdpError::Unaddressable),
+        }
+    }
+
+    fn udp_recv_with<R>(
+        &mut self,
+        socket: UdpId,
+        take: impl FnOnce(&[u8], SocketAddrV4) -> R,
+    ) -> Option<R> {
+        let handle = *self.udp.get(socket.0 as usize)?;
+        let sock = self.sockets.get_mut::<udp::Socket>(handle);
+        if !sock.can_recv() {
+            return None;
+        }
+        let (payload, meta) = sock.recv().ok()?;
+        let IpAddress::Ipv4(ip) = meta.endpoint.addr;
+        Some(take(payload, SocketAddrV4::new(ip, meta.endpoint.port)))
+    }
+}
+
+impl<D: Device> Stack<D> {
+    /// An ephemeral port no UDP socket of this stack has.
+    fn ephemeral_udp_port(&mut self) -> Result<u16, ListenError> {
+        let (first, last) = (
+            *self.config.ephemeral_ports.start(),
+            *self.config.ephemeral_ports.end(),
+        );
+        'ports: for port in first..=last {
+            for &h in &self.udp {
+                if self.sockets.get::<udp::Socket>(h).endpoint().port == port {
+                    continue 'ports;
+                }
+            }
+            return Ok(port);
+        }
+        Err(ListenError::Io)
     }
 }

@@ -91,6 +91,42 @@ pub trait Transport {
     fn connections(&self) -> usize;
 }
 
+/// A UDP socket of a [`Datagrams`] transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UdpId(pub(crate) u32);
+
+/// UDP datagrams beside a transport's TCP connections, on the same device
+/// (an in-memory link, a TAP fd, a DPDK queue) or the kernel's sockets:
+/// what SCTP over UDP encapsulation (RFC 6951) runs on, so that DDP over
+/// SCTP (RFC 5043) goes wherever MPA over TCP goes. Datagrams move at the
+/// transport's [`Transport::poll`] (the kernel's at once).
+pub trait Datagrams {
+    /// A UDP socket on `port` of the local address (0: an ephemeral port).
+    fn udp_bind(&mut self, port: u16) -> Result<UdpId, ListenError>;
+
+    /// The socket's local address.
+    fn udp_local(&self, socket: UdpId) -> Result<SocketAddrV4, UdpError>;
+
+    /// Queues one datagram of `len` octets to `remote`, written in place by
+    /// `fill`. [`UdpError::Full`] is back-pressure: nothing was queued, try
+    /// again after a poll.
+    fn udp_send_with(
+        &mut self,
+        socket: UdpId,
+        remote: SocketAddrV4,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), UdpError>;
+
+    /// Hands the oldest received datagram and its sender to `take`, and
+    /// frees it; `None` when none waits.
+    fn udp_recv_with<R>(
+        &mut self,
+        socket: UdpId,
+        take: impl FnOnce(&[u8], SocketAddrV4) -> R,
+    ) -> Option<R>;
+}
+
 macro_rules! errors {
     ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal,)* }) => {
         $(#[$meta])*
@@ -133,6 +169,17 @@ errors! {
     SendError {
         InvalidConnection => "the connection handle was released or never existed",
         InvalidState => "the connection cannot send (not established, or closed by us)",
+    }
+}
+
+errors! {
+    /// Why a datagram could not be queued.
+    UdpError {
+        InvalidSocket => "the UDP socket handle was never bound",
+        Full => "the socket's transmit buffer is full (try again after a poll)",
+        TooLong => "the datagram is longer than the socket's buffer or the path MTU allows",
+        Unaddressable => "the remote address or port is unspecified",
+        Io => "the operating system refused the datagram",
     }
 }
 
