@@ -22,13 +22,11 @@
 use core::fmt;
 
 use rnic_engine::mpa::tx::{Framer, TxConfig};
-use rnic_engine::wire::ddp;
+use rnic_engine::qp::term::{TermCause, Terminate, TERMINATE_ULPDU_LEN_MAX};
 use rnic_engine::wire::mpa_rr::{
     self, EnhancedRepr, FrameKind, Packet, Repr, HEADER_LEN, IRD_ORD_NO_NEGOTIATION,
     PRIVATE_DATA_LEN_MAX,
 };
-use rnic_engine::wire::rdmap::{self, Control, Header, Opcode};
-use rnic_engine::wire::term;
 use tcp_lite::{Duration, Instant};
 
 /// IRD or ORD 0x3FFF: "automatic negotiation of the IRD or ORD is not
@@ -198,28 +196,9 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// The MPA error codes of Terminates sent during the startup (layer 2 LLP,
-/// error type 0 MPA; RFC 6581 §8 adds 5-7 to RFC 5044's 1-4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TermCode {
-    /// 0x05 Local catastrophic.
-    LocalCatastrophic,
-    /// 0x06 Insufficient IRD resources.
-    InsufficientIrd,
-    /// 0x07 No matching RTR option.
-    NoMatchingRtr,
-}
-
-impl TermCode {
-    /// Layer, error type and error code.
-    pub fn code(self) -> (u8, u8, u8) {
-        let ecode = match self {
-            TermCode::LocalCatastrophic => 0x05,
-            TermCode::InsufficientIrd => 0x06,
-            TermCode::NoMatchingRtr => 0x07,
-        };
-        (2, 0, ecode)
-    }
-}
+/// error type 0 MPA; RFC 6581 §8 adds 5-7 to RFC 5044's 1-4). They are the
+/// engine's, from its one Terminate table: `code()` gives layer/type/code.
+pub use rnic_engine::qp::term::EstablishmentError as TermCode;
 
 /// Why a startup failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -470,39 +449,12 @@ impl FrameReader {
 }
 
 /// Writes a Terminate FPDU (untagged QN 2, MSN 1, no headers echoed) for a
-/// startup error, framed as Full Operation would frame it (RFC 6581 §8).
+/// startup error, framed as Full Operation would frame it (RFC 6581 §8). The
+/// engine's encoder writes the ULPDU.
 fn terminate_fpdu(code: TermCode, crc: bool, markers: bool) -> Vec<u8> {
-    let (layer, etype, ecode) = code.code();
-    let repr = term::Repr {
-        encoding: term::Encoding::Rfc5040,
-        layer: term::Layer::from(layer),
-        etype,
-        ecode,
-        reserved: 0,
-        segment_length_valid: false,
-        ddp_segment_length: 0,
-        ddp_header: None,
-        rdma_header: None,
-    };
-    let message = rdmap::Repr {
-        ddp: ddp::Repr {
-            last: true,
-            reserved: 0,
-            version: ddp::VERSION,
-            rsvd_ulp: Control::new(Opcode::Terminate).to_octet(),
-            buffer: ddp::Buffer::Untagged {
-                rsvd_ulp: 0,
-                qn: ddp::qn::TERMINATE,
-                msn: 1,
-                mo: 0,
-            },
-        },
-        header: Header::Terminate(repr),
-        payload: &[],
-    };
-    let mut ulpdu = [0u8; 64];
-    let len = message.buffer_len();
-    message.emit(&mut ddp::Packet::new_unchecked(&mut ulpdu[..len]));
+    let terminate = Terminate::bare(TermCause::Establishment(code), 1);
+    let mut ulpdu = [0u8; TERMINATE_ULPDU_LEN_MAX];
+    let len = terminate.emit_ulpdu(&mut ulpdu);
     let mut framer = Framer::new(TxConfig {
         crc,
         markers,
