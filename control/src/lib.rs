@@ -8,10 +8,11 @@
 //!   startups for the poll-mode cores, which own TCP (any tcp-lite
 //!   transport), and hands established connections to them over
 //!   crossbeam channels. The crate's one module with a thread and a clock.
-//!
-//! Later: RFC 5043 SCTP session control.
+//! * [`session`]: sans-IO DDP stream session control over SCTP (RFC 5043
+//!   §6) with RFC 6581 §7's enhanced function codes, both roles.
 #![forbid(unsafe_code)]
 
 pub mod mpa;
 pub mod negotiate;
 pub mod runtime;
+pub mod session;

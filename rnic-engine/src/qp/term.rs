@@ -113,6 +113,12 @@ pub enum TermCause {
     Mpa(MpaError),
     /// A ULPDU too short for a DDP header: framing (2/0/4).
     Truncated,
+    /// An invalid DDP Stream Session Control message over SCTP (malformed,
+    /// an unknown function code, one out of sequence): 2/0/4, "Invalid MPA
+    /// Request or MPA Reply Frame". RFC 5043 defines no LLP error codes (RFC
+    /// 6581 §8: "[RFC5043] does not define any"), so the startup frame code
+    /// of the same layer and type, the nearest meaning, stands in.
+    InvalidSessionControl,
     /// Connection establishment (layer 2, type 0, RFC 6581 §8). A
     /// peer-to-peer connection's first message that is none of the
     /// negotiated RTR indications is `NoMatchingRtr` (2/0/7).
@@ -134,7 +140,7 @@ impl TermCause {
     pub const fn code(self) -> (u8, u8, u8) {
         match self {
             TermCause::Mpa(e) => (e.layer(), e.etype(), e.ecode()),
-            TermCause::Truncated => (2, 0, 0x04),
+            TermCause::Truncated | TermCause::InvalidSessionControl => (2, 0, 0x04),
             TermCause::Establishment(e) => (
                 2,
                 0,
@@ -336,6 +342,7 @@ mod tests {
             (TermCause::Mpa(MpaError::Marker), "Marker"),
             (TermCause::Mpa(MpaError::Framing), "Invalid MPA"),
             (TermCause::Truncated, "Invalid MPA"),
+            (TermCause::InvalidSessionControl, "Invalid MPA Request or MPA Reply"),
             (
                 TermCause::Establishment(EstablishmentError::LocalCatastrophic),
                 "MPA Error / Local catastrophic",
