@@ -342,7 +342,10 @@ mod tests {
             (TermCause::Mpa(MpaError::Marker), "Marker"),
             (TermCause::Mpa(MpaError::Framing), "Invalid MPA"),
             (TermCause::Truncated, "Invalid MPA"),
-            (TermCause::InvalidSessionControl, "Invalid MPA Request or MPA Reply"),
+            (
+                TermCause::InvalidSessionControl,
+                "Invalid MPA Request or MPA Reply",
+            ),
             (
                 TermCause::Establishment(EstablishmentError::LocalCatastrophic),
                 "MPA Error / Local catastrophic",
