@@ -21,24 +21,15 @@
 
 use core::fmt;
 
+use crate::negotiate::{self, InitiatorLocal, ResponderLocal, Response};
 use rnic_engine::mpa::tx::{Framer, TxConfig};
-use rnic_engine::wire::ddp;
+use rnic_engine::qp::term::{TermCause, Terminate, TERMINATE_ULPDU_LEN_MAX};
 use rnic_engine::wire::mpa_rr::{
-    self, EnhancedRepr, FrameKind, Packet, Repr, HEADER_LEN, IRD_ORD_NO_NEGOTIATION,
-    PRIVATE_DATA_LEN_MAX,
+    self, EnhancedRepr, FrameKind, Packet, Repr, HEADER_LEN, PRIVATE_DATA_LEN_MAX,
 };
-use rnic_engine::wire::rdmap::{self, Control, Header, Opcode};
-use rnic_engine::wire::term;
 use tcp_lite::{Duration, Instant};
 
-/// IRD or ORD 0x3FFF: "automatic negotiation of the IRD or ORD is not
-/// desired, and ... the ULP will be responsible for it" (RFC 6581 §9.1).
-pub const NO_NEGOTIATION: u16 = IRD_ORD_NO_NEGOTIATION;
-
-/// The deepest IRRQ or ORQ a QP gets (Linux siw's `SIW_MAX_IRD_QP` and
-/// `SIW_MAX_ORD_QP` are 128 too): IRD/ORD 0x3FFF, "left to the ULP", means
-/// this many in the engine.
-pub const QP_DEPTH_MAX: u16 = 128;
+pub use crate::negotiate::{NO_NEGOTIATION, QP_DEPTH_MAX};
 
 /// Which end of the startup this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,15 +41,6 @@ pub enum Role {
 }
 
 pub use rnic_engine::qp::{Rtr, RtrSet};
-
-/// The B, C and D flags of enhanced data.
-fn rtr_of(e: &EnhancedRepr) -> RtrSet {
-    RtrSet {
-        send: e.rtr_send,
-        write: e.rtr_write,
-        read: e.rtr_read,
-    }
-}
 
 /// What this side wants from the startup.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,6 +167,19 @@ impl StartupConfig {
     }
 }
 
+impl StartupConfig {
+    /// This side's part of the negotiation, as an initiator.
+    fn initiator_local(&self) -> InitiatorLocal {
+        InitiatorLocal {
+            ird: self.ird,
+            ord: self.ord,
+            ird_max: self.ird_max,
+            peer_to_peer: self.peer_to_peer,
+            rtr: self.rtr,
+        }
+    }
+}
+
 /// A configuration that cannot work; the message says what to fix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConfigError(pub &'static str);
@@ -198,26 +193,16 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// The MPA error codes of Terminates sent during the startup (layer 2 LLP,
-/// error type 0 MPA; RFC 6581 §8 adds 5-7 to RFC 5044's 1-4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TermCode {
-    /// 0x05 Local catastrophic.
-    LocalCatastrophic,
-    /// 0x06 Insufficient IRD resources.
-    InsufficientIrd,
-    /// 0x07 No matching RTR option.
-    NoMatchingRtr,
-}
+/// error type 0 MPA; RFC 6581 §8 adds 5-7 to RFC 5044's 1-4). They are the
+/// engine's, from its one Terminate table: `code()` gives layer/type/code.
+pub use rnic_engine::qp::term::EstablishmentError as TermCode;
 
-impl TermCode {
-    /// Layer, error type and error code.
-    pub fn code(self) -> (u8, u8, u8) {
-        let ecode = match self {
-            TermCode::LocalCatastrophic => 0x05,
-            TermCode::InsufficientIrd => 0x06,
-            TermCode::NoMatchingRtr => 0x07,
-        };
-        (2, 0, ecode)
+/// The failure that goes with a Terminate of the negotiation.
+fn reason_of(code: TermCode) -> FailReason {
+    match code {
+        TermCode::InsufficientIrd => FailReason::InsufficientIrd,
+        TermCode::NoMatchingRtr => FailReason::NoMatchingRtr,
+        TermCode::LocalCatastrophic => FailReason::Local,
     }
 }
 
@@ -470,39 +455,12 @@ impl FrameReader {
 }
 
 /// Writes a Terminate FPDU (untagged QN 2, MSN 1, no headers echoed) for a
-/// startup error, framed as Full Operation would frame it (RFC 6581 §8).
+/// startup error, framed as Full Operation would frame it (RFC 6581 §8). The
+/// engine's encoder writes the ULPDU.
 fn terminate_fpdu(code: TermCode, crc: bool, markers: bool) -> Vec<u8> {
-    let (layer, etype, ecode) = code.code();
-    let repr = term::Repr {
-        encoding: term::Encoding::Rfc5040,
-        layer: term::Layer::from(layer),
-        etype,
-        ecode,
-        reserved: 0,
-        segment_length_valid: false,
-        ddp_segment_length: 0,
-        ddp_header: None,
-        rdma_header: None,
-    };
-    let message = rdmap::Repr {
-        ddp: ddp::Repr {
-            last: true,
-            reserved: 0,
-            version: ddp::VERSION,
-            rsvd_ulp: Control::new(Opcode::Terminate).to_octet(),
-            buffer: ddp::Buffer::Untagged {
-                rsvd_ulp: 0,
-                qn: ddp::qn::TERMINATE,
-                msn: 1,
-                mo: 0,
-            },
-        },
-        header: Header::Terminate(repr),
-        payload: &[],
-    };
-    let mut ulpdu = [0u8; 64];
-    let len = message.buffer_len();
-    message.emit(&mut ddp::Packet::new_unchecked(&mut ulpdu[..len]));
+    let terminate = Terminate::bare(TermCause::Establishment(code), 1);
+    let mut ulpdu = [0u8; TERMINATE_ULPDU_LEN_MAX];
+    let len = terminate.emit_ulpdu(&mut ulpdu);
     let mut framer = Framer::new(TxConfig {
         crc,
         markers,
@@ -567,17 +525,9 @@ impl Initiator {
         now: Instant,
     ) -> Result<Initiator, ConfigError> {
         config.validate(Role::Initiator, private_data.len())?;
-        let enhanced = config.enhanced.then_some(EnhancedRepr {
-            peer_to_peer: config.peer_to_peer,
-            // RFC 6581 §9.2: "The initiator MUST set each Control Flag B, C,
-            // and D to 1 for each of the options it supports, if Control Flag
-            // A is set to 1." With A=0 they MUST be 0.
-            rtr_send: config.peer_to_peer && config.rtr.send,
-            rtr_write: config.peer_to_peer && config.rtr.write,
-            rtr_read: config.peer_to_peer && config.rtr.read,
-            ird: config.ird,
-            ord: config.ord,
-        });
+        let enhanced = config
+            .enhanced
+            .then(|| negotiate::request(&config.initiator_local()));
         let request = frame(&Repr {
             kind: FrameKind::Request,
             markers: config.markers,
@@ -760,79 +710,15 @@ impl Initiator {
             // an enhanced RDMA connection establishment response".
             (true, None) => return self.fail(FailReason::ReplyNotEnhanced, None, None),
             (false, _) => {}
-            (true, Some(e)) => {
-                // RFC 6581 §9.1: "Upon receiving the MPA Accept Frame from the
-                // responder, the initiator MUST set its IRD at least to the
-                // responder ORD and its ORD at most to the responder IRD."
-                // "The initiator MUST leave its local endpoint ORD value
-                // unchanged upon receiving a responder IRD value of 0x3FFF."
-                if e.ird != NO_NEGOTIATION {
-                    established.ord = match self.config.ord {
-                        NO_NEGOTIATION => e.ird.min(QP_DEPTH_MAX),
-                        ord => ord.min(e.ird),
-                    };
+            (true, Some(e)) => match negotiate::check_reply(&self.config.initiator_local(), &e) {
+                Ok(values) => {
+                    established.ird = values.ird;
+                    established.ord = values.ord;
+                    established.peer_to_peer = values.peer_to_peer;
+                    established.rtr = values.rtr;
                 }
-                // "The initiator MUST leave its local endpoint IRD value
-                // unchanged upon receiving a responder ORD value of 0x3FFF."
-                if e.ord != NO_NEGOTIATION {
-                    if e.ord > self.config.ird_max {
-                        // "If the initiator does not have sufficient resources
-                        // for the required IRD, it MUST send a TERM message ...
-                        // Layer 2, Error Type 0, Error Code 6."
-                        return self.fail(
-                            FailReason::InsufficientIrd,
-                            Some((TermCode::InsufficientIrd, markers_tx)),
-                            peer,
-                        );
-                    }
-                    established.ird = match self.config.ird {
-                        NO_NEGOTIATION => e.ord,
-                        ird => ird.max(e.ord),
-                    };
-                }
-                match (self.config.peer_to_peer, e.peer_to_peer) {
-                    (true, true) => {
-                        // "Upon receiving the MPA Accept Frame with Control
-                        // Flag A set to 1, the initiator MUST generate one of
-                        // the negotiated RTR indications." A Read RTR needs an
-                        // ORD of at least 1 within the responder's IRD.
-                        let mut offered = rtr_of(&e).intersect(self.config.rtr);
-                        if offered.read
-                            && established.ord == 0
-                            && (e.ird == 0 || e.ird == NO_NEGOTIATION && self.config.ord == 0)
-                        {
-                            offered.read = false;
-                        }
-                        let Some(rtr) = offered.preferred() else {
-                            // "... it MUST send a TERM message ... Layer 2,
-                            // Error Type 0, Error Code 7."
-                            return self.fail(
-                                FailReason::NoMatchingRtr,
-                                Some((TermCode::NoMatchingRtr, markers_tx)),
-                                peer,
-                            );
-                        };
-                        if rtr == Rtr::Read && established.ord == 0 {
-                            established.ord = 1;
-                        }
-                        established.peer_to_peer = true;
-                        established.rtr = Some(rtr);
-                    }
-                    (false, false) => {}
-                    // "If Control Flag A is 1 in the MPA Request message, then
-                    // the responder MUST set Control Flag A to 1"; "The
-                    // responder MUST set Control Flag A to 0 if Control Flag A
-                    // is 0 in the request." A mismatch is no compatible
-                    // connection model: TERM 2/0/7.
-                    _ => {
-                        return self.fail(
-                            FailReason::NoMatchingRtr,
-                            Some((TermCode::NoMatchingRtr, markers_tx)),
-                            peer,
-                        );
-                    }
-                }
-            }
+                Err(code) => return self.fail(reason_of(code), Some((code, markers_tx)), peer),
+            },
         }
         self.outcome = Some(Outcome::Established(established));
     }
@@ -1085,105 +971,40 @@ impl Responder {
         let mut rtr_accept = RtrSet::NONE;
         let mut peer_to_peer = false;
         if let Some(e) = request.enhanced {
-            // Responder ORD. RFC 6581 §9.1: "The responder MUST respond to an
-            // initiator IRD value of 0x3FFF by leaving its local endpoint ORD
-            // value unchanged, and setting ORD to 0x3FFF in its reply
-            // message." Otherwise "The responder MUST set its ORD at most to
-            // the initiator IRD."
-            let reply_ord = if e.ird == NO_NEGOTIATION {
-                NO_NEGOTIATION
-            } else {
-                if let Some(required) = accept.ord_required {
-                    if required > e.ird {
-                        // "The responder MAY reject the connection request if
-                        // the initiator IRD is not sufficient for the
-                        // ULP-required ORD and specify the required ORD in the
-                        // MPA Reject Frame responder ORD. Thus, the TERM
-                        // message MUST contain Layer 2, Error Type 0, Error
-                        // Code 6."
-                        let reject = frame(&Repr {
-                            kind: FrameKind::Reply,
-                            markers: self.config.markers,
-                            crc,
-                            reject: true,
-                            reserved: 0,
-                            revision: request.revision,
-                            enhanced: Some(EnhancedRepr {
-                                peer_to_peer: e.peer_to_peer,
-                                ird,
-                                ord: required,
-                                ..Default::default()
-                            }),
-                            private_data: &accept.private_data,
-                        });
-                        self.outbox.push(&reject);
-                        self.fail(
-                            FailReason::InsufficientIrd,
-                            Some((TermCode::InsufficientIrd, crc, request.markers)),
-                        );
-                        return Ok(());
-                    }
-                }
-                // Our own ORD left to the ULP is no exception: the reply
-                // must state a number within the initiator's IRD.
-                ord = if ord == NO_NEGOTIATION {
-                    e.ird.min(QP_DEPTH_MAX)
-                } else {
-                    ord.min(e.ird)
-                };
-                ord
+            let local = ResponderLocal {
+                ird,
+                ord,
+                ord_required: accept.ord_required,
+                ird_max: self.config.ird_max,
+                rtr: self.config.rtr,
             };
-            // Peer-to-peer. "If Control Flag A is 1 in the MPA Request
-            // message, then the responder MUST set Control Flag A to 1 in the
-            // MPA reply message. For each initiator-supported RTR indication
-            // option, the responder SHOULD set the corresponding Control Flag
-            // if the responder can support that option". "If the responder
-            // does not support any of the initiator-specified RTR indication
-            // options, then the responder MUST set at least one RTR
-            // indication type option it supports." With A=0, B/C/D are 0 and
-            // the request's are ignored.
-            if e.peer_to_peer {
-                peer_to_peer = true;
-                let mut rtr = rtr_of(&e).intersect(self.config.rtr);
-                if rtr.is_empty() {
-                    rtr = self.config.rtr;
+            match negotiate::respond(&e, &local) {
+                Response::InsufficientIrd(word) => {
+                    let reject = frame(&Repr {
+                        kind: FrameKind::Reply,
+                        markers: self.config.markers,
+                        crc,
+                        reject: true,
+                        reserved: 0,
+                        revision: request.revision,
+                        enhanced: Some(word),
+                        private_data: &accept.private_data,
+                    });
+                    self.outbox.push(&reject);
+                    self.fail(
+                        FailReason::InsufficientIrd,
+                        Some((TermCode::InsufficientIrd, crc, request.markers)),
+                    );
+                    return Ok(());
                 }
-                rtr_accept = rtr;
+                Response::Accept(values) => {
+                    ird = values.ird;
+                    ord = values.ord;
+                    peer_to_peer = values.peer_to_peer;
+                    rtr_accept = values.rtr_accept;
+                    reply_enhanced = Some(values.reply);
+                }
             }
-            // Responder IRD. "The responder MUST respond to an initiator ORD
-            // value of 0x3FFF by leaving its local endpoint IRD value
-            // unchanged and setting the IRD to 0x3FFF in its reply message."
-            // Otherwise the responder IRD is at least the initiator ORD where
-            // resources allow, and "If the initiator ORD is insufficient to
-            // support the selected connection model, the responder IRD MAY be
-            // increased" (a Read RTR needs one IRRQ entry).
-            let reply_ird = if e.ord == NO_NEGOTIATION {
-                NO_NEGOTIATION
-            } else {
-                // Our IRD left to the ULP (0x3FFF) goes out as is: RFC 6581
-                // §9.1 allows it ("automatic negotiation ... is not
-                // desired"), and the QP gets QP_DEPTH_MAX, above any ORD an
-                // initiator may hold.
-                if ird != NO_NEGOTIATION {
-                    ird = ird.max(e.ord).min(self.config.ird_max);
-                    if rtr_accept.read && ird == 0 {
-                        if self.config.ird_max >= 1 {
-                            ird = 1;
-                        } else if rtr_accept.write || rtr_accept.send {
-                            rtr_accept.read = false;
-                        }
-                    }
-                }
-                ird
-            };
-            reply_enhanced = Some(EnhancedRepr {
-                peer_to_peer,
-                rtr_send: rtr_accept.send,
-                rtr_write: rtr_accept.write,
-                rtr_read: rtr_accept.read,
-                ird: reply_ird,
-                ord: reply_ord,
-            });
         }
         let reply = frame(&Repr {
             kind: FrameKind::Reply,
@@ -1239,12 +1060,9 @@ impl Responder {
         let Some((request, _)) = self.take_request() else {
             return Err(ConfigError("there is no Request to reject"));
         };
-        let enhanced = request.enhanced.map(|e| EnhancedRepr {
-            peer_to_peer: e.peer_to_peer,
-            ird: self.config.ird,
-            ord: self.config.ord,
-            ..Default::default()
-        });
+        let enhanced = request
+            .enhanced
+            .map(|e| negotiate::reject(&e, self.config.ird, self.config.ord));
         self.outbox.push(&frame(&Repr {
             kind: FrameKind::Reply,
             markers: self.config.markers,

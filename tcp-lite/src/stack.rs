@@ -1103,7 +1103,13 @@ impl<D: Device> Datagrams for Stack<D> {
             return None;
         }
         let (payload, meta) = sock.recv().ok()?;
-        let IpAddress::Ipv4(ip) = meta.endpoint.addr;
+        // The interface has one IPv4 address: nothing else reaches it
+        // (another build in the same graph may turn smoltcp's IPv6 on).
+        #[allow(irrefutable_let_patterns)]
+        let IpAddress::Ipv4(ip) = meta.endpoint.addr
+        else {
+            return None;
+        };
         Some(take(payload, SocketAddrV4::new(ip, meta.endpoint.port)))
     }
 }

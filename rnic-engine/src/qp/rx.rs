@@ -20,7 +20,9 @@ use crate::sctp::rx::Arrival;
 use crate::wire::rdmap::{self, Control, Header, Opcode};
 use crate::wire::{atomic, ddp};
 
-use super::term::{OperationError, ProtectionError, TaggedError, TermCause, UntaggedError};
+use super::term::{
+    EstablishmentError, OperationError, ProtectionError, TaggedError, TermCause, UntaggedError,
+};
 use super::{
     Ctx, Inner, Irrq, LlpRx, Orq, Qp, QpEvent, QpState, Receiving, RecvCompletion, RtrSet, TermInfo,
 };
@@ -188,7 +190,10 @@ impl Inner {
     /// option).
     fn receive_rtr(&mut self, ctx: &mut Ctx<'_>, ulpdu: &[u8]) -> Result<(), Failure> {
         let accept = std::mem::replace(&mut self.rtr_rx, RtrSet::NONE);
-        let no_match = (TermCause::NoMatchingRtr, false);
+        let no_match = (
+            TermCause::Establishment(EstablishmentError::NoMatchingRtr),
+            false,
+        );
         let Ok(packet) = ddp::Packet::new_checked(ulpdu) else {
             return self.process(ctx, ulpdu);
         };

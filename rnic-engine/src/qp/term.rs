@@ -8,6 +8,8 @@
 
 use crate::mem::AccessError;
 use crate::mpa::rx::MpaError;
+use crate::wire::rdmap::{self, Control, Header, Opcode};
+use crate::wire::{atomic, ddp, term};
 
 /// A DDP tagged buffer error (layer 1, type 1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -78,6 +80,32 @@ pub enum OperationError {
     Unspecified,
 }
 
+/// An error of enhanced RDMA connection establishment (layer 2 LLP, type 0):
+/// RFC 6581 §8's codes, which "extends the error codes defined in [RFC5044]
+/// by adding three new error codes. Thus, enhanced RDMA connection
+/// establishment is backward compatible with both [RFC5043] and [RFC5044]."
+/// They serve MPA over TCP and DDP over SCTP alike (RFC 5043 defines no LLP
+/// codes of its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EstablishmentError {
+    /// 0x05 Local catastrophic (RFC 6581 §9.3: "any error locally for which
+    /// the special Error Code is not defined").
+    LocalCatastrophic,
+    /// 0x06 Insufficient IRD resources (RFC 6581 §9.1).
+    InsufficientIrd,
+    /// 0x07 No matching RTR option (RFC 6581 §9.2), also a connection model
+    /// mismatch.
+    NoMatchingRtr,
+}
+
+impl EstablishmentError {
+    /// Layer, error type and error code: [`TermCause::code`] of
+    /// `TermCause::Establishment(self)`.
+    pub const fn code(self) -> (u8, u8, u8) {
+        TermCause::Establishment(self).code()
+    }
+}
+
 /// The cause of a Terminate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TermCause {
@@ -91,9 +119,16 @@ pub enum TermCause {
     /// names no LLP error codes, so this is the lower layer's framing error
     /// (2/0/4), as for a message too short to hold a DDP-SSN.
     Sequence,
-    /// A peer-to-peer connection's first message is none of the negotiated
-    /// RTR indications: RFC 6581 §8's "No matching RTR option" (2/0/7).
-    NoMatchingRtr,
+    /// An invalid DDP Stream Session Control message over SCTP (malformed,
+    /// an unknown function code, one out of sequence): 2/0/4, "Invalid MPA
+    /// Request or MPA Reply Frame". RFC 5043 defines no LLP error codes (RFC
+    /// 6581 §8: "[RFC5043] does not define any"), so the startup frame code
+    /// of the same layer and type, the nearest meaning, stands in.
+    InvalidSessionControl,
+    /// Connection establishment (layer 2, type 0, RFC 6581 §8). A
+    /// peer-to-peer connection's first message that is none of the
+    /// negotiated RTR indications is `NoMatchingRtr` (2/0/7).
+    Establishment(EstablishmentError),
     /// DDP tagged (1/1).
     Tagged(TaggedError),
     /// DDP untagged (1/2).
@@ -111,8 +146,18 @@ impl TermCause {
     pub const fn code(self) -> (u8, u8, u8) {
         match self {
             TermCause::Mpa(e) => (e.layer(), e.etype(), e.ecode()),
-            TermCause::Truncated | TermCause::Sequence => (2, 0, 0x04),
-            TermCause::NoMatchingRtr => (2, 0, 0x07),
+            TermCause::Truncated | TermCause::Sequence | TermCause::InvalidSessionControl => {
+                (2, 0, 0x04)
+            }
+            TermCause::Establishment(e) => (
+                2,
+                0,
+                match e {
+                    EstablishmentError::LocalCatastrophic => 0x05,
+                    EstablishmentError::InsufficientIrd => 0x06,
+                    EstablishmentError::NoMatchingRtr => 0x07,
+                },
+            ),
             TermCause::Tagged(e) => (
                 1,
                 1,
@@ -185,6 +230,109 @@ impl TermCause {
     }
 }
 
+/// The longest Terminate ULPDU [`Terminate::emit_ulpdu`] writes: the DDP
+/// header, the Terminate control word and DDP Segment Length, an echoed
+/// untagged DDP header and the longest echoed RDMA header (an atomic
+/// request's).
+pub const TERMINATE_ULPDU_LEN_MAX: usize = ddp::UNTAGGED_HEADER_LEN
+    + term::CONTROL_LEN
+    + 2
+    + ddp::UNTAGGED_HEADER_LEN
+    + atomic::REQUEST_HEADER_LEN;
+
+/// A Terminate message (RFC 5040 §4.8) to send: untagged, queue 2, one
+/// segment. This is the one encoder of Terminates: the QP's transmit path,
+/// MPA startup failures (framed by the caller) and DDP over SCTP (where the
+/// ULPDU follows a DDP-SSN, RFC 5043) all write theirs with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Terminate<'a> {
+    /// Why; gives the layer/type/code.
+    pub cause: TermCause,
+    /// The MSN of queue 2 (1 for a stream's first Terminate).
+    pub msn: u32,
+    /// The control word's layout (RFC 5040's unless a peer needs siw's).
+    pub encoding: term::Encoding,
+    /// The terminated DDP segment's length, with its header.
+    pub segment_len: u16,
+    /// The terminated DDP header (14 or 18 octets), if echoed; sets M and D.
+    pub ddp_header: Option<&'a [u8]>,
+    /// The terminated RDMA header, if echoed; sets R.
+    pub rdma_header: Option<&'a [u8]>,
+}
+
+impl<'a> Terminate<'a> {
+    /// A Terminate for `cause` that echoes nothing, as a startup failure
+    /// sends it (RFC 6581 §8: "Any enhanced RDMA connection establishment
+    /// error generates an MPA termination message to a peer").
+    pub const fn bare(cause: TermCause, msn: u32) -> Terminate<'static> {
+        Terminate {
+            cause,
+            msn,
+            encoding: term::Encoding::Rfc5040,
+            segment_len: 0,
+            ddp_header: None,
+            rdma_header: None,
+        }
+    }
+
+    fn message(&self) -> rdmap::Repr<'a> {
+        let (layer, etype, ecode) = self.cause.code();
+        let repr = term::Repr {
+            encoding: self.encoding,
+            layer: term::Layer::from(layer),
+            etype,
+            ecode,
+            reserved: 0,
+            segment_length_valid: self.ddp_header.is_some(),
+            ddp_segment_length: if self.ddp_header.is_some() {
+                self.segment_len
+            } else {
+                0
+            },
+            ddp_header: self.ddp_header,
+            rdma_header: self.rdma_header,
+        };
+        rdmap::Repr {
+            ddp: ddp::Repr {
+                last: true,
+                reserved: 0,
+                version: ddp::VERSION,
+                rsvd_ulp: Control::new(Opcode::Terminate).to_octet(),
+                buffer: ddp::Buffer::Untagged {
+                    rsvd_ulp: 0,
+                    qn: ddp::qn::TERMINATE,
+                    msn: self.msn,
+                    mo: 0,
+                },
+            },
+            header: Header::Terminate(repr),
+            payload: &[],
+        }
+    }
+
+    /// Octets [`Terminate::emit_ulpdu`] writes.
+    pub fn ulpdu_len(&self) -> usize {
+        self.message().buffer_len()
+    }
+
+    /// Writes the ULPDU (DDP header and Terminate header) into the start of
+    /// `out` and returns its length.
+    ///
+    /// # Panics
+    /// If `out` is shorter than [`Terminate::ulpdu_len`], or an echoed
+    /// header is not a header (programmer errors).
+    pub fn emit_ulpdu(&self, out: &mut [u8]) -> usize {
+        let message = self.message();
+        let len = message.buffer_len();
+        assert!(
+            len <= TERMINATE_ULPDU_LEN_MAX,
+            "Terminate ULPDU of {len} octets"
+        );
+        message.emit(&mut ddp::Packet::new_unchecked(&mut out[..len]));
+        len
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +351,22 @@ mod tests {
             (TermCause::Mpa(MpaError::Framing), "Invalid MPA"),
             (TermCause::Truncated, "Invalid MPA"),
             (TermCause::Sequence, "Invalid MPA"),
+            (
+                TermCause::InvalidSessionControl,
+                "Invalid MPA Request or MPA Reply",
+            ),
+            (
+                TermCause::Establishment(EstablishmentError::LocalCatastrophic),
+                "MPA Error / Local catastrophic",
+            ),
+            (
+                TermCause::Establishment(EstablishmentError::InsufficientIrd),
+                "Insufficient IRD resources",
+            ),
+            (
+                TermCause::Establishment(EstablishmentError::NoMatchingRtr),
+                "No matching RTR option",
+            ),
             (
                 TermCause::Tagged(T::InvalidStag),
                 "Tagged Buffer Error / Invalid STag",

@@ -19,7 +19,7 @@ use crate::verbs::{RemoteAddr, SendOp};
 use crate::wire::rdmap::{self, Control, Header, Opcode, ReadRequestRepr};
 use crate::wire::{atomic, ddp, term};
 
-use super::term::TermCause;
+use super::term::{TermCause, Terminate, TERMINATE_ULPDU_LEN_MAX};
 use super::{
     Ctx, Inner, Irrq, LlpTx, Orq, Qp, QpEvent, QpState, Rtr, Segments, TermInfo,
     RESPONSE_BURST_FPDUS_MAX,
@@ -858,44 +858,18 @@ impl Inner {
             return 0;
         };
         let (layer, etype, ecode) = pending.cause.code();
-        let ddp_header = pending.ddp_header.as_ref().map(|(h, n)| &h[..*n]);
-        let rdma_header = pending.rdma_header.as_ref().map(|(h, n)| &h[..*n]);
-        let repr = term::Repr {
+        let terminate = Terminate {
+            cause: pending.cause,
+            msn: self.tx_msn[2],
             encoding: self
                 .connection
                 .map_or(term::Encoding::Rfc5040, |c| c.terminate_layout),
-            layer: term::Layer::from(layer),
-            etype,
-            ecode,
-            reserved: 0,
-            segment_length_valid: ddp_header.is_some(),
-            ddp_segment_length: if ddp_header.is_some() {
-                pending.segment_len
-            } else {
-                0
-            },
-            ddp_header,
-            rdma_header,
+            segment_len: pending.segment_len,
+            ddp_header: pending.ddp_header.as_ref().map(|(h, n)| &h[..*n]),
+            rdma_header: pending.rdma_header.as_ref().map(|(h, n)| &h[..*n]),
         };
-        let ddp = untagged(
-            Opcode::Terminate,
-            ddp::qn::TERMINATE,
-            self.tx_msn[2],
-            0,
-            true,
-            0,
-        );
-        let message = rdmap::Repr {
-            ddp,
-            header: Header::Terminate(repr),
-            payload: &[],
-        };
-        let mut octets = [0u8; ddp::UNTAGGED_HEADER_LEN
-            + 6
-            + ddp::UNTAGGED_HEADER_LEN
-            + atomic::REQUEST_HEADER_LEN];
-        let len = message.buffer_len();
-        message.emit(&mut ddp::Packet::new_unchecked(&mut octets[..len]));
+        let mut octets = [0u8; TERMINATE_ULPDU_LEN_MAX];
+        let len = terminate.emit_ulpdu(&mut octets);
         if framer.wire_len(len) > out.len() {
             return 0;
         }

@@ -38,6 +38,7 @@ mod macros;
 
 pub mod atomic;
 pub mod ddp;
+pub mod ddp_session;
 pub mod mpa_fpdu;
 pub mod mpa_marker;
 pub mod mpa_rr;
