@@ -26,11 +26,10 @@
 pub mod rx;
 pub mod tx;
 
-/// The SCTP Payload Protocol Identifier of a DDP Segment message (RFC 5043
-/// §5.2).
-pub const PPID_DDP_SEGMENT: u32 = 16;
-/// The PPID of a DDP Stream Session Control message (RFC 5043 §5.3).
-pub const PPID_SESSION_CONTROL: u32 = 17;
+/// The SCTP Payload Protocol Identifiers of DDP Segment (16) and DDP
+/// Stream Session Control (17) messages (RFC 5043 §5), defined with the
+/// session control messages' wire view.
+pub use crate::wire::ddp_session::{PPID_DDP_SEGMENT, PPID_SESSION_CONTROL};
 /// The Adaptation Layer Indication code point of DDP (RFC 5043 §5.1),
 /// carried in the INIT and INIT-ACK (RFC 5061 §4.2.6, parameter 0xC006).
 pub const ADAPTATION_DDP: u32 = 1;
