@@ -4138,12 +4138,13 @@ fn test_assoc_create_new_stream() -> Result<()> {
     let mut a = Association::default();
 
     for i in 0..ACCEPT_CH_SIZE {
-        let stream_identifier =
-            if let Some(s) = a.create_stream(i as u16, true, PayloadProtocolIdentifier::Unknown) {
-                s.stream_identifier
-            } else {
-                panic!("{} should success", i);
-            };
+        let stream_identifier = if let Some(s) =
+            a.create_stream(i as u16, true, PayloadProtocolIdentifier::Unknown(0))
+        {
+            s.stream_identifier
+        } else {
+            panic!("{} should success", i);
+        };
         let result = a.streams.get(&stream_identifier);
         assert!(result.is_some(), "should be in a.streams map");
     }
@@ -4274,7 +4275,7 @@ fn test_assoc_max_send_message_size_default() -> Result<()> {
     let mut a = create_association(TransportConfig::default());
     assert_eq!(65536, a.max_send_message_size, "should match");
 
-    let ppi = PayloadProtocolIdentifier::Unknown;
+    let ppi = PayloadProtocolIdentifier::Unknown(0);
     let stream = a.create_stream(1, false, ppi);
     assert!(stream.is_some(), "should succeed");
 
@@ -4310,7 +4311,7 @@ fn test_assoc_max_send_message_size_explicit() -> Result<()> {
     let mut a = create_association(TransportConfig::default().with_max_send_message_size(30000));
     assert_eq!(30000, a.max_send_message_size, "should match");
 
-    let ppi = PayloadProtocolIdentifier::Unknown;
+    let ppi = PayloadProtocolIdentifier::Unknown(0);
     let stream = a.create_stream(1, false, ppi);
     assert!(stream.is_some(), "should succeed");
 
@@ -4429,7 +4430,7 @@ fn test_assoc_max_message_size_asymmetric() -> Result<()> {
     assert_eq!(1024, a.max_send_message_size, "should match");
     assert_eq!(30000, a.max_receive_message_size, "should match");
 
-    let ppi = PayloadProtocolIdentifier::Unknown;
+    let ppi = PayloadProtocolIdentifier::Unknown(0);
     let stream = a.create_stream(1, false, ppi);
     assert!(stream.is_some(), "should succeed");
 
@@ -5329,7 +5330,7 @@ fn test_data_channel_stats_acceptance_and_delivery() -> Result<()> {
     stream.write_with_ppi(&[0], PayloadProtocolIdentifier::BinaryEmpty)?;
     stream.write_with_ppi(&[0], PayloadProtocolIdentifier::StringEmpty)?;
     stream.write_with_ppi(b"control", PayloadProtocolIdentifier::Dcep)?;
-    stream.write_with_ppi(b"unknown", PayloadProtocolIdentifier::Unknown)?;
+    stream.write_with_ppi(b"unknown", PayloadProtocolIdentifier::Unknown(0))?;
     stream.write(b"")?;
     let mut buffers = [
         Bytes::new(),
@@ -5455,7 +5456,7 @@ fn test_data_channel_stats_receive_projection_and_isolation() -> Result<()> {
         (PayloadProtocolIdentifier::StringEmpty, &b"\0"[..]),
         (PayloadProtocolIdentifier::BinaryEmpty, &b"\0"[..]),
         (PayloadProtocolIdentifier::Dcep, &b"control"[..]),
-        (PayloadProtocolIdentifier::Unknown, &b"unknown"[..]),
+        (PayloadProtocolIdentifier::Unknown(0), &b"unknown"[..]),
     ];
     for (i, (ppi, data)) in payloads.into_iter().enumerate() {
         a.streams

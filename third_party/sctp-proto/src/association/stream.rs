@@ -777,7 +777,7 @@ mod stats_tests {
         assert_eq!(stats.bytes_received, u64::MAX);
         for ppi in [
             PayloadProtocolIdentifier::Dcep,
-            PayloadProtocolIdentifier::Unknown,
+            PayloadProtocolIdentifier::Unknown(0),
         ] {
             let mut stats = DataChannelStats::default();
             stats.sent(ppi, 10);

@@ -8,20 +8,37 @@ pub(crate) const PAYLOAD_DATA_UNORDERED_BITMASK: u8 = 4;
 pub(crate) const PAYLOAD_DATA_IMMEDIATE_SACK: u8 = 8;
 pub(crate) const PAYLOAD_DATA_HEADER_SIZE: usize = 12;
 
-/// PayloadProtocolIdentifier is an enum for DataChannel payload types
+/// PayloadProtocolIdentifier is the 32-bit Payload Protocol Identifier of a DATA chunk,
+/// with names for the WebRTC values.
 // PayloadProtocolIdentifier enums
 // <https://www.iana.org/assignments/sctp-parameters/sctp-parameters.xhtml#sctp-parameters-25>
-#[derive(Debug, Copy, Clone, PartialEq)]
-#[repr(C)]
-#[derive(Default)]
+//
+// dpwarp: any other value is kept as `Unknown(value)` and sent as that value (RFC 9260 §3.3.1:
+// the identifier "is passed to SCTP by its upper layer and sent to its peer"), so protocols
+// such as DDP (RFC 5043: 16 and 17) can use this crate. It used to be read as `Unknown` and
+// sent as 58.
+#[derive(Debug, Copy, Clone, PartialEq, Eq, Hash)]
 pub enum PayloadProtocolIdentifier {
-    Dcep = 50,
-    String = 51,
-    Binary = 53,
-    StringEmpty = 56,
-    BinaryEmpty = 57,
-    #[default]
-    Unknown,
+    /// WebRTC DCEP (50).
+    Dcep,
+    /// WebRTC String (51).
+    String,
+    /// WebRTC Binary (53).
+    Binary,
+    /// WebRTC String Empty (56).
+    StringEmpty,
+    /// WebRTC Binary Empty (57).
+    BinaryEmpty,
+    /// Any other identifier, carried as is. The default is `Unknown(0)`: RFC 9260 §3.3.1,
+    /// "The value 0 indicates that no application identifier is specified by the upper
+    /// layer for this payload data."
+    Unknown(u32),
+}
+
+impl Default for PayloadProtocolIdentifier {
+    fn default() -> Self {
+        PayloadProtocolIdentifier::Unknown(0)
+    }
 }
 
 impl fmt::Display for PayloadProtocolIdentifier {
@@ -32,7 +49,9 @@ impl fmt::Display for PayloadProtocolIdentifier {
             PayloadProtocolIdentifier::Binary => "WebRTC Binary",
             PayloadProtocolIdentifier::StringEmpty => "WebRTC String (Empty)",
             PayloadProtocolIdentifier::BinaryEmpty => "WebRTC Binary (Empty)",
-            _ => "Unknown Payload Protocol Identifier",
+            PayloadProtocolIdentifier::Unknown(v) => {
+                return write!(f, "Unknown Payload Protocol Identifier ({v})");
+            }
         };
         write!(f, "{}", s)
     }
@@ -46,7 +65,20 @@ impl From<u32> for PayloadProtocolIdentifier {
             53 => PayloadProtocolIdentifier::Binary,
             56 => PayloadProtocolIdentifier::StringEmpty,
             57 => PayloadProtocolIdentifier::BinaryEmpty,
-            _ => PayloadProtocolIdentifier::Unknown,
+            v => PayloadProtocolIdentifier::Unknown(v),
+        }
+    }
+}
+
+impl From<PayloadProtocolIdentifier> for u32 {
+    fn from(ppi: PayloadProtocolIdentifier) -> u32 {
+        match ppi {
+            PayloadProtocolIdentifier::Dcep => 50,
+            PayloadProtocolIdentifier::String => 51,
+            PayloadProtocolIdentifier::Binary => 53,
+            PayloadProtocolIdentifier::StringEmpty => 56,
+            PayloadProtocolIdentifier::BinaryEmpty => 57,
+            PayloadProtocolIdentifier::Unknown(v) => v,
         }
     }
 }
@@ -229,7 +261,7 @@ impl Chunk for ChunkPayloadData {
         writer.put_u32(self.tsn);
         writer.put_u16(self.stream_identifier);
         writer.put_u16(self.stream_sequence_number);
-        writer.put_u32(self.payload_type as u32);
+        writer.put_u32(self.payload_type.into());
         writer.extend_from_slice(&self.user_data);
 
         Ok(writer.len())

@@ -889,3 +889,46 @@ fn test_select_ack_chunk_followed_by_a_payload_data_chunk() -> Result<()> {
     );
     Ok(())
 }
+
+// dpwarp: every 32-bit Payload Protocol Identifier survives marshal and unmarshal (RFC 9260
+// §3.3.1), named or not; the WebRTC names keep their values.
+#[test]
+fn test_payload_data_ppi_round_trip() -> Result<()> {
+    let cases = [
+        (0, PayloadProtocolIdentifier::Unknown(0)),
+        (16, PayloadProtocolIdentifier::Unknown(16)),
+        (17, PayloadProtocolIdentifier::Unknown(17)),
+        (50, PayloadProtocolIdentifier::Dcep),
+        (51, PayloadProtocolIdentifier::String),
+        (53, PayloadProtocolIdentifier::Binary),
+        (56, PayloadProtocolIdentifier::StringEmpty),
+        (57, PayloadProtocolIdentifier::BinaryEmpty),
+        (58, PayloadProtocolIdentifier::Unknown(58)),
+        (u32::MAX, PayloadProtocolIdentifier::Unknown(u32::MAX)),
+    ];
+    for (value, ppi) in cases {
+        assert_eq!(PayloadProtocolIdentifier::from(value), ppi);
+        assert_eq!(u32::from(ppi), value);
+
+        let chunk = ChunkPayloadData {
+            beginning_fragment: true,
+            ending_fragment: true,
+            tsn: 7,
+            stream_identifier: 3,
+            payload_type: ppi,
+            user_data: Bytes::from_static(b"ddp"),
+            ..Default::default()
+        };
+        let raw = chunk.marshal()?;
+        // The identifier sits at octets 12..16 of the chunk (RFC 9260 §3.3.1).
+        assert_eq!(raw[12..16], value.to_be_bytes());
+        let parsed = ChunkPayloadData::unmarshal(&raw)?;
+        assert_eq!(parsed.payload_type, ppi);
+        assert_eq!(parsed.user_data, Bytes::from_static(b"ddp"));
+    }
+    assert_eq!(
+        PayloadProtocolIdentifier::default(),
+        PayloadProtocolIdentifier::Unknown(0)
+    );
+    Ok(())
+}

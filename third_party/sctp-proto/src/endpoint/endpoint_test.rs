@@ -4058,3 +4058,45 @@ fn measure_queue_transfer() {
         );
     }
 }
+
+// dpwarp: identifiers this crate does not name reach the peer unchanged, here DDP's (RFC 5043:
+// 16 DDP Segment, 17 DDP Stream Session Control), ordered and unordered.
+#[test]
+fn test_assoc_unnamed_ppi_round_trip() -> Result<()> {
+    let si: u16 = 1;
+    let (mut pair, client_ch, server_ch) = create_association_pair(AckMode::NoDelay, 0)?;
+    establish_session_pair(&mut pair, client_ch, server_ch, si)?;
+
+    for unordered in [false, true] {
+        pair.client_stream(client_ch, si)?.set_reliability_params(
+            unordered,
+            ReliabilityType::Reliable,
+            0,
+        )?;
+        for value in [16u32, 17, 0, 58, u32::MAX] {
+            let ppi = PayloadProtocolIdentifier::from(value);
+            let msg = value.to_be_bytes();
+            pair.client_stream(client_ch, si)?
+                .write_with_ppi(&msg, ppi)?;
+            pair.drive();
+
+            let chunks = pair.server_stream(server_ch, si)?.read_sctp()?.unwrap();
+            assert_eq!(chunks.ppi, ppi);
+            assert_eq!(u32::from(chunks.ppi), value);
+            let mut buf = [0u8; 4];
+            assert_eq!(chunks.read(&mut buf)?, 4);
+            assert_eq!(buf, msg);
+        }
+    }
+
+    // And the other way, server to client.
+    for value in [16u32, 17] {
+        let ppi = PayloadProtocolIdentifier::Unknown(value);
+        pair.server_stream(server_ch, si)?
+            .write_with_ppi(b"ddp", ppi)?;
+        pair.drive();
+        let chunks = pair.client_stream(client_ch, si)?.read_sctp()?.unwrap();
+        assert_eq!(u32::from(chunks.ppi), value);
+    }
+    Ok(())
+}
