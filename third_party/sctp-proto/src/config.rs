@@ -69,6 +69,12 @@ pub struct TransportConfig {
     ///
     /// Default: [`DEFAULT_SCTP_PORT`]
     remote_port: u16,
+
+    /// dpwarp: the Adaptation Code Point sent in an Adaptation Layer Indication parameter
+    /// (RFC 5061 §4.2.6) in our INIT and INIT ACK, or `None` to send none.
+    ///
+    /// Default: `None`
+    adaptation_layer_indication: Option<u32>,
 }
 
 impl Default for TransportConfig {
@@ -86,6 +92,7 @@ impl Default for TransportConfig {
             rto_max_ms: RTO_MAX,
             local_port: DEFAULT_SCTP_PORT,
             remote_port: DEFAULT_SCTP_PORT,
+            adaptation_layer_indication: None,
         }
     }
 }
@@ -194,6 +201,20 @@ impl TransportConfig {
     pub fn with_remote_port(mut self, value: u16) -> Self {
         self.remote_port = value;
         self
+    }
+
+    /// Send an Adaptation Layer Indication parameter (RFC 5061 §4.2.6) with this Adaptation
+    /// Code Point in the INIT and INIT ACK chunks of this endpoint, or none with `None` (the
+    /// default). The peer's, if it sent one, is
+    /// [`Association::peer_adaptation_layer_indication`](crate::Association::peer_adaptation_layer_indication).
+    /// For example, DDP over SCTP uses 1 (RFC 5043 §5.1).
+    pub fn with_adaptation_layer_indication(mut self, value: Option<u32>) -> Self {
+        self.adaptation_layer_indication = value;
+        self
+    }
+
+    pub(crate) fn adaptation_layer_indication(&self) -> Option<u32> {
+        self.adaptation_layer_indication
     }
 
     pub(crate) fn max_init_retransmits(&self) -> Option<usize> {
@@ -441,6 +462,8 @@ pub fn generate_snap_token(config: &TransportConfig) -> Result<Bytes, crate::err
         ..Default::default()
     };
     init.set_supported_extensions();
+    // dpwarp: RFC 5061 §4.2.6.
+    init.set_adaptation_layer_indication(config.adaptation_layer_indication());
     init.check()?;
     init.marshal()
 }

@@ -25,6 +25,7 @@ use crate::config::{ServerConfig, TransportConfig};
 use crate::error::{Error, Result};
 use crate::packet::{CommonHeader, Packet};
 use crate::param::Param;
+use crate::param::param_adaptation_layer_indication::ParamAdaptationLayerIndication;
 use crate::param::param_heartbeat_info::ParamHeartbeatInfo;
 use crate::param::param_outgoing_reset_request::ParamOutgoingResetRequest;
 use crate::param::param_reconfig_response::{ParamReconfigResponse, ReconfigResult};
@@ -291,6 +292,9 @@ pub struct Association {
     cumulative_tsn_ack_point: u32,
     advanced_peer_tsn_ack_point: u32,
     use_forward_tsn: bool,
+    // dpwarp: RFC 5061 §4.2.6, the Adaptation Code Points we send and the peer sent.
+    my_adaptation_layer_indication: Option<u32>,
+    peer_adaptation_layer_indication: Option<u32>,
 
     pub(crate) rto_mgr: RtoManager,
     timers: TimerTable,
@@ -392,6 +396,8 @@ impl Default for Association {
             cumulative_tsn_ack_point: 0,
             advanced_peer_tsn_ack_point: 0,
             use_forward_tsn: false,
+            my_adaptation_layer_indication: None,
+            peer_adaptation_layer_indication: None,
 
             rto_mgr: RtoManager::default(),
             timers: TimerTable::default(),
@@ -477,6 +483,7 @@ impl Association {
 
             source_port: config.local_port(),
             destination_port: config.remote_port(),
+            my_adaptation_layer_indication: config.adaptation_layer_indication(),
 
             my_verification_tag: verification_tag,
             my_next_tsn: initial_tsn,
@@ -527,6 +534,8 @@ impl Association {
                 ..Default::default()
             };
             init.set_supported_extensions();
+            // dpwarp: RFC 5061 §4.2.6.
+            init.set_adaptation_layer_indication(this.my_adaptation_layer_indication);
 
             this.set_state(AssociationState::CookieWait);
             this.stored_init = Some(init);
@@ -937,6 +946,14 @@ impl Association {
     /// and the method will return `None`.
     pub fn local_ip(&self) -> Option<IpAddr> {
         self.local_ip
+    }
+
+    /// dpwarp: the Adaptation Code Point of the Adaptation Layer Indication parameter
+    /// (RFC 5061 §4.2.6) in the peer's INIT or INIT ACK, or `None` when it sent none (or
+    /// before it arrived). Ours is set with
+    /// [`TransportConfig::with_adaptation_layer_indication`](crate::TransportConfig::with_adaptation_layer_indication).
+    pub fn peer_adaptation_layer_indication(&self) -> Option<u32> {
+        self.peer_adaptation_layer_indication
     }
 
     /// Shutdown initiates the shutdown sequence. The method blocks until the
@@ -1575,6 +1592,14 @@ impl Association {
         if !self.use_forward_tsn {
             warn!("[{}] not using ForwardTSN (on {})", self.side, context);
         }
+
+        // dpwarp: RFC 5061 §4.2.6, the peer's Adaptation Layer Indication, if any.
+        self.peer_adaptation_layer_indication = params.iter().find_map(|param| {
+            param
+                .as_any()
+                .downcast_ref::<ParamAdaptationLayerIndication>()
+                .map(|p| p.adaptation_code_point)
+        });
     }
 
     /// caller must hold self.lock
@@ -1789,6 +1814,8 @@ impl Association {
         }
 
         init_ack.set_supported_extensions();
+        // dpwarp: RFC 5061 §4.2.6.
+        init_ack.set_adaptation_layer_indication(self.my_adaptation_layer_indication);
 
         outbound.chunks = vec![Box::new(init_ack)];
 

@@ -1,4 +1,5 @@
 use super::{chunk_header::*, chunk_type::*, *};
+use crate::param::param_adaptation_layer_indication::ParamAdaptationLayerIndication;
 use crate::param::param_supported_extensions::ParamSupportedExtensions;
 use crate::param::{param_header::*, *};
 use crate::util::get_padding_size;
@@ -281,5 +282,15 @@ impl ChunkInit {
         self.params.push(Box::new(ParamSupportedExtensions {
             chunk_types: vec![CT_RECONFIG, CT_FORWARD_TSN],
         }));
+    }
+
+    /// dpwarp: add an Adaptation Layer Indication parameter (RFC 5061 §4.2.6) with this
+    /// Adaptation Code Point, if there is one.
+    pub(crate) fn set_adaptation_layer_indication(&mut self, adaptation_code_point: Option<u32>) {
+        if let Some(adaptation_code_point) = adaptation_code_point {
+            self.params.push(Box::new(ParamAdaptationLayerIndication {
+                adaptation_code_point,
+            }));
+        }
     }
 }

@@ -932,3 +932,44 @@ fn test_payload_data_ppi_round_trip() -> Result<()> {
     );
     Ok(())
 }
+
+// dpwarp: an INIT and an INIT ACK carry the Adaptation Layer Indication (RFC 5061 §4.2.6)
+// beside their other parameters, and it survives marshal and unmarshal; `None` adds none.
+#[test]
+fn test_init_adaptation_layer_indication() -> Result<()> {
+    use crate::param::param_adaptation_layer_indication::ParamAdaptationLayerIndication;
+
+    for (is_ack, code_point) in [(false, Some(1)), (true, Some(0x1234_5678)), (false, None)] {
+        let mut init = ChunkInit {
+            is_ack,
+            initiate_tag: 123,
+            advertised_receiver_window_credit: 1024,
+            num_outbound_streams: 1,
+            num_inbound_streams: 1,
+            initial_tsn: 123,
+            params: vec![],
+        };
+        if is_ack {
+            init.params.push(Box::new(ParamStateCookie::new()));
+        }
+        init.set_supported_extensions();
+        init.set_adaptation_layer_indication(code_point);
+
+        let raw = init.marshal()?;
+        if let Some(code_point) = code_point {
+            // The parameter is last: type 0xC006, length 8, the code point.
+            let mut tail = vec![0xc0, 0x06, 0x00, 0x08];
+            tail.extend_from_slice(&code_point.to_be_bytes());
+            assert_eq!(raw[raw.len() - 8..], tail[..]);
+        }
+        let parsed = ChunkInit::unmarshal(&raw)?;
+        let found = parsed.params.iter().find_map(|p| {
+            p.as_any()
+                .downcast_ref::<ParamAdaptationLayerIndication>()
+                .map(|p| p.adaptation_code_point)
+        });
+        assert_eq!(found, code_point);
+        assert_eq!(parsed.params.len(), init.params.len());
+    }
+    Ok(())
+}

@@ -4100,3 +4100,78 @@ fn test_assoc_unnamed_ppi_round_trip() -> Result<()> {
     }
     Ok(())
 }
+
+// dpwarp: each side's Adaptation Layer Indication (RFC 5061 §4.2.6) reaches the other, the
+// client's in its INIT and the server's in its INIT ACK; a side that sends none is seen as
+// `None`.
+#[test]
+fn test_assoc_adaptation_layer_indication() {
+    let cases = [
+        (Some(1), Some(1)),
+        (Some(0x1111_1111), Some(0x2222_2222)),
+        (Some(1), None),
+        (None, Some(1)),
+        (None, None),
+    ];
+    for (client_code_point, server_code_point) in cases {
+        let mut pair = Pair::new(
+            Arc::new(EndpointConfig::default()),
+            ServerConfig {
+                transport: Arc::new(
+                    TransportConfig::default().with_adaptation_layer_indication(server_code_point),
+                ),
+                ..Default::default()
+            },
+        );
+        let (client_ch, server_ch) = pair.connect_with(ClientConfig {
+            transport: Arc::new(
+                TransportConfig::default().with_adaptation_layer_indication(client_code_point),
+            ),
+            ..Default::default()
+        });
+        assert_eq!(
+            pair.client_conn_mut(client_ch)
+                .peer_adaptation_layer_indication(),
+            server_code_point,
+            "client {client_code_point:?} server {server_code_point:?}"
+        );
+        assert_eq!(
+            pair.server_conn_mut(server_ch)
+                .peer_adaptation_layer_indication(),
+            client_code_point,
+            "client {client_code_point:?} server {server_code_point:?}"
+        );
+    }
+}
+
+// dpwarp: a SNAP token carries the Adaptation Layer Indication too, so associations set up
+// out of band learn the peer's as well.
+#[test]
+fn test_snap_adaptation_layer_indication() -> Result<()> {
+    let config_a = TransportConfig::default().with_adaptation_layer_indication(Some(1));
+    let config_b = TransportConfig::default();
+    let token_a = generate_snap_token(&config_a)?;
+    let token_b = generate_snap_token(&config_b)?;
+    let init_a = ChunkInit::unmarshal(&token_a)?;
+    let init_b = ChunkInit::unmarshal(&token_b)?;
+
+    let a = Association::new_with_out_of_band_init(
+        Arc::new(config_a),
+        1200,
+        "127.0.0.1:5000".parse().unwrap(),
+        None,
+        init_a.clone(),
+        init_b.clone(),
+    )?;
+    let b = Association::new_with_out_of_band_init(
+        Arc::new(config_b),
+        1200,
+        "127.0.0.1:5001".parse().unwrap(),
+        None,
+        init_b,
+        init_a,
+    )?;
+    assert_eq!(a.peer_adaptation_layer_indication(), None);
+    assert_eq!(b.peer_adaptation_layer_indication(), Some(1));
+    Ok(())
+}

@@ -1,6 +1,7 @@
 #[cfg(test)]
 mod param_test;
 
+pub(crate) mod param_adaptation_layer_indication;
 pub(crate) mod param_chunk_list;
 pub(crate) mod param_forward_tsn_supported;
 pub(crate) mod param_header;
@@ -16,6 +17,7 @@ pub(crate) mod param_type;
 pub(crate) mod param_uknown;
 
 use crate::error::{Error, Result};
+use crate::param::param_adaptation_layer_indication::ParamAdaptationLayerIndication;
 use crate::param::param_chunk_list::ParamChunkList;
 use crate::param::param_forward_tsn_supported::ParamForwardTsnSupported;
 use crate::param::param_heartbeat_info::ParamHeartbeatInfo;
@@ -79,6 +81,10 @@ pub(crate) fn build_param(raw_param: &Bytes) -> Result<Box<dyn Param + Send + Sy
         ParamType::HeartbeatInfo => Ok(Box::new(ParamHeartbeatInfo::unmarshal(raw_param)?)),
         ParamType::OutSsnResetReq => Ok(Box::new(ParamOutgoingResetRequest::unmarshal(raw_param)?)),
         ParamType::ReconfigResp => Ok(Box::new(ParamReconfigResponse::unmarshal(raw_param)?)),
+        // dpwarp: RFC 5061 §4.2.6.
+        ParamType::AdaptLayerInd => Ok(Box::new(ParamAdaptationLayerIndication::unmarshal(
+            raw_param,
+        )?)),
         _ => {
             // According to RFC https://datatracker.ietf.org/doc/html/rfc4960#section-3.2.1
             let stop_processing = ((raw_type >> 15) & 0x01) == 0;

@@ -348,3 +348,88 @@ fn test_param_supported_address_types_failure() -> Result<()> {
 
     Ok(())
 }
+
+///////////////////////////////////////////////////////////////////
+//param_adaptation_layer_indication_test (dpwarp)
+///////////////////////////////////////////////////////////////////
+use super::param_adaptation_layer_indication::*;
+
+// RFC 5061 §4.2.6: type 0xC006, length 8, the 32-bit Adaptation Code Point (here 1, DDP,
+// RFC 5043 §5.1).
+static PARAM_ADAPTATION_LAYER_INDICATION_BYTES: Bytes =
+    Bytes::from_static(&[0xc0, 0x06, 0x00, 0x08, 0x00, 0x00, 0x00, 0x01]);
+
+#[test]
+fn test_param_adaptation_layer_indication_success() -> Result<()> {
+    let tests = vec![
+        (
+            PARAM_ADAPTATION_LAYER_INDICATION_BYTES.clone(),
+            ParamAdaptationLayerIndication {
+                adaptation_code_point: 1,
+            },
+        ),
+        (
+            Bytes::from_static(&[0xc0, 0x06, 0x00, 0x08, 0xde, 0xad, 0xbe, 0xef]),
+            ParamAdaptationLayerIndication {
+                adaptation_code_point: 0xdead_beef,
+            },
+        ),
+    ];
+
+    for (binary, parsed) in tests {
+        let actual = ParamAdaptationLayerIndication::unmarshal(&binary)?;
+        assert_eq!(parsed, actual);
+        let b = actual.marshal()?;
+        assert_eq!(binary, b);
+
+        // build_param recognises the type (it used to read 0xC006 as unknown).
+        let built = build_param(&binary)?;
+        assert_eq!(built.header().typ, ParamType::AdaptLayerInd);
+        assert_eq!(
+            built
+                .as_any()
+                .downcast_ref::<ParamAdaptationLayerIndication>(),
+            Some(&parsed)
+        );
+    }
+    assert_eq!(ParamType::from(0xc006), ParamType::AdaptLayerInd);
+    assert_eq!(u16::from(ParamType::AdaptLayerInd), 0xc006);
+
+    Ok(())
+}
+
+#[test]
+fn test_param_adaptation_layer_indication_failure() -> Result<()> {
+    let tests = vec![
+        ("param too short", Bytes::from_static(&[0xc0, 0x06, 0x00])),
+        (
+            "no code point",
+            Bytes::from_static(&[0xc0, 0x06, 0x00, 0x04]),
+        ),
+        (
+            "short code point",
+            Bytes::from_static(&[0xc0, 0x06, 0x00, 0x06, 0x00, 0x01]),
+        ),
+        (
+            "length beyond 8",
+            Bytes::from_static(&[
+                0xc0, 0x06, 0x00, 0x0c, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00,
+            ]),
+        ),
+        (
+            "length beyond the buffer",
+            Bytes::from_static(&[0xc0, 0x06, 0x00, 0x08, 0x00, 0x00, 0x00]),
+        ),
+        (
+            "another type",
+            Bytes::from_static(&[0xc0, 0x00, 0x00, 0x08, 0x00, 0x00, 0x00, 0x01]),
+        ),
+    ];
+
+    for (name, binary) in tests {
+        let result = ParamAdaptationLayerIndication::unmarshal(&binary);
+        assert!(result.is_err(), "expected unmarshal: {} to fail.", name);
+    }
+
+    Ok(())
+}

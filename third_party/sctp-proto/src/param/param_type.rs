@@ -124,6 +124,8 @@ impl From<u16> for ParamType {
             49155 => ParamType::ErrClauseInd,
             49156 => ParamType::SetPriAddr,
             49157 => ParamType::SuccessInd,
+            // dpwarp: RFC 5061 §4.2.6; it was written (below) but read as Unknown.
+            49158 => ParamType::AdaptLayerInd,
             _ => ParamType::Unknown { param_type: v },
         }
     }
