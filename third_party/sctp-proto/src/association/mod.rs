@@ -295,6 +295,8 @@ pub struct Association {
     // dpwarp: RFC 5061 §4.2.6, the Adaptation Code Points we send and the peer sent.
     my_adaptation_layer_indication: Option<u32>,
     peer_adaptation_layer_indication: Option<u32>,
+    // dpwarp: `abort` told the endpoint (once) that the association is gone.
+    abort_drained: bool,
 
     pub(crate) rto_mgr: RtoManager,
     timers: TimerTable,
@@ -398,6 +400,7 @@ impl Default for Association {
             use_forward_tsn: false,
             my_adaptation_layer_indication: None,
             peer_adaptation_layer_indication: None,
+            abort_drained: false,
 
             rto_mgr: RtoManager::default(),
             timers: TimerTable::default(),
@@ -980,6 +983,38 @@ impl Association {
         self.endpoint_events.push_back(EndpointEventInner::Drained);
 
         Ok(())
+    }
+
+    /// dpwarp: abort the association (RFC 9260 §9.1): send the peer an ABORT with a
+    /// User-Initiated Abort cause (RFC 9260 §3.3.10.12) carrying `upper_layer_reason` (which
+    /// may be empty), close it locally with [`AssociationError::LocallyClosed`], and emit the
+    /// endpoint event that removes it from its [`Endpoint`](crate::Endpoint) (so later packets
+    /// of this association are dropped there). [`close`](Self::close) sends nothing to the
+    /// peer, which keeps its side open until it times out.
+    ///
+    /// No ABORT is sent when the association is already closed or before the peer's
+    /// verification tag is known (a client that has not received the INIT ACK); the endpoint
+    /// event is emitted in every case, so this also releases an association lost earlier.
+    /// Poll [`poll_transmit`](Self::poll_transmit) and
+    /// [`poll_endpoint_event`](Self::poll_endpoint_event) afterwards.
+    pub fn abort(&mut self, upper_layer_reason: &[u8]) {
+        if self.state() != AssociationState::Closed {
+            let _ = self.close_with_reason(AssociationError::LocallyClosed);
+            if self.peer_verification_tag != 0 {
+                let abort = ChunkAbort {
+                    error_causes: vec![crate::chunk::ErrorCause {
+                        code: USER_INITIATED_ABORT,
+                        raw: Bytes::copy_from_slice(upper_layer_reason),
+                    }],
+                };
+                self.control_queue
+                    .push_back(self.create_packet(vec![Box::new(abort)]));
+            }
+        }
+        if !self.abort_drained {
+            self.abort_drained = true;
+            self.endpoint_events.push_back(EndpointEventInner::Drained);
+        }
     }
 
     /// Close ends the SCTP Association and cleans up any state

@@ -4175,3 +4175,61 @@ fn test_snap_adaptation_layer_indication() -> Result<()> {
     assert_eq!(b.peer_adaptation_layer_indication(), Some(1));
     Ok(())
 }
+
+// dpwarp: `Association::abort` sends an ABORT (RFC 9260 §9.1) that closes the peer's side at
+// once, whichever side aborts, and removes the aborted association from its endpoint.
+#[test]
+fn test_assoc_user_abort() {
+    for (server_aborts, reason) in [(true, &b"no DDP"[..]), (false, &b""[..])] {
+        let mut pair = Pair::default();
+        let (client_ch, server_ch) = pair.connect();
+        assert_eq!(pair.server.associations.len(), 1);
+        assert_eq!(pair.server.endpoint.associations.len(), 1);
+        assert_eq!(pair.client.endpoint.associations.len(), 1);
+
+        if server_aborts {
+            pair.server_conn_mut(server_ch).abort(reason);
+        } else {
+            pair.client_conn_mut(client_ch).abort(reason);
+        }
+        // Pair::drive stops when both sides look idle, before the ABORT is read.
+        for _ in 0..2 {
+            pair.drive_client();
+            pair.drive_server();
+        }
+
+        let (aborter, peer) = if server_aborts {
+            (&mut pair.server, &mut pair.client)
+        } else {
+            (&mut pair.client, &mut pair.server)
+        };
+        let (aborter_ch, peer_ch) = if server_aborts {
+            (server_ch, client_ch)
+        } else {
+            (client_ch, server_ch)
+        };
+        let aborter_conn = aborter.associations.get_mut(&aborter_ch).unwrap();
+        assert!(aborter_conn.is_closed());
+        assert_matches!(
+            aborter_conn.poll(),
+            Some(Event::AssociationLost {
+                reason: crate::AssociationError::LocallyClosed
+            })
+        );
+        assert_eq!(aborter.endpoint.associations.len(), 0);
+
+        let peer_conn = peer.associations.get_mut(&peer_ch).unwrap();
+        assert!(peer_conn.is_closed(), "the peer saw the ABORT");
+        assert_matches!(
+            peer_conn.poll(),
+            Some(Event::AssociationLost {
+                reason: crate::AssociationError::AssociationClosed
+            })
+        );
+
+        // A second abort sends nothing and emits no second endpoint event.
+        aborter_conn.abort(b"again");
+        assert!(aborter_conn.poll_transmit(pair.time).is_none());
+        assert!(aborter_conn.poll_endpoint_event().is_none());
+    }
+}
