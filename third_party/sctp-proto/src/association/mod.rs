@@ -3839,7 +3839,8 @@ impl Association {
                     }
 
                     let c = self.outbound_queue.get_mut(tsn).unwrap();
-                    let data_chunk_size = DATA_CHUNK_HEADER_SIZE + c.user_data.len() as u32;
+                    // dpwarp: with its padding (RFC 9260 §3.2).
+                    let data_chunk_size = data_chunk_size_on_wire(c);
                     if self.mtu < fast_retrans_size + data_chunk_size {
                         break;
                     }
@@ -4142,13 +4143,16 @@ impl Association {
             //   single packet.  Furthermore, DATA chunks being retransmitted MAY be
             //   bundled with new DATA chunks, as long as the resulting packet size
             //   does not exceed the path MTU.
-            if bytes_in_packet + c.user_data.len() as u32 > self.mtu {
+            // dpwarp: count the chunk's header and padding too (RFC 9260 §3.2); counting only
+            // the user data let bundled small chunks make packets larger than the MTU.
+            let chunk_size = data_chunk_size_on_wire(&c);
+            if !chunks_to_send.is_empty() && bytes_in_packet + chunk_size > self.mtu {
                 packets.push(self.create_packet(chunks_to_send));
                 chunks_to_send = vec![];
                 bytes_in_packet = COMMON_HEADER_SIZE;
             }
 
-            bytes_in_packet += DATA_CHUNK_HEADER_SIZE + c.user_data.len() as u32;
+            bytes_in_packet += chunk_size;
             chunks_to_send.push(Box::new(c));
         }
 
@@ -4540,4 +4544,12 @@ impl Association {
             //.map_or(true, |(timer, _)| timer == Timer::Idle)
             .is_none()
     }
+}
+
+/// dpwarp: the octets a DATA chunk takes in a packet: its header, its user data and the
+/// padding to a multiple of four (RFC 9260 §3.2: "The total length of a chunk ... MUST be a
+/// multiple of 4 bytes").
+fn data_chunk_size_on_wire(c: &ChunkPayloadData) -> u32 {
+    let len = DATA_CHUNK_HEADER_SIZE as usize + c.user_data.len();
+    (len + crate::util::get_padding_size(len)) as u32
 }
