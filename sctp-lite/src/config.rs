@@ -1,0 +1,241 @@
+//! Configuration of an [`Endpoint`](crate::Endpoint) and its associations.
+//!
+//! Every bound is set here (STYLE.md §5): the number of associations, of
+//! streams, the largest message and the send and receive buffers bound what
+//! a peer or the user can make us allocate.
+
+use core::fmt;
+
+/// RFC 6951 §5.1 (via IANA): the registered UDP port for SCTP over UDP, 9899.
+pub const UDP_ENCAPSULATION_PORT: u16 = 9899;
+/// RFC 5043 §5.1: the adaptation code point of DDP, sent in the Adaptation
+/// Layer Indication (RFC 5061 §4.2.6).
+pub const ADAPTATION_CODE_POINT_DDP: u32 = 1;
+/// An IPv4 header without options (RFC 791).
+pub const IPV4_HEADER_LEN: u32 = 20;
+/// A UDP header (RFC 768), the encapsulation of RFC 6951.
+pub const UDP_HEADER_LEN: u32 = 8;
+/// The SCTP common header (RFC 9260 §3.1).
+pub const SCTP_COMMON_HEADER_LEN: u32 = 12;
+/// A DATA chunk's header (RFC 9260 §3.3.1).
+pub const DATA_CHUNK_HEADER_LEN: u32 = 16;
+
+/// The overhead below a user message in one IPv4 packet: 1500 - 56 = 1444
+/// octets of message at MTU 1500 (WIRE.md §5).
+const PER_PACKET_OVERHEAD: u32 =
+    IPV4_HEADER_LEN + UDP_HEADER_LEN + SCTP_COMMON_HEADER_LEN + DATA_CHUNK_HEADER_LEN;
+const _: () = assert!(1500 - PER_PACKET_OVERHEAD == 1444);
+
+/// Settings of an endpoint. [`Config::default`] is DDP over SCTP over UDP on
+/// an IPv4 path of MTU 1500.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The code point of the Adaptation Layer Indication we send in our INIT
+    /// and INIT ACK (RFC 5061 §4.2.6), `None` for none. Default 1, DDP
+    /// (RFC 5043 §5.1).
+    pub adaptation_code_point: Option<u32>,
+    /// Refuse (ABORT) an association whose peer sent no Adaptation Layer
+    /// Indication or one other than 1 (RFC 5043 §7.1, §11.1). Default true.
+    pub require_ddp: bool,
+    /// Whether incoming associations are accepted (a server). Default true.
+    pub accept: bool,
+    /// Most associations open at once, connected or accepted; an incoming one
+    /// beyond it is aborted. Default 1,024.
+    pub associations_max: usize,
+    /// Outbound and inbound streams we offer (RFC 9260 §5.1: the association
+    /// uses the smaller of each side's offer). Default 64.
+    pub streams: u16,
+    /// The IP path MTU. A user message is at most this minus 56 octets (IPv4,
+    /// UDP, SCTP common header, DATA chunk header), so that one message is one
+    /// DATA chunk and SCTP never fragments it (RFC 5043 §9). Over IPv6, give
+    /// the MTU less 20 (its header is 40 octets). Default 1500.
+    pub path_mtu: u32,
+    /// Our receive window (a_rwnd, RFC 9260 §6.1) in octets: the most the
+    /// peer may have in flight to us, and the most received data held here
+    /// before the user reads it. Default 256 KiB.
+    pub receive_window: u32,
+    /// Most octets queued but not yet acknowledged per stream; a send beyond
+    /// it fails with [`SendError::Full`](crate::SendError::Full). Default
+    /// 256 KiB.
+    pub send_buffer_max: usize,
+    /// The SCTP port of both ends inside the UDP datagram (RFC 6951 §5: the
+    /// UDP ports are separate). Default 5000, sctp-proto's.
+    pub sctp_port: u16,
+    /// RFC 9260 §15 RTO.Initial, RTO.Min and RTO.Max in milliseconds.
+    /// Defaults 1,000, 200 and 10,000: a data centre, not RFC 9260's
+    /// 1 s/1 s/60 s for the Internet.
+    pub rto_initial_ms: u64,
+    /// See [`rto_initial_ms`](Config::rto_initial_ms).
+    pub rto_min_ms: u64,
+    /// See [`rto_initial_ms`](Config::rto_initial_ms).
+    pub rto_max_ms: u64,
+    /// Retransmissions of one DATA chunk before sctp-proto gives up on it
+    /// (RFC 9260 §8.1 Association.Max.Retrans), `None` for no limit. Default
+    /// `None`: sctp-proto 0.10.8 then stops its T3-rtx timer without closing
+    /// the association (`on_retransmission_failure`), which wedges it; until
+    /// that is fixed a dead peer is not detected by DATA retransmissions.
+    pub data_retransmits_max: Option<usize>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            adaptation_code_point: Some(ADAPTATION_CODE_POINT_DDP),
+            require_ddp: true,
+            accept: true,
+            associations_max: 1024,
+            streams: 64,
+            path_mtu: 1500,
+            receive_window: 256 * 1024,
+            send_buffer_max: 256 * 1024,
+            sctp_port: sctp_proto::DEFAULT_SCTP_PORT,
+            rto_initial_ms: 1000,
+            rto_min_ms: 200,
+            rto_max_ms: 10_000,
+            data_retransmits_max: None,
+        }
+    }
+}
+
+impl Config {
+    /// The largest user message: [`path_mtu`](Config::path_mtu) less the IPv4,
+    /// UDP, SCTP common and DATA chunk headers (1444 at MTU 1500).
+    pub fn message_size_max(&self) -> usize {
+        self.path_mtu.saturating_sub(PER_PACKET_OVERHEAD) as usize
+    }
+
+    /// The largest SCTP packet (UDP payload) we send: the path MTU less the
+    /// IPv4 and UDP headers (1472 at MTU 1500). A transmit buffer of this size
+    /// always suffices.
+    pub fn packet_size_max(&self) -> usize {
+        self.path_mtu
+            .saturating_sub(IPV4_HEADER_LEN + UDP_HEADER_LEN) as usize
+    }
+
+    /// Check the settings: every bound non-zero, a message of at least one
+    /// octet, a window that holds one message.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.associations_max == 0 {
+            return Err(ConfigError::NoAssociations);
+        }
+        if self.streams == 0 {
+            return Err(ConfigError::NoStreams);
+        }
+        if self.message_size_max() == 0 {
+            return Err(ConfigError::PathMtuTooSmall);
+        }
+        if (self.receive_window as usize) < self.message_size_max()
+            || self.send_buffer_max < self.message_size_max()
+        {
+            return Err(ConfigError::BufferTooSmall);
+        }
+        if self.sctp_port == 0 {
+            return Err(ConfigError::NoPort);
+        }
+        if self.rto_min_ms == 0 || self.rto_min_ms > self.rto_initial_ms {
+            return Err(ConfigError::BadRto);
+        }
+        if self.rto_initial_ms > self.rto_max_ms {
+            return Err(ConfigError::BadRto);
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`Config`] was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `associations_max` is 0.
+    NoAssociations,
+    /// `streams` is 0.
+    NoStreams,
+    /// `path_mtu` leaves no room for a message.
+    PathMtuTooSmall,
+    /// `receive_window` or `send_buffer_max` is below one message.
+    BufferTooSmall,
+    /// `sctp_port` is 0 (RFC 9260 §3.1: port 0 MUST NOT be used).
+    NoPort,
+    /// The RTOs are not 0 < min <= initial <= max.
+    BadRto,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConfigError::NoAssociations => "associations_max is 0",
+            ConfigError::NoStreams => "streams is 0",
+            ConfigError::PathMtuTooSmall => "path_mtu leaves no room for a message",
+            ConfigError::BufferTooSmall => "receive_window or send_buffer_max is below one message",
+            ConfigError::NoPort => "sctp_port is 0",
+            ConfigError::BadRto => "RTOs must satisfy 0 < min <= initial <= max",
+        })
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_ddp_over_udp_at_mtu_1500() {
+        let config = Config::default();
+        assert_eq!(config.validate(), Ok(()));
+        assert_eq!(config.message_size_max(), 1444);
+        assert_eq!(config.packet_size_max(), 1472);
+        assert_eq!(config.adaptation_code_point, Some(1));
+        assert!(config.require_ddp);
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let bad = [
+            (
+                Config {
+                    streams: 0,
+                    ..Config::default()
+                },
+                ConfigError::NoStreams,
+            ),
+            (
+                Config {
+                    path_mtu: 56,
+                    ..Config::default()
+                },
+                ConfigError::PathMtuTooSmall,
+            ),
+            (
+                Config {
+                    receive_window: 1000,
+                    ..Config::default()
+                },
+                ConfigError::BufferTooSmall,
+            ),
+            (
+                Config {
+                    sctp_port: 0,
+                    ..Config::default()
+                },
+                ConfigError::NoPort,
+            ),
+            (
+                Config {
+                    rto_min_ms: 0,
+                    ..Config::default()
+                },
+                ConfigError::BadRto,
+            ),
+            (
+                Config {
+                    associations_max: 0,
+                    ..Config::default()
+                },
+                ConfigError::NoAssociations,
+            ),
+        ];
+        for (config, error) in bad {
+            assert_eq!(config.validate(), Err(error));
+        }
+    }
+}

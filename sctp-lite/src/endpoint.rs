@@ -1,0 +1,626 @@
+//! The sans-IO endpoint: sctp-proto's associations behind DDP's needs.
+//!
+//! An [`Endpoint`] takes SCTP packets as received from UDP (RFC 6951: one
+//! SCTP packet per UDP datagram) with the remote address, and gives back SCTP
+//! packets to send to a remote address. It owns one sctp-proto endpoint and
+//! its associations, and adds what DDP over SCTP needs (RFC 5043): the
+//! adaptation check, unordered messages of at most one packet, and bounds.
+
+use core::fmt;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use bytes::Bytes;
+use sctp_proto as proto;
+use smoltcp::time::Instant;
+
+use crate::config::{Config, ConfigError, ADAPTATION_CODE_POINT_DDP};
+use crate::event::{AssocId, CloseReason, Event, EventKind};
+
+/// RFC 5043 (IANA SCTP PPID registry): a DDP Segment.
+pub const PPID_DDP_SEGMENT: u32 = 16;
+/// RFC 5043 (IANA SCTP PPID registry): a DDP Stream Session Control message.
+pub const PPID_DDP_STREAM_SESSION_CONTROL: u32 = 17;
+
+/// The Upper Layer Abort Reason (RFC 9260 §3.3.10.12) of the ABORT that
+/// refuses an association without DDP's adaptation indication.
+const ABORT_REASON_NO_DDP: &[u8] = b"no DDP adaptation indication (RFC 5043 7.1)";
+/// The reason of the ABORT of an incoming association beyond `associations_max`.
+const ABORT_REASON_FULL: &[u8] = b"too many associations";
+
+/// An SCTP packet [`Endpoint::poll_transmit`] wrote into the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    /// Where to send it (the UDP destination).
+    pub remote: SocketAddr,
+    /// Its length: `buf[..len]`.
+    pub len: usize,
+}
+
+/// A message [`Endpoint::recv`] wrote into the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// The association it came on.
+    pub assoc: AssocId,
+    /// Its SCTP stream.
+    pub stream: u16,
+    /// Its Payload Protocol Identifier (RFC 9260 §3.3.1), e.g. 16 or 17.
+    pub ppid: u32,
+    /// Its length: `buf[..len]`.
+    pub len: usize,
+}
+
+/// Where an association is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// INIT to COOKIE ACK (RFC 9260 §5.1).
+    Handshaking,
+    /// Up: messages flow.
+    Up,
+    /// Refused or closed and reported: its last packets (an ABORT) go out,
+    /// then the slot is freed.
+    Gone,
+}
+
+/// One association in a slot.
+struct Live {
+    handle: proto::AssociationHandle,
+    assoc: proto::Association,
+    remote: SocketAddr,
+    outbound: bool,
+    state: State,
+    /// Streams in the endpoint's readable queue.
+    queued: HashSet<u16>,
+}
+
+struct Slot {
+    generation: u32,
+    live: Option<Live>,
+}
+
+/// Associations over one UDP port, sans-IO.
+///
+/// Call, in a loop: [`handle_datagram`](Endpoint::handle_datagram) for each
+/// received datagram, [`handle_timeout`](Endpoint::handle_timeout) when
+/// [`poll_timeout`](Endpoint::poll_timeout) is due, then
+/// [`poll_transmit`](Endpoint::poll_transmit) until `None`, and read
+/// [`poll_event`](Endpoint::poll_event) and [`recv`](Endpoint::recv).
+pub struct Endpoint {
+    config: Config,
+    /// The `std::time::Instant` that stands for [`Instant::ZERO`]: sctp-proto
+    /// counts time in `std::time::Instant`s, which only a clock can make.
+    epoch: StdInstant,
+    inner: proto::Endpoint,
+    client_config: proto::ClientConfig,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    by_handle: HashMap<proto::AssociationHandle, u32>,
+    /// The datagrams of one sctp-proto transmit after the first.
+    pending: VecDeque<(SocketAddr, Bytes)>,
+    events: VecDeque<Event>,
+    readable: VecDeque<(AssocId, u16)>,
+    /// The slot [`poll_transmit`](Endpoint::poll_transmit) looks at first.
+    transmit_next: usize,
+}
+
+impl Endpoint {
+    /// An endpoint with `config`. `epoch` is any `std::time::Instant` (read
+    /// once from a clock by the caller): sctp-proto's time is `epoch` plus
+    /// the `now` given here, so only differences of `now` matter.
+    pub fn new(config: Config, epoch: StdInstant) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let transport = Arc::new(transport_config(&config));
+        let mut endpoint_config = proto::EndpointConfig::new();
+        // sctp-proto's "max payload size" is a DATA chunk's user data: the
+        // packet MTU less the common and DATA chunk headers.
+        endpoint_config.max_payload_size(config.message_size_max() as u32);
+        let server_config = config.accept.then(|| {
+            let mut server = proto::ServerConfig::new();
+            server.transport = transport.clone();
+            Arc::new(server)
+        });
+        let mut client_config = proto::ClientConfig::new();
+        client_config.transport = transport;
+        let slots = (0..config.associations_max)
+            .map(|_| Slot {
+                generation: 0,
+                live: None,
+            })
+            .collect();
+        let free = (0..config.associations_max as u32).rev().collect();
+        Ok(Endpoint {
+            inner: proto::Endpoint::new(Arc::new(endpoint_config), server_config),
+            client_config,
+            slots,
+            free,
+            by_handle: HashMap::with_capacity(config.associations_max),
+            pending: VecDeque::new(),
+            events: VecDeque::new(),
+            readable: VecDeque::new(),
+            transmit_next: 0,
+            epoch,
+            config,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Open an association to `remote` (RFC 9260 §5.1: our INIT goes out at
+    /// the next [`poll_transmit`](Endpoint::poll_transmit)). `Up`, `Refused`
+    /// or `Closed` follows.
+    pub fn connect(&mut self, now: Instant, remote: SocketAddr) -> Result<AssocId, ConnectError> {
+        let _ = now; // sctp-proto starts the T1-init timer at its first poll.
+        if remote.port() == 0 || remote.ip().is_unspecified() {
+            return Err(ConnectError::Unaddressable);
+        }
+        let Some(&index) = self.free.last() else {
+            return Err(ConnectError::TooManyAssociations);
+        };
+        let (handle, assoc) = self
+            .inner
+            .connect(self.client_config.clone(), remote)
+            .map_err(|_| ConnectError::Refused)?;
+        self.free.pop();
+        Ok(self.install(index, handle, assoc, remote, true))
+    }
+
+    /// Handle one received SCTP packet (a UDP datagram's payload) from
+    /// `remote`. A malformed packet, or one for no association, is dropped.
+    pub fn handle_datagram(&mut self, now: Instant, remote: SocketAddr, datagram: &[u8]) {
+        let now = self.std_instant(now);
+        // sctp-proto keeps slices of the packet (its DATA chunks' user data)
+        // until they are read: one copy into a reference-counted buffer.
+        let data = Bytes::copy_from_slice(datagram);
+        match self.inner.handle(now, remote, None, None, data) {
+            None => {}
+            Some((handle, proto::DatagramEvent::AssociationEvent(event))) => {
+                if let Some(&index) = self.by_handle.get(&handle) {
+                    if let Some(live) = self.slots[index as usize].live.as_mut() {
+                        live.assoc.handle_event(event);
+                    }
+                    self.service(index);
+                }
+            }
+            Some((handle, proto::DatagramEvent::NewAssociation(assoc))) => {
+                if let Some(index) = self.free.pop() {
+                    self.install(index, handle, assoc, remote, false);
+                } else {
+                    self.refuse_beyond_max(now, handle, assoc);
+                }
+            }
+        }
+    }
+
+    /// Run the timers due at `now` (retransmissions, delayed SACKs).
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let now = self.std_instant(now);
+        for index in 0..self.slots.len() {
+            let Some(live) = self.slots[index].live.as_mut() else {
+                continue;
+            };
+            if live.assoc.poll_timeout().is_some_and(|t| t <= now) {
+                live.assoc.handle_timeout(now);
+                self.service(index as u32);
+            }
+        }
+    }
+
+    /// When [`handle_timeout`](Endpoint::handle_timeout) is due next (`None`:
+    /// only on input). It may change after any other call.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.live.as_ref())
+            .filter_map(|live| live.assoc.poll_timeout())
+            .min()
+            .map(|t| self.instant(t))
+    }
+
+    /// Write the next SCTP packet to send into `buf` and say where it goes.
+    /// Call until `None` after any other call.
+    ///
+    /// # Panics
+    ///
+    /// If `buf` is shorter than the packet; a buffer of
+    /// [`Config::packet_size_max`] octets always suffices.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some((remote, packet)) = self.pending.pop_front() {
+            return Some(copy_out(remote, &packet, buf));
+        }
+        if let Some(transmit) = self.inner.poll_transmit() {
+            self.queue_transmit(transmit);
+            if let Some((remote, packet)) = self.pending.pop_front() {
+                return Some(copy_out(remote, &packet, buf));
+            }
+        }
+        let now = self.std_instant(now);
+        let slots = self.slots.len();
+        for k in 0..slots {
+            let index = (self.transmit_next + k) % slots;
+            let Some(live) = self.slots[index].live.as_mut() else {
+                continue;
+            };
+            match live.assoc.poll_transmit(now) {
+                Some(transmit) => {
+                    // Start at the next association next time: every one gets
+                    // its turn.
+                    self.transmit_next = (index + 1) % slots;
+                    self.queue_transmit(transmit);
+                    if let Some((remote, packet)) = self.pending.pop_front() {
+                        return Some(copy_out(remote, &packet, buf));
+                    }
+                }
+                None if live.state == State::Gone => self.free_slot(index as u32),
+                None => {}
+            }
+        }
+        None
+    }
+
+    /// The next event.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Queue a message of 1 to [`Config::message_size_max`] octets on
+    /// `stream` of `assoc`, with Payload Protocol Identifier `ppid`, ordered
+    /// or not (RFC 9260 §6.6; DDP sends every message unordered, RFC 5043
+    /// §8). It goes out in one DATA chunk: never fragmented (RFC 5043 §9).
+    pub fn send(
+        &mut self,
+        assoc: AssocId,
+        stream: u16,
+        ppid: u32,
+        unordered: bool,
+        message: &[u8],
+    ) -> Result<(), SendError> {
+        if message.is_empty() {
+            // RFC 9260 §6.1 (A): DATA chunks carry at least one octet.
+            return Err(SendError::Empty);
+        }
+        if message.len() > self.config.message_size_max() {
+            return Err(SendError::TooLarge);
+        }
+        if stream >= self.config.streams {
+            return Err(SendError::InvalidStream);
+        }
+        let send_buffer_max = self.config.send_buffer_max;
+        let live = self.live_mut(assoc).ok_or(SendError::InvalidAssociation)?;
+        if live.state != State::Up {
+            return Err(SendError::InvalidState);
+        }
+        let ppi = proto::PayloadProtocolIdentifier::from(ppid);
+        if live.assoc.stream(stream).is_err() {
+            live.assoc
+                .open_stream(stream, ppi)
+                .map_err(|_| SendError::InvalidState)?;
+        }
+        let mut s = live
+            .assoc
+            .stream(stream)
+            .map_err(|_| SendError::InvalidState)?;
+        let buffered = s.buffered_amount().map_err(|_| SendError::InvalidState)?;
+        if buffered + message.len() > send_buffer_max {
+            return Err(SendError::Full);
+        }
+        s.set_reliability_params(unordered, proto::ReliabilityType::Reliable, 0)
+            .map_err(|_| SendError::InvalidState)?;
+        s.write_with_ppi(message, ppi)
+            .map_err(|_| SendError::InvalidState)?;
+        Ok(())
+    }
+
+    /// Copy the next received message into `buf`. Messages of one stream
+    /// come in the order SCTP delivers them (arrival order for unordered
+    /// ones); streams take turns. Data stays in the association's receive
+    /// window until read here, so a slow reader closes the window.
+    ///
+    /// # Panics
+    ///
+    /// If `buf` is shorter than [`Config::message_size_max`].
+    pub fn recv(&mut self, buf: &mut [u8]) -> Option<Received> {
+        assert!(
+            buf.len() >= self.config.message_size_max(),
+            "recv: a buffer of {} octets is below message_size_max {}",
+            buf.len(),
+            self.config.message_size_max()
+        );
+        while let Some((assoc, stream)) = self.readable.pop_front() {
+            let Some(live) = self.live_mut(assoc) else {
+                continue;
+            };
+            let message = match live.assoc.stream(stream) {
+                Ok(mut s) => s.read_sctp().ok().flatten(),
+                Err(_) => None,
+            };
+            let Some(chunks) = message else {
+                live.queued.remove(&stream);
+                continue;
+            };
+            // At most message_size_max: sctp-proto refuses larger messages
+            // (its max_receive_message_size).
+            let len = chunks
+                .read(buf)
+                .expect("a received message fits message_size_max");
+            // More may wait on this stream: it goes to the back.
+            self.readable.push_back((assoc, stream));
+            return Some(Received {
+                assoc,
+                stream,
+                ppid: chunks.ppi.into(),
+                len,
+            });
+        }
+        None
+    }
+
+    /// Abort `assoc`: ABORT to the peer (RFC 9260 §9.1), then
+    /// [`CloseReason::Local`]. Queued and unread messages are dropped.
+    pub fn abort(&mut self, assoc: AssocId) -> Result<(), SendError> {
+        let live = self.live_mut(assoc).ok_or(SendError::InvalidAssociation)?;
+        live.assoc.abort(b"");
+        self.service(assoc.index);
+        Ok(())
+    }
+
+    /// The code point of the peer's Adaptation Layer Indication, once its
+    /// INIT or INIT ACK arrived (`None` also when it sent none).
+    pub fn peer_adaptation(&self, assoc: AssocId) -> Option<u32> {
+        self.live(assoc)
+            .and_then(|live| live.assoc.peer_adaptation_layer_indication())
+    }
+
+    /// The peer's address, while the association exists.
+    pub fn remote(&self, assoc: AssocId) -> Option<SocketAddr> {
+        self.live(assoc).map(|live| live.remote)
+    }
+
+    /// Whether `assoc` is up (its `Up` event was reported and no `Closed`).
+    pub fn is_up(&self, assoc: AssocId) -> bool {
+        self.live(assoc).is_some_and(|live| live.state == State::Up)
+    }
+
+    /// Associations holding a slot (including closed ones whose last packets
+    /// have not been polled yet).
+    pub fn associations(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    fn install(
+        &mut self,
+        index: u32,
+        handle: proto::AssociationHandle,
+        assoc: proto::Association,
+        remote: SocketAddr,
+        outbound: bool,
+    ) -> AssocId {
+        let slot = &mut self.slots[index as usize];
+        debug_assert!(slot.live.is_none());
+        slot.live = Some(Live {
+            handle,
+            assoc,
+            remote,
+            outbound,
+            state: State::Handshaking,
+            queued: HashSet::new(),
+        });
+        self.by_handle.insert(handle, index);
+        self.service(index);
+        AssocId {
+            index,
+            generation: self.slots[index as usize].generation,
+        }
+    }
+
+    /// An incoming association with every slot taken: abort it at once and
+    /// send its ABORT; it never gets a handle.
+    fn refuse_beyond_max(
+        &mut self,
+        now: StdInstant,
+        handle: proto::AssociationHandle,
+        mut assoc: proto::Association,
+    ) {
+        assoc.abort(ABORT_REASON_FULL);
+        while let Some(event) = assoc.poll_endpoint_event() {
+            let _ = self.inner.handle_event(handle, event);
+        }
+        while let Some(transmit) = assoc.poll_transmit(now) {
+            self.queue_transmit(transmit);
+        }
+    }
+
+    /// Take what the association at `index` has to say: its events (the DDP
+    /// check happens at `Connected`), readable streams, and its events for
+    /// the sctp-proto endpoint.
+    fn service(&mut self, index: u32) {
+        let slot = &mut self.slots[index as usize];
+        let id = AssocId {
+            index,
+            generation: slot.generation,
+        };
+        let Some(live) = slot.live.as_mut() else {
+            return;
+        };
+        while let Some(event) = live.assoc.poll() {
+            match event {
+                proto::Event::Connected => {
+                    let kind = self.config.check_peer(live);
+                    self.events.push_back(Event {
+                        assoc: id,
+                        remote: live.remote,
+                        kind,
+                    });
+                }
+                proto::Event::HandshakeFailed { reason }
+                | proto::Event::AssociationLost { reason } => {
+                    if live.state != State::Gone {
+                        live.state = State::Gone;
+                        self.events.push_back(Event {
+                            assoc: id,
+                            remote: live.remote,
+                            kind: EventKind::Closed(CloseReason::from_sctp(&reason)),
+                        });
+                    }
+                    // Releases it from the sctp-proto endpoint (fork change
+                    // 3); sends ABORT only if it was not closed already.
+                    live.assoc.abort(b"");
+                }
+                proto::Event::Stream(proto::StreamEvent::Opened { .. }) => {
+                    // The peer's first message on a stream opened it here:
+                    // take it off sctp-proto's accept queue, which would
+                    // otherwise grow with every stream.
+                    let _ = live.assoc.accept_stream();
+                }
+                proto::Event::Stream(proto::StreamEvent::Readable { id: stream })
+                    if live.state != State::Gone && live.queued.insert(stream) =>
+                {
+                    self.readable.push_back((id, stream));
+                }
+                _ => {}
+            }
+        }
+        while let Some(event) = live.assoc.poll_endpoint_event() {
+            if let Some(event) = self.inner.handle_event(live.handle, event) {
+                live.assoc.handle_event(event);
+            }
+        }
+    }
+
+    fn free_slot(&mut self, index: u32) {
+        let slot = &mut self.slots[index as usize];
+        if let Some(live) = slot.live.take() {
+            self.by_handle.remove(&live.handle);
+            slot.generation = slot.generation.wrapping_add(1);
+            self.free.push(index);
+        }
+    }
+
+    fn queue_transmit(&mut self, transmit: proto::Transmit) {
+        if let proto::Payload::RawEncode(packets) = transmit.payload {
+            self.pending
+                .extend(packets.into_iter().map(|packet| (transmit.remote, packet)));
+        }
+    }
+
+    fn live(&self, assoc: AssocId) -> Option<&Live> {
+        let slot = self.slots.get(assoc.index as usize)?;
+        if slot.generation != assoc.generation {
+            return None;
+        }
+        slot.live.as_ref().filter(|live| live.state != State::Gone)
+    }
+
+    fn live_mut(&mut self, assoc: AssocId) -> Option<&mut Live> {
+        let slot = self.slots.get_mut(assoc.index as usize)?;
+        if slot.generation != assoc.generation {
+            return None;
+        }
+        slot.live.as_mut().filter(|live| live.state != State::Gone)
+    }
+
+    fn std_instant(&self, now: Instant) -> StdInstant {
+        assert!(now >= Instant::ZERO, "time runs from Instant::ZERO");
+        self.epoch + StdDuration::from_micros(now.total_micros() as u64)
+    }
+
+    /// Back to our time, rounded up to the microsecond so that a timer is
+    /// never reported before it is due.
+    fn instant(&self, t: StdInstant) -> Instant {
+        let nanos = t.saturating_duration_since(self.epoch).as_nanos();
+        Instant::from_micros(nanos.div_ceil(1000).min(i64::MAX as u128) as i64)
+    }
+}
+
+impl Config {
+    /// RFC 5043 §7.1: an association whose peer did not indicate DDP carries
+    /// no DDP; with `require_ddp` we refuse it with an ABORT.
+    fn check_peer(&self, live: &mut Live) -> EventKind {
+        let peer_adaptation = live.assoc.peer_adaptation_layer_indication();
+        if self.require_ddp && peer_adaptation != Some(ADAPTATION_CODE_POINT_DDP) {
+            live.assoc.abort(ABORT_REASON_NO_DDP);
+            live.state = State::Gone;
+            EventKind::Refused { peer_adaptation }
+        } else {
+            live.state = State::Up;
+            EventKind::Up {
+                outbound: live.outbound,
+                peer_adaptation,
+            }
+        }
+    }
+}
+
+fn transport_config(config: &Config) -> proto::TransportConfig {
+    let message_size_max = config.message_size_max() as u32;
+    proto::TransportConfig::default()
+        .with_adaptation_layer_indication(config.adaptation_code_point)
+        .with_max_receive_buffer_size(config.receive_window)
+        .with_max_send_message_size(message_size_max)
+        .with_max_receive_message_size(message_size_max)
+        .with_max_num_outbound_streams(config.streams)
+        .with_max_num_inbound_streams(config.streams)
+        .with_max_data_retransmits(config.data_retransmits_max)
+        .with_rto_initial_ms(config.rto_initial_ms)
+        .with_rto_min_ms(config.rto_min_ms)
+        .with_rto_max_ms(config.rto_max_ms)
+        .with_local_port(config.sctp_port)
+        .with_remote_port(config.sctp_port)
+}
+
+fn copy_out(remote: SocketAddr, packet: &[u8], buf: &mut [u8]) -> Transmit {
+    assert!(
+        packet.len() <= buf.len(),
+        "poll_transmit: a packet of {} octets does not fit a buffer of {}",
+        packet.len(),
+        buf.len()
+    );
+    buf[..packet.len()].copy_from_slice(packet);
+    Transmit {
+        remote,
+        len: packet.len(),
+    }
+}
+
+macro_rules! errors {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $text:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $(#[doc = $text] $variant,)*
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(match self { $($name::$variant => $text,)* })
+            }
+        }
+
+        impl std::error::Error for $name {}
+    };
+}
+
+errors! {
+    /// Why [`Endpoint::connect`] failed.
+    ConnectError {
+        TooManyAssociations => "associations_max associations are open already",
+        Unaddressable => "the remote address or port is unspecified",
+        Refused => "sctp-proto refused the association",
+    }
+}
+
+errors! {
+    /// Why [`Endpoint::send`] or [`Endpoint::abort`] failed. Nothing was queued.
+    SendError {
+        InvalidAssociation => "the association handle is stale or never existed",
+        InvalidState => "the association is not up",
+        InvalidStream => "the stream is beyond the configured number of streams",
+        Empty => "a message has at least one octet",
+        TooLarge => "the message is above message_size_max",
+        Full => "the stream's send buffer would pass send_buffer_max",
+    }
+}

@@ -1,0 +1,35 @@
+//! dpwarp's SCTP for DDP: sctp-proto's associations carried in UDP.
+//!
+//! Heads up! Before working on this crate read RFC 9260 (SCTP), RFC 6951 (SCTP
+//! over UDP), RFC 5061 §4.2.6 (the Adaptation Layer Indication), RFC 5043 (DDP
+//! over SCTP; `/work/shared/spec/WIRE.md` §5 has its wire facts) and the
+//! fork's changes in `third_party/sctp-proto/DPWARP.md`.
+//!
+//! Everything here is sans-IO except [`sys`]: no socket, clock or thread. Time
+//! is an argument ([`Instant`], the same type as tcp-lite's), and datagrams go
+//! in and out as (remote [`SocketAddr`](std::net::SocketAddr), SCTP packet)
+//! pairs: the UDP header of RFC 6951's encapsulation is the carrier's job.
+//!
+//! * [`Endpoint`]: associations to and from many peers over one UDP port
+//!   ([`UDP_ENCAPSULATION_PORT`] by default): connect and accept, the DDP
+//!   check of the peer's adaptation code point (RFC 5043 §7.1), messages on
+//!   (association, stream, PPID, ordered or not), events, timers.
+//! * [`sys::udp`]: the same endpoint over a non-blocking kernel UDP socket,
+//!   for tests and the benchmark.
+#![forbid(unsafe_code)]
+
+mod config;
+mod endpoint;
+mod event;
+pub mod sys;
+
+pub use config::{
+    Config, ConfigError, ADAPTATION_CODE_POINT_DDP, DATA_CHUNK_HEADER_LEN, IPV4_HEADER_LEN,
+    SCTP_COMMON_HEADER_LEN, UDP_ENCAPSULATION_PORT, UDP_HEADER_LEN,
+};
+pub use endpoint::{
+    ConnectError, Endpoint, Received, SendError, Transmit, PPID_DDP_SEGMENT,
+    PPID_DDP_STREAM_SESSION_CONTROL,
+};
+pub use event::{AssocId, CloseReason, Event, EventKind};
+pub use smoltcp::time::{Duration, Instant};
