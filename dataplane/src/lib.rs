@@ -7,6 +7,9 @@
 //!   mbufs to smoltcp in place both ways.
 //! * [`core`]: the poll-mode core's turn ([`Core`]): TCP, the control
 //!   plane's link and the engine, generic over tcp-lite's transports.
+//! * [`sctp`]: the poll-mode core of DDP over SCTP ([`SctpCore`]): UDP
+//!   datagrams, SCTP associations, session control and the engine's message
+//!   layer, over the same transports.
 //! * [`steer`]: which core of a port owns a received frame, and the
 //!   handoff of frames that arrived at another.
 //! * [`lcore`]: pinned threads for cores, and the loop that runs a core
@@ -20,10 +23,12 @@ pub mod device;
 pub mod dpdk;
 pub mod lcore;
 pub mod ports;
+pub mod sctp;
 pub mod steer;
 mod transport;
 
 pub use checksum::{RxChecksum, TxChecksum};
 pub use core::{Budgets, Core, CoreConfig, CoreCounters};
 pub use device::{DeviceConfig, DeviceCounters, DpdkDevice};
-pub use transport::{CoreTransport, Segmenting};
+pub use sctp::{SctpCore, SctpCoreConfig, SctpCounters, SctpEvent};
+pub use transport::{CoreTransport, MessageTransport, Segmenting};

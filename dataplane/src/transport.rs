@@ -6,7 +6,8 @@ use rnic_engine::verbs::{QpHandle, Rnic, Segments};
 use tcp_lite::link::LinkEnd;
 use tcp_lite::sys::kernel::KernelTransport;
 use tcp_lite::sys::tap::TapDevice;
-use tcp_lite::{Stack, Transport};
+use tcp_lite::sys::udp::KernelUdp;
+use tcp_lite::{Datagrams, Instant, Stack, Transport};
 
 use crate::device::{DeviceCounters, DpdkDevice};
 
@@ -64,6 +65,48 @@ impl CoreTransport for Stack<LinkEnd> {
 impl CoreTransport for Stack<TapDevice> {}
 
 impl CoreTransport for KernelTransport {}
+
+/// A transport an [`SctpCore`](crate::SctpCore) runs on: UDP datagrams
+/// (tcp-lite's [`Datagrams`]), which move when it is polled, and the
+/// device's flush and counters where there is a device: a [`Stack`] on any
+/// device a [`Core`](crate::Core) runs on, or the kernel's UDP sockets.
+pub trait MessageTransport: Datagrams {
+    /// Moves packets and runs timers (the rx and tx bursts); whether
+    /// anything happened.
+    fn poll(&mut self, now: Instant) -> bool;
+
+    /// Sends what the device staged in this turn.
+    fn flush(&mut self) {}
+
+    /// The device's counters (zeros where there is no device of ours).
+    fn device_counters(&self) -> DeviceCounters {
+        DeviceCounters::default()
+    }
+}
+
+impl<D: smoltcp::phy::Device> MessageTransport for Stack<D>
+where
+    Stack<D>: CoreTransport,
+{
+    fn poll(&mut self, now: Instant) -> bool {
+        Transport::poll(self, now)
+    }
+
+    fn flush(&mut self) {
+        CoreTransport::flush(self);
+    }
+
+    fn device_counters(&self) -> DeviceCounters {
+        CoreTransport::device_counters(self)
+    }
+}
+
+/// The kernel sends and receives at once: nothing to poll.
+impl MessageTransport for KernelUdp {
+    fn poll(&mut self, _now: Instant) -> bool {
+        false
+    }
+}
 
 /// How FPDUs meet TCP segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

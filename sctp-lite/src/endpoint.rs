@@ -315,6 +315,29 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Octets [`send`](Endpoint::send) takes now on `stream` of `assoc`
+    /// (its send buffer's free room, RFC 9260's sender-side buffering): a
+    /// caller that makes messages only while they fit never sees
+    /// [`SendError::Full`]. 0 while the association is not up.
+    pub fn send_space(&mut self, assoc: AssocId, stream: u16) -> usize {
+        let send_buffer_max = self.config.send_buffer_max;
+        if stream >= self.config.streams {
+            return 0;
+        }
+        let Some(live) = self.live_mut(assoc) else {
+            return 0;
+        };
+        if live.state != State::Up {
+            return 0;
+        }
+        let buffered = match live.assoc.stream(stream) {
+            Ok(s) => s.buffered_amount().unwrap_or(send_buffer_max),
+            // A stream not opened yet holds nothing.
+            Err(_) => 0,
+        };
+        send_buffer_max.saturating_sub(buffered)
+    }
+
     /// Copy the next received message into `buf`. Messages of one stream
     /// come in the order SCTP delivers them (arrival order for unordered
     /// ones); streams take turns. Data stays in the association's receive

@@ -1,0 +1,821 @@
+//! [`SctpCore`]: the poll-mode core of DDP over SCTP (RFC 5043), the second
+//! lower layer beside [`Core`](crate::Core)'s MPA over TCP.
+//!
+//! Heads up! Read RFC 5043 §5-§10 (messages, session control, unordered
+//! delivery, sizes), RFC 6581 §7 (enhanced session control) and RFC 6951
+//! (SCTP over UDP) first, then `rnic_engine::sctp` (the engine's message
+//! layer), `control::session` (the session state machines) and `sctp-lite`
+//! (the associations).
+//!
+//! One core owns a UDP socket on its transport (a [`Stack`](tcp_lite::Stack)
+//! on an in-memory link, a TAP fd or a DPDK queue, or the kernel's UDP), the
+//! SCTP endpoint on it, an engine, and the DDP streams of its
+//! associations: each stream is a pair of like-numbered SCTP streams with a
+//! QP of its own (many QPs per association). One turn, given the time:
+//!
+//! 1. **rx**: the transport's receive burst; each datagram goes to the SCTP
+//!    endpoint; its timers run;
+//! 2. **association events**: up (the peer passed RFC 5043 §7.1's DDP
+//!    check), refused, closed (every stream of it ends);
+//! 3. **messages**: a DDP Segment (PPID 16) goes to its stream's QP
+//!    (`Rnic::handle_message`, which orders them by DDP-SSN), or is held
+//!    (bounded) while its session is not up here yet; a Session Control
+//!    message (PPID 17) goes to the stream's session, the passive side's
+//!    first one opening the stream;
+//! 4. **sessions**: an accepted or established session connects its QP,
+//!    which takes the held segments; one that ended reports why;
+//! 5. **tx**: each session's control messages, then each QP's messages, as
+//!    many as the association's send buffer has room for (a message the
+//!    engine wrote is never dropped: the engine is asked for no more than
+//!    fits), each sent unordered (U=1, RFC 5043 §8) on its stream;
+//! 6. **tx burst**: the endpoint's SCTP packets into UDP datagrams, and the
+//!    transport's poll and flush.
+//!
+//! Session control runs in the core here, through `control::session`'s
+//! sans-IO machines; the passive side accepts every Initiate with the
+//! configured values ([`SctpCoreConfig::accept`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{SocketAddr, SocketAddrV4};
+
+use control::session::{
+    Accept, Established, Failure, Initiator, Input, Outcome, Rejected, Responder, SessionConfig,
+};
+use rnic_engine::qp::QpState;
+use rnic_engine::sctp::rx::ReorderConfig;
+use rnic_engine::sctp::{PPID_DDP_SEGMENT, PPID_SESSION_CONTROL};
+use rnic_engine::verbs::{MessageConnection, QpHandle, QpInit, Rnic};
+use rnic_engine::wire::term::Encoding;
+use sctp_lite::{AssocId, CloseReason, EventKind};
+use tcp_lite::{Instant, UdpId};
+
+use crate::transport::MessageTransport;
+
+/// How an [`SctpCore`] runs.
+#[derive(Debug, Clone)]
+pub struct SctpCoreConfig {
+    /// The SCTP endpoint: its port, path MTU, windows, streams, timers.
+    pub endpoint: sctp_lite::Config,
+    /// Session establishment on both sides (IRD/ORD, enhanced or not).
+    pub session: SessionConfig,
+    /// What the passive side answers every Initiate with.
+    pub accept: Accept,
+    /// DDP streams open at once over all associations; an Initiate beyond
+    /// it is answered with a Session Terminate (non-ULP reject).
+    pub streams_max: usize,
+    /// The reorder window of every QP.
+    pub reorder: ReorderConfig,
+    /// DDP Segments held per stream while its session is not up here yet
+    /// (they may overtake the Accept: chunks are unordered); one more ends
+    /// the session.
+    pub early_max: usize,
+    /// Datagrams taken from the transport per turn.
+    pub rx_datagrams: usize,
+    /// Messages taken from the endpoint per turn.
+    pub rx_messages: usize,
+    /// The layout of the Terminates our QPs send.
+    pub terminate_layout: Encoding,
+}
+
+impl SctpCoreConfig {
+    /// Defaults around `endpoint`.
+    pub fn new(endpoint: sctp_lite::Config) -> SctpCoreConfig {
+        SctpCoreConfig {
+            endpoint,
+            session: SessionConfig::default(),
+            accept: Accept::default(),
+            streams_max: 1024,
+            reorder: ReorderConfig::default(),
+            early_max: 64,
+            rx_datagrams: 256,
+            rx_messages: 1024,
+            terminate_layout: Encoding::Rfc5040,
+        }
+    }
+}
+
+/// Something the application hears about from an [`SctpCore`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SctpEvent {
+    /// An association came up (outbound: we connected).
+    AssociationUp {
+        /// The association.
+        assoc: AssocId,
+        /// The peer.
+        remote: SocketAddr,
+        /// We connected (true) or accepted (false).
+        outbound: bool,
+    },
+    /// An association was refused (no DDP adaptation indication, RFC 5043
+    /// §7.1) or ended; its streams ended with it.
+    AssociationEnded {
+        /// The association.
+        assoc: AssocId,
+        /// Refused: the peer's adaptation code point (`None`: none sent).
+        refused: Option<Option<u32>>,
+        /// Why it closed, when it was up.
+        reason: Option<CloseReason>,
+    },
+    /// A DDP stream's session is up and its QP connected.
+    StreamUp {
+        /// The association.
+        assoc: AssocId,
+        /// The stream.
+        stream: u16,
+        /// Its QP.
+        qp: QpHandle,
+        /// We initiated it.
+        outbound: bool,
+        /// What the session negotiated.
+        session: Established,
+    },
+    /// The passive side's ULP rejected our Initiate.
+    StreamRejected {
+        /// The association.
+        assoc: AssocId,
+        /// The stream.
+        stream: u16,
+        /// The Reject.
+        rejected: Rejected,
+    },
+    /// A stream's session failed or ended; its QP (if it had one) is
+    /// destroyed after its work flushed.
+    StreamEnded {
+        /// The association.
+        assoc: AssocId,
+        /// The stream.
+        stream: u16,
+        /// Its QP, if one was made.
+        qp: Option<QpHandle>,
+        /// Why, when the session says (`None`: the association ended).
+        failure: Option<Failure>,
+    },
+}
+
+/// Why [`SctpCore::open_stream`] refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OpenError {
+    /// The association is not up.
+    NotUp,
+    /// The stream is open already, or beyond the endpoint's streams.
+    Stream,
+    /// `streams_max` streams are open.
+    TooManyStreams,
+    /// The engine has no room for a QP.
+    NoQp,
+    /// The session configuration or private data is invalid.
+    Config(&'static str),
+}
+
+enum Session {
+    Initiator(Initiator),
+    Responder(Responder),
+}
+
+impl Session {
+    fn handle_message(&mut self, now: Instant, ppid: u32, message: &[u8]) -> Input {
+        match self {
+            Session::Initiator(s) => s.handle_message(now, ppid, message),
+            Session::Responder(s) => s.handle_message(now, ppid, message),
+        }
+    }
+
+    fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            Session::Initiator(s) => s.outcome(),
+            Session::Responder(s) => s.outcome(),
+        }
+    }
+
+    fn poll_transmit(&mut self, out: &mut [u8]) -> Option<control::session::Transmit> {
+        match self {
+            Session::Initiator(s) => s.poll_transmit(out),
+            Session::Responder(s) => s.poll_transmit(out),
+        }
+    }
+
+    fn handle_timeout(&mut self, now: Instant) {
+        match self {
+            Session::Initiator(s) => s.handle_timeout(now),
+            Session::Responder(s) => s.handle_timeout(now),
+        }
+    }
+
+    fn terminate(&mut self) {
+        match self {
+            Session::Initiator(s) => s.terminate(),
+            Session::Responder(s) => s.terminate(),
+        }
+    }
+}
+
+/// One DDP stream.
+struct Stream {
+    assoc: AssocId,
+    id: u16,
+    outbound: bool,
+    session: Session,
+    qp: QpHandle,
+    /// The QP is connected (the session is up here).
+    up: bool,
+    /// Ended: reported, its QP destroyed; the slot goes at the end of the
+    /// turn.
+    ended: bool,
+    /// DDP Segments that arrived before the session was up here.
+    early: VecDeque<Vec<u8>>,
+}
+
+/// The counters of an [`SctpCore`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SctpCounters {
+    /// Turns run.
+    pub turns: u64,
+    /// Turns that moved something.
+    pub busy_turns: u64,
+    /// Datagrams received from the transport.
+    pub rx_datagrams: u64,
+    /// Datagrams sent.
+    pub tx_datagrams: u64,
+    /// Times the transport pushed back a datagram (kept, sent later).
+    pub tx_full: u64,
+    /// DDP Segment messages (PPID 16) handed to QPs.
+    pub rx_segments: u64,
+    /// Their octets.
+    pub rx_segment_octets: u64,
+    /// DDP Segment messages the QPs sent.
+    pub tx_segments: u64,
+    /// Their octets.
+    pub tx_segment_octets: u64,
+    /// Segments held until their session was up here.
+    pub early_held: u64,
+    /// Messages with no stream to take them, or another PPID (dropped).
+    pub stray: u64,
+    /// Streams established.
+    pub streams_up: u64,
+    /// Streams ended.
+    pub streams_ended: u64,
+}
+
+/// One poll-mode core running DDP over SCTP over UDP.
+pub struct SctpCore<T: MessageTransport> {
+    config: SctpCoreConfig,
+    transport: T,
+    udp: UdpId,
+    endpoint: sctp_lite::Endpoint,
+    rnic: Rnic,
+    qp_init: QpInit,
+    streams: Vec<Option<Stream>>,
+    free: Vec<usize>,
+    by_key: HashMap<(AssocId, u16), usize>,
+    by_qp: HashMap<QpHandle, usize>,
+    events: VecDeque<SctpEvent>,
+    /// A packet the transport pushed back, sent first next turn.
+    held_packet: Option<(SocketAddrV4, usize)>,
+    packet: Vec<u8>,
+    message: Vec<u8>,
+    window: Vec<u8>,
+    lengths: Vec<u16>,
+    counters: SctpCounters,
+}
+
+impl<T: MessageTransport> SctpCore<T> {
+    /// A core on `transport`, its SCTP endpoint on UDP port
+    /// `config.endpoint.sctp_port`'s encapsulation port `udp_port` (RFC
+    /// 6951: 9899 by default; 0 for an ephemeral one), with the engine
+    /// `rnic`, each QP made from `qp_init`. `epoch` stands for time zero of
+    /// the endpoint's clock (see `sctp_lite::Endpoint::new`).
+    pub fn new(
+        config: SctpCoreConfig,
+        mut transport: T,
+        udp_port: u16,
+        rnic: Rnic,
+        qp_init: QpInit,
+        epoch: std::time::Instant,
+    ) -> Result<SctpCore<T>, String> {
+        config
+            .session
+            .validate()
+            .map_err(|e| format!("session: {e}"))?;
+        let udp = transport
+            .udp_bind(udp_port)
+            .map_err(|e| format!("cannot bind UDP port {udp_port}: {e}"))?;
+        let endpoint = sctp_lite::Endpoint::new(config.endpoint.clone(), epoch)
+            .map_err(|e| format!("SCTP endpoint: {e}"))?;
+        let message_max = config.endpoint.message_size_max();
+        Ok(SctpCore {
+            packet: vec![0; config.endpoint.packet_size_max()],
+            message: vec![0; message_max.max(1 << 10)],
+            window: vec![0; (64 << 10).max(message_max)],
+            lengths: Vec::with_capacity(64),
+            streams: Vec::new(),
+            free: Vec::new(),
+            by_key: HashMap::new(),
+            by_qp: HashMap::new(),
+            events: VecDeque::new(),
+            held_packet: None,
+            counters: SctpCounters::default(),
+            config,
+            transport,
+            udp,
+            endpoint,
+            rnic,
+            qp_init,
+        })
+    }
+
+    /// The engine.
+    pub fn rnic(&mut self) -> &mut Rnic {
+        &mut self.rnic
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// The local UDP address of the core's endpoint.
+    pub fn local(&self) -> Option<SocketAddrV4> {
+        self.transport.udp_local(self.udp).ok()
+    }
+
+    /// Counters so far.
+    pub fn counters(&self) -> SctpCounters {
+        self.counters
+    }
+
+    /// The next event.
+    pub fn next_event(&mut self) -> Option<SctpEvent> {
+        self.events.pop_front()
+    }
+
+    /// Opens an association to the SCTP endpoint at `remote` (a UDP
+    /// address); [`SctpEvent::AssociationUp`] or `AssociationEnded`
+    /// follows.
+    pub fn connect(&mut self, now: Instant, remote: SocketAddrV4) -> Result<AssocId, String> {
+        self.endpoint
+            .connect(now, SocketAddr::V4(remote))
+            .map_err(|e| format!("cannot open an association to {remote}: {e}"))
+    }
+
+    /// Opens DDP stream `stream` of the association `assoc` (up): a QP is
+    /// made now and connected when the peer accepts
+    /// ([`SctpEvent::StreamUp`]); an Initiate or Enhanced Initiate with
+    /// `private_data` goes out at the next turn.
+    pub fn open_stream(
+        &mut self,
+        now: Instant,
+        assoc: AssocId,
+        stream: u16,
+        private_data: &[u8],
+    ) -> Result<QpHandle, OpenError> {
+        if !self.endpoint.is_up(assoc) {
+            return Err(OpenError::NotUp);
+        }
+        if stream >= self.config.endpoint.streams || self.by_key.contains_key(&(assoc, stream)) {
+            return Err(OpenError::Stream);
+        }
+        if self.by_key.len() >= self.config.streams_max {
+            return Err(OpenError::TooManyStreams);
+        }
+        let initiator = Initiator::new(self.config.session.clone(), private_data, now)
+            .map_err(|e| OpenError::Config(e.0))?;
+        let qp = self
+            .rnic
+            .create_qp(self.qp_init)
+            .map_err(|_| OpenError::NoQp)?;
+        self.insert(Stream {
+            assoc,
+            id: stream,
+            outbound: true,
+            session: Session::Initiator(initiator),
+            qp,
+            up: false,
+            ended: false,
+            early: VecDeque::new(),
+        });
+        Ok(qp)
+    }
+
+    /// Ends the stream of `qp` with a Session Terminate (RFC 6581 §7); its
+    /// QP's outstanding work flushes. [`SctpEvent::StreamEnded`] follows.
+    pub fn close_stream(&mut self, qp: QpHandle) {
+        if let Some(&index) = self.by_qp.get(&qp) {
+            if let Some(stream) = self.streams[index].as_mut() {
+                stream.session.terminate();
+            }
+            self.end_stream(index, None);
+        }
+    }
+
+    /// Aborts association `assoc` (ABORT, RFC 9260 §9.1): its streams end.
+    pub fn abort(&mut self, assoc: AssocId) {
+        let _ = self.endpoint.abort(assoc);
+    }
+
+    /// DDP streams open.
+    pub fn open_streams(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// One turn (see the module docs). Returns whether anything moved.
+    pub fn turn(&mut self, now: Instant) -> bool {
+        self.counters.turns += 1;
+        let mut busy = self.transport.poll(now);
+        busy |= self.receive_datagrams(now);
+        if self.endpoint.poll_timeout().is_some_and(|t| t <= now) {
+            self.endpoint.handle_timeout(now);
+        }
+        busy |= self.association_events(now);
+        busy |= self.receive_messages(now);
+        self.sessions(now);
+        busy |= self.transmit_messages();
+        busy |= self.transmit_packets(now);
+        if busy {
+            self.transport.poll(now);
+            self.counters.busy_turns += 1;
+        }
+        self.transport.flush();
+        busy
+    }
+
+    fn insert(&mut self, stream: Stream) -> usize {
+        let key = (stream.assoc, stream.id);
+        let qp = stream.qp;
+        let index = match self.free.pop() {
+            Some(index) => {
+                self.streams[index] = Some(stream);
+                index
+            }
+            None => {
+                self.streams.push(Some(stream));
+                self.streams.len() - 1
+            }
+        };
+        self.by_key.insert(key, index);
+        self.by_qp.insert(qp, index);
+        index
+    }
+
+    fn receive_datagrams(&mut self, now: Instant) -> bool {
+        let mut n = 0;
+        while n < self.config.rx_datagrams {
+            let endpoint = &mut self.endpoint;
+            let got = self.transport.udp_recv_with(self.udp, |datagram, from| {
+                endpoint.handle_datagram(now, SocketAddr::V4(from), datagram);
+            });
+            if got.is_none() {
+                break;
+            }
+            n += 1;
+        }
+        self.counters.rx_datagrams += n as u64;
+        n > 0
+    }
+
+    fn association_events(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        while let Some(event) = self.endpoint.poll_event() {
+            busy = true;
+            match event.kind {
+                EventKind::Up { outbound, .. } => self.events.push_back(SctpEvent::AssociationUp {
+                    assoc: event.assoc,
+                    remote: event.remote,
+                    outbound,
+                }),
+                EventKind::Refused { peer_adaptation } => {
+                    self.end_association(event.assoc);
+                    self.events.push_back(SctpEvent::AssociationEnded {
+                        assoc: event.assoc,
+                        refused: Some(peer_adaptation),
+                        reason: None,
+                    });
+                }
+                EventKind::Closed(reason) => {
+                    self.end_association(event.assoc);
+                    self.events.push_back(SctpEvent::AssociationEnded {
+                        assoc: event.assoc,
+                        refused: None,
+                        reason: Some(reason),
+                    });
+                }
+            }
+        }
+        let _ = now;
+        busy
+    }
+
+    /// Every stream of `assoc` ends with it (RFC 5043 §11.3: no Terminate
+    /// is owed on each stream when the association goes).
+    fn end_association(&mut self, assoc: AssocId) {
+        let indices: Vec<usize> = self
+            .by_key
+            .iter()
+            .filter(|((a, _), _)| *a == assoc)
+            .map(|(_, &i)| i)
+            .collect();
+        for index in indices {
+            self.end_stream(index, None);
+        }
+    }
+
+    fn receive_messages(&mut self, now: Instant) -> bool {
+        let mut n = 0;
+        while n < self.config.rx_messages {
+            let Some(received) = self.endpoint.recv(&mut self.message) else {
+                break;
+            };
+            n += 1;
+            let key = (received.assoc, received.stream);
+            let index = match self.by_key.get(&key) {
+                Some(&index) => index,
+                None if received.ppid == PPID_SESSION_CONTROL => {
+                    match self.passive_stream(now, key, received.len) {
+                        Some(index) => index,
+                        None => {
+                            self.counters.stray += 1;
+                            continue;
+                        }
+                    }
+                }
+                None => {
+                    self.counters.stray += 1;
+                    continue;
+                }
+            };
+            let message = &self.message[..received.len];
+            let Some(stream) = self.streams[index].as_mut() else {
+                continue;
+            };
+            if received.ppid == PPID_DDP_SEGMENT && stream.up {
+                self.counters.rx_segments += 1;
+                self.counters.rx_segment_octets += message.len() as u64;
+                let _ = self.rnic.handle_message(stream.qp, message);
+                continue;
+            }
+            match stream.session.handle_message(now, received.ppid, message) {
+                Input::Taken | Input::Ignored => {}
+                Input::Segment | Input::Early => {
+                    if stream.early.len() < self.config.early_max {
+                        stream.early.push_back(message.to_vec());
+                        self.counters.early_held += 1;
+                    } else {
+                        stream.session.terminate();
+                    }
+                }
+            }
+        }
+        n > 0
+    }
+
+    /// The first Session Control message of a stream we do not have: the
+    /// peer opens it. A Responder takes it (it may well be no Initiate: the
+    /// Responder answers that as the rules say).
+    fn passive_stream(
+        &mut self,
+        now: Instant,
+        (assoc, id): (AssocId, u16),
+        len: usize,
+    ) -> Option<usize> {
+        let responder = Responder::new(self.config.session.clone(), now).ok()?;
+        let full = self.by_key.len() >= self.config.streams_max;
+        let qp = if full {
+            None
+        } else {
+            self.rnic.create_qp(self.qp_init).ok()
+        };
+        let Some(qp) = qp else {
+            // No room: the Responder answers the Initiate with a Session
+            // Terminate (non-ULP reject, RFC 5043 §6.4), sent once.
+            let mut responder = responder;
+            let _ = responder.handle_message(now, PPID_SESSION_CONTROL, &self.message[..len]);
+            responder.reject_non_ulp();
+            let mut out = [0u8; 520];
+            while let Some(t) = responder.poll_transmit(&mut out) {
+                let _ = self.endpoint.send(assoc, id, t.ppid, true, &out[..t.len]);
+            }
+            return None;
+        };
+        Some(self.insert(Stream {
+            assoc,
+            id,
+            outbound: false,
+            session: Session::Responder(responder),
+            qp,
+            up: false,
+            ended: false,
+            early: VecDeque::new(),
+        }))
+    }
+
+    /// Decisions and outcomes: the passive side accepts each Initiate, an
+    /// established session connects its QP, an ended one is reported.
+    fn sessions(&mut self, now: Instant) {
+        for index in 0..self.streams.len() {
+            let Some(stream) = self.streams[index].as_mut() else {
+                continue;
+            };
+            if stream.ended {
+                continue;
+            }
+            stream.session.handle_timeout(now);
+            if let Session::Responder(r) = &mut stream.session {
+                if r.request().is_some()
+                    && r.outcome().is_none()
+                    && r.accept(&self.config.accept).is_err()
+                {
+                    r.reject_non_ulp();
+                }
+            }
+            if !stream.up {
+                match stream.session.outcome().cloned() {
+                    Some(Outcome::Established(session)) => self.stream_up(index, session),
+                    Some(Outcome::Rejected(rejected)) => {
+                        let (assoc, id) = (stream.assoc, stream.id);
+                        self.events.push_back(SctpEvent::StreamRejected {
+                            assoc,
+                            stream: id,
+                            rejected,
+                        });
+                        self.end_stream(index, None);
+                    }
+                    Some(Outcome::Failed(failure)) => self.end_stream(index, Some(failure)),
+                    None => {}
+                }
+            } else {
+                let failed = match stream.session.outcome() {
+                    Some(Outcome::Failed(failure)) => Some(failure.clone()),
+                    _ => None,
+                };
+                let qp_down = matches!(self.rnic.qp_state(stream.qp), Ok(QpState::Error) | Err(_));
+                if failed.is_some() || qp_down {
+                    if qp_down && failed.is_none() {
+                        // The QP sent or received an RDMAP Terminate: the
+                        // stream ends with a Session Terminate too.
+                        stream.session.terminate();
+                    }
+                    self.end_stream(index, failed);
+                }
+            }
+        }
+    }
+
+    fn stream_up(&mut self, index: usize, session: Established) {
+        let Some(stream) = self.streams[index].as_mut() else {
+            return;
+        };
+        let connection = MessageConnection {
+            message_max: self.config.endpoint.message_size_max(),
+            ird: Established::depth(session.ird),
+            ord: Established::depth(session.ord),
+            reorder: self.config.reorder,
+            terminate_layout: self.config.terminate_layout,
+        };
+        if self.rnic.connect_messages(stream.qp, connection).is_err() {
+            stream.session.terminate();
+            self.end_stream(index, None);
+            return;
+        }
+        stream.up = true;
+        self.counters.streams_up += 1;
+        self.events.push_back(SctpEvent::StreamUp {
+            assoc: stream.assoc,
+            stream: stream.id,
+            qp: stream.qp,
+            outbound: stream.outbound,
+            session,
+        });
+        while let Some(segment) = stream.early.pop_front() {
+            self.counters.rx_segments += 1;
+            self.counters.rx_segment_octets += segment.len() as u64;
+            let _ = self.rnic.handle_message(stream.qp, &segment);
+        }
+    }
+
+    /// Ends stream `index`: reported once, its QP's work flushed and the QP
+    /// destroyed; its session's last messages still go out this turn.
+    fn end_stream(&mut self, index: usize, failure: Option<Failure>) {
+        let Some(stream) = self.streams[index].as_mut() else {
+            return;
+        };
+        if stream.ended {
+            return;
+        }
+        stream.ended = true;
+        self.counters.streams_ended += 1;
+        let qp = stream.qp;
+        // destroy_qp flushes what is outstanding into the CQs.
+        let _ = self.rnic.destroy_qp(qp);
+        self.events.push_back(SctpEvent::StreamEnded {
+            assoc: stream.assoc,
+            stream: stream.id,
+            qp: Some(qp),
+            failure,
+        });
+    }
+
+    /// Session messages, then each up QP's DDP Segments, into the endpoint.
+    fn transmit_messages(&mut self) -> bool {
+        let mut busy = false;
+        let message_max = self.config.endpoint.message_size_max();
+        for index in 0..self.streams.len() {
+            let Some(stream) = self.streams[index].as_mut() else {
+                continue;
+            };
+            let mut out = [0u8; 520];
+            while let Some(t) = stream.session.poll_transmit(&mut out) {
+                busy = true;
+                let _ = self
+                    .endpoint
+                    .send(stream.assoc, stream.id, t.ppid, true, &out[..t.len]);
+            }
+            if stream.ended {
+                // Its session's last words went: the slot is free.
+                self.by_key.remove(&(stream.assoc, stream.id));
+                self.by_qp.remove(&stream.qp);
+                self.streams[index] = None;
+                self.free.push(index);
+                continue;
+            }
+            if !stream.up {
+                continue;
+            }
+            loop {
+                let room = self.endpoint.send_space(stream.assoc, stream.id);
+                if room < message_max {
+                    break;
+                }
+                let room = room.min(self.window.len());
+                self.lengths.clear();
+                let n = self
+                    .rnic
+                    .poll_transmit_messages(stream.qp, &mut self.window[..room], &mut self.lengths)
+                    .unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                busy = true;
+                let mut at = 0;
+                for &len in &self.lengths {
+                    let len = usize::from(len);
+                    let message = &self.window[at..at + len];
+                    // Fits: the send buffer had `room` octets for them all.
+                    let _ = self.endpoint.send(
+                        stream.assoc,
+                        stream.id,
+                        PPID_DDP_SEGMENT,
+                        true,
+                        message,
+                    );
+                    at += len;
+                }
+                self.counters.tx_segments += self.lengths.len() as u64;
+                self.counters.tx_segment_octets += n as u64;
+            }
+        }
+        busy
+    }
+
+    /// The endpoint's SCTP packets into UDP datagrams, until it has none or
+    /// the transport pushes back (the packet is kept for the next turn).
+    fn transmit_packets(&mut self, now: Instant) -> bool {
+        let mut busy = false;
+        if let Some((remote, len)) = self.held_packet {
+            if !self.send_packet(remote, len) {
+                return false;
+            }
+            self.held_packet = None;
+            busy = true;
+        }
+        while let Some(t) = self.endpoint.poll_transmit(now, &mut self.packet) {
+            busy = true;
+            let SocketAddr::V4(remote) = t.remote else {
+                continue;
+            };
+            if !self.send_packet(remote, t.len) {
+                self.held_packet = Some((remote, t.len));
+                break;
+            }
+        }
+        busy
+    }
+
+    fn send_packet(&mut self, remote: SocketAddrV4, len: usize) -> bool {
+        let packet = &self.packet[..len];
+        match self
+            .transport
+            .udp_send_with(self.udp, remote, len, |buf| buf.copy_from_slice(packet))
+        {
+            Ok(()) => {
+                self.counters.tx_datagrams += 1;
+                true
+            }
+            Err(tcp_lite::UdpError::Full) => {
+                self.counters.tx_full += 1;
+                false
+            }
+            // A datagram the transport can never send: dropped, as a
+            // network would; SCTP retransmits or gives up.
+            Err(_) => true,
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! DDP over SCTP end to end through two `SctpCore`s: an association over
+//! UDP encapsulation (RFC 6951) on the in-memory link and on kernel UDP
+//! sockets, enhanced session control on several streams (RFC 5043 §6, RFC
+//! 6581 §7), and every RDMAP operation over the streams' QPs, checked octet
+//! for octet; refusal of a peer without DDP's adaptation indication (RFC
+//! 5043 §7.1); a stream closed by one side ends at the other.
+#![allow(clippy::disallowed_methods)] // The kernel test runs in real time.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+
+use dataplane::{MessageTransport, SctpCore, SctpCoreConfig, SctpEvent};
+use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
+use rnic_engine::mem::{Access, Region};
+use rnic_engine::verbs::{
+    CqHandle, Mr, QpHandle, QpInit, RecvWr, RemoteAddr, Rnic, RnicConfig, SendOp, SendWr, Sge,
+};
+use tcp_lite::link::{self, LinkConfig, LinkEnd};
+use tcp_lite::sys::udp::KernelUdp;
+use tcp_lite::{Duration, Instant, Stack, StackConfig};
+
+const A_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const B_ADDR: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+const MEMORY: usize = 4 << 20;
+const ALL: Access = Access::LOCAL_WRITE
+    .union(Access::REMOTE_WRITE)
+    .union(Access::REMOTE_READ)
+    .union(Access::REMOTE_ATOMIC);
+
+/// One side: its core, CQ and registered memory.
+struct Side<T: MessageTransport> {
+    core: SctpCore<T>,
+    cq: CqHandle,
+    region: Arc<Region>,
+    mr: Mr,
+    events: Vec<SctpEvent>,
+}
+
+impl<T: MessageTransport> Side<T> {
+    fn new(transport: T, udp_port: u16, seed: u64, tweak: impl Fn(&mut SctpCoreConfig)) -> Self {
+        let mut rnic = Rnic::new(RnicConfig {
+            stag_seed: seed,
+            ..RnicConfig::default()
+        });
+        let pd = rnic.alloc_pd().unwrap();
+        let cq = rnic.create_cq(4096).unwrap();
+        let region = Region::new(MEMORY);
+        let mr = rnic.reg_region(pd, region.clone(), ALL).unwrap();
+        let qp_init = QpInit {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            sq_size: 256,
+            rq_size: 256,
+        };
+        let mut config = SctpCoreConfig::new(sctp_lite::Config::default());
+        tweak(&mut config);
+        let epoch = std::time::Instant::now();
+        let core = SctpCore::new(config, transport, udp_port, rnic, qp_init, epoch).unwrap();
+        Side {
+            core,
+            cq,
+            region,
+            mr,
+            events: Vec::new(),
+        }
+    }
+
+    fn turn(&mut self, now: Instant) -> bool {
+        let busy = self.core.turn(now);
+        while let Some(e) = self.core.next_event() {
+            self.events.push(e);
+        }
+        busy
+    }
+
+    fn completions(&mut self) -> Vec<Wc> {
+        let mut out = Vec::new();
+        let mut batch = [Wc::EMPTY; 64];
+        loop {
+            let n = self.core.rnic().poll_cq(self.cq, &mut batch).unwrap();
+            out.extend_from_slice(&batch[..n]);
+            if n < batch.len() {
+                return out;
+            }
+        }
+    }
+
+    fn sge(&self, offset: usize, len: usize) -> Sge {
+        Sge {
+            stag: self.mr.stag,
+            to: self.mr.base_to + offset as u64,
+            len: len as u32,
+        }
+    }
+
+    fn remote(&self, offset: usize) -> RemoteAddr {
+        RemoteAddr {
+            stag: self.mr.stag,
+            to: self.mr.base_to + offset as u64,
+        }
+    }
+
+    fn stream_up(&self) -> Vec<(u16, QpHandle, bool)> {
+        self.events
+            .iter()
+            .filter_map(|e| match e {
+                SctpEvent::StreamUp {
+                    stream,
+                    qp,
+                    outbound,
+                    ..
+                } => Some((*stream, *qp, *outbound)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            (i as u32)
+                .wrapping_mul(2_654_435_761)
+                .rotate_left(u32::from(seed)) as u8
+                ^ seed
+        })
+        .collect()
+}
+
+/// Two cores on an in-memory Ethernet link, in virtual time.
+struct Net {
+    a: Side<Stack<LinkEnd>>,
+    b: Side<Stack<LinkEnd>>,
+    now: Instant,
+}
+
+impl Net {
+    fn new(tweak_b: impl Fn(&mut SctpCoreConfig)) -> Net {
+        let (end_a, end_b) = link::pair(LinkConfig::ethernet(1500), 3);
+        let now = Instant::ZERO;
+        let stack = |end, mac: u8, addr| {
+            let mut config = StackConfig::new([2, 0, 0, 0, 0, mac], addr);
+            config.seed = u64::from(mac);
+            Stack::new(config, end, now).unwrap()
+        };
+        Net {
+            a: Side::new(stack(end_a, 1, A_ADDR), 0, 1, |_| {}),
+            b: Side::new(stack(end_b, 2, B_ADDR), 9899, 2, tweak_b),
+            now,
+        }
+    }
+
+    /// Turns both cores until `done`, advancing virtual time 10 us a turn;
+    /// fails after `limit`.
+    fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Net) -> bool) {
+        let end = self.now + limit;
+        while !done(self) {
+            assert!(self.now < end, "not done after {limit} of virtual time");
+            self.a.turn(self.now);
+            self.b.turn(self.now);
+            self.now += Duration::from_micros(10);
+        }
+    }
+
+    /// An association from a to b and `streams` DDP streams on it; a's and
+    /// b's QP of each.
+    fn open(&mut self, streams: u16) -> Vec<(QpHandle, QpHandle)> {
+        let assoc = self
+            .a
+            .core
+            .connect(self.now, SocketAddrV4::new(B_ADDR, 9899))
+            .unwrap();
+        self.run_until(Duration::from_secs(5), |net| {
+            net.a
+                .events
+                .iter()
+                .any(|e| matches!(e, SctpEvent::AssociationUp { .. }))
+        });
+        for stream in 0..streams {
+            self.a
+                .core
+                .open_stream(self.now, assoc, stream, b"hello")
+                .unwrap();
+        }
+        self.run_until(Duration::from_secs(5), |net| {
+            net.a.stream_up().len() == usize::from(streams)
+                && net.b.stream_up().len() == usize::from(streams)
+        });
+        let (a, b) = (self.a.stream_up(), self.b.stream_up());
+        (0..streams)
+            .map(|s| {
+                let qa = a.iter().find(|u| u.0 == s).unwrap();
+                let qb = b.iter().find(|u| u.0 == s).unwrap();
+                assert!(qa.2 && !qb.2, "a initiated every stream");
+                (qa.1, qb.1)
+            })
+            .collect()
+    }
+}
+
+/// Writes, Reads, Sends and a FetchAdd on each stream at once, both ways,
+/// every octet checked.
+fn exercise<T: MessageTransport, U: MessageTransport>(
+    a: &mut Side<T>,
+    b: &mut Side<U>,
+    qps: &[(QpHandle, QpHandle)],
+    len: usize,
+    mut run: impl FnMut(&mut Side<T>, &mut Side<U>, &mut dyn FnMut(&mut Side<T>, &mut Side<U>) -> bool),
+) {
+    let n = qps.len();
+    for (i, &(qa, qb)) in qps.iter().enumerate() {
+        let base = i * 4 * len;
+        a.region.write(base, &pattern(len, i as u8)).unwrap();
+        b.region
+            .write(base + len, &pattern(len, 100 + i as u8))
+            .unwrap();
+        let recv_sge = [b.sge(base + 3 * len, 64)];
+        b.core
+            .rnic()
+            .post_recv(
+                qb,
+                &RecvWr {
+                    wr_id: 50 + i as u64,
+                    sgl: &recv_sge,
+                },
+            )
+            .unwrap();
+        let (write_sge, read_sge) = (a.sge(base, len), a.sge(base + 2 * len, len));
+        let send_sge = a.sge(base, 64);
+        let rnic = a.core.rnic();
+        let posts = [
+            SendWr::signaled(
+                1,
+                SendOp::Write(b.remote(base)),
+                std::slice::from_ref(&write_sge),
+            ),
+            SendWr::signaled(
+                2,
+                SendOp::Read(b.remote(base + len)),
+                std::slice::from_ref(&read_sge),
+            ),
+            SendWr::signaled(3, SendOp::Send, std::slice::from_ref(&send_sge)),
+        ];
+        for wr in &posts {
+            rnic.post_send(qa, wr).unwrap();
+        }
+    }
+    let mut a_wcs = Vec::new();
+    let mut b_wcs = Vec::new();
+    run(a, b, &mut |a, b| {
+        a_wcs.extend(a.completions());
+        b_wcs.extend(b.completions());
+        a_wcs.len() == 3 * n && b_wcs.len() == n
+    });
+    assert!(
+        a_wcs.iter().all(|wc| wc.status == WcStatus::Success),
+        "{a_wcs:?}"
+    );
+    assert!(
+        b_wcs.iter().all(|wc| wc.status == WcStatus::Success),
+        "{b_wcs:?}"
+    );
+    assert!(b_wcs
+        .iter()
+        .all(|wc| wc.opcode == WcOpcode::Recv && wc.byte_len == 64));
+    for (i, &(qa, _)) in qps.iter().enumerate() {
+        let base = i * 4 * len;
+        let mine: Vec<_> = a_wcs
+            .iter()
+            .filter(|wc| wc.qp == qa)
+            .map(|wc| wc.wr_id)
+            .collect();
+        assert_eq!(
+            mine,
+            [1, 2, 3],
+            "completions in posting order on stream {i}"
+        );
+        let b_mem = b.region.to_vec();
+        let a_mem = a.region.to_vec();
+        assert_eq!(
+            &b_mem[base..base + len],
+            &pattern(len, i as u8)[..],
+            "Write {i}"
+        );
+        assert_eq!(
+            &a_mem[base + 2 * len..base + 3 * len],
+            &pattern(len, 100 + i as u8)[..],
+            "Read {i}"
+        );
+        assert_eq!(
+            &b_mem[base + 3 * len..base + 3 * len + 64],
+            &pattern(len, i as u8)[..64],
+            "Send {i}"
+        );
+    }
+}
+
+#[test]
+fn rdma_over_sctp_on_the_in_memory_link() {
+    let mut net = Net::new(|_| {});
+    let qps = net.open(4);
+    let up = net
+        .a
+        .events
+        .iter()
+        .find_map(|e| match e {
+            SctpEvent::StreamUp { session, .. } => Some(session.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(up.enhanced, "RFC 6581 §7's Enhanced Initiate and Accept");
+    let peer_pd = net.b.events.iter().find_map(|e| match e {
+        SctpEvent::StreamUp { session, .. } => Some(session.peer_private_data.clone()),
+        _ => None,
+    });
+    assert_eq!(peer_pd.as_deref(), Some(&b"hello"[..]));
+    let mut now = net.now;
+    exercise(&mut net.a, &mut net.b, &qps, 200_000, |a, b, done| {
+        let end = now + Duration::from_secs(10);
+        while !done(a, b) {
+            assert!(now < end, "transfer not done in 10 s of virtual time");
+            a.turn(now);
+            b.turn(now);
+            now += Duration::from_micros(10);
+        }
+    });
+    net.now = now;
+    // One message per DDP segment, every one delivered once: a's Writes in
+    // segments of 1,444 - 2 (DDP-SSN) - 14 (tagged DDP header) octets.
+    let (ca, cb) = (net.a.core.counters(), net.b.core.counters());
+    assert!(ca.tx_segments >= 4 * 200_000_u64.div_ceil(1428), "{ca:?}");
+    assert_eq!(ca.tx_segments, cb.rx_segments, "{ca:?} {cb:?}");
+    assert_eq!(cb.tx_segments, ca.rx_segments, "{ca:?} {cb:?}");
+    assert_eq!((ca.stray, cb.stray, ca.early_held), (0, 0, 0));
+    // a ends stream 0: b's QP for it ends too; the others keep working.
+    net.a.core.close_stream(qps[0].0);
+    net.run_until(Duration::from_secs(5), |net| {
+        net.b
+            .events
+            .iter()
+            .any(|e| matches!(e, SctpEvent::StreamEnded { qp: Some(qp), .. } if *qp == qps[0].1))
+    });
+    assert_eq!(net.b.core.open_streams(), 3);
+    let mut now = net.now;
+    exercise(&mut net.a, &mut net.b, &qps[1..], 1000, |a, b, done| {
+        let end = now + Duration::from_secs(10);
+        while !done(a, b) {
+            assert!(now < end);
+            a.turn(now);
+            b.turn(now);
+            now += Duration::from_micros(10);
+        }
+    });
+}
+
+#[test]
+fn a_peer_without_the_ddp_adaptation_indication_is_refused() {
+    let mut net = Net::new(|c| c.endpoint.adaptation_code_point = None);
+    net.a
+        .core
+        .connect(net.now, SocketAddrV4::new(B_ADDR, 9899))
+        .unwrap();
+    net.run_until(Duration::from_secs(5), |net| {
+        net.a
+            .events
+            .iter()
+            .any(|e| matches!(e, SctpEvent::AssociationEnded { .. }))
+    });
+    let refused = net.a.events.iter().find_map(|e| match e {
+        SctpEvent::AssociationEnded { refused, .. } => Some(*refused),
+        _ => None,
+    });
+    assert_eq!(refused, Some(Some(None)), "refused: b sent no indication");
+    assert!(!net
+        .a
+        .events
+        .iter()
+        .any(|e| matches!(e, SctpEvent::AssociationUp { .. })));
+}
+
+#[test]
+fn rdma_over_sctp_over_kernel_udp() {
+    let mut a = Side::new(KernelUdp::new(Ipv4Addr::LOCALHOST, 1 << 20), 0, 5, |_| {});
+    let mut b = Side::new(KernelUdp::new(Ipv4Addr::LOCALHOST, 1 << 20), 0, 6, |_| {});
+    let b_addr = b.core.local().unwrap();
+    let clock = std::time::Instant::now();
+    let now = |clock: std::time::Instant| Instant::from_micros(clock.elapsed().as_micros() as i64);
+    let assoc = a.core.connect(now(clock), b_addr).unwrap();
+    let deadline = std::time::Duration::from_secs(20);
+    let spin =
+        |a: &mut Side<KernelUdp>,
+         b: &mut Side<KernelUdp>,
+         done: &mut dyn FnMut(&mut Side<KernelUdp>, &mut Side<KernelUdp>) -> bool| {
+            while !done(a, b) {
+                assert!(clock.elapsed() < deadline, "not done in {deadline:?}");
+                a.turn(now(clock));
+                b.turn(now(clock));
+            }
+        };
+    spin(&mut a, &mut b, &mut |a, _| {
+        a.events
+            .iter()
+            .any(|e| matches!(e, SctpEvent::AssociationUp { .. }))
+    });
+    for stream in 0..2 {
+        a.core.open_stream(now(clock), assoc, stream, b"").unwrap();
+    }
+    spin(&mut a, &mut b, &mut |a, b| {
+        a.stream_up().len() == 2 && b.stream_up().len() == 2
+    });
+    let qps: Vec<_> = (0..2)
+        .map(|s| {
+            let qa = a.stream_up().into_iter().find(|u| u.0 == s).unwrap().1;
+            let qb = b.stream_up().into_iter().find(|u| u.0 == s).unwrap().1;
+            (qa, qb)
+        })
+        .collect();
+    exercise(&mut a, &mut b, &qps, 300_000, |a, b, done| spin(a, b, done));
+}
