@@ -786,14 +786,26 @@ fn tshark_sees_the_same_chunks() {
             ));
         }
         assert_eq!(theirs, ours, "tshark (left) and dpwarp-pcap over {name}");
-        if let Ok(seeds) = std::env::var("DPWARP_SCTP_SEEDS") {
-            // How the fuzz corpus seeds were made: copy the captures out.
-            std::fs::write(
-                Path::new(&seeds).join(format!("seed-synthetic-sctp-{name}")),
-                &bytes,
-            )
-            .unwrap();
-        }
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The captures the fuzz target `pcap_decode` starts from decode without a
+/// problem. With `DPWARP_SCTP_SEEDS=DIR` set, this writes them to DIR: that
+/// is how `fuzz/corpus/pcap_decode/seed-synthetic-sctp-*` were made.
+#[test]
+fn fuzz_seeds_decode_cleanly() {
+    let seeds = [
+        ("udp", association(SctpOver::Udp, true)),
+        ("ip", association(SctpOver::Ip, true)),
+        ("raw-ip", association(SctpOver::Ip, false)),
+    ];
+    for (name, bytes) in seeds {
+        let (messages, summary, _) = decode_capture(Cursor::new(&bytes), Options::default());
+        assert_eq!((messages.len(), summary.problems), (12, 0), "{name}");
+        if let Ok(dir) = std::env::var("DPWARP_SCTP_SEEDS") {
+            let path = Path::new(&dir).join(format!("seed-synthetic-sctp-{name}"));
+            std::fs::write(path, &bytes).unwrap();
+        }
+    }
 }
