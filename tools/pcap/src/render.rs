@@ -7,9 +7,17 @@
 //! Wireshark shows them too; the CRC32c value is those octets read least
 //! significant first.
 //!
+//! SCTP chunks (DDP over SCTP) print as
+//! `FRAME TIME SRC > DST sctp[/udp] assoc=N` and the chunk: `SCTP INIT ...`,
+//! `SCTP SACK ...`, `DDP SESSION sid= tsn= stream_seq= ssn= FUNCTION ...` for
+//! PPID 17, `DDP sid= tsn= stream_seq= ssn= SEGMENT segment_len=` for PPID 16,
+//! `SCTP DATA ...` for other DATA, `! problem`.
+//!
 //! JSON (`--json`): one object per line, keys documented in the README. Every
 //! FPDU object has every FPDU key; a key that does not apply (`stag` of an
-//! untagged segment) is `null`.
+//! untagged segment) is `null`. A DDP segment over SCTP is an FPDU object too,
+//! with `crc` `"off"` and the SCTP keys (`llp`, `assoc`, `sid`, `tsn`, `ssn`,
+//! ...) in place of the TCP ones (`conn`, `seq`, `tcp_seq`).
 
 use std::fmt::Write as _;
 
