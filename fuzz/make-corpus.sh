@@ -32,8 +32,8 @@ fi
 
 # pcap_decode: synthetic DDP-over-SCTP captures (over UDP 9899, over IP, and
 # raw IP without Ethernet), written by a test of dpwarp-pcap.
-DPWARP_SCTP_SEEDS="$corpus/pcap_decode" timeout 900 cargo test --quiet \
-    --manifest-path "$here/../Cargo.toml" -p dpwarp-pcap --test sctp fuzz_seeds_decode_cleanly
+DPWARP_SCTP_CORPUS="$corpus/pcap_decode" timeout 900 cargo test --quiet \
+    --manifest-path "$here/../Cargo.toml" -p dpwarp-pcap --test sctp fuzz_corpus_captures_decode_cleanly
 
 # deframer: Full Operation streams of three captures (MPA frames cut off),
 # behind the target's 4-octet header: CRC and marker bits, ULPDU limit

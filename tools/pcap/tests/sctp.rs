@@ -791,19 +791,19 @@ fn tshark_sees_the_same_chunks() {
 }
 
 /// The captures the fuzz target `pcap_decode` starts from decode without a
-/// problem. With `DPWARP_SCTP_SEEDS=DIR` set, this writes them to DIR: that
-/// is how `fuzz/corpus/pcap_decode/seed-synthetic-sctp-*` were made.
+/// problem. With `DPWARP_SCTP_CORPUS=DIR` set, this writes them to DIR under
+/// the corpus's file names: `fuzz/make-corpus.sh` makes them so.
 #[test]
-fn fuzz_seeds_decode_cleanly() {
-    let seeds = [
+fn fuzz_corpus_captures_decode_cleanly() {
+    let captures = [
         ("udp", association(SctpOver::Udp, true)),
         ("ip", association(SctpOver::Ip, true)),
         ("raw-ip", association(SctpOver::Ip, false)),
     ];
-    for (name, bytes) in seeds {
+    for (name, bytes) in captures {
         let (messages, summary, _) = decode_capture(Cursor::new(&bytes), Options::default());
         assert_eq!((messages.len(), summary.problems), (12, 0), "{name}");
-        if let Ok(dir) = std::env::var("DPWARP_SCTP_SEEDS") {
+        if let Ok(dir) = std::env::var("DPWARP_SCTP_CORPUS") {
             let path = Path::new(&dir).join(format!("seed-synthetic-sctp-{name}"));
             std::fs::write(path, &bytes).unwrap();
         }
