@@ -30,6 +30,11 @@ else
     echo "make-corpus.sh: editcap not found, no pcapng seeds" >&2
 fi
 
+# pcap_decode: synthetic DDP-over-SCTP captures (over UDP 9899, over IP, and
+# raw IP without Ethernet), written by a test of dpwarp-pcap.
+DPWARP_SCTP_CORPUS="$corpus/pcap_decode" timeout 900 cargo test --quiet \
+    --manifest-path "$here/../Cargo.toml" -p dpwarp-pcap --test sctp fuzz_corpus_captures_decode_cleanly
+
 # deframer: Full Operation streams of three captures (MPA frames cut off),
 # behind the target's 4-octet header: CRC and marker bits, ULPDU limit
 # 65535, a piece-size seed; each with markers off and on.

@@ -4,6 +4,11 @@
 //! output (it writes to `io::sink()`); text, JSON, `--all` and `--payload`
 //! runs decode the same thing (equal `Summary`s, equal outcome); a `--port`
 //! run (which reads connections without MPA startup as FPDUs) completes.
+//!
+//! It covers DDP over SCTP too (UDP port 9899 and IP protocol 132): the
+//! `seed-synthetic-sctp-*` seeds are an association with INIT/INIT ACK
+//! (Adaptation Layer Indication), bundled SACK and DATA chunks of PPID 16 and
+//! 17, and ABORT, written by `tools/pcap/tests/sctp.rs`.
 #![no_main]
 
 use std::io;

@@ -1,8 +1,11 @@
 //! Decode iWARP traffic (MPA with RFC 6581 enhanced data and markers, DDP,
 //! RDMAP with RFC 7306 atomics and immediate data, Terminate in RFC 5040's
-//! and Linux siw's layouts) from packet captures.
+//! and Linux siw's layouts) from packet captures, over TCP and over SCTP
+//! (RFC 5043 and RFC 6581 §7: SCTP directly over IP, or over UDP port 9899
+//! per RFC 6951).
 //!
-//! [`decode::Decoder`] turns reassembled TCP streams into [`decode::Message`]s;
+//! [`decode::Decoder`] turns reassembled TCP streams, and the chunks of
+//! SCTP packets, into [`decode::Message`]s;
 //! [`render`] prints them as text lines or JSON objects; [`run`] is the
 //! whole `dpwarp-pcap` tool over any reader.
 #![forbid(unsafe_code)]
@@ -94,6 +97,10 @@ impl<R: Read> Session<R> {
                         .for_each(|e| self.decoder.handle_event(&e));
                     self.decoder
                         .handle_segment(record.frame, record.ts_ns, &segment);
+                } else if let Ok(packet) = packet::parse_sctp(record.linktype, record.data) {
+                    self.decoder.begin_record(record.ts_ns);
+                    self.decoder
+                        .handle_sctp(record.frame, record.ts_ns, &packet);
                 }
                 true
             }

@@ -7,9 +7,17 @@
 //! Wireshark shows them too; the CRC32c value is those octets read least
 //! significant first.
 //!
+//! SCTP chunks (DDP over SCTP) print as
+//! `FRAME TIME SRC > DST sctp[/udp] assoc=N` and the chunk: `SCTP INIT ...`,
+//! `SCTP SACK ...`, `DDP SESSION sid= tsn= stream_seq= ssn= FUNCTION ...` for
+//! PPID 17, `DDP sid= tsn= stream_seq= ssn= SEGMENT segment_len=` for PPID 16,
+//! `SCTP DATA ...` for other DATA, `! problem`.
+//!
 //! JSON (`--json`): one object per line, keys documented in the README. Every
 //! FPDU object has every FPDU key; a key that does not apply (`stag` of an
-//! untagged segment) is `null`.
+//! untagged segment) is `null`. A DDP segment over SCTP is an FPDU object too,
+//! with `crc` `"off"` and the SCTP keys (`llp`, `assoc`, `sid`, `tsn`, `ssn`,
+//! ...) in place of the TCP ones (`conn`, `seq`, `tcp_seq`).
 
 use std::fmt::Write as _;
 
@@ -17,7 +25,10 @@ use rnic_engine::wire::pretty::{Hex, Ulpdu};
 use rnic_engine::wire::{ddp, mpa_rr, rdmap, term};
 use serde_json::{json, Map, Value};
 
-use crate::decode::{Body, CrcVerdict, Fpdu, Message, MpaFrame, Summary, TcpEvent};
+use crate::decode::{
+    function, Association, Body, CrcVerdict, DataChunk, Fpdu, Message, MpaFrame, SctpBody,
+    SctpChunk, Summary, TcpEvent,
+};
 
 /// Octets of payload `--payload` shows.
 pub const PAYLOAD_SHOWN_MAX: usize = 64;
@@ -33,14 +44,18 @@ pub struct Style {
 pub fn text(message: &Message, t0_ns: u64, style: Style) -> String {
     let t = message.ts_ns.saturating_sub(t0_ns);
     let mut line = format!(
-        "{:>6} {:>4}.{:06} {} > {} seq={} ",
+        "{:>6} {:>4}.{:06} {} > {} ",
         message.frame,
         t / 1_000_000_000,
         (t % 1_000_000_000) / 1000,
         message.src,
         message.dst,
-        message.seq_rel()
     );
+    if let Body::Sctp(chunk) = &message.body {
+        write_sctp_text(&mut line, message, chunk, style);
+        return line;
+    }
+    let _ = write!(line, "seq={} ", message.seq_rel());
     match &message.body {
         Body::Mpa(frame) => write_mpa_text(&mut line, frame),
         Body::Fpdu(fpdu) => write_fpdu_text(&mut line, fpdu, style),
@@ -57,6 +72,8 @@ pub fn text(message: &Message, t0_ns: u64, style: Style) -> String {
         Body::Problem(text) => {
             let _ = write!(line, "! {text}");
         }
+        // Written above, with its own prefix.
+        Body::Sctp(_) => {}
     }
     line
 }
@@ -100,13 +117,7 @@ fn crc_name(verdict: CrcVerdict) -> &'static str {
 }
 
 fn write_fpdu_text(line: &mut String, fpdu: &Fpdu, style: Style) {
-    let _ = write!(line, "{}", Ulpdu(&fpdu.ulpdu));
-    if fpdu.rtr {
-        line.push_str(" (RTR)");
-    }
-    if let Some(alt) = term_alternative(&fpdu.ulpdu) {
-        let _ = write!(line, " [other reading: {alt}]");
-    }
+    write_segment_text(line, &fpdu.ulpdu, fpdu.rtr);
     let _ = write!(
         line,
         " ulpdu_len={} crc={}({})",
@@ -131,8 +142,25 @@ fn write_fpdu_text(line: &mut String, fpdu: &Fpdu, style: Style) {
             );
         }
     }
+    write_payload_text(line, &fpdu.ulpdu, style);
+}
+
+/// A DDP segment (an FPDU's ULPDU, or the segment of a DDP message over SCTP):
+/// its DDP and RDMAP headers, and the other reading of a Terminate.
+fn write_segment_text(line: &mut String, segment: &[u8], rtr: bool) {
+    let _ = write!(line, "{}", Ulpdu(segment));
+    if rtr {
+        line.push_str(" (RTR)");
+    }
+    if let Some(alt) = term_alternative(segment) {
+        let _ = write!(line, " [other reading: {alt}]");
+    }
+}
+
+/// With `--payload`, the start of a DDP segment's ULP payload.
+fn write_payload_text(line: &mut String, segment: &[u8], style: Style) {
     if style.payload {
-        if let Some(payload) = payload(&fpdu.ulpdu) {
+        if let Some(payload) = payload(segment) {
             let shown = &payload[..payload.len().min(PAYLOAD_SHOWN_MAX)];
             let _ = write!(line, " payload=\"{}\"", shown.escape_ascii());
         }
@@ -195,9 +223,13 @@ pub fn json(message: &Message, t0_ns: u64, style: Style) -> Value {
         "time".into(),
         json!(message.ts_ns.saturating_sub(t0_ns) as f64 / 1e9),
     );
-    object.insert("conn".into(), json!(message.conn.0));
     object.insert("src".into(), json!(message.src.to_string()));
     object.insert("dst".into(), json!(message.dst.to_string()));
+    if let Body::Sctp(chunk) = &message.body {
+        sctp_json(&mut object, message, chunk, style);
+        return Value::Object(object);
+    }
+    object.insert("conn".into(), json!(message.conn.0));
     object.insert("seq".into(), json!(message.seq_rel()));
     object.insert("tcp_seq".into(), json!(message.tcp_seq));
     match &message.body {
@@ -225,6 +257,8 @@ pub fn json(message: &Message, t0_ns: u64, style: Style) -> Value {
             object.insert("kind".into(), json!("problem"));
             object.insert("message".into(), json!(text));
         }
+        // Written above, with its own common keys.
+        Body::Sctp(_) => {}
     }
     Value::Object(object)
 }
@@ -243,17 +277,23 @@ fn mpa_json(object: &mut Map<String, Value>, frame: &MpaFrame) {
     object.insert("res".into(), json!(frame.reserved));
     object.insert("pd_len".into(), json!(frame.pd_len));
     if let Some(e) = frame.enhanced {
-        object.insert("ird".into(), json!(e.ird));
-        object.insert("ord".into(), json!(e.ord));
-        object.insert("p2p".into(), json!(e.peer_to_peer));
-        object.insert("rtr_send".into(), json!(e.rtr_send));
-        object.insert("rtr_write".into(), json!(e.rtr_write));
-        object.insert("rtr_read".into(), json!(e.rtr_read));
+        enhanced_json(object, &e);
     }
     object.insert(
         "private_data".into(),
         json!(Hex(&frame.private_data).to_string()),
     );
+}
+
+/// RFC 6581's enhanced word, as an MPA frame and a session control message
+/// carry it.
+fn enhanced_json(object: &mut Map<String, Value>, e: &mpa_rr::EnhancedRepr) {
+    object.insert("ird".into(), json!(e.ird));
+    object.insert("ord".into(), json!(e.ord));
+    object.insert("p2p".into(), json!(e.peer_to_peer));
+    object.insert("rtr_send".into(), json!(e.rtr_send));
+    object.insert("rtr_write".into(), json!(e.rtr_write));
+    object.insert("rtr_read".into(), json!(e.rtr_read));
 }
 
 fn fpdu_json(object: &mut Map<String, Value>, fpdu: &Fpdu, style: Style) {
@@ -268,6 +308,13 @@ fn fpdu_json(object: &mut Map<String, Value>, fpdu: &Fpdu, style: Style) {
         .map(|m| json!({"pos": m.position, "fpduptr": m.fpduptr, "ok": m.ok()}))
         .collect();
     object.insert("markers".into(), Value::Array(markers));
+    segment_json(object, &fpdu.ulpdu, style);
+}
+
+/// The DDP and RDMAP keys of a DDP segment (an FPDU's ULPDU, or the segment of
+/// a DDP message over SCTP). Every key is there; those that do not apply are
+/// `null`, and `malformed` says whether the headers parsed.
+fn segment_json(object: &mut Map<String, Value>, segment: &[u8], style: Style) {
     for key in [
         "tagged", "last", "dv", "rv", "opcode", "op", "qn", "msn", "mo", "stag", "to",
     ] {
@@ -275,7 +322,7 @@ fn fpdu_json(object: &mut Map<String, Value>, fpdu: &Fpdu, style: Style) {
     }
     object.insert("payload_len".into(), Value::Null);
     object.insert("malformed".into(), json!(false));
-    let Ok(packet) = ddp::Packet::new_checked(&fpdu.ulpdu[..]) else {
+    let Ok(packet) = ddp::Packet::new_checked(segment) else {
         object.insert("malformed".into(), json!(true));
         return;
     };
@@ -363,8 +410,11 @@ fn term_json(object: &mut Map<String, Value>, t: &term::Repr<'_>) {
 }
 
 /// The closing summary line of text output.
+///
+/// The SCTP counts are added only to a capture that holds SCTP, so the line
+/// of a TCP-only capture reads as it always has.
 pub fn summary(summary: &Summary) -> String {
-    format!(
+    let mut line = format!(
         "# {} iWARP connection(s), {} other; {} MPA frame(s), {} FPDU(s) (CRC: {} good, {} bad); \
          {} marker(s), {} bad; {} problem(s)",
         summary.iwarp_connections,
@@ -376,5 +426,263 @@ pub fn summary(summary: &Summary) -> String {
         summary.markers,
         summary.markers_bad,
         summary.problems
-    )
+    );
+    if summary.sctp_packets > 0 {
+        let _ = write!(
+            line,
+            "; SCTP: {} association(s), {} packet(s), {} chunk(s), {} DDP segment(s), {} session \
+             control message(s)",
+            summary.sctp_associations,
+            summary.sctp_packets,
+            summary.sctp_chunks,
+            summary.ddp_segments,
+            summary.session_messages
+        );
+    }
+    line
+}
+
+/// The text of an SCTP chunk, after frame, time and endpoints:
+/// `sctp[/udp] assoc=N` and what the chunk is.
+fn write_sctp_text(line: &mut String, message: &Message, chunk: &SctpChunk, style: Style) {
+    let carrier = if chunk.udp { "sctp/udp" } else { "sctp" };
+    let _ = write!(line, "{carrier} assoc={} ", message.conn.0);
+    match &chunk.what {
+        SctpBody::Association(a) => write_association_text(line, a, chunk.chunk_type),
+        SctpBody::Data(data) => {
+            line.push_str("SCTP DATA ");
+            write_data_text(line, data);
+            let _ = write!(line, " ppid={} len={}", data.ppid, data.len);
+            if !data.whole() {
+                let _ = write!(
+                    line,
+                    " (fragment B={} E={})",
+                    data.begin as u8, data.end as u8
+                );
+            }
+        }
+        SctpBody::Session(session) => {
+            line.push_str("DDP SESSION ");
+            write_data_text(line, &session.data);
+            let _ = write!(
+                line,
+                " ssn={} {} ({})",
+                session.ssn,
+                function::name(session.function),
+                session.function
+            );
+            if let Some(e) = session.enhanced {
+                let _ = write!(
+                    line,
+                    " IRD={} ORD={} p2p={} rtr_send={} rtr_write={} rtr_read={}",
+                    e.ird,
+                    e.ord,
+                    e.peer_to_peer as u8,
+                    e.rtr_send as u8,
+                    e.rtr_write as u8,
+                    e.rtr_read as u8
+                );
+            }
+            let pd = &session.private_data;
+            let _ = write!(line, " pd_len={}", pd.len());
+            if !pd.is_empty() {
+                let _ = write!(line, " pd={}", Hex(&pd[..pd.len().min(PAYLOAD_SHOWN_MAX)]));
+            }
+        }
+        SctpBody::Segment(segment) => {
+            line.push_str("DDP ");
+            write_data_text(line, &segment.data);
+            let _ = write!(line, " ssn={} ", segment.ssn);
+            write_segment_text(line, &segment.segment, false);
+            let _ = write!(line, " segment_len={}", segment.segment.len());
+            write_payload_text(line, &segment.segment, style);
+        }
+        SctpBody::Problem(text) => {
+            let _ = write!(line, "! {text}");
+        }
+    }
+}
+
+fn write_data_text(line: &mut String, data: &DataChunk) {
+    let _ = write!(
+        line,
+        "sid={} tsn={} stream_seq={}{}",
+        data.sid,
+        data.tsn,
+        data.stream_seq,
+        if data.unordered { " U" } else { "" }
+    );
+}
+
+fn write_association_text(line: &mut String, association: &Association, chunk_type: Option<u8>) {
+    let causes = |causes: &[u16]| {
+        let codes: Vec<String> = causes.iter().map(|c| c.to_string()).collect();
+        codes.join(",")
+    };
+    let _ = match association {
+        Association::Init(init) | Association::InitAck(init) => {
+            let name = match association {
+                Association::Init(_) => "INIT",
+                _ => "INIT-ACK",
+            };
+            let adaptation = match init.adaptation {
+                Some(rnic_engine::sctp::ADAPTATION_DDP) => "1 (DDP)".to_string(),
+                Some(other) => other.to_string(),
+                None => "none".to_string(),
+            };
+            write!(
+                line,
+                "SCTP {name} init_tag={:#010x} init_tsn={} a_rwnd={} streams={}/{} \
+                 adaptation={adaptation}",
+                init.init_tag,
+                init.init_tsn,
+                init.a_rwnd,
+                init.outbound_streams,
+                init.inbound_streams
+            )
+        }
+        Association::Sack(sack) => write!(
+            line,
+            "SCTP SACK cum_tsn_ack={} a_rwnd={} gap_blocks={} dup_tsns={}",
+            sack.cum_tsn_ack, sack.a_rwnd, sack.gap_blocks, sack.dup_tsns
+        ),
+        Association::Heartbeat => write!(line, "SCTP HEARTBEAT"),
+        Association::HeartbeatAck => write!(line, "SCTP HEARTBEAT-ACK"),
+        Association::Abort {
+            reflected,
+            causes: c,
+        } => write!(
+            line,
+            "SCTP ABORT T={} causes=[{}]",
+            *reflected as u8,
+            causes(c)
+        ),
+        Association::Shutdown { cum_tsn_ack } => {
+            write!(line, "SCTP SHUTDOWN cum_tsn_ack={cum_tsn_ack}")
+        }
+        Association::ShutdownAck => write!(line, "SCTP SHUTDOWN-ACK"),
+        Association::Error { causes: c } => write!(line, "SCTP ERROR causes=[{}]", causes(c)),
+        Association::CookieEcho { cookie_len } => {
+            write!(line, "SCTP COOKIE-ECHO cookie_len={cookie_len}")
+        }
+        Association::CookieAck => write!(line, "SCTP COOKIE-ACK"),
+        Association::ShutdownComplete { reflected } => {
+            write!(line, "SCTP SHUTDOWN-COMPLETE T={}", *reflected as u8)
+        }
+        Association::Other { len } => {
+            let kind = chunk_type.unwrap_or_default();
+            write!(line, "SCTP chunk type={kind} len={len}")
+        }
+    };
+}
+
+/// The JSON keys of an SCTP chunk: the packet's (`llp`, `assoc`, `vtag`,
+/// `udp`, `chunk`, `chunk_type`, `chunk_flags`), then the chunk's by `kind`.
+fn sctp_json(object: &mut Map<String, Value>, message: &Message, chunk: &SctpChunk, style: Style) {
+    object.insert("llp".into(), json!("sctp"));
+    object.insert("assoc".into(), json!(message.conn.0));
+    object.insert("vtag".into(), json!(chunk.verification_tag));
+    object.insert("udp".into(), json!(chunk.udp));
+    object.insert("chunk".into(), json!(chunk.index));
+    object.insert("chunk_type".into(), json!(chunk.chunk_type));
+    object.insert("chunk_flags".into(), json!(chunk.flags));
+    match &chunk.what {
+        SctpBody::Association(a) => {
+            object.insert("kind".into(), json!("sctp"));
+            object.insert("event".into(), json!(a.event()));
+            association_json(object, a);
+        }
+        SctpBody::Data(data) => {
+            object.insert("kind".into(), json!("sctp"));
+            object.insert("event".into(), json!("data"));
+            data_json(object, data);
+            object.insert("len".into(), json!(data.len));
+        }
+        SctpBody::Session(session) => {
+            object.insert("kind".into(), json!("ddp_session"));
+            data_json(object, &session.data);
+            object.insert("ssn".into(), json!(session.ssn));
+            object.insert("function".into(), json!(session.function));
+            let name = function::name(session.function);
+            object.insert("function_name".into(), json!(name));
+            object.insert("pd_len".into(), json!(session.private_data.len()));
+            let pd = Hex(&session.private_data).to_string();
+            object.insert("private_data".into(), json!(pd));
+            if let Some(e) = session.enhanced {
+                enhanced_json(object, &e);
+            }
+        }
+        SctpBody::Segment(segment) => {
+            // The keys of an FPDU, with what SCTP has in place of MPA's: no
+            // ULPDU_Length field (the segment's length stands in), no CRC of its
+            // own (SCTP's CRC32c covers the packet), no markers.
+            object.insert("kind".into(), json!("fpdu"));
+            object.insert("ulpdu_len".into(), json!(segment.segment.len()));
+            object.insert("crc".into(), json!(crc_name(CrcVerdict::Off)));
+            object.insert("crc_field".into(), Value::Null);
+            object.insert("rtr".into(), json!(false));
+            object.insert("markers".into(), json!([]));
+            segment_json(object, &segment.segment, style);
+            data_json(object, &segment.data);
+            object.insert("ssn".into(), json!(segment.ssn));
+        }
+        SctpBody::Problem(text) => {
+            object.insert("kind".into(), json!("problem"));
+            object.insert("message".into(), json!(text));
+        }
+    }
+}
+
+/// A DATA chunk's header: `sid`, `tsn`, `stream_seq` (SCTP's, not the
+/// DDP-SSN), `ppid`, `u`, `b`, `e`.
+fn data_json(object: &mut Map<String, Value>, data: &DataChunk) {
+    object.insert("sid".into(), json!(data.sid));
+    object.insert("tsn".into(), json!(data.tsn));
+    object.insert("stream_seq".into(), json!(data.stream_seq));
+    object.insert("ppid".into(), json!(data.ppid));
+    object.insert("u".into(), json!(data.unordered));
+    object.insert("b".into(), json!(data.begin));
+    object.insert("e".into(), json!(data.end));
+}
+
+fn association_json(object: &mut Map<String, Value>, association: &Association) {
+    match association {
+        Association::Init(init) | Association::InitAck(init) => {
+            object.insert("init_tag".into(), json!(init.init_tag));
+            object.insert("a_rwnd".into(), json!(init.a_rwnd));
+            object.insert("os".into(), json!(init.outbound_streams));
+            object.insert("mis".into(), json!(init.inbound_streams));
+            object.insert("init_tsn".into(), json!(init.init_tsn));
+            object.insert("adaptation".into(), json!(init.adaptation));
+        }
+        Association::Sack(sack) => {
+            object.insert("cum_tsn_ack".into(), json!(sack.cum_tsn_ack));
+            object.insert("a_rwnd".into(), json!(sack.a_rwnd));
+            object.insert("gap_blocks".into(), json!(sack.gap_blocks));
+            object.insert("dup_tsns".into(), json!(sack.dup_tsns));
+        }
+        Association::Abort { reflected, causes } => {
+            object.insert("t".into(), json!(reflected));
+            object.insert("causes".into(), json!(causes));
+        }
+        Association::Shutdown { cum_tsn_ack } => {
+            object.insert("cum_tsn_ack".into(), json!(cum_tsn_ack));
+        }
+        Association::Error { causes } => {
+            object.insert("causes".into(), json!(causes));
+        }
+        Association::CookieEcho { cookie_len } => {
+            object.insert("cookie_len".into(), json!(cookie_len));
+        }
+        Association::ShutdownComplete { reflected } => {
+            object.insert("t".into(), json!(reflected));
+        }
+        Association::Other { len } => {
+            object.insert("len".into(), json!(len));
+        }
+        Association::Heartbeat
+        | Association::HeartbeatAck
+        | Association::ShutdownAck
+        | Association::CookieAck => {}
+    }
 }

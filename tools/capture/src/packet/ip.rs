@@ -15,7 +15,7 @@ use smoltcp::wire::{IpProtocol, Ipv4Packet, Ipv6ExtHeader, Ipv6Packet};
 use super::link::{be16, Network};
 use super::Skip;
 
-/// How many IPv6 extension headers we walk before giving up on finding TCP. RFC 8200's
+/// How many IPv6 extension headers we walk before giving up on finding the upper layer. RFC 8200's
 /// recommended header order has each type at most once, except Destination Options,
 /// which may appear twice; eight leaves room for that and more.
 pub const IPV6_EXTENSION_HEADERS_MAX: usize = 8;
@@ -44,9 +44,13 @@ pub(super) struct IpPayload<'a> {
     pub(super) payload: &'a [u8],
     /// The upper-layer length the IP header declares.
     pub(super) wire_len: usize,
+    /// The upper-layer protocol: the IPv4 Protocol, or the IPv6 Next Header that
+    /// follows the extension headers.
+    pub(super) protocol: IpProtocol,
 }
 
-/// Parses an IP packet that carries TCP; any other protocol is a [`Skip`].
+/// Parses an IP packet, whatever its upper-layer protocol. Fragments are a [`Skip`]:
+/// the upper-layer header may be in another fragment.
 pub(super) fn parse(network: Network<'_>) -> Result<IpPayload<'_>, Skip> {
     match network {
         Network::V4(data) => parse_ipv4(data),
@@ -81,18 +85,13 @@ fn parse_ipv4(data: &[u8]) -> Result<IpPayload<'_>, Skip> {
     let payload = data
         .get(header_len..end.min(data.len()))
         .unwrap_or_default();
-    let (src, dst) = (IpAddr::V4(view.src_addr()), IpAddr::V4(view.dst_addr()));
-    match view.next_header() {
-        IpProtocol::Tcp => Ok(IpPayload {
-            src,
-            dst,
-            payload,
-            wire_len: end - header_len,
-        }),
-        other => Err(Skip::NotTcp {
-            protocol: u8::from(other),
-        }),
-    }
+    Ok(IpPayload {
+        src: IpAddr::V4(view.src_addr()),
+        dst: IpAddr::V4(view.dst_addr()),
+        payload,
+        wire_len: end - header_len,
+        protocol: view.next_header(),
+    })
 }
 
 fn parse_ipv6(data: &[u8]) -> Result<IpPayload<'_>, Skip> {
@@ -121,25 +120,19 @@ fn parse_ipv6(data: &[u8]) -> Result<IpPayload<'_>, Skip> {
         dst: IpAddr::V6(view.dst_addr()),
         payload,
         wire_len,
+        protocol: view.next_header(),
     };
-    skip_extension_headers(view.next_header(), ip)
+    skip_extension_headers(ip)
 }
 
-/// Walks the IPv6 extension headers that may precede TCP in an unfragmented packet.
-fn skip_extension_headers(
-    mut next: IpProtocol,
-    mut ip: IpPayload<'_>,
-) -> Result<IpPayload<'_>, Skip> {
+/// Walks the IPv6 extension headers that may precede the upper layer (TCP, UDP, SCTP)
+/// in an unfragmented packet.
+fn skip_extension_headers(mut ip: IpPayload<'_>) -> Result<IpPayload<'_>, Skip> {
     for _ in 0..IPV6_EXTENSION_HEADERS_MAX {
-        match next {
-            IpProtocol::Tcp => return Ok(ip),
+        match ip.protocol {
             IpProtocol::Ipv6Frag => return Err(Skip::Fragment),
             IpProtocol::HopByHop | IpProtocol::Ipv6Route | IpProtocol::Ipv6Opts => {}
-            other => {
-                return Err(Skip::NotTcp {
-                    protocol: u8::from(other),
-                })
-            }
+            _ => return Ok(ip),
         }
         let cut = if ip.payload.len() < ip.wire_len {
             Skip::Truncated
@@ -151,7 +144,7 @@ fn skip_extension_headers(
         // units, not including the first 8 octets." Routing and Destination Options
         // headers define theirs the same way.
         let len = (usize::from(header.header_len()) + 1) * 8;
-        next = header.next_header();
+        ip.protocol = header.next_header();
         ip.payload = ip.payload.get(len..).ok_or(cut)?;
         ip.wire_len = ip.wire_len.checked_sub(len).ok_or(Skip::BadHeader)?;
     }

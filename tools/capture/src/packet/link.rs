@@ -134,3 +134,9 @@ pub(super) fn be16(data: &[u8], at: usize) -> Option<u16> {
     let bytes = data.get(at..at.checked_add(2)?)?;
     Some(u16::from_be_bytes(bytes.try_into().ok()?))
 }
+
+/// Reads a big-endian `u32` at `at`, or `None` if `data` is too short.
+pub(super) fn be32(data: &[u8], at: usize) -> Option<u32> {
+    let bytes = data.get(at..at.checked_add(4)?)?;
+    Some(u32::from_be_bytes(bytes.try_into().ok()?))
+}

@@ -1,4 +1,5 @@
-//! From a captured frame to a TCP segment: link layer, then IPv4 or IPv6, then TCP.
+//! From a captured frame to a TCP segment or an SCTP packet: link layer, then IPv4 or
+//! IPv6, then TCP ([`parse_tcp`]), or SCTP directly or over UDP ([`parse_sctp`]).
 //!
 //! Reading list: RFC 791 (IPv4: IHL, Total Length, fragmentation fields), RFC 8200
 //! (IPv6 extension header order and the Fragment header), RFC 9293 (the TCP header).
@@ -17,6 +18,7 @@
 mod build;
 mod ip;
 mod link;
+mod sctp;
 
 use core::fmt;
 use core::ops::BitOr;
@@ -24,10 +26,18 @@ use std::net::SocketAddr;
 
 use smoltcp::wire::{IpProtocol, TcpPacket};
 
-pub use self::build::{build_tcp_frame, BUILD_PAYLOAD_LEN_MAX};
+pub use self::build::{
+    build_sctp_chunk, build_sctp_frame, build_tcp_frame, SctpOver, BUILD_CHUNKS_LEN_MAX,
+    BUILD_PAYLOAD_LEN_MAX,
+};
 pub use self::ip::IPV6_EXTENSION_HEADERS_MAX;
+pub use self::sctp::{
+    parse_sctp, SctpPacket, COMMON_HEADER_LEN as SCTP_COMMON_HEADER_LEN, IP_PROTOCOL_SCTP,
+    UDP_ENCAPSULATION_PORT,
+};
 
-/// Why a frame did not yield a complete TCP header.
+/// Why a frame did not yield a complete TCP header (or, for [`parse_sctp`], SCTP
+/// common header).
 ///
 /// These are expected in any capture (ARP, ICMP, fragments), so they are a value the
 /// caller counts or prints, not an error.
@@ -39,6 +49,12 @@ pub enum Skip {
     /// The IP packet carries another protocol, given by its IP protocol number.
     NotTcp {
         /// The IPv4 protocol or final IPv6 next-header value.
+        protocol: u8,
+    },
+    /// [`parse_sctp`] only: the IP packet carries neither SCTP nor UDP to or from
+    /// [`UDP_ENCAPSULATION_PORT`].
+    NotSctp {
+        /// The IPv4 protocol or final IPv6 next-header value (17 for UDP on other ports).
         protocol: u8,
     },
     /// The IP packet is a fragment; its TCP header may be in another fragment, and
@@ -102,6 +118,11 @@ pub struct TcpSegment<'a> {
 pub fn parse_tcp(linktype: u32, data: &[u8]) -> Result<TcpSegment<'_>, Skip> {
     let network = link::network_layer(linktype, data)?;
     let ip = ip::parse(network)?;
+    if ip.protocol != IpProtocol::Tcp {
+        return Err(Skip::NotTcp {
+            protocol: u8::from(ip.protocol),
+        });
+    }
     let truncated = ip.payload.len() < ip.wire_len;
     // A header cut by the snapshot length is truncated; one that does not fit the length
     // the IP header declares is simply wrong.
@@ -166,6 +187,11 @@ impl fmt::Display for Skip {
             Skip::NotTcp { protocol } => {
                 write!(f, "not TCP: IP protocol {}", IpProtocol::from(*protocol))
             }
+            Skip::NotSctp { protocol } => write!(
+                f,
+                "not SCTP or UDP port {UDP_ENCAPSULATION_PORT}: IP protocol {}",
+                IpProtocol::from(*protocol)
+            ),
             Skip::Fragment => f.write_str("IP fragment"),
             Skip::Truncated => f.write_str("truncated before the end of the TCP header"),
             Skip::BadHeader => f.write_str("malformed IP or TCP header"),

@@ -330,3 +330,119 @@ fn every_prefix_is_truncated_or_cut() {
         }
     }
 }
+
+fn sctp_frame(over: SctpOver, chunks: &[u8]) -> Vec<u8> {
+    build_sctp_frame(client(), server(), over, 0xdead_beef, chunks)
+}
+
+#[test]
+fn built_sctp_frames_parse_back_over_ip_and_udp() {
+    let chunks = build_sctp_chunk(11, 0, b"");
+    for over in [SctpOver::Ip, SctpOver::Udp] {
+        let data = sctp_frame(over, &chunks);
+        let packet = parse_sctp(linktype::ETHERNET, &data).unwrap();
+        assert_eq!(packet.src, SocketAddr::V4(client()));
+        assert_eq!(packet.dst, SocketAddr::V4(server()));
+        assert_eq!(packet.verification_tag, 0xdead_beef);
+        assert_eq!(packet.chunks, &chunks[..]);
+        assert_eq!(packet.chunks_wire_len, 4);
+        assert!(!packet.chunks_truncated);
+        assert_eq!(packet.checksum_ok(), Some(true), "{over:?}");
+        let udp = (over == SctpOver::Udp).then_some((9899, 9899));
+        assert_eq!(packet.udp_ports, udp);
+        // Not TCP, and without Ethernet too.
+        assert!(matches!(
+            parse_tcp(linktype::ETHERNET, &data),
+            Err(Skip::NotTcp { protocol: 17 | 132 })
+        ));
+        let raw = &data[ETHERNET_LEN..];
+        assert_eq!(parse_sctp(linktype::RAW, raw).unwrap().chunks, &chunks[..]);
+    }
+}
+
+#[test]
+fn the_sctp_checksum_is_the_crc32c_least_significant_octet_first() {
+    // RFC 9260 Appendix A: CRC32c over the packet with the field zeroed.
+    let data = sctp_frame(SctpOver::Ip, &build_sctp_chunk(4, 0, &[0, 1, 0, 4]));
+    let sctp = &data[ETHERNET_LEN + IPV4_LEN..];
+    let mut zeroed = sctp.to_vec();
+    zeroed[8..12].fill(0);
+    assert_eq!(&sctp[8..12], &crc32c::crc32c(&zeroed).to_le_bytes());
+    let mut bad = data.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    assert_eq!(
+        parse_sctp(linktype::ETHERNET, &bad).unwrap().checksum_ok(),
+        Some(false)
+    );
+}
+
+#[test]
+fn chunk_padding_is_not_counted_in_the_length() {
+    assert_eq!(
+        build_sctp_chunk(0x80, 3, b"abcde"),
+        b"\x80\x03\x00\x09abcde\0\0\0"
+    );
+    assert_eq!(build_sctp_chunk(11, 0, b"").len(), 4);
+}
+
+#[test]
+fn tcp_and_other_udp_are_not_sctp() {
+    assert_eq!(
+        parse_sctp(linktype::ETHERNET, &frame(b"x")),
+        Err(Skip::NotSctp { protocol: 6 })
+    );
+    let mut other_port = sctp_frame(SctpOver::Udp, &build_sctp_chunk(11, 0, b""));
+    let udp = ETHERNET_LEN + IPV4_LEN;
+    other_port[udp..udp + 4].copy_from_slice(&[0, 53, 0, 53]);
+    assert_eq!(
+        parse_sctp(linktype::ETHERNET, &other_port),
+        Err(Skip::NotSctp { protocol: 17 })
+    );
+    // Port 9899 on one side is enough.
+    other_port[udp + 2..udp + 4].copy_from_slice(&9899u16.to_be_bytes());
+    assert!(parse_sctp(linktype::ETHERNET, &other_port).is_ok());
+}
+
+#[test]
+fn cut_and_impossible_sctp_packets_are_skipped_or_marked() {
+    let data = sctp_frame(SctpOver::Udp, &build_sctp_chunk(0, 3, &[7; 40]));
+    let sctp = ETHERNET_LEN + IPV4_LEN + 8;
+    for cut in 0..sctp + 12 {
+        assert!(
+            parse_sctp(linktype::ETHERNET, &data[..cut]).is_err(),
+            "{cut}"
+        );
+    }
+    let packet = parse_sctp(linktype::ETHERNET, &data[..sctp + 20]).unwrap();
+    assert!(packet.chunks_truncated);
+    assert_eq!((packet.chunks.len(), packet.chunks_wire_len), (8, 44));
+    assert_eq!(packet.checksum_ok(), None);
+    // A UDP Length shorter than its header, or longer than IP carries.
+    for length in [7u16, 2000] {
+        let mut bad = data.clone();
+        bad[sctp - 4..sctp - 2].copy_from_slice(&length.to_be_bytes());
+        assert_eq!(
+            parse_sctp(linktype::ETHERNET, &bad),
+            Err(Skip::BadHeader),
+            "{length}"
+        );
+    }
+    // Room for less than the common header.
+    let mut short = data[..sctp + 8].to_vec();
+    short[sctp - 4..sctp - 2].copy_from_slice(&16u16.to_be_bytes());
+    short[ETHERNET_LEN + 2..ETHERNET_LEN + 4].copy_from_slice(&44u16.to_be_bytes());
+    assert_eq!(parse_sctp(linktype::ETHERNET, &short), Err(Skip::BadHeader));
+}
+
+#[test]
+fn sctp_over_ipv6_walks_extension_headers() {
+    let data = sctp_frame(SctpOver::Ip, &build_sctp_chunk(11, 0, b""));
+    let sctp = data[ETHERNET_LEN + IPV4_LEN..].to_vec();
+    let hop_by_hop = vec![0u8; 8];
+    let packet = ipv6_packet(&[(0, hop_by_hop)], 132, &sctp);
+    let parsed = parse_sctp(linktype::RAW, &packet).unwrap();
+    assert_eq!(parsed.chunks, &sctp[12..]);
+    assert_eq!(parsed.checksum_ok(), Some(true));
+    assert_eq!(parsed.dst.port(), 7174);
+}

@@ -1,5 +1,6 @@
 //! `dpwarp-pcap FILE.pcap`: print every MPA frame and FPDU of the iWARP
-//! connections in a capture. See `--help`.
+//! connections in a capture, and every SCTP chunk of DDP over SCTP. See
+//! `--help`.
 #![forbid(unsafe_code)]
 
 use std::fs::File;
@@ -19,6 +20,10 @@ message) and TCP SYN/FIN/RST of every iWARP connection, with the CRC verdict
 where the connection negotiated CRC. Decodes what Wireshark does not: RFC 6581
 enhanced data (IRD/ORD, peer-to-peer RTR flags), RFC 7306 immediate data and
 atomics, MPA markers, and Linux siw's bit-swapped Terminate control word.
+
+DDP over SCTP (RFC 5043, RFC 6581 section 7) too: SCTP over UDP port 9899 or IP
+protocol 132, one line per chunk (INIT/INIT-ACK with the adaptation code point,
+SACK, ABORT, ..., DDP segments with PPID 16, session control with PPID 17).
 
 OPTIONS:
     --json           one JSON object per line (keys in the README)

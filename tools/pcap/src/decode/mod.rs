@@ -25,18 +25,28 @@
 //! Every buffer is bounded: a direction buffers at most one FPDU (64 KiB
 //! plus markers) or one startup frame, plus [`PENDING_BYTES_MAX`] while it
 //! waits for the other side's frame.
+//!
+//! DDP over SCTP (RFC 5043) needs no reassembly: [`Decoder::handle_sctp`]
+//! turns every chunk of an SCTP packet into a [`Body::Sctp`] message as the
+//! packet arrives (see [`SctpChunk`]).
 
 mod conn;
 mod fpdu;
+mod sctp;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
-use dpwarp_capture::packet::TcpSegment;
+use dpwarp_capture::packet::{SctpPacket, TcpSegment};
 use dpwarp_capture::reassembly::{ConnId, Dir, Event};
 use rnic_engine::wire::{mpa_fpdu, mpa_marker, mpa_rr};
 
 use self::conn::{index, Conn, Span};
+pub use self::sctp::{
+    function, Association, DataChunk, DdpSegment, Init, Sack, SctpBody, SctpChunk, SessionControl,
+    ASSOCIATIONS_MAX, CHUNKS_PER_PACKET_MAX, PARAMETERS_PER_CHUNK_MAX,
+    SESSION_PRIVATE_DATA_LEN_MAX,
+};
 
 /// Octets of Full Operation a direction buffers while the other side's
 /// startup frame (which fixes CRC and markers) has not been seen. Beyond
@@ -152,6 +162,10 @@ pub enum Body {
     /// Something the decoder noticed: an invalid startup frame, lost sync,
     /// an incomplete FPDU at the end.
     Problem(String),
+    /// An SCTP chunk (DDP over SCTP, RFC 5043): association chunks, DDP
+    /// segments (PPID 16), session control (PPID 17), other DATA, and
+    /// problems with any of them.
+    Sctp(SctpChunk),
 }
 
 /// An MPA Request or Reply, owned.
@@ -194,6 +208,11 @@ impl MpaFrame {
 }
 
 /// One line of output.
+///
+/// For a [`Body::Sctp`] message the TCP fields mean less: `conn` is the
+/// association's number (numbered from 0, apart from TCP connections), `dir`
+/// is from the side that sent the INIT (or the first packet seen),
+/// `first_frame` is `frame`, and `offset` and `tcp_seq` are 0.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
     /// The frame where the message's last octet arrived (pcap frame number,
@@ -247,8 +266,20 @@ pub struct Summary {
     pub markers: u64,
     /// Markers whose FPDUPTR is wrong.
     pub markers_bad: u64,
-    /// Problems reported (invalid frames, lost sync, gaps).
+    /// Problems reported (invalid frames, lost sync, gaps, malformed SCTP
+    /// chunks and DDP messages).
     pub problems: u64,
+    /// SCTP packets (over IP or UDP port 9899).
+    pub sctp_packets: u64,
+    /// SCTP associations: address pairs, and a new one for each INIT after
+    /// an association was set up.
+    pub sctp_associations: u64,
+    /// SCTP chunks decoded (a chunk with a problem about it counts once).
+    pub sctp_chunks: u64,
+    /// DDP Segment messages (PPID 16).
+    pub ddp_segments: u64,
+    /// DDP Stream Session Control messages (PPID 17).
+    pub session_messages: u64,
 }
 
 /// Decodes the events of one capture into [`Message`]s.
@@ -262,6 +293,7 @@ pub struct Decoder {
     summary: Summary,
     /// Capture time of the record being read.
     now_ns: u64,
+    sctp: sctp::Associations,
 }
 
 impl Decoder {
@@ -274,7 +306,19 @@ impl Decoder {
             out: Vec::new(),
             summary: Summary::default(),
             now_ns: 0,
+            sctp: sctp::Associations::default(),
         }
+    }
+
+    /// Decodes every chunk of an SCTP packet, in order.
+    pub fn handle_sctp(&mut self, frame: u64, ts_ns: u64, packet: &SctpPacket<'_>) {
+        let mut sink = Sink {
+            out: &mut self.out,
+            summary: &mut self.summary,
+            all: self.options.all,
+            now_ns: ts_ns,
+        };
+        self.sctp.handle_packet(frame, ts_ns, packet, &mut sink);
     }
 
     /// Counters so far.
@@ -501,6 +545,17 @@ impl Sink<'_> {
             }
             Body::Problem(_) | Body::Gap { .. } => self.summary.problems += 1,
             Body::NonMpa { .. } | Body::Tcp(_) => {}
+            Body::Sctp(chunk) => match &chunk.what {
+                SctpBody::Problem(_) => self.summary.problems += 1,
+                what => {
+                    self.summary.sctp_chunks += 1;
+                    match what {
+                        SctpBody::Segment(_) => self.summary.ddp_segments += 1,
+                        SctpBody::Session(_) => self.summary.session_messages += 1,
+                        _ => {}
+                    }
+                }
+            },
         }
         self.out.push(message);
     }
