@@ -61,19 +61,24 @@ pub struct Config {
     /// The SCTP port of both ends inside the UDP datagram (RFC 6951 §5: the
     /// UDP ports are separate). Default 5000, sctp-proto's.
     pub sctp_port: u16,
-    /// RFC 9260 §15 RTO.Initial, RTO.Min and RTO.Max in milliseconds.
+    /// RFC 9260 §16 RTO.Initial, RTO.Min and RTO.Max in milliseconds, as
+    /// sctp-proto uses them (its own defaults are 3,000, 1,000 and 60,000).
     /// Defaults 1,000, 200 and 10,000: a data centre, not RFC 9260's
-    /// 1 s/1 s/60 s for the Internet.
+    /// 1 s/1 s/60 s for the Internet. sctp-proto measures RTTs in whole
+    /// milliseconds, so on a link of microseconds the RTO is RTO.Min.
     pub rto_initial_ms: u64,
     /// See [`rto_initial_ms`](Config::rto_initial_ms).
     pub rto_min_ms: u64,
     /// See [`rto_initial_ms`](Config::rto_initial_ms).
     pub rto_max_ms: u64,
-    /// Retransmissions of one DATA chunk before sctp-proto gives up on it
-    /// (RFC 9260 §8.1 Association.Max.Retrans), `None` for no limit. Default
-    /// `None`: sctp-proto 0.10.8 then stops its T3-rtx timer without closing
-    /// the association (`on_retransmission_failure`), which wedges it; until
-    /// that is fixed a dead peer is not detected by DATA retransmissions.
+    /// Consecutive T3-rtx expiries (retransmissions of outstanding DATA with
+    /// nothing new acknowledged) before the peer is unreachable and the
+    /// association ends in [`CloseReason::TimedOut`](crate::CloseReason::TimedOut)
+    /// (RFC 9260 §8.1 Association.Max.Retrans), `None` for no limit (a dead
+    /// peer is then never detected). Default 10, RFC 9260 §16's: with the RTO
+    /// defaults above a dead peer is declared 62.6 s after the first lost
+    /// packet (0.2 + 0.4 + ... + 6.4 + 5 × 10 s of backed-off RTO, §6.3.3
+    /// E2), 85 s if it died before any RTT was measured (RTO.Initial 1 s).
     pub data_retransmits_max: Option<usize>,
 }
 
@@ -92,7 +97,7 @@ impl Default for Config {
             rto_initial_ms: 1000,
             rto_min_ms: 200,
             rto_max_ms: 10_000,
-            data_retransmits_max: None,
+            data_retransmits_max: Some(10),
         }
     }
 }
@@ -186,6 +191,8 @@ mod tests {
         assert_eq!(config.packet_size_max(), 1472);
         assert_eq!(config.adaptation_code_point, Some(1));
         assert!(config.require_ddp);
+        // RFC 9260 §16: Association.Max.Retrans 10.
+        assert_eq!(config.data_retransmits_max, Some(10));
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub(crate) struct Pair {
     /// count for both directions can fall into step with the two sides'
     /// retransmission rounds and drop every retransmission.)
     pub(crate) drop_every: Option<usize>,
+    /// Drop datagrams at random, `None` for none.
+    pub(crate) random_loss: Option<Loss>,
+    /// Drop every datagram both ways: the link is cut (a dead peer).
+    pub(crate) cut: bool,
     /// Datagrams sent by A and by B, and dropped, so far.
     pub(crate) sent: [usize; 2],
     pub(crate) dropped: usize,
@@ -64,6 +68,8 @@ impl Pair {
             now: Instant::ZERO,
             latency: Duration::from_micros(50),
             drop_every: None,
+            random_loss: None,
+            cut: false,
             sent: [0; 2],
             dropped: 0,
             events_a: Vec::new(),
@@ -146,7 +152,8 @@ impl Pair {
                 t.len,
                 &self.buf[..40.min(t.len)]
             );
-            if self.drop_every.is_some_and(|n| *sent % n == 0) {
+            let random_drop = self.random_loss.as_mut().is_some_and(Loss::drop_next);
+            if self.cut || random_drop || self.drop_every.is_some_and(|n| *sent % n == 0) {
                 self.dropped += 1;
                 continue;
             }
@@ -198,6 +205,35 @@ impl Pair {
         });
         assert_eq!(up(&self.events_a), Some(a));
         (a, up(&self.events_b).unwrap())
+    }
+}
+
+/// Seeded random loss: each datagram is dropped with a fixed probability,
+/// drawn from SplitMix64 (no dependency; the same sequence on every machine).
+pub(crate) struct Loss {
+    state: u64,
+    /// The drop probability in millionths.
+    per_million: u64,
+}
+
+impl Loss {
+    /// Drop `percent` % of datagrams, in the order `seed` gives.
+    pub(crate) fn new(seed: u64, percent: u64) -> Self {
+        assert!(percent <= 100);
+        Loss {
+            state: seed,
+            per_million: percent * 10_000,
+        }
+    }
+
+    fn drop_next(&mut self) -> bool {
+        // SplitMix64 (Steele, Lea and Flood, 2014).
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        z % 1_000_000 < self.per_million
     }
 }
 

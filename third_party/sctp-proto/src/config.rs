@@ -46,6 +46,10 @@ pub struct TransportConfig {
     /// Maximum number of retransmissions for DATA chunks.
     /// Set to `None` for unlimited retries (recommended for WebRTC).
     /// Default: None (unlimited)
+    ///
+    /// dpwarp: past this many consecutive T3-rtx expiries without new DATA acknowledged the
+    /// association closes with `AssociationError::TimedOut` (RFC 9260 §8.1,
+    /// Association.Max.Retrans; §16 suggests 10).
     max_data_retransmits: Option<usize>,
 
     /// Initial retransmission timeout in milliseconds.

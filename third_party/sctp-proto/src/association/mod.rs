@@ -97,6 +97,9 @@ pub enum AssociationError {
     ///
     /// If neither side is sending keep-alives, an association will time out after a long enough idle
     /// period even if the peer is still reachable
+    ///
+    /// dpwarp: also reported when a DATA chunk's retransmissions pass
+    /// `TransportConfig::with_max_data_retransmits` (RFC 9260 §8.1, Association.Max.Retrans)
     #[error("timed out")]
     TimedOut,
     /// The local application closed the association
@@ -227,6 +230,9 @@ pub struct Association {
     min_tsn2measure_rtt: u32,
     will_send_forward_tsn: bool,
     will_retransmit_fast: bool,
+    // dpwarp: RFC 9260 §6.3.3 E3, set by a T3-rtx expiry: the one packet of resent chunks is
+    // due (false) or sent (true); cleared by the next SACK that acknowledges new DATA.
+    t3_rtx_packet_sent: Option<bool>,
     will_retransmit_reconfig: bool,
 
     will_send_shutdown_ack: bool,
@@ -355,6 +361,7 @@ impl Default for Association {
             min_tsn2measure_rtt: 0,
             will_send_forward_tsn: false,
             will_retransmit_fast: false,
+            t3_rtx_packet_sent: None,
             will_retransmit_reconfig: false,
 
             will_send_shutdown_ack: false,
@@ -3117,7 +3124,10 @@ impl Association {
                     //        packets that were retransmitted (and thus for which it is
                     //        ambiguous whether the reply was for the first instance of the
                     //        chunk or for a later instance)
-                    if c.nsent == 1 && sna32gte(c.tsn, self.min_tsn2measure_rtt) {
+                    // dpwarp: nor using chunks marked for retransmission by a T3-rtx expiry
+                    // and not resent yet: a SACK that was lost made their RTT seem as long as
+                    // the expiry, and the next SACK comes only after another chunk was resent.
+                    if c.nsent == 1 && !c.retransmit && sna32gte(c.tsn, self.min_tsn2measure_rtt) {
                         self.min_tsn2measure_rtt = self.my_next_tsn;
                         if let Some(since) = &c.since {
                             let rtt = now.duration_since(*since);
@@ -3153,12 +3163,14 @@ impl Association {
             for i in g.start..=g.end {
                 let tsn = d.cumulative_tsn_ack.wrapping_add(i as u32);
 
-                let (is_existed, is_acked) = if let Some(c) = self.outbound_queue.get(tsn) {
-                    newly_acked_data |= !c.acked && c.nsent > 0;
-                    (true, c.acked)
-                } else {
-                    (false, false)
-                };
+                // dpwarp: `was_marked`, see RFC 9260 §6.3.1 C5 above.
+                let (is_existed, is_acked, was_marked) =
+                    if let Some(c) = self.outbound_queue.get(tsn) {
+                        newly_acked_data |= !c.acked && c.nsent > 0;
+                        (true, c.acked, c.retransmit)
+                    } else {
+                        (false, false, false)
+                    };
                 let n_bytes_acked = if is_existed && !is_acked {
                     self.outbound_queue.mark_as_acked(tsn) as i64
                 } else {
@@ -3180,7 +3192,7 @@ impl Association {
 
                         trace!("[{}] tsn={} has been sacked", self.side, c.tsn);
 
-                        if c.nsent == 1 {
+                        if c.nsent == 1 && !was_marked {
                             self.min_tsn2measure_rtt = self.my_next_tsn;
                             if let Some(since) = &c.since {
                                 let rtt = now.duration_since(*since);
@@ -3210,6 +3222,8 @@ impl Association {
         // Local retirement and duplicate SACKs are not new peer progress.
         if newly_acked_data {
             self.timers.reset_retrans(Timer::T3RTX);
+            // dpwarp: the rest of the marked chunks go as cwnd allows (RFC 9260 §6.3.3).
+            self.t3_rtx_packet_sent = None;
         }
         // RFC 4960 R3 applies to the earliest outstanding DATA, even when
         // abandoned TSNs precede it or it is acknowledged by a Gap ACK.
@@ -4009,7 +4023,23 @@ impl Association {
     /// or abandoned yet.
     fn get_data_packets_to_retransmit(&mut self, now: Instant) -> Vec<Packet> {
         self.expire_inflight_messages(now);
-        let awnd = core::cmp::min(self.cwnd, self.rwnd);
+        // dpwarp: RFC 9260 §6.3.3: when T3-rtx expires, E1 sets "the cwnd <- MTU", E3 resends
+        // the earliest outstanding DATA chunks that "fit into a single packet", and "Any DATA
+        // chunks that were sent to the address for which the T3-rtx timer expired but did not
+        // fit in one MTU (rule E3 above) should be marked for retransmission and sent as soon
+        // as cwnd allows (normally, when a SACK arrives)." The window here was min(cwnd, rwnd)
+        // on every call, so each poll_transmit resent another cwnd of marked chunks: a caller
+        // that polls until None resent every outstanding chunk after every expiry. Chunks
+        // resent since the expiry are in flight again; count them against cwnd (§6.1 B).
+        // E3's one packet is one packet on the wire, headers included: cwnd counts user data
+        // only, so two chunks within cwnd could take two packets.
+        if self.t3_rtx_packet_sent == Some(true) {
+            return vec![];
+        }
+        let one_packet = self.t3_rtx_packet_sent.is_some();
+        let outstanding = self.outbound_queue.outstanding_bytes() as u32;
+        let awnd = core::cmp::min(self.cwnd.saturating_sub(outstanding), self.rwnd);
+        let mut packet_size = COMMON_HEADER_SIZE;
         let mut chunks: Vec<ChunkPayloadData> = vec![];
         let mut bytes_to_send = 0;
         let mut done = false;
@@ -4038,9 +4068,15 @@ impl Association {
                     done = true;
                 } else if bytes_to_send + c.user_data.len() > awnd as usize {
                     break;
+                } else if one_packet
+                    && !chunks.is_empty()
+                    && packet_size + data_chunk_size_on_wire(c) > self.mtu
+                {
+                    break;
                 }
 
                 bytes_to_send += c.user_data.len();
+                packet_size += data_chunk_size_on_wire(c);
             } else {
                 break; // end of pending data
             }
@@ -4056,6 +4092,9 @@ impl Association {
             i += 1;
         }
 
+        if one_packet && !chunks.is_empty() {
+            self.t3_rtx_packet_sent = Some(true);
+        }
         // A later fragment may exhaust the message's policy after an earlier
         // fragment was selected in this pass. Neither should be retransmitted.
         for chunk in &mut chunks {
@@ -4457,6 +4496,8 @@ impl Association {
                 );
 
                 self.outbound_queue.mark_all_to_retransmit();
+                // dpwarp: E3, one packet now (get_data_packets_to_retransmit).
+                self.t3_rtx_packet_sent = Some(false);
                 self.awake_write_loop();
             }
 
@@ -4490,11 +4531,15 @@ impl Association {
             }
 
             Timer::T3RTX => {
-                // T3-rtx timer will not fail by design
-                // Justifications:
-                //  * ICE would fail if the connectivity is lost
-                //  * WebRTC spec is not clear how this incident should be reported to ULP
+                // T3-rtx fails only with a limit set (`max_data_retransmits`, None by default:
+                // ICE reports lost connectivity to WebRTC users). dpwarp: RFC 9260 §8.1: past
+                // Association.Max.Retrans consecutive retransmissions the peer is unreachable
+                // and the association enters the CLOSED state; report it to the user. The
+                // timer used to be stopped and nothing else done, which left an association
+                // that neither sent nor reported anything. No ABORT is sent: the peer is
+                // presumed unreachable.
                 error!("[{}] retransmission failure: T3-rtx (DATA)", self.side);
+                let _ = self.close_with_reason(AssociationError::TimedOut);
             }
 
             Timer::Reconfig => {

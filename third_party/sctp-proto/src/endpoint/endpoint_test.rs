@@ -4279,3 +4279,136 @@ fn test_assoc_bundled_packets_fit_the_mtu() -> Result<()> {
     }
     Ok(())
 }
+
+/// The TSNs and user-data lengths of the DATA chunks in `transmits`' packets.
+fn data_chunks_sent(transmits: &VecDeque<Transmit>) -> Vec<(u32, usize)> {
+    let mut chunks = vec![];
+    for transmit in transmits {
+        if let Payload::RawEncode(packets) = &transmit.payload {
+            for raw in packets {
+                let packet = Packet::unmarshal(raw).expect("our own packet parses");
+                for chunk in &packet.chunks {
+                    if let Some(data) = chunk.as_any().downcast_ref::<ChunkPayloadData>() {
+                        chunks.push((data.tsn, data.user_data.len()));
+                    }
+                }
+            }
+        }
+    }
+    chunks
+}
+
+// dpwarp: when T3-rtx expires the marked chunks go out one cwnd (one MTU) at a time (RFC 9260
+// §6.3.3 E1, E3), however often poll_transmit is called: every outstanding chunk used to be
+// resent at once by a caller that polls until None. The rest follows the SACKs.
+#[test]
+fn test_assoc_t3_rtx_retransmission_respects_cwnd() -> Result<()> {
+    let si: u16 = 1;
+    let (mut pair, client_ch, server_ch) = create_association_pair(AckMode::NoDelay, 0)?;
+    establish_session_pair(&mut pair, client_ch, server_ch, si)?;
+
+    let (count, len) = (12usize, 1000usize);
+    for i in 0..count {
+        pair.client_stream(client_ch, si)?.write_sctp(
+            &Bytes::from(vec![i as u8; len]),
+            PayloadProtocolIdentifier::Binary,
+        )?;
+    }
+    let (now, remote) = (pair.time, pair.server.addr);
+    pair.client.drive(now, remote);
+    // The initial cwnd (RFC 9260 §7.2.1) lets several chunks go; every packet is lost.
+    let first = data_chunks_sent(&pair.client.outbound);
+    assert!(first.len() >= 3, "only {} chunks sent", first.len());
+    pair.client.outbound.clear();
+
+    let conn = pair.client_conn_mut(client_ch);
+    let mtu = conn.mtu as usize;
+    let t3 = conn.poll_timeout().expect("T3-rtx runs");
+    conn.handle_timeout(t3);
+    let mut resent = VecDeque::new();
+    while let Some(transmit) = conn.poll_transmit(t3) {
+        resent.push_back(transmit);
+    }
+    let resent_chunks = data_chunks_sent(&resent);
+    assert_eq!(
+        resent_chunks
+            .iter()
+            .map(|&(tsn, _)| tsn)
+            .collect::<Vec<_>>(),
+        vec![first[0].0],
+        "after T3-rtx only the earliest chunk fits cwnd = {mtu}"
+    );
+    assert!(resent_chunks.iter().map(|&(_, n)| n).sum::<usize>() <= mtu);
+
+    // The resent chunk arrives; its SACK opens cwnd again: everything arrives, in order.
+    pair.time = t3;
+    pair.client.outbound.extend(resent);
+    let mut read = 0;
+    let mut buf = vec![0u8; len];
+    for _ in 0..10_000 {
+        if read == count {
+            break;
+        }
+        pair.step();
+        while let Some(chunks) = pair.server_stream(server_ch, si)?.read_sctp()? {
+            assert_eq!(chunks.read(&mut buf)?, len);
+            assert_eq!(buf, vec![read as u8; len]);
+            read += 1;
+        }
+    }
+    assert_eq!(read, count);
+    Ok(())
+}
+
+// dpwarp: past max_data_retransmits consecutive T3-rtx expiries the peer is unreachable and the
+// association closes with TimedOut (RFC 9260 §8.1, Association.Max.Retrans); it used to stop
+// the timer and report nothing.
+#[test]
+fn test_assoc_max_data_retransmits_closes_the_association() -> Result<()> {
+    let si: u16 = 1;
+    let max_retransmits = 3;
+    let mut pair = Pair::new(Arc::new(EndpointConfig::default()), server_config());
+    let (client_ch, server_ch) = pair.connect_with(ClientConfig {
+        transport: Arc::new(
+            TransportConfig::default()
+                .with_max_data_retransmits(Some(max_retransmits))
+                .with_rto_initial_ms(100)
+                .with_rto_min_ms(100)
+                .with_rto_max_ms(400),
+        ),
+        ..Default::default()
+    });
+    pair.client_conn_mut(client_ch).ack_mode = AckMode::NoDelay;
+    pair.server_conn_mut(server_ch).ack_mode = AckMode::NoDelay;
+    establish_session_pair(&mut pair, client_ch, server_ch, si)?;
+
+    pair.client_stream(client_ch, si)?.write_sctp(
+        &Bytes::from_static(b"lost"),
+        PayloadProtocolIdentifier::Binary,
+    )?;
+    // The server is gone: nothing the client sends arrives.
+    let start = pair.time;
+    let mut expiries = 0;
+    let conn = pair.client_conn_mut(client_ch);
+    while conn.poll_transmit(start).is_some() {}
+    let mut now = start;
+    while let Some(t) = conn.poll_timeout() {
+        now = t;
+        conn.handle_timeout(now);
+        expiries += 1;
+        while conn.poll_transmit(now).is_some() {}
+        assert!(expiries <= max_retransmits + 1, "the timer keeps running");
+    }
+    assert_eq!(expiries, max_retransmits + 1);
+    // 100 + 200 + 400 + 400 ms of backed-off RTO (RFC 9260 §6.3.3 E2, capped at RTO.Max).
+    assert_eq!(now - start, Duration::from_millis(1100));
+    let mut lost = None;
+    while let Some(event) = conn.poll() {
+        if let Event::AssociationLost { reason } = event {
+            lost = Some(reason);
+        }
+    }
+    assert_eq!(lost, Some(crate::AssociationError::TimedOut));
+    assert!(conn.is_closed());
+    Ok(())
+}

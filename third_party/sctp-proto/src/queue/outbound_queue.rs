@@ -219,4 +219,10 @@ impl OutboundQueue {
     pub(crate) fn inflight_bytes(&self) -> usize {
         self.inflight.get_num_bytes()
     }
+
+    /// dpwarp: the user data in flight that is not marked for retransmission: what has been
+    /// sent (or resent) since the last T3-rtx expiry and not acknowledged (RFC 9260 §6.3.3).
+    pub(crate) fn outstanding_bytes(&self) -> usize {
+        self.inflight.get_num_bytes() - self.inflight.get_num_bytes_to_retransmit()
+    }
 }

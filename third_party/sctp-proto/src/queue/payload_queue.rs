@@ -130,6 +130,17 @@ impl PayloadQueue {
         }
     }
 
+    /// dpwarp: the user data of the chunks marked for retransmission (not yet resent). They
+    /// are no longer in flight (RFC 9260 §6.3.3 E3, §7.2.1), so the sender subtracts them from
+    /// `get_num_bytes` to find what is.
+    pub(crate) fn get_num_bytes_to_retransmit(&self) -> usize {
+        self.chunk_map
+            .values()
+            .filter(|chunk| chunk.retransmit)
+            .map(|chunk| chunk.user_data.len())
+            .sum()
+    }
+
     /// popDuplicates returns an array of TSN values that were found duplicate.
     pub(crate) fn pop_duplicates(&mut self) -> Vec<u32> {
         core::mem::take(&mut self.dup_tsn)
