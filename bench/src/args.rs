@@ -102,10 +102,18 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub transport: Option<TransportArg>,
 
-    /// Run the same workload over these baselines too (`kernel`, or
-    /// `kernel,embedded`), in the same run, and print the ratios.
-    #[arg(long, value_enum, value_delimiter = ',')]
-    pub compare: Vec<TransportArg>,
+    /// The lower layer under DDP: `mpa` (MPA over TCP, RFC 5044; the
+    /// default) or `sctp` (DDP over SCTP over UDP encapsulation, RFC 5043
+    /// and RFC 6951; on the embedded link and kernel UDP for now).
+    #[arg(long, value_enum, default_value = "mpa")]
+    pub llp: LlpArg,
+
+    /// Run the same workload over these baselines too, in the same run, and
+    /// print the ratios: transports (`kernel`, or `kernel,embedded`) over
+    /// the same lower layer, or the other lower layer (`mpa`, `sctp`) on
+    /// the same transport.
+    #[arg(long, value_delimiter = ',', value_parser = parse_compare)]
+    pub compare: Vec<Compare>,
 
     /// IP MTU of the link (FPDUs are sized for it on every transport):
     /// 9000 by default, 1500 on net_tap (DPDK 22.11's TAP driver takes no
@@ -192,6 +200,49 @@ impl OpArg {
     }
 }
 
+/// The lower layer under DDP on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LlpArg {
+    /// MPA over TCP (RFC 5044, RFC 6581).
+    Mpa,
+    /// DDP over SCTP (RFC 5043, RFC 6581 §7) over UDP (RFC 6951).
+    Sctp,
+}
+
+impl LlpArg {
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            LlpArg::Mpa => "mpa",
+            LlpArg::Sctp => "sctp",
+        }
+    }
+}
+
+/// One baseline of `--compare`: another transport, or the other lower
+/// layer on the same transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compare {
+    /// This transport, over the run's lower layer.
+    Transport(TransportArg),
+    /// The run's transport, over this lower layer.
+    Llp(LlpArg),
+}
+
+fn parse_compare(s: &str) -> Result<Compare, String> {
+    if let Ok(llp) = LlpArg::from_str(s, true) {
+        return Ok(Compare::Llp(llp));
+    }
+    TransportArg::from_str(s, true)
+        .map(Compare::Transport)
+        .map_err(|_| {
+            format!(
+                "{s:?} is neither a transport (embedded, kernel, tap, memif, ring, net_tap, \
+                 af_packet) nor a lower layer (mpa, sctp)"
+            )
+        })
+}
+
 /// A transport on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum TransportArg {
@@ -272,7 +323,9 @@ impl Args {
     /// The IP MTU: --mtu, or 9000 (1500 where net_tap runs).
     pub fn mtu(&self) -> usize {
         let net_tap = self.transport == Some(TransportArg::NetTap)
-            || self.compare.contains(&TransportArg::NetTap);
+            || self
+                .compare
+                .contains(&Compare::Transport(TransportArg::NetTap));
         self.mtu.unwrap_or(if net_tap { 1500 } else { 9000 })
     }
 
@@ -461,14 +514,50 @@ impl Args {
             }
         }
         if let Role::Local(t) = &role {
-            if self.compare.contains(t) {
+            if self.compare.contains(&Compare::Transport(*t)) {
                 return Err(
                     "--compare names the transport already measured: compare another".into(),
                 );
             }
         }
+        if self.compare.contains(&Compare::Llp(self.llp)) {
+            return Err(format!(
+                "--compare {} names the lower layer already measured (--llp): compare the other",
+                self.llp.name()
+            ));
+        }
+        if self.llp == LlpArg::Sctp || self.compare.iter().any(|c| matches!(c, Compare::Llp(_))) {
+            let sctp_ok =
+                |t: TransportArg| matches!(t, TransportArg::Embedded | TransportArg::Kernel);
+            let local = match &role {
+                Role::Local(t) => Some(*t),
+                _ => None,
+            };
+            let runs_sctp = |t: TransportArg| {
+                self.llp == LlpArg::Sctp
+                    || self.compare.contains(&Compare::Llp(LlpArg::Sctp)) && Some(t) == local
+            };
+            let mut all: Vec<TransportArg> = local.into_iter().collect();
+            all.extend(self.compare.iter().filter_map(|c| match c {
+                Compare::Transport(t) => Some(*t),
+                Compare::Llp(_) => None,
+            }));
+            if local.is_none() || !self.cores.is_empty() {
+                return Err(
+                    "--llp sctp runs both RNICs in this process on one core for now: no \
+                     --server, HOST or --cores"
+                        .into(),
+                );
+            }
+            if let Some(t) = all.iter().find(|&&t| runs_sctp(t) && !sctp_ok(t)) {
+                return Err(format!(
+                    "--llp sctp runs on --transport embedded or kernel (kernel UDP) for now, \
+                     not {t:?}"
+                ));
+            }
+        }
         if (1..self.compare.len()).any(|i| self.compare[..i].contains(&self.compare[i])) {
-            return Err("--compare names a transport twice".into());
+            return Err("--compare names a baseline twice".into());
         }
         if let Role::Client(host) = &role {
             if host.is_empty() || host.starts_with('-') {

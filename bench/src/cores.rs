@@ -301,6 +301,7 @@ pub fn run(
                 (CoreLink::Ring, true) => "ring+flood",
                 (CoreLink::Embedded, true) => "embedded+flood",
             },
+            llp: "mpa",
             cores: step.count,
             per_core,
             measured: aggregate(&runs),

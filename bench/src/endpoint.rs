@@ -129,6 +129,44 @@ impl Control {
     }
 }
 
+/// What the workloads and the server's responder use of one RNIC end,
+/// whatever its lower layer: MPA over TCP ([`Endpoint`]) or DDP over SCTP
+/// ([`crate::sctp::SctpEndpoint`]).
+pub trait RnicEnd {
+    /// The engine.
+    fn rnic(&mut self) -> &mut Rnic;
+    /// An SGE of our memory.
+    fn sge(&self, offset: u64, len: u32) -> Sge;
+    /// Our registered memory.
+    fn region(&self) -> &Arc<Region>;
+    /// Completions waiting, into `out`.
+    fn poll_cq(&mut self, out: &mut Vec<Wc>);
+    /// Whether QP `qp`'s connection (or DDP stream) is still open.
+    fn is_live(&self, qp: QpHandle) -> bool;
+}
+
+impl<T: CoreTransport> RnicEnd for Endpoint<T> {
+    fn rnic(&mut self) -> &mut Rnic {
+        Endpoint::rnic(self)
+    }
+
+    fn sge(&self, offset: u64, len: u32) -> Sge {
+        Endpoint::sge(self, offset, len)
+    }
+
+    fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    fn poll_cq(&mut self, out: &mut Vec<Wc>) {
+        Endpoint::poll_cq(self, out);
+    }
+
+    fn is_live(&self, qp: QpHandle) -> bool {
+        Endpoint::is_live(self, qp)
+    }
+}
+
 /// One RNIC core: a poll-mode core (its transport, its link to the
 /// control plane, its engine), its host's control plane, and registered
 /// memory.

@@ -40,5 +40,6 @@ pub mod report;
 pub mod responder;
 pub mod rig;
 pub mod rping;
+pub mod sctp;
 pub mod spec;
 pub mod workload;

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::net::{SocketAddrV4, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use bench::args::{Args, Plan, Role, TransportArg};
+use bench::args::{Args, Compare, LlpArg, Plan, Role, TransportArg};
 use bench::endpoint::now;
 use bench::link::PeerTransport;
 use bench::report::{self, Report};
 use bench::responder::Server;
-use bench::rig::{self, RigConfig, TransportKind};
+use bench::rig::{self, BenchRig, RigConfig, TransportKind};
 use bench::spec::{memory_for, Mode, Spec, Stop};
 use bench::workload;
 use clap::Parser;
@@ -56,15 +56,21 @@ fn main() {
     if !args.cores.is_empty() {
         std::process::exit(run_cores(&args, &plan, &stop));
     }
-    let mut transports = vec![match &plan.role {
+    let first = match &plan.role {
         Role::Local(t) => kind(*t),
         _ => TransportKind::Remote(
             args.transport
                 .and_then(TransportArg::peer)
                 .unwrap_or(PeerTransport::Kernel),
         ),
-    }];
-    transports.extend(args.compare.iter().map(|&c| kind(c)));
+    };
+    // Each run: a transport and the lower layer under DDP.
+    let mut runs = vec![(first, args.llp)];
+    runs.extend(args.compare.iter().map(|&c| match c {
+        Compare::Transport(t) => (kind(t), args.llp),
+        Compare::Llp(llp) => (first, llp),
+    }));
+    let transports: Vec<TransportKind> = runs.iter().map(|r| r.0).collect();
     let mut reports: Vec<Report> = Vec::new();
     let shape = match plan.mode {
         Mode::Bandwidth => format!(
@@ -95,22 +101,35 @@ fn main() {
     } else {
         String::new()
     };
+    let llps = if runs.iter().any(|r| r.1 == LlpArg::Sctp) {
+        " | DDP over SCTP: one message per DDP segment over UDP encapsulation (RFC 5043, 6951)"
+    } else {
+        ""
+    };
     println!(
-        "{} {} | MPA CRC {}, markers {} | MTU {}{checksums}",
+        "{} {} | MPA CRC {}, markers {} | MTU {}{checksums}{llps}",
         plan.op.name(),
         shape,
         if args.no_crc { "off" } else { "on" },
         if args.markers { "on" } else { "off" },
         args.mtu(),
     );
-    for &transport in &transports {
+    for &(transport, llp) in &runs {
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        match run_transport(&args, &plan, transport, &stop) {
+        let result = match llp {
+            LlpArg::Mpa => run_transport(&args, &plan, transport, &stop),
+            LlpArg::Sctp => run_sctp(&args, &plan, transport, &stop),
+        };
+        match result {
             Ok(mut r) => reports.append(&mut r),
             Err(why) => {
-                eprintln!("bench: {} transport: {why}", transport.name());
+                eprintln!(
+                    "bench: {} transport ({}): {why}",
+                    transport.name(),
+                    llp.name()
+                );
                 print_tables(&args, &plan, &reports);
                 std::process::exit(1);
             }
@@ -578,6 +597,38 @@ fn server_addr(host: &str, port: u16) -> Result<SocketAddrV4, String> {
         .ok_or_else(|| format!("server {host:?} has no IPv4 address"))
 }
 
+/// One transport's sweep over DDP over SCTP (`--llp sctp`): both RNICs on
+/// this thread.
+fn run_sctp(
+    args: &Args,
+    plan: &Plan,
+    transport: TransportKind,
+    stop: &AtomicBool,
+) -> Result<Vec<Report>, String> {
+    let config = rig_config(args, plan);
+    let mut reports = match transport {
+        TransportKind::Embedded => sweep(
+            &mut bench::sctp::embedded(&config)?,
+            args,
+            plan,
+            transport,
+            stop,
+        ),
+        TransportKind::Kernel => sweep(
+            &mut bench::sctp::kernel(&config)?,
+            args,
+            plan,
+            transport,
+            stop,
+        ),
+        other => Err(format!("--llp sctp does not run on {} yet", other.name())),
+    }?;
+    for r in &mut reports {
+        r.llp = LlpArg::Sctp.name();
+    }
+    Ok(reports)
+}
+
 fn run_transport(
     args: &Args,
     plan: &Plan,
@@ -732,8 +783,8 @@ fn say_dpdk<C: CoreTransport, S: CoreTransport>(info: &rig::DpdkInfo, rig: &rig:
     );
 }
 
-fn sweep<C: CoreTransport, S: CoreTransport>(
-    rig: &mut rig::Rig<C, S>,
+fn sweep<R: BenchRig>(
+    rig: &mut R,
     args: &Args,
     plan: &Plan,
     transport: TransportKind,
@@ -788,6 +839,7 @@ fn sweep<C: CoreTransport, S: CoreTransport>(
             mode: plan.mode,
             size,
             transport: transport.name(),
+            llp: LlpArg::Mpa.name(),
             cores: rig.cores(),
             per_core,
             measured,
@@ -828,19 +880,19 @@ fn print_tables(args: &Args, plan: &Plan, reports: &[Report]) {
     // Same-run comparison: the first transport against each baseline, per
     // size.
     if !args.compare.is_empty() {
-        let first = reports[0].transport;
+        let first = reports[0].label();
         println!();
-        for r in reports.iter().filter(|r| r.transport == first) {
+        for r in reports.iter().filter(|r| r.label() == first) {
             for base in reports
                 .iter()
-                .filter(|b| b.transport != first && b.size == r.size)
+                .filter(|b| b.label() != first && b.size == r.size)
             {
                 match plan.mode {
                     Mode::Bandwidth => println!(
                         " {} B: {} / {} = {:.2}x the bandwidth",
                         r.size,
-                        r.transport,
-                        base.transport,
+                        r.label(),
+                        base.label(),
                         r.gbit_s() / base.gbit_s().max(1e-12)
                     ),
                     Mode::Latency => {
@@ -857,10 +909,10 @@ fn print_tables(args: &Args, plan: &Plan, reports: &[Report]) {
                         println!(
                             " {} B: {} is {} at p50, {} at p99 than {}",
                             r.size,
-                            r.transport,
+                            r.label(),
                             how(p(base, 50.0) / p(r, 50.0).max(1.0)),
                             how(p(base, 99.0) / p(r, 99.0).max(1.0)),
-                            base.transport
+                            base.label()
                         );
                     }
                 }
@@ -886,12 +938,13 @@ fn write_files(args: &Args, plan: &Plan, reports: &[Report]) -> Result<(), Strin
             let series: Vec<_> = reports
                 .iter()
                 .filter(|r| r.size == size)
-                .map(|r| (r.transport, &r.measured.latency))
+                .map(|r| (r.label(), &r.measured.latency))
                 .collect();
             let title = format!("{} latency, {} B", plan.op.name(), size);
             let path = args
                 .out
                 .join(format!("{}_lat_{}B.svg", plan.op.name(), size));
+            let series: Vec<_> = series.iter().map(|(l, h)| (l.as_str(), *h)).collect();
             std::fs::write(&path, report::svg(&title, &series))
                 .map_err(|e| format!("{}: {e}", path.display()))?;
         }

@@ -24,6 +24,8 @@ pub struct Report {
     pub size: usize,
     /// `embedded`, `kernel`, `memif`, ...
     pub transport: &'static str,
+    /// The lower layer under DDP: `mpa` or `sctp`.
+    pub llp: &'static str,
     /// Cores the RNICs of this process ran on (1: one thread stepped both).
     pub cores: usize,
     /// Each core's counters over this workload.
@@ -57,7 +59,18 @@ impl Report {
         self.measured.cpu.as_nanos() as f64 / (self.measured.messages.max(1)) as f64
     }
 
-    /// File names start with this: `write_lat_64B_embedded`.
+    /// The run's name in tables and file names: its transport, and `/sctp`
+    /// after it over DDP over SCTP (`embedded/sctp`).
+    pub fn label(&self) -> String {
+        if self.llp == "mpa" {
+            self.transport.to_string()
+        } else {
+            format!("{}/{}", self.transport, self.llp)
+        }
+    }
+
+    /// File names start with this: `write_lat_64B_embedded`
+    /// (`..._embedded_sctp` over SCTP).
     pub fn stem(&self) -> String {
         let mode = match self.mode {
             Mode::Bandwidth => "bw",
@@ -68,7 +81,7 @@ impl Report {
             self.op.name(),
             mode,
             self.size,
-            self.transport
+            self.label().replace('/', "_")
         )
     }
 
@@ -87,6 +100,7 @@ impl Report {
             "mode": match self.mode { Mode::Bandwidth => "bandwidth", Mode::Latency => "latency" },
             "size": self.size,
             "transport": self.transport,
+            "llp": self.llp,
             "cores": self.cores,
             "per_core": self.per_core.iter().map(core_json).collect::<Vec<_>>(),
             "iterations": self.measured.messages,
@@ -164,7 +178,7 @@ pub fn bw_row(r: &Report, report_gbits: bool) -> String {
     };
     format!(
         " {:<12} {:<5} {:<12} {:<10} {:>14.2} {:>14.6} {:>14.1} {:>12}",
-        r.transport,
+        r.label(),
         r.cores,
         r.size,
         r.measured.messages,
@@ -204,7 +218,7 @@ pub fn lat_row(r: &Report) -> String {
     let us = |ns: u64| ns as f64 / 1000.0;
     format!(
         " {:<12} {:<5} {:<8} {:<10} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2}",
-        r.transport,
+        r.label(),
         r.cores,
         r.size,
         r.measured.messages,

@@ -17,7 +17,7 @@ use control::mpa::{Accept, StartupConfig};
 use control::runtime::{Decision, StartupResult};
 use tcp_lite::Instant;
 
-use crate::endpoint::{now, Endpoint, Host, QUEUE_DEPTH};
+use crate::endpoint::{now, Endpoint, Host, RnicEnd, QUEUE_DEPTH};
 use crate::hello::{self, ClientHello, ServerHello};
 use crate::spec::{credit_offset, half, memory_for, slot, Mode, Op};
 
@@ -83,13 +83,13 @@ impl Served {
     /// Bandwidth runs: tells the client how many messages we have taken
     /// (an 8-octet Write of the count to its credit word) every quarter
     /// window, so it never sends into a QP without receives.
-    fn report_credit<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>) -> Result<(), String> {
+    fn report_credit<E: RnicEnd>(&mut self, ep: &mut E) -> Result<(), String> {
         if self.mode != Mode::Bandwidth
             || self.consumed - self.reported < (self.depth as u64 / 4).max(1)
         {
             return Ok(());
         }
-        ep.region
+        ep.region()
             .write(self.credit_source as usize, &self.consumed.to_be_bytes())
             .map_err(|e| format!("credit word: {e:?}"))?;
         let sgl = [ep.sge(self.credit_source, 8)];
@@ -108,7 +108,7 @@ impl Served {
         Ok(())
     }
 
-    fn post_receive<T: CoreTransport>(&self, ep: &mut Endpoint<T>, id: u64) -> Result<(), String> {
+    fn post_receive<E: RnicEnd>(&self, ep: &mut E, id: u64) -> Result<(), String> {
         let sgl = [ep.sge(self.base + half(self.size) as u64, half(self.size) as u32)];
         ep.rnic()
             .post_recv(
@@ -123,12 +123,7 @@ impl Served {
 
     /// Sends the pong of a latency round from our second half to the
     /// client's second half.
-    fn reply<T: CoreTransport>(
-        &self,
-        ep: &mut Endpoint<T>,
-        id: u64,
-        len: usize,
-    ) -> Result<(), String> {
+    fn reply<E: RnicEnd>(&self, ep: &mut E, id: u64, len: usize) -> Result<(), String> {
         let sgl = [ep.sge(self.base + half(self.size) as u64, len as u32)];
         let to_client = RemoteAddr {
             stag: self.client.stag,
@@ -169,12 +164,14 @@ impl Responder {
     /// Starts serving `s`: clears the octets Write latency watches and posts
     /// the receives its workload consumes. Call it before the QP reads its
     /// first octet ([`Endpoint::step`] allows that).
-    pub fn add<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>, s: Served) {
+    pub fn add<E: RnicEnd>(&mut self, ep: &mut E, s: Served) {
         if s.op == Op::Write && s.mode == Mode::Latency {
             let h = half(s.size) as u64;
-            let _ = ep.region.write((s.base + s.size as u64 - 1) as usize, &[0]);
             let _ = ep
-                .region
+                .region()
+                .write((s.base + s.size as u64 - 1) as usize, &[0]);
+            let _ = ep
+                .region()
                 .write((s.base + h + s.size as u64 - 1) as usize, &[0]);
         }
         if s.op.needs_receive() {
@@ -219,10 +216,7 @@ impl Responder {
 
     /// Reaps completions and answers what arrived. A failure names the QP
     /// it ends.
-    pub fn step<T: CoreTransport>(
-        &mut self,
-        ep: &mut Endpoint<T>,
-    ) -> Result<(), (QpHandle, String)> {
+    pub fn step<E: RnicEnd>(&mut self, ep: &mut E) -> Result<(), (QpHandle, String)> {
         self.wcs.clear();
         ep.poll_cq(&mut self.wcs);
         for wc in &self.wcs {
@@ -251,7 +245,7 @@ impl Responder {
             };
             let mut last = [0];
             let at = (s.base + s.size as u64 - 1) as usize;
-            if ep.region.read(at, &mut last).is_err() || last[0] == 0 || last[0] == s.marker {
+            if ep.region().read(at, &mut last).is_err() || last[0] == 0 || last[0] == s.marker {
                 continue;
             }
             // The ping landed (its last octet is new): pong with the same
@@ -259,7 +253,7 @@ impl Responder {
             s.marker = last[0];
             let h = half(s.size) as u64;
             let _ = ep
-                .region
+                .region()
                 .write((s.base + h + s.size as u64 - 1) as usize, &last);
             s.reply(ep, u64::from(last[0]), s.size)
                 .map_err(|e| (s.qp, e))?;

@@ -27,7 +27,7 @@ use tcp_lite::{CongestionControl, Stack, StackConfig, TcpConfig};
 use dataplane::ports::{self, PortKind, PortOptions};
 use dataplane::DpdkDevice;
 
-use crate::endpoint::{now, Endpoint, Host};
+use crate::endpoint::{now, Endpoint, Host, RnicEnd};
 use crate::hello::{self, ClientHello, ServerHello};
 use crate::link::{dpdk_port, dpdk_stack, LinkArgs, PeerTransport};
 use crate::responder::Server;
@@ -115,6 +115,73 @@ struct Shared {
 
 /// Turns between two snapshots of a server thread's counters.
 const PUBLISH_TURNS: u64 = 4096;
+
+/// What the workloads need of a rig, whatever its lower layer: the
+/// client's RNIC end, a step of both sides, and connections (DDP streams)
+/// opened and closed per workload.
+pub trait BenchRig {
+    /// The client's RNIC end.
+    type Client: RnicEnd;
+
+    /// The client.
+    fn client(&mut self) -> &mut Self::Client;
+
+    /// Steps the client (and an in-process server on this thread) once.
+    fn step(&mut self) -> Result<(), String>;
+
+    /// Opens `spec.qps` connections numbered from `first` of `total` (their
+    /// memory slots); `last` tells a remote server this is the last size.
+    fn open_slots(
+        &mut self,
+        spec: &Spec,
+        last: bool,
+        first: usize,
+        total: usize,
+    ) -> Result<Vec<Pair>, String>;
+
+    /// Closes the connections of `pairs` and waits until they are gone.
+    fn close(&mut self, pairs: &[Pair]) -> Result<(), String>;
+
+    /// Every core's counters.
+    fn core_reports(&self) -> Vec<CoreReport>;
+
+    /// Cores the two RNICs run on in this process.
+    fn cores(&self) -> usize;
+}
+
+impl<C: CoreTransport, S: CoreTransport> BenchRig for Rig<C, S> {
+    type Client = Endpoint<C>;
+
+    fn client(&mut self) -> &mut Endpoint<C> {
+        &mut self.client
+    }
+
+    fn step(&mut self) -> Result<(), String> {
+        Rig::step(self)
+    }
+
+    fn open_slots(
+        &mut self,
+        spec: &Spec,
+        last: bool,
+        first: usize,
+        total: usize,
+    ) -> Result<Vec<Pair>, String> {
+        Rig::open_slots(self, spec, last, first, total)
+    }
+
+    fn close(&mut self, pairs: &[Pair]) -> Result<(), String> {
+        Rig::close(self, pairs)
+    }
+
+    fn core_reports(&self) -> Vec<CoreReport> {
+        Rig::core_reports(self)
+    }
+
+    fn cores(&self) -> usize {
+        Rig::cores(self)
+    }
+}
 
 /// One core's counters in a report.
 #[derive(Debug, Clone)]

@@ -8,13 +8,12 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use dataplane::CoreTransport;
 use hdrhistogram::Histogram;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 
-use crate::endpoint::Endpoint;
-use crate::rig::{Pair, Rig};
+use crate::endpoint::RnicEnd;
+use crate::rig::{BenchRig, Pair};
 use crate::spec::{credit_offset, half, memory_for, slot, Measured, Mode, Op, Spec, Stop};
 
 /// CPU time this process has run (`CLOCK_PROCESS_CPUTIME_ID`): every core
@@ -31,13 +30,7 @@ fn histogram() -> Histogram<u64> {
 }
 
 /// Posts one message of `spec` on QP `qi` (`pair`) of the client.
-fn post<T: CoreTransport>(
-    client: &mut Endpoint<T>,
-    pair: &Pair,
-    qi: usize,
-    spec: &Spec,
-    id: u64,
-) -> bool {
+fn post<E: RnicEnd>(client: &mut E, pair: &Pair, qi: usize, spec: &Spec, id: u64) -> bool {
     let size = spec.size as u32;
     let base = slot(qi, spec.size);
     let sgl = [client.sge(base, if spec.op.is_atomic() { 8 } else { size })];
@@ -71,8 +64,8 @@ fn post<T: CoreTransport>(
 
 /// Posts a receive for the pong of a latency round into the client's
 /// second half.
-fn post_receive<T: CoreTransport>(
-    client: &mut Endpoint<T>,
+fn post_receive<E: RnicEnd>(
+    client: &mut E,
     qp: QpHandle,
     size: usize,
     id: u64,
@@ -101,8 +94,8 @@ fn check(wc: &Wc) -> Result<(), String> {
 /// Runs `spec` on `rig` over connections of its own, opened here and
 /// closed before returning; `last` tells a remote server this is the last
 /// size. `progress` is called with the fraction done.
-pub fn run<C: CoreTransport, S: CoreTransport>(
-    rig: &mut Rig<C, S>,
+pub fn run<R: BenchRig>(
+    rig: &mut R,
     spec: &Spec,
     last: bool,
     stop_flag: &AtomicBool,
@@ -116,8 +109,8 @@ pub fn run<C: CoreTransport, S: CoreTransport>(
 /// meanwhile (`--active`), the latency of one QP among many busy ones; or
 /// connected and idle (`--idle`), what many QPs cost a core that serves
 /// one.
-pub fn run_beside<C: CoreTransport, S: CoreTransport>(
-    rig: &mut Rig<C, S>,
+pub fn run_beside<R: BenchRig>(
+    rig: &mut R,
     spec: &Spec,
     active: usize,
     busy: bool,
@@ -141,8 +134,8 @@ pub fn run_beside<C: CoreTransport, S: CoreTransport>(
 /// of a client (`--cores` against a `bench --server`): its `spec.qps` QPs
 /// are numbers `first..` of the run, and use those slots of memory on both
 /// sides, so that no two cores' QPs share one.
-pub fn run_share<C: CoreTransport, S: CoreTransport>(
-    rig: &mut Rig<C, S>,
+pub fn run_share<R: BenchRig>(
+    rig: &mut R,
     spec: &Spec,
     first: usize,
     total: usize,
@@ -171,8 +164,8 @@ pub fn run_share<C: CoreTransport, S: CoreTransport>(
 /// `spec.qps` QPs numbered from `first` of `total`, and `active` more
 /// after them (see [`run_beside`]).
 #[allow(clippy::too_many_arguments)]
-fn run_in<C: CoreTransport, S: CoreTransport>(
-    rig: &mut Rig<C, S>,
+fn run_in<R: BenchRig>(
+    rig: &mut R,
     spec: &Spec,
     (active, busy): (usize, bool),
     first: usize,
@@ -185,19 +178,19 @@ fn run_in<C: CoreTransport, S: CoreTransport>(
         return Err("QPs active beside a run go with a Write latency run".into());
     }
     let need = memory_for(total, spec.size);
-    if need > rig.client.region.len() {
+    if need > rig.client().region().len() {
         return Err(format!(
             "{} QP(s) of {} B messages need {need} octets of memory; this rig has {}",
             spec.qps,
             spec.size,
-            rig.client.region.len()
+            rig.client().region().len()
         ));
     }
     // A fresh count for each connection (the memory outlives them).
     for qi in first..first + spec.qps {
         let at = credit_offset(total, qi, spec.size) as usize;
-        rig.client
-            .region
+        rig.client()
+            .region()
             .write(at, &[0; 8])
             .map_err(|e| format!("credit word: {e:?}"))?;
     }
@@ -262,7 +255,7 @@ impl Background {
     }
 
     /// Fills every QP's window.
-    fn start<T: CoreTransport>(&mut self, client: &mut Endpoint<T>) -> Result<(), String> {
+    fn start<E: RnicEnd>(&mut self, client: &mut E) -> Result<(), String> {
         self.index = self
             .pairs
             .iter()
@@ -281,7 +274,7 @@ impl Background {
         Ok(())
     }
 
-    fn post<T: CoreTransport>(&mut self, client: &mut Endpoint<T>, i: usize) -> Result<(), String> {
+    fn post<E: RnicEnd>(&mut self, client: &mut E, i: usize) -> Result<(), String> {
         self.next_id += 1;
         if post(
             client,
@@ -298,11 +291,7 @@ impl Background {
 
     /// Takes `wc` if it is a busy QP's: checks it and posts the next Write.
     /// `None` if it is not one of theirs.
-    fn take<T: CoreTransport>(
-        &mut self,
-        client: &mut Endpoint<T>,
-        wc: &Wc,
-    ) -> Option<Result<(), String>> {
+    fn take<E: RnicEnd>(&mut self, client: &mut E, wc: &Wc) -> Option<Result<(), String>> {
         let &i = self.index.get(&wc.qp)?;
         self.done += 1;
         Some(check(wc).and_then(|()| self.post(client, i)))
@@ -322,8 +311,8 @@ fn done_at(spec: &Spec, start: Instant, now: Instant, messages: u64) -> (bool, f
     }
 }
 
-fn bandwidth<C: CoreTransport, S: CoreTransport>(
-    rig: &mut Rig<C, S>,
+fn bandwidth<R: BenchRig>(
+    rig: &mut R,
     pairs: &[Pair],
     spec: &Spec,
     stop_flag: &AtomicBool,
@@ -364,8 +353,8 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
             let granted = if credited {
                 let mut word = [0; 8];
                 let at = pair.credit as usize;
-                rig.client
-                    .region
+                rig.client()
+                    .region()
                     .read(at, &mut word)
                     .map_err(|e| format!("credit word: {e:?}"))?;
                 depth as u64 + u64::from_be_bytes(word)
@@ -378,7 +367,7 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
                 && !interrupted
                 && !done_at(spec, start, now, messages).0
             {
-                if !post(&mut rig.client, pair, pair.slot, spec, next_id) {
+                if !post(rig.client(), pair, pair.slot, spec, next_id) {
                     break;
                 }
                 posted_at[qi].push_back(now);
@@ -390,7 +379,7 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
         rig.step()?;
         alive(rig, pairs)?;
         wcs.clear();
-        rig.client.poll_cq(&mut wcs);
+        rig.client().poll_cq(&mut wcs);
         let now = Instant::now();
         if !wcs.is_empty() {
             last_progress = now;
@@ -446,8 +435,8 @@ fn bandwidth<C: CoreTransport, S: CoreTransport>(
     })
 }
 
-fn latency<C: CoreTransport, S: CoreTransport>(
-    rig: &mut Rig<C, S>,
+fn latency<R: BenchRig>(
+    rig: &mut R,
     pairs: &[Pair],
     background: &mut Background,
     spec: &Spec,
@@ -466,15 +455,15 @@ fn latency<C: CoreTransport, S: CoreTransport>(
     // Our octet the server's pong ends in (Write latency).
     let pong_at = half(size) + size - 1;
     if spec.op == Op::Write {
-        rig.client
-            .region
+        rig.client()
+            .region()
             .write(pong_at, &[0])
             .map_err(|e| format!("{e:?}"))?;
     }
     if spec.op.needs_receive() {
-        post_receive(&mut rig.client, cqp, size, 0)?;
+        post_receive(rig.client(), cqp, size, 0)?;
     }
-    background.start(&mut rig.client)?;
+    background.start(rig.client())?;
     let warmup = 100u64;
     let mut start = Instant::now();
     let mut cpu0 = process_cpu();
@@ -493,11 +482,11 @@ fn latency<C: CoreTransport, S: CoreTransport>(
         let marker = (round % 255 + 1) as u8;
         let t0 = Instant::now();
         if spec.op == Op::Write {
-            rig.client
-                .region
+            rig.client()
+                .region()
                 .write(size - 1, &[marker])
                 .map_err(|e| format!("{e:?}"))?;
-            if !post(&mut rig.client, &pair, 0, spec, round) {
+            if !post(rig.client(), &pair, 0, spec, round) {
                 return Err("the client's send queue is full".into());
             }
             let mut last = [0];
@@ -506,33 +495,34 @@ fn latency<C: CoreTransport, S: CoreTransport>(
                 rig,
                 pairs,
                 "the server's Write back",
-                |rig: &mut Rig<C, S>, wcs: &mut Vec<Wc>| {
+                |rig: &mut R, wcs: &mut Vec<Wc>| {
                     // Reap our Write's completion as it comes, and keep
                     // the busy QPs' windows full.
                     wcs.clear();
-                    rig.client.poll_cq(wcs);
+                    rig.client().poll_cq(wcs);
                     for w in wcs.iter() {
-                        let outcome = match background.take(&mut rig.client, w) {
+                        let outcome = match background.take(rig.client(), w) {
                             Some(result) => result,
                             None => check(w),
                         };
                         error = error.take().or(outcome.err());
                     }
                     error.is_some()
-                        || (rig.client.region.read(pong_at, &mut last).is_ok() && last[0] == marker)
+                        || (rig.client().region().read(pong_at, &mut last).is_ok()
+                            && last[0] == marker)
                 },
             )?;
             if let Some(e) = error {
                 return Err(e);
             }
         } else if ping_pong {
-            if !post(&mut rig.client, &pair, 0, spec, round) {
+            if !post(rig.client(), &pair, 0, spec, round) {
                 return Err("the client's send queue is full".into());
             }
             completion(rig, pairs, "the server's reply", cqp, true)?;
-            post_receive(&mut rig.client, cqp, size, round)?;
+            post_receive(rig.client(), cqp, size, round)?;
         } else {
-            if !post(&mut rig.client, &pair, 0, spec, round) {
+            if !post(rig.client(), &pair, 0, spec, round) {
                 return Err("the client's send queue is full".into());
             }
             completion(rig, pairs, "the completion", cqp, false)?;
@@ -565,7 +555,7 @@ fn latency<C: CoreTransport, S: CoreTransport>(
     intervals.push((interval_start - start, interval));
     // The send completions of a Write latency run's last round.
     let mut wcs = Vec::new();
-    rig.client.poll_cq(&mut wcs);
+    rig.client().poll_cq(&mut wcs);
     Ok(Measured {
         messages,
         octets: messages * octets_per,
@@ -580,8 +570,8 @@ fn latency<C: CoreTransport, S: CoreTransport>(
 
 /// Steps until `qp` completes a work request (only a receive, with
 /// `receive`), checking every completion on the way.
-fn completion<C: CoreTransport, S: CoreTransport>(
-    rig: &mut Rig<C, S>,
+fn completion<R: BenchRig>(
+    rig: &mut R,
     pairs: &[Pair],
     what: &str,
     qp: QpHandle,
@@ -589,21 +579,16 @@ fn completion<C: CoreTransport, S: CoreTransport>(
 ) -> Result<(), String> {
     let mut error = None;
     let mut got = false;
-    wait(
-        rig,
-        pairs,
-        what,
-        |rig: &mut Rig<C, S>, wcs: &mut Vec<Wc>| {
-            wcs.clear();
-            rig.client.poll_cq(wcs);
-            for w in wcs.iter() {
-                error = error.take().or(check(w).err());
-                got |= w.qp == qp
-                    && (!receive || matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate));
-            }
-            got || error.is_some()
-        },
-    )?;
+    wait(rig, pairs, what, |rig: &mut R, wcs: &mut Vec<Wc>| {
+        wcs.clear();
+        rig.client().poll_cq(wcs);
+        for w in wcs.iter() {
+            error = error.take().or(check(w).err());
+            got |= w.qp == qp
+                && (!receive || matches!(w.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate));
+        }
+        got || error.is_some()
+    })?;
     error.map_or(Ok(()), Err)
 }
 
@@ -612,11 +597,8 @@ const STALL_LIMIT: Duration = Duration::from_secs(10);
 
 /// An error if a connection of the run has ended (the server closed or
 /// reset it, or TCP gave up).
-fn alive<C: CoreTransport, S: CoreTransport>(
-    rig: &Rig<C, S>,
-    pairs: &[Pair],
-) -> Result<(), String> {
-    if pairs.iter().all(|p| rig.client.is_live(p.qp)) {
+fn alive<R: BenchRig>(rig: &mut R, pairs: &[Pair]) -> Result<(), String> {
+    if pairs.iter().all(|p| rig.client().is_live(p.qp)) {
         Ok(())
     } else {
         Err("the server ended a connection in the middle of the run".into())
@@ -624,8 +606,8 @@ fn alive<C: CoreTransport, S: CoreTransport>(
 }
 
 /// Steps the rig until `ready`, at most [`STALL_LIMIT`].
-fn wait<C: CoreTransport, S: CoreTransport, F: FnMut(&mut Rig<C, S>, &mut Vec<Wc>) -> bool>(
-    rig: &mut Rig<C, S>,
+fn wait<R: BenchRig, F: FnMut(&mut R, &mut Vec<Wc>) -> bool>(
+    rig: &mut R,
     pairs: &[Pair],
     what: &str,
     mut ready: F,

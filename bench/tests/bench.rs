@@ -4,9 +4,9 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use bench::args::{Args, TransportArg};
+use bench::args::{Args, Compare, LlpArg, TransportArg};
 use bench::report::{self, Report};
-use bench::rig::{self, RigConfig};
+use bench::rig::{self, BenchRig, RigConfig};
 use bench::spec::{memory_for, Mode, Op, Spec, Stop};
 use bench::workload;
 use clap::Parser;
@@ -25,10 +25,16 @@ fn perftest_vocabulary_parses() {
         (Op::Write, Mode::Bandwidth, vec![65536])
     );
     assert_eq!(plan.stop, Stop::Duration(Duration::from_secs(5)));
-    assert_eq!(a.compare, [TransportArg::Kernel]);
+    assert_eq!(a.compare, [Compare::Transport(TransportArg::Kernel)]);
     assert!(a.report_gbits && a.json.is_some());
     let a = parse("bench write --transport memif --compare kernel,embedded").unwrap();
-    assert_eq!(a.compare, [TransportArg::Kernel, TransportArg::Embedded]);
+    assert_eq!(
+        a.compare,
+        [
+            Compare::Transport(TransportArg::Kernel),
+            Compare::Transport(TransportArg::Embedded)
+        ]
+    );
     assert!(a.plan().is_ok());
     let a = parse("bench write -s 64 -D 5 --lat --compare kernel --json f.json").unwrap();
     assert_eq!(a.plan().unwrap().mode, Mode::Latency);
@@ -169,9 +175,76 @@ fn tiny(op: Op, mode: Mode) -> Report {
         mode,
         size,
         transport: "embedded",
+        llp: "mpa",
         cores: rig.cores(),
         per_core: rig.core_reports(),
         measured,
+    }
+}
+
+/// `--llp sctp`: DDP over SCTP (RFC 5043), the same workloads and server.
+#[test]
+fn the_sctp_lower_layer_parses_and_is_checked() {
+    let a = parse("bench write -s 65536 -D 5 --llp sctp --compare mpa --json f.json").unwrap();
+    assert_eq!(a.llp, LlpArg::Sctp);
+    assert_eq!(a.compare, [Compare::Llp(LlpArg::Mpa)]);
+    assert!(a.plan().is_ok());
+    let a = parse("bench write --llp sctp --transport kernel --compare embedded").unwrap();
+    assert!(a.plan().is_ok());
+    let a = parse("bench write --compare sctp").unwrap();
+    assert_eq!(a.compare, [Compare::Llp(LlpArg::Sctp)]);
+    assert!(a.plan().is_ok());
+    let why = |line: &str| parse(line).unwrap().plan().unwrap_err();
+    assert!(why("bench write --llp sctp --compare sctp").contains("already measured"));
+    assert!(why("bench write --llp sctp --transport memif").contains("embedded or kernel"));
+    assert!(why("bench write --compare sctp --transport memif").contains("embedded or kernel"));
+    assert!(why("bench write --llp sctp --server").contains("one core"));
+    assert!(parse("bench write --compare udp").is_err());
+}
+
+/// Every operation in both modes over DDP over SCTP, on the embedded link
+/// and on kernel UDP: the counts exact, one latency per message.
+#[test]
+fn every_operation_runs_over_sctp_in_both_modes() {
+    for kernel in [false, true] {
+        for op in Op::ALL {
+            for mode in [Mode::Bandwidth, Mode::Latency] {
+                let size = if op.is_atomic() { 8 } else { 1024 };
+                let c = config(memory_for(2, size));
+                let s = spec(op, mode, size, if mode == Mode::Latency { 1 } else { 2 });
+                let stop = AtomicBool::new(false);
+                let m = if kernel {
+                    let mut rig = bench::sctp::kernel(&c).unwrap();
+                    workload::run(&mut rig, &s, true, &stop, &mut |_| {})
+                } else {
+                    let mut rig = bench::sctp::embedded(&c).unwrap();
+                    let m = workload::run(&mut rig, &s, true, &stop, &mut |_| {});
+                    let reports = rig.core_reports();
+                    assert_eq!(reports.len(), 2);
+                    assert!(reports[0].counters.tx_fpdu_octets > 0, "{op:?} {mode:?}");
+                    m
+                }
+                .unwrap_or_else(|e| panic!("{op:?} {mode:?} kernel {kernel}: {e}"));
+                assert_eq!(m.messages, 200, "{op:?} {mode:?}");
+                assert_eq!(m.latency.len(), 200, "{op:?} {mode:?}");
+                assert!(!m.interrupted);
+            }
+        }
+    }
+}
+
+/// Sizes in a row over SCTP: each size's DDP streams are closed on both
+/// sides before the next opens new ones on the same association.
+#[test]
+fn sctp_sizes_in_a_row_use_fresh_streams() {
+    let mut rig = bench::sctp::embedded(&config(memory_for(3, 8192))).unwrap();
+    for (i, size) in [4096, 2, 8192].into_iter().enumerate() {
+        for op in [Op::Send, Op::Write, Op::Read] {
+            let s = spec(op, Mode::Bandwidth, size, 3);
+            let m = workload::run(&mut rig, &s, i == 2, &AtomicBool::new(false), &mut |_| {})
+                .unwrap_or_else(|e| panic!("{op:?} {size} B: {e}"));
+            assert_eq!(m.messages, 200, "{op:?} {size} B");
+        }
     }
 }
 

@@ -41,7 +41,7 @@ use std::net::{SocketAddr, SocketAddrV4};
 use control::session::{
     Accept, Established, Failure, Initiator, Input, Outcome, Rejected, Responder, SessionConfig,
 };
-use rnic_engine::qp::QpState;
+use rnic_engine::qp::{QpEvent, QpState};
 use rnic_engine::sctp::rx::ReorderConfig;
 use rnic_engine::sctp::{PPID_DDP_SEGMENT, PPID_SESSION_CONTROL};
 use rnic_engine::verbs::{MessageConnection, QpHandle, QpInit, Rnic};
@@ -147,8 +147,11 @@ pub enum SctpEvent {
         stream: u16,
         /// Its QP, if one was made.
         qp: Option<QpHandle>,
-        /// Why, when the session says (`None`: the association ended).
+        /// Why, when the session says (`None`: the association ended, or
+        /// the QP's Terminate ended it).
         failure: Option<Failure>,
+        /// The RDMAP Terminate the QP sent or received, if one ended it.
+        terminate: Option<QpEvent>,
     },
 }
 
@@ -223,6 +226,9 @@ struct Stream {
     ended: bool,
     /// DDP Segments that arrived before the session was up here.
     early: VecDeque<Vec<u8>>,
+    /// The DDP-SSN after the last Segment received (to count those that
+    /// arrive out of order).
+    rx_next_ssn: u16,
 }
 
 /// The counters of an [`SctpCore`].
@@ -246,6 +252,10 @@ pub struct SctpCounters {
     pub tx_segments: u64,
     /// Their octets.
     pub tx_segment_octets: u64,
+    /// Segments that arrived with another DDP-SSN than the one after the
+    /// last (unordered delivery at work: loss and retransmission, or
+    /// reordering on the path).
+    pub rx_out_of_order: u64,
     /// Segments held until their session was up here.
     pub early_held: u64,
     /// Messages with no stream to take them, or another PPID (dropped).
@@ -323,6 +333,11 @@ impl<T: MessageTransport> SctpCore<T> {
         })
     }
 
+    /// What the passive side answers every Initiate with from now on.
+    pub fn set_accept(&mut self, accept: Accept) {
+        self.config.accept = accept;
+    }
+
     /// The engine.
     pub fn rnic(&mut self) -> &mut Rnic {
         &mut self.rnic
@@ -392,6 +407,7 @@ impl<T: MessageTransport> SctpCore<T> {
             up: false,
             ended: false,
             early: VecDeque::new(),
+            rx_next_ssn: 0,
         });
         Ok(qp)
     }
@@ -546,6 +562,12 @@ impl<T: MessageTransport> SctpCore<T> {
             let Some(stream) = self.streams[index].as_mut() else {
                 continue;
             };
+            if received.ppid == PPID_DDP_SEGMENT {
+                if let Some((ssn, _)) = rnic_engine::sctp::split(message) {
+                    self.counters.rx_out_of_order += u64::from(ssn != stream.rx_next_ssn);
+                    stream.rx_next_ssn = ssn.wrapping_add(1);
+                }
+            }
             if received.ppid == PPID_DDP_SEGMENT && stream.up {
                 self.counters.rx_segments += 1;
                 self.counters.rx_segment_octets += message.len() as u64;
@@ -604,6 +626,7 @@ impl<T: MessageTransport> SctpCore<T> {
             up: false,
             ended: false,
             early: VecDeque::new(),
+            rx_next_ssn: 0,
         }))
     }
 
@@ -703,6 +726,10 @@ impl<T: MessageTransport> SctpCore<T> {
         stream.ended = true;
         self.counters.streams_ended += 1;
         let qp = stream.qp;
+        let mut terminate = None;
+        while let Ok(Some(event)) = self.rnic.poll_event(qp) {
+            terminate.get_or_insert(event);
+        }
         // destroy_qp flushes what is outstanding into the CQs.
         let _ = self.rnic.destroy_qp(qp);
         self.events.push_back(SctpEvent::StreamEnded {
@@ -710,6 +737,7 @@ impl<T: MessageTransport> SctpCore<T> {
             stream: stream.id,
             qp: Some(qp),
             failure,
+            terminate,
         });
     }
 

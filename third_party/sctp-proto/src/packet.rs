@@ -304,9 +304,7 @@ impl Packet {
             }
         }
 
-        let mut digest = ISCSI_CRC.digest();
-        digest.update(writer);
-        let checksum = digest.finalize();
+        let checksum = crate::util::crc32c(writer);
 
         // Checksum is already in BigEndian
         // Using LittleEndian stops it from being flipped

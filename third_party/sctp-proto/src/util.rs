@@ -3,7 +3,6 @@ use crate::shared::AssociationId;
 use alloc::borrow::ToOwned;
 use bytes::Bytes;
 use core::time::Duration;
-use crc::{CRC_32_ISCSI, Crc, Table};
 
 /// This function is non-inline to prevent the optimizer from looking inside it.
 #[inline(never)]
@@ -82,15 +81,22 @@ pub(crate) fn get_padding_size(len: usize) -> usize {
 /// Allocate and zero this data once.
 /// We need to use it for the checksum and don't want to allocate/clear each time.
 pub(crate) static FOUR_ZEROES: Bytes = Bytes::from_static(&[0, 0, 0, 0]);
-pub(crate) const ISCSI_CRC: Crc<u32, Table<16>> = Crc::<u32, Table<16>>::new(&CRC_32_ISCSI);
-
-/// Fastest way to do a crc32 without allocating.
+/// The packet's CRC32c (RFC 9260 Appendix A), its checksum field read as
+/// zeros, without allocating.
+///
+/// dpwarp: through the `crc32c` crate, which uses the CPU's CRC32c
+/// instruction (SSE 4.2, ARMv8 CRC) with a portable fallback: the 16-entry
+/// table of the `crc` crate ran at about 0.5 GB/s and took a quarter of a
+/// core moving 64 KiB DDP Writes over SCTP.
 pub(crate) fn generate_packet_checksum(raw: &Bytes) -> u32 {
-    let mut digest = ISCSI_CRC.digest();
-    digest.update(&raw[0..8]);
-    digest.update(&FOUR_ZEROES[..]);
-    digest.update(&raw[12..]);
-    digest.finalize()
+    let crc = crc32c::crc32c(&raw[0..8]);
+    let crc = crc32c::crc32c_append(crc, &FOUR_ZEROES[..]);
+    crc32c::crc32c_append(crc, &raw[12..])
+}
+
+/// The CRC32c of `data` (RFC 9260 Appendix A).
+pub(crate) fn crc32c(data: &[u8]) -> u32 {
+    crc32c::crc32c(data)
 }
 
 /// A [`BytesSource`] implementation for `&'a mut [Bytes]`

@@ -1,0 +1,470 @@
+//! `--llp sctp`: the benchmark's two RNICs over DDP over SCTP (RFC 5043)
+//! instead of MPA over TCP, each an [`SctpEndpoint`] (a
+//! `dataplane::SctpCore`), joined by the embedded link (tcp-lite's UDP on
+//! the in-memory link) or Linux UDP on loopback, with the same workloads
+//! ([`crate::workload`]) and the same server side ([`Responder`]).
+//!
+//! The client opens one association to the server and one DDP stream per
+//! QP of a workload (Enhanced Initiate, RFC 6581 §7), carrying the same
+//! hello as MPA's private data ([`crate::hello`]); the server accepts every
+//! stream with its own hello (its memory) and serves it as it serves an
+//! MPA connection. Both RNICs run on this thread (one core).
+
+use std::collections::HashSet;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::Instant as StdInstant;
+
+use control::session::Accept;
+use dataplane::{MessageTransport, SctpCore, SctpCoreConfig, SctpEvent};
+use rnic_engine::cq::Wc;
+use rnic_engine::mem::{Access, Region};
+use rnic_engine::sctp::rx::ReorderConfig;
+use rnic_engine::verbs::{CqHandle, Mr, QpHandle, QpInit, RemoteAddr, Rnic, RnicConfig, Sge};
+use sctp_lite::AssocId;
+use tcp_lite::link::{self, LinkConfig, LinkEnd};
+use tcp_lite::sys::udp::KernelUdp;
+use tcp_lite::{Stack, StackConfig};
+
+use crate::endpoint::{now, RnicEnd, QPS_MAX, QUEUE_DEPTH};
+use crate::hello::{ClientHello, ServerHello};
+use crate::responder::{check_fits, Responder, Served};
+use crate::rig::{BenchRig, CoreReport, Pair, RigConfig};
+use crate::spec::{credit_offset, Spec};
+
+/// How long opening or closing streams may take.
+const SETUP_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The server's UDP port (RFC 6951's SCTP over UDP port).
+const SERVER_UDP_PORT: u16 = sctp_lite::UDP_ENCAPSULATION_PORT;
+
+/// One RNIC over DDP over SCTP: its core, CQ and registered memory.
+pub struct SctpEndpoint<T: MessageTransport> {
+    /// The core.
+    pub core: SctpCore<T>,
+    cq: CqHandle,
+    region: Arc<Region>,
+    mr: Mr,
+    wcs: Vec<Wc>,
+    /// QPs whose streams are up.
+    live: HashSet<QpHandle>,
+    /// Events not yet looked at.
+    events: Vec<SctpEvent>,
+}
+
+impl<T: MessageTransport> SctpEndpoint<T> {
+    fn new(
+        transport: T,
+        udp_port: u16,
+        mtu: usize,
+        memory: usize,
+        seed: u64,
+        accept: Accept,
+    ) -> Result<SctpEndpoint<T>, String> {
+        let mut rnic = Rnic::new(RnicConfig {
+            stag_seed: seed,
+            qps_max: QPS_MAX + 64,
+            ..RnicConfig::default()
+        });
+        let pd = rnic.alloc_pd().map_err(|e| format!("{e:?}"))?;
+        let cq = rnic
+            .create_cq(crate::endpoint::IN_FLIGHT_MAX * 2)
+            .map_err(|e| format!("{e:?}"))?;
+        let region = Region::new(memory);
+        let all = Access::LOCAL_WRITE
+            .union(Access::REMOTE_WRITE)
+            .union(Access::REMOTE_READ)
+            .union(Access::REMOTE_ATOMIC);
+        let mr = rnic
+            .reg_region(pd, region.clone(), all)
+            .map_err(|e| format!("{e:?}"))?;
+        let qp_init = QpInit {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            sq_size: QUEUE_DEPTH,
+            rq_size: QUEUE_DEPTH,
+        };
+        let endpoint = sctp_lite::Config {
+            path_mtu: mtu as u32,
+            // One DDP stream per QP of a run (and the server's spare).
+            streams: (QPS_MAX + 1) as u16,
+            // A window like TCP's in the MPA rigs: 4 MiB each way.
+            receive_window: 4 << 20,
+            send_buffer_max: 4 << 20,
+            ..sctp_lite::Config::default()
+        };
+        let mut config = SctpCoreConfig::new(endpoint);
+        config.accept = accept;
+        // Messages overtaken by a retransmission wait in the QP's reorder
+        // window: room for what the peer can send meanwhile.
+        config.reorder = ReorderConfig {
+            messages: i16::MAX as u16,
+            octets: 16 << 20,
+        };
+        config.streams_max = QPS_MAX + 64;
+        let core = SctpCore::new(
+            config,
+            transport,
+            udp_port,
+            rnic,
+            qp_init,
+            StdInstant::now(),
+        )?;
+        Ok(SctpEndpoint {
+            core,
+            cq,
+            region,
+            mr,
+            wcs: vec![Wc::EMPTY; 256],
+            live: HashSet::new(),
+            events: Vec::new(),
+        })
+    }
+
+    fn turn(&mut self) {
+        self.core.turn(now());
+        while let Some(event) = self.core.next_event() {
+            match &event {
+                SctpEvent::StreamUp { qp, .. } => {
+                    self.live.insert(*qp);
+                }
+                SctpEvent::StreamEnded { qp: Some(qp), .. } => {
+                    self.live.remove(qp);
+                }
+                _ => {}
+            }
+            self.events.push(event);
+        }
+    }
+}
+
+impl<T: MessageTransport> RnicEnd for SctpEndpoint<T> {
+    fn rnic(&mut self) -> &mut Rnic {
+        self.core.rnic()
+    }
+
+    fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge {
+            stag: self.mr.stag,
+            to: self.mr.base_to + offset,
+            len,
+        }
+    }
+
+    fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    fn poll_cq(&mut self, out: &mut Vec<Wc>) {
+        loop {
+            let n = self
+                .core
+                .rnic()
+                .poll_cq(self.cq, &mut self.wcs)
+                .unwrap_or(0);
+            out.extend_from_slice(&self.wcs[..n]);
+            if n < self.wcs.len() {
+                return;
+            }
+        }
+    }
+
+    fn is_live(&self, qp: QpHandle) -> bool {
+        self.live.contains(&qp)
+    }
+}
+
+/// A client and its server over DDP over SCTP, both on this thread.
+pub struct SctpRig<C: MessageTransport, S: MessageTransport> {
+    client: SctpEndpoint<C>,
+    server: SctpEndpoint<S>,
+    responder: Responder,
+    server_addr: SocketAddrV4,
+    assoc: Option<AssocId>,
+    /// The stream the next QP opens (streams are not reused within an
+    /// association: a closed stream's last messages may still be about).
+    next_stream: u16,
+    run: u64,
+}
+
+impl<C: MessageTransport, S: MessageTransport> SctpRig<C, S> {
+    /// A client and a server whose endpoint listens on UDP port
+    /// `server_port` of its transport (0: an ephemeral one).
+    fn new(client: C, server: S, server_port: u16, config: &RigConfig) -> Result<Self, String> {
+        let client =
+            SctpEndpoint::new(client, 0, config.mtu, config.memory, 11, Accept::default())?;
+        // The server's memory goes out in every Accept, as MPA's Reply does.
+        let mut server = SctpEndpoint::new(
+            server,
+            server_port,
+            config.mtu,
+            config.memory,
+            12,
+            Accept::default(),
+        )?;
+        let server_addr = server
+            .core
+            .local()
+            .ok_or("the server's UDP socket has no address")?;
+        let hello = ServerHello {
+            stag: server.mr.stag,
+            to: server.mr.base_to,
+        };
+        server.core.set_accept(Accept {
+            private_data: hello.encode(),
+            ..Accept::default()
+        });
+        Ok(SctpRig {
+            client,
+            server,
+            responder: Responder::default(),
+            server_addr,
+            assoc: None,
+            next_stream: 0,
+            run: std::process::id().into(),
+        })
+    }
+
+    fn wait(&mut self, what: &str, done: &mut dyn FnMut(&mut Self) -> bool) -> Result<(), String> {
+        let start = StdInstant::now();
+        while !done(self) {
+            if start.elapsed() > SETUP_LIMIT {
+                return Err(format!("{what} took more than {} s", SETUP_LIMIT.as_secs()));
+            }
+            BenchRig::step(self)?;
+        }
+        Ok(())
+    }
+
+    /// The association, opened at the first workload.
+    fn association(&mut self) -> Result<AssocId, String> {
+        if let Some(assoc) = self.assoc {
+            return Ok(assoc);
+        }
+        let assoc = self.client.core.connect(now(), self.server_addr)?;
+        self.wait("the SCTP association", &mut |rig| {
+            rig.client.events.iter().any(|e| {
+                matches!(e, SctpEvent::AssociationUp { assoc: a, .. } | SctpEvent::AssociationEnded { assoc: a, .. } if *a == assoc)
+            })
+        })?;
+        let ended = self.client.events.iter().find_map(|e| match e {
+            SctpEvent::AssociationEnded {
+                assoc: a,
+                refused,
+                reason,
+            } if *a == assoc => Some(format!("refused {refused:?}, closed {reason:?}")),
+            _ => None,
+        });
+        self.client.events.clear();
+        if let Some(why) = ended {
+            return Err(format!(
+                "the SCTP association to {}: {why}",
+                self.server_addr
+            ));
+        }
+        self.assoc = Some(assoc);
+        Ok(assoc)
+    }
+}
+
+impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
+    type Client = SctpEndpoint<C>;
+
+    fn client(&mut self) -> &mut SctpEndpoint<C> {
+        &mut self.client
+    }
+
+    fn step(&mut self) -> Result<(), String> {
+        self.client.turn();
+        self.server.turn();
+        for event in std::mem::take(&mut self.server.events) {
+            match event {
+                SctpEvent::StreamUp {
+                    qp,
+                    outbound: false,
+                    session,
+                    ..
+                } => {
+                    let hello = ClientHello::decode(&session.peer_private_data)
+                        .and_then(|h| check_fits(&h, self.server.region.len()).map(|()| h));
+                    match hello {
+                        Ok(h) => {
+                            let client = RemoteAddr {
+                                stag: h.stag,
+                                to: h.to,
+                            };
+                            self.responder
+                                .add(&mut self.server, Served::new(qp, &h, client));
+                        }
+                        Err(_) => self.server.core.close_stream(qp),
+                    }
+                }
+                SctpEvent::StreamEnded { qp: Some(qp), .. } => self.responder.remove(qp),
+                _ => {}
+            }
+        }
+        if let Err((qp, why)) = self.responder.step(&mut self.server) {
+            self.responder.remove(qp);
+            self.server.core.close_stream(qp);
+            return Err(why);
+        }
+        Ok(())
+    }
+
+    fn open_slots(
+        &mut self,
+        spec: &Spec,
+        last: bool,
+        first: usize,
+        total: usize,
+    ) -> Result<Vec<Pair>, String> {
+        let assoc = self.association()?;
+        let streams = sctp_lite::Config::default()
+            .streams
+            .max((QPS_MAX + 1) as u16);
+        let mut opened = Vec::with_capacity(spec.qps);
+        for qi in first..first + spec.qps {
+            if self.next_stream >= streams {
+                return Err("the association has no unused stream left".into());
+            }
+            let h = ClientHello {
+                op: spec.op,
+                mode: spec.mode,
+                size: spec.size as u32,
+                depth: spec.depth as u16,
+                qi: qi as u16,
+                qps: total as u16,
+                last,
+                stag: self.client.mr.stag,
+                to: self.client.mr.base_to,
+                run: self.run,
+            };
+            let stream = self.next_stream;
+            self.next_stream += 1;
+            let qp = self
+                .client
+                .core
+                .open_stream(now(), assoc, stream, &h.encode())
+                .map_err(|e| format!("opening DDP stream {stream}: {e:?}"))?;
+            opened.push((qp, qi));
+        }
+        self.wait(&format!("opening {} DDP stream(s)", spec.qps), &mut |rig| {
+            opened.iter().all(|(qp, _)| rig.client.live.contains(qp))
+                || rig.client.events.iter().any(|e| {
+                    matches!(
+                        e,
+                        SctpEvent::StreamEnded { .. } | SctpEvent::StreamRejected { .. }
+                    )
+                })
+        })?;
+        let mut pairs = Vec::with_capacity(opened.len());
+        let mut failure = None;
+        for event in std::mem::take(&mut self.client.events) {
+            match event {
+                SctpEvent::StreamUp { qp, session, .. } => {
+                    let Some(&(_, qi)) = opened.iter().find(|(q, _)| *q == qp) else {
+                        continue;
+                    };
+                    match ServerHello::decode(&session.peer_private_data) {
+                        Ok(s) => pairs.push(Pair {
+                            qp,
+                            remote: RemoteAddr {
+                                stag: s.stag,
+                                to: s.to,
+                            },
+                            slot: qi,
+                            credit: credit_offset(total, qi, spec.size),
+                        }),
+                        Err(why) => {
+                            failure.get_or_insert(why);
+                        }
+                    }
+                }
+                SctpEvent::StreamEnded { failure: f, .. } => {
+                    failure.get_or_insert(format!("a DDP stream failed: {f:?}"));
+                }
+                SctpEvent::StreamRejected { rejected, .. } => {
+                    failure.get_or_insert(format!("the server rejected a stream: {rejected:?}"));
+                }
+                _ => {}
+            }
+        }
+        if let Some(why) = failure {
+            let _ = self.close(&pairs);
+            return Err(why);
+        }
+        pairs.sort_by_key(|p| p.slot);
+        Ok(pairs)
+    }
+
+    fn close(&mut self, pairs: &[Pair]) -> Result<(), String> {
+        for pair in pairs {
+            self.client.core.close_stream(pair.qp);
+        }
+        self.wait("closing the DDP streams", &mut |rig| {
+            rig.server.core.open_streams() == 0 && rig.client.core.open_streams() == 0
+        })?;
+        self.client.events.clear();
+        Ok(())
+    }
+
+    fn core_reports(&self) -> Vec<CoreReport> {
+        let counters = |c: dataplane::SctpCounters| dataplane::CoreCounters {
+            turns: c.turns,
+            busy_turns: c.busy_turns,
+            idle_turns: c.turns - c.busy_turns,
+            tx_fpdu_octets: c.tx_segment_octets,
+            rx_fpdu_octets: c.rx_segment_octets,
+            established: c.streams_up,
+            ended: c.streams_ended,
+            ..dataplane::CoreCounters::default()
+        };
+        vec![
+            CoreReport {
+                role: "client",
+                cpu: None,
+                counters: counters(self.client.core.counters()),
+                share: None,
+            },
+            CoreReport {
+                role: "server",
+                cpu: None,
+                counters: counters(self.server.core.counters()),
+                share: None,
+            },
+        ]
+    }
+
+    fn cores(&self) -> usize {
+        1
+    }
+}
+
+/// The two RNICs over DDP over SCTP on the embedded link: tcp-lite's UDP on
+/// the in-memory link (checksums offloaded unless asked, as for MPA).
+pub fn embedded(config: &RigConfig) -> Result<SctpRig<Stack<LinkEnd>, Stack<LinkEnd>>, String> {
+    let mut link_config = LinkConfig::ethernet(config.mtu);
+    link_config.checksums = config.sw_checksums;
+    link_config.backpressure = true;
+    let (end_c, end_s) = link::pair(link_config, 1);
+    let (c_addr, s_addr) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    let stack = |mac: u8, addr, end| {
+        let mut c = StackConfig::new([2, 0, 0, 0, 0, mac], addr);
+        // Room for the association's whole window in datagrams of any size.
+        c.udp_buffer = 16 << 20;
+        c.udp_datagrams = 1 << 16;
+        Stack::new(c, end, now()).map_err(|e| e.to_string())
+    };
+    let client = stack(1, c_addr, end_c)?;
+    let server = stack(2, s_addr, end_s)?;
+    SctpRig::new(client, server, SERVER_UDP_PORT, config)
+}
+
+/// The two RNICs over DDP over SCTP over Linux UDP on loopback.
+pub fn kernel(config: &RigConfig) -> Result<SctpRig<KernelUdp, KernelUdp>, String> {
+    let client = KernelUdp::new(Ipv4Addr::LOCALHOST, 4 << 20);
+    let server = KernelUdp::new(Ipv4Addr::LOCALHOST, 4 << 20);
+    // An ephemeral port for the server: 9899 may be taken on this host.
+    SctpRig::new(client, server, 0, config)
+}
