@@ -19,6 +19,12 @@ use clap::Parser;
 use dataplane::CoreTransport;
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// mimalloc keeps freed memory for reuse: glibc's malloc returned the
+/// blocks of SCTP's per-packet buffers to the kernel and faulted them in
+/// again (README, "DDP over SCTP").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let argv: Vec<String> = std::env::args().collect();
     let tool = match argv.get(1).map(String::as_str) {

@@ -22,6 +22,27 @@ fn make_payload(tsn: u32, n_bytes: usize) -> ChunkPayloadData {
     }
 }
 
+/// dpwarp: pushes in any order, across the wrap of the TSN space, keep the
+/// keys in serial-number order (RFC 1982), as the full sort did.
+#[test]
+fn test_payload_queue_keeps_keys_sorted_in_any_push_order() -> Result<()> {
+    let base = u32::MAX - 3;
+    let order = [5u32, 0, 7, 2, 1, 6, 3, 4];
+    let mut pq = PayloadQueue::new();
+    let mut received = PayloadQueue::new();
+    for &k in &order {
+        pq.push_no_check(make_payload(base.wrapping_add(k), 1));
+        assert!(received.push(make_payload(base.wrapping_add(k), 1), base.wrapping_sub(1)));
+    }
+    let want: Vec<u32> = (0..8u32).map(|k| base.wrapping_add(k)).collect();
+    assert_eq!(pq.sorted.iter().copied().collect::<Vec<_>>(), want);
+    assert_eq!(received.sorted.iter().copied().collect::<Vec<_>>(), want);
+    for tsn in want {
+        assert_eq!(pq.pop(tsn).map(|c| c.tsn), Some(tsn));
+    }
+    Ok(())
+}
+
 #[test]
 fn test_payload_queue_push_no_check() -> Result<()> {
     let mut pq = PayloadQueue::new();
