@@ -18,6 +18,7 @@ forbid() { # forbid CRATE PATTERN WHY
 forbid rnic-engine '(dpdk|^tcp-lite$|^control$|^dataplane$|^smoltcp$)' "the engine is sans-IO and independent of TCP"
 forbid tcp-lite '(dpdk|^rnic-engine$|^control$|^dataplane$)' "tcp-lite is independent of the engine"
 forbid control '(dpdk|^dataplane$)' "no DPDK below dataplane"
+forbid sctp-lite '(dpdk|^rnic-engine$|^control$|^dataplane$|^tcp-lite$)' "sctp-lite is sans-IO SCTP, independent of the engine and TCP"
 forbid dpwarp-capture '(dpdk|^rnic-engine$)' "the capture reader is protocol-neutral"
 [ $fail = 0 ] && echo "dependency rules: ok"
 exit $fail

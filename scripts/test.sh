@@ -9,3 +9,6 @@ need_apt ethtool ethtool   # the AF_PACKET tests: Linux completes its checksums 
 scripts/check-deps.sh
 cargo test --workspace --locked --all-targets
 cargo test --workspace --locked --doc
+# The sctp-proto fork's own tests (third_party/sctp-proto/DPWARP.md: each
+# change has one there); it is not a workspace member.
+cargo test --locked --manifest-path third_party/sctp-proto/Cargo.toml
