@@ -129,6 +129,13 @@ pub struct ConnectArgs {
     /// tcp-lite's kernel transport, 256).
     #[arg(long, default_value_t = TCP_BUFFER_KIB)]
     pub tcp_buffer: usize,
+
+    /// The lower layer: `mpa` (TCP and RFC 6581's MPA startup, the
+    /// default) or `sctp`: an SCTP association over UDP (RFC 6951; the
+    /// kernel transport is Linux UDP) and one DDP stream on it opened with
+    /// RFC 6581 §7's Enhanced Initiate and Accept, then an ABORT.
+    #[arg(long, value_enum, default_value = "mpa")]
+    pub llp: crate::args::LlpArg,
 }
 
 /// What joins the two RNICs.
@@ -222,6 +229,8 @@ pub struct ConnectReport {
     pub process_cpu: Duration,
     /// Ctrl-C ended the window early.
     pub interrupted: bool,
+    /// The lower layer: `mpa` or `sctp`.
+    pub llp: &'static str,
 }
 
 impl ConnectReport {
@@ -244,8 +253,20 @@ impl ConnectReport {
     pub fn json(&self) -> Value {
         let h = &self.latency;
         let us = |ns: u64| ns as f64 / 1000.0;
+        let (threads, close) = if self.llp == "sctp" {
+            (
+                "both cores on one thread; session control in the cores",
+                "the initiator's ABORT once both ends had the stream up",
+            )
+        } else {
+            (
+                "both cores on one thread, one control-plane thread for both",
+                "orderly (the responder's FIN after it took the RTR, then the initiator's)",
+            )
+        };
         json!({
             "transport": self.transport,
+            "llp": self.llp,
             "connects_per_s": self.connects_per_s(),
             "connects": self.connects,
             "seconds": self.seconds,
@@ -269,8 +290,8 @@ impl ConnectReport {
             "process_cpu_share": self.process_cpu.as_secs_f64() / self.seconds.max(1e-9),
             "cpu_us_per_connect":
                 self.process_cpu.as_secs_f64() * 1e6 / self.connects.max(1) as f64,
-            "threads": "both cores on one thread, one control-plane thread for both",
-            "close": "orderly (the responder's FIN after it took the RTR, then the initiator's)",
+            "threads": threads,
+            "close": close,
             "interrupted": self.interrupted,
         })
     }
@@ -293,14 +314,20 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
         }
     };
     let transports = transports(&args);
-    println!("{}", banner(&settings));
+    println!("{}", banner(&settings, args.llp));
     let mut reports = Vec::new();
     let mut code = 0;
     for &t in &transports {
         if stop.load(Ordering::SeqCst) {
             break;
         }
-        match run(t, &settings, stop) {
+        let result = match args.llp {
+            crate::args::LlpArg::Mpa => run(t, &settings, stop),
+            crate::args::LlpArg::Sctp => {
+                crate::sctp::connect_loop(t == Transport::Kernel, &settings, stop)
+            }
+        };
+        match result {
             Ok(r) => reports.push(r),
             Err(why) => {
                 eprintln!("bench connect: {} transport: {why}", t.name());
@@ -385,11 +412,21 @@ fn transports(args: &ConnectArgs) -> Vec<Transport> {
 }
 
 /// What is measured, and how the threads run.
-fn banner(s: &Settings) -> String {
+fn banner(s: &Settings, llp: crate::args::LlpArg) -> String {
     let place = match s.cpu {
         Some(cpu) => format!("pinned to CPU {cpu}"),
         None => "unpinned".to_string(),
     };
+    if llp == crate::args::LlpArg::Sctp {
+        return format!(
+            "connect | an SCTP association over UDP (RFC 6951; INIT to COOKIE ACK, DDP's \
+             adaptation indication both ways, RFC 5043 §7.1) + one DDP stream opened with RFC \
+             6581 §7's Enhanced Initiate and Accept (IRD/ORD) to a connected QP on both ends, \
+             then an ABORT | {} in flight\n \
+             both RNICs' cores on one thread ({place}); session control in the cores",
+            s.parallel
+        );
+    }
     format!(
         "connect | TCP handshake + RFC 6581 enhanced MPA startup (revision 2, IRD/ORD, \
          peer-to-peer, zero-length Write RTR) to Full Operation on both ends, then an orderly close | \
@@ -779,6 +816,7 @@ impl<C: CoreTransport, S: CoreTransport> Driver<C, S> {
             core_cpu: thread_after.saturating_sub(thread_before),
             process_cpu: process_after.saturating_sub(process_before),
             interrupted: end < deadline,
+            llp: "mpa",
         })
     }
 
@@ -1092,12 +1130,12 @@ fn id_of(private_data: &[u8]) -> Option<u64> {
 }
 
 /// CPU time of the calling thread.
-fn thread_cpu() -> Duration {
+pub(crate) fn thread_cpu() -> Duration {
     cpu_clock(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// CPU time of the whole process.
-fn process_cpu() -> Duration {
+pub(crate) fn process_cpu() -> Duration {
     cpu_clock(nix::time::ClockId::CLOCK_PROCESS_CPUTIME_ID)
 }
 

@@ -468,3 +468,176 @@ pub fn kernel(config: &RigConfig) -> Result<SctpRig<KernelUdp, KernelUdp>, Strin
     // An ephemeral port for the server: 9899 may be taken on this host.
     SctpRig::new(client, server, 0, config)
 }
+
+/// One association and stream of [`connect_loop`] in flight.
+struct Opening {
+    started: StdInstant,
+    /// The client's stream is up (its Enhanced Accept arrived; the server's
+    /// was up when it sent that).
+    up: bool,
+    /// The ABORT was asked for.
+    aborted: bool,
+}
+
+/// `bench connect --llp sctp`: associations over UDP encapsulation (RFC
+/// 6951), each with one DDP stream opened by RFC 6581 §7's Enhanced
+/// Initiate and Accept, then aborted, in a loop with up to `--parallel` in
+/// flight, for `-D` seconds; on the embedded link or kernel UDP. The
+/// latency is from the association's INIT to the client's stream up.
+pub fn connect_loop(
+    kernel: bool,
+    settings: &crate::connect::Settings,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<crate::connect::ConnectReport, String> {
+    let config = RigConfig {
+        crc: settings.crc,
+        markers: false,
+        mtu: 9000,
+        memory: 1 << 16,
+        port: settings.port,
+        sw_checksums: false,
+    };
+    if kernel {
+        let rig = self::kernel(&config)?;
+        connect_on(rig, "kernel/sctp", settings, stop)
+    } else {
+        let rig = embedded(&config)?;
+        connect_on(rig, "embedded/sctp", settings, stop)
+    }
+}
+
+fn connect_on<C: MessageTransport, S: MessageTransport>(
+    mut rig: SctpRig<C, S>,
+    label: &'static str,
+    settings: &crate::connect::Settings,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Result<crate::connect::ConnectReport, String> {
+    use std::collections::{BTreeMap, HashMap};
+    use std::sync::atomic::Ordering;
+    let mut latency = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
+        .map_err(|e| e.to_string())?;
+    let mut failures: BTreeMap<String, u64> = BTreeMap::new();
+    let mut open: HashMap<AssocId, Opening> = HashMap::new();
+    let (mut connects, mut established, mut ended) = (0u64, [0u64; 2], [0u64; 2]);
+    let start = StdInstant::now();
+    let deadline = start + settings.duration;
+    let (thread0, process0) = (crate::connect::thread_cpu(), crate::connect::process_cpu());
+    let mut window: Option<(StdInstant, std::time::Duration, std::time::Duration)> = None;
+    loop {
+        let t = StdInstant::now();
+        let timing = window.is_none() && t < deadline && !stop.load(Ordering::Relaxed);
+        if !timing && window.is_none() {
+            window = Some((
+                t,
+                crate::connect::thread_cpu(),
+                crate::connect::process_cpu(),
+            ));
+        }
+        while timing && open.len() < settings.parallel {
+            let assoc = rig.client.core.connect(now(), rig.server_addr)?;
+            open.insert(
+                assoc,
+                Opening {
+                    started: StdInstant::now(),
+                    up: false,
+                    aborted: false,
+                },
+            );
+        }
+        rig.client.turn();
+        rig.server.turn();
+        let t = StdInstant::now();
+        for event in std::mem::take(&mut rig.server.events) {
+            match event {
+                SctpEvent::StreamUp { .. } => established[1] += 1,
+                SctpEvent::StreamEnded { .. } => ended[1] += 1,
+                _ => {}
+            }
+        }
+        for event in std::mem::take(&mut rig.client.events) {
+            match event {
+                SctpEvent::AssociationUp { assoc, .. } => {
+                    if let Err(e) = rig.client.core.open_stream(now(), assoc, 0, b"dpwarp") {
+                        *failures.entry(format!("open_stream: {e:?}")).or_default() += 1;
+                        rig.client.core.abort(assoc);
+                    }
+                }
+                SctpEvent::StreamUp { assoc, .. } => {
+                    established[0] += 1;
+                    if let Some(o) = open.get_mut(&assoc) {
+                        o.up = true;
+                        if window.is_none() {
+                            let ns = t.duration_since(o.started).as_nanos() as u64;
+                            let _ = latency.record(ns.max(1));
+                            connects += 1;
+                        }
+                    }
+                }
+                SctpEvent::StreamEnded { assoc, failure, .. } => {
+                    ended[0] += 1;
+                    if open.get(&assoc).is_some_and(|o| !o.up) {
+                        *failures
+                            .entry(format!("stream failed: {failure:?}"))
+                            .or_default() += 1;
+                    }
+                }
+                SctpEvent::StreamRejected { .. } => {
+                    *failures.entry("stream rejected".into()).or_default() += 1;
+                }
+                SctpEvent::AssociationEnded { assoc, refused, .. } => {
+                    if let Some(o) = open.remove(&assoc) {
+                        if !o.up {
+                            *failures
+                                .entry(format!("association ended before its stream: {refused:?}"))
+                                .or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // A stream up on both ends: the association goes (ABORT).
+        for (&assoc, o) in open.iter_mut().filter(|(_, o)| o.up && !o.aborted) {
+            o.aborted = true;
+            rig.client.core.abort(assoc);
+        }
+        for (assoc, o) in &open {
+            if t.duration_since(o.started) > crate::connect::CONNECTION_LIMIT && !o.up {
+                *failures.entry("not up in 10 s".into()).or_default() += 1;
+                rig.client.core.abort(*assoc);
+            }
+        }
+        if window.is_some()
+            && (open.is_empty() || t.duration_since(deadline) > crate::connect::CONNECTION_LIMIT)
+        {
+            break;
+        }
+    }
+    // The server's side of the last aborts.
+    let settle = StdInstant::now();
+    while rig.server.core.open_streams() > 0 && settle.elapsed() < SETUP_LIMIT {
+        rig.client.turn();
+        rig.server.turn();
+    }
+    let (end, thread1, process1) = window.expect("the window ended");
+    Ok(crate::connect::ConnectReport {
+        transport: label,
+        connects,
+        seconds: end.duration_since(start).as_secs_f64(),
+        parallel: settings.parallel,
+        tcp_buffer: settings.tcp_buffer,
+        latency,
+        failures,
+        established,
+        rtrs_taken: 0,
+        ended,
+        left_open: [
+            rig.client.core.open_streams(),
+            rig.server.core.open_streams(),
+        ],
+        left_in_startup: [0, 0],
+        core_cpu: thread1.saturating_sub(thread0),
+        process_cpu: process1.saturating_sub(process0),
+        interrupted: end < deadline,
+        llp: "sctp",
+    })
+}

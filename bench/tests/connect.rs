@@ -180,3 +180,30 @@ fn bad_arguments_get_one_line() {
         assert!(!stderr.trim().is_empty(), "{args:?}: nothing said");
     }
 }
+
+/// `--llp sctp`: an association and an enhanced DDP stream on it, then an
+/// ABORT, in a loop, on the embedded link and kernel UDP: every stream up
+/// on both ends, each end of each stream ended with its association,
+/// nothing left open, no failure.
+#[test]
+fn sctp_associations_and_sessions_come_up_and_go() {
+    let _serial = serial();
+    for (kernel, label) in [(false, "embedded/sctp"), (true, "kernel/sctp")] {
+        for parallel in [1, 16] {
+            let s = settings(parallel, port());
+            let stop = AtomicBool::new(false);
+            let r = bench::sctp::connect_loop(kernel, &s, &stop).expect("the run");
+            assert_eq!(r.transport, label);
+            assert!(r.failures.is_empty(), "{label}: failures {:?}", r.failures);
+            assert!(r.connects > 0, "{label}: no session in the window");
+            let [initiator, responder] = r.established;
+            assert_eq!(initiator, responder, "{label}: {r:?}");
+            assert_eq!(r.ended, [initiator, initiator], "{label}: {r:?}");
+            assert_eq!(r.latency.len(), r.connects);
+            assert_eq!(r.left_open, [0, 0], "{label}: streams open after the run");
+            let json = r.json();
+            check_json(&json, label);
+            assert_eq!(json["llp"], "sctp");
+        }
+    }
+}
