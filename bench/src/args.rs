@@ -104,7 +104,8 @@ pub struct Args {
 
     /// The lower layer under DDP: `mpa` (MPA over TCP, RFC 5044; the
     /// default) or `sctp` (DDP over SCTP over UDP encapsulation, RFC 5043
-    /// and RFC 6951; on the embedded link and kernel UDP for now).
+    /// and RFC 6951; on the embedded link, kernel UDP, memif and ring for
+    /// now, both RNICs on one core).
     #[arg(long, value_enum, default_value = "mpa")]
     pub llp: LlpArg,
 
@@ -527,8 +528,15 @@ impl Args {
             ));
         }
         if self.llp == LlpArg::Sctp || self.compare.iter().any(|c| matches!(c, Compare::Llp(_))) {
-            let sctp_ok =
-                |t: TransportArg| matches!(t, TransportArg::Embedded | TransportArg::Kernel);
+            let sctp_ok = |t: TransportArg| {
+                matches!(
+                    t,
+                    TransportArg::Embedded
+                        | TransportArg::Kernel
+                        | TransportArg::Memif
+                        | TransportArg::Ring
+                )
+            };
             let local = match &role {
                 Role::Local(t) => Some(*t),
                 _ => None,
@@ -551,8 +559,8 @@ impl Args {
             }
             if let Some(t) = all.iter().find(|&&t| runs_sctp(t) && !sctp_ok(t)) {
                 return Err(format!(
-                    "--llp sctp runs on --transport embedded or kernel (kernel UDP) for now, \
-                     not {t:?}"
+                    "--llp sctp runs on --transport embedded, kernel (kernel UDP), memif or ring \
+                     for now, not {t:?}"
                 ));
             }
         }

@@ -627,6 +627,15 @@ fn run_sctp(
             transport,
             stop,
         ),
+        TransportKind::Memif | TransportKind::Ring => {
+            let (mut rig, info) =
+                bench::sctp::dpdk(&config, &args.link, transport == TransportKind::Memif)?;
+            println!(
+                " 1 core: {}; {}; {}; SCTP over UDP on tcp-lite",
+                info.ports, info.checksums, info.memory
+            );
+            sweep(&mut rig, args, plan, transport, stop)
+        }
         other => Err(format!("--llp sctp does not run on {} yet", other.name())),
     }?;
     for r in &mut reports {

@@ -855,7 +855,7 @@ pub fn dpdk_pair(
 
 /// EAL and a started memif (or net_ring) pair of `queues` queue pairs each,
 /// its link up: the server's port, then the client's.
-fn open_pair(
+pub(crate) fn open_pair(
     config: &RigConfig,
     link: &LinkArgs,
     memif: bool,

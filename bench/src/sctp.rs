@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
 use control::session::Accept;
+use dataplane::DpdkDevice;
 use dataplane::{MessageTransport, SctpCore, SctpCoreConfig, SctpEvent};
 use rnic_engine::cq::Wc;
 use rnic_engine::mem::{Access, Region};
@@ -459,6 +460,32 @@ pub fn embedded(config: &RigConfig) -> Result<SctpRig<Stack<LinkEnd>, Stack<Link
     let client = stack(1, c_addr, end_c)?;
     let server = stack(2, s_addr, end_s)?;
     SctpRig::new(client, server, SERVER_UDP_PORT, config)
+}
+
+/// The two RNICs over DDP over SCTP on tcp-lite's UDP over DPDK ports in
+/// this process: a `net_memif` server and client on one socket (`memif`),
+/// or a `net_ring` pair; with what the ports run on.
+pub fn dpdk(
+    config: &RigConfig,
+    link: &crate::link::LinkArgs,
+    memif: bool,
+) -> Result<
+    (
+        SctpRig<Stack<DpdkDevice>, Stack<DpdkDevice>>,
+        crate::rig::DpdkInfo,
+    ),
+    String,
+> {
+    let (eal, memory, server_port, client_port) = crate::rig::open_pair(config, link, memif, 1)?;
+    let client = crate::link::dpdk_stack(&client_port, (crate::rig::DPDK_CLIENT_ADDR, 24), true)?;
+    let server = crate::link::dpdk_stack(&server_port, (crate::rig::DPDK_SERVER_ADDR, 24), true)?;
+    let info = crate::rig::DpdkInfo {
+        eal,
+        memory,
+        ports: format!("{} and {}", client_port.describe, server_port.describe),
+        checksums: client_port.checksums(),
+    };
+    Ok((SctpRig::new(client, server, SERVER_UDP_PORT, config)?, info))
 }
 
 /// The two RNICs over DDP over SCTP over Linux UDP on loopback.

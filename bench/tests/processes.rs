@@ -731,3 +731,61 @@ fn dpdk_setup_failures_say_what_to_fix() {
     );
     first.terminate();
 }
+
+/// `--llp sctp` over DPDK in one process (both RNICs on one core): Writes
+/// over memif beside MPA over memif (`--compare mpa`) and Reads over a
+/// net_ring pair, each a process of its own (EAL starts once a process);
+/// every message completed and the JSON names each run's lower layer.
+#[test]
+fn ddp_over_sctp_over_dpdk_memif_and_ring() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("dpwarp-bench-sctp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (op, transport, extra) in [
+        ("write", "memif", ["--compare", "mpa"]),
+        ("read", "ring", ["--lat", "--report_gbits"]),
+    ] {
+        let json = dir.join(format!("{op}-{transport}.json"));
+        let mut args = vec![
+            op,
+            "--llp",
+            "sctp",
+            "--transport",
+            transport,
+            "-s",
+            "8192",
+            "-n",
+            "300",
+            "--json",
+            json.to_str().unwrap(),
+            "--out",
+            dir.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        if transport == "memif" {
+            args.extend(["--memif-socket", "/run/dpwarp/test-sctp.sock"]);
+        }
+        let out = finish(spawn(&args), "the run");
+        assert!(
+            out.status.success(),
+            "{op} over {transport}: {}",
+            text(&out)
+        );
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let results = doc["results"].as_array().unwrap();
+        assert_eq!(results[0]["transport"], transport);
+        assert_eq!(results[0]["llp"], "sctp");
+        assert_eq!(results[0]["iterations"], 300, "{}", results[0]);
+        if extra[1] == "mpa" {
+            assert_eq!(results[1]["llp"], "mpa");
+            assert_eq!(results[1]["iterations"], 300);
+            assert!(
+                text(&out).contains("memif/sctp / memif ="),
+                "{}",
+                text(&out)
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

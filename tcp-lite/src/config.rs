@@ -145,8 +145,11 @@ impl StackConfig {
             seed: 0x6470_7761_7270,
             tcp: TcpConfig::default(),
             steering: None,
-            udp_buffer: 1 << 20,
-            udp_datagrams: 1024,
+            // An SCTP association's whole window of 4 MiB (sctp-lite's
+            // receive window in `bench`) with room to spare: a UDP socket
+            // that overflows drops, and SCTP then retransmits.
+            udp_buffer: 8 << 20,
+            udp_datagrams: 16384,
         }
     }
 
