@@ -462,6 +462,9 @@ pub fn embedded(config: &RigConfig) -> Result<SctpRig<Stack<LinkEnd>, Stack<Link
     SctpRig::new(client, server, SERVER_UDP_PORT, config)
 }
 
+/// [`SctpRig`] on tcp-lite over DPDK ports.
+pub type DpdkSctpRig = SctpRig<Stack<DpdkDevice>, Stack<DpdkDevice>>;
+
 /// The two RNICs over DDP over SCTP on tcp-lite's UDP over DPDK ports in
 /// this process: a `net_memif` server and client on one socket (`memif`),
 /// or a `net_ring` pair; with what the ports run on.
@@ -469,13 +472,7 @@ pub fn dpdk(
     config: &RigConfig,
     link: &crate::link::LinkArgs,
     memif: bool,
-) -> Result<
-    (
-        SctpRig<Stack<DpdkDevice>, Stack<DpdkDevice>>,
-        crate::rig::DpdkInfo,
-    ),
-    String,
-> {
+) -> Result<(DpdkSctpRig, crate::rig::DpdkInfo), String> {
     let (eal, memory, server_port, client_port) = crate::rig::open_pair(config, link, memif, 1)?;
     let client = crate::link::dpdk_stack(&client_port, (crate::rig::DPDK_CLIENT_ADDR, 24), true)?;
     let server = crate::link::dpdk_stack(&server_port, (crate::rig::DPDK_SERVER_ADDR, 24), true)?;
