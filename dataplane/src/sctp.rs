@@ -423,6 +423,21 @@ impl<T: MessageTransport> SctpCore<T> {
         }
     }
 
+    /// Sends `message` as it is, unordered, with `ppid` on `stream` of
+    /// `assoc`, outside any session's rules: fault injection, to show what a
+    /// peer makes of a message the rules forbid.
+    pub fn inject_message(
+        &mut self,
+        assoc: AssocId,
+        stream: u16,
+        ppid: u32,
+        message: &[u8],
+    ) -> Result<(), String> {
+        self.endpoint
+            .send(assoc, stream, ppid, true, message)
+            .map_err(|e| format!("cannot send on stream {stream}: {e}"))
+    }
+
     /// Aborts association `assoc` (ABORT, RFC 9260 §9.1): its streams end.
     pub fn abort(&mut self, assoc: AssocId) {
         let _ = self.endpoint.abort(assoc);
@@ -544,8 +559,13 @@ impl<T: MessageTransport> SctpCore<T> {
             let key = (received.assoc, received.stream);
             let index = match self.by_key.get(&key) {
                 Some(&index) => index,
-                None if received.ppid == PPID_SESSION_CONTROL => {
-                    match self.passive_stream(now, key, received.len) {
+                // The peer opens a stream with its Initiate; a Segment there
+                // first breaks RFC 5043 §6.6, which the Responder answers
+                // (a Terminate).
+                None if received.ppid == PPID_SESSION_CONTROL
+                    || received.ppid == PPID_DDP_SEGMENT =>
+                {
+                    match self.passive_stream(now, key, received.ppid, received.len) {
                         Some(index) => index,
                         None => {
                             self.counters.stray += 1;
@@ -589,13 +609,14 @@ impl<T: MessageTransport> SctpCore<T> {
         n > 0
     }
 
-    /// The first Session Control message of a stream we do not have: the
-    /// peer opens it. A Responder takes it (it may well be no Initiate: the
+    /// The first message of a stream we do not have: the peer opens it. A
+    /// Responder takes it (it may well be no Initiate, or a Segment: the
     /// Responder answers that as the rules say).
     fn passive_stream(
         &mut self,
         now: Instant,
         (assoc, id): (AssocId, u16),
+        ppid: u32,
         len: usize,
     ) -> Option<usize> {
         let responder = Responder::new(self.config.session.clone(), now).ok()?;
@@ -609,7 +630,7 @@ impl<T: MessageTransport> SctpCore<T> {
             // No room: the Responder answers the Initiate with a Session
             // Terminate (non-ULP reject, RFC 5043 §6.4), sent once.
             let mut responder = responder;
-            let _ = responder.handle_message(now, PPID_SESSION_CONTROL, &self.message[..len]);
+            let _ = responder.handle_message(now, ppid, &self.message[..len]);
             responder.reject_non_ulp();
             let mut out = [0u8; 520];
             while let Some(t) = responder.poll_transmit(&mut out) {

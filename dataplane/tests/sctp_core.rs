@@ -419,3 +419,76 @@ fn rdma_over_sctp_over_kernel_udp() {
         .collect();
     exercise(&mut a, &mut b, &qps, 300_000, |a, b, done| spin(a, b, done));
 }
+
+/// What a broken peer sends on a DDP stream (injected beside the rules):
+/// a Segment before any Initiate, an unknown function code, a PPID other
+/// than 16 and 17 on an open stream. Each ends that stream at the receiver
+/// with the specified reason and a Session Terminate to the sender, never
+/// a panic; the association and its other streams go on.
+#[test]
+fn bad_session_traffic_ends_only_its_stream() {
+    use control::session::{FailReason, Violation};
+    let mut net = Net::new(|_| {});
+    let qps = net.open(2);
+    let assoc = net
+        .a
+        .events
+        .iter()
+        .find_map(|e| match e {
+            SctpEvent::AssociationUp { assoc, .. } => Some(*assoc),
+            _ => None,
+        })
+        .unwrap();
+    // Stream 7: a Segment with no session; stream 8: function code 9;
+    // stream 1 (up): PPID 99.
+    let segment = [0u8, 0, 0xC1, 0x40, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+    net.a.core.inject_message(assoc, 7, 16, &segment).unwrap();
+    net.a
+        .core
+        .inject_message(assoc, 8, 17, &[0, 0, 0, 9])
+        .unwrap();
+    net.a.core.inject_message(assoc, 1, 99, b"hello").unwrap();
+    let ended = |side: &Side<Stack<LinkEnd>>, stream: u16| {
+        side.events.iter().find_map(|e| match e {
+            SctpEvent::StreamEnded {
+                stream: s, failure, ..
+            } if *s == stream => Some(failure.clone()),
+            _ => None,
+        })
+    };
+    net.run_until(Duration::from_secs(5), |net| {
+        [7, 8, 1].iter().all(|&s| ended(&net.b, s).is_some())
+    });
+    let reason = |stream| ended(&net.b, stream).flatten().map(|f| f.reason);
+    assert_eq!(
+        reason(7),
+        Some(FailReason::Violation(Violation::SegmentBeforeInitiate))
+    );
+    assert_eq!(
+        reason(8),
+        Some(FailReason::Violation(Violation::UnknownFunction(9)))
+    );
+    assert_eq!(
+        reason(1),
+        Some(FailReason::Violation(Violation::UnknownPpid(99)))
+    );
+    // b answered each with a Session Terminate, which ends a's side of
+    // stream 1 too.
+    net.run_until(Duration::from_secs(5), |net| ended(&net.a, 1).is_some());
+    assert!(!net
+        .b
+        .events
+        .iter()
+        .any(|e| matches!(e, SctpEvent::AssociationEnded { .. })));
+    // Stream 0 still carries RDMA.
+    let mut now = net.now;
+    exercise(&mut net.a, &mut net.b, &qps[..1], 5000, |a, b, done| {
+        let end = now + Duration::from_secs(10);
+        while !done(a, b) {
+            assert!(now < end);
+            a.turn(now);
+            b.turn(now);
+            now += Duration::from_micros(10);
+        }
+    });
+}
