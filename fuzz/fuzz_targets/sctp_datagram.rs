@@ -5,8 +5,8 @@
 //! accepts. Every datagram either sends waits in a queue per direction,
 //! and the input decides what happens to the queue heads: delivered,
 //! dropped, duplicated, reordered, or mutated (bits flipped, octets set,
-//! truncated) with the CRC32c put right again (RFC 9260 §6.8), so that
-//! the damage reaches the chunk parsers. The input also injects raw
+//! truncated, grown) with the CRC32c put right again (RFC 9260 §6.8), so
+//! that the damage reaches the chunk parsers. The input also injects raw
 //! datagrams from the peer's address or from strangers (new INITs beyond
 //! `associations_max`), sends messages of any PPID, aborts and reconnects,
 //! and moves time. sctp-proto draws verification tags and cookies at
@@ -35,6 +35,8 @@ use sctp_lite::{AssocId, Config, Duration, Endpoint, EventKind, Instant};
 const QUEUE_MAX: usize = 64;
 /// Datagrams taken from one endpoint per pump, at most.
 const PUMP_MAX: usize = 64;
+/// Octets a mutation appends to a datagram, at most.
+const GROW_MAX: usize = 9000;
 /// Records of one input, at most.
 const OPS_MAX: usize = 512;
 /// The SCTP common header (RFC 9260 §3.1) and where its checksum sits.
@@ -78,12 +80,12 @@ fn addr(host: u8) -> SocketAddr {
 /// Header octet 0: bit 0 B does not require DDP, bit 1 A sends no
 /// adaptation indication, bit 2 A sends code point 2 (not DDP, RFC 5043
 /// §7.1), bits 4-5 B's `associations_max` less one. Octet 1: the path MTU
-/// (1500 for 0, else 100 + 8 per step), so that messages and packets of
+/// (1500 for 0, else from `PATH_MTU_MIN` in steps of 8), so that messages and packets of
 /// every size reach their bounds.
 fn configs(h: [u8; 2]) -> (Config, Config) {
     let path_mtu = match h[1] {
         0 => 1500,
-        m => 100 + 8 * u32::from(m),
+        m => sctp_lite::PATH_MTU_MIN - 8 + 8 * u32::from(m),
     };
     let base = Config {
         associations_max: 2,
@@ -147,7 +149,13 @@ fn pump_node(node: &mut Node, now: Instant, peer: SocketAddr, buf: &mut [u8]) {
     let config = node.endpoint.config().clone();
     for _ in 0..PUMP_MAX {
         let Some(t) = node.endpoint.poll_transmit(now, buf) else { break };
-        assert!(t.len <= config.packet_size_max(), "a packet of {} octets", t.len);
+        assert!(
+            t.len <= config.packet_size_max(),
+            "a packet of {} octets above packet_size_max {}: {:02x?}",
+            t.len,
+            config.packet_size_max(),
+            &buf[..t.len]
+        );
         // Strangers (injected INITs) get no answer: nobody is there.
         if t.remote == peer && node.queue.len() < QUEUE_MAX {
             node.queue.push_back(buf[..t.len].to_vec());
@@ -199,9 +207,10 @@ fn be16(octets: &[u8]) -> usize {
 
 /// One record. `op % 8`, with `side` = bit 3 (0: A's queue or A acts):
 /// 0 deliver `(op >> 4) + 1` datagrams; 1 drop one; 2 deliver a copy and
-/// keep it; 3 mutate and deliver: `kind (1) | at (2) | value (1)`, kind % 4
-/// flips `value`'s bits at `at`, sets the octet, truncates to `at`, or
-/// swaps the first two, and bit 7 of kind keeps the CRC as it is; 4 inject
+/// keep it; 3 mutate the next one in place (deliver it with 0): `kind (1)
+/// | at (2) | value (1)`, kind % 5 flips `value`'s bits at `at`, sets the
+/// octet, truncates to `at`, appends `at` octets of `value`, or swaps the
+/// first two, and bit 7 of kind leaves the CRC as it is; 4 inject
 /// `to_and_from (1) | len (2) | octets`; 5 time passes, `(op >> 3) * 50 ms
 /// + 1 ms`; 6 send `stream (1) | ppid (1) | len (2)`, unordered with bit 4;
 /// 7 abort (bit 4 clear) or connect again (bit 4 set).
@@ -250,31 +259,30 @@ fn mutate(world: &mut World, side: Side, rest: &mut &[u8]) {
     let [kind, at_hi, at_lo, value] = *operands else { return };
     let at = usize::from(u16::from_be_bytes([at_hi, at_lo]));
     let queue = &mut world.node(side).queue;
-    if kind % 4 == 3 {
+    if kind % 5 == 4 {
         if queue.len() >= 2 {
             queue.swap(0, 1);
         }
         return;
     }
-    let Some(mut d) = queue.pop_front() else { return };
-    if d.is_empty() {
-        return;
-    }
-    match kind % 4 {
-        0 => {
+    let Some(d) = queue.front_mut() else { return };
+    match kind % 5 {
+        0 if !d.is_empty() => {
             let i = at % d.len();
             d[i] ^= value.max(1);
         }
-        1 => {
+        1 if !d.is_empty() => {
             let i = at % d.len();
             d[i] = value;
         }
-        _ => d.truncate(at % (d.len() + 1)),
+        2 => d.truncate(at % (d.len() + 1)),
+        // Grown: the peer's packets may be longer than ours.
+        3 => d.extend(std::iter::repeat_n(value, at % GROW_MAX)),
+        _ => {}
     }
     if kind & 0x80 == 0 {
-        fix_checksum(&mut d);
+        fix_checksum(d);
     }
-    world.deliver(side, &d);
 }
 
 /// A raw datagram to A (bit 0 clear) or B, from the peer (bits 1-2 zero)
