@@ -641,7 +641,10 @@ fn a_session_that_ended_while_the_ulp_decides_cannot_be_answered() {
     // The timer running out inside handle_message (here a DDP segment's).
     let (_, mut r) = opened(enhanced.clone(), enhanced, b"");
     let late = T0 + Duration::from_secs(10);
-    assert_eq!(r.handle_message(late, PPID_DDP_SEGMENT, &[0; 20]), Input::Ignored);
+    assert_eq!(
+        r.handle_message(late, PPID_DDP_SEGMENT, &[0; 20]),
+        Input::Ignored
+    );
     assert_eq!(failure(r.outcome()).0, FailReason::Timeout);
     assert!(r.request().is_none());
     assert!(r.accept(&Accept::default()).is_err());

@@ -18,8 +18,8 @@ use control::session::{Established, SessionConfig};
 use dataplane::{SctpCore, SctpCoreConfig, SctpEvent};
 use dpwarp_capture::pcap::{linktype, Writer};
 use dpwarp_pcap::decode::Options;
-use dpwarp_pcap::render::{self, Style};
 use dpwarp_pcap::decode_capture;
+use dpwarp_pcap::render::{self, Style};
 use rnic_engine::cq::{Wc, WcStatus};
 use rnic_engine::mem::{Access, Region};
 use rnic_engine::verbs::{
@@ -186,10 +186,7 @@ fn run() -> (Net, Established, Established) {
             .iter()
             .any(|e| matches!(e, SctpEvent::AssociationUp { .. }))
     });
-    net.a
-        .core
-        .open_stream(net.now, assoc, 0, b"hello")
-        .unwrap();
+    net.a.core.open_stream(net.now, assoc, 0, b"hello").unwrap();
     net.run_until(|net| net.a.stream_up().is_some() && net.b.stream_up().is_some());
     let (qa, a_session) = net.a.stream_up().unwrap();
     let (qb, b_session) = net.b.stream_up().unwrap();
@@ -200,7 +197,10 @@ fn run() -> (Net, Established, Established) {
         b_wcs.extend(net.b.completions());
         a_wcs.len() == WRITES.len() + SENDS.len() + 1 && b_wcs.len() == SENDS.len()
     });
-    assert!(a_wcs.iter().chain(&b_wcs).all(|wc| wc.status == WcStatus::Success));
+    assert!(a_wcs
+        .iter()
+        .chain(&b_wcs)
+        .all(|wc| wc.status == WcStatus::Success));
     net.a.core.close_stream(qa);
     net.run_until(|net| {
         net.b
@@ -227,12 +227,20 @@ fn post(net: &mut Net, qa: QpHandle, qb: QpHandle) {
     }
     let mut wrs = Vec::new();
     for (i, &(offset, len)) in WRITES.iter().enumerate() {
-        wrs.push((i as u64, SendOp::Write(net.b.remote(offset)), net.a.sge(offset, len)));
+        wrs.push((
+            i as u64,
+            SendOp::Write(net.b.remote(offset)),
+            net.a.sge(offset, len),
+        ));
     }
     for (i, &len) in SENDS.iter().enumerate() {
         wrs.push((10 + i as u64, SendOp::Send, net.a.sge(0, len)));
     }
-    wrs.push((20, SendOp::Read(net.b.remote(READ.0)), net.a.sge(READ.0, READ.1)));
+    wrs.push((
+        20,
+        SendOp::Read(net.b.remote(READ.0)),
+        net.a.sge(READ.0, READ.1),
+    ));
     net.a.region.write(0, &[0xA5; 8192]).unwrap();
     net.b.region.write(READ.0 as usize, &[0x5A; 300]).unwrap();
     for (wr_id, op, sge) in wrs {
@@ -274,7 +282,10 @@ fn from(lines: &[Value], kind: &str, src_host: Ipv4Addr) -> Vec<Value> {
 fn dpwarp_pcap_decodes_what_two_sctp_cores_send() {
     let (net, a_session, b_session) = run();
     let lines = decode(&net.pcap());
-    assert!(lines.iter().all(|o| o["llp"] == "sctp"), "only SCTP: ARP prints nothing");
+    assert!(
+        lines.iter().all(|o| o["llp"] == "sctp"),
+        "only SCTP: ARP prints nothing"
+    );
 
     // RFC 5043 §7.1: code point 1 in the INIT and the INIT ACK.
     let (inits, init_acks) = (event(&lines, "init"), event(&lines, "init_ack"));
@@ -282,21 +293,38 @@ fn dpwarp_pcap_decodes_what_two_sctp_cores_send() {
     assert_eq!(inits[0]["adaptation"], 1);
     assert_eq!(init_acks[0]["adaptation"], 1);
     assert!(inits[0]["src"].as_str().unwrap().starts_with("10.0.0.1:"));
-    assert!(init_acks[0]["src"].as_str().unwrap().starts_with("10.0.0.2:"));
+    assert!(init_acks[0]["src"]
+        .as_str()
+        .unwrap()
+        .starts_with("10.0.0.2:"));
 
     // RFC 6581 §7: Enhanced Initiate (5) with what a offered, Enhanced
     // Accept (6) with what b negotiated.
     let a_control = from(&lines, "ddp_session", A_ADDR);
     let b_control = from(&lines, "ddp_session", B_ADDR);
-    let functions = |v: &[Value]| v.iter().map(|o| o["function"].as_u64().unwrap()).collect::<Vec<_>>();
-    assert_eq!(functions(&a_control), [5, 4], "Enhanced Initiate, then Session Terminate");
+    let functions = |v: &[Value]| {
+        v.iter()
+            .map(|o| o["function"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        functions(&a_control),
+        [5, 4],
+        "Enhanced Initiate, then Session Terminate"
+    );
     assert_eq!(functions(&b_control), [6]);
     let values = |o: &Value| (o["ird"].as_u64().unwrap(), o["ord"].as_u64().unwrap());
     assert_eq!(values(&a_control[0]), (8, 4));
-    assert_eq!(values(&b_control[0]), (u64::from(b_session.ird), u64::from(b_session.ord)));
+    assert_eq!(
+        values(&b_control[0]),
+        (u64::from(b_session.ird), u64::from(b_session.ord))
+    );
     assert_eq!((a_session.ird, a_session.ord), (8, 4));
     assert!(a_session.ord <= b_session.ird && b_session.ord <= a_session.ird);
-    assert_eq!(a_control[1]["pd_len"], 0, "RFC 6581 §7: a Terminate carries no private data");
+    assert_eq!(
+        a_control[1]["pd_len"], 0,
+        "RFC 6581 §7: a Terminate carries no private data"
+    );
 
     check_segments(&net, &lines);
     compare_with_tshark(&net.pcap(), &lines);
@@ -308,7 +336,10 @@ fn check_segments(net: &Net, lines: &[Value]) {
     let a_fpdus = from(lines, "fpdu", A_ADDR);
     let b_fpdus = from(lines, "fpdu", B_ADDR);
     for fpdu in a_fpdus.iter().chain(&b_fpdus) {
-        assert_eq!((fpdu["llp"].as_str(), fpdu["ppid"].as_u64()), (Some("sctp"), Some(16)));
+        assert_eq!(
+            (fpdu["llp"].as_str(), fpdu["ppid"].as_u64()),
+            (Some("sctp"), Some(16))
+        );
         assert_eq!(fpdu["malformed"], false, "{fpdu}");
     }
     for (fpdus, who) in [(&a_fpdus, "a"), (&b_fpdus, "b")] {
@@ -329,23 +360,39 @@ fn check_segments(net: &Net, lines: &[Value]) {
             .sum();
         assert_eq!(covered, u64::from(len), "the Write at {to:#x}");
     }
-    assert_eq!(writes.first().unwrap()["to"], net.b.mr.base_to + WRITES[0].0);
+    assert_eq!(
+        writes.first().unwrap()["to"],
+        net.b.mr.base_to + WRITES[0].0
+    );
     // a's Sends: untagged, queue 0, MSNs 1 and 2 (RFC 5040 §5.1).
     let sends: Vec<&Value> = a_fpdus.iter().filter(|o| o["op"] == "SEND").collect();
     let msns: Vec<u64> = sends.iter().map(|o| o["msn"].as_u64().unwrap()).collect();
     assert_eq!(msns, [1, 2]);
-    let lens: Vec<u64> = sends.iter().map(|o| o["payload_len"].as_u64().unwrap()).collect();
+    let lens: Vec<u64> = sends
+        .iter()
+        .map(|o| o["payload_len"].as_u64().unwrap())
+        .collect();
     assert_eq!(lens, SENDS.map(u64::from));
     // a's Read Request (queue 1, MSN 1) and b's Read Response into a's STag.
     let requests: Vec<&Value> = a_fpdus.iter().filter(|o| o["opcode"] == 1).collect();
     assert_eq!(requests.len(), 1);
-    assert_eq!((requests[0]["qn"].as_u64(), requests[0]["msn"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (requests[0]["qn"].as_u64(), requests[0]["msn"].as_u64()),
+        (Some(1), Some(1))
+    );
     let responses: Vec<&Value> = b_fpdus.iter().filter(|o| o["opcode"] == 2).collect();
-    let read_len: u64 = responses.iter().map(|o| o["payload_len"].as_u64().unwrap()).sum();
+    let read_len: u64 = responses
+        .iter()
+        .map(|o| o["payload_len"].as_u64().unwrap())
+        .sum();
     assert_eq!(read_len, u64::from(READ.1));
     assert_eq!(responses[0]["stag"], u64::from(net.a.mr.stag));
     assert_eq!(responses[0]["to"], net.a.mr.base_to + READ.0);
-    assert_eq!(a_fpdus.len(), writes.len() + sends.len() + 1, "nothing else from a");
+    assert_eq!(
+        a_fpdus.len(),
+        writes.len() + sends.len() + 1,
+        "nothing else from a"
+    );
     assert_eq!(b_fpdus.len(), responses.len(), "nothing else from b");
 }
 
@@ -368,16 +415,31 @@ fn compare_with_tshark(pcap: &[u8], lines: &[Value]) {
         .arg(&path)
         .args(["-d", "udp.port==9899,sctp", "-T", "fields"])
         .args(["-e", "frame.number", "-e", "sctp.chunk_type"])
-        .args(["-e", "sctp.data_tsn_raw", "-e", "sctp.data_payload_proto_id"])
+        .args([
+            "-e",
+            "sctp.data_tsn_raw",
+            "-e",
+            "sctp.data_payload_proto_id",
+        ])
         .args(["-E", "occurrence=a"])
         .output()
         .unwrap();
     std::fs::remove_file(&path).unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let theirs = String::from_utf8(out.stdout).unwrap();
     let frames = theirs.lines().count() as u64;
-    let sctp_frames = lines.iter().map(|o| o["frame"].as_u64()).collect::<std::collections::HashSet<_>>();
-    assert!(frames >= sctp_frames.len() as u64 && sctp_frames.len() >= 10, "{theirs}");
+    let sctp_frames = lines
+        .iter()
+        .map(|o| o["frame"].as_u64())
+        .collect::<std::collections::HashSet<_>>();
+    assert!(
+        frames >= sctp_frames.len() as u64 && sctp_frames.len() >= 10,
+        "{theirs}"
+    );
     let mut ours = String::new();
     for frame in 1..=frames {
         let chunks: Vec<&Value> = lines.iter().filter(|o| o["frame"] == frame).collect();

@@ -74,7 +74,10 @@ struct World {
 }
 
 fn addr(host: u8) -> SocketAddr {
-    SocketAddr::from((Ipv4Addr::new(10, 0, 0, host), sctp_lite::UDP_ENCAPSULATION_PORT))
+    SocketAddr::from((
+        Ipv4Addr::new(10, 0, 0, host),
+        sctp_lite::UDP_ENCAPSULATION_PORT,
+    ))
 }
 
 /// Header octet 0: bit 0 B does not require DDP, bit 1 A sends no
@@ -148,7 +151,9 @@ impl World {
 fn pump_node(node: &mut Node, now: Instant, peer: SocketAddr, buf: &mut [u8]) {
     let config = node.endpoint.config().clone();
     for _ in 0..PUMP_MAX {
-        let Some(t) = node.endpoint.poll_transmit(now, buf) else { break };
+        let Some(t) = node.endpoint.poll_transmit(now, buf) else {
+            break;
+        };
         assert!(
             t.len <= config.packet_size_max(),
             "a packet of {} octets above packet_size_max {}: {:02x?}",
@@ -175,8 +180,17 @@ fn pump_node(node: &mut Node, now: Instant, peer: SocketAddr, buf: &mut [u8]) {
     }
     assert!(node.endpoint.associations() <= config.associations_max);
     while let Some(r) = node.endpoint.recv(buf) {
-        assert!(r.len <= config.message_size_max(), "a message of {} octets", r.len);
-        assert_eq!(node.lives.get(&r.assoc), Some(&Life::Up), "data on {}", r.assoc);
+        assert!(
+            r.len <= config.message_size_max(),
+            "a message of {} octets",
+            r.len
+        );
+        assert_eq!(
+            node.lives.get(&r.assoc),
+            Some(&Life::Up),
+            "data on {}",
+            r.assoc
+        );
     }
 }
 
@@ -219,7 +233,9 @@ fn run_op(world: &mut World, op: u8, rest: &mut &[u8]) {
     match op % 8 {
         0 => {
             for _ in 0..=(op >> 4) {
-                let Some(d) = world.node(side).queue.pop_front() else { break };
+                let Some(d) = world.node(side).queue.pop_front() else {
+                    break;
+                };
                 world.deliver(side, &d);
             }
         }
@@ -256,7 +272,9 @@ fn run_op(world: &mut World, op: u8, rest: &mut &[u8]) {
 
 fn mutate(world: &mut World, side: Side, rest: &mut &[u8]) {
     let operands = take(rest, 4);
-    let [kind, at_hi, at_lo, value] = *operands else { return };
+    let [kind, at_hi, at_lo, value] = *operands else {
+        return;
+    };
     let at = usize::from(u16::from_be_bytes([at_hi, at_lo]));
     let queue = &mut world.node(side).queue;
     if kind % 5 == 4 {
@@ -288,7 +306,9 @@ fn mutate(world: &mut World, side: Side, rest: &mut &[u8]) {
 /// A raw datagram to A (bit 0 clear) or B, from the peer (bits 1-2 zero)
 /// or from one of three strangers; bit 3 puts its CRC32c right.
 fn inject(world: &mut World, rest: &mut &[u8]) {
-    let Some(&how) = take(rest, 1).first() else { return };
+    let Some(&how) = take(rest, 1).first() else {
+        return;
+    };
     let len = be16(take(rest, 2));
     let mut d = take(rest, len).to_vec();
     if how & 8 != 0 {
@@ -300,13 +320,19 @@ fn inject(world: &mut World, rest: &mut &[u8]) {
     } else {
         (&mut world.b, addr(1))
     };
-    let source = if stranger == 0 { peer } else { addr(10 + stranger) };
+    let source = if stranger == 0 {
+        peer
+    } else {
+        addr(10 + stranger)
+    };
     to.endpoint.handle_datagram(world.now, source, &d);
 }
 
 fn send(world: &mut World, side: Side, unordered: bool, rest: &mut &[u8]) {
     let operands = take(rest, 4);
-    let [stream, ppid, len_hi, len_lo] = *operands else { return };
+    let [stream, ppid, len_hi, len_lo] = *operands else {
+        return;
+    };
     let ppid = match ppid % 4 {
         0 => sctp_lite::PPID_DDP_SEGMENT,
         1 => sctp_lite::PPID_DDP_STREAM_SESSION_CONTROL,
@@ -324,7 +350,9 @@ fn send(world: &mut World, side: Side, unordered: bool, rest: &mut &[u8]) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((h, mut rest)) = data.split_first_chunk::<2>() else { return };
+    let Some((h, mut rest)) = data.split_first_chunk::<2>() else {
+        return;
+    };
     let (config_a, config_b) = configs(*h);
     #[allow(clippy::disallowed_methods)]
     // Only the origin of sctp-proto's time; see Endpoint::new.
@@ -351,7 +379,12 @@ fuzz_target!(|data: &[u8]| {
         world.pump();
         // B's association is the one A's INIT made: the first Up.
         if world.b.assoc.is_none() {
-            world.b.assoc = world.b.lives.iter().find(|(_, l)| **l == Life::Up).map(|(a, _)| *a);
+            world.b.assoc = world
+                .b
+                .lives
+                .iter()
+                .find(|(_, l)| **l == Life::Up)
+                .map(|(a, _)| *a);
         }
         ops += 1;
         if ops >= OPS_MAX {
@@ -370,8 +403,13 @@ fuzz_target!(|data: &[u8]| {
         }
         world.pump();
         if !moved {
-            let due = [world.a.endpoint.poll_timeout(), world.b.endpoint.poll_timeout()];
-            let Some(next) = due.into_iter().flatten().min() else { break };
+            let due = [
+                world.a.endpoint.poll_timeout(),
+                world.b.endpoint.poll_timeout(),
+            ];
+            let Some(next) = due.into_iter().flatten().min() else {
+                break;
+            };
             world.now = world.now.max(next);
             let now = world.now;
             world.a.endpoint.handle_timeout(now);

@@ -186,7 +186,10 @@ fn check_transmit(t: Transmit, message: &[u8]) {
         ddp_session::PPID_SESSION_CONTROL => {
             let packet = ddp_session::Packet::new_checked(message).expect("a checked message");
             let repr = ddp_session::Repr::parse(&packet).expect("a valid message");
-            assert!(repr.function != ddp_session::FunctionCode::Terminate || repr.private_data.is_empty());
+            assert!(
+                repr.function != ddp_session::FunctionCode::Terminate
+                    || repr.private_data.is_empty()
+            );
             assert_eq!(repr.buffer_len(), message.len());
         }
         ddp_session::PPID_DDP_SEGMENT => {
@@ -195,7 +198,10 @@ fn check_transmit(t: Transmit, message: &[u8]) {
             assert_eq!(ssn, 0);
             let packet = ddp::Packet::new_checked(segment).expect("a DDP segment");
             let repr = rdmap::Repr::parse(&packet).expect("an RDMAP message");
-            assert!(matches!(repr.header, rdmap::Header::Terminate(_)), "{repr:?}");
+            assert!(
+                matches!(repr.header, rdmap::Header::Terminate(_)),
+                "{repr:?}"
+            );
         }
         other => panic!("PPID {other} sent"),
     }
@@ -235,7 +241,9 @@ fn check_outcome(before: &mut Option<Outcome>, now: Option<&Outcome>) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((h, mut rest)) = data.split_first_chunk::<8>() else { return };
+    let Some((h, mut rest)) = data.split_first_chunk::<8>() else {
+        return;
+    };
     let header = Header::parse(h);
     let mut now = Instant::ZERO;
     let mut init = Initiator::new(header.initiator, b"hello", now).ok();
@@ -269,13 +277,24 @@ fuzz_target!(|data: &[u8]| {
                     resp.handle_timeout(now);
                 }
             }
-            Op::Deliver { to_initiator, count } => {
+            Op::Deliver {
+                to_initiator,
+                count,
+            } => {
                 for _ in 0..count {
                     if to_initiator {
-                        let (Some(init), Some((ppid, m))) = (init.as_mut(), to_init.queue.pop_front()) else { break };
+                        let (Some(init), Some((ppid, m))) =
+                            (init.as_mut(), to_init.queue.pop_front())
+                        else {
+                            break;
+                        };
                         init.handle_message(now, ppid, &m);
                     } else {
-                        let (Some(resp), Some((ppid, m))) = (resp.as_mut(), to_resp.queue.pop_front()) else { break };
+                        let (Some(resp), Some((ppid, m))) =
+                            (resp.as_mut(), to_resp.queue.pop_front())
+                        else {
+                            break;
+                        };
                         resp.handle_message(now, ppid, &m);
                     }
                 }

@@ -518,7 +518,8 @@ impl Endpoint {
                         // the Up event (in stream order, for determinism).
                         let mut early: Vec<u16> = live.queued.iter().copied().collect();
                         early.sort_unstable();
-                        self.readable.extend(early.into_iter().map(|stream| (id, stream)));
+                        self.readable
+                            .extend(early.into_iter().map(|stream| (id, stream)));
                     }
                 }
                 proto::Event::HandshakeFailed { reason }
@@ -541,17 +542,16 @@ impl Endpoint {
                     // otherwise grow with every stream.
                     let _ = live.assoc.accept_stream();
                 }
-                proto::Event::Stream(proto::StreamEvent::Readable { id: stream })
-                    if live.state != State::Gone && live.queued.insert(stream) =>
-                {
+                proto::Event::Stream(proto::StreamEvent::Readable { id: stream }) => {
                     // DATA may reach the active side before the COOKIE ACK
                     // (the passive side is ESTABLISHED once it has the
                     // COOKIE ECHO and may send at once, RFC 9260 §5.1 D;
                     // a lost COOKIE ACK leaves us in COOKIE-ECHOED). Such
-                    // messages wait for `Up`: no message comes from an
-                    // association before its `Up` event, nor from one the
-                    // DDP check refuses.
-                    if live.state == State::Up {
+                    // messages wait for `Up` in `queued`: no message comes
+                    // from an association before its `Up` event, nor from
+                    // one the DDP check refuses.
+                    let fresh = live.state != State::Gone && live.queued.insert(stream);
+                    if fresh && live.state == State::Up {
                         self.readable.push_back((id, stream));
                     }
                 }

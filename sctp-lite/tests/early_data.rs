@@ -17,8 +17,12 @@ fn addr(host: u8) -> SocketAddr {
 
 fn sent(endpoint: &mut Endpoint, now: Instant) -> Vec<Vec<u8>> {
     let mut buf = vec![0u8; Config::default().packet_size_max()];
-    std::iter::from_fn(|| endpoint.poll_transmit(now, &mut buf).map(|t| buf[..t.len].to_vec()))
-        .collect()
+    std::iter::from_fn(|| {
+        endpoint
+            .poll_transmit(now, &mut buf)
+            .map(|t| buf[..t.len].to_vec())
+    })
+    .collect()
 }
 
 #[test]
@@ -70,7 +74,13 @@ fn a_message_before_the_cookie_ack_waits_for_up() {
         }
     }
     let up = a.poll_event().expect("an event");
-    assert!(matches!(up.kind, EventKind::Up { outbound: true, .. }), "{up:?}");
+    assert!(
+        matches!(up.kind, EventKind::Up { outbound: true, .. }),
+        "{up:?}"
+    );
     let r = a.recv(&mut buf).expect("the message, once up");
-    assert_eq!((r.assoc, r.ppid, &buf[..r.len]), (assoc_a, 16, &b"early"[..]));
+    assert_eq!(
+        (r.assoc, r.ppid, &buf[..r.len]),
+        (assoc_a, 16, &b"early"[..])
+    );
 }

@@ -50,7 +50,7 @@ fn heartbeat(header: &[u8], info_len: usize) -> Vec<u8> {
     packet.extend_from_slice(&1u16.to_be_bytes());
     packet.extend_from_slice(&(param_len as u16).to_be_bytes());
     packet.extend((0..info_len).map(|i| i as u8));
-    while packet.len() % 4 != 0 {
+    while !packet.len().is_multiple_of(4) {
         packet.push(0);
     }
     packet[8..12].fill(0);
@@ -65,7 +65,11 @@ fn crc32c(data: &[u8]) -> u32 {
     for &octet in data {
         crc ^= u32::from(octet);
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82F6_3B78 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -80,7 +84,13 @@ fn a_heartbeat_longer_than_our_packets_gets_no_answer() {
     // same length. Beyond it (3,000 and 9,000 octets of information, as a
     // peer with a larger MTU or a forged packet may send): no answer.
     let largest = max - 12 - 4 - 4;
-    for (info_len, answered) in [(100, true), (largest, true), (largest + 4, false), (3000, false), (9000, false)] {
+    for (info_len, answered) in [
+        (100, true),
+        (largest, true),
+        (largest + 4, false),
+        (3000, false),
+        (9000, false),
+    ] {
         let request = heartbeat(&from_a, info_len);
         b.handle_datagram(Instant::ZERO, addr(1), &request);
         let mut acks = Vec::new();
@@ -90,7 +100,11 @@ fn a_heartbeat_longer_than_our_packets_gets_no_answer() {
                 acks.push(t.len);
             }
         }
-        let want = if answered { vec![request.len()] } else { Vec::new() };
+        let want = if answered {
+            vec![request.len()]
+        } else {
+            Vec::new()
+        };
         assert_eq!(acks, want, "{info_len} octets of information");
     }
 }

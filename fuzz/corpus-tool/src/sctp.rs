@@ -55,7 +55,10 @@ pub(crate) fn session_seeds(w: &mut Writer) -> io::Result<()> {
         (
             "enhanced-initiate",
             0,
-            record(2, &control(FunctionCode::EnhancedInitiate, Some(word), b"hi")),
+            record(
+                2,
+                &control(FunctionCode::EnhancedInitiate, Some(word), b"hi"),
+            ),
             &[ACCEPT, DRAIN, TO_INITIATOR],
         ),
         (
@@ -152,7 +155,8 @@ fn association() -> Vec<(bool, Vec<u8>)> {
         }
         while a.recv(&mut buf).is_some() || b.recv(&mut buf).is_some() {}
         if a.is_up(assoc_a) && !sent.0 {
-            a.send(assoc_a, 0, 17, true, &[0, 0, 0, 5, 0, 16, 0, 16]).expect("send");
+            a.send(assoc_a, 0, 17, true, &[0, 0, 0, 5, 0, 16, 0, 16])
+                .expect("send");
             sent.0 = true;
         }
         if let (Some(assoc), false) = (assoc_b, sent.1) {
@@ -191,7 +195,11 @@ pub(crate) fn datagram_seeds(w: &mut Writer) -> io::Result<()> {
     for (i, (from_a, datagram)) in log.iter().enumerate() {
         // A's datagrams go to B, B's to A, as if from the peer.
         let to_b = u8::from(*from_a);
-        let name = format!("{}-{}", if *from_a { "a" } else { "b" }, chunk_names(datagram));
+        let name = format!(
+            "{}-{}",
+            if *from_a { "a" } else { "b" },
+            chunk_names(datagram)
+        );
         let mut seed = vec![0u8, 0];
         seed.extend_from_slice(&inject(to_b, datagram));
         w.put("sctp_datagram", &format!("synthetic-{i}-{name}"), &seed)?;
@@ -214,7 +222,10 @@ pub(crate) fn datagram_seeds(w: &mut Writer) -> io::Result<()> {
 fn chunk_names(packet: &[u8]) -> String {
     let mut names = Vec::new();
     let mut at = 12;
-    while let Some(&[kind, _, hi, lo]) = packet.get(at..at + 4).map(|c| <&[u8; 4]>::try_from(c).unwrap()) {
+    while let Some(&[kind, _, hi, lo]) = packet
+        .get(at..at + 4)
+        .map(|c| <&[u8; 4]>::try_from(c).unwrap())
+    {
         names.push(match kind {
             0 => "data",
             1 => "init",
