@@ -5,7 +5,7 @@
 //! Every injected message also goes through `wire::ddp_session`.
 //!
 //! Input: an 8-octet header (see [`Header`]), then records of `op (1)` and
-//! its operands (see [`Op`]). A seed is a header of zeros and one record
+//! its operands (see [`Op`]). The simplest input is a header of zeros and one record
 //! `00 | len (2, BE) | message`: a PPID 17 message for both machines.
 //!
 //! Asserts: no panic; no machine ever holds more than `OUTBOX_MESSAGES_MAX`
