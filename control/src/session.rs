@@ -775,6 +775,17 @@ impl Responder {
 
     /// Takes one message of the stream with its PPID.
     pub fn handle_message(&mut self, now: Instant, ppid: u32, message: &[u8]) -> Input {
+        let input = self.take_message(now, ppid, message);
+        // Whatever ended the session (the timer, a violation of any kind)
+        // also withdraws the Initiate from the ULP: a later accept or reject
+        // must not answer a session that was terminated.
+        if self.core.phase == Phase::Done {
+            self.request = None;
+        }
+        input
+    }
+
+    fn take_message(&mut self, now: Instant, ppid: u32, message: &[u8]) -> Input {
         self.core.handle_timeout(now);
         match ppid {
             PPID_SESSION_CONTROL => {}
@@ -795,17 +806,10 @@ impl Responder {
         let message = read_control(message);
         match self.core.phase {
             Phase::Opening => self.on_initiate(message),
-            Phase::Deciding => match message {
-                Ok(r) if r.function == FunctionCode::Terminate => {
-                    self.request = None;
-                    self.core.end(FailReason::PeerTerminated, None, None, false)
-                }
-                other => {
-                    self.request = None;
-                    self.core.when_up(other)
-                }
-            },
-            Phase::Up => self.core.when_up(message),
+            // While the ULP decides, as once up, only Terminate is legal;
+            // either way the session ends (`handle_message` withdraws the
+            // request).
+            Phase::Deciding | Phase::Up => self.core.when_up(message),
             Phase::Done => return Input::Ignored,
         }
         Input::Taken

@@ -610,6 +610,46 @@ fn unknown_ppid_is_a_violation() {
     );
 }
 
+/// Found by the `session_control` fuzz target
+/// (fuzz/regressions/session_control/unknown-ppid-while-deciding): a
+/// message with PPID 0 while the ULP decided ended the session with a
+/// Terminate, but left the Initiate with the ULP, whose Reject then went
+/// out after the Terminate and turned the outcome from Failed into
+/// Rejected. Ending the session in any way withdraws the request.
+#[test]
+fn a_session_that_ended_while_the_ulp_decides_cannot_be_answered() {
+    let enhanced = SessionConfig::default();
+    // The fuzzer's case: an unknown PPID.
+    let (_, mut r) = opened(enhanced.clone(), enhanced.clone(), b"");
+    assert!(r.request().is_some());
+    assert_eq!(r.handle_message(T0, 0, b""), Input::Ignored);
+    assert_eq!(
+        failure(r.outcome()).0,
+        FailReason::Violation(Violation::UnknownPpid(0))
+    );
+    assert!(r.request().is_none());
+    assert!(r.reject(b"no").is_err());
+    assert!(r.accept(&Accept::default()).is_err());
+    let sent = from_responder(&mut r);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(function(&sent[0]), FunctionCode::Terminate);
+    assert_eq!(
+        failure(r.outcome()).0,
+        FailReason::Violation(Violation::UnknownPpid(0))
+    );
+
+    // The timer running out inside handle_message (here a DDP segment's).
+    let (_, mut r) = opened(enhanced.clone(), enhanced, b"");
+    let late = T0 + Duration::from_secs(10);
+    assert_eq!(
+        r.handle_message(late, PPID_DDP_SEGMENT, &[0; 20]),
+        Input::Ignored
+    );
+    assert_eq!(failure(r.outcome()).0, FailReason::Timeout);
+    assert!(r.request().is_none());
+    assert!(r.accept(&Accept::default()).is_err());
+}
+
 fn arbitrary_messages() -> impl Strategy<Value = Vec<(bool, u8, Vec<u8>)>> {
     // (control or segment, function code 0..=9, tail)
     proptest::collection::vec(

@@ -22,6 +22,15 @@ pub const DATA_CHUNK_HEADER_LEN: u32 = 16;
 
 /// The overhead below a user message in one IPv4 packet: 1500 - 56 = 1444
 /// octets of message at MTU 1500 (WIRE.md §5).
+/// The smallest [`Config::path_mtu`]: the handshake's largest packet, our
+/// INIT ACK (84 octets: the common header, the chunk with its 32-octet
+/// State Cookie, Supported Extensions and the Adaptation Layer Indication,
+/// RFC 9260 §3.3.3, RFC 5061 §4.2.6), needs 112 with IPv4 and UDP; 128
+/// also carries DDP's smallest message (a DDP-SSN and the largest RDMAP
+/// header, 72 octets) in one DATA chunk. Below it the INIT ACK would not
+/// fit a packet and no association could come up.
+pub const PATH_MTU_MIN: u32 = 128;
+
 const PER_PACKET_OVERHEAD: u32 =
     IPV4_HEADER_LEN + UDP_HEADER_LEN + SCTP_COMMON_HEADER_LEN + DATA_CHUNK_HEADER_LEN;
 const _: () = assert!(1500 - PER_PACKET_OVERHEAD == 1444);
@@ -126,7 +135,7 @@ impl Config {
         if self.streams == 0 {
             return Err(ConfigError::NoStreams);
         }
-        if self.message_size_max() == 0 {
+        if self.path_mtu < PATH_MTU_MIN {
             return Err(ConfigError::PathMtuTooSmall);
         }
         if (self.receive_window as usize) < self.message_size_max()
@@ -154,7 +163,7 @@ pub enum ConfigError {
     NoAssociations,
     /// `streams` is 0.
     NoStreams,
-    /// `path_mtu` leaves no room for a message.
+    /// `path_mtu` is below [`PATH_MTU_MIN`].
     PathMtuTooSmall,
     /// `receive_window` or `send_buffer_max` is below one message.
     BufferTooSmall,
@@ -169,7 +178,7 @@ impl fmt::Display for ConfigError {
         f.write_str(match self {
             ConfigError::NoAssociations => "associations_max is 0",
             ConfigError::NoStreams => "streams is 0",
-            ConfigError::PathMtuTooSmall => "path_mtu leaves no room for a message",
+            ConfigError::PathMtuTooSmall => "path_mtu is below PATH_MTU_MIN (128)",
             ConfigError::BufferTooSmall => "receive_window or send_buffer_max is below one message",
             ConfigError::NoPort => "sctp_port is 0",
             ConfigError::BadRto => "RTOs must satisfy 0 < min <= initial <= max",
@@ -208,6 +217,15 @@ mod tests {
             (
                 Config {
                     path_mtu: 56,
+                    ..Config::default()
+                },
+                ConfigError::PathMtuTooSmall,
+            ),
+            (
+                Config {
+                    path_mtu: PATH_MTU_MIN - 1,
+                    receive_window: 1000,
+                    send_buffer_max: 1000,
                     ..Config::default()
                 },
                 ConfigError::PathMtuTooSmall,

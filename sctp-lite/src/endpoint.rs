@@ -230,18 +230,25 @@ impl Endpoint {
     /// Write the next SCTP packet to send into `buf` and say where it goes.
     /// Call until `None` after any other call.
     ///
+    /// A packet longer than [`Config::packet_size_max`] is dropped, never
+    /// written: the only such packets are HEARTBEAT ACKs answering a peer's
+    /// HEARTBEAT that was itself longer than our packets (RFC 9260 §3.3.6:
+    /// the acknowledgement carries the request's Heartbeat Information
+    /// back unchanged, so a peer picks its size). They would not fit our
+    /// path MTU, and writing them would break the promise below.
+    ///
     /// # Panics
     ///
     /// If `buf` is shorter than the packet; a buffer of
     /// [`Config::packet_size_max`] octets always suffices.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if let Some((remote, packet)) = self.pending.pop_front() {
-            return Some(copy_out(remote, &packet, buf));
+        if let Some(transmit) = self.poll_pending(buf) {
+            return Some(transmit);
         }
         if let Some(transmit) = self.inner.poll_transmit() {
             self.queue_transmit(transmit);
-            if let Some((remote, packet)) = self.pending.pop_front() {
-                return Some(copy_out(remote, &packet, buf));
+            if let Some(transmit) = self.poll_pending(buf) {
+                return Some(transmit);
             }
         }
         let now = self.std_instant(now);
@@ -259,8 +266,8 @@ impl Endpoint {
                     // its turn.
                     self.transmit_next = at + 1;
                     self.queue_transmit(transmit);
-                    if let Some((remote, packet)) = self.pending.pop_front() {
-                        return Some(copy_out(remote, &packet, buf));
+                    if let Some(transmit) = self.poll_pending(buf) {
+                        return Some(transmit);
                     }
                 }
                 None if live.state == State::Gone => {
@@ -273,6 +280,17 @@ impl Endpoint {
                     }
                 }
                 None => {}
+            }
+        }
+        None
+    }
+
+    /// The next queued packet that fits [`Config::packet_size_max`],
+    /// written into `buf`; longer ones are dropped (see `poll_transmit`).
+    fn poll_pending(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some((remote, packet)) = self.pending.pop_front() {
+            if packet.len() <= self.config.packet_size_max() {
+                return Some(copy_out(remote, &packet, buf));
             }
         }
         None
@@ -495,6 +513,14 @@ impl Endpoint {
                         remote: live.remote,
                         kind,
                     });
+                    if live.state == State::Up {
+                        // Messages that came before: readable now, after
+                        // the Up event (in stream order, for determinism).
+                        let mut early: Vec<u16> = live.queued.iter().copied().collect();
+                        early.sort_unstable();
+                        self.readable
+                            .extend(early.into_iter().map(|stream| (id, stream)));
+                    }
                 }
                 proto::Event::HandshakeFailed { reason }
                 | proto::Event::AssociationLost { reason } => {
@@ -516,10 +542,18 @@ impl Endpoint {
                     // otherwise grow with every stream.
                     let _ = live.assoc.accept_stream();
                 }
-                proto::Event::Stream(proto::StreamEvent::Readable { id: stream })
-                    if live.state != State::Gone && live.queued.insert(stream) =>
-                {
-                    self.readable.push_back((id, stream));
+                proto::Event::Stream(proto::StreamEvent::Readable { id: stream }) => {
+                    // DATA may reach the active side before the COOKIE ACK
+                    // (the passive side is ESTABLISHED once it has the
+                    // COOKIE ECHO and may send at once, RFC 9260 §5.1 D;
+                    // a lost COOKIE ACK leaves us in COOKIE-ECHOED). Such
+                    // messages wait for `Up` in `queued`: no message comes
+                    // from an association before its `Up` event, nor from
+                    // one the DDP check refuses.
+                    let fresh = live.state != State::Gone && live.queued.insert(stream);
+                    if fresh && live.state == State::Up {
+                        self.readable.push_back((id, stream));
+                    }
                 }
                 _ => {}
             }

@@ -25,7 +25,7 @@ pub mod sys;
 
 pub use config::{
     Config, ConfigError, ADAPTATION_CODE_POINT_DDP, DATA_CHUNK_HEADER_LEN, IPV4_HEADER_LEN,
-    SCTP_COMMON_HEADER_LEN, UDP_ENCAPSULATION_PORT, UDP_HEADER_LEN,
+    PATH_MTU_MIN, SCTP_COMMON_HEADER_LEN, UDP_ENCAPSULATION_PORT, UDP_HEADER_LEN,
 };
 pub use endpoint::{
     ConnectError, Endpoint, Received, SendError, Transmit, PPID_DDP_SEGMENT,

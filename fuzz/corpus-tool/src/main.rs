@@ -31,6 +31,8 @@ use dpwarp_capture::packet::{self, build_tcp_frame, TcpFlags};
 use dpwarp_capture::pcap::{self, linktype};
 use dpwarp_capture::reassembly::{ConnId, Dir, Event, Limits, Reassembler};
 use dpwarp_fuzz::stream::{Op, Script};
+
+mod sctp;
 use rnic_engine::mpa::crc;
 use rnic_engine::wire::{atomic, ddp, mpa_fpdu, mpa_marker, mpa_rr, rdmap};
 
@@ -621,6 +623,8 @@ fn run(golden: &Path, corpus: &Path) -> Result<(usize, usize), String> {
     }
     atomic_seeds(&mut w).map_err(io)?;
     engine_seeds(&mut w).map_err(io)?;
+    sctp::session_seeds(&mut w).map_err(io)?;
+    sctp::datagram_seeds(&mut w).map_err(io)?;
     Ok((w.written, w.octets))
 }
 

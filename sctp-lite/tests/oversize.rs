@@ -1,0 +1,122 @@
+//! Packets no larger than our own, whatever the peer sends: a HEARTBEAT
+//! ACK carries the HEARTBEAT's information back unchanged (RFC 9260
+//! §3.3.6), so a peer's oversize HEARTBEAT asked for an oversize answer,
+//! which `poll_transmit` wrote into a buffer of `packet_size_max` octets
+//! and panicked (found by the `sctp_datagram` fuzz target's assertion that
+//! no packet sent exceeds `packet_size_max`); and the smallest path MTU
+//! still carries the handshake.
+
+use std::net::{Ipv4Addr, SocketAddr};
+
+use sctp_lite::{Config, Endpoint, EventKind, Instant};
+
+fn addr(host: u8) -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::new(10, 0, 0, host), 9899))
+}
+
+/// Two endpoints with `config` associated in memory; the last datagram A
+/// sent to B.
+fn associated(config: Config) -> (Endpoint, Endpoint, Vec<u8>) {
+    #[allow(clippy::disallowed_methods)] // Only the origin of sctp-proto's time.
+    let epoch = std::time::Instant::now();
+    let mut buf = vec![0u8; config.packet_size_max()];
+    let mut a = Endpoint::new(config.clone(), epoch).unwrap();
+    let mut b = Endpoint::new(config, epoch).unwrap();
+    let now = Instant::ZERO;
+    let assoc = a.connect(now, addr(2)).unwrap();
+    let mut last_from_a = Vec::new();
+    for _ in 0..8 {
+        while let Some(t) = a.poll_transmit(now, &mut buf) {
+            last_from_a = buf[..t.len].to_vec();
+            b.handle_datagram(now, addr(1), &buf[..t.len]);
+        }
+        while let Some(t) = b.poll_transmit(now, &mut buf) {
+            a.handle_datagram(now, addr(2), &buf[..t.len]);
+        }
+    }
+    assert!(a.is_up(assoc));
+    assert!(std::iter::from_fn(|| b.poll_event()).any(|e| matches!(e.kind, EventKind::Up { .. })));
+    (a, b, last_from_a)
+}
+
+/// A HEARTBEAT (RFC 9260 §3.3.5) with `info_len` octets of Heartbeat
+/// Information, in a packet with `header`'s ports and verification tag,
+/// its CRC32c (RFC 9260 §6.8) right.
+fn heartbeat(header: &[u8], info_len: usize) -> Vec<u8> {
+    let mut packet = header[..12].to_vec();
+    let param_len = 4 + info_len;
+    packet.extend_from_slice(&[4, 0]);
+    packet.extend_from_slice(&((4 + param_len) as u16).to_be_bytes());
+    packet.extend_from_slice(&1u16.to_be_bytes());
+    packet.extend_from_slice(&(param_len as u16).to_be_bytes());
+    packet.extend((0..info_len).map(|i| i as u8));
+    while !packet.len().is_multiple_of(4) {
+        packet.push(0);
+    }
+    packet[8..12].fill(0);
+    let crc = crc32c(&packet);
+    packet[8..12].copy_from_slice(&crc.to_le_bytes());
+    packet
+}
+
+/// CRC32c, bit by bit (Castagnoli, reflected 0x82F63B78).
+fn crc32c(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &octet in data {
+        crc ^= u32::from(octet);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82F6_3B78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn a_heartbeat_longer_than_our_packets_gets_no_answer() {
+    let (_, mut b, from_a) = associated(Config::default());
+    let max = Config::default().packet_size_max();
+    let mut buf = vec![0u8; max];
+    // Up to our packet size: answered with a HEARTBEAT ACK (type 5) of the
+    // same length. Beyond it (3,000 and 9,000 octets of information, as a
+    // peer with a larger MTU or a forged packet may send): no answer.
+    let largest = max - 12 - 4 - 4;
+    for (info_len, answered) in [
+        (100, true),
+        (largest, true),
+        (largest + 4, false),
+        (3000, false),
+        (9000, false),
+    ] {
+        let request = heartbeat(&from_a, info_len);
+        b.handle_datagram(Instant::ZERO, addr(1), &request);
+        let mut acks = Vec::new();
+        while let Some(t) = b.poll_transmit(Instant::ZERO, &mut buf) {
+            assert!(t.len <= max);
+            if buf[12] == 5 {
+                acks.push(t.len);
+            }
+        }
+        let want = if answered {
+            vec![request.len()]
+        } else {
+            Vec::new()
+        };
+        assert_eq!(acks, want, "{info_len} octets of information");
+    }
+}
+
+#[test]
+fn the_smallest_path_mtu_carries_the_handshake() {
+    let config = Config {
+        path_mtu: sctp_lite::PATH_MTU_MIN,
+        receive_window: 4096,
+        send_buffer_max: 4096,
+        ..Config::default()
+    };
+    assert_eq!(config.packet_size_max(), 100);
+    associated(config);
+}
