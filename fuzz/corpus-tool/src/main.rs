@@ -623,6 +623,7 @@ fn run(golden: &Path, corpus: &Path) -> Result<(usize, usize), String> {
     }
     atomic_seeds(&mut w).map_err(io)?;
     engine_seeds(&mut w).map_err(io)?;
+    engine_message_seeds(&mut w).map_err(io)?;
     sctp::session_seeds(&mut w).map_err(io)?;
     sctp::datagram_seeds(&mut w).map_err(io)?;
     Ok((w.written, w.octets))
@@ -649,6 +650,56 @@ fn summarize(files: &[String]) -> ExitCode {
 }
 
 /// Seeds for `engine_rx`: what a well-behaved peer sends to side `b` of the
+/// `engine_messages` inputs: DDP Segment messages of DDP over SCTP (RFC
+/// 5043: `DDP-SSN | DDP segment`), each behind its length octet. Two Sends
+/// in order and reversed, and an early Write before a Send (its STag names
+/// nothing: the fuzzer finds the target's).
+fn engine_message_seeds(w: &mut Writer) -> io::Result<()> {
+    // An untagged DDP header, last segment, version 1, RDMAP version 1
+    // Send (0x41 0x43), queue 0, MSN `msn`, MO 0 (RFC 5041 §4.3, RFC 5040
+    // §4.3).
+    let send = |msn: u32, payload: &[u8]| {
+        let mut s = vec![0x41, 0x43, 0, 0, 0, 0];
+        s.extend_from_slice(&0u32.to_be_bytes());
+        s.extend_from_slice(&msn.to_be_bytes());
+        s.extend_from_slice(&0u32.to_be_bytes());
+        s.extend_from_slice(payload);
+        s
+    };
+    // A tagged header, last, RDMA Write (0xC1 0x40), STag, TO.
+    let write = |stag: u32, to: u64, payload: &[u8]| {
+        let mut s = vec![0xC1, 0x40];
+        s.extend_from_slice(&stag.to_be_bytes());
+        s.extend_from_slice(&to.to_be_bytes());
+        s.extend_from_slice(payload);
+        s
+    };
+    let message = |ssn: u16, segment: Vec<u8>| {
+        let mut m = vec![(segment.len() + 2) as u8];
+        m.extend_from_slice(&ssn.to_be_bytes());
+        m.extend_from_slice(&segment);
+        m
+    };
+    let seeds = [
+        (
+            "synthetic-sends-in-order",
+            [message(0, send(1, b"hello")), message(1, send(2, b"world"))].concat(),
+        ),
+        (
+            "synthetic-sends-reversed",
+            [message(1, send(2, b"world")), message(0, send(1, b"hello"))].concat(),
+        ),
+        (
+            "synthetic-early-write",
+            [message(1, write(0x100, 0, b"abcd")), message(0, send(1, b"x"))].concat(),
+        ),
+    ];
+    for (name, bytes) in seeds {
+        w.put("engine_messages", name, &bytes)?;
+    }
+    Ok(())
+}
+
 /// fuzz target's pair (set up the same way, so the STags match): a Write,
 /// a Read Request, an atomic, Sends, Immediate Data, in each CRC/markers
 /// combination. The first two octets are the target's flags and cut seed.
