@@ -831,6 +831,114 @@ mod tests {
         );
     }
 
+    /// A stand-in for sctp-ddp-peer over loopback: accepts one
+    /// association, answers 5 with 6 (the same word), echoes PPID 16 and
+    /// aborts the association on 4 (sctp-lite has no graceful close).
+    /// With `connect`, it opens the association and sends an Enhanced
+    /// Initiate (IRD = ORD = 16) first.
+    fn echo_peer(addr: SocketAddrV4, connect: Option<SocketAddrV4>, stop: &AtomicBool) -> u32 {
+        use sctp_lite::sys::udp::UdpDriver;
+        let mut driver = UdpDriver::bind(SocketAddr::V4(addr)).unwrap();
+        let mut peer = Endpoint::new(Config::default(), std::time::Instant::now()).unwrap();
+        let mut buf = vec![0u8; 2048];
+        let mut echoed = 0;
+        if let Some(remote) = connect {
+            peer.connect(now(), SocketAddr::V4(remote)).unwrap();
+        }
+        while !stop.load(Ordering::SeqCst) {
+            driver.poll(&mut peer, now()).unwrap();
+            while let Some(event) = peer.poll_event() {
+                if let (EventKind::Up { .. }, Some(_)) = (event.kind, connect) {
+                    let initiate = [0, 0, 0, 5, 0, 16, 0, 16];
+                    peer.send(event.assoc, 0, 17, true, &initiate).unwrap();
+                }
+            }
+            while let Some(r) = peer.recv(&mut buf) {
+                let message = buf[..r.len].to_vec();
+                if r.ppid == PPID_DDP_SEGMENT {
+                    echoed += 1;
+                    peer.send(r.assoc, r.stream, r.ppid, true, &message)
+                        .unwrap();
+                } else if message[2..4] == [0, 5] {
+                    let mut accept = message.clone();
+                    accept[3] = 6;
+                    peer.send(r.assoc, r.stream, r.ppid, true, &accept[..8])
+                        .unwrap();
+                } else if message[2..4] == [0, 4] {
+                    peer.abort(r.assoc).unwrap();
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        echoed
+    }
+
+    #[test]
+    fn a_run_against_an_echo_peer_on_loopback() {
+        let port = 20_000 + (std::process::id() % 20_000) as u16;
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let peer = scope
+                .spawn(|| echo_peer(SocketAddrV4::new([127, 0, 0, 2].into(), port), None, &stop));
+            let args = EchoArgs::try_parse_from([
+                "sctp-echo",
+                "--connect",
+                "127.0.0.2",
+                "--bind",
+                "127.0.0.1",
+                "--udp-port",
+                &port.to_string(),
+                "--count",
+                "300",
+                "--timeout",
+                "20",
+            ])
+            .unwrap();
+            let never = AtomicBool::new(false);
+            let result = run(KernelUdp::new(args.bind, 1 << 20), &args, &never);
+            stop.store(true, Ordering::SeqCst);
+            assert_eq!(peer.join().unwrap(), 300);
+            let summary = result.unwrap();
+            assert!(summary.contains("300 DDP segments"), "{summary}");
+        });
+    }
+
+    #[test]
+    fn a_listening_run_against_an_initiating_echo_peer() {
+        let port = 20_001 + (std::process::id() % 20_000) as u16;
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let args = EchoArgs::try_parse_from([
+                "sctp-echo",
+                "--listen",
+                "--bind",
+                "127.0.0.1",
+                "--udp-port",
+                &port.to_string(),
+                "--count",
+                "200",
+                "--timeout",
+                "20",
+            ])
+            .unwrap();
+            let listener = KernelUdp::new(args.bind, 1 << 20);
+            let peer = scope.spawn(|| {
+                let ours = SocketAddrV4::new([127, 0, 0, 1].into(), port);
+                echo_peer(
+                    SocketAddrV4::new([127, 0, 0, 2].into(), port),
+                    Some(ours),
+                    &stop,
+                )
+            });
+            let never = AtomicBool::new(false);
+            let result = run(listener, &args, &never);
+            stop.store(true, Ordering::SeqCst);
+            assert_eq!(peer.join().unwrap(), 200);
+            let summary = result.unwrap();
+            assert!(summary.starts_with("accepted 127.0.0.2"), "{summary}");
+        });
+    }
+
     #[test]
     fn arguments() {
         assert!(EchoArgs::try_parse_from(["sctp-echo"]).is_err());
