@@ -419,6 +419,12 @@ impl<'a> Echo<'a> {
             session.handle_timeout(now);
         }
         self.decide()?;
+        // The Accept goes into the association before our first segment:
+        // SCTP gives it the lower TSN. Every message is unordered (RFC 5043
+        // §8), so a loss can still let a segment overtake it; the active
+        // side holds such a segment until the Accept (control's Initiator
+        // reports it as Early, sctp-ddp-peer keeps it).
+        busy |= self.send_control()?;
         busy |= self.send_segments()?;
         if self.echoed == self.args.count && self.terminated.is_none() {
             // RFC 5043 §6 (RFC 6581 §7 keeps it): an established stream
@@ -704,8 +710,8 @@ impl<'a> Echo<'a> {
             "{} {} (SCTP port {}, UDP {}, over {}): peer adaptation indication 1 (DDP); \
              Enhanced Initiate/Accept, our IRD={} ORD={}, the peer's IRD={} ORD={}; {} DDP \
              segments ({} to {} octets with the DDP-SSN) sent unordered, all echoed and checked \
-             octet for octet ({} octets); Session Terminate sent; association ended by the \
-             peer ({reason:?})",
+             octet for octet ({} octets); Session Terminate sent; the peer ended the \
+             association (sctp-lite's reason: {reason:?})",
             if self.args.listen {
                 "accepted"
             } else {

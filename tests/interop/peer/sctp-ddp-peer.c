@@ -27,7 +27,9 @@
  *    connect mode it sends an Enhanced Initiate first and expects an
  *    Enhanced Accept.
  *  - PPID 16 (DDP Segment): echoed octet for octet, unordered (RFC 5043 §8),
- *    on the stream it came on, with the same PPID.
+ *    on the stream it came on, with the same PPID. In connect mode a segment
+ *    delivered before the Enhanced Accept (unordered messages can overtake
+ *    it) is held and echoed once the Accept is in.
  *  - A Terminate or the end of the association: a summary line, exit 0.
  *    Anything unexpected: a line saying what, exit 1. No end within the
  *    timeout (-t, 60 s by default): exit 2.
@@ -86,6 +88,18 @@ static uint32_t adaptation_value;
 static int adaptation_said;
 static int session_up;
 static uint16_t control_ssn_tx;
+
+/* DDP segments that arrived before the Enhanced Accept. Every message is
+ * unordered (RFC 5043 §8), so a segment the responder sent after its Accept
+ * can be delivered first; it is held and echoed once the Accept is in. */
+#define EARLY_MAX 256
+static struct early {
+	uint16_t sid;
+	uint32_t ppid;
+	size_t len;
+	uint8_t *data;
+} early[EARLY_MAX];
+static int early_count;
 
 static void die(const char *what)
 {
@@ -367,6 +381,46 @@ static int on_notification(const uint8_t *m, size_t len)
 	}
 }
 
+/* Octet for octet, same stream, same PPID, unordered. */
+static void echo(int fd, uint16_t sid, uint32_t ppid, const uint8_t *data, size_t len)
+{
+	send_message(fd, sid, ppid, data, len);
+	echoed_messages++;
+	echoed_octets += (unsigned long long)len;
+}
+
+static void hold_early(uint16_t sid, uint32_t ppid, const uint8_t *data, size_t len, int initiator)
+{
+	/* RFC 5043 §6.6: the active side sends no segment before the Accept,
+	 * so the passive side can never see one before the Initiate. */
+	if (!initiator)
+		fail("a DDP segment before the Enhanced Initiate (RFC 5043 §6.6)");
+	if (early_count == EARLY_MAX)
+		fail("over 256 DDP segments before the Enhanced Accept");
+	early[early_count].data = malloc(len);
+	if (!early[early_count].data)
+		fail("out of memory");
+	memcpy(early[early_count].data, data, len);
+	early[early_count].sid = sid;
+	early[early_count].ppid = ppid;
+	early[early_count].len = len;
+	early_count++;
+}
+
+static void echo_early(int fd)
+{
+	int k;
+
+	if (early_count > 0)
+		printf("%s: %d DDP segment(s) arrived before the Enhanced Accept (unordered "
+		       "delivery, RFC 5043 §8): echoed now\n", prog, early_count);
+	for (k = 0; k < early_count; k++) {
+		echo(fd, early[k].sid, early[k].ppid, early[k].data, early[k].len);
+		free(early[k].data);
+	}
+	early_count = 0;
+}
+
 static void run(int fd, int initiator)
 {
 	static uint8_t buf[MESSAGE_MAX];
@@ -431,13 +485,14 @@ static void run(int fd, int initiator)
 				summary("Terminate");
 				exit(0);
 			}
+			if (session_up)
+				echo_early(fd);
 		} else if (info.rcv_ppid == htonl(PPID_DDP_SEGMENT)) {
-			if (!session_up)
-				fail("a DDP segment before the session was established (RFC 5043 §6.6)");
-			/* Octet for octet, same stream, same PPID, unordered. */
-			send_message(fd, info.rcv_sid, info.rcv_ppid, buf, (size_t)n);
-			echoed_messages++;
-			echoed_octets += (unsigned long long)n;
+			if (!session_up) {
+				hold_early(info.rcv_sid, info.rcv_ppid, buf, (size_t)n, initiator);
+				continue;
+			}
+			echo(fd, info.rcv_sid, info.rcv_ppid, buf, (size_t)n);
 		} else {
 			printf("%s: error: a message with PPID %u\n", prog, ntohl(info.rcv_ppid));
 			exit(1);
