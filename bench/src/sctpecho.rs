@@ -27,8 +27,11 @@
 //!    payload of segment k is `1 + k mod 1424` octets of a pattern of k, so
 //!    the default count covers every segment length from 19 (the 18-octet
 //!    header and one octet) to 1442, the largest that fits one packet at MTU
-//!    1500 (WIRE.md §5). Every echoed message is compared octet for octet
-//!    with what was sent, DDP-SSN included; each comes back exactly once.
+//!    1500 over UDP encapsulation (1500 - 20 IPv4 - 8 UDP - 12 SCTP common
+//!    header - 16 DATA chunk header = 1444, less the DDP-SSN; RFC 5043 §9
+//!    sends each DDP message unfragmented). Every echoed message is
+//!    compared octet for octet with what was sent, DDP-SSN included; each
+//!    comes back exactly once.
 //! 4. A Session Terminate (4), after which the peer ends the association.
 //!
 //! The exit status is 0 only when all of that held; the last line is
@@ -58,7 +61,7 @@ use crate::link::{self, LinkArgs, PeerTransport};
 /// The SCTP port of both ends by default (sctp-lite's).
 pub const SCTP_PORT: u16 = 5000;
 /// The largest DDP segment in one SCTP packet at MTU 1500 over UDP
-/// encapsulation: 1444 octets of user message less the DDP-SSN (WIRE.md §5).
+/// encapsulation: 1444 octets of user message less the DDP-SSN (RFC 5043 §9).
 pub const SEGMENT_LEN_MAX: usize = 1442;
 /// The DDP-SSN in front of every DDP message on SCTP (RFC 5043 §5).
 const SSN_LEN: usize = 2;
@@ -66,7 +69,7 @@ const SSN_LEN: usize = 2;
 pub const PAYLOAD_MAX: usize = SEGMENT_LEN_MAX - UNTAGGED_HEADER_LEN;
 const _: () = assert!(PAYLOAD_MAX == 1424);
 /// Messages in one run at most: the DDP-SSN names one of them unambiguously
-/// only while fewer than 2^15 are in flight (RFC 5043 §6.1, WIRE.md §5).
+/// only while fewer than 2^15 are in flight (RFC 5043 §6.1: sequence arithmetic mod 2^16).
 pub const COUNT_MAX: u32 = 32_768;
 /// How long the peer has to end the association after our Terminate.
 const CLOSE_LIMIT: Duration = Duration::from_secs(5);
@@ -821,7 +824,7 @@ mod tests {
         }
         assert_eq!(lengths.first(), Some(&(UNTAGGED_HEADER_LEN + 1)));
         assert_eq!(lengths.last(), Some(&SEGMENT_LEN_MAX));
-        // The largest message fills one packet at MTU 1500 (WIRE.md §5).
+        // The largest message fills one packet at MTU 1500 over UDP.
         assert_eq!(SEGMENT_LEN_MAX + SSN_LEN, 1500 - 56);
     }
 
