@@ -21,6 +21,8 @@
 //!   both roles.
 //! * [`connect`]: `bench connect`, connection establishment (TCP and
 //!   RFC 6581's enhanced MPA startup) per second and its latency.
+//! * [`sctpecho`]: `bench sctp-echo`, DDP over SCTP with enhanced session
+//!   control against a peer that echoes DDP segments (Linux kernel SCTP).
 //! * [`portcost`]: `bench port`, the smoltcp device layer's cost per
 //!   packet beside a raw DPDK loop on the same ports.
 //! * [`report`]: tables, `.hgrm`, `.hlog`, SVG plots and the JSON report.
@@ -41,5 +43,6 @@ pub mod responder;
 pub mod rig;
 pub mod rping;
 pub mod sctp;
+pub mod sctpecho;
 pub mod spec;
 pub mod workload;

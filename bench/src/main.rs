@@ -32,6 +32,7 @@ fn main() {
         Some("perftest") => Some(bench::perftest::main as fn(Vec<String>, &AtomicBool) -> i32),
         Some("port") => Some(bench::portcost::main as fn(Vec<String>, &AtomicBool) -> i32),
         Some("connect") => Some(bench::connect::main as fn(Vec<String>, &AtomicBool) -> i32),
+        Some("sctp-echo") => Some(bench::sctpecho::main as fn(Vec<String>, &AtomicBool) -> i32),
         _ => None,
     };
     if let Some(tool) = tool {

@@ -16,7 +16,8 @@
 #                          by siw-knobs.sh (Debian's kernel has no siw)
 #   out/initramfs.cpio.gz  busybox, dash, rdma-core (libibverbs + libsiw provider,
 #                          librdmacm, rping, ibv_*), perftest (ib_*), iproute2
-#                          (ip, rdma, ss), tcpdump, ethtool, the RDMA modules, and
+#                          (ip, rdma, ss), tcpdump, ethtool, the RDMA modules,
+#                          kernel SCTP (sctp.ko, UDP encapsulation), and
 #                          guest-init as /init
 #   out/manifest.txt       kernel and package versions that went in
 # Every step is skipped when its inputs have not changed, so a second run only
@@ -46,8 +47,10 @@ GUEST_BINS="usr/bin/rping usr/bin/ucmatose usr/bin/udaddy usr/bin/rdma_server us
  bin/ip sbin/ip usr/bin/ip usr/sbin/ip bin/ss usr/bin/ss sbin/rdma usr/bin/rdma usr/sbin/rdma
  usr/bin/tcpdump usr/sbin/tcpdump sbin/ethtool usr/sbin/ethtool bin/dash usr/bin/dash"
 # Kernel modules wanted in the guest (their dependencies come along).
+# sctp: Linux kernel SCTP (with udp_tunnel and libcrc32c), the peer of
+# DDP over SCTP (RFC 5043) for sctp-ddp-peer.c.
 GUEST_MODS="virtio_pci virtio_net virtio_console virtio_rng crc32c_generic crc32c_intel
- ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm siw"
+ ib_core ib_uverbs iw_cm ib_cm rdma_cm rdma_ucm siw sctp"
 STEP_TIMEOUT=${DPWARP_INTEROP_STEP_TIMEOUT:-900}
 
 T_START=$(date +%s)
@@ -303,6 +306,13 @@ else
         done <<< "$deps"
     done
     rm -rf "$MT"
+    # modules.dep for the shipped modules, so that `modprobe NAME` works in
+    # the guest too (busybox's modprobe reads it; built-ins are listed in
+    # modules.builtin).
+    for f in modules.builtin modules.order; do
+        [ -f "$kmods/$f" ] && cp "$kmods/$f" "$IR/lib/modules/$KVER/"
+    done
+    timeout "$STEP_TIMEOUT" depmod -b "$IR" "$KVER" 2> /dev/null || die "depmod on the initramfs failed"
     echo "$KVER" > "$IR/etc/dpw/kver"
 
     install -m 0755 "$PEER_DIR/guest-init" "$IR/init"
