@@ -320,10 +320,29 @@ impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
         first: usize,
         total: usize,
     ) -> Result<Vec<Pair>, String> {
-        let assoc = self.association()?;
         let streams = sctp_lite::Config::default()
             .streams
             .max((QPS_MAX + 1) as u16);
+        // Streams are not reused within an association: when this workload's
+        // would run past the last, the next association takes over (the
+        // earlier workloads' streams are closed by now).
+        if usize::from(self.next_stream) + spec.qps > usize::from(streams) {
+            if let Some(old) = self.assoc.take() {
+                if self.client.core.open_streams() > 0 {
+                    return Err("no unused DDP stream left on the association".into());
+                }
+                self.client.core.abort(old);
+                // Gone at both ends before the next INIT: opened at once
+                // instead, the new association never came up here (within
+                // the 10 s limit) while the old one was being torn down.
+                self.wait("the old association's end", &mut |rig| {
+                    rig.client.core.associations() == 0 && rig.server.core.associations() == 0
+                })?;
+                self.client.events.clear();
+            }
+            self.next_stream = 0;
+        }
+        let assoc = self.association()?;
         let mut opened = Vec::with_capacity(spec.qps);
         for qi in first..first + spec.qps {
             if self.next_stream >= streams {

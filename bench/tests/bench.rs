@@ -252,6 +252,30 @@ fn sctp_sizes_in_a_row_use_fresh_streams() {
     }
 }
 
+/// Streams are not reused within an association: workloads whose streams
+/// would run past the association's last go on a new association.
+#[test]
+fn sctp_workloads_past_the_streams_take_a_new_association() {
+    let mut rig = bench::sctp::embedded(&config(memory_for(400, 64))).unwrap();
+    for round in 0..3 {
+        let s = spec(Op::Write, Mode::Bandwidth, 64, 400);
+        let m = workload::run(
+            &mut rig,
+            &s,
+            round == 2,
+            &AtomicBool::new(false),
+            &mut |_| {},
+        )
+        .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(m.messages, 200, "round {round}");
+    }
+    let reports = rig.core_reports();
+    assert_eq!(
+        reports[0].counters.established, 1200,
+        "streams up at the client"
+    );
+}
+
 #[test]
 fn every_operation_runs_in_both_modes() {
     for op in Op::ALL {

@@ -443,6 +443,12 @@ impl<T: MessageTransport> SctpCore<T> {
         let _ = self.endpoint.abort(assoc);
     }
 
+    /// Associations the endpoint holds (closed ones until their last
+    /// packets went).
+    pub fn associations(&self) -> usize {
+        self.endpoint.associations()
+    }
+
     /// DDP streams open.
     pub fn open_streams(&self) -> usize {
         self.by_key.len()
