@@ -42,7 +42,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 use control::mpa::PeerValues;
-use control::session::{Accept, Established, Initiator, Input, Outcome, Responder, SessionConfig};
+use control::session::{
+    Accept, Established, Initiator, Input, Outcome, Responder, Session, SessionConfig,
+};
 use dataplane::MessageTransport;
 use rnic_engine::wire::ddp::{self, UNTAGGED_HEADER_LEN};
 use rnic_engine::wire::ddp_session::MESSAGE_LEN_MAX;
@@ -324,49 +326,6 @@ impl<T: MessageTransport> Wire<T> {
             // One the transport can never send: dropped, as a network would;
             // SCTP retransmits or gives up.
             Err(_) => true,
-        }
-    }
-}
-
-/// The DDP stream's session machine, by role.
-enum Session {
-    Initiator(Initiator),
-    Responder(Responder),
-}
-
-impl Session {
-    fn handle_message(&mut self, now: Instant, ppid: u32, message: &[u8]) -> Input {
-        match self {
-            Session::Initiator(s) => s.handle_message(now, ppid, message),
-            Session::Responder(s) => s.handle_message(now, ppid, message),
-        }
-    }
-
-    fn outcome(&self) -> Option<&Outcome> {
-        match self {
-            Session::Initiator(s) => s.outcome(),
-            Session::Responder(s) => s.outcome(),
-        }
-    }
-
-    fn poll_transmit(&mut self, out: &mut [u8]) -> Option<control::session::Transmit> {
-        match self {
-            Session::Initiator(s) => s.poll_transmit(out),
-            Session::Responder(s) => s.poll_transmit(out),
-        }
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        match self {
-            Session::Initiator(s) => s.handle_timeout(now),
-            Session::Responder(s) => s.handle_timeout(now),
-        }
-    }
-
-    fn terminate(&mut self) {
-        match self {
-            Session::Initiator(s) => s.terminate(),
-            Session::Responder(s) => s.terminate(),
         }
     }
 }

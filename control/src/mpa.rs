@@ -760,7 +760,7 @@ pub struct Accept {
     /// The ULP cannot work with less than this ORD: reject with TERM 2/0/6
     /// if the initiator's IRD is lower (RFC 6581 §9.1).
     pub ord_required: Option<u16>,
-    /// Private data for the Reply.
+    /// Private data for the Reply (or, over SCTP, the Accept).
     pub private_data: Vec<u8>,
 }
 

@@ -742,19 +742,9 @@ impl Request {
     }
 }
 
-/// The ULP's acceptance of a [`Request`].
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Accept {
-    /// IRD to grant, if not the configured one.
-    pub ird: Option<u16>,
-    /// ORD to use, if not the configured one.
-    pub ord: Option<u16>,
-    /// The ULP cannot work with less ORD: an Enhanced Initiate whose IRD is
-    /// lower gets an Enhanced Reject (RFC 6581 §7, §9.1).
-    pub ord_required: Option<u16>,
-    /// Private data for the Accept.
-    pub private_data: Vec<u8>,
-}
+/// The ULP's acceptance of a [`Request`]: the same answer as MPA's
+/// ([`crate::mpa::Accept`]); its private data goes in the Accept.
+pub use crate::mpa::Accept;
 
 /// The passive side of one DDP stream.
 #[derive(Debug)]
@@ -1018,4 +1008,55 @@ fn request_peer(word: &EnhancedRepr) -> Option<PeerValues> {
         ird: word.ird,
         ord: word.ord,
     })
+}
+
+/// One DDP stream's session machine, by role: what a core keeps per stream.
+#[derive(Debug)]
+pub enum Session {
+    /// The active side.
+    Initiator(Initiator),
+    /// The passive side.
+    Responder(Responder),
+}
+
+impl Session {
+    /// Takes one message of the stream with its PPID.
+    pub fn handle_message(&mut self, now: Instant, ppid: u32, message: &[u8]) -> Input {
+        match self {
+            Session::Initiator(s) => s.handle_message(now, ppid, message),
+            Session::Responder(s) => s.handle_message(now, ppid, message),
+        }
+    }
+
+    /// The outcome so far.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            Session::Initiator(s) => s.outcome(),
+            Session::Responder(s) => s.outcome(),
+        }
+    }
+
+    /// Writes the next queued message into `out`.
+    pub fn poll_transmit(&mut self, out: &mut [u8]) -> Option<Transmit> {
+        match self {
+            Session::Initiator(s) => s.poll_transmit(out),
+            Session::Responder(s) => s.poll_transmit(out),
+        }
+    }
+
+    /// Runs the timer.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match self {
+            Session::Initiator(s) => s.handle_timeout(now),
+            Session::Responder(s) => s.handle_timeout(now),
+        }
+    }
+
+    /// Ends the session with a Session Terminate.
+    pub fn terminate(&mut self) {
+        match self {
+            Session::Initiator(s) => s.terminate(),
+            Session::Responder(s) => s.terminate(),
+        }
+    }
 }

@@ -39,7 +39,8 @@ use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, SocketAddrV4};
 
 use control::session::{
-    Accept, Established, Failure, Initiator, Input, Outcome, Rejected, Responder, SessionConfig,
+    Accept, Established, Failure, Initiator, Input, Outcome, Rejected, Responder, Session,
+    SessionConfig,
 };
 use rnic_engine::qp::{QpEvent, QpState};
 use rnic_engine::sctp::rx::ReorderConfig;
@@ -168,48 +169,6 @@ pub enum OpenError {
     NoQp,
     /// The session configuration or private data is invalid.
     Config(&'static str),
-}
-
-enum Session {
-    Initiator(Initiator),
-    Responder(Responder),
-}
-
-impl Session {
-    fn handle_message(&mut self, now: Instant, ppid: u32, message: &[u8]) -> Input {
-        match self {
-            Session::Initiator(s) => s.handle_message(now, ppid, message),
-            Session::Responder(s) => s.handle_message(now, ppid, message),
-        }
-    }
-
-    fn outcome(&self) -> Option<&Outcome> {
-        match self {
-            Session::Initiator(s) => s.outcome(),
-            Session::Responder(s) => s.outcome(),
-        }
-    }
-
-    fn poll_transmit(&mut self, out: &mut [u8]) -> Option<control::session::Transmit> {
-        match self {
-            Session::Initiator(s) => s.poll_transmit(out),
-            Session::Responder(s) => s.poll_transmit(out),
-        }
-    }
-
-    fn handle_timeout(&mut self, now: Instant) {
-        match self {
-            Session::Initiator(s) => s.handle_timeout(now),
-            Session::Responder(s) => s.handle_timeout(now),
-        }
-    }
-
-    fn terminate(&mut self) {
-        match self {
-            Session::Initiator(s) => s.terminate(),
-            Session::Responder(s) => s.terminate(),
-        }
-    }
 }
 
 /// One DDP stream.
