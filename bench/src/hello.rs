@@ -19,7 +19,7 @@
 //! octets): its memory. A server that cannot serve the workload rejects with
 //! `"DPWB!"` and a line of UTF-8 saying why.
 
-use crate::spec::{Mode, Op};
+use crate::spec::{Mode, Op, Spec};
 
 const MAGIC: &[u8; 4] = b"DPWB";
 const VERSION: u8 = 1;
@@ -59,6 +59,30 @@ fn op_code(op: Op) -> u8 {
 }
 
 impl ClientHello {
+    /// The hello of QP `qi` of `total` running `spec`, the client's memory
+    /// at `stag`/`to`; `last`: the client's last size.
+    pub fn of(
+        spec: &Spec,
+        qi: usize,
+        total: usize,
+        last: bool,
+        memory: (u32, u64),
+        run: u64,
+    ) -> Self {
+        ClientHello {
+            op: spec.op,
+            mode: spec.mode,
+            size: spec.size as u32,
+            depth: spec.depth as u16,
+            qi: qi as u16,
+            qps: total as u16,
+            last,
+            stag: memory.0,
+            to: memory.1,
+            run,
+        }
+    }
+
     /// Its octets.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(CLIENT_LEN);

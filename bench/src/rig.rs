@@ -386,18 +386,14 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
         let mut slots = Vec::with_capacity(spec.qps);
         for qi in first..first + spec.qps {
             slots.push(qi);
-            let h = ClientHello {
-                op: spec.op,
-                mode: spec.mode,
-                size: spec.size as u32,
-                depth: spec.depth as u16,
-                qi: qi as u16,
-                qps: total as u16,
+            let h = ClientHello::of(
+                spec,
+                qi,
+                total,
                 last,
-                stag: self.client.mr.stag,
-                to: self.client.mr.base_to,
-                run: self.run,
-            };
+                (self.client.mr.stag, self.client.mr.base_to),
+                self.run,
+            );
             let token =
                 self.client
                     .control

@@ -348,18 +348,14 @@ impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
             if self.next_stream >= streams {
                 return Err("the association has no unused stream left".into());
             }
-            let h = ClientHello {
-                op: spec.op,
-                mode: spec.mode,
-                size: spec.size as u32,
-                depth: spec.depth as u16,
-                qi: qi as u16,
-                qps: total as u16,
+            let h = ClientHello::of(
+                spec,
+                qi,
+                total,
                 last,
-                stag: self.client.mr.stag,
-                to: self.client.mr.base_to,
-                run: self.run,
-            };
+                (self.client.mr.stag, self.client.mr.base_to),
+                self.run,
+            );
             let stream = self.next_stream;
             self.next_stream += 1;
             let qp = self
