@@ -45,6 +45,7 @@ use control::mpa::PeerValues;
 use control::session::{
     Accept, Established, Initiator, Input, Outcome, Responder, Session, SessionConfig,
 };
+use dataplane::sctp::Wire;
 use dataplane::MessageTransport;
 use rnic_engine::wire::ddp::{self, UNTAGGED_HEADER_LEN};
 use rnic_engine::wire::ddp_session::MESSAGE_LEN_MAX;
@@ -55,7 +56,7 @@ use sctp_lite::{
     UDP_ENCAPSULATION_PORT,
 };
 use tcp_lite::sys::udp::KernelUdp;
-use tcp_lite::{Duration, Instant, UdpId};
+use tcp_lite::{Duration, Instant};
 
 use crate::endpoint::now;
 use crate::link::{self, LinkArgs, PeerTransport};
@@ -79,6 +80,8 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 const DEFAULT_TAP: &str = "dpwsctp0";
 /// The IP MTU of every link here.
 const MTU: usize = 1500;
+/// Datagrams taken from the transport per round (a bounded burst).
+const RX_BURST: usize = 64;
 
 /// `bench sctp-echo`'s command line.
 #[derive(Debug, Parser)]
@@ -190,19 +193,11 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
 
 /// One run over `transport`: the summary, or what went wrong.
 fn run<T: MessageTransport>(
-    mut transport: T,
+    transport: T,
     args: &EchoArgs,
     stop: &AtomicBool,
 ) -> Result<String, String> {
-    let udp = transport
-        .udp_bind(args.udp_port)
-        .map_err(|e| format!("UDP port {}: {e}", args.udp_port))?;
-    let mut wire = Wire {
-        transport,
-        udp,
-        packet: vec![0; MTU],
-        held: None,
-    };
+    let mut wire = Wire::bind(transport, args.udp_port, MTU)?;
     let config = Config {
         accept: args.listen,
         associations_max: 4,
@@ -246,86 +241,22 @@ fn run<T: MessageTransport>(
                 echo.progress()
             ));
         }
-        let mut busy = wire.receive(&mut echo.endpoint, now);
+        let mut busy = wire.transport_mut().poll(now);
+        busy |= wire.receive(&mut echo.endpoint, now, RX_BURST) > 0;
         if echo.endpoint.poll_timeout().is_some_and(|t| t <= now) {
             echo.endpoint.handle_timeout(now);
         }
         busy |= echo.step(now)?;
-        busy |= wire.transmit(&mut echo.endpoint, now);
-        wire.transport.flush();
+        if wire.transmit(&mut echo.endpoint, now) {
+            busy = true;
+            wire.transport_mut().poll(now);
+        }
+        wire.transport_mut().flush();
         if let Some(summary) = echo.finished(now)? {
             return Ok(summary);
         }
         if !busy {
             std::thread::sleep(std::time::Duration::from_micros(50));
-        }
-    }
-}
-
-/// The carrier: UDP datagrams to and from the endpoint.
-struct Wire<T> {
-    transport: T,
-    udp: UdpId,
-    packet: Vec<u8>,
-    /// A packet the transport pushed back, sent first next time.
-    held: Option<(SocketAddrV4, usize)>,
-}
-
-impl<T: MessageTransport> Wire<T> {
-    /// Received datagrams into the endpoint; whether any came.
-    fn receive(&mut self, endpoint: &mut Endpoint, now: Instant) -> bool {
-        let mut busy = self.transport.poll(now);
-        // A bounded burst (STYLE.md §5), as dataplane's SctpCore takes.
-        for _ in 0..64 {
-            let got = self.transport.udp_recv_with(self.udp, |datagram, from| {
-                endpoint.handle_datagram(now, SocketAddr::V4(from), datagram);
-            });
-            if got.is_none() {
-                break;
-            }
-            busy = true;
-        }
-        busy
-    }
-
-    /// The endpoint's packets into datagrams until it has none or the
-    /// transport pushes back; whether any went.
-    fn transmit(&mut self, endpoint: &mut Endpoint, now: Instant) -> bool {
-        let mut busy = false;
-        if let Some((remote, len)) = self.held {
-            if !self.send(remote, len) {
-                return false;
-            }
-            self.held = None;
-            busy = true;
-        }
-        while let Some(t) = endpoint.poll_transmit(now, &mut self.packet) {
-            busy = true;
-            let SocketAddr::V4(remote) = t.remote else {
-                continue;
-            };
-            if !self.send(remote, t.len) {
-                self.held = Some((remote, t.len));
-                break;
-            }
-        }
-        if busy {
-            self.transport.poll(now);
-        }
-        busy
-    }
-
-    fn send(&mut self, remote: SocketAddrV4, len: usize) -> bool {
-        let packet = &self.packet[..len];
-        match self
-            .transport
-            .udp_send_with(self.udp, remote, len, |buf| buf.copy_from_slice(packet))
-        {
-            Ok(()) => true,
-            Err(tcp_lite::UdpError::Full) => false,
-            // One the transport can never send: dropped, as a network would;
-            // SCTP retransmits or gives up.
-            Err(_) => true,
         }
     }
 }
@@ -805,8 +736,8 @@ mod tests {
     /// With `connect`, it opens the association and sends an Enhanced
     /// Initiate (IRD = ORD = 16) first.
     fn echo_peer(addr: SocketAddrV4, connect: Option<SocketAddrV4>, stop: &AtomicBool) -> u32 {
-        use sctp_lite::sys::udp::UdpDriver;
-        let mut driver = UdpDriver::bind(SocketAddr::V4(addr)).unwrap();
+        let udp = KernelUdp::new(*addr.ip(), 1 << 20);
+        let mut wire = Wire::bind(udp, addr.port(), MTU).unwrap();
         let mut peer = Endpoint::new(Config::default(), std::time::Instant::now()).unwrap();
         let mut buf = vec![0u8; 2048];
         let mut echoed = 0;
@@ -814,7 +745,11 @@ mod tests {
             peer.connect(now(), SocketAddr::V4(remote)).unwrap();
         }
         while !stop.load(Ordering::SeqCst) {
-            driver.poll(&mut peer, now()).unwrap();
+            wire.receive(&mut peer, now(), RX_BURST);
+            if peer.poll_timeout().is_some_and(|t| t <= now()) {
+                peer.handle_timeout(now());
+            }
+            wire.transmit(&mut peer, now());
             while let Some(event) = peer.poll_event() {
                 if let (EventKind::Up { .. }, Some(_)) = (event.kind, connect) {
                     let initiate = [0, 0, 0, 5, 0, 16, 0, 16];

@@ -225,11 +225,125 @@ pub struct SctpCounters {
     pub streams_ended: u64,
 }
 
+/// UDP datagrams to and from an SCTP endpoint on a [`MessageTransport`]:
+/// received datagrams into the endpoint, its packets into datagrams, and a
+/// packet the transport pushed back kept and sent first next time (never
+/// dropped here). The carrier of [`SctpCore`] and of anything else that
+/// drives a `sctp_lite::Endpoint` (`bench sctp-echo`).
+pub struct Wire<T: MessageTransport> {
+    transport: T,
+    udp: UdpId,
+    packet: Vec<u8>,
+    held: Option<(SocketAddrV4, usize)>,
+    /// Datagrams sent.
+    pub tx_datagrams: u64,
+    /// Times the transport pushed back a datagram.
+    pub tx_full: u64,
+}
+
+impl<T: MessageTransport> Wire<T> {
+    /// A UDP socket on `port` of `transport` (0: an ephemeral one), for
+    /// packets of at most `packet_max` octets.
+    pub fn bind(mut transport: T, port: u16, packet_max: usize) -> Result<Wire<T>, String> {
+        let udp = transport
+            .udp_bind(port)
+            .map_err(|e| format!("cannot bind UDP port {port}: {e}"))?;
+        Ok(Wire {
+            transport,
+            udp,
+            packet: vec![0; packet_max],
+            held: None,
+            tx_datagrams: 0,
+            tx_full: 0,
+        })
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// The transport, to poll and flush.
+    pub fn transport_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+
+    /// The socket's local address.
+    pub fn local(&self) -> Option<SocketAddrV4> {
+        self.transport.udp_local(self.udp).ok()
+    }
+
+    /// At most `budget` received datagrams into `endpoint` (a bounded
+    /// burst, STYLE.md §5); how many.
+    pub fn receive(
+        &mut self,
+        endpoint: &mut sctp_lite::Endpoint,
+        now: Instant,
+        budget: usize,
+    ) -> usize {
+        let mut n = 0;
+        while n < budget {
+            let got = self.transport.udp_recv_with(self.udp, |datagram, from| {
+                endpoint.handle_datagram(now, SocketAddr::V4(from), datagram);
+            });
+            if got.is_none() {
+                break;
+            }
+            n += 1;
+        }
+        n
+    }
+
+    /// The endpoint's packets into datagrams until it has none or the
+    /// transport pushes back (the packet is kept for the next call);
+    /// whether any went.
+    pub fn transmit(&mut self, endpoint: &mut sctp_lite::Endpoint, now: Instant) -> bool {
+        let mut busy = false;
+        if let Some((remote, len)) = self.held {
+            if !self.send(remote, len) {
+                return false;
+            }
+            self.held = None;
+            busy = true;
+        }
+        while let Some(t) = endpoint.poll_transmit(now, &mut self.packet) {
+            busy = true;
+            let SocketAddr::V4(remote) = t.remote else {
+                continue;
+            };
+            if !self.send(remote, t.len) {
+                self.held = Some((remote, t.len));
+                break;
+            }
+        }
+        busy
+    }
+
+    fn send(&mut self, remote: SocketAddrV4, len: usize) -> bool {
+        let packet = &self.packet[..len];
+        match self
+            .transport
+            .udp_send_with(self.udp, remote, len, |buf| buf.copy_from_slice(packet))
+        {
+            Ok(()) => {
+                self.tx_datagrams += 1;
+                true
+            }
+            Err(tcp_lite::UdpError::Full) => {
+                self.tx_full += 1;
+                false
+            }
+            // A datagram the transport can never send: dropped, as a
+            // network would; SCTP retransmits or gives up.
+            Err(_) => true,
+        }
+    }
+}
+
 /// One poll-mode core running DDP over SCTP over UDP.
 pub struct SctpCore<T: MessageTransport> {
     config: SctpCoreConfig,
-    transport: T,
-    udp: UdpId,
+    wire: Wire<T>,
     endpoint: sctp_lite::Endpoint,
     rnic: Rnic,
     qp_init: QpInit,
@@ -238,9 +352,6 @@ pub struct SctpCore<T: MessageTransport> {
     by_key: HashMap<(AssocId, u16), usize>,
     by_qp: HashMap<QpHandle, usize>,
     events: VecDeque<SctpEvent>,
-    /// A packet the transport pushed back, sent first next turn.
-    held_packet: Option<(SocketAddrV4, usize)>,
-    packet: Vec<u8>,
     message: Vec<u8>,
     window: Vec<u8>,
     lengths: Vec<u16>,
@@ -255,7 +366,7 @@ impl<T: MessageTransport> SctpCore<T> {
     /// the endpoint's clock (see `sctp_lite::Endpoint::new`).
     pub fn new(
         config: SctpCoreConfig,
-        mut transport: T,
+        transport: T,
         udp_port: u16,
         rnic: Rnic,
         qp_init: QpInit,
@@ -265,14 +376,11 @@ impl<T: MessageTransport> SctpCore<T> {
             .session
             .validate()
             .map_err(|e| format!("session: {e}"))?;
-        let udp = transport
-            .udp_bind(udp_port)
-            .map_err(|e| format!("cannot bind UDP port {udp_port}: {e}"))?;
+        let wire = Wire::bind(transport, udp_port, config.endpoint.packet_size_max())?;
         let endpoint = sctp_lite::Endpoint::new(config.endpoint.clone(), epoch)
             .map_err(|e| format!("SCTP endpoint: {e}"))?;
         let message_max = config.endpoint.message_size_max();
         Ok(SctpCore {
-            packet: vec![0; config.endpoint.packet_size_max()],
             message: vec![0; message_max.max(1 << 10)],
             window: vec![0; (64 << 10).max(message_max)],
             lengths: Vec::with_capacity(64),
@@ -281,11 +389,9 @@ impl<T: MessageTransport> SctpCore<T> {
             by_key: HashMap::new(),
             by_qp: HashMap::new(),
             events: VecDeque::new(),
-            held_packet: None,
             counters: SctpCounters::default(),
             config,
-            transport,
-            udp,
+            wire,
             endpoint,
             rnic,
             qp_init,
@@ -304,12 +410,12 @@ impl<T: MessageTransport> SctpCore<T> {
 
     /// The transport.
     pub fn transport(&self) -> &T {
-        &self.transport
+        self.wire.transport()
     }
 
     /// The local UDP address of the core's endpoint.
     pub fn local(&self) -> Option<SocketAddrV4> {
-        self.transport.udp_local(self.udp).ok()
+        self.wire.local()
     }
 
     /// Counters so far.
@@ -416,8 +522,12 @@ impl<T: MessageTransport> SctpCore<T> {
     /// One turn (see the module docs). Returns whether anything moved.
     pub fn turn(&mut self, now: Instant) -> bool {
         self.counters.turns += 1;
-        let mut busy = self.transport.poll(now);
-        busy |= self.receive_datagrams(now);
+        let mut busy = self.wire.transport_mut().poll(now);
+        let received = self
+            .wire
+            .receive(&mut self.endpoint, now, self.config.rx_datagrams);
+        self.counters.rx_datagrams += received as u64;
+        busy |= received > 0;
         if self.endpoint.poll_timeout().is_some_and(|t| t <= now) {
             self.endpoint.handle_timeout(now);
         }
@@ -425,12 +535,14 @@ impl<T: MessageTransport> SctpCore<T> {
         busy |= self.receive_messages(now);
         self.sessions(now);
         busy |= self.transmit_messages();
-        busy |= self.transmit_packets(now);
+        busy |= self.wire.transmit(&mut self.endpoint, now);
+        self.counters.tx_datagrams = self.wire.tx_datagrams;
+        self.counters.tx_full = self.wire.tx_full;
         if busy {
-            self.transport.poll(now);
+            self.wire.transport_mut().poll(now);
             self.counters.busy_turns += 1;
         }
-        self.transport.flush();
+        self.wire.transport_mut().flush();
         busy
     }
 
@@ -450,22 +562,6 @@ impl<T: MessageTransport> SctpCore<T> {
         self.by_key.insert(key, index);
         self.by_qp.insert(qp, index);
         index
-    }
-
-    fn receive_datagrams(&mut self, now: Instant) -> bool {
-        let mut n = 0;
-        while n < self.config.rx_datagrams {
-            let endpoint = &mut self.endpoint;
-            let got = self.transport.udp_recv_with(self.udp, |datagram, from| {
-                endpoint.handle_datagram(now, SocketAddr::V4(from), datagram);
-            });
-            if got.is_none() {
-                break;
-            }
-            n += 1;
-        }
-        self.counters.rx_datagrams += n as u64;
-        n > 0
     }
 
     fn association_events(&mut self, now: Instant) -> bool {
@@ -787,49 +883,5 @@ impl<T: MessageTransport> SctpCore<T> {
             }
         }
         busy
-    }
-
-    /// The endpoint's SCTP packets into UDP datagrams, until it has none or
-    /// the transport pushes back (the packet is kept for the next turn).
-    fn transmit_packets(&mut self, now: Instant) -> bool {
-        let mut busy = false;
-        if let Some((remote, len)) = self.held_packet {
-            if !self.send_packet(remote, len) {
-                return false;
-            }
-            self.held_packet = None;
-            busy = true;
-        }
-        while let Some(t) = self.endpoint.poll_transmit(now, &mut self.packet) {
-            busy = true;
-            let SocketAddr::V4(remote) = t.remote else {
-                continue;
-            };
-            if !self.send_packet(remote, t.len) {
-                self.held_packet = Some((remote, t.len));
-                break;
-            }
-        }
-        busy
-    }
-
-    fn send_packet(&mut self, remote: SocketAddrV4, len: usize) -> bool {
-        let packet = &self.packet[..len];
-        match self
-            .transport
-            .udp_send_with(self.udp, remote, len, |buf| buf.copy_from_slice(packet))
-        {
-            Ok(()) => {
-                self.counters.tx_datagrams += 1;
-                true
-            }
-            Err(tcp_lite::UdpError::Full) => {
-                self.counters.tx_full += 1;
-                false
-            }
-            // A datagram the transport can never send: dropped, as a
-            // network would; SCTP retransmits or gives up.
-            Err(_) => true,
-        }
     }
 }

@@ -2,10 +2,10 @@
 //!
 //! Heads up! Before working on this crate read RFC 9260 (SCTP), RFC 6951 (SCTP
 //! over UDP), RFC 5061 §4.2.6 (the Adaptation Layer Indication), RFC 5043 (DDP
-//! over SCTP; `/work/shared/spec/WIRE.md` §5 has its wire facts) and the
-//! fork's changes in `third_party/sctp-proto/DPWARP.md`.
+//! over SCTP: §5 its messages, §7.1 the adaptation check) and the fork's
+//! changes in `third_party/sctp-proto/DPWARP.md`.
 //!
-//! Everything here is sans-IO except [`sys`]: no socket, clock or thread. Time
+//! Everything here is sans-IO: no socket, clock or thread. Time
 //! is an argument ([`Instant`], the same type as tcp-lite's), and datagrams go
 //! in and out as (remote [`SocketAddr`](std::net::SocketAddr), SCTP packet)
 //! pairs: the UDP header of RFC 6951's encapsulation is the carrier's job.
@@ -14,14 +14,15 @@
 //!   ([`UDP_ENCAPSULATION_PORT`] by default): connect and accept, the DDP
 //!   check of the peer's adaptation code point (RFC 5043 §7.1), messages on
 //!   (association, stream, PPID, ordered or not), events, timers.
-//! * [`sys::udp`]: the same endpoint over a non-blocking kernel UDP socket,
-//!   for tests and the benchmark.
+//!
+//! The carrier of the datagrams is the caller's: `dataplane::sctp::Wire`
+//! moves them between an endpoint and tcp-lite's UDP (a `Stack`'s device or
+//! the kernel's sockets).
 #![forbid(unsafe_code)]
 
 mod config;
 mod endpoint;
 mod event;
-pub mod sys;
 
 pub use config::{
     Config, ConfigError, ADAPTATION_CODE_POINT_DDP, DATA_CHUNK_HEADER_LEN, IPV4_HEADER_LEN,
