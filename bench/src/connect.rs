@@ -255,7 +255,7 @@ impl ConnectReport {
         let us = |ns: u64| ns as f64 / 1000.0;
         let (threads, close) = if self.llp == "sctp" {
             (
-                "both cores on one thread; session control in the cores",
+                "both cores on one thread; session control on each RNIC's control-plane thread",
                 "the initiator's ABORT once both ends had the stream up",
             )
         } else {
@@ -423,7 +423,7 @@ fn banner(s: &Settings, llp: crate::args::LlpArg) -> String {
              adaptation indication both ways, RFC 5043 §7.1) + one DDP stream opened with RFC \
              6581 §7's Enhanced Initiate and Accept (IRD/ORD) to a connected QP on both ends, \
              then an ABORT | {} in flight\n \
-             both RNICs' cores on one thread ({place}); session control in the cores",
+             both RNICs' cores on one thread ({place}); session control on each RNIC's control-plane thread",
             s.parallel
         );
     }

@@ -8,13 +8,16 @@
 //! QP of a workload (Enhanced Initiate, RFC 6581 §7), carrying the same
 //! hello as MPA's private data ([`crate::hello`]); the server accepts every
 //! stream with its own hello (its memory) and serves it as it serves an
-//! MPA connection. Both RNICs run on this thread (one core).
+//! MPA connection. Both RNICs run on this thread (one core); each has its
+//! control-plane thread, which runs session establishment (the server's
+//! decides every Initiate, as an MPA server's decides every Request).
 
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
+use control::runtime::{ControlPlane, Decision};
 use control::session::Accept;
 use dataplane::DpdkDevice;
 use dataplane::{MessageTransport, SctpCore, SctpCoreConfig, SctpEvent};
@@ -42,6 +45,8 @@ const SERVER_UDP_PORT: u16 = sctp_lite::UDP_ENCAPSULATION_PORT;
 pub struct SctpEndpoint<T: MessageTransport> {
     /// The core.
     pub core: SctpCore<T>,
+    /// Its control plane (session establishment), alive as long as it.
+    _plane: ControlPlane,
     cq: CqHandle,
     region: Arc<Region>,
     mr: Mr,
@@ -59,7 +64,7 @@ impl<T: MessageTransport> SctpEndpoint<T> {
         mtu: usize,
         memory: usize,
         seed: u64,
-        accept: Accept,
+        serve: bool,
     ) -> Result<SctpEndpoint<T>, String> {
         let mut rnic = Rnic::new(RnicConfig {
             stag_seed: seed,
@@ -96,7 +101,6 @@ impl<T: MessageTransport> SctpEndpoint<T> {
             ..sctp_lite::Config::default()
         };
         let mut config = SctpCoreConfig::new(endpoint);
-        config.accept = accept;
         // Messages overtaken by a retransmission wait in the QP's reorder
         // window: room for what the peer can send meanwhile.
         config.reorder = ReorderConfig {
@@ -104,16 +108,43 @@ impl<T: MessageTransport> SctpEndpoint<T> {
             octets: 16 << 20,
         };
         config.streams_max = QPS_MAX + 64;
-        let core = SctpCore::new(
+        let (plane, mut links) = ControlPlane::start(1);
+        if serve {
+            // The server's memory goes out in every Accept, as MPA's Reply
+            // does.
+            let hello = ServerHello {
+                stag: mr.stag,
+                to: mr.base_to,
+            }
+            .encode();
+            let accept = move |_: &_, _| {
+                Decision::Accept(Accept {
+                    private_data: hello.clone(),
+                    ..Accept::default()
+                })
+            };
+            plane.listen_sessions(0, config.session.clone(), Box::new(accept));
+        }
+        let epoch = StdInstant::now();
+        let mut core = SctpCore::new(
             config,
             transport,
             udp_port,
+            links.remove(0),
             rnic,
             qp_init,
-            StdInstant::now(),
+            epoch,
         )?;
+        // Initiates before the listen reaches the core would be refused.
+        while serve && !core.link().session_listening() {
+            if epoch.elapsed() > SETUP_LIMIT {
+                return Err("the control plane did not start listening for DDP streams".into());
+            }
+            core.turn(now());
+        }
         Ok(SctpEndpoint {
             core,
+            _plane: plane,
             cq,
             region,
             mr,
@@ -193,29 +224,12 @@ impl<C: MessageTransport, S: MessageTransport> SctpRig<C, S> {
     /// A client and a server whose endpoint listens on UDP port
     /// `server_port` of its transport (0: an ephemeral one).
     fn new(client: C, server: S, server_port: u16, config: &RigConfig) -> Result<Self, String> {
-        let client =
-            SctpEndpoint::new(client, 0, config.mtu, config.memory, 11, Accept::default())?;
-        // The server's memory goes out in every Accept, as MPA's Reply does.
-        let mut server = SctpEndpoint::new(
-            server,
-            server_port,
-            config.mtu,
-            config.memory,
-            12,
-            Accept::default(),
-        )?;
+        let client = SctpEndpoint::new(client, 0, config.mtu, config.memory, 11, false)?;
+        let server = SctpEndpoint::new(server, server_port, config.mtu, config.memory, 12, true)?;
         let server_addr = server
             .core
             .local()
             .ok_or("the server's UDP socket has no address")?;
-        let hello = ServerHello {
-            stag: server.mr.stag,
-            to: server.mr.base_to,
-        };
-        server.core.set_accept(Accept {
-            private_data: hello.encode(),
-            ..Accept::default()
-        });
         Ok(SctpRig {
             client,
             server,

@@ -66,18 +66,35 @@
 //! that many startups, each until its responder's `request_timeout`
 //! ([`StartupConfig`]; RFC 5044 §7.1 has the responder time out).
 //!
+//! # DDP streams over SCTP
+//!
+//! The same thread runs session establishment of DDP streams (RFC 5043 §6,
+//! RFC 6581 §7; [`crate::session`]) for the cores that own SCTP
+//! associations. The association stays the core's; a stream in
+//! establishment is a [`SessionId`] here. The core's link forwards a
+//! peer's first message on a stream ([`CoreLink::initiated_session`],
+//! refused at once when no one listens ([`ControlPlane::listen_sessions`])
+//! or a startup limit is reached, the same limits as MPA's), its own opens
+//! ([`CoreLink::open_session`]) and the stream's messages until it is up;
+//! the control plane answers with messages to send and the end
+//! ([`SessionAction`]). An established stream comes back with its machine,
+//! which the core keeps for the session's Terminate. Per stream the
+//! control plane sends at most [`crate::session::OUTBOX_MESSAGES_MAX`]
+//! messages and its end, so the startups bound the backlog as above.
+//!
 //! This module is the crate's one exception to sans-IO (STYLE.md §1.1): it
 //! starts a thread and reads the clock. The state machines it drives are in
 //! [`crate::mpa`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
-use std::net::SocketAddrV4;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant as StdInstant};
 
 use crossbeam_channel::{bounded, Receiver, Select, Sender, TryRecvError, TrySendError};
+use rnic_engine::wire::ddp_session::MESSAGE_LEN_MAX;
 use rnic_engine::wire::mpa_rr::{HEADER_LEN, PRIVATE_DATA_LEN_MAX};
 use tcp_lite::{ConnId, Event, EventKind, Instant, ListenError, ListenerId, Transport};
 
@@ -85,6 +102,7 @@ use crate::mpa::{
     Accept, Established, FailReason, Failure, Initiator, Outcome, Rejected, Request, Responder,
     StartupConfig,
 };
+use crate::session::{self, Session, SessionConfig};
 
 /// Which poll-mode core.
 pub type CoreId = u16;
@@ -205,6 +223,57 @@ pub enum Decision {
 /// peer's private data and, if enhanced, its IRD/ORD) and the peer's address.
 pub type OnRequest = Box<dyn FnMut(&Request, SocketAddrV4) -> Decision + Send>;
 
+/// A DDP stream of an SCTP association in session establishment (RFC 5043
+/// §6), as the core that owns the association numbers it for the control
+/// plane (the association and its streams stay the core's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(pub u64);
+
+/// The ULP's accept/reject callback for DDP streams a peer opens (RFC 5043
+/// §6.2-§6.3): the Initiate (the peer's private data and, if enhanced, its
+/// IRD/ORD) and the peer's address.
+pub type OnInitiate = Box<dyn FnMut(&session::Request, SocketAddr) -> Decision + Send>;
+
+/// How a DDP stream's session establishment ended, as the core hears it.
+#[derive(Debug)]
+pub enum SessionResult {
+    /// Established: connect the stream's QP with `session`. The machine
+    /// comes along, up: the core keeps it for the rest of the session (the
+    /// peer's Session Terminate, its own; RFC 6581 §7).
+    Established {
+        /// The negotiated values.
+        session: session::Established,
+        /// The stream's session machine.
+        machine: Box<Session>,
+    },
+    /// The passive side's ULP rejected it (RFC 5043 §6.3).
+    Rejected(session::Rejected),
+    /// It failed: the messages that said so went out before this.
+    Failed(session::Failure),
+}
+
+/// What the control plane asks of a core's DDP streams, in the order it
+/// asks.
+#[derive(Debug)]
+pub enum SessionAction {
+    /// Send `message` with `ppid` on the stream, unordered (RFC 5043 §8).
+    Send {
+        /// The stream.
+        id: SessionId,
+        /// 17 for session control, 16 for an RDMAP Terminate segment.
+        ppid: u32,
+        /// The message.
+        message: Vec<u8>,
+    },
+    /// The stream's establishment ended.
+    Done {
+        /// The stream.
+        id: SessionId,
+        /// How.
+        result: SessionResult,
+    },
+}
+
 /// From a core to the control plane (over the core's own channel: the
 /// channel says which core).
 #[derive(Debug)]
@@ -231,6 +300,34 @@ enum ToControl {
     /// The answer to a heartbeat, with the accepts the link refused so far.
     Alive {
         refused: u64,
+    },
+    /// The core opens a DDP stream: run an initiator.
+    SessionOpen {
+        id: SessionId,
+        peer: SocketAddr,
+        config: SessionConfig,
+        private_data: Vec<u8>,
+    },
+    /// A peer opened a DDP stream with this message (PPID `ppid`): run a
+    /// responder.
+    SessionInitiated {
+        id: SessionId,
+        peer: SocketAddr,
+        ppid: u32,
+        message: Vec<u8>,
+    },
+    /// A message on a stream in establishment (a DDP segment is announced
+    /// with no octets: the core holds it).
+    SessionInput {
+        id: SessionId,
+        ppid: u32,
+        message: Vec<u8>,
+    },
+    /// The stream ends: with a Session Terminate (`terminate`), or with its
+    /// association (nothing more can go out).
+    SessionEnd {
+        id: SessionId,
+        terminate: bool,
     },
 }
 
@@ -263,6 +360,19 @@ enum ToCore {
     },
     /// Answer at your next poll.
     Heartbeat,
+    /// Take DDP streams peers open (the application listens for them).
+    SessionListen,
+    /// Send a message on a stream in establishment.
+    SessionSend {
+        id: SessionId,
+        ppid: u32,
+        message: Vec<u8>,
+    },
+    /// A stream's establishment ended.
+    SessionDone {
+        id: SessionId,
+        result: SessionResult,
+    },
 }
 
 impl ToCore {
@@ -278,7 +388,10 @@ impl ToCore {
             ToCore::Listen { .. }
             | ToCore::Connect { .. }
             | ToCore::Done { conn: None, .. }
-            | ToCore::Heartbeat => None,
+            | ToCore::Heartbeat
+            | ToCore::SessionListen
+            | ToCore::SessionSend { .. }
+            | ToCore::SessionDone { .. } => None,
         }
     }
 }
@@ -325,6 +438,11 @@ enum Command {
         config: StartupConfig,
         private_data: Vec<u8>,
         token: u64,
+    },
+    ListenSessions {
+        core: CoreId,
+        config: SessionConfig,
+        on_initiate: OnInitiate,
     },
     Stop,
 }
@@ -420,6 +538,12 @@ pub struct CoreLink {
     /// The control plane is gone: no more startups.
     dead: bool,
     handoffs: VecDeque<Handoff>,
+    /// The application listens for DDP streams peers open.
+    session_listening: bool,
+    /// DDP streams in establishment at the control plane.
+    sessions: HashSet<SessionId>,
+    next_session: u64,
+    session_actions: VecDeque<SessionAction>,
 }
 
 #[derive(Debug, Default)]
@@ -519,6 +643,18 @@ impl ControlPlane {
         token
     }
 
+    /// Takes the DDP streams peers open on `core`'s SCTP associations: each
+    /// runs a responder with `config` (RFC 5043 §6, RFC 6581 §7) here, and
+    /// `on_initiate` decides. Without it, a core answers every Initiate with
+    /// a Session Terminate (no ULP, RFC 5043 §6.4).
+    pub fn listen_sessions(&self, core: CoreId, config: SessionConfig, on_initiate: OnInitiate) {
+        let _ = self.commands.send(Command::ListenSessions {
+            core,
+            config,
+            on_initiate,
+        });
+    }
+
     /// How each core is doing, in core order: readable at any time, from
     /// any thread. The control thread updates it once per round (at least
     /// once per heartbeat); `since_answer` is measured now.
@@ -593,6 +729,10 @@ impl CoreLink {
             refused: 0,
             dead: false,
             handoffs: VecDeque::new(),
+            session_listening: false,
+            sessions: HashSet::new(),
+            next_session: 0,
+            session_actions: VecDeque::new(),
         }
     }
 
@@ -610,9 +750,9 @@ impl CoreLink {
     }
 
     /// Connections of this core in startup, connecting, or closing after a
-    /// failed startup.
+    /// failed startup, and DDP streams in session establishment.
     pub fn in_startup(&self) -> usize {
-        self.starting.len() + self.connecting.len() + self.draining.len()
+        self.starting.len() + self.connecting.len() + self.draining.len() + self.sessions.len()
     }
 
     /// Accepts this link refused on its own: beyond
@@ -634,7 +774,7 @@ impl CoreLink {
     /// `startups_max_per_core` startups, and the control plane is not
     /// behind by as many messages (which bounds the backlog).
     fn has_room(&self) -> bool {
-        let held = self.starting.len() + self.connecting.len();
+        let held = self.starting.len() + self.connecting.len() + self.sessions.len();
         !self.dead && held < self.startups_max && self.backlog.len() < self.startups_max
     }
 
@@ -824,6 +964,186 @@ impl CoreLink {
         self.handoffs.pop_front()
     }
 
+    /// Moves session messages both ways and answers the heartbeat, for a
+    /// core that runs no TCP (an SCTP core); never blocks. A TCP command
+    /// reaching such a core fails: a listen reports
+    /// [`ListenError::Io`], a connect fails.
+    pub fn poll_sessions(&mut self) {
+        self.flush_backlog();
+        for _ in 0..self.inbound_budget {
+            match self.from_control.try_recv() {
+                Ok(message) => self.apply_without_transport(message),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    self.dead = true;
+                    break;
+                }
+            }
+        }
+        self.answer_heartbeat();
+        if self.dead {
+            self.abandon_sessions();
+        }
+    }
+
+    /// Opens a DDP stream to `peer`: the control plane runs its initiator
+    /// with `config` and `private_data`; its messages and its end come back
+    /// as [`SessionAction`]s. `None` when the control plane is gone.
+    pub fn open_session(
+        &mut self,
+        peer: SocketAddr,
+        config: SessionConfig,
+        private_data: &[u8],
+    ) -> Option<SessionId> {
+        if self.dead {
+            return None;
+        }
+        let id = self.new_session();
+        self.send(ToControl::SessionOpen {
+            id,
+            peer,
+            config,
+            private_data: private_data.to_vec(),
+        });
+        Some(id)
+    }
+
+    /// A peer opened a DDP stream with `message` (PPID `ppid`): the control
+    /// plane runs its responder and asks the application. `None` (the link
+    /// refuses it, counted) when no one listens for streams, this core holds
+    /// `startups_max_per_core` startups, or the control plane is gone: the
+    /// core answers the Initiate with a Session Terminate itself.
+    pub fn initiated_session(
+        &mut self,
+        peer: SocketAddr,
+        ppid: u32,
+        message: &[u8],
+    ) -> Option<SessionId> {
+        if !self.session_listening || !self.has_room() {
+            self.refused += 1;
+            return None;
+        }
+        let id = self.new_session();
+        self.send(ToControl::SessionInitiated {
+            id,
+            peer,
+            ppid,
+            message: message.to_vec(),
+        });
+        Some(id)
+    }
+
+    /// A message on stream `id` while it is in establishment. A DDP segment
+    /// (PPID 16) is the core's to hold; pass it with no octets, so the
+    /// machine sees one came.
+    pub fn session_input(&mut self, id: SessionId, ppid: u32, message: &[u8]) {
+        if self.sessions.contains(&id) {
+            let message = message.to_vec();
+            self.send(ToControl::SessionInput { id, ppid, message });
+        }
+    }
+
+    /// Ends stream `id` while it is in establishment. With `terminate` the
+    /// control plane sends a Session Terminate and reports the end as
+    /// usual; without, the stream is gone with its association and nothing
+    /// more comes back.
+    pub fn end_session(&mut self, id: SessionId, terminate: bool) {
+        if !self.sessions.contains(&id) {
+            return;
+        }
+        if !terminate {
+            self.sessions.remove(&id);
+        }
+        self.send(ToControl::SessionEnd { id, terminate });
+    }
+
+    /// Whether the application's listen for DDP streams
+    /// ([`ControlPlane::listen_sessions`]) has reached this core: until it
+    /// has, streams peers open are refused.
+    pub fn session_listening(&self) -> bool {
+        self.session_listening
+    }
+
+    /// DDP streams of this core in establishment.
+    pub fn sessions_in_establishment(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// The next thing the control plane asks of a stream: messages to send
+    /// in order, then its end.
+    pub fn next_session_action(&mut self) -> Option<SessionAction> {
+        self.session_actions.pop_front()
+    }
+
+    fn new_session(&mut self) -> SessionId {
+        let id = SessionId(self.next_session);
+        self.next_session += 1;
+        self.sessions.insert(id);
+        id
+    }
+
+    /// What the control plane sends about DDP streams (no transport
+    /// needed); `false` for the other messages.
+    fn apply_session(&mut self, message: &mut Option<ToCore>) -> bool {
+        match message.take() {
+            Some(ToCore::SessionListen) => self.session_listening = true,
+            Some(ToCore::SessionSend { id, ppid, message }) => {
+                if self.sessions.contains(&id) {
+                    let action = SessionAction::Send { id, ppid, message };
+                    self.session_actions.push_back(action);
+                }
+            }
+            Some(ToCore::SessionDone { id, result }) => {
+                if self.sessions.remove(&id) {
+                    self.session_actions
+                        .push_back(SessionAction::Done { id, result });
+                }
+            }
+            Some(ToCore::Heartbeat) => self.alive_owed = true,
+            other => {
+                *message = other;
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A core without TCP: session messages as usual, TCP commands fail.
+    fn apply_without_transport(&mut self, message: ToCore) {
+        let mut message = Some(message);
+        if self.apply_session(&mut message) {
+            return;
+        }
+        match message {
+            Some(ToCore::Listen { port }) => {
+                self.listen_results.insert(port, Err(ListenError::Io));
+            }
+            Some(ToCore::Connect { token, .. }) => self.send(ToControl::ConnectFailed { token }),
+            Some(ToCore::Done {
+                conn: None,
+                token,
+                result,
+            }) => self.handoffs.push_back(Handoff {
+                conn: None,
+                token,
+                result,
+            }),
+            // About connections this core never had.
+            _ => {}
+        }
+    }
+
+    /// The control plane is gone: every stream in establishment fails.
+    fn abandon_sessions(&mut self) {
+        let mut ids: Vec<SessionId> = self.sessions.drain().collect();
+        ids.sort();
+        for id in ids {
+            let result = SessionResult::Failed(session_local_failure());
+            self.session_actions
+                .push_back(SessionAction::Done { id, result });
+        }
+    }
+
     fn send(&mut self, message: ToControl) {
         if !self.backlog.is_empty() {
             self.backlog.push_back(message);
@@ -839,6 +1159,7 @@ impl CoreLink {
 
     /// The control plane is gone: every startup of this core fails.
     fn abandon<T: Transport>(&mut self, transport: &mut T) {
+        self.abandon_sessions();
         for (conn, _) in self.starting.drain() {
             let _ = transport.abort(conn);
             transport.release(conn);
@@ -887,6 +1208,13 @@ impl CoreLink {
     }
 
     fn apply<T: Transport>(&mut self, transport: &mut T, message: ToCore, now: Instant) {
+        let mut message = Some(message);
+        if self.apply_session(&mut message) {
+            return;
+        }
+        let Some(message) = message else {
+            return;
+        };
         match message {
             ToCore::Listen { port } => {
                 let result = transport.listen(port).map(|_| ());
@@ -932,7 +1260,10 @@ impl CoreLink {
                     transport.release(conn);
                 }
             }
-            ToCore::Heartbeat => self.alive_owed = true,
+            ToCore::Heartbeat
+            | ToCore::SessionListen
+            | ToCore::SessionSend { .. }
+            | ToCore::SessionDone { .. } => {}
         }
     }
 
@@ -1043,6 +1374,19 @@ struct Listener {
     port: u16,
     config: StartupConfig,
     on_request: OnRequest,
+}
+
+/// A DDP stream's session establishment the control plane runs.
+struct StreamStartup {
+    machine: Session,
+    peer: SocketAddr,
+}
+
+/// The application's listen for DDP streams on a core.
+struct SessionListener {
+    core: CoreId,
+    config: SessionConfig,
+    on_initiate: OnInitiate,
 }
 
 /// The control thread's side of one core.
@@ -1173,6 +1517,10 @@ struct Worker {
     listeners: Vec<Listener>,
     pending_connects: HashMap<u64, (StartupConfig, Vec<u8>, SocketAddrV4)>,
     startups: HashMap<(CoreId, ConnId), Startup>,
+    session_listeners: Vec<SessionListener>,
+    /// DDP streams in establishment; they count against the same limits
+    /// as MPA startups.
+    sessions: HashMap<(CoreId, SessionId), StreamStartup>,
     /// No startup's timer is due before this: a lower bound, lowered as
     /// machines move and made exact whenever timers run.
     timer_at: Option<Instant>,
@@ -1199,6 +1547,8 @@ impl Worker {
             listeners: Vec::new(),
             pending_connects: HashMap::new(),
             startups: HashMap::new(),
+            session_listeners: Vec::new(),
+            sessions: HashMap::new(),
             timer_at: None,
             epoch,
             stats: ControlStats::default(),
@@ -1336,10 +1686,27 @@ impl Worker {
             }
             self.progress(key);
         }
+        let due: Vec<_> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.machine.poll_timeout().is_some_and(|at| at <= now))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in due {
+            if let Some(s) = self.sessions.get_mut(&key) {
+                s.machine.handle_timeout(now);
+            }
+            self.progress_session(key);
+        }
         self.timer_at = self
             .startups
             .values()
             .filter_map(|s| s.machine.poll_timeout())
+            .chain(
+                self.sessions
+                    .values()
+                    .filter_map(|s| s.machine.poll_timeout()),
+            )
             .min();
     }
 
@@ -1389,6 +1756,13 @@ impl Worker {
                     s.token,
                     StartupResult::Failed(local_failure()),
                 );
+            }
+        }
+        let keys: Vec<_> = self.sessions.keys().copied().collect();
+        for key in keys {
+            if self.release_session(key).is_some() {
+                let result = SessionResult::Failed(session_local_failure());
+                self.session_done(key, result);
             }
         }
         for slot in self.cores.iter_mut() {
@@ -1479,6 +1853,19 @@ impl Worker {
                     .insert(token, (config, private_data, remote));
                 self.send_to(core, ToCore::Connect { remote, token });
             }
+            Command::ListenSessions {
+                core,
+                config,
+                on_initiate,
+            } => {
+                self.send_to(core, ToCore::SessionListen);
+                self.session_listeners.retain(|l| l.core != core);
+                self.session_listeners.push(SessionListener {
+                    core,
+                    config,
+                    on_initiate,
+                });
+            }
             Command::Stop => {}
         }
     }
@@ -1504,7 +1891,183 @@ impl Worker {
             ToControl::Input { conn, octets } => self.input(core, conn, &octets),
             ToControl::Closed { conn } => self.closed(core, conn),
             ToControl::Alive { refused } => self.alive(core, refused),
+            ToControl::SessionOpen {
+                id,
+                peer,
+                config,
+                private_data,
+            } => self.session_open((core, id), peer, config, &private_data),
+            ToControl::SessionInitiated {
+                id,
+                peer,
+                ppid,
+                message,
+            } => self.session_initiated((core, id), peer, ppid, &message),
+            ToControl::SessionInput { id, ppid, message } => {
+                let now = self.now();
+                if let Some(s) = self.sessions.get_mut(&(core, id)) {
+                    s.machine.handle_message(now, ppid, &message);
+                    self.progress_session((core, id));
+                }
+            }
+            ToControl::SessionEnd { id, terminate } => {
+                if terminate {
+                    if let Some(s) = self.sessions.get_mut(&(core, id)) {
+                        s.machine.terminate();
+                        self.progress_session((core, id));
+                    }
+                } else if self.release_session((core, id)).is_some() {
+                    // Gone with its association: the core expects no answer.
+                    self.stats.failed += 1;
+                }
+            }
         }
+    }
+
+    /// Holds a stream's establishment, counted against the limits.
+    fn hold_session(&mut self, key: (CoreId, SessionId), startup: StreamStartup) {
+        self.note_timer(startup.machine.poll_timeout());
+        if self.sessions.insert(key, startup).is_none() {
+            if let Some(slot) = self.cores.get_mut(usize::from(key.0)) {
+                slot.startups += 1;
+            }
+        }
+    }
+
+    fn release_session(&mut self, key: (CoreId, SessionId)) -> Option<StreamStartup> {
+        let startup = self.sessions.remove(&key)?;
+        if let Some(slot) = self.cores.get_mut(usize::from(key.0)) {
+            slot.startups -= 1;
+        }
+        Some(startup)
+    }
+
+    fn session_open(
+        &mut self,
+        key: (CoreId, SessionId),
+        peer: SocketAddr,
+        config: SessionConfig,
+        private_data: &[u8],
+    ) {
+        match session::Initiator::new(config, private_data, self.now()) {
+            Ok(m) => {
+                let machine = Session::Initiator(m);
+                self.hold_session(key, StreamStartup { machine, peer });
+                self.progress_session(key);
+            }
+            Err(_) => self.session_done(key, SessionResult::Failed(session_local_failure())),
+        }
+    }
+
+    /// A peer opened a stream. Beyond a limit, or with no one listening,
+    /// the Initiate gets a Session Terminate (the non-ULP reject of RFC
+    /// 5043 §6.4) at once and nothing is held.
+    fn session_initiated(
+        &mut self,
+        key: (CoreId, SessionId),
+        peer: SocketAddr,
+        ppid: u32,
+        message: &[u8],
+    ) {
+        let now = self.now();
+        let held = self
+            .cores
+            .get(usize::from(key.0))
+            .map_or(0, |slot| slot.startups);
+        let over = self.startups.len() + self.sessions.len() >= self.config.startups_max
+            || held >= self.config.startups_max_per_core;
+        let listener = self.session_listeners.iter().find(|l| l.core == key.0);
+        let config = listener.map_or_else(SessionConfig::default, |l| l.config.clone());
+        let Ok(responder) = session::Responder::new(config, now) else {
+            return self.session_done(key, SessionResult::Failed(session_local_failure()));
+        };
+        let mut machine = Session::Responder(responder);
+        machine.handle_message(now, ppid, message);
+        if over || listener.is_none() {
+            if over {
+                if let Some(slot) = self.cores.get_mut(usize::from(key.0)) {
+                    slot.refused_here += 1;
+                }
+                self.stats.refused_startups += 1;
+            }
+            if let Session::Responder(r) = &mut machine {
+                r.reject_non_ulp();
+            }
+            return self.finish_session(key, machine);
+        }
+        self.hold_session(key, StreamStartup { machine, peer });
+        self.progress_session(key);
+    }
+
+    /// Asks the ULP about an Initiate, sends what the machine has, and
+    /// hands over a stream whose establishment ended.
+    fn progress_session(&mut self, key: (CoreId, SessionId)) {
+        let Some(s) = self.sessions.get_mut(&key) else {
+            return;
+        };
+        if let Session::Responder(m) = &mut s.machine {
+            if let (Some(request), None) = (m.request().cloned(), m.outcome()) {
+                let decision = self
+                    .session_listeners
+                    .iter_mut()
+                    .find(|l| l.core == key.0)
+                    .map(|l| (l.on_initiate)(&request, s.peer));
+                let ok = match decision {
+                    Some(Decision::Accept(accept)) => m.accept(&accept),
+                    Some(Decision::Reject(pd)) => m.reject(&pd),
+                    None => {
+                        m.reject_non_ulp();
+                        Ok(())
+                    }
+                };
+                if ok.is_err() {
+                    m.fail_local();
+                }
+            }
+        }
+        let timer = s.machine.poll_timeout();
+        let messages = take_messages(&mut s.machine);
+        let ended = s.machine.outcome().is_some();
+        self.note_timer(timer);
+        self.send_session_messages(key, messages);
+        if ended {
+            if let Some(s) = self.release_session(key) {
+                self.finish_session(key, s.machine);
+            }
+        }
+    }
+
+    fn send_session_messages(&mut self, key: (CoreId, SessionId), messages: Vec<(u32, Vec<u8>)>) {
+        for (ppid, message) in messages {
+            let id = key.1;
+            self.send_to(key.0, ToCore::SessionSend { id, ppid, message });
+        }
+    }
+
+    /// A machine no longer held: its last messages, then its outcome.
+    fn finish_session(&mut self, key: (CoreId, SessionId), mut machine: Session) {
+        let messages = take_messages(&mut machine);
+        self.send_session_messages(key, messages);
+        let result = match machine.outcome().cloned() {
+            Some(session::Outcome::Established(session)) => SessionResult::Established {
+                session,
+                machine: Box::new(machine),
+            },
+            Some(session::Outcome::Rejected(r)) => SessionResult::Rejected(r),
+            Some(session::Outcome::Failed(f)) => SessionResult::Failed(f),
+            None => SessionResult::Failed(session_local_failure()),
+        };
+        self.session_done(key, result);
+    }
+
+    fn session_done(&mut self, key: (CoreId, SessionId), result: SessionResult) {
+        match &result {
+            SessionResult::Established { .. } => self.stats.established += 1,
+            SessionResult::Rejected(_) => self.stats.rejected += 1,
+            SessionResult::Failed(_) => self.stats.failed += 1,
+        }
+        let id = key.1;
+        self.send_to(key.0, ToCore::SessionDone { id, result });
     }
 
     /// A heartbeat's answer: the core polls.
@@ -1716,6 +2279,26 @@ impl Worker {
                 result,
             },
         );
+    }
+}
+
+/// The messages a session machine queued, in order (at most
+/// [`session::OUTBOX_MESSAGES_MAX`]).
+fn take_messages(machine: &mut Session) -> Vec<(u32, Vec<u8>)> {
+    let mut out = [0u8; MESSAGE_LEN_MAX];
+    let mut messages = Vec::new();
+    while let Some(t) = machine.poll_transmit(&mut out) {
+        messages.push((t.ppid, out[..t.len].to_vec()));
+    }
+    messages
+}
+
+fn session_local_failure() -> session::Failure {
+    session::Failure {
+        reason: session::FailReason::Local,
+        term: None,
+        peer: None,
+        retry_unenhanced: false,
     }
 }
 

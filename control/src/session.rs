@@ -20,7 +20,7 @@
 //! Terminate (RFC 6581 §7: "MUST use the DDP stream session termination
 //! function code", enhanced or not).
 //!
-//! There is no RTR on SCTP: "[RFC5043] already supports either side sending
+//! There is no RTR on SCTP: "\[RFC5043\] already supports either side sending
 //! the first DDP Message since the Payload Protocol Identifier (PPID) already
 //! distinguishes between Session Establishment and DDP Segments" (RFC 6581
 //! §7). So an [`Initiator`] always asks the client-server model (A=0), which
@@ -1049,6 +1049,23 @@ impl Session {
         match self {
             Session::Initiator(s) => s.handle_timeout(now),
             Session::Responder(s) => s.handle_timeout(now),
+        }
+    }
+
+    /// When to call `handle_timeout` next.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Session::Initiator(s) => s.poll_timeout(),
+            Session::Responder(s) => s.poll_timeout(),
+        }
+    }
+
+    /// The ULP or the provider failed: TERM 2/0/5 (RFC 6581 §9.3) in an
+    /// RDMAP Terminate once established, then a Session Terminate.
+    pub fn fail_local(&mut self) {
+        match self {
+            Session::Initiator(s) => s.fail_local(),
+            Session::Responder(s) => s.fail_local(),
         }
     }
 

@@ -28,7 +28,7 @@
 //! once connections are set up (the core's queues are sized at start), as
 //! long as the application takes the completions, handoffs and events the
 //! core keeps for it (those queues grow while it does not).
-//! The core is generic over tcp-lite's [`Transport`], so the in-memory
+//! The core is generic over tcp-lite's [`Transport`](tcp_lite::Transport), so the in-memory
 //! link, kernel TCP, the TAP fd and DPDK ports all run through it.
 
 use std::collections::VecDeque;

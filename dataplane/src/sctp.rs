@@ -13,17 +13,20 @@
 //! associations: each stream is a pair of like-numbered SCTP streams with a
 //! QP of its own (many QPs per association). One turn, given the time:
 //!
-//! 1. **rx**: the transport's receive burst; each datagram goes to the SCTP
-//!    endpoint; its timers run;
+//! 1. **rx**: the control plane's answers ([`CoreLink::poll_sessions`]);
+//!    the transport's receive burst, each datagram to the SCTP endpoint;
+//!    its timers;
 //! 2. **association events**: up (the peer passed RFC 5043 §7.1's DDP
 //!    check), refused, closed (every stream of it ends);
 //! 3. **messages**: a DDP Segment (PPID 16) goes to its stream's QP
 //!    (`Rnic::handle_message`, which orders them by DDP-SSN), or is held
 //!    (bounded) while its session is not up here yet; a Session Control
-//!    message (PPID 17) goes to the stream's session, the passive side's
-//!    first one opening the stream;
-//! 4. **sessions**: an accepted or established session connects its QP,
-//!    which takes the held segments; one that ended reports why;
+//!    message (PPID 17) goes to the control plane while the stream is in
+//!    establishment (a peer's first one opens the stream), to the stream's
+//!    own session machine once it is up;
+//! 4. **sessions**: the control plane's messages go out; a stream it hands
+//!    back established connects its QP, which takes the held segments; one
+//!    that ended reports why;
 //! 5. **tx**: each session's control messages, then each QP's messages, as
 //!    many as the association's send buffer has room for (a message the
 //!    engine wrote is never dropped: the engine is asked for no more than
@@ -31,21 +34,30 @@
 //! 6. **tx burst**: the endpoint's SCTP packets into UDP datagrams, and the
 //!    transport's poll and flush.
 //!
-//! Session control runs in the core here, through `control::session`'s
-//! sans-IO machines; the passive side accepts every Initiate with the
-//! configured values ([`SctpCoreConfig::accept`]).
+//! Session control runs on the control-plane thread, as MPA's startups do
+//! ([`CoreLink`]): the core forwards the messages of a stream in
+//! establishment (a DDP Segment is held here and only announced) and sends
+//! what the control plane answers; the application's callback
+//! (`ControlPlane::listen_sessions`) accepts or rejects each Initiate there.
+//! When establishment ends, the control plane hands the stream back with
+//! its session machine, which the core keeps for the rest of the session
+//! (a Session Terminate either way, RFC 6581 §7). The core itself answers
+//! an Initiate with a Session Terminate (the non-ULP reject of RFC 5043
+//! §6.4) only when it has no room for the stream (`streams_max`, no QP) or
+//! its link refuses it (no one listens, a startup limit).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, SocketAddrV4};
 
+use control::runtime::{CoreLink, SessionAction, SessionId, SessionResult};
 use control::session::{
-    Accept, Established, Failure, Initiator, Input, Outcome, Rejected, Responder, Session,
-    SessionConfig,
+    Established, Failure, Initiator, Input, Outcome, Rejected, Responder, Session, SessionConfig,
 };
 use rnic_engine::qp::{QpEvent, QpState};
 use rnic_engine::sctp::rx::ReorderConfig;
 use rnic_engine::sctp::{PPID_DDP_SEGMENT, PPID_SESSION_CONTROL};
 use rnic_engine::verbs::{MessageConnection, QpHandle, QpInit, Rnic};
+use rnic_engine::wire::ddp_session::MESSAGE_LEN_MAX;
 use rnic_engine::wire::term::Encoding;
 use sctp_lite::{AssocId, CloseReason, EventKind};
 use tcp_lite::{Instant, UdpId};
@@ -57,10 +69,9 @@ use crate::transport::MessageTransport;
 pub struct SctpCoreConfig {
     /// The SCTP endpoint: its port, path MTU, windows, streams, timers.
     pub endpoint: sctp_lite::Config,
-    /// Session establishment on both sides (IRD/ORD, enhanced or not).
+    /// Session establishment of the streams this core opens (IRD/ORD,
+    /// enhanced or not); the passive side's is the control plane's listen.
     pub session: SessionConfig,
-    /// What the passive side answers every Initiate with.
-    pub accept: Accept,
     /// DDP streams open at once over all associations; an Initiate beyond
     /// it is answered with a Session Terminate (non-ULP reject).
     pub streams_max: usize,
@@ -84,7 +95,6 @@ impl SctpCoreConfig {
         SctpCoreConfig {
             endpoint,
             session: SessionConfig::default(),
-            accept: Accept::default(),
             streams_max: 1024,
             reorder: ReorderConfig::default(),
             early_max: 64,
@@ -167,8 +177,18 @@ pub enum OpenError {
     TooManyStreams,
     /// The engine has no room for a QP.
     NoQp,
+    /// The control plane is gone.
+    NoControlPlane,
     /// The session configuration or private data is invalid.
     Config(&'static str),
+}
+
+/// Who runs a stream's session.
+enum Control {
+    /// The control plane, while the stream is in establishment.
+    Plane(SessionId),
+    /// This core, once the control plane handed the stream over.
+    Here(Box<Session>),
 }
 
 /// One DDP stream.
@@ -176,7 +196,7 @@ struct Stream {
     assoc: AssocId,
     id: u16,
     outbound: bool,
-    session: Session,
+    control: Control,
     qp: QpHandle,
     /// The QP is connected (the session is up here).
     up: bool,
@@ -223,6 +243,10 @@ pub struct SctpCounters {
     pub streams_up: u64,
     /// Streams ended.
     pub streams_ended: u64,
+    /// Streams a peer opened that this core answered with a Session
+    /// Terminate itself: no room (`streams_max`, no QP), or its link
+    /// refused them (no one listens, a startup limit).
+    pub refused_streams: u64,
 }
 
 /// UDP datagrams to and from an SCTP endpoint on a [`MessageTransport`]:
@@ -345,12 +369,14 @@ pub struct SctpCore<T: MessageTransport> {
     config: SctpCoreConfig,
     wire: Wire<T>,
     endpoint: sctp_lite::Endpoint,
+    link: CoreLink,
     rnic: Rnic,
     qp_init: QpInit,
     streams: Vec<Option<Stream>>,
     free: Vec<usize>,
     by_key: HashMap<(AssocId, u16), usize>,
     by_qp: HashMap<QpHandle, usize>,
+    by_session: HashMap<SessionId, usize>,
     events: VecDeque<SctpEvent>,
     message: Vec<u8>,
     window: Vec<u8>,
@@ -363,11 +389,13 @@ impl<T: MessageTransport> SctpCore<T> {
     /// `config.endpoint.sctp_port`'s encapsulation port `udp_port` (RFC
     /// 6951: 9899 by default; 0 for an ephemeral one), with the engine
     /// `rnic`, each QP made from `qp_init`. `epoch` stands for time zero of
-    /// the endpoint's clock (see `sctp_lite::Endpoint::new`).
+    /// the endpoint's clock (see `sctp_lite::Endpoint::new`). `link` is the
+    /// core's end of the control plane, which runs session establishment.
     pub fn new(
         config: SctpCoreConfig,
         transport: T,
         udp_port: u16,
+        link: CoreLink,
         rnic: Rnic,
         qp_init: QpInit,
         epoch: std::time::Instant,
@@ -388,19 +416,21 @@ impl<T: MessageTransport> SctpCore<T> {
             free: Vec::new(),
             by_key: HashMap::new(),
             by_qp: HashMap::new(),
+            by_session: HashMap::new(),
             events: VecDeque::new(),
             counters: SctpCounters::default(),
             config,
             wire,
             endpoint,
+            link,
             rnic,
             qp_init,
         })
     }
 
-    /// What the passive side answers every Initiate with from now on.
-    pub fn set_accept(&mut self, accept: Accept) {
-        self.config.accept = accept;
+    /// The core's end of the control plane.
+    pub fn link(&self) -> &CoreLink {
+        &self.link
     }
 
     /// The engine.
@@ -439,8 +469,9 @@ impl<T: MessageTransport> SctpCore<T> {
 
     /// Opens DDP stream `stream` of the association `assoc` (up): a QP is
     /// made now and connected when the peer accepts
-    /// ([`SctpEvent::StreamUp`]); an Initiate or Enhanced Initiate with
-    /// `private_data` goes out at the next turn.
+    /// ([`SctpEvent::StreamUp`]); the control plane runs the initiator, and
+    /// its Initiate or Enhanced Initiate with `private_data` goes out once
+    /// it answers.
     pub fn open_stream(
         &mut self,
         now: Instant,
@@ -457,17 +488,27 @@ impl<T: MessageTransport> SctpCore<T> {
         if self.by_key.len() >= self.config.streams_max {
             return Err(OpenError::TooManyStreams);
         }
-        let initiator = Initiator::new(self.config.session.clone(), private_data, now)
+        // Checked here, so the caller hears what to fix now; the control
+        // plane makes its own.
+        Initiator::new(self.config.session.clone(), private_data, now)
             .map_err(|e| OpenError::Config(e.0))?;
+        let remote = self.endpoint.remote(assoc).ok_or(OpenError::NotUp)?;
         let qp = self
             .rnic
             .create_qp(self.qp_init)
             .map_err(|_| OpenError::NoQp)?;
+        let Some(session) =
+            self.link
+                .open_session(remote, self.config.session.clone(), private_data)
+        else {
+            let _ = self.rnic.destroy_qp(qp);
+            return Err(OpenError::NoControlPlane);
+        };
         self.insert(Stream {
             assoc,
             id: stream,
             outbound: true,
-            session: Session::Initiator(initiator),
+            control: Control::Plane(session),
             qp,
             up: false,
             ended: false,
@@ -478,13 +519,22 @@ impl<T: MessageTransport> SctpCore<T> {
     }
 
     /// Ends the stream of `qp` with a Session Terminate (RFC 6581 §7); its
-    /// QP's outstanding work flushes. [`SctpEvent::StreamEnded`] follows.
+    /// QP's outstanding work flushes. [`SctpEvent::StreamEnded`] follows
+    /// (for a stream in establishment, once the control plane has sent
+    /// the Terminate).
     pub fn close_stream(&mut self, qp: QpHandle) {
-        if let Some(&index) = self.by_qp.get(&qp) {
-            if let Some(stream) = self.streams[index].as_mut() {
-                stream.session.terminate();
+        let Some(&index) = self.by_qp.get(&qp) else {
+            return;
+        };
+        let Some(stream) = self.streams[index].as_mut() else {
+            return;
+        };
+        match &mut stream.control {
+            Control::Plane(session) => self.link.end_session(*session, true),
+            Control::Here(machine) => {
+                machine.terminate();
+                self.end_stream(index, None);
             }
-            self.end_stream(index, None);
         }
     }
 
@@ -523,6 +573,9 @@ impl<T: MessageTransport> SctpCore<T> {
     pub fn turn(&mut self, now: Instant) -> bool {
         self.counters.turns += 1;
         let mut busy = self.wire.transport_mut().poll(now);
+        // The control plane's answers first: a listen that arrived is in
+        // force for this turn's Initiates.
+        self.link.poll_sessions();
         let received = self
             .wire
             .receive(&mut self.endpoint, now, self.config.rx_datagrams);
@@ -549,6 +602,10 @@ impl<T: MessageTransport> SctpCore<T> {
     fn insert(&mut self, stream: Stream) -> usize {
         let key = (stream.assoc, stream.id);
         let qp = stream.qp;
+        let session = match &stream.control {
+            Control::Plane(session) => Some(*session),
+            Control::Here(_) => None,
+        };
         let index = match self.free.pop() {
             Some(index) => {
                 self.streams[index] = Some(stream);
@@ -561,6 +618,9 @@ impl<T: MessageTransport> SctpCore<T> {
         };
         self.by_key.insert(key, index);
         self.by_qp.insert(qp, index);
+        if let Some(session) = session {
+            self.by_session.insert(session, index);
+        }
         index
     }
 
@@ -626,13 +686,8 @@ impl<T: MessageTransport> SctpCore<T> {
                 None if received.ppid == PPID_SESSION_CONTROL
                     || received.ppid == PPID_DDP_SEGMENT =>
                 {
-                    match self.passive_stream(now, key, received.ppid, received.len) {
-                        Some(index) => index,
-                        None => {
-                            self.counters.stray += 1;
-                            continue;
-                        }
-                    }
+                    self.passive_stream(now, key, received.ppid, received.len);
+                    continue;
                 }
                 None => {
                     self.counters.stray += 1;
@@ -655,14 +710,33 @@ impl<T: MessageTransport> SctpCore<T> {
                 let _ = self.rnic.handle_message(stream.qp, message);
                 continue;
             }
-            match stream.session.handle_message(now, received.ppid, message) {
-                Input::Taken | Input::Ignored => {}
-                Input::Segment | Input::Early => {
-                    if stream.early.len() < self.config.early_max {
+            let early_room = stream.early.len() < self.config.early_max;
+            match &mut stream.control {
+                Control::Here(machine) => match machine.handle_message(now, received.ppid, message)
+                {
+                    Input::Taken | Input::Ignored => {}
+                    Input::Segment | Input::Early if early_room => {
                         stream.early.push_back(message.to_vec());
                         self.counters.early_held += 1;
+                    }
+                    Input::Segment | Input::Early => machine.terminate(),
+                },
+                // In establishment: a Segment is held here (the peer may
+                // have sent it behind its acknowledged Initiate, or it
+                // overtook the Accept, RFC 5043 §6.6, §8) and announced
+                // without its octets; anything else is the machine's.
+                Control::Plane(session) => {
+                    let session = *session;
+                    if received.ppid == PPID_DDP_SEGMENT {
+                        if early_room {
+                            stream.early.push_back(message.to_vec());
+                            self.counters.early_held += 1;
+                        } else {
+                            self.link.end_session(session, true);
+                        }
+                        self.link.session_input(session, received.ppid, &[]);
                     } else {
-                        stream.session.terminate();
+                        self.link.session_input(session, received.ppid, message);
                     }
                 }
             }
@@ -670,97 +744,142 @@ impl<T: MessageTransport> SctpCore<T> {
         n > 0
     }
 
-    /// The first message of a stream we do not have: the peer opens it. A
-    /// Responder takes it (it may well be no Initiate, or a Segment: the
-    /// Responder answers that as the rules say).
-    fn passive_stream(
-        &mut self,
-        now: Instant,
-        (assoc, id): (AssocId, u16),
-        ppid: u32,
-        len: usize,
-    ) -> Option<usize> {
-        let responder = Responder::new(self.config.session.clone(), now).ok()?;
+    /// The first message of a stream we do not have: the peer opens it. The
+    /// control plane's Responder takes it (it may well be no Initiate, or a
+    /// Segment: the Responder answers that as the rules say). Without room
+    /// for the stream, or with the link refusing it, the core answers a
+    /// Session Terminate itself.
+    fn passive_stream(&mut self, now: Instant, (assoc, id): (AssocId, u16), ppid: u32, len: usize) {
         let full = self.by_key.len() >= self.config.streams_max;
         let qp = if full {
             None
         } else {
             self.rnic.create_qp(self.qp_init).ok()
         };
-        let Some(qp) = qp else {
-            // No room: the Responder answers the Initiate with a Session
-            // Terminate (non-ULP reject, RFC 5043 §6.4), sent once.
-            let mut responder = responder;
-            let _ = responder.handle_message(now, ppid, &self.message[..len]);
-            responder.reject_non_ulp();
-            let mut out = [0u8; 520];
-            while let Some(t) = responder.poll_transmit(&mut out) {
-                let _ = self.endpoint.send(assoc, id, t.ppid, true, &out[..t.len]);
-            }
-            return None;
+        let peer = self.endpoint.remote(assoc);
+        // A Segment's octets stay here: the machine needs only to know one
+        // came first.
+        let first = if ppid == PPID_SESSION_CONTROL {
+            &self.message[..len]
+        } else {
+            &[][..]
         };
-        Some(self.insert(Stream {
+        let session = match (qp, peer) {
+            (Some(_), Some(peer)) => self.link.initiated_session(peer, ppid, first),
+            _ => None,
+        };
+        let (Some(qp), Some(session)) = (qp, session) else {
+            if let Some(qp) = qp {
+                let _ = self.rnic.destroy_qp(qp);
+            }
+            self.counters.refused_streams += 1;
+            return self.refuse_stream(now, (assoc, id), ppid, len);
+        };
+        self.insert(Stream {
             assoc,
             id,
             outbound: false,
-            session: Session::Responder(responder),
+            control: Control::Plane(session),
             qp,
             up: false,
             ended: false,
             early: VecDeque::new(),
             rx_next_ssn: 0,
-        }))
+        });
     }
 
-    /// Decisions and outcomes: the passive side accepts each Initiate, an
-    /// established session connects its QP, an ended one is reported.
+    /// No room: a Responder here answers the Initiate with a Session
+    /// Terminate (non-ULP reject, RFC 5043 §6.4), sent once; nothing is
+    /// kept.
+    fn refuse_stream(&mut self, now: Instant, (assoc, id): (AssocId, u16), ppid: u32, len: usize) {
+        let Ok(mut responder) = Responder::new(self.config.session.clone(), now) else {
+            return;
+        };
+        let _ = responder.handle_message(now, ppid, &self.message[..len]);
+        responder.reject_non_ulp();
+        let mut out = [0u8; MESSAGE_LEN_MAX];
+        while let Some(t) = responder.poll_transmit(&mut out) {
+            let _ = self.endpoint.send(assoc, id, t.ppid, true, &out[..t.len]);
+        }
+    }
+
+    /// What the control plane asks (messages of streams in establishment,
+    /// their ends), then the streams this core runs: an established
+    /// session connects its QP, an ended one is reported.
     fn sessions(&mut self, now: Instant) {
+        self.link.poll_sessions();
+        while let Some(action) = self.link.next_session_action() {
+            match action {
+                SessionAction::Send { id, ppid, message } => {
+                    let Some(stream) = self
+                        .by_session
+                        .get(&id)
+                        .and_then(|&index| self.streams[index].as_ref())
+                    else {
+                        continue;
+                    };
+                    let _ = self
+                        .endpoint
+                        .send(stream.assoc, stream.id, ppid, true, &message);
+                }
+                SessionAction::Done { id, result } => {
+                    let Some(index) = self.by_session.remove(&id) else {
+                        continue;
+                    };
+                    self.handed_back(index, result);
+                }
+            }
+        }
         for index in 0..self.streams.len() {
             let Some(stream) = self.streams[index].as_mut() else {
                 continue;
             };
-            if stream.ended {
+            if stream.ended || !stream.up {
                 continue;
             }
-            stream.session.handle_timeout(now);
-            if let Session::Responder(r) = &mut stream.session {
-                if r.request().is_some()
-                    && r.outcome().is_none()
-                    && r.accept(&self.config.accept).is_err()
-                {
-                    r.reject_non_ulp();
+            let Control::Here(machine) = &mut stream.control else {
+                continue;
+            };
+            machine.handle_timeout(now);
+            let failed = match machine.outcome() {
+                Some(Outcome::Failed(failure)) => Some(failure.clone()),
+                _ => None,
+            };
+            let qp_down = matches!(self.rnic.qp_state(stream.qp), Ok(QpState::Error) | Err(_));
+            if failed.is_some() || qp_down {
+                if qp_down && failed.is_none() {
+                    // The QP sent or received an RDMAP Terminate: the
+                    // stream ends with a Session Terminate too.
+                    machine.terminate();
                 }
+                self.end_stream(index, failed);
             }
-            if !stream.up {
-                match stream.session.outcome().cloned() {
-                    Some(Outcome::Established(session)) => self.stream_up(index, session),
-                    Some(Outcome::Rejected(rejected)) => {
-                        let (assoc, id) = (stream.assoc, stream.id);
-                        self.events.push_back(SctpEvent::StreamRejected {
-                            assoc,
-                            stream: id,
-                            rejected,
-                        });
-                        self.end_stream(index, None);
-                    }
-                    Some(Outcome::Failed(failure)) => self.end_stream(index, Some(failure)),
-                    None => {}
-                }
-            } else {
-                let failed = match stream.session.outcome() {
-                    Some(Outcome::Failed(failure)) => Some(failure.clone()),
-                    _ => None,
-                };
-                let qp_down = matches!(self.rnic.qp_state(stream.qp), Ok(QpState::Error) | Err(_));
-                if failed.is_some() || qp_down {
-                    if qp_down && failed.is_none() {
-                        // The QP sent or received an RDMAP Terminate: the
-                        // stream ends with a Session Terminate too.
-                        stream.session.terminate();
-                    }
-                    self.end_stream(index, failed);
-                }
+        }
+    }
+
+    /// The control plane ended a stream's establishment.
+    fn handed_back(&mut self, index: usize, result: SessionResult) {
+        let Some(stream) = self.streams[index].as_mut() else {
+            return;
+        };
+        if stream.ended {
+            return;
+        }
+        match result {
+            SessionResult::Established { session, machine } => {
+                stream.control = Control::Here(machine);
+                self.stream_up(index, session);
             }
+            SessionResult::Rejected(rejected) => {
+                let (assoc, id) = (stream.assoc, stream.id);
+                self.events.push_back(SctpEvent::StreamRejected {
+                    assoc,
+                    stream: id,
+                    rejected,
+                });
+                self.end_stream(index, None);
+            }
+            SessionResult::Failed(failure) => self.end_stream(index, Some(failure)),
         }
     }
 
@@ -776,7 +895,9 @@ impl<T: MessageTransport> SctpCore<T> {
             terminate_layout: self.config.terminate_layout,
         };
         if self.rnic.connect_messages(stream.qp, connection).is_err() {
-            stream.session.terminate();
+            if let Control::Here(machine) = &mut stream.control {
+                machine.fail_local();
+            }
             self.end_stream(index, None);
             return;
         }
@@ -807,6 +928,12 @@ impl<T: MessageTransport> SctpCore<T> {
         }
         stream.ended = true;
         self.counters.streams_ended += 1;
+        if let Control::Plane(session) = stream.control {
+            // Still in establishment: the control plane lets it go, and
+            // anything it still sends about it is dropped.
+            self.link.end_session(session, false);
+            self.by_session.remove(&session);
+        }
         let qp = stream.qp;
         let mut terminate = None;
         while let Ok(Some(event)) = self.rnic.poll_event(qp) {
@@ -831,12 +958,14 @@ impl<T: MessageTransport> SctpCore<T> {
             let Some(stream) = self.streams[index].as_mut() else {
                 continue;
             };
-            let mut out = [0u8; 520];
-            while let Some(t) = stream.session.poll_transmit(&mut out) {
-                busy = true;
-                let _ = self
-                    .endpoint
-                    .send(stream.assoc, stream.id, t.ppid, true, &out[..t.len]);
+            if let Control::Here(machine) = &mut stream.control {
+                let mut out = [0u8; MESSAGE_LEN_MAX];
+                while let Some(t) = machine.poll_transmit(&mut out) {
+                    busy = true;
+                    let _ =
+                        self.endpoint
+                            .send(stream.assoc, stream.id, t.ppid, true, &out[..t.len]);
+                }
             }
             if stream.ended {
                 // Its session's last words went: the slot is free.

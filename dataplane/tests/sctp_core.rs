@@ -9,6 +9,8 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 
+use control::runtime::{ControlPlane, Decision, OnInitiate};
+use control::session::Accept;
 use dataplane::{MessageTransport, SctpCore, SctpCoreConfig, SctpEvent};
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::mem::{Access, Region};
@@ -27,9 +29,11 @@ const ALL: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_READ)
     .union(Access::REMOTE_ATOMIC);
 
-/// One side: its core, CQ and registered memory.
+/// One side: its core, its control plane (which accepts every stream a peer
+/// opens), CQ and registered memory.
 struct Side<T: MessageTransport> {
     core: SctpCore<T>,
+    plane: ControlPlane,
     cq: CqHandle,
     region: Arc<Region>,
     mr: Mr,
@@ -38,6 +42,19 @@ struct Side<T: MessageTransport> {
 
 impl<T: MessageTransport> Side<T> {
     fn new(transport: T, udp_port: u16, seed: u64, tweak: impl Fn(&mut SctpCoreConfig)) -> Self {
+        let accept = |_: &_, _| Decision::Accept(Accept::default());
+        Self::with_ulp(transport, udp_port, seed, tweak, Some(Box::new(accept)))
+    }
+
+    /// A side whose control plane decides the streams peers open with
+    /// `ulp` (none: no one listens).
+    fn with_ulp(
+        transport: T,
+        udp_port: u16,
+        seed: u64,
+        tweak: impl Fn(&mut SctpCoreConfig),
+        ulp: Option<OnInitiate>,
+    ) -> Self {
         let mut rnic = Rnic::new(RnicConfig {
             stag_seed: seed,
             ..RnicConfig::default()
@@ -57,9 +74,23 @@ impl<T: MessageTransport> Side<T> {
         let mut config = SctpCoreConfig::new(sctp_lite::Config::default());
         tweak(&mut config);
         let epoch = std::time::Instant::now();
-        let core = SctpCore::new(config, transport, udp_port, rnic, qp_init, epoch).unwrap();
+        let (plane, mut links) = ControlPlane::start(1);
+        let listening = ulp.is_some();
+        if let Some(ulp) = ulp {
+            plane.listen_sessions(0, config.session.clone(), ulp);
+        }
+        let link = links.remove(0);
+        let mut core =
+            SctpCore::new(config, transport, udp_port, link, rnic, qp_init, epoch).unwrap();
+        // The listen reaches the core's link at a turn; Initiates before it
+        // would be refused.
+        while listening && !core.link().session_listening() {
+            assert!(epoch.elapsed() < std::time::Duration::from_secs(5));
+            core.turn(Instant::ZERO);
+        }
         Side {
             core,
+            plane,
             cq,
             region,
             mr,
@@ -138,6 +169,12 @@ struct Net {
 
 impl Net {
     fn new(tweak_b: impl Fn(&mut SctpCoreConfig)) -> Net {
+        let accept = |_: &_, _| Decision::Accept(Accept::default());
+        Net::with_ulp(tweak_b, Some(Box::new(accept)))
+    }
+
+    /// b's streams decided by `ulp` on b's control plane.
+    fn with_ulp(tweak_b: impl Fn(&mut SctpCoreConfig), ulp: Option<OnInitiate>) -> Net {
         let (end_a, end_b) = link::pair(LinkConfig::ethernet(1500), 3);
         let now = Instant::ZERO;
         let stack = |end, mac: u8, addr| {
@@ -147,7 +184,7 @@ impl Net {
         };
         Net {
             a: Side::new(stack(end_a, 1, A_ADDR), 0, 1, |_| {}),
-            b: Side::new(stack(end_b, 2, B_ADDR), 9899, 2, tweak_b),
+            b: Side::with_ulp(stack(end_b, 2, B_ADDR), 9899, 2, tweak_b, ulp),
             now,
         }
     }
@@ -164,9 +201,8 @@ impl Net {
         }
     }
 
-    /// An association from a to b and `streams` DDP streams on it; a's and
-    /// b's QP of each.
-    fn open(&mut self, streams: u16) -> Vec<(QpHandle, QpHandle)> {
+    /// An association from a to b, up.
+    fn associate(&mut self) -> sctp_lite::AssocId {
         let assoc = self
             .a
             .core
@@ -178,6 +214,13 @@ impl Net {
                 .iter()
                 .any(|e| matches!(e, SctpEvent::AssociationUp { .. }))
         });
+        assoc
+    }
+
+    /// An association from a to b and `streams` DDP streams on it; a's and
+    /// b's QP of each.
+    fn open(&mut self, streams: u16) -> Vec<(QpHandle, QpHandle)> {
+        let assoc = self.associate();
         for stream in 0..streams {
             self.a
                 .core
@@ -491,4 +534,85 @@ fn bad_session_traffic_ends_only_its_stream() {
             now += Duration::from_micros(10);
         }
     });
+}
+
+/// The passive side's ULP decides each stream on its control-plane thread
+/// (RFC 5043 §6.2-§6.3): it sees the initiator's private data and IRD/ORD
+/// and accepts one stream with its own private data and rejects another
+/// with a reason, which the initiator hears; a core where no one listens
+/// answers every Initiate with a Session Terminate (RFC 5043 §6.4).
+#[test]
+fn the_control_plane_accepts_and_rejects_streams_for_the_ulp() {
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let record = seen.clone();
+    let ulp: OnInitiate = Box::new(move |request, _from| {
+        record.lock().unwrap().push(request.private_data.clone());
+        if request.private_data == b"please" {
+            Decision::Accept(Accept {
+                private_data: b"welcome".to_vec(),
+                ..Accept::default()
+            })
+        } else {
+            Decision::Reject(b"go away".to_vec())
+        }
+    });
+    let mut net = Net::with_ulp(|_| {}, Some(ulp));
+    let assoc = net.associate();
+    net.a
+        .core
+        .open_stream(net.now, assoc, 0, b"please")
+        .unwrap();
+    net.a.core.open_stream(net.now, assoc, 1, b"now").unwrap();
+    net.run_until(Duration::from_secs(5), |net| {
+        net.a.stream_up().len() == 1
+            && net
+                .a
+                .events
+                .iter()
+                .any(|e| matches!(e, SctpEvent::StreamRejected { .. }))
+    });
+    let up = net.a.events.iter().find_map(|e| match e {
+        SctpEvent::StreamUp {
+            stream, session, ..
+        } => Some((*stream, session.peer_private_data.clone())),
+        _ => None,
+    });
+    assert_eq!(up, Some((0, b"welcome".to_vec())));
+    let rejected = net.a.events.iter().find_map(|e| match e {
+        SctpEvent::StreamRejected {
+            stream, rejected, ..
+        } => Some((*stream, rejected.private_data.clone(), rejected.enhanced)),
+        _ => None,
+    });
+    assert_eq!(rejected, Some((1, b"go away".to_vec(), true)));
+    let mut decided = seen.lock().unwrap().clone();
+    decided.sort();
+    assert_eq!(decided, [b"now".to_vec(), b"please".to_vec()]);
+    // b's stream 0 is up, stream 1 gone; its control plane counted both.
+    net.run_until(Duration::from_secs(5), |net| net.b.core.open_streams() == 1);
+    let stats = net.b.plane.stats();
+    assert_eq!((stats.established, stats.rejected), (1, 1), "{stats:?}");
+}
+
+#[test]
+fn a_core_where_no_one_listens_for_streams_answers_session_terminate() {
+    use control::session::FailReason;
+    let mut net = Net::with_ulp(|_| {}, None);
+    let assoc = net.associate();
+    net.a.core.open_stream(net.now, assoc, 0, b"hello").unwrap();
+    net.run_until(Duration::from_secs(5), |net| {
+        net.a
+            .events
+            .iter()
+            .any(|e| matches!(e, SctpEvent::StreamEnded { .. }))
+    });
+    let failure = net.a.events.iter().find_map(|e| match e {
+        SctpEvent::StreamEnded { failure, .. } => failure.clone(),
+        _ => None,
+    });
+    assert_eq!(failure.map(|f| f.reason), Some(FailReason::NonUlpRejected));
+    assert_eq!(net.b.core.counters().refused_streams, 1);
+    assert_eq!(net.b.core.open_streams(), 0);
+    assert_eq!(net.b.core.link().refused_startups(), 1);
 }

@@ -14,6 +14,8 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::process::Command;
 use std::sync::Arc;
 
+use control::runtime::{ControlPlane, Decision};
+use control::session::Accept;
 use control::session::{Established, SessionConfig};
 use dataplane::{SctpCore, SctpCoreConfig, SctpEvent};
 use dpwarp_capture::pcap::{linktype, Writer};
@@ -38,6 +40,7 @@ const CAPTURE_FRAMES: usize = 10_000;
 /// One side: its core over the in-memory link, CQ, memory and events.
 struct Side {
     core: SctpCore<Stack<LinkEnd>>,
+    _plane: ControlPlane,
     cq: CqHandle,
     region: Arc<Region>,
     mr: Mr,
@@ -73,9 +76,20 @@ impl Side {
         config.session = session;
         #[allow(clippy::disallowed_methods)] // Only the origin of sctp-proto's time.
         let epoch = std::time::Instant::now();
-        let core = SctpCore::new(config, stack, udp_port, rnic, qp_init, epoch).unwrap();
+        // Session establishment runs on a control-plane thread, which
+        // accepts every stream a peer opens.
+        let (plane, mut links) = ControlPlane::start(1);
+        let accept = |_: &_, _| Decision::Accept(Accept::default());
+        plane.listen_sessions(0, config.session.clone(), Box::new(accept));
+        let link = links.remove(0);
+        let mut core = SctpCore::new(config, stack, udp_port, link, rnic, qp_init, epoch).unwrap();
+        while !core.link().session_listening() {
+            assert!(epoch.elapsed() < std::time::Duration::from_secs(5));
+            core.turn(Instant::ZERO);
+        }
         Side {
             core,
+            _plane: plane,
             cq,
             region,
             mr,

@@ -568,7 +568,12 @@ impl Endpoint {
     fn free_slot(&mut self, index: u32) {
         let slot = &mut self.slots[index as usize];
         if let Some(live) = slot.live.take() {
-            self.by_handle.remove(&live.handle);
+            // sctp-proto may have let this handle go already (its slab
+            // reuses keys) and given it to a newer association: that
+            // association's mapping stays.
+            if self.by_handle.get(&live.handle) == Some(&index) {
+                self.by_handle.remove(&live.handle);
+            }
             slot.generation = slot.generation.wrapping_add(1);
             self.free.push(index);
             if let Some(at) = self.occupied.iter().position(|&i| i == index) {

@@ -445,3 +445,39 @@ fn send_limits_and_abort() {
     assert_eq!(pair.events_b[1].assoc, b);
     pair.drive_until(100, |p| p.a.associations() == 0 && p.b.associations() == 0);
 }
+
+/// Associations to one peer opened and aborted in a loop, four at a time:
+/// every one comes up. sctp-proto reuses the handle of an association it
+/// let go for the next one; the endpoint once forgot the newer
+/// association's handle when it freed the older one's slot, and the newer
+/// association never came up (its packets had nowhere to go).
+#[test]
+fn associations_opened_and_aborted_in_a_loop_all_come_up() {
+    let mut pair = Pair::ddp();
+    let mut opening: HashSet<AssocId> = HashSet::new();
+    for _ in 0..4 {
+        opening.insert(pair.a.connect(pair.now, pair.b_addr).unwrap());
+    }
+    let mut up = 0;
+    while up < 500 {
+        assert!(pair.step(), "nothing moves with {opening:?} opening");
+        assert!(
+            pair.now < sctp_lite::Instant::from_secs(5),
+            "{up} came up; stuck: {opening:?}"
+        );
+        let fresh: Vec<Event> = pair.events_a.drain(..).collect();
+        for event in fresh {
+            match event.kind {
+                EventKind::Up { .. } => {
+                    assert!(opening.remove(&event.assoc));
+                    up += 1;
+                    pair.a.abort(event.assoc).unwrap();
+                    let next = pair.a.connect(pair.now, pair.b_addr).unwrap();
+                    opening.insert(next);
+                }
+                EventKind::Closed(CloseReason::Local) => {}
+                other => panic!("{other:?} on {:?}", event.assoc),
+            }
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! DDP stream session control (RFC 5043 §6, RFC 6581 §7) on the
+//! control-plane thread: a core's link forwards the messages of streams in
+//! establishment and carries out what the control plane answers, and the
+//! application's callback decides each Initiate there. The peer here is a
+//! sans-IO `control::session` machine driven by the test, so every message
+//! both ways is the real one.
+//!
+//! Tests bound themselves in real time (the control plane is a thread).
+#![allow(clippy::disallowed_methods)]
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use control::runtime::{
+    ControlConfig, ControlPlane, CoreLink, Decision, SessionAction, SessionId, SessionResult,
+};
+use control::session::{
+    self, Accept, FailReason, Initiator, Outcome, Responder, Session, SessionConfig,
+};
+use rnic_engine::sctp::{PPID_DDP_SEGMENT, PPID_SESSION_CONTROL};
+use tcp_lite::{Duration, Instant};
+
+const LIMIT: StdDuration = StdDuration::from_secs(20);
+
+fn now() -> Instant {
+    static EPOCH: std::sync::OnceLock<StdInstant> = std::sync::OnceLock::new();
+    let epoch = EPOCH.get_or_init(StdInstant::now);
+    Instant::from_micros(epoch.elapsed().as_micros() as i64 + 1)
+}
+
+fn peer() -> SocketAddr {
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 9899))
+}
+
+/// Every message a sans-IO machine queued, in order.
+fn messages(machine: &mut Session) -> Vec<(u32, Vec<u8>)> {
+    let mut out = [0u8; 600];
+    let mut all = Vec::new();
+    while let Some(t) = machine.poll_transmit(&mut out) {
+        all.push((t.ppid, out[..t.len].to_vec()));
+    }
+    all
+}
+
+/// Polls `link` until stream `id` is done; what was sent on it before, and
+/// how it ended.
+fn until_done(link: &mut CoreLink, id: SessionId) -> (Vec<(u32, Vec<u8>)>, SessionResult) {
+    let start = StdInstant::now();
+    let mut sent = Vec::new();
+    loop {
+        assert!(start.elapsed() < LIMIT, "stream {id:?} not done");
+        link.poll_sessions();
+        while let Some(action) = link.next_session_action() {
+            match action {
+                SessionAction::Send {
+                    id: on,
+                    ppid,
+                    message,
+                } if on == id => sent.push((ppid, message)),
+                SessionAction::Done { id: on, result } if on == id => return (sent, result),
+                other => panic!("an action for another stream: {other:?}"),
+            }
+        }
+    }
+}
+
+/// Polls `link` until it has `n` messages for stream `id` (and no end).
+fn until_sent(link: &mut CoreLink, id: SessionId, n: usize) -> Vec<(u32, Vec<u8>)> {
+    let start = StdInstant::now();
+    let mut sent = Vec::new();
+    while sent.len() < n {
+        assert!(start.elapsed() < LIMIT, "stream {id:?}: {sent:?}");
+        link.poll_sessions();
+        while let Some(action) = link.next_session_action() {
+            match action {
+                SessionAction::Send {
+                    id: on,
+                    ppid,
+                    message,
+                } if on == id => sent.push((ppid, message)),
+                other => panic!("unexpected: {other:?}"),
+            }
+        }
+    }
+    sent
+}
+
+fn until_listening(link: &mut CoreLink) {
+    let start = StdInstant::now();
+    while !link.session_listening() {
+        assert!(start.elapsed() < LIMIT);
+        link.poll_sessions();
+    }
+}
+
+/// The ULP: accepts an Initiate whose private data is "yes" (answering
+/// "ok", ORD 4), rejects any other with "no"; records what it saw.
+type Seen = Arc<Mutex<Vec<(Vec<u8>, Option<(u16, u16)>, SocketAddr)>>>;
+
+fn listen(plane: &ControlPlane, core: u16) -> Seen {
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    plane.listen_sessions(
+        core,
+        SessionConfig::default(),
+        Box::new(move |request: &session::Request, from| {
+            let peer = request.peer().map(|p| (p.ird, p.ord));
+            let mut seen = record.lock().unwrap();
+            seen.push((request.private_data.clone(), peer, from));
+            if request.private_data == b"yes" {
+                Decision::Accept(Accept {
+                    ord: Some(4),
+                    private_data: b"ok".to_vec(),
+                    ..Accept::default()
+                })
+            } else {
+                Decision::Reject(b"no".to_vec())
+            }
+        }),
+    );
+    seen
+}
+
+fn initiator(private_data: &[u8]) -> (Session, (u32, Vec<u8>)) {
+    let mut m =
+        Session::Initiator(Initiator::new(SessionConfig::default(), private_data, now()).unwrap());
+    let mut sent = messages(&mut m);
+    assert_eq!(sent.len(), 1, "one Initiate");
+    (m, sent.remove(0))
+}
+
+#[test]
+fn a_peer_opened_stream_is_decided_on_the_control_thread_and_handed_back_with_its_machine() {
+    let (plane, mut links) = ControlPlane::start(1);
+    let seen = listen(&plane, 0);
+    let link = &mut links[0];
+    until_listening(link);
+
+    // Accepted: an Enhanced Accept goes out, then the stream comes back
+    // established, its machine up.
+    let (mut peer_machine, (ppid, initiate)) = initiator(b"yes");
+    assert_eq!(ppid, PPID_SESSION_CONTROL);
+    let id = link.initiated_session(peer(), ppid, &initiate).unwrap();
+    assert_eq!(link.sessions_in_establishment(), 1);
+    let (sent, result) = until_done(link, id);
+    assert_eq!(link.sessions_in_establishment(), 0);
+    assert_eq!(sent.len(), 1, "one Enhanced Accept: {sent:?}");
+    for (ppid, message) in &sent {
+        peer_machine.handle_message(now(), *ppid, message);
+    }
+    let Some(Outcome::Established(at_peer)) = peer_machine.outcome().cloned() else {
+        panic!("the peer is not established: {:?}", peer_machine.outcome());
+    };
+    assert_eq!(at_peer.peer_private_data, b"ok");
+    let SessionResult::Established {
+        session,
+        mut machine,
+    } = result
+    else {
+        panic!("not established: {result:?}");
+    };
+    assert!(session.enhanced);
+    assert_eq!(session.peer_private_data, b"yes");
+    assert_eq!(session.ord, 4, "the ULP's ORD");
+    assert_eq!(
+        seen.lock().unwrap().as_slice(),
+        &[(b"yes".to_vec(), Some((16, 16)), peer())],
+        "the ULP saw the private data, the peer's IRD/ORD and address"
+    );
+    // The machine handed over keeps the session: the peer's Session
+    // Terminate ends it here.
+    peer_machine.terminate();
+    for (ppid, message) in messages(&mut peer_machine) {
+        machine.handle_message(now(), ppid, &message);
+    }
+    assert!(matches!(
+        machine.outcome(),
+        Some(Outcome::Failed(f)) if f.reason == FailReason::PeerTerminated
+    ));
+
+    // Rejected by the ULP: an Enhanced Reject with its private data.
+    let (mut peer_machine, (ppid, initiate)) = initiator(b"maybe");
+    let id = link.initiated_session(peer(), ppid, &initiate).unwrap();
+    let (sent, result) = until_done(link, id);
+    assert!(
+        matches!(&result, SessionResult::Rejected(r) if r.enhanced),
+        "{result:?}"
+    );
+    for (ppid, message) in &sent {
+        peer_machine.handle_message(now(), *ppid, message);
+    }
+    assert!(matches!(
+        peer_machine.outcome(),
+        Some(Outcome::Rejected(r)) if r.private_data == b"no" && r.enhanced
+    ));
+
+    // A Segment before any Initiate (announced without its octets): RFC
+    // 5043 §6.6 broken, a Session Terminate answers.
+    let id = link
+        .initiated_session(peer(), PPID_DDP_SEGMENT, &[])
+        .unwrap();
+    let (sent, result) = until_done(link, id);
+    assert!(
+        matches!(&result, SessionResult::Failed(f)
+            if f.reason == FailReason::Violation(session::Violation::SegmentBeforeInitiate)),
+        "{result:?}"
+    );
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(sent[0].0, PPID_SESSION_CONTROL);
+
+    let stats = plane.stop();
+    assert_eq!((stats.established, stats.rejected, stats.failed), (1, 1, 1));
+}
+
+#[test]
+fn a_stream_this_core_opens_runs_its_initiator_on_the_control_thread() {
+    let (plane, mut links) = ControlPlane::start(1);
+    let link = &mut links[0];
+    let config = SessionConfig {
+        ird: 8,
+        ord: 2,
+        ..SessionConfig::default()
+    };
+    let id = link.open_session(peer(), config, b"hello").unwrap();
+    // The Enhanced Initiate comes to the core to send; the peer here
+    // accepts it.
+    let sent = until_sent(link, id, 1);
+    let mut responder = Responder::new(SessionConfig::default(), now()).unwrap();
+    responder.handle_message(now(), sent[0].0, &sent[0].1);
+    let request = responder.request().cloned().unwrap();
+    assert_eq!(request.private_data, b"hello");
+    assert_eq!(request.peer().map(|p| (p.ird, p.ord)), Some((8, 2)));
+    responder.accept(&Accept::default()).unwrap();
+    let mut responder = Session::Responder(responder);
+    for (ppid, message) in messages(&mut responder) {
+        link.session_input(id, ppid, &message);
+    }
+    let (sent, result) = until_done(link, id);
+    assert!(sent.is_empty());
+    let SessionResult::Established { session, .. } = result else {
+        panic!("{result:?}");
+    };
+    assert_eq!((session.ird, session.ord), (8, 2));
+
+    // The core gives up on a stream in establishment: the control plane
+    // sends the Session Terminate and reports the end.
+    let id = link
+        .open_session(peer(), SessionConfig::default(), b"")
+        .unwrap();
+    until_sent(link, id, 1);
+    link.end_session(id, true);
+    let (sent, result) = until_done(link, id);
+    assert_eq!(sent.len(), 1, "a Session Terminate: {sent:?}");
+    assert!(matches!(result, SessionResult::Failed(f) if f.reason == FailReason::Local));
+
+    // No answer in time: it fails with Timeout (and a Terminate, so that a
+    // late Accept leaves nothing half-open).
+    let quick = SessionConfig {
+        timeout: Duration::from_millis(50),
+        ..SessionConfig::default()
+    };
+    let id = link.open_session(peer(), quick, b"").unwrap();
+    let (sent, result) = until_done(link, id);
+    assert_eq!(sent.len(), 2, "the Initiate, then a Terminate: {sent:?}");
+    assert!(matches!(result, SessionResult::Failed(f) if f.reason == FailReason::Timeout));
+
+    // Gone with its association: nothing more comes back, and the control
+    // plane lets it go.
+    let id = link
+        .open_session(peer(), SessionConfig::default(), b"")
+        .unwrap();
+    until_sent(link, id, 1);
+    link.end_session(id, false);
+    assert_eq!(link.sessions_in_establishment(), 0);
+    let start = StdInstant::now();
+    while plane.health()[0].startups > 0 {
+        assert!(start.elapsed() < LIMIT);
+        link.poll_sessions();
+    }
+    assert!(link.next_session_action().is_none());
+    drop(plane);
+}
+
+#[test]
+fn streams_beyond_the_limits_or_with_no_listener_are_refused_and_the_control_plane_gone_fails_the_rest(
+) {
+    let config = ControlConfig {
+        startups_max_per_core: 1,
+        ..ControlConfig::default()
+    };
+    let (plane, mut links) = ControlPlane::start_with(config, 2).unwrap();
+    let _seen = listen(&plane, 1);
+    // Core 0: no one listens there; the link refuses at once.
+    let (_, (ppid, initiate)) = initiator(b"yes");
+    assert!(links[0]
+        .initiated_session(peer(), ppid, &initiate)
+        .is_none());
+    assert_eq!(links[0].refused_startups(), 1);
+    // Core 1: one stream in establishment at most; the second is refused.
+    until_listening(&mut links[1]);
+    let held = links[1].open_session(peer(), SessionConfig::default(), b"");
+    let held = held.unwrap();
+    assert!(links[1]
+        .initiated_session(peer(), ppid, &initiate)
+        .is_none());
+    assert_eq!(links[1].refused_startups(), 1);
+    until_sent(&mut links[1], held, 1);
+    // The control plane stops: the stream it held fails, for its core.
+    let _ = plane.stop();
+    let (_, result) = until_done(&mut links[1], held);
+    assert!(matches!(result, SessionResult::Failed(f) if f.reason == FailReason::Local));
+    assert!(links[1]
+        .open_session(peer(), SessionConfig::default(), b"")
+        .is_none());
+}
