@@ -535,6 +535,9 @@ impl Args {
                         | TransportArg::Kernel
                         | TransportArg::Memif
                         | TransportArg::Ring
+                        | TransportArg::Tap
+                        | TransportArg::NetTap
+                        | TransportArg::AfPacket
                 )
             };
             let local = match &role {
@@ -559,8 +562,8 @@ impl Args {
             }
             if let Some(t) = all.iter().find(|&&t| runs_sctp(t) && !sctp_ok(t)) {
                 return Err(format!(
-                    "--llp sctp runs on --transport embedded, kernel (kernel UDP), memif or ring \
-                     for now, not {t:?}"
+                    "--llp sctp runs on --transport embedded, kernel (kernel UDP), tap, memif, \
+                     ring, net_tap or af_packet, not {t:?}"
                 ));
             }
         }

@@ -637,6 +637,20 @@ fn run_sctp(
             );
             sweep(&mut rig, args, plan, transport, stop)
         }
+        TransportKind::Tap | TransportKind::NetTap | TransportKind::AfPacket => {
+            // As over MPA: DPDK starts outside the run's namespace, the
+            // rig's thread enters it, and it goes when the thread is done.
+            let eal = match transport {
+                TransportKind::Tap => None,
+                _ => Some(dataplane::ports::start_eal(args.link.hugepages(), &[])?),
+            };
+            std::thread::scope(|scope| {
+                scope
+                    .spawn(|| namespace_run_sctp(args, plan, transport, &config, eal, stop))
+                    .join()
+                    .map_err(|_| "the run's thread panicked".to_string())?
+            })
+        }
         other => Err(format!("--llp sctp does not run on {} yet", other.name())),
     }?;
     for r in &mut reports {
@@ -761,6 +775,44 @@ fn namespace_run(
                 rig.split(c, s, Some(eal))?;
             }
             say_dpdk(&info, &rig);
+            let reports = sweep(&mut rig, args, plan, transport, stop);
+            drop(rig);
+            drop(netns);
+            reports
+        }
+        (_, None) => Err("DPDK did not start".into()),
+    }
+}
+
+/// [`namespace_run`] over DDP over SCTP: the client on tcp-lite's UDP over
+/// the TAP device or the DPDK port, the server on Linux UDP in the
+/// namespace; both RNICs on this thread.
+fn namespace_run_sctp(
+    args: &Args,
+    plan: &Plan,
+    transport: TransportKind,
+    config: &RigConfig,
+    eal: Option<(dataplane::dpdk::Eal, String)>,
+    stop: &AtomicBool,
+) -> Result<Vec<Report>, String> {
+    match (transport, eal) {
+        (TransportKind::Tap, _) => {
+            let (mut rig, netns) = bench::sctp::tap(config)?;
+            println!(" 1 core: TAP device; the server on Linux UDP in the run's namespace");
+            let reports = sweep(&mut rig, args, plan, transport, stop);
+            drop(rig);
+            drop(netns);
+            reports
+        }
+        (_, Some((eal, memory))) => {
+            let af_packet = transport == TransportKind::AfPacket;
+            let (mut rig, netns, info) =
+                bench::sctp::dpdk_kernel(config, &args.link, eal, af_packet)?;
+            println!(
+                " 1 core: {}; {}; {memory}; SCTP over UDP on tcp-lite, the server on Linux UDP \
+                 in the run's namespace",
+                info.ports, info.checksums
+            );
             let reports = sweep(&mut rig, args, plan, transport, stop);
             drop(rig);
             drop(netns);

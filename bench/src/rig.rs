@@ -756,6 +756,19 @@ pub const TAP_STACK_ADDR: Ipv4Addr = Ipv4Addr::new(10, 211, 0, 2);
 /// thread enters the namespace (so the server's sockets live there); the
 /// returned [`Netns`] deletes both when dropped, and must outlive the rig.
 pub fn tap(config: &RigConfig) -> Result<(Rig<Stack<TapDevice>, KernelTransport>, Netns), String> {
+    let (client, net) = tap_client(config)?;
+    let server = kernel_transport(TAP_KERNEL_ADDR)?;
+    let emss = client.emss();
+    Ok((
+        in_process(client, emss, server, emss, TAP_KERNEL_ADDR, config)?,
+        net,
+    ))
+}
+
+/// tcp-lite over a TAP device whose kernel end is [`TAP_KERNEL_ADDR`] in a
+/// namespace made for the run, which the calling thread enters; the
+/// returned [`Netns`] deletes both when dropped.
+pub fn tap_client(config: &RigConfig) -> Result<(Stack<TapDevice>, Netns), String> {
     if let Some(why) = tcp_lite::sys::tap::namespace_unavailable() {
         return Err(format!("the TAP transport cannot run here: {why}"));
     }
@@ -778,12 +791,7 @@ pub fn tap(config: &RigConfig) -> Result<(Rig<Stack<TapDevice>, KernelTransport>
     let mut c = StackConfig::new([2, 0, 0, 0, 0, 1], TAP_STACK_ADDR);
     c.tcp = tcp;
     let client = Stack::new(c, device, now()).map_err(|e| e.to_string())?;
-    let server = kernel_transport(TAP_KERNEL_ADDR)?;
-    let emss = client.emss();
-    Ok((
-        in_process(client, emss, server, emss, TAP_KERNEL_ADDR, config)?,
-        net,
-    ))
+    Ok((client, net))
 }
 
 /// A client on Linux TCP whose server is a `bench --server` at `server`.
@@ -932,6 +940,22 @@ pub fn dpdk_kernel(
     eal: Eal,
     af_packet: bool,
 ) -> Result<(DpdkKernelRig, Netns, DpdkInfo), String> {
+    let (client, net, info) = dpdk_kernel_client(config, link, eal, af_packet)?;
+    let server = kernel_transport(DPDK_KERNEL_ADDR)?;
+    let emss = client.emss();
+    let rig = in_process(client, emss, server, emss, DPDK_KERNEL_ADDR, config)?;
+    Ok((rig, net, info))
+}
+
+/// tcp-lite over a DPDK port (`net_tap` or `net_af_packet`) whose kernel
+/// end is [`DPDK_KERNEL_ADDR`] in a namespace made for the run, which the
+/// calling thread enters (see [`dpdk_kernel`]).
+pub fn dpdk_kernel_client(
+    config: &RigConfig,
+    link: &LinkArgs,
+    eal: Eal,
+    af_packet: bool,
+) -> Result<(Stack<DpdkDevice>, Netns, DpdkInfo), String> {
     if let Some(why) = tcp_lite::sys::tap::namespace_unavailable() {
         return Err(format!("this transport cannot run here: {why}"));
     }
@@ -972,16 +996,13 @@ pub fn dpdk_kernel(
     }
     ports::wait_link(&[&port], options.link_timeout)?;
     let client = dpdk_stack(&port, (DPDK_STACK_ADDR, 24), false)?;
-    let server = kernel_transport(DPDK_KERNEL_ADDR)?;
     let info = DpdkInfo {
         eal,
         memory: String::new(),
         ports: port.describe.clone(),
         checksums: port.checksums(),
     };
-    let emss = client.emss();
-    let rig = in_process(client, emss, server, emss, DPDK_KERNEL_ADDR, config)?;
-    Ok((rig, net, info))
+    Ok((client, net, info))
 }
 
 /// A client on a DPDK port (memif client, net_tap, af_packet, PCI) whose

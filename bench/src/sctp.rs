@@ -27,6 +27,8 @@ use rnic_engine::sctp::rx::ReorderConfig;
 use rnic_engine::verbs::{CqHandle, Mr, QpHandle, QpInit, RemoteAddr, Rnic, RnicConfig, Sge};
 use sctp_lite::AssocId;
 use tcp_lite::link::{self, LinkConfig, LinkEnd};
+use tcp_lite::sys::netns::Netns;
+use tcp_lite::sys::tap::TapDevice;
 use tcp_lite::sys::udp::KernelUdp;
 use tcp_lite::{Stack, StackConfig};
 
@@ -123,7 +125,9 @@ impl<T: MessageTransport> SctpEndpoint<T> {
                     ..Accept::default()
                 })
             };
-            plane.listen_sessions(0, config.session.clone(), Box::new(accept));
+            plane
+                .listen_sessions(0, config.session.clone(), Box::new(accept))
+                .map_err(|e| format!("the session configuration: {e}"))?;
         }
         let epoch = StdInstant::now();
         let mut core = SctpCore::new(
@@ -512,6 +516,33 @@ pub fn dpdk(
         checksums: client_port.checksums(),
     };
     Ok((SctpRig::new(client, server, SERVER_UDP_PORT, config)?, info))
+}
+
+/// The client on tcp-lite's UDP over a TAP device, the server on Linux UDP
+/// at the device's kernel end, in a namespace made for the run, which the
+/// calling thread enters; the returned [`Netns`] must outlive the rig.
+pub fn tap(config: &RigConfig) -> Result<(SctpRig<Stack<TapDevice>, KernelUdp>, Netns), String> {
+    let (client, net) = crate::rig::tap_client(config)?;
+    let server = KernelUdp::new(crate::rig::TAP_KERNEL_ADDR, 4 << 20);
+    Ok((SctpRig::new(client, server, SERVER_UDP_PORT, config)?, net))
+}
+
+/// [`SctpRig`] on tcp-lite over a DPDK port, to Linux UDP.
+pub type KernelSctpRig = SctpRig<Stack<DpdkDevice>, KernelUdp>;
+
+/// The client on tcp-lite's UDP over a DPDK port (`net_tap`, or
+/// `net_af_packet` on a veth pair), the server on Linux UDP at the kernel's
+/// end, in a namespace made for the run (see `rig::dpdk_kernel`).
+pub fn dpdk_kernel(
+    config: &RigConfig,
+    link: &crate::link::LinkArgs,
+    eal: dataplane::dpdk::Eal,
+    af_packet: bool,
+) -> Result<(KernelSctpRig, Netns, crate::rig::DpdkInfo), String> {
+    let (client, net, info) = crate::rig::dpdk_kernel_client(config, link, eal, af_packet)?;
+    let server = KernelUdp::new(crate::rig::DPDK_KERNEL_ADDR, 4 << 20);
+    let rig = SctpRig::new(client, server, SERVER_UDP_PORT, config)?;
+    Ok((rig, net, info))
 }
 
 /// The two RNICs over DDP over SCTP over Linux UDP on loopback.

@@ -1,7 +1,9 @@
 //! `bench --transport tap`: the client RNIC on tcp-lite over a TAP device,
 //! the server RNIC on Linux TCP at the device's kernel end inside a network
 //! namespace the run creates. Both modes run, the JSON says `tap`, and the
-//! namespace and device are gone afterwards.
+//! namespace and device are gone afterwards. The same over DPDK's net_tap
+//! and af_packet ports, and DDP over SCTP (`--llp sctp`) over all three, to
+//! Linux UDP in the namespace.
 //!
 //! It needs root, `/dev/net/tun` and `ip`; where one is missing the test is
 //! reported as *ignored* with the reason on stderr, never as passed.
@@ -37,6 +39,10 @@ fn main() {
         trial(
             "a_server_on_two_cores_over_a_multi_queue_net_tap",
             two_core_server_on_net_tap,
+        ),
+        trial(
+            "ddp_over_sctp_over_tap_net_tap_and_af_packet_to_linux_udp",
+            sctp_over_namespaces,
         ),
     ];
     libtest_mimic::run(&args, trials).exit();
@@ -79,6 +85,50 @@ fn over_dpdk(transport: &str) -> Result<(), Failed> {
         let client = &r["per_core"][0];
         if client["rx_bad_checksum"].as_u64() != Some(0) {
             return Err(format!("{transport} {mode}: bad checksums: {client}").into());
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// `--llp sctp` with the client on tcp-lite's UDP over the TAP device or a
+/// DPDK port and the server on Linux UDP in the run's namespace: Writes
+/// beside MPA over the same transport (`--compare mpa`) and Reads with
+/// their latency; every operation completed, each JSON result names its
+/// lower layer, nothing is left behind.
+fn sctp_over_namespaces() -> Result<(), Failed> {
+    let dir = std::env::temp_dir().join(format!("dpwarp-bench-sctp-ns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    for transport in ["tap", "net_tap", "af_packet"] {
+        for (op, extra) in [
+            ("write", &["-s", "16384", "--compare", "mpa"][..]),
+            ("read", &["--lat"][..]),
+        ] {
+            let json = dir.join(format!("{transport}-{op}.json"));
+            let mut args = vec![op, "--llp", "sctp", "--transport", transport, "-n", "300"];
+            args.extend(["--json", json.to_str().ok_or("path")?]);
+            args.extend(["--out", dir.to_str().ok_or("path")?]);
+            if transport != "tap" {
+                args.extend(["--hugepages", "off"]);
+            }
+            args.extend_from_slice(extra);
+            let said = run(&args)?;
+            let doc: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&json).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+            let r = &doc["results"][0];
+            if r["transport"] != transport || r["llp"] != "sctp" || r["iterations"] != 300 {
+                return Err(format!("{transport} {op}: {r}").into());
+            }
+            if op == "write" {
+                let m = &doc["results"][1];
+                if m["llp"] != "mpa" || m["iterations"] != 300 {
+                    return Err(format!("{transport} {op} over MPA: {m}").into());
+                }
+                if !said.contains(&format!("{transport}/sctp / {transport} =")) {
+                    return Err(format!("no comparison line: {said}").into());
+                }
+            }
         }
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -78,13 +78,17 @@
 //! ([`CoreLink::open_session`]) and the stream's messages until it is up;
 //! the control plane answers with messages to send and the end
 //! ([`SessionAction`]). An established stream comes back with its machine,
-//! which the core keeps for the session's Terminate. Per stream the
-//! control plane sends at most [`crate::session::OUTBOX_MESSAGES_MAX`]
-//! messages and its end, so the startups bound the backlog as above.
+//! which the core keeps for the session's Terminate. Per stream the link
+//! forwards its first message, at most [`SESSION_INPUTS_MAX`] more and one
+//! end, and the control plane sends at most
+//! [`crate::session::OUTBOX_MESSAGES_MAX`] messages and its end, so the
+//! startups bound both backlogs as above. A stream whose end the core asks
+//! while its result is already on the way comes back with that result,
+//! which the core then ends itself (a Session Terminate).
 //!
 //! This module is the crate's one exception to sans-IO (STYLE.md §1.1): it
 //! starts a thread and reads the clock. The state machines it drives are in
-//! [`crate::mpa`].
+//! [`crate::mpa`] and [`crate::session`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -121,6 +125,13 @@ pub const STARTUPS_LIMIT: usize = 1 << 20;
 /// serves the next: the budget that keeps one core's flood from starving
 /// another core's startups.
 pub const ROUND_MESSAGES_MAX: usize = 64;
+
+/// Messages a link forwards per DDP stream in establishment beyond its
+/// first (the Initiate, or the core's open): the answer, a Terminate, one
+/// announced segment, one to spare. A stream's machine ends at the first
+/// message it cannot take, so more would only cost the channel (a peer
+/// could flood a stream in establishment); they are dropped.
+pub const SESSION_INPUTS_MAX: u8 = 4;
 
 /// Application commands the control thread takes per round.
 const ROUND_COMMANDS_MAX: usize = 64;
@@ -248,8 +259,28 @@ pub enum SessionResult {
     },
     /// The passive side's ULP rejected it (RFC 5043 §6.3).
     Rejected(session::Rejected),
-    /// It failed: the messages that said so went out before this.
-    Failed(session::Failure),
+    /// It failed.
+    Failed {
+        /// Why.
+        failure: session::Failure,
+        /// The peer was told, or needs no telling: the machine's own
+        /// messages (a Session Terminate, or the peer's own Terminate
+        /// ended it) went out before this. `false` when the stream ended
+        /// without its machine (the control plane stopped or is gone, or
+        /// could not start the machine): the core sends the Session
+        /// Terminate ([`session::terminate_message`]).
+        told: bool,
+    },
+}
+
+impl SessionResult {
+    /// A stream ended without its machine: the core tells the peer.
+    fn untold() -> SessionResult {
+        SessionResult::Failed {
+            failure: session_local_failure(),
+            told: false,
+        }
+    }
 }
 
 /// What the control plane asks of a core's DDP streams, in the order it
@@ -540,8 +571,9 @@ pub struct CoreLink {
     handoffs: VecDeque<Handoff>,
     /// The application listens for DDP streams peers open.
     session_listening: bool,
-    /// DDP streams in establishment at the control plane.
-    sessions: HashSet<SessionId>,
+    /// DDP streams in establishment at the control plane: messages
+    /// forwarded for each (beyond its first), and whether its end was asked.
+    sessions: HashMap<SessionId, (u8, bool)>,
     next_session: u64,
     session_actions: VecDeque<SessionAction>,
 }
@@ -647,12 +679,19 @@ impl ControlPlane {
     /// runs a responder with `config` (RFC 5043 §6, RFC 6581 §7) here, and
     /// `on_initiate` decides. Without it, a core answers every Initiate with
     /// a Session Terminate (no ULP, RFC 5043 §6.4).
-    pub fn listen_sessions(&self, core: CoreId, config: SessionConfig, on_initiate: OnInitiate) {
+    pub fn listen_sessions(
+        &self,
+        core: CoreId,
+        config: SessionConfig,
+        on_initiate: OnInitiate,
+    ) -> Result<(), crate::mpa::ConfigError> {
+        config.validate()?;
         let _ = self.commands.send(Command::ListenSessions {
             core,
             config,
             on_initiate,
         });
+        Ok(())
     }
 
     /// How each core is doing, in core order: readable at any time, from
@@ -730,7 +769,7 @@ impl CoreLink {
             dead: false,
             handoffs: VecDeque::new(),
             session_listening: false,
-            sessions: HashSet::new(),
+            sessions: HashMap::new(),
             next_session: 0,
             session_actions: VecDeque::new(),
         }
@@ -755,10 +794,10 @@ impl CoreLink {
         self.starting.len() + self.connecting.len() + self.draining.len() + self.sessions.len()
     }
 
-    /// Accepts this link refused on its own: beyond
-    /// [`ControlConfig::startups_max_per_core`], or with no control plane.
-    /// (Accepts the control plane refuses, beyond `startups_max`, are
-    /// counted there.)
+    /// Accepts and DDP streams this link refused on its own: beyond
+    /// [`ControlConfig::startups_max_per_core`], with no control plane, or
+    /// (streams) with no one listening. (Those the control plane refuses,
+    /// beyond `startups_max`, are counted there.)
     pub fn refused_startups(&self) -> u64 {
         self.refused
     }
@@ -1036,21 +1075,35 @@ impl CoreLink {
     /// A message on stream `id` while it is in establishment. A DDP segment
     /// (PPID 16) is the core's to hold; pass it with no octets, so the
     /// machine sees one came.
+    ///
+    /// At most [`SESSION_INPUTS_MAX`] messages per stream are forwarded (the
+    /// machine has ended by then); more are dropped here.
     pub fn session_input(&mut self, id: SessionId, ppid: u32, message: &[u8]) {
-        if self.sessions.contains(&id) {
-            let message = message.to_vec();
-            self.send(ToControl::SessionInput { id, ppid, message });
+        let Some((inputs, _)) = self.sessions.get_mut(&id) else {
+            return;
+        };
+        if *inputs >= SESSION_INPUTS_MAX {
+            return;
         }
+        *inputs += 1;
+        let message = message.to_vec();
+        self.send(ToControl::SessionInput { id, ppid, message });
     }
 
     /// Ends stream `id` while it is in establishment. With `terminate` the
-    /// control plane sends a Session Terminate and reports the end as
-    /// usual; without, the stream is gone with its association and nothing
-    /// more comes back.
+    /// control plane sends a Session Terminate and reports the end, unless
+    /// its establishment had ended already: then its result is on the way
+    /// (possibly `Established`), and the core must end the stream itself
+    /// when it arrives. Asked once; again is a no-op. Without `terminate`,
+    /// the stream is gone with its association and nothing more comes back.
     pub fn end_session(&mut self, id: SessionId, terminate: bool) {
-        if !self.sessions.contains(&id) {
+        let Some((_, ending)) = self.sessions.get_mut(&id) else {
+            return;
+        };
+        if terminate && *ending {
             return;
         }
+        *ending = true;
         if !terminate {
             self.sessions.remove(&id);
         }
@@ -1078,7 +1131,7 @@ impl CoreLink {
     fn new_session(&mut self) -> SessionId {
         let id = SessionId(self.next_session);
         self.next_session += 1;
-        self.sessions.insert(id);
+        self.sessions.insert(id, (0, false));
         id
     }
 
@@ -1088,13 +1141,13 @@ impl CoreLink {
         match message.take() {
             Some(ToCore::SessionListen) => self.session_listening = true,
             Some(ToCore::SessionSend { id, ppid, message }) => {
-                if self.sessions.contains(&id) {
+                if self.sessions.contains_key(&id) {
                     let action = SessionAction::Send { id, ppid, message };
                     self.session_actions.push_back(action);
                 }
             }
             Some(ToCore::SessionDone { id, result }) => {
-                if self.sessions.remove(&id) {
+                if self.sessions.remove(&id).is_some() {
                     self.session_actions
                         .push_back(SessionAction::Done { id, result });
                 }
@@ -1135,10 +1188,10 @@ impl CoreLink {
 
     /// The control plane is gone: every stream in establishment fails.
     fn abandon_sessions(&mut self) {
-        let mut ids: Vec<SessionId> = self.sessions.drain().collect();
+        let mut ids: Vec<SessionId> = self.sessions.drain().map(|(id, _)| id).collect();
         ids.sort();
         for id in ids {
-            let result = SessionResult::Failed(session_local_failure());
+            let result = SessionResult::untold();
             self.session_actions
                 .push_back(SessionAction::Done { id, result });
         }
@@ -1761,8 +1814,7 @@ impl Worker {
         let keys: Vec<_> = self.sessions.keys().copied().collect();
         for key in keys {
             if self.release_session(key).is_some() {
-                let result = SessionResult::Failed(session_local_failure());
-                self.session_done(key, result);
+                self.session_done(key, SessionResult::untold());
             }
         }
         for slot in self.cores.iter_mut() {
@@ -1955,7 +2007,7 @@ impl Worker {
                 self.hold_session(key, StreamStartup { machine, peer });
                 self.progress_session(key);
             }
-            Err(_) => self.session_done(key, SessionResult::Failed(session_local_failure())),
+            Err(_) => self.session_done(key, SessionResult::untold()),
         }
     }
 
@@ -1979,7 +2031,7 @@ impl Worker {
         let listener = self.session_listeners.iter().find(|l| l.core == key.0);
         let config = listener.map_or_else(SessionConfig::default, |l| l.config.clone());
         let Ok(responder) = session::Responder::new(config, now) else {
-            return self.session_done(key, SessionResult::Failed(session_local_failure()));
+            return self.session_done(key, SessionResult::untold());
         };
         let mut machine = Session::Responder(responder);
         machine.handle_message(now, ppid, message);
@@ -2054,8 +2106,11 @@ impl Worker {
                 machine: Box::new(machine),
             },
             Some(session::Outcome::Rejected(r)) => SessionResult::Rejected(r),
-            Some(session::Outcome::Failed(f)) => SessionResult::Failed(f),
-            None => SessionResult::Failed(session_local_failure()),
+            Some(session::Outcome::Failed(failure)) => SessionResult::Failed {
+                failure,
+                told: true,
+            },
+            None => SessionResult::untold(),
         };
         self.session_done(key, result);
     }
@@ -2064,7 +2119,7 @@ impl Worker {
         match &result {
             SessionResult::Established { .. } => self.stats.established += 1,
             SessionResult::Rejected(_) => self.stats.rejected += 1,
-            SessionResult::Failed(_) => self.stats.failed += 1,
+            SessionResult::Failed { .. } => self.stats.failed += 1,
         }
         let id = key.1;
         self.send_to(key.0, ToCore::SessionDone { id, result });
@@ -2090,7 +2145,7 @@ impl Worker {
             .cores
             .get(usize::from(core))
             .map_or(0, |slot| slot.startups);
-        if self.startups.len() >= self.config.startups_max
+        if self.startups.len() + self.sessions.len() >= self.config.startups_max
             || held >= self.config.startups_max_per_core
         {
             // Beyond a limit: refused at once, the core aborts it. (The

@@ -388,6 +388,23 @@ impl Outbox {
 }
 
 /// A received PPID 17 message, checked: the parsed form or the violation.
+/// Writes a Session Terminate (RFC 5043 §6.4, no private data) into `out`
+/// and returns its length: for a side that ends a stream without a machine
+/// (its machine was never run, or is gone). Its DDP-SSN is 0, which no one
+/// checks on a control message (see the module's docs). `None` if `out` is
+/// shorter than the 4 octets.
+pub fn terminate_message(out: &mut [u8]) -> Option<usize> {
+    let repr = Repr {
+        ssn: 0,
+        function: FunctionCode::Terminate,
+        enhanced: None,
+        private_data: &[],
+    };
+    let len = repr.buffer_len();
+    repr.emit(&mut Packet::new_unchecked(out.get_mut(..len)?));
+    Some(len)
+}
+
 fn read_control(message: &[u8]) -> Result<Repr<'_>, Violation> {
     let packet = Packet::new_unchecked(message);
     packet.check_len().map_err(|_| Violation::Malformed)?;

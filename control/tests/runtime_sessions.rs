@@ -101,7 +101,7 @@ type Seen = Arc<Mutex<Vec<(Vec<u8>, Option<(u16, u16)>, SocketAddr)>>>;
 fn listen(plane: &ControlPlane, core: u16) -> Seen {
     let seen: Seen = Arc::default();
     let record = seen.clone();
-    plane.listen_sessions(
+    let listened = plane.listen_sessions(
         core,
         SessionConfig::default(),
         Box::new(move |request: &session::Request, from| {
@@ -119,6 +119,7 @@ fn listen(plane: &ControlPlane, core: u16) -> Seen {
             }
         }),
     );
+    listened.unwrap();
     seen
 }
 
@@ -202,7 +203,7 @@ fn a_peer_opened_stream_is_decided_on_the_control_thread_and_handed_back_with_it
         .unwrap();
     let (sent, result) = until_done(link, id);
     assert!(
-        matches!(&result, SessionResult::Failed(f)
+        matches!(&result, SessionResult::Failed { failure: f, told: true }
             if f.reason == FailReason::Violation(session::Violation::SegmentBeforeInitiate)),
         "{result:?}"
     );
@@ -252,7 +253,9 @@ fn a_stream_this_core_opens_runs_its_initiator_on_the_control_thread() {
     link.end_session(id, true);
     let (sent, result) = until_done(link, id);
     assert_eq!(sent.len(), 1, "a Session Terminate: {sent:?}");
-    assert!(matches!(result, SessionResult::Failed(f) if f.reason == FailReason::Local));
+    assert!(
+        matches!(result, SessionResult::Failed { failure: f, told: true } if f.reason == FailReason::Local)
+    );
 
     // No answer in time: it fails with Timeout (and a Terminate, so that a
     // late Accept leaves nothing half-open).
@@ -263,7 +266,9 @@ fn a_stream_this_core_opens_runs_its_initiator_on_the_control_thread() {
     let id = link.open_session(peer(), quick, b"").unwrap();
     let (sent, result) = until_done(link, id);
     assert_eq!(sent.len(), 2, "the Initiate, then a Terminate: {sent:?}");
-    assert!(matches!(result, SessionResult::Failed(f) if f.reason == FailReason::Timeout));
+    assert!(
+        matches!(result, SessionResult::Failed { failure: f, told: true } if f.reason == FailReason::Timeout)
+    );
 
     // Gone with its association: nothing more comes back, and the control
     // plane lets it go.
@@ -309,8 +314,54 @@ fn streams_beyond_the_limits_or_with_no_listener_are_refused_and_the_control_pla
     // The control plane stops: the stream it held fails, for its core.
     let _ = plane.stop();
     let (_, result) = until_done(&mut links[1], held);
-    assert!(matches!(result, SessionResult::Failed(f) if f.reason == FailReason::Local));
+    assert!(
+        matches!(&result, SessionResult::Failed { failure: f, told: false } if f.reason == FailReason::Local),
+        "ended without its machine: the core must tell the peer: {result:?}"
+    );
     assert!(links[1]
         .open_session(peer(), SessionConfig::default(), b"")
         .is_none());
+}
+
+/// The core asks to end a stream whose establishment has just ended at the
+/// control plane: the result on the way (here, established) still comes,
+/// for the core to end the stream itself; asking twice sends nothing more.
+/// A listen with a configuration that cannot work is refused up front.
+#[test]
+fn an_end_asked_after_establishment_ended_leaves_the_result_to_the_core() {
+    let (plane, mut links) = ControlPlane::start(1);
+    let link = &mut links[0];
+    let id = link
+        .open_session(peer(), SessionConfig::default(), b"")
+        .unwrap();
+    let sent = until_sent(link, id, 1);
+    let mut responder = Responder::new(SessionConfig::default(), now()).unwrap();
+    responder.handle_message(now(), sent[0].0, &sent[0].1);
+    responder.accept(&Accept::default()).unwrap();
+    let mut responder = Session::Responder(responder);
+    for (ppid, message) in messages(&mut responder) {
+        link.session_input(id, ppid, &message);
+    }
+    // Give the control plane time to decide before the core asks.
+    let start = StdInstant::now();
+    while plane.stats().established == 0 {
+        assert!(start.elapsed() < LIMIT);
+        std::thread::yield_now();
+    }
+    link.end_session(id, true);
+    link.end_session(id, true);
+    let (sent, result) = until_done(link, id);
+    assert!(sent.is_empty(), "{sent:?}");
+    assert!(
+        matches!(result, SessionResult::Established { .. }),
+        "{result:?}"
+    );
+    assert_eq!(plane.stats().failed, 0);
+
+    let bad = SessionConfig {
+        ird: 200,
+        ..SessionConfig::default()
+    };
+    let refuse = Box::new(|_: &session::Request, _| Decision::Reject(Vec::new()));
+    assert!(plane.listen_sessions(0, bad, refuse).is_err());
 }

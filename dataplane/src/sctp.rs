@@ -208,6 +208,12 @@ struct Stream {
     /// The DDP-SSN after the last Segment received (to count those that
     /// arrive out of order).
     rx_next_ssn: u16,
+    /// In establishment: its end was asked of the control plane (closed
+    /// here, or too many early Segments); whatever comes back ends it.
+    ending: bool,
+    /// In establishment: a held Segment was announced to the control plane
+    /// (once is all its machine needs).
+    announced: bool,
 }
 
 /// The counters of an [`SctpCore`].
@@ -514,6 +520,8 @@ impl<T: MessageTransport> SctpCore<T> {
             ended: false,
             early: VecDeque::new(),
             rx_next_ssn: 0,
+            ending: false,
+            announced: false,
         });
         Ok(qp)
     }
@@ -530,7 +538,10 @@ impl<T: MessageTransport> SctpCore<T> {
             return;
         };
         match &mut stream.control {
-            Control::Plane(session) => self.link.end_session(*session, true),
+            Control::Plane(session) => {
+                stream.ending = true;
+                self.link.end_session(*session, true);
+            }
             Control::Here(machine) => {
                 machine.terminate();
                 self.end_stream(index, None);
@@ -732,9 +743,15 @@ impl<T: MessageTransport> SctpCore<T> {
                             stream.early.push_back(message.to_vec());
                             self.counters.early_held += 1;
                         } else {
+                            // More than we hold: the stream ends, whatever
+                            // the control plane has decided meanwhile.
+                            stream.ending = true;
                             self.link.end_session(session, true);
                         }
-                        self.link.session_input(session, received.ppid, &[]);
+                        if !stream.announced {
+                            stream.announced = true;
+                            self.link.session_input(session, received.ppid, &[]);
+                        }
                     } else {
                         self.link.session_input(session, received.ppid, message);
                     }
@@ -750,6 +767,12 @@ impl<T: MessageTransport> SctpCore<T> {
     /// for the stream, or with the link refusing it, the core answers a
     /// Session Terminate itself.
     fn passive_stream(&mut self, now: Instant, (assoc, id): (AssocId, u16), ppid: u32, len: usize) {
+        if ppid == PPID_DDP_SEGMENT {
+            // A Segment first breaks RFC 5043 §6.6 whatever a ULP would
+            // say: the answer (a Session Terminate) is made here.
+            self.counters.refused_streams += 1;
+            return self.refuse_stream(now, (assoc, id), ppid, len);
+        }
         let full = self.by_key.len() >= self.config.streams_max;
         let qp = if full {
             None
@@ -757,13 +780,7 @@ impl<T: MessageTransport> SctpCore<T> {
             self.rnic.create_qp(self.qp_init).ok()
         };
         let peer = self.endpoint.remote(assoc);
-        // A Segment's octets stay here: the machine needs only to know one
-        // came first.
-        let first = if ppid == PPID_SESSION_CONTROL {
-            &self.message[..len]
-        } else {
-            &[][..]
-        };
+        let first = &self.message[..len];
         let session = match (qp, peer) {
             (Some(_), Some(peer)) => self.link.initiated_session(peer, ppid, first),
             _ => None,
@@ -785,12 +802,14 @@ impl<T: MessageTransport> SctpCore<T> {
             ended: false,
             early: VecDeque::new(),
             rx_next_ssn: 0,
+            ending: false,
+            announced: false,
         });
     }
 
-    /// No room: a Responder here answers the Initiate with a Session
-    /// Terminate (non-ULP reject, RFC 5043 §6.4), sent once; nothing is
-    /// kept.
+    /// No room, or a Segment first: a Responder here answers with a Session
+    /// Terminate (the non-ULP reject of RFC 5043 §6.4, or the §6.6
+    /// violation), sent once; nothing is kept.
     fn refuse_stream(&mut self, now: Instant, (assoc, id): (AssocId, u16), ppid: u32, len: usize) {
         let Ok(mut responder) = Responder::new(self.config.session.clone(), now) else {
             return;
@@ -866,6 +885,13 @@ impl<T: MessageTransport> SctpCore<T> {
             return;
         }
         match result {
+            SessionResult::Established { mut machine, .. } if stream.ending => {
+                // Up at the control plane just as the core asked to end it:
+                // the stream ends here, with a Session Terminate.
+                machine.terminate();
+                stream.control = Control::Here(machine);
+                self.end_stream(index, None);
+            }
             SessionResult::Established { session, machine } => {
                 stream.control = Control::Here(machine);
                 self.stream_up(index, session);
@@ -879,7 +905,18 @@ impl<T: MessageTransport> SctpCore<T> {
                 });
                 self.end_stream(index, None);
             }
-            SessionResult::Failed(failure) => self.end_stream(index, Some(failure)),
+            SessionResult::Failed { failure, told } => {
+                if !told {
+                    // Ended without its machine: the peer hears it from us.
+                    let mut out = [0u8; 8];
+                    if let Some(len) = control::session::terminate_message(&mut out) {
+                        let (assoc, id) = (stream.assoc, stream.id);
+                        let ppid = PPID_SESSION_CONTROL;
+                        let _ = self.endpoint.send(assoc, id, ppid, true, &out[..len]);
+                    }
+                }
+                self.end_stream(index, Some(failure));
+            }
         }
     }
 

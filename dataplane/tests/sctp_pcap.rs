@@ -80,7 +80,9 @@ impl Side {
         // accepts every stream a peer opens.
         let (plane, mut links) = ControlPlane::start(1);
         let accept = |_: &_, _| Decision::Accept(Accept::default());
-        plane.listen_sessions(0, config.session.clone(), Box::new(accept));
+        plane
+            .listen_sessions(0, config.session.clone(), Box::new(accept))
+            .expect("a valid session configuration");
         let link = links.remove(0);
         let mut core = SctpCore::new(config, stack, udp_port, link, rnic, qp_init, epoch).unwrap();
         while !core.link().session_listening() {
