@@ -97,9 +97,11 @@ impl<T: MessageTransport> SctpEndpoint<T> {
             path_mtu: mtu as u32,
             // One DDP stream per QP of a run (and the server's spare).
             streams: (QPS_MAX + 1) as u16,
-            // A window like TCP's in the MPA rigs: 4 MiB each way.
-            receive_window: 4 << 20,
-            send_buffer_max: 4 << 20,
+            // A window like TCP's in the MPA rigs: 256 KiB each way, so both
+            // stay in the core's L2 (4 MiB ran 64 KiB Writes at 10.3 Gbit/s
+            // against 18.2 for 256 KiB, on the embedded link).
+            receive_window: 256 << 10,
+            send_buffer_max: 256 << 10,
             ..sctp_lite::Config::default()
         };
         let mut config = SctpCoreConfig::new(endpoint);
@@ -486,8 +488,8 @@ pub fn embedded(config: &RigConfig) -> Result<SctpRig<Stack<LinkEnd>, Stack<Link
     let stack = |mac: u8, addr, end| {
         let mut c = StackConfig::new([2, 0, 0, 0, 0, mac], addr);
         // Room for the association's whole window in datagrams of any size.
-        c.udp_buffer = 16 << 20;
-        c.udp_datagrams = 1 << 16;
+        c.udp_buffer = 1 << 20;
+        c.udp_datagrams = 4096;
         Stack::new(c, end, now()).map_err(|e| e.to_string())
     };
     let client = stack(1, c_addr, end_c)?;

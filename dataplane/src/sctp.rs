@@ -46,8 +46,11 @@
 //! §6.4) only when it has no room for the stream (`streams_max`, no QP) or
 //! its link refuses it (no one listens, a startup limit).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::{SocketAddr, SocketAddrV4};
+
+use bytes::Bytes;
+use rustc_hash::FxHashMap;
 
 use control::runtime::{CoreLink, SessionAction, SessionId, SessionResult};
 use control::session::{
@@ -203,8 +206,9 @@ struct Stream {
     /// Ended: reported, its QP destroyed; the slot goes at the end of the
     /// turn.
     ended: bool,
-    /// DDP Segments that arrived before the session was up here.
-    early: VecDeque<Vec<u8>>,
+    /// DDP Segments that arrived before the session was up here (their
+    /// packets' own buffers).
+    early: VecDeque<Bytes>,
     /// The DDP-SSN after the last Segment received (to count those that
     /// arrive out of order).
     rx_next_ssn: u16,
@@ -263,8 +267,8 @@ pub struct SctpCounters {
 pub struct Wire<T: MessageTransport> {
     transport: T,
     udp: UdpId,
-    packet: Vec<u8>,
-    held: Option<(SocketAddrV4, usize)>,
+    packet_max: usize,
+    held: Option<(SocketAddrV4, Bytes)>,
     /// Datagrams sent.
     pub tx_datagrams: u64,
     /// Times the transport pushed back a datagram.
@@ -281,7 +285,7 @@ impl<T: MessageTransport> Wire<T> {
         Ok(Wire {
             transport,
             udp,
-            packet: vec![0; packet_max],
+            packet_max,
             held: None,
             tx_datagrams: 0,
             tx_full: 0,
@@ -329,28 +333,35 @@ impl<T: MessageTransport> Wire<T> {
     /// whether any went.
     pub fn transmit(&mut self, endpoint: &mut sctp_lite::Endpoint, now: Instant) -> bool {
         let mut busy = false;
-        if let Some((remote, len)) = self.held {
-            if !self.send(remote, len) {
+        if let Some((remote, packet)) = self.held.take() {
+            if !self.send(remote, &packet) {
+                self.held = Some((remote, packet));
                 return false;
             }
-            self.held = None;
             busy = true;
         }
-        while let Some(t) = endpoint.poll_transmit(now, &mut self.packet) {
+        // Each packet straight from sctp-proto's buffer into the transport's
+        // (one copy).
+        while let Some((remote, packet)) = endpoint.poll_transmit_bytes(now) {
             busy = true;
-            let SocketAddr::V4(remote) = t.remote else {
+            let SocketAddr::V4(remote) = remote else {
                 continue;
             };
-            if !self.send(remote, t.len) {
-                self.held = Some((remote, t.len));
+            if !self.send(remote, &packet) {
+                self.held = Some((remote, packet));
                 break;
             }
         }
         busy
     }
 
-    fn send(&mut self, remote: SocketAddrV4, len: usize) -> bool {
-        let packet = &self.packet[..len];
+    /// The largest packet this carrier was made for.
+    pub fn packet_max(&self) -> usize {
+        self.packet_max
+    }
+
+    fn send(&mut self, remote: SocketAddrV4, packet: &[u8]) -> bool {
+        let len = packet.len();
         match self
             .transport
             .udp_send_with(self.udp, remote, len, |buf| buf.copy_from_slice(packet))
@@ -380,11 +391,10 @@ pub struct SctpCore<T: MessageTransport> {
     qp_init: QpInit,
     streams: Vec<Option<Stream>>,
     free: Vec<usize>,
-    by_key: HashMap<(AssocId, u16), usize>,
-    by_qp: HashMap<QpHandle, usize>,
-    by_session: HashMap<SessionId, usize>,
+    by_key: FxHashMap<(AssocId, u16), usize>,
+    by_qp: FxHashMap<QpHandle, usize>,
+    by_session: FxHashMap<SessionId, usize>,
     events: VecDeque<SctpEvent>,
-    message: Vec<u8>,
     window: Vec<u8>,
     lengths: Vec<u16>,
     counters: SctpCounters,
@@ -410,19 +420,21 @@ impl<T: MessageTransport> SctpCore<T> {
             .session
             .validate()
             .map_err(|e| format!("session: {e}"))?;
+        // SCTP's packets take the engine's CRC32c (VPCLMULQDQ where the CPU
+        // has it), as MPA's FPDUs do; set once per process.
+        sctp_lite::use_crc32c(rnic_engine::mpa::crc::append);
         let wire = Wire::bind(transport, udp_port, config.endpoint.packet_size_max())?;
         let endpoint = sctp_lite::Endpoint::new(config.endpoint.clone(), epoch)
             .map_err(|e| format!("SCTP endpoint: {e}"))?;
         let message_max = config.endpoint.message_size_max();
         Ok(SctpCore {
-            message: vec![0; message_max.max(1 << 10)],
             window: vec![0; (64 << 10).max(message_max)],
             lengths: Vec::with_capacity(64),
             streams: Vec::new(),
             free: Vec::new(),
-            by_key: HashMap::new(),
-            by_qp: HashMap::new(),
-            by_session: HashMap::new(),
+            by_key: FxHashMap::default(),
+            by_qp: FxHashMap::default(),
+            by_session: FxHashMap::default(),
             events: VecDeque::new(),
             counters: SctpCounters::default(),
             config,
@@ -684,7 +696,7 @@ impl<T: MessageTransport> SctpCore<T> {
     fn receive_messages(&mut self, now: Instant) -> bool {
         let mut n = 0;
         while n < self.config.rx_messages {
-            let Some(received) = self.endpoint.recv(&mut self.message) else {
+            let Some((received, message)) = self.endpoint.recv_bytes() else {
                 break;
             };
             n += 1;
@@ -697,7 +709,7 @@ impl<T: MessageTransport> SctpCore<T> {
                 None if received.ppid == PPID_SESSION_CONTROL
                     || received.ppid == PPID_DDP_SEGMENT =>
                 {
-                    self.passive_stream(now, key, received.ppid, received.len);
+                    self.passive_stream(now, key, received.ppid, &message);
                     continue;
                 }
                 None => {
@@ -705,12 +717,11 @@ impl<T: MessageTransport> SctpCore<T> {
                     continue;
                 }
             };
-            let message = &self.message[..received.len];
             let Some(stream) = self.streams[index].as_mut() else {
                 continue;
             };
             if received.ppid == PPID_DDP_SEGMENT {
-                if let Some((ssn, _)) = rnic_engine::sctp::split(message) {
+                if let Some((ssn, _)) = rnic_engine::sctp::split(&message) {
                     self.counters.rx_out_of_order += u64::from(ssn != stream.rx_next_ssn);
                     stream.rx_next_ssn = ssn.wrapping_add(1);
                 }
@@ -718,20 +729,21 @@ impl<T: MessageTransport> SctpCore<T> {
             if received.ppid == PPID_DDP_SEGMENT && stream.up {
                 self.counters.rx_segments += 1;
                 self.counters.rx_segment_octets += message.len() as u64;
-                let _ = self.rnic.handle_message(stream.qp, message);
+                let _ = self.rnic.handle_message(stream.qp, &message);
                 continue;
             }
             let early_room = stream.early.len() < self.config.early_max;
             match &mut stream.control {
-                Control::Here(machine) => match machine.handle_message(now, received.ppid, message)
-                {
-                    Input::Taken | Input::Ignored => {}
-                    Input::Segment | Input::Early if early_room => {
-                        stream.early.push_back(message.to_vec());
-                        self.counters.early_held += 1;
+                Control::Here(machine) => {
+                    match machine.handle_message(now, received.ppid, &message) {
+                        Input::Taken | Input::Ignored => {}
+                        Input::Segment | Input::Early if early_room => {
+                            stream.early.push_back(message);
+                            self.counters.early_held += 1;
+                        }
+                        Input::Segment | Input::Early => machine.terminate(),
                     }
-                    Input::Segment | Input::Early => machine.terminate(),
-                },
+                }
                 // In establishment: a Segment is held here (the peer may
                 // have sent it behind its acknowledged Initiate, or it
                 // overtook the Accept, RFC 5043 §6.6, §8) and announced
@@ -740,7 +752,7 @@ impl<T: MessageTransport> SctpCore<T> {
                     let session = *session;
                     if received.ppid == PPID_DDP_SEGMENT {
                         if early_room {
-                            stream.early.push_back(message.to_vec());
+                            stream.early.push_back(message);
                             self.counters.early_held += 1;
                         } else {
                             // More than we hold: the stream ends, whatever
@@ -753,7 +765,7 @@ impl<T: MessageTransport> SctpCore<T> {
                             self.link.session_input(session, received.ppid, &[]);
                         }
                     } else {
-                        self.link.session_input(session, received.ppid, message);
+                        self.link.session_input(session, received.ppid, &message);
                     }
                 }
             }
@@ -766,12 +778,18 @@ impl<T: MessageTransport> SctpCore<T> {
     /// Segment: the Responder answers that as the rules say). Without room
     /// for the stream, or with the link refusing it, the core answers a
     /// Session Terminate itself.
-    fn passive_stream(&mut self, now: Instant, (assoc, id): (AssocId, u16), ppid: u32, len: usize) {
+    fn passive_stream(
+        &mut self,
+        now: Instant,
+        (assoc, id): (AssocId, u16),
+        ppid: u32,
+        first: &[u8],
+    ) {
         if ppid == PPID_DDP_SEGMENT {
             // A Segment first breaks RFC 5043 §6.6 whatever a ULP would
             // say: the answer (a Session Terminate) is made here.
             self.counters.refused_streams += 1;
-            return self.refuse_stream(now, (assoc, id), ppid, len);
+            return self.refuse_stream(now, (assoc, id), ppid, first);
         }
         let full = self.by_key.len() >= self.config.streams_max;
         let qp = if full {
@@ -780,7 +798,6 @@ impl<T: MessageTransport> SctpCore<T> {
             self.rnic.create_qp(self.qp_init).ok()
         };
         let peer = self.endpoint.remote(assoc);
-        let first = &self.message[..len];
         let session = match (qp, peer) {
             (Some(_), Some(peer)) => self.link.initiated_session(peer, ppid, first),
             _ => None,
@@ -790,7 +807,7 @@ impl<T: MessageTransport> SctpCore<T> {
                 let _ = self.rnic.destroy_qp(qp);
             }
             self.counters.refused_streams += 1;
-            return self.refuse_stream(now, (assoc, id), ppid, len);
+            return self.refuse_stream(now, (assoc, id), ppid, first);
         };
         self.insert(Stream {
             assoc,
@@ -810,11 +827,17 @@ impl<T: MessageTransport> SctpCore<T> {
     /// No room, or a Segment first: a Responder here answers with a Session
     /// Terminate (the non-ULP reject of RFC 5043 §6.4, or the §6.6
     /// violation), sent once; nothing is kept.
-    fn refuse_stream(&mut self, now: Instant, (assoc, id): (AssocId, u16), ppid: u32, len: usize) {
+    fn refuse_stream(
+        &mut self,
+        now: Instant,
+        (assoc, id): (AssocId, u16),
+        ppid: u32,
+        first: &[u8],
+    ) {
         let Ok(mut responder) = Responder::new(self.config.session.clone(), now) else {
             return;
         };
-        let _ = responder.handle_message(now, ppid, &self.message[..len]);
+        let _ = responder.handle_message(now, ppid, first);
         responder.reject_non_ulp();
         let mut out = [0u8; MESSAGE_LEN_MAX];
         while let Some(t) = responder.poll_transmit(&mut out) {

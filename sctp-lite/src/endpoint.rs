@@ -7,7 +7,9 @@
 //! adaptation check, unordered messages of at most one packet, and bounds.
 
 use core::fmt;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
+
+use rustc_hash::FxHashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
@@ -100,7 +102,7 @@ pub struct Endpoint {
     /// message's round trip 10 us of scanning at 1,024 slots).
     occupied: Vec<u32>,
     free: Vec<u32>,
-    by_handle: HashMap<proto::AssociationHandle, u32>,
+    by_handle: FxHashMap<proto::AssociationHandle, u32>,
     /// The datagrams of one sctp-proto transmit after the first.
     pending: VecDeque<(SocketAddr, Bytes)>,
     events: VecDeque<Event>,
@@ -140,7 +142,10 @@ impl Endpoint {
             slots,
             occupied: Vec::with_capacity(config.associations_max),
             free,
-            by_handle: HashMap::with_capacity(config.associations_max),
+            by_handle: FxHashMap::with_capacity_and_hasher(
+                config.associations_max,
+                Default::default(),
+            ),
             pending: VecDeque::new(),
             events: VecDeque::new(),
             readable: VecDeque::new(),
@@ -242,12 +247,20 @@ impl Endpoint {
     /// If `buf` is shorter than the packet; a buffer of
     /// [`Config::packet_size_max`] octets always suffices.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
-        if let Some(transmit) = self.poll_pending(buf) {
+        let (remote, packet) = self.poll_transmit_bytes(now)?;
+        Some(copy_out(remote, &packet, buf))
+    }
+
+    /// [`poll_transmit`](Endpoint::poll_transmit) without the copy: the
+    /// next SCTP packet as sctp-proto wrote it, and where it goes. At most
+    /// [`Config::packet_size_max`] octets.
+    pub fn poll_transmit_bytes(&mut self, now: Instant) -> Option<(SocketAddr, Bytes)> {
+        if let Some(transmit) = self.poll_pending() {
             return Some(transmit);
         }
         if let Some(transmit) = self.inner.poll_transmit() {
             self.queue_transmit(transmit);
-            if let Some(transmit) = self.poll_pending(buf) {
+            if let Some(transmit) = self.poll_pending() {
                 return Some(transmit);
             }
         }
@@ -266,7 +279,7 @@ impl Endpoint {
                     // its turn.
                     self.transmit_next = at + 1;
                     self.queue_transmit(transmit);
-                    if let Some(transmit) = self.poll_pending(buf) {
+                    if let Some(transmit) = self.poll_pending() {
                         return Some(transmit);
                     }
                 }
@@ -285,12 +298,12 @@ impl Endpoint {
         None
     }
 
-    /// The next queued packet that fits [`Config::packet_size_max`],
-    /// written into `buf`; longer ones are dropped (see `poll_transmit`).
-    fn poll_pending(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+    /// The next queued packet that fits [`Config::packet_size_max`]; longer
+    /// ones are dropped (see `poll_transmit`).
+    fn poll_pending(&mut self) -> Option<(SocketAddr, Bytes)> {
         while let Some((remote, packet)) = self.pending.pop_front() {
             if packet.len() <= self.config.packet_size_max() {
-                return Some(copy_out(remote, &packet, buf));
+                return Some((remote, packet));
             }
         }
         None
@@ -387,6 +400,16 @@ impl Endpoint {
             buf.len(),
             self.config.message_size_max()
         );
+        let (received, message) = self.recv_bytes()?;
+        buf[..received.len].copy_from_slice(&message);
+        Some(received)
+    }
+
+    /// [`recv`](Endpoint::recv) without the copy: the next received message
+    /// and its octets, which are the DATA chunk's own (a slice of the
+    /// packet it came in) when it came in one chunk, as DDP's messages do
+    /// (RFC 5043 §9). At most [`Config::message_size_max`] octets.
+    pub fn recv_bytes(&mut self) -> Option<(Received, Bytes)> {
         while let Some((assoc, stream)) = self.readable.pop_front() {
             let Some(live) = self.live_mut(assoc) else {
                 continue;
@@ -401,17 +424,16 @@ impl Endpoint {
             };
             // At most message_size_max: sctp-proto refuses larger messages
             // (its max_receive_message_size).
-            let len = chunks
-                .read(buf)
-                .expect("a received message fits message_size_max");
+            let message = chunks.to_bytes();
             // More may wait on this stream: it goes to the back.
             self.readable.push_back((assoc, stream));
-            return Some(Received {
+            let received = Received {
                 assoc,
                 stream,
                 ppid: chunks.ppi.into(),
-                len,
-            });
+                len: message.len(),
+            };
+            return Some((received, message));
         }
         None
     }

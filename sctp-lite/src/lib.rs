@@ -34,3 +34,12 @@ pub use endpoint::{
 };
 pub use event::{AssocId, CloseReason, Event, EventKind};
 pub use smoltcp::time::{Duration, Instant};
+
+/// Makes `f` the CRC32c (RFC 9260 Appendix A) of every SCTP packet this
+/// process writes or checks, once per process (`false`, and no change,
+/// after the first): for a caller with a faster one than the `crc32c`
+/// crate's. `dataplane::SctpCore` sets the engine's VPCLMULQDQ kernel
+/// (`rnic_engine::mpa::crc::append`), the workspace's one CRC32c.
+pub fn use_crc32c(f: fn(u32, &[u8]) -> u32) -> bool {
+    sctp_proto::set_crc32c_append(f)
+}

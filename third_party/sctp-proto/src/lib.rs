@@ -86,6 +86,8 @@ pub use crate::endpoint::{
 
 mod error;
 pub use crate::error::Error;
+/// dpwarp: the application's CRC32c (see `util::set_crc32c_append`).
+pub use crate::util::{set_crc32c_append, Crc32cAppend};
 
 mod packet;
 

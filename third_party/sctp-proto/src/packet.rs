@@ -487,6 +487,36 @@ mod test {
         Ok(())
     }
 
+    /// dpwarp: an application's CRC32c function, once set, checks and
+    /// writes every packet's checksum; the values are the same.
+    #[test]
+    fn test_the_application_crc32c_is_used_for_every_packet() -> Result<()> {
+        use core::sync::atomic::{AtomicUsize, Ordering};
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        fn counted(crc: u32, data: &[u8]) -> u32 {
+            CALLS.fetch_add(1, Ordering::Relaxed);
+            crc32c::crc32c_append(crc, data)
+        }
+        let raw_pkt = Bytes::from_static(&[
+            0x13, 0x88, 0x13, 0x88, 0xce, 0x15, 0x79, 0xa2, 0x96, 0x19, 0xe8, 0xb2, 0x02, 0x00,
+            0x00, 0x1c, 0xeb, 0x81, 0x4e, 0x01, 0x00, 0x00, 0x00, 0x00, 0x04, 0x00, 0x08, 0x00,
+            0x50, 0xdf, 0x90, 0xd9, 0x00, 0x07, 0x00, 0x08, 0x94, 0x06, 0x2f, 0x93,
+        ]);
+        // Another test of this binary may have set it first: then it is
+        // not ours, and counting proves nothing.
+        if !crate::set_crc32c_append(counted) {
+            return Ok(());
+        }
+        assert!(!crate::set_crc32c_append(crc32c::crc32c_append), "once");
+        let before = CALLS.load(Ordering::Relaxed);
+        let pkt = Packet::unmarshal(&raw_pkt)?;
+        let checked = CALLS.load(Ordering::Relaxed);
+        assert!(checked > before, "the check used the application's CRC32c");
+        assert_eq!(pkt.marshal()?, raw_pkt, "the same checksum written back");
+        assert!(CALLS.load(Ordering::Relaxed) > checked);
+        Ok(())
+    }
+
     #[test]
     fn test_partial_decode_finish_init_trailing_param_without_value() -> Result<()> {
         // An INIT whose last parameter carries no value, decoded through the

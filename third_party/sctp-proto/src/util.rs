@@ -84,19 +84,43 @@ pub(crate) static FOUR_ZEROES: Bytes = Bytes::from_static(&[0, 0, 0, 0]);
 /// The packet's CRC32c (RFC 9260 Appendix A), its checksum field read as
 /// zeros, without allocating.
 ///
-/// dpwarp: through the `crc32c` crate, which uses the CPU's CRC32c
-/// instruction (SSE 4.2, ARMv8 CRC) with a portable fallback: the 16-entry
-/// table of the `crc` crate ran at about 0.5 GB/s and took a quarter of a
-/// core moving 64 KiB DDP Writes over SCTP.
+/// dpwarp: through [`crc32c_append`]: the application's function if it set
+/// one ([`set_crc32c_append`]), else the `crc32c` crate, which uses the
+/// CPU's CRC32c instruction (SSE 4.2, ARMv8 CRC) with a portable fallback:
+/// the 16-entry table of the `crc` crate ran at about 0.5 GB/s and took a
+/// quarter of a core moving 64 KiB DDP Writes over SCTP.
 pub(crate) fn generate_packet_checksum(raw: &Bytes) -> u32 {
-    let crc = crc32c::crc32c(&raw[0..8]);
-    let crc = crc32c::crc32c_append(crc, &FOUR_ZEROES[..]);
-    crc32c::crc32c_append(crc, &raw[12..])
+    let crc = crc32c_append(0, &raw[0..8]);
+    let crc = crc32c_append(crc, &FOUR_ZEROES[..]);
+    crc32c_append(crc, &raw[12..])
 }
 
 /// The CRC32c of `data` (RFC 9260 Appendix A).
 pub(crate) fn crc32c(data: &[u8]) -> u32 {
-    crc32c::crc32c(data)
+    crc32c_append(0, data)
+}
+
+/// A CRC32c function: `f(crc32c(a), b) == crc32c(a ++ b)`, with
+/// `crc32c(x) = f(0, x)` (Castagnoli, initial value and final XOR all
+/// ones).
+pub type Crc32cAppend = fn(u32, &[u8]) -> u32;
+
+static CRC32C_APPEND: std::sync::OnceLock<Crc32cAppend> = std::sync::OnceLock::new();
+
+/// dpwarp: makes `f` the CRC32c of every packet this process marshals or
+/// checks, for an application that has a faster one (dpwarp's engine folds
+/// with VPCLMULQDQ). Once per process: returns `false`, and changes
+/// nothing, if a function was set already. Every CRC32c function gives the
+/// same values, so packets of one association may be checked by either.
+pub fn set_crc32c_append(f: Crc32cAppend) -> bool {
+    CRC32C_APPEND.set(f).is_ok()
+}
+
+fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    match CRC32C_APPEND.get() {
+        Some(f) => f(crc, data),
+        None => crc32c::crc32c_append(crc, data),
+    }
 }
 
 /// A [`BytesSource`] implementation for `&'a mut [Bytes]`

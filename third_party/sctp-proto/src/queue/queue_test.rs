@@ -1339,3 +1339,42 @@ fn test_queue_front_pop_then_reorder_across_wrap() -> Result<()> {
     assert_eq!(rq.get_num_bytes(), 0);
     Ok(())
 }
+
+#[test]
+fn test_chunks_to_bytes_lends_one_chunk_and_joins_fragments() -> Result<()> {
+    let mut rq = ReassemblyQueue::new(0, 65536);
+    let ppi = PayloadProtocolIdentifier::Binary;
+    let packet = Bytes::from_static(b"..WHOLE..");
+    let whole = packet.slice(2..7);
+    rq.push(ChunkPayloadData {
+        payload_type: ppi,
+        unordered: true,
+        beginning_fragment: true,
+        ending_fragment: true,
+        tsn: 1,
+        user_data: whole.clone(),
+        ..Default::default()
+    })
+    .expect("chunk to be queued");
+    let chunks = rq.read().expect("a whole message");
+    let bytes = chunks.to_bytes();
+    assert_eq!(&bytes[..], b"WHOLE");
+    // The same memory: a slice of the packet, not a copy.
+    assert_eq!(bytes.as_ptr(), whole.as_ptr());
+
+    for (tsn, data, b, e) in [(2, "AB", true, false), (3, "C", false, true)] {
+        rq.push(ChunkPayloadData {
+            payload_type: ppi,
+            unordered: true,
+            beginning_fragment: b,
+            ending_fragment: e,
+            tsn,
+            user_data: Bytes::from_static(data.as_bytes()),
+            ..Default::default()
+        })
+        .expect("chunk to be queued");
+    }
+    let chunks = rq.read().expect("a reassembled message");
+    assert_eq!(&chunks.to_bytes()[..], b"ABC");
+    Ok(())
+}

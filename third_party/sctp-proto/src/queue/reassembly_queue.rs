@@ -59,6 +59,22 @@ impl Chunks {
         l
     }
 
+    /// The message's octets: the DATA chunk's own buffer, with no copy,
+    /// when the message came in one chunk (a slice of the received packet);
+    /// the fragments joined into a new buffer otherwise.
+    pub fn to_bytes(&self) -> Bytes {
+        match self.chunks.as_slice() {
+            [one] => one.user_data.clone(),
+            many => {
+                let mut joined = BytesMut::with_capacity(self.len());
+                for c in many {
+                    joined.extend_from_slice(&c.user_data);
+                }
+                joined.freeze()
+            }
+        }
+    }
+
     // Concat all fragments into the buffer
     pub fn read(&self, buf: &mut [u8]) -> Result<usize> {
         let mut n_written = 0;
