@@ -49,7 +49,7 @@
 use std::collections::VecDeque;
 use std::net::{SocketAddr, SocketAddrV4};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
 
 use control::runtime::{CoreLink, SessionAction, SessionId, SessionResult};
@@ -66,6 +66,10 @@ use sctp_lite::{AssocId, CloseReason, EventKind};
 use tcp_lite::{Instant, UdpId};
 
 use crate::transport::MessageTransport;
+
+/// The buffer the engine's messages are carved from (see
+/// `transmit_messages`).
+const WINDOW_BUFFER: usize = 256 << 10;
 
 /// How an [`SctpCore`] runs.
 #[derive(Debug, Clone)]
@@ -395,7 +399,10 @@ pub struct SctpCore<T: MessageTransport> {
     by_qp: FxHashMap<QpHandle, usize>,
     by_session: FxHashMap<SessionId, usize>,
     events: VecDeque<SctpEvent>,
-    window: Vec<u8>,
+    /// Where the engine writes a batch of messages, handed to sctp-proto
+    /// without a copy (each message a slice of the batch).
+    window: BytesMut,
+    window_max: usize,
     lengths: Vec<u16>,
     counters: SctpCounters,
 }
@@ -428,7 +435,8 @@ impl<T: MessageTransport> SctpCore<T> {
             .map_err(|e| format!("SCTP endpoint: {e}"))?;
         let message_max = config.endpoint.message_size_max();
         Ok(SctpCore {
-            window: vec![0; (64 << 10).max(message_max)],
+            window: BytesMut::new(),
+            window_max: (64 << 10).max(message_max),
             lengths: Vec::with_capacity(64),
             streams: Vec::new(),
             free: Vec::new(),
@@ -1043,7 +1051,17 @@ impl<T: MessageTransport> SctpCore<T> {
                 if room < message_max {
                     break;
                 }
-                let room = room.min(self.window.len());
+                let room = room.min(self.window_max);
+                // Batches are carved off one buffer, front to back: each
+                // octet is zeroed once (`resize` fills only what is new),
+                // and a fresh buffer comes when this one has no room left
+                // (the old one lives on while sctp-proto holds a batch).
+                if self.window.capacity() < room {
+                    self.window = BytesMut::with_capacity(WINDOW_BUFFER.max(room));
+                }
+                if self.window.len() < room {
+                    self.window.resize(room, 0);
+                }
                 self.lengths.clear();
                 let n = self
                     .rnic
@@ -1053,17 +1071,17 @@ impl<T: MessageTransport> SctpCore<T> {
                     break;
                 }
                 busy = true;
+                let batch = self.window.split_to(n).freeze();
                 let mut at = 0;
                 for &len in &self.lengths {
                     let len = usize::from(len);
-                    let message = &self.window[at..at + len];
                     // Fits: the send buffer had `room` octets for them all.
-                    let _ = self.endpoint.send(
+                    let _ = self.endpoint.send_bytes(
                         stream.assoc,
                         stream.id,
                         PPID_DDP_SEGMENT,
                         true,
-                        message,
+                        batch.slice(at..at + len),
                     );
                     at += len;
                 }

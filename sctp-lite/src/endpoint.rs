@@ -326,11 +326,44 @@ impl Endpoint {
         unordered: bool,
         message: &[u8],
     ) -> Result<(), SendError> {
-        if message.is_empty() {
+        self.send_with(assoc, stream, ppid, unordered, message.len(), |s, ppi| {
+            s.write_with_ppi(message, ppi)
+        })
+    }
+
+    /// [`send`](Endpoint::send) without the copy: sctp-proto keeps
+    /// `message` itself until the peer has acknowledged it.
+    pub fn send_bytes(
+        &mut self,
+        assoc: AssocId,
+        stream: u16,
+        ppid: u32,
+        unordered: bool,
+        message: Bytes,
+    ) -> Result<(), SendError> {
+        let len = message.len();
+        self.send_with(assoc, stream, ppid, unordered, len, |s, ppi| {
+            s.write_bytes_with_ppi(message, ppi)
+        })
+    }
+
+    fn send_with(
+        &mut self,
+        assoc: AssocId,
+        stream: u16,
+        ppid: u32,
+        unordered: bool,
+        len: usize,
+        write: impl FnOnce(
+            &mut proto::Stream<'_>,
+            proto::PayloadProtocolIdentifier,
+        ) -> Result<usize, proto::Error>,
+    ) -> Result<(), SendError> {
+        if len == 0 {
             // RFC 9260 §6.1 (A): DATA chunks carry at least one octet.
             return Err(SendError::Empty);
         }
-        if message.len() > self.config.message_size_max() {
+        if len > self.config.message_size_max() {
             return Err(SendError::TooLarge);
         }
         if stream >= self.config.streams {
@@ -352,13 +385,12 @@ impl Endpoint {
             .stream(stream)
             .map_err(|_| SendError::InvalidState)?;
         let buffered = s.buffered_amount().map_err(|_| SendError::InvalidState)?;
-        if buffered + message.len() > send_buffer_max {
+        if buffered + len > send_buffer_max {
             return Err(SendError::Full);
         }
         s.set_reliability_params(unordered, proto::ReliabilityType::Reliable, 0)
             .map_err(|_| SendError::InvalidState)?;
-        s.write_with_ppi(message, ppi)
-            .map_err(|_| SendError::InvalidState)?;
+        write(&mut s, ppi).map_err(|_| SendError::InvalidState)?;
         Ok(())
     }
 

@@ -314,6 +314,18 @@ impl<'a> Stream<'a> {
         )
     }
 
+    /// dpwarp: sends `data` as one message with `ppi`, taking the buffer
+    /// itself: no copy (`write_sctp` and `write_with_ppi` copy the octets
+    /// into a buffer of their own). Returns the octets written.
+    pub fn write_bytes_with_ppi(
+        &mut self,
+        data: Bytes,
+        ppi: PayloadProtocolIdentifier,
+    ) -> Result<usize> {
+        let mut one = [data];
+        self.write_source(&mut BytesArray::from_chunks(&mut one), ppi)
+    }
+
     /// write_source writes BytesSource to the DTLS connection
     fn write_source<B: BytesSource>(
         &mut self,
