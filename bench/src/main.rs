@@ -638,17 +638,8 @@ fn run_sctp(
             sweep(&mut rig, args, plan, transport, stop)
         }
         TransportKind::Tap | TransportKind::NetTap | TransportKind::AfPacket => {
-            // As over MPA: DPDK starts outside the run's namespace, the
-            // rig's thread enters it, and it goes when the thread is done.
-            let eal = match transport {
-                TransportKind::Tap => None,
-                _ => Some(dataplane::ports::start_eal(args.link.hugepages(), &[])?),
-            };
-            std::thread::scope(|scope| {
-                scope
-                    .spawn(|| namespace_run_sctp(args, plan, transport, &config, eal, stop))
-                    .join()
-                    .map_err(|_| "the run's thread panicked".to_string())?
+            in_namespace(args, transport, |eal| {
+                namespace_run_sctp(args, plan, transport, &config, eal, stop)
             })
         }
         other => Err(format!("--llp sctp does not run on {} yet", other.name())),
@@ -695,21 +686,8 @@ fn run_transport(
             sweep(&mut rig, args, plan, transport, stop)
         }
         TransportKind::Tap | TransportKind::NetTap | TransportKind::AfPacket => {
-            // DPDK starts outside the run's namespace: its threads must not
-            // keep the namespace (and its devices) alive after the run.
-            let eal = match transport {
-                TransportKind::Tap => None,
-                _ => Some(dataplane::ports::start_eal(args.link.hugepages(), &[])?),
-            };
-            // The rig's thread enters the run's namespace; the namespace
-            // (and the devices) go when it is done.
-            std::thread::scope(|scope| {
-                scope
-                    .spawn(|| {
-                        namespace_run(args, plan, transport, &config, eal, split, &cpus, stop)
-                    })
-                    .join()
-                    .map_err(|_| "the run's thread panicked".to_string())?
+            in_namespace(args, transport, |eal| {
+                namespace_run(args, plan, transport, &config, eal, split, &cpus, stop)
             })
         }
         TransportKind::Remote(peer) => {
@@ -762,10 +740,7 @@ fn namespace_run(
             if split {
                 rig.split(c, s, None)?;
             }
-            let reports = sweep(&mut rig, args, plan, transport, stop);
-            drop(rig);
-            drop(netns);
-            reports
+            sweep_in(rig, netns, args, plan, transport, stop)
         }
         (_, Some((eal, memory))) => {
             let af_packet = transport == TransportKind::AfPacket;
@@ -775,13 +750,31 @@ fn namespace_run(
                 rig.split(c, s, Some(eal))?;
             }
             say_dpdk(&info, &rig);
-            let reports = sweep(&mut rig, args, plan, transport, stop);
-            drop(rig);
-            drop(netns);
-            reports
+            sweep_in(rig, netns, args, plan, transport, stop)
         }
         (_, None) => Err("DPDK did not start".into()),
     }
+}
+
+/// Runs `run` on a thread of its own, which the rig makes enter the run's
+/// namespace; the namespace (and its devices) go when the thread is done.
+/// DPDK (for the transports that need it) starts here, outside the
+/// namespace: its threads must not keep the namespace alive after the run.
+fn in_namespace(
+    args: &Args,
+    transport: TransportKind,
+    run: impl FnOnce(Option<(dataplane::dpdk::Eal, String)>) -> Result<Vec<Report>, String> + Send,
+) -> Result<Vec<Report>, String> {
+    let eal = match transport {
+        TransportKind::Tap => None,
+        _ => Some(dataplane::ports::start_eal(args.link.hugepages(), &[])?),
+    };
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| run(eal))
+            .join()
+            .map_err(|_| "the run's thread panicked".to_string())?
+    })
 }
 
 /// [`namespace_run`] over DDP over SCTP: the client on tcp-lite's UDP over
@@ -797,26 +790,20 @@ fn namespace_run_sctp(
 ) -> Result<Vec<Report>, String> {
     match (transport, eal) {
         (TransportKind::Tap, _) => {
-            let (mut rig, netns) = bench::sctp::tap(config)?;
+            let (rig, netns) = bench::sctp::tap(config)?;
             println!(" 1 core: TAP device; the server on Linux UDP in the run's namespace");
-            let reports = sweep(&mut rig, args, plan, transport, stop);
-            drop(rig);
-            drop(netns);
-            reports
+            sweep_in(rig, netns, args, plan, transport, stop)
         }
         (_, Some((eal, memory))) => {
             let af_packet = transport == TransportKind::AfPacket;
-            let (mut rig, netns, info) =
+            let (rig, netns, info) =
                 bench::sctp::dpdk_kernel(config, &args.link, eal, af_packet)?;
             println!(
                 " 1 core: {}; {}; {memory}; SCTP over UDP on tcp-lite, the server on Linux UDP \
                  in the run's namespace",
                 info.ports, info.checksums
             );
-            let reports = sweep(&mut rig, args, plan, transport, stop);
-            drop(rig);
-            drop(netns);
-            reports
+            sweep_in(rig, netns, args, plan, transport, stop)
         }
         (_, None) => Err("DPDK did not start".into()),
     }
@@ -849,6 +836,22 @@ fn say_dpdk<C: CoreTransport, S: CoreTransport>(info: &rig::DpdkInfo, rig: &rig:
         rig.cores(),
         cores.join(", ")
     );
+}
+
+/// [`sweep`] on a rig in a namespace made for the run: the rig goes
+/// first, then the namespace and its devices.
+fn sweep_in<R: BenchRig>(
+    mut rig: R,
+    netns: tcp_lite::sys::netns::Netns,
+    args: &Args,
+    plan: &Plan,
+    transport: TransportKind,
+    stop: &AtomicBool,
+) -> Result<Vec<Report>, String> {
+    let reports = sweep(&mut rig, args, plan, transport, stop);
+    drop(rig);
+    drop(netns);
+    reports
 }
 
 fn sweep<R: BenchRig>(

@@ -893,18 +893,7 @@ impl CoreLink {
     /// after handling events.
     pub fn poll<T: Transport>(&mut self, transport: &mut T, now: Instant) {
         self.flush_backlog();
-        // One channel's worth per poll: the control plane may refill it
-        // meanwhile, and a poll is bounded.
-        for _ in 0..self.inbound_budget {
-            match self.from_control.try_recv() {
-                Ok(message) => self.apply(transport, message, now),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    self.dead = true;
-                    break;
-                }
-            }
-        }
+        self.take_inbound(|link, message| link.apply(transport, message, now));
         self.answer_heartbeat();
         if self.dead {
             self.abandon(transport);
@@ -926,6 +915,21 @@ impl CoreLink {
             self.flush(transport, conn);
             if self.backlog.is_empty() {
                 self.forward(transport, conn);
+            }
+        }
+    }
+
+    /// Applies the control plane's messages: one channel's worth per poll
+    /// (the control plane may refill it meanwhile, and a poll is bounded).
+    fn take_inbound(&mut self, mut apply: impl FnMut(&mut Self, ToCore)) {
+        for _ in 0..self.inbound_budget {
+            match self.from_control.try_recv() {
+                Ok(message) => apply(self, message),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    self.dead = true;
+                    break;
+                }
             }
         }
     }
@@ -1009,16 +1013,7 @@ impl CoreLink {
     /// [`ListenError::Io`], a connect fails.
     pub fn poll_sessions(&mut self) {
         self.flush_backlog();
-        for _ in 0..self.inbound_budget {
-            match self.from_control.try_recv() {
-                Ok(message) => self.apply_without_transport(message),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    self.dead = true;
-                    break;
-                }
-            }
-        }
+        self.take_inbound(Self::apply_without_transport);
         self.answer_heartbeat();
         if self.dead {
             self.abandon_sessions();
@@ -1856,20 +1851,12 @@ impl Worker {
     /// Holds a startup of `key.0`, counted against the limits.
     fn hold(&mut self, key: (CoreId, ConnId), startup: Startup) {
         self.note_timer(startup.machine.poll_timeout());
-        if self.startups.insert(key, startup).is_none() {
-            if let Some(slot) = self.cores.get_mut(usize::from(key.0)) {
-                slot.startups += 1;
-            }
-        }
+        hold_in(&mut self.startups, &mut self.cores, key, startup);
     }
 
     /// Lets go of a startup.
     fn release(&mut self, key: (CoreId, ConnId)) -> Option<Startup> {
-        let startup = self.startups.remove(&key)?;
-        if let Some(slot) = self.cores.get_mut(usize::from(key.0)) {
-            slot.startups -= 1;
-        }
-        Some(startup)
+        release_from(&mut self.startups, &mut self.cores, key)
     }
 
     fn note_timer(&mut self, at: Option<Instant>) {
@@ -1979,19 +1966,11 @@ impl Worker {
     /// Holds a stream's establishment, counted against the limits.
     fn hold_session(&mut self, key: (CoreId, SessionId), startup: StreamStartup) {
         self.note_timer(startup.machine.poll_timeout());
-        if self.sessions.insert(key, startup).is_none() {
-            if let Some(slot) = self.cores.get_mut(usize::from(key.0)) {
-                slot.startups += 1;
-            }
-        }
+        hold_in(&mut self.sessions, &mut self.cores, key, startup);
     }
 
     fn release_session(&mut self, key: (CoreId, SessionId)) -> Option<StreamStartup> {
-        let startup = self.sessions.remove(&key)?;
-        if let Some(slot) = self.cores.get_mut(usize::from(key.0)) {
-            slot.startups -= 1;
-        }
-        Some(startup)
+        release_from(&mut self.sessions, &mut self.cores, key)
     }
 
     fn session_open(
@@ -2335,6 +2314,35 @@ impl Worker {
             },
         );
     }
+}
+
+/// Puts `value` (an MPA startup or a DDP stream's establishment) in `map`,
+/// counted in its core's startups.
+fn hold_in<K: Eq + std::hash::Hash, V>(
+    map: &mut HashMap<(CoreId, K), V>,
+    cores: &mut [CoreSlot],
+    key: (CoreId, K),
+    value: V,
+) {
+    let core = key.0;
+    if map.insert(key, value).is_none() {
+        if let Some(slot) = cores.get_mut(usize::from(core)) {
+            slot.startups += 1;
+        }
+    }
+}
+
+/// Takes what [`hold_in`] put in `map`, uncounted.
+fn release_from<K: Eq + std::hash::Hash, V>(
+    map: &mut HashMap<(CoreId, K), V>,
+    cores: &mut [CoreSlot],
+    key: (CoreId, K),
+) -> Option<V> {
+    let value = map.remove(&key)?;
+    if let Some(slot) = cores.get_mut(usize::from(key.0)) {
+        slot.startups -= 1;
+    }
+    Some(value)
 }
 
 /// The messages a session machine queued, in order (at most

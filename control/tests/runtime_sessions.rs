@@ -46,27 +46,27 @@ fn messages(machine: &mut Session) -> Vec<(u32, Vec<u8>)> {
 /// Polls `link` until stream `id` is done; what was sent on it before, and
 /// how it ended.
 fn until_done(link: &mut CoreLink, id: SessionId) -> (Vec<(u32, Vec<u8>)>, SessionResult) {
-    let start = StdInstant::now();
-    let mut sent = Vec::new();
-    loop {
-        assert!(start.elapsed() < LIMIT, "stream {id:?} not done");
-        link.poll_sessions();
-        while let Some(action) = link.next_session_action() {
-            match action {
-                SessionAction::Send {
-                    id: on,
-                    ppid,
-                    message,
-                } if on == id => sent.push((ppid, message)),
-                SessionAction::Done { id: on, result } if on == id => return (sent, result),
-                other => panic!("an action for another stream: {other:?}"),
-            }
-        }
-    }
+    let (sent, result) = poll_stream(link, id, usize::MAX);
+    (
+        sent,
+        result.unwrap_or_else(|| panic!("stream {id:?} not done")),
+    )
 }
 
 /// Polls `link` until it has `n` messages for stream `id` (and no end).
 fn until_sent(link: &mut CoreLink, id: SessionId, n: usize) -> Vec<(u32, Vec<u8>)> {
+    let (sent, result) = poll_stream(link, id, n);
+    assert!(result.is_none(), "stream {id:?} ended: {result:?}");
+    sent
+}
+
+/// Polls `link` until stream `id` has had `n` messages or its end; fails
+/// after [`LIMIT`] or on an action for another stream.
+fn poll_stream(
+    link: &mut CoreLink,
+    id: SessionId,
+    n: usize,
+) -> (Vec<(u32, Vec<u8>)>, Option<SessionResult>) {
     let start = StdInstant::now();
     let mut sent = Vec::new();
     while sent.len() < n {
@@ -79,11 +79,12 @@ fn until_sent(link: &mut CoreLink, id: SessionId, n: usize) -> Vec<(u32, Vec<u8>
                     ppid,
                     message,
                 } if on == id => sent.push((ppid, message)),
-                other => panic!("unexpected: {other:?}"),
+                SessionAction::Done { id: on, result } if on == id => return (sent, Some(result)),
+                other => panic!("an action for another stream: {other:?}"),
             }
         }
     }
-    sent
+    (sent, None)
 }
 
 fn until_listening(link: &mut CoreLink) {
