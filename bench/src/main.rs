@@ -796,8 +796,7 @@ fn namespace_run_sctp(
         }
         (_, Some((eal, memory))) => {
             let af_packet = transport == TransportKind::AfPacket;
-            let (rig, netns, info) =
-                bench::sctp::dpdk_kernel(config, &args.link, eal, af_packet)?;
+            let (rig, netns, info) = bench::sctp::dpdk_kernel(config, &args.link, eal, af_packet)?;
             println!(
                 " 1 core: {}; {}; {memory}; SCTP over UDP on tcp-lite, the server on Linux UDP \
                  in the run's namespace",

@@ -487,9 +487,12 @@ pub fn embedded(config: &RigConfig) -> Result<SctpRig<Stack<LinkEnd>, Stack<Link
     let (c_addr, s_addr) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
     let stack = |mac: u8, addr, end| {
         let mut c = StackConfig::new([2, 0, 0, 0, 0, mac], addr);
-        // Room for the association's whole window in datagrams of any size.
+        // Room for the association's whole window (256 KiB) four times
+        // over, in datagrams of any size: 16,384 slots hold it in the
+        // smallest DATA chunks (2 B Writes are 18 B messages), only their
+        // metadata costs.
         c.udp_buffer = 1 << 20;
-        c.udp_datagrams = 4096;
+        c.udp_datagrams = 16384;
         Stack::new(c, end, now()).map_err(|e| e.to_string())
     };
     let client = stack(1, c_addr, end_c)?;

@@ -67,9 +67,8 @@ use tcp_lite::{Instant, UdpId};
 
 use crate::transport::MessageTransport;
 
-/// The buffer the engine's messages are carved from (see
-/// `transmit_messages`).
-const WINDOW_BUFFER: usize = 256 << 10;
+/// The most a stream's QP writes per batch (and at least one message).
+const BATCH_MAX: usize = 64 << 10;
 
 /// How an [`SctpCore`] runs.
 #[derive(Debug, Clone)]
@@ -222,6 +221,12 @@ struct Stream {
     /// In establishment: a held Segment was announced to the control plane
     /// (once is all its machine needs).
     announced: bool,
+    /// Where the QP's messages are written, a batch at a time, and handed
+    /// to sctp-proto without a copy (each message a slice of its batch).
+    /// The stream's own: a buffer lives while sctp-proto holds any of its
+    /// batches, and only this stream's acknowledgements free it, so a
+    /// stalled peer pins at most its send buffer's worth of buffers.
+    window: BytesMut,
 }
 
 /// The counters of an [`SctpCore`].
@@ -237,6 +242,9 @@ pub struct SctpCounters {
     pub tx_datagrams: u64,
     /// Times the transport pushed back a datagram (kept, sent later).
     pub tx_full: u64,
+    /// DDP Segments the engine wrote that the association refused (it is
+    /// no longer up: its streams end this turn).
+    pub tx_refused: u64,
     /// DDP Segment messages (PPID 16) handed to QPs.
     pub rx_segments: u64,
     /// Their octets.
@@ -399,10 +407,8 @@ pub struct SctpCore<T: MessageTransport> {
     by_qp: FxHashMap<QpHandle, usize>,
     by_session: FxHashMap<SessionId, usize>,
     events: VecDeque<SctpEvent>,
-    /// Where the engine writes a batch of messages, handed to sctp-proto
-    /// without a copy (each message a slice of the batch).
-    window: BytesMut,
-    window_max: usize,
+    /// The most the engine writes per batch.
+    batch_max: usize,
     lengths: Vec<u16>,
     counters: SctpCounters,
 }
@@ -435,8 +441,7 @@ impl<T: MessageTransport> SctpCore<T> {
             .map_err(|e| format!("SCTP endpoint: {e}"))?;
         let message_max = config.endpoint.message_size_max();
         Ok(SctpCore {
-            window: BytesMut::new(),
-            window_max: (64 << 10).max(message_max),
+            batch_max: BATCH_MAX.max(message_max),
             lengths: Vec::with_capacity(64),
             streams: Vec::new(),
             free: Vec::new(),
@@ -542,6 +547,7 @@ impl<T: MessageTransport> SctpCore<T> {
             rx_next_ssn: 0,
             ending: false,
             announced: false,
+            window: BytesMut::new(),
         });
         Ok(qp)
     }
@@ -829,6 +835,7 @@ impl<T: MessageTransport> SctpCore<T> {
             rx_next_ssn: 0,
             ending: false,
             announced: false,
+            window: BytesMut::new(),
         });
     }
 
@@ -1051,38 +1058,45 @@ impl<T: MessageTransport> SctpCore<T> {
                 if room < message_max {
                     break;
                 }
-                let room = room.min(self.window_max);
-                // Batches are carved off one buffer, front to back: each
-                // octet is zeroed once (`resize` fills only what is new),
-                // and a fresh buffer comes when this one has no room left
-                // (the old one lives on while sctp-proto holds a batch).
-                if self.window.capacity() < room {
-                    self.window = BytesMut::with_capacity(WINDOW_BUFFER.max(room));
+                let room = room.min(self.batch_max);
+                // Batches are carved off the stream's buffer, front to back:
+                // each octet is zeroed once (`resize` fills only what is
+                // new), and a fresh buffer of two batches comes when this
+                // one has less than `room` left, so each buffer carries at
+                // least `batch_max` octets of messages.
+                if stream.window.capacity() < room {
+                    stream.window = BytesMut::with_capacity(2 * self.batch_max);
                 }
-                if self.window.len() < room {
-                    self.window.resize(room, 0);
+                if stream.window.len() < room {
+                    stream.window.resize(room, 0);
                 }
                 self.lengths.clear();
                 let n = self
                     .rnic
-                    .poll_transmit_messages(stream.qp, &mut self.window[..room], &mut self.lengths)
+                    .poll_transmit_messages(
+                        stream.qp,
+                        &mut stream.window[..room],
+                        &mut self.lengths,
+                    )
                     .unwrap_or(0);
                 if n == 0 {
                     break;
                 }
                 busy = true;
-                let batch = self.window.split_to(n).freeze();
+                let batch = stream.window.split_to(n).freeze();
                 let mut at = 0;
                 for &len in &self.lengths {
                     let len = usize::from(len);
-                    // Fits: the send buffer had `room` octets for them all.
-                    let _ = self.endpoint.send_bytes(
+                    // Fits: the send buffer had `room` octets for them all;
+                    // refused only by an association no longer up.
+                    let sent = self.endpoint.send_bytes(
                         stream.assoc,
                         stream.id,
                         PPID_DDP_SEGMENT,
                         true,
                         batch.slice(at..at + len),
                     );
+                    self.counters.tx_refused += u64::from(sent.is_err());
                     at += len;
                 }
                 self.counters.tx_segments += self.lengths.len() as u64;

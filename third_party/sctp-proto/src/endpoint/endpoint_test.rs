@@ -4412,3 +4412,30 @@ fn test_assoc_max_data_retransmits_closes_the_association() -> Result<()> {
     assert!(conn.is_closed());
     Ok(())
 }
+
+// dpwarp: `write_bytes_with_ppi` sends the caller's buffer itself as one
+// message with the PPI asked for (a u32 one here, DDP's 16): the peer reads
+// the same octets, and the sender's queue holds that very buffer.
+#[test]
+fn test_assoc_write_bytes_with_ppi_takes_the_buffer() -> Result<()> {
+    let si: u16 = 1;
+    let batch = Bytes::from((0..3000u32).map(|i| i as u8).collect::<Vec<u8>>());
+    let msg = batch.slice(1000..2200);
+    let (mut pair, client_ch, server_ch) = create_association_pair(AckMode::NoDelay, 0)?;
+    establish_session_pair(&mut pair, client_ch, server_ch, si)?;
+    let ppi = PayloadProtocolIdentifier::from(16u32);
+    let n = pair
+        .client_stream(client_ch, si)?
+        .write_bytes_with_ppi(msg, ppi)?;
+    assert_eq!(n, 1200);
+    assert_eq!(pair.client_conn_mut(client_ch).buffered_amount(), 1200);
+    // The queue holds a slice of `batch` itself: it is shared until the
+    // message is acknowledged (write_sctp would have copied it).
+    assert!(!batch.is_unique(), "the caller's buffer, not a copy");
+    pair.drive();
+    let chunks = pair.server_stream(server_ch, si)?.read_sctp()?.unwrap();
+    assert_eq!(chunks.ppi, ppi);
+    assert_eq!(&chunks.to_bytes()[..], &batch[1000..2200]);
+    assert!(batch.is_unique(), "released once acknowledged");
+    Ok(())
+}
