@@ -5904,3 +5904,30 @@ fn forward_only_marker_ack_does_not_reset_peer_errors() {
         (true, true, 2)
     );
 }
+
+// dpwarp: the peer's SHUTDOWN COMPLETE after our SHUTDOWN ACK ends a
+// graceful shutdown (RFC 9260 §9.2): the association is lost as closed by
+// the peer, not as aborted; in any other state it changes nothing.
+#[test]
+fn test_shutdown_complete_reports_closed_by_peer() {
+    let mut a = create_association(TransportConfig::default());
+    a.set_state(AssociationState::ShutdownAckSent);
+    a.handle_shutdown_complete(&ChunkShutdownComplete {}).unwrap();
+    assert_eq!(a.state(), AssociationState::Closed);
+    let lost = core::iter::from_fn(|| a.events.pop_front())
+        .find(|e| matches!(e, Event::AssociationLost { .. }));
+    assert!(
+        matches!(
+            lost,
+            Some(Event::AssociationLost {
+                reason: AssociationError::ApplicationClosed
+            })
+        ),
+        "{lost:?}"
+    );
+
+    let mut b = create_association(TransportConfig::default());
+    b.set_state(AssociationState::Established);
+    b.handle_shutdown_complete(&ChunkShutdownComplete {}).unwrap();
+    assert_eq!(b.state(), AssociationState::Established);
+}

@@ -2879,7 +2879,9 @@ impl Association {
         let state = self.state();
         if state == AssociationState::ShutdownAckSent {
             self.timers.stop(Timer::T2Shutdown);
-            self.close()?;
+            // dpwarp: the peer's graceful shutdown (RFC 9260 §9.2) is
+            // complete: "closed by peer", not "aborted by peer" (`close`).
+            self.close_with_reason(AssociationError::ApplicationClosed)?;
         }
 
         Ok(vec![])
