@@ -197,7 +197,7 @@ fn run<T: MessageTransport>(
     args: &EchoArgs,
     stop: &AtomicBool,
 ) -> Result<String, String> {
-    let mut wire = Wire::bind(transport, args.udp_port, MTU)?;
+    let mut wire = Wire::bind(transport, args.udp_port)?;
     let config = Config {
         accept: args.listen,
         associations_max: 4,
@@ -737,7 +737,7 @@ mod tests {
     /// Initiate (IRD = ORD = 16) first.
     fn echo_peer(addr: SocketAddrV4, connect: Option<SocketAddrV4>, stop: &AtomicBool) -> u32 {
         let udp = KernelUdp::new(*addr.ip(), 1 << 20);
-        let mut wire = Wire::bind(udp, addr.port(), MTU).unwrap();
+        let mut wire = Wire::bind(udp, addr.port()).unwrap();
         let mut peer = Endpoint::new(Config::default(), std::time::Instant::now()).unwrap();
         let mut buf = vec![0u8; 2048];
         let mut echoed = 0;

@@ -399,9 +399,13 @@ enum ToCore {
         ppid: u32,
         message: Vec<u8>,
     },
-    /// A stream's establishment ended.
+    /// A stream's establishment ended, with the machine's last messages
+    /// (an Accept, a Reject, a Terminate), which the core takes in the same
+    /// poll as the end: an association that ends between the two cannot
+    /// leave a stream accepted on the wire but never up here.
     SessionDone {
         id: SessionId,
+        last: Vec<(u32, Vec<u8>)>,
         result: SessionResult,
     },
 }
@@ -1141,8 +1145,12 @@ impl CoreLink {
                     self.session_actions.push_back(action);
                 }
             }
-            Some(ToCore::SessionDone { id, result }) => {
+            Some(ToCore::SessionDone { id, last, result }) => {
                 if self.sessions.remove(&id).is_some() {
+                    for (ppid, message) in last {
+                        let action = SessionAction::Send { id, ppid, message };
+                        self.session_actions.push_back(action);
+                    }
                     self.session_actions
                         .push_back(SessionAction::Done { id, result });
                 }
@@ -2057,15 +2065,15 @@ impl Worker {
             }
         }
         let timer = s.machine.poll_timeout();
-        let messages = take_messages(&mut s.machine);
-        let ended = s.machine.outcome().is_some();
-        self.note_timer(timer);
-        self.send_session_messages(key, messages);
-        if ended {
+        if s.machine.outcome().is_some() {
             if let Some(s) = self.release_session(key) {
                 self.finish_session(key, s.machine);
             }
+            return;
         }
+        let messages = take_messages(&mut s.machine);
+        self.note_timer(timer);
+        self.send_session_messages(key, messages);
     }
 
     fn send_session_messages(&mut self, key: (CoreId, SessionId), messages: Vec<(u32, Vec<u8>)>) {
@@ -2075,10 +2083,9 @@ impl Worker {
         }
     }
 
-    /// A machine no longer held: its last messages, then its outcome.
+    /// A machine no longer held: its outcome, with its last messages.
     fn finish_session(&mut self, key: (CoreId, SessionId), mut machine: Session) {
-        let messages = take_messages(&mut machine);
-        self.send_session_messages(key, messages);
+        let last = take_messages(&mut machine);
         let result = match machine.outcome().cloned() {
             Some(session::Outcome::Established(session)) => SessionResult::Established {
                 session,
@@ -2091,17 +2098,26 @@ impl Worker {
             },
             None => SessionResult::untold(),
         };
-        self.session_done(key, result);
+        self.session_done_with(key, last, result);
     }
 
     fn session_done(&mut self, key: (CoreId, SessionId), result: SessionResult) {
+        self.session_done_with(key, Vec::new(), result);
+    }
+
+    fn session_done_with(
+        &mut self,
+        key: (CoreId, SessionId),
+        last: Vec<(u32, Vec<u8>)>,
+        result: SessionResult,
+    ) {
         match &result {
             SessionResult::Established { .. } => self.stats.established += 1,
             SessionResult::Rejected(_) => self.stats.rejected += 1,
             SessionResult::Failed { .. } => self.stats.failed += 1,
         }
         let id = key.1;
-        self.send_to(key.0, ToCore::SessionDone { id, result });
+        self.send_to(key.0, ToCore::SessionDone { id, last, result });
     }
 
     /// A heartbeat's answer: the core polls.

@@ -279,7 +279,6 @@ pub struct SctpCounters {
 pub struct Wire<T: MessageTransport> {
     transport: T,
     udp: UdpId,
-    packet_max: usize,
     held: Option<(SocketAddrV4, Bytes)>,
     /// Datagrams sent.
     pub tx_datagrams: u64,
@@ -288,16 +287,14 @@ pub struct Wire<T: MessageTransport> {
 }
 
 impl<T: MessageTransport> Wire<T> {
-    /// A UDP socket on `port` of `transport` (0: an ephemeral one), for
-    /// packets of at most `packet_max` octets.
-    pub fn bind(mut transport: T, port: u16, packet_max: usize) -> Result<Wire<T>, String> {
+    /// A UDP socket on `port` of `transport` (0: an ephemeral one).
+    pub fn bind(mut transport: T, port: u16) -> Result<Wire<T>, String> {
         let udp = transport
             .udp_bind(port)
             .map_err(|e| format!("cannot bind UDP port {port}: {e}"))?;
         Ok(Wire {
             transport,
             udp,
-            packet_max,
             held: None,
             tx_datagrams: 0,
             tx_full: 0,
@@ -367,11 +364,6 @@ impl<T: MessageTransport> Wire<T> {
         busy
     }
 
-    /// The largest packet this carrier was made for.
-    pub fn packet_max(&self) -> usize {
-        self.packet_max
-    }
-
     fn send(&mut self, remote: SocketAddrV4, packet: &[u8]) -> bool {
         let len = packet.len();
         match self
@@ -436,7 +428,7 @@ impl<T: MessageTransport> SctpCore<T> {
         // SCTP's packets take the engine's CRC32c (VPCLMULQDQ where the CPU
         // has it), as MPA's FPDUs do; set once per process.
         sctp_lite::use_crc32c(rnic_engine::mpa::crc::append);
-        let wire = Wire::bind(transport, udp_port, config.endpoint.packet_size_max())?;
+        let wire = Wire::bind(transport, udp_port)?;
         let endpoint = sctp_lite::Endpoint::new(config.endpoint.clone(), epoch)
             .map_err(|e| format!("SCTP endpoint: {e}"))?;
         let message_max = config.endpoint.message_size_max();
@@ -864,7 +856,7 @@ impl<T: MessageTransport> SctpCore<T> {
     /// their ends), then the streams this core runs: an established
     /// session connects its QP, an ended one is reported.
     fn sessions(&mut self, now: Instant) {
-        self.link.poll_sessions();
+        // The link was polled at the start of the turn.
         while let Some(action) = self.link.next_session_action() {
             match action {
                 SessionAction::Send { id, ppid, message } => {
@@ -1054,6 +1046,10 @@ impl<T: MessageTransport> SctpCore<T> {
                 continue;
             }
             loop {
+                // An idle QP costs no buffer and no call (as in `Core`).
+                if !self.rnic.may_transmit(stream.qp).unwrap_or(false) {
+                    break;
+                }
                 let room = self.endpoint.send_space(stream.assoc, stream.id);
                 if room < message_max {
                     break;
