@@ -52,7 +52,18 @@ pub struct Host {
 impl Host {
     /// A host of `cores` cores whose STag keys are drawn from `seed`.
     pub fn new(cores: u16, seed: u64) -> Arc<Host> {
-        let (plane, links) = ControlPlane::start(cores);
+        Host::with_control(cores, seed, control::runtime::ControlConfig::default())
+            .expect("the default control-plane configuration is valid")
+    }
+
+    /// [`Host::new`] with the control plane's limits and timers `control`;
+    /// says what is wrong with them.
+    pub fn with_control(
+        cores: u16,
+        seed: u64,
+        control: control::runtime::ControlConfig,
+    ) -> Result<Arc<Host>, String> {
+        let (plane, links) = ControlPlane::start_with(control, cores).map_err(|e| e.to_string())?;
         let registry = Registry::new(&RnicConfig {
             stag_seed: seed,
             ..RnicConfig::default()
@@ -60,12 +71,12 @@ impl Host {
         let pd = registry
             .alloc_pd()
             .expect("a fresh registry has room for a PD");
-        Arc::new(Host {
+        Ok(Arc::new(Host {
             plane: Mutex::new(plane),
             links: Mutex::new(links.into_iter().map(Some).collect()),
             registry,
             pd,
-        })
+        }))
     }
 
     /// The control plane's counters (startups established, refused, ...).

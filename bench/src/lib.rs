@@ -9,6 +9,7 @@
 //! * [`endpoint`]: one whole RNIC: a poll-mode core, its control plane and
 //!   registered memory.
 //! * [`hello`]: the workload each connection announces in MPA private data.
+//! * [`lease`]: ranges of a server's memory, one per client run it serves.
 //! * [`link`]: the link options every tool shares (TAP, DPDK ports, CPUs).
 //! * [`responder`]: the server: its side of every workload.
 //! * [`rig`]: the RNICs and their transport (embedded, kernel TCP, TAP, or
@@ -35,6 +36,7 @@ pub mod connect;
 pub mod cores;
 pub mod endpoint;
 pub mod hello;
+pub mod lease;
 pub mod link;
 pub mod perftest;
 pub mod portcost;

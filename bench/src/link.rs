@@ -121,6 +121,12 @@ pub struct LinkArgs {
     /// port could offload them or the wire (memif) needs none.
     #[arg(long = "sw-checksums")]
     pub sw_checksums: bool,
+
+    /// DPDK: mbufs in each queue pair's pool (none: the port's default,
+    /// 8192). Not on the command line: the appliance's configuration sets
+    /// it.
+    #[arg(skip)]
+    pub mbufs: Option<u32>,
 }
 
 impl LinkArgs {
@@ -306,6 +312,9 @@ pub fn dpdk_port_queues(
     let mut options = PortOptions::new(mtu);
     options.sw_checksums = link.sw_checksums;
     options.queues = queues;
+    if let Some(mbufs) = link.mbufs {
+        options.mbufs = mbufs;
+    }
     let opened = ports::open(eal, &kind, &options)?;
     if transport == PeerTransport::NetTap {
         // The interface is made in the namespace; bring it up there (on

@@ -9,6 +9,7 @@ use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::mem::Region;
 use rnic_engine::verbs::{Mr, QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
@@ -19,6 +20,7 @@ use tcp_lite::Instant;
 
 use crate::endpoint::{now, Endpoint, Host, RnicEnd, QUEUE_DEPTH};
 use crate::hello::{self, ClientHello, ServerHello};
+use crate::lease::Leases;
 use crate::spec::{credit_offset, half, memory_for, slot, Mode, Op};
 
 /// How long a listener may take to come up.
@@ -52,9 +54,21 @@ impl Served {
     /// QP `qp` serving the workload of `hello`; `client_memory` is the
     /// client's memory (its first octet).
     pub fn new(qp: QpHandle, hello: &ClientHello, client_memory: RemoteAddr) -> Served {
+        Served::in_lease(qp, hello, client_memory, 0)
+    }
+
+    /// [`Served::new`] in the lease at `offset` of the server's memory
+    /// (a server of several runs at once): the run's slots and credit
+    /// words are laid out in the lease as they are in the client's memory.
+    pub fn in_lease(
+        qp: QpHandle,
+        hello: &ClientHello,
+        client_memory: RemoteAddr,
+        offset: u64,
+    ) -> Served {
         let size = hello.size as usize;
         let (qps, qi) = (hello.qps as usize, hello.qi as usize);
-        let base = slot(qi, size);
+        let slot = slot(qi, size);
         let credit = credit_offset(qps, qi, size);
         Served {
             qp,
@@ -62,15 +76,15 @@ impl Served {
             mode: hello.mode,
             size,
             depth: hello.depth as usize,
-            base,
+            base: offset + slot,
             // From the network: wrapping, never a panic (a TO beyond the
             // client's region is its RNIC's to refuse).
             client: RemoteAddr {
                 stag: client_memory.stag,
-                to: client_memory.to.wrapping_add(base),
+                to: client_memory.to.wrapping_add(slot),
             },
             marker: 0,
-            credit_source: credit,
+            credit_source: offset + credit,
             credit_sink: RemoteAddr {
                 stag: client_memory.stag,
                 to: client_memory.to.wrapping_add(credit),
@@ -262,15 +276,83 @@ impl Responder {
     }
 }
 
-/// What the cores of one benchmark server share: the client run being
-/// served (a second client's run is refused meanwhile), each core's open
-/// connections and startups, and the runs served to the end. Written by
-/// the control-plane thread when it accepts a connection and by each core
-/// once a turn (its own slot): nothing per packet.
+/// How a server admits client runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// One client's run at a time, in the whole memory; a second client is
+    /// refused until it is done (`bench --server`).
+    OneRun,
+    /// Up to `runs_max` client runs at once (the appliance), each in a
+    /// lease of the memory of its own ([`crate::lease`]); a run with no
+    /// connection open for `idle` (its client went away) gives its lease
+    /// back.
+    Many {
+        /// Client runs served at once.
+        runs_max: usize,
+        /// How long a run may have no connection before it is given up.
+        idle: StdDuration,
+    },
+}
+
+/// One client run a server of [`Admission::Many`] serves.
+#[derive(Debug)]
+struct Run {
+    /// Its lease of the server's memory.
+    offset: u64,
+    len: u64,
+    /// Connections accepted (by the control plane), and handed to a core
+    /// with a QP.
+    admitted: u64,
+    handed: u64,
+    /// Connections open on the cores.
+    open: usize,
+    /// A connection of the run's last size was accepted.
+    last_seen: bool,
+    /// Since when no connection of it is open.
+    quiet_since: Option<StdInstant>,
+}
+
+/// The runs a server of [`Admission::Many`] serves, and its memory's
+/// leases.
+#[derive(Debug)]
+struct Runs {
+    leases: Leases,
+    by_id: HashMap<u64, Run>,
+}
+
+/// A snapshot of what a server serves, for operators.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ServingStats {
+    /// Client runs being served.
+    pub runs: usize,
+    /// Octets of memory leased to them.
+    pub leased: u64,
+    /// Octets of memory there are.
+    pub memory: u64,
+    /// Connections served to the end.
+    pub served: u64,
+    /// Connections refused.
+    pub refused: u64,
+    /// Connections open or starting, as of the cores' last turns.
+    pub open: usize,
+    /// Client runs served to the end (or given up).
+    pub runs_done: u64,
+}
+
+/// What the cores of one benchmark server share: the client runs being
+/// served, each core's open connections and startups, and the runs served
+/// to the end. Written by the control-plane thread when it accepts a
+/// connection and by each core once a turn (its own slot) or once per
+/// connection: nothing per packet.
 pub struct Serving {
-    /// The run being served (set by the accept callback, cleared when it is
-    /// done).
+    admission: Admission,
+    /// [`Admission::OneRun`]: the run being served (set by the accept
+    /// callback, cleared when it is done).
     active: Mutex<Option<u64>>,
+    /// [`Admission::Many`]: the runs and their leases.
+    runs: Mutex<Runs>,
+    /// No new connection is accepted.
+    draining: AtomicBool,
     refused: AtomicU64,
     /// A connection of the run's last size was accepted.
     last_seen: AtomicBool,
@@ -283,10 +365,23 @@ pub struct Serving {
 }
 
 impl Serving {
-    /// The shared state of a server of `cores` cores.
+    /// The shared state of a server of `cores` cores serving one client's
+    /// run at a time.
     pub fn new(cores: usize) -> Arc<Serving> {
+        Serving::with(cores, Admission::OneRun, 0)
+    }
+
+    /// The shared state of a server of `cores` cores admitting runs as
+    /// `admission` says, in a memory of `memory` octets.
+    pub fn with(cores: usize, admission: Admission, memory: u64) -> Arc<Serving> {
         Arc::new(Serving {
+            admission,
             active: Mutex::new(None),
+            runs: Mutex::new(Runs {
+                leases: Leases::new(memory),
+                by_id: HashMap::new(),
+            }),
+            draining: AtomicBool::new(false),
             refused: AtomicU64::new(0),
             last_seen: AtomicBool::new(false),
             open: (0..cores).map(|_| AtomicUsize::new(0)).collect(),
@@ -321,10 +416,112 @@ impl Serving {
         self.runs_done.load(Ordering::SeqCst)
     }
 
+    /// Stops accepting: every connection from now on is refused, those
+    /// open run on.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`drain`](Self::drain) was called.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// What it serves now.
+    pub fn stats(&self) -> ServingStats {
+        let runs = self.runs();
+        ServingStats {
+            runs: match self.admission {
+                Admission::OneRun => usize::from(
+                    self.active
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_some(),
+                ),
+                Admission::Many { .. } => runs.by_id.len(),
+            },
+            leased: runs.leases.used(),
+            memory: runs.leases.len(),
+            served: self.served(),
+            refused: self.refused(),
+            open: self.open(),
+            runs_done: self.runs_done(),
+        }
+    }
+
+    fn runs(&self) -> std::sync::MutexGuard<'_, Runs> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// The accept callback's verdict on `hello` for a server of `len`
-    /// octets.
-    fn admit(&self, hello: &ClientHello, len: usize) -> Result<(), String> {
+    /// octets: the offset of the run's lease, or why not.
+    fn admit(&self, hello: &ClientHello, len: usize) -> Result<Lease, String> {
+        if self.is_draining() {
+            return Err("the server is draining: it takes no new connections".into());
+        }
         check_fits(hello, len)?;
+        let Admission::Many { runs_max, .. } = self.admission else {
+            return self.admit_one(hello);
+        };
+        let need = memory_for(hello.qps as usize, hello.size as usize) as u64;
+        let mut runs = self.runs();
+        let Runs { leases, by_id } = &mut *runs;
+        if let Some(run) = by_id.get_mut(&hello.run) {
+            if need > run.len {
+                // A larger size (-a): a new lease, if none of the old
+                // one's connections can still use it.
+                if run.open > 0 || run.admitted != run.handed {
+                    return Err(format!(
+                        "{} B messages need a larger lease than this run has while its \
+                         connections of a smaller size are still open",
+                        hello.size
+                    ));
+                }
+                let (offset, len) = leases.take(need).ok_or_else(|| out_of_memory(leases))?;
+                leases.give_back(run.offset, run.len);
+                (run.offset, run.len) = (offset, len);
+                run.admitted += 1;
+                run.last_seen |= hello.last;
+                return Ok(Lease {
+                    offset,
+                    len,
+                    fresh: true,
+                });
+            }
+            run.admitted += 1;
+            run.last_seen |= hello.last;
+            return Ok(Lease {
+                offset: run.offset,
+                len: run.len,
+                fresh: false,
+            });
+        }
+        if by_id.len() >= runs_max {
+            return Err(format!(
+                "this server serves {runs_max} client runs at once, its limit: try again later"
+            ));
+        }
+        let (offset, len) = leases.take(need).ok_or_else(|| out_of_memory(leases))?;
+        by_id.insert(
+            hello.run,
+            Run {
+                offset,
+                len,
+                admitted: 1,
+                handed: 0,
+                open: 0,
+                last_seen: hello.last,
+                quiet_since: Some(StdInstant::now()),
+            },
+        );
+        Ok(Lease {
+            offset,
+            len,
+            fresh: true,
+        })
+    }
+
+    fn admit_one(&self, hello: &ClientHello) -> Result<Lease, String> {
         let mut run = self.active.lock().unwrap_or_else(|p| p.into_inner());
         match *run {
             Some(r) if r != hello.run => Err(
@@ -337,23 +534,82 @@ impl Serving {
                 if hello.last {
                     self.last_seen.store(true, Ordering::SeqCst);
                 }
-                Ok(())
+                Ok(Lease {
+                    offset: 0,
+                    len: 0,
+                    fresh: false,
+                })
             }
         }
     }
 
+    /// [`Admission::Many`]: a connection of run `run` reached a core with
+    /// a QP; the offset of the run's lease, or `None` if the run is gone.
+    fn handed(&self, run: u64) -> Option<u64> {
+        let mut runs = self.runs();
+        let r = runs.by_id.get_mut(&run)?;
+        r.handed += 1;
+        r.open += 1;
+        r.quiet_since = None;
+        Some(r.offset)
+    }
+
+    /// [`Admission::Many`]: a connection of run `run` ended on a core. The
+    /// run is done when its last size was seen and nothing of it is open or
+    /// on its way.
+    fn closed(&self, run: u64) {
+        let mut runs = self.runs();
+        let Runs { leases, by_id } = &mut *runs;
+        let Some(r) = by_id.get_mut(&run) else {
+            return;
+        };
+        r.open = r.open.saturating_sub(1);
+        if r.open == 0 {
+            r.quiet_since = Some(StdInstant::now());
+            if r.last_seen && r.admitted == r.handed {
+                leases.give_back(r.offset, r.len);
+                by_id.remove(&run);
+                self.runs_done.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// [`Admission::Many`]: gives up the runs that have had no connection
+    /// open for the idle limit (their clients went away, or a connection
+    /// accepted for them never reached a core); returns how many.
+    pub fn reap(&self) -> usize {
+        let Admission::Many { idle, .. } = self.admission else {
+            return 0;
+        };
+        let mut runs = self.runs();
+        let Runs { leases, by_id } = &mut *runs;
+        let gone: Vec<u64> = by_id
+            .iter()
+            .filter(|(_, r)| r.open == 0 && r.quiet_since.is_some_and(|t| t.elapsed() >= idle))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in &gone {
+            if let Some(r) = by_id.remove(id) {
+                leases.give_back(r.offset, r.len);
+                self.runs_done.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        gone.len()
+    }
+
     /// Core `core` has `open` connections open or starting: publishes it,
-    /// and ends the run if its last size's connections are all gone from
-    /// every core. A client opens every connection of a size (each one
-    /// counted by its core from the SYN on) before it closes any, so no
-    /// core still has one of them to come.
+    /// and ([`Admission::OneRun`]) ends the run if its last size's
+    /// connections are all gone from every core. A client opens every
+    /// connection of a size (each one counted by its core from the SYN on)
+    /// before it closes any, so no core still has one of them to come.
     fn publish(&self, core: usize, open: usize) {
         // Written when it changes, not every turn (a turn of a latency run
         // is a microsecond).
         if self.open[core].load(Ordering::Relaxed) != open {
             self.open[core].store(open, Ordering::SeqCst);
         }
-        if open == 0
+        if self.admission == Admission::OneRun
+            && open == 0
             && self.last_seen.load(Ordering::SeqCst)
             && self.open() == 0
             && self
@@ -365,6 +621,54 @@ impl Serving {
             self.runs_done.fetch_add(1, Ordering::SeqCst);
         }
     }
+}
+
+/// The range of the server's memory a run was given.
+struct Lease {
+    offset: u64,
+    len: u64,
+    /// New to this run: cleared before the client is told of it.
+    fresh: bool,
+}
+
+fn out_of_memory(leases: &Leases) -> String {
+    format!(
+        "this server has no room for the run: {} of its {} octets of memory are leased to \
+         other clients; try again later or with smaller messages",
+        leases.used(),
+        leases.len()
+    )
+}
+
+/// A connection a server's core serves, for operators (`dpwarpctl
+/// connections`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    /// The core's QP.
+    pub qp: QpHandle,
+    /// The client's address and port.
+    pub peer: Option<std::net::SocketAddrV4>,
+    /// The client's run.
+    pub run: u64,
+    /// What it runs.
+    pub op: Op,
+    /// Bandwidth or latency.
+    pub mode: Mode,
+    /// Message size.
+    pub size: u32,
+    /// As negotiated in the MPA startup: RFC 6581 enhanced, CRC, markers
+    /// each way, this side's IRD and ORD.
+    pub enhanced: bool,
+    /// CRC on.
+    pub crc: bool,
+    /// Markers in what we send.
+    pub markers_tx: bool,
+    /// Markers in what we receive.
+    pub markers_rx: bool,
+    /// Our IRD.
+    pub ird: u16,
+    /// Our ORD.
+    pub ord: u16,
 }
 
 /// A benchmark server's core: listens, serves each connection the
@@ -383,7 +687,56 @@ pub struct Server<T: CoreTransport> {
     core: usize,
     serving: Arc<Serving>,
     runs_seen: u64,
+    /// The connections it serves now.
+    connections: HashMap<QpHandle, Connection>,
+    /// Bumped whenever `connections` changes.
+    generation: u64,
+    events: Option<EventHook>,
 }
+
+/// What a server tells its operator, one event per connection: accepted
+/// or refused (on the control-plane thread), terminated and closed (on
+/// the connection's core).
+#[derive(Debug, Clone)]
+pub enum ServerEvent {
+    /// The control plane accepted a client's connection.
+    Accepted {
+        /// The client.
+        peer: std::net::SocketAddrV4,
+        /// Its run and workload.
+        run: u64,
+        /// The operation.
+        op: Op,
+        /// Message size.
+        size: u32,
+    },
+    /// The control plane refused one (MPA Reject with the reason).
+    Refused {
+        /// The client.
+        peer: std::net::SocketAddrV4,
+        /// Why, as the client is told.
+        why: String,
+    },
+    /// A Terminate was sent or received on a served connection.
+    Terminated {
+        /// The core.
+        core: usize,
+        /// The connection.
+        connection: Connection,
+        /// The Terminate (layer, type, code) and its direction.
+        event: rnic_engine::verbs::QpEvent,
+    },
+    /// A served connection ended.
+    Closed {
+        /// The core.
+        core: usize,
+        /// The connection.
+        connection: Connection,
+    },
+}
+
+/// Where a server's events go.
+pub type EventHook = Arc<dyn Fn(ServerEvent) + Send + Sync>;
 
 impl<T: CoreTransport> Server<T> {
     /// A server on `transport` with `memory` octets, listening on `port`.
@@ -431,26 +784,72 @@ impl<T: CoreTransport> Server<T> {
         port: u16,
         startup: StartupConfig,
     ) -> Server<T> {
+        Server::serving(
+            host, core, transport, emss, region, mr, serving, port, startup, None,
+        )
+    }
+
+    /// [`Server::on_host_sharing`] telling `events` of every connection
+    /// (else refusals are printed on stderr).
+    #[allow(clippy::too_many_arguments)]
+    pub fn serving(
+        host: &Arc<Host>,
+        core: u16,
+        transport: T,
+        emss: usize,
+        region: Arc<Region>,
+        mr: Mr,
+        serving: &Arc<Serving>,
+        port: u16,
+        startup: StartupConfig,
+        events: Option<EventHook>,
+    ) -> Server<T> {
         let len = region.len();
-        let endpoint = Endpoint::on_host_sharing(host, core, transport, emss, region, mr);
-        let mine = ServerHello {
-            stag: endpoint.mr.stag,
-            to: endpoint.mr.base_to,
-        };
+        let endpoint = Endpoint::on_host_sharing(host, core, transport, emss, region.clone(), mr);
+        let (stag, base_to) = (endpoint.mr.stag, endpoint.mr.base_to);
         let shared = serving.clone();
+        let hook = events.clone();
         endpoint.control.listen(
             port,
             startup,
             Box::new(move |request, peer| {
-                let verdict =
-                    ClientHello::decode(&request.private_data).and_then(|h| shared.admit(&h, len));
+                let hello = ClientHello::decode(&request.private_data);
+                let verdict = hello
+                    .as_ref()
+                    .map_err(Clone::clone)
+                    .and_then(|h| shared.admit(h, len).map(|lease| (h, lease)));
                 match verdict {
-                    Ok(()) => Decision::Accept(Accept {
-                        private_data: mine.encode(),
-                        ..Accept::default()
-                    }),
+                    Ok((h, lease)) => {
+                        if lease.fresh {
+                            // What an earlier run left there is not this
+                            // client's to read.
+                            clear(&region, lease.offset, lease.len);
+                        }
+                        if let Some(hook) = &hook {
+                            hook(ServerEvent::Accepted {
+                                peer,
+                                run: h.run,
+                                op: h.op,
+                                size: h.size,
+                            });
+                        }
+                        Decision::Accept(Accept {
+                            private_data: ServerHello {
+                                stag,
+                                to: base_to.wrapping_add(lease.offset),
+                            }
+                            .encode(),
+                            ..Accept::default()
+                        })
+                    }
                     Err(why) => {
-                        eprintln!("bench server: refused the client at {peer}: {why}");
+                        match &hook {
+                            Some(hook) => hook(ServerEvent::Refused {
+                                peer,
+                                why: why.clone(),
+                            }),
+                            None => eprintln!("bench server: refused the client at {peer}: {why}"),
+                        }
                         shared.refused.fetch_add(1, Ordering::Relaxed);
                         Decision::Reject(hello::encode_reject(&why))
                     }
@@ -466,6 +865,9 @@ impl<T: CoreTransport> Server<T> {
             core: usize::from(core),
             serving: serving.clone(),
             runs_seen: 0,
+            connections: HashMap::new(),
+            generation: 0,
+            events,
         }
     }
 
@@ -473,6 +875,16 @@ impl<T: CoreTransport> Server<T> {
     /// that do not fit, a second run).
     pub fn refused(&self) -> u64 {
         self.serving.refused()
+    }
+
+    /// The connections this core serves now.
+    pub fn connections(&self) -> impl Iterator<Item = &Connection> {
+        self.connections.values()
+    }
+
+    /// Changes whenever [`connections`](Self::connections) does.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Steps until the listener is up (or refused), at most 10 s.
@@ -489,18 +901,48 @@ impl<T: CoreTransport> Server<T> {
         }
     }
 
+    /// Ends every connection at once (RST; their work flushes): a drain's
+    /// deadline passed.
+    pub fn abort_all(&mut self) {
+        let qps: Vec<QpHandle> = self.connections.keys().copied().collect();
+        for qp in qps {
+            self.endpoint.abort(qp);
+        }
+    }
+
     /// One turn: the RNIC, new connections, the workloads' replies.
     pub fn step(&mut self, now: Instant) -> Result<(), String> {
         self.endpoint.step(now);
+        let many = matches!(self.serving.admission, Admission::Many { .. });
         // Ends first: a new QP may take an ended one's handle in this step.
         for qp in self.endpoint.take_ended() {
             self.responder.remove(qp);
             self.served += 1;
             self.serving.served[self.core].fetch_add(1, Ordering::Relaxed);
+            if let Some(c) = self.connections.remove(&qp) {
+                self.generation += 1;
+                if many {
+                    self.serving.closed(c.run);
+                }
+                if let Some(hook) = &self.events {
+                    hook(ServerEvent::Closed {
+                        core: self.core,
+                        connection: c,
+                    });
+                }
+            }
         }
         // A benchmark's QPs do not terminate unless something is wrong; the
         // failures show as completions in error. Keep the queue bounded.
-        let _ = self.endpoint.take_events();
+        for (qp, event) in self.endpoint.take_events() {
+            if let (Some(hook), Some(c)) = (&self.events, self.connections.get(&qp)) {
+                hook(ServerEvent::Terminated {
+                    core: self.core,
+                    connection: c.clone(),
+                    event,
+                });
+            }
+        }
         for (handoff, qp) in self.endpoint.take_handoffs() {
             let (StartupResult::Established(e), Some(qp)) = (&handoff.result, qp) else {
                 continue;
@@ -510,15 +952,51 @@ impl<T: CoreTransport> Server<T> {
                 self.endpoint.close(qp);
                 continue;
             };
+            let offset = if many {
+                match self.serving.handed(h.run) {
+                    Some(offset) => offset,
+                    // Given up meanwhile: its lease may be another's.
+                    None => {
+                        self.endpoint.abort(qp);
+                        continue;
+                    }
+                }
+            } else {
+                0
+            };
+            let peer = self
+                .endpoint
+                .conn_of(qp)
+                .and_then(|conn| self.endpoint.core.transport().endpoints(conn).ok())
+                .map(|(_, peer)| peer);
+            self.connections.insert(
+                qp,
+                Connection {
+                    qp,
+                    peer,
+                    run: h.run,
+                    op: h.op,
+                    mode: h.mode,
+                    size: h.size,
+                    enhanced: e.enhanced,
+                    crc: e.crc,
+                    markers_tx: e.markers_tx,
+                    markers_rx: e.markers_rx,
+                    ird: e.ird,
+                    ord: e.ord,
+                },
+            );
+            self.generation += 1;
             self.responder.add(
                 &mut self.endpoint,
-                Served::new(
+                Served::in_lease(
                     qp,
                     &h,
                     RemoteAddr {
                         stag: h.stag,
                         to: h.to,
                     },
+                    offset,
                 ),
             );
         }
@@ -536,6 +1014,20 @@ impl<T: CoreTransport> Server<T> {
             return Err(why);
         }
         Ok(())
+    }
+}
+
+/// Zeroes `len` octets of `region` from `offset` (a lease new to a run).
+fn clear(region: &Region, offset: u64, len: u64) {
+    const ZEROS: [u8; 4096] = [0; 4096];
+    let mut at = offset;
+    let end = offset.saturating_add(len);
+    while at < end {
+        let n = (end - at).min(ZEROS.len() as u64) as usize;
+        if region.write(at as usize, &ZEROS[..n]).is_err() {
+            return;
+        }
+        at += n as u64;
     }
 }
 

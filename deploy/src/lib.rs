@@ -1,5 +1,19 @@
-//! The dpwarp appliance.
+//! The dpwarp appliance: `dpwarpd`, an iWARP target that runs as a service
+//! on dpwarp's poll-mode cores, and `dpwarpctl`, its operator's tool.
 //!
-//! Not built yet: configuration (hugepages, lcore map, ring sizes, CRC and
-//! marker policy, every option explicit), systemd units and metrics.
+//! * [`config`]: the TOML configuration, every option explicit, refused
+//!   with file, line, key and what is allowed.
+//! * [`daemon`]: the port, the pinned cores serving, the drain.
+//! * [`metrics`]: the Prometheus endpoint.
+//! * [`ctl`]: the control socket (`status`, `stats`, `listeners`,
+//!   `connections`, `drain`).
+//!
+//! The daemon reads the clock and owns threads; the sans-IO crates it
+//! drives never do.
 #![forbid(unsafe_code)]
+#![allow(clippy::disallowed_methods)]
+
+pub mod config;
+pub mod ctl;
+pub mod daemon;
+pub mod metrics;

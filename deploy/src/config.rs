@@ -1,0 +1,618 @@
+//! `dpwarpd`'s configuration: a TOML file in which every option is
+//! explicit (no defaults hide in the code: a missing key is an error that
+//! names it). A wrong key, type or value is refused with the file, the
+//! line and column, the key and what is allowed; [`Config::load`] either
+//! returns a whole, checked configuration or nothing, so a bad file never
+//! starts a half-configured daemon.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+
+use serde::de::{Deserializer, Error as _};
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The whole configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The daemon itself: its control socket, metrics, drain and logs.
+    pub daemon: Daemon,
+    /// DPDK's environment: memory, cores and pools.
+    pub dpdk: Dpdk,
+    /// The RNIC: MPA policy and the limits a client cannot push past.
+    pub rnic: Rnic,
+    /// The port the services listen on (`[[port]]`; one for now).
+    pub port: Vec<Spanned<Port>>,
+    /// The services (`[[service]]`).
+    pub service: Vec<Spanned<Service>>,
+}
+
+/// `[daemon]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Daemon {
+    /// The Unix socket `dpwarpctl` talks to (made with permissions 0600).
+    pub control_socket: PathBuf,
+    /// Where the Prometheus endpoint listens (`GET /metrics`), e.g.
+    /// `127.0.0.1:9464`.
+    pub metrics_listen: SocketAddr,
+    /// SIGTERM or `dpwarpctl drain`: how long running connections may go
+    /// on before the rest are ended (milliseconds, 0 to 600000).
+    #[serde(deserialize_with = "drain_deadline")]
+    pub drain_deadline_ms: u64,
+    /// A client run with no connection open for this long (its client went
+    /// away) gives its memory back (milliseconds, 100 to 3600000).
+    #[serde(deserialize_with = "idle_limit")]
+    pub client_idle_ms: u64,
+    /// The log level: `error`, `warn`, `info`, `debug` or `trace`.
+    pub log: LogLevel,
+}
+
+/// `[daemon] log`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+#[allow(missing_docs)]
+pub enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    /// Its name, as `tracing` filters spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogLevel::Error => "error",
+            LogLevel::Warn => "warn",
+            LogLevel::Info => "info",
+            LogLevel::Debug => "debug",
+            LogLevel::Trace => "trace",
+        }
+    }
+}
+
+/// `[dpdk]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dpdk {
+    /// `auto` (2 MiB hugepages when enough are free, else ordinary pages),
+    /// `on` (hugepages or fail), `off` (`--no-huge`).
+    pub hugepages: HugepagesPolicy,
+    /// The CPUs of the poll-mode cores, one pinned core each (DPDK's
+    /// `-l`); each core gets its own queue pair of the port.
+    #[serde(deserialize_with = "lcores")]
+    pub lcores: Vec<usize>,
+    /// Mbufs in each queue pair's pool (512 to 1048576).
+    #[serde(deserialize_with = "mbufs")]
+    pub mbufs_per_queue: u32,
+}
+
+/// `[dpdk] hugepages`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+#[allow(missing_docs)]
+pub enum HugepagesPolicy {
+    Auto,
+    On,
+    Off,
+}
+
+/// `[rnic]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rnic {
+    /// MPA CRC (RFC 5044 §7.1, C bit): `on` asks every peer for it (it is
+    /// used if either side asks), `off` uses it only if the peer asks.
+    pub crc: OnOff,
+    /// MPA markers in what we receive (RFC 5044 §7.1, M bit).
+    pub markers: OnOff,
+    /// The most inbound RDMA Reads a QP queues (IRD, RFC 6581 §5): an
+    /// enhanced client asking for more is granted this many (1 to 128).
+    #[serde(deserialize_with = "ird_ord")]
+    pub ird_max: u16,
+    /// The ORD granted by default (1 to 128).
+    #[serde(deserialize_with = "ird_ord")]
+    pub ord: u16,
+    /// Connections in MPA startup at once, over all cores (beyond it a SYN
+    /// is refused at once): 1 to 65536.
+    #[serde(deserialize_with = "connections")]
+    pub startups_max: usize,
+    /// Registered memory the services lease to clients, in MiB (1 to
+    /// 65536).
+    #[serde(deserialize_with = "memory")]
+    pub memory_mib: usize,
+    /// Client runs served at once (1 to 65536); the next is refused with
+    /// the reason.
+    #[serde(deserialize_with = "connections")]
+    pub clients_max: usize,
+}
+
+/// `on` or `off`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+#[allow(missing_docs)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+impl OnOff {
+    /// Whether it is `on`.
+    pub fn on(self) -> bool {
+        self == OnOff::On
+    }
+}
+
+/// `[[port]]`: what carries the services' TCP.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Port {
+    /// The name services use for it.
+    pub name: String,
+    /// `kernel` (Linux TCP sockets: no DPDK), `net_tap` (a TAP interface
+    /// DPDK makes, the kernel side being the clients' host), `memif` (a
+    /// dpwarp peer process), `af_packet` (an existing interface), `pci` (a
+    /// NIC bound to vfio-pci).
+    pub driver: Driver,
+    /// Our IPv4 address and prefix on the link, e.g. `10.77.0.2/24`;
+    /// `kernel`: the address listeners bind (`0.0.0.0/0`: every address).
+    #[serde(deserialize_with = "address")]
+    pub address: (Ipv4Addr, u8),
+    /// The IP MTU (1280 to 9000).
+    #[serde(deserialize_with = "mtu")]
+    pub mtu: u16,
+    /// `net_tap`: the interface to make; `af_packet`: the one to run on.
+    pub iface: Option<String>,
+    /// `net_tap`, `af_packet`: the network namespace the interface is in.
+    pub netns: Option<String>,
+    /// `net_tap`: the address and prefix the kernel side of the TAP
+    /// interface gets: the clients' host on the link, e.g. `10.77.0.1/24`.
+    pub host_address: Option<String>,
+    /// `pci`: the NIC's PCI address.
+    pub pci: Option<String>,
+    /// `memif`: the control socket's name.
+    pub memif_socket: Option<String>,
+}
+
+/// `[[port]] driver`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum Driver {
+    Kernel,
+    NetTap,
+    Memif,
+    AfPacket,
+    Pci,
+}
+
+impl Driver {
+    /// Its name in the file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::Kernel => "kernel",
+            Driver::NetTap => "net_tap",
+            Driver::Memif => "memif",
+            Driver::AfPacket => "af_packet",
+            Driver::Pci => "pci",
+        }
+    }
+}
+
+/// `[[service]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Service {
+    /// What it serves: `bench`, the responder of dpwarp's `bench` clients
+    /// (any number at once, each in memory of its own).
+    pub kind: ServiceKind,
+    /// The `[[port]]` it listens on, by name.
+    pub port: String,
+    /// The TCP port it listens on (1 to 65535).
+    #[serde(deserialize_with = "tcp_port")]
+    pub tcp_port: u16,
+}
+
+/// `[[service]] kind`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum ServiceKind {
+    Bench,
+}
+
+fn ranged<'de, D, T>(d: D, lo: T, hi: T, unit: &str) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + PartialOrd + std::fmt::Display + Copy,
+{
+    let v = T::deserialize(d)?;
+    if v < lo || v > hi {
+        return Err(D::Error::custom(format!(
+            "{v} is out of range: give {lo} to {hi}{unit}"
+        )));
+    }
+    Ok(v)
+}
+
+fn drain_deadline<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    ranged(d, 0, 600_000, " milliseconds")
+}
+
+fn idle_limit<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    ranged(d, 100, 3_600_000, " milliseconds")
+}
+
+fn mbufs<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    ranged(d, 512, 1 << 20, " mbufs")
+}
+
+fn ird_ord<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+    ranged(d, 1, 128, "")
+}
+
+fn connections<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    ranged(d, 1, 65_536, "")
+}
+
+fn memory<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    ranged(d, 1, 65_536, " MiB")
+}
+
+fn mtu<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+    ranged(d, 1280, 9000, "")
+}
+
+fn tcp_port<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
+    ranged(d, 1, 65535, "")
+}
+
+fn lcores<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<usize>, D::Error> {
+    let cpus = Vec::<usize>::deserialize(d)?;
+    if cpus.is_empty() {
+        return Err(D::Error::custom(
+            "no lcores: give the CPUs of the poll-mode cores, e.g. [0] or [0, 1]",
+        ));
+    }
+    if cpus.len() > 64 {
+        return Err(D::Error::custom("at most 64 lcores"));
+    }
+    let mut seen = cpus.clone();
+    seen.sort_unstable();
+    if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+        return Err(D::Error::custom(format!(
+            "CPU {} is listed twice: one poll-mode core per CPU",
+            w[0]
+        )));
+    }
+    Ok(cpus)
+}
+
+fn address<'de, D: Deserializer<'de>>(d: D) -> Result<(Ipv4Addr, u8), D::Error> {
+    let s = String::deserialize(d)?;
+    parse_address(&s).ok_or_else(|| {
+        D::Error::custom(format!(
+            "{s:?}: give an IPv4 address and prefix, e.g. \"10.77.0.2/24\""
+        ))
+    })
+}
+
+/// `A.B.C.D/P`.
+pub fn parse_address(s: &str) -> Option<(Ipv4Addr, u8)> {
+    let (ip, prefix) = s.split_once('/')?;
+    let prefix: u8 = prefix.parse().ok()?;
+    (prefix <= 32).then_some((ip.parse().ok()?, prefix))
+}
+
+/// A configuration that cannot be used: where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads and checks the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("{}: cannot read it: {e}", path.display())))?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and checks `text`, naming it `file` in errors.
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|e| {
+            let at = e.span().map(|s| s.start).unwrap_or(0);
+            locate(text, file, at, e.message())
+        })?;
+        config.check(text, file)?;
+        Ok(config)
+    }
+
+    /// What the types cannot say: one port, services on it, the drivers'
+    /// own keys.
+    fn check(&self, text: &str, file: &str) -> Result<(), ConfigError> {
+        let err = |at: usize, why: String| Err(locate(text, file, at, &why));
+        match self.port.as_slice() {
+            [] => {
+                return err(
+                    0,
+                    "no [[port]]: give the port the services listen on".into(),
+                )
+            }
+            [_] => {}
+            [_, second, ..] => {
+                return err(
+                    second.span().start,
+                    "a second [[port]]: dpwarpd runs one port for now (its cores each take a \
+                     queue pair of it)"
+                        .into(),
+                )
+            }
+        }
+        let port = self.port[0].get_ref();
+        let at = self.port[0].span().start;
+        let needs = |key: &str, v: &Option<String>, what: &str| -> Result<(), ConfigError> {
+            if v.as_deref().is_none_or(str::is_empty) {
+                return err(
+                    at,
+                    format!("driver {} needs `{key}`: {what}", port.driver.name()),
+                );
+            }
+            Ok(())
+        };
+        let forbids = |key: &str, v: &Option<String>| -> Result<(), ConfigError> {
+            if v.is_some() {
+                return err(
+                    at,
+                    format!(
+                        "`{key}` means nothing to driver {}: remove it",
+                        port.driver.name()
+                    ),
+                );
+            }
+            Ok(())
+        };
+        match port.driver {
+            Driver::Kernel => {
+                for (k, v) in [
+                    ("iface", &port.iface),
+                    ("netns", &port.netns),
+                    ("host_address", &port.host_address),
+                    ("pci", &port.pci),
+                    ("memif_socket", &port.memif_socket),
+                ] {
+                    forbids(k, v)?;
+                }
+            }
+            Driver::NetTap => {
+                needs(
+                    "iface",
+                    &port.iface,
+                    "the TAP interface to make, e.g. \"dpwarp0\"",
+                )?;
+                needs(
+                    "host_address",
+                    &port.host_address,
+                    "the kernel side's address, e.g. \"10.77.0.1/24\"",
+                )?;
+                if let Some(h) = &port.host_address {
+                    if parse_address(h).is_none() {
+                        return err(at, format!("host_address {h:?}: give an IPv4 address and prefix, e.g. \"10.77.0.1/24\""));
+                    }
+                }
+                forbids("pci", &port.pci)?;
+                forbids("memif_socket", &port.memif_socket)?;
+            }
+            Driver::AfPacket => {
+                needs("iface", &port.iface, "the existing interface to run on")?;
+                forbids("host_address", &port.host_address)?;
+                forbids("pci", &port.pci)?;
+                forbids("memif_socket", &port.memif_socket)?;
+            }
+            Driver::Memif => {
+                needs(
+                    "memif_socket",
+                    &port.memif_socket,
+                    "the control socket's name, e.g. \"/run/dpwarp/memif.sock\"",
+                )?;
+                forbids("iface", &port.iface)?;
+                forbids("netns", &port.netns)?;
+                forbids("pci", &port.pci)?;
+                forbids("host_address", &port.host_address)?;
+            }
+            Driver::Pci => {
+                needs(
+                    "pci",
+                    &port.pci,
+                    "the NIC's PCI address, e.g. \"0000:01:00.0\"",
+                )?;
+                forbids("host_address", &port.host_address)?;
+                forbids("iface", &port.iface)?;
+                forbids("netns", &port.netns)?;
+                forbids("memif_socket", &port.memif_socket)?;
+            }
+        }
+        if self.service.is_empty() {
+            return err(
+                text.len(),
+                "no [[service]]: give at least one, e.g. kind = \"bench\"".into(),
+            );
+        }
+        let mut ports = Vec::new();
+        for s in &self.service {
+            let service = s.get_ref();
+            if service.port != port.name {
+                return err(
+                    s.span().start,
+                    format!(
+                        "service port {:?}: there is no such [[port]] (there is {:?})",
+                        service.port, port.name
+                    ),
+                );
+            }
+            if ports.contains(&service.tcp_port) {
+                return err(
+                    s.span().start,
+                    format!(
+                        "a second service on TCP port {}: give each its own",
+                        service.tcp_port
+                    ),
+                );
+            }
+            ports.push(service.tcp_port);
+        }
+        if let Some(second) = self.service.get(1) {
+            return err(
+                second.span().start,
+                "a second [[service]]: dpwarpd runs one service for now".into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// The port.
+    pub fn port(&self) -> &Port {
+        self.port[0].get_ref()
+    }
+
+    /// The services.
+    pub fn services(&self) -> impl Iterator<Item = &Service> {
+        self.service.iter().map(Spanned::get_ref)
+    }
+}
+
+/// `why`, said of the octet at `at` of `text`: `FILE:LINE:COLUMN: `key`:
+/// why`, with the line itself below.
+fn locate(text: &str, file: &str, at: usize, why: &str) -> ConfigError {
+    let at = at.min(text.len());
+    let line_no = text[..at].matches('\n').count() + 1;
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let column = text[line_start..at].chars().count() + 1;
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let key = line
+        .split_once('=')
+        .map(|(k, _)| k.trim())
+        .filter(|k| !k.is_empty() && !k.starts_with('['));
+    let why = why.trim();
+    let mut out = match key {
+        Some(key) => format!("{file}:{line_no}:{column}: `{key}`: {why}"),
+        None => format!("{file}:{line_no}:{column}: {why}"),
+    };
+    if !line.trim().is_empty() {
+        out.push_str(&format!("\n    {line_no} | {line}"));
+    }
+    ConfigError(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = include_str!("../examples/dpwarpd.toml");
+
+    #[test]
+    fn the_example_config_is_valid() {
+        let c = Config::parse(EXAMPLE, "dpwarpd.toml").unwrap();
+        assert_eq!(c.port().driver, Driver::NetTap);
+        assert_eq!(c.services().count(), 1);
+        assert!(!c.dpdk.lcores.is_empty());
+    }
+
+    fn refused(edit: impl Fn(&str) -> String) -> String {
+        let text = edit(EXAMPLE);
+        match Config::parse(&text, "x.toml") {
+            Ok(_) => panic!("accepted:\n{text}"),
+            Err(e) => e.0,
+        }
+    }
+
+    fn line_of(text: &str, needle: &str) -> usize {
+        text.lines().position(|l| l.contains(needle)).unwrap() + 1
+    }
+
+    #[test]
+    fn an_unknown_key_is_named_with_its_line_and_the_keys_allowed() {
+        let text = EXAMPLE.replace("mtu = 9000", "mtu = 9000\nmtus = 1500");
+        let e = Config::parse(&text, "x.toml").unwrap_err().0;
+        let line = line_of(&text, "mtus = 1500");
+        assert!(e.starts_with(&format!("x.toml:{line}:")), "{e}");
+        assert!(e.contains("unknown field `mtus`"), "{e}");
+        assert!(e.contains("`mtu`") && e.contains("`driver`"), "{e}");
+    }
+
+    #[test]
+    fn a_wrong_type_or_value_says_what_is_allowed() {
+        let e = refused(|t| t.replace("mtu = 9000", "mtu = \"big\""));
+        assert!(
+            e.contains("`mtu`") && e.contains("invalid type: string"),
+            "{e}"
+        );
+        let e = refused(|t| t.replace("mtu = 9000", "mtu = 100"));
+        assert!(
+            e.contains("`mtu`: 100 is out of range: give 1280 to 9000"),
+            "{e}"
+        );
+        let e = refused(|t| t.replace("crc = \"on\"", "crc = \"maybe\""));
+        assert!(
+            e.contains("`crc`") && e.contains("expected `on` or `off`"),
+            "{e}"
+        );
+        let e = refused(|t| t.replace("driver = \"net_tap\"", "driver = \"e1000\""));
+        assert!(
+            e.contains("`driver`") && e.contains("`net_tap`") && e.contains("`pci`"),
+            "{e}"
+        );
+        let e = refused(|t| t.replace("lcores = [0]", "lcores = [1, 1]"));
+        assert!(e.contains("`lcores`: CPU 1 is listed twice"), "{e}");
+        let e = refused(|t| t.replace("address = \"10.77.0.2/24\"", "address = \"10.77.0.2\""));
+        assert!(e.contains("`address`") && e.contains("prefix"), "{e}");
+        let e = refused(|t| t.replace("tcp_port = 18515", "tcp_port = 0"));
+        assert!(e.contains("`tcp_port`: 0 is out of range"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_key_is_named() {
+        let e = refused(|t| {
+            t.lines()
+                .filter(|l| !l.starts_with("ird_max"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+        assert!(e.contains("missing field `ird_max`"), "{e}");
+    }
+
+    #[test]
+    fn cross_checks_name_the_table() {
+        let e = refused(|t| t.replace("port = \"dpw0\"", "port = \"eth9\""));
+        assert!(
+            e.contains("no such [[port]]") && e.contains("\"dpw0\""),
+            "{e}"
+        );
+        let e = refused(|t| t.replace("iface = \"dpwarp0\"", "pci = \"0000:01:00.0\""));
+        assert!(e.contains("driver net_tap needs `iface`"), "{e}");
+        let e = refused(|t| t.replace("driver = \"net_tap\"", "driver = \"kernel\""));
+        assert!(e.contains("`iface` means nothing to driver kernel"), "{e}");
+        let e = refused(|t| {
+            format!("{t}\n[[service]]\nkind = \"bench\"\nport = \"dpw0\"\ntcp_port = 18515\n")
+        });
+        assert!(e.contains("a second service on TCP port 18515"), "{e}");
+        let e = refused(|t| t.replace("[[service]]", "[[services]]"));
+        assert!(e.contains("unknown field `services`"), "{e}");
+    }
+
+    #[test]
+    fn broken_toml_points_at_the_line() {
+        let e = refused(|t| t.replace("memory_mib = 256", "memory_mib = = 256"));
+        let line = line_of(EXAMPLE, "memory_mib = 256");
+        assert!(e.starts_with(&format!("x.toml:{line}:")), "{e}");
+    }
+}

@@ -1,0 +1,261 @@
+//! The control socket `dpwarpctl` talks to: a Unix stream socket, made with
+//! permissions 0600 (root's, as the daemon's), one request per connection:
+//! a command on one line, the answer a JSON document.
+//!
+//! Commands: `status`, `stats`, `listeners`, `connections`, `drain`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::daemon::{drops, Shared};
+
+/// The commands, for help texts.
+pub const COMMANDS: &[&str] = &["status", "stats", "listeners", "connections", "drain"];
+
+/// The answer to `command`.
+pub fn answer(shared: &Shared, command: &str) -> Value {
+    match command.trim() {
+        "status" => status(shared),
+        "stats" => stats(shared),
+        "listeners" => listeners(shared),
+        "connections" => connections(shared),
+        "drain" => {
+            shared.request_drain();
+            json!({ "draining": true, "deadline_ms": shared.config.daemon.drain_deadline_ms })
+        }
+        other => json!({
+            "error": format!("unknown command {other:?}: give one of {}", COMMANDS.join(", "))
+        }),
+    }
+}
+
+fn status(shared: &Shared) -> Value {
+    let s = shared.serving.stats();
+    json!({
+        "state": if shared.drain.load(Ordering::SeqCst) { "draining" }
+                 else if shared.listening.load(Ordering::SeqCst) { "serving" }
+                 else { "starting" },
+        "pid": std::process::id(),
+        "uptime_s": shared.started.elapsed().as_secs_f64(),
+        "config": shared.config_path.display().to_string(),
+        "port": *shared.port_describe.lock().unwrap_or_else(|p| p.into_inner()),
+        "cores": shared.cores.len(),
+        "clients": s.runs,
+        "connections": shared.cores.iter()
+            .map(|c| c.connections.lock().unwrap_or_else(|p| p.into_inner()).len())
+            .sum::<usize>(),
+    })
+}
+
+fn stats(shared: &Shared) -> Value {
+    let s = shared.serving.stats();
+    let e = &shared.events;
+    let cores: Vec<Value> = shared
+        .cores
+        .iter()
+        .enumerate()
+        .map(|(k, core)| {
+            let c = *core.counters.lock().unwrap_or_else(|p| p.into_inner());
+            let all = (c.busy_us + c.idle_us).max(1) as f64;
+            json!({
+                "core": k,
+                "cpu": core.cpu,
+                "turns": c.turns,
+                "busy_share": c.busy_us as f64 / all,
+                "rx_packets": c.device.rx_packets,
+                "tx_packets": c.device.tx_packets,
+                "drops": drops(&c),
+                "mbuf_pool_low_water": c.device.pool_low_water,
+                "established": c.established,
+                "ended": c.ended,
+                "connections": core.connections.lock().unwrap_or_else(|p| p.into_inner()).len(),
+            })
+        })
+        .collect();
+    let control = shared.host.stats();
+    json!({
+        "cores": cores,
+        "service": {
+            "kind": "bench",
+            "accepted": e.accepted.load(Ordering::Relaxed),
+            "refused": e.refused.load(Ordering::Relaxed),
+            "closed": e.closed.load(Ordering::Relaxed),
+            "clients": s.runs,
+            "clients_done": s.runs_done,
+            "memory_leased": s.leased,
+            "memory": s.memory,
+            "open": s.open,
+        },
+        "control": {
+            "established": control.established,
+            "rejected": control.rejected,
+            "failed": control.failed,
+            "refused": control.refused_startups,
+        },
+        // QPs alive: established and not yet ended, over every core.
+        "qps": shared.cores.iter().map(|c| {
+            let c = c.counters.lock().unwrap_or_else(|p| p.into_inner());
+            c.established.saturating_sub(c.ended)
+        }).sum::<u64>(),
+    })
+}
+
+fn listeners(shared: &Shared) -> Value {
+    let config = &shared.config;
+    let port = config.port();
+    let list: Vec<Value> = config
+        .services()
+        .map(|s| {
+            json!({
+                "service": "bench",
+                "address": port.address.0.to_string(),
+                "tcp_port": s.tcp_port,
+                "port": port.name,
+                "driver": port.driver.name(),
+                "llp": "mpa",
+                "crc": config.rnic.crc.on(),
+                "markers": config.rnic.markers.on(),
+                "ird_max": config.rnic.ird_max,
+                "ord": config.rnic.ord,
+                "up": shared.listening.load(Ordering::SeqCst) && !shared.drain.load(Ordering::SeqCst),
+            })
+        })
+        .collect();
+    json!({ "listeners": list })
+}
+
+fn connections(shared: &Shared) -> Value {
+    let mut list = Vec::new();
+    for (k, core) in shared.cores.iter().enumerate() {
+        for c in core
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            list.push(json!({
+                "core": k,
+                "qp": c.qp.0,
+                "peer": c.peer.map(|p| p.to_string()),
+                "service": "bench",
+                "state": "rts",
+                "run": format!("{:016x}", c.run),
+                "op": c.op.name(),
+                "size": c.size,
+                "enhanced": c.enhanced,
+                "crc": c.crc,
+                "markers_tx": c.markers_tx,
+                "markers_rx": c.markers_rx,
+                "ird": c.ird,
+                "ord": c.ord,
+            }));
+        }
+    }
+    json!({ "connections": list })
+}
+
+/// The control socket: its listener's thread, and the socket file removed
+/// when dropped.
+pub struct CtlServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    path: PathBuf,
+}
+
+impl CtlServer {
+    /// Makes the socket (and its directory) with permissions 0600 and
+    /// serves until dropped. A stale socket from a daemon that died is
+    /// replaced; a live one (another daemon answering) is refused.
+    pub fn start(shared: Arc<Shared>) -> Result<CtlServer, String> {
+        let path = shared.config.daemon.control_socket.clone();
+        let shown = path.display();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("control_socket {shown}: cannot make its directory: {e}"))?;
+        }
+        if path.exists() {
+            if UnixStream::connect(&path).is_ok() {
+                return Err(format!(
+                    "control_socket {shown}: another dpwarpd answers there: stop it first, or \
+                     give this one another socket"
+                ));
+            }
+            std::fs::remove_file(&path)
+                .map_err(|e| format!("control_socket {shown}: cannot replace it: {e}"))?;
+        }
+        let listener = UnixListener::bind(&path)
+            .map_err(|e| format!("control_socket {shown}: cannot listen there: {e}"))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("control_socket {shown}: cannot make it 0600: {e}"))?;
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("dpwarpd-ctl".into())
+            .spawn(move || {
+                while !flag.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            let _ = serve_one(stream, &shared);
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(CtlServer {
+            stop,
+            thread: Some(thread),
+            path,
+        })
+    }
+}
+
+impl Drop for CtlServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve_one(stream: UnixStream, shared: &Shared) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut line = String::new();
+    BufReader::new((&stream).take(256)).read_line(&mut line)?;
+    let reply = answer(shared, &line);
+    let mut out = &stream;
+    writeln!(out, "{reply}")?;
+    out.flush()
+}
+
+/// `dpwarpctl`'s side: sends `command` to the daemon at `socket` and
+/// returns its answer.
+pub fn request(socket: &Path, command: &str) -> Result<Value, String> {
+    let mut stream = UnixStream::connect(socket).map_err(|e| {
+        format!(
+            "cannot reach dpwarpd at {}: {e} (is it running? is this its control_socket?)",
+            socket.display()
+        )
+    })?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    writeln!(stream, "{command}").map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    stream
+        .read_to_string(&mut text)
+        .map_err(|e| format!("no answer from dpwarpd: {e}"))?;
+    serde_json::from_str(&text).map_err(|e| format!("dpwarpd's answer is not JSON: {e}"))
+}

@@ -1,0 +1,574 @@
+//! The daemon: its port, one pinned poll-mode core per configured lcore
+//! (each a [`Server`] on its own queue pair, sharing one registration of
+//! the memory and one control-plane thread), the operator's threads
+//! (metrics, control socket) and the drain.
+//!
+//! Nothing here runs per packet: a core publishes its counters and its
+//! connections to [`Shared`] every [`PUBLISH_EVERY`], and the operator's
+//! threads read only that.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration as StdDuration, Instant as StdInstant};
+
+use bench::endpoint::{now, Host};
+use bench::link::{LinkArgs, PeerTransport};
+use bench::responder::{Admission, Connection, EventHook, Server, ServerEvent, Serving};
+use control::mpa::StartupConfig;
+use control::runtime::ControlConfig;
+use dataplane::{CoreCounters, CoreTransport};
+use rnic_engine::verbs::QpEvent;
+
+use crate::config::{Config, Driver, HugepagesPolicy};
+
+/// How often a core publishes its counters and connections.
+pub const PUBLISH_EVERY: StdDuration = StdDuration::from_millis(50);
+
+/// How long the cores keep turning after a drain's deadline ended the
+/// last connections (their resets and Terminates go out).
+const FLUSH_AFTER_ABORT: StdDuration = StdDuration::from_millis(100);
+
+/// What one core shows the operator.
+#[derive(Debug, Default)]
+pub struct CoreShared {
+    /// The CPU it is pinned to.
+    pub cpu: Option<usize>,
+    /// Its counters, as of its last publication.
+    pub counters: Mutex<CoreCounters>,
+    /// The connections it serves, as of its last publication.
+    pub connections: Mutex<Vec<Connection>>,
+    /// It has left its loop.
+    pub done: AtomicBool,
+}
+
+/// A Terminate's direction (`sent`, `received`), layer, type and code.
+pub type TermKey = (&'static str, u8, u8, u8);
+
+/// Connections by what happened to them, and Terminates by layer, type,
+/// code and direction.
+#[derive(Debug, Default)]
+pub struct Events {
+    /// Connections accepted.
+    pub accepted: AtomicU64,
+    /// Connections refused (MPA Reject with the reason).
+    pub refused: AtomicU64,
+    /// Connections that ended.
+    pub closed: AtomicU64,
+    /// Terminates: (`sent`/`received`, layer, type, code) -> count.
+    pub terminates: Mutex<BTreeMap<TermKey, u64>>,
+}
+
+impl Events {
+    /// The hook the servers tell; logs one event per connection.
+    pub fn hook(self: &Arc<Self>, service: &'static str) -> EventHook {
+        let me = self.clone();
+        Arc::new(move |event| match event {
+            ServerEvent::Accepted {
+                peer,
+                run,
+                op,
+                size,
+            } => {
+                me.accepted.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(service, %peer, run, op = op.name(), size, "connection accepted");
+            }
+            ServerEvent::Refused { peer, why } => {
+                me.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(service, %peer, why, "connection refused");
+            }
+            ServerEvent::Terminated {
+                core,
+                connection,
+                event,
+            } => {
+                let (direction, t) = match event {
+                    QpEvent::TerminateSent(t) => ("sent", t),
+                    QpEvent::TerminateReceived(t) => ("received", t),
+                };
+                *me.terminates
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry((direction, t.layer, t.etype, t.ecode))
+                    .or_default() += 1;
+                tracing::warn!(
+                    service,
+                    core,
+                    peer = %connection.peer.map_or("-".to_string(), |p| p.to_string()),
+                    qp = connection.qp.0,
+                    direction,
+                    layer = t.layer,
+                    r#type = t.etype,
+                    code = t.ecode,
+                    "connection terminated"
+                );
+            }
+            ServerEvent::Closed { core, connection } => {
+                me.closed.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    service,
+                    core,
+                    peer = %connection.peer.map_or("-".to_string(), |p| p.to_string()),
+                    qp = connection.qp.0,
+                    run = connection.run,
+                    "connection closed"
+                );
+            }
+        })
+    }
+}
+
+/// What the daemon's threads share.
+pub struct Shared {
+    /// When it started.
+    pub started: StdInstant,
+    /// Its configuration.
+    pub config: Config,
+    /// The configuration's file.
+    pub config_path: PathBuf,
+    /// What the port is (`net_tap on dpwarp0`, `Linux TCP`, ...).
+    pub port_describe: Mutex<String>,
+    /// The bench service's state (runs, leases, drain).
+    pub serving: Arc<Serving>,
+    /// The control plane and the registry.
+    pub host: Arc<Host>,
+    /// Each core.
+    pub cores: Vec<CoreShared>,
+    /// Connection events.
+    pub events: Arc<Events>,
+    /// Every listener is up.
+    pub listening: AtomicBool,
+    /// A drain was asked for (SIGTERM, `dpwarpctl drain`).
+    pub drain: AtomicBool,
+    /// When the drain began.
+    pub drain_started: Mutex<Option<StdInstant>>,
+}
+
+impl Shared {
+    /// Asks for a drain: no new connection, those running may finish until
+    /// the deadline, then the daemon exits.
+    pub fn request_drain(&self) {
+        if !self.drain.swap(true, Ordering::SeqCst) {
+            *self.drain_started.lock().unwrap_or_else(|p| p.into_inner()) = Some(StdInstant::now());
+            self.serving.drain();
+            tracing::info!(
+                deadline_ms = self.config.daemon.drain_deadline_ms,
+                "draining: no new connections"
+            );
+        }
+    }
+
+    /// Whether the drain's deadline has passed.
+    fn drain_overdue(&self) -> bool {
+        let started = *self.drain_started.lock().unwrap_or_else(|p| p.into_inner());
+        started.is_some_and(|t| {
+            t.elapsed() >= StdDuration::from_millis(self.config.daemon.drain_deadline_ms)
+        })
+    }
+
+    /// The counters of every core, summed.
+    pub fn total(&self) -> CoreCounters {
+        let mut total = CoreCounters::default();
+        for c in &self.cores {
+            let c = *c.counters.lock().unwrap_or_else(|p| p.into_inner());
+            add(&mut total, &c);
+        }
+        total
+    }
+}
+
+fn add(total: &mut CoreCounters, c: &CoreCounters) {
+    total.turns += c.turns;
+    total.busy_turns += c.busy_turns;
+    total.idle_turns += c.idle_turns;
+    total.busy_us += c.busy_us;
+    total.idle_us += c.idle_us;
+    total.tx_fpdu_octets += c.tx_fpdu_octets;
+    total.rx_fpdu_octets += c.rx_fpdu_octets;
+    total.established += c.established;
+    total.ended += c.ended;
+    total.refused += c.refused;
+    total.device.rx_packets += c.device.rx_packets;
+    total.device.tx_packets += c.device.tx_packets;
+    total.device.rx_octets += c.device.rx_octets;
+    total.device.tx_octets += c.device.tx_octets;
+}
+
+/// Frames a core's device dropped, every cause.
+pub fn drops(c: &CoreCounters) -> u64 {
+    let d = &c.device;
+    d.rx_runt
+        + d.rx_oversized
+        + d.rx_non_ip
+        + d.rx_foreign_mac
+        + d.rx_malformed
+        + d.rx_bad_checksum
+        + d.tx_rejected
+        + d.tx_reply_dropped
+        + d.rx_steer_dropped
+}
+
+/// The daemon's state before its cores run: the host, the memory, the
+/// service's shared state.
+pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, String> {
+    let cores = config.dpdk.lcores.len();
+    let control = ControlConfig {
+        startups_max: config.rnic.startups_max,
+        startups_max_per_core: config.rnic.startups_max,
+        ..ControlConfig::default()
+    };
+    let host = Host::with_control(cores as u16, seed(), control)?;
+    let memory = config.rnic.memory_mib << 20;
+    let serving = Serving::with(
+        cores,
+        Admission::Many {
+            runs_max: config.rnic.clients_max,
+            idle: StdDuration::from_millis(config.daemon.client_idle_ms),
+        },
+        memory as u64,
+    );
+    let cores = config
+        .dpdk
+        .lcores
+        .iter()
+        .map(|&cpu| CoreShared {
+            cpu: Some(cpu),
+            ..CoreShared::default()
+        })
+        .collect();
+    Ok(Arc::new(Shared {
+        started: StdInstant::now(),
+        config,
+        config_path,
+        port_describe: Mutex::new(String::new()),
+        serving,
+        host,
+        cores,
+        events: Arc::new(Events::default()),
+        listening: AtomicBool::new(false),
+        drain: AtomicBool::new(false),
+        drain_started: Mutex::new(None),
+    }))
+}
+
+/// STag keys and TCP sequence numbers of this run: not predictable from one
+/// run to the next (RFC 5042 §5).
+fn seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+/// Runs the daemon until it has drained: opens the port, serves on every
+/// core, and calls `tick` on this thread every 100 ms meanwhile (signals,
+/// the operator's requests). Returns once every core has left its loop and
+/// the port is closed.
+pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result<(), String> {
+    let config = &shared.config;
+    let port = config.port();
+    let cores = config.dpdk.lcores.len();
+    let result = match port.driver {
+        Driver::Kernel => {
+            let kc = tcp_lite::sys::kernel::KernelConfig {
+                bind: port.address.0,
+                rx_buffer: 4 << 20,
+                tx_buffer: 4 << 20,
+                reuse_port: cores > 1,
+                ..Default::default()
+            };
+            let transports = (0..cores)
+                .map(|_| {
+                    tcp_lite::sys::kernel::KernelTransport::new(kc.clone())
+                        .map_err(|e| format!("Linux TCP: {e}"))
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            *shared
+                .port_describe
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = format!("Linux TCP on {}", port.address.0);
+            run_cores(
+                shared,
+                transports,
+                usize::from(port.mtu) - 40,
+                None,
+                &mut tick,
+            )
+        }
+        driver => {
+            let transport = match driver {
+                Driver::NetTap => PeerTransport::NetTap,
+                Driver::Memif => PeerTransport::Memif,
+                Driver::AfPacket => PeerTransport::AfPacket,
+                Driver::Pci => PeerTransport::Pci,
+                Driver::Kernel => unreachable!("matched above"),
+            };
+            let link = LinkArgs {
+                tap: port.iface.clone(),
+                ip: Some(format!("{}/{}", port.address.0, port.address.1)),
+                netns: port.netns.clone(),
+                iface: port.iface.clone(),
+                pci: port.pci.clone(),
+                memif_socket: port.memif_socket.clone().unwrap_or_default(),
+                hugepages: match config.dpdk.hugepages {
+                    HugepagesPolicy::Auto => bench::link::HugepagesArg::Auto,
+                    HugepagesPolicy::On => bench::link::HugepagesArg::On,
+                    HugepagesPolicy::Off => bench::link::HugepagesArg::Off,
+                },
+                mbufs: Some(config.dpdk.mbufs_per_queue),
+                ..LinkArgs::default()
+            };
+            let default_tap = port.iface.clone().unwrap_or_default();
+            let opened = bench::link::dpdk_port_queues(
+                transport,
+                &link,
+                usize::from(port.mtu),
+                true,
+                &default_tap,
+                cores as u16,
+            );
+            let result = opened.and_then(|(eal, opened)| {
+                if let (Driver::NetTap, Some(host)) = (driver, &port.host_address) {
+                    host_side(&default_tap, port.netns.as_deref(), host)?;
+                }
+                let steer = if cores > 1 {
+                    Some(opened.steer()?)
+                } else {
+                    None
+                };
+                let stacks = (0..cores as u16)
+                    .map(|k| {
+                        bench::link::dpdk_stack_on(
+                            &opened,
+                            k,
+                            steer.as_ref(),
+                            port.address,
+                            driver == Driver::Memif,
+                        )
+                    })
+                    .collect::<Result<Vec<_>, String>>()?;
+                *shared
+                    .port_describe
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) =
+                    format!("{}, {}", opened.describe, opened.checksums());
+                let emss = stacks[0].emss();
+                let served = run_cores(shared, stacks, emss, Some(eal), &mut tick);
+                if driver == Driver::Memif {
+                    std::thread::sleep(bench::link::MEMIF_QUIET);
+                }
+                drop(opened);
+                served
+            });
+            if let Some(eal) = dataplane::dpdk::Eal::running() {
+                let _ = eal.cleanup();
+            }
+            result
+        }
+    };
+    result
+}
+
+/// Gives the kernel side of the TAP interface `iface` (in `netns`) its
+/// address: the clients' host on the link. Idempotent (`replace`).
+fn host_side(iface: &str, netns: Option<&str>, address: &str) -> Result<(), String> {
+    let run = |a: &[&str]| tcp_lite::sys::netns::ip(a).map_err(|e| e.to_string());
+    match netns {
+        Some(ns) => run(&["-n", ns, "addr", "replace", address, "dev", iface]),
+        None => run(&["addr", "replace", address, "dev", iface]),
+    }
+}
+
+fn run_cores<T: CoreTransport + Send>(
+    shared: &Arc<Shared>,
+    transports: Vec<T>,
+    emss: usize,
+    eal: Option<dataplane::dpdk::Eal>,
+    tick: &mut impl FnMut(&Arc<Shared>),
+) -> Result<(), String> {
+    let config = &shared.config;
+    let service = config
+        .services()
+        .next()
+        .ok_or("no service configured")?
+        .clone();
+    let startup = StartupConfig {
+        crc: config.rnic.crc.on(),
+        markers: config.rnic.markers.on(),
+        ird_max: config.rnic.ird_max,
+        ird: config.rnic.ird_max,
+        ord: config.rnic.ord,
+        ..StartupConfig::default()
+    };
+    let (region, mr) = shared.host.register(config.rnic.memory_mib << 20);
+    let hook = shared.events.hook("bench");
+    let servers: Vec<Server<T>> = transports
+        .into_iter()
+        .enumerate()
+        .map(|(k, t)| {
+            Server::serving(
+                &shared.host,
+                k as u16,
+                t,
+                emss,
+                region.clone(),
+                mr,
+                &shared.serving,
+                service.tcp_port,
+                startup.clone(),
+                Some(hook.clone()),
+            )
+        })
+        .collect();
+    let failed = AtomicBool::new(false);
+    let listening = std::sync::Barrier::new(servers.len() + 1);
+    std::thread::scope(|scope| {
+        let threads: Vec<_> = servers
+            .into_iter()
+            .enumerate()
+            .map(|(k, mut server)| {
+                let (shared, failed, listening) = (shared.clone(), &failed, &listening);
+                std::thread::Builder::new()
+                    .name(format!("dpwarpd-core{k}"))
+                    .spawn_scoped(scope, move || {
+                        let me = &shared.cores[k];
+                        let up = dataplane::lcore::enter(me.cpu, eal)
+                            .and_then(|pinned| wait_listening(&mut server).map(|()| pinned));
+                        if let Err(why) = &up {
+                            tracing::error!(core = k, cpu = ?me.cpu, why, "core failed to start");
+                            failed.store(true, Ordering::SeqCst);
+                        }
+                        listening.wait();
+                        if up.is_ok() && !failed.load(Ordering::SeqCst) {
+                            core_loop(&mut server, k, &shared, failed);
+                        }
+                        publish(&server, me);
+                        me.done.store(true, Ordering::SeqCst);
+                        drop(up);
+                    })
+                    .map_err(|e| format!("cannot start a core's thread: {e}"))
+            })
+            .collect();
+        let threads: Vec<_> = match threads.into_iter().collect::<Result<Vec<_>, String>>() {
+            Ok(t) => t,
+            Err(why) => {
+                failed.store(true, Ordering::SeqCst);
+                return Err(why);
+            }
+        };
+        listening.wait();
+        if failed.load(Ordering::SeqCst) {
+            for t in threads {
+                let _ = t.join();
+            }
+            return Err("a core failed to start (see above)".into());
+        }
+        shared.listening.store(true, Ordering::SeqCst);
+        tracing::info!(
+            port = %shared.port_describe.lock().unwrap_or_else(|p| p.into_inner()),
+            address = %config.port().address.0,
+            tcp_port = service.tcp_port,
+            cores = shared.cores.len(),
+            memory_mib = config.rnic.memory_mib,
+            "serving"
+        );
+        while !shared.cores.iter().all(|c| c.done.load(Ordering::SeqCst)) {
+            tick(shared);
+            shared.serving.reap();
+            std::thread::sleep(StdDuration::from_millis(100));
+        }
+        let mut panicked = false;
+        for t in threads {
+            panicked |= t.join().is_err();
+        }
+        if panicked {
+            return Err("a core's thread panicked".into());
+        }
+        Ok(())
+    })
+}
+
+fn wait_listening<T: CoreTransport>(server: &mut Server<T>) -> Result<(), String> {
+    server.wait_listening()
+}
+
+/// One core's loop: turns until the drain is done here (no connection
+/// left, or the deadline passed and the rest were ended), or another core
+/// failed.
+fn core_loop<T: CoreTransport>(
+    server: &mut Server<T>,
+    k: usize,
+    shared: &Shared,
+    failed: &AtomicBool,
+) {
+    let me = &shared.cores[k];
+    let mut last = StdInstant::now();
+    let mut turns = 0u32;
+    let mut published = u64::MAX;
+    let mut aborted_at: Option<StdInstant> = None;
+    loop {
+        if let Err(why) = server.step(now()) {
+            // One connection's failure ends that connection only.
+            tracing::warn!(core = k, why, "connection failed");
+        }
+        turns = turns.wrapping_add(1);
+        // The clock at most every 64 turns (a turn may be a microsecond).
+        if !turns.is_multiple_of(64) {
+            continue;
+        }
+        let t = StdInstant::now();
+        if t.duration_since(last) < PUBLISH_EVERY {
+            continue;
+        }
+        last = t;
+        *me.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();
+        if server.generation() != published {
+            published = server.generation();
+            *me.connections.lock().unwrap_or_else(|p| p.into_inner()) =
+                server.connections().cloned().collect();
+        }
+        if failed.load(Ordering::SeqCst) {
+            return;
+        }
+        if !shared.drain.load(Ordering::SeqCst) {
+            continue;
+        }
+        if let Some(at) = aborted_at {
+            if at.elapsed() >= FLUSH_AFTER_ABORT {
+                return;
+            }
+            continue;
+        }
+        let open = server.endpoint.open_connections() + server.endpoint.core.in_startup();
+        if open == 0 {
+            return;
+        }
+        if shared.drain_overdue() {
+            tracing::warn!(
+                core = k,
+                open,
+                "drain deadline passed: ending the connections left"
+            );
+            server.abort_all();
+            aborted_at = Some(t);
+        }
+    }
+}
+
+fn publish<T: CoreTransport>(server: &Server<T>, me: &CoreShared) {
+    *me.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();
+    *me.connections.lock().unwrap_or_else(|p| p.into_inner()) =
+        server.connections().cloned().collect();
+}
+
+/// The address the port listens on, for reports.
+pub fn listen_address(config: &Config) -> Ipv4Addr {
+    config.port().address.0
+}

@@ -1,0 +1,324 @@
+//! Metrics in the Prometheus text exposition format (version 0.0.4), served
+//! at `GET /metrics` on the configured address by a thread of its own: it
+//! reads what the cores published (every `PUBLISH_EVERY`), never a core.
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::daemon::{drops, Shared};
+
+/// The exposition of everything the daemon counts.
+pub fn render(shared: &Shared) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for (labels, v) in samples {
+            if labels.is_empty() {
+                let _ = writeln!(out, "{name} {v}");
+            } else {
+                let _ = writeln!(out, "{name}{{{labels}}} {v}");
+            }
+        }
+    };
+    family(
+        "dpwarp_up",
+        "gauge",
+        "1 while the daemon serves, 0 while it drains.",
+        &[(
+            String::new(),
+            f64::from(u8::from(!shared.drain.load(Ordering::SeqCst))),
+        )],
+    );
+    family(
+        "dpwarp_uptime_seconds",
+        "gauge",
+        "Seconds since the daemon started.",
+        &[(String::new(), shared.started.elapsed().as_secs_f64())],
+    );
+    let cores: Vec<_> = shared
+        .cores
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let counters = *c.counters.lock().unwrap_or_else(|p| p.into_inner());
+            let cpu = c.cpu.map_or("-".to_string(), |c| c.to_string());
+            (format!("core=\"{k}\",cpu=\"{cpu}\""), counters)
+        })
+        .collect();
+    let per_core = |f: &dyn Fn(&dataplane::CoreCounters) -> f64| -> Vec<(String, f64)> {
+        cores.iter().map(|(l, c)| (l.clone(), f(c))).collect()
+    };
+    family(
+        "dpwarp_core_busy_seconds_total",
+        "counter",
+        "Time each poll-mode core spent in turns that moved something.",
+        &per_core(&|c| c.busy_us as f64 / 1e6),
+    );
+    family(
+        "dpwarp_core_idle_seconds_total",
+        "counter",
+        "Time each poll-mode core spent polling for nothing.",
+        &per_core(&|c| c.idle_us as f64 / 1e6),
+    );
+    family(
+        "dpwarp_core_busy_ratio",
+        "gauge",
+        "Share of each core's time in busy turns since it started.",
+        &per_core(&|c| {
+            let all = (c.busy_us + c.idle_us) as f64;
+            if all > 0.0 {
+                c.busy_us as f64 / all
+            } else {
+                0.0
+            }
+        }),
+    );
+    family(
+        "dpwarp_core_turns_total",
+        "counter",
+        "Turns of each core's loop.",
+        &per_core(&|c| c.turns as f64),
+    );
+    family(
+        "dpwarp_core_rx_packets_total",
+        "counter",
+        "Frames each core's device received.",
+        &per_core(&|c| c.device.rx_packets as f64),
+    );
+    family(
+        "dpwarp_core_tx_packets_total",
+        "counter",
+        "Frames each core's device sent.",
+        &per_core(&|c| c.device.tx_packets as f64),
+    );
+    family(
+        "dpwarp_core_rx_bytes_total",
+        "counter",
+        "Frame octets each core's device received.",
+        &per_core(&|c| c.device.rx_octets as f64),
+    );
+    family(
+        "dpwarp_core_tx_bytes_total",
+        "counter",
+        "Frame octets each core's device sent.",
+        &per_core(&|c| c.device.tx_octets as f64),
+    );
+    family(
+        "dpwarp_core_drops_total",
+        "counter",
+        "Frames each core's device dropped, every cause.",
+        &per_core(&|c| drops(c) as f64),
+    );
+    family(
+        "dpwarp_core_mbuf_pool_low_water",
+        "gauge",
+        "Fewest free mbufs seen in each core's pool (0 without DPDK).",
+        &per_core(&|c| f64::from(c.device.pool_low_water)),
+    );
+    family(
+        "dpwarp_core_fpdu_tx_bytes_total",
+        "counter",
+        "FPDU octets each core's engine wrote into TCP.",
+        &per_core(&|c| c.tx_fpdu_octets as f64),
+    );
+    family(
+        "dpwarp_core_fpdu_rx_bytes_total",
+        "counter",
+        "FPDU octets TCP handed each core's engine.",
+        &per_core(&|c| c.rx_fpdu_octets as f64),
+    );
+    let open: Vec<(String, f64)> = shared
+        .cores
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let n = c
+                .connections
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .len();
+            (format!("core=\"{k}\""), n as f64)
+        })
+        .collect();
+    family(
+        "dpwarp_core_connections",
+        "gauge",
+        "Connections each core serves in Full Operation.",
+        &open,
+    );
+    let s = shared.serving.stats();
+    let e = &shared.events;
+    let svc = "service=\"bench\"".to_string();
+    family(
+        "dpwarp_service_connections_accepted_total",
+        "counter",
+        "Connections the service accepted.",
+        &[(svc.clone(), e.accepted.load(Ordering::Relaxed) as f64)],
+    );
+    family(
+        "dpwarp_service_connections_refused_total",
+        "counter",
+        "Connections the service refused (MPA Reject with the reason).",
+        &[(svc.clone(), e.refused.load(Ordering::Relaxed) as f64)],
+    );
+    family(
+        "dpwarp_service_connections_closed_total",
+        "counter",
+        "Connections of the service that ended.",
+        &[(svc.clone(), e.closed.load(Ordering::Relaxed) as f64)],
+    );
+    family(
+        "dpwarp_service_clients",
+        "gauge",
+        "Client runs the service serves now.",
+        &[(svc.clone(), s.runs as f64)],
+    );
+    family(
+        "dpwarp_service_memory_leased_bytes",
+        "gauge",
+        "Registered memory leased to clients now.",
+        &[(svc.clone(), s.leased as f64)],
+    );
+    family(
+        "dpwarp_service_memory_bytes",
+        "gauge",
+        "Registered memory the service leases from.",
+        &[(svc.clone(), s.memory as f64)],
+    );
+    let terminates: Vec<(String, f64)> = e
+        .terminates
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .map(|(&(dir, layer, etype, code), &n)| {
+            (
+                format!(
+                    "{svc},direction=\"{dir}\",layer=\"{layer}\",type=\"{etype}\",code=\"{code}\""
+                ),
+                n as f64,
+            )
+        })
+        .collect();
+    family(
+        "dpwarp_service_terminates_total",
+        "counter",
+        "Terminates sent and received (RFC 5040 layer, type and code).",
+        &terminates,
+    );
+    let control = shared.host.stats();
+    family(
+        "dpwarp_control_startups_total",
+        "counter",
+        "MPA startups the control-plane thread ran, by outcome.",
+        &[
+            ("outcome=\"established\"".into(), control.established as f64),
+            ("outcome=\"rejected\"".into(), control.rejected as f64),
+            ("outcome=\"failed\"".into(), control.failed as f64),
+            (
+                "outcome=\"refused\"".into(),
+                control.refused_startups as f64,
+            ),
+        ],
+    );
+    out
+}
+
+/// The metrics endpoint: a listener and its thread.
+pub struct MetricsServer {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+}
+
+impl MetricsServer {
+    /// Listens on the configured address and serves until dropped.
+    pub fn start(shared: Arc<Shared>) -> Result<MetricsServer, String> {
+        let at = shared.config.daemon.metrics_listen;
+        let listener = TcpListener::bind(at)
+            .map_err(|e| format!("metrics_listen {at}: cannot listen there: {e}"))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("dpwarpd-metrics".into())
+            .spawn(move || {
+                while !flag.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((stream, _)) => {
+                            let _ = answer(stream, &shared);
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(20));
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                    }
+                }
+            })
+            .map_err(|e| e.to_string())?;
+        Ok(MetricsServer {
+            stop,
+            thread: Some(thread),
+            addr,
+        })
+    }
+}
+
+impl Drop for MetricsServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Answers one HTTP/1.x request on `stream`, then closes it.
+fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    // The request head, at most 8 KiB.
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 8192 {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = head.split(|&b| b == b'\r').next().unwrap_or(&[]);
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let (status, kind, body) = match (method, path) {
+        ("GET", "/metrics") => (
+            "200 OK",
+            "text/plain; version=0.0.4; charset=utf-8",
+            render(shared),
+        ),
+        ("GET", _) => (
+            "404 Not Found",
+            "text/plain; charset=utf-8",
+            "dpwarpd serves /metrics\n".to_string(),
+        ),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain; charset=utf-8",
+            "GET /metrics\n".to_string(),
+        ),
+    };
+    write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    stream.flush()
+}
