@@ -5,7 +5,7 @@
 //! Commands: `status`, `stats`, `listeners`, `connections`, `drain`.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -177,7 +177,11 @@ impl CtlServer {
         let path = shared.config.daemon.control_socket.clone();
         let shown = path.display();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
+            // Only root's, as systemd's RuntimeDirectoryMode=0700 makes it.
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
                 .map_err(|e| format!("control_socket {shown}: cannot make its directory: {e}"))?;
         }
         if path.exists() {

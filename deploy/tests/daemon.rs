@@ -78,6 +78,7 @@ fn loopback_config(dir: &Path, tcp_port: u16, metrics: u16, memory_mib: usize) -
     example()
         .replace("driver = \"net_tap\"", "driver = \"kernel\"")
         .replace("address = \"10.77.0.2/24\"", "address = \"127.0.0.1/8\"")
+        .replace("mtu = 1500", "mtu = 9000")
         .lines()
         .filter(|l| !l.starts_with("iface") && !l.starts_with("host_address"))
         .collect::<Vec<_>>()
@@ -102,13 +103,13 @@ fn check() -> Result<(), Failed> {
         return Err(fail(format!("the example was refused: {out:?}")));
     }
     let bad = dir.join("bad.toml");
-    std::fs::write(&bad, example().replace("mtu = 9000", "mtu = 1000"))
+    std::fs::write(&bad, example().replace("mtu = 1500", "mtu = 1000"))
         .map_err(|e| fail(e.to_string()))?;
     let out = Command::new(DPWARPD).arg("--check").arg(&bad).output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let line = example()
         .lines()
-        .position(|l| l.starts_with("mtu = 9000"))
+        .position(|l| l.starts_with("mtu = 1500"))
         .unwrap()
         + 1;
     let want = format!("{}:{line}:", bad.display());

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The installed appliance, as a user meets it: the dpwarp package's dpwarpd
+# started from its installed files with the installed example config
+# (/etc/dpwarp/dpwarpd.toml: net_tap, no NIC), driven by dpwarp-bench
+# clients over the TAP interface, watched with dpwarpctl and the metrics
+# endpoint, drained with SIGTERM. Needs root and the package installed
+# (scripts/package.sh; dpkg -i target/debian/dpwarp_*.deb). Bounded: every
+# step has a timeout, and the daemon it started is stopped on any exit.
+set -euo pipefail
+config=/etc/dpwarp/dpwarpd.toml
+log=$(mktemp /tmp/dpwarpd-smoke.XXXXXX)
+pid=""
+fail() { echo "appliance smoke: $*" >&2; echo "--- dpwarpd's log:" >&2; cat "$log" >&2; exit 1; }
+stop() {
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    rm -f "$log"
+}
+trap stop EXIT
+for c in dpwarpd dpwarpctl dpwarp-bench dpwarp-setup; do
+    command -v "$c" >/dev/null || fail "$c is not installed"
+done
+systemd-analyze verify /lib/systemd/system/dpwarpd.service || fail "systemd-analyze verify refused the unit"
+dpwarpd --check "$config" || fail "the installed config does not check"
+
+start=$(date +%s%N)
+timeout 300 dpwarpd "$config" 2>"$log" &
+pid=$!
+for _ in $(seq 1 400); do
+    dpwarpctl status 2>/dev/null | grep -q '"state": "serving"' && break
+    kill -0 "$pid" 2>/dev/null || fail "dpwarpd exited before serving"
+    sleep 0.025
+done
+dpwarpctl status | grep -q '"state": "serving"' || fail "dpwarpd never served"
+echo "appliance smoke: start to serving: $(( ($(date +%s%N) - start) / 1000000 )) ms"
+[ "$(stat -c %a /run/dpwarpd/control.sock)" = 600 ] || fail "the control socket is not 0600"
+
+# Two clients at once over the TAP interface (10.77.0.1 -> 10.77.0.2).
+out=$(mktemp -d /tmp/dpwarp-smoke-out.XXXXXX)
+(cd "$out" && timeout 60 dpwarp-bench write 10.77.0.2 -p 18515 -s 65536 -D 3 > w.txt 2>&1) &
+w=$!
+(cd "$out" && timeout 60 dpwarp-bench read 10.77.0.2 -p 18515 -s 4096 -q 4 -D 3 > r.txt 2>&1) &
+r=$!
+sleep 1.5
+conns=$(dpwarpctl connections | grep -c '"qp"' || true)
+[ "$conns" -ge 5 ] || fail "dpwarpctl connections shows $conns connections, want 5 during the runs"
+wait "$w" || fail "the Write client failed: $(cat "$out/w.txt")"
+wait "$r" || fail "the Read client failed: $(cat "$out/r.txt")"
+grep -E '^ remote ' "$out/w.txt" "$out/r.txt"
+rm -rf "$out"
+
+metrics=$(timeout 10 curl -sf http://127.0.0.1:9464/metrics) || fail "no metrics"
+accepted=$(echo "$metrics" | awk '/^dpwarp_service_connections_accepted_total/ {print $2}')
+[ "$accepted" = 5 ] || fail "metrics: $accepted connections accepted, want 5"
+echo "$metrics" | grep -q '^dpwarp_core_rx_packets_total{core="0"' || fail "metrics: no per-core packets"
+for _ in $(seq 1 100); do
+    leased=$(dpwarpctl stats | awk -F': ' '/"memory_leased"/ {gsub(",","",$2); print $2}')
+    [ "$leased" = 0 ] && break
+    sleep 0.05
+done
+[ "$leased" = 0 ] || fail "memory still leased after the clients left: $leased"
+
+kill -TERM "$pid"
+term=$(date +%s%N)
+for _ in $(seq 1 1500); do kill -0 "$pid" 2>/dev/null || break; sleep 0.02; done
+! kill -0 "$pid" 2>/dev/null || fail "dpwarpd did not exit 30 s after SIGTERM"
+wait "$pid" && code=0 || code=$?
+[ "$code" = 0 ] || fail "dpwarpd exited $code after SIGTERM"
+echo "appliance smoke: SIGTERM to exit (idle): $(( ($(date +%s%N) - term) / 1000000 )) ms"
+grep -q 'drained: dpwarpd exits' "$log" || fail "no drain in the log"
+grep -q 'connection accepted' "$log" || fail "no connection events in the log"
+[ ! -e /run/dpwarpd/control.sock ] || fail "the control socket stayed"
+! ip link show dpwarp0 >/dev/null 2>&1 || fail "the TAP interface stayed"
+pid=""
+echo "appliance smoke: ok"
