@@ -105,6 +105,11 @@ impl Host {
         (region, mr)
     }
 
+    /// The protection domain of every QP and registration of this host.
+    pub fn pd(&self) -> Pd {
+        self.pd
+    }
+
     fn plane(&self) -> std::sync::MutexGuard<'_, ControlPlane> {
         self.plane.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -364,6 +369,11 @@ impl<T: CoreTransport> Endpoint<T> {
     /// The TCP connection of QP `qp`.
     pub fn conn_of(&self, qp: QpHandle) -> Option<ConnId> {
         self.core.conn_of(qp)
+    }
+
+    /// Its handle on the control plane (more listeners on this core).
+    pub fn control(&self) -> &Control {
+        &self.control
     }
 
     /// Completions waiting, into `out`.

@@ -692,6 +692,30 @@ pub struct Server<T: CoreTransport> {
     /// Bumped whenever `connections` changes.
     generation: u64,
     events: Option<EventHook>,
+    /// What belongs to other listeners of this core (another service of
+    /// the appliance): established handoffs on other local ports, and the
+    /// ends and events of their QPs.
+    foreign: Foreign,
+}
+
+/// What a [`Server`] step found that belongs to another service on the
+/// same core ([`Server::take_foreign`]).
+#[derive(Debug, Default)]
+pub struct Foreign {
+    /// Connections established on another local port: the QP, its
+    /// startup's outcome, the local and the peer's address.
+    pub established: Vec<(
+        QpHandle,
+        control::mpa::Established,
+        std::net::SocketAddrV4,
+        std::net::SocketAddrV4,
+    )>,
+    /// Their QPs that ended.
+    pub ended: Vec<QpHandle>,
+    /// Terminates on their QPs.
+    pub events: Vec<(QpHandle, rnic_engine::verbs::QpEvent)>,
+    /// QPs handed to another service, until they end.
+    owned: std::collections::HashSet<QpHandle>,
 }
 
 /// What a server tells its operator, one event per connection: accepted
@@ -809,53 +833,59 @@ impl<T: CoreTransport> Server<T> {
         let (stag, base_to) = (endpoint.mr.stag, endpoint.mr.base_to);
         let shared = serving.clone();
         let hook = events.clone();
-        endpoint.control.listen(
-            port,
-            startup,
-            Box::new(move |request, peer| {
-                let hello = ClientHello::decode(&request.private_data);
-                let verdict = hello
-                    .as_ref()
-                    .map_err(Clone::clone)
-                    .and_then(|h| shared.admit(h, len).map(|lease| (h, lease)));
-                match verdict {
-                    Ok((h, lease)) => {
-                        if lease.fresh {
-                            // What an earlier run left there is not this
-                            // client's to read.
-                            clear(&region, lease.offset, lease.len);
-                        }
-                        if let Some(hook) = &hook {
-                            hook(ServerEvent::Accepted {
-                                peer,
-                                run: h.run,
-                                op: h.op,
-                                size: h.size,
-                            });
-                        }
-                        Decision::Accept(Accept {
-                            private_data: ServerHello {
-                                stag,
-                                to: base_to.wrapping_add(lease.offset),
+        // Port 0: no listener (a core of an appliance whose bench service
+        // is off, serving only its other services' connections).
+        if port != 0 {
+            endpoint.control.listen(
+                port,
+                startup,
+                Box::new(move |request, peer| {
+                    let hello = ClientHello::decode(&request.private_data);
+                    let verdict = hello
+                        .as_ref()
+                        .map_err(Clone::clone)
+                        .and_then(|h| shared.admit(h, len).map(|lease| (h, lease)));
+                    match verdict {
+                        Ok((h, lease)) => {
+                            if lease.fresh {
+                                // What an earlier run left there is not this
+                                // client's to read.
+                                clear(&region, lease.offset, lease.len);
                             }
-                            .encode(),
-                            ..Accept::default()
-                        })
-                    }
-                    Err(why) => {
-                        match &hook {
-                            Some(hook) => hook(ServerEvent::Refused {
-                                peer,
-                                why: why.clone(),
-                            }),
-                            None => eprintln!("bench server: refused the client at {peer}: {why}"),
+                            if let Some(hook) = &hook {
+                                hook(ServerEvent::Accepted {
+                                    peer,
+                                    run: h.run,
+                                    op: h.op,
+                                    size: h.size,
+                                });
+                            }
+                            Decision::Accept(Accept {
+                                private_data: ServerHello {
+                                    stag,
+                                    to: base_to.wrapping_add(lease.offset),
+                                }
+                                .encode(),
+                                ..Accept::default()
+                            })
                         }
-                        shared.refused.fetch_add(1, Ordering::Relaxed);
-                        Decision::Reject(hello::encode_reject(&why))
+                        Err(why) => {
+                            match &hook {
+                                Some(hook) => hook(ServerEvent::Refused {
+                                    peer,
+                                    why: why.clone(),
+                                }),
+                                None => {
+                                    eprintln!("bench server: refused the client at {peer}: {why}")
+                                }
+                            }
+                            shared.refused.fetch_add(1, Ordering::Relaxed);
+                            Decision::Reject(hello::encode_reject(&why))
+                        }
                     }
-                }
-            }),
-        );
+                }),
+            );
+        }
         Server {
             endpoint,
             responder: Responder::default(),
@@ -868,6 +898,7 @@ impl<T: CoreTransport> Server<T> {
             connections: HashMap::new(),
             generation: 0,
             events,
+            foreign: Foreign::default(),
         }
     }
 
@@ -882,6 +913,17 @@ impl<T: CoreTransport> Server<T> {
         self.connections.values()
     }
 
+    /// What the last steps found for other services on this core (their
+    /// listeners' connections, ends and events); theirs to take.
+    pub fn take_foreign(&mut self) -> Foreign {
+        Foreign {
+            established: std::mem::take(&mut self.foreign.established),
+            ended: std::mem::take(&mut self.foreign.ended),
+            events: std::mem::take(&mut self.foreign.events),
+            owned: std::collections::HashSet::new(),
+        }
+    }
+
     /// Changes whenever [`connections`](Self::connections) does.
     pub fn generation(&self) -> u64 {
         self.generation
@@ -890,6 +932,9 @@ impl<T: CoreTransport> Server<T> {
     /// Steps until the listener is up (or refused), at most 10 s.
     pub fn wait_listening(&mut self) -> Result<(), String> {
         let start = StdInstant::now();
+        if self.port == 0 {
+            return Ok(());
+        }
         loop {
             if let Some(status) = self.endpoint.listen_status(self.port) {
                 return status;
@@ -916,6 +961,10 @@ impl<T: CoreTransport> Server<T> {
         let many = matches!(self.serving.admission, Admission::Many { .. });
         // Ends first: a new QP may take an ended one's handle in this step.
         for qp in self.endpoint.take_ended() {
+            if self.foreign.owned.remove(&qp) {
+                self.foreign.ended.push(qp);
+                continue;
+            }
             self.responder.remove(qp);
             self.served += 1;
             self.serving.served[self.core].fetch_add(1, Ordering::Relaxed);
@@ -935,6 +984,10 @@ impl<T: CoreTransport> Server<T> {
         // A benchmark's QPs do not terminate unless something is wrong; the
         // failures show as completions in error. Keep the queue bounded.
         for (qp, event) in self.endpoint.take_events() {
+            if self.foreign.owned.contains(&qp) {
+                self.foreign.events.push((qp, event));
+                continue;
+            }
             if let (Some(hook), Some(c)) = (&self.events, self.connections.get(&qp)) {
                 hook(ServerEvent::Terminated {
                     core: self.core,
@@ -947,6 +1000,16 @@ impl<T: CoreTransport> Server<T> {
             let (StartupResult::Established(e), Some(qp)) = (&handoff.result, qp) else {
                 continue;
             };
+            let ends = self
+                .endpoint
+                .conn_of(qp)
+                .and_then(|conn| self.endpoint.core.transport().endpoints(conn).ok());
+            if let Some((local, peer)) = ends.filter(|(local, _)| local.port() != self.port) {
+                // Another listener's: its service takes it.
+                self.foreign.owned.insert(qp);
+                self.foreign.established.push((qp, e.clone(), local, peer));
+                continue;
+            }
             // The callback accepted only hellos that decode and fit.
             let Ok(h) = ClientHello::decode(&e.peer_private_data) else {
                 self.endpoint.close(qp);
@@ -964,11 +1027,7 @@ impl<T: CoreTransport> Server<T> {
             } else {
                 0
             };
-            let peer = self
-                .endpoint
-                .conn_of(qp)
-                .and_then(|conn| self.endpoint.core.transport().endpoints(conn).ok())
-                .map(|(_, peer)| peer);
+            let peer = ends.map(|(_, peer)| peer);
             self.connections.insert(
                 qp,
                 Connection {

@@ -26,6 +26,94 @@ pub struct Config {
     pub port: Vec<Spanned<Port>>,
     /// The services (`[[service]]`).
     pub service: Vec<Spanned<Service>>,
+    /// The memory service's named regions (`[[region]]`; none without
+    /// it).
+    #[serde(default)]
+    pub region: Vec<Spanned<RegionConfig>>,
+}
+
+/// `[[region]]`: memory the `memory` service lends by name.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegionConfig {
+    /// What clients ask for: 1 to 64 of `A-Z a-z 0-9 . _ -`.
+    #[serde(deserialize_with = "region_name")]
+    pub name: String,
+    /// Its size in MiB (1 to 65536).
+    #[serde(deserialize_with = "memory")]
+    pub size_mib: usize,
+    /// What a client may do with it: any of `remote_read`, `remote_write`,
+    /// `remote_atomic` (RFC 5040 §5, RFC 7306), at least one.
+    #[serde(deserialize_with = "access")]
+    pub access: Vec<AccessRight>,
+    /// The client networks allowed, as `A.B.C.D/P` (at least one;
+    /// `0.0.0.0/0` for every client).
+    #[serde(deserialize_with = "networks")]
+    pub allow: Vec<(Ipv4Addr, u8)>,
+}
+
+/// `[[region]] access`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+#[allow(missing_docs)]
+pub enum AccessRight {
+    RemoteRead,
+    RemoteWrite,
+    RemoteAtomic,
+}
+
+fn region_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let name = String::deserialize(d)?;
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !ok {
+        return Err(D::Error::custom(format!(
+            "{name:?}: give 1 to 64 of A-Z a-z 0-9 . _ -"
+        )));
+    }
+    Ok(name)
+}
+
+fn access<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<AccessRight>, D::Error> {
+    let mut rights = Vec::<AccessRight>::deserialize(d)?;
+    if rights.is_empty() {
+        return Err(D::Error::custom(
+            "no rights: give any of \"remote_read\", \"remote_write\", \"remote_atomic\"",
+        ));
+    }
+    rights.sort_unstable();
+    rights.dedup();
+    Ok(rights)
+}
+
+fn networks<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(Ipv4Addr, u8)>, D::Error> {
+    let list = Vec::<String>::deserialize(d)?;
+    if list.is_empty() {
+        return Err(D::Error::custom(
+            "no network allowed: give at least one, e.g. [\"10.77.0.0/24\"] (\"0.0.0.0/0\": every client)",
+        ));
+    }
+    list.iter()
+        .map(|n| {
+            parse_address(n).ok_or_else(|| {
+                D::Error::custom(format!(
+                    "{n:?}: give a network as A.B.C.D/P, e.g. \"10.77.0.0/24\""
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Whether `ip` is in the network `net`.
+pub fn in_network(ip: Ipv4Addr, net: (Ipv4Addr, u8)) -> bool {
+    let mask = if net.1 == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(net.1))
+    };
+    u32::from(ip) & mask == u32::from(net.0) & mask
 }
 
 /// `[daemon]`.
@@ -207,7 +295,8 @@ impl Driver {
 #[serde(deny_unknown_fields)]
 pub struct Service {
     /// What it serves: `bench`, the responder of dpwarp's `bench` clients
-    /// (any number at once, each in memory of its own).
+    /// (any number at once, each in memory of its own); `memory`, the
+    /// `[[region]]`s lent by name (see `deploy::memory`).
     pub kind: ServiceKind,
     /// The `[[port]]` it listens on, by name.
     pub port: String,
@@ -222,6 +311,17 @@ pub struct Service {
 #[allow(missing_docs)]
 pub enum ServiceKind {
     Bench,
+    Memory,
+}
+
+impl ServiceKind {
+    /// Its name in the file, logs and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            ServiceKind::Bench => "bench",
+            ServiceKind::Memory => "memory",
+        }
+    }
 }
 
 fn ranged<'de, D, T>(d: D, lo: T, hi: T, unit: &str) -> Result<T, D::Error>
@@ -470,11 +570,41 @@ impl Config {
             }
             ports.push(service.tcp_port);
         }
-        if let Some(second) = self.service.get(1) {
-            return err(
-                second.span().start,
-                "a second [[service]]: dpwarpd runs one service for now".into(),
-            );
+        let mut kinds = Vec::new();
+        for s in &self.service {
+            let kind = s.get_ref().kind;
+            if kinds.contains(&kind) {
+                return err(
+                    s.span().start,
+                    format!("a second {} service: one of each kind", kind.name()),
+                );
+            }
+            kinds.push(kind);
+        }
+        let memory = kinds.contains(&ServiceKind::Memory);
+        match (memory, self.region.first()) {
+            (true, None) => {
+                return err(
+                    text.len(),
+                    "a memory service without a [[region]]: give the regions it lends".into(),
+                )
+            }
+            (false, Some(r)) => {
+                return err(
+                    r.span().start,
+                    "a [[region]] but no memory service to lend it: add a [[service]] of kind \"memory\""
+                        .into(),
+                )
+            }
+            _ => {}
+        }
+        let mut names: Vec<&str> = Vec::new();
+        for r in &self.region {
+            let name = r.get_ref().name.as_str();
+            if names.contains(&name) {
+                return err(r.span().start, format!("a second region named {name:?}"));
+            }
+            names.push(name);
         }
         Ok(())
     }
@@ -487,6 +617,16 @@ impl Config {
     /// The services.
     pub fn services(&self) -> impl Iterator<Item = &Service> {
         self.service.iter().map(Spanned::get_ref)
+    }
+
+    /// The service of `kind`, if configured.
+    pub fn service(&self, kind: ServiceKind) -> Option<&Service> {
+        self.services().find(|s| s.kind == kind)
+    }
+
+    /// The memory service's regions.
+    pub fn regions(&self) -> impl Iterator<Item = &RegionConfig> {
+        self.region.iter().map(Spanned::get_ref)
     }
 }
 
@@ -523,7 +663,8 @@ mod tests {
     fn the_example_config_is_valid() {
         let c = Config::parse(EXAMPLE, "dpwarpd.toml").unwrap();
         assert_eq!(c.port().driver, Driver::NetTap);
-        assert_eq!(c.services().count(), 1);
+        assert_eq!(c.services().count(), 2);
+        assert_eq!(c.regions().count(), 2);
         assert!(!c.dpdk.lcores.is_empty());
     }
 
@@ -607,6 +748,25 @@ mod tests {
         assert!(e.contains("a second service on TCP port 18515"), "{e}");
         let e = refused(|t| t.replace("[[service]]", "[[services]]"));
         assert!(e.contains("unknown field `services`"), "{e}");
+    }
+
+    #[test]
+    fn networks_match_by_prefix() {
+        let net = (Ipv4Addr::new(10, 77, 0, 0), 24);
+        assert!(in_network(Ipv4Addr::new(10, 77, 0, 9), net));
+        assert!(!in_network(Ipv4Addr::new(10, 77, 1, 9), net));
+        assert!(in_network(
+            Ipv4Addr::new(192, 0, 2, 1),
+            (Ipv4Addr::UNSPECIFIED, 0)
+        ));
+        assert!(in_network(
+            Ipv4Addr::new(10, 0, 0, 1),
+            (Ipv4Addr::new(10, 0, 0, 1), 32)
+        ));
+        assert!(!in_network(
+            Ipv4Addr::new(10, 0, 0, 2),
+            (Ipv4Addr::new(10, 0, 0, 1), 32)
+        ));
     }
 
     #[test]

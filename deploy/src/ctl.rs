@@ -80,7 +80,18 @@ fn stats(shared: &Shared) -> Value {
         })
         .collect();
     let control = shared.host.stats();
+    let memory = shared.memory.as_ref().map(|m| {
+        json!({
+            "kind": "memory",
+            "accepted": m.accepted.load(Ordering::Relaxed),
+            "refused": m.refused.load(Ordering::Relaxed),
+            "closed": m.closed.load(Ordering::Relaxed),
+            "stags_live": m.grants_live(),
+            "regions": m.regions().map(|(name, len)| json!({ "name": name, "size": len })).collect::<Vec<_>>(),
+        })
+    });
     json!({
+        "memory": memory,
         "cores": cores,
         "service": {
             "kind": "bench",
@@ -114,7 +125,7 @@ fn listeners(shared: &Shared) -> Value {
         .services()
         .map(|s| {
             json!({
-                "service": "bench",
+                "service": s.kind.name(),
                 "address": port.address.0.to_string(),
                 "tcp_port": s.tcp_port,
                 "port": port.name,
@@ -155,6 +166,18 @@ fn connections(shared: &Shared) -> Value {
                 "markers_rx": c.markers_rx,
                 "ird": c.ird,
                 "ord": c.ord,
+            }));
+        }
+    }
+    if let Some(m) = &shared.memory {
+        for l in m.lendings() {
+            list.push(json!({
+                "core": l.core,
+                "qp": l.qp.0,
+                "peer": l.peer.to_string(),
+                "service": "memory",
+                "state": "rts",
+                "region": l.region,
             }));
         }
     }

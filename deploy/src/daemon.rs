@@ -22,7 +22,8 @@ use control::runtime::ControlConfig;
 use dataplane::{CoreCounters, CoreTransport};
 use rnic_engine::verbs::QpEvent;
 
-use crate::config::{Config, Driver, HugepagesPolicy};
+use crate::config::{Config, Driver, HugepagesPolicy, ServiceKind};
+use crate::memory::MemoryService;
 
 /// How often a core publishes its counters and connections.
 pub const PUBLISH_EVERY: StdDuration = StdDuration::from_millis(50);
@@ -132,6 +133,8 @@ pub struct Shared {
     pub port_describe: Mutex<String>,
     /// The bench service's state (runs, leases, drain).
     pub serving: Arc<Serving>,
+    /// The memory service, if configured.
+    pub memory: Option<Arc<MemoryService>>,
     /// The control plane and the registry.
     pub host: Arc<Host>,
     /// Each core.
@@ -153,6 +156,9 @@ impl Shared {
         if !self.drain.swap(true, Ordering::SeqCst) {
             *self.drain_started.lock().unwrap_or_else(|p| p.into_inner()) = Some(StdInstant::now());
             self.serving.drain();
+            if let Some(m) = &self.memory {
+                m.drain();
+            }
             tracing::info!(
                 deadline_ms = self.config.daemon.drain_deadline_ms,
                 "draining: no new connections"
@@ -229,6 +235,17 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         },
         memory as u64,
     );
+    let memory = config.service(ServiceKind::Memory).map(|_| {
+        Arc::new(MemoryService::new(
+            config.regions().cloned(),
+            host.registry().clone(),
+            host.pd(),
+            config.rnic.clients_max,
+            // Twice the MPA startup's own limit: a grant unclaimed so long
+            // belongs to a startup that gave up.
+            StdDuration::from_micros(2 * StartupConfig::default().startup_timeout.total_micros()),
+        ))
+    });
     let cores = config
         .dpdk
         .lcores
@@ -244,6 +261,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         config_path,
         port_describe: Mutex::new(String::new()),
         serving,
+        memory,
         host,
         cores,
         events: Arc::new(Events::default()),
@@ -394,11 +412,9 @@ fn run_cores<T: CoreTransport + Send>(
     tick: &mut impl FnMut(&Arc<Shared>),
 ) -> Result<(), String> {
     let config = &shared.config;
-    let service = config
-        .services()
-        .next()
-        .ok_or("no service configured")?
-        .clone();
+    // Port 0: no bench listener (see `Server::serving`).
+    let bench_port = config.service(ServiceKind::Bench).map_or(0, |s| s.tcp_port);
+    let memory_port = config.service(ServiceKind::Memory).map(|s| s.tcp_port);
     let startup = StartupConfig {
         crc: config.rnic.crc.on(),
         markers: config.rnic.markers.on(),
@@ -421,12 +437,22 @@ fn run_cores<T: CoreTransport + Send>(
                 region.clone(),
                 mr,
                 &shared.serving,
-                service.tcp_port,
+                bench_port,
                 startup.clone(),
                 Some(hook.clone()),
             )
         })
         .collect();
+    if let (Some(port), Some(memory)) = (memory_port, &shared.memory) {
+        for server in &servers {
+            let memory = memory.clone();
+            server.endpoint.control().listen(
+                port,
+                startup.clone(),
+                Box::new(move |request, peer| memory.decide(&request.private_data, peer)),
+            );
+        }
+    }
     let failed = AtomicBool::new(false);
     let listening = std::sync::Barrier::new(servers.len() + 1);
     std::thread::scope(|scope| {
@@ -439,8 +465,9 @@ fn run_cores<T: CoreTransport + Send>(
                     .name(format!("dpwarpd-core{k}"))
                     .spawn_scoped(scope, move || {
                         let me = &shared.cores[k];
-                        let up = dataplane::lcore::enter(me.cpu, eal)
-                            .and_then(|pinned| wait_listening(&mut server).map(|()| pinned));
+                        let up = dataplane::lcore::enter(me.cpu, eal).and_then(|pinned| {
+                            wait_listening(&mut server, memory_port).map(|()| pinned)
+                        });
                         if let Err(why) = &up {
                             tracing::error!(core = k, cpu = ?me.cpu, why, "core failed to start");
                             failed.store(true, Ordering::SeqCst);
@@ -474,7 +501,8 @@ fn run_cores<T: CoreTransport + Send>(
         tracing::info!(
             port = %shared.port_describe.lock().unwrap_or_else(|p| p.into_inner()),
             address = %config.port().address.0,
-            tcp_port = service.tcp_port,
+            bench = bench_port,
+            memory = ?memory_port,
             cores = shared.cores.len(),
             memory_mib = config.rnic.memory_mib,
             "serving"
@@ -482,6 +510,9 @@ fn run_cores<T: CoreTransport + Send>(
         while !shared.cores.iter().all(|c| c.done.load(Ordering::SeqCst)) {
             tick(shared);
             shared.serving.reap();
+            if let Some(m) = &shared.memory {
+                m.reap();
+            }
             std::thread::sleep(StdDuration::from_millis(100));
         }
         let mut panicked = false;
@@ -495,8 +526,29 @@ fn run_cores<T: CoreTransport + Send>(
     })
 }
 
-fn wait_listening<T: CoreTransport>(server: &mut Server<T>) -> Result<(), String> {
-    server.wait_listening()
+/// Steps `server` until its listeners are up: the bench service's and
+/// the memory service's on `memory` (at most 10 s).
+fn wait_listening<T: CoreTransport>(
+    server: &mut Server<T>,
+    memory: Option<u16>,
+) -> Result<(), String> {
+    server.wait_listening()?;
+    let Some(port) = memory else {
+        return Ok(());
+    };
+    let start = StdInstant::now();
+    loop {
+        match server.endpoint.listen_status(port) {
+            Some(Ok(())) => return Ok(()),
+            Some(Err(why)) => return Err(format!("memory service, TCP port {port}: {why}")),
+            None if start.elapsed() > StdDuration::from_secs(10) => {
+                return Err(format!(
+                    "memory service, TCP port {port}: no listener after 10 s"
+                ))
+            }
+            None => server.step(now())?,
+        }
+    }
 }
 
 /// One core's loop: turns until the drain is done here (no connection
@@ -518,6 +570,7 @@ fn core_loop<T: CoreTransport>(
             // One connection's failure ends that connection only.
             tracing::warn!(core = k, why, "connection failed");
         }
+        others(server, k, shared);
         turns = turns.wrapping_add(1);
         // The clock at most every 64 turns (a turn may be a microsecond).
         if !turns.is_multiple_of(64) {
@@ -557,8 +610,62 @@ fn core_loop<T: CoreTransport>(
                 "drain deadline passed: ending the connections left"
             );
             server.abort_all();
+            if let Some(m) = &shared.memory {
+                for qp in m.qps_of(k) {
+                    server.endpoint.abort(qp);
+                }
+            }
             aborted_at = Some(t);
         }
+    }
+}
+
+/// Hands what the bench service's step found for the memory service to
+/// it: connections on its port (others are ended), ends, Terminates.
+fn others<T: CoreTransport>(server: &mut Server<T>, k: usize, shared: &Shared) {
+    let found = server.take_foreign();
+    let memory_port = shared
+        .config
+        .service(ServiceKind::Memory)
+        .map(|s| s.tcp_port);
+    for (qp, _, local, peer) in found.established {
+        let claimed = match (&shared.memory, memory_port) {
+            (Some(m), Some(port)) if local.port() == port => m.established(k, qp, peer),
+            _ => false,
+        };
+        if !claimed {
+            // No service of ours (or a grant revoked meanwhile): its
+            // memory is not reachable, end it at once.
+            server.endpoint.abort(qp);
+        }
+    }
+    for qp in found.ended {
+        if let Some(m) = &shared.memory {
+            m.ended(k, qp);
+        }
+    }
+    for (qp, event) in found.events {
+        let (direction, t) = match event {
+            QpEvent::TerminateSent(t) => ("sent", t),
+            QpEvent::TerminateReceived(t) => ("received", t),
+        };
+        *shared
+            .events
+            .terminates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((direction, t.layer, t.etype, t.ecode))
+            .or_default() += 1;
+        tracing::warn!(
+            service = "memory",
+            core = k,
+            qp = qp.0,
+            direction,
+            layer = t.layer,
+            r#type = t.etype,
+            code = t.ecode,
+            "connection terminated"
+        );
     }
 }
 

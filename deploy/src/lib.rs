@@ -4,6 +4,7 @@
 //! * [`config`]: the TOML configuration, every option explicit, refused
 //!   with file, line, key and what is allowed.
 //! * [`daemon`]: the port, the pinned cores serving, the drain.
+//! * [`memory`]: the memory service: named regions lent by name.
 //! * [`metrics`]: the Prometheus endpoint.
 //! * [`ctl`]: the control socket (`status`, `stats`, `listeners`,
 //!   `connections`, `drain`).
@@ -16,4 +17,5 @@
 pub mod config;
 pub mod ctl;
 pub mod daemon;
+pub mod memory;
 pub mod metrics;

@@ -5,11 +5,12 @@
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::daemon::{drops, Shared};
+use crate::memory::MemoryService;
 
 /// The exposition of everything the daemon counts.
 pub fn render(shared: &Shared) -> String {
@@ -154,23 +155,35 @@ pub fn render(shared: &Shared) -> String {
     let s = shared.serving.stats();
     let e = &shared.events;
     let svc = "service=\"bench\"".to_string();
+    // One family per name, a sample per service (the exposition format
+    // allows a name's HELP and TYPE once).
+    let by_service = |bench: u64, memory: fn(&MemoryService) -> &AtomicU64| {
+        let mut v = vec![(svc.clone(), bench as f64)];
+        if let Some(m) = &shared.memory {
+            v.push((
+                "service=\"memory\"".to_string(),
+                memory(m).load(Ordering::Relaxed) as f64,
+            ));
+        }
+        v
+    };
     family(
         "dpwarp_service_connections_accepted_total",
         "counter",
         "Connections the service accepted.",
-        &[(svc.clone(), e.accepted.load(Ordering::Relaxed) as f64)],
+        &by_service(e.accepted.load(Ordering::Relaxed), |m| &m.accepted),
     );
     family(
         "dpwarp_service_connections_refused_total",
         "counter",
         "Connections the service refused (MPA Reject with the reason).",
-        &[(svc.clone(), e.refused.load(Ordering::Relaxed) as f64)],
+        &by_service(e.refused.load(Ordering::Relaxed), |m| &m.refused),
     );
     family(
         "dpwarp_service_connections_closed_total",
         "counter",
         "Connections of the service that ended.",
-        &[(svc.clone(), e.closed.load(Ordering::Relaxed) as f64)],
+        &by_service(e.closed.load(Ordering::Relaxed), |m| &m.closed),
     );
     family(
         "dpwarp_service_clients",
@@ -210,6 +223,24 @@ pub fn render(shared: &Shared) -> String {
         "Terminates sent and received (RFC 5040 layer, type and code).",
         &terminates,
     );
+    if let Some(m) = &shared.memory {
+        family(
+            "dpwarp_memory_stags",
+            "gauge",
+            "STags the memory service has registered for connections now.",
+            &[(String::new(), m.grants_live() as f64)],
+        );
+        let regions: Vec<(String, f64)> = m
+            .regions()
+            .map(|(name, len)| (format!("region=\"{name}\""), len as f64))
+            .collect();
+        family(
+            "dpwarp_memory_region_bytes",
+            "gauge",
+            "The size of each region the memory service lends.",
+            &regions,
+        );
+    }
     let control = shared.host.stats();
     family(
         "dpwarp_control_startups_total",

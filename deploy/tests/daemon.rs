@@ -15,11 +15,18 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
+use bench::endpoint::{now, Endpoint};
 use bench::rig::{self, RigConfig};
 use bench::spec::{memory_for, Measured, Mode, Op, Spec, Stop};
 use bench::workload;
+use control::mpa::StartupConfig;
+use control::runtime::StartupResult;
+use deploy::memory::{encode_request, Grant};
 use libtest_mimic::{Arguments, Failed, Trial};
+use rnic_engine::cq::WcStatus;
+use rnic_engine::verbs::{QpEvent, QpHandle, RemoteAddr, SendOp, SendWr};
 use serde_json::Value;
+use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
 
 const DPWARPD: &str = env!("CARGO_BIN_EXE_dpwarpd");
 const DPWARPCTL: &str = env!("CARGO_BIN_EXE_dpwarpctl");
@@ -45,6 +52,7 @@ fn main() {
             "serves_clients_at_once_and_drains_on_sigterm",
             serve_and_drain,
         ),
+        Trial::test("memory_service_lends_regions_by_name", memory_service),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -89,6 +97,7 @@ fn loopback_config(dir: &Path, tcp_port: u16, metrics: u16, memory_mib: usize) -
         )
         .replace("127.0.0.1:9464", &format!("127.0.0.1:{metrics}"))
         .replace("tcp_port = 18515", &format!("tcp_port = {tcp_port}"))
+        .replace("tcp_port = 18516", &format!("tcp_port = {}", free_port()))
         .replace("memory_mib = 256", &format!("memory_mib = {memory_mib}"))
         .replace("drain_deadline_ms = 5000", "drain_deadline_ms = 1500")
         .replace("client_idle_ms = 10000", "client_idle_ms = 1000")
@@ -449,6 +458,227 @@ fn serve_and_drain() -> Result<(), Failed> {
         || !String::from_utf8_lossy(&out.stderr).contains("cannot reach dpwarpd")
     {
         return Err(fail(format!("dpwarpctl without a daemon: {out:?}")));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+type Client = Endpoint<KernelTransport>;
+
+/// Asks the memory service at `addr` for region `name`: the QP and the
+/// grant, or the Reject's code and reason.
+fn ask(ep: &mut Client, addr: SocketAddrV4, name: &str) -> Result<(QpHandle, Grant), (u8, String)> {
+    let token = ep
+        .control()
+        .connect(addr, StartupConfig::default(), &encode_request(name));
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        ep.step(now());
+        for (h, qp) in ep.take_handoffs() {
+            if h.token != token {
+                continue;
+            }
+            return match (h.result, qp) {
+                (StartupResult::Established(e), Some(qp)) => {
+                    Grant::decode(&e.peer_private_data).map(|g| (qp, g))
+                }
+                (StartupResult::Rejected(r), _) => Err(Grant::decode(&r.private_data)
+                    .err()
+                    .unwrap_or((0, "a Reject that decodes as a grant".into()))),
+                (other, _) => Err((0, format!("{other:?}"))),
+            };
+        }
+    }
+    Err((0, "no answer in 10 s".into()))
+}
+
+/// Runs `op` on `qp` from our memory at `local` (`len` octets) and waits
+/// for its completion.
+fn run(ep: &mut Client, qp: QpHandle, op: SendOp, local: u64, len: u32) -> WcStatus {
+    let sgl = [ep.sge(local, len)];
+    let wr = SendWr {
+        wr_id: 1,
+        op,
+        sgl: &sgl,
+        signaled: true,
+        solicited: false,
+        fence: false,
+    };
+    if let Err(e) = ep.rnic().post_send(qp, &wr) {
+        panic!("post_send: {e:?}");
+    }
+    let start = Instant::now();
+    let mut wcs = Vec::new();
+    while start.elapsed() < Duration::from_secs(10) {
+        ep.step(now());
+        wcs.clear();
+        ep.poll_cq(&mut wcs);
+        if let Some(wc) = wcs.iter().find(|w| w.qp == qp) {
+            return wc.status;
+        }
+    }
+    panic!("no completion in 10 s");
+}
+
+fn memory_service() -> Result<(), Failed> {
+    let dir = scratch("memory");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    let config = loopback_config(&dir, tcp_port, metrics, 16);
+    let daemon = Daemon::start(&dir, &config)?;
+    let listeners = daemon.ctl("listeners").map_err(fail)?;
+    let mem_port = listeners["listeners"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["service"] == "memory"))
+        .and_then(|l| l["tcp_port"].as_u64())
+        .ok_or_else(|| fail(format!("no memory listener: {listeners:#}")))?
+        as u16;
+    let addr = SocketAddrV4::new([127, 0, 0, 1].into(), mem_port);
+    let transport =
+        KernelTransport::new(KernelConfig::default()).map_err(|e| fail(e.to_string()))?;
+    let mut ep = Client::new(transport, 9000 - 40, 7, 1 << 20);
+
+    // Refusals with their codes: no such region, not from this network,
+    // not a memory request at all.
+    match ask(&mut ep, addr, "nope") {
+        Err((2, why)) if why.contains("no region named \"nope\"") => {}
+        other => return Err(fail(format!("an unknown region: {:?}", other.map(|g| g.1)))),
+    }
+    match ask(&mut ep, addr, "scratch") {
+        Err((3, why)) if why.contains("not lent to 127.0.0.1") => {}
+        other => {
+            return Err(fail(format!(
+                "a region for 10.77.0.0/24 only: {:?}",
+                other.map(|g| g.1)
+            )))
+        }
+    }
+
+    // Two connections to "shared": two STags, one memory.
+    let (qa, ga) = ask(&mut ep, addr, "shared").map_err(|e| fail(format!("{e:?}")))?;
+    let (qb, gb) = ask(&mut ep, addr, "shared").map_err(|e| fail(format!("{e:?}")))?;
+    if ga.stag == gb.stag || ga.len != 16 << 20 || ga.access != 7 {
+        return Err(fail(format!("grants {ga:?} and {gb:?}")));
+    }
+    let at = |g: &Grant, off: u64| RemoteAddr {
+        stag: g.stag,
+        to: g.to + off,
+    };
+    let message = b"lent by name, fenced by STag";
+    ep.region
+        .write(0, message)
+        .map_err(|e| fail(format!("{e:?}")))?;
+    let st = run(
+        &mut ep,
+        qa,
+        SendOp::Write(at(&ga, 4096)),
+        0,
+        message.len() as u32,
+    );
+    if st != WcStatus::Success {
+        return Err(fail(format!("Write through A: {st:?}")));
+    }
+    let st = run(
+        &mut ep,
+        qb,
+        SendOp::Read(at(&gb, 4096)),
+        8192,
+        message.len() as u32,
+    );
+    let mut back = vec![0u8; message.len()];
+    ep.region
+        .read(8192, &mut back)
+        .map_err(|e| fail(format!("{e:?}")))?;
+    if st != WcStatus::Success || back != message {
+        return Err(fail(format!(
+            "Read through B: {st:?}, {:?}",
+            String::from_utf8_lossy(&back)
+        )));
+    }
+    let st = run(
+        &mut ep,
+        qb,
+        SendOp::FetchAdd {
+            remote: at(&gb, 64),
+            add: 5,
+            mask: 0,
+        },
+        16384,
+        8,
+    );
+    if st != WcStatus::Success {
+        return Err(fail(format!("FetchAdd through B: {st:?}")));
+    }
+    let conns = daemon.ctl("connections").map_err(fail)?;
+    let lent = conns["connections"].as_array().map_or(0, |l| {
+        l.iter()
+            .filter(|c| c["service"] == "memory" && c["region"] == "shared")
+            .count()
+    });
+    if lent != 2 {
+        return Err(fail(format!("dpwarpctl connections: {conns:#}")));
+    }
+
+    // A's connection ends: its STag is revoked, B cannot use it.
+    ep.close(qa);
+    daemon.wait_stats(Duration::from_secs(10), |s| s["memory"]["stags_live"] == 1)?;
+    // (A Write completes here once sent; the daemon's answer is a
+    // Terminate: DDP, tagged buffer error, invalid STag, RFC 5041 §7.2.)
+    ep.region
+        .write(100, b"XXXXXXXX")
+        .map_err(|e| fail(format!("{e:?}")))?;
+    let _ = run(&mut ep, qb, SendOp::Write(at(&ga, 4096)), 100, 8);
+    let start = Instant::now();
+    let term = loop {
+        ep.step(now());
+        if let Some((_, e)) = ep.take_events().into_iter().find(|(q, _)| *q == qb) {
+            break e;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err(fail("no Terminate for a Write with a revoked STag"));
+        }
+    };
+    match term {
+        QpEvent::TerminateReceived(t) if (t.layer, t.etype, t.ecode) == (1, 1, 0) => {}
+        other => return Err(fail(format!("the Terminate: {other:?}"))),
+    }
+    // The memory did not change; B's STag went with its connection.
+    let (qc, gc) = ask(&mut ep, addr, "shared").map_err(|e| fail(format!("{e:?}")))?;
+    let st = run(
+        &mut ep,
+        qc,
+        SendOp::Read(at(&gc, 4096)),
+        8192,
+        message.len() as u32,
+    );
+    ep.region
+        .read(8192, &mut back)
+        .map_err(|e| fail(format!("{e:?}")))?;
+    if st != WcStatus::Success || back != message {
+        return Err(fail(format!(
+            "after the revoked Write: {st:?}, {:?}",
+            String::from_utf8_lossy(&back)
+        )));
+    }
+    ep.close(qc);
+    let stats = daemon.wait_stats(Duration::from_secs(10), |s| s["memory"]["stags_live"] == 0)?;
+    if stats["memory"]["accepted"] != 3 || stats["memory"]["refused"] != 2 {
+        return Err(fail(format!("memory counters: {stats:#}")));
+    }
+    // The exposition names each family once (HELP and TYPE once per name).
+    let text = scrape(metrics)?;
+    let mut types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+    let n = types.len();
+    types.sort_unstable();
+    types.dedup();
+    if types.len() != n {
+        return Err(fail(format!("a family named twice:\n{text}")));
+    }
+    if sample(
+        &text,
+        "dpwarp_service_connections_refused_total{service=\"memory\"}",
+    ) != Some(2.0)
+    {
+        return Err(fail(format!("memory refusals in the metrics:\n{text}")));
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -1,0 +1,570 @@
+//! The memory service: the configured `[[region]]`s, lent to remote
+//! clients by name. A client names the region it wants in its MPA
+//! Request's private data; the control-plane thread checks the name, the
+//! client's network and the limits, registers the region for this
+//! connection alone under a fresh STag (a new key every time, RFC 5042
+//! §5: no STag a client saw before, or could guess from another's, stays
+//! valid), and tells it the STag, tagged offset and length in the MPA
+//! Reply's private data. When the connection ends, on whichever core owns
+//! it, the STag is deregistered: nothing it carried reaches the memory
+//! after that (the engine checks the STag on every DDP segment).
+//!
+//! The private data (RFC 5044 §7.1, at most 512 octets each):
+//!
+//! ```text
+//! Request:  "DPWM" | version 1 | name length (1..=64) | name
+//! Reply:    "DPWM" | version 1 | 0 | STag (4) | TO (8) | length (8) | access (1)
+//! Reject:   "DPWM" | version 1 | code (1..=4) | the reason, UTF-8
+//! ```
+//!
+//! Integers big-endian; access bits 1 remote read, 2 remote write, 4
+//! remote atomic; reject codes 1 malformed, 2 no such region, 3 not from
+//! this network, 4 a limit.
+
+use std::collections::HashMap;
+use std::net::SocketAddrV4;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use control::mpa::Accept;
+use control::runtime::Decision;
+use rnic_engine::mem::{Access, Pd, Region};
+use rnic_engine::verbs::{QpHandle, Registry};
+
+use crate::config::{in_network, AccessRight, RegionConfig};
+
+/// The private data's first octets.
+pub const MAGIC: &[u8; 4] = b"DPWM";
+/// The protocol's version.
+pub const VERSION: u8 = 1;
+/// The Reply's length.
+pub const REPLY_LEN: usize = 27;
+
+/// Why a client was refused (the Reject's code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum RejectCode {
+    /// The Request's private data is not a memory request.
+    Malformed = 1,
+    /// No region has that name.
+    NoSuchRegion = 2,
+    /// The region is not lent to the client's network.
+    NotAllowed = 3,
+    /// Too many grants at once, or the service drains.
+    Limit = 4,
+}
+
+/// A client's request: the region's name.
+pub fn encode_request(name: &str) -> Vec<u8> {
+    let mut out = MAGIC.to_vec();
+    out.push(VERSION);
+    out.push(name.len() as u8);
+    out.extend_from_slice(name.as_bytes());
+    out
+}
+
+/// What the Reply tells the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant {
+    /// The STag of this connection's registration.
+    pub stag: u32,
+    /// The tagged offset of the region's first octet.
+    pub to: u64,
+    /// The region's length.
+    pub len: u64,
+    /// Access bits (1 read, 2 write, 4 atomic).
+    pub access: u8,
+}
+
+impl Grant {
+    /// The Reply's private data.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = MAGIC.to_vec();
+        out.push(VERSION);
+        out.push(0);
+        out.extend_from_slice(&self.stag.to_be_bytes());
+        out.extend_from_slice(&self.to.to_be_bytes());
+        out.extend_from_slice(&self.len.to_be_bytes());
+        out.push(self.access);
+        out
+    }
+
+    /// A Reply's private data, or the Reject's code and reason.
+    pub fn decode(pd: &[u8]) -> Result<Grant, (u8, String)> {
+        if pd.len() < 6 || &pd[..4] != MAGIC || pd[4] != VERSION {
+            return Err((0, "not a dpwarp memory service answer".into()));
+        }
+        if pd[5] != 0 {
+            return Err((pd[5], String::from_utf8_lossy(&pd[6..]).into_owned()));
+        }
+        if pd.len() != REPLY_LEN {
+            return Err((
+                0,
+                format!("a Reply of {} octets, not {REPLY_LEN}", pd.len()),
+            ));
+        }
+        let u32_at = |i: usize| u32::from_be_bytes([pd[i], pd[i + 1], pd[i + 2], pd[i + 3]]);
+        let u64_at = |i: usize| (u64::from(u32_at(i)) << 32) | u64::from(u32_at(i + 4));
+        Ok(Grant {
+            stag: u32_at(6),
+            to: u64_at(10),
+            len: u64_at(18),
+            access: pd[26],
+        })
+    }
+}
+
+/// The name a Request's private data asks for.
+fn decode_request(pd: &[u8]) -> Result<&str, String> {
+    if pd.len() < 6 || &pd[..4] != MAGIC {
+        return Err("not a dpwarp memory request (private data \"DPWM\" 1 LEN NAME)".into());
+    }
+    if pd[4] != VERSION {
+        return Err(format!(
+            "memory request version {}: this service speaks {VERSION}",
+            pd[4]
+        ));
+    }
+    let len = usize::from(pd[5]);
+    if !(1..=64).contains(&len) || pd.len() != 6 + len {
+        return Err(format!(
+            "a region name of {len} octets in {} octets of private data",
+            pd.len()
+        ));
+    }
+    std::str::from_utf8(&pd[6..]).map_err(|_| "the region name is not UTF-8".into())
+}
+
+fn reject(code: RejectCode, why: &str) -> Decision {
+    let mut pd = MAGIC.to_vec();
+    pd.push(VERSION);
+    pd.push(code as u8);
+    // The whole Reject stays within RFC 5044's 512 octets.
+    pd.extend_from_slice(&why.as_bytes()[..why.len().min(400)]);
+    Decision::Reject(pd)
+}
+
+/// One region the service lends.
+struct Lent {
+    config: RegionConfig,
+    region: Arc<Region>,
+    access: Access,
+    bits: u8,
+}
+
+/// A registration made for one client's connection.
+#[derive(Debug, Clone)]
+struct Registration {
+    stag: u32,
+    region: usize,
+    since: Instant,
+    /// The core and QP once the connection reached a core.
+    qp: Option<(usize, QpHandle)>,
+}
+
+/// A connection the memory service serves, for operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lending {
+    /// The client.
+    pub peer: SocketAddrV4,
+    /// The region's name.
+    pub region: String,
+    /// The core and its QP.
+    pub core: usize,
+    /// The QP.
+    pub qp: QpHandle,
+}
+
+/// The memory service, shared by the control-plane thread (which decides
+/// and registers) and every core (which deregisters when a connection
+/// ends).
+pub struct MemoryService {
+    regions: Vec<Lent>,
+    registry: Arc<Registry>,
+    pd: Pd,
+    /// Registrations by the client's address (one per live connection).
+    grants: Mutex<HashMap<SocketAddrV4, Registration>>,
+    grants_max: usize,
+    /// A grant whose connection never reached a core is revoked after this
+    /// long (the startup gave up).
+    unclaimed_after: Duration,
+    draining: AtomicBool,
+    /// Connections accepted, refused and ended.
+    pub accepted: AtomicU64,
+    /// Refused.
+    pub refused: AtomicU64,
+    /// Ended (their STag deregistered).
+    pub closed: AtomicU64,
+}
+
+impl MemoryService {
+    /// The service lending `regions` (allocated here, zeroed), registering
+    /// them in `registry` under `pd`; at most `grants_max` connections at
+    /// once.
+    pub fn new(
+        regions: impl IntoIterator<Item = RegionConfig>,
+        registry: Arc<Registry>,
+        pd: Pd,
+        grants_max: usize,
+        unclaimed_after: Duration,
+    ) -> MemoryService {
+        let regions = regions
+            .into_iter()
+            .map(|config| {
+                let (mut access, mut bits) = (Access::LOCAL_READ, 0u8);
+                for right in &config.access {
+                    let (a, b) = match right {
+                        AccessRight::RemoteRead => (Access::REMOTE_READ, 1),
+                        AccessRight::RemoteWrite => (Access::REMOTE_WRITE | Access::LOCAL_WRITE, 2),
+                        AccessRight::RemoteAtomic => {
+                            (Access::REMOTE_ATOMIC | Access::LOCAL_WRITE, 4)
+                        }
+                    };
+                    access = access | a;
+                    bits |= b;
+                }
+                Lent {
+                    region: Region::new(config.size_mib << 20),
+                    config,
+                    access,
+                    bits,
+                }
+            })
+            .collect();
+        MemoryService {
+            regions,
+            registry,
+            pd,
+            grants: Mutex::new(HashMap::new()),
+            grants_max,
+            unclaimed_after,
+            draining: AtomicBool::new(false),
+            accepted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            closed: AtomicU64::new(0),
+        }
+    }
+
+    fn grants(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddrV4, Registration>> {
+        self.grants.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Refuses every request from now on.
+    pub fn drain(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    /// The control-plane thread's decision on a Request from `peer`.
+    pub fn decide(&self, private_data: &[u8], peer: SocketAddrV4) -> Decision {
+        let decision = self.try_grant(private_data, peer);
+        match &decision {
+            Ok(_) => {
+                self.accepted.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((code, why)) => {
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(service = "memory", %peer, code = *code as u8, why, "connection refused");
+            }
+        }
+        match decision {
+            Ok((grant, name)) => {
+                tracing::info!(service = "memory", %peer, region = name, "connection accepted");
+                Decision::Accept(Accept {
+                    private_data: grant.encode(),
+                    ..Accept::default()
+                })
+            }
+            Err((code, why)) => reject(code, &why),
+        }
+    }
+
+    fn try_grant(
+        &self,
+        private_data: &[u8],
+        peer: SocketAddrV4,
+    ) -> Result<(Grant, String), (RejectCode, String)> {
+        if self.draining.load(Ordering::SeqCst) {
+            return Err((RejectCode::Limit, "the service is draining".into()));
+        }
+        let name = decode_request(private_data).map_err(|e| (RejectCode::Malformed, e))?;
+        let (index, lent) = self
+            .regions
+            .iter()
+            .enumerate()
+            .find(|(_, l)| l.config.name == name)
+            .ok_or_else(|| {
+                (
+                    RejectCode::NoSuchRegion,
+                    format!("no region named {name:?}"),
+                )
+            })?;
+        if !lent
+            .config
+            .allow
+            .iter()
+            .any(|&net| in_network(*peer.ip(), net))
+        {
+            return Err((
+                RejectCode::NotAllowed,
+                format!("region {name:?} is not lent to {}", peer.ip()),
+            ));
+        }
+        let mut grants = self.grants();
+        if grants.len() >= self.grants_max {
+            return Err((
+                RejectCode::Limit,
+                format!(
+                    "{} regions lent at once, the limit: try again later",
+                    self.grants_max
+                ),
+            ));
+        }
+        if let Some(old) = grants.remove(&peer) {
+            // The same address and port again: the old connection is gone.
+            let _ = self.registry.dereg_mr(old.stag);
+        }
+        let mr = self
+            .registry
+            .reg_region(self.pd, lent.region.clone(), lent.access)
+            .map_err(|e| (RejectCode::Limit, format!("no STag left: {e:?}")))?;
+        grants.insert(
+            peer,
+            Registration {
+                stag: mr.stag,
+                region: index,
+                since: Instant::now(),
+                qp: None,
+            },
+        );
+        Ok((
+            Grant {
+                stag: mr.stag,
+                to: mr.base_to,
+                len: lent.region.len() as u64,
+                access: lent.bits,
+            },
+            name.to_string(),
+        ))
+    }
+
+    /// Core `core` runs the connection from `peer` as QP `qp`. A connection
+    /// without a grant (revoked meanwhile) is the caller's to end.
+    pub fn established(&self, core: usize, qp: QpHandle, peer: SocketAddrV4) -> bool {
+        match self.grants().get_mut(&peer) {
+            Some(g) if g.qp.is_none() => {
+                g.qp = Some((core, qp));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// QP `qp` of core `core` ended: its STag is deregistered.
+    pub fn ended(&self, core: usize, qp: QpHandle) {
+        let mut grants = self.grants();
+        let peer = grants
+            .iter()
+            .find(|(_, g)| g.qp == Some((core, qp)))
+            .map(|(&p, _)| p);
+        if let Some(g) = peer.and_then(|p| grants.remove(&p)) {
+            let _ = self.registry.dereg_mr(g.stag);
+            self.closed.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(service = "memory", peer = %peer.map_or_else(String::new, |p| p.to_string()), core, qp = qp.0, "connection closed");
+        }
+    }
+
+    /// Revokes grants whose connection never reached a core; returns how
+    /// many.
+    pub fn reap(&self) -> usize {
+        let mut grants = self.grants();
+        let stale: Vec<SocketAddrV4> = grants
+            .iter()
+            .filter(|(_, g)| g.qp.is_none() && g.since.elapsed() >= self.unclaimed_after)
+            .map(|(&p, _)| p)
+            .collect();
+        for p in &stale {
+            if let Some(g) = grants.remove(p) {
+                let _ = self.registry.dereg_mr(g.stag);
+            }
+        }
+        stale.len()
+    }
+
+    /// The connections it serves now.
+    pub fn lendings(&self) -> Vec<Lending> {
+        self.grants()
+            .iter()
+            .filter_map(|(&peer, g)| {
+                let (core, qp) = g.qp?;
+                Some(Lending {
+                    peer,
+                    region: self.regions[g.region].config.name.clone(),
+                    core,
+                    qp,
+                })
+            })
+            .collect()
+    }
+
+    /// STags registered now (lent, or granted and not yet on a core).
+    pub fn grants_live(&self) -> usize {
+        self.grants().len()
+    }
+
+    /// The regions: name and size.
+    pub fn regions(&self) -> impl Iterator<Item = (&str, usize)> {
+        self.regions
+            .iter()
+            .map(|l| (l.config.name.as_str(), l.region.len()))
+    }
+
+    /// The QPs of core `core` it serves (to end them at a drain's
+    /// deadline).
+    pub fn qps_of(&self, core: usize) -> Vec<QpHandle> {
+        self.grants()
+            .values()
+            .filter_map(|g| g.qp.filter(|&(c, _)| c == core).map(|(_, qp)| qp))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn requests_and_replies_round_trip_and_bad_ones_are_named() {
+        assert_eq!(decode_request(&encode_request("shared")), Ok("shared"));
+        assert!(decode_request(b"DPWM").is_err());
+        assert!(decode_request(b"XXXX\x01\x01a").is_err());
+        assert!(decode_request(b"DPWM\x02\x01a")
+            .unwrap_err()
+            .contains("version 2"));
+        assert!(decode_request(b"DPWM\x01\x05ab").is_err());
+        assert!(decode_request(b"DPWM\x01\x00").is_err());
+        let g = Grant {
+            stag: 0x1234_5678,
+            to: 0x1122_3344_5566_7788,
+            len: 16 << 20,
+            access: 7,
+        };
+        assert_eq!(g.encode().len(), REPLY_LEN);
+        assert_eq!(Grant::decode(&g.encode()), Ok(g));
+        let Decision::Reject(pd) = reject(RejectCode::NotAllowed, "no") else {
+            panic!("a reject");
+        };
+        assert_eq!(Grant::decode(&pd), Err((3, "no".into())));
+        let long = "x".repeat(600);
+        let Decision::Reject(pd) = reject(RejectCode::Limit, &long) else {
+            panic!("a reject");
+        };
+        assert!(pd.len() <= 512);
+    }
+
+    fn service() -> MemoryService {
+        let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
+        let pd = registry.alloc_pd().unwrap();
+        let region = |name: &str, access, allow| RegionConfig {
+            name: name.into(),
+            size_mib: 1,
+            access,
+            allow,
+        };
+        MemoryService::new(
+            [
+                region(
+                    "shared",
+                    vec![AccessRight::RemoteRead, AccessRight::RemoteWrite],
+                    vec![(Ipv4Addr::new(10, 0, 0, 0), 8)],
+                ),
+                region(
+                    "ro",
+                    vec![AccessRight::RemoteRead],
+                    vec![(Ipv4Addr::UNSPECIFIED, 0)],
+                ),
+            ],
+            registry,
+            pd,
+            2,
+            Duration::from_secs(10),
+        )
+    }
+
+    fn granted(d: Decision) -> Grant {
+        match d {
+            Decision::Accept(a) => Grant::decode(&a.private_data).unwrap(),
+            Decision::Reject(pd) => panic!("refused: {:?}", Grant::decode(&pd)),
+        }
+    }
+
+    fn refused(d: Decision) -> u8 {
+        match d {
+            Decision::Accept(_) => panic!("accepted"),
+            Decision::Reject(pd) => Grant::decode(&pd).unwrap_err().0,
+        }
+    }
+
+    #[test]
+    fn each_connection_gets_its_own_stag_revoked_when_it_ends() {
+        let s = service();
+        let a = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), 4000);
+        let b = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 2), 4000);
+        let ga = granted(s.decide(&encode_request("shared"), a));
+        let gb = granted(s.decide(&encode_request("shared"), b));
+        assert_ne!(ga.stag, gb.stag);
+        assert_eq!((ga.len, ga.access), (1 << 20, 3));
+        // The limit: two at once.
+        let c = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 3), 4000);
+        assert_eq!(refused(s.decide(&encode_request("ro"), c)), 4);
+        assert!(s.established(0, QpHandle(7), a));
+        s.ended(0, QpHandle(7));
+        assert_eq!(s.grants_live(), 1);
+        assert_eq!(s.closed.load(Ordering::Relaxed), 1);
+        // Deregistered once: a's is gone, b's was still live.
+        assert!(s.registry.dereg_mr(ga.stag).is_err(), "revoked");
+        assert!(s.registry.dereg_mr(gb.stag).is_ok());
+    }
+
+    #[test]
+    fn unknown_names_foreign_networks_and_garbage_are_refused() {
+        let s = service();
+        let outside = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 1);
+        assert_eq!(refused(s.decide(&encode_request("shared"), outside)), 3);
+        assert_eq!(refused(s.decide(&encode_request("nope"), outside)), 2);
+        assert_eq!(refused(s.decide(b"hello", outside)), 1);
+        assert_eq!(granted(s.decide(&encode_request("ro"), outside)).access, 1);
+        s.drain();
+        let other = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 2), 1);
+        assert_eq!(refused(s.decide(&encode_request("ro"), other)), 4);
+        assert_eq!(s.refused.load(Ordering::Relaxed), 4);
+        assert_eq!(s.grants_live(), 1);
+    }
+
+    #[test]
+    fn a_grant_never_claimed_is_revoked() {
+        let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
+        let pd = registry.alloc_pd().unwrap();
+        let s = MemoryService::new(
+            [RegionConfig {
+                name: "r".into(),
+                size_mib: 1,
+                access: vec![AccessRight::RemoteRead],
+                allow: vec![(Ipv4Addr::UNSPECIFIED, 0)],
+            }],
+            registry,
+            pd,
+            4,
+            Duration::ZERO,
+        );
+        let p = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9);
+        let g = granted(s.decide(&encode_request("r"), p));
+        assert_eq!(s.reap(), 1);
+        assert!(s.registry.dereg_mr(g.stag).is_err(), "revoked");
+        assert!(
+            !s.established(0, QpHandle(1), p),
+            "a revoked grant is not claimed"
+        );
+    }
+}
