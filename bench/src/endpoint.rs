@@ -131,6 +131,12 @@ impl Control {
             .listen(self.core, port, config, on_request);
     }
 
+    /// Stops listening on `port` of this core's transport (see
+    /// `ControlPlane::unlisten`).
+    pub fn unlisten(&self, port: u16) {
+        self.host.plane().unlisten(self.core, port);
+    }
+
     /// Opens a connection from this core (see `ControlPlane::connect`);
     /// returns the handoff's token.
     pub fn connect(&self, remote: SocketAddrV4, config: StartupConfig, private_data: &[u8]) -> u64 {

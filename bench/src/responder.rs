@@ -828,70 +828,13 @@ impl<T: CoreTransport> Server<T> {
         startup: StartupConfig,
         events: Option<EventHook>,
     ) -> Server<T> {
-        let len = region.len();
-        let endpoint = Endpoint::on_host_sharing(host, core, transport, emss, region.clone(), mr);
-        let (stag, base_to) = (endpoint.mr.stag, endpoint.mr.base_to);
-        let shared = serving.clone();
-        let hook = events.clone();
-        // Port 0: no listener (a core of an appliance whose bench service
-        // is off, serving only its other services' connections).
-        if port != 0 {
-            endpoint.control.listen(
-                port,
-                startup,
-                Box::new(move |request, peer| {
-                    let hello = ClientHello::decode(&request.private_data);
-                    let verdict = hello
-                        .as_ref()
-                        .map_err(Clone::clone)
-                        .and_then(|h| shared.admit(h, len).map(|lease| (h, lease)));
-                    match verdict {
-                        Ok((h, lease)) => {
-                            if lease.fresh {
-                                // What an earlier run left there is not this
-                                // client's to read.
-                                clear(&region, lease.offset, lease.len);
-                            }
-                            if let Some(hook) = &hook {
-                                hook(ServerEvent::Accepted {
-                                    peer,
-                                    run: h.run,
-                                    op: h.op,
-                                    size: h.size,
-                                });
-                            }
-                            Decision::Accept(Accept {
-                                private_data: ServerHello {
-                                    stag,
-                                    to: base_to.wrapping_add(lease.offset),
-                                }
-                                .encode(),
-                                ..Accept::default()
-                            })
-                        }
-                        Err(why) => {
-                            match &hook {
-                                Some(hook) => hook(ServerEvent::Refused {
-                                    peer,
-                                    why: why.clone(),
-                                }),
-                                None => {
-                                    eprintln!("bench server: refused the client at {peer}: {why}")
-                                }
-                            }
-                            shared.refused.fetch_add(1, Ordering::Relaxed);
-                            Decision::Reject(hello::encode_reject(&why))
-                        }
-                    }
-                }),
-            );
-        }
-        Server {
+        let endpoint = Endpoint::on_host_sharing(host, core, transport, emss, region, mr);
+        let mut server = Server {
             endpoint,
             responder: Responder::default(),
             served: 0,
             client_done: false,
-            port,
+            port: 0,
             core: usize::from(core),
             serving: serving.clone(),
             runs_seen: 0,
@@ -899,7 +842,82 @@ impl<T: CoreTransport> Server<T> {
             generation: 0,
             events,
             foreign: Foreign::default(),
+        };
+        server.set_port(port, startup);
+        server
+    }
+
+    /// Listens on `port` from now on, with `startup`: the listener on the
+    /// old port (if any) goes, connections it accepted stay. Port 0: no
+    /// listener (a core of an appliance whose bench service is off,
+    /// serving only its other services' connections).
+    pub fn set_port(&mut self, port: u16, startup: StartupConfig) {
+        if self.port != 0 {
+            self.endpoint.control.unlisten(self.port);
         }
+        self.port = port;
+        if port != 0 {
+            let on_request = self.on_request();
+            self.endpoint.control.listen(port, startup, on_request);
+        }
+    }
+
+    /// The port it listens on (0: none).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The control plane's accept callback: admits the client's run (a
+    /// lease of the memory) or says why not.
+    fn on_request(&self) -> control::runtime::OnRequest {
+        let region = self.endpoint.region.clone();
+        let len = region.len();
+        let (stag, base_to) = (self.endpoint.mr.stag, self.endpoint.mr.base_to);
+        let shared = self.serving.clone();
+        let hook = self.events.clone();
+        Box::new(move |request, peer| {
+            let hello = ClientHello::decode(&request.private_data);
+            let verdict = hello
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|h| shared.admit(h, len).map(|lease| (h, lease)));
+            match verdict {
+                Ok((h, lease)) => {
+                    if lease.fresh {
+                        // What an earlier run left there is not this
+                        // client's to read.
+                        clear(&region, lease.offset, lease.len);
+                    }
+                    if let Some(hook) = &hook {
+                        hook(ServerEvent::Accepted {
+                            peer,
+                            run: h.run,
+                            op: h.op,
+                            size: h.size,
+                        });
+                    }
+                    Decision::Accept(Accept {
+                        private_data: ServerHello {
+                            stag,
+                            to: base_to.wrapping_add(lease.offset),
+                        }
+                        .encode(),
+                        ..Accept::default()
+                    })
+                }
+                Err(why) => {
+                    match &hook {
+                        Some(hook) => hook(ServerEvent::Refused {
+                            peer,
+                            why: why.clone(),
+                        }),
+                        None => eprintln!("bench server: refused the client at {peer}: {why}"),
+                    }
+                    shared.refused.fetch_add(1, Ordering::Relaxed);
+                    Decision::Reject(hello::encode_reject(&why))
+                }
+            }
+        })
     }
 
     /// Clients refused so far, by every core of this server (workloads

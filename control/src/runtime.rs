@@ -368,6 +368,9 @@ enum ToCore {
     Listen {
         port: u16,
     },
+    Unlisten {
+        port: u16,
+    },
     Connect {
         remote: SocketAddrV4,
         token: u64,
@@ -421,6 +424,7 @@ impl ToCore {
                 conn: Some(conn), ..
             } => Some(*conn),
             ToCore::Listen { .. }
+            | ToCore::Unlisten { .. }
             | ToCore::Connect { .. }
             | ToCore::Done { conn: None, .. }
             | ToCore::Heartbeat
@@ -466,6 +470,10 @@ enum Command {
         port: u16,
         config: StartupConfig,
         on_request: OnRequest,
+    },
+    Unlisten {
+        core: CoreId,
+        port: u16,
     },
     Connect {
         core: CoreId,
@@ -656,6 +664,14 @@ impl ControlPlane {
             config,
             on_request,
         });
+    }
+
+    /// Stops listening on `port` of `core`'s transport. Connections it
+    /// accepted stay (established ones are the core's; those in their MPA
+    /// startup fail, their listener's decision gone); a later
+    /// [`listen`](Self::listen) on the port starts afresh.
+    pub fn unlisten(&self, core: CoreId, port: u16) {
+        let _ = self.commands.send(Command::Unlisten { core, port });
     }
 
     /// Opens a connection from `core` to `remote` and runs an initiator with
@@ -1279,6 +1295,12 @@ impl CoreLink {
                 }
                 self.listen_results.insert(port, result);
             }
+            ToCore::Unlisten { port } => {
+                if self.listening.remove(&port) {
+                    transport.unlisten(ListenerId(port));
+                }
+                self.listen_results.remove(&port);
+            }
             ToCore::Connect { remote, token } => match transport.connect(remote, now) {
                 Ok(conn) => {
                     self.connecting.insert(conn, token);
@@ -1882,12 +1904,18 @@ impl Worker {
                 on_request,
             } => {
                 self.send_to(core, ToCore::Listen { port });
+                // A second listen on a port replaces the first's decision.
+                self.listeners.retain(|l| (l.core, l.port) != (core, port));
                 self.listeners.push(Listener {
                     core,
                     port,
                     config,
                     on_request,
                 });
+            }
+            Command::Unlisten { core, port } => {
+                self.listeners.retain(|l| (l.core, l.port) != (core, port));
+                self.send_to(core, ToCore::Unlisten { port });
             }
             Command::Connect {
                 core,

@@ -590,3 +590,71 @@ fn configurations_that_cannot_work_are_refused() {
         assert!(ControlPlane::start_with(config, 1).is_err());
     }
 }
+
+#[test]
+fn unlistening_refuses_new_connections_and_keeps_established_ones() {
+    watchdog(WATCHDOG, || {
+        let (mut control, mut links) = ControlPlane::start(2);
+        let (s0, s1) = pair(31, 16);
+        let mut server = Core::new(s0, links.remove(0));
+        let mut client = Core::new(s1, links.remove(0));
+        let addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 31, 1), 5100);
+        accept_all(&control, 0, 5100, StartupConfig::default());
+        server.wait_listening(5100);
+        assert_eq!(server.stack.listening_sockets(), 1);
+        let connect =
+            |control: &mut ControlPlane, server: &mut Core, client: &mut Core| -> Handoff {
+                let token = control.connect(1, addr, StartupConfig::default(), b"");
+                let mut out = None;
+                until(Duration::from_secs(10), "the client's handoff", || {
+                    server.step();
+                    client.step();
+                    if let Some(i) = client.handoffs.iter().position(|h| h.token == token) {
+                        out = Some(client.handoffs.remove(i));
+                    }
+                    out.is_some()
+                });
+                out.unwrap()
+            };
+        let first = connect(&mut control, &mut server, &mut client);
+        established(&first);
+        until(Duration::from_secs(10), "the server's handoff", || {
+            server.step();
+            client.step();
+            !server.handoffs.is_empty()
+        });
+        let kept = server
+            .handoffs
+            .remove(0)
+            .conn
+            .expect("the server's connection");
+
+        control.unlisten(0, 5100);
+        until(Duration::from_secs(10), "the listener gone", || {
+            server.step();
+            server.link.listen_status(5100).is_none() && server.stack.listening_sockets() == 0
+        });
+        // A new connection is refused (TCP reset: no listener) ...
+        let refused = connect(&mut control, &mut server, &mut client);
+        assert!(
+            matches!(refused.result, StartupResult::Failed(_)),
+            "{refused:?}"
+        );
+        // ... while the established one stays up.
+        assert_eq!(
+            server
+                .stack
+                .tcp_state(kept)
+                .map(|s| s.to_string())
+                .as_deref(),
+            Some("ESTABLISHED")
+        );
+
+        // Listening again on the port starts afresh.
+        accept_all(&control, 0, 5100, StartupConfig::default());
+        server.wait_listening(5100);
+        let again = connect(&mut control, &mut server, &mut client);
+        established(&again);
+        drop(control);
+    });
+}

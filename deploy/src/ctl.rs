@@ -121,13 +121,34 @@ fn stats(shared: &Shared) -> Value {
 fn listeners(shared: &Shared) -> Value {
     let config = &shared.config;
     let port = config.port();
-    let list: Vec<Value> = config
-        .services()
-        .map(|s| {
-            json!({
-                "service": s.kind.name(),
+    let now = *shared.listeners.lock().unwrap_or_else(|p| p.into_inner());
+    // Up once every core has its listeners of the latest configuration.
+    let generation = shared.listeners_generation.load(Ordering::SeqCst);
+    let applied = shared
+        .cores
+        .iter()
+        .all(|c| c.listeners_applied.load(Ordering::SeqCst) == generation);
+    let errors: Vec<String> = shared
+        .cores
+        .iter()
+        .filter_map(|c| {
+            c.listen_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        })
+        .collect();
+    let up = shared.listening.load(Ordering::SeqCst)
+        && !shared.drain.load(Ordering::SeqCst)
+        && applied
+        && errors.is_empty();
+    let list: Vec<Value> = [("bench", now.bench), ("memory", now.memory)]
+        .into_iter()
+        .filter_map(|(kind, tcp_port)| {
+            Some(json!({
+                "service": kind,
                 "address": port.address.0.to_string(),
-                "tcp_port": s.tcp_port,
+                "tcp_port": tcp_port?,
                 "port": port.name,
                 "driver": port.driver.name(),
                 "llp": "mpa",
@@ -135,11 +156,11 @@ fn listeners(shared: &Shared) -> Value {
                 "markers": config.rnic.markers.on(),
                 "ird_max": config.rnic.ird_max,
                 "ord": config.rnic.ord,
-                "up": shared.listening.load(Ordering::SeqCst) && !shared.drain.load(Ordering::SeqCst),
-            })
+                "up": up,
+            }))
         })
         .collect();
-    json!({ "listeners": list })
+    json!({ "listeners": list, "errors": errors })
 }
 
 fn connections(shared: &Shared) -> Value {

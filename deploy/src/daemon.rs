@@ -43,6 +43,11 @@ pub struct CoreShared {
     pub connections: Mutex<Vec<Connection>>,
     /// It has left its loop.
     pub done: AtomicBool,
+    /// The generation of [`Shared::listeners`] whose listeners are up on
+    /// this core (or failed, said in `listen_error`).
+    pub listeners_applied: AtomicU64,
+    /// Why its last change of listeners failed, if it did.
+    pub listen_error: Mutex<Option<String>>,
 }
 
 /// A Terminate's direction (`sent`, `received`), layer, type and code.
@@ -121,6 +126,25 @@ impl Events {
     }
 }
 
+/// The TCP ports the services listen on now (SIGHUP may change them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ListenerPorts {
+    /// The bench service's.
+    pub bench: Option<u16>,
+    /// The memory service's.
+    pub memory: Option<u16>,
+}
+
+impl ListenerPorts {
+    /// The ports `config` names.
+    pub fn of(config: &Config) -> ListenerPorts {
+        ListenerPorts {
+            bench: config.service(ServiceKind::Bench).map(|s| s.tcp_port),
+            memory: config.service(ServiceKind::Memory).map(|s| s.tcp_port),
+        }
+    }
+}
+
 /// What the daemon's threads share.
 pub struct Shared {
     /// When it started.
@@ -143,6 +167,11 @@ pub struct Shared {
     pub events: Arc<Events>,
     /// Every listener is up.
     pub listening: AtomicBool,
+    /// The listeners' ports now, and a count of their changes (each core
+    /// applies a change at its next publication).
+    pub listeners: Mutex<ListenerPorts>,
+    /// Bumped by every change of `listeners`.
+    pub listeners_generation: AtomicU64,
     /// A drain was asked for (SIGTERM, `dpwarpctl drain`).
     pub drain: AtomicBool,
     /// When the drain began.
@@ -255,6 +284,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
             ..CoreShared::default()
         })
         .collect();
+    let ports = ListenerPorts::of(&config);
     Ok(Arc::new(Shared {
         started: StdInstant::now(),
         config,
@@ -266,6 +296,8 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         cores,
         events: Arc::new(Events::default()),
         listening: AtomicBool::new(false),
+        listeners: Mutex::new(ports),
+        listeners_generation: AtomicU64::new(0),
         drain: AtomicBool::new(false),
         drain_started: Mutex::new(None),
     }))
@@ -412,9 +444,10 @@ fn run_cores<T: CoreTransport + Send>(
     tick: &mut impl FnMut(&Arc<Shared>),
 ) -> Result<(), String> {
     let config = &shared.config;
+    let ports = *shared.listeners.lock().unwrap_or_else(|p| p.into_inner());
     // Port 0: no bench listener (see `Server::serving`).
-    let bench_port = config.service(ServiceKind::Bench).map_or(0, |s| s.tcp_port);
-    let memory_port = config.service(ServiceKind::Memory).map(|s| s.tcp_port);
+    let bench_port = ports.bench.unwrap_or(0);
+    let memory_port = ports.memory;
     let startup = StartupConfig {
         crc: config.rnic.crc.on(),
         markers: config.rnic.markers.on(),
@@ -461,6 +494,7 @@ fn run_cores<T: CoreTransport + Send>(
             .enumerate()
             .map(|(k, mut server)| {
                 let (shared, failed, listening) = (shared.clone(), &failed, &listening);
+                let startup = &startup;
                 std::thread::Builder::new()
                     .name(format!("dpwarpd-core{k}"))
                     .spawn_scoped(scope, move || {
@@ -474,7 +508,7 @@ fn run_cores<T: CoreTransport + Send>(
                         }
                         listening.wait();
                         if up.is_ok() && !failed.load(Ordering::SeqCst) {
-                            core_loop(&mut server, k, &shared, failed);
+                            core_loop(&mut server, k, &shared, failed, ports, startup);
                         }
                         publish(&server, me);
                         me.done.store(true, Ordering::SeqCst);
@@ -559,8 +593,13 @@ fn core_loop<T: CoreTransport>(
     k: usize,
     shared: &Shared,
     failed: &AtomicBool,
+    mut ports: ListenerPorts,
+    startup: &StartupConfig,
 ) {
     let me = &shared.cores[k];
+    let mut listeners_seen = 0;
+    // A change of listeners waiting for the control plane's answer.
+    let mut pending = false;
     let mut last = StdInstant::now();
     let mut turns = 0u32;
     let mut published = u64::MAX;
@@ -570,7 +609,7 @@ fn core_loop<T: CoreTransport>(
             // One connection's failure ends that connection only.
             tracing::warn!(core = k, why, "connection failed");
         }
-        others(server, k, shared);
+        others(server, k, shared, ports.memory);
         turns = turns.wrapping_add(1);
         // The clock at most every 64 turns (a turn may be a microsecond).
         if !turns.is_multiple_of(64) {
@@ -589,6 +628,36 @@ fn core_loop<T: CoreTransport>(
         }
         if failed.load(Ordering::SeqCst) {
             return;
+        }
+        let generation = shared.listeners_generation.load(Ordering::SeqCst);
+        if generation != listeners_seen {
+            listeners_seen = generation;
+            let new = *shared.listeners.lock().unwrap_or_else(|p| p.into_inner());
+            relisten(server, shared, ports, new, startup);
+            ports = new;
+            pending = true;
+        }
+        if pending {
+            let status =
+                |port: Option<u16>| port.map_or(Some(Ok(())), |p| server.endpoint.listen_status(p));
+            match (status(ports.bench), status(ports.memory)) {
+                (Some(Ok(())), Some(Ok(()))) => {
+                    *me.listen_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                    me.listeners_applied.store(listeners_seen, Ordering::SeqCst);
+                    pending = false;
+                }
+                (Some(Err(why)), _) | (_, Some(Err(why))) => {
+                    tracing::error!(
+                        core = k,
+                        why,
+                        "a listener of the reloaded configuration failed"
+                    );
+                    *me.listen_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                    me.listeners_applied.store(listeners_seen, Ordering::SeqCst);
+                    pending = false;
+                }
+                _ => {}
+            }
         }
         if !shared.drain.load(Ordering::SeqCst) {
             continue;
@@ -622,12 +691,13 @@ fn core_loop<T: CoreTransport>(
 
 /// Hands what the bench service's step found for the memory service to
 /// it: connections on its port (others are ended), ends, Terminates.
-fn others<T: CoreTransport>(server: &mut Server<T>, k: usize, shared: &Shared) {
+fn others<T: CoreTransport>(
+    server: &mut Server<T>,
+    k: usize,
+    shared: &Shared,
+    memory_port: Option<u16>,
+) {
     let found = server.take_foreign();
-    let memory_port = shared
-        .config
-        .service(ServiceKind::Memory)
-        .map(|s| s.tcp_port);
     for (qp, _, local, peer) in found.established {
         let claimed = match (&shared.memory, memory_port) {
             (Some(m), Some(port)) if local.port() == port => m.established(k, qp, peer),
@@ -667,6 +737,90 @@ fn others<T: CoreTransport>(server: &mut Server<T>, k: usize, shared: &Shared) {
             "connection terminated"
         );
     }
+}
+
+/// Moves this core's listeners from `old` to `new` ports: connections
+/// they accepted stay.
+fn relisten<T: CoreTransport>(
+    server: &mut Server<T>,
+    shared: &Shared,
+    old: ListenerPorts,
+    new: ListenerPorts,
+    startup: &StartupConfig,
+) {
+    if new.bench != old.bench {
+        server.set_port(new.bench.unwrap_or(0), startup.clone());
+    }
+    if new.memory != old.memory {
+        if let Some(port) = old.memory {
+            server.endpoint.control().unlisten(port);
+        }
+        if let (Some(port), Some(memory)) = (new.memory, &shared.memory) {
+            let memory = memory.clone();
+            server.endpoint.control().listen(
+                port,
+                startup.clone(),
+                Box::new(move |request, peer| memory.decide(&request.private_data, peer)),
+            );
+        }
+    }
+}
+
+/// SIGHUP: reads the configuration file again. A file that does not check
+/// changes nothing; otherwise the services' listeners move to the ports it
+/// names (established connections stay), and what else it changes is
+/// named as needing a restart. Returns what was done, for the log.
+pub fn reload(shared: &Shared) -> Result<String, String> {
+    let new = Config::load(&shared.config_path).map_err(|e| e.to_string())?;
+    let old = &shared.config;
+    let mut restart = Vec::new();
+    let differs =
+        |a: &dyn std::fmt::Debug, b: &dyn std::fmt::Debug| format!("{a:?}") != format!("{b:?}");
+    if differs(&old.daemon, &new.daemon) {
+        restart.push("[daemon]");
+    }
+    if differs(&old.dpdk, &new.dpdk) {
+        restart.push("[dpdk]");
+    }
+    if differs(&old.rnic, &new.rnic) {
+        restart.push("[rnic]");
+    }
+    if differs(old.port(), new.port()) {
+        restart.push("[[port]]");
+    }
+    if differs(
+        &old.regions().collect::<Vec<_>>(),
+        &new.regions().collect::<Vec<_>>(),
+    ) {
+        restart.push("[[region]]");
+    }
+    let mut ports = ListenerPorts::of(&new);
+    if ports.memory.is_some() && shared.memory.is_none() {
+        // Its regions are allocated at the start.
+        restart.push("a memory service added");
+        ports.memory = None;
+    }
+    let mut listeners = shared.listeners.lock().unwrap_or_else(|p| p.into_inner());
+    let before = *listeners;
+    if ports != before {
+        *listeners = ports;
+        shared.listeners_generation.fetch_add(1, Ordering::SeqCst);
+    }
+    let show = |p: Option<u16>| p.map_or("off".to_string(), |p| p.to_string());
+    let mut done = format!(
+        "listeners: bench {} -> {}, memory {} -> {}",
+        show(before.bench),
+        show(ports.bench),
+        show(before.memory),
+        show(ports.memory)
+    );
+    if !restart.is_empty() {
+        done.push_str(&format!(
+            "; changed but applied only by a restart: {}",
+            restart.join(", ")
+        ));
+    }
+    Ok(done)
 }
 
 fn publish<T: CoreTransport>(server: &Server<T>, me: &CoreShared) {

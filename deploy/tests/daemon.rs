@@ -390,6 +390,71 @@ fn serve_and_drain() -> Result<(), Failed> {
         )
     });
     daemon.wait_stats(Duration::from_secs(20), |s| s["qps"] == 1)?;
+
+    // SIGHUP with the bench service on another port: the listener moves,
+    // the connection the old one accepted runs on.
+    let path = dir.join("dpwarpd.toml");
+    let moved = free_port();
+    let text = std::fs::read_to_string(&path)?.replace(
+        &format!("tcp_port = {tcp_port}"),
+        &format!("tcp_port = {moved}"),
+    );
+    std::fs::write(&path, text)?;
+    let closed_before = daemon.ctl("stats").map_err(fail)?["service"]["closed"].clone();
+    Command::new("kill")
+        .args(["-HUP", &daemon.child.id().to_string()])
+        .status()?;
+    let start = Instant::now();
+    loop {
+        let l = daemon.ctl("listeners").map_err(fail)?;
+        if l["listeners"][0]["tcp_port"] == moved && l["listeners"][0]["up"] == true {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err(fail(format!(
+                "SIGHUP did not move the listener: {l:#}\n{}",
+                daemon.log_text()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let new_addr = SocketAddrV4::new([127, 0, 0, 1].into(), moved);
+    let on_new = client(
+        new_addr,
+        Op::Write,
+        Mode::Bandwidth,
+        4096,
+        1,
+        Stop::Iterations(500),
+    );
+    if let Err(why) = on_new {
+        return Err(fail(format!(
+            "a client on the new port: {why}\n{}",
+            daemon.log_text()
+        )));
+    }
+    // The old port listens no more (the listener moved on every core).
+    let start = Instant::now();
+    while std::net::TcpStream::connect(addr).is_ok() {
+        if start.elapsed() > Duration::from_secs(5) {
+            return Err(fail("the old port still accepts connections"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = daemon.ctl("stats").map_err(fail)?;
+    // The long client's connection stayed; the one on the new port closed.
+    if stats["qps"] != 1
+        || stats["service"]["closed"].as_u64() != closed_before.as_u64().map(|c| c + 1)
+    {
+        return Err(fail(format!("after SIGHUP: {stats:#}")));
+    }
+    if !daemon.log_text().contains("SIGHUP: configuration reloaded") {
+        return Err(fail(format!(
+            "no reload in the log:\n{}",
+            daemon.log_text()
+        )));
+    }
+
     let mut daemon = daemon;
     let term = Instant::now();
     Command::new("kill")
@@ -398,7 +463,7 @@ fn serve_and_drain() -> Result<(), Failed> {
     // Draining: a new client is refused while the old one runs.
     std::thread::sleep(Duration::from_millis(200));
     let late = client(
-        addr,
+        new_addr,
         Op::Write,
         Mode::Bandwidth,
         64,
@@ -576,6 +641,12 @@ fn memory_service() -> Result<(), Failed> {
     );
     if st != WcStatus::Success {
         return Err(fail(format!("Write through A: {st:?}")));
+    }
+    // A Read on A after its Write returns once the Write is placed (one
+    // stream, in order): then B reads it through its own STag.
+    let st = run(&mut ep, qa, SendOp::Read(at(&ga, 4096)), 12288, 8);
+    if st != WcStatus::Success {
+        return Err(fail(format!("Read through A: {st:?}")));
     }
     let st = run(
         &mut ep,

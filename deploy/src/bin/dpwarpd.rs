@@ -92,28 +92,13 @@ fn run(config: Config, path: PathBuf) -> Result<(), String> {
     result
 }
 
-/// SIGHUP: reads the configuration again. A file that does not check is
-/// refused and the running one kept; what it changes is said.
+/// SIGHUP: reads the configuration again ([`daemon::reload`]).
 fn reload(shared: &Arc<daemon::Shared>) {
-    match Config::load(&shared.config_path) {
-        Err(e) => {
-            tracing::error!(error = %e, "SIGHUP: the configuration does not check; keeping the running one")
-        }
-        Ok(new) => {
-            let (old, port) = (&shared.config, new.port());
-            let same = old.port().address == port.address
-                && old.port().driver == port.driver
-                && old
-                    .services()
-                    .map(|s| s.tcp_port)
-                    .eq(new.services().map(|s| s.tcp_port));
-            if same {
-                tracing::info!(
-                    "SIGHUP: the configuration checks; its listeners are the running ones"
-                );
-            } else {
-                tracing::warn!("SIGHUP: the configuration changes the port or the listeners; this dpwarpd applies such changes on a restart only");
-            }
-        }
+    match daemon::reload(shared) {
+        Ok(done) => tracing::info!(done, "SIGHUP: configuration reloaded"),
+        Err(e) => tracing::error!(
+            error = e,
+            "SIGHUP: the configuration does not check; keeping the running one"
+        ),
     }
 }
