@@ -231,10 +231,21 @@ impl Responder {
     /// Reaps completions and answers what arrived. A failure names the QP
     /// it ends.
     pub fn step<E: RnicEnd>(&mut self, ep: &mut E) -> Result<(), (QpHandle, String)> {
+        self.step_spilling(ep, &mut |_| {})
+    }
+
+    /// [`step`](Self::step), handing the completions of QPs it does not
+    /// serve to `spill` (another service's, on the same CQ).
+    pub fn step_spilling<E: RnicEnd>(
+        &mut self,
+        ep: &mut E,
+        spill: &mut dyn FnMut(&Wc),
+    ) -> Result<(), (QpHandle, String)> {
         self.wcs.clear();
         ep.poll_cq(&mut self.wcs);
         for wc in &self.wcs {
             let Some(s) = self.index.get(&wc.qp).map(|&i| &mut self.served[i]) else {
+                spill(wc);
                 continue;
             };
             if wc.status != WcStatus::Success {
@@ -318,6 +329,8 @@ struct Run {
 struct Runs {
     leases: Leases,
     by_id: HashMap<u64, Run>,
+    /// Octets [`Serving::reserve`] took for good.
+    reserved: u64,
 }
 
 /// A snapshot of what a server serves, for operators.
@@ -327,7 +340,8 @@ pub struct ServingStats {
     pub runs: usize,
     /// Octets of memory leased to them.
     pub leased: u64,
-    /// Octets of memory there are.
+    /// Octets of memory there are for them (what [`Serving::reserve`]
+    /// took is not).
     pub memory: u64,
     /// Connections served to the end.
     pub served: u64,
@@ -380,6 +394,7 @@ impl Serving {
             runs: Mutex::new(Runs {
                 leases: Leases::new(memory),
                 by_id: HashMap::new(),
+                reserved: 0,
             }),
             draining: AtomicBool::new(false),
             refused: AtomicU64::new(0),
@@ -416,6 +431,16 @@ impl Serving {
         self.runs_done.load(Ordering::SeqCst)
     }
 
+    /// Takes `len` octets of the memory for good (another service's
+    /// buffers beside the runs' leases): their offset, or `None` if there
+    /// is not that much free.
+    pub fn reserve(&self, len: u64) -> Option<u64> {
+        let mut runs = self.runs();
+        let (offset, len) = runs.leases.take(len)?;
+        runs.reserved += len;
+        Some(offset)
+    }
+
     /// Stops accepting: every connection from now on is refused, those
     /// open run on.
     pub fn drain(&self) {
@@ -440,8 +465,8 @@ impl Serving {
                 ),
                 Admission::Many { .. } => runs.by_id.len(),
             },
-            leased: runs.leases.used(),
-            memory: runs.leases.len(),
+            leased: runs.leases.used() - runs.reserved,
+            memory: runs.leases.len() - runs.reserved,
             served: self.served(),
             refused: self.refused(),
             open: self.open(),
@@ -465,7 +490,7 @@ impl Serving {
         };
         let need = memory_for(hello.qps as usize, hello.size as usize) as u64;
         let mut runs = self.runs();
-        let Runs { leases, by_id } = &mut *runs;
+        let Runs { leases, by_id, .. } = &mut *runs;
         if let Some(run) = by_id.get_mut(&hello.run) {
             if need > run.len {
                 // A larger size (-a): a new lease, if none of the old
@@ -559,7 +584,7 @@ impl Serving {
     /// on its way.
     fn closed(&self, run: u64) {
         let mut runs = self.runs();
-        let Runs { leases, by_id } = &mut *runs;
+        let Runs { leases, by_id, .. } = &mut *runs;
         let Some(r) = by_id.get_mut(&run) else {
             return;
         };
@@ -582,7 +607,7 @@ impl Serving {
             return 0;
         };
         let mut runs = self.runs();
-        let Runs { leases, by_id } = &mut *runs;
+        let Runs { leases, by_id, .. } = &mut *runs;
         let gone: Vec<u64> = by_id
             .iter()
             .filter(|(_, r)| r.open == 0 && r.quiet_since.is_some_and(|t| t.elapsed() >= idle))
@@ -714,6 +739,8 @@ pub struct Foreign {
     pub ended: Vec<QpHandle>,
     /// Terminates on their QPs.
     pub events: Vec<(QpHandle, rnic_engine::verbs::QpEvent)>,
+    /// Completions of their QPs.
+    pub wcs: Vec<Wc>,
     /// QPs handed to another service, until they end.
     owned: std::collections::HashSet<QpHandle>,
 }
@@ -938,6 +965,7 @@ impl<T: CoreTransport> Server<T> {
             established: std::mem::take(&mut self.foreign.established),
             ended: std::mem::take(&mut self.foreign.ended),
             events: std::mem::take(&mut self.foreign.events),
+            wcs: std::mem::take(&mut self.foreign.wcs),
             owned: std::collections::HashSet::new(),
         }
     }
@@ -1084,7 +1112,13 @@ impl<T: CoreTransport> Server<T> {
             self.runs_seen = runs;
             self.client_done = true;
         }
-        if let Err((qp, why)) = self.responder.step(&mut self.endpoint) {
+        let foreign = &mut self.foreign;
+        let stepped = self.responder.step_spilling(&mut self.endpoint, &mut |wc| {
+            if foreign.owned.contains(&wc.qp) {
+                foreign.wcs.push(*wc);
+            }
+        });
+        if let Err((qp, why)) = stepped {
             // One connection's failure ends that connection only.
             self.responder.remove(qp);
             self.endpoint.close(qp);

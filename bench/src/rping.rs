@@ -347,6 +347,8 @@ pub struct Outcome {
 #[derive(Debug, Clone, Copy)]
 struct Layout {
     size: usize,
+    /// Where slot 0 starts in the registered memory.
+    origin: usize,
 }
 
 impl Layout {
@@ -354,7 +356,7 @@ impl Layout {
         (2 * self.size + 3 * INFO_LEN).next_multiple_of(64)
     }
     fn base(&self, slot: usize) -> usize {
-        slot * self.slot_len()
+        self.origin + slot * self.slot_len()
     }
     /// The client's start buffer; the server's read buffer.
     fn first(&self, slot: usize) -> usize {
@@ -564,7 +566,10 @@ fn run<T: CoreTransport>(
     args: &RpingArgs,
     stop: &AtomicBool,
 ) -> Result<Outcome, String> {
-    let layout = Layout { size: args.size };
+    let layout = Layout {
+        size: args.size,
+        origin: 0,
+    };
     if args.server {
         let slots = if args.persistent { CONNECTIONS_MAX } else { 1 };
         let mut ep = Endpoint::new(transport, emss, 7, layout.memory(slots));
@@ -608,6 +613,242 @@ struct Served {
     stalled: bool,
 }
 
+/// What a server does besides rping's protocol.
+#[derive(Debug, Clone, Copy, Default)]
+struct ServeOpts {
+    /// Print rping's `-v` lines.
+    verbose: bool,
+    /// A deliberate fault (the interop suite's).
+    fault: Option<Fault>,
+}
+
+/// How a served connection ended ([`RpingService::ended`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The client closed between iterations, as rping does when done.
+    Done,
+    /// It failed (a Terminate, an error, or gone mid-iteration).
+    Failed,
+}
+
+/// rping's server side for the connections of one core, as a service:
+/// the core's loop hands it the connections it serves, their
+/// completions, ends and Terminates. Each connection has a slot of the
+/// registered memory (its buffers); the slot is free again only once the
+/// connection's QP is gone. `bench rping -s` runs one; the appliance runs
+/// one per core beside its other services.
+pub struct RpingService {
+    layout: Layout,
+    served: Vec<Served>,
+    free: Vec<usize>,
+    outcome: Outcome,
+    opts: ServeOpts,
+}
+
+impl RpingService {
+    /// Octets of registered memory `slots` connections of at most `size`
+    /// octets take.
+    pub fn memory(size: usize, slots: usize) -> usize {
+        Layout { size, origin: 0 }.memory(slots)
+    }
+
+    /// A service for buffers of at most `size` octets (rping's `-S`),
+    /// `slots` connections at once, in the registered memory from offset
+    /// `origin` on ([`RpingService::memory`] octets of it).
+    pub fn new(size: usize, slots: usize, origin: usize, verbose: bool) -> RpingService {
+        RpingService::with(
+            Layout { size, origin },
+            slots,
+            ServeOpts {
+                verbose,
+                fault: None,
+            },
+        )
+    }
+
+    fn with(layout: Layout, slots: usize, opts: ServeOpts) -> RpingService {
+        RpingService {
+            layout,
+            served: Vec::new(),
+            free: (0..slots).rev().collect(),
+            outcome: Outcome::default(),
+            opts,
+        }
+    }
+
+    /// Whether it serves QP `qp`.
+    pub fn owns(&self, qp: QpHandle) -> bool {
+        self.served.iter().any(|s| s.qp == qp)
+    }
+
+    /// Connections served now.
+    pub fn len(&self) -> usize {
+        self.served.len()
+    }
+
+    /// Whether it serves none.
+    pub fn is_empty(&self) -> bool {
+        self.served.is_empty()
+    }
+
+    /// Iterations verified and connections failed so far.
+    pub fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// Serves QP `qp`, the connection from `peer`: posts its receives.
+    /// Without a free slot, or if posting fails, it closes the connection
+    /// and returns false.
+    pub fn established<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+        qp: QpHandle,
+        peer: String,
+    ) -> bool {
+        let Some(slot) = self.free.pop() else {
+            eprintln!(
+                "bench rping: {} clients already; closing {peer}",
+                self.served.len()
+            );
+            ep.close(qp);
+            return false;
+        };
+        let l = self.layout;
+        let posted = if self.opts.fault == Some(Fault::NoRecv) {
+            Ok(())
+        } else {
+            post_recv(ep, qp, l, slot, WR_RECV0).and_then(|()| post_recv(ep, qp, l, slot, WR_RECV1))
+        };
+        if let Err(why) = posted {
+            eprintln!("bench rping: {peer}: {why}");
+            self.free.push(slot);
+            ep.close(qp);
+            return false;
+        }
+        self.served.push(Served {
+            qp,
+            slot,
+            phase: Phase::ReadAdv,
+            ping: 0,
+            echo_len: 0,
+            peer,
+            since: Instant::now(),
+            terminated: false,
+            failed: false,
+            stalled: false,
+        });
+        true
+    }
+
+    /// A Terminate went either way on `qp`; reported, and the connection
+    /// counted as failed when it ends. Returns whether `qp` is served here.
+    pub fn terminated(&mut self, qp: QpHandle, event: QpEvent) -> bool {
+        let Some(s) = self.served.iter_mut().find(|s| s.qp == qp) else {
+            return false;
+        };
+        eprintln!("bench rping: {}: {}", s.peer, term_text(event));
+        s.terminated = true;
+        true
+    }
+
+    /// QP `qp` is gone: its slot is free again. `None` if it was not
+    /// served here.
+    pub fn ended(&mut self, qp: QpHandle) -> Option<Ended> {
+        let i = self.served.iter().position(|s| s.qp == qp)?;
+        // Only now, with the QP gone, may the slot serve another.
+        let s = self.served.swap_remove(i);
+        self.free.push(s.slot);
+        if s.failed {
+            // Counted and reported when it failed.
+            Some(Ended::Failed)
+        } else if s.terminated {
+            // Reported with the Terminate.
+            self.outcome.failed += 1;
+            Some(Ended::Failed)
+        } else if s.phase == Phase::ReadAdv {
+            if self.opts.verbose {
+                println!(
+                    "server DISCONNECT EVENT from {} after {} iteration(s)",
+                    s.peer, s.ping
+                );
+            }
+            Some(Ended::Done)
+        } else {
+            eprintln!(
+                "bench rping: {} left in the middle of iteration {}",
+                s.peer, s.ping
+            );
+            self.outcome.failed += 1;
+            Some(Ended::Failed)
+        }
+    }
+
+    /// One completion; returns whether it was for a QP served here. A
+    /// failure ends that connection at once (its QP with it, so nothing
+    /// the client sends later lands in the slot).
+    pub fn completion<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>, wc: &Wc) -> bool {
+        let Some(i) = self.served.iter().position(|s| s.qp == wc.qp) else {
+            return false;
+        };
+        if self.served[i].failed {
+            return true;
+        }
+        let (l, opts) = (self.layout, self.opts);
+        if let Err(why) = serve_completion(ep, l, &mut self.served[i], wc, opts) {
+            let s = &mut self.served[i];
+            eprintln!("bench rping: {}: iteration {}: {why}", s.peer, s.ping);
+            self.outcome.failed += 1;
+            s.failed = true;
+            // Its end, seen next turn, frees the slot.
+            ep.abort(s.qp);
+            return true;
+        }
+        if self.served[i].phase == Phase::ReadAdv && wc.wr_id & 0xff == WR_WRITE {
+            self.outcome.verified += 1;
+        }
+        true
+    }
+
+    /// A client that makes no progress (idle in any phase) is closed; one
+    /// that does not close then is reset, so no slot is held forever.
+    pub fn tick<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>) {
+        for s in &mut self.served {
+            if !s.failed && s.since.elapsed() > STALL_LIMIT {
+                eprintln!(
+                    "bench rping: {}: no progress for {} s{}",
+                    s.peer,
+                    STALL_LIMIT.as_secs(),
+                    if s.stalled {
+                        "; resetting"
+                    } else {
+                        "; closing"
+                    }
+                );
+                s.since = Instant::now();
+                if s.stalled {
+                    ep.abort(s.qp);
+                } else {
+                    s.stalled = true;
+                    ep.close(s.qp);
+                }
+            }
+        }
+    }
+
+    /// The clients it serves now: QP number, peer.
+    pub fn clients(&self) -> Vec<(u32, String)> {
+        self.served
+            .iter()
+            .map(|s| (s.qp.0, s.peer.clone()))
+            .collect()
+    }
+
+    /// The QPs it serves (to end them at a drain's deadline).
+    pub fn qps(&self) -> Vec<QpHandle> {
+        self.served.iter().map(|s| s.qp).collect()
+    }
+}
+
 fn server<T: CoreTransport>(
     ep: &mut Endpoint<T>,
     l: Layout,
@@ -641,53 +882,31 @@ fn server<T: CoreTransport>(
     if args.verbose {
         println!("bench rping: listening on {}:{}", args.addr, args.port);
     }
-    let mut served: Vec<Served> = Vec::new();
-    let mut free: Vec<usize> = (0..slots).rev().collect();
-    let mut outcome = Outcome::default();
+    let mut service = RpingService::with(
+        l,
+        slots,
+        ServeOpts {
+            verbose: args.verbose,
+            fault: args.fault,
+        },
+    );
     let mut wcs: Vec<Wc> = Vec::new();
     let mut connections = 0u64;
     loop {
         if stop.load(Ordering::SeqCst) {
-            return Ok(outcome);
+            return Ok(service.outcome());
         }
         ep.step(now());
         for (qp, event) in ep.take_events() {
-            let served = served.iter_mut().find(|s| s.qp == qp);
-            let peer = served.as_ref().map_or("a client", |s| s.peer.as_str());
-            eprintln!("bench rping: {peer}: {}", term_text(event));
-            if let Some(s) = served {
-                s.terminated = true;
+            if !service.terminated(qp, event) {
+                eprintln!("bench rping: a client: {}", term_text(event));
             }
         }
         // Ends first: a new QP may take an ended one's handle in this step.
         for qp in ep.take_ended() {
-            if let Some(i) = served.iter().position(|s| s.qp == qp) {
-                // Only now, with the QP gone, may the slot serve another.
-                let s = served.swap_remove(i);
-                free.push(s.slot);
-                if s.failed {
-                    // Counted and reported when it failed.
-                } else if s.terminated {
-                    // Reported with the Terminate.
-                    outcome.failed += 1;
-                } else if s.phase == Phase::ReadAdv {
-                    if args.verbose {
-                        println!(
-                            "server DISCONNECT EVENT from {} after {} iteration(s)",
-                            s.peer, s.ping
-                        );
-                    }
-                } else {
-                    eprintln!(
-                        "bench rping: {} left in the middle of iteration {}",
-                        s.peer, s.ping
-                    );
-                    outcome.failed += 1;
-                }
-                if !args.persistent {
-                    drain(ep);
-                    return Ok(outcome);
-                }
+            if service.ended(qp).is_some() && !args.persistent {
+                drain(ep);
+                return Ok(service.outcome());
             }
         }
         for (handoff, qp) in ep.take_handoffs() {
@@ -697,50 +916,23 @@ fn server<T: CoreTransport>(
                         .conn
                         .and_then(|c| ep.core.transport().endpoints(c).ok())
                         .map_or("a client".to_string(), |(_, p)| p.to_string());
-                    let Some(slot) = free.pop() else {
-                        eprintln!("bench rping: {CONNECTIONS_MAX} clients already; closing {peer}");
-                        ep.close(qp);
-                        continue;
-                    };
-                    connections += 1;
-                    let posted = if args.fault == Some(Fault::NoRecv) {
-                        Ok(())
-                    } else {
-                        post_recv(ep, qp, l, slot, WR_RECV0)
-                            .and_then(|()| post_recv(ep, qp, l, slot, WR_RECV1))
-                    };
-                    if let Err(why) = posted {
-                        eprintln!("bench rping: {peer}: {why}");
-                        free.push(slot);
-                        ep.close(qp);
-                        continue;
+                    if service.established(ep, qp, peer) {
+                        connections += 1;
                     }
-                    served.push(Served {
-                        qp,
-                        slot,
-                        phase: Phase::ReadAdv,
-                        ping: 0,
-                        echo_len: 0,
-                        peer,
-                        since: Instant::now(),
-                        terminated: false,
-                        failed: false,
-                        stalled: false,
-                    });
                 }
                 (StartupResult::Rejected(_), _) => {
                     // Our --reject: the rejection was the point.
                     connections += 1;
                     if !args.persistent {
                         drain(ep);
-                        return Ok(outcome);
+                        return Ok(service.outcome());
                     }
                 }
                 (StartupResult::Failed(f), _) => {
                     eprintln!("bench rping: a client's MPA startup failed: {}", f.reason);
-                    outcome.failed += 1;
+                    service.outcome.failed += 1;
                     if !args.persistent && connections == 0 {
-                        return Ok(outcome);
+                        return Ok(service.outcome());
                     }
                 }
                 _ => {}
@@ -749,50 +941,9 @@ fn server<T: CoreTransport>(
         wcs.clear();
         ep.poll_cq(&mut wcs);
         for wc in &wcs {
-            let Some(i) = served.iter().position(|s| s.qp == wc.qp) else {
-                continue;
-            };
-            if served[i].failed {
-                continue;
-            }
-            if let Err(why) = serve_completion(ep, l, &mut served[i], wc, args) {
-                let s = &mut served[i];
-                eprintln!("bench rping: {}: iteration {}: {why}", s.peer, s.ping);
-                outcome.failed += 1;
-                s.failed = true;
-                // The connection goes at once (its QP with it, so nothing
-                // the client sends later lands in the slot); its end, seen
-                // next turn, frees the slot. A persistent server goes on.
-                ep.abort(s.qp);
-                continue;
-            }
-            if served[i].phase == Phase::ReadAdv && wc.wr_id & 0xff == WR_WRITE {
-                outcome.verified += 1;
-            }
+            service.completion(ep, wc);
         }
-        // A client that makes no progress (idle in any phase) is closed;
-        // one that does not close then is reset, so no slot is held forever.
-        for s in &mut served {
-            if !s.failed && s.since.elapsed() > STALL_LIMIT {
-                eprintln!(
-                    "bench rping: {}: no progress for {} s{}",
-                    s.peer,
-                    STALL_LIMIT.as_secs(),
-                    if s.stalled {
-                        "; resetting"
-                    } else {
-                        "; closing"
-                    }
-                );
-                s.since = Instant::now();
-                if s.stalled {
-                    ep.abort(s.qp);
-                } else {
-                    s.stalled = true;
-                    ep.close(s.qp);
-                }
-            }
-        }
+        service.tick(ep);
     }
 }
 
@@ -812,7 +963,7 @@ fn serve_completion<T: CoreTransport>(
     l: Layout,
     s: &mut Served,
     wc: &Wc,
-    args: &RpingArgs,
+    args: ServeOpts,
 ) -> Result<(), String> {
     let verbose = args.verbose;
     if wc.status != WcStatus::Success {

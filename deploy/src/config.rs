@@ -296,7 +296,9 @@ impl Driver {
 pub struct Service {
     /// What it serves: `bench`, the responder of dpwarp's `bench` clients
     /// (any number at once, each in memory of its own); `memory`, the
-    /// `[[region]]`s lent by name (see `deploy::memory`).
+    /// `[[region]]`s lent by name (see `deploy::memory`); `rping`, rdma-core
+    /// rping's server (`rping -s -P`: any number of clients, buffers up to
+    /// 65535 octets, every iteration's data verified).
     pub kind: ServiceKind,
     /// The `[[port]]` it listens on, by name.
     pub port: String,
@@ -312,6 +314,7 @@ pub struct Service {
 pub enum ServiceKind {
     Bench,
     Memory,
+    Rping,
 }
 
 impl ServiceKind {
@@ -320,6 +323,7 @@ impl ServiceKind {
         match self {
             ServiceKind::Bench => "bench",
             ServiceKind::Memory => "memory",
+            ServiceKind::Rping => "rping",
         }
     }
 }
@@ -663,7 +667,7 @@ mod tests {
     fn the_example_config_is_valid() {
         let c = Config::parse(EXAMPLE, "dpwarpd.toml").unwrap();
         assert_eq!(c.port().driver, Driver::NetTap);
-        assert_eq!(c.services().count(), 2);
+        assert_eq!(c.services().count(), 3);
         assert_eq!(c.regions().count(), 2);
         assert!(!c.dpdk.lcores.is_empty());
     }

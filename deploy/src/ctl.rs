@@ -90,8 +90,25 @@ fn stats(shared: &Shared) -> Value {
             "regions": m.regions().map(|(name, len)| json!({ "name": name, "size": len })).collect::<Vec<_>>(),
         })
     });
+    let rping = shared.rping_origin.iter().any(Option::is_some).then(|| {
+        let (mut verified, mut failed) = (0, 0);
+        for c in &shared.cores {
+            let (o, _) = &*c.rping.lock().unwrap_or_else(|p| p.into_inner());
+            verified += o.verified;
+            failed += o.failed;
+        }
+        json!({
+            "kind": "rping",
+            "accepted": shared.rping.accepted.load(Ordering::Relaxed),
+            "refused": shared.rping.refused.load(Ordering::Relaxed),
+            "closed": shared.rping.closed.load(Ordering::Relaxed),
+            "verified": verified,
+            "failed": failed,
+        })
+    });
     json!({
         "memory": memory,
+        "rping": rping,
         "cores": cores,
         "service": {
             "kind": "bench",
@@ -142,24 +159,28 @@ fn listeners(shared: &Shared) -> Value {
         && !shared.drain.load(Ordering::SeqCst)
         && applied
         && errors.is_empty();
-    let list: Vec<Value> = [("bench", now.bench), ("memory", now.memory)]
-        .into_iter()
-        .filter_map(|(kind, tcp_port)| {
-            Some(json!({
-                "service": kind,
-                "address": port.address.0.to_string(),
-                "tcp_port": tcp_port?,
-                "port": port.name,
-                "driver": port.driver.name(),
-                "llp": "mpa",
-                "crc": config.rnic.crc.on(),
-                "markers": config.rnic.markers.on(),
-                "ird_max": config.rnic.ird_max,
-                "ord": config.rnic.ord,
-                "up": up,
-            }))
-        })
-        .collect();
+    let list: Vec<Value> = [
+        ("bench", now.bench),
+        ("memory", now.memory),
+        ("rping", now.rping),
+    ]
+    .into_iter()
+    .filter_map(|(kind, tcp_port)| {
+        Some(json!({
+            "service": kind,
+            "address": port.address.0.to_string(),
+            "tcp_port": tcp_port?,
+            "port": port.name,
+            "driver": port.driver.name(),
+            "llp": "mpa",
+            "crc": config.rnic.crc.on(),
+            "markers": config.rnic.markers.on(),
+            "ird_max": config.rnic.ird_max,
+            "ord": config.rnic.ord,
+            "up": up,
+        }))
+    })
+    .collect();
     json!({ "listeners": list, "errors": errors })
 }
 
@@ -187,6 +208,18 @@ fn connections(shared: &Shared) -> Value {
                 "markers_rx": c.markers_rx,
                 "ird": c.ird,
                 "ord": c.ord,
+            }));
+        }
+    }
+    for (k, core) in shared.cores.iter().enumerate() {
+        let (_, clients) = &*core.rping.lock().unwrap_or_else(|p| p.into_inner());
+        for (qp, peer) in clients {
+            list.push(json!({
+                "core": k,
+                "qp": qp,
+                "peer": peer,
+                "service": "rping",
+                "state": "rts",
             }));
         }
     }

@@ -48,6 +48,40 @@ pub struct CoreShared {
     pub listeners_applied: AtomicU64,
     /// Why its last change of listeners failed, if it did.
     pub listen_error: Mutex<Option<String>>,
+    /// Its rping service: what it verified and the clients it serves now
+    /// (QP number, peer), as of its last publication.
+    pub rping: Mutex<(bench::rping::Outcome, Vec<(u32, String)>)>,
+}
+
+/// The rping service's gate on the control-plane thread: its accepts and
+/// refusals, closed by a drain.
+#[derive(Debug, Default)]
+pub struct RpingGate {
+    /// No new client.
+    pub draining: AtomicBool,
+    /// Clients accepted.
+    pub accepted: AtomicU64,
+    /// Clients refused (draining).
+    pub refused: AtomicU64,
+    /// Clients whose connection ended.
+    pub closed: AtomicU64,
+}
+
+impl RpingGate {
+    /// The listener's callback.
+    fn on_request(self: &Arc<Self>) -> control::runtime::OnRequest {
+        let gate = self.clone();
+        Box::new(move |_, peer| {
+            if gate.draining.load(Ordering::SeqCst) {
+                gate.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(service = "rping", %peer, "connection refused: draining");
+                return control::runtime::Decision::Reject(b"dpwarpd is draining".to_vec());
+            }
+            gate.accepted.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(service = "rping", %peer, "connection accepted");
+            control::runtime::Decision::Accept(control::mpa::Accept::default())
+        })
+    }
 }
 
 /// A Terminate's direction (`sent`, `received`), layer, type and code.
@@ -133,6 +167,8 @@ pub struct ListenerPorts {
     pub bench: Option<u16>,
     /// The memory service's.
     pub memory: Option<u16>,
+    /// The rping service's.
+    pub rping: Option<u16>,
 }
 
 impl ListenerPorts {
@@ -141,6 +177,7 @@ impl ListenerPorts {
         ListenerPorts {
             bench: config.service(ServiceKind::Bench).map(|s| s.tcp_port),
             memory: config.service(ServiceKind::Memory).map(|s| s.tcp_port),
+            rping: config.service(ServiceKind::Rping).map(|s| s.tcp_port),
         }
     }
 }
@@ -159,6 +196,10 @@ pub struct Shared {
     pub serving: Arc<Serving>,
     /// The memory service, if configured.
     pub memory: Option<Arc<MemoryService>>,
+    /// The rping service's gate (its per-core state is the cores').
+    pub rping: Arc<RpingGate>,
+    /// Each core's rping slots: the offset of its buffers in the memory.
+    pub rping_origin: Vec<Option<u64>>,
     /// The control plane and the registry.
     pub host: Arc<Host>,
     /// Each core.
@@ -188,6 +229,7 @@ impl Shared {
             if let Some(m) = &self.memory {
                 m.drain();
             }
+            self.rping.draining.store(true, Ordering::SeqCst);
             tracing::info!(
                 deadline_ms = self.config.daemon.drain_deadline_ms,
                 "draining: no new connections"
@@ -284,6 +326,27 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
             ..CoreShared::default()
         })
         .collect();
+    // rping's buffers: a slot per client, `clients_max` of them (at most
+    // rping's own 64) on every core, taken from the memory for good.
+    let rping_origin = match config.service(ServiceKind::Rping) {
+        None => vec![None; config.dpdk.lcores.len()],
+        Some(_) => {
+            let len =
+                bench::rping::RpingService::memory(bench::rping::SIZE_MAX, rping_slots(&config))
+                    as u64;
+            (0..config.dpdk.lcores.len())
+                .map(|_| {
+                    serving.reserve(len).map(Some).ok_or_else(|| {
+                        format!(
+                            "[rnic] memory_mib = {}: too little for the rping service's buffers \
+                             ({len} octets per core): give more",
+                            config.rnic.memory_mib
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>()?
+        }
+    };
     let ports = ListenerPorts::of(&config);
     Ok(Arc::new(Shared {
         started: StdInstant::now(),
@@ -292,6 +355,8 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         port_describe: Mutex::new(String::new()),
         serving,
         memory,
+        rping: Arc::new(RpingGate::default()),
+        rping_origin,
         host,
         cores,
         events: Arc::new(Events::default()),
@@ -301,6 +366,11 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         drain: AtomicBool::new(false),
         drain_started: Mutex::new(None),
     }))
+}
+
+/// rping clients each core serves at once.
+fn rping_slots(config: &Config) -> usize {
+    config.rnic.clients_max.min(bench::rping::CONNECTIONS_MAX)
 }
 
 /// STag keys and TCP sequence numbers of this run: not predictable from one
@@ -476,6 +546,14 @@ fn run_cores<T: CoreTransport + Send>(
             )
         })
         .collect();
+    if let Some(port) = ports.rping {
+        for server in &servers {
+            server
+                .endpoint
+                .control()
+                .listen(port, startup.clone(), shared.rping.on_request());
+        }
+    }
     if let (Some(port), Some(memory)) = (memory_port, &shared.memory) {
         for server in &servers {
             let memory = memory.clone();
@@ -500,7 +578,8 @@ fn run_cores<T: CoreTransport + Send>(
                     .spawn_scoped(scope, move || {
                         let me = &shared.cores[k];
                         let up = dataplane::lcore::enter(me.cpu, eal).and_then(|pinned| {
-                            wait_listening(&mut server, memory_port).map(|()| pinned)
+                            wait_listening(&mut server, &[memory_port, ports.rping])
+                                .map(|()| pinned)
                         });
                         if let Err(why) = &up {
                             tracing::error!(core = k, cpu = ?me.cpu, why, "core failed to start");
@@ -561,28 +640,26 @@ fn run_cores<T: CoreTransport + Send>(
 }
 
 /// Steps `server` until its listeners are up: the bench service's and
-/// the memory service's on `memory` (at most 10 s).
+/// those on `others` (at most 10 s each).
 fn wait_listening<T: CoreTransport>(
     server: &mut Server<T>,
-    memory: Option<u16>,
+    others: &[Option<u16>],
 ) -> Result<(), String> {
     server.wait_listening()?;
-    let Some(port) = memory else {
-        return Ok(());
-    };
-    let start = StdInstant::now();
-    loop {
-        match server.endpoint.listen_status(port) {
-            Some(Ok(())) => return Ok(()),
-            Some(Err(why)) => return Err(format!("memory service, TCP port {port}: {why}")),
-            None if start.elapsed() > StdDuration::from_secs(10) => {
-                return Err(format!(
-                    "memory service, TCP port {port}: no listener after 10 s"
-                ))
+    for port in others.iter().flatten().copied() {
+        let start = StdInstant::now();
+        loop {
+            match server.endpoint.listen_status(port) {
+                Some(Ok(())) => break,
+                Some(Err(why)) => return Err(format!("TCP port {port}: {why}")),
+                None if start.elapsed() > StdDuration::from_secs(10) => {
+                    return Err(format!("TCP port {port}: no listener after 10 s"))
+                }
+                None => server.step(now())?,
             }
-            None => server.step(now())?,
         }
     }
+    Ok(())
 }
 
 /// One core's loop: turns until the drain is done here (no connection
@@ -597,6 +674,14 @@ fn core_loop<T: CoreTransport>(
     startup: &StartupConfig,
 ) {
     let me = &shared.cores[k];
+    let mut rping = shared.rping_origin[k].map(|origin| {
+        bench::rping::RpingService::new(
+            bench::rping::SIZE_MAX,
+            rping_slots(&shared.config),
+            origin as usize,
+            false,
+        )
+    });
     let mut listeners_seen = 0;
     // A change of listeners waiting for the control plane's answer.
     let mut pending = false;
@@ -609,7 +694,7 @@ fn core_loop<T: CoreTransport>(
             // One connection's failure ends that connection only.
             tracing::warn!(core = k, why, "connection failed");
         }
-        others(server, k, shared, ports.memory);
+        others(server, k, shared, ports, rping.as_mut());
         turns = turns.wrapping_add(1);
         // The clock at most every 64 turns (a turn may be a microsecond).
         if !turns.is_multiple_of(64) {
@@ -620,6 +705,10 @@ fn core_loop<T: CoreTransport>(
             continue;
         }
         last = t;
+        if let Some(r) = rping.as_mut() {
+            r.tick(&mut server.endpoint);
+            *me.rping.lock().unwrap_or_else(|p| p.into_inner()) = (r.outcome(), r.clients());
+        }
         *me.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();
         if server.generation() != published {
             published = server.generation();
@@ -640,7 +729,13 @@ fn core_loop<T: CoreTransport>(
         if pending {
             let status =
                 |port: Option<u16>| port.map_or(Some(Ok(())), |p| server.endpoint.listen_status(p));
-            match (status(ports.bench), status(ports.memory)) {
+            // Up when every listener is; failed when any did.
+            let others = match (status(ports.memory), status(ports.rping)) {
+                (Some(Err(e)), _) | (_, Some(Err(e))) => Some(Err(e)),
+                (Some(Ok(())), Some(Ok(()))) => Some(Ok(())),
+                _ => None,
+            };
+            match (status(ports.bench), others) {
                 (Some(Ok(())), Some(Ok(()))) => {
                     *me.listen_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
                     me.listeners_applied.store(listeners_seen, Ordering::SeqCst);
@@ -684,6 +779,9 @@ fn core_loop<T: CoreTransport>(
                     server.endpoint.abort(qp);
                 }
             }
+            for qp in rping.as_ref().map(|r| r.qps()).unwrap_or_default() {
+                server.endpoint.abort(qp);
+            }
             aborted_at = Some(t);
         }
     }
@@ -695,11 +793,19 @@ fn others<T: CoreTransport>(
     server: &mut Server<T>,
     k: usize,
     shared: &Shared,
-    memory_port: Option<u16>,
+    ports: ListenerPorts,
+    mut rping: Option<&mut bench::rping::RpingService>,
 ) {
     let found = server.take_foreign();
     for (qp, _, local, peer) in found.established {
-        let claimed = match (&shared.memory, memory_port) {
+        if let (Some(r), Some(port)) = (rping.as_deref_mut(), ports.rping) {
+            if local.port() == port {
+                // It closes what it cannot serve.
+                r.established(&mut server.endpoint, qp, peer.to_string());
+                continue;
+            }
+        }
+        let claimed = match (&shared.memory, ports.memory) {
             (Some(m), Some(port)) if local.port() == port => m.established(k, qp, peer),
             _ => false,
         };
@@ -709,12 +815,32 @@ fn others<T: CoreTransport>(
             server.endpoint.abort(qp);
         }
     }
+    for wc in &found.wcs {
+        if let Some(r) = rping.as_deref_mut() {
+            r.completion(&mut server.endpoint, wc);
+        }
+    }
     for qp in found.ended {
+        if let Some(ended) = rping.as_deref_mut().and_then(|r| r.ended(qp)) {
+            shared.rping.closed.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                service = "rping",
+                core = k,
+                qp = qp.0,
+                ?ended,
+                "connection closed"
+            );
+            continue;
+        }
         if let Some(m) = &shared.memory {
             m.ended(k, qp);
         }
     }
     for (qp, event) in found.events {
+        let rpings = rping
+            .as_deref_mut()
+            .is_some_and(|r| r.terminated(qp, event));
+        let service = if rpings { "rping" } else { "memory" };
         let (direction, t) = match event {
             QpEvent::TerminateSent(t) => ("sent", t),
             QpEvent::TerminateReceived(t) => ("received", t),
@@ -727,7 +853,7 @@ fn others<T: CoreTransport>(
             .entry((direction, t.layer, t.etype, t.ecode))
             .or_default() += 1;
         tracing::warn!(
-            service = "memory",
+            service,
             core = k,
             qp = qp.0,
             direction,
@@ -750,6 +876,17 @@ fn relisten<T: CoreTransport>(
 ) {
     if new.bench != old.bench {
         server.set_port(new.bench.unwrap_or(0), startup.clone());
+    }
+    if new.rping != old.rping {
+        if let Some(port) = old.rping {
+            server.endpoint.control().unlisten(port);
+        }
+        if let Some(port) = new.rping {
+            server
+                .endpoint
+                .control()
+                .listen(port, startup.clone(), shared.rping.on_request());
+        }
     }
     if new.memory != old.memory {
         if let Some(port) = old.memory {
@@ -800,6 +937,11 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
         restart.push("a memory service added");
         ports.memory = None;
     }
+    if ports.rping.is_some() && shared.rping_origin.iter().any(Option::is_none) {
+        // Its buffers are taken at the start.
+        restart.push("an rping service added");
+        ports.rping = None;
+    }
     let mut listeners = shared.listeners.lock().unwrap_or_else(|p| p.into_inner());
     let before = *listeners;
     if ports != before {
@@ -808,11 +950,13 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
     }
     let show = |p: Option<u16>| p.map_or("off".to_string(), |p| p.to_string());
     let mut done = format!(
-        "listeners: bench {} -> {}, memory {} -> {}",
+        "listeners: bench {} -> {}, memory {} -> {}, rping {} -> {}",
         show(before.bench),
         show(ports.bench),
         show(before.memory),
-        show(ports.memory)
+        show(ports.memory),
+        show(before.rping),
+        show(ports.rping)
     );
     if !restart.is_empty() {
         done.push_str(&format!(

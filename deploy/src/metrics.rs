@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::daemon::{drops, Shared};
+use crate::daemon::{drops, RpingGate, Shared};
 use crate::memory::MemoryService;
 
 /// The exposition of everything the daemon counts.
@@ -157,12 +157,21 @@ pub fn render(shared: &Shared) -> String {
     let svc = "service=\"bench\"".to_string();
     // One family per name, a sample per service (the exposition format
     // allows a name's HELP and TYPE once).
-    let by_service = |bench: u64, memory: fn(&MemoryService) -> &AtomicU64| {
+    let rping_on = shared.rping_origin.iter().any(Option::is_some);
+    let by_service = |bench: u64,
+                      memory: fn(&MemoryService) -> &AtomicU64,
+                      rping: fn(&RpingGate) -> &AtomicU64| {
         let mut v = vec![(svc.clone(), bench as f64)];
         if let Some(m) = &shared.memory {
             v.push((
                 "service=\"memory\"".to_string(),
                 memory(m).load(Ordering::Relaxed) as f64,
+            ));
+        }
+        if rping_on {
+            v.push((
+                "service=\"rping\"".to_string(),
+                rping(&shared.rping).load(Ordering::Relaxed) as f64,
             ));
         }
         v
@@ -171,19 +180,31 @@ pub fn render(shared: &Shared) -> String {
         "dpwarp_service_connections_accepted_total",
         "counter",
         "Connections the service accepted.",
-        &by_service(e.accepted.load(Ordering::Relaxed), |m| &m.accepted),
+        &by_service(
+            e.accepted.load(Ordering::Relaxed),
+            |m| &m.accepted,
+            |r| &r.accepted,
+        ),
     );
     family(
         "dpwarp_service_connections_refused_total",
         "counter",
         "Connections the service refused (MPA Reject with the reason).",
-        &by_service(e.refused.load(Ordering::Relaxed), |m| &m.refused),
+        &by_service(
+            e.refused.load(Ordering::Relaxed),
+            |m| &m.refused,
+            |r| &r.refused,
+        ),
     );
     family(
         "dpwarp_service_connections_closed_total",
         "counter",
         "Connections of the service that ended.",
-        &by_service(e.closed.load(Ordering::Relaxed), |m| &m.closed),
+        &by_service(
+            e.closed.load(Ordering::Relaxed),
+            |m| &m.closed,
+            |r| &r.closed,
+        ),
     );
     family(
         "dpwarp_service_clients",
@@ -239,6 +260,26 @@ pub fn render(shared: &Shared) -> String {
             "gauge",
             "The size of each region the memory service lends.",
             &regions,
+        );
+    }
+    if rping_on {
+        let (mut verified, mut failed) = (0, 0);
+        for c in &shared.cores {
+            let (o, _) = &*c.rping.lock().unwrap_or_else(|p| p.into_inner());
+            verified += o.verified;
+            failed += o.failed;
+        }
+        family(
+            "dpwarp_rping_iterations_verified_total",
+            "counter",
+            "rping iterations whose data the rping service verified.",
+            &[(String::new(), verified as f64)],
+        );
+        family(
+            "dpwarp_rping_connections_failed_total",
+            "counter",
+            "rping connections that ended in an error.",
+            &[(String::new(), failed as f64)],
         );
     }
     let control = shared.host.stats();

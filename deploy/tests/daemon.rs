@@ -53,6 +53,7 @@ fn main() {
             serve_and_drain,
         ),
         Trial::test("memory_service_lends_regions_by_name", memory_service),
+        Trial::test("rping_service_serves_clients_at_once", rping_service),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -98,6 +99,7 @@ fn loopback_config(dir: &Path, tcp_port: u16, metrics: u16, memory_mib: usize) -
         .replace("127.0.0.1:9464", &format!("127.0.0.1:{metrics}"))
         .replace("tcp_port = 18515", &format!("tcp_port = {tcp_port}"))
         .replace("tcp_port = 18516", &format!("tcp_port = {}", free_port()))
+        .replace("tcp_port = 7174", &format!("tcp_port = {}", free_port()))
         .replace("memory_mib = 256", &format!("memory_mib = {memory_mib}"))
         .replace("drain_deadline_ms = 5000", "drain_deadline_ms = 1500")
         .replace("client_idle_ms = 10000", "client_idle_ms = 1000")
@@ -361,7 +363,8 @@ fn serve_and_drain() -> Result<(), Failed> {
         ("dpwarp_service_memory_leased_bytes{service=\"bench\"}", 0.0),
         (
             "dpwarp_service_memory_bytes{service=\"bench\"}",
-            16.0 * 1048576.0,
+            // 16 MiB less the rping service's buffers.
+            stats["service"]["memory"].as_f64().unwrap_or(0.0),
         ),
     ] {
         let got = sample(&text, key);
@@ -750,6 +753,57 @@ fn memory_service() -> Result<(), Failed> {
     ) != Some(2.0)
     {
         return Err(fail(format!("memory refusals in the metrics:\n{text}")));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+fn rping_service() -> Result<(), Failed> {
+    let dir = scratch("rping");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    let daemon = Daemon::start(&dir, &loopback_config(&dir, tcp_port, metrics, 32))?;
+    let listeners = daemon.ctl("listeners").map_err(fail)?;
+    let port = listeners["listeners"]
+        .as_array()
+        .and_then(|l| l.iter().find(|l| l["service"] == "rping"))
+        .and_then(|l| l["tcp_port"].as_u64())
+        .ok_or_else(|| fail(format!("no rping listener: {listeners:#}")))?;
+    // Three rping clients at once, buffers of three sizes, every
+    // iteration verified on both sides.
+    let stop = AtomicBool::new(false);
+    let codes: Vec<i32> = std::thread::scope(|s| {
+        let clients: Vec<_> = [64, 4096, 65535]
+            .into_iter()
+            .map(|size| {
+                let stop = &stop;
+                s.spawn(move || {
+                    let argv = format!("rping -c -a 127.0.0.1 -p {port} -C 20 -S {size}");
+                    bench::rping::main(argv.split(' ').map(String::from).collect(), stop)
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .map(|c| c.join().unwrap_or(-1))
+            .collect()
+    });
+    if codes != [0, 0, 0] {
+        return Err(fail(format!(
+            "rping clients exited {codes:?}\n{}",
+            daemon.log_text()
+        )));
+    }
+    // (Counters are published every 50 ms.)
+    let stats = daemon.wait_stats(Duration::from_secs(10), |s| {
+        s["rping"]["closed"] == 3 && s["rping"]["verified"] == 60 && s["qps"] == 0
+    })?;
+    let r = &stats["rping"];
+    if r["accepted"] != 3 || r["verified"] != 60 || r["failed"] != 0 || stats["qps"] != 0 {
+        return Err(fail(format!("rping stats: {stats:#}")));
+    }
+    let text = scrape(metrics)?;
+    if sample(&text, "dpwarp_rping_iterations_verified_total") != Some(60.0) {
+        return Err(fail(format!("rping in the metrics:\n{text}")));
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
