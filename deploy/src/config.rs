@@ -257,8 +257,13 @@ pub struct Port {
     /// `net_tap`, `af_packet`: the network namespace the interface is in.
     pub netns: Option<String>,
     /// `net_tap`: the address and prefix the kernel side of the TAP
-    /// interface gets: the clients' host on the link, e.g. `10.77.0.1/24`.
+    /// interface gets: the clients' host on the link, e.g. `10.77.0.1/24`
+    /// (not with `bridge`).
     pub host_address: Option<String>,
+    /// `net_tap` with `netns`: make the TAP interface a port of this bridge
+    /// in the namespace (the clients are on the bridge, as in a test bed of
+    /// virtual machines) instead of giving it `host_address`.
+    pub bridge: Option<String>,
     /// `pci`: the NIC's PCI address.
     pub pci: Option<String>,
     /// `memif`: the control socket's name.
@@ -485,64 +490,87 @@ impl Config {
             }
             Ok(())
         };
-        match port.driver {
-            Driver::Kernel => {
-                for (k, v) in [
-                    ("iface", &port.iface),
-                    ("netns", &port.netns),
-                    ("host_address", &port.host_address),
-                    ("pci", &port.pci),
-                    ("memif_socket", &port.memif_socket),
-                ] {
-                    forbids(k, v)?;
-                }
-            }
-            Driver::NetTap => {
-                needs(
+        // Each driver's own keys: those it needs, and those that mean
+        // nothing to it.
+        let (need, forbid): (&[(&str, &Option<String>, &str)], &[&str]) = match port.driver {
+            Driver::Kernel => (
+                &[],
+                &[
+                    "iface",
+                    "netns",
+                    "host_address",
+                    "bridge",
+                    "pci",
+                    "memif_socket",
+                ],
+            ),
+            Driver::NetTap => (
+                &[(
                     "iface",
                     &port.iface,
                     "the TAP interface to make, e.g. \"dpwarp0\"",
-                )?;
-                needs(
-                    "host_address",
-                    &port.host_address,
-                    "the kernel side's address, e.g. \"10.77.0.1/24\"",
-                )?;
-                if let Some(h) = &port.host_address {
-                    if parse_address(h).is_none() {
-                        return err(at, format!("host_address {h:?}: give an IPv4 address and prefix, e.g. \"10.77.0.1/24\""));
-                    }
-                }
-                forbids("pci", &port.pci)?;
-                forbids("memif_socket", &port.memif_socket)?;
-            }
-            Driver::AfPacket => {
-                needs("iface", &port.iface, "the existing interface to run on")?;
-                forbids("host_address", &port.host_address)?;
-                forbids("pci", &port.pci)?;
-                forbids("memif_socket", &port.memif_socket)?;
-            }
-            Driver::Memif => {
-                needs(
+                )],
+                &["pci", "memif_socket"],
+            ),
+            Driver::AfPacket => (
+                &[("iface", &port.iface, "the existing interface to run on")],
+                &["host_address", "bridge", "pci", "memif_socket"],
+            ),
+            Driver::Memif => (
+                &[(
                     "memif_socket",
                     &port.memif_socket,
                     "the control socket's name, e.g. \"/run/dpwarp/memif.sock\"",
-                )?;
-                forbids("iface", &port.iface)?;
-                forbids("netns", &port.netns)?;
-                forbids("pci", &port.pci)?;
-                forbids("host_address", &port.host_address)?;
-            }
-            Driver::Pci => {
-                needs(
+                )],
+                &["iface", "netns", "host_address", "bridge", "pci"],
+            ),
+            Driver::Pci => (
+                &[(
                     "pci",
                     &port.pci,
                     "the NIC's PCI address, e.g. \"0000:01:00.0\"",
-                )?;
-                forbids("host_address", &port.host_address)?;
-                forbids("iface", &port.iface)?;
-                forbids("netns", &port.netns)?;
-                forbids("memif_socket", &port.memif_socket)?;
+                )],
+                &["iface", "netns", "host_address", "bridge", "memif_socket"],
+            ),
+        };
+        for (key, v, what) in need {
+            needs(key, v, what)?;
+        }
+        let given = |key: &str| match key {
+            "iface" => &port.iface,
+            "netns" => &port.netns,
+            "host_address" => &port.host_address,
+            "bridge" => &port.bridge,
+            "pci" => &port.pci,
+            _ => &port.memif_socket,
+        };
+        for key in forbid {
+            forbids(key, given(key))?;
+        }
+        if port.driver == Driver::NetTap {
+            match (&port.bridge, &port.netns) {
+                (Some(_), None) => {
+                    return err(
+                        at,
+                        "`bridge` needs `netns`: the namespace the bridge is in".into(),
+                    )
+                }
+                (Some(_), Some(_)) => forbids("host_address", &port.host_address)?,
+                (None, _) => needs(
+                    "host_address",
+                    &port.host_address,
+                    "the kernel side's address, e.g. \"10.77.0.1/24\" (or a `bridge` to join)",
+                )?,
+            }
+            if let Some(h) = &port.host_address {
+                if parse_address(h).is_none() {
+                    return err(
+                        at,
+                        format!(
+                            "host_address {h:?}: give an IPv4 address and prefix, e.g. \"10.77.0.1/24\""
+                        ),
+                    );
+                }
             }
         }
         if self.service.is_empty() {
@@ -744,6 +772,31 @@ mod tests {
         );
         let e = refused(|t| t.replace("iface = \"dpwarp0\"", "pci = \"0000:01:00.0\""));
         assert!(e.contains("driver net_tap needs `iface`"), "{e}");
+        let e = refused(|t| {
+            t.replace(
+                "iface = \"dpwarp0\"",
+                "iface = \"dpwarp0\"\nbridge = \"br0\"",
+            )
+        });
+        assert!(e.contains("`bridge` needs `netns`"), "{e}");
+        let e = refused(|t| {
+            t.replace(
+                "iface = \"dpwarp0\"",
+                "iface = \"dpwarp0\"\nbridge = \"br0\"\nnetns = \"tb\"",
+            )
+        });
+        assert!(
+            e.contains("`host_address` means nothing to driver net_tap"),
+            "{e}"
+        );
+        let bridged = EXAMPLE
+            .replace(
+                "iface = \"dpwarp0\"",
+                "iface = \"dpwarp0\"\nbridge = \"br0\"\nnetns = \"tb\"",
+            )
+            .replace("host_address = \"10.77.0.1/24\"\n", "");
+        let c = Config::parse(&bridged, "x.toml").unwrap();
+        assert_eq!(c.port().bridge.as_deref(), Some("br0"));
         let e = refused(|t| t.replace("driver = \"net_tap\"", "driver = \"kernel\""));
         assert!(e.contains("`iface` means nothing to driver kernel"), "{e}");
         let e = refused(|t| {

@@ -434,6 +434,7 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
                 tap: port.iface.clone(),
                 ip: Some(format!("{}/{}", port.address.0, port.address.1)),
                 netns: port.netns.clone(),
+                bridge: port.bridge.clone(),
                 iface: port.iface.clone(),
                 pci: port.pci.clone(),
                 memif_socket: port.memif_socket.clone().unwrap_or_default(),
