@@ -164,11 +164,18 @@ pub struct ControlConfig {
     /// MPA startups all cores may hold at once; an accept beyond is refused
     /// by the control plane.
     pub startups_max: usize,
+    /// MPA startups of accepted connections from one peer address (IPv4)
+    /// held at once, over all cores; an accept beyond is refused by the
+    /// control plane. A peer that opens connections and never sends its
+    /// MPA Request holds at most this many places until the Request
+    /// timeout, so others still get theirs.
+    pub startups_per_peer_max: usize,
 }
 
 impl Default for ControlConfig {
     /// Channels of [`CHANNEL_DEPTH`], a heartbeat every 100 ms, a stall
-    /// after 1 s, 4096 startups per core and 16384 in all.
+    /// after 1 s, 4096 startups per core and 16384 in all, from any one
+    /// peer too.
     fn default() -> Self {
         ControlConfig {
             channel_depth: CHANNEL_DEPTH,
@@ -176,6 +183,7 @@ impl Default for ControlConfig {
             stall_after: Duration::from_secs(1),
             startups_max_per_core: 4096,
             startups_max: 16384,
+            startups_per_peer_max: 16384,
         }
     }
 }
@@ -198,10 +206,15 @@ impl ControlConfig {
                 "stall_after must be longer than heartbeat and at most 24 hours",
             ));
         }
-        for n in [self.startups_max_per_core, self.startups_max] {
+        for n in [
+            self.startups_max_per_core,
+            self.startups_max,
+            self.startups_per_peer_max,
+        ] {
             if !(1..=STARTUPS_LIMIT).contains(&n) {
                 return Err(ControlConfigError(
-                    "startups_max_per_core and startups_max must be 1..=1048576 (STARTUPS_LIMIT)",
+                    "startups_max_per_core, startups_max and startups_per_peer_max must be \
+                     1..=1048576 (STARTUPS_LIMIT)",
                 ));
             }
         }
@@ -559,6 +572,10 @@ pub struct CoreLink {
     inbound_budget: usize,
     /// Startups this core may hold (`startups_max_per_core`).
     startups_max: usize,
+    /// Startups one peer address may hold here (`startups_per_peer_max`).
+    per_peer_max: usize,
+    /// Accepted connections in startup here, by the peer's address.
+    per_peer: HashMap<std::net::Ipv4Addr, usize>,
     /// Connections in startup: octets forwarded but not consumed, and the
     /// octets still to send.
     starting: HashMap<ConnId, Starting>,
@@ -592,6 +609,8 @@ pub struct CoreLink {
 
 #[derive(Debug, Default)]
 struct Starting {
+    /// An accepted connection's peer (counted in `CoreLink::per_peer`).
+    peer: Option<std::net::Ipv4Addr>,
     forwarded: usize,
     outgoing: Vec<u8>,
     /// Close after `outgoing` is sent.
@@ -778,6 +797,8 @@ impl CoreLink {
             from_control,
             inbound_budget: config.channel_depth,
             startups_max: config.startups_max_per_core,
+            per_peer_max: config.startups_per_peer_max,
+            per_peer: HashMap::new(),
             starting: HashMap::new(),
             connecting: HashMap::new(),
             listening: HashSet::new(),
@@ -832,6 +853,20 @@ impl CoreLink {
     /// Whether one more accepted startup fits: the core holds fewer than
     /// `startups_max_per_core` startups, and the control plane is not
     /// behind by as many messages (which bounds the backlog).
+    /// Takes `conn`'s startup off this core's books.
+    fn stop_starting(&mut self, conn: ConnId) -> Option<Starting> {
+        let state = self.starting.remove(&conn)?;
+        if let Some(ip) = state.peer {
+            if let Some(n) = self.per_peer.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_peer.remove(&ip);
+                }
+            }
+        }
+        Some(state)
+    }
+
     fn has_room(&self) -> bool {
         let held = self.starting.len() + self.connecting.len() + self.sessions.len();
         !self.dead && held < self.startups_max && self.backlog.len() < self.startups_max
@@ -848,8 +883,19 @@ impl CoreLink {
                     return false;
                 }
                 match transport.endpoints(conn).map(|(_, p)| p) {
-                    Ok(peer) if self.has_room() => {
-                        self.starting.insert(conn, Starting::default());
+                    Ok(peer)
+                        if self.has_room()
+                            && self.per_peer.get(peer.ip()).copied().unwrap_or(0)
+                                < self.per_peer_max =>
+                    {
+                        *self.per_peer.entry(*peer.ip()).or_default() += 1;
+                        self.starting.insert(
+                            conn,
+                            Starting {
+                                peer: Some(*peer.ip()),
+                                ..Starting::default()
+                            },
+                        );
                         self.send(ToControl::Accepted {
                             conn,
                             listener,
@@ -900,7 +946,7 @@ impl CoreLink {
             self.send(ToControl::ConnectFailed { token });
             return true;
         }
-        if self.starting.remove(&conn).is_some() {
+        if self.stop_starting(conn).is_some() {
             transport.release(conn);
             self.send(ToControl::Closed { conn });
             return true;
@@ -1013,7 +1059,7 @@ impl CoreLink {
             // frame: its outcome is on the way): now the close. Our side
             // closes too.
             _ if state.peer_closed && state.forwarded == 0 => {
-                self.starting.remove(&conn);
+                self.stop_starting(conn);
                 let _ = transport.close(conn);
                 self.draining.insert(conn);
                 self.send(ToControl::Closed { conn });
@@ -1232,6 +1278,7 @@ impl CoreLink {
     /// The control plane is gone: every startup of this core fails.
     fn abandon<T: Transport>(&mut self, transport: &mut T) {
         self.abandon_sessions();
+        self.per_peer.clear();
         for (conn, _) in self.starting.drain() {
             let _ = transport.abort(conn);
             transport.release(conn);
@@ -1274,7 +1321,7 @@ impl CoreLink {
             // out before the FIN; the slot is released when the transport
             // reports the end.
             let _ = transport.close(conn);
-            self.starting.remove(&conn);
+            self.stop_starting(conn);
             self.draining.insert(conn);
         }
     }
@@ -1333,7 +1380,7 @@ impl CoreLink {
             ToCore::Refuse { conn } => {
                 // The accept was beyond the control plane's limit; the core
                 // aborts it as it aborts its own refusals.
-                if self.starting.remove(&conn).is_some() {
+                if self.stop_starting(conn).is_some() {
                     let _ = transport.abort(conn);
                     transport.release(conn);
                 }
@@ -1382,7 +1429,7 @@ impl CoreLink {
                 // The frame still queued goes out first; then the
                 // connection is the core's.
                 self.flush(transport, conn);
-                match self.starting.remove(&conn) {
+                match self.stop_starting(conn) {
                     Some(state) if state.outgoing.is_empty() => {}
                     // No room in TCP for the frame: the core cannot
                     // take over a half-sent frame.
@@ -1595,6 +1642,8 @@ struct Worker {
     listeners: Vec<Listener>,
     pending_connects: HashMap<u64, (StartupConfig, Vec<u8>, SocketAddrV4)>,
     startups: HashMap<(CoreId, ConnId), Startup>,
+    /// Startups of accepted connections held, by the peer's address.
+    per_peer: HashMap<std::net::Ipv4Addr, usize>,
     session_listeners: Vec<SessionListener>,
     /// DDP streams in establishment; they count against the same limits
     /// as MPA startups.
@@ -1625,6 +1674,7 @@ impl Worker {
             listeners: Vec::new(),
             pending_connects: HashMap::new(),
             startups: HashMap::new(),
+            per_peer: HashMap::new(),
             session_listeners: Vec::new(),
             sessions: HashMap::new(),
             timer_at: None,
@@ -1881,12 +1931,26 @@ impl Worker {
     /// Holds a startup of `key.0`, counted against the limits.
     fn hold(&mut self, key: (CoreId, ConnId), startup: Startup) {
         self.note_timer(startup.machine.poll_timeout());
+        let (passive, peer) = (startup.token == 0, *startup.peer.ip());
+        if !self.startups.contains_key(&key) && passive {
+            *self.per_peer.entry(peer).or_default() += 1;
+        }
         hold_in(&mut self.startups, &mut self.cores, key, startup);
     }
 
     /// Lets go of a startup.
     fn release(&mut self, key: (CoreId, ConnId)) -> Option<Startup> {
-        release_from(&mut self.startups, &mut self.cores, key)
+        let startup = release_from(&mut self.startups, &mut self.cores, key)?;
+        if startup.token == 0 {
+            let ip = *startup.peer.ip();
+            if let Some(n) = self.per_peer.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_peer.remove(&ip);
+                }
+            }
+        }
+        Some(startup)
     }
 
     fn note_timer(&mut self, at: Option<Instant>) {
@@ -2168,8 +2232,10 @@ impl Worker {
             .cores
             .get(usize::from(core))
             .map_or(0, |slot| slot.startups);
+        let from_peer = self.per_peer.get(peer.ip()).copied().unwrap_or(0);
         if self.startups.len() + self.sessions.len() >= self.config.startups_max
             || held >= self.config.startups_max_per_core
+            || from_peer >= self.config.startups_per_peer_max
         {
             // Beyond a limit: refused at once, the core aborts it. (The
             // link enforces the per-core limit first; its count is never

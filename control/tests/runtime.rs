@@ -658,3 +658,59 @@ fn unlistening_refuses_new_connections_and_keeps_established_ones() {
         drop(control);
     });
 }
+
+#[test]
+fn one_peer_holds_at_most_its_share_of_startups_and_gets_it_back() {
+    const PER_PEER: usize = 12;
+    const PEERS: usize = 40;
+    watchdog(WATCHDOG, || {
+        let config = ControlConfig {
+            startups_per_peer_max: PER_PEER,
+            heartbeat: Duration::from_millis(20),
+            ..ControlConfig::default()
+        };
+        let (control, mut links) = ControlPlane::start_with(config, 1).unwrap();
+        let (flood_stack, s0) = pair(32, 256);
+        let mut core = Core::new(s0, links.remove(0));
+        let request_timeout = Duration::from_millis(300);
+        let impatient = StartupConfig {
+            request_timeout: request_timeout.into(),
+            ..StartupConfig::default()
+        };
+        accept_all(&control, 0, 5000, impatient);
+        core.wait_listening(5000);
+        let mut flood = Flood::new(
+            flood_stack,
+            SocketAddrV4::new(Ipv4Addr::new(10, 0, 32, 2), 5000),
+        );
+        // Far below the per-core and all-cores limits: the peer's own limit
+        // refuses the rest at once, at the core's link (a flood never
+        // reaches the control plane's channel; the link's refusals reach
+        // its counters with the next heartbeat).
+        until(Duration::from_secs(5), "the peer's share", || {
+            flood.open(PEERS, PEERS);
+            flood.step();
+            core.step();
+            flood.reset == PEERS - PER_PEER
+                && control.health()[0].startups == PER_PEER
+                && control.stats().refused_startups == (PEERS - PER_PEER) as u64
+        });
+        assert_eq!(core.link.refused_startups(), (PEERS - PER_PEER) as u64);
+        assert_eq!(core.link.in_startup(), PER_PEER);
+        // Its held startups time out (RFC 5044 §7.1) and its share is free.
+        until(Duration::from_secs(5), "the request timeouts", || {
+            flood.step();
+            core.step();
+            std::thread::sleep(Duration::from_millis(1));
+            control.health()[0].startups == 0
+        });
+        until(Duration::from_secs(5), "the share again", || {
+            flood.open(PER_PEER, PEERS + PER_PEER);
+            flood.step();
+            core.step();
+            control.health()[0].startups == PER_PEER
+        });
+        assert_eq!(control.stats().refused_startups, (PEERS - PER_PEER) as u64);
+        drop(control);
+    });
+}

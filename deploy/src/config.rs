@@ -208,6 +208,13 @@ pub struct Rnic {
     /// is refused at once): 1 to 65536.
     #[serde(deserialize_with = "connections")]
     pub startups_max: usize,
+    /// Of those, how many one client address may hold (1 to 65536): a
+    /// client that opens connections and never sends its MPA Request
+    /// holds at most this many until the Request timeout (5 s), and the
+    /// rest of its connections are refused at once, so others still get
+    /// in.
+    #[serde(deserialize_with = "connections")]
+    pub startups_per_client_max: usize,
     /// Registered memory the services lease to clients, in MiB (1 to
     /// 65536).
     #[serde(deserialize_with = "memory")]
@@ -492,7 +499,8 @@ impl Config {
         };
         // Each driver's own keys: those it needs, and those that mean
         // nothing to it.
-        let (need, forbid): (&[(&str, &Option<String>, &str)], &[&str]) = match port.driver {
+        type Needed<'a> = &'a [(&'a str, &'a Option<String>, &'a str)];
+        let (need, forbid): (Needed, &[&str]) = match port.driver {
             Driver::Kernel => (
                 &[],
                 &[

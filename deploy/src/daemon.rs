@@ -294,6 +294,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
     let control = ControlConfig {
         startups_max: config.rnic.startups_max,
         startups_max_per_core: config.rnic.startups_max,
+        startups_per_peer_max: config.rnic.startups_per_client_max,
         ..ControlConfig::default()
     };
     let host = Host::with_control(cores as u16, seed(), control)?;
@@ -399,6 +400,10 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
         Driver::Kernel => {
             let kc = tcp_lite::sys::kernel::KernelConfig {
                 bind: port.address.0,
+                // Every client's QPs (a bench client may bring 64) and the
+                // startups; beyond, an accept is reset at once.
+                max_connections: (config.rnic.clients_max * 64 + config.rnic.startups_max)
+                    .min(65_536),
                 rx_buffer: 4 << 20,
                 tx_buffer: 4 << 20,
                 reuse_port: cores > 1,

@@ -66,6 +66,13 @@ fn run(config: Config, path: PathBuf) -> Result<(), String> {
     }
     signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
         .map_err(|e| format!("cannot take SIGHUP: {e}"))?;
+    // A connection over Linux TCP is a socket: as many as the system allows.
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
+            tracing::warn!(soft, hard, "could not raise the open-files limit");
+        }
+    }
     let shared = daemon::prepare(config, path)?;
     // The operator's endpoints first: a daemon that cannot be watched or
     // stopped does not start.
