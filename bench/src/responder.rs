@@ -768,6 +768,13 @@ pub enum ServerEvent {
         /// Why, as the client is told.
         why: String,
     },
+    /// An accepted connection reached Full Operation on a core.
+    Established {
+        /// The core.
+        core: usize,
+        /// The connection.
+        connection: Connection,
+    },
     /// A Terminate was sent or received on a served connection.
     Terminated {
         /// The core.
@@ -1092,6 +1099,12 @@ impl<T: CoreTransport> Server<T> {
                 },
             );
             self.generation += 1;
+            if let (Some(hook), Some(c)) = (&self.events, self.connections.get(&qp)) {
+                hook(ServerEvent::Established {
+                    core: self.core,
+                    connection: c.clone(),
+                });
+            }
             self.responder.add(
                 &mut self.endpoint,
                 Served::in_lease(

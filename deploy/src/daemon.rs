@@ -24,6 +24,8 @@ use rnic_engine::verbs::QpEvent;
 
 use crate::config::{Config, Driver, HugepagesPolicy, ServiceKind};
 use crate::memory::MemoryService;
+use crate::metrics::{Histogram, SETUP_BUCKETS_US};
+use std::collections::HashMap;
 
 /// How often a core publishes its counters and connections.
 pub const PUBLISH_EVERY: StdDuration = StdDuration::from_millis(50);
@@ -65,6 +67,8 @@ pub struct RpingGate {
     pub refused: AtomicU64,
     /// Clients whose connection ended.
     pub closed: AtomicU64,
+    /// Connection set-up times (the daemon's).
+    pub setup: Arc<SetupClock>,
 }
 
 impl RpingGate {
@@ -78,9 +82,77 @@ impl RpingGate {
                 return control::runtime::Decision::Reject(b"dpwarpd is draining".to_vec());
             }
             gate.accepted.fetch_add(1, Ordering::Relaxed);
+            gate.setup.decided(peer);
             tracing::info!(service = "rping", %peer, "connection accepted");
             control::runtime::Decision::Accept(control::mpa::Accept::default())
         })
+    }
+}
+
+/// How long each service's connections take from the accept decision to
+/// Full Operation: the decision's time by peer (the control-plane thread
+/// writes it), taken by the core that gets the connection.
+#[derive(Debug)]
+pub struct SetupClock {
+    decided: Mutex<HashMap<std::net::SocketAddrV4, StdInstant>>,
+    bench: Histogram,
+    memory: Histogram,
+    rping: Histogram,
+}
+
+impl Default for SetupClock {
+    fn default() -> SetupClock {
+        SetupClock {
+            decided: Mutex::new(HashMap::new()),
+            bench: Histogram::new(SETUP_BUCKETS_US),
+            memory: Histogram::new(SETUP_BUCKETS_US),
+            rping: Histogram::new(SETUP_BUCKETS_US),
+        }
+    }
+}
+
+impl SetupClock {
+    /// The control plane accepted `peer`'s connection now.
+    pub fn decided(&self, peer: std::net::SocketAddrV4) {
+        self.decided
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(peer, StdInstant::now());
+    }
+
+    /// `peer`'s connection reached Full Operation for `service`.
+    pub fn established(&self, service: ServiceKind, peer: std::net::SocketAddrV4) {
+        let at = self
+            .decided
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&peer);
+        if let Some(at) = at {
+            let h = match service {
+                ServiceKind::Bench => &self.bench,
+                ServiceKind::Memory => &self.memory,
+                ServiceKind::Rping => &self.rping,
+            };
+            h.observe(at.elapsed());
+        }
+    }
+
+    /// Forgets decisions older than `limit` (startups that failed after
+    /// the decision): the table stays bounded.
+    pub fn forget_older_than(&self, limit: StdDuration) {
+        self.decided
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|_, at| at.elapsed() < limit);
+    }
+
+    /// Each service's histogram.
+    pub fn histograms(&self) -> [(&'static str, &Histogram); 3] {
+        [
+            ("bench", &self.bench),
+            ("memory", &self.memory),
+            ("rping", &self.rping),
+        ]
     }
 }
 
@@ -99,6 +171,8 @@ pub struct Events {
     pub closed: AtomicU64,
     /// Terminates: (`sent`/`received`, layer, type, code) -> count.
     pub terminates: Mutex<BTreeMap<TermKey, u64>>,
+    /// Connection set-up times.
+    pub setup: Arc<SetupClock>,
 }
 
 impl Events {
@@ -113,7 +187,13 @@ impl Events {
                 size,
             } => {
                 me.accepted.fetch_add(1, Ordering::Relaxed);
+                me.setup.decided(peer);
                 tracing::info!(service, %peer, run, op = op.name(), size, "connection accepted");
+            }
+            ServerEvent::Established { connection, .. } => {
+                if let Some(peer) = connection.peer {
+                    me.setup.established(ServiceKind::Bench, peer);
+                }
             }
             ServerEvent::Refused { peer, why } => {
                 me.refused.fetch_add(1, Ordering::Relaxed);
@@ -206,6 +286,8 @@ pub struct Shared {
     pub cores: Vec<CoreShared>,
     /// Connection events.
     pub events: Arc<Events>,
+    /// Connection set-up times, every service's.
+    pub setup: Arc<SetupClock>,
     /// Every listener is up.
     pub listening: AtomicBool,
     /// The listeners' ports now, and a count of their changes (each core
@@ -349,6 +431,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         }
     };
     let ports = ListenerPorts::of(&config);
+    let events = Arc::new(Events::default());
     Ok(Arc::new(Shared {
         started: StdInstant::now(),
         config,
@@ -356,11 +439,15 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         port_describe: Mutex::new(String::new()),
         serving,
         memory,
-        rping: Arc::new(RpingGate::default()),
+        rping: Arc::new(RpingGate {
+            setup: events.setup.clone(),
+            ..RpingGate::default()
+        }),
         rping_origin,
         host,
         cores,
-        events: Arc::new(Events::default()),
+        setup: events.setup.clone(),
+        events,
         listening: AtomicBool::new(false),
         listeners: Mutex::new(ports),
         listeners_generation: AtomicU64::new(0),
@@ -566,7 +653,7 @@ fn run_cores<T: CoreTransport + Send>(
             server.endpoint.control().listen(
                 port,
                 startup.clone(),
-                Box::new(move |request, peer| memory.decide(&request.private_data, peer)),
+                memory_listener(memory, shared.setup.clone()),
             );
         }
     }
@@ -632,6 +719,7 @@ fn run_cores<T: CoreTransport + Send>(
             if let Some(m) = &shared.memory {
                 m.reap();
             }
+            shared.setup.forget_older_than(StdDuration::from_secs(30));
             std::thread::sleep(StdDuration::from_millis(100));
         }
         let mut panicked = false;
@@ -793,6 +881,20 @@ fn core_loop<T: CoreTransport>(
     }
 }
 
+/// The memory service's listener callback, its accepts timed.
+fn memory_listener(
+    memory: Arc<MemoryService>,
+    setup: Arc<SetupClock>,
+) -> control::runtime::OnRequest {
+    Box::new(move |request, peer| {
+        let decision = memory.decide(&request.private_data, peer);
+        if matches!(decision, control::runtime::Decision::Accept(_)) {
+            setup.decided(peer);
+        }
+        decision
+    })
+}
+
 /// Hands what the bench service's step found for the memory service to
 /// it: connections on its port (others are ended), ends, Terminates.
 fn others<T: CoreTransport>(
@@ -807,12 +909,20 @@ fn others<T: CoreTransport>(
         if let (Some(r), Some(port)) = (rping.as_deref_mut(), ports.rping) {
             if local.port() == port {
                 // It closes what it cannot serve.
-                r.established(&mut server.endpoint, qp, peer.to_string());
+                if r.established(&mut server.endpoint, qp, peer.to_string()) {
+                    shared.setup.established(ServiceKind::Rping, peer);
+                }
                 continue;
             }
         }
         let claimed = match (&shared.memory, ports.memory) {
-            (Some(m), Some(port)) if local.port() == port => m.established(k, qp, peer),
+            (Some(m), Some(port)) if local.port() == port => {
+                let claimed = m.established(k, qp, peer);
+                if claimed {
+                    shared.setup.established(ServiceKind::Memory, peer);
+                }
+                claimed
+            }
             _ => false,
         };
         if !claimed {
@@ -903,7 +1013,7 @@ fn relisten<T: CoreTransport>(
             server.endpoint.control().listen(
                 port,
                 startup.clone(),
-                Box::new(move |request, peer| memory.decide(&request.private_data, peer)),
+                memory_listener(memory, shared.setup.clone()),
             );
         }
     }

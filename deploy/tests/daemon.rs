@@ -376,6 +376,21 @@ fn serve_and_drain() -> Result<(), Failed> {
             return Err(fail(format!("{key}: want {want}, got {got:?}\n{text}")));
         }
     }
+    // Five connections' set-up times, the buckets cumulative.
+    let buckets: Vec<f64> = text
+        .lines()
+        .filter(|l| l.starts_with("dpwarp_service_setup_seconds_bucket{service=\"bench\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    if sample(
+        &text,
+        "dpwarp_service_setup_seconds_count{service=\"bench\"}",
+    ) != Some(5.0)
+        || buckets.last() != Some(&5.0)
+        || buckets.windows(2).any(|w| w[0] > w[1])
+    {
+        return Err(fail(format!("bench set-up times in the metrics:\n{text}")));
+    }
     let busy = sample(&text, "dpwarp_core_busy_seconds_total{core=\"0\"").unwrap_or(0.0);
     let fpdus = sample(&text, "dpwarp_core_fpdu_rx_bytes_total{core=\"0\"").unwrap_or(0.0);
     if busy <= 0.0 || fpdus < (3000.0 * 65536.0) {
@@ -752,6 +767,13 @@ fn memory_service() -> Result<(), Failed> {
     }
     if sample(
         &text,
+        "dpwarp_service_setup_seconds_count{service=\"memory\"}",
+    ) != Some(3.0)
+    {
+        return Err(fail(format!("memory set-up times in the metrics:\n{text}")));
+    }
+    if sample(
+        &text,
         "dpwarp_service_connections_refused_total{service=\"memory\"}",
     ) != Some(2.0)
     {
@@ -805,6 +827,18 @@ fn rping_service() -> Result<(), Failed> {
         return Err(fail(format!("rping stats: {stats:#}")));
     }
     let text = scrape(metrics)?;
+    // Each connection's set-up, timed: three in the rping histogram.
+    if sample(
+        &text,
+        "dpwarp_service_setup_seconds_count{service=\"rping\"}",
+    ) != Some(3.0)
+        || sample(
+            &text,
+            "dpwarp_service_setup_seconds_bucket{service=\"rping\",le=\"+Inf\"}",
+        ) != Some(3.0)
+    {
+        return Err(fail(format!("rping set-up times in the metrics:\n{text}")));
+    }
     if sample(&text, "dpwarp_rping_iterations_verified_total") != Some(60.0) {
         return Err(fail(format!("rping in the metrics:\n{text}")));
     }
