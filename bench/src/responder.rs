@@ -331,6 +331,9 @@ struct Runs {
     by_id: HashMap<u64, Run>,
     /// Octets [`Serving::reserve`] took for good.
     reserved: u64,
+    /// Leases given back whose octets an earlier run may have left: they
+    /// are free again once [`Serving::scrub`] has zeroed them.
+    dirty: Vec<(u64, u64)>,
 }
 
 /// A snapshot of what a server serves, for operators.
@@ -395,6 +398,7 @@ impl Serving {
                 leases: Leases::new(memory),
                 by_id: HashMap::new(),
                 reserved: 0,
+                dirty: Vec::new(),
             }),
             draining: AtomicBool::new(false),
             refused: AtomicU64::new(0),
@@ -441,6 +445,24 @@ impl Serving {
         Some(offset)
     }
 
+    /// Zeroes the leases runs gave back in `region` (what a client left
+    /// there is not the next one's to read) and frees them: off the
+    /// control-plane thread and the cores (the appliance's main thread
+    /// calls it). Returns the octets zeroed.
+    pub fn scrub(&self, region: &Region) -> u64 {
+        let dirty = std::mem::take(&mut self.runs().dirty);
+        let mut octets = 0;
+        for &(offset, len) in &dirty {
+            clear(region, offset, len);
+            octets += len;
+        }
+        let mut runs = self.runs();
+        for (offset, len) in dirty {
+            runs.leases.give_back(offset, len);
+        }
+        octets
+    }
+
     /// Stops accepting: every connection from now on is refused, those
     /// open run on.
     pub fn drain(&self) {
@@ -465,7 +487,9 @@ impl Serving {
                 ),
                 Admission::Many { .. } => runs.by_id.len(),
             },
-            leased: runs.leases.used() - runs.reserved,
+            leased: runs.leases.used()
+                - runs.reserved
+                - runs.dirty.iter().map(|&(_, l)| l).sum::<u64>(),
             memory: runs.leases.len() - runs.reserved,
             served: self.served(),
             refused: self.refused(),
@@ -490,7 +514,12 @@ impl Serving {
         };
         let need = memory_for(hello.qps as usize, hello.size as usize) as u64;
         let mut runs = self.runs();
-        let Runs { leases, by_id, .. } = &mut *runs;
+        let Runs {
+            leases,
+            by_id,
+            dirty,
+            ..
+        } = &mut *runs;
         if let Some(run) = by_id.get_mut(&hello.run) {
             if need > run.len {
                 // A larger size (-a): a new lease, if none of the old
@@ -503,23 +532,19 @@ impl Serving {
                     ));
                 }
                 let (offset, len) = leases.take(need).ok_or_else(|| out_of_memory(leases))?;
-                leases.give_back(run.offset, run.len);
+                dirty.push((run.offset, run.len));
                 (run.offset, run.len) = (offset, len);
                 run.admitted += 1;
                 run.last_seen |= hello.last;
-                return Ok(Lease {
-                    offset,
-                    len,
-                    fresh: true,
-                });
+                return Ok(Lease { offset });
             }
             run.admitted += 1;
             run.last_seen |= hello.last;
-            return Ok(Lease {
-                offset: run.offset,
-                len: run.len,
-                fresh: false,
-            });
+            if run.open == 0 {
+                // Activity: the idle reaper counts from now.
+                run.quiet_since = Some(StdInstant::now());
+            }
+            return Ok(Lease { offset: run.offset });
         }
         if by_id.len() >= runs_max {
             return Err(format!(
@@ -539,11 +564,7 @@ impl Serving {
                 quiet_since: Some(StdInstant::now()),
             },
         );
-        Ok(Lease {
-            offset,
-            len,
-            fresh: true,
-        })
+        Ok(Lease { offset })
     }
 
     fn admit_one(&self, hello: &ClientHello) -> Result<Lease, String> {
@@ -559,11 +580,7 @@ impl Serving {
                 if hello.last {
                     self.last_seen.store(true, Ordering::SeqCst);
                 }
-                Ok(Lease {
-                    offset: 0,
-                    len: 0,
-                    fresh: false,
-                })
+                Ok(Lease { offset: 0 })
             }
         }
     }
@@ -584,7 +601,7 @@ impl Serving {
     /// on its way.
     fn closed(&self, run: u64) {
         let mut runs = self.runs();
-        let Runs { leases, by_id, .. } = &mut *runs;
+        let Runs { by_id, dirty, .. } = &mut *runs;
         let Some(r) = by_id.get_mut(&run) else {
             return;
         };
@@ -592,7 +609,7 @@ impl Serving {
         if r.open == 0 {
             r.quiet_since = Some(StdInstant::now());
             if r.last_seen && r.admitted == r.handed {
-                leases.give_back(r.offset, r.len);
+                dirty.push((r.offset, r.len));
                 by_id.remove(&run);
                 self.runs_done.fetch_add(1, Ordering::SeqCst);
             }
@@ -607,7 +624,7 @@ impl Serving {
             return 0;
         };
         let mut runs = self.runs();
-        let Runs { leases, by_id, .. } = &mut *runs;
+        let Runs { by_id, dirty, .. } = &mut *runs;
         let gone: Vec<u64> = by_id
             .iter()
             .filter(|(_, r)| r.open == 0 && r.quiet_since.is_some_and(|t| t.elapsed() >= idle))
@@ -615,7 +632,7 @@ impl Serving {
             .collect();
         for id in &gone {
             if let Some(r) = by_id.remove(id) {
-                leases.give_back(r.offset, r.len);
+                dirty.push((r.offset, r.len));
                 self.runs_done.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -651,9 +668,6 @@ impl Serving {
 /// The range of the server's memory a run was given.
 struct Lease {
     offset: u64,
-    len: u64,
-    /// New to this run: cleared before the client is told of it.
-    fresh: bool,
 }
 
 fn out_of_memory(leases: &Leases) -> String {
@@ -891,6 +905,8 @@ impl<T: CoreTransport> Server<T> {
         }
         self.port = port;
         if port != 0 {
+            // Its status from now on is the new listen's.
+            self.endpoint.core.forget_listen_status(port);
             let on_request = self.on_request();
             self.endpoint.control.listen(port, startup, on_request);
         }
@@ -917,11 +933,6 @@ impl<T: CoreTransport> Server<T> {
                 .and_then(|h| shared.admit(h, len).map(|lease| (h, lease)));
             match verdict {
                 Ok((h, lease)) => {
-                    if lease.fresh {
-                        // What an earlier run left there is not this
-                        // client's to read.
-                        clear(&region, lease.offset, lease.len);
-                    }
                     if let Some(hook) = &hook {
                         hook(ServerEvent::Accepted {
                             peer,
@@ -1180,4 +1191,64 @@ pub fn check_fits(h: &ClientHello, len: usize) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello(run: u64, size: u32, last: bool) -> ClientHello {
+        ClientHello {
+            op: Op::Write,
+            mode: Mode::Bandwidth,
+            size,
+            depth: 4,
+            qi: 0,
+            qps: 1,
+            last,
+            stag: 1,
+            to: 0,
+            run,
+        }
+    }
+
+    #[test]
+    fn runs_get_leases_of_their_own_zeroed_before_the_next_run_sees_them() {
+        let region = Region::new(1 << 20);
+        let serving = Serving::with(
+            1,
+            Admission::Many {
+                runs_max: 2,
+                idle: StdDuration::from_secs(60),
+            },
+            1 << 20,
+        );
+        let len = region.len();
+        let a = serving.admit(&hello(1, 4096, true), len).unwrap().offset;
+        let b = serving.admit(&hello(2, 4096, true), len).unwrap().offset;
+        assert_ne!(a, b);
+        // A third run at once: the limit, refused with the reason.
+        let third = serving.admit(&hello(3, 4096, true), len).err().unwrap();
+        assert!(third.contains("2 client runs at once"), "{third}");
+        // Run 1 writes its lease, then its only connection ends.
+        region.write(a as usize, &[0xAA; 4096]).unwrap();
+        assert_eq!(serving.handed(1), Some(a));
+        serving.closed(1);
+        assert_eq!(serving.stats().runs, 1);
+        assert_eq!(serving.stats().runs_done, 1);
+        // Not free until scrubbed: the same octets are not lent meanwhile.
+        let c = serving.admit(&hello(4, 4096, true), len).unwrap().offset;
+        assert_ne!(c, a);
+        assert!(serving.scrub(&region) >= 4096);
+        let mut back = [1u8; 4096];
+        region.read(a as usize, &mut back).unwrap();
+        assert!(
+            back.iter().all(|&b| b == 0),
+            "the old run's octets are gone"
+        );
+        // Draining refuses everything new, with the reason.
+        serving.drain();
+        let late = serving.admit(&hello(5, 64, true), len).err().unwrap();
+        assert!(late.contains("draining"), "{late}");
+    }
 }

@@ -576,6 +576,9 @@ pub struct CoreLink {
     per_peer_max: usize,
     /// Accepted connections in startup here, by the peer's address.
     per_peer: HashMap<std::net::Ipv4Addr, usize>,
+    /// Ports the control plane stopped listening on (an accept still
+    /// queued for one is refused here).
+    unlistened: HashSet<u16>,
     /// Connections in startup: octets forwarded but not consumed, and the
     /// octets still to send.
     starting: HashMap<ConnId, Starting>,
@@ -799,6 +802,7 @@ impl CoreLink {
             startups_max: config.startups_max_per_core,
             per_peer_max: config.startups_per_peer_max,
             per_peer: HashMap::new(),
+            unlistened: HashSet::new(),
             starting: HashMap::new(),
             connecting: HashMap::new(),
             listening: HashSet::new(),
@@ -827,6 +831,14 @@ impl CoreLink {
     /// use" instead of waiting for connections that never come.
     pub fn listen_status(&self, port: u16) -> Option<Result<(), ListenError>> {
         self.listen_results.get(&port).copied()
+    }
+
+    /// Forgets how the last listen on `port` went: call it before asking
+    /// the control plane to listen there again (a reload), so that
+    /// [`listen_status`](Self::listen_status) answers for the new listen,
+    /// not the old.
+    pub fn forget_listen_status(&mut self, port: u16) {
+        self.listen_results.remove(&port);
     }
 
     /// Connections of this core in startup, connecting, or closing after a
@@ -879,6 +891,14 @@ impl CoreLink {
         let conn = event.conn;
         match event.kind {
             EventKind::Accepted(listener) => {
+                if self.unlistened.contains(&listener.0) {
+                    // Accepted before the listener went (the event was
+                    // queued): nobody decides it now; refuse it.
+                    let _ = transport.abort(conn);
+                    transport.release(conn);
+                    self.refused += 1;
+                    return true;
+                }
                 if !self.listening.contains(&listener.0) {
                     return false;
                 }
@@ -1339,12 +1359,14 @@ impl CoreLink {
                 let result = transport.listen(port).map(|_| ());
                 if result.is_ok() {
                     self.listening.insert(port);
+                    self.unlistened.remove(&port);
                 }
                 self.listen_results.insert(port, result);
             }
             ToCore::Unlisten { port } => {
                 if self.listening.remove(&port) {
                     transport.unlisten(ListenerId(port));
+                    self.unlistened.insert(port);
                 }
                 self.listen_results.remove(&port);
             }

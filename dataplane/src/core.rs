@@ -782,6 +782,12 @@ impl<T: CoreTransport> Core<T> {
         self.link.listen_status(port)
     }
 
+    /// Forgets how the last listen on `port` went, before a new one
+    /// (`CoreLink::forget_listen_status`).
+    pub fn forget_listen_status(&mut self, port: u16) {
+        self.link.forget_listen_status(port);
+    }
+
     /// Connections in Full Operation or closing.
     pub fn open_connections(&self) -> usize {
         self.live.len() + self.closing_raw.len()

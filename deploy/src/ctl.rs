@@ -49,8 +49,8 @@ fn status(shared: &Shared) -> Value {
         "cores": shared.cores.len(),
         "clients": s.runs,
         "connections": shared.cores.iter()
-            .map(|c| c.connections.lock().unwrap_or_else(|p| p.into_inner()).len())
-            .sum::<usize>(),
+            .map(|c| c.open.load(Ordering::Relaxed))
+            .sum::<u64>(),
     })
 }
 
@@ -75,7 +75,7 @@ fn stats(shared: &Shared) -> Value {
                 "mbuf_pool_low_water": c.device.pool_low_water,
                 "established": c.established,
                 "ended": c.ended,
-                "connections": core.connections.lock().unwrap_or_else(|p| p.into_inner()).len(),
+                "connections": core.open.load(Ordering::Relaxed),
             })
         })
         .collect();
@@ -271,8 +271,12 @@ impl CtlServer {
             std::fs::remove_file(&path)
                 .map_err(|e| format!("control_socket {shown}: cannot replace it: {e}"))?;
         }
-        let listener = UnixListener::bind(&path)
-            .map_err(|e| format!("control_socket {shown}: cannot listen there: {e}"))?;
+        // 0600 from its first moment (no window between bind and chmod).
+        let mask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+        let bound = UnixListener::bind(&path);
+        nix::sys::stat::umask(mask);
+        let listener =
+            bound.map_err(|e| format!("control_socket {shown}: cannot listen there: {e}"))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| format!("control_socket {shown}: cannot make it 0600: {e}"))?;
         listener.set_nonblocking(true).map_err(|e| e.to_string())?;

@@ -41,8 +41,11 @@ pub struct CoreShared {
     pub cpu: Option<usize>,
     /// Its counters, as of its last publication.
     pub counters: Mutex<CoreCounters>,
-    /// The connections it serves, as of its last publication.
+    /// The bench service's connections on it, as of its last publication.
     pub connections: Mutex<Vec<Connection>>,
+    /// Connections in Full Operation on it, every service's, as of its
+    /// last publication.
+    pub open: AtomicU64,
     /// It has left its loop.
     pub done: AtomicBool,
     /// The generation of [`Shared::listeners`] whose listeners are up on
@@ -156,8 +159,9 @@ impl SetupClock {
     }
 }
 
-/// A Terminate's direction (`sent`, `received`), layer, type and code.
-pub type TermKey = (&'static str, u8, u8, u8);
+/// A Terminate's service, direction (`sent`, `received`), layer, type and
+/// code.
+pub type TermKey = (&'static str, &'static str, u8, u8, u8);
 
 /// Connections by what happened to them, and Terminates by layer, type,
 /// code and direction.
@@ -176,6 +180,25 @@ pub struct Events {
 }
 
 impl Events {
+    /// Counts a Terminate; its direction and what it said.
+    pub fn count_terminate(
+        &self,
+        service: &'static str,
+        event: QpEvent,
+    ) -> (&'static str, rnic_engine::verbs::TermInfo) {
+        let (direction, t) = match event {
+            QpEvent::TerminateSent(t) => ("sent", t),
+            QpEvent::TerminateReceived(t) => ("received", t),
+        };
+        *self
+            .terminates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((service, direction, t.layer, t.etype, t.ecode))
+            .or_default() += 1;
+        (direction, t)
+    }
+
     /// The hook the servers tell; logs one event per connection.
     pub fn hook(self: &Arc<Self>, service: &'static str) -> EventHook {
         let me = self.clone();
@@ -204,15 +227,7 @@ impl Events {
                 connection,
                 event,
             } => {
-                let (direction, t) = match event {
-                    QpEvent::TerminateSent(t) => ("sent", t),
-                    QpEvent::TerminateReceived(t) => ("received", t),
-                };
-                *me.terminates
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .entry((direction, t.layer, t.etype, t.ecode))
-                    .or_default() += 1;
+                let (direction, t) = me.count_terminate(service, event);
                 tracing::warn!(
                     service,
                     core,
@@ -716,6 +731,9 @@ fn run_cores<T: CoreTransport + Send>(
         while !shared.cores.iter().all(|c| c.done.load(Ordering::SeqCst)) {
             tick(shared);
             shared.serving.reap();
+            // Leases runs gave back are zeroed here, off the control-plane
+            // thread and the cores.
+            shared.serving.scrub(&region);
             if let Some(m) = &shared.memory {
                 m.reap();
             }
@@ -777,8 +795,9 @@ fn core_loop<T: CoreTransport>(
         )
     });
     let mut listeners_seen = 0;
-    // A change of listeners waiting for the control plane's answer.
-    let mut pending = false;
+    // A change of listeners waiting for the control plane's answer, since
+    // when.
+    let mut pending: Option<StdInstant> = None;
     let mut last = StdInstant::now();
     let mut turns = 0u32;
     let mut published = u64::MAX;
@@ -804,6 +823,8 @@ fn core_loop<T: CoreTransport>(
             *me.rping.lock().unwrap_or_else(|p| p.into_inner()) = (r.outcome(), r.clients());
         }
         *me.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();
+        me.open
+            .store(server.endpoint.open_connections() as u64, Ordering::Relaxed);
         if server.generation() != published {
             published = server.generation();
             *me.connections.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -818,9 +839,9 @@ fn core_loop<T: CoreTransport>(
             let new = *shared.listeners.lock().unwrap_or_else(|p| p.into_inner());
             relisten(server, shared, ports, new, startup);
             ports = new;
-            pending = true;
+            pending = Some(t);
         }
-        if pending {
+        if let Some(since) = pending {
             let status =
                 |port: Option<u16>| port.map_or(Some(Ok(())), |p| server.endpoint.listen_status(p));
             // Up when every listener is; failed when any did.
@@ -833,7 +854,7 @@ fn core_loop<T: CoreTransport>(
                 (Some(Ok(())), Some(Ok(()))) => {
                     *me.listen_error.lock().unwrap_or_else(|p| p.into_inner()) = None;
                     me.listeners_applied.store(listeners_seen, Ordering::SeqCst);
-                    pending = false;
+                    pending = None;
                 }
                 (Some(Err(why)), _) | (_, Some(Err(why))) => {
                     tracing::error!(
@@ -843,7 +864,14 @@ fn core_loop<T: CoreTransport>(
                     );
                     *me.listen_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
                     me.listeners_applied.store(listeners_seen, Ordering::SeqCst);
-                    pending = false;
+                    pending = None;
+                }
+                _ if since.elapsed() > StdDuration::from_secs(10) => {
+                    let why = "no answer from the control plane for 10 s".to_string();
+                    tracing::error!(core = k, why, "the reloaded listeners did not come up");
+                    *me.listen_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
+                    me.listeners_applied.store(listeners_seen, Ordering::SeqCst);
+                    pending = None;
                 }
                 _ => {}
             }
@@ -905,6 +933,47 @@ fn others<T: CoreTransport>(
     mut rping: Option<&mut bench::rping::RpingService>,
 ) {
     let found = server.take_foreign();
+    // Terminates, completions and ends before new connections: a new QP
+    // may have taken an ended one's handle in the same step.
+    for (qp, event) in found.events {
+        let rpings = rping
+            .as_deref_mut()
+            .is_some_and(|r| r.terminated(qp, event));
+        let service = if rpings { "rping" } else { "memory" };
+        let (direction, t) = shared.events.count_terminate(service, event);
+        tracing::warn!(
+            service,
+            core = k,
+            qp = qp.0,
+            direction,
+            layer = t.layer,
+            r#type = t.etype,
+            code = t.ecode,
+            "connection terminated"
+        );
+    }
+
+    for wc in &found.wcs {
+        if let Some(r) = rping.as_deref_mut() {
+            r.completion(&mut server.endpoint, wc);
+        }
+    }
+    for qp in found.ended {
+        if let Some(ended) = rping.as_deref_mut().and_then(|r| r.ended(qp)) {
+            shared.rping.closed.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(
+                service = "rping",
+                core = k,
+                qp = qp.0,
+                ?ended,
+                "connection closed"
+            );
+            continue;
+        }
+        if let Some(m) = &shared.memory {
+            m.ended(k, qp);
+        }
+    }
     for (qp, _, local, peer) in found.established {
         if let (Some(r), Some(port)) = (rping.as_deref_mut(), ports.rping) {
             if local.port() == port {
@@ -931,54 +1000,6 @@ fn others<T: CoreTransport>(
             server.endpoint.abort(qp);
         }
     }
-    for wc in &found.wcs {
-        if let Some(r) = rping.as_deref_mut() {
-            r.completion(&mut server.endpoint, wc);
-        }
-    }
-    for qp in found.ended {
-        if let Some(ended) = rping.as_deref_mut().and_then(|r| r.ended(qp)) {
-            shared.rping.closed.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(
-                service = "rping",
-                core = k,
-                qp = qp.0,
-                ?ended,
-                "connection closed"
-            );
-            continue;
-        }
-        if let Some(m) = &shared.memory {
-            m.ended(k, qp);
-        }
-    }
-    for (qp, event) in found.events {
-        let rpings = rping
-            .as_deref_mut()
-            .is_some_and(|r| r.terminated(qp, event));
-        let service = if rpings { "rping" } else { "memory" };
-        let (direction, t) = match event {
-            QpEvent::TerminateSent(t) => ("sent", t),
-            QpEvent::TerminateReceived(t) => ("received", t),
-        };
-        *shared
-            .events
-            .terminates
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry((direction, t.layer, t.etype, t.ecode))
-            .or_default() += 1;
-        tracing::warn!(
-            service,
-            core = k,
-            qp = qp.0,
-            direction,
-            layer = t.layer,
-            r#type = t.etype,
-            code = t.ecode,
-            "connection terminated"
-        );
-    }
 }
 
 /// Moves this core's listeners from `old` to `new` ports: connections
@@ -990,14 +1011,28 @@ fn relisten<T: CoreTransport>(
     new: ListenerPorts,
     startup: &StartupConfig,
 ) {
-    if new.bench != old.bench {
-        server.set_port(new.bench.unwrap_or(0), startup.clone());
-    }
+    // Every old listener goes before any new one comes, so ports may swap
+    // between services.
     if new.rping != old.rping {
         if let Some(port) = old.rping {
             server.endpoint.control().unlisten(port);
         }
+    }
+    if new.memory != old.memory {
+        if let Some(port) = old.memory {
+            server.endpoint.control().unlisten(port);
+        }
+    }
+    if new.bench != old.bench {
+        // Its old listener goes first, its new one comes.
+        server.set_port(0, startup.clone());
+    }
+    if new.bench != old.bench {
+        server.set_port(new.bench.unwrap_or(0), startup.clone());
+    }
+    if new.rping != old.rping {
         if let Some(port) = new.rping {
+            server.endpoint.core.forget_listen_status(port);
             server
                 .endpoint
                 .control()
@@ -1005,15 +1040,12 @@ fn relisten<T: CoreTransport>(
         }
     }
     if new.memory != old.memory {
-        if let Some(port) = old.memory {
-            server.endpoint.control().unlisten(port);
-        }
         if let (Some(port), Some(memory)) = (new.memory, &shared.memory) {
-            let memory = memory.clone();
+            server.endpoint.core.forget_listen_status(port);
             server.endpoint.control().listen(
                 port,
                 startup.clone(),
-                memory_listener(memory, shared.setup.clone()),
+                memory_listener(memory.clone(), shared.setup.clone()),
             );
         }
     }
@@ -1084,6 +1116,8 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
 }
 
 fn publish<T: CoreTransport>(server: &Server<T>, me: &CoreShared) {
+    me.open
+        .store(server.endpoint.open_connections() as u64, Ordering::Relaxed);
     *me.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();
     *me.connections.lock().unwrap_or_else(|p| p.into_inner()) =
         server.connections().cloned().collect();

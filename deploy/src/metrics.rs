@@ -207,18 +207,14 @@ pub fn render(shared: &Shared) -> String {
         .iter()
         .enumerate()
         .map(|(k, c)| {
-            let n = c
-                .connections
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .len();
+            let n = c.open.load(Ordering::Relaxed);
             (format!("core=\"{k}\""), n as f64)
         })
         .collect();
     family(
         "dpwarp_core_connections",
         "gauge",
-        "Connections each core serves in Full Operation.",
+        "Connections each core serves in Full Operation, every service's.",
         &open,
     );
     let s = shared.serving.stats();
@@ -298,10 +294,10 @@ pub fn render(shared: &Shared) -> String {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
-        .map(|(&(dir, layer, etype, code), &n)| {
+        .map(|(&(service, dir, layer, etype, code), &n)| {
             (
                 format!(
-                    "{svc},direction=\"{dir}\",layer=\"{layer}\",type=\"{etype}\",code=\"{code}\""
+                    "service=\"{service}\",direction=\"{dir}\",layer=\"{layer}\",type=\"{etype}\",code=\"{code}\""
                 ),
                 n as f64,
             )

@@ -827,6 +827,62 @@ fn rping_service() -> Result<(), Failed> {
         return Err(fail(format!("rping stats: {stats:#}")));
     }
     let text = scrape(metrics)?;
+
+    // SIGHUP swapping the rping and bench ports: every old listener goes
+    // before a new one comes, so both work on their new ports.
+    let path = dir.join("dpwarpd.toml");
+    let swapped = std::fs::read_to_string(&path)?
+        .replace(&format!("tcp_port = {tcp_port}"), "tcp_port = SWAP")
+        .replace(
+            &format!("tcp_port = {port}"),
+            &format!("tcp_port = {tcp_port}"),
+        )
+        .replace("tcp_port = SWAP", &format!("tcp_port = {port}"));
+    std::fs::write(&path, swapped)?;
+    Command::new("kill")
+        .args(["-HUP", &daemon.child.id().to_string()])
+        .status()?;
+    let start = Instant::now();
+    loop {
+        let l = daemon.ctl("listeners").map_err(fail)?;
+        let on = |service: &str| {
+            l["listeners"]
+                .as_array()
+                .and_then(|l| l.iter().find(|l| l["service"] == service))
+                .and_then(|l| l["tcp_port"].as_u64())
+        };
+        if on("rping") == Some(u64::from(tcp_port))
+            && on("bench") == Some(port)
+            && l["listeners"][0]["up"] == true
+        {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err(fail(format!(
+                "the swap did not come up: {l:#}\n{}",
+                daemon.log_text()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let argv = format!("rping -c -a 127.0.0.1 -p {tcp_port} -C 5");
+    if bench::rping::main(argv.split(' ').map(String::from).collect(), &stop) != 0 {
+        return Err(fail(format!(
+            "rping on the swapped port\n{}",
+            daemon.log_text()
+        )));
+    }
+    let on_bench = SocketAddrV4::new([127, 0, 0, 1].into(), port as u16);
+    client(
+        on_bench,
+        Op::Write,
+        Mode::Bandwidth,
+        4096,
+        1,
+        Stop::Iterations(200),
+    )
+    .map_err(|why| fail(format!("bench on the swapped port: {why}")))?;
+
     // Each connection's set-up, timed: three in the rping histogram.
     if sample(
         &text,
@@ -915,8 +971,11 @@ fn idle_connections() -> Result<(), Failed> {
         sock.set_read_timeout(Some(Duration::from_secs(10)))?;
         let mut b = [0u8; 1];
         match std::io::Read::read(&mut sock, &mut b) {
-            Ok(0) | Err(_) => {}
-            Ok(_) => open += 1,
+            // Closed by the daemon: a FIN or a reset.
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            // Data, or still open at the read timeout.
+            Ok(_) | Err(_) => open += 1,
         }
     }
     if open > 0 || start.elapsed() > Duration::from_secs(20) {

@@ -11,11 +11,16 @@ config=/etc/dpwarp/dpwarpd.toml
 log=$(mktemp /tmp/dpwarpd-smoke.XXXXXX)
 pid=""
 fail() { echo "appliance smoke: $*" >&2; echo "--- dpwarpd's log:" >&2; cat "$log" >&2; exit 1; }
+out=""
+w="" r=""
 stop() {
+    for p in $w $r; do kill -KILL "$p" 2>/dev/null || true; done
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
         kill -KILL "$pid" 2>/dev/null || true
     fi
     rm -f "$log"
+    [ -n "$out" ] && rm -rf "$out"
+    return 0
 }
 trap stop EXIT
 for c in dpwarpd dpwarpctl dpwarp-bench dpwarp-setup; do
@@ -49,8 +54,10 @@ conns=$(dpwarpctl connections | grep -c '"qp"' || true)
 [ "$conns" -ge 5 ] || fail "dpwarpctl connections shows $conns connections, want 5 during the runs"
 wait "$w" || fail "the Write client failed: $(cat "$out/w.txt")"
 wait "$r" || fail "the Read client failed: $(cat "$out/r.txt")"
+w="" r=""
 grep -E '^ remote ' "$out/w.txt" "$out/r.txt"
 rm -rf "$out"
+out=""
 
 metrics=$(timeout 10 curl -sf http://127.0.0.1:9464/metrics) || fail "no metrics"
 accepted=$(echo "$metrics" | awk '/^dpwarp_service_connections_accepted_total{service="bench"}/ {print $2}')
