@@ -212,7 +212,8 @@ pub struct Rnic {
     /// client that opens connections and never sends its MPA Request
     /// holds at most this many until the Request timeout (5 s), and the
     /// rest of its connections are refused at once, so others still get
-    /// in.
+    /// in. At least the connections one client opens at once (a bench
+    /// client's `-q`).
     #[serde(deserialize_with = "connections")]
     pub startups_per_client_max: usize,
     /// Registered memory the services lease to clients, in MiB (1 to

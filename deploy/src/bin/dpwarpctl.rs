@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::io::Write;
+
 use clap::Parser;
 
 /// Ask a running dpwarpd: status, stats, listeners, connections, drain.
@@ -32,10 +34,10 @@ fn main() -> ExitCode {
                 eprintln!("dpwarpctl: {}", e.as_str().unwrap_or_default());
                 return ExitCode::FAILURE;
             }
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&answer).unwrap_or_default()
-            );
+            // A closed pipe (`dpwarpctl stats | head`) is the reader's
+            // choice, not an error worth a panic.
+            let text = serde_json::to_string_pretty(&answer).unwrap_or_default();
+            let _ = writeln!(std::io::stdout(), "{text}");
             ExitCode::SUCCESS
         }
         Err(why) => {
