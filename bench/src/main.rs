@@ -443,7 +443,7 @@ fn serve_until_done<T: CoreTransport + Send>(
         .into_iter()
         .enumerate()
         .map(|(k, t)| {
-            Server::on_host_sharing(
+            Server::serving(
                 &host,
                 k as u16,
                 t,
@@ -453,6 +453,7 @@ fn serve_until_done<T: CoreTransport + Send>(
                 &serving,
                 args.port,
                 config.startup(),
+                None,
             )
         })
         .collect();

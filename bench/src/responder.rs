@@ -835,34 +835,16 @@ impl<T: CoreTransport> Server<T> {
     ) -> Server<T> {
         let (region, mr) = host.register(memory);
         let serving = Serving::new(usize::from(core) + 1);
-        Server::on_host_sharing(
-            host, core, transport, emss, region, mr, &serving, port, startup,
+        Server::serving(
+            host, core, transport, emss, region, mr, &serving, port, startup, None,
         )
     }
 
     /// Core `core` of a server of several on `host`: they share `serving`
     /// and the memory `region` registered as `mr` (every client QP, on
     /// whichever core, is told the same STag), and each listens on `port`
-    /// of its own transport.
-    #[allow(clippy::too_many_arguments)]
-    pub fn on_host_sharing(
-        host: &Arc<Host>,
-        core: u16,
-        transport: T,
-        emss: usize,
-        region: Arc<Region>,
-        mr: Mr,
-        serving: &Arc<Serving>,
-        port: u16,
-        startup: StartupConfig,
-    ) -> Server<T> {
-        Server::serving(
-            host, core, transport, emss, region, mr, serving, port, startup, None,
-        )
-    }
-
-    /// [`Server::on_host_sharing`] telling `events` of every connection
-    /// (else refusals are printed on stderr).
+    /// of its own transport; `events` hears of every connection (without
+    /// it, refusals are printed on stderr).
     #[allow(clippy::too_many_arguments)]
     pub fn serving(
         host: &Arc<Host>,
@@ -977,15 +959,18 @@ impl<T: CoreTransport> Server<T> {
     }
 
     /// What the last steps found for other services on this core (their
-    /// listeners' connections, ends and events); theirs to take.
-    pub fn take_foreign(&mut self) -> Foreign {
-        Foreign {
-            established: std::mem::take(&mut self.foreign.established),
-            ended: std::mem::take(&mut self.foreign.ended),
-            events: std::mem::take(&mut self.foreign.events),
-            wcs: std::mem::take(&mut self.foreign.wcs),
-            owned: std::collections::HashSet::new(),
-        }
+    /// listeners' connections, ends, events and completions), swapped into
+    /// `into`, whose (emptied) buffers the server keeps using: the caller
+    /// drains it, and no turn allocates.
+    pub fn take_foreign(&mut self, into: &mut Foreign) {
+        std::mem::swap(&mut self.foreign.established, &mut into.established);
+        std::mem::swap(&mut self.foreign.ended, &mut into.ended);
+        std::mem::swap(&mut self.foreign.events, &mut into.events);
+        std::mem::swap(&mut self.foreign.wcs, &mut into.wcs);
+        self.foreign.established.clear();
+        self.foreign.ended.clear();
+        self.foreign.events.clear();
+        self.foreign.wcs.clear();
     }
 
     /// Changes whenever [`connections`](Self::connections) does.

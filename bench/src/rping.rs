@@ -676,21 +676,6 @@ impl RpingService {
         }
     }
 
-    /// Whether it serves QP `qp`.
-    pub fn owns(&self, qp: QpHandle) -> bool {
-        self.served.iter().any(|s| s.qp == qp)
-    }
-
-    /// Connections served now.
-    pub fn len(&self) -> usize {
-        self.served.len()
-    }
-
-    /// Whether it serves none.
-    pub fn is_empty(&self) -> bool {
-        self.served.is_empty()
-    }
-
     /// Iterations verified and connections failed so far.
     pub fn outcome(&self) -> Outcome {
         self.outcome

@@ -8,7 +8,6 @@
 //! threads read only that.
 
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,7 +15,7 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use bench::endpoint::{now, Host};
 use bench::link::{LinkArgs, PeerTransport};
-use bench::responder::{Admission, Connection, EventHook, Server, ServerEvent, Serving};
+use bench::responder::{Admission, Connection, EventHook, Foreign, Server, ServerEvent, Serving};
 use control::mpa::StartupConfig;
 use control::runtime::ControlConfig;
 use dataplane::{CoreCounters, CoreTransport};
@@ -341,33 +340,6 @@ impl Shared {
             t.elapsed() >= StdDuration::from_millis(self.config.daemon.drain_deadline_ms)
         })
     }
-
-    /// The counters of every core, summed.
-    pub fn total(&self) -> CoreCounters {
-        let mut total = CoreCounters::default();
-        for c in &self.cores {
-            let c = *c.counters.lock().unwrap_or_else(|p| p.into_inner());
-            add(&mut total, &c);
-        }
-        total
-    }
-}
-
-fn add(total: &mut CoreCounters, c: &CoreCounters) {
-    total.turns += c.turns;
-    total.busy_turns += c.busy_turns;
-    total.idle_turns += c.idle_turns;
-    total.busy_us += c.busy_us;
-    total.idle_us += c.idle_us;
-    total.tx_fpdu_octets += c.tx_fpdu_octets;
-    total.rx_fpdu_octets += c.rx_fpdu_octets;
-    total.established += c.established;
-    total.ended += c.ended;
-    total.refused += c.refused;
-    total.device.rx_packets += c.device.rx_packets;
-    total.device.tx_packets += c.device.tx_packets;
-    total.device.rx_octets += c.device.rx_octets;
-    total.device.tx_octets += c.device.tx_octets;
 }
 
 /// Frames a core's device dropped, every cause.
@@ -786,6 +758,7 @@ fn core_loop<T: CoreTransport>(
     startup: &StartupConfig,
 ) {
     let me = &shared.cores[k];
+    let mut found = Foreign::default();
     let mut rping = shared.rping_origin[k].map(|origin| {
         bench::rping::RpingService::new(
             bench::rping::SIZE_MAX,
@@ -807,7 +780,7 @@ fn core_loop<T: CoreTransport>(
             // One connection's failure ends that connection only.
             tracing::warn!(core = k, why, "connection failed");
         }
-        others(server, k, shared, ports, rping.as_mut());
+        others(server, k, shared, ports, rping.as_mut(), &mut found);
         turns = turns.wrapping_add(1);
         // The clock at most every 64 turns (a turn may be a microsecond).
         if !turns.is_multiple_of(64) {
@@ -923,19 +896,22 @@ fn memory_listener(
     })
 }
 
-/// Hands what the bench service's step found for the memory service to
-/// it: connections on its port (others are ended), ends, Terminates.
+/// Hands what the bench service's step found for the other services to
+/// them (the rping and memory services): connections on their ports
+/// (others are ended), completions, ends, Terminates. `found` is this
+/// core's buffer, drained here and handed back to the server next turn.
 fn others<T: CoreTransport>(
     server: &mut Server<T>,
     k: usize,
     shared: &Shared,
     ports: ListenerPorts,
     mut rping: Option<&mut bench::rping::RpingService>,
+    found: &mut Foreign,
 ) {
-    let found = server.take_foreign();
+    server.take_foreign(found);
     // Terminates, completions and ends before new connections: a new QP
     // may have taken an ended one's handle in the same step.
-    for (qp, event) in found.events {
+    for (qp, event) in found.events.drain(..) {
         let rpings = rping
             .as_deref_mut()
             .is_some_and(|r| r.terminated(qp, event));
@@ -953,12 +929,12 @@ fn others<T: CoreTransport>(
         );
     }
 
-    for wc in &found.wcs {
+    for wc in found.wcs.drain(..) {
         if let Some(r) = rping.as_deref_mut() {
-            r.completion(&mut server.endpoint, wc);
+            r.completion(&mut server.endpoint, &wc);
         }
     }
-    for qp in found.ended {
+    for qp in found.ended.drain(..) {
         if let Some(ended) = rping.as_deref_mut().and_then(|r| r.ended(qp)) {
             shared.rping.closed.fetch_add(1, Ordering::Relaxed);
             tracing::info!(
@@ -974,7 +950,7 @@ fn others<T: CoreTransport>(
             m.ended(k, qp);
         }
     }
-    for (qp, _, local, peer) in found.established {
+    for (qp, _, local, peer) in found.established.drain(..) {
         if let (Some(r), Some(port)) = (rping.as_deref_mut(), ports.rping) {
             if local.port() == port {
                 // It closes what it cannot serve.
@@ -1121,9 +1097,4 @@ fn publish<T: CoreTransport>(server: &Server<T>, me: &CoreShared) {
     *me.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();
     *me.connections.lock().unwrap_or_else(|p| p.into_inner()) =
         server.connections().cloned().collect();
-}
-
-/// The address the port listens on, for reports.
-pub fn listen_address(config: &Config) -> Ipv4Addr {
-    config.port().address.0
 }

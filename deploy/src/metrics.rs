@@ -49,11 +49,6 @@ impl Histogram {
         self.sum_us.fetch_add(us, Ordering::Relaxed);
     }
 
-    /// Observations so far.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Ordering::Relaxed)).sum()
-    }
-
     /// Its samples (`_bucket` with `le`, `_sum`, `_count`) labelled
     /// `labels`, appended to `out` under the family `name`.
     fn samples(&self, name: &str, labels: &str, out: &mut String) {

@@ -189,6 +189,36 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The TCP port `service` listens on, as `dpwarpctl listeners` says.
+    fn port_of(&self, service: &str) -> Result<u16, Failed> {
+        let l = self.ctl("listeners").map_err(fail)?;
+        listener_port(&l, service).ok_or_else(|| fail(format!("no {service} listener: {l:#}")))
+    }
+
+    /// Sends SIGHUP (the configuration file changed) and waits until the
+    /// listeners are up on the ports `want` names (service, port).
+    fn reload(&self, want: &[(&str, u16)]) -> Result<(), Failed> {
+        Command::new("kill")
+            .args(["-HUP", &self.child.id().to_string()])
+            .status()?;
+        let start = Instant::now();
+        loop {
+            let l = self.ctl("listeners").map_err(fail)?;
+            if l["listeners"][0]["up"] == true
+                && want.iter().all(|&(s, p)| listener_port(&l, s) == Some(p))
+            {
+                return Ok(());
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err(fail(format!(
+                    "SIGHUP did not bring up {want:?}: {l:#}\n{}",
+                    self.log_text()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Polls `stats` until `done` holds, at most `limit`.
     fn wait_stats(&self, limit: Duration, done: impl Fn(&Value) -> bool) -> Result<Value, Failed> {
         let start = Instant::now();
@@ -203,6 +233,16 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// The port of `service` in a `dpwarpctl listeners` answer.
+fn listener_port(listeners: &Value, service: &str) -> Option<u16> {
+    listeners["listeners"]
+        .as_array()?
+        .iter()
+        .find(|l| l["service"] == service)?["tcp_port"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
 }
 
 impl Drop for Daemon {
@@ -423,23 +463,7 @@ fn serve_and_drain() -> Result<(), Failed> {
     );
     std::fs::write(&path, text)?;
     let closed_before = daemon.ctl("stats").map_err(fail)?["service"]["closed"].clone();
-    Command::new("kill")
-        .args(["-HUP", &daemon.child.id().to_string()])
-        .status()?;
-    let start = Instant::now();
-    loop {
-        let l = daemon.ctl("listeners").map_err(fail)?;
-        if l["listeners"][0]["tcp_port"] == moved && l["listeners"][0]["up"] == true {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            return Err(fail(format!(
-                "SIGHUP did not move the listener: {l:#}\n{}",
-                daemon.log_text()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    daemon.reload(&[("bench", moved)])?;
     let new_addr = SocketAddrV4::new([127, 0, 0, 1].into(), moved);
     let on_new = client(
         new_addr,
@@ -611,13 +635,7 @@ fn memory_service() -> Result<(), Failed> {
     let (tcp_port, metrics) = (free_port(), free_port());
     let config = loopback_config(&dir, tcp_port, metrics, 16);
     let daemon = Daemon::start(&dir, &config)?;
-    let listeners = daemon.ctl("listeners").map_err(fail)?;
-    let mem_port = listeners["listeners"]
-        .as_array()
-        .and_then(|l| l.iter().find(|l| l["service"] == "memory"))
-        .and_then(|l| l["tcp_port"].as_u64())
-        .ok_or_else(|| fail(format!("no memory listener: {listeners:#}")))?
-        as u16;
+    let mem_port = daemon.port_of("memory")?;
     let addr = SocketAddrV4::new([127, 0, 0, 1].into(), mem_port);
     let transport =
         KernelTransport::new(KernelConfig::default()).map_err(|e| fail(e.to_string()))?;
@@ -787,12 +805,7 @@ fn rping_service() -> Result<(), Failed> {
     let dir = scratch("rping");
     let (tcp_port, metrics) = (free_port(), free_port());
     let daemon = Daemon::start(&dir, &loopback_config(&dir, tcp_port, metrics, 32))?;
-    let listeners = daemon.ctl("listeners").map_err(fail)?;
-    let port = listeners["listeners"]
-        .as_array()
-        .and_then(|l| l.iter().find(|l| l["service"] == "rping"))
-        .and_then(|l| l["tcp_port"].as_u64())
-        .ok_or_else(|| fail(format!("no rping listener: {listeners:#}")))?;
+    let port = daemon.port_of("rping")?;
     // Three rping clients at once, buffers of three sizes, every
     // iteration verified on both sides.
     let stop = AtomicBool::new(false);
@@ -839,32 +852,7 @@ fn rping_service() -> Result<(), Failed> {
         )
         .replace("tcp_port = SWAP", &format!("tcp_port = {port}"));
     std::fs::write(&path, swapped)?;
-    Command::new("kill")
-        .args(["-HUP", &daemon.child.id().to_string()])
-        .status()?;
-    let start = Instant::now();
-    loop {
-        let l = daemon.ctl("listeners").map_err(fail)?;
-        let on = |service: &str| {
-            l["listeners"]
-                .as_array()
-                .and_then(|l| l.iter().find(|l| l["service"] == service))
-                .and_then(|l| l["tcp_port"].as_u64())
-        };
-        if on("rping") == Some(u64::from(tcp_port))
-            && on("bench") == Some(port)
-            && l["listeners"][0]["up"] == true
-        {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(10) {
-            return Err(fail(format!(
-                "the swap did not come up: {l:#}\n{}",
-                daemon.log_text()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    daemon.reload(&[("rping", tcp_port), ("bench", port)])?;
     let argv = format!("rping -c -a 127.0.0.1 -p {tcp_port} -C 5");
     if bench::rping::main(argv.split(' ').map(String::from).collect(), &stop) != 0 {
         return Err(fail(format!(
@@ -872,7 +860,7 @@ fn rping_service() -> Result<(), Failed> {
             daemon.log_text()
         )));
     }
-    let on_bench = SocketAddrV4::new([127, 0, 0, 1].into(), port as u16);
+    let on_bench = SocketAddrV4::new([127, 0, 0, 1].into(), port);
     client(
         on_bench,
         Op::Write,
