@@ -778,7 +778,7 @@ mod tests {
 
     #[test]
     fn a_run_against_an_echo_peer_on_loopback() {
-        let port = 20_000 + (std::process::id() % 20_000) as u16;
+        let port = 20_000 + (std::process::id() % 12_000) as u16;
         let stop = AtomicBool::new(false);
         std::thread::scope(|scope| {
             let peer = scope
@@ -808,7 +808,7 @@ mod tests {
 
     #[test]
     fn a_listening_run_against_an_initiating_echo_peer() {
-        let port = 20_001 + (std::process::id() % 20_000) as u16;
+        let port = 20_001 + (std::process::id() % 12_000) as u16;
         let stop = AtomicBool::new(false);
         std::thread::scope(|scope| {
             let args = EchoArgs::try_parse_from([

@@ -65,9 +65,13 @@ fn the_advertisement_is_rpings() {
     assert_eq!(info.encode(), captured);
 }
 
+/// A listening port below Linux's ephemeral range (32768-60999 by default):
+/// a port inside it can be taken at any moment as the local end of some
+/// other connection, and the server's bind then fails (CI saw it). The
+/// tests here take about 20 ports, well inside this process's 64.
 fn port() -> u16 {
     static NEXT: AtomicU16 = AtomicU16::new(0);
-    42000 + (std::process::id() % 1000) as u16 * 10 + NEXT.fetch_add(1, Ordering::SeqCst)
+    24_000 + (std::process::id() % 120) as u16 * 64 + NEXT.fetch_add(1, Ordering::SeqCst) % 64
 }
 
 /// A child whose output goes to files (a pipe nobody reads could fill and

@@ -24,10 +24,11 @@ use tcp_lite::{ConnId, Instant, Stack, StackConfig};
 pub const DEADLINE: StdDuration = StdDuration::from_secs(20);
 
 /// A port no other test of this process uses (the kernel tests share
-/// loopback and run in parallel).
+/// loopback and run in parallel), below Linux's ephemeral range (32768 up),
+/// where any connection's local end could take it first.
 pub fn port() -> u16 {
     static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
-    let base = 20_000 + (std::process::id() % 2_000) as u16 * 16;
+    let base = 20_000 + (std::process::id() % 750) as u16 * 16;
     base + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
