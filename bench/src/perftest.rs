@@ -36,20 +36,23 @@
 //! and, as a server, the client's report names our size and iteration
 //! count. The exit status is 0 only then.
 
-use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use control::mpa::{Accept, StartupConfig};
-use control::runtime::{Decision, Handoff, StartupResult};
+use control::mpa::StartupConfig;
+use control::runtime::{Handoff, StartupResult};
 use dataplane::CoreTransport;
-use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
-use rnic_engine::qp::QpEvent;
-use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
+use rnic_engine::cq::Wc;
+use rnic_engine::verbs::QpHandle;
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
+
+pub mod machine;
+pub mod service;
+
+use machine::{Layout, Machine, SizeOutcome, Status};
+pub use service::{Gate, PerftestService};
 
 use crate::endpoint::{now, Endpoint, QUEUE_DEPTH};
 use crate::link::{self, LinkArgs, PeerTransport};
@@ -85,8 +88,6 @@ const STALL_LIMIT: Duration = Duration::from_secs(10);
 /// perftest's client: attempts at the data connection, and the pause.
 const CONNECT_TRIES: u32 = 10;
 const CONNECT_PAUSE: Duration = Duration::from_millis(100);
-/// How long a server that refused a client waits for its retries to stop.
-const REFUSAL_QUIET: Duration = Duration::from_secs(2);
 /// How long, after a run, we let the peer close first (see
 /// `Session::finish`).
 const HANG_UP_GRACE: Duration = Duration::from_secs(1);
@@ -191,6 +192,27 @@ pub struct PerftestArgs {
     #[arg(short = 'n', long = "iters")]
     pub iters: Option<u64>,
 
+    /// Every size from 2 to 8388608 octets, one after another (perftest's
+    /// `-a`). The server must be told too (perftest says nothing about it
+    /// on the wire).
+    #[arg(short = 'a', long = "all", conflicts_with = "size")]
+    pub all: bool,
+
+    /// Run for this many seconds instead of -n iterations (perftest's
+    /// `-D`; not with -a). Both sides.
+    #[arg(short = 'D', long = "duration", conflicts_with_all = ["iters", "all"])]
+    pub duration: Option<u64>,
+
+    /// Data connections, each a QP running the test (perftest's `-q`;
+    /// bandwidth tests; default 1). Both sides.
+    #[arg(short = 'q', long = "qp")]
+    pub qps: Option<u16>,
+
+    /// Both directions at once (perftest's `-b`; bandwidth tests). Both
+    /// sides.
+    #[arg(short = 'b', long = "bidirectional")]
+    pub bidirectional: bool,
+
     /// Work requests in flight (default: 128 for bandwidth, 1 for latency;
     /// at most the iterations).
     #[arg(short = 't', long = "tx-depth")]
@@ -276,13 +298,41 @@ pub struct Params {
     pub rx_depth: u32,
     /// Outstanding Reads (Read tests; 1 otherwise, as perftest tells).
     pub out_reads: u16,
+    /// Every size from 2 to 2^23 (`size` is then the largest).
+    pub all_sizes: bool,
+    /// Duration mode: how long each side runs.
+    pub duration: Option<Duration>,
+    /// Data connections (QPs).
+    pub qps: u16,
+    /// Both directions at once.
+    pub duplex: bool,
 }
 
 impl PerftestArgs {
     /// The test's numbers as perftest would set them, or what to fix.
     pub fn params(&self) -> Result<Params, String> {
         let test = self.test;
-        let size = self.size.unwrap_or(if test.is_bw() { 65536 } else { 2 });
+        let size = if self.all {
+            SIZE_MAX
+        } else {
+            self.size.unwrap_or(if test.is_bw() { 65536 } else { 2 })
+        };
+        let qps = self.qps.unwrap_or(1);
+        if qps != 1 && !test.is_bw() {
+            return Err("-q: multiple QPs are for the bandwidth tests (perftest's too)".into());
+        }
+        if !(1..=machine::QPS_MAX).contains(&qps) {
+            return Err(format!("-q {qps}: give 1 to {}", machine::QPS_MAX));
+        }
+        if self.bidirectional && !test.is_bw() {
+            return Err("-b: both directions are for the bandwidth tests (perftest's too)".into());
+        }
+        let duration = match self.duration {
+            Some(d) if !(1..=86_400).contains(&d) => {
+                return Err(format!("-D {d}: give 1 to 86400 seconds"))
+            }
+            d => d.map(Duration::from_secs),
+        };
         if !(1..=SIZE_MAX).contains(&size) {
             return Err(format!("-s {size}: give 1 to {SIZE_MAX} octets"));
         }
@@ -292,12 +342,15 @@ impl PerftestArgs {
         if iters < ITERS_MIN {
             return Err(format!("-n {iters}: give at least {ITERS_MIN}"));
         }
-        if iters > ITERS_MAX {
+        if iters.saturating_mul(u64::from(qps)) > ITERS_MAX {
             return Err(format!(
-                "-n {iters}: every message's timestamps are kept; give at most {ITERS_MAX}"
+                "-n {iters} -q {qps}: every message's timestamps are kept; give at most \
+                 {ITERS_MAX} in all"
             ));
         }
-        let clamp = |v: u32| u64::from(v).min(iters) as u32;
+        // Duration mode has no iteration count to cap the depths at.
+        let cap = if duration.is_some() { u64::MAX } else { iters };
+        let clamp = |v: u32| u64::from(v).min(cap) as u32;
         let tx_depth = clamp(self.tx_depth.unwrap_or(if test.is_bw() { 128 } else { 1 }));
         if !(1..=DEPTH_MAX).contains(&tx_depth) {
             return Err(format!("-t {tx_depth}: give 1 to {DEPTH_MAX}"));
@@ -373,11 +426,15 @@ impl PerftestArgs {
             tx_depth,
             rx_depth,
             out_reads,
+            all_sizes: self.all,
+            duration,
+            qps,
+            duplex: self.bidirectional,
         })
     }
 
     /// MPA for the control connection (`data` false) or the data one.
-    fn startup(&self, p: &Params, data: bool) -> StartupConfig {
+    pub fn startup(&self, p: &Params, data: bool) -> StartupConfig {
         let reads = if data && p.test.verb() == Verb::Read {
             p.out_reads
         } else {
@@ -400,7 +457,7 @@ impl PerftestArgs {
 
     /// The IB MTU enum perftest tells its peer: the largest IB MTU (256 to
     /// 4096) within the path's.
-    fn ib_mtu(&self) -> u8 {
+    pub fn ib_mtu(&self) -> u8 {
         let mut e = 1;
         while e < 5 && (256usize << e) <= self.mtu {
             e += 1;
@@ -547,63 +604,6 @@ fn slot_offset(n: u64, size: u64, cycle: u64, line: u64) -> u64 {
     }
 }
 
-/// Our registered memory: the control messages, the credit words, and two
-/// data buffers (what we send or read into; what the peer writes or reads).
-#[derive(Debug, Clone, Copy)]
-struct Layout {
-    /// Each data buffer's length (perftest's `BUFF_SIZE`, for the largest
-    /// cycle buffer we accept).
-    buff: u64,
-}
-
-/// Control receives posted at once.
-const CTRL_RECVS: usize = 4;
-/// A control message slot.
-const CTRL_SLOT: usize = 64;
-const SEND_AT: usize = CTRL_RECVS * CTRL_SLOT;
-/// Our receive count, the source of a credit Write (Send tests).
-const CREDIT_OUT_AT: usize = SEND_AT + CTRL_SLOT;
-/// The credit word the peer writes.
-const CREDIT_IN_AT: usize = CREDIT_OUT_AT + CTRL_SLOT;
-const DATA_AT: u64 = 4096;
-
-impl Layout {
-    fn new(size: u64) -> Layout {
-        Layout {
-            buff: size.max(u64::from(CYCLE_MAX)).next_multiple_of(4096),
-        }
-    }
-    /// What we send, or where our Reads land.
-    fn local(&self) -> u64 {
-        DATA_AT
-    }
-    /// What the peer writes or reads (our `vaddr`).
-    fn target(&self) -> u64 {
-        DATA_AT + self.buff
-    }
-    fn memory(&self) -> usize {
-        (DATA_AT + 2 * self.buff) as usize
-    }
-}
-
-// wr_id kinds.
-const WR_CTRL_SEND: u64 = 1;
-const WR_CTRL_RECV: u64 = 2;
-const WR_DATA: u64 = 3;
-const WR_DATA_RECV: u64 = 4;
-const WR_CREDIT: u64 = 5;
-
-/// A run's end, for the report.
-#[derive(Debug, Default, Clone)]
-pub struct Outcome {
-    /// Our report (bandwidth tests, the side that measured).
-    pub bw: Option<BwReport>,
-    /// The peer's report (bandwidth tests, server).
-    pub peer_bw: Option<BwReport>,
-    /// Latency samples, microseconds (latency tests, the side that measured).
-    pub lat: Vec<f64>,
-}
-
 /// The TAP interface `bench perftest` makes when --tap is not given.
 const DEFAULT_TAP: &str = "dpwperf0";
 
@@ -677,33 +677,284 @@ fn run<T: CoreTransport>(
     p: &Params,
     stop: &AtomicBool,
 ) -> Result<(), String> {
-    let layout = Layout::new(p.size);
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let mut ep = Endpoint::new(transport, emss, seed, layout.memory());
+    let mut ep = Endpoint::new(transport, emss, seed, Layout::memory(p));
     ep.set_unfenced(args.unfenced);
     if p.client {
         ep.set_settle(tcp_lite::Duration::from_millis(args.settle_ms));
     }
-    // Something other than zeros to move: perftest fills its buffers at
-    // random; we use a pattern. write_lat's stay zero (as perftest's): the
-    // last octet of the target is the poll byte, and the peer's first Write
-    // may land as soon as the handshakes are done.
-    if p.test != Test::WriteLat {
-        let pattern: Vec<u8> = (0..layout.buff).map(|i| (i % 251) as u8).collect();
-        ep.region
-            .write(layout.local() as usize, &pattern)
-            .and_then(|()| ep.region.write(layout.target() as usize, &pattern))
-            .map_err(|e| format!("{e:?}"))?;
-    }
     print_banner(p, args);
-    let mut s = Session::new(&mut ep, stop, *p, layout, seed);
-    let result = s.run(args);
-    s.finish(result.is_ok());
-    let outcome = result?;
-    print_results(p, &outcome);
+    let results = if p.client {
+        client(&mut ep, args, p, seed, stop)
+    } else {
+        server(&mut ep, args, p, seed, stop)
+    }?;
+    print_results(p, &results);
     Ok(())
+}
+
+/// The client: one session, its connections opened here.
+fn client<T: CoreTransport>(
+    ep: &mut Endpoint<T>,
+    args: &PerftestArgs,
+    p: &Params,
+    seed: u64,
+    stop: &AtomicBool,
+) -> Result<Vec<SizeOutcome>, String> {
+    let mut m = Machine::new(*p, 0, args.ib_mtu(), seed);
+    m.prepare(ep)?;
+    let mut wcs = Vec::new();
+    let result = (|| {
+        let ctrl = connect(ep, args, p, false, stop, &mut m, &mut wcs)?;
+        m.set_ctrl(ep, ctrl)?;
+        loop {
+            turn(ep, &mut m, &mut wcs);
+            match m.poll(ep) {
+                Status::Running => {}
+                Status::Connect => {
+                    for _ in 0..p.qps {
+                        let qp = connect(ep, args, p, true, stop, &mut m, &mut wcs)?;
+                        m.add_data(qp);
+                    }
+                }
+                Status::Done => return Ok(m.results().to_vec()),
+                Status::Failed(why) => return Err(why),
+            }
+            if stop.load(Ordering::SeqCst) {
+                return Err(format!("interrupted ({})", m.phase()));
+            }
+        }
+    })();
+    finish(ep, &m, result.is_ok(), stop);
+    result
+}
+
+/// One turn of a lone session: the RNIC steps, its completions and
+/// Terminates go to it.
+fn turn<T: CoreTransport>(ep: &mut Endpoint<T>, m: &mut Machine, wcs: &mut Vec<Wc>) {
+    ep.step(now());
+    for (qp, event) in ep.take_events() {
+        if m.owns(qp) {
+            m.terminated(event);
+        }
+    }
+    for qp in ep.take_ended() {
+        m.ended(qp);
+    }
+    wcs.clear();
+    ep.poll_cq(wcs);
+    for wc in wcs.drain(..) {
+        m.completion(wc);
+    }
+}
+
+/// Closes the session's connections (the data ones first) and waits for
+/// them to end. After a run that went well the peer may hang up first,
+/// for up to [`HANG_UP_GRACE`]: Linux siw (6.1) reports a Send or Write it
+/// sent in full as failed (`IBV_WC_LOC_QP_OP_ERR`, "wqe ... processing
+/// failed: -103") when the peer's FIN arrives before its `sendmsg`
+/// returns, and perftest then fails its run; dpwarp answers fast enough to
+/// hit that.
+fn finish<T: CoreTransport>(ep: &mut Endpoint<T>, m: &Machine, ok: bool, stop: &AtomicBool) {
+    let start = Instant::now();
+    let stopped = || stop.load(Ordering::SeqCst);
+    while ok && !stopped() && ep.open_connections() > 0 && start.elapsed() < HANG_UP_GRACE {
+        ep.step(now());
+        let _ = ep.take_ended();
+    }
+    let qps: Vec<QpHandle> = m.qps().collect();
+    for qp in qps.iter().skip(1).chain(qps.first()) {
+        ep.close(*qp);
+    }
+    let start = Instant::now();
+    while ep.open_connections() > 0 && start.elapsed() < STALL_LIMIT {
+        ep.step(now());
+        let _ = ep.take_ended();
+    }
+}
+
+/// Connects to the server (the client's); a data connection is tried again
+/// as perftest's client does.
+fn connect<T: CoreTransport>(
+    ep: &mut Endpoint<T>,
+    args: &PerftestArgs,
+    p: &Params,
+    data: bool,
+    stop: &AtomicBool,
+    m: &mut Machine,
+    wcs: &mut Vec<Wc>,
+) -> Result<QpHandle, String> {
+    let server = SocketAddrV4::new(args.server.unwrap_or(Ipv4Addr::UNSPECIFIED), args.port);
+    let tries = if data { CONNECT_TRIES } else { 1 };
+    let mut last = String::new();
+    let begun = Instant::now();
+    let mut handoffs: Vec<(Handoff, Option<QpHandle>)> = Vec::new();
+    for attempt in 0..tries {
+        if attempt > 0 {
+            if begun.elapsed() > STALL_LIMIT {
+                break;
+            }
+            std::thread::sleep(CONNECT_PAUSE);
+        }
+        let token = ep.control.connect(server, args.startup(p, data), b"");
+        let start = Instant::now();
+        let got = loop {
+            turn(ep, m, wcs);
+            handoffs.extend(ep.take_handoffs());
+            if let Some(i) = handoffs.iter().position(|(h, _)| h.token == token) {
+                break Some(handoffs.remove(i));
+            }
+            if stop.load(Ordering::SeqCst) {
+                return Err(format!("interrupted before {server} answered"));
+            }
+            if start.elapsed() > STALL_LIMIT {
+                break None;
+            }
+        };
+        let Some((handoff, qp)) = got else {
+            last = format!("no answer from {server} in {} s", STALL_LIMIT.as_secs());
+            continue;
+        };
+        match (handoff.result, qp) {
+            (StartupResult::Established(_), Some(qp)) => {
+                // Whatever waits out the settle (see --settle-ms) is not the
+                // test's.
+                let settle = Duration::from_millis(args.settle_ms);
+                let start = Instant::now();
+                while start.elapsed() < settle && !stop.load(Ordering::SeqCst) {
+                    turn(ep, m, wcs);
+                }
+                return Ok(qp);
+            }
+            (StartupResult::Rejected(r), _) => {
+                return Err(format!(
+                    "{server} rejected the connection (MPA Reply with R=1, private data {:?})",
+                    String::from_utf8_lossy(&r.private_data)
+                ))
+            }
+            (StartupResult::Failed(f), _) => last = f.reason.to_string(),
+            _ => last = "the connection failed".into(),
+        }
+    }
+    Err(format!(
+        "connecting the {} connection to {server} failed{}: {last}",
+        if data { "data" } else { "control" },
+        if data {
+            format!(" ({tries} tries)")
+        } else {
+            String::new()
+        }
+    ))
+}
+
+/// The server: perftest's, one client at a time (the appliance serves
+/// many with the same [`PerftestService`]).
+fn server<T: CoreTransport>(
+    ep: &mut Endpoint<T>,
+    args: &PerftestArgs,
+    p: &Params,
+    seed: u64,
+    stop: &AtomicBool,
+) -> Result<Vec<SizeOutcome>, String> {
+    let gate = Gate::new(*p, args.unfenced, "--unfenced", true);
+    let decide = gate.clone();
+    ep.control.listen(
+        args.port,
+        args.startup(p, false),
+        Box::new(move |request, peer| decide.decide(request, peer)),
+    );
+    let start = Instant::now();
+    loop {
+        ep.step(now());
+        if let Some(status) = ep.listen_status(args.port) {
+            status?;
+            break;
+        }
+        if stop.load(Ordering::SeqCst) {
+            return Err("interrupted before the listener was up".into());
+        }
+        if start.elapsed() > STALL_LIMIT {
+            return Err("the control plane never set up the listener".into());
+        }
+    }
+    println!("bench perftest: listening on port {}", args.port);
+    println!(" Waiting for client to connect...");
+    let mut service = PerftestService::new(*p, gate.clone(), 1, 0, args.ib_mtu(), seed);
+    let mut wcs = Vec::new();
+    let mut finished = Vec::new();
+    let mut outcome: Option<Result<Vec<SizeOutcome>, String>> = None;
+    // Once the session is over: its connections' ends, at most this long.
+    let mut over_at: Option<Instant> = None;
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return Err("interrupted".into());
+        }
+        ep.step(now());
+        for (qp, event) in ep.take_events() {
+            if !service.terminated(qp, event) {
+                eprintln!("bench perftest: a client: {}", term_text(event));
+            }
+        }
+        // Ends first: a new QP may take an ended one's handle in this step.
+        for qp in ep.take_ended() {
+            service.ended(qp);
+        }
+        for (handoff, qp) in ep.take_handoffs() {
+            match (handoff.result, qp) {
+                (StartupResult::Established(_), Some(qp)) => {
+                    let peer = handoff
+                        .conn
+                        .and_then(|c| ep.core.transport().endpoints(c).ok())
+                        .map(|(_, peer)| peer);
+                    match peer {
+                        Some(peer) => {
+                            service.established(ep, qp, peer);
+                        }
+                        // Gone before we could ask: nothing to serve.
+                        None => ep.abort(qp),
+                    }
+                }
+                // One that never got as far as MPA costs that connection
+                // only.
+                (StartupResult::Failed(f), _) => {
+                    eprintln!(
+                        "bench perftest: a connection's MPA startup failed: {}",
+                        f.reason
+                    );
+                }
+                _ => {}
+            }
+        }
+        wcs.clear();
+        ep.poll_cq(&mut wcs);
+        for wc in &wcs {
+            service.completion(wc);
+        }
+        service.tick(ep, &mut finished);
+        if outcome.is_none() {
+            if let Some(f) = finished.pop() {
+                if let Err(why) = &f.result {
+                    eprintln!("bench perftest: {}: {why}", f.peer);
+                }
+                outcome = Some(f.result);
+                over_at = Some(Instant::now());
+            }
+        }
+        if let Some(at) = over_at {
+            let settled = service.is_empty() && !gate.refusing();
+            if settled || at.elapsed() > HANG_UP_GRACE + STALL_LIMIT {
+                break;
+            }
+        }
+        if service.is_empty() && outcome.is_none() {
+            // No client yet: nothing here is latency-critical, and the
+            // kernel transport polls (it would spin a core).
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    outcome.unwrap_or_else(|| Err("no session".into()))
 }
 
 fn print_banner(p: &Params, args: &PerftestArgs) {
@@ -712,7 +963,8 @@ fn print_banner(p: &Params, args: &PerftestArgs) {
     println!("                    {}", p.test.title());
     println!(" dpwarp (bench perftest, perftest protocol {VERSION})");
     println!(
-        " Number of qps   : 1\t\tTransport type : IW ({})",
+        " Number of qps   : {}\t\tTransport type : IW ({})",
+        p.qps,
         match args.transport {
             PeerTransport::Kernel => "kernel TCP",
             PeerTransport::Tap => "tcp-lite on TAP",
@@ -723,6 +975,12 @@ fn print_banner(p: &Params, args: &PerftestArgs) {
         }
     );
     println!(" Connection type : RC\t\tUsing SRQ      : OFF");
+    if p.test.is_bw() {
+        println!(
+            " Bidirectional   : {}",
+            if p.duplex { "ON" } else { "OFF" }
+        );
+    }
     if p.client || p.test.verb() != Verb::Send {
         println!(" TX depth        : {}", p.tx_depth);
     }
@@ -732,36 +990,68 @@ fn print_banner(p: &Params, args: &PerftestArgs) {
     if p.test.verb() == Verb::Read {
         println!(" Outstand reads  : {}", p.out_reads);
     }
+    if let Some(d) = p.duration {
+        println!(" Duration        : {} s", d.as_secs());
+    }
     println!(" rdma_cm QPs\t : ON");
     println!(" Data ex. method : rdma_cm");
     println!("{line}");
 }
 
-fn print_results(p: &Params, o: &Outcome) {
+fn print_results(p: &Params, results: &[SizeOutcome]) {
     let line = "-".repeat(87);
     if p.test.is_bw() {
         println!(
             " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"
         );
-        let r = o.bw.or(o.peer_bw);
-        if let Some(r) = r {
-            println!(
-                " {:<10} {:<10}       {:.2}               {:.2}   \t\t   {:.6}",
-                r.size, r.iters, r.bw_peak, r.bw_avg, r.msg_rate
-            );
+        for o in results {
+            // Ours when we measured; the client's when it sent its numbers
+            // (a one-way server measures nothing but send_bw's arrivals).
+            let r = if !p.client && !p.duplex {
+                o.peer_bw.or(o.bw)
+            } else {
+                o.bw
+            };
+            if let Some(r) = r {
+                println!(
+                    " {:<10} {:<10}       {:.2}               {:.2}   \t\t   {:.6}",
+                    r.size, r.iters, r.bw_peak, r.bw_avg, r.msg_rate
+                );
+            }
+            if p.duplex {
+                if let Some(r) = o.peer_bw {
+                    println!(
+                        " {:<10} {:<10}       {:.2}               {:.2}   \t\t   {:.6}   (the \
+                         peer's direction)",
+                        r.size, r.iters, r.bw_peak, r.bw_avg, r.msg_rate
+                    );
+                }
+            }
         }
-        if o.bw.is_none() && o.peer_bw.is_some() {
+        if !p.client && !p.duplex && results.iter().any(|o| o.peer_bw.is_some()) {
             println!(" (the client's measurement, from its report)");
         }
-    } else if let Some(st) = LatStats::of(&o.lat) {
+    } else if results.iter().any(|o| LatStats::of(&o.lat).is_some()) {
         println!(
             " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    \
              t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] "
         );
-        println!(
-            " {:<7} {:<10} {:<14.2} {:<12.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}",
-            p.size, p.iters, st.min, st.max, st.typical, st.avg, st.stdev, st.p99, st.p999
-        );
+        for o in results {
+            if let Some(st) = LatStats::of(&o.lat) {
+                println!(
+                    " {:<7} {:<10} {:<14.2} {:<12.2} {:<16.2} {:<14.2} {:<15.2} {:<22.2} {:.2}",
+                    o.size,
+                    o.lat.len() + 1,
+                    st.min,
+                    st.max,
+                    st.typical,
+                    st.avg,
+                    st.stdev,
+                    st.p99,
+                    st.p999
+                );
+            }
+        }
     }
     println!("{line}");
     // A server that only answered (ib_read_lat's: the client's Reads need
@@ -772,12 +1062,24 @@ fn print_results(p: &Params, o: &Outcome) {
     } else {
         "completed"
     };
+    let sizes = if p.all_sizes {
+        "every size from 2 to 8388608 octets".to_string()
+    } else {
+        format!("{} octets", p.size)
+    };
+    let length = match p.duration {
+        Some(d) => format!("{} s", d.as_secs()),
+        None => format!("{} iterations", p.iters),
+    };
+    let qps = if p.qps > 1 {
+        format!(" on each of {} QPs", p.qps)
+    } else {
+        String::new()
+    };
     println!(
-        "bench perftest: {} {}: {} iterations of {} octets {done}",
+        "bench perftest: {} {}: {length} of {sizes}{qps} {done}",
         p.test.title(),
         if p.client { "client" } else { "server" },
-        p.iters,
-        p.size
     );
 }
 
@@ -828,961 +1130,6 @@ impl LatStats {
             p99: at(0.99),
             p999: at(0.999),
         })
-    }
-}
-
-/// One run's connections and the completions sorted by them.
-struct Session<'a, T: CoreTransport> {
-    ep: &'a mut Endpoint<T>,
-    stop: &'a AtomicBool,
-    p: Params,
-    l: Layout,
-    psn: u32,
-    ctrl: Option<QpHandle>,
-    data: Option<QpHandle>,
-    ctrl_wcs: VecDeque<Wc>,
-    data_wcs: VecDeque<Wc>,
-    handoffs: Vec<(Handoff, Option<QpHandle>)>,
-    wcs: Vec<Wc>,
-    /// Server: the data connection may come now (the listener refuses a
-    /// second connection before).
-    data_open: Arc<AtomicBool>,
-    /// Server: the listener refused the client's data connection for good
-    /// (write_lat without an RTR); the run cannot go on.
-    refused: Arc<AtomicBool>,
-    /// The cycle buffer and cache line both sides agreed on.
-    cycle: u64,
-    line: u64,
-}
-
-impl<'a, T: CoreTransport> Session<'a, T> {
-    fn new(
-        ep: &'a mut Endpoint<T>,
-        stop: &'a AtomicBool,
-        p: Params,
-        l: Layout,
-        seed: u64,
-    ) -> Session<'a, T> {
-        Session {
-            ep,
-            stop,
-            p,
-            l,
-            psn: (seed as u32) & 0xff_ffff,
-            ctrl: None,
-            data: None,
-            ctrl_wcs: VecDeque::new(),
-            data_wcs: VecDeque::new(),
-            handoffs: Vec::new(),
-            wcs: Vec::new(),
-            data_open: Arc::new(AtomicBool::new(false)),
-            refused: Arc::new(AtomicBool::new(false)),
-            cycle: u64::from(CYCLE_BUFFER),
-            line: u64::from(CACHE_LINE),
-        }
-    }
-
-    /// Octets the peer sent us on the data connection so far: the run's
-    /// progress (the control connection's exchanges have a plain deadline).
-    fn heard(&self) -> u64 {
-        self.data.and_then(|qp| self.ep.rx_octets(qp)).unwrap_or(0)
-    }
-
-    /// One turn: the RNIC steps, completions are sorted by QP, a Terminate
-    /// either way is an error.
-    fn turn(&mut self) -> Result<(), String> {
-        self.ep.step(now());
-        let event = self.ep.take_events().into_iter().next();
-        // Once both connections are up, later startups (refused: a run is
-        // in progress) need no answer.
-        let handoffs = self.ep.take_handoffs();
-        if self.data.is_none() {
-            self.handoffs.extend(handoffs);
-        }
-        let _ = self.ep.take_ended();
-        self.wcs.clear();
-        self.ep.poll_cq(&mut self.wcs);
-        for wc in self.wcs.drain(..) {
-            if Some(wc.qp) == self.ctrl {
-                self.ctrl_wcs.push_back(wc);
-            } else if Some(wc.qp) == self.data {
-                self.data_wcs.push_back(wc);
-            }
-        }
-        if let Some((_, event)) = event {
-            // A completion in error names the cause better than the
-            // Terminate it made (a Send too long for its receive): it is
-            // read first.
-            let cause = |wc: &Wc| !matches!(wc.status, WcStatus::Success | WcStatus::Flushed);
-            if self.data_wcs.iter().any(cause) {
-                return Ok(());
-            }
-            let code = match event {
-                QpEvent::TerminateSent(t) | QpEvent::TerminateReceived(t) => {
-                    (t.layer, t.etype, t.ecode)
-                }
-            };
-            // RFC 5041 §7.2: DDP untagged buffer errors 2 (no buffer) and 5
-            // (message too long for the buffer).
-            let hint = match (self.p.test.verb(), code) {
-                (Verb::Send, (1, 2, 2)) => {
-                    " (a Send with no receive for it: both sides need the same -n and -r)"
-                }
-                (Verb::Send, (1, 2, 5)) => {
-                    " (a Send longer than the receive for it: both sides need the same -s)"
-                }
-                _ => "",
-            };
-            return Err(format!("{}{hint}", term_text(event)));
-        }
-        Ok(())
-    }
-
-    /// Turns until `done` gives an answer; at most [`STALL_LIMIT`] without
-    /// one and without a word from the peer, and only while the connections
-    /// it needs are up.
-    fn wait<R>(
-        &mut self,
-        what: &str,
-        mut done: impl FnMut(&mut Self) -> Option<Result<R, String>>,
-    ) -> Result<R, String> {
-        let mut start = Instant::now();
-        let mut heard = self.heard();
-        loop {
-            if let Some(r) = done(self) {
-                return r;
-            }
-            self.turn()?;
-            // Anything from the peer on the data connection is progress: a
-            // long run (Writes or Read Requests into our memory, which make
-            // no completion here) may come before the answer we wait for.
-            let now_heard = self.heard();
-            if now_heard != heard {
-                heard = now_heard;
-                start = Instant::now();
-            }
-            if let Some(r) = done(self) {
-                return r;
-            }
-            for (qp, name) in [(self.ctrl, "control"), (self.data, "data")] {
-                if let Some(qp) = qp {
-                    if !self.ep.is_live(qp) {
-                        return Err(format!(
-                            "the peer closed the {name} connection while we waited for {what}"
-                        ));
-                    }
-                }
-            }
-            if self.stop.load(Ordering::SeqCst) {
-                return Err(format!("interrupted waiting for {what}"));
-            }
-            if start.elapsed() > STALL_LIMIT {
-                return Err(format!(
-                    "no progress for {} s waiting for {what}",
-                    STALL_LIMIT.as_secs()
-                ));
-            }
-        }
-    }
-
-    fn run(&mut self, args: &PerftestArgs) -> Result<Outcome, String> {
-        // The control connection.
-        let ctrl = if self.p.client {
-            self.connect(args, false)?
-        } else {
-            self.listen(args)?;
-            println!("bench perftest: listening on port {}", args.port);
-            println!(" Waiting for client to connect...");
-            self.accept("the client's control connection")?
-        };
-        self.ctrl = Some(ctrl);
-        for slot in 0..CTRL_RECVS {
-            self.post_ctrl_recv(slot)?;
-        }
-        // Versions, buffers, MTU.
-        let mut version = [0u8; VERSION_LEN];
-        version[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
-        let theirs = self.xchg(&version, "the peer's version")?;
-        let v = version_number(&theirs);
-        if v < VERSION_MIN {
-            return Err(format!(
-                "the peer speaks perftest {:?}; perftest and we need {VERSION_MIN:.2} or newer",
-                String::from_utf8_lossy(&theirs).trim_end_matches('\0')
-            ));
-        }
-        let cycle = self.xchg(&CYCLE_BUFFER.to_be_bytes(), "the peer's cycle buffer")?;
-        let line = self.xchg(&CACHE_LINE.to_be_bytes(), "the peer's cache line")?;
-        let word = |o: &[u8], what: &str| -> Result<u32, String> {
-            <[u8; 4]>::try_from(o)
-                .map(u32::from_be_bytes)
-                .map_err(|_| format!("the peer's {what} is {} octets, not 4", o.len()))
-        };
-        let cycle = word(&cycle, "cycle buffer")?.max(CYCLE_BUFFER);
-        let line = word(&line, "cache line")?.max(CACHE_LINE);
-        if cycle > CYCLE_MAX || !cycle.is_power_of_two() || !line.is_power_of_two() || line > cycle
-        {
-            return Err(format!(
-                "the peer's cycle buffer ({cycle}) or cache line ({line}) is beyond what we \
-                 work with (powers of two, the buffer at most {CYCLE_MAX})"
-            ));
-        }
-        self.cycle = u64::from(cycle);
-        self.line = u64::from(line);
-        let mtu = [b'0' + args.ib_mtu(), 0];
-        let theirs = self.xchg(&mtu, "the peer's MTU")?;
-        if theirs.len() != 2 {
-            return Err(format!("the peer's MTU is {} octets, not 2", theirs.len()));
-        }
-        // The data connection, between two handshakes (perftest's `my_dest`
-        // is still zero then).
-        // Server: the client connects as soon as it has our answer to this
-        // handshake, which may be before this call returns.
-        self.data_open.store(true, Ordering::SeqCst);
-        self.handshake(&Dest::default(), "the handshake before the data connection")?;
-        let data = if self.p.client {
-            self.connect(args, true)?
-        } else {
-            self.accept("the client's data connection")?
-        };
-        self.data = Some(data);
-        self.handshake(&Dest::default(), "the handshake after the data connection")?;
-        let my = self.my_dest();
-        match self.p.test {
-            Test::WriteBw | Test::ReadBw => {
-                let rem = self.handshake(&my, "the peer's buffer")?;
-                self.handshake(&my, "the second handshake")?;
-                self.handshake(&my, "the third handshake")?;
-                let mut out = Outcome::default();
-                if self.p.client {
-                    let r = self.bw_client(&rem)?;
-                    self.handshake(&my, "the handshake after the run")?;
-                    self.xchg_report(&r)?;
-                    out.bw = Some(r);
-                } else {
-                    self.handshake(&my, "the client's end of the run")?;
-                    let mine = BwReport {
-                        size: self.p.size,
-                        iters: self.p.iters,
-                        ..BwReport::default()
-                    };
-                    let theirs = self.xchg_report(&mine)?;
-                    if theirs.size != self.p.size || theirs.iters != self.p.iters {
-                        return Err(format!(
-                            "the client ran {} iterations of {} octets; we were told -n {} -s {}",
-                            theirs.iters, theirs.size, self.p.iters, self.p.size
-                        ));
-                    }
-                    out.peer_bw = Some(theirs);
-                }
-                self.handshake(&my, "the closing handshake")?;
-                Ok(out)
-            }
-            Test::SendBw => {
-                let rem = self.handshake(&my, "the peer's credit word")?;
-                self.handshake(&my, "the second handshake")?;
-                self.handshake(&my, "the third handshake")?;
-                if !self.p.client {
-                    self.post_data_recvs()?;
-                }
-                self.handshake(&my, "the handshake before the run")?;
-                let r = if self.p.client {
-                    self.bw_client(&rem)?
-                } else {
-                    self.send_bw_server(&rem)?
-                };
-                self.handshake(&my, "the closing handshake")?;
-                Ok(Outcome {
-                    bw: Some(r),
-                    ..Outcome::default()
-                })
-            }
-            Test::WriteLat | Test::ReadLat => {
-                let rem = self.handshake(&my, "the peer's buffer")?;
-                for what in ["second", "third", "fourth"] {
-                    self.handshake(&my, &format!("the {what} handshake"))?;
-                }
-                let mut out = Outcome::default();
-                if self.p.test == Test::WriteLat {
-                    out.lat = self.write_lat(&rem)?;
-                } else {
-                    if self.p.client {
-                        out.lat = self.read_lat(&rem)?;
-                    }
-                    self.handshake(&my, "the closing handshake")?;
-                }
-                Ok(out)
-            }
-            Test::SendLat => {
-                self.handshake(&my, "the peer's buffer")?;
-                self.handshake(&my, "the second handshake")?;
-                self.handshake(&my, "the third handshake")?;
-                self.post_data_recvs()?;
-                self.handshake(&my, "the handshake before the run")?;
-                let lat = self.send_lat()?;
-                self.handshake(&my, "the closing handshake")?;
-                Ok(Outcome {
-                    lat,
-                    ..Outcome::default()
-                })
-            }
-        }
-    }
-
-    /// Our `pingpong_dest`: the data buffer the peer addresses, or the
-    /// credit word in `send_bw`.
-    fn my_dest(&self) -> Dest {
-        let (rkey, vaddr) = if self.p.test == Test::SendBw {
-            (self.ep.mr.stag, self.ep.mr.base_to + CREDIT_IN_AT as u64)
-        } else {
-            (self.ep.mr.stag, self.ep.mr.base_to + self.l.target())
-        };
-        Dest {
-            out_reads: u32::from(self.p.out_reads),
-            qpn: self.data.map_or(0, |q| q.0),
-            psn: self.psn,
-            rkey,
-            vaddr,
-            ..Dest::default()
-        }
-    }
-
-    fn listen(&mut self, args: &PerftestArgs) -> Result<(), String> {
-        let ctrl = args.startup(&self.p, false);
-        let (ctrl_reads, data_reads) = (ctrl.ird, args.startup(&self.p, true).ird);
-        // A fenced server cannot write first unless the client sends an RTR.
-        let needs_rtr = self.p.test == Test::WriteLat && !args.unfenced;
-        let mut seen = 0u32;
-        let mut client: Option<Ipv4Addr> = None;
-        let (data_open, refused) = (self.data_open.clone(), self.refused.clone());
-        // The first connection is the control one, the second the data one;
-        // a run serves one client.
-        self.ep.control.listen(
-            args.port,
-            ctrl,
-            Box::new(move |request, peer| {
-                // The data connection comes from the control connection's
-                // host; anyone else meanwhile is another client.
-                let early = seen == 1 && !data_open.load(Ordering::SeqCst);
-                if client.is_some_and(|c| c != *peer.ip()) || seen >= 2 || early {
-                    eprintln!("bench perftest: refusing {peer}: a run is in progress");
-                    return Decision::Reject(
-                        b"dpwarp perftest: a run is in progress; one client at a time".to_vec(),
-                    );
-                }
-                client = Some(*peer.ip());
-                seen += 1;
-                if seen == 2 && needs_rtr && !request.enhanced.is_some_and(|e| e.peer_to_peer) {
-                    refused.store(true, Ordering::SeqCst);
-                    eprintln!(
-                        "bench perftest: refusing {peer}'s data connection: ib_write_lat's \
-                         server writes first, which RFC 5044 §7.1 (MPA fencing) forbids before \
-                         the client's first FPDU, and the client offered no RFC 6581 \
-                         peer-to-peer RTR. Give the client peer-to-peer mode (siw: echo 1 > \
-                         /sys/module/siw/parameters/peer_to_peer; dpwarp's client does it), or \
-                         run this server with --unfenced (as Linux siw behaves)"
-                    );
-                    return Decision::Reject(
-                        b"dpwarp perftest: write_lat needs peer-to-peer (an RTR) or --unfenced"
-                            .to_vec(),
-                    );
-                }
-                let reads = if seen == 1 { ctrl_reads } else { data_reads };
-                Decision::Accept(Accept {
-                    ird: Some(reads),
-                    ord: Some(reads),
-                    ..Accept::default()
-                })
-            }),
-        );
-        let start = Instant::now();
-        loop {
-            self.ep.step(now());
-            if let Some(status) = self.ep.listen_status(args.port) {
-                return status;
-            }
-            if self.stop.load(Ordering::SeqCst) {
-                return Err("interrupted before the listener was up".into());
-            }
-            if start.elapsed() > STALL_LIMIT {
-                return Err("the control plane never set up the listener".into());
-            }
-        }
-    }
-
-    /// Waits for the next accepted connection (the server's).
-    fn accept(&mut self, what: &str) -> Result<QpHandle, String> {
-        let start = Instant::now();
-        loop {
-            self.turn()?;
-            while !self.handoffs.is_empty() {
-                let (handoff, qp) = self.handoffs.remove(0);
-                match (handoff.result, qp) {
-                    (StartupResult::Established(_), Some(qp)) => return Ok(qp),
-                    // Someone else's connection, or one that never got as far
-                    // as MPA: it costs that connection only.
-                    (StartupResult::Failed(f), _) => {
-                        eprintln!(
-                            "bench perftest: a connection's MPA startup failed: {}",
-                            f.reason
-                        );
-                    }
-                    (StartupResult::Rejected(_), _) if self.refused.load(Ordering::SeqCst) => {
-                        self.linger_refusing();
-                        return Err(format!("{what} was refused (see above)"));
-                    }
-                    _ => {}
-                }
-            }
-            if self.stop.load(Ordering::SeqCst) {
-                return Err(format!("interrupted waiting for {what}"));
-            }
-            if self.ctrl.is_none() {
-                // No client yet: nothing here is latency-critical, and the
-                // kernel transport polls (it would spin a core).
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            // The first client may take its time; once a run has begun the
-            // usual limit applies.
-            if self.ctrl.is_some() && start.elapsed() > STALL_LIMIT {
-                return Err(format!("no {what} for {} s", STALL_LIMIT.as_secs()));
-            }
-            if let Some(ctrl) = self.ctrl {
-                if !self.ep.is_live(ctrl) {
-                    return Err(format!(
-                        "the client closed its control connection before {what}"
-                    ));
-                }
-            }
-        }
-    }
-
-    /// After refusing the client's data connection: perftest's client tries
-    /// it again (ten times, 100 ms apart); each try is answered, refused,
-    /// until the client has been quiet for [`REFUSAL_QUIET`]. Leaving in the
-    /// middle of a retry's MPA startup would leave the peer to time out
-    /// (Linux siw's client then hung past a minute).
-    fn linger_refusing(&mut self) {
-        let start = Instant::now();
-        let mut last = Instant::now();
-        while last.elapsed() < REFUSAL_QUIET
-            && start.elapsed() < STALL_LIMIT
-            && !self.stop.load(Ordering::SeqCst)
-        {
-            if self.turn().is_err() {
-                break;
-            }
-            if !self.handoffs.is_empty() {
-                self.handoffs.clear();
-                last = Instant::now();
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// Connects to the server (the client's); the data connection is tried
-    /// again as perftest's client does.
-    fn connect(&mut self, args: &PerftestArgs, data: bool) -> Result<QpHandle, String> {
-        let server = SocketAddrV4::new(args.server.unwrap_or(Ipv4Addr::UNSPECIFIED), args.port);
-        let tries = if data { CONNECT_TRIES } else { 1 };
-        let mut last = String::new();
-        let begun = Instant::now();
-        for attempt in 0..tries {
-            if attempt > 0 {
-                if begun.elapsed() > STALL_LIMIT {
-                    break;
-                }
-                std::thread::sleep(CONNECT_PAUSE);
-            }
-            let token = self
-                .ep
-                .control
-                .connect(server, args.startup(&self.p, data), b"");
-            let start = Instant::now();
-            let got = loop {
-                self.turn()?;
-                if let Some(i) = self.handoffs.iter().position(|(h, _)| h.token == token) {
-                    break Some(self.handoffs.remove(i));
-                }
-                if self.stop.load(Ordering::SeqCst) {
-                    return Err(format!("interrupted before {server} answered"));
-                }
-                if start.elapsed() > STALL_LIMIT {
-                    break None;
-                }
-            };
-            let Some((handoff, qp)) = got else {
-                last = format!("no answer from {server} in {} s", STALL_LIMIT.as_secs());
-                continue;
-            };
-            match (handoff.result, qp) {
-                (StartupResult::Established(_), Some(qp)) => {
-                    // Whatever waits out the settle (see --settle-ms) is not
-                    // the test's.
-                    let settle = Duration::from_millis(args.settle_ms);
-                    let start = Instant::now();
-                    while start.elapsed() < settle && !self.stop.load(Ordering::SeqCst) {
-                        self.turn()?;
-                    }
-                    return Ok(qp);
-                }
-                (StartupResult::Rejected(r), _) => {
-                    return Err(format!(
-                        "{server} rejected the connection (MPA Reply with R=1, private data {:?})",
-                        String::from_utf8_lossy(&r.private_data)
-                    ))
-                }
-                (StartupResult::Failed(f), _) => last = f.reason.to_string(),
-                _ => last = "the connection failed".into(),
-            }
-        }
-        Err(format!(
-            "connecting the {} connection to {server} failed{}: {last}",
-            if data { "data" } else { "control" },
-            if data {
-                format!(" ({tries} tries)")
-            } else {
-                String::new()
-            }
-        ))
-    }
-
-    fn post_ctrl_recv(&mut self, slot: usize) -> Result<(), String> {
-        let qp = self.ctrl.ok_or("no control connection")?;
-        let sgl = [self.ep.sge((slot * CTRL_SLOT) as u64, CTRL_SLOT as u32)];
-        self.ep
-            .rnic()
-            .post_recv(
-                qp,
-                &RecvWr {
-                    wr_id: WR_CTRL_RECV | (slot as u64) << 8,
-                    sgl: &sgl,
-                },
-            )
-            .map_err(|e| format!("posting a control receive: {e:?}"))
-    }
-
-    /// Sends a control message (one Send).
-    fn ctrl_send(&mut self, msg: &[u8]) -> Result<(), String> {
-        let qp = self.ctrl.ok_or("no control connection")?;
-        self.ep
-            .region
-            .write(SEND_AT, msg)
-            .map_err(|e| format!("{e:?}"))?;
-        let sgl = [self.ep.sge(SEND_AT as u64, msg.len() as u32)];
-        self.ep
-            .rnic()
-            .post_send(
-                qp,
-                &SendWr {
-                    wr_id: WR_CTRL_SEND,
-                    op: SendOp::Send,
-                    sgl: &sgl,
-                    signaled: true,
-                    solicited: false,
-                    fence: false,
-                },
-            )
-            .map_err(|e| format!("posting a control Send: {e:?}"))?;
-        // As perftest: the Send completes before anything else happens, so
-        // the one send slot is free again.
-        self.wait("our control Send's completion", |s| {
-            let wc = s.ctrl_wcs.iter().position(|w| w.wr_id == WR_CTRL_SEND)?;
-            let wc = s.ctrl_wcs.remove(wc)?;
-            Some(match wc.status {
-                WcStatus::Success => Ok(()),
-                status => Err(format!("our control Send ended {status:?}")),
-            })
-        })
-    }
-
-    /// Receives the peer's next control message.
-    fn ctrl_recv(&mut self, what: &str) -> Result<Vec<u8>, String> {
-        let wc = self.wait(what, |s| {
-            let i = s
-                .ctrl_wcs
-                .iter()
-                .position(|w| w.wr_id & 0xff == WR_CTRL_RECV)?;
-            s.ctrl_wcs.remove(i).map(Ok)
-        })?;
-        if wc.status != WcStatus::Success {
-            return Err(format!("a control receive ended {:?} ({what})", wc.status));
-        }
-        let slot = (wc.wr_id >> 8) as usize;
-        let mut msg = vec![0; (wc.byte_len as usize).min(CTRL_SLOT)];
-        self.ep
-            .region
-            .read(slot * CTRL_SLOT, &mut msg)
-            .map_err(|e| format!("{e:?}"))?;
-        self.post_ctrl_recv(slot)?;
-        Ok(msg)
-    }
-
-    /// perftest's `ctx_xchg_data`: the client sends first, the server answers.
-    fn xchg(&mut self, mine: &[u8], what: &str) -> Result<Vec<u8>, String> {
-        if self.p.client {
-            self.ctrl_send(mine)?;
-            self.ctrl_recv(what)
-        } else {
-            let theirs = self.ctrl_recv(what)?;
-            self.ctrl_send(mine)?;
-            Ok(theirs)
-        }
-    }
-
-    /// perftest's `ctx_hand_shake`.
-    fn handshake(&mut self, my: &Dest, what: &str) -> Result<Dest, String> {
-        let theirs = self.xchg(&my.encode(), what)?;
-        Dest::decode(&theirs).map_err(|e| format!("{what}: {e}"))
-    }
-
-    /// perftest's `xchg_bw_reports`: five 8-octet exchanges.
-    fn xchg_report(&mut self, mine: &BwReport) -> Result<BwReport, String> {
-        let mut theirs = [[0u8; 8]; 5];
-        for (i, field) in mine.fields().iter().enumerate() {
-            let got = self.xchg(field, "the peer's report")?;
-            theirs[i] = <[u8; 8]>::try_from(got.as_slice())
-                .map_err(|_| format!("a report field of {} octets, not 8", got.len()))?;
-        }
-        Ok(BwReport::from_fields(&theirs))
-    }
-
-    /// The next data completion, checked.
-    fn data_wc(&mut self) -> Result<Option<Wc>, String> {
-        let Some(wc) = self.data_wcs.pop_front() else {
-            return Ok(None);
-        };
-        match wc.status {
-            WcStatus::Success => Ok(Some(wc)),
-            WcStatus::LocalLength if wc.wr_id == WR_DATA_RECV => Err(format!(
-                "a Send longer than our receives of {} octets arrived (run both sides with the \
-                 same -s)",
-                self.p.size
-            )),
-            status => Err(format!("a data work request ended {status:?}")),
-        }
-    }
-
-    /// Fails once the data connection is gone, the run is interrupted, or
-    /// nothing happened since `since` for too long.
-    fn check_progress(&self, since: Instant, what: &str) -> Result<(), String> {
-        if let Some(data) = self.data {
-            if !self.ep.is_live(data) {
-                return Err(format!("the peer closed the data connection during {what}"));
-            }
-        }
-        if self.stop.load(Ordering::SeqCst) {
-            return Err(format!("interrupted during {what}"));
-        }
-        if since.elapsed() > STALL_LIMIT {
-            return Err(format!(
-                "no progress for {} s during {what}",
-                STALL_LIMIT.as_secs()
-            ));
-        }
-        Ok(())
-    }
-
-    fn post_data(&mut self, op: SendOp, local: u64, len: u64) -> Result<(), String> {
-        self.post_wr(WR_DATA, op, local, len)
-    }
-
-    /// A signaled work request on the data connection.
-    fn post_wr(&mut self, wr_id: u64, op: SendOp, local: u64, len: u64) -> Result<(), String> {
-        let qp = self.data.ok_or("no data connection")?;
-        let sgl = [self.ep.sge(local, len as u32)];
-        self.ep
-            .rnic()
-            .post_send(
-                qp,
-                &SendWr {
-                    wr_id,
-                    op,
-                    sgl: &sgl,
-                    signaled: true,
-                    solicited: false,
-                    fence: false,
-                },
-            )
-            .map_err(|e| format!("posting a data work request: {e:?}"))
-    }
-
-    fn post_data_recv(&mut self, n: u64) -> Result<(), String> {
-        let qp = self.data.ok_or("no data connection")?;
-        let at = self.l.target() + slot_offset(n, self.p.size, self.cycle, self.line);
-        let sgl = [self.ep.sge(at, self.p.size as u32)];
-        self.ep
-            .rnic()
-            .post_recv(
-                qp,
-                &RecvWr {
-                    wr_id: WR_DATA_RECV,
-                    sgl: &sgl,
-                },
-            )
-            .map_err(|e| format!("posting a data receive: {e:?}"))
-    }
-
-    /// perftest's `ctx_set_recv_wqes`: `rx_depth` receives (at most the
-    /// iterations).
-    fn post_data_recvs(&mut self) -> Result<(), String> {
-        for n in 0..u64::from(self.p.rx_depth).min(self.p.iters) {
-            self.post_data_recv(n)?;
-        }
-        Ok(())
-    }
-
-    /// A received data message: it must be the test's size.
-    fn check_recv(&self, wc: &Wc) -> Result<(), String> {
-        if !matches!(wc.opcode, WcOpcode::Recv) {
-            return Err(format!("an unexpected {:?} completion", wc.opcode));
-        }
-        if u64::from(wc.byte_len) != self.p.size {
-            return Err(format!(
-                "a Send of {} octets arrived; the test's are {} (run both sides with the same -s)",
-                wc.byte_len, self.p.size
-            ));
-        }
-        Ok(())
-    }
-
-    /// The client's bandwidth loop (perftest's `run_iter_bw`): RDMA Writes
-    /// or Reads into the server's buffer (`rem`), or Sends within the
-    /// server's credits (the credit word is ours, the peer writes it).
-    fn bw_client(&mut self, rem: &Dest) -> Result<BwReport, String> {
-        let (size, iters) = (self.p.size, self.p.iters);
-        let (depth, rx) = (u64::from(self.p.tx_depth), u64::from(self.p.rx_depth));
-        let verb = self.p.test.verb();
-        let mut posted = Vec::with_capacity(iters as usize);
-        let mut completed = Vec::with_capacity(iters as usize);
-        let (mut scnt, mut ccnt) = (0u64, 0u64);
-        let mut since = Instant::now();
-        while ccnt < iters {
-            let credit = if verb == Verb::Send {
-                let mut word = [0u8; 4];
-                self.ep
-                    .region
-                    .read(CREDIT_IN_AT, &mut word)
-                    .map_err(|e| format!("{e:?}"))?;
-                Some(u32::from_le_bytes(word))
-            } else {
-                None
-            };
-            while scnt < iters
-                && scnt - ccnt < depth
-                && credit.is_none_or(|c| (scnt as u32).wrapping_add(1).wrapping_sub(c) < rx as u32)
-            {
-                let offset = slot_offset(scnt, size, self.cycle, self.line);
-                let remote = RemoteAddr {
-                    stag: rem.rkey,
-                    to: rem.vaddr.wrapping_add(offset),
-                };
-                let op = match verb {
-                    Verb::Read => SendOp::Read(remote),
-                    Verb::Write => SendOp::Write(remote),
-                    Verb::Send => SendOp::Send,
-                };
-                posted.push(Instant::now());
-                self.post_data(op, self.l.local() + offset, size)?;
-                scnt += 1;
-            }
-            self.turn()?;
-            while let Some(wc) = self.data_wc()? {
-                if wc.wr_id == WR_DATA {
-                    completed.push(Instant::now());
-                    ccnt += 1;
-                    since = Instant::now();
-                }
-            }
-            self.check_progress(since, "the run")?;
-        }
-        Ok(bw_report(size, &posted, &completed, depth as usize))
-    }
-
-    /// The server's Send bandwidth loop (perftest's `run_iter_bw_server`):
-    /// receives reposted, and the count written back (see [`Test::SendBw`]).
-    fn send_bw_server(&mut self, rem: &Dest) -> Result<BwReport, String> {
-        let (size, iters, rx) = (self.p.size, self.p.iters, u64::from(self.p.rx_depth));
-        let credit_every = (rx / 3).max(1);
-        let mut posted_recvs = rx.min(iters);
-        let mut rcnt = 0u64;
-        let mut times = Vec::with_capacity(iters as usize);
-        let mut since = Instant::now();
-        while rcnt < iters {
-            self.turn()?;
-            while let Some(wc) = self.data_wc()? {
-                match wc.wr_id {
-                    WR_DATA_RECV => {
-                        self.check_recv(&wc)?;
-                        let t = Instant::now();
-                        times.push(t);
-                        rcnt += 1;
-                        since = t;
-                        if posted_recvs < iters {
-                            self.post_data_recv(posted_recvs)?;
-                            posted_recvs += 1;
-                        }
-                        if (rcnt % rx).is_multiple_of(credit_every) {
-                            self.ep
-                                .region
-                                .write(CREDIT_OUT_AT, &(rcnt as u32).to_le_bytes())
-                                .map_err(|e| format!("{e:?}"))?;
-                            let remote = RemoteAddr {
-                                stag: rem.rkey,
-                                to: rem.vaddr,
-                            };
-                            self.post_wr(
-                                WR_CREDIT,
-                                SendOp::Write(remote),
-                                CREDIT_OUT_AT as u64,
-                                4,
-                            )?;
-                        }
-                    }
-                    WR_CREDIT => {}
-                    _ => return Err(format!("an unexpected {:?} completion", wc.opcode)),
-                }
-            }
-            self.check_progress(since, "the run")?;
-        }
-        Ok(bw_report_rx(size, &times, rx as usize))
-    }
-
-    /// RDMA Write ping-pong (perftest's `run_iter_lat_write`): the server
-    /// writes first; each side waits for the iteration's number in the last
-    /// octet of its buffer.
-    fn write_lat(&mut self, rem: &Dest) -> Result<Vec<f64>, String> {
-        let (size, iters) = (self.p.size, self.p.iters);
-        let remote = RemoteAddr {
-            stag: rem.rkey,
-            to: rem.vaddr,
-        };
-        let post_at = (self.l.local() + size - 1) as usize;
-        let poll_at = (self.l.target() + size - 1) as usize;
-        let mut posted = Vec::with_capacity(iters as usize);
-        let (mut scnt, mut ccnt, mut rcnt) = (0u64, 0u64, 0u64);
-        while scnt < iters || ccnt < iters || rcnt < iters {
-            // The server writes first: its first turn waits for nothing.
-            if rcnt < iters && (self.p.client || scnt >= 1) {
-                rcnt += 1;
-                let want = rcnt as u8;
-                self.wait("the peer's RDMA Write", |s| {
-                    let mut b = [0u8];
-                    match s.ep.region.read(poll_at, &mut b) {
-                        Ok(()) if b[0] == want => Some(Ok(())),
-                        Ok(()) => None,
-                        Err(e) => Some(Err(format!("{e:?}"))),
-                    }
-                })?;
-            }
-            if scnt < iters {
-                scnt += 1;
-                self.ep
-                    .region
-                    .write(post_at, &[scnt as u8])
-                    .map_err(|e| format!("{e:?}"))?;
-                posted.push(Instant::now());
-                self.post_data(SendOp::Write(remote), self.l.local(), size)?;
-            }
-            if ccnt < iters {
-                self.wait("our RDMA Write's completion", |s| {
-                    s.data_wc().map(|w| w.map(|_| ())).transpose()
-                })?;
-                ccnt += 1;
-            }
-        }
-        Ok(deltas(&posted, 2.0))
-    }
-
-    /// One RDMA Read at a time (perftest's `run_iter_lat`, the client's).
-    fn read_lat(&mut self, rem: &Dest) -> Result<Vec<f64>, String> {
-        let remote = RemoteAddr {
-            stag: rem.rkey,
-            to: rem.vaddr,
-        };
-        let mut posted = Vec::with_capacity(self.p.iters as usize);
-        for _ in 0..self.p.iters {
-            posted.push(Instant::now());
-            self.post_data(SendOp::Read(remote), self.l.local(), self.p.size)?;
-            self.wait("our RDMA Read's response", |s| {
-                s.data_wc().map(|w| w.map(|_| ())).transpose()
-            })?;
-        }
-        Ok(deltas(&posted, 1.0))
-    }
-
-    /// Send ping-pong (perftest's `run_iter_lat_send`): the client sends
-    /// first.
-    fn send_lat(&mut self) -> Result<Vec<f64>, String> {
-        let (size, iters, rx) = (self.p.size, self.p.iters, u64::from(self.p.rx_depth));
-        let mut posted_recvs = rx.min(iters);
-        let mut posted = Vec::with_capacity(iters as usize);
-        let (mut scnt, mut rcnt, mut ccnt) = (0u64, 0u64, 0u64);
-        // The next receive; our own Sends' completions are counted on the way.
-        let mut next = |s: &mut Self| loop {
-            match s.data_wc() {
-                Err(e) => return Some(Err(e)),
-                Ok(None) => return None,
-                Ok(Some(w)) if w.wr_id == WR_DATA_RECV => return Some(Ok(Some(w))),
-                Ok(Some(_)) => ccnt += 1,
-            }
-        };
-        while scnt < iters || rcnt < iters {
-            // The client sends first: its first turn waits for nothing.
-            if rcnt < iters && (!self.p.client || scnt >= 1) {
-                let wc = self
-                    .wait("the peer's Send", &mut next)?
-                    .ok_or("no receive completion")?;
-                self.check_recv(&wc)?;
-                rcnt += 1;
-                if posted_recvs < iters {
-                    self.post_data_recv(posted_recvs)?;
-                    posted_recvs += 1;
-                }
-            }
-            if scnt < iters {
-                scnt += 1;
-                posted.push(Instant::now());
-                self.post_data(SendOp::Send, self.l.local(), size)?;
-            }
-        }
-        // Every Send of ours completes before the closing handshake.
-        self.wait("our Sends' completions", |s| loop {
-            match s.data_wc() {
-                Err(e) => return Some(Err(e)),
-                Ok(Some(w)) if w.wr_id == WR_DATA => ccnt += 1,
-                Ok(Some(w)) => {
-                    return Some(Err(format!("an unexpected {:?} completion", w.opcode)))
-                }
-                Ok(None) if ccnt >= iters => return Some(Ok(())),
-                Ok(None) => return None,
-            }
-        })?;
-        Ok(deltas(&posted, 2.0))
-    }
-
-    /// Closes both connections in order and waits for them to end. After
-    /// a run that went well the peer may hang up first, for up to
-    /// [`HANG_UP_GRACE`]: Linux siw (6.1) reports a Send or Write it sent
-    /// in full as failed (`IBV_WC_LOC_QP_OP_ERR`, "wqe ... processing
-    /// failed: -103") when the peer's FIN arrives before its `sendmsg`
-    /// returns, and perftest then fails its run; dpwarp answers fast enough
-    /// to hit that.
-    fn finish(&mut self, ok: bool) {
-        let start = Instant::now();
-        let stopped = || self.stop.load(Ordering::SeqCst);
-        while ok && !stopped() && self.ep.open_connections() > 0 && start.elapsed() < HANG_UP_GRACE
-        {
-            self.ep.step(now());
-            let _ = self.ep.take_ended();
-        }
-        for qp in [self.data, self.ctrl].into_iter().flatten() {
-            self.ep.close(qp);
-        }
-        let start = Instant::now();
-        while self.ep.open_connections() > 0 && start.elapsed() < STALL_LIMIT {
-            self.ep.step(now());
-            let _ = self.ep.take_ended();
-        }
     }
 }
 

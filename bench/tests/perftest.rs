@@ -284,6 +284,150 @@ fn every_test_completes_between_two_processes() {
     }
 }
 
+/// The result rows a side printed: (size, iterations) of each, the peer's
+/// direction of a `-b` run left out.
+fn rows(run: &Run) -> Vec<(u64, u64)> {
+    let mut lines = run.stdout.lines();
+    if !lines.any(|l| l.trim_start().starts_with("#bytes")) {
+        return Vec::new();
+    }
+    lines
+        .take_while(|l| !l.starts_with("---"))
+        .filter(|l| !l.contains("the peer's direction") && !l.contains("from its report"))
+        .map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            let n = |i: usize| -> u64 {
+                cols.get(i)
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or_else(|| panic!("a result row {l:?}: {}", run.said()))
+            };
+            (n(0), n(1))
+        })
+        .collect()
+}
+
+/// perftest's `-a`, `-q`, `-b` and `-D`, dpwarp in both roles, for each
+/// test that takes them: every run completes on both sides, each says what
+/// it ran, and the client prints a row per size with its iterations (the
+/// server of a one-way write_bw or read_bw prints the client's report of
+/// its last size; read_lat's measures nothing).
+#[test]
+fn all_sizes_qps_both_ways_and_durations_complete() {
+    let _serial = serial();
+    let every = "every size from 2 to 8388608 octets";
+    let all: Vec<u64> = (1..=23).map(|e| 1u64 << e).collect();
+    for (args, last, client_rows, server_rows) in [
+        (
+            &["write_bw", "-a", "-n", "5"][..],
+            format!("5 iterations of {every}"),
+            all.iter().map(|&s| (s, 5)).collect::<Vec<_>>(),
+            vec![(8388608, 5)],
+        ),
+        (
+            &["read_bw", "-q", "4", "-n", "50", "-s", "4096"],
+            "50 iterations of 4096 octets on each of 4 QPs".to_string(),
+            vec![(4096, 50)],
+            vec![(4096, 50)],
+        ),
+        (
+            &["send_bw", "-q", "3", "-b", "-n", "300", "-s", "1024", "-r", "16"],
+            "300 iterations of 1024 octets on each of 3 QPs".to_string(),
+            vec![(1024, 300)],
+            vec![(1024, 300)],
+        ),
+        (
+            &["write_bw", "-b", "-a", "-q", "2", "-n", "5"],
+            format!("5 iterations of {every} on each of 2 QPs"),
+            all.iter().map(|&s| (s, 5)).collect(),
+            all.iter().map(|&s| (s, 5)).collect(),
+        ),
+        (
+            &["send_bw", "-a", "-n", "5"],
+            format!("5 iterations of {every}"),
+            all.iter().map(|&s| (s, 5)).collect(),
+            all.iter().map(|&s| (s, 5)).collect(),
+        ),
+        (
+            &["write_lat", "-a", "-n", "5"],
+            format!("5 iterations of {every}"),
+            all.iter().map(|&s| (s, 5)).collect(),
+            all.iter().map(|&s| (s, 5)).collect(),
+        ),
+        (
+            &["read_lat", "-a", "-n", "5"],
+            format!("5 iterations of {every}"),
+            all.iter().map(|&s| (s, 5)).collect(),
+            vec![],
+        ),
+        (
+            &["send_lat", "-a", "-n", "5"],
+            format!("5 iterations of {every}"),
+            all.iter().map(|&s| (s, 5)).collect(),
+            all.iter().map(|&s| (s, 5)).collect(),
+        ),
+    ] {
+        let (s, c) = pair(args, args);
+        let test = args[0];
+        for (run, role, want) in [(&c, "client", &client_rows), (&s, "server", &server_rows)] {
+            assert_eq!(run.code, Some(0), "{args:?} {role}: {}", run.said());
+            let done = if role == "server" && test == "read_lat" {
+                "served"
+            } else {
+                "completed"
+            };
+            assert_eq!(
+                run.last_line(),
+                format!("bench perftest: {} {role}: {last} {done}", title(test)),
+                "{args:?} {role}: {}",
+                run.said()
+            );
+            assert_eq!(&rows(run), want, "{args:?} {role}: {}", run.said());
+        }
+        assert!(
+            s.stderr.is_empty() && c.stderr.is_empty(),
+            "{args:?}: {}{}",
+            s.said(),
+            c.said()
+        );
+    }
+}
+
+/// perftest's `-D`: each side runs for its seconds (no iteration count),
+/// reports what it counted, and both end together.
+#[test]
+fn duration_runs_end_on_time_on_both_sides() {
+    let _serial = serial();
+    for args in [
+        &["write_bw", "-D", "2", "-q", "2"][..],
+        &["send_bw", "-D", "2", "-b"],
+        &["send_lat", "-D", "2"],
+        &["write_lat", "-D", "2"],
+    ] {
+        let (s, c) = pair(args, args);
+        let test = args[0];
+        for (run, role) in [(&c, "client"), (&s, "server")] {
+            assert_eq!(run.code, Some(0), "{args:?} {role}: {}", run.said());
+            assert!(
+                run.last_line().starts_with(&format!(
+                    "bench perftest: {} {role}: 2 s of ",
+                    title(test)
+                )),
+                "{args:?} {role}: {}",
+                run.said()
+            );
+            assert!(
+                run.took >= Duration::from_secs(2) && run.took < LIMIT,
+                "{args:?} {role}: {}",
+                run.said()
+            );
+        }
+        // The client counted messages: at least one, each a whole one.
+        let r = rows(&c);
+        assert_eq!(r.len(), 1, "{args:?}: {}", c.said());
+        assert!(r[0].1 > 0, "{args:?}: {}", c.said());
+    }
+}
+
 /// send_bw's credits: with 16 receives posted the client may run at most
 /// 15 Sends ahead of the count the server writes back every 5 receives, so
 /// 3000 Sends need hundreds of credit Writes, and the count wraps the

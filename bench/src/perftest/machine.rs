@@ -1,0 +1,1381 @@
+//! One perftest session as a state machine: the client's or the server's
+//! side of the exchanges and runs that `bench perftest`'s module docs
+//! describe, for every test, `-a`, `-D`, `-q` and `-b`. It never blocks: a
+//! driver hands it its connections' completions and Terminates, and calls
+//! [`Machine::poll`] every turn. `bench perftest` drives one (client, or a
+//! server of one client); [`super::service::PerftestService`] drives as
+//! many as a core serves at once.
+//!
+//! The script, after the prologue (versions, cycle buffer, cache line, MTU,
+//! a zero handshake, the `-q` data connections, a zero handshake), read
+//! from perftest 4.5-0.17 ("6.06"; `N` = `-q`, `HS` = one handshake, `REP`
+//! = a report exchange):
+//! - write_bw, read_bw: `N` HS (each QP's buffer), `N` HS, HS; then without
+//!   `-b` the client runs every size with nothing on the control connection
+//!   (the server answers no Write or Read Request with work of its own),
+//!   HS, REP (the client's last size), HS. With `-b` both sides run: per
+//!   size HS, run, REP, then HS; with `-a` per size HS, run, HS, REP, and a
+//!   last HS.
+//! - send_bw: `N` HS (each QP's credit word), HS, `N` HS; per size: the
+//!   receives posted, HS, run, REP (only `-b` without `-D`), HS; with `-a`
+//!   a last HS.
+//! - write_lat: four HS; every size's ping-pong back to back; nothing after.
+//! - read_lat: four HS; the client's Reads, every size; HS.
+//! - send_lat: three HS; per size receives, HS, ping-pong; HS.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
+use rnic_engine::qp::QpEvent;
+use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
+
+use super::{
+    bw_report, bw_report_rx, deltas, slot_offset, version_number, BwReport, Dest, Params, Test,
+    Verb, CACHE_LINE, CYCLE_BUFFER, CYCLE_MAX, DEST_LEN, STALL_LIMIT, VERSION, VERSION_LEN,
+    VERSION_MIN,
+};
+use crate::endpoint::Endpoint;
+use crate::rping::term_text;
+use dataplane::CoreTransport;
+
+/// The most data connections (`-q`) of one session.
+pub const QPS_MAX: u16 = 32;
+/// perftest's sizes under `-a`: 2 to 2^23 octets.
+pub const ALL_SIZES: std::ops::RangeInclusive<u32> = 1..=23;
+
+/// Control receives posted at once.
+const CTRL_RECVS: u64 = 4;
+/// A control message slot.
+const CTRL_SLOT: u64 = 64;
+/// Where our control Sends come from.
+const SEND_AT: u64 = CTRL_RECVS * CTRL_SLOT;
+/// Our receive counts (per QP, 4 octets each): the credit Writes' sources.
+const CREDIT_OUT_AT: u64 = SEND_AT + CTRL_SLOT;
+/// The credit words the peer writes (per QP, 4 octets each).
+const CREDIT_IN_AT: u64 = CREDIT_OUT_AT + 4 * QPS_MAX as u64;
+/// The data buffers: each QP's local one, then each QP's target.
+const DATA_AT: u64 = 4096;
+
+// wr_id kinds (the low octet; the QP's index or the control slot above it).
+const WR_CTRL_SEND: u64 = 1;
+const WR_CTRL_RECV: u64 = 2;
+const WR_DATA: u64 = 3;
+const WR_DATA_RECV: u64 = 4;
+const WR_CREDIT: u64 = 5;
+
+/// One session's registered memory: its offset in the region and the
+/// length of each data buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    /// Where it begins in the registered memory.
+    pub origin: u64,
+    /// Each data buffer's length (perftest's `BUFF_SIZE` for the largest
+    /// cycle buffer we accept).
+    pub buff: u64,
+    /// Data connections.
+    pub qps: u16,
+}
+
+impl Layout {
+    /// The layout of a session of `p` at `origin`.
+    pub fn new(p: &Params, origin: u64) -> Layout {
+        Layout {
+            origin,
+            buff: p.size.max(u64::from(CYCLE_MAX)).next_multiple_of(4096),
+            qps: p.qps,
+        }
+    }
+    /// Octets a session of `p` takes.
+    pub fn memory(p: &Params) -> usize {
+        let l = Layout::new(p, 0);
+        (DATA_AT + 2 * u64::from(l.qps) * l.buff) as usize
+    }
+    /// QP `i`'s source of Writes and Sends, where its Reads land.
+    pub fn local(&self, i: usize) -> u64 {
+        self.origin + DATA_AT + i as u64 * self.buff
+    }
+    /// QP `i`'s buffer the peer writes or reads (its `vaddr`), where its
+    /// receives land.
+    pub fn target(&self, i: usize) -> u64 {
+        self.origin + DATA_AT + (u64::from(self.qps) + i as u64) * self.buff
+    }
+    /// The data buffers, from the first local one to the last target.
+    fn data(&self) -> (u64, u64) {
+        (self.local(0), 2 * u64::from(self.qps) * self.buff)
+    }
+}
+
+/// A control message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Msg {
+    Version,
+    Cycle,
+    Line,
+    Mtu,
+    /// A handshake of zeros (before and after the data connections).
+    Zero,
+    /// A handshake of QP `i`'s `pingpong_dest` (the peer's is kept from the
+    /// first round).
+    Dest(u16),
+    /// A handshake of QP 0's.
+    Dest0,
+    /// A report's field.
+    Report(u8),
+}
+
+/// A step of the script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Xchg(Msg),
+    /// The data connections.
+    Data,
+    /// Where each message size begins.
+    SizeLoop,
+    /// This size's receives, on every QP.
+    PostRecvs,
+    /// This size's data phase.
+    Run,
+    /// On to the next size from [`Step::SizeLoop`], if any is left.
+    NextSize,
+}
+
+/// The script both sides follow (see the module docs).
+fn script(p: &Params) -> Vec<Step> {
+    use Msg::*;
+    use Step::*;
+    let n = p.qps;
+    let mut s = vec![
+        Xchg(Version),
+        Xchg(Cycle),
+        Xchg(Line),
+        Xchg(Mtu),
+        Xchg(Zero),
+        Data,
+        Xchg(Zero),
+    ];
+    let report = [0u8, 1, 2, 3, 4].map(|k| Xchg(Report(k)));
+    let dests = |s: &mut Vec<Step>| s.extend((0..n).map(|i| Xchg(Dest(i))));
+    match p.test {
+        Test::WriteBw | Test::ReadBw => {
+            dests(&mut s);
+            dests(&mut s);
+            s.push(Xchg(Dest0));
+            if !p.duplex {
+                if p.client {
+                    s.extend([SizeLoop, Run, NextSize]);
+                }
+                s.push(Xchg(Dest0));
+                s.extend(report);
+            } else if p.all_sizes {
+                s.extend([SizeLoop, Xchg(Dest0), Run, Xchg(Dest0)]);
+                s.extend(report);
+                s.push(NextSize);
+            } else {
+                s.extend([Xchg(Dest0), Run]);
+                s.extend(report);
+            }
+            s.push(Xchg(Dest0));
+        }
+        Test::SendBw => {
+            dests(&mut s);
+            s.push(Xchg(Dest0));
+            dests(&mut s);
+            s.push(SizeLoop);
+            if !p.client || p.duplex {
+                s.push(PostRecvs);
+            }
+            s.extend([Xchg(Dest0), Run]);
+            if p.duplex && p.duration.is_none() {
+                s.extend(report);
+            }
+            s.extend([Xchg(Dest0), NextSize]);
+            if p.all_sizes {
+                s.push(Xchg(Dest0));
+            }
+        }
+        Test::WriteLat | Test::ReadLat => {
+            s.extend([Xchg(Dest(0)), Xchg(Dest0), Xchg(Dest0), Xchg(Dest0)]);
+            if p.test == Test::WriteLat || p.client {
+                s.extend([SizeLoop, Run, NextSize]);
+            }
+            if p.test == Test::ReadLat {
+                s.push(Xchg(Dest0));
+            }
+        }
+        Test::SendLat => {
+            s.extend([Xchg(Dest(0)), Xchg(Dest0), Xchg(Dest0)]);
+            s.extend([SizeLoop, PostRecvs, Xchg(Dest0), Run, NextSize, Xchg(Dest0)]);
+        }
+    }
+    s
+}
+
+/// One size's results.
+#[derive(Debug, Clone, Default)]
+pub struct SizeOutcome {
+    /// The message size.
+    pub size: u64,
+    /// Our bandwidth report (the side that measured).
+    pub bw: Option<BwReport>,
+    /// The peer's report (when it sent one with its numbers).
+    pub peer_bw: Option<BwReport>,
+    /// Latency samples, microseconds.
+    pub lat: Vec<f64>,
+}
+
+/// What [`Machine::poll`] says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    /// Going on.
+    Running,
+    /// Client: open the data connections now ([`Machine::add_data`] each).
+    Connect,
+    /// Every exchange and run completed.
+    Done,
+    /// It failed; the reason.
+    Failed(String),
+}
+
+/// One control exchange in progress.
+#[derive(Debug, Default)]
+struct Exchange {
+    sent: bool,
+    send_done: bool,
+    got: Option<Vec<u8>>,
+}
+
+/// A size's data phase.
+#[derive(Debug)]
+struct Run {
+    size: u64,
+    begun: Instant,
+    /// Duration mode: the sender's end, and the receiver's (from its
+    /// first message).
+    end: Option<Instant>,
+    rx_end: Option<Instant>,
+    // Sending (Writes, Reads, Sends): per QP posted and completed.
+    scnt: Vec<u64>,
+    ccnt: Vec<u64>,
+    posted: Vec<Instant>,
+    completed: Vec<Instant>,
+    // Receiving (Sends): per QP received and receives posted.
+    rcnt: Vec<u64>,
+    rposted: Vec<u64>,
+    arrived: Vec<Instant>,
+    /// Received, not yet answered (send_lat).
+    unanswered: u64,
+    /// The latency ping-pong's phase: 0 wait for the peer, 1 post, 2 wait
+    /// for our completion.
+    phase: u8,
+    /// Messages counted in duration mode.
+    count: u64,
+}
+
+/// One perftest session (see the module docs).
+pub struct Machine {
+    p: Params,
+    l: Layout,
+    script: Vec<Step>,
+    at: usize,
+    sizes: Vec<u64>,
+    size_index: usize,
+    ctrl: Option<QpHandle>,
+    data: Vec<QpHandle>,
+    /// Its connections that ended (their handles may serve others now).
+    gone: Vec<QpHandle>,
+    rem: Vec<Dest>,
+    cycle: u64,
+    line: u64,
+    ib_mtu: u8,
+    psn: u32,
+    ctrl_wcs: VecDeque<Wc>,
+    data_wcs: VecDeque<Wc>,
+    x: Exchange,
+    theirs: [[u8; 8]; 5],
+    run: Option<Run>,
+    /// Credit Writes not yet completed.
+    credits_out: u64,
+    results: Vec<SizeOutcome>,
+    /// The last progress (a message, a completion, octets from the peer).
+    since: Instant,
+    heard: u64,
+    /// The client was told to connect.
+    connecting: bool,
+    failed: Option<String>,
+    /// A Terminate on one of its connections, not yet reported.
+    terminate: Option<QpEvent>,
+    done: bool,
+}
+
+impl Machine {
+    /// A session of `p` (its `client` says which side) in the registered
+    /// memory at `origin` ([`Layout::memory`] octets); `ib_mtu` is the
+    /// IB MTU enum we tell the peer.
+    pub fn new(p: Params, origin: u64, ib_mtu: u8, seed: u64) -> Machine {
+        let sizes = if p.all_sizes {
+            ALL_SIZES.map(|e| 1u64 << e).collect()
+        } else {
+            vec![p.size]
+        };
+        Machine {
+            l: Layout::new(&p, origin),
+            script: script(&p),
+            p,
+            at: 0,
+            sizes,
+            size_index: 0,
+            ctrl: None,
+            data: Vec::new(),
+            gone: Vec::new(),
+            rem: vec![Dest::default(); usize::from(p.qps)],
+            cycle: u64::from(CYCLE_BUFFER),
+            line: u64::from(CACHE_LINE),
+            ib_mtu,
+            psn: (seed as u32) & 0xff_ffff,
+            ctrl_wcs: VecDeque::new(),
+            data_wcs: VecDeque::new(),
+            x: Exchange::default(),
+            theirs: [[0; 8]; 5],
+            run: None,
+            credits_out: 0,
+            results: Vec::new(),
+            since: Instant::now(),
+            heard: 0,
+            connecting: false,
+            failed: None,
+            terminate: None,
+            done: false,
+        }
+    }
+
+    /// Zeroes its data buffers (write_lat polls their last octets; a
+    /// session before may have left anything there) or fills them with a
+    /// pattern (something other than zeros to move).
+    pub fn prepare<T: CoreTransport>(&self, ep: &mut Endpoint<T>) -> Result<(), String> {
+        let (at, len) = self.l.data();
+        let fill: Vec<u8> = if self.p.test == Test::WriteLat {
+            vec![0; len as usize]
+        } else {
+            (0..len).map(|i| (i % 251) as u8).collect()
+        };
+        ep.region
+            .write(at as usize, &fill)
+            .map_err(|e| format!("the session's buffers: {e:?}"))
+    }
+
+    /// Its control connection: the receives are posted at once (before
+    /// the peer's first message can be read).
+    pub fn set_ctrl<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+        qp: QpHandle,
+    ) -> Result<(), String> {
+        self.ctrl = Some(qp);
+        for slot in 0..CTRL_RECVS {
+            self.post_ctrl_recv(ep, slot)?;
+        }
+        self.since = Instant::now();
+        Ok(())
+    }
+
+    /// Data connections it still waits for (server; 0 before it asked for
+    /// them and once all came).
+    pub fn wants_data(&self) -> u16 {
+        // From our answer to the handshake before them on (it goes out on
+        // the next turn; the client connects once it has it).
+        let data_at = self
+            .script
+            .iter()
+            .position(|s| *s == Step::Data)
+            .expect("every script has the data connections");
+        let asking = self.at >= data_at || (self.at + 1 == data_at && self.x.sent);
+        if !asking || self.done || self.failed.is_some() {
+            return 0;
+        }
+        self.p.qps.saturating_sub(self.data.len() as u16)
+    }
+
+    /// Its next data connection (in the order they came or were opened).
+    pub fn add_data(&mut self, qp: QpHandle) {
+        self.data.push(qp);
+        self.since = Instant::now();
+    }
+
+    /// Whether `qp` is one of its connections (and did not end).
+    pub fn owns(&self, qp: QpHandle) -> bool {
+        (self.ctrl == Some(qp) || self.data.contains(&qp)) && !self.gone.contains(&qp)
+    }
+
+    /// Its connections that did not end, the control one first.
+    pub fn qps(&self) -> impl Iterator<Item = QpHandle> + '_ {
+        self.ctrl
+            .iter()
+            .copied()
+            .chain(self.data.iter().copied())
+            .filter(|q| !self.gone.contains(q))
+    }
+
+    /// One of its connections ended (a session that needed it fails on
+    /// its next poll).
+    pub fn ended(&mut self, qp: QpHandle) {
+        if self.owns(qp) {
+            self.gone.push(qp);
+        }
+    }
+
+    /// Fails the session (the driver's reason).
+    pub fn fail(&mut self, why: String) {
+        if self.failed.is_none() && !self.done {
+            self.failed = Some(why);
+        }
+    }
+
+    /// The data connections.
+    pub fn data_qps(&self) -> &[QpHandle] {
+        &self.data
+    }
+
+    /// Its parameters.
+    pub fn params(&self) -> &Params {
+        &self.p
+    }
+
+    /// A completion of one of its work requests.
+    pub fn completion(&mut self, wc: Wc) {
+        if !self.owns(wc.qp) {
+        } else if Some(wc.qp) == self.ctrl {
+            self.ctrl_wcs.push_back(wc);
+        } else {
+            self.data_wcs.push_back(wc);
+        }
+    }
+
+    /// A Terminate went either way on one of its connections: the session
+    /// fails on its next poll (with the cause a completion in error names
+    /// better, if one came by then).
+    pub fn terminated(&mut self, event: QpEvent) {
+        if self.terminate.is_none() {
+            self.terminate = Some(event);
+        }
+    }
+
+    /// Why a Terminate ended the session: a completion in error's cause if
+    /// one came, else the Terminate's code.
+    fn terminate_reason(&self, event: QpEvent) -> String {
+        let cause = self
+            .data_wcs
+            .iter()
+            .find(|w| !matches!(w.status, WcStatus::Success | WcStatus::Flushed));
+        if let Some(Err(why)) = cause.map(|wc| self.check_wc(wc)) {
+            return why;
+        }
+        let code = match event {
+            QpEvent::TerminateSent(t) | QpEvent::TerminateReceived(t) => {
+                (t.layer, t.etype, t.ecode)
+            }
+        };
+        // RFC 5041 §7.2: DDP untagged buffer errors 2 (no buffer) and 5
+        // (message too long for the buffer).
+        let hint = match (self.p.test.verb(), code) {
+            (Verb::Send, (1, 2, 2)) => {
+                " (a Send with no receive for it: both sides need the same -n, -r and -q)"
+            }
+            (Verb::Send, (1, 2, 5)) => {
+                " (a Send longer than the receive for it: both sides need the same -s or -a)"
+            }
+            _ => "",
+        };
+        format!("{}{hint}", term_text(event))
+    }
+
+    /// Every size's results so far.
+    pub fn results(&self) -> &[SizeOutcome] {
+        &self.results
+    }
+
+    /// Where it is, for status displays.
+    pub fn phase(&self) -> String {
+        match self.script.get(self.at) {
+            None => "done".into(),
+            Some(Step::Run) => format!("running {} octets", self.sizes[self.size_index]),
+            Some(step) => format!("{step:?}"),
+        }
+    }
+
+    /// Advances as far as it can this turn.
+    pub fn poll<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>) -> Status {
+        if let Some(event) = self.terminate.take() {
+            if !self.done && self.failed.is_none() {
+                self.failed = Some(self.terminate_reason(event));
+            }
+        }
+        if let Some(why) = &self.failed {
+            return Status::Failed(why.clone());
+        }
+        if self.done {
+            return Status::Done;
+        }
+        match self.advance(ep) {
+            Ok(status) => {
+                if status == Status::Done {
+                    self.done = true;
+                }
+                status
+            }
+            Err(why) => {
+                self.failed = Some(why.clone());
+                Status::Failed(why)
+            }
+        }
+    }
+
+    fn advance<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>) -> Result<Status, String> {
+        // Anything from the peer on a data connection is progress: a long
+        // run into our memory makes no completion here.
+        let heard: u64 = self.data.iter().filter_map(|&q| ep.rx_octets(q)).sum();
+        if heard != self.heard {
+            self.heard = heard;
+            self.since = Instant::now();
+        }
+        loop {
+            let Some(&step) = self.script.get(self.at) else {
+                return Ok(Status::Done);
+            };
+            let moved = match step {
+                Step::Xchg(msg) => self.exchange(ep, msg)?,
+                Step::Data => {
+                    if self.data.len() >= usize::from(self.p.qps) {
+                        true
+                    } else if self.p.client && !self.connecting {
+                        self.connecting = true;
+                        return Ok(Status::Connect);
+                    } else {
+                        false
+                    }
+                }
+                Step::SizeLoop => true,
+                Step::PostRecvs => {
+                    self.post_recvs(ep)?;
+                    true
+                }
+                Step::Run => self.run(ep)?,
+                Step::NextSize => {
+                    if self.size_index + 1 < self.sizes.len() {
+                        self.size_index += 1;
+                        self.at = self
+                            .script
+                            .iter()
+                            .position(|s| *s == Step::SizeLoop)
+                            .expect("a script with sizes has a loop");
+                    }
+                    true
+                }
+            };
+            if !moved {
+                self.check_alive(ep)?;
+                return Ok(Status::Running);
+            }
+            self.at += 1;
+            self.since = Instant::now();
+        }
+    }
+
+    /// Fails once a connection it needs is gone or nothing happened for
+    /// too long.
+    fn check_alive<T: CoreTransport>(&self, ep: &Endpoint<T>) -> Result<(), String> {
+        let waiting_for = || match self.script.get(self.at) {
+            Some(Step::Xchg(m)) => format!("the peer's {m:?} message"),
+            Some(Step::Data) => "the data connections".into(),
+            Some(Step::Run) => format!("the run of {} octets", self.sizes[self.size_index]),
+            other => format!("{other:?}"),
+        };
+        for (qp, name) in self
+            .ctrl
+            .iter()
+            .map(|&q| (q, "control"))
+            .chain(self.data.iter().map(|&q| (q, "data")))
+        {
+            if self.gone.contains(&qp) || !ep.is_live(qp) {
+                return Err(format!(
+                    "the peer closed a {name} connection while we waited for {}",
+                    waiting_for()
+                ));
+            }
+        }
+        // The server's first client message may take its time only if it
+        // is the whole run (write_bw's and read_bw's passive server, the
+        // client's traffic counted above).
+        if self.since.elapsed() > STALL_LIMIT {
+            return Err(format!(
+                "no progress for {} s waiting for {}",
+                STALL_LIMIT.as_secs(),
+                waiting_for()
+            ));
+        }
+        Ok(())
+    }
+
+    // ---- Control exchanges (perftest's `ctx_xchg_data`: the client sends
+    // first, the server answers).
+
+    fn exchange<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+        msg: Msg,
+    ) -> Result<bool, String> {
+        let client = self.p.client;
+        if client && !self.x.sent {
+            let mine = self.message(ep, msg);
+            self.ctrl_send(ep, &mine)?;
+            self.x.sent = true;
+        }
+        if client && !self.x.send_done {
+            if !self.ctrl_send_done()? {
+                return Ok(false);
+            }
+            self.x.send_done = true;
+        }
+        if self.x.got.is_none() {
+            match self.ctrl_recv(ep)? {
+                Some(m) => self.x.got = Some(m),
+                None => return Ok(false),
+            }
+        }
+        if !client && !self.x.sent {
+            // The answer says what we took from the message; a bad one
+            // fails before we answer.
+            let theirs = self.x.got.clone().unwrap_or_default();
+            self.take(msg, &theirs)?;
+            let mine = self.message(ep, msg);
+            self.ctrl_send(ep, &mine)?;
+            self.x.sent = true;
+        }
+        if !client && !self.x.send_done {
+            if !self.ctrl_send_done()? {
+                return Ok(false);
+            }
+            self.x.send_done = true;
+        }
+        let theirs = std::mem::take(&mut self.x).got.unwrap_or_default();
+        if client {
+            self.take(msg, &theirs)?;
+        }
+        Ok(true)
+    }
+
+    /// What we send for `msg`.
+    fn message<T: CoreTransport>(&self, ep: &Endpoint<T>, msg: Msg) -> Vec<u8> {
+        match msg {
+            Msg::Version => {
+                let mut v = vec![0u8; VERSION_LEN];
+                v[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
+                v
+            }
+            Msg::Cycle => CYCLE_BUFFER.to_be_bytes().to_vec(),
+            Msg::Line => CACHE_LINE.to_be_bytes().to_vec(),
+            Msg::Mtu => vec![b'0' + self.ib_mtu, 0],
+            Msg::Zero => vec![0; DEST_LEN],
+            Msg::Dest(i) => self.my_dest(ep, usize::from(i)).encode().to_vec(),
+            Msg::Dest0 => self.my_dest(ep, 0).encode().to_vec(),
+            Msg::Report(k) => self.my_report().fields()[usize::from(k)].to_vec(),
+        }
+    }
+
+    /// Takes the peer's `msg`.
+    fn take(&mut self, msg: Msg, theirs: &[u8]) -> Result<(), String> {
+        let word = |o: &[u8], what: &str| -> Result<u32, String> {
+            <[u8; 4]>::try_from(o)
+                .map(u32::from_be_bytes)
+                .map_err(|_| format!("the peer's {what} is {} octets, not 4", o.len()))
+        };
+        match msg {
+            Msg::Version => {
+                let v = version_number(theirs);
+                if v < VERSION_MIN {
+                    return Err(format!(
+                        "the peer speaks perftest {:?}; perftest and we need {VERSION_MIN:.2} or \
+                         newer",
+                        String::from_utf8_lossy(theirs).trim_end_matches('\0')
+                    ));
+                }
+            }
+            Msg::Cycle => {
+                let c = word(theirs, "cycle buffer")?.max(CYCLE_BUFFER);
+                if c > CYCLE_MAX || !c.is_power_of_two() {
+                    return Err(format!(
+                        "the peer's cycle buffer ({c}) is beyond what we work with (a power of \
+                         two, at most {CYCLE_MAX})"
+                    ));
+                }
+                self.cycle = u64::from(c);
+            }
+            Msg::Line => {
+                let l = word(theirs, "cache line")?.max(CACHE_LINE);
+                if !l.is_power_of_two() || u64::from(l) > self.cycle {
+                    return Err(format!(
+                        "the peer's cache line ({l}) is beyond what we work with (a power of \
+                         two, at most the cycle buffer)"
+                    ));
+                }
+                self.line = u64::from(l);
+            }
+            Msg::Mtu => {
+                if theirs.len() != 2 {
+                    return Err(format!("the peer's MTU is {} octets, not 2", theirs.len()));
+                }
+            }
+            Msg::Zero | Msg::Dest0 => {
+                Dest::decode(theirs).map_err(|e| format!("a handshake: {e}"))?;
+            }
+            Msg::Dest(i) => {
+                let d = Dest::decode(theirs).map_err(|e| format!("QP {i}'s handshake: {e}"))?;
+                // The first round's counts; perftest's second repeats it.
+                if self.rem[usize::from(i)] == Dest::default() {
+                    self.rem[usize::from(i)] = d;
+                }
+            }
+            Msg::Report(k) => {
+                self.theirs[usize::from(k)] = <[u8; 8]>::try_from(theirs)
+                    .map_err(|_| format!("a report field of {} octets, not 8", theirs.len()))?;
+                if k == 4 {
+                    self.took_report()?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Our `pingpong_dest` for QP `i`: its buffer, or its credit word in
+    /// send_bw.
+    fn my_dest<T: CoreTransport>(&self, ep: &Endpoint<T>, i: usize) -> Dest {
+        let at = if self.p.test == Test::SendBw {
+            self.l.origin + CREDIT_IN_AT + 4 * i as u64
+        } else {
+            self.l.target(i)
+        };
+        Dest {
+            out_reads: u32::from(self.p.out_reads),
+            qpn: self.data.get(i).map_or(0, |q| q.0),
+            psn: self.psn,
+            rkey: ep.mr.stag,
+            vaddr: ep.mr.base_to + at,
+            ..Dest::default()
+        }
+    }
+
+    /// The report we send: this size's numbers (perftest's server of a
+    /// one-way write_bw or read_bw sends a report it never filled; ours
+    /// names the size and iterations it was told).
+    fn my_report(&self) -> BwReport {
+        let size = self.sizes[self.size_index];
+        self.results
+            .iter()
+            .rev()
+            .find(|r| r.size == size)
+            .and_then(|r| r.bw)
+            .unwrap_or(BwReport {
+                size,
+                iters: self.p.iters,
+                ..BwReport::default()
+            })
+    }
+
+    /// The peer's report is whole: kept, and, from a one-way client,
+    /// checked against what we were told.
+    fn took_report(&mut self) -> Result<(), String> {
+        let theirs = BwReport::from_fields(&self.theirs);
+        let size = self.sizes[self.size_index];
+        let one_way_client = !self.p.client && !self.p.duplex;
+        if one_way_client {
+            let last = *self.sizes.last().expect("at least one size");
+            if theirs.size != last || (self.p.duration.is_none() && theirs.iters != self.p.iters)
+            {
+                return Err(format!(
+                    "the client ran {} iterations of {} octets; we were told {} of {}",
+                    theirs.iters,
+                    theirs.size,
+                    if self.p.duration.is_some() {
+                        "-D".to_string()
+                    } else {
+                        format!("-n {}", self.p.iters)
+                    },
+                    if self.p.all_sizes {
+                        "-a".to_string()
+                    } else {
+                        format!("-s {last}")
+                    }
+                ));
+            }
+        }
+        if !self.p.client || self.p.duplex {
+            match self.results.iter_mut().rev().find(|r| r.size == size) {
+                Some(r) => r.peer_bw = Some(theirs),
+                None => self.results.push(SizeOutcome {
+                    size,
+                    peer_bw: Some(theirs),
+                    ..SizeOutcome::default()
+                }),
+            }
+        }
+        Ok(())
+    }
+
+    fn post_ctrl_recv<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+        slot: u64,
+    ) -> Result<(), String> {
+        let qp = self.ctrl.ok_or("no control connection")?;
+        let sgl = [ep.sge(self.l.origin + slot * CTRL_SLOT, CTRL_SLOT as u32)];
+        ep.rnic()
+            .post_recv(
+                qp,
+                &RecvWr {
+                    wr_id: WR_CTRL_RECV | slot << 8,
+                    sgl: &sgl,
+                },
+            )
+            .map_err(|e| format!("posting a control receive: {e:?}"))
+    }
+
+    fn ctrl_send<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+        msg: &[u8],
+    ) -> Result<(), String> {
+        let qp = self.ctrl.ok_or("no control connection")?;
+        let at = self.l.origin + SEND_AT;
+        ep.region
+            .write(at as usize, msg)
+            .map_err(|e| format!("{e:?}"))?;
+        let sgl = [ep.sge(at, msg.len() as u32)];
+        ep.rnic()
+            .post_send(
+                qp,
+                &SendWr {
+                    wr_id: WR_CTRL_SEND,
+                    op: SendOp::Send,
+                    sgl: &sgl,
+                    signaled: true,
+                    solicited: false,
+                    fence: false,
+                },
+            )
+            .map_err(|e| format!("posting a control Send: {e:?}"))
+    }
+
+    /// Whether our control Send completed (as perftest, before anything
+    /// else happens, so the one send slot is free again).
+    fn ctrl_send_done(&mut self) -> Result<bool, String> {
+        let Some(i) = self.ctrl_wcs.iter().position(|w| w.wr_id == WR_CTRL_SEND) else {
+            return Ok(false);
+        };
+        let wc = self.ctrl_wcs.remove(i).expect("found above");
+        match wc.status {
+            WcStatus::Success => Ok(true),
+            status => Err(format!("our control Send ended {status:?}")),
+        }
+    }
+
+    /// The peer's next control message, if it came.
+    fn ctrl_recv<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+    ) -> Result<Option<Vec<u8>>, String> {
+        let Some(i) = self
+            .ctrl_wcs
+            .iter()
+            .position(|w| w.wr_id & 0xff == WR_CTRL_RECV)
+        else {
+            return Ok(None);
+        };
+        let wc = self.ctrl_wcs.remove(i).expect("found above");
+        if wc.status != WcStatus::Success {
+            return Err(format!("a control receive ended {:?}", wc.status));
+        }
+        let slot = wc.wr_id >> 8;
+        let mut msg = vec![0; (wc.byte_len as u64).min(CTRL_SLOT) as usize];
+        ep.region
+            .read((self.l.origin + slot * CTRL_SLOT) as usize, &mut msg)
+            .map_err(|e| format!("{e:?}"))?;
+        self.post_ctrl_recv(ep, slot)?;
+        Ok(Some(msg))
+    }
+
+    // ---- The data phase.
+
+    /// A data completion in error, or a received message of the wrong
+    /// size, as what to fix.
+    fn check_wc(&self, wc: &Wc) -> Result<(), String> {
+        let size = self.sizes[self.size_index];
+        match wc.status {
+            WcStatus::Success => {}
+            WcStatus::LocalLength if wc.wr_id & 0xff == WR_DATA_RECV => {
+                return Err(format!(
+                    "a Send longer than our receives of {size} octets arrived (run both sides \
+                     with the same -s or -a)"
+                ))
+            }
+            status => return Err(format!("a data work request ended {status:?}")),
+        }
+        if wc.wr_id & 0xff == WR_DATA_RECV {
+            if !matches!(wc.opcode, WcOpcode::Recv) {
+                return Err(format!("an unexpected {:?} completion", wc.opcode));
+            }
+            if u64::from(wc.byte_len) != size {
+                return Err(format!(
+                    "a Send of {} octets arrived; the test's are {size} (run both sides with \
+                     the same -s or -a)",
+                    wc.byte_len
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts receive `n` of QP `i` for this size.
+    fn post_recv<T: CoreTransport>(
+        &self,
+        ep: &mut Endpoint<T>,
+        i: usize,
+        n: u64,
+    ) -> Result<(), String> {
+        let size = self.sizes[self.size_index];
+        let at = self.l.target(i) + slot_offset(n, size, self.cycle, self.line);
+        let sgl = [ep.sge(at, size as u32)];
+        ep.rnic()
+            .post_recv(
+                self.data[i],
+                &RecvWr {
+                    wr_id: WR_DATA_RECV | (i as u64) << 8,
+                    sgl: &sgl,
+                },
+            )
+            .map_err(|e| format!("posting a data receive: {e:?}"))
+    }
+
+    /// A signaled work request on QP `i`.
+    fn post_wr<T: CoreTransport>(
+        &self,
+        ep: &mut Endpoint<T>,
+        i: usize,
+        kind: u64,
+        op: SendOp,
+        local: u64,
+        len: u64,
+    ) -> Result<(), String> {
+        let sgl = [ep.sge(local, len as u32)];
+        ep.rnic()
+            .post_send(
+                self.data[i],
+                &SendWr {
+                    wr_id: kind | (i as u64) << 8,
+                    op,
+                    sgl: &sgl,
+                    signaled: true,
+                    solicited: false,
+                    fence: false,
+                },
+            )
+            .map_err(|e| format!("posting a data work request: {e:?}"))
+    }
+
+    /// Receives each QP takes this size: `rx_depth`, at most the
+    /// iterations (perftest's `ctx_set_recv_wqes`).
+    fn recv_window(&self) -> u64 {
+        let rx = u64::from(self.p.rx_depth);
+        if self.p.duration.is_some() {
+            rx
+        } else {
+            rx.min(self.p.iters)
+        }
+    }
+
+    fn post_recvs<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>) -> Result<(), String> {
+        let n = self.recv_window();
+        let qps = usize::from(self.p.qps);
+        for i in 0..qps {
+            for k in 0..n {
+                self.post_recv(ep, i, k)?;
+            }
+        }
+        let size = self.sizes[self.size_index];
+        let mut run = self.new_run(size);
+        run.rposted = vec![n; qps];
+        self.run = Some(run);
+        self.zero_credits(ep)
+    }
+
+    /// A new size starts from no credit (perftest's client zeroes its
+    /// credit words after each size's handshake; the peer counts its
+    /// receives from zero again).
+    fn zero_credits<T: CoreTransport>(&self, ep: &mut Endpoint<T>) -> Result<(), String> {
+        if self.p.test != Test::SendBw {
+            return Ok(());
+        }
+        let at = self.l.origin + CREDIT_IN_AT;
+        ep.region
+            .write(at as usize, &[0; 4 * QPS_MAX as usize])
+            .map_err(|e| format!("{e:?}"))
+    }
+
+    fn new_run(&self, size: u64) -> Run {
+        let qps = usize::from(self.p.qps);
+        let per = if self.p.duration.is_some() {
+            0
+        } else {
+            (self.p.iters as usize).saturating_mul(qps).min(1 << 24)
+        };
+        Run {
+            size,
+            begun: Instant::now(),
+            end: None,
+            rx_end: None,
+            scnt: vec![0; qps],
+            ccnt: vec![0; qps],
+            posted: Vec::with_capacity(per),
+            completed: Vec::with_capacity(per),
+            rcnt: vec![0; qps],
+            rposted: vec![0; qps],
+            arrived: Vec::new(),
+            unanswered: 0,
+            phase: 0,
+            count: 0,
+        }
+    }
+
+    /// This size's data phase; true once it is over.
+    fn run<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>) -> Result<bool, String> {
+        let size = self.sizes[self.size_index];
+        if self.run.as_ref().is_none_or(|r| r.size != size) {
+            self.run = Some(self.new_run(size));
+            self.zero_credits(ep)?;
+        }
+        let mut run = self.run.take().expect("set above");
+        if run.end.is_none() {
+            if let Some(d) = self.p.duration {
+                run.end = Some(run.begun + d);
+            }
+        }
+        let over = match self.p.test {
+            Test::WriteBw | Test::ReadBw | Test::SendBw => self.run_bw(ep, &mut run),
+            Test::WriteLat => self.run_write_lat(ep, &mut run),
+            Test::ReadLat => self.run_read_lat(ep, &mut run),
+            Test::SendLat => self.run_send_lat(ep, &mut run),
+        };
+        let over = match over {
+            Ok(o) => o,
+            Err(e) => {
+                self.run = Some(run);
+                return Err(e);
+            }
+        };
+        if over {
+            self.finish_run(&run);
+        }
+        self.run = Some(run);
+        Ok(over)
+    }
+
+    /// Records a finished run's numbers.
+    fn finish_run(&mut self, run: &Run) {
+        let size = run.size;
+        let mut out = SizeOutcome {
+            size,
+            ..SizeOutcome::default()
+        };
+        let qps = usize::from(self.p.qps);
+        match self.p.test {
+            Test::WriteBw | Test::ReadBw | Test::SendBw => {
+                let sends = self.p.client || self.p.duplex;
+                out.bw = Some(if self.p.duration.is_some() {
+                    let took = run.begun.elapsed().as_secs_f64().max(1e-9);
+                    let mb = (1u64 << 20) as f64;
+                    BwReport {
+                        size,
+                        iters: run.count,
+                        bw_peak: 0.0,
+                        bw_avg: (size * run.count) as f64 / took / mb,
+                        msg_rate: run.count as f64 / took / 1e6,
+                    }
+                } else if sends {
+                    bw_report(
+                        size,
+                        &run.posted,
+                        &run.completed,
+                        self.p.tx_depth as usize * qps,
+                    )
+                } else {
+                    bw_report_rx(size, &run.arrived, self.p.rx_depth as usize * qps)
+                });
+                // perftest reports the iterations of each QP (its rates
+                // count every QP's).
+                if let (Some(r), None) = (&mut out.bw, self.p.duration) {
+                    r.iters = self.p.iters;
+                }
+            }
+            Test::WriteLat | Test::SendLat => out.lat = deltas(&run.posted, 2.0),
+            Test::ReadLat => out.lat = deltas(&run.posted, 1.0),
+        }
+        self.results.push(out);
+    }
+
+    /// Bandwidth: Writes, Reads or Sends (within the peer's credits) on
+    /// every QP when we send; receives counted, reposted and credited when
+    /// we receive (send_bw). perftest's `run_iter_bw`,
+    /// `run_iter_bw_server` and `run_iter_bi`.
+    fn run_bw<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+        run: &mut Run,
+    ) -> Result<bool, String> {
+        let verb = self.p.test.verb();
+        let sends = self.p.client || self.p.duplex;
+        let receives = verb == Verb::Send && (!self.p.client || self.p.duplex);
+        let (size, iters) = (run.size, self.p.iters);
+        let qps = usize::from(self.p.qps);
+        let rx = u64::from(self.p.rx_depth);
+        let credit_every = (rx / 3).max(1);
+        let duration = self.p.duration.is_some();
+        let now = Instant::now();
+        while let Some(wc) = self.data_wcs.pop_front() {
+            self.check_wc(&wc)?;
+            let i = (wc.wr_id >> 8) as usize;
+            match wc.wr_id & 0xff {
+                WR_DATA if i < qps => {
+                    run.ccnt[i] += 1;
+                    run.count += 1;
+                    if !duration {
+                        run.completed.push(now);
+                    }
+                }
+                WR_DATA_RECV if i < qps => {
+                    if !receives {
+                        continue;
+                    }
+                    run.rcnt[i] += 1;
+                    if !duration {
+                        run.arrived.push(now);
+                    } else if !sends {
+                        run.count += 1;
+                    }
+                    if run.rx_end.is_none() {
+                        run.rx_end = self.p.duration.map(|d| now + d);
+                    }
+                    let over = run.rx_end.is_some_and(|e| now >= e);
+                    if (duration && !over) || run.rposted[i] < iters && !duration {
+                        self.post_recv(ep, i, run.rposted[i])?;
+                        run.rposted[i] += 1;
+                    }
+                    if (run.rcnt[i] % rx).is_multiple_of(credit_every) {
+                        let out = self.l.origin + CREDIT_OUT_AT + 4 * i as u64;
+                        ep.region
+                            .write(out as usize, &(run.rcnt[i] as u32).to_le_bytes())
+                            .map_err(|e| format!("{e:?}"))?;
+                        let remote = RemoteAddr {
+                            stag: self.rem[i].rkey,
+                            to: self.rem[i].vaddr,
+                        };
+                        self.post_wr(ep, i, WR_CREDIT, SendOp::Write(remote), out, 4)?;
+                        self.credits_out += 1;
+                    }
+                }
+                WR_CREDIT => self.credits_out = self.credits_out.saturating_sub(1),
+                _ => return Err(format!("an unexpected {:?} completion", wc.opcode)),
+            }
+        }
+        // The server of a two-way send_bw sends nothing before its first
+        // receive (perftest's `before_first_rx`).
+        let may_send = sends
+            && !(verb == Verb::Send && !self.p.client && run.rcnt.iter().all(|&c| c == 0));
+        let send_over = run.end.is_some_and(|e| now >= e);
+        if may_send && !send_over {
+            let depth = u64::from(self.p.tx_depth);
+            for i in 0..qps {
+                let credit = if verb == Verb::Send {
+                    let mut word = [0u8; 4];
+                    let at = self.l.origin + CREDIT_IN_AT + 4 * i as u64;
+                    ep.region
+                        .read(at as usize, &mut word)
+                        .map_err(|e| format!("{e:?}"))?;
+                    Some(u32::from_le_bytes(word))
+                } else {
+                    None
+                };
+                while (duration || run.scnt[i] < iters)
+                    && run.scnt[i] - run.ccnt[i] < depth
+                    && credit.is_none_or(|c| {
+                        (run.scnt[i] as u32).wrapping_add(1).wrapping_sub(c) < rx as u32
+                    })
+                {
+                    let offset = slot_offset(run.scnt[i], size, self.cycle, self.line);
+                    let remote = RemoteAddr {
+                        stag: self.rem[i].rkey,
+                        to: self.rem[i].vaddr.wrapping_add(offset),
+                    };
+                    let op = match verb {
+                        Verb::Read => SendOp::Read(remote),
+                        Verb::Write => SendOp::Write(remote),
+                        Verb::Send => SendOp::Send,
+                    };
+                    if !duration {
+                        run.posted.push(Instant::now());
+                    }
+                    self.post_wr(ep, i, WR_DATA, op, self.l.local(i) + offset, size)?;
+                    run.scnt[i] += 1;
+                }
+            }
+        }
+        let sent = !sends
+            || if duration {
+                send_over && run.scnt == run.ccnt
+            } else {
+                run.ccnt.iter().all(|&c| c >= iters)
+            };
+        let received = !receives
+            || (if duration {
+                run.rx_end.is_some_and(|e| now >= e)
+            } else {
+                run.rcnt.iter().all(|&c| c >= iters)
+            } && self.credits_out == 0);
+        Ok(sent && received)
+    }
+
+    /// RDMA Write ping-pong (perftest's `run_iter_lat_write`): the server
+    /// writes first; each side waits for the iteration's number in the last
+    /// octet of its buffer, and for its Write's completion.
+    fn run_write_lat<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+        run: &mut Run,
+    ) -> Result<bool, String> {
+        while let Some(wc) = self.data_wcs.pop_front() {
+            self.check_wc(&wc)?;
+            run.ccnt[0] += 1;
+        }
+        let (size, iters) = (run.size, self.p.iters);
+        let remote = RemoteAddr {
+            stag: self.rem[0].rkey,
+            to: self.rem[0].vaddr,
+        };
+        let post_at = self.l.local(0) + size - 1;
+        let poll_at = self.l.target(0) + size - 1;
+        let timed_out = run.end.is_some_and(|e| Instant::now() >= e);
+        let more = |c: u64| self.p.duration.is_some() || c < iters;
+        loop {
+            if timed_out {
+                return Ok(true);
+            }
+            match run.phase {
+                0 => {
+                    if more(run.rcnt[0]) && (self.p.client || run.scnt[0] >= 1) {
+                        let mut b = [0u8];
+                        ep.region
+                            .read(poll_at as usize, &mut b)
+                            .map_err(|e| format!("{e:?}"))?;
+                        if b[0] != (run.rcnt[0] + 1) as u8 {
+                            return Ok(false);
+                        }
+                        run.rcnt[0] += 1;
+                    }
+                    run.phase = 1;
+                }
+                1 => {
+                    if more(run.scnt[0]) {
+                        run.scnt[0] += 1;
+                        ep.region
+                            .write(post_at as usize, &[run.scnt[0] as u8])
+                            .map_err(|e| format!("{e:?}"))?;
+                        run.posted.push(Instant::now());
+                        let local = self.l.local(0);
+                        self.post_wr(ep, 0, WR_DATA, SendOp::Write(remote), local, size)?;
+                    }
+                    run.phase = 2;
+                }
+                _ => {
+                    if run.ccnt[0] < run.scnt[0] {
+                        return Ok(false);
+                    }
+                    run.phase = 0;
+                    if !more(run.scnt[0]) && !more(run.rcnt[0]) {
+                        return Ok(true);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One RDMA Read at a time (perftest's `run_iter_lat`, the client's).
+    fn run_read_lat<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+        run: &mut Run,
+    ) -> Result<bool, String> {
+        while let Some(wc) = self.data_wcs.pop_front() {
+            self.check_wc(&wc)?;
+            run.ccnt[0] += 1;
+        }
+        let timed_out = run.end.is_some_and(|e| Instant::now() >= e);
+        if run.ccnt[0] < run.scnt[0] {
+            return Ok(false);
+        }
+        if timed_out || (self.p.duration.is_none() && run.scnt[0] >= self.p.iters) {
+            return Ok(true);
+        }
+        let remote = RemoteAddr {
+            stag: self.rem[0].rkey,
+            to: self.rem[0].vaddr,
+        };
+        run.posted.push(Instant::now());
+        let local = self.l.local(0);
+        self.post_wr(ep, 0, WR_DATA, SendOp::Read(remote), local, run.size)?;
+        run.scnt[0] += 1;
+        Ok(false)
+    }
+
+    /// Send ping-pong (perftest's `run_iter_lat_send`): the client sends
+    /// first; every receive is answered with a Send.
+    fn run_send_lat<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+        run: &mut Run,
+    ) -> Result<bool, String> {
+        let iters = self.p.iters;
+        let duration = self.p.duration.is_some();
+        while let Some(wc) = self.data_wcs.pop_front() {
+            self.check_wc(&wc)?;
+            if wc.wr_id & 0xff == WR_DATA_RECV {
+                run.rcnt[0] += 1;
+                run.unanswered += 1;
+                if duration || run.rposted[0] < iters {
+                    self.post_recv(ep, 0, run.rposted[0])?;
+                    run.rposted[0] += 1;
+                }
+            } else {
+                run.ccnt[0] += 1;
+            }
+        }
+        let timed_out = run.end.is_some_and(|e| Instant::now() >= e);
+        if timed_out {
+            return Ok(true);
+        }
+        let more = |c: u64| duration || c < iters;
+        // Our turn: the client's first Send, then one per message received.
+        let turn = if self.p.client && run.scnt[0] == 0 {
+            true
+        } else if run.unanswered > 0 {
+            run.unanswered -= 1;
+            true
+        } else {
+            false
+        };
+        if turn && more(run.scnt[0]) {
+            run.scnt[0] += 1;
+            run.posted.push(Instant::now());
+            let local = self.l.local(0);
+            self.post_wr(ep, 0, WR_DATA, SendOp::Send, local, run.size)?;
+        }
+        Ok(!more(run.scnt[0]) && !more(run.rcnt[0]) && run.ccnt[0] >= run.scnt[0])
+    }
+}

@@ -1,0 +1,451 @@
+//! perftest's server for any number of clients at once: one
+//! [`Machine`] per client, each in a slot of the registered memory, all on
+//! one core. `bench perftest` (no SERVER) runs it for one client; the
+//! appliance runs one per configured perftest service.
+//!
+//! perftest's client opens a control connection, then, after a handshake,
+//! `-q` data connections to the same port, none of which says whose it is
+//! (perftest's own server listens again for one client's data connections
+//! only). Here a connection from an address whose session waits for data
+//! connections is one of them; any other is a new client's control
+//! connection. Two clients on one host that open their connections in the
+//! same instant can be confused (each then fails its own run, nothing
+//! else); perftest's server serves one client at a time and cannot be.
+
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use control::mpa::{Accept, Request};
+use control::runtime::Decision;
+use dataplane::CoreTransport;
+use rnic_engine::cq::Wc;
+use rnic_engine::qp::QpEvent;
+use rnic_engine::verbs::QpHandle;
+
+use super::machine::{Layout, Machine, SizeOutcome, Status};
+use super::{Params, Test, Verb, HANG_UP_GRACE};
+use crate::endpoint::Endpoint;
+
+/// How long, after refusing a client's data connection, its retries are
+/// refused too (perftest's client tries ten times, 100 ms apart).
+const REFUSAL_QUIET: Duration = Duration::from_secs(2);
+
+/// One client address's data connections to come.
+#[derive(Debug, Default)]
+struct Awaiting {
+    /// Connections its sessions still wait for.
+    count: u16,
+    /// A data connection of it was refused (why), and when last.
+    refused: Option<(String, Instant)>,
+}
+
+/// The listener's side of the service, on the control-plane thread: it
+/// tells a client's data connections from a new client's control
+/// connection (see the module docs) and answers each with what it needs.
+pub struct Gate {
+    p: Params,
+    unfenced: bool,
+    /// How this server is made unfenced (told to a write_lat client that
+    /// cannot send an RTR, and in our log).
+    unfence_how: &'static str,
+    awaiting: Mutex<HashMap<Ipv4Addr, Awaiting>>,
+    /// One client at a time (`bench perftest`'s server): the one it serves.
+    single: Option<Mutex<Option<Ipv4Addr>>>,
+    /// Refuse every new connection (a drain).
+    pub draining: AtomicBool,
+    /// Connections accepted and refused here.
+    pub accepted: AtomicU64,
+    /// Connections refused here.
+    pub refused: AtomicU64,
+}
+
+impl Gate {
+    /// A gate for sessions of `p` (the server's); `unfenced` as
+    /// `bench perftest --unfenced`, which `unfence_how` names (e.g.
+    /// `"--unfenced"`); `single` serves one client, refusing others
+    /// meanwhile.
+    pub fn new(p: Params, unfenced: bool, unfence_how: &'static str, single: bool) -> Arc<Gate> {
+        Arc::new(Gate {
+            p,
+            unfenced,
+            unfence_how,
+            awaiting: Mutex::new(HashMap::new()),
+            single: single.then(|| Mutex::new(None)),
+            draining: AtomicBool::new(false),
+            accepted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        })
+    }
+
+    /// The listener's answer to `request` from `peer`.
+    pub fn decide(&self, request: &Request, peer: SocketAddrV4) -> Decision {
+        let decision = self.answer(request, peer);
+        match &decision {
+            Decision::Accept(_) => self.accepted.fetch_add(1, Ordering::Relaxed),
+            Decision::Reject(_) => self.refused.fetch_add(1, Ordering::Relaxed),
+        };
+        decision
+    }
+
+    fn answer(&self, request: &Request, peer: SocketAddrV4) -> Decision {
+        if self.draining.load(Ordering::SeqCst) {
+            return Decision::Reject(b"dpwarp perftest: draining".to_vec());
+        }
+        let ip = *peer.ip();
+        let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        awaiting.retain(|_, a| {
+            a.count > 0 || a.refused.as_ref().is_some_and(|r| r.1.elapsed() < REFUSAL_QUIET)
+        });
+        if let Some(a) = awaiting.get_mut(&ip) {
+            if let Some((why, at)) = &mut a.refused {
+                *at = Instant::now();
+                return Decision::Reject(why.clone().into_bytes());
+            }
+            if a.count > 0 {
+                return self.data_connection(request, peer, a);
+            }
+        }
+        if let Some(single) = &self.single {
+            let mut serving = single.lock().unwrap_or_else(|p| p.into_inner());
+            if serving.is_some_and(|c| c != ip) {
+                eprintln!("bench perftest: refusing {peer}: a run is in progress");
+                return Decision::Reject(
+                    b"dpwarp perftest: a run is in progress; one client at a time".to_vec(),
+                );
+            }
+            *serving = Some(ip);
+        }
+        // A control connection: no Reads on it.
+        Decision::Accept(Accept {
+            ird: Some(0),
+            ord: Some(0),
+            ..Accept::default()
+        })
+    }
+
+    fn data_connection(&self, request: &Request, peer: SocketAddrV4, a: &mut Awaiting) -> Decision {
+        // ib_write_lat's server writes first: allowed after the client's
+        // RFC 6581 RTR, or unfenced (as Linux siw behaves).
+        let p2p = request.enhanced.is_some_and(|e| e.peer_to_peer);
+        if self.p.test == Test::WriteLat && !self.unfenced && !p2p {
+            let why = format!(
+                "dpwarp perftest: write_lat needs peer-to-peer (an RTR) or {}",
+                self.unfence_how
+            );
+            eprintln!(
+                "bench perftest: refusing {peer}'s data connection: ib_write_lat's server \
+                 writes first, which RFC 5044 §7.1 (MPA fencing) forbids before the client's \
+                 first FPDU, and the client offered no RFC 6581 peer-to-peer RTR. Give the \
+                 client peer-to-peer mode (siw: echo 1 > \
+                 /sys/module/siw/parameters/peer_to_peer; dpwarp's client does it), or run \
+                 this server with {} (as Linux siw behaves)",
+                self.unfence_how
+            );
+            a.refused = Some((why.clone(), Instant::now()));
+            return Decision::Reject(why.into_bytes());
+        }
+        let reads = if self.p.test.verb() == Verb::Read {
+            self.p.out_reads
+        } else {
+            0
+        };
+        Decision::Accept(Accept {
+            ird: Some(reads),
+            ord: Some(reads),
+            ..Accept::default()
+        })
+    }
+
+    /// Sessions from `ip` now wait for `delta` more (or fewer) data
+    /// connections.
+    fn expect(&self, ip: Ipv4Addr, delta: i32) {
+        let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        let a = awaiting.entry(ip).or_default();
+        a.count = (i32::from(a.count) + delta).clamp(0, i32::from(u16::MAX)) as u16;
+    }
+
+    /// Whether a client's data connection was refused so recently that
+    /// its retries may still come (leaving in the middle of one's MPA
+    /// startup would leave the client to time out: Linux siw's hung past a
+    /// minute).
+    pub fn refusing(&self) -> bool {
+        let awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        awaiting
+            .values()
+            .any(|a| a.refused.as_ref().is_some_and(|r| r.1.elapsed() < REFUSAL_QUIET))
+    }
+
+    /// Why a data connection from `ip` was refused, if one was.
+    fn refusal(&self, ip: Ipv4Addr) -> Option<String> {
+        let awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        awaiting.get(&ip)?.refused.as_ref().map(|r| r.0.clone())
+    }
+}
+
+/// A session served.
+struct Served {
+    m: Machine,
+    slot: usize,
+    peer: SocketAddrV4,
+    /// Data connections told to the gate as awaited.
+    announced: u16,
+    /// Done or failed, since when (its connections are being closed).
+    over: Option<Instant>,
+    /// Whether its connections were closed.
+    closed: bool,
+}
+
+/// How a served session ended.
+#[derive(Debug, Clone)]
+pub struct Finished {
+    /// The client.
+    pub peer: SocketAddrV4,
+    /// Every size's numbers, or why it failed.
+    pub result: Result<Vec<SizeOutcome>, String>,
+}
+
+/// Counts of sessions.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    /// Completed.
+    pub done: u64,
+    /// Failed.
+    pub failed: u64,
+}
+
+/// perftest's server for the clients of one core (see the module docs).
+pub struct PerftestService {
+    p: Params,
+    gate: Arc<Gate>,
+    ib_mtu: u8,
+    origin: u64,
+    slot_len: u64,
+    served: Vec<Served>,
+    free: Vec<usize>,
+    counts: Counts,
+    seed: u64,
+}
+
+impl PerftestService {
+    /// Octets of registered memory `slots` sessions of `p` take.
+    pub fn memory(p: &Params, slots: usize) -> usize {
+        Layout::memory(p).next_multiple_of(4096) * slots
+    }
+
+    /// A service of `p` (the server's parameters) for `slots` clients at
+    /// once, in the registered memory from `origin` on
+    /// ([`PerftestService::memory`] octets of it); `ib_mtu` is the IB MTU
+    /// enum told to clients.
+    pub fn new(
+        p: Params,
+        gate: Arc<Gate>,
+        slots: usize,
+        origin: u64,
+        ib_mtu: u8,
+        seed: u64,
+    ) -> PerftestService {
+        PerftestService {
+            p,
+            gate,
+            ib_mtu,
+            origin,
+            slot_len: Layout::memory(&p).next_multiple_of(4096) as u64,
+            served: Vec::new(),
+            free: (0..slots).rev().collect(),
+            counts: Counts::default(),
+            seed,
+        }
+    }
+
+    /// Sessions completed and failed so far.
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// A connection accepted on the service's port: a data connection of a
+    /// session from its address that waits for one, else a new client's
+    /// control connection. Returns false if it closed it (no free slot, or
+    /// its receives could not be posted).
+    pub fn established<T: CoreTransport>(
+        &mut self,
+        ep: &mut Endpoint<T>,
+        qp: QpHandle,
+        peer: SocketAddrV4,
+    ) -> bool {
+        if let Some(s) = self
+            .served
+            .iter_mut()
+            .find(|s| s.peer.ip() == peer.ip() && s.over.is_none() && s.m.wants_data() > 0)
+        {
+            s.m.add_data(qp);
+            announce(&self.gate, s);
+            return true;
+        }
+        let Some(slot) = self.free.pop() else {
+            eprintln!(
+                "bench perftest: {} clients already; closing {peer}",
+                self.served.len()
+            );
+            ep.close(qp);
+            return false;
+        };
+        self.seed = self.seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+        let mut m = Machine::new(
+            self.p,
+            self.origin + slot as u64 * self.slot_len,
+            self.ib_mtu,
+            self.seed,
+        );
+        if let Err(why) = m.prepare(ep).and_then(|()| m.set_ctrl(ep, qp)) {
+            eprintln!("bench perftest: {peer}: {why}");
+            self.free.push(slot);
+            ep.close(qp);
+            return false;
+        }
+        self.served.push(Served {
+            m,
+            slot,
+            peer,
+            announced: 0,
+            over: None,
+            closed: false,
+        });
+        true
+    }
+
+    /// A Terminate on `qp`; returns whether `qp` is served here.
+    pub fn terminated(&mut self, qp: QpHandle, event: QpEvent) -> bool {
+        match self.served.iter_mut().find(|s| s.m.owns(qp)) {
+            Some(s) => {
+                s.m.terminated(event);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A completion; returns whether its QP is served here.
+    pub fn completion(&mut self, wc: &Wc) -> bool {
+        match self.served.iter_mut().find(|s| s.m.owns(wc.qp)) {
+            Some(s) => {
+                s.m.completion(*wc);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// QP `qp` is gone; returns whether it was served here. A session's
+    /// slot is free again once all its QPs are gone.
+    pub fn ended(&mut self, qp: QpHandle) -> bool {
+        match self.served.iter_mut().find(|s| s.m.owns(qp)) {
+            Some(s) => {
+                s.m.ended(qp);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Advances every session; those that completed or failed this turn
+    /// are added to `finished`. A completed session's client may hang up
+    /// first for [`HANG_UP_GRACE`] (see `bench perftest`'s `finish`); then
+    /// its connections are closed. A failed one's are reset at once (so
+    /// nothing its client sends later lands in the slot).
+    pub fn tick<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>, finished: &mut Vec<Finished>) {
+        for s in &mut self.served {
+            if let Some(since) = s.over {
+                if !s.closed && since.elapsed() > HANG_UP_GRACE {
+                    s.closed = true;
+                    for qp in s.m.qps().collect::<Vec<_>>() {
+                        ep.close(qp);
+                    }
+                }
+                continue;
+            }
+            if s.m.wants_data() > 0 {
+                if let Some(why) = self.gate.refusal(*s.peer.ip()) {
+                    s.m.fail(format!("its data connection was refused: {why}"));
+                }
+            }
+            let status = s.m.poll(ep);
+            announce(&self.gate, s);
+            match status {
+                Status::Running | Status::Connect => {}
+                Status::Done => {
+                    self.counts.done += 1;
+                    s.over = Some(Instant::now());
+                    finished.push(Finished {
+                        peer: s.peer,
+                        result: Ok(s.m.results().to_vec()),
+                    });
+                }
+                Status::Failed(why) => {
+                    self.counts.failed += 1;
+                    s.over = Some(Instant::now());
+                    s.closed = true;
+                    for qp in s.m.qps().collect::<Vec<_>>() {
+                        ep.abort(qp);
+                    }
+                    finished.push(Finished {
+                        peer: s.peer,
+                        result: Err(why),
+                    });
+                }
+            }
+        }
+        // Over and every connection gone: the slot serves another.
+        let mut i = 0;
+        while i < self.served.len() {
+            let s = &self.served[i];
+            if s.over.is_some() && s.m.qps().next().is_none() {
+                let s = self.served.swap_remove(i);
+                self.free.push(s.slot);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// The clients it serves now: the control QP's number, the peer, where
+    /// the session is.
+    pub fn clients(&self) -> Vec<(u32, String, String)> {
+        self.served
+            .iter()
+            .map(|s| {
+                (
+                    s.m.qps().next().map_or(0, |q| q.0),
+                    s.peer.to_string(),
+                    s.m.phase(),
+                )
+            })
+            .collect()
+    }
+
+    /// Every QP it serves (to end them at a drain's deadline).
+    pub fn qps(&self) -> Vec<QpHandle> {
+        self.served.iter().flat_map(|s| s.m.qps()).collect()
+    }
+
+    /// Sessions served now.
+    pub fn len(&self) -> usize {
+        self.served.len()
+    }
+
+    /// Whether it serves none.
+    pub fn is_empty(&self) -> bool {
+        self.served.is_empty()
+    }
+}
+
+/// Tells the gate how many data connections `s` waits for now.
+fn announce(gate: &Gate, s: &mut Served) {
+    let now = s.m.wants_data();
+    if now != s.announced {
+        gate.expect(*s.peer.ip(), i32::from(now) - i32::from(s.announced));
+        s.announced = now;
+    }
+}
