@@ -976,10 +976,7 @@ fn print_banner(p: &Params, args: &PerftestArgs) {
     );
     println!(" Connection type : RC\t\tUsing SRQ      : OFF");
     if p.test.is_bw() {
-        println!(
-            " Bidirectional   : {}",
-            if p.duplex { "ON" } else { "OFF" }
-        );
+        println!(" Bidirectional   : {}", if p.duplex { "ON" } else { "OFF" });
     }
     if p.client || p.test.verb() != Verb::Send {
         println!(" TX depth        : {}", p.tx_depth);

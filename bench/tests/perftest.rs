@@ -330,7 +330,9 @@ fn all_sizes_qps_both_ways_and_durations_complete() {
             vec![(4096, 50)],
         ),
         (
-            &["send_bw", "-q", "3", "-b", "-n", "300", "-s", "1024", "-r", "16"],
+            &[
+                "send_bw", "-q", "3", "-b", "-n", "300", "-s", "1024", "-r", "16",
+            ],
             "300 iterations of 1024 octets on each of 3 QPs".to_string(),
             vec![(1024, 300)],
             vec![(1024, 300)],
@@ -408,10 +410,8 @@ fn duration_runs_end_on_time_on_both_sides() {
         for (run, role) in [(&c, "client"), (&s, "server")] {
             assert_eq!(run.code, Some(0), "{args:?} {role}: {}", run.said());
             assert!(
-                run.last_line().starts_with(&format!(
-                    "bench perftest: {} {role}: 2 s of ",
-                    title(test)
-                )),
+                run.last_line()
+                    .starts_with(&format!("bench perftest: {} {role}: 2 s of ", title(test))),
                 "{args:?} {role}: {}",
                 run.said()
             );

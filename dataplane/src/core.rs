@@ -110,6 +110,9 @@ pub struct CoreConfig {
     /// Responder: send FPDUs before the initiator's first one arrived, as
     /// Linux siw does (off by default: RFC 5044 §7.1's MPA fencing).
     pub unfenced: bool,
+    /// [`CoreConfig::unfenced`] for the connections to these local ports
+    /// only (a service whose passive side sends first, beside others).
+    pub unfenced_ports: Vec<u16>,
     /// Budgets of a turn.
     pub budgets: Budgets,
     /// Turns between two looks at the mbuf pool's free count (it sums every
@@ -128,6 +131,7 @@ impl CoreConfig {
             settle: Duration::ZERO,
             terminate_layout: Encoding::Rfc5040,
             unfenced: false,
+            unfenced_ports: Vec::new(),
             budgets: Budgets::default(),
             pool_sample_turns: 1024,
         }
@@ -614,9 +618,15 @@ impl<T: CoreTransport> Core<T> {
             return refuse(self);
         };
         let base = e.connection(self.config.emss, self.config.ulpdu_max);
+        let unfenced = self.config.unfenced
+            || (!self.config.unfenced_ports.is_empty()
+                && self
+                    .transport
+                    .endpoints(conn)
+                    .is_ok_and(|(local, _)| self.config.unfenced_ports.contains(&local.port())));
         let connection = rnic_engine::qp::Connection {
             terminate_layout: self.config.terminate_layout,
-            fenced: base.fenced && !self.config.unfenced,
+            fenced: base.fenced && !unfenced,
             ..base
         };
         if self.rnic.connect(qp, connection).is_err() {

@@ -208,6 +208,12 @@ impl Opened {
         Steer::new(&self.pools)
     }
 
+    /// [`Self::steer`], the local TCP ports `pinned` owned by the first
+    /// core (see [`Steer::pinning`]).
+    pub fn steer_pinning(&self, pinned: &[u16]) -> Result<Arc<Steer>, String> {
+        Steer::pinning(&self.pools, pinned)
+    }
+
     /// A smoltcp device on queue pair `queue`, with our MAC `mac` (the
     /// port's own where it has one, when `None`).
     pub fn device(&self, queue: u16, mac: Option<[u8; 6]>) -> Result<DpdkDevice, String> {

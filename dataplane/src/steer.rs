@@ -42,6 +42,11 @@ pub struct Steer {
     _pools: Vec<Arc<Pool>>,
     toeplitz: Toeplitz,
     reta: Reta,
+    /// Local TCP ports whose connections the first core owns, whatever
+    /// their hash (services whose clients' several connections must meet
+    /// on one core: perftest's control and data connections say nothing
+    /// of each other).
+    pinned: Vec<u16>,
 }
 
 impl Steer {
@@ -64,7 +69,16 @@ impl Steer {
             _pools: pools.to_vec(),
             toeplitz: Toeplitz::new(key),
             reta,
+            pinned: Vec::new(),
         }))
+    }
+
+    /// [`Steer::new`], frames to the local TCP ports `pinned` going to the
+    /// first core.
+    pub fn pinning(pools: &[Arc<Pool>], pinned: &[u16]) -> Result<Arc<Steer>, String> {
+        let mut steer = Steer::new(pools)?;
+        Arc::get_mut(&mut steer).expect("not shared yet").pinned = pinned.to_vec();
+        Ok(steer)
     }
 
     /// Cores.
@@ -125,7 +139,12 @@ impl SteerPoint {
         let addr = |o: usize| Ipv4Addr::new(ip[o], ip[o + 1], ip[o + 2], ip[o + 3]);
         let src = SocketAddrV4::new(addr(12), u16::from_be_bytes([tcp[0], tcp[1]]));
         let dst = SocketAddrV4::new(addr(16), u16::from_be_bytes([tcp[2], tcp[3]]));
-        match self.steer.owner(src, dst) {
+        let owner = if self.steer.pinned.contains(&dst.port()) {
+            0
+        } else {
+            self.steer.owner(src, dst)
+        };
+        match owner {
             owner if owner == self.me => Kind::Mine,
             owner => Kind::Theirs(owner),
         }

@@ -288,3 +288,30 @@ fn frames_at_the_wrong_core_are_handed_to_their_owner() {
         assert_eq!(dropped, 0, "{side}: none lost");
     }
 }
+
+/// A pinned port (`Steer::pinning`): every connection to it is served by
+/// the first core, whichever queue its frames arrive at; the others'
+/// frames are handed over, none dropped.
+#[test]
+fn a_pinned_ports_connections_all_meet_on_the_first_core() {
+    let _one = serial();
+    let (a, b) = ports_of(eal());
+    let mut client = host(&a, CLIENT, a.steer().unwrap(), true);
+    let mut server = host(&b, SERVER, Steer::pinning(&b.pools, &[PORT]).unwrap(), true);
+    let conns = run(&mut client, &mut server, 24);
+    for c in &conns {
+        let (server_core, _) = c.server.expect("accepted");
+        assert_eq!(server_core, 0, "the pinned port's connections are core 0's");
+    }
+    let counters = server.counters();
+    assert!(
+        counters[1].rx_steered_out > 0,
+        "frames reached core 1 and were handed over: {counters:?}"
+    );
+    assert!(
+        counters.iter().all(|c| c.rx_steer_dropped == 0),
+        "none dropped: {counters:?}"
+    );
+    // Client core 1's connections really arrived at the second queue.
+    assert!(conns.iter().any(|c| c.client_core == 1));
+}

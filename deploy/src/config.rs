@@ -311,13 +311,138 @@ pub struct Service {
     /// (any number at once, each in memory of its own); `memory`, the
     /// `[[region]]`s lent by name (see `deploy::memory`); `rping`, rdma-core
     /// rping's server (`rping -s -P`: any number of clients, buffers up to
-    /// 65535 octets, every iteration's data verified).
+    /// 65535 octets, every iteration's data verified); `perftest`,
+    /// perftest's server for one of its RC tests (`[service.perftest]`;
+    /// several such services, each on its own TCP port).
     pub kind: ServiceKind,
     /// The `[[port]]` it listens on, by name.
     pub port: String,
     /// The TCP port it listens on (1 to 65535).
     #[serde(deserialize_with = "tcp_port")]
     pub tcp_port: u16,
+    /// A `perftest` service's test (only there).
+    #[serde(default)]
+    pub perftest: Option<PerftestConfig>,
+}
+
+/// `[service.perftest]`: what a perftest service's clients run.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PerftestConfig {
+    /// The command its clients run, less the server's address and port:
+    /// a test (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`, `ib_write_lat`,
+    /// `ib_read_lat`, `ib_send_lat`) and its options (`-s`, `-n`, `-a`,
+    /// `-D`, `-q`, `-b`, `-t`, `-r`, `-o`; `-R` and `-F` taken and
+    /// ignored). perftest's client tells the server none of them, so its
+    /// server must be given the same ("Please run the same command").
+    #[serde(deserialize_with = "perftest_command")]
+    pub command: PerftestCommand,
+    /// ib_write_lat: write first without the client's RFC 6581 RTR, as
+    /// Linux siw does (RFC 5044 §7.1 forbids it; false refuses such a
+    /// client with the reason).
+    pub unfenced: bool,
+    /// Clients served at once (1 to 64); each takes its test's buffers.
+    #[serde(deserialize_with = "perftest_clients")]
+    pub clients_max: usize,
+}
+
+/// A perftest command line and the server's parameters it gives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PerftestCommand {
+    /// As written.
+    pub text: String,
+    /// The server's parameters.
+    pub params: bench::perftest::Params,
+}
+
+/// perftest's options a service takes (and whether each takes a value).
+const PERFTEST_OPTIONS: &[(&str, &str, bool)] = &[
+    ("-s", "--size", true),
+    ("-n", "--iters", true),
+    ("-a", "--all", false),
+    ("-D", "--duration", true),
+    ("-q", "--qp", true),
+    ("-b", "--bidirectional", false),
+    ("-t", "--tx-depth", true),
+    ("-r", "--rx-depth", true),
+    ("-o", "--outs", true),
+    ("-R", "--rdma_cm", false),
+    ("-F", "--CPU-freq", false),
+];
+
+fn perftest_command<'de, D: Deserializer<'de>>(d: D) -> Result<PerftestCommand, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_perftest(&text).map_err(D::Error::custom)
+}
+
+/// `text` as a perftest service's command (see [`PerftestConfig`]).
+pub fn parse_perftest(text: &str) -> Result<PerftestCommand, String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    if words.is_empty() {
+        return Err(
+            "an empty command: give a test and its options, e.g. \"ib_write_bw -s 65536\"".into(),
+        );
+    }
+    let mut expect_value = false;
+    for w in &words[1..] {
+        if expect_value {
+            expect_value = false;
+            continue;
+        }
+        if !w.starts_with('-') {
+            return Err(format!(
+                "{w:?}: no server address here (the service is the server); give only the \
+                 test's options"
+            ));
+        }
+        let name = w.split_once('=').map_or(*w, |(n, _)| n);
+        match PERFTEST_OPTIONS
+            .iter()
+            .find(|(short, long, _)| *short == name || *long == name)
+        {
+            Some((_, _, takes)) => expect_value = *takes && !w.contains('='),
+            None if matches!(name, "-p" | "--port") => {
+                return Err(format!("{w}: the port is the service's tcp_port"))
+            }
+            None => {
+                return Err(format!(
+                    "{w}: not one of the test options a perftest service takes ({})",
+                    PERFTEST_OPTIONS
+                        .iter()
+                        .map(|(s, _, _)| *s)
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ))
+            }
+        }
+    }
+    let test = words[0];
+    if <bench::perftest::Test as clap::ValueEnum>::from_str(test, false).is_err() {
+        return Err(format!(
+            "{test:?}: not one of perftest's RC tests (ib_write_bw, ib_read_bw, ib_send_bw, \
+             ib_write_lat, ib_read_lat, ib_send_lat)"
+        ));
+    }
+    let argv = std::iter::once("perftest").chain(words.iter().copied());
+    let args =
+        <bench::perftest::PerftestArgs as clap::Parser>::try_parse_from(argv).map_err(|e| {
+            let full = e.to_string();
+            let first = full
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ");
+            format!("{text:?}: {first}")
+        })?;
+    let params = args.params().map_err(|why| format!("{text:?}: {why}"))?;
+    Ok(PerftestCommand {
+        text: text.to_string(),
+        params,
+    })
+}
+
+fn perftest_clients<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    ranged(d, 1, 64, "")
 }
 
 /// `[[service]] kind`.
@@ -328,6 +453,7 @@ pub enum ServiceKind {
     Bench,
     Memory,
     Rping,
+    Perftest,
 }
 
 impl ServiceKind {
@@ -337,6 +463,7 @@ impl ServiceKind {
             ServiceKind::Bench => "bench",
             ServiceKind::Memory => "memory",
             ServiceKind::Rping => "rping",
+            ServiceKind::Perftest => "perftest",
         }
     }
 }
@@ -614,6 +741,27 @@ impl Config {
         let mut kinds = Vec::new();
         for s in &self.service {
             let kind = s.get_ref().kind;
+            match (kind, &s.get_ref().perftest) {
+                (ServiceKind::Perftest, None) => {
+                    return err(
+                        s.span().start,
+                        "a perftest service needs [service.perftest]: its `command` (e.g. \
+                         \"ib_write_bw -s 65536\"), `unfenced` and `clients_max`"
+                            .into(),
+                    )
+                }
+                (ServiceKind::Perftest, Some(_)) => continue,
+                (_, Some(_)) => {
+                    return err(
+                        s.span().start,
+                        format!(
+                            "[service.perftest] means nothing to a {} service: remove it",
+                            kind.name()
+                        ),
+                    )
+                }
+                (_, None) => {}
+            }
             if kinds.contains(&kind) {
                 return err(
                     s.span().start,
@@ -660,7 +808,13 @@ impl Config {
         self.service.iter().map(Spanned::get_ref)
     }
 
-    /// The service of `kind`, if configured.
+    /// The perftest services: their TCP port and test.
+    pub fn perftests(&self) -> impl Iterator<Item = (u16, &PerftestConfig)> {
+        self.services()
+            .filter_map(|s| s.perftest.as_ref().map(|p| (s.tcp_port, p)))
+    }
+
+    /// The service of `kind`, if configured (the first perftest one).
     pub fn service(&self, kind: ServiceKind) -> Option<&Service> {
         self.services().find(|s| s.kind == kind)
     }
@@ -704,7 +858,7 @@ mod tests {
     fn the_example_config_is_valid() {
         let c = Config::parse(EXAMPLE, "dpwarpd.toml").unwrap();
         assert_eq!(c.port().driver, Driver::NetTap);
-        assert_eq!(c.services().count(), 3);
+        assert_eq!(c.services().count(), 9);
         assert_eq!(c.regions().count(), 2);
         assert!(!c.dpdk.lcores.is_empty());
     }
@@ -772,6 +926,78 @@ mod tests {
         assert!(e.contains("missing field `ird_max`"), "{e}");
     }
 
+    /// A perftest service's command is perftest's own, checked as
+    /// perftest checks it; what is not the test's (the port, a server, MPA
+    /// options) is refused with the reason, as is a section where it means
+    /// nothing or its absence where it is needed.
+    #[test]
+    fn perftest_commands_are_perftests_and_only_the_tests() {
+        let c = Config::parse(EXAMPLE, "x.toml").unwrap();
+        let tests: Vec<_> = c
+            .perftests()
+            .map(|(port, p)| (port, p.command.params.test))
+            .collect();
+        assert_eq!(tests.len(), 6, "{tests:?}");
+        let p = parse_perftest("ib_write_bw -a -q 4 -b -R -F")
+            .unwrap()
+            .params;
+        assert!(p.all_sizes && p.duplex && !p.client, "{p:?}");
+        assert_eq!((p.qps, p.size), (4, 8 << 20));
+        let p = parse_perftest("send_lat -D 3 -s 128").unwrap().params;
+        assert_eq!(p.duration, Some(std::time::Duration::from_secs(3)));
+        for (command, why) in [
+            ("ib_write_bw -p 5", "the port is the service's tcp_port"),
+            ("ib_write_bw 10.0.0.1", "no server address here"),
+            (
+                "ib_write_lat -q 2",
+                "multiple QPs are for the bandwidth tests",
+            ),
+            (
+                "ib_read_lat -b",
+                "both directions are for the bandwidth tests",
+            ),
+            ("ib_foo", "not one of perftest's RC tests"),
+            ("ib_write_bw -a -D 3", "cannot be used with"),
+            ("ib_write_bw --crc", "not one of the test options"),
+            ("ib_send_bw -s 0", "-s 0: give 1 to"),
+            ("", "an empty command"),
+        ] {
+            let e = refused(|t| {
+                t.replace(
+                    "command = \"ib_write_bw\"",
+                    &format!("command = {command:?}"),
+                )
+            });
+            assert!(
+                e.contains("`command`") && e.contains(why),
+                "{command:?}: {e}"
+            );
+        }
+        let e = refused(|t| t.replace("clients_max = 4\n", "clients_max = 0\n"));
+        assert!(e.contains("`clients_max`"), "{e}");
+        let e = refused(|t| t.replace("unfenced = false\n", ""));
+        assert!(e.contains("missing field `unfenced`"), "{e}");
+        let e = refused(|t| {
+            t.replacen(
+                "[service.perftest]\ncommand = \"ib_write_bw\"\nunfenced = false\nclients_max = 4\n",
+                "",
+                1,
+            )
+        });
+        assert!(
+            e.contains("a perftest service needs [service.perftest]"),
+            "{e}"
+        );
+        let e = refused(|t| {
+            t.replace(
+                "kind = \"rping\"\nport = \"dpw0\"\ntcp_port = 7174\n",
+                "kind = \"rping\"\nport = \"dpw0\"\ntcp_port = 7174\n[service.perftest]\n\
+                 command = \"ib_send_bw\"\nunfenced = false\nclients_max = 1\n",
+            )
+        });
+        assert!(e.contains("means nothing to a rping service"), "{e}");
+    }
+
     #[test]
     fn cross_checks_name_the_table() {
         let e = refused(|t| t.replace("port = \"dpw0\"", "port = \"eth9\""));
@@ -812,7 +1038,7 @@ mod tests {
             format!("{t}\n[[service]]\nkind = \"bench\"\nport = \"dpw0\"\ntcp_port = 18515\n")
         });
         assert!(e.contains("a second service on TCP port 18515"), "{e}");
-        let e = refused(|t| t.replace("[[service]]", "[[services]]"));
+        let e = refused(|t| t.replacen("[[service]]", "[[services]]", 1));
         assert!(e.contains("unknown field `services`"), "{e}");
     }
 

@@ -106,9 +106,27 @@ fn stats(shared: &Shared) -> Value {
             "failed": failed,
         })
     });
+    let perftest: Vec<Value> = shared
+        .perftest
+        .iter()
+        .map(|p| {
+            let (c, clients) = &*p.state.lock().unwrap_or_else(|p| p.into_inner());
+            json!({
+                "kind": "perftest",
+                "tcp_port": p.port,
+                "command": p.config.command.text,
+                "accepted": p.gate.accepted.load(Ordering::Relaxed),
+                "refused": p.gate.refused.load(Ordering::Relaxed),
+                "sessions_done": c.done,
+                "sessions_failed": c.failed,
+                "clients": clients.len(),
+            })
+        })
+        .collect();
     json!({
         "memory": memory,
         "rping": rping,
+        "perftest": perftest,
         "cores": cores,
         "service": {
             "kind": "bench",
@@ -165,6 +183,7 @@ fn listeners(shared: &Shared) -> Value {
         ("rping", now.rping),
     ]
     .into_iter()
+    .chain(shared.perftest.iter().map(|p| ("perftest", Some(p.port))))
     .filter_map(|(kind, tcp_port)| {
         Some(json!({
             "service": kind,
@@ -220,6 +239,20 @@ fn connections(shared: &Shared) -> Value {
                 "peer": peer,
                 "service": "rping",
                 "state": "rts",
+            }));
+        }
+    }
+    for p in &shared.perftest {
+        let (_, clients) = &*p.state.lock().unwrap_or_else(|p| p.into_inner());
+        for (qp, peer, phase) in clients {
+            list.push(json!({
+                "core": 0,
+                "qp": qp,
+                "peer": peer,
+                "service": "perftest",
+                "tcp_port": p.port,
+                "state": "rts",
+                "session": phase,
             }));
         }
     }

@@ -57,6 +57,32 @@ pub struct CoreShared {
     pub rping: Mutex<(bench::rping::Outcome, Vec<(u32, String)>)>,
 }
 
+/// One perftest service: its gate on the control-plane thread and its
+/// sessions' memory. The first core serves all its clients: perftest's
+/// client opens a control connection and `-q` data connections that say
+/// nothing of each other, so they must meet on one core (the DPDK port
+/// steers the service's TCP port to it; on Linux TCP only that core
+/// listens).
+pub struct PerftestShared {
+    /// Its TCP port.
+    pub port: u16,
+    /// What its clients run.
+    pub config: crate::config::PerftestConfig,
+    /// Its listener's decisions.
+    pub gate: Arc<bench::perftest::Gate>,
+    /// Where its sessions' slots begin in the registered memory.
+    pub origin: u64,
+    /// Sessions that ended.
+    pub closed: AtomicU64,
+    /// Sessions done and failed, and the clients served now (the control
+    /// QP's number, the peer, where its session is), as of the core's last
+    /// publication.
+    pub state: Mutex<(
+        bench::perftest::service::Counts,
+        Vec<bench::perftest::service::Client>,
+    )>,
+}
+
 /// The rping service's gate on the control-plane thread: its accepts and
 /// refusals, closed by a drain.
 #[derive(Debug, Default)]
@@ -100,6 +126,7 @@ pub struct SetupClock {
     bench: Histogram,
     memory: Histogram,
     rping: Histogram,
+    perftest: Histogram,
 }
 
 impl Default for SetupClock {
@@ -109,6 +136,7 @@ impl Default for SetupClock {
             bench: Histogram::new(SETUP_BUCKETS_US),
             memory: Histogram::new(SETUP_BUCKETS_US),
             rping: Histogram::new(SETUP_BUCKETS_US),
+            perftest: Histogram::new(SETUP_BUCKETS_US),
         }
     }
 }
@@ -134,6 +162,7 @@ impl SetupClock {
                 ServiceKind::Bench => &self.bench,
                 ServiceKind::Memory => &self.memory,
                 ServiceKind::Rping => &self.rping,
+                ServiceKind::Perftest => &self.perftest,
             };
             h.observe(at.elapsed());
         }
@@ -149,11 +178,12 @@ impl SetupClock {
     }
 
     /// Each service's histogram.
-    pub fn histograms(&self) -> [(&'static str, &Histogram); 3] {
+    pub fn histograms(&self) -> [(&'static str, &Histogram); 4] {
         [
             ("bench", &self.bench),
             ("memory", &self.memory),
             ("rping", &self.rping),
+            ("perftest", &self.perftest),
         ]
     }
 }
@@ -294,6 +324,8 @@ pub struct Shared {
     pub rping: Arc<RpingGate>,
     /// Each core's rping slots: the offset of its buffers in the memory.
     pub rping_origin: Vec<Option<u64>>,
+    /// The perftest services (the first core serves them).
+    pub perftest: Vec<PerftestShared>,
     /// The control plane and the registry.
     pub host: Arc<Host>,
     /// Each core.
@@ -326,6 +358,9 @@ impl Shared {
                 m.drain();
             }
             self.rping.draining.store(true, Ordering::SeqCst);
+            for p in &self.perftest {
+                p.gate.draining.store(true, Ordering::SeqCst);
+            }
             tracing::info!(
                 deadline_ms = self.config.daemon.drain_deadline_ms,
                 "draining: no new connections"
@@ -417,6 +452,35 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
                 .collect::<Result<Vec<_>, String>>()?
         }
     };
+    // Each perftest service's sessions: a slot per client, on the first
+    // core, taken from the memory for good.
+    let perftest = config
+        .perftests()
+        .map(|(port, p)| {
+            let params = p.command.params;
+            let len = bench::perftest::PerftestService::memory(&params, p.clients_max) as u64;
+            let origin = serving.reserve(len).ok_or_else(|| {
+                format!(
+                    "[rnic] memory_mib = {}: too little for the perftest service on TCP port \
+                     {port} ({len} octets for {} clients of {:?}): give more, or fewer clients",
+                    config.rnic.memory_mib, p.clients_max, p.command.text
+                )
+            })?;
+            Ok(PerftestShared {
+                port,
+                config: p.clone(),
+                gate: bench::perftest::Gate::new(
+                    params,
+                    p.unfenced,
+                    "`unfenced = true` in the service's [service.perftest]",
+                    false,
+                ),
+                origin,
+                closed: AtomicU64::new(0),
+                state: Mutex::default(),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     let ports = ListenerPorts::of(&config);
     let events = Arc::new(Events::default());
     Ok(Arc::new(Shared {
@@ -431,6 +495,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
             ..RpingGate::default()
         }),
         rping_origin,
+        perftest,
         host,
         cores,
         setup: events.setup.clone(),
@@ -539,7 +604,8 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
                     host_side(&default_tap, port.netns.as_deref(), host)?;
                 }
                 let steer = if cores > 1 {
-                    Some(opened.steer()?)
+                    let pinned: Vec<u16> = shared.perftest.iter().map(|p| p.port).collect();
+                    Some(opened.steer_pinning(&pinned)?)
                 } else {
                     None
                 };
@@ -608,7 +674,7 @@ fn run_cores<T: CoreTransport + Send>(
     };
     let (region, mr) = shared.host.register(config.rnic.memory_mib << 20);
     let hook = shared.events.hook("bench");
-    let servers: Vec<Server<T>> = transports
+    let mut servers: Vec<Server<T>> = transports
         .into_iter()
         .enumerate()
         .map(|(k, t)| {
@@ -644,6 +710,24 @@ fn run_cores<T: CoreTransport + Send>(
             );
         }
     }
+    // perftest: the first core only (see `PerftestShared`). ib_write_lat's
+    // server writes first: unfenced where its service says so.
+    if let Some(first) = servers.first_mut() {
+        first.endpoint.core.config_mut().unfenced_ports = shared
+            .perftest
+            .iter()
+            .filter(|p| p.config.unfenced)
+            .map(|p| p.port)
+            .collect();
+    }
+    for p in &shared.perftest {
+        servers[0].endpoint.control().listen(
+            p.port,
+            startup.clone(),
+            perftest_listener(p.gate.clone(), p.port, shared.setup.clone()),
+        );
+    }
+    let perftest_ports: Vec<Option<u16>> = shared.perftest.iter().map(|p| Some(p.port)).collect();
     let failed = AtomicBool::new(false);
     let listening = std::sync::Barrier::new(servers.len() + 1);
     std::thread::scope(|scope| {
@@ -653,13 +737,16 @@ fn run_cores<T: CoreTransport + Send>(
             .map(|(k, mut server)| {
                 let (shared, failed, listening) = (shared.clone(), &failed, &listening);
                 let startup = &startup;
+                let mut others = vec![memory_port, ports.rping];
+                if k == 0 {
+                    others.extend(perftest_ports.iter().copied());
+                }
                 std::thread::Builder::new()
                     .name(format!("dpwarpd-core{k}"))
                     .spawn_scoped(scope, move || {
                         let me = &shared.cores[k];
                         let up = dataplane::lcore::enter(me.cpu, eal).and_then(|pinned| {
-                            wait_listening(&mut server, &[memory_port, ports.rping])
-                                .map(|()| pinned)
+                            wait_listening(&mut server, &others).map(|()| pinned)
                         });
                         if let Err(why) = &up {
                             tracing::error!(core = k, cpu = ?me.cpu, why, "core failed to start");
@@ -767,6 +854,29 @@ fn core_loop<T: CoreTransport>(
             false,
         )
     });
+    // The perftest services' sessions, on the first core.
+    let mut perftests: Vec<PerftestCore> = if k == 0 {
+        shared
+            .perftest
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PerftestCore {
+                index: i,
+                port: p.port,
+                service: bench::perftest::PerftestService::new(
+                    p.config.command.params,
+                    p.gate.clone(),
+                    p.config.clients_max,
+                    p.origin,
+                    ib_mtu(shared.config.port().mtu),
+                    seed(),
+                ),
+                finished: Vec::new(),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut listeners_seen = 0;
     // A change of listeners waiting for the control plane's answer, since
     // when.
@@ -780,7 +890,18 @@ fn core_loop<T: CoreTransport>(
             // One connection's failure ends that connection only.
             tracing::warn!(core = k, why, "connection failed");
         }
-        others(server, k, shared, ports, rping.as_mut(), &mut found);
+        others(
+            server,
+            k,
+            shared,
+            ports,
+            rping.as_mut(),
+            &mut perftests,
+            &mut found,
+        );
+        for p in &mut perftests {
+            p.tick(&mut server.endpoint, k, shared);
+        }
         turns = turns.wrapping_add(1);
         // The clock at most every 64 turns (a turn may be a microsecond).
         if !turns.is_multiple_of(64) {
@@ -794,6 +915,12 @@ fn core_loop<T: CoreTransport>(
         if let Some(r) = rping.as_mut() {
             r.tick(&mut server.endpoint);
             *me.rping.lock().unwrap_or_else(|p| p.into_inner()) = (r.outcome(), r.clients());
+        }
+        for p in &perftests {
+            *shared.perftest[p.index]
+                .state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = (p.service.counts(), p.service.clients());
         }
         *me.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();
         me.open
@@ -877,9 +1004,103 @@ fn core_loop<T: CoreTransport>(
             for qp in rping.as_ref().map(|r| r.qps()).unwrap_or_default() {
                 server.endpoint.abort(qp);
             }
+            for qp in perftests.iter().flat_map(|p| p.service.qps()) {
+                server.endpoint.abort(qp);
+            }
             aborted_at = Some(t);
         }
     }
+}
+
+/// A perftest service's listener callback: its gate decides, the accepts
+/// are timed and logged.
+fn perftest_listener(
+    gate: Arc<bench::perftest::Gate>,
+    port: u16,
+    setup: Arc<SetupClock>,
+) -> control::runtime::OnRequest {
+    Box::new(move |request, peer| {
+        let decision = gate.decide(request, peer);
+        match &decision {
+            control::runtime::Decision::Accept(_) => {
+                setup.decided(peer);
+                tracing::info!(service = "perftest", tcp_port = port, %peer, "connection accepted");
+            }
+            control::runtime::Decision::Reject(why) => {
+                tracing::warn!(
+                    service = "perftest",
+                    tcp_port = port,
+                    %peer,
+                    why = %String::from_utf8_lossy(why),
+                    "connection refused"
+                );
+            }
+        }
+        decision
+    })
+}
+
+/// A perftest service on the first core.
+struct PerftestCore {
+    /// Its index in [`Shared::perftest`].
+    index: usize,
+    port: u16,
+    service: bench::perftest::PerftestService,
+    /// Sessions that ended this turn (reused).
+    finished: Vec<bench::perftest::service::Finished>,
+}
+
+impl PerftestCore {
+    /// Advances its sessions; one event per session that ended.
+    fn tick<T: CoreTransport>(
+        &mut self,
+        ep: &mut bench::endpoint::Endpoint<T>,
+        k: usize,
+        shared: &Shared,
+    ) {
+        self.service.tick(ep, &mut self.finished);
+        for f in self.finished.drain(..) {
+            shared.perftest[self.index]
+                .closed
+                .fetch_add(1, Ordering::Relaxed);
+            match f.result {
+                Ok(sizes) => {
+                    let last = sizes.last();
+                    tracing::info!(
+                        service = "perftest",
+                        tcp_port = self.port,
+                        core = k,
+                        peer = %f.peer,
+                        sizes = sizes.len(),
+                        mb_s = last
+                            .and_then(|o| o.peer_bw.or(o.bw))
+                            .map_or(0.0, |r| r.bw_avg),
+                        "session completed"
+                    );
+                }
+                Err(why) => {
+                    tracing::warn!(
+                        service = "perftest",
+                        tcp_port = self.port,
+                        core = k,
+                        peer = %f.peer,
+                        why,
+                        "session failed"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The IB MTU enum perftest tells its peer for an IP MTU (the largest IB
+/// MTU, 256 to 4096, within it).
+fn ib_mtu(mtu: u16) -> u8 {
+    let mut e = 1;
+    while e < 5 && (256usize << e) <= usize::from(mtu) {
+        e += 1;
+    }
+    e
 }
 
 /// The memory service's listener callback, its accepts timed.
@@ -906,6 +1127,7 @@ fn others<T: CoreTransport>(
     shared: &Shared,
     ports: ListenerPorts,
     mut rping: Option<&mut bench::rping::RpingService>,
+    perftests: &mut [PerftestCore],
     found: &mut Foreign,
 ) {
     server.take_foreign(found);
@@ -915,7 +1137,16 @@ fn others<T: CoreTransport>(
         let rpings = rping
             .as_deref_mut()
             .is_some_and(|r| r.terminated(qp, event));
-        let service = if rpings { "rping" } else { "memory" };
+        let service = if rpings {
+            "rping"
+        } else if perftests
+            .iter_mut()
+            .any(|p| p.service.terminated(qp, event))
+        {
+            "perftest"
+        } else {
+            "memory"
+        };
         let (direction, t) = shared.events.count_terminate(service, event);
         tracing::warn!(
             service,
@@ -931,10 +1162,20 @@ fn others<T: CoreTransport>(
 
     for wc in found.wcs.drain(..) {
         if let Some(r) = rping.as_deref_mut() {
-            r.completion(&mut server.endpoint, &wc);
+            if r.completion(&mut server.endpoint, &wc) {
+                continue;
+            }
+        }
+        for p in perftests.iter_mut() {
+            if p.service.completion(&wc) {
+                break;
+            }
         }
     }
     for qp in found.ended.drain(..) {
+        if perftests.iter_mut().any(|p| p.service.ended(qp)) {
+            continue;
+        }
         if let Some(ended) = rping.as_deref_mut().and_then(|r| r.ended(qp)) {
             shared.rping.closed.fetch_add(1, Ordering::Relaxed);
             tracing::info!(
@@ -951,6 +1192,13 @@ fn others<T: CoreTransport>(
         }
     }
     for (qp, _, local, peer) in found.established.drain(..) {
+        if let Some(p) = perftests.iter_mut().find(|p| p.port == local.port()) {
+            // It closes what it cannot serve.
+            if p.service.established(&mut server.endpoint, qp, peer) {
+                shared.setup.established(ServiceKind::Perftest, peer);
+            }
+            continue;
+        }
         if let (Some(r), Some(port)) = (rping.as_deref_mut(), ports.rping) {
             if local.port() == port {
                 // It closes what it cannot serve.
@@ -1054,6 +1302,15 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
         &new.regions().collect::<Vec<_>>(),
     ) {
         restart.push("[[region]]");
+    }
+    // Their sessions' memory is taken at the start.
+    let perftests = |c: &Config| {
+        c.perftests()
+            .map(|(port, p)| (port, p.clone()))
+            .collect::<Vec<_>>()
+    };
+    if differs(&perftests(old), &perftests(&new)) {
+        restart.push("the perftest services");
     }
     let mut ports = ListenerPorts::of(&new);
     if ports.memory.is_some() && shared.memory.is_none() {

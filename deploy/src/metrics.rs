@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::daemon::{drops, RpingGate, Shared};
+use crate::daemon::{drops, PerftestShared, RpingGate, Shared};
 use crate::memory::MemoryService;
 
 /// A Prometheus histogram of durations: cumulative buckets of seconds,
@@ -220,7 +220,8 @@ pub fn render(shared: &Shared) -> String {
     let rping_on = shared.rping_origin.iter().any(Option::is_some);
     let by_service = |bench: u64,
                       memory: fn(&MemoryService) -> &AtomicU64,
-                      rping: fn(&RpingGate) -> &AtomicU64| {
+                      rping: fn(&RpingGate) -> &AtomicU64,
+                      perftest: fn(&PerftestShared) -> u64| {
         let mut v = vec![(svc.clone(), bench as f64)];
         if let Some(m) = &shared.memory {
             v.push((
@@ -234,6 +235,13 @@ pub fn render(shared: &Shared) -> String {
                 rping(&shared.rping).load(Ordering::Relaxed) as f64,
             ));
         }
+        // Every perftest service's, together.
+        if !shared.perftest.is_empty() {
+            v.push((
+                "service=\"perftest\"".to_string(),
+                shared.perftest.iter().map(perftest).sum::<u64>() as f64,
+            ));
+        }
         v
     };
     family(
@@ -244,6 +252,7 @@ pub fn render(shared: &Shared) -> String {
             e.accepted.load(Ordering::Relaxed),
             |m| &m.accepted,
             |r| &r.accepted,
+            |p| p.gate.accepted.load(Ordering::Relaxed),
         ),
     );
     family(
@@ -254,6 +263,7 @@ pub fn render(shared: &Shared) -> String {
             e.refused.load(Ordering::Relaxed),
             |m| &m.refused,
             |r| &r.refused,
+            |p| p.gate.refused.load(Ordering::Relaxed),
         ),
     );
     family(
@@ -264,6 +274,7 @@ pub fn render(shared: &Shared) -> String {
             e.closed.load(Ordering::Relaxed),
             |m| &m.closed,
             |r| &r.closed,
+            |p| p.closed.load(Ordering::Relaxed),
         ),
     );
     family(
@@ -340,6 +351,40 @@ pub fn render(shared: &Shared) -> String {
             "counter",
             "rping connections that ended in an error.",
             &[(String::new(), failed as f64)],
+        );
+    }
+    if !shared.perftest.is_empty() {
+        let counts: Vec<_> = shared
+            .perftest
+            .iter()
+            .map(|p| {
+                let (c, clients) = &*p.state.lock().unwrap_or_else(|p| p.into_inner());
+                (p.port, *c, clients.len())
+            })
+            .collect();
+        let by_port = |f: fn(&(u16, bench::perftest::service::Counts, usize)) -> f64| {
+            counts
+                .iter()
+                .map(|c| (format!("tcp_port=\"{}\"", c.0), f(c)))
+                .collect::<Vec<_>>()
+        };
+        family(
+            "dpwarp_perftest_sessions_completed_total",
+            "counter",
+            "perftest sessions that completed every exchange and run, per service.",
+            &by_port(|c| c.1.done as f64),
+        );
+        family(
+            "dpwarp_perftest_sessions_failed_total",
+            "counter",
+            "perftest sessions that failed, per service.",
+            &by_port(|c| c.1.failed as f64),
+        );
+        family(
+            "dpwarp_perftest_clients",
+            "gauge",
+            "perftest clients served now, per service.",
+            &by_port(|c| c.2 as f64),
         );
     }
     let mut setup = String::new();

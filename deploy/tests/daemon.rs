@@ -54,6 +54,7 @@ fn main() {
         ),
         Trial::test("memory_service_lends_regions_by_name", memory_service),
         Trial::test("rping_service_serves_clients_at_once", rping_service),
+        Trial::test("perftest_services_serve_clients_at_once", perftest_services),
         Trial::test(
             "ten_thousand_idle_connections_cost_only_their_own",
             idle_connections,
@@ -104,6 +105,12 @@ fn loopback_config(dir: &Path, tcp_port: u16, metrics: u16, memory_mib: usize) -
         .replace("tcp_port = 18515", &format!("tcp_port = {tcp_port}"))
         .replace("tcp_port = 18516", &format!("tcp_port = {}", free_port()))
         .replace("tcp_port = 7174", &format!("tcp_port = {}", free_port()))
+        .replace("tcp_port = 18521", &format!("tcp_port = {}", free_port()))
+        .replace("tcp_port = 18522", &format!("tcp_port = {}", free_port()))
+        .replace("tcp_port = 18523", &format!("tcp_port = {}", free_port()))
+        .replace("tcp_port = 18524", &format!("tcp_port = {}", free_port()))
+        .replace("tcp_port = 18525", &format!("tcp_port = {}", free_port()))
+        .replace("tcp_port = 18526", &format!("tcp_port = {}", free_port()))
         .replace("memory_mib = 256", &format!("memory_mib = {memory_mib}"))
         .replace("drain_deadline_ms = 5000", "drain_deadline_ms = 1500")
         .replace("client_idle_ms = 10000", "client_idle_ms = 1000")
@@ -885,6 +892,152 @@ fn rping_service() -> Result<(), Failed> {
     }
     if sample(&text, "dpwarp_rping_iterations_verified_total") != Some(60.0) {
         return Err(fail(format!("rping in the metrics:\n{text}")));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// `bench perftest ARGS 127.0.0.1 -p PORT` (perftest's client) in this
+/// process: its exit status.
+fn perftest_client(args: &str, port: u16) -> i32 {
+    let argv = format!("perftest {args} 127.0.0.1 -p {port}");
+    bench::perftest::main(
+        argv.split(' ').map(String::from).collect(),
+        &AtomicBool::new(false),
+    )
+}
+
+/// perftest's servers as services, one per test, configured with
+/// perftest's own options: five clients of four tests at once (two
+/// two-way write_bw clients on two QPs each, a send_bw client running
+/// every size, a write_lat and a read_lat client), then a send_lat and a
+/// four-QP read_bw client; every session completes on both sides. A
+/// client whose size disagrees fails its own session only; a write_lat
+/// client that can send no RTR (MPA v1) is refused with the reason. Stats
+/// and metrics count them, and nothing is left.
+fn perftest_services() -> Result<(), Failed> {
+    let dir = scratch("perftest");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    let commands = [
+        ("ib_write_bw", "ib_write_bw -b -q 2 -n 200 -s 65536"),
+        ("ib_read_bw", "ib_read_bw -q 4 -n 100 -s 4096"),
+        ("ib_send_bw", "ib_send_bw -a -n 5"),
+        ("ib_write_lat", "ib_write_lat -n 300 -s 64"),
+        ("ib_read_lat", "ib_read_lat -n 300 -s 64"),
+        ("ib_send_lat", "ib_send_lat -n 300 -s 64"),
+    ];
+    let mut config = loopback_config(&dir, tcp_port, metrics, 160);
+    for (test, command) in commands {
+        config = config.replace(
+            &format!("command = \"{test}\""),
+            &format!("command = \"{command}\""),
+        );
+    }
+    let daemon = Daemon::start(&dir, &config)?;
+    let stats = daemon.ctl("stats").map_err(fail)?;
+    let port = |test: &str| -> Result<u16, Failed> {
+        stats["perftest"]
+            .as_array()
+            .and_then(|a| {
+                a.iter()
+                    .find(|p| p["command"].as_str().is_some_and(|c| c.starts_with(test)))
+            })
+            .and_then(|p| p["tcp_port"].as_u64())
+            .map(|p| p as u16)
+            .ok_or_else(|| fail(format!("no perftest service of {test}: {stats:#}")))
+    };
+    let at_once = [
+        ("ib_write_bw", "ib_write_bw -b -q 2 -n 200 -s 65536"),
+        ("ib_write_bw", "ib_write_bw -b -q 2 -n 200 -s 65536"),
+        ("ib_send_bw", "ib_send_bw -a -n 5"),
+        ("ib_write_lat", "ib_write_lat -n 300 -s 64"),
+        ("ib_read_lat", "ib_read_lat -n 300 -s 64"),
+    ];
+    let mut clients = Vec::new();
+    for (test, args) in at_once {
+        clients.push((args, port(test)?));
+    }
+    let codes: Vec<i32> = std::thread::scope(|s| {
+        let running: Vec<_> = clients
+            .iter()
+            .map(|&(args, port)| s.spawn(move || perftest_client(args, port)))
+            .collect();
+        running
+            .into_iter()
+            .map(|c| c.join().unwrap_or(-1))
+            .collect()
+    });
+    if codes != [0; 5] {
+        return Err(fail(format!(
+            "perftest clients at once exited {codes:?}\n{}",
+            daemon.log_text()
+        )));
+    }
+    for (test, args) in [
+        ("ib_send_lat", "ib_send_lat -n 300 -s 64"),
+        ("ib_read_bw", "ib_read_bw -q 4 -n 100 -s 4096"),
+    ] {
+        if perftest_client(args, port(test)?) != 0 {
+            return Err(fail(format!("{args}\n{}", daemon.log_text())));
+        }
+    }
+    // Bad clients cost their own sessions only.
+    if perftest_client("ib_send_lat -n 300 -s 128", port("ib_send_lat")?) == 0 {
+        return Err(fail("a send_lat client of the wrong size completed"));
+    }
+    if perftest_client(
+        "ib_write_lat -n 300 -s 64 --mpa-rev 1",
+        port("ib_write_lat")?,
+    ) == 0
+    {
+        return Err(fail("a write_lat client without an RTR was served fenced"));
+    }
+    let done = |s: &Value, test: &str, done: u64, failed: u64| {
+        s["perftest"].as_array().is_some_and(|a| {
+            a.iter().any(|p| {
+                p["command"].as_str().is_some_and(|c| c.starts_with(test))
+                    && p["sessions_done"] == done
+                    && p["sessions_failed"] == failed
+                    && p["clients"] == 0
+            })
+        })
+    };
+    // (Counters are published every 50 ms; the refused write_lat client's
+    // control connection is closed after the stall limit at most.)
+    let stats = daemon.wait_stats(Duration::from_secs(20), |s| {
+        done(s, "ib_write_bw", 2, 0)
+            && done(s, "ib_read_bw", 1, 0)
+            && done(s, "ib_send_bw", 1, 0)
+            && done(s, "ib_write_lat", 1, 1)
+            && done(s, "ib_read_lat", 1, 0)
+            && done(s, "ib_send_lat", 1, 1)
+            && s["qps"] == 0
+    })?;
+    let refused: u64 = stats["perftest"]
+        .as_array()
+        .map_or(0, |a| a.iter().filter_map(|p| p["refused"].as_u64()).sum());
+    if refused == 0 {
+        return Err(fail(format!("no refusal counted: {stats:#}")));
+    }
+    let log = daemon.log_text();
+    if !log.contains("write_lat needs peer-to-peer (an RTR) or `unfenced = true`")
+        || !log.contains("session failed")
+    {
+        return Err(fail(format!("the daemon's log says why:\n{log}")));
+    }
+    let text = scrape(metrics)?;
+    let write_bw = port("ib_write_bw")?;
+    if sample(
+        &text,
+        &format!("dpwarp_perftest_sessions_completed_total{{tcp_port=\"{write_bw}\"}}"),
+    ) != Some(2.0)
+        || sample(
+            &text,
+            "dpwarp_service_setup_seconds_count{service=\"perftest\"}",
+        )
+        .is_none_or(|n| n < 10.0)
+    {
+        return Err(fail(format!("perftest in the metrics:\n{text}")));
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -302,6 +302,9 @@ pub struct Machine {
     heard: u64,
     /// The client was told to connect.
     connecting: bool,
+    /// Server: it may answer the handshake after which the client opens
+    /// its data connections (see [`Machine::wants_window`]).
+    window: bool,
     failed: Option<String>,
     /// A Terminate on one of its connections, not yet reported.
     terminate: Option<QpEvent>,
@@ -343,6 +346,7 @@ impl Machine {
             since: Instant::now(),
             heard: 0,
             connecting: false,
+            window: p.client,
             failed: None,
             terminate: None,
             done: false,
@@ -384,16 +388,44 @@ impl Machine {
     pub fn wants_data(&self) -> u16 {
         // From our answer to the handshake before them on (it goes out on
         // the next turn; the client connects once it has it).
-        let data_at = self
-            .script
-            .iter()
-            .position(|s| *s == Step::Data)
-            .expect("every script has the data connections");
+        let data_at = self.data_at();
         let asking = self.at >= data_at || (self.at + 1 == data_at && self.x.sent);
         if !asking || self.done || self.failed.is_some() {
             return 0;
         }
         self.p.qps.saturating_sub(self.data.len() as u16)
+    }
+
+    /// Where the data connections come in the script.
+    fn data_at(&self) -> usize {
+        self.script
+            .iter()
+            .position(|s| *s == Step::Data)
+            .expect("every script has the data connections")
+    }
+
+    /// Server: it has the client's handshake before the data connections
+    /// and waits for leave to answer it. Its client opens them as soon as
+    /// it has the answer, and nothing in a data connection says whose it
+    /// is: of the sessions from one address, one at a time may have its
+    /// data connections coming (the driver's rule).
+    pub fn wants_window(&self) -> bool {
+        !self.window && self.at + 1 == self.data_at() && self.x.got.is_some()
+    }
+
+    /// Server: leave to answer (see [`Machine::wants_window`]).
+    pub fn open_window(&mut self) {
+        self.window = true;
+    }
+
+    /// Server: it had leave and its data connections are not all here.
+    pub fn in_window(&self) -> bool {
+        self.window
+            && !self.p.client
+            && !self.done
+            && self.failed.is_none()
+            && self.at <= self.data_at()
+            && self.data.len() < usize::from(self.p.qps)
     }
 
     /// Its next data connection (in the order they came or were opened).
@@ -643,6 +675,9 @@ impl Machine {
             }
         }
         if !client && !self.x.sent {
+            if self.at + 1 == self.data_at() && !self.window {
+                return Ok(false);
+            }
             // The answer says what we took from the message; a bad one
             // fails before we answer.
             let theirs = self.x.got.clone().unwrap_or_default();
@@ -789,8 +824,7 @@ impl Machine {
         let one_way_client = !self.p.client && !self.p.duplex;
         if one_way_client {
             let last = *self.sizes.last().expect("at least one size");
-            if theirs.size != last || (self.p.duration.is_none() && theirs.iters != self.p.iters)
-            {
+            if theirs.size != last || (self.p.duration.is_none() && theirs.iters != self.p.iters) {
                 return Err(format!(
                     "the client ran {} iterations of {} octets; we were told {} of {}",
                     theirs.iters,
@@ -1187,8 +1221,8 @@ impl Machine {
         }
         // The server of a two-way send_bw sends nothing before its first
         // receive (perftest's `before_first_rx`).
-        let may_send = sends
-            && !(verb == Verb::Send && !self.p.client && run.rcnt.iter().all(|&c| c == 0));
+        let may_send =
+            sends && !(verb == Verb::Send && !self.p.client && run.rcnt.iter().all(|&c| c == 0));
         let send_over = run.end.is_some_and(|e| now >= e);
         if may_send && !send_over {
             let depth = u64::from(self.p.tx_depth);

@@ -3,14 +3,18 @@
 //! one core. `bench perftest` (no SERVER) runs it for one client; the
 //! appliance runs one per configured perftest service.
 //!
-//! perftest's client opens a control connection, then, after a handshake,
-//! `-q` data connections to the same port, none of which says whose it is
-//! (perftest's own server listens again for one client's data connections
-//! only). Here a connection from an address whose session waits for data
-//! connections is one of them; any other is a new client's control
-//! connection. Two clients on one host that open their connections in the
-//! same instant can be confused (each then fails its own run, nothing
-//! else); perftest's server serves one client at a time and cannot be.
+//! perftest's client opens a control connection, then, once the server
+//! answered a handshake, `-q` data connections to the same port, none of
+//! which says whose it is (perftest's own server listens again for one
+//! client's data connections only). Here a connection from an address
+//! whose session waits for data connections is one of them; any other is
+//! a new client's control connection. Of the sessions from one address,
+//! one at a time may answer that handshake (the others wait for it to have
+//! its data connections), so two clients on one host never mix theirs. What
+//! is left: a new client's control connection from the same host in the
+//! instant between that answer and the last data connection is taken for
+//! a data connection (both sessions then fail, costing nothing else);
+//! perftest's server serves one client at a time and cannot meet it.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -97,7 +101,10 @@ impl Gate {
         let ip = *peer.ip();
         let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
         awaiting.retain(|_, a| {
-            a.count > 0 || a.refused.as_ref().is_some_and(|r| r.1.elapsed() < REFUSAL_QUIET)
+            a.count > 0
+                || a.refused
+                    .as_ref()
+                    .is_some_and(|r| r.1.elapsed() < REFUSAL_QUIET)
         });
         if let Some(a) = awaiting.get_mut(&ip) {
             if let Some((why, at)) = &mut a.refused {
@@ -173,9 +180,11 @@ impl Gate {
     /// minute).
     pub fn refusing(&self) -> bool {
         let awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
-        awaiting
-            .values()
-            .any(|a| a.refused.as_ref().is_some_and(|r| r.1.elapsed() < REFUSAL_QUIET))
+        awaiting.values().any(|a| {
+            a.refused
+                .as_ref()
+                .is_some_and(|r| r.1.elapsed() < REFUSAL_QUIET)
+        })
     }
 
     /// Why a data connection from `ip` was refused, if one was.
@@ -215,6 +224,10 @@ pub struct Counts {
     /// Failed.
     pub failed: u64,
 }
+
+/// A client served now: its control QP's number, the peer, where its
+/// session is.
+pub type Client = (u32, String, String);
 
 /// perftest's server for the clients of one core (see the module docs).
 pub struct PerftestService {
@@ -356,6 +369,20 @@ impl PerftestService {
     /// its connections are closed. A failed one's are reset at once (so
     /// nothing its client sends later lands in the slot).
     pub fn tick<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>, finished: &mut Vec<Finished>) {
+        // One session per client address at a time has its data
+        // connections coming (see `Machine::wants_window`).
+        for i in 0..self.served.len() {
+            if self.served[i].m.wants_window() {
+                let ip = self.served[i].peer.ip();
+                let busy = self
+                    .served
+                    .iter()
+                    .any(|o| o.peer.ip() == ip && o.over.is_none() && o.m.in_window());
+                if !busy {
+                    self.served[i].m.open_window();
+                }
+            }
+        }
         for s in &mut self.served {
             if let Some(since) = s.over {
                 if !s.closed && since.elapsed() > HANG_UP_GRACE {
@@ -412,7 +439,7 @@ impl PerftestService {
 
     /// The clients it serves now: the control QP's number, the peer, where
     /// the session is.
-    pub fn clients(&self) -> Vec<(u32, String, String)> {
+    pub fn clients(&self) -> Vec<Client> {
         self.served
             .iter()
             .map(|s| {
