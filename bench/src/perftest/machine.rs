@@ -278,6 +278,13 @@ pub struct Machine {
     l: Layout,
     script: Vec<Step>,
     at: usize,
+    /// Where [`Step::Data`] is in the script.
+    data_at: usize,
+    /// Where [`Step::SizeLoop`] is, if the script has one.
+    loop_at: Option<usize>,
+    /// Polls that moved nothing, since the last look at the connections
+    /// and the clock.
+    idle_polls: u32,
     sizes: Vec<u64>,
     size_index: usize,
     ctrl: Option<QpHandle>,
@@ -321,9 +328,16 @@ impl Machine {
         } else {
             vec![p.size]
         };
+        let script = script(&p);
         Machine {
             l: Layout::new(&p, origin),
-            script: script(&p),
+            data_at: script
+                .iter()
+                .position(|s| *s == Step::Data)
+                .expect("every script has the data connections"),
+            loop_at: script.iter().position(|s| *s == Step::SizeLoop),
+            idle_polls: 0,
+            script,
             p,
             at: 0,
             sizes,
@@ -398,10 +412,7 @@ impl Machine {
 
     /// Where the data connections come in the script.
     fn data_at(&self) -> usize {
-        self.script
-            .iter()
-            .position(|s| *s == Step::Data)
-            .expect("every script has the data connections")
+        self.data_at
     }
 
     /// Server: it has the client's handshake before the data connections
@@ -563,13 +574,6 @@ impl Machine {
     }
 
     fn advance<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>) -> Result<Status, String> {
-        // Anything from the peer on a data connection is progress: a long
-        // run into our memory makes no completion here.
-        let heard: u64 = self.data.iter().filter_map(|&q| ep.rx_octets(q)).sum();
-        if heard != self.heard {
-            self.heard = heard;
-            self.since = Instant::now();
-        }
         loop {
             let Some(&step) = self.script.get(self.at) else {
                 return Ok(Status::Done);
@@ -595,17 +599,19 @@ impl Machine {
                 Step::NextSize => {
                     if self.size_index + 1 < self.sizes.len() {
                         self.size_index += 1;
-                        self.at = self
-                            .script
-                            .iter()
-                            .position(|s| *s == Step::SizeLoop)
-                            .expect("a script with sizes has a loop");
+                        self.at = self.loop_at.expect("a script with sizes has a loop");
                     }
                     true
                 }
             };
             if !moved {
-                self.check_alive(ep)?;
+                // The connections and the clock, every so many polls: a
+                // poll is a core's turn.
+                self.idle_polls += 1;
+                if self.idle_polls >= 64 {
+                    self.idle_polls = 0;
+                    self.check_alive(ep)?;
+                }
                 return Ok(Status::Running);
             }
             self.at += 1;
@@ -615,7 +621,14 @@ impl Machine {
 
     /// Fails once a connection it needs is gone or nothing happened for
     /// too long.
-    fn check_alive<T: CoreTransport>(&self, ep: &Endpoint<T>) -> Result<(), String> {
+    fn check_alive<T: CoreTransport>(&mut self, ep: &Endpoint<T>) -> Result<(), String> {
+        // Anything from the peer on a data connection is progress: a long
+        // run into our memory makes no completion here.
+        let heard: u64 = self.data.iter().filter_map(|&q| ep.rx_octets(q)).sum();
+        if heard != self.heard {
+            self.heard = heard;
+            self.since = Instant::now();
+        }
         let waiting_for = || match self.script.get(self.at) {
             Some(Step::Xchg(m)) => format!("the peer's {m:?} message"),
             Some(Step::Data) => "the data connections".into(),
@@ -1172,8 +1185,11 @@ impl Machine {
         let rx = u64::from(self.p.rx_depth);
         let credit_every = (rx / 3).max(1);
         let duration = self.p.duration.is_some();
-        let now = Instant::now();
+        // The clock once a poll, and only when something needs it.
+        let mut clock: Option<Instant> = None;
+        let mut now = || *clock.get_or_insert_with(Instant::now);
         while let Some(wc) = self.data_wcs.pop_front() {
+            let now = now();
             self.check_wc(&wc)?;
             let i = (wc.wr_id >> 8) as usize;
             match wc.wr_id & 0xff {
@@ -1223,7 +1239,7 @@ impl Machine {
         // receive (perftest's `before_first_rx`).
         let may_send =
             sends && !(verb == Verb::Send && !self.p.client && run.rcnt.iter().all(|&c| c == 0));
-        let send_over = run.end.is_some_and(|e| now >= e);
+        let send_over = run.end.is_some_and(|e| now() >= e);
         if may_send && !send_over {
             let depth = u64::from(self.p.tx_depth);
             for i in 0..qps {
@@ -1269,7 +1285,7 @@ impl Machine {
             };
         let received = !receives
             || (if duration {
-                run.rx_end.is_some_and(|e| now >= e)
+                run.rx_end.is_some_and(|e| now() >= e)
             } else {
                 run.rcnt.iter().all(|&c| c >= iters)
             } && self.credits_out == 0);
