@@ -285,6 +285,8 @@ pub struct Machine {
     /// Polls that moved nothing, since the last look at the connections
     /// and the clock.
     idle_polls: u32,
+    /// A completion came since that look.
+    progressed: bool,
     sizes: Vec<u64>,
     size_index: usize,
     ctrl: Option<QpHandle>,
@@ -337,6 +339,7 @@ impl Machine {
                 .expect("every script has the data connections"),
             loop_at: script.iter().position(|s| *s == Step::SizeLoop),
             idle_polls: 0,
+            progressed: false,
             script,
             p,
             at: 0,
@@ -574,6 +577,11 @@ impl Machine {
     }
 
     fn advance<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>) -> Result<Status, String> {
+        // A completion is progress (our own Writes' in a one-way run, where
+        // the peer sends nothing on the data connections).
+        if !self.data_wcs.is_empty() || !self.ctrl_wcs.is_empty() {
+            self.progressed = true;
+        }
         loop {
             let Some(&step) = self.script.get(self.at) else {
                 return Ok(Status::Done);
@@ -625,8 +633,9 @@ impl Machine {
         // Anything from the peer on a data connection is progress: a long
         // run into our memory makes no completion here.
         let heard: u64 = self.data.iter().filter_map(|&q| ep.rx_octets(q)).sum();
-        if heard != self.heard {
+        if heard != self.heard || self.progressed {
             self.heard = heard;
+            self.progressed = false;
             self.since = Instant::now();
         }
         let waiting_for = || match self.script.get(self.at) {
