@@ -704,7 +704,6 @@ fn client<T: CoreTransport>(
     stop: &AtomicBool,
 ) -> Result<Vec<SizeOutcome>, String> {
     let mut m = Machine::new(*p, 0, args.ib_mtu(), seed);
-    m.prepare(ep)?;
     let mut wcs = Vec::new();
     let result = (|| {
         let ctrl = connect(ep, args, p, false, stop, &mut m, &mut wcs)?;

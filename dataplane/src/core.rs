@@ -35,7 +35,7 @@ use std::collections::VecDeque;
 
 use control::runtime::{CoreLink, Handoff, StartupResult};
 use rnic_engine::cq::Wc;
-use rnic_engine::qp::{QpEvent, QpState};
+use rnic_engine::qp::{OpStats, QpEvent, QpState};
 use rnic_engine::verbs::{CqHandle, QpHandle, QpInit, Rnic};
 use rnic_engine::wire::term::Encoding;
 use tcp_lite::{ConnId, Duration, EventKind, Instant};
@@ -134,6 +134,20 @@ impl CoreConfig {
             unfenced_ports: Vec::new(),
             budgets: Budgets::default(),
             pool_sample_turns: 1024,
+        }
+    }
+}
+
+/// Traffic by RDMAP opcode, by our TCP port: a short list (a port per
+/// service).
+#[derive(Debug, Default)]
+struct PortOps(Vec<(u16, OpStats)>);
+
+impl PortOps {
+    fn add(&mut self, port: u16, stats: &OpStats) {
+        match self.0.iter_mut().find(|(p, _)| *p == port) {
+            Some((_, s)) => s.add(stats),
+            None => self.0.push((port, *stats)),
         }
     }
 }
@@ -268,6 +282,8 @@ struct Live {
     rx_base: Option<u64>,
     /// In the queue of connections the next turn looks at.
     active: bool,
+    /// Our TCP port of it (by which an operator's counters group QPs).
+    local_port: u16,
 }
 
 /// One poll-mode core: a transport, its link to the control plane, an RNIC
@@ -308,6 +324,8 @@ pub struct Core<T: CoreTransport> {
     /// Scratch for draining a CQ.
     wcs: Vec<Wc>,
     counters: CoreCounters,
+    /// Ended QPs' traffic by opcode, by our TCP port.
+    ended_ops: PortOps,
     /// The last turn's start and whether it was busy, for the time counters.
     last_turn: Option<(Instant, bool)>,
 }
@@ -340,6 +358,7 @@ impl<T: CoreTransport> Core<T> {
             events: VecDeque::with_capacity(n),
             wcs: vec![Wc::EMPTY; wcs.clamp(64, 4096)],
             counters: CoreCounters::default(),
+            ended_ops: PortOps::default(),
             last_turn: None,
             config,
             transport,
@@ -618,12 +637,11 @@ impl<T: CoreTransport> Core<T> {
             return refuse(self);
         };
         let base = e.connection(self.config.emss, self.config.ulpdu_max);
-        let unfenced = self.config.unfenced
-            || (!self.config.unfenced_ports.is_empty()
-                && self
-                    .transport
-                    .endpoints(conn)
-                    .is_ok_and(|(local, _)| self.config.unfenced_ports.contains(&local.port())));
+        let local_port = self
+            .transport
+            .endpoints(conn)
+            .map_or(0, |(local, _)| local.port());
+        let unfenced = self.config.unfenced || self.config.unfenced_ports.contains(&local_port);
         let connection = rnic_engine::qp::Connection {
             terminate_layout: self.config.terminate_layout,
             fenced: base.fenced && !unfenced,
@@ -651,6 +669,7 @@ impl<T: CoreTransport> Core<T> {
             rx_octets: 0,
             rx_base: None,
             active: false,
+            local_port,
         });
         self.wake(self.live.len() - 1);
         self.counters.established += 1;
@@ -714,6 +733,9 @@ impl<T: CoreTransport> Core<T> {
             self.drain_cq(cq);
         }
         self.pending.retain(|(_, wc)| wc.qp != live.qp);
+        if let Ok(stats) = self.rnic.op_stats(live.qp) {
+            self.ended_ops.add(live.local_port, &stats);
+        }
         let _ = self.rnic.destroy_qp(live.qp);
         self.ended.push_back(live.qp);
         self.counters.ended += 1;
@@ -818,6 +840,22 @@ impl<T: CoreTransport> Core<T> {
     /// needs no completion.
     pub fn rx_octets(&self, qp: QpHandle) -> Option<u64> {
         self.by_qp.get(&qp).map(|&i| self.live[i].rx_octets)
+    }
+
+    /// Every QP's traffic by RDMAP opcode so far, grouped by our TCP port
+    /// of its connection (ended QPs' included), into `out` (cleared
+    /// first). Not per packet: an operator's publication calls it.
+    pub fn op_stats_by_port(&self, out: &mut Vec<(u16, OpStats)>) {
+        out.clear();
+        out.extend_from_slice(&self.ended_ops.0);
+        for live in &self.live {
+            if let Ok(stats) = self.rnic.op_stats(live.qp) {
+                match out.iter_mut().find(|(p, _)| *p == live.local_port) {
+                    Some((_, s)) => s.add(&stats),
+                    None => out.push((live.local_port, stats)),
+                }
+            }
+        }
     }
 
     /// The TCP connection of QP `qp`.

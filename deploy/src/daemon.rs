@@ -55,6 +55,9 @@ pub struct CoreShared {
     /// Its rping service: what it verified and the clients it serves now
     /// (QP number, peer), as of its last publication.
     pub rping: Mutex<(bench::rping::Outcome, Vec<(u32, String)>)>,
+    /// Its QPs' traffic by RDMAP opcode, by our TCP port, ended QPs'
+    /// included, as of its last publication.
+    pub ops: Mutex<Vec<(u16, rnic_engine::qp::OpStats)>>,
 }
 
 /// One perftest service: its gate on the control-plane thread and its
@@ -72,7 +75,7 @@ pub struct PerftestShared {
     pub gate: Arc<bench::perftest::Gate>,
     /// Where its sessions' slots begin in the registered memory.
     pub origin: u64,
-    /// Sessions that ended.
+    /// Its connections that ended (control and data).
     pub closed: AtomicU64,
     /// Sessions done and failed, and the clients served now (the control
     /// QP's number, the peer, where its session is), as of the core's last
@@ -375,6 +378,38 @@ impl Shared {
             t.elapsed() >= StdDuration::from_millis(self.config.daemon.drain_deadline_ms)
         })
     }
+}
+
+/// The service listening on our TCP port `port` now (`other` for a port
+/// none does: one a reload moved away from).
+pub fn service_of(shared: &Shared, port: u16) -> &'static str {
+    let now = *shared.listeners.lock().unwrap_or_else(|p| p.into_inner());
+    if now.bench == Some(port) {
+        "bench"
+    } else if now.memory == Some(port) {
+        "memory"
+    } else if now.rping == Some(port) {
+        "rping"
+    } else if shared.perftest.iter().any(|p| p.port == port) {
+        "perftest"
+    } else {
+        "other"
+    }
+}
+
+/// Every core's traffic by RDMAP opcode, summed by service.
+pub fn ops_by_service(shared: &Shared) -> Vec<(&'static str, rnic_engine::qp::OpStats)> {
+    let mut out: Vec<(&'static str, rnic_engine::qp::OpStats)> = Vec::new();
+    for core in &shared.cores {
+        for (port, stats) in core.ops.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let service = service_of(shared, *port);
+            match out.iter_mut().find(|(s, _)| *s == service) {
+                Some((_, s)) => s.add(stats),
+                None => out.push((service, *stats)),
+            }
+        }
+    }
+    out
 }
 
 /// Frames a core's device dropped, every cause.
@@ -877,6 +912,7 @@ fn core_loop<T: CoreTransport>(
     } else {
         Vec::new()
     };
+    let mut ops = Vec::new();
     let mut listeners_seen = 0;
     // A change of listeners waiting for the control plane's answer, since
     // when.
@@ -900,7 +936,7 @@ fn core_loop<T: CoreTransport>(
             &mut found,
         );
         for p in &mut perftests {
-            p.tick(&mut server.endpoint, k, shared);
+            p.tick(&mut server.endpoint, k);
         }
         turns = turns.wrapping_add(1);
         // The clock at most every 64 turns (a turn may be a microsecond).
@@ -923,6 +959,11 @@ fn core_loop<T: CoreTransport>(
                 .unwrap_or_else(|p| p.into_inner()) = (p.service.counts(), p.service.clients());
         }
         *me.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();
+        server.endpoint.core.op_stats_by_port(&mut ops);
+        me.ops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone_from(&ops);
         me.open
             .store(server.endpoint.open_connections() as u64, Ordering::Relaxed);
         if server.generation() != published {
@@ -1052,17 +1093,9 @@ struct PerftestCore {
 
 impl PerftestCore {
     /// Advances its sessions; one event per session that ended.
-    fn tick<T: CoreTransport>(
-        &mut self,
-        ep: &mut bench::endpoint::Endpoint<T>,
-        k: usize,
-        shared: &Shared,
-    ) {
+    fn tick<T: CoreTransport>(&mut self, ep: &mut bench::endpoint::Endpoint<T>, k: usize) {
         self.service.tick(ep, &mut self.finished);
         for f in self.finished.drain(..) {
-            shared.perftest[self.index]
-                .closed
-                .fetch_add(1, Ordering::Relaxed);
             match f.result {
                 Ok(sizes) => {
                     let last = sizes.last();
@@ -1173,7 +1206,11 @@ fn others<T: CoreTransport>(
         }
     }
     for qp in found.ended.drain(..) {
-        if perftests.iter_mut().any(|p| p.service.ended(qp)) {
+        if let Some(p) = perftests
+            .iter_mut()
+            .find_map(|p| p.service.ended(qp).then_some(p.index))
+        {
+            shared.perftest[p].closed.fetch_add(1, Ordering::Relaxed);
             continue;
         }
         if let Some(ended) = rping.as_deref_mut().and_then(|r| r.ended(qp)) {
@@ -1354,4 +1391,8 @@ fn publish<T: CoreTransport>(server: &Server<T>, me: &CoreShared) {
     *me.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();
     *me.connections.lock().unwrap_or_else(|p| p.into_inner()) =
         server.connections().cloned().collect();
+    server
+        .endpoint
+        .core
+        .op_stats_by_port(&mut me.ops.lock().unwrap_or_else(|p| p.into_inner()));
 }

@@ -387,6 +387,40 @@ pub fn render(shared: &Shared) -> String {
             &by_port(|c| c.2 as f64),
         );
     }
+    // Operations and their octets by RDMAP opcode, each way, per service.
+    let ops = crate::daemon::ops_by_service(shared);
+    let by_op = |octets: bool| {
+        let mut v = Vec::new();
+        for (service, stats) in &ops {
+            for (direction, way) in [("received", &stats.rx), ("sent", &stats.tx)] {
+                for (code, c) in way.iter().enumerate() {
+                    if c.messages == 0 && c.octets == 0 {
+                        continue;
+                    }
+                    v.push((
+                        format!(
+                            "service=\"{service}\",direction=\"{direction}\",opcode=\"{}\"",
+                            opcode_name(code as u8)
+                        ),
+                        if octets { c.octets } else { c.messages } as f64,
+                    ));
+                }
+            }
+        }
+        v
+    };
+    family(
+        "dpwarp_service_operations_total",
+        "counter",
+        "RDMAP messages by service, direction and opcode (RFC 5040 §4.3, RFC 7306).",
+        &by_op(false),
+    );
+    family(
+        "dpwarp_service_operation_bytes_total",
+        "counter",
+        "Their DDP payload octets.",
+        &by_op(true),
+    );
     let mut setup = String::new();
     let _ = writeln!(
         setup,
@@ -513,4 +547,23 @@ fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         body.len()
     )?;
     stream.flush()
+}
+
+/// An RDMAP opcode's name in the metrics (RFC 5040 §4.3; RFC 7306 §4).
+fn opcode_name(code: u8) -> String {
+    match code {
+        0x0 => "write".into(),
+        0x1 => "read_request".into(),
+        0x2 => "read_response".into(),
+        0x3 => "send".into(),
+        0x4 => "send_invalidate".into(),
+        0x5 => "send_se".into(),
+        0x6 => "send_se_invalidate".into(),
+        0x7 => "terminate".into(),
+        0x8 => "immediate".into(),
+        0x9 => "immediate_se".into(),
+        0xA => "atomic_request".into(),
+        0xB => "atomic_response".into(),
+        other => format!("0x{other:x}"),
+    }
 }

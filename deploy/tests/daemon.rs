@@ -893,6 +893,24 @@ fn rping_service() -> Result<(), Failed> {
     if sample(&text, "dpwarp_rping_iterations_verified_total") != Some(60.0) {
         return Err(fail(format!("rping in the metrics:\n{text}")));
     }
+    // Operations by opcode: each iteration the client Sends its buffer's
+    // advertisement and the server Reads the ping and Writes it back.
+    let ops = |labels: &str| {
+        sample(
+            &text,
+            &format!("dpwarp_service_operations_total{{service=\"rping\",{labels}}}"),
+        )
+    };
+    for labels in [
+        "direction=\"received\",opcode=\"send\"",
+        "direction=\"sent\",opcode=\"read_request\"",
+        "direction=\"received\",opcode=\"read_response\"",
+        "direction=\"sent\",opcode=\"write\"",
+    ] {
+        if ops(labels).is_none_or(|n| n < 60.0) {
+            return Err(fail(format!("rping's {labels} in the metrics:\n{text}")));
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

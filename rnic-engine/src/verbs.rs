@@ -664,6 +664,15 @@ impl Rnic {
         Ok(n)
     }
 
+    /// The QP's traffic by RDMAP opcode, each way.
+    pub fn op_stats(&self, qp: QpHandle) -> Result<crate::qp::OpStats, VerbError> {
+        self.qps
+            .get(qp.0 as usize)
+            .and_then(Option::as_ref)
+            .map(Qp::op_stats)
+            .ok_or(VerbError::UnknownHandle)
+    }
+
     /// The QP's state.
     pub fn qp_state(&self, qp: QpHandle) -> Result<QpState, VerbError> {
         self.qps

@@ -977,3 +977,62 @@ fn fast_registration_with_wrapping_offsets_fails_locally() {
         [QpEvent::TerminateSent(info((1, 1, 0)))]
     );
 }
+
+/// Each QP counts its traffic by RDMAP opcode, each way (what an
+/// operator's per-service counters are made of): messages at their last
+/// segment, payload octets of every segment, the same numbers at both ends.
+#[test]
+fn each_qp_counts_its_messages_and_octets_by_opcode() {
+    use rnic_engine::wire::rdmap::Opcode;
+    for config in configs() {
+        let mut pair = pair(config);
+        let (write_len, read_len, send_len) = (10_000, 5_000, 300);
+        let (b_region, b_mr) = pair.b.region(32_768, ALL).unwrap();
+        let (_a_region, a_mr) = pair.a.region(32_768, ALL).unwrap();
+        b_region.write(0, &pattern(read_len, 1)).unwrap();
+        let rsgl = [sge(&b_mr, 16_384, send_len)];
+        pair.b.rnic.post_recv(pair.b.qp, &recv(1, &rsgl)).unwrap();
+        let w = [sge(&a_mr, 0, write_len)];
+        let r = [sge(&a_mr, 12_000, read_len)];
+        let s = [sge(&a_mr, 20_000, send_len)];
+        for (id, op, sgl) in [
+            (1, SendOp::Write(remote(&b_mr, 8_000)), &w[..]),
+            (2, SendOp::Read(remote(&b_mr, 0)), &r[..]),
+            (3, SendOp::Send, &s[..]),
+        ] {
+            pair.a.rnic.post_send(pair.a.qp, &wr(id, op, sgl)).unwrap();
+        }
+        pair.run(STEPS);
+        assert_eq!(pair.a.completions().len(), 3, "{config:?}");
+        let a = pair.a.rnic.op_stats(pair.a.qp).unwrap();
+        let b = pair.b.rnic.op_stats(pair.b.qp).unwrap();
+        let at = |o: Opcode| usize::from(u8::from(o));
+        for (way, name) in [(&a.tx, "a sent"), (&b.rx, "b received")] {
+            assert_eq!(way[at(Opcode::RdmaWrite)].messages, 1, "{name} {config:?}");
+            assert_eq!(
+                way[at(Opcode::RdmaWrite)].octets,
+                write_len as u64,
+                "{name}"
+            );
+            assert_eq!(way[at(Opcode::RdmaReadRequest)].messages, 1, "{name}");
+            // The Read Request's RDMAP header (RFC 5040 §4.4) is its payload.
+            assert_eq!(way[at(Opcode::RdmaReadRequest)].octets, 28, "{name}");
+            assert_eq!(way[at(Opcode::Send)].messages, 1, "{name}");
+            assert_eq!(way[at(Opcode::Send)].octets, send_len as u64, "{name}");
+            assert_eq!(way[at(Opcode::RdmaReadResponse)].messages, 0, "{name}");
+        }
+        for (way, name) in [(&b.tx, "b sent"), (&a.rx, "a received")] {
+            assert_eq!(
+                way[at(Opcode::RdmaReadResponse)].messages,
+                1,
+                "{name} {config:?}"
+            );
+            assert_eq!(
+                way[at(Opcode::RdmaReadResponse)].octets,
+                read_len as u64,
+                "{name}"
+            );
+            assert_eq!(way[at(Opcode::RdmaWrite)].messages, 0, "{name}");
+        }
+    }
+}

@@ -32,8 +32,8 @@ use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
 
 use super::{
     bw_report, bw_report_rx, deltas, slot_offset, version_number, BwReport, Dest, Params, Test,
-    Verb, CACHE_LINE, CYCLE_BUFFER, CYCLE_MAX, DEST_LEN, STALL_LIMIT, VERSION, VERSION_LEN,
-    VERSION_MIN,
+    Verb, CACHE_LINE, CYCLE_BUFFER, CYCLE_MAX, DEPTH_MAX, DEST_LEN, STALL_LIMIT, VERSION,
+    VERSION_LEN, VERSION_MIN,
 };
 use crate::endpoint::Endpoint;
 use crate::rping::term_text;
@@ -54,6 +54,8 @@ const SEND_AT: u64 = CTRL_RECVS * CTRL_SLOT;
 const CREDIT_OUT_AT: u64 = SEND_AT + CTRL_SLOT;
 /// The credit words the peer writes (per QP, 4 octets each).
 const CREDIT_IN_AT: u64 = CREDIT_OUT_AT + 4 * QPS_MAX as u64;
+/// Octets a session's buffers are filled by at a time.
+const FILL_CHUNK: usize = 4096;
 /// The data buffers: each QP's local one, then each QP's target.
 const DATA_AT: u64 = 4096;
 
@@ -287,6 +289,8 @@ pub struct Machine {
     idle_polls: u32,
     /// A completion came since that look.
     progressed: bool,
+    /// Its buffers were filled.
+    prepared: bool,
     sizes: Vec<u64>,
     size_index: usize,
     ctrl: Option<QpHandle>,
@@ -340,6 +344,7 @@ impl Machine {
             loop_at: script.iter().position(|s| *s == Step::SizeLoop),
             idle_polls: 0,
             progressed: false,
+            prepared: false,
             script,
             p,
             at: 0,
@@ -373,16 +378,28 @@ impl Machine {
     /// Zeroes its data buffers (write_lat polls their last octets; a
     /// session before may have left anything there) or fills them with a
     /// pattern (something other than zeros to move).
-    pub fn prepare<T: CoreTransport>(&self, ep: &mut Endpoint<T>) -> Result<(), String> {
+    ///
+    /// A session does it when its data connections are due (after the
+    /// client proved it speaks perftest, so a connection that says nothing
+    /// costs no fill of a slot), in chunks of [`FILL_CHUNK`].
+    fn prepare<T: CoreTransport>(&self, ep: &mut Endpoint<T>) -> Result<(), String> {
         let (at, len) = self.l.data();
-        let fill: Vec<u8> = if self.p.test == Test::WriteLat {
-            vec![0; len as usize]
-        } else {
-            (0..len).map(|i| (i % 251) as u8).collect()
-        };
-        ep.region
-            .write(at as usize, &fill)
-            .map_err(|e| format!("the session's buffers: {e:?}"))
+        let mut chunk = [0u8; FILL_CHUNK];
+        if self.p.test != Test::WriteLat {
+            // 251 is prime: the pattern does not repeat within a chunk.
+            for (i, o) in chunk.iter_mut().enumerate() {
+                *o = (i % 251) as u8;
+            }
+        }
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(FILL_CHUNK as u64) as usize;
+            ep.region
+                .write((at + done) as usize, &chunk[..n])
+                .map_err(|e| format!("the session's buffers: {e:?}"))?;
+            done += n as u64;
+        }
+        Ok(())
     }
 
     /// Its control connection: the receives are posted at once (before
@@ -589,6 +606,10 @@ impl Machine {
             let moved = match step {
                 Step::Xchg(msg) => self.exchange(ep, msg)?,
                 Step::Data => {
+                    if !self.prepared {
+                        self.prepare(ep)?;
+                        self.prepared = true;
+                    }
                     if self.data.len() >= usize::from(self.p.qps) {
                         true
                     } else if self.p.client && !self.connecting {
@@ -825,7 +846,12 @@ impl Machine {
     /// one-way write_bw or read_bw sends a report it never filled; ours
     /// names the size and iterations it was told).
     fn my_report(&self) -> BwReport {
-        let size = self.sizes[self.size_index];
+        // A one-way server runs no size: its report is of the last.
+        let size = if !self.p.client && !self.p.duplex {
+            *self.sizes.last().expect("at least one size")
+        } else {
+            self.sizes[self.size_index]
+        };
         self.results
             .iter()
             .rev()
@@ -833,7 +859,7 @@ impl Machine {
             .and_then(|r| r.bw)
             .unwrap_or(BwReport {
                 size,
-                iters: self.p.iters,
+                iters: self.p.iters * u64::from(self.p.qps),
                 ..BwReport::default()
             })
     }
@@ -842,11 +868,18 @@ impl Machine {
     /// checked against what we were told.
     fn took_report(&mut self) -> Result<(), String> {
         let theirs = BwReport::from_fields(&self.theirs);
-        let size = self.sizes[self.size_index];
+        let size = if !self.p.client && !self.p.duplex {
+            *self.sizes.last().expect("at least one size")
+        } else {
+            self.sizes[self.size_index]
+        };
         let one_way_client = !self.p.client && !self.p.duplex;
         if one_way_client {
             let last = *self.sizes.last().expect("at least one size");
-            if theirs.size != last || (self.p.duration.is_none() && theirs.iters != self.p.iters) {
+            if theirs.size != last
+                || (self.p.duration.is_none()
+                    && theirs.iters != self.p.iters * u64::from(self.p.qps))
+            {
                 return Err(format!(
                     "the client ran {} iterations of {} octets; we were told {} of {}",
                     theirs.iters,
@@ -1078,11 +1111,16 @@ impl Machine {
 
     fn new_run(&self, size: u64) -> Run {
         let qps = usize::from(self.p.qps);
-        let per = if self.p.duration.is_some() {
+        // Timestamps only where this side keeps them: its sends', or its
+        // arrivals' (a one-way send_bw server), in iteration mode.
+        let n = if self.p.duration.is_some() {
             0
         } else {
             (self.p.iters as usize).saturating_mul(qps).min(1 << 24)
         };
+        let bw = self.p.test.is_bw();
+        let sends = self.p.client || self.p.duplex || !bw;
+        let arrives = bw && !sends;
         Run {
             size,
             begun: Instant::now(),
@@ -1090,11 +1128,11 @@ impl Machine {
             rx_end: None,
             scnt: vec![0; qps],
             ccnt: vec![0; qps],
-            posted: Vec::with_capacity(per),
-            completed: Vec::with_capacity(per),
+            posted: Vec::with_capacity(if sends { n } else { 0 }),
+            completed: Vec::with_capacity(if sends && bw { n } else { 0 }),
             rcnt: vec![0; qps],
             rposted: vec![0; qps],
-            arrived: Vec::new(),
+            arrived: Vec::with_capacity(if arrives { n } else { 0 }),
             unanswered: 0,
             phase: 0,
             count: 0,
@@ -1165,10 +1203,10 @@ impl Machine {
                 } else {
                     bw_report_rx(size, &run.arrived, self.p.rx_depth as usize * qps)
                 });
-                // perftest reports the iterations of each QP (its rates
-                // count every QP's).
+                // perftest reports every QP's iterations together
+                // (`print_report_bw`: iterations times QPs).
                 if let (Some(r), None) = (&mut out.bw, self.p.duration) {
-                    r.iters = self.p.iters;
+                    r.iters = self.p.iters * qps as u64;
                 }
             }
             Test::WriteLat | Test::SendLat => out.lat = deltas(&run.posted, 2.0),
@@ -1262,8 +1300,11 @@ impl Machine {
                 } else {
                     None
                 };
+                // The credit Writes share the send queue (its depth is
+                // the most work requests in flight).
                 while (duration || run.scnt[i] < iters)
                     && run.scnt[i] - run.ccnt[i] < depth
+                    && run.scnt[i] - run.ccnt[i] + self.credits_out < u64::from(DEPTH_MAX)
                     && credit.is_none_or(|c| {
                         (run.scnt[i] as u32).wrapping_add(1).wrapping_sub(c) < rx as u32
                     })

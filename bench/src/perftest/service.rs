@@ -37,6 +37,20 @@ use crate::endpoint::Endpoint;
 /// refused too (perftest's client tries ten times, 100 ms apart).
 const REFUSAL_QUIET: Duration = Duration::from_secs(2);
 
+/// How long the gate keeps what it accepted a connection as, for the
+/// core to ask (well past the MPA startup's own limit).
+const KIND_KEPT: Duration = Duration::from_secs(30);
+
+/// What the gate accepted a connection as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A new client's control connection.
+    Control,
+    /// A data connection of the session from its address that waits for
+    /// them.
+    Data,
+}
+
 /// One client address's data connections to come.
 #[derive(Debug, Default)]
 struct Awaiting {
@@ -56,6 +70,9 @@ pub struct Gate {
     /// cannot send an RTR, and in our log).
     unfence_how: &'static str,
     awaiting: Mutex<HashMap<Ipv4Addr, Awaiting>>,
+    /// What each accepted connection was accepted as, by its peer: the
+    /// core serves it so (the gate's word is the only one).
+    kinds: Mutex<HashMap<SocketAddrV4, (Kind, Instant)>>,
     /// One client at a time (`bench perftest`'s server): the one it serves.
     single: Option<Mutex<Option<Ipv4Addr>>>,
     /// Refuse every new connection (a drain).
@@ -77,6 +94,7 @@ impl Gate {
             unfenced,
             unfence_how,
             awaiting: Mutex::new(HashMap::new()),
+            kinds: Mutex::new(HashMap::new()),
             single: single.then(|| Mutex::new(None)),
             draining: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
@@ -95,25 +113,36 @@ impl Gate {
     }
 
     fn answer(&self, request: &Request, peer: SocketAddrV4) -> Decision {
-        if self.draining.load(Ordering::SeqCst) {
-            return Decision::Reject(b"dpwarp perftest: draining".to_vec());
-        }
         let ip = *peer.ip();
         let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
-        awaiting.retain(|_, a| {
-            a.count > 0
-                || a.refused
-                    .as_ref()
-                    .is_some_and(|r| r.1.elapsed() < REFUSAL_QUIET)
-        });
+        for a in awaiting.values_mut() {
+            if a.refused
+                .as_ref()
+                .is_some_and(|r| r.1.elapsed() >= REFUSAL_QUIET)
+            {
+                a.refused = None;
+            }
+        }
+        awaiting.retain(|_, a| a.count > 0 || a.refused.is_some());
         if let Some(a) = awaiting.get_mut(&ip) {
             if let Some((why, at)) = &mut a.refused {
+                // The refused client's retries, until it has been quiet.
                 *at = Instant::now();
                 return Decision::Reject(why.clone().into_bytes());
             }
+            // A running session's data connection, even while draining
+            // (its session may finish).
             if a.count > 0 {
-                return self.data_connection(request, peer, a);
+                let decision = self.data_connection(request, peer, a);
+                if matches!(decision, Decision::Accept(_)) {
+                    a.count -= 1;
+                    self.kind_of(peer, Kind::Data);
+                }
+                return decision;
             }
+        }
+        if self.draining.load(Ordering::SeqCst) {
+            return Decision::Reject(b"dpwarp perftest: draining".to_vec());
         }
         if let Some(single) = &self.single {
             let mut serving = single.lock().unwrap_or_else(|p| p.into_inner());
@@ -126,6 +155,7 @@ impl Gate {
             *serving = Some(ip);
         }
         // A control connection: no Reads on it.
+        self.kind_of(peer, Kind::Control);
         Decision::Accept(Accept {
             ird: Some(0),
             ord: Some(0),
@@ -168,10 +198,26 @@ impl Gate {
 
     /// Sessions from `ip` now wait for `delta` more (or fewer) data
     /// connections.
-    fn expect(&self, ip: Ipv4Addr, delta: i32) {
+    /// The session from `ip` that may have its data connections coming
+    /// now waits for `count` (0: none any more).
+    fn expect(&self, ip: Ipv4Addr, count: u16) {
         let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
-        let a = awaiting.entry(ip).or_default();
-        a.count = (i32::from(a.count) + delta).clamp(0, i32::from(u16::MAX)) as u16;
+        awaiting.entry(ip).or_default().count = count;
+    }
+
+    /// Remembers what the connection from `peer` was accepted as (the
+    /// core asks when it is established). Decisions older than
+    /// [`KIND_KEPT`] belong to startups that never finished and go.
+    fn kind_of(&self, peer: SocketAddrV4, kind: Kind) {
+        let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+        kinds.retain(|_, (_, at)| at.elapsed() < KIND_KEPT);
+        kinds.insert(peer, (kind, Instant::now()));
+    }
+
+    /// What the connection from `peer` was accepted as, if it was here.
+    fn take_kind(&self, peer: SocketAddrV4) -> Option<Kind> {
+        let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+        kinds.remove(&peer).map(|(k, _)| k)
     }
 
     /// Whether a client's data connection was refused so recently that
@@ -190,7 +236,8 @@ impl Gate {
     /// Why a data connection from `ip` was refused, if one was.
     fn refusal(&self, ip: Ipv4Addr) -> Option<String> {
         let awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
-        awaiting.get(&ip)?.refused.as_ref().map(|r| r.0.clone())
+        let (why, at) = awaiting.get(&ip)?.refused.as_ref()?;
+        (at.elapsed() < REFUSAL_QUIET).then(|| why.clone())
     }
 }
 
@@ -288,11 +335,17 @@ impl PerftestService {
         qp: QpHandle,
         peer: SocketAddrV4,
     ) -> bool {
-        if let Some(s) = self
-            .served
-            .iter_mut()
-            .find(|s| s.peer.ip() == peer.ip() && s.over.is_none() && s.m.wants_data() > 0)
-        {
+        if self.gate.take_kind(peer) == Some(Kind::Data) {
+            let Some(s) = self
+                .served
+                .iter_mut()
+                .find(|s| s.peer.ip() == peer.ip() && s.over.is_none() && s.m.in_window())
+            else {
+                // Its session ended meanwhile.
+                eprintln!("bench perftest: {peer}: a data connection whose session is gone");
+                ep.close(qp);
+                return false;
+            };
             s.m.add_data(qp);
             announce(&self.gate, s);
             return true;
@@ -312,7 +365,7 @@ impl PerftestService {
             self.ib_mtu,
             self.seed,
         );
-        if let Err(why) = m.prepare(ep).and_then(|()| m.set_ctrl(ep, qp)) {
+        if let Err(why) = m.set_ctrl(ep, qp) {
             eprintln!("bench perftest: {peer}: {why}");
             self.free.push(slot);
             ep.close(qp);
@@ -469,10 +522,21 @@ impl PerftestService {
 }
 
 /// Tells the gate how many data connections `s` waits for now.
+///
+/// It tells the gate when its data connections may start coming (the gate
+/// counts them as it accepts them), and when it gave up on them (failed or
+/// over before they all came). One session per address at a time waits for
+/// them, so nothing else's count is touched.
 fn announce(gate: &Gate, s: &mut Served) {
     let now = s.m.wants_data();
-    if now != s.announced {
-        gate.expect(*s.peer.ip(), i32::from(now) - i32::from(s.announced));
-        s.announced = now;
+    if s.announced == 0 && now > 0 {
+        gate.expect(*s.peer.ip(), now);
+    } else if s.announced > 0
+        && now == 0
+        && !s.m.in_window()
+        && s.m.data_qps().len() < usize::from(s.m.params().qps)
+    {
+        gate.expect(*s.peer.ip(), 0);
     }
+    s.announced = now;
 }

@@ -580,6 +580,68 @@ pub(crate) struct Qp {
 /// Injected ULPDUs a QP holds at most.
 const INJECTED_MAX: usize = 8;
 
+/// Messages and payload octets of one RDMAP opcode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpCount {
+    /// Messages (counted at their last DDP segment).
+    pub messages: u64,
+    /// Their DDP payload octets (RDMAP headers included, DDP's not).
+    pub octets: u64,
+}
+
+/// A QP's traffic by RDMAP opcode (RFC 5040 §4.3, RFC 7306 §4), each way:
+/// what an operator's per-service counters are made of.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpStats {
+    /// What arrived, by opcode (the 4-bit field's value).
+    pub rx: [OpCount; 16],
+    /// What was sent, by opcode.
+    pub tx: [OpCount; 16],
+}
+
+impl OpStats {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &OpStats) {
+        for (a, b) in self.rx.iter_mut().zip(&other.rx) {
+            a.messages += b.messages;
+            a.octets += b.octets;
+        }
+        for (a, b) in self.tx.iter_mut().zip(&other.tx) {
+            a.messages += b.messages;
+            a.octets += b.octets;
+        }
+    }
+
+    /// Counts a segment of `opcode` with `octets` of payload, the last of
+    /// its message if `last`, one way.
+    #[inline(always)]
+    fn count(
+        way: &mut [OpCount; 16],
+        opcode: crate::wire::rdmap::Opcode,
+        octets: usize,
+        last: bool,
+    ) {
+        let c = &mut way[usize::from(u8::from(opcode) & 0x0F)];
+        c.octets += octets as u64;
+        c.messages += u64::from(last);
+    }
+
+    #[inline(always)]
+    pub(crate) fn received(
+        &mut self,
+        opcode: crate::wire::rdmap::Opcode,
+        octets: usize,
+        last: bool,
+    ) {
+        OpStats::count(&mut self.rx, opcode, octets, last);
+    }
+
+    #[inline(always)]
+    pub(crate) fn sent(&mut self, opcode: crate::wire::rdmap::Opcode, octets: usize, last: bool) {
+        OpStats::count(&mut self.tx, opcode, octets, last);
+    }
+}
+
 /// Everything of a QP but its MPA framer and deframer, so that a ULPDU
 /// borrowed from the deframer can be processed against the rest.
 #[derive(Debug)]
@@ -629,12 +691,16 @@ pub(crate) struct Inner {
     rx_started: bool,
     /// The Terminate being read is siw's startup one (CRC field 0).
     siw_startup_term: bool,
+    /// Its traffic by opcode (last: 512 octets the hot fields above need
+    /// not share cache lines with).
+    stats: OpStats,
 }
 
 impl Qp {
     pub(crate) fn new(handle: QpHandle, init: QpInit) -> Qp {
         let inner = Inner {
             handle,
+            stats: OpStats::default(),
             pd: init.pd,
             rx_stag: StagCache::default(),
             tx_stag: StagCache::default(),
@@ -676,6 +742,10 @@ impl Qp {
 
     pub(crate) fn state(&self) -> QpState {
         self.inner.state
+    }
+
+    pub(crate) fn op_stats(&self) -> OpStats {
+        self.inner.stats
     }
 
     pub(crate) fn connect(&mut self, c: Connection) -> Result<(), VerbError> {

@@ -252,6 +252,8 @@ impl Inner {
             return Err((cause, false));
         }
         let control = Control::from_octet(packet.rsvd_ulp());
+        self.stats
+            .received(control.opcode, packet.payload().len(), packet.last());
         if control.opcode == Opcode::Terminate {
             // Whatever else is wrong with it (QN, L, MO, RDMAP version), a
             // Terminate ends the stream and is never answered with one.

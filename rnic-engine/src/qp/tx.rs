@@ -499,6 +499,7 @@ impl Inner {
             invalidate,
         );
         let written = self.frame_payload(framer, &ddp, sent, n, out)?;
+        self.stats.sent(opcode, n, last);
         self.sq[(seq - self.sq_base) as usize].sent += n;
         if last {
             self.tx_msn[0] = self.tx_msn[0].wrapping_add(1);
@@ -527,6 +528,7 @@ impl Inner {
             last,
         );
         let written = self.frame_payload(framer, &ddp, sent, n, out)?;
+        self.stats.sent(Opcode::RdmaWrite, n, last);
         let wqe = &mut self.sq[(seq - self.sq_base) as usize];
         wqe.sent += n;
         if last {
@@ -561,6 +563,8 @@ impl Inner {
             return None;
         }
         let written = framer.frame(&[header.octets()], out).ok()?;
+        self.stats
+            .sent(opcode, header.len - ddp::UNTAGGED_HEADER_LEN, true);
         self.tx_msn[0] = self.tx_msn[0].wrapping_add(1);
         let total = self.sq[(seq - self.sq_base) as usize].sgl.total() as u32;
         self.request_sent(ctx, seq, total);
@@ -651,6 +655,11 @@ impl Inner {
             return None;
         }
         let written = framer.frame(&[header.octets()], out).ok()?;
+        self.stats.sent(
+            Opcode::RdmaReadRequest,
+            header.len - ddp::UNTAGGED_HEADER_LEN,
+            true,
+        );
         let sink_grants = self.tx_grants.take().expect("resolved");
         self.orq.push_back(Orq::Read {
             seq,
@@ -709,6 +718,11 @@ impl Inner {
             return None;
         }
         let written = framer.frame(&[header.octets()], out).ok()?;
+        self.stats.sent(
+            Opcode::AtomicRequest,
+            header.len - ddp::UNTAGGED_HEADER_LEN,
+            true,
+        );
         self.next_atomic_id = id.wrapping_add(1);
         let result = self.tx_grants.take().expect("resolved");
         self.orq.push_back(Orq::Atomic {
@@ -772,6 +786,7 @@ impl Inner {
                         let _ = lease.region().read(lease.offset + offset, dst);
                     }
                 })?;
+                self.stats.sent(Opcode::RdmaReadResponse, n, last);
                 if last {
                     self.irrq.pop_front();
                 } else if let Some(Irrq::Read { sent, .. }) = self.irrq.front_mut() {
@@ -827,6 +842,8 @@ impl Inner {
                 let header = HeaderBuf::new(ddp, Header::AtomicResponse(response));
                 debug_assert_eq!(header.len, len);
                 let written = framer.frame(&[header.octets()], out).ok()?;
+                self.stats
+                    .sent(Opcode::AtomicResponse, atomic::RESPONSE_HEADER_LEN, true);
                 self.tx_msn[3] = self.tx_msn[3].wrapping_add(1);
                 self.irrq.pop_front();
                 Some(written)
@@ -877,6 +894,8 @@ impl Inner {
             return 0;
         };
         self.tx_msn[2] = self.tx_msn[2].wrapping_add(1);
+        self.stats
+            .sent(Opcode::Terminate, len - ddp::UNTAGGED_HEADER_LEN, true);
         self.push_event(QpEvent::TerminateSent(TermInfo {
             layer,
             etype,
