@@ -767,11 +767,7 @@ fn finish<T: CoreTransport>(ep: &mut Endpoint<T>, m: &Machine, ok: bool, stop: &
     for qp in qps.iter().skip(1).chain(qps.first()) {
         ep.close(*qp);
     }
-    let start = Instant::now();
-    while ep.open_connections() > 0 && start.elapsed() < STALL_LIMIT {
-        ep.step(now());
-        let _ = ep.take_ended();
-    }
+    crate::rping::drain(ep);
 }
 
 /// Connects to the server (the client's); a data connection is tried again

@@ -934,7 +934,7 @@ fn server<T: CoreTransport>(
 
 /// Steps until every connection has ended (what is queued, a Reject or a
 /// Terminate and our FIN, goes out first), at most [`STALL_LIMIT`].
-fn drain<T: CoreTransport>(ep: &mut Endpoint<T>) {
+pub(crate) fn drain<T: CoreTransport>(ep: &mut Endpoint<T>) {
     let start = Instant::now();
     while ep.open_connections() > 0 && start.elapsed() < STALL_LIMIT {
         ep.step(now());
