@@ -393,6 +393,11 @@ impl<T: CoreTransport> Endpoint<T> {
         }
     }
 
+    /// The protection domain of its QPs and registrations.
+    pub fn pd(&self) -> Pd {
+        self.control.host.pd
+    }
+
     /// An SGE of our memory.
     pub fn sge(&self, offset: u64, len: u32) -> Sge {
         Sge {

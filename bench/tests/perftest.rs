@@ -545,6 +545,31 @@ fn mismatch(server: &str, client: &str, why: &str, heard: &str) {
     }
 }
 
+/// A client whose `-s` is larger than the server's writes past the
+/// server's buffers: the server's session exposes only its own slot, under
+/// an STag of its own, so the Write is refused by the server's DDP layer
+/// (RFC 5041 §7.2: tagged buffer, base or bounds violation) and both sides
+/// fail, in time, saying so. (This server's memory is its one slot; the
+/// daemon's test `perftest_services_serve_clients_at_once` writes past a
+/// slot with other memory behind it.)
+#[test]
+fn a_client_writing_past_the_servers_buffers_is_terminated() {
+    let _serial = serial();
+    let (s, c) = pair(
+        &["write_bw", "-n", "20", "-s", "4096"],
+        &["write_bw", "-n", "20", "-s", "1048576"],
+    );
+    for run in [&s, &c] {
+        assert_eq!(run.code, Some(1), "{}", run.said());
+        assert!(!run.stdout.contains("completed"), "{}", run.said());
+    }
+    assert!(
+        c.stderr.contains("layer 1 type 1 code 0x01"),
+        "the client hears the DDP base or bounds violation: {}",
+        c.said()
+    );
+}
+
 #[test]
 fn a_client_with_no_server_fails_in_time_and_says_so() {
     let _serial = serial();

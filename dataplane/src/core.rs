@@ -371,6 +371,8 @@ impl<T: CoreTransport> Core<T> {
     /// One turn at time `now` (see the module's docs). Returns whether it
     /// moved anything.
     pub fn turn(&mut self, now: Instant) -> bool {
+        // The engine's clock for this turn (its responses' times).
+        self.rnic.set_now(now.total_micros().max(0) as u64);
         let mut busy = self.transport.poll(now);
         busy |= self.transport_events();
         self.link.poll(&mut self.transport, now);

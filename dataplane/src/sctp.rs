@@ -601,6 +601,8 @@ impl<T: MessageTransport> SctpCore<T> {
     /// One turn (see the module docs). Returns whether anything moved.
     pub fn turn(&mut self, now: Instant) -> bool {
         self.counters.turns += 1;
+        // The engine's clock for this turn (its responses' times).
+        self.rnic.set_now(now.total_micros().max(0) as u64);
         let mut busy = self.wire.transport_mut().poll(now);
         // The control plane's answers first: a listen that arrived is in
         // force for this turn's Initiates.

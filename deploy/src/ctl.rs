@@ -145,6 +145,9 @@ fn stats(shared: &Shared) -> Value {
             "failed": control.failed,
             "refused": control.refused_startups,
         },
+        // STags registered now, over every core: the cores' own memory,
+        // the memory service's grants, each perftest session's slot.
+        "stags": shared.host.registry().stags_in_use(),
         // QPs alive: established and not yet ended, over every core.
         "qps": shared.cores.iter().map(|c| {
             let c = c.counters.lock().unwrap_or_else(|p| p.into_inner());

@@ -76,6 +76,31 @@ impl Histogram {
     }
 }
 
+/// The samples of a service's response times.
+fn response_samples(
+    name: &str,
+    service: &str,
+    t: &rnic_engine::qp::ResponseTimes,
+    out: &mut String,
+) {
+    let mut cumulative = 0;
+    for (k, n) in t.buckets.iter().enumerate() {
+        cumulative += n;
+        let le = rnic_engine::qp::ResponseTimes::bound_us(k)
+            .map_or("+Inf".to_string(), |b| format!("{}", b as f64 / 1e6));
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{service=\"{service}\",le=\"{le}\"}} {cumulative}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{name}_sum{{service=\"{service}\"}} {}",
+        t.sum_us as f64 / 1e6
+    );
+    let _ = writeln!(out, "{name}_count{{service=\"{service}\"}} {cumulative}");
+}
+
 /// The exposition of everything the daemon counts.
 pub fn render(shared: &Shared) -> String {
     let mut out = String::new();
@@ -104,6 +129,15 @@ pub fn render(shared: &Shared) -> String {
         "gauge",
         "Seconds since the daemon started.",
         &[(String::new(), shared.started.elapsed().as_secs_f64())],
+    );
+    family(
+        "dpwarp_stags",
+        "gauge",
+        "STags registered now, over every core (the cores' memory, memory grants, perftest sessions' slots).",
+        &[(
+            String::new(),
+            shared.host.registry().stags_in_use() as f64,
+        )],
     );
     let cores: Vec<_> = shared
         .cores
@@ -421,6 +455,30 @@ pub fn render(shared: &Shared) -> String {
         "Their DDP payload octets.",
         &by_op(true),
     );
+    // The responder's service time of inbound Reads and Atomics, per
+    // service (the engine's power-of-two buckets).
+    let mut responses = String::new();
+    for (name, help, pick) in [
+        (
+            "dpwarp_service_read_response_seconds",
+            "From an inbound RDMA Read Request's arrival to its last Read Response segment \
+             written (its time in the IRRQ and its transmission), per service.",
+            (|s: &rnic_engine::qp::OpStats| s.read_responses)
+                as fn(&rnic_engine::qp::OpStats) -> rnic_engine::qp::ResponseTimes,
+        ),
+        (
+            "dpwarp_service_atomic_response_seconds",
+            "From an inbound Atomic Request's arrival (RFC 7306) to its Atomic Response written, \
+             per service.",
+            |s: &rnic_engine::qp::OpStats| s.atomic_responses,
+        ),
+    ] {
+        let _ = writeln!(responses, "# HELP {name} {help}");
+        let _ = writeln!(responses, "# TYPE {name} histogram");
+        for (service, stats) in &ops {
+            response_samples(name, service, &pick(stats), &mut responses);
+        }
+    }
     let mut setup = String::new();
     let _ = writeln!(
         setup,
@@ -451,6 +509,7 @@ pub fn render(shared: &Shared) -> String {
         ],
     );
     out.push_str(&setup);
+    out.push_str(&responses);
     out
 }
 

@@ -953,6 +953,10 @@ fn perftest_services() -> Result<(), Failed> {
     }
     let daemon = Daemon::start(&dir, &config)?;
     let stats = daemon.ctl("stats").map_err(fail)?;
+    // The cores' own registrations: every session's comes and goes.
+    let stags = stats["stags"]
+        .as_u64()
+        .ok_or_else(|| fail(format!("no stags: {stats:#}")))?;
     let port = |test: &str| -> Result<u16, Failed> {
         stats["perftest"]
             .as_array()
@@ -1010,6 +1014,11 @@ fn perftest_services() -> Result<(), Failed> {
     {
         return Err(fail("a write_lat client without an RTR was served fenced"));
     }
+    // A client writing past its session's buffers (its -s is 16 times the
+    // service's) is terminated: its slot is all its STag reaches.
+    if perftest_client("ib_write_bw -b -q 2 -n 20 -s 1048576", port("ib_write_bw")?) == 0 {
+        return Err(fail("a write_bw client writing past its slot completed"));
+    }
     let done = |s: &Value, test: &str, done: u64, failed: u64| {
         s["perftest"].as_array().is_some_and(|a| {
             a.iter().any(|p| {
@@ -1023,13 +1032,14 @@ fn perftest_services() -> Result<(), Failed> {
     // (Counters are published every 50 ms; the refused write_lat client's
     // control connection is closed after the stall limit at most.)
     let stats = daemon.wait_stats(Duration::from_secs(20), |s| {
-        done(s, "ib_write_bw", 2, 0)
+        done(s, "ib_write_bw", 2, 1)
             && done(s, "ib_read_bw", 1, 0)
             && done(s, "ib_send_bw", 1, 0)
             && done(s, "ib_write_lat", 1, 1)
             && done(s, "ib_read_lat", 1, 0)
             && done(s, "ib_send_lat", 1, 1)
             && s["qps"] == 0
+            && s["stags"] == stags
     })?;
     let refused: u64 = stats["perftest"]
         .as_array()
@@ -1040,6 +1050,9 @@ fn perftest_services() -> Result<(), Failed> {
     let log = daemon.log_text();
     if !log.contains("write_lat needs peer-to-peer (an RTR) or `unfenced = true`")
         || !log.contains("session failed")
+        // The Write past the slot: DDP's tagged buffer error, base or
+        // bounds violation (RFC 5041 §7.2).
+        || !log.contains("direction=\"sent\" layer=1 type=1 code=1")
     {
         return Err(fail(format!("the daemon's log says why:\n{log}")));
     }
@@ -1054,6 +1067,16 @@ fn perftest_services() -> Result<(), Failed> {
             "dpwarp_service_setup_seconds_count{service=\"perftest\"}",
         )
         .is_none_or(|n| n < 10.0)
+        // Every Read of the read_bw (4 QPs of 100) and read_lat (300)
+        // clients was answered and timed.
+        || sample(
+            &text,
+            "dpwarp_service_read_response_seconds_count{service=\"perftest\"}",
+        ) != Some(700.0)
+        || sample(
+            &text,
+            "dpwarp_service_read_response_seconds_bucket{service=\"perftest\",le=\"+Inf\"}",
+        ) != Some(700.0)
     {
         return Err(fail(format!("perftest in the metrics:\n{text}")));
     }

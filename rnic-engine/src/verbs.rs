@@ -372,6 +372,12 @@ impl Registry {
         self.stags.free(stag).map_err(|_| VerbError::Stag)
     }
 
+    /// STags registered or reserved now (on every core): what a
+    /// deployment watches to see that ended sessions left none behind.
+    pub fn stags_in_use(&self) -> usize {
+        self.stags.in_use()
+    }
+
     /// Allocates an STag for fast registration (bound later by a
     /// [`SendOp::FastRegister`] work request on any core).
     pub fn alloc_fast_reg_stag(&self, pd: Pd) -> Result<u32, VerbError> {
@@ -393,6 +399,8 @@ pub struct Rnic {
     /// [`Rnic::take_doorbells`], each once (`rung` by QP index).
     doorbells: Vec<QpHandle>,
     rung: Vec<bool>,
+    /// The time of this turn, in microseconds ([`Rnic::set_now`]).
+    now_us: u64,
 }
 
 fn take_slot<T>(slots: &mut [Option<T>], value: T) -> Option<u32> {
@@ -419,7 +427,17 @@ impl Rnic {
             srqs: (0..config.srqs_max).map(|_| None).collect(),
             doorbells: Vec::with_capacity(config.qps_max),
             rung: vec![false; config.qps_max],
+            now_us: 0,
         }
+    }
+
+    /// The time of this turn, in microseconds from any fixed epoch: the
+    /// engine reads no clock (it is sans-IO); a core sets it once per turn.
+    /// Inbound Read and Atomic Requests are stamped with it, and their
+    /// responses measured against it ([`crate::qp::ResponseTimes`]); left
+    /// at 0, every response counts as immediate.
+    pub fn set_now(&mut self, micros: u64) {
+        self.now_us = micros;
     }
 
     /// Notes that QP `qp` was given work to send (a hardware RNIC's
@@ -600,6 +618,7 @@ impl Rnic {
                 stags: &self.registry.stags,
                 cqs: &mut self.cqs,
                 srqs: &mut self.srqs,
+                now_us: self.now_us,
             },
         ))
     }

@@ -1036,3 +1036,92 @@ fn each_qp_counts_its_messages_and_octets_by_opcode() {
         }
     }
 }
+
+/// The responder times each inbound Read and Atomic Request from the turn
+/// it arrived to the turn its last response segment was written, on the
+/// clock its core sets ([`Rnic::set_now`]): a Read of many segments, sent
+/// one segment per step while the clock moves 10 us a step, counts the
+/// steps its response took; an Atomic answered in its arrival's step
+/// counts 0. The buckets are Prometheus's `le` buckets on powers of two.
+#[test]
+fn responses_are_timed_from_request_to_last_segment() {
+    use rnic_engine::qp::{ResponseTimes, RESPONSE_BUCKETS};
+    for (us, bucket) in [
+        (0, 0),
+        (1, 0),
+        (2, 1),
+        (3, 2),
+        (4, 2),
+        (5, 3),
+        (1 << 22, 22),
+        ((1 << 22) + 1, 23),
+        (u64::MAX, 23),
+    ] {
+        assert_eq!(ResponseTimes::bucket(us), bucket, "{us} us");
+    }
+    assert_eq!(ResponseTimes::bound_us(22), Some(1 << 22));
+    assert_eq!(ResponseTimes::bound_us(RESPONSE_BUCKETS - 1), None);
+    for config in configs() {
+        let mut pair = pair(config);
+        let read_len = 60_000;
+        let (b_region, b_mr) = pair.b.region(65_536, ALL).unwrap();
+        let (_a_region, a_mr) = pair.a.region(65_536, ALL).unwrap();
+        b_region.write(0, &pattern(read_len, 3)).unwrap();
+        let r = [sge(&a_mr, 0, read_len)];
+        let f = [sge(&a_mr, 61_440, 8)];
+        for (id, op, sgl) in [
+            (1, SendOp::Read(remote(&b_mr, 0)), &r[..]),
+            (
+                2,
+                SendOp::FetchAdd {
+                    remote: remote(&b_mr, 61_440),
+                    add: 1,
+                    mask: 0,
+                },
+                &f[..],
+            ),
+        ] {
+            pair.a.rnic.post_send(pair.a.qp, &wr(id, op, sgl)).unwrap();
+        }
+        let mut steps = 0u64;
+        for step in 0..STEPS as u64 {
+            pair.a.rnic.set_now(10 * step);
+            pair.b.rnic.set_now(10 * step);
+            if pair.step() == 0 {
+                break;
+            }
+            steps = step + 1;
+        }
+        assert_eq!(pair.a.completions().len(), 2, "{config:?}");
+        let b = pair.b.rnic.op_stats(pair.b.qp).unwrap();
+        let reads = b.read_responses;
+        assert_eq!(reads.count(), 1, "{config:?}");
+        // A step moves a segment or at most a window each way, so the
+        // response's windows after the first took a step each, and the
+        // whole no more than the run.
+        let windows = read_len.div_ceil(config.window.max(config.emss)) as u64;
+        assert!(
+            reads.sum_us >= 10 * (windows - 1) && reads.sum_us <= 10 * steps,
+            "{} us for {windows} windows in {steps} steps, {config:?}",
+            reads.sum_us
+        );
+        assert_eq!(
+            reads.buckets[ResponseTimes::bucket(reads.sum_us)],
+            1,
+            "{config:?}"
+        );
+        // The Atomic waits behind the Read's response in the IRRQ (RFC
+        // 7306: responses in request order), arriving within a step of it.
+        let atomics = b.atomic_responses;
+        assert_eq!(atomics.count(), 1, "{config:?}");
+        assert!(
+            atomics.sum_us + 10 >= reads.sum_us && atomics.sum_us <= 10 * steps,
+            "{} us after the Read's {} us, {config:?}",
+            atomics.sum_us,
+            reads.sum_us
+        );
+        // The requester answered none.
+        let a = pair.a.rnic.op_stats(pair.a.qp).unwrap();
+        assert_eq!(a.read_responses.count() + a.atomic_responses.count(), 0);
+    }
+}

@@ -24,11 +24,13 @@
 //! - send_lat: three HS; per size receives, HS, ping-pong; HS.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Instant;
 
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
+use rnic_engine::mem::Access;
 use rnic_engine::qp::QpEvent;
-use rnic_engine::verbs::{QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
+use rnic_engine::verbs::{Mr, QpHandle, RecvWr, Registry, RemoteAddr, SendOp, SendWr};
 
 use super::{
     bw_report, bw_report_rx, deltas, slot_offset, version_number, BwReport, Dest, Params, Test,
@@ -107,6 +109,61 @@ impl Layout {
     /// The data buffers, from the first local one to the last target.
     fn data(&self) -> (u64, u64) {
         (self.local(0), 2 * u64::from(self.qps) * self.buff)
+    }
+}
+
+/// What a session's peer may address: its own slot, under an STag of its
+/// own with a fresh key (RFC 5042 §5), with only the access its test
+/// needs. A peer that writes past its buffers (a client's `-s` larger than
+/// the server's), or tries an STag it saw in another session, draws a
+/// Terminate on its own connection (RFC 5041's base or bounds violation,
+/// or invalid STag) and never reaches another session's memory. It is
+/// deregistered when the session ends (or is dropped), so nothing it told
+/// its peer stays usable.
+#[derive(Debug)]
+struct Exposed {
+    registry: Arc<Registry>,
+    mr: Mr,
+}
+
+impl Exposed {
+    /// Registers the session's slot of `ep`'s memory laid out as `l` for a
+    /// test of `p`.
+    fn register<T: CoreTransport>(
+        ep: &mut Endpoint<T>,
+        p: &Params,
+        l: &Layout,
+    ) -> Result<Exposed, String> {
+        let access = match p.test {
+            Test::WriteBw | Test::WriteLat | Test::SendBw => Access::REMOTE_WRITE,
+            Test::ReadBw | Test::ReadLat => Access::REMOTE_READ,
+            Test::SendLat => Access::LOCAL_READ,
+        };
+        let pd = ep.pd();
+        let base_to = ep.mr.base_to + l.origin;
+        let region = ep.region.clone();
+        let mr = ep
+            .rnic()
+            .reg_mr(
+                pd,
+                region,
+                l.origin as usize,
+                Layout::memory(p),
+                base_to,
+                access,
+            )
+            .map_err(|e| format!("registering the session's memory: {e:?}"))?;
+        Ok(Exposed {
+            registry: ep.rnic().registry().clone(),
+            mr,
+        })
+    }
+}
+
+impl Drop for Exposed {
+    fn drop(&mut self) {
+        // It was registered here and is deregistered once.
+        let _ = self.registry.dereg_mr(self.mr.stag);
     }
 }
 
@@ -293,6 +350,9 @@ pub struct Machine {
     progressed: bool,
     /// Its buffers were filled.
     prepared: bool,
+    /// Its slot as its peer addresses it, from its data connections on
+    /// until it ends.
+    exposed: Option<Exposed>,
     sizes: Vec<u64>,
     size_index: usize,
     ctrl: Option<QpHandle>,
@@ -347,6 +407,7 @@ impl Machine {
             idle_polls: 0,
             progressed: false,
             prepared: false,
+            exposed: None,
             script,
             p,
             at: 0,
@@ -576,6 +637,7 @@ impl Machine {
             }
         }
         if let Some(why) = &self.failed {
+            self.exposed = None;
             return Status::Failed(why.clone());
         }
         if self.done {
@@ -585,11 +647,13 @@ impl Machine {
             Ok(status) => {
                 if status == Status::Done {
                     self.done = true;
+                    self.exposed = None;
                 }
                 status
             }
             Err(why) => {
                 self.failed = Some(why.clone());
+                self.exposed = None;
                 Status::Failed(why)
             }
         }
@@ -610,6 +674,7 @@ impl Machine {
                 Step::Data => {
                     if !self.prepared {
                         self.prepare(ep)?;
+                        self.exposed = Some(Exposed::register(ep, &self.p, &self.l)?);
                         self.prepared = true;
                     }
                     if self.data.len() >= usize::from(self.p.qps) {
@@ -711,7 +776,7 @@ impl Machine {
     ) -> Result<bool, String> {
         let client = self.p.client;
         if client && !self.x.sent {
-            let mine = self.message(ep, msg);
+            let mine = self.message(msg);
             self.ctrl_send(ep, &mine)?;
             self.x.sent = true;
         }
@@ -735,7 +800,7 @@ impl Machine {
             // fails before we answer.
             let theirs = self.x.got.clone().unwrap_or_default();
             self.take(msg, &theirs)?;
-            let mine = self.message(ep, msg);
+            let mine = self.message(msg);
             self.ctrl_send(ep, &mine)?;
             self.x.sent = true;
         }
@@ -753,7 +818,7 @@ impl Machine {
     }
 
     /// What we send for `msg`.
-    fn message<T: CoreTransport>(&self, ep: &Endpoint<T>, msg: Msg) -> Vec<u8> {
+    fn message(&self, msg: Msg) -> Vec<u8> {
         match msg {
             Msg::Version => {
                 let mut v = vec![0u8; VERSION_LEN];
@@ -764,8 +829,8 @@ impl Machine {
             Msg::Line => CACHE_LINE.to_be_bytes().to_vec(),
             Msg::Mtu => vec![b'0' + self.ib_mtu, 0],
             Msg::Zero => vec![0; DEST_LEN],
-            Msg::Dest(i) => self.my_dest(ep, usize::from(i)).encode().to_vec(),
-            Msg::Dest0 => self.my_dest(ep, 0).encode().to_vec(),
+            Msg::Dest(i) => self.my_dest(usize::from(i)).encode().to_vec(),
+            Msg::Dest0 => self.my_dest(0).encode().to_vec(),
             Msg::Report(k) => self.my_report().fields()[usize::from(k)].to_vec(),
         }
     }
@@ -836,18 +901,25 @@ impl Machine {
 
     /// Our `pingpong_dest` for QP `i`: its buffer, or its credit word in
     /// send_bw.
-    fn my_dest<T: CoreTransport>(&self, ep: &Endpoint<T>, i: usize) -> Dest {
+    fn my_dest(&self, i: usize) -> Dest {
         let at = if self.p.test == Test::SendBw {
             self.l.origin + CREDIT_IN_AT + 4 * i as u64
         } else {
             self.l.target(i)
         };
+        // Registered at the data connections, before any of these
+        // handshakes; without it the peer is told STag 0, which no access
+        // passes.
+        let (rkey, vaddr) = self
+            .exposed
+            .as_ref()
+            .map_or((0, 0), |e| (e.mr.stag, e.mr.base_to + (at - self.l.origin)));
         Dest {
             out_reads: u32::from(self.p.out_reads),
             qpn: self.data.get(i).map_or(0, |q| q.0),
             psn: self.psn,
-            rkey: ep.mr.stag,
-            vaddr: ep.mr.base_to + at,
+            rkey,
+            vaddr,
             ..Dest::default()
         }
     }

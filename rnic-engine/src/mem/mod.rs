@@ -326,6 +326,12 @@ impl StagTable {
         Some(index << 8 | u32::from(key))
     }
 
+    /// STags registered or reserved now.
+    pub(crate) fn in_use(&self) -> usize {
+        // Indices 0 and 1 are never handed out.
+        (self.slots.len() - 2) - self.allocator().free.len()
+    }
+
     /// Registers a window and returns its STag, or `None` when full.
     pub(crate) fn register(&self, registration: Registration) -> Option<u32> {
         self.allocate(State::Valid(registration))

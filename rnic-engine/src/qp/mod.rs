@@ -254,6 +254,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) stags: &'a Arc<StagTable>,
     pub(crate) cqs: &'a mut [Option<Cq>],
     pub(crate) srqs: &'a mut [Option<Srq>],
+    /// The turn's time ([`crate::verbs::Rnic::set_now`]), in microseconds.
+    pub(crate) now_us: u64,
 }
 
 impl Ctx<'_> {
@@ -467,10 +469,13 @@ enum Irrq {
         msn: u32,
         request: ReadRequestRepr,
         sent: usize,
+        /// When it arrived ([`Ctx::now_us`]).
+        arrived: u64,
     },
     Atomic {
         msn: u32,
         request: atomic::RequestRepr,
+        arrived: u64,
     },
 }
 
@@ -589,14 +594,62 @@ pub struct OpCount {
     pub octets: u64,
 }
 
-/// A QP's traffic by RDMAP opcode (RFC 5040 §4.3, RFC 7306 §4), each way:
-/// what an operator's per-service counters are made of.
+/// Buckets of [`ResponseTimes`]: bucket `k` (0..=22) holds the responses
+/// that took at most 2^k microseconds and more than the bucket before's
+/// bound, bucket 23 the slower ones (over 4.2 s): Prometheus's `le`
+/// buckets, on powers of two.
+pub const RESPONSE_BUCKETS: usize = 24;
+
+/// How long the responder took over inbound Read and Atomic Requests, from
+/// the turn a request arrived to the turn its last response segment was
+/// written (its time in the IRRQ, RFC 5040 §6.4, behind earlier responses,
+/// and its own transmission), in power-of-two microsecond buckets: a
+/// target's service time, as an operator's latency histograms show it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ResponseTimes {
+    /// Responses per bucket (see [`RESPONSE_BUCKETS`]).
+    pub buckets: [u64; RESPONSE_BUCKETS],
+    /// Their sum, in microseconds.
+    pub sum_us: u64,
+}
+
+impl ResponseTimes {
+    /// The bucket of a response that took `us` microseconds.
+    pub fn bucket(us: u64) -> usize {
+        ((u64::BITS - us.saturating_sub(1).leading_zeros()) as usize).min(RESPONSE_BUCKETS - 1)
+    }
+
+    /// The upper bound of bucket `k` in microseconds (inclusive), `None`
+    /// for the last.
+    pub fn bound_us(k: usize) -> Option<u64> {
+        (k + 1 < RESPONSE_BUCKETS).then(|| 1u64 << k)
+    }
+
+    /// Responses counted.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    #[inline(always)]
+    fn record(&mut self, us: u64) {
+        self.buckets[ResponseTimes::bucket(us)] += 1;
+        self.sum_us += us;
+    }
+}
+
+/// A QP's traffic by RDMAP opcode (RFC 5040 §4.3, RFC 7306 §4), each way,
+/// and its responses' times: what an operator's per-service counters and
+/// histograms are made of.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OpStats {
     /// What arrived, by opcode (the 4-bit field's value).
     pub rx: [OpCount; 16],
     /// What was sent, by opcode.
     pub tx: [OpCount; 16],
+    /// Its Read Responses' times (request to last segment).
+    pub read_responses: ResponseTimes,
+    /// Its Atomic Responses' times.
+    pub atomic_responses: ResponseTimes,
 }
 
 impl OpStats {
@@ -610,6 +663,28 @@ impl OpStats {
             a.messages += b.messages;
             a.octets += b.octets;
         }
+        for (a, b) in [
+            (&mut self.read_responses, &other.read_responses),
+            (&mut self.atomic_responses, &other.atomic_responses),
+        ] {
+            for (x, y) in a.buckets.iter_mut().zip(&b.buckets) {
+                *x += y;
+            }
+            a.sum_us += b.sum_us;
+        }
+    }
+
+    /// A Read Response's last segment was written `us` microseconds after
+    /// its request arrived.
+    #[inline(always)]
+    pub(crate) fn read_responded(&mut self, us: u64) {
+        self.read_responses.record(us);
+    }
+
+    /// An Atomic Response was written `us` microseconds after its request.
+    #[inline(always)]
+    pub(crate) fn atomic_responded(&mut self, us: u64) {
+        self.atomic_responses.record(us);
     }
 
     /// Counts a segment of `opcode` with `octets` of payload, the last of

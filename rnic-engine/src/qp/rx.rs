@@ -234,6 +234,7 @@ impl Inner {
                     msn: packet.msn(),
                     request,
                     sent: 0,
+                    arrived: ctx.now_us,
                 });
                 Ok(())
             }
@@ -595,6 +596,7 @@ impl Inner {
             msn,
             request,
             sent: 0,
+            arrived: ctx.now_us,
         });
         Ok(())
     }
@@ -629,7 +631,11 @@ impl Inner {
         }
         let msn = self.rx_msn[1];
         self.rx_msn[1] = msn.wrapping_add(1);
-        self.irrq.push_back(Irrq::Atomic { msn, request });
+        self.irrq.push_back(Irrq::Atomic {
+            msn,
+            request,
+            arrived: ctx.now_us,
+        });
         Ok(())
     }
 

@@ -751,7 +751,12 @@ impl Inner {
         cut: bool,
     ) -> Option<usize> {
         match *self.irrq.front()? {
-            Irrq::Read { msn, request, sent } => {
+            Irrq::Read {
+                msn,
+                request,
+                sent,
+                arrived,
+            } => {
                 let len = request.read_size as usize;
                 let n = payload_len::<C>(framer, ddp::TAGGED_HEADER_LEN, len - sent, out, cut);
                 let last = sent + n == len;
@@ -788,13 +793,19 @@ impl Inner {
                 })?;
                 self.stats.sent(Opcode::RdmaReadResponse, n, last);
                 if last {
+                    self.stats
+                        .read_responded(ctx.now_us.saturating_sub(arrived));
                     self.irrq.pop_front();
                 } else if let Some(Irrq::Read { sent, .. }) = self.irrq.front_mut() {
                     *sent += n;
                 }
                 Some(written)
             }
-            Irrq::Atomic { msn, request } => {
+            Irrq::Atomic {
+                msn,
+                request,
+                arrived,
+            } => {
                 let ddp = untagged(
                     Opcode::AtomicResponse,
                     ddp::qn::ATOMIC_RESPONSE,
@@ -844,6 +855,8 @@ impl Inner {
                 let written = framer.frame(&[header.octets()], out).ok()?;
                 self.stats
                     .sent(Opcode::AtomicResponse, atomic::RESPONSE_HEADER_LEN, true);
+                self.stats
+                    .atomic_responded(ctx.now_us.saturating_sub(arrived));
                 self.tx_msn[3] = self.tx_msn[3].wrapping_add(1);
                 self.irrq.pop_front();
                 Some(written)
