@@ -104,8 +104,9 @@ pub struct Args {
 
     /// The lower layer under DDP: `mpa` (MPA over TCP, RFC 5044; the
     /// default) or `sctp` (DDP over SCTP over UDP encapsulation, RFC 5043
-    /// and RFC 6951; on the embedded link, kernel UDP, memif and ring for
-    /// now, both RNICs on one core).
+    /// and RFC 6951; on the embedded link, kernel UDP, memif, ring, TAP,
+    /// net_tap and af_packet with both RNICs on one core, or between two
+    /// processes, `--server` and HOST, over Linux UDP).
     #[arg(long, value_enum, default_value = "mpa")]
     pub llp: LlpArg,
 
@@ -553,12 +554,25 @@ impl Args {
                 Compare::Transport(t) => Some(*t),
                 Compare::Llp(_) => None,
             }));
-            if local.is_none() || !self.cores.is_empty() {
-                return Err(
-                    "--llp sctp runs both RNICs in this process on one core for now: no \
-                     --server, HOST or --cores"
-                        .into(),
-                );
+            if !self.cores.is_empty() {
+                return Err("--llp sctp runs on one core for now: no --cores".into());
+            }
+            if local.is_none() {
+                // A server or a client alone: over Linux UDP.
+                if self.transport.is_some_and(|t| t != TransportArg::Kernel) {
+                    return Err(
+                        "--llp sctp between two processes (--server, HOST) runs over Linux UDP \
+                         for now: --transport kernel, or none"
+                            .into(),
+                    );
+                }
+                if !self.compare.is_empty() {
+                    return Err(
+                        "--compare runs its baselines with both RNICs in this process: not \
+                         with --server or HOST"
+                            .into(),
+                    );
+                }
             }
             if let Some(t) = all.iter().find(|&&t| runs_sctp(t) && !sctp_ok(t)) {
                 return Err(format!(

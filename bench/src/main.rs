@@ -310,6 +310,9 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
     let mut config = rig_config(args, plan);
     // Room for one QP of the largest size -a reaches, whatever -s said.
     config.memory = config.memory.max(memory_for(1, bench::args::SIZE_MAX));
+    if args.llp == LlpArg::Sctp {
+        return serve_sctp(args, &config, stop);
+    }
     let cores = args.cores.first().copied().unwrap_or(1);
     let transport = args
         .transport
@@ -559,6 +562,61 @@ fn serve_until_done<T: CoreTransport + Send>(
 /// this long without a connection.
 const IDLE_LIMIT: Duration = Duration::from_secs(10);
 
+/// `--server --llp sctp`: serve one client's run over DDP over SCTP (RFC
+/// 5043) on Linux UDP (RFC 6951's encapsulation) at `--port`, on this
+/// thread, then exit: every DDP stream the client opens (one per QP, RFC
+/// 6581 §7's Enhanced Initiate with its workload) is accepted with our
+/// memory and served as an MPA connection is.
+fn serve_sctp(args: &Args, config: &RigConfig, stop: &AtomicBool) -> i32 {
+    let udp = tcp_lite::sys::udp::KernelUdp::new(std::net::Ipv4Addr::UNSPECIFIED, 4 << 20);
+    let mut server = match bench::sctp::SctpServer::new(udp, args.port, config) {
+        Ok(s) => s,
+        Err(why) => {
+            eprintln!("bench server: UDP port {}: {why}", args.port);
+            return 1;
+        }
+    };
+    println!(
+        "bench server: listening on port {} (UDP: DDP over SCTP, RFC 5043, over UDP, RFC 6951; \
+         {} MiB of memory, 1 core); run `bench <op> THIS_HOST -p {} --llp sctp` on the client",
+        args.port,
+        config.memory >> 20,
+        args.port,
+    );
+    let mut idle_since = None::<Instant>;
+    loop {
+        if let Err(why) = server.step() {
+            // One stream's failure ends that stream only.
+            eprintln!("bench server: {why}");
+        }
+        if server.run_done() {
+            println!(
+                "bench server: client done after {} stream(s)",
+                server.served()
+            );
+            return 0;
+        }
+        if stop.load(Ordering::SeqCst) {
+            println!("bench server: stopped after {} stream(s)", server.served());
+            return 0;
+        }
+        // Idle after a client: it went away.
+        if server.served() > 0 && server.open().1 == 0 {
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() > IDLE_LIMIT {
+                eprintln!(
+                    "bench server: no client for {} s ({} stream(s) served)",
+                    IDLE_LIMIT.as_secs(),
+                    server.served()
+                );
+                return 1;
+            }
+        } else {
+            idle_since = None;
+        }
+    }
+}
+
 /// One server core's loop, until its client's run is done on every core,
 /// `stop`, another core failed, or the client went away.
 fn serve_core<T: CoreTransport>(
@@ -642,6 +700,19 @@ fn run_sctp(
             in_namespace(args, transport, |eal| {
                 namespace_run_sctp(args, plan, transport, &config, eal, stop)
             })
+        }
+        TransportKind::Remote(PeerTransport::Kernel) => {
+            let Role::Client(host) = &plan.role else {
+                return Err("no server address".into());
+            };
+            let server = server_addr(host, args.port)?;
+            sweep(
+                &mut bench::sctp::remote(&config, server)?,
+                args,
+                plan,
+                transport,
+                stop,
+            )
         }
         other => Err(format!("--llp sctp does not run on {} yet", other.name())),
     }?;

@@ -221,7 +221,7 @@ impl Share {
 }
 
 /// A name for this process's run: its PID and the clock's nanoseconds.
-fn run_id() -> u64 {
+pub(crate) fn run_id() -> u64 {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

@@ -213,11 +213,101 @@ impl<T: MessageTransport> RnicEnd for SctpEndpoint<T> {
     }
 }
 
-/// A client and its server over DDP over SCTP, both on this thread.
+/// The server's side of DDP over SCTP: an RNIC that accepts every stream
+/// whose hello fits its memory, answering with its own (its memory, as
+/// MPA's Reply does), and serves each stream's workload; in a rig's
+/// process, or alone (`bench --server --llp sctp`).
+pub struct SctpServer<S: MessageTransport> {
+    ep: SctpEndpoint<S>,
+    responder: Responder,
+    /// Streams served, and whether one was of the client's last size.
+    served: u64,
+    last_seen: bool,
+}
+
+impl<S: MessageTransport> SctpServer<S> {
+    /// A server listening on UDP port `udp_port` of `transport` (0: an
+    /// ephemeral one).
+    pub fn new(transport: S, udp_port: u16, config: &RigConfig) -> Result<SctpServer<S>, String> {
+        Ok(SctpServer {
+            ep: SctpEndpoint::new(transport, udp_port, config.mtu, config.memory, 12, true)?,
+            responder: Responder::default(),
+            served: 0,
+            last_seen: false,
+        })
+    }
+
+    /// Where it listens.
+    pub fn local(&self) -> Option<SocketAddrV4> {
+        self.ep.core.local()
+    }
+
+    /// One turn: its core, the streams that came up or ended, their
+    /// workloads. A stream that fails is closed and named.
+    pub fn step(&mut self) -> Result<(), String> {
+        self.ep.turn();
+        for event in std::mem::take(&mut self.ep.events) {
+            match event {
+                SctpEvent::StreamUp {
+                    qp,
+                    outbound: false,
+                    session,
+                    ..
+                } => {
+                    let hello = ClientHello::decode(&session.peer_private_data)
+                        .and_then(|h| check_fits(&h, self.ep.region.len()).map(|()| h));
+                    match hello {
+                        Ok(h) => {
+                            let client = RemoteAddr {
+                                stag: h.stag,
+                                to: h.to,
+                            };
+                            self.served += 1;
+                            self.last_seen |= h.last;
+                            self.responder
+                                .add(&mut self.ep, Served::new(qp, &h, client));
+                        }
+                        Err(_) => self.ep.core.close_stream(qp),
+                    }
+                }
+                SctpEvent::StreamEnded { qp: Some(qp), .. } => self.responder.remove(qp),
+                _ => {}
+            }
+        }
+        if let Err((qp, why)) = self.responder.step(&mut self.ep) {
+            self.responder.remove(qp);
+            self.ep.core.close_stream(qp);
+            return Err(why);
+        }
+        Ok(())
+    }
+
+    /// Streams served so far.
+    pub fn served(&self) -> u64 {
+        self.served
+    }
+
+    /// A client's last size was served and every stream has closed.
+    pub fn run_done(&self) -> bool {
+        self.last_seen && self.ep.core.open_streams() == 0
+    }
+
+    /// Associations and streams open now.
+    pub fn open(&self) -> (usize, usize) {
+        (self.ep.core.associations(), self.ep.core.open_streams())
+    }
+
+    /// Its core's counters.
+    pub fn counters(&self) -> dataplane::SctpCounters {
+        self.ep.core.counters()
+    }
+}
+
+/// A client and its server over DDP over SCTP: both on this thread, or the
+/// client alone with a server in another process ([`remote`]).
 pub struct SctpRig<C: MessageTransport, S: MessageTransport> {
     client: SctpEndpoint<C>,
-    server: SctpEndpoint<S>,
-    responder: Responder,
+    server: Option<SctpServer<S>>,
     server_addr: SocketAddrV4,
     assoc: Option<AssocId>,
     /// The stream the next QP opens (streams are not reused within an
@@ -231,20 +321,24 @@ impl<C: MessageTransport, S: MessageTransport> SctpRig<C, S> {
     /// `server_port` of its transport (0: an ephemeral one).
     fn new(client: C, server: S, server_port: u16, config: &RigConfig) -> Result<Self, String> {
         let client = SctpEndpoint::new(client, 0, config.mtu, config.memory, 11, false)?;
-        let server = SctpEndpoint::new(server, server_port, config.mtu, config.memory, 12, true)?;
+        let server = SctpServer::new(server, server_port, config)?;
         let server_addr = server
-            .core
             .local()
             .ok_or("the server's UDP socket has no address")?;
         Ok(SctpRig {
             client,
-            server,
-            responder: Responder::default(),
+            server: Some(server),
             server_addr,
             assoc: None,
             next_stream: 0,
-            run: std::process::id().into(),
+            run: crate::rig::run_id(),
         })
+    }
+
+    /// Associations open at the server, if it is in this process (0 if
+    /// not).
+    fn server_open(&self) -> (usize, usize) {
+        self.server.as_ref().map_or((0, 0), SctpServer::open)
     }
 
     fn wait(&mut self, what: &str, done: &mut dyn FnMut(&mut Self) -> bool) -> Result<(), String> {
@@ -298,39 +392,10 @@ impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
 
     fn step(&mut self) -> Result<(), String> {
         self.client.turn();
-        self.server.turn();
-        for event in std::mem::take(&mut self.server.events) {
-            match event {
-                SctpEvent::StreamUp {
-                    qp,
-                    outbound: false,
-                    session,
-                    ..
-                } => {
-                    let hello = ClientHello::decode(&session.peer_private_data)
-                        .and_then(|h| check_fits(&h, self.server.region.len()).map(|()| h));
-                    match hello {
-                        Ok(h) => {
-                            let client = RemoteAddr {
-                                stag: h.stag,
-                                to: h.to,
-                            };
-                            self.responder
-                                .add(&mut self.server, Served::new(qp, &h, client));
-                        }
-                        Err(_) => self.server.core.close_stream(qp),
-                    }
-                }
-                SctpEvent::StreamEnded { qp: Some(qp), .. } => self.responder.remove(qp),
-                _ => {}
-            }
+        match &mut self.server {
+            Some(server) => server.step(),
+            None => Ok(()),
         }
-        if let Err((qp, why)) = self.responder.step(&mut self.server) {
-            self.responder.remove(qp);
-            self.server.core.close_stream(qp);
-            return Err(why);
-        }
-        Ok(())
     }
 
     fn open_slots(
@@ -356,7 +421,7 @@ impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
                 // instead, the new association never came up here (within
                 // the 10 s limit) while the old one was being torn down.
                 self.wait("the old association's end", &mut |rig| {
-                    rig.client.core.associations() == 0 && rig.server.core.associations() == 0
+                    rig.client.core.associations() == 0 && rig.server_open().0 == 0
                 })?;
                 self.client.events.clear();
             }
@@ -439,7 +504,7 @@ impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
             self.client.core.close_stream(pair.qp);
         }
         self.wait("closing the DDP streams", &mut |rig| {
-            rig.server.core.open_streams() == 0 && rig.client.core.open_streams() == 0
+            rig.server_open().1 == 0 && rig.client.core.open_streams() == 0
         })?;
         self.client.events.clear();
         Ok(())
@@ -456,20 +521,21 @@ impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
             ended: c.streams_ended,
             ..dataplane::CoreCounters::default()
         };
-        vec![
-            CoreReport {
-                role: "client",
-                cpu: None,
-                counters: counters(self.client.core.counters()),
-                share: None,
-            },
-            CoreReport {
+        let mut reports = vec![CoreReport {
+            role: "client",
+            cpu: None,
+            counters: counters(self.client.core.counters()),
+            share: None,
+        }];
+        if let Some(server) = &self.server {
+            reports.push(CoreReport {
                 role: "server",
                 cpu: None,
-                counters: counters(self.server.core.counters()),
+                counters: counters(server.counters()),
                 share: None,
-            },
-        ]
+            });
+        }
+        reports
     }
 
     fn cores(&self) -> usize {
@@ -548,6 +614,44 @@ pub fn dpdk_kernel(
     let server = KernelUdp::new(crate::rig::DPDK_KERNEL_ADDR, 4 << 20);
     let rig = SctpRig::new(client, server, SERVER_UDP_PORT, config)?;
     Ok((rig, net, info))
+}
+
+/// The client alone on Linux UDP, to a server in another process (`bench
+/// --server --llp sctp`, or dpwarpd) at `server`: its UDP socket is on the
+/// address Linux would send to the server from.
+pub fn remote(
+    config: &RigConfig,
+    server: SocketAddrV4,
+) -> Result<SctpRig<KernelUdp, KernelUdp>, String> {
+    let probe = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))
+        .and_then(|u| u.connect(server).and_then(|()| u.local_addr()))
+        .map_err(|e| format!("no route to {server}: {e}"))?;
+    let std::net::SocketAddr::V4(local) = probe else {
+        return Err(format!("no IPv4 address to reach {server} from"));
+    };
+    let udp = KernelUdp::new(*local.ip(), 4 << 20);
+    let client = SctpEndpoint::new(udp, 0, config.mtu, config.memory, 11, false)?;
+    Ok(SctpRig {
+        client,
+        server: None,
+        server_addr: server,
+        assoc: None,
+        next_stream: 0,
+        run: crate::rig::run_id(),
+    })
+}
+
+impl<C: MessageTransport, S: MessageTransport> Drop for SctpRig<C, S> {
+    fn drop(&mut self) {
+        // A server in another process hears at once that this client is
+        // gone (an ABORT), not at its heartbeats' timeout.
+        if let Some(assoc) = self.assoc.take() {
+            self.client.core.abort(assoc);
+            for _ in 0..8 {
+                self.client.turn();
+            }
+        }
+    }
 }
 
 /// The two RNICs over DDP over SCTP over Linux UDP on loopback.
@@ -634,9 +738,14 @@ fn connect_on<C: MessageTransport, S: MessageTransport>(
             );
         }
         rig.client.turn();
-        rig.server.turn();
+        let server = &mut rig
+            .server
+            .as_mut()
+            .expect("bench connect --llp sctp has its server in this process")
+            .ep;
+        server.turn();
         let t = StdInstant::now();
-        for event in std::mem::take(&mut rig.server.events) {
+        for event in std::mem::take(&mut server.events) {
             match event {
                 SctpEvent::StreamUp { .. } => established[1] += 1,
                 SctpEvent::StreamEnded { .. } => ended[1] += 1,
@@ -703,9 +812,11 @@ fn connect_on<C: MessageTransport, S: MessageTransport>(
     }
     // The server's side of the last aborts.
     let settle = StdInstant::now();
-    while rig.server.core.open_streams() > 0 && settle.elapsed() < SETUP_LIMIT {
+    while rig.server_open().1 > 0 && settle.elapsed() < SETUP_LIMIT {
         rig.client.turn();
-        rig.server.turn();
+        if let Some(server) = &mut rig.server {
+            server.ep.turn();
+        }
     }
     let (end, thread1, process1) = window.expect("the window ended");
     Ok(crate::connect::ConnectReport {
@@ -719,10 +830,7 @@ fn connect_on<C: MessageTransport, S: MessageTransport>(
         established,
         rtrs_taken: 0,
         ended,
-        left_open: [
-            rig.client.core.open_streams(),
-            rig.server.core.open_streams(),
-        ],
+        left_open: [rig.client.core.open_streams(), rig.server_open().1],
         left_in_startup: [0, 0],
         core_cpu: thread1.saturating_sub(thread0),
         process_cpu: process1.saturating_sub(process0),

@@ -204,7 +204,21 @@ fn the_sctp_lower_layer_parses_and_is_checked() {
     ] {
         assert!(parse(ok).unwrap().plan().is_ok(), "{ok}");
     }
-    assert!(why("bench write --llp sctp --server").contains("one core"));
+    // Between two processes: over Linux UDP, on one core, no baselines.
+    assert!(parse("bench write --llp sctp --server")
+        .unwrap()
+        .plan()
+        .is_ok());
+    assert!(parse("bench write 10.0.0.1 --llp sctp --transport kernel")
+        .unwrap()
+        .plan()
+        .is_ok());
+    assert!(why("bench write --llp sctp --server --cores 2").contains("one core"));
+    assert!(
+        why("bench write 10.0.0.1 --llp sctp --transport memif --ip 10.0.0.2/24")
+            .contains("Linux UDP")
+    );
+    assert!(why("bench write 10.0.0.1 --llp sctp --compare mpa").contains("in this process"));
     assert!(parse("bench write --compare udp").is_err());
 }
 

@@ -226,6 +226,74 @@ fn a_client_sweeps_sizes_against_one_server() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--llp sctp` between two processes over Linux UDP on loopback: every
+/// operation in both modes (DDP streams opened by RFC 6581 §7's Enhanced
+/// Initiate, one per QP, on one association), then a sweep of every size
+/// `-a` reaches against one server (23 workloads on one association's
+/// streams); each server exits once its client's last size is served.
+#[test]
+fn every_operation_over_sctp_between_two_processes() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("dpwarp-bench-sctp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |op: &str, extra: &[&str], what: &str| -> (serde_json::Value, String) {
+        let p = port().to_string();
+        let server = server(&[op, "-p", &p, "--llp", "sctp"]);
+        let json = dir.join(format!("{what}.json"));
+        let mut args = vec![
+            op,
+            "127.0.0.1",
+            "-p",
+            &p,
+            "--llp",
+            "sctp",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let client = finish(spawn(&args), "the client");
+        assert!(client.status.success(), "{what}: {}", text(&client));
+        let (ok, said) = server.finish();
+        assert!(ok && said.contains("client done"), "{what} server: {said}");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        (doc, said)
+    };
+    for op in [
+        "write",
+        "read",
+        "send",
+        "write_imm",
+        "fetch_add",
+        "cmp_swap",
+    ] {
+        for lat in [false, true] {
+            let what = format!("{op} lat={lat}");
+            let extra: &[&str] = if lat {
+                &["-n", "300", "--lat"]
+            } else {
+                &["-n", "300", "-q", "2"]
+            };
+            let (doc, said) = run(op, extra, &what);
+            let r = &doc["results"][0];
+            assert_eq!(r["transport"], "remote", "{what}");
+            assert_eq!(r["llp"], "sctp", "{what}");
+            assert_eq!(r["operation"], op);
+            assert_eq!(r["iterations"], 300, "{what}: {r}");
+            assert!(r["gbit_s"].as_f64().unwrap() > 0.0, "{what}");
+            let streams = if lat { 1 } else { 2 };
+            assert!(
+                said.contains(&format!("client done after {streams} stream(s)")),
+                "{what} server: {said}"
+            );
+        }
+    }
+    let (doc, said) = run("write", &["-a", "-n", "20", "-t", "4"], "sweep");
+    assert_eq!(doc["results"].as_array().unwrap().len(), 23);
+    assert!(said.contains("client done after 23 stream(s)"), "{said}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_server_that_cannot_serve_says_why_and_keeps_going() {
     let _serial = serial();
