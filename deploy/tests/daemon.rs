@@ -12,7 +12,7 @@
 use std::net::{SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bench::endpoint::{now, Endpoint};
@@ -1019,6 +1019,47 @@ fn perftest_services() -> Result<(), Failed> {
     if perftest_client("ib_write_bw -b -q 2 -n 20 -s 1048576", port("ib_write_bw")?) == 0 {
         return Err(fail("a write_bw client writing past its slot completed"));
     }
+    // A client that goes away in the middle of its Reads (its connections
+    // close under them, as when its process is killed) fails its own
+    // session; its QPs and its slot's STag are gone with it (checked with
+    // the rest below).
+    let read_bw = port("ib_read_bw")?;
+    let stop = AtomicBool::new(false);
+    let mid_run = std::thread::scope(|s| {
+        let client = s.spawn(|| {
+            let argv =
+                format!("perftest ib_read_bw -q 4 -n 2500000 -s 4096 127.0.0.1 -p {read_bw}");
+            bench::perftest::main(argv.split(' ').map(String::from).collect(), &stop)
+        });
+        // Its Reads run once the service has answered them for a while.
+        let running = daemon.wait_stats(Duration::from_secs(20), |s| {
+            s["perftest"].as_array().is_some_and(|a| {
+                a.iter().any(|p| {
+                    p["command"]
+                        .as_str()
+                        .is_some_and(|c| c.starts_with("ib_read_bw"))
+                        && p["clients"] == 1
+                })
+            })
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        let reads = scrape(metrics).ok().and_then(|t| {
+            sample(
+                &t,
+                "dpwarp_service_read_response_seconds_count{service=\"perftest\"}",
+            )
+        });
+        stop.store(true, Ordering::SeqCst);
+        let _ = client.join();
+        running.map(|_| reads)
+    })?;
+    // Its Reads were being answered when it went (beyond the 400 of the
+    // earlier read_bw client and the 300 of the read_lat one).
+    if mid_run.is_none_or(|n| n <= 700.0) {
+        return Err(fail(format!(
+            "the client stopped before its Reads ran: {mid_run:?}"
+        )));
+    }
     let done = |s: &Value, test: &str, done: u64, failed: u64| {
         s["perftest"].as_array().is_some_and(|a| {
             a.iter().any(|p| {
@@ -1033,7 +1074,7 @@ fn perftest_services() -> Result<(), Failed> {
     // control connection is closed after the stall limit at most.)
     let stats = daemon.wait_stats(Duration::from_secs(20), |s| {
         done(s, "ib_write_bw", 2, 1)
-            && done(s, "ib_read_bw", 1, 0)
+            && done(s, "ib_read_bw", 1, 1)
             && done(s, "ib_send_bw", 1, 0)
             && done(s, "ib_write_lat", 1, 1)
             && done(s, "ib_read_lat", 1, 0)
@@ -1068,15 +1109,20 @@ fn perftest_services() -> Result<(), Failed> {
         )
         .is_none_or(|n| n < 10.0)
         // Every Read of the read_bw (4 QPs of 100) and read_lat (300)
-        // clients was answered and timed.
+        // clients was answered and timed, and those of the one that went
+        // away mid-run.
         || sample(
             &text,
             "dpwarp_service_read_response_seconds_count{service=\"perftest\"}",
-        ) != Some(700.0)
+        )
+        .is_none_or(|n| n <= 700.0)
         || sample(
             &text,
             "dpwarp_service_read_response_seconds_bucket{service=\"perftest\",le=\"+Inf\"}",
-        ) != Some(700.0)
+        ) != sample(
+            &text,
+            "dpwarp_service_read_response_seconds_count{service=\"perftest\"}",
+        )
     {
         return Err(fail(format!("perftest in the metrics:\n{text}")));
     }
