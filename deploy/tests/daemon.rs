@@ -68,11 +68,30 @@ fn fail(why: impl Into<String>) -> Failed {
 }
 
 /// A free TCP port on loopback (bound and let go: a test's own).
+/// A port no one listens on, and none this process handed out before:
+/// below Linux's ephemeral range (32768 on), so that no connection's local
+/// end (the 10,000 idle connections of one test, running beside the
+/// others) takes it meanwhile, as a port the kernel gave out and took back
+/// could be (two services of one test were once given the same one).
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::sync::atomic::AtomicU32;
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    // Each process starts somewhere else in the span.
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        std::process::id() % SPAN,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
 }
 
 fn scratch(name: &str) -> PathBuf {

@@ -283,7 +283,11 @@ pub struct PerftestService {
     ib_mtu: u8,
     origin: u64,
     slot_len: u64,
-    served: Vec<Served>,
+    /// The session in each slot.
+    served: Vec<Option<Served>>,
+    /// The slot of each QP a session has (a completion's session in one
+    /// look-up, not a search of every session's QPs).
+    owner: HashMap<QpHandle, usize>,
     free: Vec<usize>,
     counts: Counts,
     seed: u64,
@@ -313,7 +317,8 @@ impl PerftestService {
             ib_mtu,
             origin,
             slot_len: Layout::memory(&p).next_multiple_of(4096) as u64,
-            served: Vec::new(),
+            served: (0..slots).map(|_| None).collect(),
+            owner: HashMap::new(),
             free: (0..slots).rev().collect(),
             counts: Counts::default(),
             seed,
@@ -339,6 +344,7 @@ impl PerftestService {
             let Some(s) = self
                 .served
                 .iter_mut()
+                .flatten()
                 .find(|s| s.peer.ip() == peer.ip() && s.over.is_none() && s.m.in_window())
             else {
                 // Its session ended meanwhile.
@@ -347,13 +353,14 @@ impl PerftestService {
                 return false;
             };
             s.m.add_data(qp);
+            self.owner.insert(qp, s.slot);
             announce(&self.gate, s);
             return true;
         }
         let Some(slot) = self.free.pop() else {
             eprintln!(
                 "bench perftest: {} clients already; closing {peer}",
-                self.served.len()
+                self.len()
             );
             ep.close(qp);
             return false;
@@ -371,7 +378,8 @@ impl PerftestService {
             ep.close(qp);
             return false;
         }
-        self.served.push(Served {
+        self.owner.insert(qp, slot);
+        self.served[slot] = Some(Served {
             m,
             slot,
             peer,
@@ -382,9 +390,15 @@ impl PerftestService {
         true
     }
 
+    /// The session `qp` belongs to.
+    fn session_of(&mut self, qp: QpHandle) -> Option<&mut Served> {
+        let slot = *self.owner.get(&qp)?;
+        self.served[slot].as_mut().filter(|s| s.m.owns(qp))
+    }
+
     /// A Terminate on `qp`; returns whether `qp` is served here.
     pub fn terminated(&mut self, qp: QpHandle, event: QpEvent) -> bool {
-        match self.served.iter_mut().find(|s| s.m.owns(qp)) {
+        match self.session_of(qp) {
             Some(s) => {
                 s.m.terminated(event);
                 true
@@ -395,7 +409,7 @@ impl PerftestService {
 
     /// A completion; returns whether its QP is served here.
     pub fn completion(&mut self, wc: &Wc) -> bool {
-        match self.served.iter_mut().find(|s| s.m.owns(wc.qp)) {
+        match self.session_of(wc.qp) {
             Some(s) => {
                 s.m.completion(*wc);
                 true
@@ -407,9 +421,11 @@ impl PerftestService {
     /// QP `qp` is gone; returns whether it was served here. A session's
     /// slot is free again once all its QPs are gone.
     pub fn ended(&mut self, qp: QpHandle) -> bool {
-        match self.served.iter_mut().find(|s| s.m.owns(qp)) {
+        match self.session_of(qp) {
             Some(s) => {
                 s.m.ended(qp);
+                // Its handle may serve another connection from now on.
+                self.owner.remove(&qp);
                 true
             }
             None => false,
@@ -425,18 +441,25 @@ impl PerftestService {
         // One session per client address at a time has its data
         // connections coming (see `Machine::wants_window`).
         for i in 0..self.served.len() {
-            if self.served[i].m.wants_window() {
-                let ip = self.served[i].peer.ip();
-                let busy = self
-                    .served
-                    .iter()
-                    .any(|o| o.peer.ip() == ip && o.over.is_none() && o.m.in_window());
-                if !busy {
-                    self.served[i].m.open_window();
+            let Some(ip) = self.served[i]
+                .as_ref()
+                .filter(|s| s.m.wants_window())
+                .map(|s| *s.peer.ip())
+            else {
+                continue;
+            };
+            let busy = self
+                .served
+                .iter()
+                .flatten()
+                .any(|o| *o.peer.ip() == ip && o.over.is_none() && o.m.in_window());
+            if !busy {
+                if let Some(s) = self.served[i].as_mut() {
+                    s.m.open_window();
                 }
             }
         }
-        for s in &mut self.served {
+        for s in self.served.iter_mut().flatten() {
             if let Some(since) = s.over {
                 if !s.closed && since.elapsed() > HANG_UP_GRACE {
                     s.closed = true;
@@ -478,14 +501,14 @@ impl PerftestService {
             }
         }
         // Over and every connection gone: the slot serves another.
-        let mut i = 0;
-        while i < self.served.len() {
-            let s = &self.served[i];
-            if s.over.is_some() && s.m.qps().next().is_none() {
-                let s = self.served.swap_remove(i);
-                self.free.push(s.slot);
-            } else {
-                i += 1;
+        for slot in 0..self.served.len() {
+            if self.served[slot]
+                .as_ref()
+                .is_some_and(|s| s.over.is_some() && s.m.qps().next().is_none())
+            {
+                self.served[slot] = None;
+                self.owner.retain(|_, &mut s| s != slot);
+                self.free.push(slot);
             }
         }
     }
@@ -495,6 +518,7 @@ impl PerftestService {
     pub fn clients(&self) -> Vec<Client> {
         self.served
             .iter()
+            .flatten()
             .map(|s| {
                 (
                     s.m.qps().next().map_or(0, |q| q.0),
@@ -507,17 +531,21 @@ impl PerftestService {
 
     /// Every QP it serves (to end them at a drain's deadline).
     pub fn qps(&self) -> Vec<QpHandle> {
-        self.served.iter().flat_map(|s| s.m.qps()).collect()
+        self.served
+            .iter()
+            .flatten()
+            .flat_map(|s| s.m.qps())
+            .collect()
     }
 
     /// Sessions served now.
     pub fn len(&self) -> usize {
-        self.served.len()
+        self.served.iter().flatten().count()
     }
 
     /// Whether it serves none.
     pub fn is_empty(&self) -> bool {
-        self.served.is_empty()
+        self.served.iter().all(Option::is_none)
     }
 }
 
