@@ -482,6 +482,22 @@ fn check(
     );
     assert_eq!(pair.b.rnic.qp_state(qb).unwrap(), QpState::Error, "{name}");
     assert_eq!(pair.a.rnic.qp_state(qa).unwrap(), QpState::Error, "{name}");
+    // The segment that drew the Terminate is counted as no operation (the
+    // segments before it, if any, are).
+    let taken: u64 = pair
+        .b
+        .rnic
+        .op_stats(qb)
+        .unwrap()
+        .rx
+        .iter()
+        .map(|c| c.messages)
+        .sum();
+    assert!(
+        taken < segments.len() as u64,
+        "{name}: {taken} of {} segments counted",
+        segments.len()
+    );
     // The receive b had posted completes in error, never silently.
     let wcs: Vec<_> = pair
         .b

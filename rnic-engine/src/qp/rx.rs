@@ -242,8 +242,23 @@ impl Inner {
         }
     }
 
+    /// Takes one DDP segment, and counts it by opcode once it was taken:
+    /// a segment that draws a Terminate is no operation the peer made.
     fn process(&mut self, ctx: &mut Ctx<'_>, ulpdu: &[u8]) -> Result<(), Failure> {
         let packet = ddp::Packet::new_checked(ulpdu).map_err(|_| (TermCause::Truncated, false))?;
+        let control = Control::from_octet(packet.rsvd_ulp());
+        let (octets, last) = (packet.payload().len(), packet.last());
+        self.take_segment(ctx, packet, control)?;
+        self.stats.received(control.opcode, octets, last);
+        Ok(())
+    }
+
+    fn take_segment(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        packet: ddp::Packet<&[u8]>,
+        control: Control,
+    ) -> Result<(), Failure> {
         if packet.version() != ddp::VERSION {
             let cause = if packet.tagged() {
                 TermCause::Tagged(TaggedError::Version)
@@ -252,9 +267,6 @@ impl Inner {
             };
             return Err((cause, false));
         }
-        let control = Control::from_octet(packet.rsvd_ulp());
-        self.stats
-            .received(control.opcode, packet.payload().len(), packet.last());
         if control.opcode == Opcode::Terminate {
             // Whatever else is wrong with it (QN, L, MO, RDMAP version), a
             // Terminate ends the stream and is never answered with one.
