@@ -590,6 +590,14 @@ fn serve_sctp(args: &Args, config: &RigConfig, stop: &AtomicBool) -> i32 {
             eprintln!("bench server: {why}");
         }
         if server.run_done() {
+            if server.failed() > 0 {
+                eprintln!(
+                    "bench server: client gone after {} stream(s), {} of them failed",
+                    server.served(),
+                    server.failed()
+                );
+                return 1;
+            }
             println!(
                 "bench server: client done after {} stream(s)",
                 server.served()

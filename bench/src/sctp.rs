@@ -223,6 +223,9 @@ pub struct SctpServer<S: MessageTransport> {
     /// Streams served, and whether one was of the client's last size.
     served: u64,
     last_seen: bool,
+    /// Streams that ended with an RDMAP Terminate, or whose workload
+    /// failed here.
+    failed: u64,
 }
 
 impl<S: MessageTransport> SctpServer<S> {
@@ -234,6 +237,7 @@ impl<S: MessageTransport> SctpServer<S> {
             responder: Responder::default(),
             served: 0,
             last_seen: false,
+            failed: 0,
         })
     }
 
@@ -270,16 +274,34 @@ impl<S: MessageTransport> SctpServer<S> {
                         Err(_) => self.ep.core.close_stream(qp),
                     }
                 }
-                SctpEvent::StreamEnded { qp: Some(qp), .. } => self.responder.remove(qp),
+                SctpEvent::StreamEnded {
+                    qp: Some(qp),
+                    terminate,
+                    ..
+                } => {
+                    self.responder.remove(qp);
+                    // An RDMAP Terminate ended it (a client's close is a
+                    // Session Terminate, which ends every stream).
+                    if terminate.is_some() {
+                        self.failed += 1;
+                    }
+                }
                 _ => {}
             }
         }
         if let Err((qp, why)) = self.responder.step(&mut self.ep) {
             self.responder.remove(qp);
             self.ep.core.close_stream(qp);
+            self.failed += 1;
             return Err(why);
         }
         Ok(())
+    }
+
+    /// Streams that failed so far (an RDMAP Terminate, or their workload
+    /// here).
+    pub fn failed(&self) -> u64 {
+        self.failed
     }
 
     /// Streams served so far.

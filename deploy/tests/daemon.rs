@@ -67,9 +67,8 @@ fn fail(why: impl Into<String>) -> Failed {
     Failed::from(why.into())
 }
 
-/// A free TCP port on loopback (bound and let go: a test's own).
-/// A port no one listens on, and none this process handed out before:
-/// below Linux's ephemeral range (32768 on), so that no connection's local
+/// A TCP port on loopback no one listens on, and none this process handed
+/// out before: below Linux's ephemeral range (32768 on), so that no connection's local
 /// end (the 10,000 idle connections of one test, running beside the
 /// others) takes it meanwhile, as a port the kernel gave out and took back
 /// could be (two services of one test were once given the same one).

@@ -113,12 +113,14 @@ impl Layout {
 }
 
 /// What a session's peer may address: its own slot, under an STag of its
-/// own with a fresh key (RFC 5042 §5), with only the access its test
-/// needs. A peer that writes past its buffers (a client's `-s` larger than
-/// the server's), or tries an STag it saw in another session, draws a
-/// Terminate on its own connection (RFC 5041's base or bounds violation,
-/// or invalid STag) and never reaches another session's memory. It is
-/// deregistered when the session ends (or is dropped), so nothing it told
+/// own with a new key (RFC 5042 §5; 8 bits, drawn at random), with only
+/// the access its test needs. A peer that writes past its buffers (a
+/// client's `-s` larger than the server's) draws a Terminate on its own
+/// connection (RFC 5041's base or bounds violation) and never reaches the
+/// memory beside its slot; one that tries an STag it saw in an earlier
+/// session meets an invalid STag, unless the index came back with the same
+/// key (1 in 256). It is deregistered when the session fails, or when it
+/// is dropped after completing (its connections gone), so nothing it told
 /// its peer stays usable.
 #[derive(Debug)]
 struct Exposed {
@@ -646,8 +648,12 @@ impl Machine {
         match self.advance(ep) {
             Ok(status) => {
                 if status == Status::Done {
+                    // Its slot stays addressable until the session is
+                    // dropped (its connections gone): the peer's last
+                    // Writes complete on its side once handed to TCP, and
+                    // may still be on the data connections after the last
+                    // handshake on the control one.
                     self.done = true;
-                    self.exposed = None;
                 }
                 status
             }
