@@ -105,6 +105,16 @@ impl Host {
         (region, mr)
     }
 
+    /// `region` registered in the host's PD for local work requests only
+    /// (receives, the sources and sinks of our own operations): a peer
+    /// told its STag could do nothing with it. A server that lends parts
+    /// of it registers each part for its client ([`crate::responder::Exposure`]).
+    pub fn register_local(&self, region: &Arc<Region>) -> Mr {
+        self.registry
+            .reg_region(self.pd, region.clone(), Access::LOCAL_WRITE)
+            .expect("a registry has room for a server's registration")
+    }
+
     /// The protection domain of every QP and registration of this host.
     pub fn pd(&self) -> Pd {
         self.pd

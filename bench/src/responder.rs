@@ -6,8 +6,8 @@
 
 use dataplane::CoreTransport;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
-use rnic_engine::mem::Region;
-use rnic_engine::verbs::{Mr, QpHandle, RecvWr, RemoteAddr, SendOp, SendWr};
+use rnic_engine::mem::{Access, Pd, Region};
+use rnic_engine::verbs::{Mr, QpHandle, RecvWr, Registry, RemoteAddr, SendOp, SendWr};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -311,6 +311,10 @@ struct Run {
     /// Its lease of the server's memory.
     offset: u64,
     len: u64,
+    /// The STag over exactly its lease ([`Exposure`]), and what it lets
+    /// the client do.
+    stag: Option<u32>,
+    access: Access,
     /// Connections accepted (by the control plane), and handed to a core
     /// with a QP.
     admitted: u64,
@@ -334,6 +338,34 @@ struct Runs {
     /// Leases given back whose octets an earlier run may have left: they
     /// are free again once [`Serving::scrub`] has zeroed them.
     dirty: Vec<(u64, u64)>,
+}
+
+/// Where a server of several runs registers each run's lease under an
+/// STag of its own, so that a client reaches its lease and nothing else:
+/// not another run's, not the memory other services keep beside the
+/// leases. The memory's own registration (`Host::register_local`) is for
+/// the server's local work requests only. Each registration draws a new
+/// key (RFC 5042 §5), and ends with the run.
+pub struct Exposure {
+    /// The registry of every core's engine.
+    pub registry: Arc<Registry>,
+    /// The protection domain of the server's QPs.
+    pub pd: Pd,
+    /// The memory the leases are of.
+    pub region: Arc<Region>,
+}
+
+/// The remote access a run of `op` needs to its lease: the client Writes
+/// into it, Reads from it or runs atomics on it; a Send run's lease takes
+/// its messages through receives, and its STag lets the client do
+/// nothing.
+fn lease_access(op: Op) -> Access {
+    match op {
+        Op::Write | Op::WriteImm => Access::REMOTE_WRITE | Access::LOCAL_WRITE,
+        Op::Read => Access::REMOTE_READ,
+        Op::FetchAdd | Op::CmpSwap => Access::REMOTE_ATOMIC | Access::LOCAL_WRITE,
+        Op::Send => Access::LOCAL_READ,
+    }
 }
 
 /// A snapshot of what a server serves, for operators.
@@ -368,6 +400,8 @@ pub struct Serving {
     active: Mutex<Option<u64>>,
     /// [`Admission::Many`]: the runs and their leases.
     runs: Mutex<Runs>,
+    /// [`Admission::Many`]: each run's lease under an STag of its own.
+    exposure: Option<Exposure>,
     /// No new connection is accepted.
     draining: AtomicBool,
     refused: AtomicU64,
@@ -391,8 +425,25 @@ impl Serving {
     /// The shared state of a server of `cores` cores admitting runs as
     /// `admission` says, in a memory of `memory` octets.
     pub fn with(cores: usize, admission: Admission, memory: u64) -> Arc<Serving> {
+        Serving::build(cores, admission, memory, None)
+    }
+
+    /// [`Serving::with`] over the memory of `exposure`, each run told an
+    /// STag of its own over its lease (see [`Exposure`]).
+    pub fn exposing(cores: usize, admission: Admission, exposure: Exposure) -> Arc<Serving> {
+        let memory = exposure.region.len() as u64;
+        Serving::build(cores, admission, memory, Some(exposure))
+    }
+
+    fn build(
+        cores: usize,
+        admission: Admission,
+        memory: u64,
+        exposure: Option<Exposure>,
+    ) -> Arc<Serving> {
         Arc::new(Serving {
             admission,
+            exposure,
             active: Mutex::new(None),
             runs: Mutex::new(Runs {
                 leases: Leases::new(memory),
@@ -513,6 +564,7 @@ impl Serving {
             return self.admit_one(hello);
         };
         let need = memory_for(hello.qps as usize, hello.size as usize) as u64;
+        let access = lease_access(hello.op);
         let mut runs = self.runs();
         let Runs {
             leases,
@@ -521,6 +573,14 @@ impl Serving {
             ..
         } = &mut *runs;
         if let Some(run) = by_id.get_mut(&hello.run) {
+            if self.exposure.is_some() && !run.access.contains(access) {
+                // Its STag carries the first connection's rights only.
+                return Err(format!(
+                    "a {:?} connection in a run of another operation: a run serves one \
+                     operation (start one bench client per operation)",
+                    hello.op
+                ));
+            }
             if need > run.len {
                 // A larger size (-a): a new lease, if none of the old
                 // one's connections can still use it.
@@ -532,11 +592,20 @@ impl Serving {
                     ));
                 }
                 let (offset, len) = leases.take(need).ok_or_else(|| out_of_memory(leases))?;
+                let stag = match self.expose(offset, len, run.access) {
+                    Ok(stag) => stag,
+                    Err(why) => {
+                        leases.give_back(offset, len);
+                        return Err(why);
+                    }
+                };
+                // No connection of the old size is left to use its STag.
+                self.unexpose(run.stag);
                 dirty.push((run.offset, run.len));
-                (run.offset, run.len) = (offset, len);
+                (run.offset, run.len, run.stag) = (offset, len, stag);
                 run.admitted += 1;
                 run.last_seen |= hello.last;
-                return Ok(Lease { offset });
+                return Ok(Lease { offset, stag });
             }
             run.admitted += 1;
             run.last_seen |= hello.last;
@@ -544,7 +613,10 @@ impl Serving {
                 // Activity: the idle reaper counts from now.
                 run.quiet_since = Some(StdInstant::now());
             }
-            return Ok(Lease { offset: run.offset });
+            return Ok(Lease {
+                offset: run.offset,
+                stag: run.stag,
+            });
         }
         if by_id.len() >= runs_max {
             return Err(format!(
@@ -552,11 +624,20 @@ impl Serving {
             ));
         }
         let (offset, len) = leases.take(need).ok_or_else(|| out_of_memory(leases))?;
+        let stag = match self.expose(offset, len, access) {
+            Ok(stag) => stag,
+            Err(why) => {
+                leases.give_back(offset, len);
+                return Err(why);
+            }
+        };
         by_id.insert(
             hello.run,
             Run {
                 offset,
                 len,
+                stag,
+                access,
                 admitted: 1,
                 handed: 0,
                 open: 0,
@@ -564,7 +645,41 @@ impl Serving {
                 quiet_since: Some(StdInstant::now()),
             },
         );
-        Ok(Lease { offset })
+        Ok(Lease { offset, stag })
+    }
+
+    /// Registers the lease of `len` octets at `offset` for a run whose
+    /// client may do `access` there: its STag, `None` if this server does
+    /// not expose leases (the client is told the memory's STag).
+    fn expose(&self, offset: u64, len: u64, access: Access) -> Result<Option<u32>, String> {
+        let Some(e) = &self.exposure else {
+            return Ok(None);
+        };
+        // Tagged Offsets from 0: the client learns nothing of where its
+        // lease lies.
+        e.registry
+            .reg_mr(
+                e.pd,
+                e.region.clone(),
+                offset as usize,
+                len as usize,
+                0,
+                access,
+            )
+            .map(|mr| Some(mr.stag))
+            .map_err(|err| {
+                format!(
+                    "this server has no STag left for the run's memory ({err:?}): try again later"
+                )
+            })
+    }
+
+    /// Deregisters a run's STag: a segment that still carries it draws an
+    /// invalid-STag Terminate.
+    fn unexpose(&self, stag: Option<u32>) {
+        if let (Some(e), Some(stag)) = (&self.exposure, stag) {
+            let _ = e.registry.dereg_mr(stag);
+        }
     }
 
     fn admit_one(&self, hello: &ClientHello) -> Result<Lease, String> {
@@ -580,7 +695,10 @@ impl Serving {
                 if hello.last {
                     self.last_seen.store(true, Ordering::SeqCst);
                 }
-                Ok(Lease { offset: 0 })
+                Ok(Lease {
+                    offset: 0,
+                    stag: None,
+                })
             }
         }
     }
@@ -610,7 +728,9 @@ impl Serving {
             r.quiet_since = Some(StdInstant::now());
             if r.last_seen && r.admitted == r.handed {
                 dirty.push((r.offset, r.len));
+                let stag = r.stag;
                 by_id.remove(&run);
+                self.unexpose(stag);
                 self.runs_done.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -633,6 +753,7 @@ impl Serving {
         for id in &gone {
             if let Some(r) = by_id.remove(id) {
                 dirty.push((r.offset, r.len));
+                self.unexpose(r.stag);
                 self.runs_done.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -665,9 +786,11 @@ impl Serving {
     }
 }
 
-/// The range of the server's memory a run was given.
+/// The range of the server's memory a run was given, and its STag if it
+/// has one of its own.
 struct Lease {
     offset: u64,
+    stag: Option<u32>,
 }
 
 fn out_of_memory(leases: &Leases) -> String {
@@ -842,7 +965,8 @@ impl<T: CoreTransport> Server<T> {
 
     /// Core `core` of a server of several on `host`: they share `serving`
     /// and the memory `region` registered as `mr` (every client QP, on
-    /// whichever core, is told the same STag), and each listens on `port`
+    /// whichever core, is told the same STag, unless `serving` gives each
+    /// run one of its own: [`Serving::exposing`]), and each listens on `port`
     /// of its own transport; `events` hears of every connection (without
     /// it, refusals are printed on stderr).
     #[allow(clippy::too_many_arguments)]
@@ -923,12 +1047,15 @@ impl<T: CoreTransport> Server<T> {
                             size: h.size,
                         });
                     }
-                    Decision::Accept(Accept {
-                        private_data: ServerHello {
+                    let hello = match lease.stag {
+                        Some(stag) => ServerHello { stag, to: 0 },
+                        None => ServerHello {
                             stag,
                             to: base_to.wrapping_add(lease.offset),
-                        }
-                        .encode(),
+                        },
+                    };
+                    Decision::Accept(Accept {
+                        private_data: hello.encode(),
                         ..Accept::default()
                     })
                 }
@@ -1235,5 +1362,71 @@ mod tests {
         serving.drain();
         let late = serving.admit(&hello(5, 64, true), len).err().unwrap();
         assert!(late.contains("draining"), "{late}");
+    }
+
+    #[test]
+    fn exposed_runs_get_an_stag_of_their_own_that_ends_with_the_run() {
+        let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
+        let pd = registry.alloc_pd().unwrap();
+        let region = Region::new(1 << 20);
+        let serving = Serving::exposing(
+            1,
+            Admission::Many {
+                runs_max: 4,
+                idle: StdDuration::ZERO,
+            },
+            Exposure {
+                registry: registry.clone(),
+                pd,
+                region: region.clone(),
+            },
+        );
+        let len = region.len();
+        let base = registry.stags_in_use();
+        let a = serving.admit(&hello(1, 4096, false), len).unwrap();
+        let b = serving.admit(&hello(2, 4096, true), len).unwrap();
+        let (sa, sb) = (a.stag.unwrap(), b.stag.unwrap());
+        assert_ne!(sa, sb, "each run its own STag");
+        assert_eq!(registry.stags_in_use(), base + 2);
+        // A second connection of run 1 is told the same STag.
+        assert_eq!(
+            serving.admit(&hello(1, 4096, false), len).unwrap().stag,
+            Some(sa)
+        );
+        // Run 1's STag lets it Write: a Read connection in it is refused.
+        let mut read = hello(1, 4096, false);
+        read.op = Op::Read;
+        let why = serving.admit(&read, len).err().unwrap();
+        assert!(why.contains("one operation"), "{why}");
+        // Its connections come and go; a larger size (-a) gets a new lease
+        // under a new STag, and the old one is gone.
+        for _ in 0..2 {
+            serving.handed(1).unwrap();
+        }
+        serving.closed(1);
+        serving.closed(1);
+        let grown = serving.admit(&hello(1, 1 << 16, true), len).unwrap();
+        let sg = grown.stag.unwrap();
+        assert_ne!(grown.offset, a.offset);
+        assert!(
+            registry.dereg_mr(sa).is_err(),
+            "the old size's STag was freed"
+        );
+        assert_eq!(registry.stags_in_use(), base + 2);
+        // Run 1 ends with its last size: its STag goes.
+        serving.handed(1).unwrap();
+        serving.closed(1);
+        assert!(
+            registry.dereg_mr(sg).is_err(),
+            "a finished run's STag was freed"
+        );
+        // Run 2's connection never reached a core: the reaper gives it up
+        // and frees its STag.
+        assert_eq!(serving.reap(), 1);
+        assert!(
+            registry.dereg_mr(sb).is_err(),
+            "a reaped run's STag was freed"
+        );
+        assert_eq!(registry.stags_in_use(), base);
     }
 }

@@ -15,10 +15,13 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use bench::endpoint::{now, Host};
 use bench::link::{LinkArgs, PeerTransport};
-use bench::responder::{Admission, Connection, EventHook, Foreign, Server, ServerEvent, Serving};
+use bench::responder::{
+    Admission, Connection, EventHook, Exposure, Foreign, Server, ServerEvent, Serving,
+};
 use control::mpa::StartupConfig;
 use control::runtime::ControlConfig;
 use dataplane::{CoreCounters, CoreTransport};
+use rnic_engine::mem::Region;
 use rnic_engine::verbs::QpEvent;
 
 use crate::config::{Config, Driver, HugepagesPolicy, ServiceKind};
@@ -321,6 +324,8 @@ pub struct Shared {
     pub port_describe: Mutex<String>,
     /// The bench service's state (runs, leases, drain).
     pub serving: Arc<Serving>,
+    /// The services' memory (bench leases, perftest and rping buffers).
+    pub region: Arc<Region>,
     /// The memory service, if configured.
     pub memory: Option<Arc<MemoryService>>,
     /// The rping service's gate (its per-core state is the cores').
@@ -437,14 +442,20 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         ..ControlConfig::default()
     };
     let host = Host::with_control(cores as u16, seed(), control)?;
-    let memory = config.rnic.memory_mib << 20;
-    let serving = Serving::with(
+    // The services' memory: each bench run's lease under an STag of its
+    // own, perftest's and rping's buffers reserved beside them.
+    let region = Region::new(config.rnic.memory_mib << 20);
+    let serving = Serving::exposing(
         cores,
         Admission::Many {
             runs_max: config.rnic.clients_max,
             idle: StdDuration::from_millis(config.daemon.client_idle_ms),
         },
-        memory as u64,
+        Exposure {
+            registry: host.registry().clone(),
+            pd: host.pd(),
+            region: region.clone(),
+        },
     );
     let memory = config.service(ServiceKind::Memory).map(|_| {
         Arc::new(MemoryService::new(
@@ -524,6 +535,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         config_path,
         port_describe: Mutex::new(String::new()),
         serving,
+        region,
         memory,
         rping: Arc::new(RpingGate {
             setup: events.setup.clone(),
@@ -707,7 +719,10 @@ fn run_cores<T: CoreTransport + Send>(
         ord: config.rnic.ord,
         ..StartupConfig::default()
     };
-    let (region, mr) = shared.host.register(config.rnic.memory_mib << 20);
+    // For the cores' own work requests only: what a client may reach is
+    // registered for it (its run's lease, its perftest session's slot).
+    let region = shared.region.clone();
+    let mr = shared.host.register_local(&region);
     let hook = shared.events.hook("bench");
     let mut servers: Vec<Server<T>> = transports
         .into_iter()

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bench::endpoint::{now, Endpoint};
+use bench::hello::{ClientHello, ServerHello};
+use bench::lease::LEASE_ALIGN;
 use bench::rig::{self, RigConfig};
 use bench::spec::{memory_for, Measured, Mode, Op, Spec, Stop};
 use bench::workload;
@@ -53,6 +55,7 @@ fn main() {
             serve_and_drain,
         ),
         Trial::test("memory_service_lends_regions_by_name", memory_service),
+        Trial::test("bench_clients_reach_their_own_lease_only", bench_leases),
         Trial::test("rping_service_serves_clients_at_once", rping_service),
         Trial::test("perftest_services_serve_clients_at_once", perftest_services),
         Trial::test(
@@ -653,6 +656,146 @@ fn run(ep: &mut Client, qp: QpHandle, op: SendOp, local: u64, len: u32) -> WcSta
         }
     }
     panic!("no completion in 10 s");
+}
+
+/// Opens a bench connection to `addr` with `hello`: the QP and the
+/// server's hello, or why not.
+fn bench_connect(
+    ep: &mut Client,
+    addr: SocketAddrV4,
+    hello: &ClientHello,
+) -> Result<(QpHandle, ServerHello), Failed> {
+    let token = ep
+        .control()
+        .connect(addr, StartupConfig::default(), &hello.encode());
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(10) {
+        ep.step(now());
+        for (h, qp) in ep.take_handoffs() {
+            if h.token != token {
+                continue;
+            }
+            return match (h.result, qp) {
+                (StartupResult::Established(e), Some(qp)) => {
+                    ServerHello::decode(&e.peer_private_data)
+                        .map(|s| (qp, s))
+                        .map_err(fail)
+                }
+                (other, _) => Err(fail(format!("the bench service refused: {other:?}"))),
+            };
+        }
+    }
+    Err(fail("no answer from the bench service in 10 s"))
+}
+
+/// The Terminate QP `qp` receives, within 10 s.
+fn terminate_of(ep: &mut Client, qp: QpHandle) -> Result<QpEvent, Failed> {
+    let start = Instant::now();
+    loop {
+        ep.step(now());
+        if let Some((_, e)) = ep.take_events().into_iter().find(|(q, _)| *q == qp) {
+            return Ok(e);
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err(fail("no Terminate in 10 s"));
+        }
+    }
+}
+
+/// Each bench run is told an STag over its own lease, with the rights its
+/// operation needs, and nothing else: before, every run was told one STag
+/// of the daemon's whole memory (read, write and atomic), at its lease's
+/// offset, so a client could reach other runs' leases and the perftest and
+/// rping buffers.
+fn bench_leases() -> Result<(), Failed> {
+    let dir = scratch("leases");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    let config = loopback_config(&dir, tcp_port, metrics, 16);
+    let daemon = Daemon::start(&dir, &config)?;
+    let base = daemon.ctl("stats").map_err(fail)?["stags"]
+        .as_u64()
+        .ok_or_else(|| fail("no stags in dpwarpctl stats"))?;
+    let addr = SocketAddrV4::new([127, 0, 0, 1].into(), daemon.port_of("bench")?);
+    let transport =
+        KernelTransport::new(KernelConfig::default()).map_err(|e| fail(e.to_string()))?;
+    let mut ep = Client::new(transport, 9000 - 40, 7, 1 << 20);
+    let mine = (ep.mr.stag, ep.mr.base_to);
+    let hello = |op: Op, run: u64| ClientHello {
+        op,
+        mode: Mode::Bandwidth,
+        size: 4096,
+        depth: 4,
+        qi: 0,
+        qps: 1,
+        last: true,
+        stag: mine.0,
+        to: mine.1,
+        run,
+    };
+    // The lease of one QP of 4096 octets, as the service rounds it.
+    let lease = (memory_for(1, 4096) as u64).div_ceil(LEASE_ALIGN) * LEASE_ALIGN;
+    let at = |s: &ServerHello, off: u64| RemoteAddr {
+        stag: s.stag,
+        to: s.to + off,
+    };
+
+    // A Write run: its STag is registered while it runs, lets it Write,
+    // and not Read (RDMAP remote protection error, access rights
+    // violation: RFC 5040 §7.2).
+    let (qa, sa) = bench_connect(&mut ep, addr, &hello(Op::Write, 1))?;
+    daemon.wait_stats(Duration::from_secs(10), |s| s["stags"] == base + 1)?;
+    let st = run(&mut ep, qa, SendOp::Write(at(&sa, 0)), 0, 64);
+    if st != WcStatus::Success {
+        return Err(fail(format!("a Write into the lease: {st:?}")));
+    }
+    let _ = run(&mut ep, qa, SendOp::Read(at(&sa, 0)), 4096, 64);
+    match terminate_of(&mut ep, qa)? {
+        QpEvent::TerminateReceived(t) if (t.layer, t.etype, t.ecode) == (0, 1, 2) => {}
+        other => {
+            return Err(fail(format!(
+                "a Read through a Write run's STag: {other:?}"
+            )))
+        }
+    }
+    ep.close(qa);
+    // The run ended with its connection: its STag with it.
+    daemon.wait_stats(Duration::from_secs(10), |s| s["stags"] == base)?;
+
+    // Another Write run, past its lease's end: DDP tagged buffer error,
+    // base or bounds violation (RFC 5041 §7.2), where the whole memory's
+    // STag let the octets land in what followed the lease.
+    let (qb, sb) = bench_connect(&mut ep, addr, &hello(Op::Write, 2))?;
+    if sb.stag == sa.stag {
+        return Err(fail(format!("two runs told one STag: {sa:?}, {sb:?}")));
+    }
+    let _ = run(&mut ep, qb, SendOp::Write(at(&sb, lease)), 0, 64);
+    match terminate_of(&mut ep, qb)? {
+        QpEvent::TerminateReceived(t) if (t.layer, t.etype, t.ecode) == (1, 1, 1) => {}
+        other => return Err(fail(format!("a Write past the lease: {other:?}"))),
+    }
+    ep.close(qb);
+    daemon.wait_stats(Duration::from_secs(10), |s| s["stags"] == base)?;
+
+    // A Read run reads its lease: zeroed, whatever the runs before it left.
+    let (qc, sc) = bench_connect(&mut ep, addr, &hello(Op::Read, 3))?;
+    ep.region
+        .write(8192, &[0xFF; 4096])
+        .map_err(|e| fail(format!("{e:?}")))?;
+    let st = run(&mut ep, qc, SendOp::Read(at(&sc, 0)), 8192, 4096);
+    let mut back = vec![1u8; 4096];
+    ep.region
+        .read(8192, &mut back)
+        .map_err(|e| fail(format!("{e:?}")))?;
+    if st != WcStatus::Success || back.iter().any(|&b| b != 0) {
+        return Err(fail(format!(
+            "a Read of a fresh lease: {st:?}, first octets {:?}",
+            &back[..8]
+        )));
+    }
+    ep.close(qc);
+    daemon.wait_stats(Duration::from_secs(10), |s| s["stags"] == base)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }
 
 fn memory_service() -> Result<(), Failed> {
