@@ -355,6 +355,15 @@ fn a_read_rtr_is_answered_even_with_ird_0() {
         1,
         "b's Send arrived after the RTR's response"
     );
+    // The provider's: neither the RTR nor its zero-length response is
+    // in the counters the ULP's metrics read, nor timed; b's Send is.
+    use rnic_engine::wire::rdmap::Opcode;
+    let stats = pair.b.rnic.op_stats(qb).unwrap();
+    let at = |o: Opcode| usize::from(u8::from(o));
+    assert_eq!(stats.rx[at(Opcode::RdmaReadRequest)].messages, 0);
+    assert_eq!(stats.tx[at(Opcode::RdmaReadResponse)].messages, 0);
+    assert_eq!(stats.read_responses.count(), 0);
+    assert_eq!(stats.tx[at(Opcode::Send)].messages, 1);
 }
 
 #[test]

@@ -469,8 +469,10 @@ enum Irrq {
         msn: u32,
         request: ReadRequestRepr,
         sent: usize,
-        /// When it arrived ([`Ctx::now_us`]).
-        arrived: u64,
+        /// When it arrived ([`Ctx::now_us`]); `None` for the Read RTR,
+        /// which the provider answers and the ULP never sees (neither
+        /// counted as a received Read Request nor timed).
+        arrived: Option<u64>,
     },
     Atomic {
         msn: u32,

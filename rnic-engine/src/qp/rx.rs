@@ -234,7 +234,7 @@ impl Inner {
                     msn: packet.msn(),
                     request,
                     sent: 0,
-                    arrived: ctx.now_us,
+                    arrived: None,
                 });
                 Ok(())
             }
@@ -608,7 +608,7 @@ impl Inner {
             msn,
             request,
             sent: 0,
-            arrived: ctx.now_us,
+            arrived: Some(ctx.now_us),
         });
         Ok(())
     }

@@ -791,10 +791,16 @@ impl Inner {
                         let _ = lease.region().read(lease.offset + offset, dst);
                     }
                 })?;
-                self.stats.sent(Opcode::RdmaReadResponse, n, last);
+                // The Read RTR's response is the provider's, as the RTR
+                // itself: neither counted nor timed.
+                if arrived.is_some() {
+                    self.stats.sent(Opcode::RdmaReadResponse, n, last);
+                }
                 if last {
-                    self.stats
-                        .read_responded(ctx.now_us.saturating_sub(arrived));
+                    if let Some(arrived) = arrived {
+                        self.stats
+                            .read_responded(ctx.now_us.saturating_sub(arrived));
+                    }
                     self.irrq.pop_front();
                 } else if let Some(Irrq::Read { sent, .. }) = self.irrq.front_mut() {
                     *sent += n;
