@@ -115,6 +115,30 @@ impl Host {
             .expect("a registry has room for a server's registration")
     }
 
+    /// Core `core`'s end of the control plane, for a core that is not an
+    /// [`Endpoint`] (a DDP over SCTP core: `crate::sctp::SctpServer::serving`);
+    /// `None` if there is no such core or it was taken.
+    pub fn take_link(&self, core: CoreId) -> Option<CoreLink> {
+        self.links
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(usize::from(core))
+            .and_then(Option::take)
+    }
+
+    /// Listens for DDP streams (RFC 5043 §6, RFC 6581 §7) on core `core`'s
+    /// SCTP endpoint: `on_initiate` decides each Initiate.
+    pub fn listen_sessions(
+        &self,
+        core: CoreId,
+        config: control::session::SessionConfig,
+        on_initiate: control::runtime::OnInitiate,
+    ) -> Result<(), String> {
+        self.plane()
+            .listen_sessions(core, config, on_initiate)
+            .map_err(|e| format!("the session configuration: {e}"))
+    }
+
     /// The protection domain of every QP and registration of this host.
     pub fn pd(&self) -> Pd {
         self.pd

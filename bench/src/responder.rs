@@ -475,6 +475,11 @@ impl Serving {
         self.served[core].load(Ordering::Relaxed)
     }
 
+    /// Core `core` served a connection to the end.
+    pub(crate) fn count_served(&self, core: usize) {
+        self.served[core].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Connections open or starting on every core, as of their last turns.
     pub fn open(&self) -> usize {
         self.open.iter().map(|o| o.load(Ordering::Relaxed)).sum()
@@ -546,6 +551,64 @@ impl Serving {
             refused: self.refused(),
             open: self.open(),
             runs_done: self.runs_done(),
+        }
+    }
+
+    /// The control plane's verdict on a client's hello (`private_data`,
+    /// from `peer`) for a server of `len` octets registered as `memory`:
+    /// an Accept telling it the STag and TO of its lease (an STag of its
+    /// own where this server has an [`Exposure`], else `memory`'s), or a
+    /// Reject saying why not. `hook` hears of either. The same for every
+    /// lower layer (`llp`): an MPA Request's private data or a DDP
+    /// session's Initiate's (RFC 6581 §7).
+    pub fn decide(
+        &self,
+        private_data: &[u8],
+        len: usize,
+        memory: Mr,
+        (llp, peer): (&'static str, std::net::SocketAddrV4),
+        hook: Option<&EventHook>,
+    ) -> Decision {
+        let hello = ClientHello::decode(private_data);
+        let verdict = hello
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|h| self.admit(h, len).map(|lease| (h, lease)));
+        match verdict {
+            Ok((h, lease)) => {
+                if let Some(hook) = hook {
+                    hook(ServerEvent::Accepted {
+                        llp,
+                        peer,
+                        run: h.run,
+                        op: h.op,
+                        size: h.size,
+                    });
+                }
+                let hello = match lease.stag {
+                    Some(stag) => ServerHello { stag, to: 0 },
+                    None => ServerHello {
+                        stag: memory.stag,
+                        to: memory.base_to.wrapping_add(lease.offset),
+                    },
+                };
+                Decision::Accept(Accept {
+                    private_data: hello.encode(),
+                    ..Accept::default()
+                })
+            }
+            Err(why) => {
+                match hook {
+                    Some(hook) => hook(ServerEvent::Refused {
+                        llp,
+                        peer,
+                        why: why.clone(),
+                    }),
+                    None => eprintln!("bench server: refused the client at {peer}: {why}"),
+                }
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                Decision::Reject(hello::encode_reject(&why))
+            }
         }
     }
 
@@ -705,7 +768,7 @@ impl Serving {
 
     /// [`Admission::Many`]: a connection of run `run` reached a core with
     /// a QP; the offset of the run's lease, or `None` if the run is gone.
-    fn handed(&self, run: u64) -> Option<u64> {
+    pub(crate) fn handed(&self, run: u64) -> Option<u64> {
         let mut runs = self.runs();
         let r = runs.by_id.get_mut(&run)?;
         r.handed += 1;
@@ -717,7 +780,7 @@ impl Serving {
     /// [`Admission::Many`]: a connection of run `run` ended on a core. The
     /// run is done when its last size was seen and nothing of it is open or
     /// on its way.
-    fn closed(&self, run: u64) {
+    pub(crate) fn closed(&self, run: u64) {
         let mut runs = self.runs();
         let Runs { by_id, dirty, .. } = &mut *runs;
         let Some(r) = by_id.get_mut(&run) else {
@@ -765,7 +828,7 @@ impl Serving {
     /// connections are all gone from every core. A client opens every
     /// connection of a size (each one counted by its core from the SYN on)
     /// before it closes any, so no core still has one of them to come.
-    fn publish(&self, core: usize, open: usize) {
+    pub(crate) fn publish(&self, core: usize, open: usize) {
         // Written when it changes, not every turn (a turn of a latency run
         // is a microsecond).
         if self.open[core].load(Ordering::Relaxed) != open {
@@ -806,6 +869,9 @@ fn out_of_memory(leases: &Leases) -> String {
 /// connections`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Connection {
+    /// The lower layer under DDP: `"mpa"` (MPA over TCP, RFC 5044) or
+    /// `"sctp"` (DDP over SCTP, RFC 5043).
+    pub llp: &'static str,
     /// The core's QP.
     pub qp: QpHandle,
     /// The client's address and port.
@@ -889,6 +955,8 @@ pub struct Foreign {
 pub enum ServerEvent {
     /// The control plane accepted a client's connection.
     Accepted {
+        /// The lower layer under DDP (see [`Connection::llp`]).
+        llp: &'static str,
         /// The client.
         peer: std::net::SocketAddrV4,
         /// Its run and workload.
@@ -900,6 +968,8 @@ pub enum ServerEvent {
     },
     /// The control plane refused one (MPA Reject with the reason).
     Refused {
+        /// The lower layer under DDP (see [`Connection::llp`]).
+        llp: &'static str,
         /// The client.
         peer: std::net::SocketAddrV4,
         /// Why, as the client is told.
@@ -1026,51 +1096,18 @@ impl<T: CoreTransport> Server<T> {
     /// The control plane's accept callback: admits the client's run (a
     /// lease of the memory) or says why not.
     fn on_request(&self) -> control::runtime::OnRequest {
-        let region = self.endpoint.region.clone();
-        let len = region.len();
-        let (stag, base_to) = (self.endpoint.mr.stag, self.endpoint.mr.base_to);
+        let len = self.endpoint.region.len();
+        let memory = self.endpoint.mr;
         let shared = self.serving.clone();
         let hook = self.events.clone();
         Box::new(move |request, peer| {
-            let hello = ClientHello::decode(&request.private_data);
-            let verdict = hello
-                .as_ref()
-                .map_err(Clone::clone)
-                .and_then(|h| shared.admit(h, len).map(|lease| (h, lease)));
-            match verdict {
-                Ok((h, lease)) => {
-                    if let Some(hook) = &hook {
-                        hook(ServerEvent::Accepted {
-                            peer,
-                            run: h.run,
-                            op: h.op,
-                            size: h.size,
-                        });
-                    }
-                    let hello = match lease.stag {
-                        Some(stag) => ServerHello { stag, to: 0 },
-                        None => ServerHello {
-                            stag,
-                            to: base_to.wrapping_add(lease.offset),
-                        },
-                    };
-                    Decision::Accept(Accept {
-                        private_data: hello.encode(),
-                        ..Accept::default()
-                    })
-                }
-                Err(why) => {
-                    match &hook {
-                        Some(hook) => hook(ServerEvent::Refused {
-                            peer,
-                            why: why.clone(),
-                        }),
-                        None => eprintln!("bench server: refused the client at {peer}: {why}"),
-                    }
-                    shared.refused.fetch_add(1, Ordering::Relaxed);
-                    Decision::Reject(hello::encode_reject(&why))
-                }
-            }
+            shared.decide(
+                &request.private_data,
+                len,
+                memory,
+                ("mpa", peer),
+                hook.as_ref(),
+            )
         })
     }
 
@@ -1207,6 +1244,7 @@ impl<T: CoreTransport> Server<T> {
             self.connections.insert(
                 qp,
                 Connection {
+                    llp: "mpa",
                     qp,
                     peer,
                     run: h.run,

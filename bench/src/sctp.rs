@@ -12,17 +12,17 @@
 //! control-plane thread, which runs session establishment (the server's
 //! decides every Initiate, as an MPA server's decides every Request).
 
-use std::collections::HashSet;
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::collections::{HashMap, HashSet};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::Instant as StdInstant;
 
-use control::runtime::{ControlPlane, Decision};
+use control::runtime::{ControlPlane, CoreLink, Decision};
 use control::session::Accept;
 use dataplane::DpdkDevice;
 use dataplane::{MessageTransport, SctpCore, SctpCoreConfig, SctpEvent};
 use rnic_engine::cq::Wc;
-use rnic_engine::mem::{Access, Region};
+use rnic_engine::mem::{Access, Pd, Region};
 use rnic_engine::sctp::rx::ReorderConfig;
 use rnic_engine::verbs::{CqHandle, Mr, QpHandle, QpInit, RemoteAddr, Rnic, RnicConfig, Sge};
 use sctp_lite::AssocId;
@@ -32,9 +32,11 @@ use tcp_lite::sys::tap::TapDevice;
 use tcp_lite::sys::udp::KernelUdp;
 use tcp_lite::{Stack, StackConfig};
 
-use crate::endpoint::{now, RnicEnd, QPS_MAX, QUEUE_DEPTH};
+use crate::endpoint::{now, Host, RnicEnd, QPS_MAX, QUEUE_DEPTH};
 use crate::hello::{ClientHello, ServerHello};
-use crate::responder::{check_fits, Responder, Served};
+use crate::responder::{
+    check_fits, Connection, EventHook, Responder, Served, ServerEvent, Serving,
+};
 use crate::rig::{BenchRig, CoreReport, Pair, RigConfig};
 use crate::spec::{credit_offset, Spec};
 
@@ -47,8 +49,9 @@ const SERVER_UDP_PORT: u16 = sctp_lite::UDP_ENCAPSULATION_PORT;
 pub struct SctpEndpoint<T: MessageTransport> {
     /// The core.
     pub core: SctpCore<T>,
-    /// Its control plane (session establishment), alive as long as it.
-    _plane: ControlPlane,
+    /// Its own control plane (session establishment), alive as long as
+    /// it; `None` on a host's ([`SctpServer::serving`]).
+    _plane: Option<ControlPlane>,
     cq: CqHandle,
     region: Arc<Region>,
     mr: Mr,
@@ -57,6 +60,41 @@ pub struct SctpEndpoint<T: MessageTransport> {
     live: HashSet<QpHandle>,
     /// Events not yet looked at.
     events: Vec<SctpEvent>,
+}
+
+/// The SCTP endpoint and DDP core configuration of an RNIC over a path
+/// of `mtu` octets.
+fn core_config(mtu: usize) -> SctpCoreConfig {
+    let endpoint = sctp_lite::Config {
+        path_mtu: mtu as u32,
+        // One DDP stream per QP of a run (and the server's spare).
+        streams: (QPS_MAX + 1) as u16,
+        // A window like TCP's in the MPA rigs: 256 KiB each way, so both
+        // stay in the core's L2 (4 MiB ran 64 KiB Writes at 10.3 Gbit/s
+        // against 18.2 for 256 KiB, on the embedded link).
+        receive_window: 256 << 10,
+        send_buffer_max: 256 << 10,
+        ..sctp_lite::Config::default()
+    };
+    let mut config = SctpCoreConfig::new(endpoint);
+    // Messages overtaken by a retransmission wait in the QP's reorder
+    // window: room for what the peer can send meanwhile.
+    config.reorder = ReorderConfig {
+        messages: i16::MAX as u16,
+        octets: 16 << 20,
+    };
+    config.streams_max = QPS_MAX + 64;
+    config
+}
+
+/// What an [`SctpEndpoint`] is made of besides its transport.
+struct Parts {
+    rnic: Rnic,
+    pd: Pd,
+    region: Arc<Region>,
+    mr: Mr,
+    link: CoreLink,
+    plane: Option<ControlPlane>,
 }
 
 impl<T: MessageTransport> SctpEndpoint<T> {
@@ -74,9 +112,6 @@ impl<T: MessageTransport> SctpEndpoint<T> {
             ..RnicConfig::default()
         });
         let pd = rnic.alloc_pd().map_err(|e| format!("{e:?}"))?;
-        let cq = rnic
-            .create_cq(crate::endpoint::IN_FLIGHT_MAX * 2)
-            .map_err(|e| format!("{e:?}"))?;
         let region = Region::new(memory);
         let all = Access::LOCAL_WRITE
             .union(Access::REMOTE_WRITE)
@@ -85,33 +120,7 @@ impl<T: MessageTransport> SctpEndpoint<T> {
         let mr = rnic
             .reg_region(pd, region.clone(), all)
             .map_err(|e| format!("{e:?}"))?;
-        let qp_init = QpInit {
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            sq_size: QUEUE_DEPTH,
-            rq_size: QUEUE_DEPTH,
-        };
-        let endpoint = sctp_lite::Config {
-            path_mtu: mtu as u32,
-            // One DDP stream per QP of a run (and the server's spare).
-            streams: (QPS_MAX + 1) as u16,
-            // A window like TCP's in the MPA rigs: 256 KiB each way, so both
-            // stay in the core's L2 (4 MiB ran 64 KiB Writes at 10.3 Gbit/s
-            // against 18.2 for 256 KiB, on the embedded link).
-            receive_window: 256 << 10,
-            send_buffer_max: 256 << 10,
-            ..sctp_lite::Config::default()
-        };
-        let mut config = SctpCoreConfig::new(endpoint);
-        // Messages overtaken by a retransmission wait in the QP's reorder
-        // window: room for what the peer can send meanwhile.
-        config.reorder = ReorderConfig {
-            messages: i16::MAX as u16,
-            octets: 16 << 20,
-        };
-        config.streams_max = QPS_MAX + 64;
+        let config = core_config(mtu);
         let (plane, mut links) = ControlPlane::start(1);
         if serve {
             // The server's memory goes out in every Accept, as MPA's Reply
@@ -131,18 +140,50 @@ impl<T: MessageTransport> SctpEndpoint<T> {
                 .listen_sessions(0, config.session.clone(), Box::new(accept))
                 .map_err(|e| format!("the session configuration: {e}"))?;
         }
-        let epoch = StdInstant::now();
-        let mut core = SctpCore::new(
-            config,
-            transport,
-            udp_port,
-            links.remove(0),
+        let parts = Parts {
             rnic,
-            qp_init,
-            epoch,
-        )?;
+            pd,
+            region,
+            mr,
+            link: links.remove(0),
+            plane: Some(plane),
+        };
+        SctpEndpoint::assemble(config, transport, udp_port, parts, serve)
+    }
+
+    /// An endpoint on `transport`'s UDP port `udp_port` that makes its
+    /// QPs in `parts`' PD and waits (at most 10 s) until the control plane
+    /// listens for its streams, if `listening`.
+    fn assemble(
+        config: SctpCoreConfig,
+        transport: T,
+        udp_port: u16,
+        parts: Parts,
+        listening: bool,
+    ) -> Result<SctpEndpoint<T>, String> {
+        let Parts {
+            mut rnic,
+            pd,
+            region,
+            mr,
+            link,
+            plane,
+        } = parts;
+        let cq = rnic
+            .create_cq(crate::endpoint::IN_FLIGHT_MAX * 2)
+            .map_err(|e| format!("{e:?}"))?;
+        let qp_init = QpInit {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            sq_size: QUEUE_DEPTH,
+            rq_size: QUEUE_DEPTH,
+        };
+        let epoch = StdInstant::now();
+        let mut core = SctpCore::new(config, transport, udp_port, link, rnic, qp_init, epoch)?;
         // Initiates before the listen reaches the core would be refused.
-        while serve && !core.link().session_listening() {
+        while listening && !core.link().session_listening() {
             if epoch.elapsed() > SETUP_LIMIT {
                 return Err("the control plane did not start listening for DDP streams".into());
             }
@@ -226,6 +267,42 @@ pub struct SctpServer<S: MessageTransport> {
     /// Streams that ended with an RDMAP Terminate, or whose workload
     /// failed here.
     failed: u64,
+    /// An appliance's bench service: admission, leases and events shared
+    /// with its MPA cores.
+    serving: Option<Appliance>,
+}
+
+/// Where and how an appliance's DDP over SCTP listener listens
+/// ([`SctpServer::serving`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SctpListen {
+    /// Its UDP port (RFC 6951 encapsulation; 9899 is SCTP's registered
+    /// one).
+    pub udp_port: u16,
+    /// Its path's MTU.
+    pub mtu: usize,
+    /// RFC 6581 §7 (and §9.1): the most inbound Reads a stream's QP
+    /// queues, granted as its IRD; and the ORD it uses.
+    pub ird_max: u16,
+    /// The ORD.
+    pub ord: u16,
+}
+
+/// The state of an [`SctpServer`] that serves many clients' runs in the
+/// leases of a shared [`Serving`] ([`SctpServer::serving`]).
+struct Appliance {
+    serving: Arc<Serving>,
+    /// Its slot among the serving cores.
+    slot: usize,
+    /// The core whose thread turns it, as its events say.
+    core: usize,
+    events: Option<EventHook>,
+    /// The streams it serves.
+    connections: HashMap<QpHandle, Connection>,
+    /// Each association's peer.
+    peers: HashMap<AssocId, SocketAddrV4>,
+    /// Changes whenever `connections` does.
+    generation: u64,
 }
 
 impl<S: MessageTransport> SctpServer<S> {
@@ -238,7 +315,108 @@ impl<S: MessageTransport> SctpServer<S> {
             served: 0,
             last_seen: false,
             failed: 0,
+            serving: None,
         })
+    }
+
+    /// The DDP over SCTP listener of an appliance's bench service, on
+    /// `transport` as `listen` says, turned by the
+    /// thread of core `on_core`: core `core` of `host` (its control-plane
+    /// link, its slot in `serving`), whose control plane decides each
+    /// stream's Initiate with
+    /// `serving` (a run's lease, or a Reject saying why, as its MPA
+    /// listeners do), in `region`, registered for local work as `mr`.
+    /// Its QPs are in the host's PD, on its registry; `events` hears of
+    /// every stream as it does of MPA connections.
+    #[allow(clippy::too_many_arguments)]
+    pub fn serving(
+        transport: S,
+        listen: &SctpListen,
+        host: &Arc<Host>,
+        (core, on_core): (u16, usize),
+        region: Arc<Region>,
+        mr: Mr,
+        serving: &Arc<Serving>,
+        events: Option<EventHook>,
+    ) -> Result<SctpServer<S>, String> {
+        let link = host
+            .take_link(core)
+            .ok_or_else(|| format!("the host has no control-plane link {core} left"))?;
+        let rnic = Rnic::with_registry(
+            RnicConfig {
+                qps_max: QPS_MAX + 64,
+                ..RnicConfig::default()
+            },
+            host.registry().clone(),
+        );
+        let mut config = core_config(listen.mtu);
+        config.session.ird_max = listen.ird_max;
+        config.session.ird = listen.ird_max;
+        config.session.ord = listen.ord;
+        let len = region.len();
+        let (decider, hook) = (serving.clone(), events.clone());
+        let on_initiate = move |request: &control::session::Request, peer: SocketAddr| {
+            // A UDP peer over IPv4 (the transport's only family).
+            let peer = match peer {
+                SocketAddr::V4(p) => p,
+                SocketAddr::V6(p) => SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, p.port()),
+            };
+            decider.decide(
+                &request.private_data,
+                len,
+                mr,
+                ("sctp", peer),
+                hook.as_ref(),
+            )
+        };
+        host.listen_sessions(core, config.session.clone(), Box::new(on_initiate))?;
+        let parts = Parts {
+            rnic,
+            pd: host.pd(),
+            region,
+            mr,
+            link,
+            plane: None,
+        };
+        Ok(SctpServer {
+            ep: SctpEndpoint::assemble(config, transport, listen.udp_port, parts, true)?,
+            responder: Responder::default(),
+            served: 0,
+            last_seen: false,
+            failed: 0,
+            serving: Some(Appliance {
+                serving: serving.clone(),
+                slot: usize::from(core),
+                core: on_core,
+                events,
+                connections: HashMap::new(),
+                peers: HashMap::new(),
+                generation: 0,
+            }),
+        })
+    }
+
+    /// The streams it serves now (an appliance's: [`SctpServer::serving`]).
+    pub fn connections(&self) -> impl Iterator<Item = &Connection> {
+        self.serving.iter().flat_map(|a| a.connections.values())
+    }
+
+    /// Changes whenever [`connections`](Self::connections) does.
+    pub fn generation(&self) -> u64 {
+        self.serving.as_ref().map_or(0, |a| a.generation)
+    }
+
+    /// Aborts every association (a drain's deadline passed): their streams
+    /// end, their work flushes.
+    pub fn abort_all(&mut self) {
+        let assocs: Vec<AssocId> = self
+            .serving
+            .as_ref()
+            .map(|a| a.peers.keys().copied().collect())
+            .unwrap_or_default();
+        for assoc in assocs {
+            self.ep.core.abort(assoc);
+        }
     }
 
     /// Where it listens.
@@ -250,6 +428,9 @@ impl<S: MessageTransport> SctpServer<S> {
     /// workloads. A stream that fails is closed and named.
     pub fn step(&mut self) -> Result<(), String> {
         self.ep.turn();
+        if self.serving.is_some() {
+            return self.step_serving();
+        }
         for event in std::mem::take(&mut self.ep.events) {
             match event {
                 SctpEvent::StreamUp {
@@ -290,6 +471,123 @@ impl<S: MessageTransport> SctpServer<S> {
             }
         }
         if let Err((qp, why)) = self.responder.step(&mut self.ep) {
+            self.responder.remove(qp);
+            self.ep.core.close_stream(qp);
+            self.failed += 1;
+            return Err(why);
+        }
+        Ok(())
+    }
+
+    /// [`step`](Self::step) of an appliance's listener: each stream in its
+    /// run's lease, each event told.
+    fn step_serving(&mut self) -> Result<(), String> {
+        let Some(a) = self.serving.as_mut() else {
+            return Ok(());
+        };
+        // Its buffer goes back once drained: no turn allocates.
+        let mut events = std::mem::take(&mut self.ep.events);
+        for event in events.drain(..) {
+            match event {
+                SctpEvent::AssociationUp {
+                    assoc,
+                    remote: SocketAddr::V4(peer),
+                    outbound: false,
+                } => {
+                    a.peers.insert(assoc, peer);
+                }
+                SctpEvent::AssociationEnded { assoc, .. } => {
+                    a.peers.remove(&assoc);
+                }
+                SctpEvent::StreamUp {
+                    assoc,
+                    qp,
+                    outbound: false,
+                    session,
+                    ..
+                } => {
+                    // The control plane accepted only hellos that decode
+                    // and fit, and leased their runs memory.
+                    let Ok(h) = ClientHello::decode(&session.peer_private_data) else {
+                        self.ep.core.close_stream(qp);
+                        continue;
+                    };
+                    // Given up meanwhile: its lease may be another's.
+                    let Some(offset) = a.serving.handed(h.run) else {
+                        self.ep.core.close_stream(qp);
+                        continue;
+                    };
+                    let client = RemoteAddr {
+                        stag: h.stag,
+                        to: h.to,
+                    };
+                    self.served += 1;
+                    self.last_seen |= h.last;
+                    self.responder
+                        .add(&mut self.ep, Served::in_lease(qp, &h, client, offset));
+                    let connection = Connection {
+                        llp: "sctp",
+                        qp,
+                        peer: a.peers.get(&assoc).copied(),
+                        run: h.run,
+                        op: h.op,
+                        mode: h.mode,
+                        size: h.size,
+                        enhanced: session.enhanced,
+                        // SCTP's own CRC32c covers every packet (RFC 4960
+                        // §6.8); MPA's CRC and markers are not there.
+                        crc: false,
+                        markers_tx: false,
+                        markers_rx: false,
+                        ird: session.ird,
+                        ord: session.ord,
+                    };
+                    if let Some(hook) = &a.events {
+                        hook(ServerEvent::Established {
+                            core: a.core,
+                            connection: connection.clone(),
+                        });
+                    }
+                    a.connections.insert(qp, connection);
+                    a.generation += 1;
+                }
+                SctpEvent::StreamEnded {
+                    qp: Some(qp),
+                    terminate,
+                    ..
+                } => {
+                    self.responder.remove(qp);
+                    if terminate.is_some() {
+                        self.failed += 1;
+                    }
+                    let Some(connection) = a.connections.remove(&qp) else {
+                        continue;
+                    };
+                    a.generation += 1;
+                    a.serving.closed(connection.run);
+                    a.serving.count_served(a.slot);
+                    if let Some(hook) = &a.events {
+                        if let Some(event) = terminate {
+                            hook(ServerEvent::Terminated {
+                                core: a.core,
+                                connection: connection.clone(),
+                                event,
+                            });
+                        }
+                        hook(ServerEvent::Closed {
+                            core: a.core,
+                            connection,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.ep.events = events;
+        a.serving.publish(a.slot, self.ep.core.open_streams());
+        if let Err((qp, why)) = self.responder.step(&mut self.ep) {
+            // One stream's failure ends that stream only (its end comes as
+            // an event).
             self.responder.remove(qp);
             self.ep.core.close_stream(qp);
             self.failed += 1;
@@ -508,7 +806,10 @@ impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
                     failure.get_or_insert(format!("a DDP stream failed: {f:?}"));
                 }
                 SctpEvent::StreamRejected { rejected, .. } => {
-                    failure.get_or_insert(format!("the server rejected a stream: {rejected:?}"));
+                    failure.get_or_insert(format!(
+                        "the server rejected a stream: {}",
+                        crate::hello::decode_reject(&rejected.private_data)
+                    ));
                 }
                 _ => {}
             }

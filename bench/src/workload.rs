@@ -471,7 +471,13 @@ fn latency<R: BenchRig>(
     let interrupted;
     let mut round = 0u64;
     loop {
-        let (finished, fraction) = done(spec, start, messages);
+        // The clock of a -D run starts after the warm-up: on a busy host
+        // the warm-up alone may outlast it, which measured nothing.
+        let (finished, fraction) = if round < warmup {
+            (false, 0.0)
+        } else {
+            done(spec, start, messages)
+        };
         if finished || stop_flag.load(Ordering::Relaxed) {
             interrupted = !finished;
             break;

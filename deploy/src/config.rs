@@ -320,6 +320,13 @@ pub struct Service {
     /// The TCP port it listens on (1 to 65535).
     #[serde(deserialize_with = "tcp_port")]
     pub tcp_port: u16,
+    /// A `bench` service's UDP port for DDP over SCTP (RFC 5043) over UDP
+    /// (RFC 6951; 9899 is its registered port), beside MPA over TCP on
+    /// `tcp_port`: `bench OP HOST -p UDP_PORT --llp sctp` clients, in the
+    /// same leases, limits and drain (only there; driver `kernel` only for
+    /// now).
+    #[serde(default, deserialize_with = "udp_port")]
+    pub udp_port: Option<u16>,
     /// A `perftest` service's test (only there).
     #[serde(default)]
     pub perftest: Option<PerftestConfig>,
@@ -512,6 +519,10 @@ fn mtu<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
 
 fn tcp_port<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
     ranged(d, 1, 65535, "")
+}
+
+fn udp_port<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    ranged(d, 1, 65535, "").map(Some)
 }
 
 fn lcores<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<usize>, D::Error> {
@@ -737,6 +748,28 @@ impl Config {
                 );
             }
             ports.push(service.tcp_port);
+            if let Some(udp) = service.udp_port {
+                if service.kind != ServiceKind::Bench {
+                    return err(
+                        s.span().start,
+                        format!(
+                            "`udp_port` (DDP over SCTP) means nothing to a {} service: its \
+                             clients speak MPA over TCP only; remove it",
+                            service.kind.name()
+                        ),
+                    );
+                }
+                if port.driver != Driver::Kernel {
+                    return err(
+                        s.span().start,
+                        format!(
+                            "`udp_port` = {udp}: DDP over SCTP runs on driver \"kernel\" only \
+                             for now (Linux UDP), not on {}: remove it, or use driver \"kernel\"",
+                            port.driver.name()
+                        ),
+                    );
+                }
+            }
         }
         let mut kinds = Vec::new();
         for s in &self.service {
@@ -808,7 +841,12 @@ impl Config {
         self.service.iter().map(Spanned::get_ref)
     }
 
-    /// The perftest services: their TCP port and test.
+    /// The bench service's UDP port for DDP over SCTP, if it has one.
+    pub fn bench_udp_port(&self) -> Option<u16> {
+        self.service(ServiceKind::Bench).and_then(|s| s.udp_port)
+    }
+
+    /// The perftest services: each one's TCP port and test.
     pub fn perftests(&self) -> impl Iterator<Item = (u16, &PerftestConfig)> {
         self.services()
             .filter_map(|s| s.perftest.as_ref().map(|p| (s.tcp_port, p)))
@@ -995,6 +1033,40 @@ mod tests {
                  command = \"ib_send_bw\"\nunfenced = false\nclients_max = 1\n",
             )
         });
+        assert!(e.contains("means nothing to a rping service"), "{e}");
+    }
+
+    #[test]
+    fn udp_port_is_the_bench_services_on_the_kernel_driver() {
+        let kernel = |t: &str| {
+            t.replace("driver = \"net_tap\"", "driver = \"kernel\"")
+                .lines()
+                .filter(|l| !l.starts_with("iface") && !l.starts_with("host_address"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let bench = "kind = \"bench\"\nport = \"dpw0\"\ntcp_port = 18515\n";
+        let with_udp = |t: &str, udp: &str| t.replace(bench, &format!("{bench}udp_port = {udp}\n"));
+        let text = with_udp(&kernel(EXAMPLE), "9899");
+        let config = Config::parse(&text, "k.toml").unwrap();
+        assert_eq!(config.bench_udp_port(), Some(9899));
+        assert_eq!(
+            Config::parse(&kernel(EXAMPLE), "k.toml")
+                .unwrap()
+                .bench_udp_port(),
+            None
+        );
+        let e = Config::parse(&with_udp(&kernel(EXAMPLE), "0"), "k.toml")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("`udp_port`: 0 is out of range"), "{e}");
+        // Not on a DPDK driver yet, and never on a service whose clients
+        // speak MPA only.
+        let e = refused(|t| with_udp(t, "9899"));
+        assert!(e.contains("driver \"kernel\" only"), "{e}");
+        let rping = "kind = \"rping\"\nport = \"dpw0\"\ntcp_port = 7174\n";
+        let text = kernel(EXAMPLE).replace(rping, &format!("{rping}udp_port = 9899\n"));
+        let e = Config::parse(&text, "k.toml").unwrap_err().0;
         assert!(e.contains("means nothing to a rping service"), "{e}");
     }
 

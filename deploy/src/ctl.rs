@@ -50,7 +50,8 @@ fn status(shared: &Shared) -> Value {
         "clients": s.runs,
         "connections": shared.cores.iter()
             .map(|c| c.open.load(Ordering::Relaxed))
-            .sum::<u64>(),
+            .sum::<u64>()
+            + shared.sctp.as_ref().map_or(0, |s| s.streams.load(Ordering::Relaxed)),
     })
 }
 
@@ -123,10 +124,27 @@ fn stats(shared: &Shared) -> Value {
             })
         })
         .collect();
+    let sctp = shared.sctp.as_ref().map(|l| {
+        let c = *l.counters.lock().unwrap_or_else(|p| p.into_inner());
+        json!({
+            "udp_port": l.udp_port,
+            "associations": l.associations.load(Ordering::Relaxed),
+            "streams": l.streams.load(Ordering::Relaxed),
+            "streams_failed": l.failed.load(Ordering::Relaxed),
+            "rx_datagrams": c.rx_datagrams,
+            "tx_datagrams": c.tx_datagrams,
+            "rx_segments": c.rx_segments,
+            "tx_segments": c.tx_segments,
+            "rx_segment_octets": c.rx_segment_octets,
+            "tx_segment_octets": c.tx_segment_octets,
+        })
+    });
     json!({
         "memory": memory,
         "rping": rping,
         "perftest": perftest,
+        // The bench service's DDP over SCTP listener.
+        "sctp": sctp,
         "cores": cores,
         "service": {
             "kind": "bench",
@@ -148,11 +166,13 @@ fn stats(shared: &Shared) -> Value {
         // STags registered now, over every core: the cores' own memory,
         // the memory service's grants, each perftest session's slot.
         "stags": shared.host.registry().stags_in_use(),
-        // QPs alive: established and not yet ended, over every core.
+        // QPs alive: established and not yet ended, over every core, and
+        // the DDP over SCTP listener's streams.
         "qps": shared.cores.iter().map(|c| {
             let c = c.counters.lock().unwrap_or_else(|p| p.into_inner());
             c.established.saturating_sub(c.ended)
-        }).sum::<u64>(),
+        }).sum::<u64>()
+            + shared.sctp.as_ref().map_or(0, |s| s.streams.load(Ordering::Relaxed)),
     })
 }
 
@@ -202,6 +222,21 @@ fn listeners(shared: &Shared) -> Value {
             "up": up,
         }))
     })
+    .chain(shared.sctp.as_ref().map(|s| {
+        json!({
+            "service": "bench",
+            "address": port.address.0.to_string(),
+            "udp_port": s.udp_port,
+            "port": port.name,
+            "driver": port.driver.name(),
+            // RFC 5043 over UDP encapsulation (RFC 6951), sessions by RFC
+            // 6581 §7's Enhanced Initiate.
+            "llp": "sctp",
+            "ird_max": config.rnic.ird_max,
+            "ord": config.rnic.ord,
+            "up": shared.listening.load(Ordering::SeqCst) && !shared.drain.load(Ordering::SeqCst),
+        })
+    }))
     .collect();
     json!({ "listeners": list, "errors": errors })
 }
@@ -220,6 +255,7 @@ fn connections(shared: &Shared) -> Value {
                 "qp": c.qp.0,
                 "peer": c.peer.map(|p| p.to_string()),
                 "service": "bench",
+                "llp": c.llp,
                 "state": "rts",
                 "run": format!("{:016x}", c.run),
                 "op": c.op.name(),
@@ -228,6 +264,31 @@ fn connections(shared: &Shared) -> Value {
                 "crc": c.crc,
                 "markers_tx": c.markers_tx,
                 "markers_rx": c.markers_rx,
+                "ird": c.ird,
+                "ord": c.ord,
+            }));
+        }
+    }
+    if let Some(sctp) = &shared.sctp {
+        for c in sctp
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            // The first core's thread turns it; its QPs are its own.
+            list.push(json!({
+                "core": 0,
+                "qp": c.qp.0,
+                "peer": c.peer.map(|p| p.to_string()),
+                "service": "bench",
+                "llp": "sctp",
+                "udp_port": sctp.udp_port,
+                "state": "rts",
+                "run": format!("{:016x}", c.run),
+                "op": c.op.name(),
+                "size": c.size,
+                "enhanced": c.enhanced,
                 "ird": c.ird,
                 "ord": c.ord,
             }));

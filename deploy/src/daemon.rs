@@ -18,11 +18,13 @@ use bench::link::{LinkArgs, PeerTransport};
 use bench::responder::{
     Admission, Connection, EventHook, Exposure, Foreign, Server, ServerEvent, Serving,
 };
+use bench::sctp::{SctpListen, SctpServer};
 use control::mpa::StartupConfig;
 use control::runtime::ControlConfig;
 use dataplane::{CoreCounters, CoreTransport};
 use rnic_engine::mem::Region;
-use rnic_engine::verbs::QpEvent;
+use rnic_engine::verbs::{Mr, QpEvent};
+use tcp_lite::sys::udp::KernelUdp;
 
 use crate::config::{Config, Driver, HugepagesPolicy, ServiceKind};
 use crate::memory::MemoryService;
@@ -61,6 +63,28 @@ pub struct CoreShared {
     /// Its QPs' traffic by RDMAP opcode, by our TCP port, ended QPs'
     /// included, as of its last publication.
     pub ops: Mutex<Vec<(u16, rnic_engine::qp::OpStats)>>,
+}
+
+/// The bench service's DDP over SCTP listener (RFC 5043 over UDP, RFC
+/// 6951): the first core's thread turns it beside its MPA connections, in
+/// the same leases, limits and drain, with a control-plane link of its own.
+pub struct SctpShared {
+    /// Its UDP port.
+    pub udp_port: u16,
+    /// Its slot among the serving cores (after the MPA cores), and its
+    /// link of the control plane.
+    pub slot: u16,
+    /// The streams it serves, as of its last publication.
+    pub connections: Mutex<Vec<Connection>>,
+    /// Its core's counters, as of its last publication.
+    pub counters: Mutex<dataplane::SctpCounters>,
+    /// Associations and streams open, as of its last publication.
+    pub associations: AtomicU64,
+    /// Streams open.
+    pub streams: AtomicU64,
+    /// Streams that ended with an RDMAP Terminate or whose workload
+    /// failed.
+    pub failed: AtomicU64,
 }
 
 /// One perftest service: its gate on the control-plane thread and its
@@ -239,6 +263,7 @@ impl Events {
         let me = self.clone();
         Arc::new(move |event| match event {
             ServerEvent::Accepted {
+                llp,
                 peer,
                 run,
                 op,
@@ -246,16 +271,16 @@ impl Events {
             } => {
                 me.accepted.fetch_add(1, Ordering::Relaxed);
                 me.setup.decided(peer);
-                tracing::info!(service, %peer, run, op = op.name(), size, "connection accepted");
+                tracing::info!(service, llp, %peer, run, op = op.name(), size, "connection accepted");
             }
             ServerEvent::Established { connection, .. } => {
                 if let Some(peer) = connection.peer {
                     me.setup.established(ServiceKind::Bench, peer);
                 }
             }
-            ServerEvent::Refused { peer, why } => {
+            ServerEvent::Refused { llp, peer, why } => {
                 me.refused.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(service, %peer, why, "connection refused");
+                tracing::warn!(service, llp, %peer, why, "connection refused");
             }
             ServerEvent::Terminated {
                 core,
@@ -266,6 +291,7 @@ impl Events {
                 tracing::warn!(
                     service,
                     core,
+                    llp = connection.llp,
                     peer = %connection.peer.map_or("-".to_string(), |p| p.to_string()),
                     qp = connection.qp.0,
                     direction,
@@ -280,6 +306,7 @@ impl Events {
                 tracing::info!(
                     service,
                     core,
+                    llp = connection.llp,
                     peer = %connection.peer.map_or("-".to_string(), |p| p.to_string()),
                     qp = connection.qp.0,
                     run = connection.run,
@@ -334,6 +361,8 @@ pub struct Shared {
     pub rping_origin: Vec<Option<u64>>,
     /// The perftest services (the first core serves them).
     pub perftest: Vec<PerftestShared>,
+    /// The bench service's DDP over SCTP listener, if configured.
+    pub sctp: Option<SctpShared>,
     /// The control plane and the registry.
     pub host: Arc<Host>,
     /// Each core.
@@ -441,12 +470,24 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         startups_per_peer_max: config.rnic.startups_per_client_max,
         ..ControlConfig::default()
     };
-    let host = Host::with_control(cores as u16, seed(), control)?;
+    // The DDP over SCTP listener is one serving core more: its own link
+    // of the control plane, its own slot in the bench service's state.
+    let sctp = config.bench_udp_port().map(|udp_port| SctpShared {
+        udp_port,
+        slot: cores as u16,
+        connections: Mutex::new(Vec::new()),
+        counters: Mutex::new(dataplane::SctpCounters::default()),
+        associations: AtomicU64::new(0),
+        streams: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+    });
+    let slots = cores + usize::from(sctp.is_some());
+    let host = Host::with_control(slots as u16, seed(), control)?;
     // The services' memory: each bench run's lease under an STag of its
     // own, perftest's and rping's buffers reserved beside them.
     let region = Region::new(config.rnic.memory_mib << 20);
     let serving = Serving::exposing(
-        cores,
+        slots,
         Admission::Many {
             runs_max: config.rnic.clients_max,
             idle: StdDuration::from_millis(config.daemon.client_idle_ms),
@@ -543,6 +584,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         }),
         rping_origin,
         perftest,
+        sctp,
         host,
         cores,
         setup: events.setup.clone(),
@@ -787,6 +829,8 @@ fn run_cores<T: CoreTransport + Send>(
             .map(|(k, mut server)| {
                 let (shared, failed, listening) = (shared.clone(), &failed, &listening);
                 let startup = &startup;
+                // The first core also turns the DDP over SCTP listener.
+                let sctp_parts = (k == 0).then(|| (region.clone(), mr, hook.clone()));
                 let mut others = vec![memory_port, ports.rping];
                 if k == 0 {
                     others.extend(perftest_ports.iter().copied());
@@ -795,8 +839,13 @@ fn run_cores<T: CoreTransport + Send>(
                     .name(format!("dpwarpd-core{k}"))
                     .spawn_scoped(scope, move || {
                         let me = &shared.cores[k];
+                        let mut sctp = None;
                         let up = dataplane::lcore::enter(me.cpu, eal).and_then(|pinned| {
-                            wait_listening(&mut server, &others).map(|()| pinned)
+                            wait_listening(&mut server, &others)?;
+                            if let Some((region, mr, hook)) = sctp_parts {
+                                sctp = sctp_listener(&shared, region, mr, hook)?;
+                            }
+                            Ok(pinned)
                         });
                         if let Err(why) = &up {
                             tracing::error!(core = k, cpu = ?me.cpu, why, "core failed to start");
@@ -804,9 +853,20 @@ fn run_cores<T: CoreTransport + Send>(
                         }
                         listening.wait();
                         if up.is_ok() && !failed.load(Ordering::SeqCst) {
-                            core_loop(&mut server, k, &shared, failed, ports, startup);
+                            core_loop(
+                                &mut server,
+                                sctp.as_mut(),
+                                k,
+                                &shared,
+                                failed,
+                                ports,
+                                startup,
+                            );
                         }
                         publish(&server, me);
+                        if let (Some(l), Some(s)) = (sctp.as_ref(), shared.sctp.as_ref()) {
+                            publish_sctp(l, s);
+                        }
                         me.done.store(true, Ordering::SeqCst);
                         drop(up);
                     })
@@ -860,6 +920,52 @@ fn run_cores<T: CoreTransport + Send>(
     })
 }
 
+/// The bench service's DDP over SCTP listener on Linux UDP at the port's
+/// address, if the configuration has one; why not, if it cannot start.
+fn sctp_listener(
+    shared: &Shared,
+    region: Arc<Region>,
+    mr: Mr,
+    hook: EventHook,
+) -> Result<Option<SctpServer<KernelUdp>>, String> {
+    let Some(s) = &shared.sctp else {
+        return Ok(None);
+    };
+    let port = shared.config.port();
+    let udp = KernelUdp::new(port.address.0, 4 << 20);
+    let listen = SctpListen {
+        udp_port: s.udp_port,
+        mtu: usize::from(port.mtu),
+        ird_max: shared.config.rnic.ird_max,
+        ord: shared.config.rnic.ord,
+    };
+    SctpServer::serving(
+        udp,
+        &listen,
+        &shared.host,
+        // The first core's thread turns it.
+        (s.slot, 0),
+        region,
+        mr,
+        &shared.serving,
+        Some(hook),
+    )
+    .map(Some)
+    .map_err(|why| format!("UDP port {} (DDP over SCTP): {why}", s.udp_port))
+}
+
+/// What the DDP over SCTP listener serves, for `dpwarpctl` and the
+/// metrics.
+fn publish_sctp(listener: &SctpServer<KernelUdp>, s: &SctpShared) {
+    let (associations, streams) = listener.open();
+    s.associations.store(associations as u64, Ordering::Relaxed);
+    s.streams.store(streams as u64, Ordering::Relaxed);
+    s.failed.store(listener.failed(), Ordering::Relaxed);
+    *s.counters.lock().unwrap_or_else(|p| p.into_inner()) = listener.counters();
+    *s.connections.lock().unwrap_or_else(|p| p.into_inner()) =
+        listener.connections().cloned().collect();
+}
+
 /// Steps `server` until its listeners are up: the bench service's and
 /// those on `others` (at most 10 s each).
 fn wait_listening<T: CoreTransport>(
@@ -886,8 +992,10 @@ fn wait_listening<T: CoreTransport>(
 /// One core's loop: turns until the drain is done here (no connection
 /// left, or the deadline passed and the rest were ended), or another core
 /// failed.
+#[allow(clippy::too_many_arguments)]
 fn core_loop<T: CoreTransport>(
     server: &mut Server<T>,
+    mut sctp: Option<&mut SctpServer<KernelUdp>>,
     k: usize,
     shared: &Shared,
     failed: &AtomicBool,
@@ -953,6 +1061,12 @@ fn core_loop<T: CoreTransport>(
         for p in &mut perftests {
             p.tick(&mut server.endpoint, k);
         }
+        if let Some(l) = sctp.as_deref_mut() {
+            if let Err(why) = l.step() {
+                // One stream's failure ends that stream only.
+                tracing::warn!(core = k, llp = "sctp", why, "connection failed");
+            }
+        }
         turns = turns.wrapping_add(1);
         // The clock at most every 64 turns (a turn may be a microsecond).
         if !turns.is_multiple_of(64) {
@@ -985,6 +1099,9 @@ fn core_loop<T: CoreTransport>(
             published = server.generation();
             *me.connections.lock().unwrap_or_else(|p| p.into_inner()) =
                 server.connections().cloned().collect();
+        }
+        if let (Some(l), Some(s)) = (sctp.as_deref(), shared.sctp.as_ref()) {
+            publish_sctp(l, s);
         }
         if failed.load(Ordering::SeqCst) {
             return;
@@ -1041,8 +1158,19 @@ fn core_loop<T: CoreTransport>(
             }
             continue;
         }
-        let open = server.endpoint.open_connections() + server.endpoint.core.in_startup();
+        // An association whose streams all ended is done too: its client
+        // closes it (or the drain's deadline aborts it).
+        let streams = sctp.as_deref().map_or(0, |l| l.open().1);
+        let open = server.endpoint.open_connections() + server.endpoint.core.in_startup() + streams;
         if open == 0 {
+            if let Some(l) = sctp.as_deref_mut() {
+                // Associations left without a stream: their clients hear
+                // at once (an ABORT), not at their heartbeats' timeout.
+                l.abort_all();
+                for _ in 0..8 {
+                    let _ = l.step();
+                }
+            }
             return;
         }
         if shared.drain_overdue() {
@@ -1052,6 +1180,9 @@ fn core_loop<T: CoreTransport>(
                 "drain deadline passed: ending the connections left"
             );
             server.abort_all();
+            if let Some(l) = sctp.as_deref_mut() {
+                l.abort_all();
+            }
             if let Some(m) = &shared.memory {
                 for qp in m.qps_of(k) {
                     server.endpoint.abort(qp);
@@ -1348,6 +1479,10 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
     }
     if differs(old.port(), new.port()) {
         restart.push("[[port]]");
+    }
+    // Its listener is made at the start, with its own control-plane link.
+    if old.bench_udp_port() != new.bench_udp_port() {
+        restart.push("the bench service's udp_port");
     }
     if differs(
         &old.regions().collect::<Vec<_>>(),

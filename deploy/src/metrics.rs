@@ -508,6 +508,47 @@ pub fn render(shared: &Shared) -> String {
             ),
         ],
     );
+    if let Some(l) = &shared.sctp {
+        // The bench service's DDP over SCTP listener (RFC 5043 over UDP).
+        let c = *l.counters.lock().unwrap_or_else(|p| p.into_inner());
+        let port = format!("udp_port=\"{}\"", l.udp_port);
+        family(
+            "dpwarp_sctp_associations",
+            "gauge",
+            "SCTP associations the DDP over SCTP listener holds.",
+            &[(port.clone(), l.associations.load(Ordering::Relaxed) as f64)],
+        );
+        family(
+            "dpwarp_sctp_streams",
+            "gauge",
+            "DDP streams open on the DDP over SCTP listener.",
+            &[(port.clone(), l.streams.load(Ordering::Relaxed) as f64)],
+        );
+        family(
+            "dpwarp_sctp_segments_total",
+            "counter",
+            "DDP Segment messages (PPID 16) of the DDP over SCTP listener, by direction.",
+            &[
+                (format!("{port},direction=\"rx\""), c.rx_segments as f64),
+                (format!("{port},direction=\"tx\""), c.tx_segments as f64),
+            ],
+        );
+        family(
+            "dpwarp_sctp_segment_octets_total",
+            "counter",
+            "Octets of DDP Segment messages of the DDP over SCTP listener, by direction.",
+            &[
+                (
+                    format!("{port},direction=\"rx\""),
+                    c.rx_segment_octets as f64,
+                ),
+                (
+                    format!("{port},direction=\"tx\""),
+                    c.tx_segment_octets as f64,
+                ),
+            ],
+        );
+    }
     out.push_str(&setup);
     out.push_str(&responses);
     out

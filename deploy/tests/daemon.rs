@@ -55,6 +55,10 @@ fn main() {
             serve_and_drain,
         ),
         Trial::test("memory_service_lends_regions_by_name", memory_service),
+        Trial::test(
+            "bench_service_serves_ddp_over_sctp_beside_mpa",
+            bench_over_sctp,
+        ),
         Trial::test("bench_clients_reach_their_own_lease_only", bench_leases),
         Trial::test("rping_service_serves_clients_at_once", rping_service),
         Trial::test("perftest_services_serve_clients_at_once", perftest_services),
@@ -299,6 +303,36 @@ fn client(
         sw_checksums: false,
     };
     let mut rig = rig::remote(&config, addr)?;
+    let spec = Spec {
+        op,
+        mode,
+        size,
+        stop,
+        depth: 16,
+        qps,
+    };
+    workload::run(&mut rig, &spec, true, &AtomicBool::new(false), &mut |_| {})
+}
+
+/// [`client`] over DDP over SCTP (RFC 5043) over Linux UDP, to the bench
+/// service's `udp_port` at `addr`.
+fn sctp_client(
+    addr: SocketAddrV4,
+    op: Op,
+    mode: Mode,
+    size: usize,
+    qps: usize,
+    stop: Stop,
+) -> Result<Measured, String> {
+    let config = RigConfig {
+        crc: false,
+        markers: false,
+        mtu: 1500,
+        memory: memory_for(qps, size),
+        port: addr.port(),
+        sw_checksums: false,
+    };
+    let mut rig = bench::sctp::remote(&config, addr)?;
     let spec = Spec {
         op,
         mode,
@@ -794,6 +828,161 @@ fn bench_leases() -> Result<(), Failed> {
     }
     ep.close(qc);
     daemon.wait_stats(Duration::from_secs(10), |s| s["stags"] == base)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// The bench service with a `udp_port`: DDP over SCTP clients and an MPA
+/// client at once, in the same leases (per-run STags that end with their
+/// runs), listed, counted and scraped; a run that does not fit is refused
+/// with the reason; a drain ends a busy association at its deadline.
+fn bench_over_sctp() -> Result<(), Failed> {
+    let dir = scratch("sctp");
+    let (tcp_port, metrics, udp_port) = (free_port(), free_port(), free_port());
+    let config = loopback_config(&dir, tcp_port, metrics, 64).replace(
+        &format!("tcp_port = {tcp_port}\n"),
+        &format!("tcp_port = {tcp_port}\nudp_port = {udp_port}\n"),
+    );
+    let mut daemon = Daemon::start(&dir, &config)?;
+    let l = daemon.ctl("listeners").map_err(fail)?;
+    let up = l["listeners"].as_array().is_some_and(|a| {
+        a.iter().any(|x| {
+            x["service"] == "bench"
+                && x["llp"] == "sctp"
+                && x["udp_port"] == udp_port
+                && x["up"] == true
+        })
+    });
+    if !up {
+        return Err(fail(format!("no DDP over SCTP listener: {l:#}")));
+    }
+    let base = daemon.ctl("stats").map_err(fail)?["stags"]
+        .as_u64()
+        .ok_or_else(|| fail("no stags in dpwarpctl stats"))?;
+    let udp = SocketAddrV4::new([127, 0, 0, 1].into(), udp_port);
+    let tcp = SocketAddrV4::new([127, 0, 0, 1].into(), tcp_port);
+    let secs = |s| Stop::Duration(Duration::from_secs(s));
+    let writes =
+        std::thread::spawn(move || sctp_client(udp, Op::Write, Mode::Bandwidth, 65536, 2, secs(2)));
+    let reads =
+        std::thread::spawn(move || sctp_client(udp, Op::Read, Mode::Latency, 64, 1, secs(2)));
+    let atomics =
+        std::thread::spawn(move || sctp_client(udp, Op::FetchAdd, Mode::Bandwidth, 8, 1, secs(2)));
+    // While they run: their streams in `dpwarpctl connections`, each in a
+    // run's lease of its own (an STag each).
+    let start = Instant::now();
+    let listed = loop {
+        let c = daemon.ctl("connections").map_err(fail)?;
+        let sctp: Vec<&Value> = c["connections"]
+            .as_array()
+            .map(|a| a.iter().filter(|x| x["llp"] == "sctp").collect())
+            .unwrap_or_default();
+        if sctp.len() >= 4 {
+            break sctp.into_iter().cloned().collect::<Vec<_>>();
+        }
+        if start.elapsed() > Duration::from_secs(2) {
+            return Err(fail(format!("the SCTP streams never all listed: {c:#}")));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let ops: Vec<&str> = listed.iter().filter_map(|x| x["op"].as_str()).collect();
+    for want in ["write", "read", "fetch_add"] {
+        if !ops.contains(&want) {
+            return Err(fail(format!("no {want} stream listed: {listed:#?}")));
+        }
+    }
+    let stats = daemon.ctl("stats").map_err(fail)?;
+    if stats["stags"].as_u64() != Some(base + 3) {
+        return Err(fail(format!(
+            "three SCTP runs, not three STags more than {base}: {stats:#}"
+        )));
+    }
+    // An MPA client meanwhile, in a lease of its own.
+    let mpa = client(tcp, Op::Write, Mode::Bandwidth, 65536, 1, secs(1)).map_err(fail)?;
+    for (name, r) in [("writes", writes), ("reads", reads), ("atomics", atomics)] {
+        let m = r
+            .join()
+            .map_err(|_| fail(format!("the SCTP {name} client panicked")))?
+            .map_err(|e| fail(format!("the SCTP {name} client: {e}")))?;
+        if m.messages == 0 {
+            return Err(fail(format!("the SCTP {name} client moved nothing")));
+        }
+    }
+    if mpa.messages == 0 {
+        return Err(fail("the MPA client moved nothing"));
+    }
+    // Every run done: no stream, run or STag left.
+    let stats = daemon.wait_stats(Duration::from_secs(10), |s| {
+        s["sctp"]["streams"] == 0 && s["service"]["clients"] == 0 && s["stags"] == base
+    })?;
+    if stats["sctp"]["rx_segments"].as_u64().unwrap_or(0) == 0
+        || stats["sctp"]["streams_failed"] != 0
+    {
+        return Err(fail(format!("SCTP counters: {stats:#}")));
+    }
+    let text = scrape(metrics)?;
+    let key =
+        format!("dpwarp_sctp_segment_octets_total{{udp_port=\"{udp_port}\",direction=\"rx\"}}");
+    if sample(&text, &key).is_none_or(|v| v < 65536.0) {
+        return Err(fail(format!("{key} in the metrics:\n{text}")));
+    }
+    // A run that does not fit the memory: refused, saying why.
+    let big = sctp_client(udp, Op::Write, Mode::Bandwidth, 128 << 20, 1, secs(1));
+    if !matches!(&big, Err(why) if why.contains("rejected") && why.contains("server memory")) {
+        return Err(fail(format!(
+            "a run too large: {:?}",
+            big.map(|m| m.messages)
+        )));
+    }
+
+    // A drain with a busy association: ended at the deadline.
+    let long = std::thread::spawn(move || {
+        sctp_client(udp, Op::Write, Mode::Bandwidth, 65536, 1, secs(30))
+    });
+    daemon.wait_stats(Duration::from_secs(10), |s| s["sctp"]["streams"] == 1)?;
+    daemon.ctl("drain").map_err(fail)?;
+    let drained = Instant::now();
+    let status = loop {
+        if let Some(status) = daemon.child.try_wait()? {
+            break status;
+        }
+        if drained.elapsed() > Duration::from_secs(10) {
+            return Err(fail(format!(
+                "no exit 10 s after the drain: {}",
+                daemon.log_text()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = drained.elapsed();
+    if !status.success() || took > Duration::from_millis(3500) {
+        return Err(fail(format!(
+            "exit {status:?} {took:?} after the drain (deadline 1.5 s): {}",
+            daemon.log_text()
+        )));
+    }
+    let ended = long.join().map_err(|_| fail("the long client panicked"))?;
+    if ended.is_ok() {
+        return Err(fail(
+            "the SCTP client running past the deadline was not ended",
+        ));
+    }
+    // One event per connection, saying its lower layer.
+    let log = daemon.log_text();
+    for event in [
+        "connection accepted",
+        "connection closed",
+        "connection refused",
+    ] {
+        if !log
+            .lines()
+            .any(|l| l.contains(event) && l.contains("llp=\"sctp\""))
+        {
+            return Err(fail(format!(
+                "no {event:?} with llp=\"sctp\" in the log:\n{log}"
+            )));
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
