@@ -41,6 +41,7 @@ use core::fmt;
 use std::io::{self, ErrorKind, Read};
 use std::net::{Ipv4Addr, Shutdown, SocketAddrV4};
 
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use smoltcp::time::{Duration, Instant};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -488,6 +489,16 @@ struct Listener {
 pub struct KernelTransport {
     config: KernelConfig,
     listeners: Vec<Listener>,
+    /// The listeners, level-triggered on readability (made at the first
+    /// listen): a turn asks once which have connections waiting, and
+    /// calls accept4 on those only. Linux's accept allocates a socket
+    /// (an inode and a dentry) before it finds the queue empty, so an
+    /// accept4 per listener per turn cost a poll-mode core about 2 us per
+    /// listener: 9 listeners took a 64 B Write's round trip through
+    /// dpwarpd from 5.4 to 22 us.
+    epoll: Option<Epoll>,
+    /// What the last wait found (one event per listener at most).
+    ready: Vec<EpollEvent>,
     slots: Vec<Option<Conn>>,
     /// Generation of each slot index, kept while it is free.
     generations: Vec<u32>,
@@ -507,6 +518,8 @@ impl KernelTransport {
         config.validate()?;
         Ok(KernelTransport {
             listeners: Vec::new(),
+            epoll: None,
+            ready: vec![EpollEvent::empty(); LISTENERS_MAX],
             slots: Vec::with_capacity(config.max_connections),
             generations: Vec::with_capacity(config.max_connections),
             free: Vec::new(),
@@ -585,8 +598,23 @@ impl KernelTransport {
     fn accept(&mut self, now: Instant) -> bool {
         // accept4's flags are socket type flags: derive them from socket2's.
         let flags = i32::from(Type::STREAM.nonblocking().cloexec()) & !i32::from(Type::STREAM);
+        let Some(epoll) = &self.epoll else {
+            return false;
+        };
+        // Which listeners have connections waiting: one system call.
+        let ready = match epoll.wait(&mut self.ready, EpollTimeout::ZERO) {
+            Ok(n) => n,
+            Err(_) => {
+                // EINTR: the next turn asks again.
+                return false;
+            }
+        };
         let mut moved = false;
-        for l in 0..self.listeners.len() {
+        for r in 0..ready {
+            let port = self.ready[r].data() as u16;
+            let Some(l) = self.listeners.iter().position(|l| l.port == port) else {
+                continue;
+            };
             for _ in 0..ACCEPT_BURST_MAX {
                 let socket = match self.listeners[l].socket.accept4(flags) {
                     Ok((socket, _)) => socket,
@@ -750,11 +778,29 @@ impl Transport for KernelTransport {
             ErrorKind::AddrInUse => ListenError::PortInUse,
             _ => ListenError::Io,
         })?;
+        if self.epoll.is_none() {
+            self.epoll =
+                Some(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| ListenError::Io)?);
+        }
+        if let Some(epoll) = &self.epoll {
+            epoll
+                .add(
+                    &socket,
+                    EpollEvent::new(EpollFlags::EPOLLIN, u64::from(port)),
+                )
+                .map_err(|_| ListenError::Io)?;
+        }
         self.listeners.push(Listener { port, socket });
         Ok(ListenerId(port))
     }
 
     fn unlisten(&mut self, listener: ListenerId) {
+        if let (Some(epoll), Some(l)) = (
+            &self.epoll,
+            self.listeners.iter().find(|l| l.port == listener.0),
+        ) {
+            let _ = epoll.delete(&l.socket);
+        }
         // Dropping the socket resets the connections it had not accepted.
         self.listeners.retain(|l| l.port != listener.0);
     }
