@@ -668,6 +668,9 @@ impl Serving {
                 (run.offset, run.len, run.stag) = (offset, len, stag);
                 run.admitted += 1;
                 run.last_seen |= hello.last;
+                // Activity: the idle reaper counts from now (it would
+                // otherwise give up the run, and the STag just told).
+                run.quiet_since = Some(StdInstant::now());
                 return Ok(Lease { offset, stag });
             }
             run.admitted += 1;

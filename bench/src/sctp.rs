@@ -470,6 +470,12 @@ impl<S: MessageTransport> SctpServer<S> {
                 _ => {}
             }
         }
+        self.step_workloads()
+    }
+
+    /// The streams' workloads: one that fails is closed (its end comes as
+    /// an event) and named; the others run on.
+    fn step_workloads(&mut self) -> Result<(), String> {
         if let Err((qp, why)) = self.responder.step(&mut self.ep) {
             self.responder.remove(qp);
             self.ep.core.close_stream(qp);
@@ -585,15 +591,7 @@ impl<S: MessageTransport> SctpServer<S> {
         }
         self.ep.events = events;
         a.serving.publish(a.slot, self.ep.core.open_streams());
-        if let Err((qp, why)) = self.responder.step(&mut self.ep) {
-            // One stream's failure ends that stream only (its end comes as
-            // an event).
-            self.responder.remove(qp);
-            self.ep.core.close_stream(qp);
-            self.failed += 1;
-            return Err(why);
-        }
-        Ok(())
+        self.step_workloads()
     }
 
     /// Streams that failed so far (an RDMAP Terminate, or their workload

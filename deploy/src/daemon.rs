@@ -270,11 +270,16 @@ impl Events {
                 size,
             } => {
                 me.accepted.fetch_add(1, Ordering::Relaxed);
-                me.setup.decided(peer);
+                // Set-up times are timed by peer address: an MPA
+                // connection's own, while an SCTP association's streams
+                // share theirs.
+                if llp == "mpa" {
+                    me.setup.decided(peer);
+                }
                 tracing::info!(service, llp, %peer, run, op = op.name(), size, "connection accepted");
             }
             ServerEvent::Established { connection, .. } => {
-                if let Some(peer) = connection.peer {
+                if let Some(peer) = connection.peer.filter(|_| connection.llp == "mpa") {
                     me.setup.established(ServiceKind::Bench, peer);
                 }
             }

@@ -251,6 +251,27 @@ impl Daemon {
         }
     }
 
+    /// Its exit status, once it exited (at most 10 s after `since`, when
+    /// `what` asked it to).
+    fn wait_exit(
+        &mut self,
+        since: Instant,
+        what: &str,
+    ) -> Result<std::process::ExitStatus, Failed> {
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status);
+            }
+            if since.elapsed() > Duration::from_secs(10) {
+                return Err(fail(format!(
+                    "no exit 10 s after {what}: {}",
+                    self.log_text()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Polls `stats` until `done` holds, at most `limit`.
     fn wait_stats(&self, limit: Duration, done: impl Fn(&Value) -> bool) -> Result<Value, Failed> {
         let start = Instant::now();
@@ -583,18 +604,7 @@ fn serve_and_drain() -> Result<(), Failed> {
             late.map(|m| m.messages)
         )));
     }
-    let status = loop {
-        if let Some(status) = daemon.child.try_wait()? {
-            break status;
-        }
-        if term.elapsed() > Duration::from_secs(10) {
-            return Err(fail(format!(
-                "no exit 10 s after SIGTERM: {}",
-                daemon.log_text()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = daemon.wait_exit(term, "SIGTERM")?;
     let took = term.elapsed();
     let ended = long.join().map_err(|_| fail("the long client panicked"))?;
     if !status.success() || took < Duration::from_millis(1500) || took > Duration::from_millis(3500)
@@ -778,6 +788,9 @@ fn bench_leases() -> Result<(), Failed> {
     // violation: RFC 5040 §7.2).
     let (qa, sa) = bench_connect(&mut ep, addr, &hello(Op::Write, 1))?;
     daemon.wait_stats(Duration::from_secs(10), |s| s["stags"] == base + 1)?;
+    ep.region
+        .write(0, &[0xA5; 64])
+        .map_err(|e| fail(format!("{e:?}")))?;
     let st = run(&mut ep, qa, SendOp::Write(at(&sa, 0)), 0, 64);
     if st != WcStatus::Success {
         return Err(fail(format!("a Write into the lease: {st:?}")));
@@ -810,7 +823,9 @@ fn bench_leases() -> Result<(), Failed> {
     ep.close(qb);
     daemon.wait_stats(Duration::from_secs(10), |s| s["stags"] == base)?;
 
-    // A Read run reads its lease: zeroed, whatever the runs before it left.
+    // A Read run reads its lease, through its own STag: zeroes (a lease
+    // never lent, or one zeroed since; the zeroing itself is
+    // `runs_get_leases_of_their_own_zeroed_before_the_next_run_sees_them`).
     let (qc, sc) = bench_connect(&mut ep, addr, &hello(Op::Read, 3))?;
     ep.region
         .write(8192, &[0xFF; 4096])
@@ -942,18 +957,7 @@ fn bench_over_sctp() -> Result<(), Failed> {
     daemon.wait_stats(Duration::from_secs(10), |s| s["sctp"]["streams"] == 1)?;
     daemon.ctl("drain").map_err(fail)?;
     let drained = Instant::now();
-    let status = loop {
-        if let Some(status) = daemon.child.try_wait()? {
-            break status;
-        }
-        if drained.elapsed() > Duration::from_secs(10) {
-            return Err(fail(format!(
-                "no exit 10 s after the drain: {}",
-                daemon.log_text()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = daemon.wait_exit(drained, "the drain")?;
     let took = drained.elapsed();
     if !status.success() || took > Duration::from_millis(3500) {
         return Err(fail(format!(
