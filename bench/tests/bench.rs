@@ -61,14 +61,7 @@ fn perftest_vocabulary_parses() {
             .sizes,
         [8]
     );
-    for op in [
-        "write",
-        "read",
-        "send",
-        "write_imm",
-        "fetch_add",
-        "cmp_swap",
-    ] {
+    for op in Op::ALL.map(Op::name) {
         assert!(parse(&format!("bench {op}")).is_ok(), "{op}");
     }
 }

@@ -7,19 +7,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 mod common;
+use bench::spec::Op;
 use common::{port, serial};
 
 const BENCH: &str = env!("CARGO_BIN_EXE_bench");
 const LIMIT: Duration = Duration::from_secs(60);
-/// Every operation `bench` runs.
-const OPS: [&str; 6] = [
-    "write",
-    "read",
-    "send",
-    "write_imm",
-    "fetch_add",
-    "cmp_swap",
-];
 
 fn spawn(args: &[&str]) -> Child {
     Command::new(BENCH)
@@ -147,7 +139,7 @@ fn every_operation_between_two_processes() {
     let _serial = serial();
     let dir = std::env::temp_dir().join(format!("dpwarp-bench-proc-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for op in OPS {
+    for op in Op::ALL.map(Op::name) {
         for lat in [false, true] {
             let p = port().to_string();
             let server = server(&[op, "-p", &p]);
@@ -261,7 +253,7 @@ fn every_operation_over_sctp_between_two_processes() {
             serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         (doc, said)
     };
-    for op in OPS {
+    for op in Op::ALL.map(Op::name) {
         for lat in [false, true] {
             let what = format!("{op} lat={lat}");
             let extra: &[&str] = if lat {

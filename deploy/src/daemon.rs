@@ -76,6 +76,9 @@ pub struct SctpShared {
     pub slot: u16,
     /// The streams it serves, as of its last publication.
     pub connections: Mutex<Vec<Connection>>,
+    /// The listener's generation `connections` is of (republished only
+    /// when it changes, as the cores' lists are).
+    pub published: AtomicU64,
     /// Its core's counters, as of its last publication.
     pub counters: Mutex<dataplane::SctpCounters>,
     /// Associations and streams open, as of its last publication.
@@ -481,6 +484,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         udp_port,
         slot: cores as u16,
         connections: Mutex::new(Vec::new()),
+        published: AtomicU64::new(u64::MAX),
         counters: Mutex::new(dataplane::SctpCounters::default()),
         associations: AtomicU64::new(0),
         streams: AtomicU64::new(0),
@@ -967,8 +971,11 @@ fn publish_sctp(listener: &SctpServer<KernelUdp>, s: &SctpShared) {
     s.streams.store(streams as u64, Ordering::Relaxed);
     s.failed.store(listener.failed(), Ordering::Relaxed);
     *s.counters.lock().unwrap_or_else(|p| p.into_inner()) = listener.counters();
-    *s.connections.lock().unwrap_or_else(|p| p.into_inner()) =
-        listener.connections().cloned().collect();
+    let generation = listener.generation();
+    if s.published.swap(generation, Ordering::Relaxed) != generation {
+        *s.connections.lock().unwrap_or_else(|p| p.into_inner()) =
+            listener.connections().cloned().collect();
+    }
 }
 
 /// Steps `server` until its listeners are up: the bench service's and

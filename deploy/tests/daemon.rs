@@ -315,23 +315,8 @@ fn client(
     qps: usize,
     stop: Stop,
 ) -> Result<Measured, String> {
-    let config = RigConfig {
-        crc: true,
-        markers: false,
-        mtu: 9000,
-        memory: memory_for(qps, size),
-        port: addr.port(),
-        sw_checksums: false,
-    };
+    let (config, spec) = run_of(addr, true, 9000, (op, mode, size, qps, stop));
     let mut rig = rig::remote(&config, addr)?;
-    let spec = Spec {
-        op,
-        mode,
-        size,
-        stop,
-        depth: 16,
-        qps,
-    };
     workload::run(&mut rig, &spec, true, &AtomicBool::new(false), &mut |_| {})
 }
 
@@ -345,15 +330,27 @@ fn sctp_client(
     qps: usize,
     stop: Stop,
 ) -> Result<Measured, String> {
+    let (config, spec) = run_of(addr, false, 1500, (op, mode, size, qps, stop));
+    let mut rig = bench::sctp::remote(&config, addr)?;
+    workload::run(&mut rig, &spec, true, &AtomicBool::new(false), &mut |_| {})
+}
+
+/// A client's rig configuration (MPA CRC `crc`, path MTU `mtu`) and
+/// workload, to the server at `addr`.
+fn run_of(
+    addr: SocketAddrV4,
+    crc: bool,
+    mtu: usize,
+    (op, mode, size, qps, stop): (Op, Mode, usize, usize, Stop),
+) -> (RigConfig, Spec) {
     let config = RigConfig {
-        crc: false,
+        crc,
         markers: false,
-        mtu: 1500,
+        mtu,
         memory: memory_for(qps, size),
         port: addr.port(),
         sw_checksums: false,
     };
-    let mut rig = bench::sctp::remote(&config, addr)?;
     let spec = Spec {
         op,
         mode,
@@ -362,7 +359,7 @@ fn sctp_client(
         depth: 16,
         qps,
     };
-    workload::run(&mut rig, &spec, true, &AtomicBool::new(false), &mut |_| {})
+    (config, spec)
 }
 
 /// A metric's value from an exposition (the first sample whose name and
