@@ -558,13 +558,35 @@ impl Args {
                 return Err("--llp sctp runs on one core for now: no --cores".into());
             }
             if local.is_none() {
-                // A server or a client alone: over Linux UDP.
-                if self.transport.is_some_and(|t| t != TransportArg::Kernel) {
-                    return Err(
-                        "--llp sctp between two processes (--server, HOST) runs over Linux UDP \
-                         for now: --transport kernel, or none"
-                            .into(),
-                    );
+                // A server alone: over Linux UDP; a client alone: over Linux
+                // UDP or tcp-lite's UDP on a DPDK port.
+                let client_ok = |t: TransportArg| {
+                    matches!(
+                        t,
+                        TransportArg::Kernel
+                            | TransportArg::Memif
+                            | TransportArg::NetTap
+                            | TransportArg::AfPacket
+                            | TransportArg::Pci
+                    )
+                };
+                match (&role, self.transport) {
+                    (_, None | Some(TransportArg::Kernel)) => {}
+                    (Role::Client(_), Some(t)) if client_ok(t) => {}
+                    (Role::Client(_), Some(_)) => {
+                        return Err(
+                            "--llp sctp to a server in another process (HOST) runs over \
+                             --transport kernel (Linux UDP), memif, net_tap, af_packet or pci"
+                                .into(),
+                        )
+                    }
+                    _ => {
+                        return Err(
+                            "--llp sctp's server (--server) runs over Linux UDP for now: \
+                             --transport kernel, or none"
+                                .into(),
+                        )
+                    }
                 }
                 if !self.compare.is_empty() {
                     return Err(

@@ -568,8 +568,8 @@ const IDLE_LIMIT: Duration = Duration::from_secs(10);
 /// 6581 §7's Enhanced Initiate with its workload) is accepted with our
 /// memory and served as an MPA connection is.
 fn serve_sctp(args: &Args, config: &RigConfig, stop: &AtomicBool) -> i32 {
-    let udp = tcp_lite::sys::udp::KernelUdp::new(std::net::Ipv4Addr::UNSPECIFIED, 4 << 20);
-    let mut server = match bench::sctp::SctpServer::new(udp, args.port, config) {
+    let mut udp = tcp_lite::sys::udp::KernelUdp::new(std::net::Ipv4Addr::UNSPECIFIED, 4 << 20);
+    let mut server = match bench::sctp::SctpServer::new(&mut udp, args.port, config) {
         Ok(s) => s,
         Err(why) => {
             eprintln!("bench server: UDP port {}: {why}", args.port);
@@ -585,7 +585,7 @@ fn serve_sctp(args: &Args, config: &RigConfig, stop: &AtomicBool) -> i32 {
     );
     let mut idle_since = None::<Instant>;
     loop {
-        if let Err(why) = server.step() {
+        if let Err(why) = server.step(&mut udp) {
             // One stream's failure ends that stream only.
             eprintln!("bench server: {why}");
         }
@@ -722,7 +722,25 @@ fn run_sctp(
                 stop,
             )
         }
-        other => Err(format!("--llp sctp does not run on {} yet", other.name())),
+        TransportKind::Remote(peer) => {
+            let Role::Client(host) = &plan.role else {
+                return Err("no server address".into());
+            };
+            let server = server_addr(host, args.port)?;
+            let (mut rig, info) = bench::sctp::remote_dpdk(&config, &args.link, peer, server)?;
+            let cpus = args.link.cpus()?.unwrap_or_default();
+            if let Some(&cpu) = cpus.first() {
+                let pinned = dataplane::lcore::enter(Some(cpu), Some(info.eal))?;
+                std::mem::forget(pinned);
+            }
+            println!(
+                " 1 core: {}; {}; SCTP over UDP on tcp-lite, to {server}",
+                info.ports, info.checksums
+            );
+            // A memif port stays quiet a while before it closes (the rig's
+            // drop: its association's ABORT first).
+            sweep(&mut rig, args, plan, transport, stop)
+        }
     }?;
     for r in &mut reports {
         r.llp = LlpArg::Sctp.name();

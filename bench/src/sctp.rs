@@ -20,7 +20,7 @@ use std::time::Instant as StdInstant;
 use control::runtime::{ControlPlane, CoreLink, Decision};
 use control::session::Accept;
 use dataplane::DpdkDevice;
-use dataplane::{MessageTransport, SctpCore, SctpCoreConfig, SctpEvent};
+use dataplane::{MessageTransport, SctpCoreConfig, SctpEvent, SctpUnit};
 use rnic_engine::cq::Wc;
 use rnic_engine::mem::{Access, Pd, Region};
 use rnic_engine::sctp::rx::ReorderConfig;
@@ -42,13 +42,19 @@ use crate::spec::{credit_offset, Spec};
 
 /// How long opening or closing streams may take.
 const SETUP_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The smallest path MTU an association is given (IPv4's minimum
+/// reassembly size is 576; SCTP's packets must hold a DATA chunk's header
+/// and some data).
+const MTU_MIN: usize = 576;
 /// The server's UDP port (RFC 6951's SCTP over UDP port).
 const SERVER_UDP_PORT: u16 = sctp_lite::UDP_ENCAPSULATION_PORT;
 
-/// One RNIC over DDP over SCTP: its core, CQ and registered memory.
-pub struct SctpEndpoint<T: MessageTransport> {
-    /// The core.
-    pub core: SctpCore<T>,
+/// One RNIC over DDP over SCTP: its SCTP unit, CQ and registered memory,
+/// turned over a transport its owner hands in ([`SctpEndpoint::turn`]):
+/// its own, or a core's that also runs MPA on it.
+pub struct SctpEndpoint {
+    /// The unit.
+    pub core: SctpUnit,
     /// Its own control plane (session establishment), alive as long as
     /// it; `None` on a host's ([`SctpServer::serving`]).
     _plane: Option<ControlPlane>,
@@ -97,15 +103,15 @@ struct Parts {
     plane: Option<ControlPlane>,
 }
 
-impl<T: MessageTransport> SctpEndpoint<T> {
-    fn new(
-        transport: T,
+impl SctpEndpoint {
+    fn new<T: MessageTransport>(
+        transport: &mut T,
         udp_port: u16,
         mtu: usize,
         memory: usize,
         seed: u64,
         serve: bool,
-    ) -> Result<SctpEndpoint<T>, String> {
+    ) -> Result<SctpEndpoint, String> {
         let mut rnic = Rnic::new(RnicConfig {
             stag_seed: seed,
             qps_max: QPS_MAX + 64,
@@ -154,13 +160,13 @@ impl<T: MessageTransport> SctpEndpoint<T> {
     /// An endpoint on `transport`'s UDP port `udp_port` that makes its
     /// QPs in `parts`' PD and waits (at most 10 s) until the control plane
     /// listens for its streams, if `listening`.
-    fn assemble(
+    fn assemble<T: MessageTransport>(
         config: SctpCoreConfig,
-        transport: T,
+        transport: &mut T,
         udp_port: u16,
         parts: Parts,
         listening: bool,
-    ) -> Result<SctpEndpoint<T>, String> {
+    ) -> Result<SctpEndpoint, String> {
         let Parts {
             mut rnic,
             pd,
@@ -181,13 +187,13 @@ impl<T: MessageTransport> SctpEndpoint<T> {
             rq_size: QUEUE_DEPTH,
         };
         let epoch = StdInstant::now();
-        let mut core = SctpCore::new(config, transport, udp_port, link, rnic, qp_init, epoch)?;
+        let mut core = SctpUnit::new(config, transport, udp_port, link, rnic, qp_init, epoch)?;
         // Initiates before the listen reaches the core would be refused.
         while listening && !core.link().session_listening() {
             if epoch.elapsed() > SETUP_LIMIT {
                 return Err("the control plane did not start listening for DDP streams".into());
             }
-            core.turn(now());
+            core.turn(transport, now());
         }
         Ok(SctpEndpoint {
             core,
@@ -201,8 +207,10 @@ impl<T: MessageTransport> SctpEndpoint<T> {
         })
     }
 
-    fn turn(&mut self) {
-        self.core.turn(now());
+    /// One turn of its unit over `transport` (the one it was made on),
+    /// and the events that came of it.
+    fn turn<T: MessageTransport>(&mut self, transport: &mut T) {
+        self.core.turn(transport, now());
         while let Some(event) = self.core.next_event() {
             match &event {
                 SctpEvent::StreamUp { qp, .. } => {
@@ -218,7 +226,7 @@ impl<T: MessageTransport> SctpEndpoint<T> {
     }
 }
 
-impl<T: MessageTransport> RnicEnd for SctpEndpoint<T> {
+impl RnicEnd for SctpEndpoint {
     fn rnic(&mut self) -> &mut Rnic {
         self.core.rnic()
     }
@@ -257,9 +265,10 @@ impl<T: MessageTransport> RnicEnd for SctpEndpoint<T> {
 /// The server's side of DDP over SCTP: an RNIC that accepts every stream
 /// whose hello fits its memory, answering with its own (its memory, as
 /// MPA's Reply does), and serves each stream's workload; in a rig's
-/// process, or alone (`bench --server --llp sctp`).
-pub struct SctpServer<S: MessageTransport> {
-    ep: SctpEndpoint<S>,
+/// process, or alone (`bench --server --llp sctp`). Its owner turns it over
+/// the transport it was made on ([`SctpServer::step`]).
+pub struct SctpServer {
+    ep: SctpEndpoint,
     responder: Responder,
     /// Streams served, and whether one was of the client's last size.
     served: u64,
@@ -305,10 +314,14 @@ struct Appliance {
     generation: u64,
 }
 
-impl<S: MessageTransport> SctpServer<S> {
+impl SctpServer {
     /// A server listening on UDP port `udp_port` of `transport` (0: an
     /// ephemeral one).
-    pub fn new(transport: S, udp_port: u16, config: &RigConfig) -> Result<SctpServer<S>, String> {
+    pub fn new<S: MessageTransport>(
+        transport: &mut S,
+        udp_port: u16,
+        config: &RigConfig,
+    ) -> Result<SctpServer, String> {
         Ok(SctpServer {
             ep: SctpEndpoint::new(transport, udp_port, config.mtu, config.memory, 12, true)?,
             responder: Responder::default(),
@@ -329,8 +342,8 @@ impl<S: MessageTransport> SctpServer<S> {
     /// Its QPs are in the host's PD, on its registry; `events` hears of
     /// every stream as it does of MPA connections.
     #[allow(clippy::too_many_arguments)]
-    pub fn serving(
-        transport: S,
+    pub fn serving<S: MessageTransport>(
+        transport: &mut S,
         listen: &SctpListen,
         host: &Arc<Host>,
         (core, on_core): (u16, usize),
@@ -338,7 +351,7 @@ impl<S: MessageTransport> SctpServer<S> {
         mr: Mr,
         serving: &Arc<Serving>,
         events: Option<EventHook>,
-    ) -> Result<SctpServer<S>, String> {
+    ) -> Result<SctpServer, String> {
         let link = host
             .take_link(core)
             .ok_or_else(|| format!("the host has no control-plane link {core} left"))?;
@@ -419,15 +432,16 @@ impl<S: MessageTransport> SctpServer<S> {
         }
     }
 
-    /// Where it listens.
-    pub fn local(&self) -> Option<SocketAddrV4> {
-        self.ep.core.local()
+    /// Where it listens on `transport` (the one it was made on).
+    pub fn local<S: MessageTransport>(&self, transport: &S) -> Option<SocketAddrV4> {
+        self.ep.core.local(transport)
     }
 
-    /// One turn: its core, the streams that came up or ended, their
-    /// workloads. A stream that fails is closed and named.
-    pub fn step(&mut self) -> Result<(), String> {
-        self.ep.turn();
+    /// One turn over `transport` (the one it was made on): its unit, the
+    /// streams that came up or ended, their workloads. A stream that fails
+    /// is closed and named.
+    pub fn step<S: MessageTransport>(&mut self, transport: &mut S) -> Result<(), String> {
+        self.ep.turn(transport);
         if self.serving.is_some() {
             return self.step_serving();
         }
@@ -624,39 +638,54 @@ impl<S: MessageTransport> SctpServer<S> {
 /// A client and its server over DDP over SCTP: both on this thread, or the
 /// client alone with a server in another process ([`remote`]).
 pub struct SctpRig<C: MessageTransport, S: MessageTransport> {
-    client: SctpEndpoint<C>,
-    server: Option<SctpServer<S>>,
+    client: SctpEndpoint,
+    /// The client's transport.
+    carrier: C,
+    /// The server and its transport, when in this process.
+    server: Option<(SctpServer, S)>,
     server_addr: SocketAddrV4,
     assoc: Option<AssocId>,
     /// The stream the next QP opens (streams are not reused within an
     /// association: a closed stream's last messages may still be about).
     next_stream: u16,
     run: u64,
+    /// How long the client's port stays open but quiet after its last
+    /// packets (its association's ABORT) when the rig goes: a memif peer
+    /// reads them before the port's close takes the link down (see
+    /// `link::MEMIF_QUIET`).
+    quiet: Option<std::time::Duration>,
 }
 
 impl<C: MessageTransport, S: MessageTransport> SctpRig<C, S> {
     /// A client and a server whose endpoint listens on UDP port
     /// `server_port` of its transport (0: an ephemeral one).
-    fn new(client: C, server: S, server_port: u16, config: &RigConfig) -> Result<Self, String> {
-        let client = SctpEndpoint::new(client, 0, config.mtu, config.memory, 11, false)?;
-        let server = SctpServer::new(server, server_port, config)?;
+    fn new(
+        mut carrier: C,
+        mut server_transport: S,
+        server_port: u16,
+        config: &RigConfig,
+    ) -> Result<Self, String> {
+        let client = SctpEndpoint::new(&mut carrier, 0, config.mtu, config.memory, 11, false)?;
+        let server = SctpServer::new(&mut server_transport, server_port, config)?;
         let server_addr = server
-            .local()
+            .local(&server_transport)
             .ok_or("the server's UDP socket has no address")?;
         Ok(SctpRig {
             client,
-            server: Some(server),
+            carrier,
+            server: Some((server, server_transport)),
             server_addr,
             assoc: None,
             next_stream: 0,
             run: crate::rig::run_id(),
+            quiet: None,
         })
     }
 
     /// Associations open at the server, if it is in this process (0 if
     /// not).
     fn server_open(&self) -> (usize, usize) {
-        self.server.as_ref().map_or((0, 0), SctpServer::open)
+        self.server.as_ref().map_or((0, 0), |(s, _)| s.open())
     }
 
     fn wait(&mut self, what: &str, done: &mut dyn FnMut(&mut Self) -> bool) -> Result<(), String> {
@@ -702,16 +731,16 @@ impl<C: MessageTransport, S: MessageTransport> SctpRig<C, S> {
 }
 
 impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
-    type Client = SctpEndpoint<C>;
+    type Client = SctpEndpoint;
 
-    fn client(&mut self) -> &mut SctpEndpoint<C> {
+    fn client(&mut self) -> &mut SctpEndpoint {
         &mut self.client
     }
 
     fn step(&mut self) -> Result<(), String> {
-        self.client.turn();
+        self.client.turn(&mut self.carrier);
         match &mut self.server {
-            Some(server) => server.step(),
+            Some((server, transport)) => server.step(transport),
             None => Ok(()),
         }
     }
@@ -848,7 +877,7 @@ impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
             counters: counters(self.client.core.counters()),
             share: None,
         }];
-        if let Some(server) = &self.server {
+        if let Some((server, _)) = &self.server {
             reports.push(CoreReport {
                 role: "server",
                 cpu: None,
@@ -939,27 +968,68 @@ pub fn dpdk_kernel(
 
 /// The client alone on Linux UDP, to a server in another process (`bench
 /// --server --llp sctp`, or dpwarpd) at `server`: its UDP socket is on the
-/// address Linux would send to the server from.
+/// address Linux would send to the server from, its association's path MTU
+/// the smaller of `config.mtu` and the route's.
 pub fn remote(
     config: &RigConfig,
     server: SocketAddrV4,
 ) -> Result<SctpRig<KernelUdp, KernelUdp>, String> {
-    let probe = std::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))
-        .and_then(|u| u.connect(server).and_then(|()| u.local_addr()))
-        .map_err(|e| format!("no route to {server}: {e}"))?;
-    let std::net::SocketAddr::V4(local) = probe else {
-        return Err(format!("no IPv4 address to reach {server} from"));
-    };
-    let udp = KernelUdp::new(*local.ip(), 4 << 20);
-    let client = SctpEndpoint::new(udp, 0, config.mtu, config.memory, 11, false)?;
+    let (local, path_mtu) =
+        tcp_lite::sys::udp::route_to(server).map_err(|e| format!("no route to {server}: {e}"))?;
+    let mut carrier = KernelUdp::new(*local.ip(), 4 << 20);
+    // Packets no larger than the path takes: Linux would fragment the
+    // rest, and a peer on a DPDK port does not reassemble.
+    let mtu = config.mtu.min(path_mtu.max(MTU_MIN));
+    let client = SctpEndpoint::new(&mut carrier, 0, mtu, config.memory, 11, false)?;
     Ok(SctpRig {
         client,
+        carrier,
         server: None,
         server_addr: server,
         assoc: None,
         next_stream: 0,
         run: crate::rig::run_id(),
+        quiet: None,
     })
+}
+
+/// The client alone on tcp-lite's UDP over a DPDK port (memif as its
+/// client, net_tap, af_packet, a PCI NIC: `link` says which and our
+/// address), to a server in another process (`bench --server --llp sctp`
+/// on the other end of the link, or dpwarpd on a DPDK port) at `server`;
+/// with what the port runs on.
+pub fn remote_dpdk(
+    config: &RigConfig,
+    link: &crate::link::LinkArgs,
+    transport: crate::link::PeerTransport,
+    server: SocketAddrV4,
+) -> Result<(DpdkSctpRig, crate::rig::DpdkInfo), String> {
+    let (eal, port) = crate::link::dpdk_port(transport, link, config.mtu, false, "dpwbench0")?;
+    let lossless = transport == crate::link::PeerTransport::Memif;
+    let mut carrier = crate::link::dpdk_stack(&port, link.address()?, lossless)?;
+    // The port's MTU, which the stack's IP packets are held to.
+    let mtu = carrier.emss() + 40;
+    let client = SctpEndpoint::new(&mut carrier, 0, mtu, config.memory, 11, false)?;
+    let info = crate::rig::DpdkInfo {
+        eal,
+        memory: String::new(),
+        ports: port.describe.clone(),
+        checksums: port.checksums(),
+    };
+    // The port itself lives as long as its queue, the stack's device.
+    Ok((
+        SctpRig {
+            client,
+            carrier,
+            server: None,
+            server_addr: server,
+            assoc: None,
+            next_stream: 0,
+            run: crate::rig::run_id(),
+            quiet: lossless.then_some(crate::link::MEMIF_QUIET),
+        },
+        info,
+    ))
 }
 
 impl<C: MessageTransport, S: MessageTransport> Drop for SctpRig<C, S> {
@@ -969,8 +1039,11 @@ impl<C: MessageTransport, S: MessageTransport> Drop for SctpRig<C, S> {
         if let Some(assoc) = self.assoc.take() {
             self.client.core.abort(assoc);
             for _ in 0..8 {
-                self.client.turn();
+                self.client.turn(&mut self.carrier);
             }
+        }
+        if let Some(quiet) = self.quiet {
+            std::thread::sleep(quiet);
         }
     }
 }
@@ -1058,13 +1131,13 @@ fn connect_on<C: MessageTransport, S: MessageTransport>(
                 },
             );
         }
-        rig.client.turn();
-        let server = &mut rig
+        rig.client.turn(&mut rig.carrier);
+        let (server, transport) = rig
             .server
             .as_mut()
-            .expect("bench connect --llp sctp has its server in this process")
-            .ep;
-        server.turn();
+            .expect("bench connect --llp sctp has its server in this process");
+        let server = &mut server.ep;
+        server.turn(transport);
         let t = StdInstant::now();
         for event in std::mem::take(&mut server.events) {
             match event {
@@ -1134,9 +1207,9 @@ fn connect_on<C: MessageTransport, S: MessageTransport>(
     // The server's side of the last aborts.
     let settle = StdInstant::now();
     while rig.server_open().1 > 0 && settle.elapsed() < SETUP_LIMIT {
-        rig.client.turn();
-        if let Some(server) = &mut rig.server {
-            server.ep.turn();
+        rig.client.turn(&mut rig.carrier);
+        if let Some((server, transport)) = &mut rig.server {
+            server.ep.turn(transport);
         }
     }
     let (end, thread1, process1) = window.expect("the window ended");

@@ -197,20 +197,27 @@ fn the_sctp_lower_layer_parses_and_is_checked() {
     ] {
         assert!(parse(ok).unwrap().plan().is_ok(), "{ok}");
     }
-    // Between two processes: over Linux UDP, on one core, no baselines.
+    // Between two processes: the server over Linux UDP, the client over
+    // Linux UDP or a DPDK port; on one core, no baselines.
     assert!(parse("bench write --llp sctp --server")
         .unwrap()
         .plan()
         .is_ok());
-    assert!(parse("bench write 10.0.0.1 --llp sctp --transport kernel")
-        .unwrap()
-        .plan()
-        .is_ok());
+    for ok in [
+        "bench write 10.0.0.1 --llp sctp --transport kernel",
+        "bench write 10.0.0.1 --llp sctp --transport memif --ip 10.0.0.2/24",
+        "bench write 10.0.0.1 --llp sctp --transport net_tap --ip 10.0.0.2/24",
+        "bench write 10.0.0.1 --llp sctp --transport af_packet --iface v0 --ip 10.0.0.2/24",
+        "bench write 10.0.0.1 --llp sctp --transport pci --pci 0000:01:00.0 --ip 10.0.0.2/24",
+    ] {
+        assert!(parse(ok).unwrap().plan().is_ok(), "{ok}");
+    }
     assert!(why("bench write --llp sctp --server --cores 2").contains("one core"));
     assert!(
-        why("bench write 10.0.0.1 --llp sctp --transport memif --ip 10.0.0.2/24")
+        why("bench write --llp sctp --server --transport memif --ip 10.0.0.2/24")
             .contains("Linux UDP")
     );
+    assert!(why("bench write 10.0.0.1 --llp sctp --transport tap").contains("memif, net_tap"));
     assert!(why("bench write 10.0.0.1 --llp sctp --compare mpa").contains("in this process"));
     assert!(parse("bench write --compare udp").is_err());
 }

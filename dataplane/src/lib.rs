@@ -30,5 +30,5 @@ mod transport;
 pub use checksum::{RxChecksum, TxChecksum};
 pub use core::{Budgets, Core, CoreConfig, CoreCounters};
 pub use device::{DeviceConfig, DeviceCounters, DpdkDevice};
-pub use sctp::{SctpCore, SctpCoreConfig, SctpCounters, SctpEvent};
+pub use sctp::{SctpCore, SctpCoreConfig, SctpCounters, SctpEvent, SctpUnit, UdpCarrier};
 pub use transport::{CoreTransport, MessageTransport, Segmenting};

@@ -208,10 +208,10 @@ impl Opened {
         Steer::new(&self.pools)
     }
 
-    /// [`Self::steer`], the local TCP ports `pinned` owned by the first
-    /// core (see [`Steer::pinning`]).
-    pub fn steer_pinning(&self, pinned: &[u16]) -> Result<Arc<Steer>, String> {
-        Steer::pinning(&self.pools, pinned)
+    /// [`Self::steer`], the local TCP ports `pinned` and UDP ports
+    /// `pinned_udp` owned by the first core (see [`Steer::pinning`]).
+    pub fn steer_pinning(&self, pinned: &[u16], pinned_udp: &[u16]) -> Result<Arc<Steer>, String> {
+        Steer::pinning(&self.pools, pinned, pinned_udp)
     }
 
     /// A smoltcp device on queue pair `queue`, with our MAC `mac` (the

@@ -11,7 +11,11 @@
 //! on an in-memory link, a TAP fd or a DPDK queue, or the kernel's UDP), the
 //! SCTP endpoint on it, an engine, and the DDP streams of its
 //! associations: each stream is a pair of like-numbered SCTP streams with a
-//! QP of its own (many QPs per association). One turn, given the time:
+//! QP of its own (many QPs per association). All of it but the transport is
+//! an [`SctpUnit`], which is handed the transport at each turn: an
+//! [`SctpCore`] hands it its own; a [`Core`](crate::Core) running MPA over
+//! TCP on a port lends it its stack, so one poll-mode core serves both lower
+//! layers on one queue pair. One turn, given the time:
 //!
 //! 1. **rx**: the control plane's answers ([`CoreLink::poll_sessions`]);
 //!    the transport's receive burst, each datagram to the SCTP endpoint;
@@ -271,13 +275,14 @@ pub struct SctpCounters {
     pub refused_streams: u64,
 }
 
-/// UDP datagrams to and from an SCTP endpoint on a [`MessageTransport`]:
-/// received datagrams into the endpoint, its packets into datagrams, and a
-/// packet the transport pushed back kept and sent first next time (never
-/// dropped here). The carrier of [`SctpCore`] and of anything else that
-/// drives a `sctp_lite::Endpoint` (`bench sctp-echo`).
-pub struct Wire<T: MessageTransport> {
-    transport: T,
+/// UDP datagrams to and from an SCTP endpoint through one UDP socket of a
+/// [`MessageTransport`] that the caller hands in at each call (its own, or
+/// one it shares with an MPA [`Core`](crate::Core)): received datagrams
+/// into the endpoint, its packets into datagrams, and a packet the
+/// transport pushed back kept and sent first next time (never dropped
+/// here).
+#[derive(Debug)]
+pub struct UdpCarrier {
     udp: UdpId,
     held: Option<(SocketAddrV4, Bytes)>,
     /// Datagrams sent.
@@ -286,14 +291,13 @@ pub struct Wire<T: MessageTransport> {
     pub tx_full: u64,
 }
 
-impl<T: MessageTransport> Wire<T> {
+impl UdpCarrier {
     /// A UDP socket on `port` of `transport` (0: an ephemeral one).
-    pub fn bind(mut transport: T, port: u16) -> Result<Wire<T>, String> {
+    pub fn bind<T: MessageTransport>(transport: &mut T, port: u16) -> Result<UdpCarrier, String> {
         let udp = transport
             .udp_bind(port)
             .map_err(|e| format!("cannot bind UDP port {port}: {e}"))?;
-        Ok(Wire {
-            transport,
+        Ok(UdpCarrier {
             udp,
             held: None,
             tx_datagrams: 0,
@@ -301,32 +305,24 @@ impl<T: MessageTransport> Wire<T> {
         })
     }
 
-    /// The transport.
-    pub fn transport(&self) -> &T {
-        &self.transport
-    }
-
-    /// The transport, to poll and flush.
-    pub fn transport_mut(&mut self) -> &mut T {
-        &mut self.transport
-    }
-
-    /// The socket's local address.
-    pub fn local(&self) -> Option<SocketAddrV4> {
-        self.transport.udp_local(self.udp).ok()
+    /// The socket's local address on `transport` (the one it was bound
+    /// on).
+    pub fn local<T: MessageTransport>(&self, transport: &T) -> Option<SocketAddrV4> {
+        transport.udp_local(self.udp).ok()
     }
 
     /// At most `budget` received datagrams into `endpoint` (a bounded
     /// burst, STYLE.md §5); how many.
-    pub fn receive(
+    pub fn receive<T: MessageTransport>(
         &mut self,
+        transport: &mut T,
         endpoint: &mut sctp_lite::Endpoint,
         now: Instant,
         budget: usize,
     ) -> usize {
         let mut n = 0;
         while n < budget {
-            let got = self.transport.udp_recv_with(self.udp, |datagram, from| {
+            let got = transport.udp_recv_with(self.udp, |datagram, from| {
                 endpoint.handle_datagram(now, SocketAddr::V4(from), datagram);
             });
             if got.is_none() {
@@ -340,10 +336,15 @@ impl<T: MessageTransport> Wire<T> {
     /// The endpoint's packets into datagrams until it has none or the
     /// transport pushes back (the packet is kept for the next call);
     /// whether any went.
-    pub fn transmit(&mut self, endpoint: &mut sctp_lite::Endpoint, now: Instant) -> bool {
+    pub fn transmit<T: MessageTransport>(
+        &mut self,
+        transport: &mut T,
+        endpoint: &mut sctp_lite::Endpoint,
+        now: Instant,
+    ) -> bool {
         let mut busy = false;
         if let Some((remote, packet)) = self.held.take() {
-            if !self.send(remote, &packet) {
+            if !self.send(transport, remote, &packet) {
                 self.held = Some((remote, packet));
                 return false;
             }
@@ -356,7 +357,7 @@ impl<T: MessageTransport> Wire<T> {
             let SocketAddr::V4(remote) = remote else {
                 continue;
             };
-            if !self.send(remote, &packet) {
+            if !self.send(transport, remote, &packet) {
                 self.held = Some((remote, packet));
                 break;
             }
@@ -364,12 +365,14 @@ impl<T: MessageTransport> Wire<T> {
         busy
     }
 
-    fn send(&mut self, remote: SocketAddrV4, packet: &[u8]) -> bool {
+    fn send<T: MessageTransport>(
+        &mut self,
+        transport: &mut T,
+        remote: SocketAddrV4,
+        packet: &[u8],
+    ) -> bool {
         let len = packet.len();
-        match self
-            .transport
-            .udp_send_with(self.udp, remote, len, |buf| buf.copy_from_slice(packet))
-        {
+        match transport.udp_send_with(self.udp, remote, len, |buf| buf.copy_from_slice(packet)) {
             Ok(()) => {
                 self.tx_datagrams += 1;
                 true
@@ -385,10 +388,126 @@ impl<T: MessageTransport> Wire<T> {
     }
 }
 
-/// One poll-mode core running DDP over SCTP over UDP.
+/// A [`UdpCarrier`] with a transport of its own: the carrier of anything
+/// that drives a `sctp_lite::Endpoint` alone (`bench sctp-echo`).
+pub struct Wire<T: MessageTransport> {
+    transport: T,
+    carrier: UdpCarrier,
+}
+
+impl<T: MessageTransport> Wire<T> {
+    /// A UDP socket on `port` of `transport` (0: an ephemeral one).
+    pub fn bind(mut transport: T, port: u16) -> Result<Wire<T>, String> {
+        let carrier = UdpCarrier::bind(&mut transport, port)?;
+        Ok(Wire { transport, carrier })
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// The transport, to poll and flush.
+    pub fn transport_mut(&mut self) -> &mut T {
+        &mut self.transport
+    }
+
+    /// The socket's local address.
+    pub fn local(&self) -> Option<SocketAddrV4> {
+        self.carrier.local(&self.transport)
+    }
+
+    /// See [`UdpCarrier::receive`].
+    pub fn receive(
+        &mut self,
+        endpoint: &mut sctp_lite::Endpoint,
+        now: Instant,
+        budget: usize,
+    ) -> usize {
+        self.carrier
+            .receive(&mut self.transport, endpoint, now, budget)
+    }
+
+    /// See [`UdpCarrier::transmit`].
+    pub fn transmit(&mut self, endpoint: &mut sctp_lite::Endpoint, now: Instant) -> bool {
+        self.carrier.transmit(&mut self.transport, endpoint, now)
+    }
+
+    /// Datagrams sent, and times the transport pushed one back.
+    pub fn sent(&self) -> (u64, u64) {
+        (self.carrier.tx_datagrams, self.carrier.tx_full)
+    }
+}
+
+/// One poll-mode core running DDP over SCTP over UDP, on a transport of
+/// its own: an [`SctpUnit`] and its transport, turned together. Everything
+/// else is the unit's (`Deref`).
 pub struct SctpCore<T: MessageTransport> {
+    transport: T,
+    unit: SctpUnit,
+}
+
+impl<T: MessageTransport> SctpCore<T> {
+    /// A core on `transport`, its SCTP endpoint on UDP port
+    /// `config.endpoint.sctp_port`'s encapsulation port `udp_port` (RFC
+    /// 6951: 9899 by default; 0 for an ephemeral one), with the engine
+    /// `rnic`, each QP made from `qp_init`. `epoch` stands for time zero of
+    /// the endpoint's clock (see `sctp_lite::Endpoint::new`). `link` is the
+    /// core's end of the control plane, which runs session establishment.
+    pub fn new(
+        config: SctpCoreConfig,
+        mut transport: T,
+        udp_port: u16,
+        link: CoreLink,
+        rnic: Rnic,
+        qp_init: QpInit,
+        epoch: std::time::Instant,
+    ) -> Result<SctpCore<T>, String> {
+        let unit = SctpUnit::new(config, &mut transport, udp_port, link, rnic, qp_init, epoch)?;
+        Ok(SctpCore { transport, unit })
+    }
+
+    /// One turn (see the module docs). Returns whether anything moved.
+    pub fn turn(&mut self, now: Instant) -> bool {
+        self.unit.turn(&mut self.transport, now)
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
+    /// The local UDP address of the core's endpoint.
+    pub fn local(&self) -> Option<SocketAddrV4> {
+        self.unit.local(&self.transport)
+    }
+}
+
+impl<T: MessageTransport> std::ops::Deref for SctpCore<T> {
+    type Target = SctpUnit;
+
+    fn deref(&self) -> &SctpUnit {
+        &self.unit
+    }
+}
+
+impl<T: MessageTransport> std::ops::DerefMut for SctpCore<T> {
+    fn deref_mut(&mut self) -> &mut SctpUnit {
+        &mut self.unit
+    }
+}
+
+/// DDP over SCTP over UDP without a transport of its own: the SCTP
+/// endpoint, its UDP socket, the engine and the DDP streams, turned over a
+/// transport handed in at every turn. An [`SctpCore`] hands in its own; a
+/// core that runs MPA over TCP on a port ([`Core`](crate::Core)) lends its
+/// stack (`Core::transport_mut`), so that one poll-mode core serves both
+/// lower layers on one port and one queue pair, as one port of a hardware
+/// RNIC would. The transport must be the one the unit was made on (its UDP
+/// socket is there).
+pub struct SctpUnit {
     config: SctpCoreConfig,
-    wire: Wire<T>,
+    carrier: UdpCarrier,
     endpoint: sctp_lite::Endpoint,
     link: CoreLink,
     rnic: Rnic,
@@ -405,22 +524,18 @@ pub struct SctpCore<T: MessageTransport> {
     counters: SctpCounters,
 }
 
-impl<T: MessageTransport> SctpCore<T> {
-    /// A core on `transport`, its SCTP endpoint on UDP port
-    /// `config.endpoint.sctp_port`'s encapsulation port `udp_port` (RFC
-    /// 6951: 9899 by default; 0 for an ephemeral one), with the engine
-    /// `rnic`, each QP made from `qp_init`. `epoch` stands for time zero of
-    /// the endpoint's clock (see `sctp_lite::Endpoint::new`). `link` is the
-    /// core's end of the control plane, which runs session establishment.
-    pub fn new(
+impl SctpUnit {
+    /// A unit whose SCTP endpoint is on UDP port `udp_port` of
+    /// `transport` (see [`SctpCore::new`] for the rest).
+    pub fn new<T: MessageTransport>(
         config: SctpCoreConfig,
-        transport: T,
+        transport: &mut T,
         udp_port: u16,
         link: CoreLink,
         rnic: Rnic,
         qp_init: QpInit,
         epoch: std::time::Instant,
-    ) -> Result<SctpCore<T>, String> {
+    ) -> Result<SctpUnit, String> {
         config
             .session
             .validate()
@@ -428,11 +543,11 @@ impl<T: MessageTransport> SctpCore<T> {
         // SCTP's packets take the engine's CRC32c (VPCLMULQDQ where the CPU
         // has it), as MPA's FPDUs do; set once per process.
         sctp_lite::use_crc32c(rnic_engine::mpa::crc::append);
-        let wire = Wire::bind(transport, udp_port)?;
+        let carrier = UdpCarrier::bind(transport, udp_port)?;
         let endpoint = sctp_lite::Endpoint::new(config.endpoint.clone(), epoch)
             .map_err(|e| format!("SCTP endpoint: {e}"))?;
         let message_max = config.endpoint.message_size_max();
-        Ok(SctpCore {
+        Ok(SctpUnit {
             batch_max: BATCH_MAX.max(message_max),
             lengths: Vec::with_capacity(64),
             streams: Vec::new(),
@@ -443,12 +558,18 @@ impl<T: MessageTransport> SctpCore<T> {
             events: VecDeque::new(),
             counters: SctpCounters::default(),
             config,
-            wire,
+            carrier,
             endpoint,
             link,
             rnic,
             qp_init,
         })
+    }
+
+    /// The local UDP address of the unit's endpoint on `transport` (the
+    /// one it was made on).
+    pub fn local<T: MessageTransport>(&self, transport: &T) -> Option<SocketAddrV4> {
+        self.carrier.local(transport)
     }
 
     /// The core's end of the control plane.
@@ -459,16 +580,6 @@ impl<T: MessageTransport> SctpCore<T> {
     /// The engine.
     pub fn rnic(&mut self) -> &mut Rnic {
         &mut self.rnic
-    }
-
-    /// The transport.
-    pub fn transport(&self) -> &T {
-        self.wire.transport()
-    }
-
-    /// The local UDP address of the core's endpoint.
-    pub fn local(&self) -> Option<SocketAddrV4> {
-        self.wire.local()
     }
 
     /// Counters so far.
@@ -598,18 +709,19 @@ impl<T: MessageTransport> SctpCore<T> {
         self.by_key.len()
     }
 
-    /// One turn (see the module docs). Returns whether anything moved.
-    pub fn turn(&mut self, now: Instant) -> bool {
+    /// One turn over `transport` (the one the unit was made on; see the
+    /// module docs). Returns whether anything moved.
+    pub fn turn<T: MessageTransport>(&mut self, transport: &mut T, now: Instant) -> bool {
         self.counters.turns += 1;
         // The engine's clock for this turn (its responses' times).
         self.rnic.set_now(now.total_micros().max(0) as u64);
-        let mut busy = self.wire.transport_mut().poll(now);
+        let mut busy = transport.poll(now);
         // The control plane's answers first: a listen that arrived is in
         // force for this turn's Initiates.
         self.link.poll_sessions();
-        let received = self
-            .wire
-            .receive(&mut self.endpoint, now, self.config.rx_datagrams);
+        let received =
+            self.carrier
+                .receive(transport, &mut self.endpoint, now, self.config.rx_datagrams);
         self.counters.rx_datagrams += received as u64;
         busy |= received > 0;
         if self.endpoint.poll_timeout().is_some_and(|t| t <= now) {
@@ -619,14 +731,14 @@ impl<T: MessageTransport> SctpCore<T> {
         busy |= self.receive_messages(now);
         self.sessions(now);
         busy |= self.transmit_messages();
-        busy |= self.wire.transmit(&mut self.endpoint, now);
-        self.counters.tx_datagrams = self.wire.tx_datagrams;
-        self.counters.tx_full = self.wire.tx_full;
+        busy |= self.carrier.transmit(transport, &mut self.endpoint, now);
+        self.counters.tx_datagrams = self.carrier.tx_datagrams;
+        self.counters.tx_full = self.carrier.tx_full;
         if busy {
-            self.wire.transport_mut().poll(now);
+            transport.poll(now);
             self.counters.busy_turns += 1;
         }
-        self.wire.transport_mut().flush();
+        transport.flush();
         busy
     }
 

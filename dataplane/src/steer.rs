@@ -15,7 +15,9 @@
 //!
 //! ARP is every core's business: each core's stack keeps its own neighbour
 //! cache and may have asked, so ARP frames are copied to every other core.
-//! Other frames stay where they arrived.
+//! UDP datagrams to a pinned UDP port (a DDP over SCTP listener's, RFC 6951,
+//! which one core serves: an association's packets must all meet its
+//! endpoint) go to the first core. Other frames stay where they arrived.
 //!
 //! The key is the symmetric one (`tcp_lite::rss::SYMMETRIC_KEY`): both
 //! directions of a connection hash alike, so two dpwarp hosts with the same
@@ -47,6 +49,9 @@ pub struct Steer {
     /// on one core: perftest's control and data connections say nothing
     /// of each other).
     pinned: Vec<u16>,
+    /// Local UDP ports whose datagrams the first core takes (an SCTP
+    /// endpoint's, whose associations live on one core).
+    pinned_udp: Vec<u16>,
 }
 
 impl Steer {
@@ -70,14 +75,21 @@ impl Steer {
             toeplitz: Toeplitz::new(key),
             reta,
             pinned: Vec::new(),
+            pinned_udp: Vec::new(),
         }))
     }
 
-    /// [`Steer::new`], frames to the local TCP ports `pinned` going to the
-    /// first core.
-    pub fn pinning(pools: &[Arc<Pool>], pinned: &[u16]) -> Result<Arc<Steer>, String> {
+    /// [`Steer::new`], frames to the local TCP ports `pinned` and UDP
+    /// ports `pinned_udp` going to the first core.
+    pub fn pinning(
+        pools: &[Arc<Pool>],
+        pinned: &[u16],
+        pinned_udp: &[u16],
+    ) -> Result<Arc<Steer>, String> {
         let mut steer = Steer::new(pools)?;
-        Arc::get_mut(&mut steer).expect("not shared yet").pinned = pinned.to_vec();
+        let s = Arc::get_mut(&mut steer).expect("not shared yet");
+        s.pinned = pinned.to_vec();
+        s.pinned_udp = pinned_udp.to_vec();
         Ok(steer)
     }
 
@@ -107,9 +119,9 @@ pub(crate) struct SteerPoint {
 
 /// What a received frame is, for steering.
 pub(crate) enum Kind {
-    /// IPv4 TCP, owned by this core.
+    /// IPv4 TCP (or UDP to a pinned port), owned by this core.
     Mine,
-    /// IPv4 TCP owned by another core.
+    /// IPv4 TCP (or UDP to a pinned port) owned by another core.
     Theirs(u16),
     /// ARP: every core's.
     Everyone,
@@ -127,7 +139,8 @@ impl SteerPoint {
             _ => return Kind::Here,
         }
         let ip = &frame[14..];
-        if ip.len() < 20 || ip[9] != 6 {
+        // TCP, or UDP (17) when a UDP port is pinned.
+        if ip.len() < 20 || !(ip[9] == 6 || (ip[9] == 17 && !self.steer.pinned_udp.is_empty())) {
             return Kind::Here;
         }
         let ihl = usize::from(ip[0] & 0x0F) * 4;
@@ -139,7 +152,14 @@ impl SteerPoint {
         let addr = |o: usize| Ipv4Addr::new(ip[o], ip[o + 1], ip[o + 2], ip[o + 3]);
         let src = SocketAddrV4::new(addr(12), u16::from_be_bytes([tcp[0], tcp[1]]));
         let dst = SocketAddrV4::new(addr(16), u16::from_be_bytes([tcp[2], tcp[3]]));
-        let owner = if self.steer.pinned.contains(&dst.port()) {
+        let owner = if ip[9] == 17 {
+            // UDP: a pinned port's datagrams to the first core, the rest
+            // stay.
+            if !self.steer.pinned_udp.contains(&dst.port()) {
+                return Kind::Here;
+            }
+            0
+        } else if self.steer.pinned.contains(&dst.port()) {
             0
         } else {
             self.steer.owner(src, dst)

@@ -297,7 +297,12 @@ fn a_pinned_ports_connections_all_meet_on_the_first_core() {
     let _one = serial();
     let (a, b) = ports_of(eal());
     let mut client = host(&a, CLIENT, a.steer().unwrap(), true);
-    let mut server = host(&b, SERVER, Steer::pinning(&b.pools, &[PORT]).unwrap(), true);
+    let mut server = host(
+        &b,
+        SERVER,
+        Steer::pinning(&b.pools, &[PORT], &[]).unwrap(),
+        true,
+    );
     let conns = run(&mut client, &mut server, 24);
     for c in &conns {
         let (server_core, _) = c.server.expect("accepted");
@@ -314,4 +319,87 @@ fn a_pinned_ports_connections_all_meet_on_the_first_core() {
     );
     // Client core 1's connections really arrived at the second queue.
     assert!(conns.iter().any(|c| c.client_core == 1));
+}
+
+/// A pinned UDP port (`Steer::pinning`, a DDP over SCTP listener's): every
+/// datagram to it reaches the first core, whichever queue it arrives at;
+/// datagrams to another UDP port stay where they arrive.
+#[test]
+fn a_pinned_udp_ports_datagrams_all_reach_the_first_core() {
+    use tcp_lite::Datagrams;
+    const PINNED: u16 = 9899;
+    const OTHER: u16 = 9900;
+    let _one = serial();
+    let (a, b) = ports_of(eal());
+    let mut client = host(&a, CLIENT, a.steer().unwrap(), true);
+    let mut server = host(
+        &b,
+        SERVER,
+        Steer::pinning(&b.pools, &[], &[PINNED]).unwrap(),
+        true,
+    );
+    // Only core 0 has the pinned port; core 1 has the other.
+    let pinned = server.stacks[0].udp_bind(PINNED).unwrap();
+    let other = server.stacks[1].udp_bind(OTHER).unwrap();
+    let senders: Vec<_> = client
+        .stacks
+        .iter_mut()
+        .map(|s| s.udp_bind(0).unwrap())
+        .collect();
+    const EACH: usize = 50;
+    let (mut at_pinned, mut at_other) = (Vec::new(), Vec::new());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut sent = 0;
+    while at_pinned.len() < 2 * EACH || at_other.len() < EACH {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "datagrams missing: {} to the pinned port, {} to the other",
+            at_pinned.len(),
+            at_other.len()
+        );
+        // Each client core sends to the pinned port; core 1 also to the
+        // other port (the server's core 1 has it).
+        if sent < EACH {
+            for (k, s) in client.stacks.iter_mut().enumerate() {
+                let to = SocketAddrV4::new(SERVER, PINNED);
+                let payload = [k as u8, sent as u8];
+                s.udp_send_with(senders[k], to, 2, |b| b.copy_from_slice(&payload))
+                    .unwrap();
+                if k == 1 {
+                    let to = SocketAddrV4::new(SERVER, OTHER);
+                    s.udp_send_with(senders[k], to, 2, |b| b.copy_from_slice(&payload))
+                        .unwrap();
+                }
+            }
+            sent += 1;
+        }
+        let t = now();
+        client.poll(t);
+        server.poll(t);
+        while let Some(p) = server.stacks[0].udp_recv_with(pinned, |d, _| d.to_vec()) {
+            at_pinned.push(p);
+        }
+        while let Some(p) = server.stacks[1].udp_recv_with(other, |d, _| d.to_vec()) {
+            at_other.push(p);
+        }
+    }
+    assert_eq!(
+        at_pinned.len(),
+        2 * EACH,
+        "every datagram to the pinned port once"
+    );
+    assert_eq!(
+        at_pinned.iter().filter(|p| p[0] == 1).count(),
+        EACH,
+        "client core 1's datagrams reached server core 0"
+    );
+    let counters = server.counters();
+    assert!(
+        counters[1].rx_steered_out >= EACH as u64,
+        "core 1 handed the pinned port's datagrams over: {counters:?}"
+    );
+    assert!(
+        counters.iter().all(|c| c.rx_steer_dropped == 0),
+        "{counters:?}"
+    );
 }

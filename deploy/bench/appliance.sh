@@ -38,7 +38,7 @@ bw() { awk '/^ remote / {print $5}' "$1"; }   # MB/s column of bench's table
 port_a=$(free_port); port_b=$(free_port); metrics=$(free_port)
 port_pt=$(free_port); port_rping=$(free_port)
 sed -e 's/driver = "net_tap"/driver = "kernel"/' -e 's|address = "10.77.0.2/24"|address = "127.0.0.1/8"|' \
-    -e '/^iface/d' -e '/^host_address/d' -e 's/^mtu = 1500/mtu = 9000/' \
+    -e '/^iface/d' -e '/^host_address/d' -e '/^udp_port/d' -e 's/^mtu = 1500/mtu = 9000/' \
     -e "s|/run/dpwarpd/control.sock|$tmp/control.sock|" -e "s/127.0.0.1:9464/127.0.0.1:$metrics/" \
     -e "s/tcp_port = 18515/tcp_port = $port_b/" -e 's/drain_deadline_ms = 5000/drain_deadline_ms = 1000/' \
     -e "s/tcp_port = 18521/tcp_port = $port_pt/" -e "s/tcp_port = 7174/tcp_port = $port_rping/" \

@@ -748,27 +748,15 @@ impl Config {
                 );
             }
             ports.push(service.tcp_port);
-            if let Some(udp) = service.udp_port {
-                if service.kind != ServiceKind::Bench {
-                    return err(
-                        s.span().start,
-                        format!(
-                            "`udp_port` (DDP over SCTP) means nothing to a {} service: its \
-                             clients speak MPA over TCP only; remove it",
-                            service.kind.name()
-                        ),
-                    );
-                }
-                if port.driver != Driver::Kernel {
-                    return err(
-                        s.span().start,
-                        format!(
-                            "`udp_port` = {udp}: DDP over SCTP runs on driver \"kernel\" only \
-                             for now (Linux UDP), not on {}: remove it, or use driver \"kernel\"",
-                            port.driver.name()
-                        ),
-                    );
-                }
+            if service.udp_port.is_some() && service.kind != ServiceKind::Bench {
+                return err(
+                    s.span().start,
+                    format!(
+                        "`udp_port` (DDP over SCTP) means nothing to a {} service: its \
+                         clients speak MPA over TCP only; remove it",
+                        service.kind.name()
+                    ),
+                );
             }
         }
         let mut kinds = Vec::new();
@@ -1037,7 +1025,7 @@ mod tests {
     }
 
     #[test]
-    fn udp_port_is_the_bench_services_on_the_kernel_driver() {
+    fn udp_port_is_the_bench_services_only() {
         let kernel = |t: &str| {
             t.replace("driver = \"net_tap\"", "driver = \"kernel\"")
                 .lines()
@@ -1045,27 +1033,30 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n")
         };
-        let bench = "kind = \"bench\"\nport = \"dpw0\"\ntcp_port = 18515\n";
-        let with_udp = |t: &str, udp: &str| t.replace(bench, &format!("{bench}udp_port = {udp}\n"));
-        let text = with_udp(&kernel(EXAMPLE), "9899");
-        let config = Config::parse(&text, "k.toml").unwrap();
-        assert_eq!(config.bench_udp_port(), Some(9899));
+        let udp = "udp_port = 9899\n";
+        // The example's (net_tap), and on Linux UDP.
+        assert_eq!(
+            Config::parse(EXAMPLE, "e.toml").unwrap().bench_udp_port(),
+            Some(9899)
+        );
         assert_eq!(
             Config::parse(&kernel(EXAMPLE), "k.toml")
                 .unwrap()
                 .bench_udp_port(),
+            Some(9899)
+        );
+        let without = kernel(EXAMPLE).replace(udp, "");
+        assert_eq!(
+            Config::parse(&without, "k.toml").unwrap().bench_udp_port(),
             None
         );
-        let e = Config::parse(&with_udp(&kernel(EXAMPLE), "0"), "k.toml")
+        let e = Config::parse(&kernel(EXAMPLE).replace(udp, "udp_port = 0\n"), "k.toml")
             .unwrap_err()
             .0;
         assert!(e.contains("`udp_port`: 0 is out of range"), "{e}");
-        // Not on a DPDK driver yet, and never on a service whose clients
-        // speak MPA only.
-        let e = refused(|t| with_udp(t, "9899"));
-        assert!(e.contains("driver \"kernel\" only"), "{e}");
+        // Never on a service whose clients speak MPA only.
         let rping = "kind = \"rping\"\nport = \"dpw0\"\ntcp_port = 7174\n";
-        let text = kernel(EXAMPLE).replace(rping, &format!("{rping}udp_port = 9899\n"));
+        let text = without.replace(rping, &format!("{rping}{udp}"));
         let e = Config::parse(&text, "k.toml").unwrap_err().0;
         assert!(e.contains("means nothing to a rping service"), "{e}");
     }

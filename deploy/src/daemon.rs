@@ -21,10 +21,12 @@ use bench::responder::{
 use bench::sctp::{SctpListen, SctpServer};
 use control::mpa::StartupConfig;
 use control::runtime::ControlConfig;
-use dataplane::{CoreCounters, CoreTransport};
+use dataplane::{CoreCounters, CoreTransport, DpdkDevice, MessageTransport};
 use rnic_engine::mem::Region;
 use rnic_engine::verbs::{Mr, QpEvent};
+use tcp_lite::sys::kernel::KernelTransport;
 use tcp_lite::sys::udp::KernelUdp;
+use tcp_lite::Stack;
 
 use crate::config::{Config, Driver, HugepagesPolicy, ServiceKind};
 use crate::memory::MemoryService;
@@ -67,7 +69,9 @@ pub struct CoreShared {
 
 /// The bench service's DDP over SCTP listener (RFC 5043 over UDP, RFC
 /// 6951): the first core's thread turns it beside its MPA connections, in
-/// the same leases, limits and drain, with a control-plane link of its own.
+/// the same leases, limits and drain, with a control-plane link of its own;
+/// on a DPDK port its datagrams share the first core's stack and queue pair
+/// with the MPA connections (see [`SctpCarrier`]).
 pub struct SctpShared {
     /// Its UDP port.
     pub udp_port: u16,
@@ -702,8 +706,11 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
                     host_side(&default_tap, port.netns.as_deref(), host)?;
                 }
                 let steer = if cores > 1 {
+                    // perftest's connections, and the DDP over SCTP
+                    // listener's datagrams, to the first core.
                     let pinned: Vec<u16> = shared.perftest.iter().map(|p| p.port).collect();
-                    Some(opened.steer_pinning(&pinned)?)
+                    let udp: Vec<u16> = shared.sctp.iter().map(|s| s.udp_port).collect();
+                    Some(opened.steer_pinning(&pinned, &udp)?)
                 } else {
                     None
                 };
@@ -750,7 +757,62 @@ fn host_side(iface: &str, netns: Option<&str>, address: &str) -> Result<(), Stri
     }
 }
 
-fn run_cores<T: CoreTransport + Send>(
+/// How the bench service's DDP over SCTP listener reaches the network from
+/// a core's transport: through Linux UDP sockets of its own beside Linux
+/// TCP, or through the UDP of the core's own tcp-lite stack on a DPDK port
+/// (the same queue pair, the same turn), lent to it at each step.
+pub trait SctpCarrier: CoreTransport {
+    /// What the listener has beside the core's transport.
+    type Own;
+    /// The transport its datagrams take.
+    type Udp: MessageTransport;
+
+    /// What the listener needs of its own on a port at `address`.
+    fn own(address: std::net::Ipv4Addr) -> Self::Own;
+
+    /// The transport of its datagrams, for one step.
+    fn udp<'a>(core: &'a mut Self, own: &'a mut Self::Own) -> &'a mut Self::Udp;
+}
+
+impl SctpCarrier for KernelTransport {
+    type Own = KernelUdp;
+    type Udp = KernelUdp;
+
+    fn own(address: std::net::Ipv4Addr) -> KernelUdp {
+        KernelUdp::new(address, 4 << 20)
+    }
+
+    fn udp<'a>(_core: &'a mut Self, own: &'a mut KernelUdp) -> &'a mut KernelUdp {
+        own
+    }
+}
+
+impl SctpCarrier for Stack<DpdkDevice> {
+    type Own = ();
+    type Udp = Stack<DpdkDevice>;
+
+    fn own(_address: std::net::Ipv4Addr) {}
+
+    fn udp<'a>(core: &'a mut Self, _own: &'a mut ()) -> &'a mut Stack<DpdkDevice> {
+        core
+    }
+}
+
+/// The DDP over SCTP listener and what it has of its own.
+struct SctpListener<T: SctpCarrier> {
+    server: SctpServer,
+    own: T::Own,
+}
+
+impl<T: SctpCarrier> SctpListener<T> {
+    /// One step over the core's transport.
+    fn step(&mut self, core: &mut Server<T>) -> Result<(), String> {
+        let udp = T::udp(core.endpoint.core.transport_mut(), &mut self.own);
+        self.server.step(udp)
+    }
+}
+
+fn run_cores<T: SctpCarrier + Send>(
     shared: &Arc<Shared>,
     transports: Vec<T>,
     emss: usize,
@@ -852,7 +914,7 @@ fn run_cores<T: CoreTransport + Send>(
                         let up = dataplane::lcore::enter(me.cpu, eal).and_then(|pinned| {
                             wait_listening(&mut server, &others)?;
                             if let Some((region, mr, hook)) = sctp_parts {
-                                sctp = sctp_listener(&shared, region, mr, hook)?;
+                                sctp = sctp_listener(&shared, &mut server, region, mr, hook)?;
                             }
                             Ok(pinned)
                         });
@@ -874,7 +936,7 @@ fn run_cores<T: CoreTransport + Send>(
                         }
                         publish(&server, me);
                         if let (Some(l), Some(s)) = (sctp.as_ref(), shared.sctp.as_ref()) {
-                            publish_sctp(l, s);
+                            publish_sctp(&l.server, s);
                         }
                         me.done.store(true, Ordering::SeqCst);
                         drop(up);
@@ -929,19 +991,21 @@ fn run_cores<T: CoreTransport + Send>(
     })
 }
 
-/// The bench service's DDP over SCTP listener on Linux UDP at the port's
-/// address, if the configuration has one; why not, if it cannot start.
-fn sctp_listener(
+/// The bench service's DDP over SCTP listener at the port's address (on
+/// Linux UDP, or on `core`'s stack: [`SctpCarrier`]), if the configuration
+/// has one; why not, if it cannot start.
+fn sctp_listener<T: SctpCarrier>(
     shared: &Shared,
+    core: &mut Server<T>,
     region: Arc<Region>,
     mr: Mr,
     hook: EventHook,
-) -> Result<Option<SctpServer<KernelUdp>>, String> {
+) -> Result<Option<SctpListener<T>>, String> {
     let Some(s) = &shared.sctp else {
         return Ok(None);
     };
     let port = shared.config.port();
-    let udp = KernelUdp::new(port.address.0, 4 << 20);
+    let mut own = T::own(port.address.0);
     let listen = SctpListen {
         udp_port: s.udp_port,
         mtu: usize::from(port.mtu),
@@ -949,7 +1013,7 @@ fn sctp_listener(
         ord: shared.config.rnic.ord,
     };
     SctpServer::serving(
-        udp,
+        T::udp(core.endpoint.core.transport_mut(), &mut own),
         &listen,
         &shared.host,
         // The first core's thread turns it.
@@ -959,13 +1023,13 @@ fn sctp_listener(
         &shared.serving,
         Some(hook),
     )
-    .map(Some)
+    .map(|server| Some(SctpListener { server, own }))
     .map_err(|why| format!("UDP port {} (DDP over SCTP): {why}", s.udp_port))
 }
 
 /// What the DDP over SCTP listener serves, for `dpwarpctl` and the
 /// metrics.
-fn publish_sctp(listener: &SctpServer<KernelUdp>, s: &SctpShared) {
+fn publish_sctp(listener: &SctpServer, s: &SctpShared) {
     let (associations, streams) = listener.open();
     s.associations.store(associations as u64, Ordering::Relaxed);
     s.streams.store(streams as u64, Ordering::Relaxed);
@@ -1005,9 +1069,9 @@ fn wait_listening<T: CoreTransport>(
 /// left, or the deadline passed and the rest were ended), or another core
 /// failed.
 #[allow(clippy::too_many_arguments)]
-fn core_loop<T: CoreTransport>(
+fn core_loop<T: SctpCarrier>(
     server: &mut Server<T>,
-    mut sctp: Option<&mut SctpServer<KernelUdp>>,
+    mut sctp: Option<&mut SctpListener<T>>,
     k: usize,
     shared: &Shared,
     failed: &AtomicBool,
@@ -1074,7 +1138,7 @@ fn core_loop<T: CoreTransport>(
             p.tick(&mut server.endpoint, k);
         }
         if let Some(l) = sctp.as_deref_mut() {
-            if let Err(why) = l.step() {
+            if let Err(why) = l.step(server) {
                 // One stream's failure ends that stream only.
                 tracing::warn!(core = k, llp = "sctp", why, "connection failed");
             }
@@ -1113,7 +1177,7 @@ fn core_loop<T: CoreTransport>(
                 server.connections().cloned().collect();
         }
         if let (Some(l), Some(s)) = (sctp.as_deref(), shared.sctp.as_ref()) {
-            publish_sctp(l, s);
+            publish_sctp(&l.server, s);
         }
         if failed.load(Ordering::SeqCst) {
             return;
@@ -1172,15 +1236,15 @@ fn core_loop<T: CoreTransport>(
         }
         // An association whose streams all ended is done too: its client
         // closes it (or the drain's deadline aborts it).
-        let streams = sctp.as_deref().map_or(0, |l| l.open().1);
+        let streams = sctp.as_deref().map_or(0, |l| l.server.open().1);
         let open = server.endpoint.open_connections() + server.endpoint.core.in_startup() + streams;
         if open == 0 {
             if let Some(l) = sctp.as_deref_mut() {
                 // Associations left without a stream: their clients hear
                 // at once (an ABORT), not at their heartbeats' timeout.
-                l.abort_all();
+                l.server.abort_all();
                 for _ in 0..8 {
-                    let _ = l.step();
+                    let _ = l.step(server);
                 }
             }
             return;
@@ -1193,7 +1257,7 @@ fn core_loop<T: CoreTransport>(
             );
             server.abort_all();
             if let Some(l) = sctp.as_deref_mut() {
-                l.abort_all();
+                l.server.abort_all();
             }
             if let Some(m) = &shared.memory {
                 for qp in m.qps_of(k) {

@@ -1,11 +1,13 @@
 //! dpwarpd as its users run it: the real binary with a configuration file,
-//! on Linux TCP over loopback (no root, no DPDK), driven by dpwarp's bench
-//! clients (in this process, and in a child process this test kills),
-//! watched through `dpwarpctl` and the metrics endpoint (a real HTTP
-//! client), and stopped with SIGTERM.
+//! on Linux TCP over loopback (no root, no DPDK) and on a DPDK memif port,
+//! driven by dpwarp's bench clients (in this process, and in child
+//! processes), watched through `dpwarpctl` and the metrics endpoint (a real
+//! HTTP client), and stopped with SIGTERM.
 //!
 //! This binary is its own child: with `DPWARPD_TEST_CLIENT=ADDR` set it runs
-//! one long Write client against ADDR and nothing else.
+//! one long Write client against ADDR and nothing else; with
+//! `DPWARPD_TEST_MEMIF_CLIENT` set, bench clients over a DPDK memif port
+//! (DPDK's EAL, once per process, is the child's alone).
 
 #![allow(clippy::disallowed_methods)]
 
@@ -34,6 +36,19 @@ const DPWARPD: &str = env!("CARGO_BIN_EXE_dpwarpd");
 const DPWARPCTL: &str = env!("CARGO_BIN_EXE_dpwarpctl");
 
 fn main() {
+    if let Ok(args) = std::env::var(MEMIF_CLIENT) {
+        // The child: bench clients over a DPDK memif port.
+        match memif_clients(&args) {
+            Ok(summary) => {
+                println!("{summary}");
+                std::process::exit(0);
+            }
+            Err(why) => {
+                eprintln!("memif client: {why}");
+                std::process::exit(1);
+            }
+        }
+    }
     if let Ok(addr) = std::env::var("DPWARPD_TEST_CLIENT") {
         // The child: a Write client that runs until it is killed.
         let addr: SocketAddrV4 = addr.parse().expect("an address");
@@ -58,6 +73,10 @@ fn main() {
         Trial::test(
             "bench_service_serves_ddp_over_sctp_beside_mpa",
             bench_over_sctp,
+        ),
+        Trial::test(
+            "a_memif_port_serves_mpa_and_ddp_over_sctp_on_one_core",
+            memif_port,
         ),
         Trial::test("bench_clients_reach_their_own_lease_only", bench_leases),
         Trial::test("rping_service_serves_clients_at_once", rping_service),
@@ -112,14 +131,18 @@ fn example() -> String {
         .expect("the example config")
 }
 
-/// The example, on Linux TCP at 127.0.0.1, with its sockets in `dir`.
+/// The example, on Linux TCP at 127.0.0.1, with its sockets in `dir`, MPA
+/// only.
 fn loopback_config(dir: &Path, tcp_port: u16, metrics: u16, memory_mib: usize) -> String {
     example()
         .replace("driver = \"net_tap\"", "driver = \"kernel\"")
         .replace("address = \"10.77.0.2/24\"", "address = \"127.0.0.1/8\"")
         .replace("mtu = 1500", "mtu = 9000")
         .lines()
-        .filter(|l| !l.starts_with("iface") && !l.starts_with("host_address"))
+        // MPA only: a test that wants DDP over SCTP gives a free UDP port.
+        .filter(|l| {
+            !l.starts_with("iface") && !l.starts_with("host_address") && !l.starts_with("udp_port")
+        })
         .collect::<Vec<_>>()
         .join("\n")
         .replace(
@@ -983,6 +1006,145 @@ fn bench_over_sctp() -> Result<(), Failed> {
                 "no {event:?} with llp=\"sctp\" in the log:\n{log}"
             )));
         }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// The child's variable: `SOCKET ADDRESS/PREFIX SERVER_IP TCP_PORT UDP_PORT`.
+const MEMIF_CLIENT: &str = "DPWARPD_TEST_MEMIF_CLIENT";
+
+/// The child's clients, each on a memif port of its own (the client end
+/// of `SOCKET`, our address `ADDRESS/PREFIX`), one after the other: over
+/// DDP over SCTP to UDP_PORT, Writes of 64 KiB and Read latency, then over
+/// MPA to TCP_PORT, Writes of 64 KiB, every octet verified. A line of what
+/// each moved.
+fn memif_clients(args: &str) -> Result<String, String> {
+    let a: Vec<&str> = args.split(' ').collect();
+    let [socket, ip, server, tcp, udp] = a[..] else {
+        return Err(format!("{MEMIF_CLIENT}={args:?}"));
+    };
+    let server: std::net::Ipv4Addr = server.parse().map_err(|e| format!("{e}"))?;
+    let port = |p: &str| p.parse::<u16>().map_err(|e| format!("{e}"));
+    let link = bench::link::LinkArgs {
+        ip: Some(ip.to_string()),
+        memif_socket: socket.to_string(),
+        ..bench::link::LinkArgs::default()
+    };
+    let secs = |s| Stop::Duration(Duration::from_secs(s));
+    let mut out = Vec::new();
+    let stop = AtomicBool::new(false);
+    let memif = bench::link::PeerTransport::Memif;
+    {
+        let addr = SocketAddrV4::new(server, port(udp)?);
+        let write = (Op::Write, Mode::Bandwidth, 65536, 1, secs(1));
+        let (config, writes) = run_of(addr, false, 9000, write);
+        let (_, reads) = run_of(addr, false, 9000, (Op::Read, Mode::Latency, 64, 1, secs(1)));
+        // Its drop sends the ABORT, then keeps the port quiet a while
+        // before closing it, for the daemon to read the last packets.
+        let (mut rig, _) = bench::sctp::remote_dpdk(&config, &link, memif, addr)?;
+        for spec in [writes, reads] {
+            let m = workload::run(&mut rig, &spec, true, &stop, &mut |_| {})?;
+            out.push(format!("sctp {:?} {}", spec.op, m.messages));
+        }
+    }
+    {
+        let addr = SocketAddrV4::new(server, port(tcp)?);
+        let write = (Op::Write, Mode::Bandwidth, 65536, 1, secs(1));
+        let (config, writes) = run_of(addr, true, 9000, write);
+        let (mut rig, _) = rig::remote_dpdk(&config, &link, memif, addr)?;
+        let m = workload::run(&mut rig, &writes, true, &stop, &mut |_| {})?;
+        out.push(format!("mpa {:?} {}", writes.op, m.messages));
+        // The last ACK of the close read by the daemon before the port
+        // closes (the rig's drop) takes the link down.
+        std::thread::sleep(bench::link::MEMIF_QUIET);
+    }
+    Ok(out.join("; "))
+}
+
+/// dpwarpd on a DPDK memif port (no NIC), its bench service on a TCP and a
+/// UDP port: the first core's tcp-lite stack carries the MPA connections
+/// and the DDP over SCTP listener's datagrams on one queue pair. Clients in
+/// a child process on the other end of the memif link: DDP over SCTP
+/// Writes and Reads, then MPA Writes, every octet verified; both accepted
+/// and counted by the daemon, nothing left after; SIGTERM drains it.
+fn memif_port() -> Result<(), Failed> {
+    let dir = scratch("memif");
+    let (tcp_port, metrics, udp_port) = (free_port(), free_port(), free_port());
+    // An abstract socket name (no file), this process's own.
+    let socket = format!("/run/dpwarp/test-{}.sock", std::process::id());
+    let config = loopback_config(&dir, tcp_port, metrics, 64)
+        .replace("driver = \"kernel\"", "driver = \"memif\"")
+        .replace(
+            "address = \"127.0.0.1/8\"",
+            &format!("address = \"10.89.0.2/24\"\nmemif_socket = \"{socket}\""),
+        )
+        .replace(
+            &format!("tcp_port = {tcp_port}\n"),
+            &format!("tcp_port = {tcp_port}\nudp_port = {udp_port}\n"),
+        );
+    // Its core polls the CPU the other tests' daemons do not (theirs is
+    // the first), where there are two: one poller per CPU.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let config = if cpus > 1 {
+        config.replace("lcores = [0]", "lcores = [1]")
+    } else {
+        config
+    };
+    let mut daemon = Daemon::start(&dir, &config)?;
+    let stags = daemon.ctl("stats").map_err(fail)?["stags"].clone();
+    let child = Command::new(std::env::current_exe()?)
+        .env(
+            MEMIF_CLIENT,
+            format!("{socket} 10.89.0.1/24 10.89.0.2 {tcp_port} {udp_port}"),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let out = child.wait_with_output()?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        return Err(fail(format!(
+            "the memif clients failed ({:?}): {said}\n--- dpwarpd:\n{}",
+            out.status,
+            daemon.log_text()
+        )));
+    }
+    for want in ["sctp Write", "sctp Read", "mpa Write"] {
+        if !said.contains(want) || said.contains(&format!("{want} 0;")) {
+            return Err(fail(format!("the memif clients: {said}")));
+        }
+    }
+    let stats = daemon
+        .wait_stats(Duration::from_secs(10), |s| {
+            s["sctp"]["streams"] == 0 && s["service"]["clients"] == 0 && s["stags"] == stags
+        })
+        .map_err(|e| fail(format!("{e:?}\nthe clients: {said}\n{}", daemon.log_text())))?;
+    if stats["sctp"]["rx_segments"].as_u64().unwrap_or(0) == 0
+        || stats["sctp"]["streams_failed"] != 0
+        || stats["service"]["accepted"].as_u64() != Some(3)
+    {
+        return Err(fail(format!("after the clients: {stats:#}")));
+    }
+    let log = daemon.log_text();
+    for llp in ["llp=\"sctp\"", "llp=\"mpa\""] {
+        if !log
+            .lines()
+            .any(|l| l.contains("connection accepted") && l.contains(llp))
+        {
+            return Err(fail(format!("no accepted {llp} in the log:\n{log}")));
+        }
+    }
+    Command::new("kill")
+        .args(["-TERM", &daemon.child.id().to_string()])
+        .status()?;
+    let status = daemon.wait_exit(Instant::now(), "SIGTERM")?;
+    if !status.success() {
+        return Err(fail(format!("exit {status:?}: {}", daemon.log_text())));
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

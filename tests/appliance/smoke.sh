@@ -12,9 +12,9 @@ log=$(mktemp /tmp/dpwarpd-smoke.XXXXXX)
 pid=""
 fail() { echo "appliance smoke: $*" >&2; echo "--- dpwarpd's log:" >&2; cat "$log" >&2; exit 1; }
 out=""
-w="" r=""
+w="" r="" u=""
 stop() {
-    for p in $w $r; do kill -KILL "$p" 2>/dev/null || true; done
+    for p in $w $r $u; do kill -KILL "$p" 2>/dev/null || true; done
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
         kill -KILL "$pid" 2>/dev/null || true
     fi
@@ -43,25 +43,33 @@ dpwarpctl status | grep -q '"state": "serving"' || fail "dpwarpd never served"
 echo "appliance smoke: start to serving: $(( ($(date +%s%N) - start) / 1000000 )) ms"
 [ "$(stat -c %a /run/dpwarpd/control.sock)" = 600 ] || fail "the control socket is not 0600"
 
-# Two clients at once over the TAP interface (10.77.0.1 -> 10.77.0.2).
+# Three clients at once over the TAP interface (10.77.0.1 -> 10.77.0.2):
+# two over MPA (TCP port 18515), one over DDP over SCTP (UDP port 9899,
+# on the same DPDK port and core).
 out=$(mktemp -d /tmp/dpwarp-smoke-out.XXXXXX)
 (cd "$out" && timeout 60 dpwarp-bench write 10.77.0.2 -p 18515 -s 65536 -D 3 > w.txt 2>&1) &
 w=$!
 (cd "$out" && timeout 60 dpwarp-bench read 10.77.0.2 -p 18515 -s 4096 -q 4 -D 3 > r.txt 2>&1) &
 r=$!
+(cd "$out" && timeout 60 dpwarp-bench write 10.77.0.2 -p 9899 --llp sctp -s 65536 -D 3 > u.txt 2>&1) &
+u=$!
 sleep 1.5
 conns=$(dpwarpctl connections | grep -c '"qp"' || true)
-[ "$conns" -ge 5 ] || fail "dpwarpctl connections shows $conns connections, want 5 during the runs"
+[ "$conns" -ge 6 ] || fail "dpwarpctl connections shows $conns connections, want 6 during the runs"
+dpwarpctl connections | grep -q '"llp": "sctp"' || fail "dpwarpctl connections lists no DDP over SCTP stream"
 wait "$w" || fail "the Write client failed: $(cat "$out/w.txt")"
 wait "$r" || fail "the Read client failed: $(cat "$out/r.txt")"
-w="" r=""
-grep -E '^ remote ' "$out/w.txt" "$out/r.txt"
+wait "$u" || fail "the DDP over SCTP Write client failed: $(cat "$out/u.txt")"
+w="" r="" u=""
+grep -E '^ remote' "$out/w.txt" "$out/r.txt" "$out/u.txt"
 rm -rf "$out"
 out=""
 
 metrics=$(timeout 10 curl -sf http://127.0.0.1:9464/metrics) || fail "no metrics"
 accepted=$(echo "$metrics" | awk '/^dpwarp_service_connections_accepted_total{service="bench"}/ {print $2}')
-[ "$accepted" = 5 ] || fail "metrics: $accepted connections accepted, want 5"
+[ "$accepted" = 6 ] || fail "metrics: $accepted connections accepted, want 6"
+echo "$metrics" | grep -q '^dpwarp_sctp_segments_total{udp_port="9899",direction="rx"} [1-9]' \
+    || fail "metrics: no DDP over SCTP segments received"
 echo "$metrics" | grep -q '^dpwarp_core_rx_packets_total{core="0"' || fail "metrics: no per-core packets"
 for _ in $(seq 1 100); do
     leased=$(dpwarpctl stats | awk -F': ' '/"memory_leased"/ {gsub(",","",$2); print $2}')

@@ -47,6 +47,22 @@ impl KernelUdp {
     }
 }
 
+/// Where Linux would send UDP datagrams to `to` from (the local address
+/// of the route), and the path MTU it knows for it (IP_MTU on a connected
+/// socket, ip(7): the route's or its interface's MTU, lowered by any ICMP
+/// "fragmentation needed" seen). A protocol that cannot discover the path
+/// MTU itself (an SCTP association over UDP) sizes its packets by it, so
+/// Linux never fragments them.
+pub fn route_to(to: SocketAddrV4) -> std::io::Result<(SocketAddrV4, usize)> {
+    let probe = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+    probe.connect(to)?;
+    let SocketAddr::V4(local) = probe.local_addr()? else {
+        return Err(std::io::Error::other("no IPv4 address"));
+    };
+    let mtu = nix::sys::socket::getsockopt(&probe, nix::sys::socket::sockopt::IpMtu)?;
+    Ok((local, usize::try_from(mtu).unwrap_or(0)))
+}
+
 impl Datagrams for KernelUdp {
     fn udp_bind(&mut self, port: u16) -> Result<UdpId, ListenError> {
         let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
