@@ -12,3 +12,7 @@ cargo test --workspace --locked --doc
 # The sctp-proto fork's own tests (third_party/sctp-proto/DPWARP.md: each
 # change has one there); it is not a workspace member.
 cargo test --locked --manifest-path third_party/sctp-proto/Cargo.toml
+# The smoltcp fork's unit tests, upstream's and the fork's own
+# (third_party/smoltcp/DPWARP.md); not a workspace member either.
+cargo test --locked --manifest-path third_party/smoltcp/Cargo.toml --lib \
+    --features socket-tcp-cubic,socket-tcp-reno

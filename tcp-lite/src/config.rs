@@ -44,6 +44,9 @@ impl CongestionControl {
     }
 }
 
+/// [`TcpConfig::rto_min`]'s default, in milliseconds.
+pub(crate) const RTO_MIN_DEFAULT_MS: u64 = 200;
+
 /// Per-connection TCP settings. The defaults are the ones `tcp_table`
 /// measured best for FPDUs (see the crate README).
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +68,12 @@ pub struct TcpConfig {
     pub ack_delay: Option<Duration>,
     /// Congestion control.
     pub congestion: CongestionControl,
+    /// The least retransmission timeout (RFC 6298 §2.4, which says 1 s;
+    /// Linux uses 200 ms). The timeout repairs only what fast recovery
+    /// cannot (a lost retransmission, a whole window lost), so on a short
+    /// path it is what such a loss costs; against a peer that delays its
+    /// ACKs longer than this, a lone segment may be sent twice.
+    pub rto_min: Duration,
     /// TCP keep-alive interval, `None` for off.
     pub keep_alive: Option<Duration>,
     /// A connection that makes no progress for this long (a connect that is
@@ -81,6 +90,7 @@ impl Default for TcpConfig {
             nagle: false,
             ack_delay: Some(Duration::from_millis(1)),
             congestion: CongestionControl::Cubic,
+            rto_min: Duration::from_millis(RTO_MIN_DEFAULT_MS),
             keep_alive: None,
             user_timeout: Duration::from_secs(30),
         }
@@ -187,6 +197,13 @@ impl StackConfig {
         if self.tcp.user_timeout == Duration::ZERO || self.tcp.user_timeout > USER_TIMEOUT_LIMIT {
             return Err(ConfigError(
                 "tcp.user_timeout must be above zero and at most 24 hours",
+            ));
+        }
+        if self.tcp.rto_min < Duration::from_micros(100)
+            || self.tcp.rto_min > Duration::from_secs(60)
+        {
+            return Err(ConfigError(
+                "tcp.rto_min must be between 100 us and 60 s (RFC 6298's upper bound)",
             ));
         }
         if let Some(steering) = &self.steering {

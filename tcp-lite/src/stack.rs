@@ -352,6 +352,7 @@ impl<D: Device> Stack<D> {
         let socket = self.sockets.get_mut::<tcp::Socket>(handle);
         socket.set_nagle_enabled(tcp.nagle);
         socket.set_ack_delay(tcp.ack_delay);
+        socket.set_rto_min(tcp.rto_min);
         // A new controller: a reused socket's must not carry its last
         // connection's window.
         socket.set_congestion_control(tcp.congestion.to_smoltcp());
