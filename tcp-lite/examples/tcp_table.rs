@@ -616,6 +616,12 @@ fn lossy_goodput(loss: f64, congestion: CongestionControl) -> f64 {
         }
     }
     let took = now - start.unwrap_or(Instant::ZERO);
+    if std::env::var_os("TCP_TABLE_DEBUG").is_some() {
+        eprintln!(
+            "loss {loss} {congestion:?}: {took} {:?}",
+            a.recovery_stats(tx)
+        );
+    }
     total as f64 * 8.0 / (took.total_micros() as f64 / 1e6) / 1e9
 }
 

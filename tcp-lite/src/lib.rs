@@ -38,6 +38,7 @@ pub use config::{
 pub use event::{ConnId, Event, EventKind, ListenerId};
 pub use rss::{Reta, RetaError, Steering, Toeplitz};
 pub use smoltcp;
+pub use smoltcp::socket::tcp::RecoveryStats;
 pub use smoltcp::time::{Duration, Instant};
 pub use stack::{Stack, StackStats, LISTENERS_MAX, RX_BURST_PACKETS_MAX, TX_BURST_ROUNDS_MAX};
 pub use transport::{

@@ -12,7 +12,7 @@ use smoltcp::iface::{
     Config, Interface, PollIngressSingleResult, PollResult, SocketHandle, SocketSet,
 };
 use smoltcp::phy::{Device, Medium};
-use smoltcp::socket::tcp::{self, State};
+use smoltcp::socket::tcp::{self, RecoveryStats, State};
 use smoltcp::socket::udp;
 use smoltcp::time::{Duration, Instant};
 use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpoint};
@@ -263,6 +263,18 @@ impl<D: Device> Stack<D> {
     /// Counters.
     pub fn stats(&self) -> StackStats {
         self.stats
+    }
+
+    /// What loss recovery did on connection `conn` so far: SACK blocks
+    /// taken and ignored, segments deemed lost (by RACK, duplicate ACKs or a
+    /// timeout), retransmissions, loss probes, timeouts and recovery
+    /// episodes (smoltcp's `RecoveryStats`).
+    pub fn recovery_stats(&self, conn: ConnId) -> Result<RecoveryStats, SendError> {
+        let slot = self.slot(conn)?;
+        Ok(self
+            .sockets
+            .get::<tcp::Socket>(slot.handle)
+            .recovery_stats())
     }
 
     /// The largest segment payload smoltcp sends on this interface (IP MTU

@@ -19,6 +19,10 @@ use crate::wire::{
 };
 
 mod congestion;
+#[cfg(feature = "alloc")]
+mod recovery;
+#[cfg(feature = "alloc")]
+pub use recovery::RecoveryStats;
 
 macro_rules! tcp_trace {
     ($($arg:expr),*) => (net_log!(trace, $($arg),*));
@@ -210,6 +214,12 @@ impl RttEstimator {
         if self.have_measurement { self.srtt } else { 0 }
     }
 
+    /// The smoothed RTT in microseconds (0 before the first sample).
+    #[cfg(feature = "alloc")]
+    fn srtt_micros(&self) -> u32 {
+        if self.have_measurement { self.srtt } else { 0 }
+    }
+
     /// Sets the least RTO; it takes effect at the next sample (the initial
     /// RTO, 1 s, stays until then, RFC 6298 §2.1).
     fn set_rto_min(&mut self, rto_min: Duration) {
@@ -326,6 +336,11 @@ enum Timer {
 }
 
 const ACK_DELAY_DEFAULT: Duration = Duration::from_millis(10);
+
+/// dpwarp: RFC 8985 §7.2's WCDelAckT, the worst delayed ACK a peer may
+/// take over a lone segment, which a loss probe waits for beside 2 SRTT.
+#[cfg(feature = "alloc")]
+const PROBE_DELAYED_ACK: Duration = Duration::from_millis(200);
 const CLOSE_DELAY: Duration = Duration::from_millis(10_000);
 
 impl Timer {
@@ -552,6 +567,24 @@ pub struct Socket<'a> {
     /// If a fast retransmit needs to occur
     pending_fast_retransmit: bool,
 
+    /// dpwarp: the segments sent and what the peer holds of them: SACK-based
+    /// loss recovery (RFC 6675) with RACK-TLP (RFC 8985).
+    #[cfg(feature = "alloc")]
+    recovery: recovery::Recovery,
+    /// RACK's reordering timer (RFC 8985 §6.2 step 5).
+    #[cfg(feature = "alloc")]
+    rack_timer: Option<Instant>,
+    /// The loss probe timer (RFC 8985 §7.2).
+    #[cfg(feature = "alloc")]
+    tlp_timer: Option<Instant>,
+    /// A loss probe is due at the next dispatch.
+    #[cfg(feature = "alloc")]
+    probe_due: bool,
+    /// The episode's first retransmission may go whatever the congestion
+    /// window says (RFC 6675 §5 step 4.2, RFC 5681 §3.2 step 2).
+    #[cfg(feature = "alloc")]
+    first_retransmit_due: bool,
+
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
     /// Delayed ack timer. If set, packets containing exclusively
@@ -642,6 +675,16 @@ impl<'a> Socket<'a> {
             local_rx_last_seq: None,
             local_rx_dup_acks: 0,
             pending_fast_retransmit: false,
+            #[cfg(feature = "alloc")]
+            recovery: recovery::Recovery::new(),
+            #[cfg(feature = "alloc")]
+            rack_timer: None,
+            #[cfg(feature = "alloc")]
+            tlp_timer: None,
+            #[cfg(feature = "alloc")]
+            probe_due: false,
+            #[cfg(feature = "alloc")]
+            first_retransmit_due: false,
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
@@ -850,6 +893,16 @@ impl<'a> Socket<'a> {
         Duration::from_micros(self.rtte.rto_min as u64)
     }
 
+    /// Return what loss recovery has done on this socket: SACK blocks
+    /// taken and ignored, segments deemed lost and how, retransmissions,
+    /// loss probes, timeouts and recovery episodes (kept across resets).
+    ///
+    /// dpwarp: not in upstream smoltcp 0.14.
+    #[cfg(feature = "alloc")]
+    pub fn recovery_stats(&self) -> RecoveryStats {
+        self.recovery.stats()
+    }
+
     /// Enable or disable Nagle's Algorithm.
     ///
     /// Also known as "tinygram prevention". By default, it is enabled.
@@ -972,6 +1025,14 @@ impl<'a> Socket<'a> {
         self.remote_last_ts = None;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
+        #[cfg(feature = "alloc")]
+        {
+            self.recovery.clear();
+            self.rack_timer = None;
+            self.tlp_timer = None;
+            self.probe_due = false;
+            self.first_retransmit_due = false;
+        }
 
         #[cfg(feature = "async")]
         {
@@ -1444,11 +1505,21 @@ impl<'a> Socket<'a> {
         self.remote_last_seq - self.local_seq_no
     }
 
+    /// Octets in flight as the congestion window counts them: with the
+    /// log, RFC 6675's pipe (neither SACKed nor deemed lost, plus the
+    /// retransmissions in flight); without, all that is unacknowledged.
+    fn in_flight(&self) -> usize {
+        #[cfg(feature = "alloc")]
+        return self.recovery.pipe(self.flight_size());
+        #[cfg(not(feature = "alloc"))]
+        return self.flight_size();
+    }
+
     fn cwnd_remaining(&self) -> usize {
         self.congestion_controller
             .inner()
             .window()
-            .saturating_sub(self.flight_size())
+            .saturating_sub(self.in_flight())
     }
 
     /// Return the amount of octets queued in the receive buffer. This value can be larger than
@@ -2134,6 +2205,9 @@ impl<'a> Socket<'a> {
             self.tx_waker.wake();
         }
 
+        // dpwarp: the ACK's SACK blocks delivered new data.
+        #[cfg_attr(not(feature = "alloc"), allow(unused_mut))]
+        let mut sack_progress = false;
         if let Some(ack_number) = repr.ack_number {
             // TODO: When flow control is implemented,
             // refractor the following block within that implementation
@@ -2162,18 +2236,35 @@ impl<'a> Socket<'a> {
                         }
                     );
 
-                    if self.local_rx_dup_acks == 3 {
-                        self.timer.set_for_fast_retransmit();
-                        net_debug!("started fast retransmit");
+                    // dpwarp: with the log, a peer that SACKs is heard through
+                    // its blocks (RACK); one that does not through the third
+                    // duplicate ACK, which marks the first segment lost. The
+                    // window is not inflated per duplicate ACK: the pipe
+                    // counts what has left the network instead.
+                    #[cfg(feature = "alloc")]
+                    if self.local_rx_dup_acks == recovery::DUP_THRESH
+                        && !self.remote_has_sack
+                        && self.recovery.on_third_dupack()
+                    {
+                        net_debug!("third duplicate ACK: first segment lost");
+                        self.loss_found(cx.now());
                     }
 
-                    // Notify of duplicate ACK
-                    let in_flight = self.flight_size();
-                    self.congestion_controller.inner_mut().on_dup_ack(
-                        cx.now(),
-                        self.remote_mss,
-                        in_flight,
-                    );
+                    #[cfg(not(feature = "alloc"))]
+                    {
+                        if self.local_rx_dup_acks == 3 {
+                            self.timer.set_for_fast_retransmit();
+                            net_debug!("started fast retransmit");
+                        }
+
+                        // Notify of duplicate ACK
+                        let in_flight = self.flight_size();
+                        self.congestion_controller.inner_mut().on_dup_ack(
+                            cx.now(),
+                            self.remote_mss,
+                            in_flight,
+                        );
+                    }
                 }
 
                 // No duplicate ACK means we reset the duplicate ACK count
@@ -2201,6 +2292,11 @@ impl<'a> Socket<'a> {
             // sequence number past it.
             self.local_seq_no = ack_number;
 
+            #[cfg(feature = "alloc")]
+            if self.ack_recovery(cx.now(), repr, ack_number) {
+                sack_progress = true;
+            }
+
             // During retransmission, if an earlier segment got lost but later was
             // successfully received, self.local_seq_no can move past self.remote_last_seq.
             // Do not attempt to retransmit the latter segments; not only this is pointless
@@ -2222,8 +2318,10 @@ impl<'a> Socket<'a> {
                 if ack_all {
                     // RFC 6298: (5.2) ACK of all outstanding data turn off the retransmit timer.
                     self.timer.set_for_idle(cx.now(), self.keep_alive);
-                } else if ack_len > 0 {
+                } else if ack_len > 0 || sack_progress {
                     // (5.3) ACK of new data in ESTABLISHED state restart the retransmit timer.
+                    // dpwarp: data newly SACKed is progress too (the
+                    // peer is alive while it repairs holes).
                     let rto = self.rtte.retransmission_timeout();
                     self.timer.set_for_retransmit(cx.now(), rto);
                 }
@@ -2233,6 +2331,15 @@ impl<'a> Socket<'a> {
                 self.timer.set_for_idle(cx.now(), self.keep_alive);
             }
             _ => {}
+        }
+
+        // RFC 8985 §7.2: the loss probe timer restarts on an ACK of new data,
+        // and stops when nothing is outstanding.
+        #[cfg(feature = "alloc")]
+        if ack_all {
+            self.tlp_timer = None;
+        } else if ack_len > 0 {
+            self.arm_probe(cx.now());
         }
 
         // start/stop the Zero Window Probe timer.
@@ -2335,6 +2442,83 @@ impl<'a> Socket<'a> {
         }
     }
 
+    /// dpwarp: an acceptable ACK of `ack_number` to the log (its SACK
+    /// blocks if the peer permits them), then RACK's loss detection. Returns
+    /// whether its SACK blocks delivered new data.
+    #[cfg(feature = "alloc")]
+    fn ack_recovery(&mut self, now: Instant, repr: &TcpRepr, ack_number: TcpSeqNumber) -> bool {
+        let sack: &[Option<(u32, u32)>] = if self.remote_has_sack {
+            &repr.sack_ranges
+        } else {
+            &[]
+        };
+        let out = self
+            .recovery
+            .on_ack(ack_number, sack, self.remote_last_seq, now);
+        let (timer, marked) = self.recovery.detect_loss(now, self.rtte.srtt_micros());
+        self.rack_timer = timer;
+        if marked > 0 {
+            net_debug!("rack: {} segment(s) lost", marked);
+            self.loss_found(now);
+        }
+        if out.probe_repaired {
+            // RFC 8985 §7.4.2: the probe's retransmission repaired a loss:
+            // the congestion response is due.
+            self.loss_found(now);
+        }
+        out.sacked > 0
+    }
+
+    /// dpwarp: losses were found; the first of a window starts a recovery
+    /// episode and the congestion response (once per episode).
+    #[cfg(feature = "alloc")]
+    fn loss_found(&mut self, now: Instant) {
+        if self.recovery.start_episode(self.remote_last_seq) {
+            let in_flight = self.flight_size();
+            self.congestion_controller
+                .inner_mut()
+                .on_loss(now, in_flight);
+            self.first_retransmit_due = true;
+            self.tlp_timer = None;
+        }
+    }
+
+    /// dpwarp: (re)starts the loss probe timer (RFC 8985 §7.2) while data
+    /// is outstanding and no recovery or probe is under way, for a peer that
+    /// SACKs (a probe's worth is in the blocks it brings back).
+    #[cfg(feature = "alloc")]
+    fn arm_probe(&mut self, now: Instant) {
+        self.tlp_timer = None;
+        if !self.remote_has_sack
+            || self.recovery.len() == 0
+            || self.recovery.in_recovery()
+            || self.recovery.probe_outstanding()
+        {
+            return;
+        }
+        let rto = self.rtte.retransmission_timeout();
+        if let Some(pto) = self
+            .recovery
+            .pto(self.rtte.srtt_micros(), PROBE_DELAYED_ACK, rto)
+        {
+            self.tlp_timer = Some(now + pto);
+        }
+    }
+
+    /// dpwarp: data not yet sent that the peer's window takes.
+    #[cfg(feature = "alloc")]
+    fn new_data_in_window(&self) -> bool {
+        let end = self.local_seq_no + self.remote_win_len.min(self.tx_buffer.len());
+        self.remote_last_seq < end
+    }
+
+    /// dpwarp: a lost segment waits and the congestion window (or the
+    /// episode's first retransmission) lets it go.
+    #[cfg(feature = "alloc")]
+    fn retransmit_due(&self) -> bool {
+        self.recovery.has_lost() && (self.first_retransmit_due || self.cwnd_remaining() > 0)
+    }
+
     fn timed_out(&self, timestamp: Instant) -> bool {
         match (self.remote_last_ts, self.timeout) {
             (Some(remote_last_ts), Some(timeout)) => timestamp >= remote_last_ts + timeout,
@@ -2345,6 +2529,20 @@ impl<'a> Socket<'a> {
     fn seq_to_transmit(&self, cx: &mut Context) -> bool {
         // Fast retransmits should always send, even if later congestion checks would disallow
         if self.pending_fast_retransmit && !self.tx_buffer.is_empty() {
+            return true;
+        }
+
+        // dpwarp: a lost segment to retransmit, or a loss probe.
+        #[cfg(feature = "alloc")]
+        if matches!(
+            self.state,
+            State::Established
+                | State::FinWait1
+                | State::Closing
+                | State::CloseWait
+                | State::LastAck
+        ) && (self.retransmit_due() || self.probe_due)
+        {
             return true;
         }
 
@@ -2386,6 +2584,9 @@ impl<'a> Socket<'a> {
 
         // compare max bytes allowed by cwnd with max bytes allowed by remote
         let max_send = capped_send_seq.min(self.cwnd_remaining());
+        // dpwarp: a full log of sent segments holds new data back.
+        #[cfg(feature = "alloc")]
+        let max_send = if self.recovery.has_room() { max_send } else { 0 };
 
         // Can we send at least 1 octet?
         let mut can_send = max_send != 0;
@@ -2414,6 +2615,8 @@ impl<'a> Socket<'a> {
         // 2. We have no unsent data.
         // This condition matches only if #2, because #1 is already covered by can_data and we're ORing them.
         let can_fin = want_fin && self.remote_last_seq == self.local_seq_no + self.tx_buffer.len();
+        #[cfg(feature = "alloc")]
+        let can_fin = can_fin && self.recovery.has_room();
 
         can_send || can_fin
     }
@@ -2528,10 +2731,28 @@ impl<'a> Socket<'a> {
                     .inner_mut()
                     .on_rto(cx.now(), in_flight);
 
-                // Rewind "last sequence number sent", as if we never
-                // had sent them. This will cause all data in the queue
-                // to be sent again.
-                self.remote_last_seq = self.local_seq_no;
+                // dpwarp: with the log, every segment not SACKed is lost and
+                // goes again once, in order (RFC 8985 §6.3); what the peer
+                // holds does not. Before anything is logged (a SYN), as
+                // without the log, rewind.
+                #[cfg(feature = "alloc")]
+                let logged = self.recovery.len() > 0;
+                #[cfg(not(feature = "alloc"))]
+                let logged = false;
+                if logged {
+                    #[cfg(feature = "alloc")]
+                    {
+                        self.recovery.on_timeout(self.remote_last_seq);
+                        self.first_retransmit_due = true;
+                        self.tlp_timer = None;
+                        self.rack_timer = None;
+                    }
+                } else {
+                    // Rewind "last sequence number sent", as if we never
+                    // had sent them. This will cause all data in the queue
+                    // to be sent again.
+                    self.remote_last_seq = self.local_seq_no;
+                }
 
                 // Inform RTTE, so that it can can handle RTO backoff
                 self.rtte.on_rto();
@@ -2556,6 +2777,28 @@ impl<'a> Socket<'a> {
 
             // Inform RTTE, so that it can avoid bogus measurements.
             self.rtte.on_retransmit();
+        }
+
+        // dpwarp: RACK's reordering timer and the loss probe timer.
+        #[cfg(feature = "alloc")]
+        {
+            if self.rack_timer.is_some_and(|t| t <= cx.now()) {
+                let (timer, marked) = self
+                    .recovery
+                    .detect_loss(cx.now(), self.rtte.srtt_micros());
+                self.rack_timer = timer;
+                if marked > 0 {
+                    net_debug!("rack timer: {} segment(s) lost", marked);
+                    self.loss_found(cx.now());
+                }
+            }
+            if self.tlp_timer.is_some_and(|t| t <= cx.now()) {
+                self.tlp_timer = None;
+                if self.recovery.len() > 0 && !self.recovery.in_recovery() {
+                    net_debug!("loss probe due");
+                    self.probe_due = true;
+                }
+            }
         }
 
         #[cfg(feature = "socket-tcp-pause-synack")]
@@ -2621,6 +2864,10 @@ impl<'a> Socket<'a> {
         };
 
         let mut is_zero_window_probe = false;
+        // dpwarp: a retransmission of the logged segment at this start, of
+        // this much data.
+        #[cfg_attr(not(feature = "alloc"), allow(unused_mut))]
+        let mut resent: Option<(TcpSeqNumber, usize)> = None;
 
         #[cfg_attr(
             not(feature = "segmentation-offload"),
@@ -2677,7 +2924,31 @@ impl<'a> Socket<'a> {
                 let local_mss = cx.ip_mtu() - ip_repr.header_len() - TCP_HEADER_LEN;
                 let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
 
-                let offset = if self.pending_fast_retransmit {
+                // dpwarp: a lost segment goes again as it was first cut; a
+                // loss probe with no new data to send retransmits the last
+                // segment the peer does not hold (RFC 8985 §7.3).
+                #[cfg(feature = "alloc")]
+                {
+                    let resend = if self.retransmit_due() {
+                        self.recovery.next_retransmit()
+                    } else if self.probe_due && !self.new_data_in_window() {
+                        self.recovery.probe_segment()
+                    } else {
+                        None
+                    };
+                    if let Some(rt) = resend {
+                        resent = Some((rt.start, rt.data_len));
+                    }
+                }
+
+                let offset = if let Some((start, data_len)) = resent {
+                    let offset = start - self.local_seq_no;
+                    repr.seq_number = start;
+                    repr.payload = self
+                        .tx_buffer
+                        .get_allocated(offset, data_len.min(self.tx_buffer.len() - offset));
+                    offset
+                } else if self.pending_fast_retransmit {
                     let size = effective_mss.min(self.tx_buffer.len());
                     repr.seq_number = self.local_seq_no;
                     repr.payload = self.tx_buffer.get_allocated(0, size);
@@ -2740,12 +3011,17 @@ impl<'a> Socket<'a> {
                         .unwrap_or(effective_mss)
                     };
 
-                    let size = if is_zero_window_probe {
+                    #[cfg(feature = "alloc")]
+                    let loss_probe = self.probe_due;
+                    #[cfg(not(feature = "alloc"))]
+                    let loss_probe = false;
+                    let size = if is_zero_window_probe || loss_probe {
                         // Zero-window probes are exempt from the congestion window: they
                         // are sent precisely when normal transmission is impossible, and
                         // an empty segment elicits no reply, so capping the probe to a
                         // zero length would stall the connection if a window update from
                         // the remote got lost.
+                        // dpwarp: so is a loss probe of new data (RFC 8985 §7.3).
                         win_limit.min(device_limit)
                     } else {
                         win_limit.min(device_limit).min(self.cwnd_remaining())
@@ -2873,6 +3149,32 @@ impl<'a> Socket<'a> {
         self.remote_last_ack = repr.ack_number;
         self.remote_last_win = repr.window_len;
 
+        // dpwarp: every segment of data or FIN goes into the log.
+        #[cfg(feature = "alloc")]
+        let mut arm_probe = false;
+        #[cfg(feature = "alloc")]
+        {
+            if repr.segment_len() > 0 && repr.control != TcpControl::Syn {
+                let fin = repr.control == TcpControl::Fin;
+                self.recovery
+                    .on_transmit(repr.seq_number, repr.segment_len(), fin, cx.now());
+                if resent.is_some() {
+                    self.first_retransmit_due = false;
+                    // Karn (RFC 6298 §3): no RTT sample across a retransmission.
+                    self.rtte.on_retransmit();
+                }
+                if self.probe_due {
+                    match resent {
+                        Some((start, _)) => self.recovery.on_probe(start, self.remote_last_seq),
+                        None => self.recovery.on_probe_new_data(self.remote_last_seq),
+                    }
+                } else if resent.is_none() {
+                    arm_probe = true;
+                }
+            }
+            self.probe_due = false;
+        }
+
         if repr.segment_len() > 0 {
             self.rtte
                 .on_send(cx.now(), repr.seq_number + repr.segment_len());
@@ -2887,6 +3189,11 @@ impl<'a> Socket<'a> {
             // so that it will expire after RTO seconds.
             let rto = self.rtte.retransmission_timeout();
             self.timer.set_for_retransmit(cx.now(), rto);
+        }
+
+        #[cfg(feature = "alloc")]
+        if arm_probe {
+            self.arm_probe(cx.now());
         }
 
         if self.state == State::Closed {
@@ -2938,11 +3245,26 @@ impl<'a> Socket<'a> {
                 (_, _) => PollAt::Ingress,
             };
 
+            // dpwarp: RACK's reordering timer and the loss probe timer.
+            #[cfg(feature = "alloc")]
+            let (rack_poll_at, tlp_poll_at) = (
+                self.rack_timer.map_or(PollAt::Ingress, PollAt::Time),
+                self.tlp_timer.map_or(PollAt::Ingress, PollAt::Time),
+            );
+            #[cfg(not(feature = "alloc"))]
+            let (rack_poll_at, tlp_poll_at) = (PollAt::Ingress, PollAt::Ingress);
+
             // We wait for the earliest of our timers to fire.
-            *[self.timer.poll_at(), timeout_poll_at, delayed_ack_poll_at]
-                .iter()
-                .min()
-                .unwrap_or(&PollAt::Ingress)
+            *[
+                self.timer.poll_at(),
+                timeout_poll_at,
+                delayed_ack_poll_at,
+                rack_poll_at,
+                tlp_poll_at,
+            ]
+            .iter()
+            .min()
+            .unwrap_or(&PollAt::Ingress)
         }
     }
 }
@@ -6976,6 +7298,224 @@ mod test {
             payload:    &b"ABCDEF"[..],
             ..RECV_TEMPL
         }));
+    }
+
+    // =========================================================================================//
+    // dpwarp: SACK-based loss recovery (RFC 2018, RFC 6675) and RACK-TLP (RFC 8985)
+    // =========================================================================================//
+
+    /// A SACK block of the stream octets `[l, r)` (0 is the first data octet).
+    #[cfg(feature = "alloc")]
+    fn sack_block(l: usize, r: usize) -> Option<(u32, u32)> {
+        Some(((LOCAL_SEQ + 1 + l).0 as u32, (LOCAL_SEQ + 1 + r).0 as u32))
+    }
+
+    /// An established socket whose peer permits SACK, with no congestion
+    /// control, that sent `segments` (3 octets each) one every 5 ms from
+    /// t=1000 ms.
+    #[cfg(feature = "alloc")]
+    fn socket_sent_with_sack(segments: &[&'static [u8]]) -> TestSocket {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_has_sack = true;
+        s.remote_mss = 3;
+        s.set_congestion_control(CongestionControl::None);
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            ..SEND_TEMPL
+        });
+        for seg in segments {
+            s.send_slice(seg).unwrap();
+        }
+        for (i, seg) in segments.iter().enumerate() {
+            recv!(s, time 1000 + 5 * i as i64, Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + 1 + 3 * i,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload: seg,
+                ..RECV_TEMPL
+            }));
+        }
+        s
+    }
+
+    /// RFC 6675's situation: of six segments the first and third are lost;
+    /// the peer's SACK blocks report the others. RACK deems the holes lost
+    /// and exactly those two go again, in order, each once; nothing the peer
+    /// holds is resent.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_sack_retransmits_only_the_holes() {
+        let mut s = socket_sent_with_sack(&[b"aaa", b"BBB", b"ccc", b"DDD", b"eee", b"FFF"]);
+        recv_nothing!(s, time 1030);
+        // The peer holds BBB, then DDD..FFF: each ACK says so (RFC 2018
+        // §4: the newest block first).
+        let acks: [&[Option<(u32, u32)>]; 4] = [
+            &[sack_block(3, 6)],
+            &[sack_block(9, 12), sack_block(3, 6)],
+            &[sack_block(9, 15), sack_block(3, 6)],
+            &[sack_block(9, 18), sack_block(3, 6)],
+        ];
+        for (i, blocks) in acks.iter().enumerate() {
+            let mut sack_ranges = [None, None, None];
+            sack_ranges[..blocks.len()].copy_from_slice(blocks);
+            send!(s, time 1050 + 5 * i as i64, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                sack_ranges,
+                ..SEND_TEMPL
+            });
+        }
+        recv!(s, time 1070, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"aaa"[..],
+            ..RECV_TEMPL
+        }));
+        recv!(s, time 1070, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"ccc"[..],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1070);
+        let stats = s.recovery_stats();
+        assert_eq!((stats.lost_rack, stats.retransmits, stats.retransmitted_octets), (2, 2, 6));
+        assert_eq!(stats.sack_blocks, 7);
+        assert_eq!(stats.recoveries, 1, "one congestion response for the window");
+        // The retransmissions arrive: everything is acknowledged, nothing
+        // more goes out.
+        send!(s, time 1090, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 18),
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 1100);
+        assert_eq!(s.recovery.len(), 0);
+        assert!(s.tx_buffer.is_empty());
+    }
+
+    /// RFC 8985 §7: the last segments of a burst are lost and no ACK comes
+    /// back to tell: a loss probe (the last segment again) goes after two
+    /// smoothed RTTs instead of a retransmission timeout; the peer's SACK of
+    /// it shows the other hole, which RACK repairs.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_tail_loss_probe_repairs_a_tail_without_a_timeout() {
+        let mut s = socket_sent_with_sack(&[b"aaa", b"BBB", b"ccc", b"DDD"]);
+        // aaa and BBB are acknowledged (an RTT sample of 20 ms); ccc and DDD
+        // are lost.
+        send!(s, time 1020, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            ..SEND_TEMPL
+        });
+        let srtt = s.rtte.srtt_micros();
+        assert_eq!(srtt, 20_000);
+        // The probe: 2 SRTT after the ACK, well before the RTO (1 s).
+        recv_nothing!(s, time 1059);
+        recv!(s, time 1060, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 9,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"DDD"[..],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 1061);
+        assert_eq!(s.recovery_stats().probes, 1);
+        // The peer SACKs the probe: ccc was sent before it, long ago: lost.
+        send!(s, time 1080, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            sack_ranges: [sack_block(9, 12), None, None],
+            ..SEND_TEMPL
+        });
+        recv!(s, time 1080, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"ccc"[..],
+            ..RECV_TEMPL
+        }));
+        send!(s, time 1100, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 12),
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 3000);
+        let stats = s.recovery_stats();
+        assert_eq!(stats.timeouts, 0, "{stats:?}");
+        assert_eq!(stats.retransmits, 2, "the probe and the hole: {stats:?}");
+    }
+
+    /// A retransmission timeout with SACK information resends every
+    /// segment the peer does not hold, once each, and not those it does
+    /// (RFC 8985 §6.3); without a log this was go-back-N.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_timeout_resends_only_what_the_peer_lacks() {
+        let mut s = socket_sent_with_sack(&[b"aaa", b"BBB", b"ccc", b"DDD"]);
+        // The peer SACKs BBB only (one block: too little for RACK to deem
+        // aaa lost before the timeout, its reordering window is 1/4 RTT).
+        send!(s, time 1050, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            sack_ranges: [sack_block(3, 6), None, None],
+            ..SEND_TEMPL
+        });
+        // Nothing for a second (the initial RTO): every unSACKed segment is
+        // lost; with the congestion window at one segment after the timeout
+        // (here: none), each goes once.
+        recv!(s, time 2100, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"aaa"[..],
+            ..RECV_TEMPL
+        }));
+        recv!(s, time 2100, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"ccc"[..],
+            ..RECV_TEMPL
+        }));
+        recv!(s, time 2100, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 9,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"DDD"[..],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 2100);
+        let stats = s.recovery_stats();
+        assert_eq!((stats.timeouts, stats.lost_timeout, stats.retransmits), (1, 3, 3));
+    }
+
+    /// Hostile SACK blocks (beyond what was sent, below the cumulative ACK,
+    /// inverted) mark nothing and are counted; a D-SACK is told apart.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_implausible_sack_blocks_are_ignored() {
+        let mut s = socket_sent_with_sack(&[b"aaa", b"BBB"]);
+        send!(s, time 1050, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 3),
+            sack_ranges: [
+                Some((0, 0x7fff_ffff)),
+                sack_block(6, 100),
+                Some(((LOCAL_SEQ + 7).0 as u32, (LOCAL_SEQ + 4).0 as u32)),
+            ],
+            ..SEND_TEMPL
+        });
+        let stats = s.recovery_stats();
+        assert_eq!(stats.sack_blocks, 0);
+        assert!(stats.sack_blocks_ignored >= 2, "{stats:?}");
+        assert_eq!(s.recovery.sacked_out(), 0);
+        recv_nothing!(s, time 1060);
+        // A D-SACK of aaa (below the cumulative ACK): a duplicate arrived.
+        send!(s, time 1070, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 3),
+            sack_ranges: [sack_block(0, 3), None, None],
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recovery_stats().dsacks, 1);
+        recv_nothing!(s, time 1080);
     }
 
     #[test]
