@@ -30,6 +30,10 @@ pub struct Cubic {
     // again (RFC 5681 section 3.1).
     in_rto_recovery: bool,
     idle_start: Option<Instant>, // RFC 9438 §4.2: when in-flight last hit 0
+    /// dpwarp: the fraction of an octet of W_cubic growth not yet added
+    /// (numerator over `cwnd`): small increments add up instead of
+    /// truncating to nothing.
+    cubic_acc: usize,
 }
 
 impl Cubic {
@@ -48,6 +52,7 @@ impl Cubic {
             in_fast_recovery: false,
             in_rto_recovery: false,
             idle_start: None,
+            cubic_acc: 0,
         };
         cubic.recompute_k();
         cubic
@@ -78,7 +83,13 @@ impl Controller for Cubic {
     }
 
     fn on_ack(&mut self, now: Instant, len: usize, in_flight: usize, rtt: &RttEstimator) {
-        let segment = len.min(self.mss);
+        // dpwarp: what the ACK acknowledged, whole (RFC 9438 §4.3 counts
+        // the segments an ACK acknowledges; RFC 3465's byte counting): an
+        // ACK of two segments (a receiver's delayed ACK) grows the window as
+        // two ACKs would. It counted at most one MSS, which halved growth
+        // against every delayed-ACK receiver. Slow start takes at most
+        // 2 MSS per ACK (RFC 3465 §2.2, L = 2).
+        let segment = len;
 
         self.absorb_idle(now);
 
@@ -104,10 +115,11 @@ impl Controller for Cubic {
             self.w_est = self.cwnd as f64;
             return;
         } else if self.cwnd < self.ssthresh {
-            // Slow start: increase `cwnd` by 1 MSS per ACK.
+            // Slow start: increase `cwnd` by what was acknowledged, at most
+            // 2 MSS per ACK.
             self.cwnd = self
                 .cwnd
-                .saturating_add(segment)
+                .saturating_add(segment.min(2 * self.mss))
                 .min(self.rwnd)
                 .max(self.mss);
             return;
@@ -168,9 +180,12 @@ impl Controller for Cubic {
             raw.min(1.5 * self.cwnd as f64) // clamp to avoid increasing faster than slow-start would
         };
 
-        // TODO: clamps to 0 on small w_cubic_target (i.e. close to plateau)
-        // add additional counter (linux `cwnd_cnt`?) to track "lost" bytes
-        let increment = (w_cubic_target as usize).saturating_sub(self.cwnd) * segment / self.cwnd;
+        // dpwarp: the remainder of each increment is kept (as Linux's
+        // `cwnd_cnt` does) instead of truncated, which near the plateau
+        // added nothing at all.
+        self.cubic_acc += (w_cubic_target as usize).saturating_sub(self.cwnd) * segment;
+        let increment = self.cubic_acc / self.cwnd;
+        self.cubic_acc %= self.cwnd;
         self.cwnd = (self.cwnd + increment).min(self.rwnd).max(self.mss);
     }
 
@@ -360,6 +375,62 @@ mod test {
         assert_eq!(cubic.window(), cubic.rwnd);
     }
 
+    /// dpwarp: a receiver that ACKs every second segment (a delayed ACK)
+    /// grows the window in congestion avoidance as one that ACKs each does:
+    /// an ACK counts what it acknowledged, not one MSS.
+    #[test]
+    fn delayed_acks_grow_the_window_as_per_segment_acks_do() {
+        let start = |cubic: &mut Cubic| {
+            cubic.set_mss(MSS);
+            cubic.set_remote_window(MSS * 10_000);
+            cubic.w_max = MSS * 100;
+            cubic.recompute_k();
+            cubic.cwnd = MSS * 70;
+            cubic.ssthresh = cubic.cwnd;
+            cubic.w_est = cubic.cwnd as f64;
+            cubic.cwnd_prior = MSS * 100;
+            cubic.recovery_start = Some(Instant::from_millis(0));
+        };
+        let (mut each, mut every_second) = (Cubic::new(), Cubic::new());
+        start(&mut each);
+        start(&mut every_second);
+        // Ten RTTs of a 70-segment window, 1 ms apart.
+        for i in 0..700 {
+            let now = Instant::from_micros(1000 + i * 14);
+            ack(&mut each, MSS, now);
+            if i % 2 == 1 {
+                ack(&mut every_second, 2 * MSS, now);
+            }
+        }
+        let (a, b) = (each.window(), every_second.window());
+        assert!(a > MSS * 70 && b > MSS * 70, "both grew: {a} {b}");
+        assert!(a.abs_diff(b) <= MSS, "per-segment {a}, delayed {b}");
+    }
+
+    /// dpwarp: increments smaller than an octet per ACK add up instead of
+    /// vanishing (near the plateau, K in the future).
+    #[test]
+    fn small_increments_add_up() {
+        let mut cubic = Cubic::new();
+        cubic.set_mss(MSS);
+        cubic.set_remote_window(MSS * 10_000);
+        cubic.w_max = MSS * 1000;
+        cubic.recompute_k();
+        cubic.cwnd = MSS * 999;
+        cubic.ssthresh = cubic.cwnd;
+        cubic.w_est = 0.0;
+        cubic.cwnd_prior = MSS * 1000;
+        cubic.recovery_start = Some(Instant::from_millis(0));
+        // At t = K the curve is at W_max, one MSS above cwnd: each 64-octet
+        // ACK adds 1024 * 64 / cwnd, 0.06 octets.
+        let k = (cubic.k * 1e6) as i64;
+        let before = cubic.window();
+        for i in 0..2000 {
+            ack(&mut cubic, 64, Instant::from_micros(k + i));
+        }
+        assert!(cubic.window() > before, "{} {}", cubic.window(), before);
+    }
+
     #[test]
     fn fast_recovery_works() {
         let mut cubic = Cubic::new();
@@ -481,13 +552,14 @@ mod test {
         assert_eq!(cubic.recovery_start, None);
         assert_eq!(cubic.w_max, w_max_before_rto);
 
-        // slow start grows by at most the MSS per ack
+        // slow start grows by what was acknowledged, at most 2 MSS per ack
+        // (dpwarp: RFC 3465 byte counting, L = 2; it was 1 MSS per ack)
         let initial_cwnd = cubic.window();
-        for i in 0..10 {
+        for i in 0..5 {
             let initial_cwnd = cubic.window();
             let now = Instant::from_millis(i);
-            ack(&mut cubic, MSS * 2, now);
-            assert_eq!(cubic.window(), initial_cwnd + MSS);
+            ack(&mut cubic, MSS * 3, now);
+            assert_eq!(cubic.window(), initial_cwnd + MSS * 2);
         }
         assert_eq!(cubic.window(), initial_cwnd + MSS * 10);
 
