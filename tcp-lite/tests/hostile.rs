@@ -68,7 +68,7 @@ impl Raw {
             window_scale: None,
             max_seg_size: (control == TcpControl::Syn).then_some(1460),
             sack_permitted: false,
-            sack_ranges: [None; 3],
+            sack_ranges: [None; 4],
             timestamp: None,
             payload: &[],
         };

@@ -468,6 +468,15 @@ impl Timer {
     fn is_retransmit(&self) -> bool {
         matches!(self, Timer::Retransmit { .. } | Timer::FastRetransmit)
     }
+
+    /// dpwarp: when the retransmission timer expires, if it runs.
+    #[cfg(feature = "alloc")]
+    fn retransmit_at(&self) -> Option<Instant> {
+        match *self {
+            Timer::Retransmit { expires_at } => Some(expires_at),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
@@ -559,6 +568,12 @@ pub struct Socket<'a> {
     remote_last_ts: Option<Instant>,
     /// The sequence number of the last packet received, used for sACK
     local_rx_last_seq: Option<TcpSeqNumber>,
+    /// dpwarp: the SACK blocks last reported, most recent first: RFC 2018
+    /// §4 has the next ACK repeat them after the newest.
+    sack_reported: [Option<(TcpSeqNumber, TcpSeqNumber)>; 4],
+    /// dpwarp: a duplicate segment's range, reported first in the next
+    /// ACK (a D-SACK, RFC 2883).
+    dsack: Option<(TcpSeqNumber, TcpSeqNumber)>,
     /// The ACK number of the last packet received.
     local_rx_last_ack: Option<TcpSeqNumber>,
     /// The number of packets received directly after
@@ -673,6 +688,8 @@ impl<'a> Socket<'a> {
             remote_last_ts: None,
             local_rx_last_ack: None,
             local_rx_last_seq: None,
+            sack_reported: [None; 4],
+            dsack: None,
             local_rx_dup_acks: 0,
             pending_fast_retransmit: false,
             #[cfg(feature = "alloc")]
@@ -1025,6 +1042,8 @@ impl<'a> Socket<'a> {
         self.remote_last_ts = None;
         self.ack_delay_timer = AckDelayTimer::Idle;
         self.challenge_ack_timer = Instant::from_secs(0);
+        self.sack_reported = [None; 4];
+        self.dsack = None;
         #[cfg(feature = "alloc")]
         {
             self.recovery.clear();
@@ -1559,7 +1578,7 @@ impl<'a> Socket<'a> {
             window_scale: None,
             max_seg_size: None,
             sack_permitted: false,
-            sack_ranges: [None, None, None],
+            sack_ranges: [None; 4],
             timestamp: None,
             payload: &[],
         };
@@ -1589,6 +1608,68 @@ impl<'a> Socket<'a> {
         (ip_reply_repr, reply_repr)
     }
 
+    /// dpwarp: the SACK blocks of the next ACK (RFC 2018 §4): a pending
+    /// D-SACK first (RFC 2883), then the block holding the most recently
+    /// received segment, then the blocks reported before, most recent
+    /// first, then the rest in order; four, or three beside timestamps
+    /// (the option space: RFC 2018 §3).
+    ///
+    /// Returns the blocks and what the socket then remembers as reported
+    /// (its `sack_reported`, set, and its `dsack`, cleared, once the blocks
+    /// go out).
+    #[allow(clippy::type_complexity)]
+    fn sack_blocks(
+        &self,
+        timestamps: bool,
+    ) -> ([Option<(u32, u32)>; 4], [Option<(TcpSeqNumber, TcpSeqNumber)>; 4]) {
+        let max = if timestamps { 3 } else { 4 };
+        let ack = self.remote_seq_no + self.rx_buffer.len();
+        let mut out = [None; 4];
+        let mut n = 0;
+        if let Some((l, r)) = self.dsack {
+            out[0] = Some((l.0 as u32, r.0 as u32));
+            n = 1;
+        }
+        let first_regular = n;
+        let held: heapless::Vec<(TcpSeqNumber, TcpSeqNumber), 32> = self
+            .assembler
+            .iter_data()
+            .take(32)
+            .map(|(left, right)| (ack + left, ack + right))
+            .collect();
+        let mut push = |out: &mut [Option<(u32, u32)>; 4], n: &mut usize, b: (TcpSeqNumber, TcpSeqNumber)| {
+            let b = (b.0.0 as u32, b.1.0 as u32);
+            if *n < max && !out[first_regular..*n].contains(&Some(b)) {
+                out[*n] = Some(b);
+                *n += 1;
+            }
+        };
+        // The block of the segment that triggered this ACK.
+        if let Some(last) = self.local_rx_last_seq {
+            if let Some(&b) = held.iter().find(|&&(l, r)| l <= last && last < r) {
+                push(&mut out, &mut n, b);
+            }
+        }
+        // Those reported before, as they are now (they may have grown).
+        for k in 0..self.sack_reported.len() {
+            let Some((l, _)) = self.sack_reported[k] else {
+                continue;
+            };
+            if let Some(&b) = held.iter().find(|&&(bl, br)| bl <= l && l < br) {
+                push(&mut out, &mut n, b);
+            }
+        }
+        // The rest, lowest first: the holes that would move the ACK soonest.
+        for &b in held.iter() {
+            push(&mut out, &mut n, b);
+        }
+        let mut reported = [None; 4];
+        for (slot, b) in reported.iter_mut().zip(out[first_regular..n].iter()) {
+            *slot = b.map(|(l, r)| (TcpSeqNumber(l as i32), TcpSeqNumber(r as i32)));
+        }
+        (out, reported)
+    }
+
     fn ack_reply(&mut self, ip_repr: &IpRepr, repr: &TcpRepr) -> (IpRepr, TcpRepr<'static>) {
         let (mut ip_reply_repr, mut reply_repr) = Self::reply(ip_repr, repr);
         reply_repr.timestamp = repr
@@ -1613,39 +1694,10 @@ impl<'a> Socket<'a> {
         // segment.
         if self.remote_has_sack {
             net_debug!("sending sACK option with current assembler ranges");
-
-            // RFC 2018: The first SACK block (i.e., the one immediately following the kind and
-            // length fields in the option) MUST specify the contiguous block of data containing
-            // the segment which triggered this ACK, unless that segment advanced the
-            // Acknowledgment Number field in the header.
-            reply_repr.sack_ranges[0] = None;
-
-            let ack = reply_repr.ack_number.unwrap_or(TcpSeqNumber(0));
-
-            if let Some(last_seg_seq) = self.local_rx_last_seq {
-                reply_repr.sack_ranges[0] = self
-                    .assembler
-                    .iter_data()
-                    .map(|(left, right)| (ack + left, ack + right))
-                    .find(|&(left, right)| left <= last_seg_seq && right >= last_seg_seq)
-                    .map(|(left, right)| (left.0 as u32, right.0 as u32));
-            }
-
-            if reply_repr.sack_ranges[0].is_none() {
-                // The matching segment was removed from the assembler, meaning the acknowledgement
-                // number has advanced, or there was no previous sACK.
-                //
-                // While the RFC says we SHOULD keep a list of reported sACK ranges, and iterate
-                // through those, that is currently infeasible. Instead, we offer the range with
-                // the lowest sequence number (if one exists) to hint at what segments would
-                // most quickly advance the acknowledgement number.
-                reply_repr.sack_ranges[0] = self
-                    .assembler
-                    .iter_data()
-                    .map(|(left, right)| (ack + left, ack + right))
-                    .next()
-                    .map(|(left, right)| (left.0 as u32, right.0 as u32));
-            }
+            let (blocks, reported) = self.sack_blocks(reply_repr.timestamp.is_some());
+            reply_repr.sack_ranges = blocks;
+            self.sack_reported = reported;
+            self.dsack = None;
         }
 
         // Since the sACK option may have changed the length of the payload, update that.
@@ -1895,6 +1947,19 @@ impl<'a> Socket<'a> {
 
                     self.local_rx_last_seq = Some(repr.seq_number);
 
+                    // dpwarp: octets of it received already (RFC 2883): an old
+                    // prefix, or the whole of it held out of order.
+                    if !repr.payload.is_empty() && self.remote_has_sack {
+                        if segment_start < window_start {
+                            self.dsack = Some((segment_start, window_start));
+                        } else if self.assembler.contains(
+                            overlap_start - window_start,
+                            overlap_end - overlap_start,
+                        ) {
+                            self.dsack = Some((overlap_start, overlap_end));
+                        }
+                    }
+
                     (
                         &repr.payload[overlap_start - segment_start..overlap_end - segment_start],
                         overlap_start - window_start,
@@ -1941,6 +2006,11 @@ impl<'a> Socket<'a> {
                             TcpControl::None | TcpControl::Psh | TcpControl::Fin
                         )
                     {
+                        // dpwarp: a retransmission of what we hold already:
+                        // say so (a D-SACK, RFC 2883).
+                        if self.remote_has_sack && segment_end <= window_start {
+                            self.dsack = Some((segment_start, segment_end));
+                        }
                         return Some(self.ack_reply(ip_repr, repr));
                     }
 
@@ -2501,7 +2571,10 @@ impl<'a> Socket<'a> {
             .recovery
             .pto(self.rtte.srtt_micros(), PROBE_DELAYED_ACK, rto)
         {
-            self.tlp_timer = Some(now + pto);
+            // No later than the RTO would fire (RFC 8985 §7.2): the probe
+            // goes in its place.
+            let at = now + pto;
+            self.tlp_timer = Some(self.timer.retransmit_at().map_or(at, |rto_at| at.min(rto_at)));
         }
     }
 
@@ -2715,6 +2788,24 @@ impl<'a> Socket<'a> {
             .inner_mut()
             .pre_transmit(cx.now());
 
+        // dpwarp: the loss probe timer, before the retransmission timer: a
+        // probe due no later than the RTO goes instead of it, and the RTO
+        // counts again from the probe (RFC 8985 §7.2, §7.3), so a lone
+        // segment whose ACK a peer delays past the RTO costs a probe, not
+        // the congestion window.
+        #[cfg(feature = "alloc")]
+        if self.tlp_timer.is_some_and(|t| t <= cx.now()) {
+            self.tlp_timer = None;
+            if self.recovery.len() > 0 && !self.recovery.in_recovery() {
+                net_debug!("loss probe due");
+                self.probe_due = true;
+                if self.timer.is_retransmit() {
+                    let rto = self.rtte.retransmission_timeout();
+                    self.timer.set_for_retransmit(cx.now(), rto);
+                }
+            }
+        }
+
         // Check if any state needs to be changed because of a timer.
         if self.timed_out(cx.now()) {
             // If a timeout expires, we should abort the connection.
@@ -2792,13 +2883,6 @@ impl<'a> Socket<'a> {
                     self.loss_found(cx.now());
                 }
             }
-            if self.tlp_timer.is_some_and(|t| t <= cx.now()) {
-                self.tlp_timer = None;
-                if self.recovery.len() > 0 && !self.recovery.in_recovery() {
-                    net_debug!("loss probe due");
-                    self.probe_due = true;
-                }
-            }
         }
 
         #[cfg(feature = "socket-tcp-pause-synack")]
@@ -2855,13 +2939,22 @@ impl<'a> Socket<'a> {
             window_scale: None,
             max_seg_size: None,
             sack_permitted: false,
-            sack_ranges: [None, None, None],
+            sack_ranges: [None; 4],
             timestamp: TcpTimestampRepr::generate_reply_with_tsval(
                 self.tsval_generator,
                 self.last_remote_tsval,
             ),
             payload: &[],
         };
+
+        // dpwarp: while holes remain (or a duplicate is to be told), a segment
+        // without data carries SACK blocks too (RFC 2018 §4: every ACK that
+        // does not acknowledge the highest sequence number held); not one
+        // with data, whose size the MSS left to the options decided.
+        let sack_due = self.remote_has_sack
+            && (!self.assembler.is_empty() || self.dsack.is_some())
+            && !matches!(self.state, State::SynSent | State::SynReceived | State::Closed);
+        let sack = sack_due.then(|| self.sack_blocks(repr.timestamp.is_some()));
 
         let mut is_zero_window_probe = false;
         // dpwarp: a retransmission of the logged segment at this start, of
@@ -3094,6 +3187,15 @@ impl<'a> Socket<'a> {
                 _ => "<unreachable>",
             };
             tcp_trace!("sending {}", flags);
+        }
+
+        if let Some((blocks, reported)) = sack
+            && repr.payload.is_empty()
+            && matches!(repr.control, TcpControl::None | TcpControl::Fin)
+        {
+            repr.sack_ranges = blocks;
+            self.sack_reported = reported;
+            self.dsack = None;
         }
 
         if repr.control == TcpControl::Syn {
@@ -3367,7 +3469,7 @@ mod test {
         window_scale: None,
         max_seg_size: None,
         sack_permitted: false,
-        sack_ranges: [None, None, None],
+        sack_ranges: [None; 4],
         timestamp: None,
         payload: &[],
     };
@@ -3388,7 +3490,7 @@ mod test {
         window_scale: None,
         max_seg_size: None,
         sack_permitted: false,
-        sack_ranges: [None, None, None],
+        sack_ranges: [None; 4],
         timestamp: None,
         payload: &[],
     };
@@ -5041,12 +5143,150 @@ mod test {
                             REMOTE_SEQ.0 as u32 + 1 + 5500 + offset as u32
                         )),
                         None,
+                        None,
                         None
                     ],
                     ..RECV_TEMPL
                 })
             );
         }
+    }
+
+    /// dpwarp: RFC 2018 §4's third case: the 2nd, 4th, 6th and 8th
+    /// segments are lost. Each ACK names the block of the segment that
+    /// triggered it first, then the blocks reported before, most recent
+    /// first; a segment that fills a hole merges two blocks, and the merged
+    /// one comes first.
+    #[test]
+    fn test_established_rfc2018_case_3_blocks_most_recent_first() {
+        let (mut s, segment) = setup_rfc2018_cases();
+        let seq = |o: usize| REMOTE_SEQ.0 as u32 + 1 + 5000 + o as u32;
+        let block = |l: usize, r: usize| Some((seq(l), seq(r)));
+        let arrive = |s: &mut TestSocket, offset: usize, ack: usize, blocks: [Option<(u32, u32)>; 4]| {
+            let reply = send(
+                s,
+                Instant::from_millis(0),
+                &TcpRepr {
+                    seq_number: REMOTE_SEQ + 1 + 5000 + offset,
+                    ack_number: Some(LOCAL_SEQ + 1),
+                    payload: &segment,
+                    ..SEND_TEMPL
+                },
+            );
+            assert_eq!(
+                reply,
+                Some(TcpRepr {
+                    seq_number: LOCAL_SEQ + 1,
+                    ack_number: Some(REMOTE_SEQ + 1 + 5000 + ack),
+                    window_len: 4000 - (ack as u16),
+                    sack_ranges: blocks,
+                    ..RECV_TEMPL
+                }),
+                "segment at {offset}"
+            );
+        };
+        //   Triggering  ACK    First Block   2nd Block   3rd Block
+        //   5000        5500
+        //   6000        5500   6000 6500
+        //   7000        5500   7000 7500     6000 6500
+        //   8000        5500   8000 8500     7000 7500   6000 6500
+        send!(s, TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + 5000,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &segment,
+            ..SEND_TEMPL
+        });
+        recv!(s, [TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1 + 5500),
+            window_len: 3500,
+            ..RECV_TEMPL
+        }]);
+        arrive(&mut s, 1000, 500, [block(1000, 1500), None, None, None]);
+        arrive(&mut s, 2000, 500, [block(2000, 2500), block(1000, 1500), None, None]);
+        arrive(
+            &mut s,
+            3000,
+            500,
+            [block(3000, 3500), block(2000, 2500), block(1000, 1500), None],
+        );
+        // "Suppose that the 4th segment (6500) is received out of order":
+        //   6500        5500   6000 7500     8000 8500
+        arrive(&mut s, 1500, 500, [block(1000, 2500), block(3000, 3500), None, None]);
+        // And the 2nd (5500): the ACK moves to 7500.
+        arrive(&mut s, 500, 2500, [block(3000, 3500), None, None, None]);
+    }
+
+    /// dpwarp: RFC 2883 §4.1.1: a segment received twice (its ACK was lost
+    /// and the sender retransmitted it) is reported in a D-SACK block, first,
+    /// below the cumulative ACK.
+    #[test]
+    fn test_established_dsack_of_a_duplicate_below_the_ack() {
+        let (mut s, segment) = setup_rfc2018_cases();
+        let seq = |o: usize| REMOTE_SEQ.0 as u32 + 1 + o as u32;
+        // 4500..5000 again.
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 4500,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &segment,
+                ..SEND_TEMPL
+            },
+            Some(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 5000),
+                window_len: 4000,
+                sack_ranges: [Some((seq(4500), seq(5000))), None, None, None],
+                ..RECV_TEMPL
+            })
+        );
+    }
+
+    /// dpwarp: RFC 2883 §4.2: a duplicate of a segment held out of order is
+    /// reported in a D-SACK block, followed by the block that holds it.
+    #[test]
+    fn test_established_dsack_of_a_duplicate_held_out_of_order() {
+        let (mut s, segment) = setup_rfc2018_cases();
+        let seq = |o: usize| REMOTE_SEQ.0 as u32 + 1 + o as u32;
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 5500,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &segment,
+                ..SEND_TEMPL
+            },
+            Some(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 5000),
+                window_len: 4000,
+                sack_ranges: [Some((seq(5500), seq(6000))), None, None, None],
+                ..RECV_TEMPL
+            })
+        );
+        // The second copy's ACK.
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 5500,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &segment,
+                ..SEND_TEMPL
+            },
+            Some(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 5000),
+                window_len: 4000,
+                sack_ranges: [
+                    Some((seq(5500), seq(6000))),
+                    Some((seq(5500), seq(6000))),
+                    None,
+                    None
+                ],
+                ..RECV_TEMPL
+            })
+        );
     }
 
     #[test]
@@ -5072,6 +5312,7 @@ mod test {
                 window_len: 64,
                 sack_ranges: [
                     Some(((-4_i32 + 10) as u32, (-4_i32 + 20) as u32,)),
+                    None,
                     None,
                     None,
                 ],
@@ -7356,7 +7597,7 @@ mod test {
             &[sack_block(9, 18), sack_block(3, 6)],
         ];
         for (i, blocks) in acks.iter().enumerate() {
-            let mut sack_ranges = [None, None, None];
+            let mut sack_ranges = [None; 4];
             sack_ranges[..blocks.len()].copy_from_slice(blocks);
             send!(s, time 1050 + 5 * i as i64, TcpRepr {
                 seq_number: REMOTE_SEQ + 1,
@@ -7425,7 +7666,7 @@ mod test {
         send!(s, time 1080, TcpRepr {
             seq_number: REMOTE_SEQ + 1,
             ack_number: Some(LOCAL_SEQ + 1 + 6),
-            sack_ranges: [sack_block(9, 12), None, None],
+            sack_ranges: [sack_block(9, 12), None, None, None],
             ..SEND_TEMPL
         });
         recv!(s, time 1080, Ok(TcpRepr {
@@ -7445,6 +7686,51 @@ mod test {
         assert_eq!(stats.retransmits, 2, "the probe and the hole: {stats:?}");
     }
 
+    /// A lone segment whose ACK the peer delays past the RTO (Linux delays
+    /// an ACK 40 ms; dpwarp's RTO floor is shorter): a loss probe goes in
+    /// the timeout's place, so the congestion window is not collapsed.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_a_delayed_ack_of_a_lone_segment_costs_a_probe_not_a_timeout() {
+        let mut s = socket_sent_with_sack(&[b"aaa"]);
+        s.set_rto_min(Duration::from_millis(5));
+        // An RTT sample of 1 ms (RTO: the 5 ms floor).
+        send!(s, time 1001, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 3),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.rtte.retransmission_timeout(), Duration::from_millis(5));
+        s.send_slice(b"BBB").unwrap();
+        recv!(s, time 1010, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 3,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"BBB"[..],
+            ..RECV_TEMPL
+        }));
+        // The peer holds its ACK; 5 ms on, the probe (the segment again).
+        recv_nothing!(s, time 1014);
+        recv!(s, time 1015, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 3,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"BBB"[..],
+            ..RECV_TEMPL
+        }));
+        let stats = s.recovery_stats();
+        assert_eq!((stats.probes, stats.timeouts), (1, 0), "{stats:?}");
+        // The duplicate draws the peer's ACK at once (with a D-SACK of it),
+        // before the RTO, which counts again from the probe, expires.
+        send!(s, time 1016, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            sack_ranges: [sack_block(3, 6), None, None, None],
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 2000);
+        assert_eq!(s.recovery_stats().timeouts, 0);
+        assert_eq!(s.recovery_stats().dsacks, 1);
+    }
+
     /// A retransmission timeout with SACK information resends every
     /// segment the peer does not hold, once each, and not those it does
     /// (RFC 8985 §6.3); without a log this was go-back-N.
@@ -7457,7 +7743,7 @@ mod test {
         send!(s, time 1050, TcpRepr {
             seq_number: REMOTE_SEQ + 1,
             ack_number: Some(LOCAL_SEQ + 1),
-            sack_ranges: [sack_block(3, 6), None, None],
+            sack_ranges: [sack_block(3, 6), None, None, None],
             ..SEND_TEMPL
         });
         // Nothing for a second (the initial RTO): every unSACKed segment is
@@ -7499,6 +7785,7 @@ mod test {
                 Some((0, 0x7fff_ffff)),
                 sack_block(6, 100),
                 Some(((LOCAL_SEQ + 7).0 as u32, (LOCAL_SEQ + 4).0 as u32)),
+                None,
             ],
             ..SEND_TEMPL
         });
@@ -7511,7 +7798,7 @@ mod test {
         send!(s, time 1070, TcpRepr {
             seq_number: REMOTE_SEQ + 1,
             ack_number: Some(LOCAL_SEQ + 1 + 3),
-            sack_ranges: [sack_block(0, 3), None, None],
+            sack_ranges: [sack_block(0, 3), None, None, None],
             ..SEND_TEMPL
         });
         assert_eq!(s.recovery_stats().dsacks, 1);

@@ -313,6 +313,17 @@ impl Assembler {
         Ok(self.remove_front())
     }
 
+    /// Return whether every octet of `[offset, offset + size)` is present.
+    ///
+    /// dpwarp: a TCP receiver reports a segment it already holds (a D-SACK,
+    /// RFC 2883).
+    pub fn contains(&self, offset: usize, size: usize) -> bool {
+        size > 0
+            && self
+                .iter_data()
+                .any(|(left, right)| left <= offset && offset + size <= right)
+    }
+
     /// Iterate over all of the contiguous data ranges.
     ///
     /// Returns `(offset, size)` tuples for each contiguous data range, where

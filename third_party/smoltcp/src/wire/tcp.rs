@@ -330,7 +330,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     /// Return the selective acknowledgement ranges, if any. If there are none in the packet, an
     /// array of ``None`` values will be returned.
     ///
-    pub fn selective_ack_ranges(&self) -> Result<[Option<(u32, u32)>; 3]> {
+    pub fn selective_ack_ranges(&self) -> Result<[Option<(u32, u32)>; 4]> {
         let data = self.buffer.as_ref();
         let mut options = &data[field::OPTIONS(self.header_len())];
         while !options.is_empty() {
@@ -340,7 +340,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
             }
             options = next_options;
         }
-        Ok([None, None, None])
+        Ok([None; 4])
     }
 
     /// Parse and summarize all TCP options in a single pass.
@@ -656,7 +656,7 @@ pub struct TcpOptionSummary {
     pub max_segment_size: Option<u16>,
     pub window_scale: Option<u8>,
     pub sack_permitted: bool,
-    pub sack_ranges: [Option<(u32, u32)>; 3],
+    pub sack_ranges: [Option<(u32, u32)>; 4],
     pub timestamp: Option<(u32, u32)>,
 }
 
@@ -669,7 +669,7 @@ pub enum TcpOption<'a> {
     MaxSegmentSize(u16),
     WindowScale(u8),
     SackPermitted,
-    SackRange([Option<(u32, u32)>; 3]),
+    SackRange([Option<(u32, u32)>; 4]),
     TimeStamp { tsval: u32, tsecr: u32 },
     Unknown { kind: u8, data: &'a [u8] },
 }
@@ -703,19 +703,15 @@ impl<'a> TcpOption<'a> {
                         if n < 10 || (n - 2) % 8 != 0 {
                             return Err(Error);
                         }
-                        if n > 26 {
-                            // It's possible for a remote to send 4 SACK blocks, but extremely rare.
-                            // Better to "lose" that 4th block and save the extra RAM and CPU
-                            // cycles in the vastly more common case.
-                            //
-                            // RFC 2018: SACK option that specifies n blocks will have a length of
-                            // 8*n+2 bytes, so the 40 bytes available for TCP options can specify a
-                            // maximum of 4 blocks.  It is expected that SACK will often be used in
-                            // conjunction with the Timestamp option used for RTTM [...] thus a
-                            // maximum of 3 SACK blocks will be allowed in this case.
-                            net_debug!("sACK with >3 blocks, truncating to 3");
-                        }
-                        let mut sack_ranges: [Option<(u32, u32)>; 3] = [None; 3];
+                        // RFC 2018: SACK option that specifies n blocks will have a length of
+                        // 8*n+2 bytes, so the 40 bytes available for TCP options can specify a
+                        // maximum of 4 blocks.  It is expected that SACK will often be used in
+                        // conjunction with the Timestamp option used for RTTM [...] thus a
+                        // maximum of 3 SACK blocks will be allowed in this case.
+                        //
+                        // dpwarp: all four are kept (the fourth was dropped); a peer without
+                        // timestamps sends four while holes remain.
+                        let mut sack_ranges: [Option<(u32, u32)>; 4] = [None; 4];
 
                         // RFC 2018: Each contiguous block of data queued at the data receiver is
                         // defined in the SACK option by two 32-bit unsigned integers in network
@@ -863,7 +859,7 @@ pub struct Repr<'a> {
     pub window_scale: Option<u8>,
     pub max_seg_size: Option<u16>,
     pub sack_permitted: bool,
-    pub sack_ranges: [Option<(u32, u32)>; 3],
+    pub sack_ranges: [Option<(u32, u32)>; 4],
     pub timestamp: Option<TcpTimestampRepr>,
     pub payload: &'a [u8],
 }
@@ -939,7 +935,7 @@ impl<'a> Repr<'a> {
         let mut window_scale = None;
         let mut options = packet.options();
         let mut sack_permitted = false;
-        let mut sack_ranges = [None, None, None];
+        let mut sack_ranges = [None; 4];
         let mut timestamp = None;
         while !options.is_empty() {
             let (next_options, option) = TcpOption::parse(options)?;
@@ -1335,7 +1331,7 @@ mod test {
             control: Control::Syn,
             max_seg_size: None,
             sack_permitted: false,
-            sack_ranges: [None, None, None],
+            sack_ranges: [None; 4],
             timestamp: None,
             payload: &PAYLOAD_BYTES,
         }
@@ -1395,11 +1391,11 @@ mod test {
         assert_option_parses!(TcpOption::WindowScale(12), &[0x03, 0x03, 0x0c]);
         assert_option_parses!(TcpOption::SackPermitted, &[0x4, 0x02]);
         assert_option_parses!(
-            TcpOption::SackRange([Some((500, 1500)), None, None]),
+            TcpOption::SackRange([Some((500, 1500)), None, None, None]),
             &[0x05, 0x0a, 0x00, 0x00, 0x01, 0xf4, 0x00, 0x00, 0x05, 0xdc]
         );
         assert_option_parses!(
-            TcpOption::SackRange([Some((875, 1225)), Some((1500, 2500)), None]),
+            TcpOption::SackRange([Some((875, 1225)), Some((1500, 2500)), None, None]),
             &[
                 0x05, 0x12, 0x00, 0x00, 0x03, 0x6b, 0x00, 0x00, 0x04, 0xc9, 0x00, 0x00, 0x05, 0xdc,
                 0x00, 0x00, 0x09, 0xc4
@@ -1409,11 +1405,25 @@ mod test {
             TcpOption::SackRange([
                 Some((875000, 1225000)),
                 Some((1500000, 2500000)),
-                Some((876543210, 876654320))
+                Some((876543210, 876654320)),
+                None
             ]),
             &[
                 0x05, 0x1a, 0x00, 0x0d, 0x59, 0xf8, 0x00, 0x12, 0xb1, 0x28, 0x00, 0x16, 0xe3, 0x60,
                 0x00, 0x26, 0x25, 0xa0, 0x34, 0x3e, 0xfc, 0xea, 0x34, 0x40, 0xae, 0xf0
+            ]
+        );
+        // dpwarp: four blocks (a peer without timestamps), all kept.
+        assert_option_parses!(
+            TcpOption::SackRange([
+                Some((1, 2)),
+                Some((3, 4)),
+                Some((5, 6)),
+                Some((7, 8))
+            ]),
+            &[
+                0x05, 0x22, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0, 6,
+                0, 0, 0, 7, 0, 0, 0, 8
             ]
         );
         assert_option_parses!(
@@ -1462,6 +1472,6 @@ mod test {
         assert_eq!(summary.max_segment_size, Some(1460));
         assert_eq!(summary.window_scale, Some(7));
         assert!(summary.sack_permitted);
-        assert_eq!(summary.sack_ranges, [None, None, None]);
+        assert_eq!(summary.sack_ranges, [None; 4]);
     }
 }
