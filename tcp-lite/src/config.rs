@@ -74,6 +74,13 @@ pub struct TcpConfig {
     /// path it is what such a loss costs; against a peer that delays its
     /// ACKs longer than this, a lone segment may be sent twice.
     pub rto_min: Duration,
+    /// Records whole in segments (RFC 5044 §5, "MPA-aware TCP"): writes
+    /// sized with [`Transport::segment_room`](crate::Transport::segment_room)
+    /// are never split between segments; a segment the peer's window would
+    /// cut short waits for the window (unless nothing is in flight), and the
+    /// congestion window admits a whole segment whenever it has room. On
+    /// for MPA; off sends as plain smoltcp does.
+    pub whole_records: bool,
     /// TCP keep-alive interval, `None` for off.
     pub keep_alive: Option<Duration>,
     /// A connection that makes no progress for this long (a connect that is
@@ -91,6 +98,7 @@ impl Default for TcpConfig {
             ack_delay: Some(Duration::from_millis(1)),
             congestion: CongestionControl::Cubic,
             rto_min: Duration::from_millis(RTO_MIN_DEFAULT_MS),
+            whole_records: true,
             keep_alive: None,
             user_timeout: Duration::from_secs(30),
         }

@@ -365,6 +365,7 @@ impl<D: Device> Stack<D> {
         socket.set_nagle_enabled(tcp.nagle);
         socket.set_ack_delay(tcp.ack_delay);
         socket.set_rto_min(tcp.rto_min);
+        socket.set_record_segmentation(tcp.whole_records);
         // A new controller: a reused socket's must not carry its last
         // connection's window.
         socket.set_congestion_control(tcp.congestion.to_smoltcp());
@@ -866,13 +867,22 @@ impl<D: Device> Transport for Stack<D> {
     fn segment_room(&mut self, conn: ConnId) -> Result<Option<usize>, SendError> {
         let handle = self.slot(conn)?.handle;
         let socket = self.sockets.get_mut::<tcp::Socket>(handle);
-        let free = socket.send_capacity() - socket.send_queue();
-        // Ask for the contiguous space without writing: if it is less than
-        // the free space, the ring wraps at its end and smoltcp will cut the
-        // segment there (it sends from one contiguous slice).
+        // Ask for the contiguous space without writing: smoltcp sends from
+        // one contiguous slice, so a segment ends where its ring wraps (an
+        // empty ring also starts over at its start here).
         let contiguous = socket
             .send(|space| (0, space.len()))
             .map_err(|_| SendError::InvalidState)?;
+        if self.config.tcp.whole_records {
+            // smoltcp cuts segments only where records may end: its cells.
+            let room = socket.record_room();
+            return Ok(Some(if contiguous > 0 {
+                room.min(contiguous)
+            } else {
+                room
+            }));
+        }
+        let free = socket.send_capacity() - socket.send_queue();
         let emss = self.emss as u64;
         let slot = self.slot_mut(conn)?;
         // Recomputed each time: smoltcp moves an empty ring back to its start.

@@ -337,6 +337,11 @@ enum Timer {
 
 const ACK_DELAY_DEFAULT: Duration = Duration::from_millis(10);
 
+/// dpwarp: epochs of record segmentation kept at most (more merge into the
+/// last: writes are then cut from its cells).
+#[cfg(feature = "alloc")]
+const RECORD_EPOCHS_MAX: usize = 4096;
+
 /// dpwarp: RFC 8985 §7.2's WCDelAckT, the worst delayed ACK a peer may
 /// take over a lone segment, which a loss probe waits for beside 2 SRTT.
 #[cfg(feature = "alloc")]
@@ -599,6 +604,16 @@ pub struct Socket<'a> {
     /// window says (RFC 6675 §5 step 4.2, RFC 5681 §3.2 step 2).
     #[cfg(feature = "alloc")]
     first_retransmit_due: bool,
+    /// dpwarp: record-aware segmentation (RFC 5044 §5, "MPA-aware TCP"),
+    /// when on: where each epoch of writes began (the end of the queue at
+    /// a transmission; writes until the next one fill segment-sized cells
+    /// from there), oldest first.
+    #[cfg(feature = "alloc")]
+    records: Option<alloc::collections::VecDeque<TcpSeqNumber>>,
+    /// The segment size the record cells are cut to: the effective MSS
+    /// of the last transmission.
+    #[cfg(feature = "alloc")]
+    record_mss: usize,
 
     /// Duration for Delayed ACK. If None no ACKs will be delayed.
     ack_delay: Option<Duration>,
@@ -702,6 +717,10 @@ impl<'a> Socket<'a> {
             probe_due: false,
             #[cfg(feature = "alloc")]
             first_retransmit_due: false,
+            #[cfg(feature = "alloc")]
+            records: None,
+            #[cfg(feature = "alloc")]
+            record_mss: DEFAULT_MSS,
             ack_delay: Some(ACK_DELAY_DEFAULT),
             ack_delay_timer: AckDelayTimer::Idle,
             challenge_ack_timer: Instant::from_secs(0),
@@ -920,6 +939,125 @@ impl<'a> Socket<'a> {
         self.recovery.stats()
     }
 
+    /// Send the stream as records that no segment splits (RFC 5044 §5,
+    /// "MPA-aware TCP"): writes are sized with [`Socket::record_room`] so
+    /// that each ends at or before the end of a segment-sized cell, and a
+    /// segment ends only at the end of a cell, of a batch of writes, or of
+    /// what is queued. A segment shorter than that waits for the peer's
+    /// window to take the whole of it (unless nothing is in flight), and the
+    /// congestion window, counted in segments, admits a whole segment
+    /// whenever it has room. Off by default; holds across resets.
+    ///
+    /// dpwarp: not in upstream smoltcp 0.14.
+    #[cfg(feature = "alloc")]
+    pub fn set_record_segmentation(&mut self, enabled: bool) {
+        self.records = enabled.then(alloc::collections::VecDeque::new);
+    }
+
+    /// How many octets the next write may have so that it ends where a
+    /// segment may end (record segmentation; the effective MSS otherwise):
+    /// the room left in the current cell, or a whole cell.
+    ///
+    /// dpwarp: not in upstream smoltcp 0.14.
+    #[cfg(feature = "alloc")]
+    pub fn record_room(&self) -> usize {
+        let mss = self.record_mss.max(1);
+        let Some(records) = &self.records else {
+            return mss;
+        };
+        let end = self.local_seq_no + self.tx_buffer.len();
+        let mut base = records.back().copied().unwrap_or(self.remote_last_seq);
+        // The ring's wrap cuts a segment, and cells start over there.
+        if let Some(wrap) = self.ring_wrap() {
+            if wrap <= end && wrap > base {
+                base = wrap;
+            }
+        }
+        if end <= base {
+            return mss;
+        }
+        mss - (end - base) % mss
+    }
+
+    /// dpwarp: where the transmit ring wraps, in sequence space.
+    #[cfg(feature = "alloc")]
+    fn ring_wrap(&self) -> Option<TcpSeqNumber> {
+        self.tx_buffer
+            .wrap_offset()
+            .map(|offset| self.local_seq_no + offset)
+    }
+
+    /// dpwarp: how much new data from `start` (at most `limit` octets) a
+    /// segment takes under record segmentation: up to the last place a
+    /// segment may end; 0 to wait; `limit` when nothing else can go (no
+    /// such place, and nothing in flight) or when off.
+    #[cfg(feature = "alloc")]
+    fn record_size(&self, start: TcpSeqNumber, limit: usize) -> usize {
+        let Some(records) = &self.records else {
+            return limit;
+        };
+        let mss = self.record_mss;
+        if limit == 0 {
+            return 0;
+        }
+        let end = self.local_seq_no + self.tx_buffer.len();
+        let l = start + limit;
+        if end <= l {
+            return limit;
+        }
+        let mss = mss.max(1);
+        // The last epoch that starts at or before the limit; the data
+        // before any epoch is cut from where it starts.
+        let mut base = records
+            .iter()
+            .rev()
+            .find(|&&a| a <= l)
+            .copied()
+            .unwrap_or(start);
+        // The ring's wrap: a segment ends there (its data is contiguous up
+        // to it), and the cells after it start there.
+        if let Some(wrap) = self.ring_wrap() {
+            if wrap <= l && wrap > base {
+                base = wrap;
+            }
+        }
+        let cut = base + ((l - base) / mss) * mss;
+        if cut > start {
+            return cut - start;
+        }
+        if self.remote_last_seq == self.local_seq_no || limit >= mss {
+            // Nothing in flight to wait for, or a write longer than a
+            // segment: split it rather than stall.
+            return limit;
+        }
+        0
+    }
+
+    /// dpwarp: at a transmission, data written from now on begins an epoch
+    /// at the end of the queue; epochs wholly sent are forgotten.
+    #[cfg(feature = "alloc")]
+    fn record_epoch(&mut self) {
+        let (una, nxt, end) = (
+            self.local_seq_no,
+            self.remote_last_seq,
+            self.local_seq_no + self.tx_buffer.len(),
+        );
+        let Some(records) = &mut self.records else {
+            return;
+        };
+        if records.is_empty() && end > nxt {
+            // What was queued before the first transmission is cut from
+            // where it starts.
+            records.push_back(nxt.max(una));
+        }
+        while records.len() >= 2 && records[1] <= nxt {
+            records.pop_front();
+        }
+        if records.back().is_none_or(|&last| end > last) && records.len() < RECORD_EPOCHS_MAX {
+            records.push_back(end);
+        }
+    }
+
     /// Enable or disable Nagle's Algorithm.
     ///
     /// Also known as "tinygram prevention". By default, it is enabled.
@@ -1051,6 +1189,10 @@ impl<'a> Socket<'a> {
             self.tlp_timer = None;
             self.probe_due = false;
             self.first_retransmit_due = false;
+            if let Some(records) = &mut self.records {
+                records.clear();
+            }
+            self.record_mss = DEFAULT_MSS;
         }
 
         #[cfg(feature = "async")]
@@ -1370,6 +1512,20 @@ impl<'a> Socket<'a> {
         }
 
         let old_length = self.tx_buffer.len();
+        // dpwarp: a write at the start of the storage after the ring wrapped
+        // begins an epoch of records there: segments are cut at the wrap,
+        // and cells start over at it (the wrap itself moves once the ring
+        // empties, so it is remembered as it is written).
+        #[cfg(feature = "alloc")]
+        if self.tx_buffer.writes_at_wrap() {
+            let at = self.local_seq_no + old_length;
+            if let Some(records) = &mut self.records
+                && records.back().is_none_or(|&last| at > last)
+                && records.len() < RECORD_EPOCHS_MAX
+            {
+                records.push_back(at);
+            }
+        }
         let (size, result) = f(&mut self.tx_buffer);
         if size > 0 {
             // The connection might have been idle for a long time, and so remote_last_ts
@@ -1539,6 +1695,19 @@ impl<'a> Socket<'a> {
             .inner()
             .window()
             .saturating_sub(self.in_flight())
+    }
+
+    /// What the congestion window lets the next segment carry: its room in
+    /// octets, or (record segmentation) a whole segment whenever it has
+    /// room (a window counted in segments, as Linux's is), so that it never
+    /// cuts a segment short.
+    fn cwnd_limit(&self) -> usize {
+        let room = self.cwnd_remaining();
+        #[cfg(feature = "alloc")]
+        if self.records.is_some() && room > 0 {
+            return usize::MAX;
+        }
+        room
     }
 
     /// Return the amount of octets queued in the receive buffer. This value can be larger than
@@ -2599,6 +2768,24 @@ impl<'a> Socket<'a> {
         }
     }
 
+    /// The effective max segment size, taking into account the options and
+    /// the local and remote limits.
+    fn effective_mss(&self, cx: &mut Context) -> usize {
+        let ip_header_len = match self.tuple.unwrap().local.addr {
+            #[cfg(feature = "proto-ipv4")]
+            IpAddress::Ipv4(_) => crate::wire::IPV4_HEADER_LEN,
+            #[cfg(feature = "proto-ipv6")]
+            IpAddress::Ipv6(_) => crate::wire::IPV6_HEADER_LEN,
+        };
+        let options_len = if self.tsval_generator.is_some() {
+            12
+        } else {
+            0
+        };
+        let local_mss = cx.ip_mtu() - ip_header_len - TCP_HEADER_LEN;
+        local_mss.min(self.remote_mss).saturating_sub(options_len)
+    }
+
     fn seq_to_transmit(&self, cx: &mut Context) -> bool {
         // Fast retransmits should always send, even if later congestion checks would disallow
         if self.pending_fast_retransmit && !self.tx_buffer.is_empty() {
@@ -2619,22 +2806,7 @@ impl<'a> Socket<'a> {
             return true;
         }
 
-        let ip_header_len = match self.tuple.unwrap().local.addr {
-            #[cfg(feature = "proto-ipv4")]
-            IpAddress::Ipv4(_) => crate::wire::IPV4_HEADER_LEN,
-            #[cfg(feature = "proto-ipv6")]
-            IpAddress::Ipv6(_) => crate::wire::IPV6_HEADER_LEN,
-        };
-
-        // The effective max segment size, taking into account the options and the local and remote limits.
-        let options_len = if self.tsval_generator.is_some() {
-            12
-        } else {
-            0
-        };
-
-        let local_mss = cx.ip_mtu() - ip_header_len - TCP_HEADER_LEN;
-        let effective_mss = local_mss.min(self.remote_mss).saturating_sub(options_len);
+        let effective_mss = self.effective_mss(cx);
 
         // Have we sent data that hasn't been ACKed yet?
         let data_in_flight = self.remote_last_seq != self.local_seq_no;
@@ -2656,10 +2828,15 @@ impl<'a> Socket<'a> {
         };
 
         // compare max bytes allowed by cwnd with max bytes allowed by remote
-        let max_send = capped_send_seq.min(self.cwnd_remaining());
-        // dpwarp: a full log of sent segments holds new data back.
+        let max_send = capped_send_seq.min(self.cwnd_limit());
+        // dpwarp: a full log of sent segments holds new data back; record
+        // segmentation holds back a segment that would split a record.
         #[cfg(feature = "alloc")]
-        let max_send = if self.recovery.has_room() { max_send } else { 0 };
+        let max_send = if self.recovery.has_room() {
+            self.record_size(self.remote_last_seq, max_send.min(effective_mss))
+        } else {
+            0
+        };
 
         // Can we send at least 1 octet?
         let mut can_send = max_send != 0;
@@ -2787,6 +2964,13 @@ impl<'a> Socket<'a> {
         self.congestion_controller
             .inner_mut()
             .pre_transmit(cx.now());
+
+        // dpwarp: record segmentation's cell size (before the user writes
+        // the first record: a dispatch follows the handshake's segments).
+        #[cfg(feature = "alloc")]
+        if self.records.is_some() && !matches!(self.state, State::SynSent | State::Listen) {
+            self.record_mss = self.effective_mss(cx).max(1);
+        }
 
         // dpwarp: the loss probe timer, before the retransmission timer: a
         // probe due no later than the RTO goes instead of it, and the RTO
@@ -3117,7 +3301,13 @@ impl<'a> Socket<'a> {
                         // dpwarp: so is a loss probe of new data (RFC 8985 §7.3).
                         win_limit.min(device_limit)
                     } else {
-                        win_limit.min(device_limit).min(self.cwnd_remaining())
+                        win_limit.min(device_limit).min(self.cwnd_limit())
+                    };
+                    #[cfg(feature = "alloc")]
+                    let size = if is_zero_window_probe {
+                        size
+                    } else {
+                        self.record_size(self.remote_last_seq, size)
                     };
 
                     let offset = self.flight_size();
@@ -3297,6 +3487,8 @@ impl<'a> Socket<'a> {
         if arm_probe {
             self.arm_probe(cx.now());
         }
+        #[cfg(feature = "alloc")]
+        self.record_epoch();
 
         if self.state == State::Closed {
             // When aborting a connection, forget about it after sending a single RST packet.
@@ -7729,6 +7921,104 @@ mod test {
         recv_nothing!(s, time 2000);
         assert_eq!(s.recovery_stats().timeouts, 0);
         assert_eq!(s.recovery_stats().dsacks, 1);
+    }
+
+    /// Record segmentation: records sized with `record_room` fill 10-octet
+    /// cells; a segment the peer's window would cut inside a record waits
+    /// for the window instead, and every segment ends where a record does.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_record_segmentation_waits_for_the_window_instead_of_splitting() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_mss = 10;
+        s.set_record_segmentation(true);
+        s.set_congestion_control(CongestionControl::None);
+        // Nagle's algorithm would hold the short segment too: off, as MPA
+        // runs it.
+        s.set_nagle_enabled(false);
+        // The peer's window: 16 octets.
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 16,
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 0);
+        // Two cells of records: "aaaa" "bbbbbb" | "ccc" "ddddddd".
+        for record in [&b"aaaa"[..], b"bbbbbb", b"ccc", b"ddddddd"] {
+            assert!(s.record_room() >= record.len(), "{}", s.record_room());
+            s.send_slice(record).unwrap();
+        }
+        assert_eq!(s.record_room(), 10, "the second cell is full");
+        recv!(s, time 10, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"aaaabbbbbb"[..],
+            ..RECV_TEMPL
+        }));
+        // 6 octets of window left: "ccc" and half of "ddddddd" would fit;
+        // the cell waits whole.
+        recv_nothing!(s, time 10);
+        send!(s, time 20, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 10),
+            window_len: 16,
+            ..SEND_TEMPL
+        });
+        recv!(s, time 20, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 10,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"cccddddddd"[..],
+            ..RECV_TEMPL
+        }));
+        // Without record segmentation the same window cuts "ddddddd".
+        let mut p = socket_established_with_buffer_sizes(64, 64);
+        p.remote_mss = 10;
+        p.set_congestion_control(CongestionControl::None);
+        p.set_nagle_enabled(false);
+        send!(p, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 16,
+            ..SEND_TEMPL
+        });
+        p.send_slice(b"aaaabbbbbbcccddddddd").unwrap();
+        recv!(p, time 10, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"aaaabbbbbb"[..],
+            ..RECV_TEMPL
+        }));
+        recv!(p, time 10, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 10,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"cccddd"[..],
+            ..RECV_TEMPL
+        }));
+    }
+
+    /// Record segmentation: with nothing in flight, a window smaller than a
+    /// record still gets data (split), rather than the connection stalling.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_record_segmentation_never_stalls_a_small_window() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_mss = 10;
+        s.set_record_segmentation(true);
+        s.set_congestion_control(CongestionControl::None);
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 4,
+            ..SEND_TEMPL
+        });
+        s.send_slice(b"abcdefgh").unwrap();
+        recv!(s, time 10, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcd"[..],
+            ..RECV_TEMPL
+        }));
     }
 
     /// A retransmission timeout with SACK information resends every

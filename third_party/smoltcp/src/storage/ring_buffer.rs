@@ -346,6 +346,24 @@ impl<'a, T: 'a> RingBuffer<'a, T> {
         self.length += count;
     }
 
+    /// Return whether the next element enqueued goes at the start of the
+    /// storage after the buffer's contents wrapped to it (the buffer holds
+    /// something, and its free space starts at the storage's start).
+    ///
+    /// dpwarp: a TCP sender starts a segment there.
+    pub fn writes_at_wrap(&self) -> bool {
+        self.length > 0 && self.length < self.capacity() && self.get_idx(self.length) == 0
+    }
+
+    /// Return the offset past the first allocated element at which the
+    /// storage wraps around, if the buffer holds anything (an empty buffer
+    /// starts over at the start of its storage at the next enqueue).
+    ///
+    /// dpwarp: a TCP sender cuts a segment there, and the next starts there.
+    pub fn wrap_offset(&self) -> Option<usize> {
+        (self.length > 0 && self.read_at > 0).then(|| self.capacity() - self.read_at)
+    }
+
     /// Return the largest contiguous slice of allocated buffer elements starting
     /// at the given offset past the first allocated element, and up to the given size.
     #[must_use]
