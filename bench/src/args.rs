@@ -123,6 +123,12 @@ pub struct Args {
     #[arg(long)]
     pub mtu: Option<usize>,
 
+    /// The embedded link drops this percentage of frames each way, at
+    /// random (seeded): RDMA over a network that loses packets, which TCP
+    /// repairs (SACK, RACK-TLP; CUBIC), every FPDU's CRC checked.
+    #[arg(long, value_name = "PERCENT")]
+    pub loss: Option<f64>,
+
     /// Both RNICs on one core (one thread steps both; the embedded link
     /// always runs so). Without it, and with two CPUs or more, each RNIC
     /// in this process has a pinned core of its own (-l picks them).
@@ -519,6 +525,28 @@ impl Args {
             if self.compare.contains(&Compare::Transport(*t)) {
                 return Err(
                     "--compare names the transport already measured: compare another".into(),
+                );
+            }
+        }
+        if let Some(loss) = self.loss {
+            if !(0.0..=50.0).contains(&loss) || loss.is_nan() {
+                return Err(format!("--loss {loss}: give a percentage from 0 to 50"));
+            }
+            let embedded =
+                |t: Option<TransportArg>| matches!(t, None | Some(TransportArg::Embedded));
+            if !matches!(role, Role::Local(_))
+                || !embedded(self.transport)
+                || self
+                    .compare
+                    .iter()
+                    .any(|c| matches!(c, Compare::Transport(_)))
+                || self.llp == LlpArg::Sctp
+                || !self.cores.is_empty()
+            {
+                return Err(
+                    "--loss drops frames on the embedded link: --transport embedded (the \
+                     default), MPA, one core, no --compare of transports"
+                        .into(),
                 );
             }
         }

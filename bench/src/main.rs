@@ -113,8 +113,12 @@ fn main() {
     } else {
         ""
     };
+    let loss = match args.loss {
+        Some(p) if p > 0.0 => format!(" | {p}% of frames lost each way (CUBIC)"),
+        _ => String::new(),
+    };
     println!(
-        "{} {} | MPA CRC {}, markers {} | MTU {}{checksums}{llps}",
+        "{} {} | MPA CRC {}, markers {} | MTU {}{checksums}{llps}{loss}",
         plan.op.name(),
         shape,
         if args.no_crc { "off" } else { "on" },
@@ -298,6 +302,7 @@ fn rig_config(args: &Args, plan: &Plan) -> RigConfig {
         memory: memory_for(args.qps + args.beside().0, largest),
         port: args.port,
         sw_checksums: args.link.sw_checksums,
+        loss: args.loss.unwrap_or(0.0) / 100.0,
     }
 }
 

@@ -229,6 +229,14 @@ pub(crate) fn run_id() -> u64 {
 }
 
 impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
+    /// The memory of a server on this thread (tests look into it).
+    pub fn server_region(&self) -> Option<Arc<rnic_engine::mem::Region>> {
+        match &self.server {
+            ServerSide::Local(server) => Some(server.endpoint.region.clone()),
+            _ => None,
+        }
+    }
+
     /// Steps the client (and an in-process server on this thread) once.
     pub fn step(&mut self) -> Result<(), String> {
         let now = now();
@@ -607,6 +615,10 @@ pub struct RigConfig {
     /// Embedded link: smoltcp computes and checks TCP/IP checksums in
     /// software, instead of the link offloading them as a NIC does.
     pub sw_checksums: bool,
+    /// Embedded link: the share of frames it drops each way, at random
+    /// (seeded): a network that loses packets (`--loss`). TCP then runs
+    /// CUBIC, as on a real network, and repairs the losses.
+    pub loss: f64,
 }
 
 impl RigConfig {
@@ -700,6 +712,14 @@ pub fn embedded_on(
     // more in flight than the queue holds).
     link_config.backpressure = true;
     let (end_c, end_s) = link::pair(link_config, 1);
+    if config.loss > 0.0 {
+        let faults = link::Faults {
+            drop: config.loss,
+            ..link::Faults::NONE
+        };
+        end_c.set_tx_faults(faults);
+        end_s.set_tx_faults(faults);
+    }
     let (c_addr, s_addr) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
     // 256 KiB each way: the window outruns nothing on a zero-delay link, and
     // both rings stay in this core's L2 (1 MiB measured 35 against 70
@@ -707,8 +727,13 @@ pub fn embedded_on(
     let tcp = TcpConfig {
         rx_buffer: 256 * 1024,
         tx_buffer: 256 * 1024,
-        // The in-memory link never congests.
-        congestion: CongestionControl::None,
+        // The in-memory link never congests; one that loses packets stands
+        // for a network, where CUBIC answers loss.
+        congestion: if config.loss > 0.0 {
+            CongestionControl::Cubic
+        } else {
+            CongestionControl::None
+        },
         ..TcpConfig::default()
     };
     let stack = |mac: u8, addr, end| {

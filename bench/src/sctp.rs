@@ -1083,6 +1083,7 @@ pub fn connect_loop(
         memory: 1 << 16,
         port: settings.port,
         sw_checksums: false,
+        loss: 0.0,
     };
     if kernel {
         let rig = self::kernel(&config)?;

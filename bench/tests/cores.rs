@@ -26,6 +26,7 @@ fn config(port: u16) -> RigConfig {
         memory: memory_for(2, 65536),
         port,
         sw_checksums: false,
+        loss: 0.0,
     }
 }
 

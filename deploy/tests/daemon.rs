@@ -373,6 +373,7 @@ fn run_of(
         memory: memory_for(qps, size),
         port: addr.port(),
         sw_checksums: false,
+        loss: 0.0,
     };
     let spec = Spec {
         op,
