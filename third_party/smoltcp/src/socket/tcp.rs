@@ -2531,18 +2531,22 @@ impl<'a> Socket<'a> {
             // sequence number past it.
             self.local_seq_no = ack_number;
 
-            #[cfg(feature = "alloc")]
-            if self.ack_recovery(cx.now(), repr, ack_number) {
-                sack_progress = true;
-            }
-
             // During retransmission, if an earlier segment got lost but later was
             // successfully received, self.local_seq_no can move past self.remote_last_seq.
             // Do not attempt to retransmit the latter segments; not only this is pointless
             // in theory but also impossible in practice, since they have been already
             // deallocated from the buffer.
+            // (dpwarp: so can an ACK of data queued but not yet sent, which
+            // smoltcp takes.)
             if self.remote_last_seq < self.local_seq_no {
                 self.remote_last_seq = self.local_seq_no
+            }
+
+            // dpwarp: after SND.NXT is at least the ACK (the log's view of
+            // what is in flight, and the flight size, need it).
+            #[cfg(feature = "alloc")]
+            if self.ack_recovery(cx.now(), repr, ack_number) {
+                sack_progress = true;
             }
         }
 
@@ -8017,6 +8021,30 @@ mod test {
             seq_number: LOCAL_SEQ + 1,
             ack_number: Some(REMOTE_SEQ + 1),
             payload: &b"abcd"[..],
+            ..RECV_TEMPL
+        }));
+    }
+
+    /// smoltcp takes an ACK of data queued but not yet sent (it skips what
+    /// the peer says it holds): the log of sent segments must not count a
+    /// negative flight then (the fuzz target `tcp_sack` found that panic).
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_an_ack_of_queued_unsent_data_is_taken() {
+        let mut s = socket_sent_with_sack(&[b"aaa"]);
+        s.send_slice(b"BBBccc").unwrap();
+        send!(s, time 1050, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            sack_ranges: [sack_block(20, 30), None, None, None],
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.remote_last_seq, LOCAL_SEQ + 1 + 6);
+        assert_eq!(s.recovery.len(), 0);
+        recv!(s, time 1060, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"ccc"[..],
             ..RECV_TEMPL
         }));
     }

@@ -147,6 +147,10 @@ pub struct RecoveryStats {
     /// Recovery episodes: congestion responses, one per window of losses
     /// (RFC 6675 §5, RFC 5681 §3.2).
     pub recoveries: u64,
+    /// Times the peer reneged: its cumulative ACK stopped at a segment it
+    /// had SACKed (RFC 2018 §8: a receiver may discard what it SACKed), so
+    /// every SACK mark was dropped and the segment went again.
+    pub reneged: u64,
 }
 
 /// The log, the scoreboard and RACK's state.
@@ -507,6 +511,21 @@ impl Recovery {
             break;
         }
         debug_assert!(!self.segs.is_empty() || (self.lost_out, self.retrans_out, self.sacked_out, self.waiting) == (0, 0, 0, 0));
+
+        // RFC 2018 §8: a receiver may discard data it SACKed. A cumulative
+        // ACK that stops at a SACKed segment says it did (it would otherwise
+        // have acknowledged past it): the marks are not to be trusted; the
+        // segment goes again, and the blocks below re-mark what it holds.
+        if self.segs.front().is_some_and(|f| f.start == ack && f.is(SACKED)) {
+            self.stats.reneged += 1;
+            for i in 0..self.segs.len() {
+                let flags = self.segs[i].flags;
+                if flags & SACKED != 0 {
+                    self.set_flags(i, flags & !SACKED);
+                }
+            }
+            self.mark_lost(0);
+        }
 
         // The SACK blocks (RFC 2018 §3), each within (ACK, SND.NXT].
         for (k, block) in blocks.iter().enumerate() {
@@ -889,6 +908,19 @@ mod test {
         assert_eq!(r.stats().dsacks, 2);
         assert_eq!(r.reo_wnd_mult, 2, "once per round trip");
         assert_eq!(r.sacked_out(), 100, "the second block is an ordinary SACK");
+    }
+
+    #[test]
+    fn a_receiver_that_reneges_on_its_sacks_gets_the_segment_again() {
+        let mut r = sent(4);
+        let nxt = seq(1400);
+        r.on_ack(seq(1000), &[block(1100, 1200)], nxt, at(5));
+        assert_eq!(r.sacked_out(), 100);
+        // The ACK stops at the segment it SACKed: it no longer holds it.
+        r.on_ack(seq(1100), &[], nxt, at(6));
+        assert_eq!(r.stats().reneged, 1);
+        assert_eq!(r.sacked_out(), 0);
+        assert_eq!(r.next_retransmit().unwrap().start, seq(1100));
     }
 
     #[test]
