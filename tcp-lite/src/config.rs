@@ -45,7 +45,7 @@ impl CongestionControl {
 }
 
 /// [`TcpConfig::rto_min`]'s default, in milliseconds.
-pub(crate) const RTO_MIN_DEFAULT_MS: u64 = 200;
+pub(crate) const RTO_MIN_DEFAULT_MS: u64 = 5;
 
 /// Per-connection TCP settings. The defaults are the ones `tcp_table`
 /// measured best for FPDUs (see the crate README).
@@ -69,10 +69,18 @@ pub struct TcpConfig {
     /// Congestion control.
     pub congestion: CongestionControl,
     /// The least retransmission timeout (RFC 6298 §2.4, which says 1 s;
-    /// Linux uses 200 ms). The timeout repairs only what fast recovery
-    /// cannot (a lost retransmission, a whole window lost), so on a short
-    /// path it is what such a loss costs; against a peer that delays its
-    /// ACKs longer than this, a lone segment may be sent twice.
+    /// Linux uses 200 ms). With SACK and RACK-TLP the timeout repairs only
+    /// what they cannot (a retransmission lost while the window is full,
+    /// a whole window lost), so on a short path it is what such a loss
+    /// costs: `tcp_table`'s 1% loss each way without congestion control
+    /// (the full window in flight, 50 us each way) ran at 0.82 Gbit/s with
+    /// 200 ms, 4.6 with 20 ms, 7.5 with 5 ms and 8.9 with 1 ms; with CUBIC
+    /// no timeout fired at all. 5 ms by default: above tcp-lite's own
+    /// delayed ACK (1 ms) with room for a queue. Against a peer that
+    /// delays an ACK longer (Linux: 40 ms), a lone segment's loss probe
+    /// goes in the timeout's place (one duplicate segment, no collapse of
+    /// the congestion window), and the estimator's RTTVAR raises the
+    /// timeout where round trips vary.
     pub rto_min: Duration,
     /// Records whole in segments (RFC 5044 §5, "MPA-aware TCP"): writes
     /// sized with [`Transport::segment_room`](crate::Transport::segment_room)

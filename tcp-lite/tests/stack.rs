@@ -84,7 +84,7 @@ fn one_gib_with_loss_reordering_and_duplication() {
     };
     net.a.device().set_tx_faults(faults);
     net.b.device().set_tx_faults(faults);
-    let took = transfer(&mut net, client, server, GIB, 22, Duration::from_secs(3600));
+    let took = transfer(&mut net, client, server, GIB, 22, Duration::from_secs(30));
     let (ab, ba) = (net.a.device().tx_stats(), net.b.device().tx_stats());
     assert!(
         ab.dropped > 0 && ab.duplicated > 0 && ab.reordered > 0,
@@ -572,7 +572,10 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
 
     /// Any mix of faults, latency, MTU and size: every octet arrives once,
-    /// in order, at its stream position (checked inside `transfer`).
+    /// in order, at its stream position (checked inside `transfer`), within
+    /// 60 s of virtual time: loss recovery (SACK, RACK-TLP, the least RTO)
+    /// repairs even 10% loss each way with reordering and duplication in
+    /// bounded time (it took 1 s timeouts, backed off, before).
     #[test]
     fn any_faults_any_size_arrive_exactly(
         drop in 0.0..0.1f64,
@@ -591,7 +594,7 @@ proptest::proptest! {
         let faults = Faults { drop, duplicate, reorder, corrupt };
         net.a.device().set_tx_faults(faults);
         net.b.device().set_tx_faults(faults);
-        transfer(&mut net, client, server, size, seed, Duration::from_secs(100_000));
+        transfer(&mut net, client, server, size, seed, Duration::from_secs(60));
         let stats = net.a.device().tx_stats();
         // Frames still in flight are neither delivered nor dropped yet.
         proptest::prop_assert!(stats.delivered + stats.dropped + stats.overflowed <= stats.frames + stats.duplicated);
