@@ -2751,11 +2751,17 @@ impl<'a> Socket<'a> {
         }
     }
 
-    /// dpwarp: data not yet sent that the peer's window takes.
+    /// dpwarp: a loss probe can be new data (RFC 8985 §7.3): data not yet
+    /// sent that the peer's window takes, and that record segmentation
+    /// would send now (not hold back for the window): else the probe is
+    /// the last segment again, which always draws an ACK.
     #[cfg(feature = "alloc")]
-    fn new_data_in_window(&self) -> bool {
+    fn probe_takes_new_data(&self, mss: usize) -> bool {
         let end = self.local_seq_no + self.remote_win_len.min(self.tx_buffer.len());
-        self.remote_last_seq < end
+        if self.remote_last_seq >= end {
+            return false;
+        }
+        self.record_size(self.remote_last_seq, (end - self.remote_last_seq).min(mss)) > 0
     }
 
     /// dpwarp: a lost segment waits and the congestion window (or the
@@ -3212,7 +3218,7 @@ impl<'a> Socket<'a> {
                 {
                     let resend = if self.retransmit_due() {
                         self.recovery.next_retransmit()
-                    } else if self.probe_due && !self.new_data_in_window() {
+                    } else if self.probe_due && !self.probe_takes_new_data(effective_mss) {
                         self.recovery.probe_segment()
                     } else {
                         None
@@ -7999,6 +8005,62 @@ mod test {
             payload: &b"cccddd"[..],
             ..RECV_TEMPL
         }));
+    }
+
+    /// A loss probe is new data only if it would go now: when record
+    /// segmentation holds the next cell back for the window, the probe is
+    /// the last segment again (which always draws an ACK), not an empty
+    /// segment that would leave the tail to the RTO.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_a_probe_resends_the_last_segment_when_new_data_must_wait() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_mss = 10;
+        s.remote_has_sack = true;
+        s.set_record_segmentation(true);
+        s.set_congestion_control(CongestionControl::None);
+        s.set_nagle_enabled(false);
+        s.set_rto_min(Duration::from_millis(5));
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 16,
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 0);
+        s.send_slice(b"xxxxxxxxxx").unwrap();
+        recv!(s, time 10, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"xxxxxxxxxx"[..],
+            ..RECV_TEMPL
+        }));
+        // An RTT sample (1 ms), a window of 16.
+        send!(s, time 11, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 10),
+            window_len: 16,
+            ..SEND_TEMPL
+        });
+        for record in [&b"aaaa"[..], b"bbbbbb", b"ccc", b"ddddddd"] {
+            s.send_slice(record).unwrap();
+        }
+        recv!(s, time 20, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 10,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"aaaabbbbbb"[..],
+            ..RECV_TEMPL
+        }));
+        recv_nothing!(s, time 20);
+        // The probe, at the RTO floor (a lone segment): not "cccddd".
+        recv!(s, time 25, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 10,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"aaaabbbbbb"[..],
+            ..RECV_TEMPL
+        }));
+        assert_eq!(s.recovery_stats().probes, 1);
+        assert_eq!(s.recovery_stats().timeouts, 0);
     }
 
     /// Record segmentation: with nothing in flight, a window smaller than a
