@@ -7,6 +7,14 @@
 //! `cargo run --release -p tcp-lite --example tcp_table [-- --json]`
 //!
 //! With `--json` the last line is one JSON object of every figure.
+//!
+//! `--linux-loss P[,P...]` (percent; repeatable) adds a section against
+//! Linux on a real path, as root: for P = 0 and each P given, Linux to Linux
+//! over a veth pair between two namespaces with P% lost at each end's
+//! ingress (nftables), with the veth's offloads on and off, and tcp-lite to
+//! Linux over a TAP device into a namespace with P% lost each way at our
+//! port ([`tcp_lite::Lossy`], seeded); the ratio of the goodputs, and
+//! tcp-lite's loss-recovery counters. `--linux-loss-only` skips the rest.
 #![allow(clippy::disallowed_methods)] // A benchmark reads the clock; the library never does.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -616,18 +624,30 @@ fn lossy_goodput(loss: f64, congestion: CongestionControl) -> f64 {
         }
     }
     let took = now - start.unwrap_or(Instant::ZERO);
-    if std::env::var_os("TCP_TABLE_DEBUG").is_some() {
-        eprintln!(
-            "loss {loss} {congestion:?}: {took} {:?}",
-            a.recovery_stats(tx)
-        );
-    }
     total as f64 * 8.0 / (took.total_micros() as f64 / 1e6) / 1e9
 }
 
 fn main() {
     let json = std::env::args().any(|a| a == "--json");
+    let linux_loss = linux_loss_args().unwrap_or_else(|why| {
+        eprintln!("tcp_table: {why}");
+        std::process::exit(2);
+    });
     let began = StdInstant::now();
+    // Figures whose keys are made at run time (`--linux-loss`).
+    let mut more_figures: Vec<(String, f64)> = Vec::new();
+    if let Some(rates) = &linux_loss {
+        if std::env::args().any(|a| a == "--linux-loss-only") {
+            linux_loss_section(rates, &mut more_figures);
+            let took = began.elapsed().as_secs_f64();
+            println!("\nwhole run: {took:.1} s");
+            more_figures.push(("run_s".into(), took));
+            if json {
+                print_json(more_figures.iter().map(|(k, v)| (k.as_str(), *v)));
+            }
+            return;
+        }
+    }
     let mut figures: Vec<(&str, f64)> = Vec::new();
     println!("tcp-lite: one connection, both ends on this thread, in-memory Ethernet link");
     println!("(goodput: median of {RUNS} runs of {RUN:?}; ping-pong: {ROUND_TRIPS} round trips of 64 B)\n");
@@ -879,14 +899,724 @@ fn main() {
         figures.push((key, value));
     }
 
+    if let Some(rates) = &linux_loss {
+        linux_loss_section(rates, &mut more_figures);
+    }
+
     let took = began.elapsed().as_secs_f64();
     println!("\nwhole run: {took:.1} s");
     figures.push(("run_s", took));
     if json {
-        let body: Vec<String> = figures
-            .iter()
-            .map(|(k, v)| format!("\"{k}\":{v:.4}"))
-            .collect();
-        println!("{{{}}}", body.join(","));
+        print_json(
+            figures
+                .iter()
+                .copied()
+                .chain(more_figures.iter().map(|(k, v)| (k.as_str(), *v))),
+        );
+    }
+}
+
+/// The `--json` line: one object of every figure.
+fn print_json<'a>(figures: impl Iterator<Item = (&'a str, f64)>) {
+    let body: Vec<String> = figures.map(|(k, v)| format!("\"{k}\":{v:.4}")).collect();
+    println!("{{{}}}", body.join(","));
+}
+
+// ---------------------------------------------------------------------------
+// `--linux-loss P[,P...]`: against Linux on a real path, with loss.
+
+/// How long each run of the `--linux-loss` section sends.
+const LL_RUN: StdDuration = StdDuration::from_secs(3);
+/// A run whose receiver counts nothing new for this long is reported as
+/// stalled, and the section goes on.
+const LL_STALL: StdDuration = StdDuration::from_secs(30);
+/// IP MTU of every path of the section.
+const LL_MTU: usize = 1500;
+/// tcp-lite's buffers in the section (and the Linux variant that matches).
+const LL_BUFFERS: usize = 256 * 1024;
+/// Seed of [`Lossy`]'s streams (each run: this plus the run's index).
+const LL_SEED: u64 = 0x6c6f_7373;
+/// Linux's addresses on the veth pair, and the TAP path's.
+const LL_VETH_A: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 1);
+const LL_VETH_B: Ipv4Addr = Ipv4Addr::new(10, 98, 0, 2);
+const LL_TAP_LINUX: Ipv4Addr = Ipv4Addr::new(10, 97, 0, 1);
+const LL_TAP_OURS: Ipv4Addr = Ipv4Addr::new(10, 97, 0, 2);
+const LL_PORT: u16 = 5201;
+
+/// The loss rates (percent) of every `--linux-loss` (repeated, or comma
+/// lists), P = 0 first; `None` without the option.
+fn linux_loss_args() -> Result<Option<Vec<f64>>, String> {
+    let args: Vec<String> = std::env::args().collect();
+    let mut values: Vec<String> = Vec::new();
+    let mut i = 1;
+    while i < args.len() {
+        if args[i] == "--linux-loss" {
+            let v = args
+                .get(i + 1)
+                .ok_or("--linux-loss needs a value: loss in percent, e.g. --linux-loss 0.1,1")?;
+            values.push(v.clone());
+            i += 1;
+        } else if let Some(v) = args[i].strip_prefix("--linux-loss=") {
+            values.push(v.to_string());
+        }
+        i += 1;
+    }
+    if values.is_empty() {
+        return Ok(None);
+    }
+    let mut rates = vec![0.0];
+    for v in values.iter().flat_map(|v| v.split(',')) {
+        let p: f64 = v
+            .trim()
+            .parse()
+            .map_err(|_| format!("--linux-loss: {v:?} is not a number (loss in percent)"))?;
+        if !(0.0..=100.0).contains(&p) {
+            return Err(format!("--linux-loss: {p} is not a percentage in 0..=100"));
+        }
+        if !rates.contains(&p) {
+            rates.push(p);
+        }
+    }
+    Ok(Some(rates))
+}
+
+/// A percentage as a JSON key part: 0.1 -> "0.1", 1 -> "1".
+fn pct_key(p: f64) -> String {
+    format!("{p}")
+}
+
+/// One transfer's result, as its receiver saw it.
+#[derive(Debug, Clone, Copy)]
+struct Transfer {
+    octets: u64,
+    /// From the accept to the end of the stream (or to the stall).
+    secs: f64,
+    /// The receiver saw nothing new for [`LL_STALL`].
+    stalled: bool,
+}
+
+impl Transfer {
+    fn gbit_s(&self) -> f64 {
+        self.octets as f64 * 8.0 / self.secs.max(1e-9) / 1e9
+    }
+}
+
+/// A goodput cell: the figure, or what went wrong.
+fn cell(r: &Result<Transfer, String>) -> String {
+    match r {
+        Ok(t) if t.stalled => "stalled".into(),
+        Ok(t) => format!("{:.3}", t.gbit_s()),
+        Err(_) => "failed".into(),
+    }
+}
+
+/// Runs `cmd ARGS` in namespace `ns` (`ip netns exec`), `stdin` piped in.
+fn ns_run(ns: &str, cmd: &[&str], stdin: Option<&str>) -> Result<String, String> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", ns])
+        .args(cmd)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run `{}` in {ns}: {e}", cmd.join(" ")))?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes())
+            .map_err(|e| format!("{}: {e}", cmd.join(" ")))?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("{}: {e}", cmd.join(" ")))?;
+    if !out.status.success() {
+        return Err(format!(
+            "`{}` in {ns} failed: {}",
+            cmd.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Loss `p` percent on frames arriving at `iface` in `ns`: an nftables
+/// netdev table whose ingress chain counts every packet and drops those
+/// whose `numgen random mod 10000` falls below `p` * 100. Ingress, not the
+/// IP output hook: TCP hands the output hook 64 KiB GSO units whatever the
+/// device's offloads, while ingress sees what crossed the wire (MTU frames
+/// when the sender segments, GSO units when the veth passes them whole).
+fn set_ingress_loss(ns: &str, iface: &str, p: f64) -> Result<(), String> {
+    let _ = ns_run(ns, &["nft", "delete", "table", "netdev", "dpwloss"], None);
+    let threshold = (p * 100.0).round() as u32;
+    let script = format!(
+        "table netdev dpwloss {{\n chain in {{\n  type filter hook ingress device \"{iface}\" priority 0;\n  counter\n  numgen random mod 10000 < {threshold} counter drop\n }}\n}}\n"
+    );
+    ns_run(ns, &["nft", "-f", "-"], Some(&script)).map(|_| ())
+}
+
+/// The ingress chain's counters: (packets seen, octets seen, packets
+/// dropped), zeroed by the reading.
+fn take_ingress_counters(ns: &str) -> (u64, u64, u64) {
+    let text = ns_run(ns, &["nft", "list", "table", "netdev", "dpwloss"], None).unwrap_or_default();
+    let _ = ns_run(
+        ns,
+        &["nft", "reset", "counters", "table", "netdev", "dpwloss"],
+        None,
+    );
+    let mut counters = text.lines().filter_map(|l| {
+        let mut words = l.split_whitespace();
+        let packets = words
+            .by_ref()
+            .skip_while(|w| *w != "packets")
+            .nth(1)?
+            .parse::<u64>()
+            .ok()?;
+        let bytes = words.nth(1)?.parse::<u64>().ok()?;
+        Some((packets, bytes))
+    });
+    let seen = counters.next().unwrap_or((0, 0));
+    let dropped = counters.next().unwrap_or((0, 0));
+    (seen.0, seen.1, dropped.0)
+}
+
+/// Two namespaces joined by a veth pair, Linux on both ends; deleted (with
+/// the pair) on drop.
+struct VethPair {
+    a: tcp_lite::sys::netns::Netns,
+    b: tcp_lite::sys::netns::Netns,
+    if_a: String,
+    if_b: String,
+}
+
+impl VethPair {
+    fn new(tag: &str, offloads: bool) -> Result<VethPair, String> {
+        use tcp_lite::sys::netns::{self, Netns};
+        let pid = std::process::id();
+        let e = |e: std::io::Error| e.to_string();
+        let a = Netns::create(&format!("dpwbench{pid}{tag}a")).map_err(e)?;
+        let b = Netns::create(&format!("dpwbench{pid}{tag}b")).map_err(e)?;
+        let (if_a, if_b) = (format!("dpw{tag}a{pid}"), format!("dpw{tag}b{pid}"));
+        let mtu = LL_MTU.to_string();
+        netns::ip(&[
+            "link",
+            "add",
+            &if_a,
+            "netns",
+            a.name(),
+            "mtu",
+            &mtu,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &if_b,
+            "netns",
+            b.name(),
+            "mtu",
+            &mtu,
+        ])
+        .map_err(e)?;
+        for (ns, iface, addr) in [(&a, &if_a, LL_VETH_A), (&b, &if_b, LL_VETH_B)] {
+            ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", iface])
+                .map_err(e)?;
+            ns.ip(&["link", "set", "dev", iface, "up"]).map_err(e)?;
+            if !offloads {
+                ns_run(
+                    ns.name(),
+                    &[
+                        "ethtool", "-K", iface, "gso", "off", "tso", "off", "gro", "off",
+                    ],
+                    None,
+                )?;
+            }
+        }
+        Ok(VethPair { a, b, if_a, if_b })
+    }
+
+    fn set_loss(&self, p: f64) -> Result<(), String> {
+        set_ingress_loss(self.a.name(), &self.if_a, p)?;
+        set_ingress_loss(self.b.name(), &self.if_b, p)
+    }
+
+    /// The sending end's TSO, GSO and GRO as `ethtool -k` shows them.
+    fn offloads(&self) -> String {
+        let text = ns_run(self.a.name(), &["ethtool", "-k", &self.if_a], None).unwrap_or_default();
+        [
+            "tcp-segmentation-offload",
+            "generic-segmentation-offload",
+            "generic-receive-offload",
+        ]
+        .iter()
+        .zip(["TSO", "GSO", "GRO"])
+        .map(|(feature, short)| {
+            let state = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix(feature)?.strip_prefix(':'))
+                .map_or("?", str::trim);
+            format!("{short} {state}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+    }
+}
+
+/// A socket2 TCP socket with SO_SNDBUF and SO_RCVBUF set to `buffers` (if
+/// given) before it connects or listens, so the window scale follows.
+fn ll_socket(buffers: Option<usize>) -> std::io::Result<socket2::Socket> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if let Some(size) = buffers {
+        socket.set_send_buffer_size(size)?;
+        socket.set_recv_buffer_size(size)?;
+    }
+    Ok(socket)
+}
+
+/// The receiving half of every run: in namespace `ns`, listen on `at`
+/// (buffers as [`ll_socket`]), accept one connection within `accept_within`,
+/// read and count until the end of the stream or a stall. `progress` counts
+/// octets as they come; `ready` is told once listening, with the buffer
+/// sizes Linux reports.
+fn ll_receiver(
+    ns: String,
+    at: SocketAddrV4,
+    buffers: Option<usize>,
+    accept_within: StdDuration,
+    progress: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ready: std::sync::mpsc::Sender<(usize, usize)>,
+) -> std::thread::JoinHandle<Result<Transfer, String>> {
+    std::thread::spawn(move || {
+        use std::io::Read as _;
+        tcp_lite::sys::netns::enter(&ns).map_err(|e| e.to_string())?;
+        let socket = ll_socket(buffers).map_err(|e| format!("socket: {e}"))?;
+        socket
+            .bind(&std::net::SocketAddr::V4(at).into())
+            .map_err(|e| format!("bind {at}: {e}"))?;
+        socket.listen(1).map_err(|e| format!("listen: {e}"))?;
+        let sizes = (
+            socket.send_buffer_size().unwrap_or(0),
+            socket.recv_buffer_size().unwrap_or(0),
+        );
+        socket.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let _ = ready.send(sizes);
+        let deadline = StdInstant::now() + accept_within;
+        let stream = loop {
+            match socket.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if StdInstant::now() > deadline {
+                        return Err(format!("no connection within {accept_within:?}"));
+                    }
+                    std::thread::sleep(StdDuration::from_millis(1));
+                }
+                Err(e) => return Err(format!("accept: {e}")),
+            }
+        };
+        let began = StdInstant::now();
+        let mut stream: std::net::TcpStream = stream.into();
+        stream.set_nonblocking(false).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(LL_STALL))
+            .map_err(|e| e.to_string())?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut octets = 0u64;
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    octets += n as u64;
+                    progress.store(octets, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Ok(Transfer {
+                        octets,
+                        secs: (began.elapsed() - LL_STALL).as_secs_f64(),
+                        stalled: true,
+                    });
+                }
+                Err(e) => return Err(format!("read after {octets} octets: {e}")),
+            }
+        }
+        let secs = began.elapsed().as_secs_f64();
+        Ok(Transfer {
+            octets,
+            secs,
+            stalled: false,
+        })
+    })
+}
+
+/// Linux to Linux across `pair`: a sender thread in its first namespace
+/// writes for [`LL_RUN`], a receiver in the second counts. The Linux
+/// buffer sizes read back (send, receive) come with the result.
+fn linux_to_linux(
+    pair: &VethPair,
+    buffers: Option<usize>,
+) -> (Result<Transfer, String>, (usize, usize)) {
+    let to = SocketAddrV4::new(LL_VETH_B, LL_PORT);
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let receiver = ll_receiver(
+        pair.b.name().to_string(),
+        to,
+        buffers,
+        StdDuration::from_secs(20),
+        progress,
+        ready_tx,
+    );
+    let Ok(sizes) = ready_rx.recv_timeout(StdDuration::from_secs(10)) else {
+        let why = match receiver.join() {
+            Ok(Err(e)) => e,
+            _ => "the receiver did not start".into(),
+        };
+        return (Err(why), (0, 0));
+    };
+    let ns = pair.a.name().to_string();
+    let sender = std::thread::spawn(move || -> Result<(), String> {
+        use std::io::Write as _;
+        tcp_lite::sys::netns::enter(&ns).map_err(|e| e.to_string())?;
+        let socket = ll_socket(buffers).map_err(|e| format!("socket: {e}"))?;
+        socket
+            .connect_timeout(
+                &std::net::SocketAddr::V4(to).into(),
+                StdDuration::from_secs(10),
+            )
+            .map_err(|e| format!("connect {to}: {e}"))?;
+        let mut stream: std::net::TcpStream = socket.into();
+        stream
+            .set_write_timeout(Some(LL_STALL))
+            .map_err(|e| e.to_string())?;
+        let chunk = vec![0u8; 1 << 20];
+        let began = StdInstant::now();
+        while began.elapsed() < LL_RUN {
+            // A write blocked for LL_STALL fails: the receiver reports it.
+            if stream.write_all(&chunk).is_err() {
+                break;
+            }
+        }
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        Ok(())
+    });
+    let sent = sender.join().unwrap_or(Err("the sender panicked".into()));
+    let received = receiver
+        .join()
+        .unwrap_or(Err("the receiver panicked".into()));
+    (
+        match (sent, received) {
+            (Err(e), _) => Err(e),
+            (_, r) => r,
+        },
+        sizes,
+    )
+}
+
+/// tcp-lite to Linux: our [`Stack`] over [`Lossy`]`<TapDevice>` (`p`
+/// percent lost each way at our port, seed `seed`), CUBIC, 256 KiB buffers,
+/// the default `rto_min`, polled on this thread with the real clock; a Linux
+/// receiver in the TAP device's namespace counts. The recovery and loss
+/// counters come with the result.
+fn tcp_lite_to_linux(
+    p: f64,
+    seed: u64,
+) -> Result<(Transfer, tcp_lite::RecoveryStats, tcp_lite::LossyStats), String> {
+    use std::sync::atomic::Ordering;
+    use tcp_lite::sys::netns::tap_in_netns;
+    use tcp_lite::Lossy;
+    let pid = std::process::id();
+    let (tap, ns) = tap_in_netns(
+        &format!("dpwbench{pid}t"),
+        &format!("dpwlt{pid}"),
+        LL_MTU,
+        LL_TAP_LINUX,
+        24,
+    )
+    .map_err(|e| e.to_string())?;
+    let progress = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let to = SocketAddrV4::new(LL_TAP_LINUX, LL_PORT);
+    let receiver = ll_receiver(
+        ns.name().to_string(),
+        to,
+        None,
+        StdDuration::from_secs(20),
+        progress.clone(),
+        ready_tx,
+    );
+    if ready_rx.recv_timeout(StdDuration::from_secs(10)).is_err() {
+        return Err(match receiver.join() {
+            Ok(Err(e)) => e,
+            _ => "the receiver did not start".into(),
+        });
+    }
+    let start = StdInstant::now();
+    let clock = || Instant::from_micros(start.elapsed().as_micros() as i64);
+    let mut config = StackConfig::new([0x02, 0x64, 0x70, 0x77, 0, 3], LL_TAP_OURS);
+    config.seed = seed ^ u64::from(pid);
+    config.tcp = TcpConfig {
+        rx_buffer: LL_BUFFERS,
+        tx_buffer: LL_BUFFERS,
+        congestion: CongestionControl::Cubic,
+        ..TcpConfig::default()
+    };
+    let device = Lossy::symmetric(tap, p / 100.0, seed);
+    let mut stack = Stack::new(config, device, clock()).map_err(|e| e.to_string())?;
+    let conn = stack.connect(to, clock()).map_err(|e| e.to_string())?;
+    let mut recovery = tcp_lite::RecoveryStats::default();
+    let (mut sending_since, mut closing, mut failed) = (None, false, None);
+    let (mut seen, mut seen_at) = (0, StdInstant::now());
+    loop {
+        let now = clock();
+        let mut busy = stack.poll(now);
+        let mut closed = false;
+        while let Some(e) = stack.next_event() {
+            match e.kind {
+                EventKind::Connected => sending_since = Some(StdInstant::now()),
+                EventKind::Reset | EventKind::TimedOut => {
+                    failed = Some(format!("our connection ended with {:?}", e.kind));
+                }
+                EventKind::Closed => closed = true,
+                _ => {}
+            }
+        }
+        if let Ok(stats) = stack.recovery_stats(conn) {
+            recovery = stats;
+        }
+        if closed || failed.is_some() {
+            break;
+        }
+        match sending_since {
+            Some(since) if !closing && since.elapsed() < LL_RUN => {
+                let n = stack
+                    .send_with(conn, CHUNK, |buf| (buf.len(), buf.len()))
+                    .unwrap_or(0);
+                busy |= n > 0;
+            }
+            Some(_) if !closing => {
+                let _ = stack.close(conn);
+                closing = true;
+            }
+            Some(_) => {}
+            None if start.elapsed() > StdDuration::from_secs(20) => {
+                failed = Some("no connection within 20 s".into());
+                break;
+            }
+            None => {}
+        }
+        let got = progress.load(Ordering::Relaxed);
+        if got != seen {
+            (seen, seen_at) = (got, StdInstant::now());
+        } else if seen_at.elapsed() > LL_STALL + StdDuration::from_secs(5) {
+            // The receiver reports the stall itself (after LL_STALL).
+            break;
+        }
+        if !busy {
+            let now = clock();
+            // smoltcp's `Instant - Instant` is the distance, whichever is
+            // later: a deadline already past waits not at all.
+            let wait = match stack.poll_at(now) {
+                Some(at) if at <= now => Duration::ZERO,
+                Some(at) => (at - now).min(Duration::from_millis(1)),
+                None => Duration::from_millis(1),
+            };
+            let _ = stack.device().inner().wait(Some(wait));
+        }
+    }
+    let _ = stack.abort(conn);
+    stack.release(conn);
+    stack.poll(clock());
+    let lossy = stack.device().stats();
+    let result = receiver
+        .join()
+        .unwrap_or(Err("the receiver panicked".into()));
+    drop(stack);
+    drop(ns);
+    match (failed, result) {
+        (Some(why), Ok(t)) if !t.stalled => Err(format!("{why} after {} octets", t.octets)),
+        (_, r) => r.map(|t| (t, recovery, lossy)),
+    }
+}
+
+/// Why the section cannot run here, if it cannot.
+fn linux_loss_unavailable() -> Option<String> {
+    if let Some(why) = tcp_lite::sys::tap::namespace_unavailable() {
+        return Some(why);
+    }
+    for (cmd, package) in [("nft", "nftables"), ("ethtool", "ethtool")] {
+        let found = std::process::Command::new(cmd)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Some(format!(
+                "the `{cmd}` command is missing (apt-get install {package})"
+            ));
+        }
+    }
+    None
+}
+
+/// The `--linux-loss` section: the table, and its figures for `--json`.
+fn linux_loss_section(rates: &[f64], figures: &mut Vec<(String, f64)>) {
+    println!(
+        "\nloss against Linux on a real path (MTU {LL_MTU}; each run sends for {LL_RUN:?}; goodput: octets the receiver read, over the time from its accept to the end of the stream)"
+    );
+    if let Some(why) = linux_loss_unavailable() {
+        println!("linux-loss: cannot run here: {why}");
+        return;
+    }
+    println!(
+        " Linux -> Linux: two namespaces joined by a veth pair, P% lost at each end's ingress (nftables `numgen random mod 10000 < P*100 drop`), CUBIC, Linux's default (autotuned) buffers;"
+    );
+    println!(
+        "   offloads on: the veth's defaults (TSO/GSO/GRO: 64 KiB units cross it whole, so P% is per unit, not per segment); off: `ethtool -K gso off tso off gro off` at both ends (P% per segment)"
+    );
+    println!(
+        " tcp-lite -> Linux: Stack over Lossy<TapDevice> (P% lost each way at our port, ChaCha8 seed {LL_SEED:#x} + run), CUBIC, {} KiB buffers, rto_min {}; Linux receiver in the TAP's namespace",
+        LL_BUFFERS / 1024,
+        TcpConfig::default().rto_min
+    );
+    let pairs = VethPair::new("n", true).and_then(|on| Ok((on, VethPair::new("f", false)?)));
+    let (on, off) = match pairs {
+        Ok(pairs) => pairs,
+        Err(why) => {
+            println!("linux-loss: cannot set up the veth pairs: {why}");
+            return;
+        }
+    };
+    println!(
+        " offloads here: on: {}; off: {}",
+        on.offloads(),
+        off.offloads()
+    );
+    println!(
+        "\n{:>7} {:>12} {:>12} {:>14} {:>12} {:>9} {:>9}",
+        "loss %", "Linux on", "Linux off", "Linux off 256K", "tcp-lite", "tl/off", "tl/on"
+    );
+    let mut notes = Vec::new();
+    // Each run's goodputs (Linux on, off, off 256K, tcp-lite), by P.
+    let mut rows: Vec<(f64, [Option<f64>; 4])> = Vec::new();
+    for (run, &p) in rates.iter().enumerate() {
+        let mut linux = Vec::new();
+        for (pair, buffers) in [(&on, None), (&off, None), (&off, Some(LL_BUFFERS))] {
+            let r = match pair.set_loss(p) {
+                Ok(()) => {
+                    let (r, sizes) = linux_to_linux(pair, buffers);
+                    let (seen, octets, dropped) = take_ingress_counters(pair.b.name());
+                    let (ack_seen, _, ack_dropped) = take_ingress_counters(pair.a.name());
+                    let what = match (pair.if_a == on.if_a, buffers) {
+                        (true, _) => "Linux on".to_string(),
+                        (false, None) => "Linux off".to_string(),
+                        (false, Some(b)) => format!(
+                            "Linux off, SO_SNDBUF=SO_RCVBUF={} KiB asked (Linux reports snd {} KiB, rcv {} KiB)",
+                            b / 1024,
+                            sizes.0 / 1024,
+                            sizes.1 / 1024
+                        ),
+                    };
+                    notes.push(format!(
+                        "  {p}%: {what}: data side ingress {seen} packets (mean {} octets), {dropped} dropped; ACK side {ack_seen}, {ack_dropped} dropped{}",
+                        octets.checked_div(seen).unwrap_or(0),
+                        match &r {
+                            Err(e) => format!("; failed: {e}"),
+                            Ok(t) if t.stalled => format!("; stalled after {} octets", t.octets),
+                            Ok(_) => String::new(),
+                        }
+                    ));
+                    r
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = &r {
+                notes.push(format!("  {p}%: Linux run failed: {e}"));
+            }
+            linux.push(r);
+        }
+        let ours = tcp_lite_to_linux(p, LL_SEED + run as u64);
+        let ours_transfer = ours.as_ref().map(|o| o.0).map_err(Clone::clone);
+        match &ours {
+            Ok((t, recovery, lossy)) => notes.push(format!(
+                "  {p}%: tcp-lite {}{}: {recovery:?}; port: {lossy:?}",
+                if t.stalled { "stalled, " } else { "" },
+                format_args!("{} octets in {:.2} s", t.octets, t.secs),
+            )),
+            Err(e) => notes.push(format!("  {p}%: tcp-lite run failed: {e}")),
+        }
+        let rate = |r: &Result<Transfer, String>| match r {
+            Ok(t) if !t.stalled => Some(t.gbit_s()),
+            _ => None,
+        };
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        let tl = rate(&ours_transfer);
+        let (r_off, r_on) = (ratio(tl, rate(&linux[1])), ratio(tl, rate(&linux[0])));
+        let show = |r: Option<f64>| r.map_or("-".to_string(), |r| format!("{r:.2}"));
+        println!(
+            "{:>7} {:>12} {:>12} {:>14} {:>12} {:>9} {:>9}",
+            pct_key(p),
+            cell(&linux[0]),
+            cell(&linux[1]),
+            cell(&linux[2]),
+            cell(&ours_transfer),
+            show(r_off),
+            show(r_on)
+        );
+        rows.push((p, [rate(&linux[0]), rate(&linux[1]), rate(&linux[2]), tl]));
+        let key = |what: &str| format!("linux_loss_{}pct_{what}", pct_key(p));
+        for (what, value) in [
+            ("linux_gbit_s", rate(&linux[0])),
+            ("linux_nooffload_gbit_s", rate(&linux[1])),
+            ("linux_nooffload_256k_gbit_s", rate(&linux[2])),
+            ("tcplite_gbit_s", tl),
+            ("ratio_nooffload", r_off),
+            ("ratio_offload", r_on),
+        ] {
+            if let Some(value) = value {
+                figures.push((key(what), value));
+            }
+        }
+    }
+    println!("(Gbit/s; tl/off and tl/on: tcp-lite over Linux with offloads off and on; goal tcp-lite >= 0.5x Linux at the same loss)");
+    // The paths differ before any loss (a TAP device costs a system call
+    // per frame): what each keeps of its own lossless goodput separates
+    // loss recovery from the path.
+    if let Some((_, lossless)) = rows.iter().find(|(p, _)| *p == 0.0).cloned() {
+        for (p, row) in rows.iter().filter(|(p, _)| *p > 0.0) {
+            let kept: Vec<Option<f64>> = row
+                .iter()
+                .zip(lossless)
+                .map(|(r, l)| match (r, l) {
+                    (Some(r), Some(l)) if l > 0.0 => Some(r / l),
+                    _ => None,
+                })
+                .collect();
+            let show = |k: Option<f64>| k.map_or("-".to_string(), |k| format!("{k:.2}"));
+            println!(
+                "{p}% keeps of its lossless goodput: Linux on {}, Linux off {}, Linux off 256K {}, tcp-lite {}",
+                show(kept[0]),
+                show(kept[1]),
+                show(kept[2]),
+                show(kept[3])
+            );
+            for (what, value) in [("linux_nooffload_kept", kept[1]), ("tcplite_kept", kept[3])] {
+                if let Some(value) = value {
+                    figures.push((format!("linux_loss_{}pct_{what}", pct_key(*p)), value));
+                }
+            }
+        }
+    }
+    for note in notes {
+        println!("{note}");
     }
 }

@@ -14,6 +14,8 @@
 //!   receive slices with their stream position, close, abort, events).
 //! * [`link`]: an in-memory link pair with seeded fault injection, for tests
 //!   and the embedded benchmark.
+//! * [`fault`]: [`Lossy`], seeded loss each way at any device (a TAP device,
+//!   a DPDK port), for runs against real peers.
 //! * [`rss`]: the Toeplitz hash and redirection table of receive-side
 //!   scaling, and the [`Steering`] that makes a stack on one queue of a
 //!   multi-queue port pick local ports whose replies reach that queue.
@@ -25,6 +27,7 @@
 
 mod config;
 mod event;
+pub mod fault;
 pub mod link;
 pub mod rss;
 mod stack;
@@ -36,6 +39,7 @@ pub use config::{
     USER_TIMEOUT_LIMIT,
 };
 pub use event::{ConnId, Event, EventKind, ListenerId};
+pub use fault::{Lossy, LossyStats};
 pub use rss::{Reta, RetaError, Steering, Toeplitz};
 pub use smoltcp;
 pub use smoltcp::socket::tcp::RecoveryStats;
