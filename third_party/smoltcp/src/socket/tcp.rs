@@ -1008,12 +1008,10 @@ impl<'a> Socket<'a> {
         let mss = mss.max(1);
         // The last epoch that starts at or before the limit; the data
         // before any epoch is cut from where it starts.
-        let mut base = records
-            .iter()
-            .rev()
-            .find(|&&a| a <= l)
-            .copied()
-            .unwrap_or(start);
+        // (Epochs are in order; those before SND.NXT but the last are
+        // forgotten, so the one sought is near the front.)
+        let after = records.partition_point(|&a| a <= l);
+        let mut base = if after > 0 { records[after - 1] } else { start };
         // The ring's wrap: a segment ends there (its data is contiguous up
         // to it), and the cells after it start there.
         if let Some(wrap) = self.ring_wrap() {
@@ -2121,7 +2119,8 @@ impl<'a> Socket<'a> {
                     if !repr.payload.is_empty() && self.remote_has_sack {
                         if segment_start < window_start {
                             self.dsack = Some((segment_start, window_start));
-                        } else if self.assembler.contains(
+                        } else if !self.assembler.is_empty()
+                            && self.assembler.contains(
                             overlap_start - window_start,
                             overlap_end - overlap_start,
                         ) {
