@@ -561,8 +561,9 @@ fn kernel_pingpong() -> Vec<u64> {
     sorted(samples)
 }
 
-/// Goodput in virtual time over a lossy link with latency: what smoltcp's
-/// loss recovery (no SACK-based retransmission, 1 s minimum RTO) costs.
+/// Goodput in virtual time over a lossy link with latency (50 us each way,
+/// 256 KiB buffers): what loss costs with loss recovery (SACK, RACK-TLP,
+/// the RTO floor of `TcpConfig::rto_min`) and `congestion`.
 fn lossy_goodput(loss: f64, congestion: CongestionControl) -> f64 {
     let mut setup = Setup::new(1500);
     setup.faults = Faults {
@@ -867,7 +868,7 @@ fn main() {
 
     println!("\nloss (virtual time, 50 us one-way latency, 256 KiB buffers, 64 MiB per figure)");
     println!("{:<52} {:>10}", "goodput", "Gbit/s");
-    let rows: [(&str, &str, f64, CongestionControl); 4] = [
+    let rows: [(&str, &str, f64, CongestionControl); 6] = [
         (
             "loss_0_cubic_gbit_s",
             "no loss, CUBIC",
@@ -887,6 +888,18 @@ fn main() {
             CongestionControl::Cubic,
         ),
         (
+            "loss_0_none_gbit_s",
+            "no loss, no congestion control",
+            0.0,
+            CongestionControl::None,
+        ),
+        (
+            "loss_0.1pct_none_gbit_s",
+            "0.1% loss each way, no congestion control",
+            0.001,
+            CongestionControl::None,
+        ),
+        (
             "loss_1pct_none_gbit_s",
             "1% loss each way, no congestion control",
             0.01,
@@ -898,6 +911,16 @@ fn main() {
         println!("{name:<52} {value:>10.3}");
         figures.push((key, value));
     }
+    let kept = |figures: &[(&str, f64)], lossy: &str, lossless: &str| {
+        get(figures, lossy) / get(figures, lossless)
+    };
+    println!(
+        "of its lossless goodput, CUBIC keeps {:.2}x at 0.1% (goal >= 0.8x) and {:.2}x at 1% (goal >= 0.5x); no congestion control keeps {:.2}x and {:.2}x",
+        kept(&figures, "loss_0.1pct_cubic_gbit_s", "loss_0_cubic_gbit_s"),
+        kept(&figures, "loss_1pct_cubic_gbit_s", "loss_0_cubic_gbit_s"),
+        kept(&figures, "loss_0.1pct_none_gbit_s", "loss_0_none_gbit_s"),
+        kept(&figures, "loss_1pct_none_gbit_s", "loss_0_none_gbit_s"),
+    );
 
     if let Some(rates) = &linux_loss {
         linux_loss_section(rates, &mut more_figures);
