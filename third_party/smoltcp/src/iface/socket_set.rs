@@ -6,13 +6,13 @@ use crate::socket::{AnySocket, Socket};
 use crate::wire::IpAddress;
 
 #[cfg(feature = "alloc")]
+use crate::time::Instant;
+#[cfg(feature = "alloc")]
 use alloc::collections::{BTreeMap, BinaryHeap, VecDeque};
 #[cfg(feature = "alloc")]
 use alloc::vec::Vec;
 #[cfg(feature = "alloc")]
 use core::cmp::Reverse;
-#[cfg(feature = "alloc")]
-use crate::time::Instant;
 
 /// dpwarp: a TCP flow as an incoming segment names it: our address and
 /// port, then the peer's.
@@ -46,6 +46,13 @@ pub(crate) struct Schedule {
     pub(crate) changed: Vec<usize>,
     /// TCP sockets by the flow they last accepted a segment of.
     pub(crate) flows: BTreeMap<FlowKey, usize>,
+}
+
+/// dpwarp: the most entries the timer queue keeps for `sockets` sockets
+/// before it drops the stale ones (`SocketSet::arm`).
+#[cfg(feature = "alloc")]
+fn timer_bound(sockets: usize) -> usize {
+    2 * sockets + 64
 }
 
 /// Opaque struct with space for storing one socket.
@@ -142,6 +149,29 @@ impl<'a> SocketSet<'a> {
                 put(index, &mut sockets[index], socket)
             }
         };
+        // dpwarp: the queues get room for every socket now, so that polling
+        // never allocates: the ready and changed queues hold a socket once,
+        // the timer queue at most `arm`'s bound (stale entries pile up to it
+        // at a rate that depends on timing, so without this a core's steady
+        // state allocated now and then, under load).
+        #[cfg(feature = "alloc")]
+        {
+            let n = self.sockets.len();
+            let schedule = &mut self.schedule;
+            schedule
+                .ready
+                .reserve(n.saturating_sub(schedule.ready.len()));
+            schedule
+                .changed
+                .reserve(n.saturating_sub(schedule.changed.len()));
+            schedule
+                .waiting
+                .reserve(n.saturating_sub(schedule.waiting.len()));
+            let timers = timer_bound(n) + 1;
+            schedule
+                .timers
+                .reserve(timers.saturating_sub(schedule.timers.len()));
+        }
         // dpwarp: a new socket may have something to send (a SYN).
         self.wake(handle.0);
         handle
@@ -287,7 +317,7 @@ impl<'a> SocketSet<'a> {
     #[cfg(feature = "alloc")]
     pub(crate) fn arm(&mut self, index: usize, at: Instant) {
         self.schedule.timers.push(Reverse((at, index)));
-        if self.schedule.timers.len() > 2 * self.sockets.len() + 64 {
+        if self.schedule.timers.len() > timer_bound(self.sockets.len()) {
             let sockets = &self.sockets;
             self.schedule.timers.retain(|&Reverse((at, index))| {
                 sockets
@@ -311,5 +341,50 @@ impl<'a> SocketSet<'a> {
     /// Iterate every socket in this set.
     pub(crate) fn items_mut(&mut self) -> impl Iterator<Item = &mut Item<'a>> + '_ {
         self.sockets.iter_mut().filter_map(|x| x.inner.as_mut())
+    }
+}
+
+#[cfg(all(test, feature = "alloc", feature = "socket-tcp"))]
+mod test {
+    use super::*;
+    use crate::socket::tcp;
+
+    fn tcp_socket() -> tcp::Socket<'static> {
+        tcp::Socket::new(
+            tcp::SocketBuffer::new(vec![0; 64]),
+            tcp::SocketBuffer::new(vec![0; 64]),
+        )
+    }
+
+    /// dpwarp: once its sockets are added, a set's queues never grow: stale
+    /// timer entries pile up to the bound `arm` keeps, and the ready and
+    /// changed queues take every socket, without a reallocation.
+    #[test]
+    fn queues_have_room_for_every_socket_once_added() {
+        let mut set = SocketSet::new(vec![]);
+        let handles: Vec<_> = (0..5).map(|_| set.add(tcp_socket())).collect();
+        let (ready, changed, timers) = (
+            set.schedule.ready.capacity(),
+            set.schedule.changed.capacity(),
+            set.schedule.timers.capacity(),
+        );
+        assert!(timers > timer_bound(5));
+        // Every socket's timer moves earlier again and again: the stale
+        // entries reach the bound and are dropped there.
+        for round in 0..1_000i64 {
+            for h in &handles {
+                let at = Instant::from_micros(1_000_000 - round);
+                set.item_mut(h.0).unwrap().meta.timer = Some(at);
+                set.arm(h.0, at);
+                set.wake(h.0);
+                set.note_changed(h.0);
+            }
+        }
+        assert!(set.schedule.timers.len() <= timer_bound(5) + 1);
+        assert_eq!(set.schedule.ready.len(), 5);
+        assert_eq!(set.schedule.changed.len(), 5);
+        assert_eq!(set.schedule.ready.capacity(), ready);
+        assert_eq!(set.schedule.changed.capacity(), changed);
+        assert_eq!(set.schedule.timers.capacity(), timers);
     }
 }

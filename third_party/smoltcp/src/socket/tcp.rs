@@ -951,7 +951,9 @@ impl<'a> Socket<'a> {
     /// dpwarp: not in upstream smoltcp 0.14.
     #[cfg(feature = "alloc")]
     pub fn set_record_segmentation(&mut self, enabled: bool) {
-        self.records = enabled.then(alloc::collections::VecDeque::new);
+        // Room for every epoch kept (`record_epoch`), so sending never
+        // allocates.
+        self.records = enabled.then(|| alloc::collections::VecDeque::with_capacity(4));
     }
 
     /// How many octets the next write may have so that it ends where a
@@ -1031,8 +1033,16 @@ impl<'a> Socket<'a> {
         0
     }
 
-    /// dpwarp: at a transmission, data written from now on begins an epoch
-    /// at the end of the queue; epochs wholly sent are forgotten.
+    /// dpwarp: after a transmission that sent the whole queue (its last
+    /// segment cut short at the queue's end), data written from now on
+    /// begins an epoch there; epochs wholly sent are forgotten. Any other
+    /// transmission (a segment from the middle of the queue, a pure ACK, a
+    /// retransmission) leaves the unsent data's cells as they were, and
+    /// begins none: so at most three epochs are kept (the one SND.NXT is
+    /// in, one for data queued before the first transmission, and the
+    /// ring's wrap, `send_impl`), and the queue never grows (a pure ACK per
+    /// write while the peer's window was shut made one each, and a core's
+    /// steady state allocated).
     #[cfg(feature = "alloc")]
     fn record_epoch(&mut self) {
         let (una, nxt, end) = (
@@ -1051,7 +1061,10 @@ impl<'a> Socket<'a> {
         while records.len() >= 2 && records[1] <= nxt {
             records.pop_front();
         }
-        if records.back().is_none_or(|&last| end > last) && records.len() < RECORD_EPOCHS_MAX {
+        if nxt == end
+            && records.back().is_none_or(|&last| end > last)
+            && records.len() < RECORD_EPOCHS_MAX
+        {
             records.push_back(end);
         }
     }
@@ -1788,7 +1801,10 @@ impl<'a> Socket<'a> {
     fn sack_blocks(
         &self,
         timestamps: bool,
-    ) -> ([Option<(u32, u32)>; 4], [Option<(TcpSeqNumber, TcpSeqNumber)>; 4]) {
+    ) -> (
+        [Option<(u32, u32)>; 4],
+        [Option<(TcpSeqNumber, TcpSeqNumber)>; 4],
+    ) {
         let max = if timestamps { 3 } else { 4 };
         let ack = self.remote_seq_no + self.rx_buffer.len();
         let mut out = [None; 4];
@@ -1804,13 +1820,14 @@ impl<'a> Socket<'a> {
             .take(32)
             .map(|(left, right)| (ack + left, ack + right))
             .collect();
-        let mut push = |out: &mut [Option<(u32, u32)>; 4], n: &mut usize, b: (TcpSeqNumber, TcpSeqNumber)| {
-            let b = (b.0.0 as u32, b.1.0 as u32);
-            if *n < max && !out[first_regular..*n].contains(&Some(b)) {
-                out[*n] = Some(b);
-                *n += 1;
-            }
-        };
+        let mut push =
+            |out: &mut [Option<(u32, u32)>; 4], n: &mut usize, b: (TcpSeqNumber, TcpSeqNumber)| {
+                let b = (b.0.0 as u32, b.1.0 as u32);
+                if *n < max && !out[first_regular..*n].contains(&Some(b)) {
+                    out[*n] = Some(b);
+                    *n += 1;
+                }
+            };
         // The block of the segment that triggered this ACK.
         if let Some(last) = self.local_rx_last_seq {
             if let Some(&b) = held.iter().find(|&&(l, r)| l <= last && last < r) {
@@ -2120,10 +2137,10 @@ impl<'a> Socket<'a> {
                         if segment_start < window_start {
                             self.dsack = Some((segment_start, window_start));
                         } else if !self.assembler.is_empty()
-                            && self.assembler.contains(
-                            overlap_start - window_start,
-                            overlap_end - overlap_start,
-                        ) {
+                            && self
+                                .assembler
+                                .contains(overlap_start - window_start, overlap_end - overlap_start)
+                        {
                             self.dsack = Some((overlap_start, overlap_end));
                         }
                     }
@@ -2746,7 +2763,11 @@ impl<'a> Socket<'a> {
             // No later than the RTO would fire (RFC 8985 §7.2): the probe
             // goes in its place.
             let at = now + pto;
-            self.tlp_timer = Some(self.timer.retransmit_at().map_or(at, |rto_at| at.min(rto_at)));
+            self.tlp_timer = Some(
+                self.timer
+                    .retransmit_at()
+                    .map_or(at, |rto_at| at.min(rto_at)),
+            );
         }
     }
 
@@ -3067,9 +3088,7 @@ impl<'a> Socket<'a> {
         #[cfg(feature = "alloc")]
         {
             if self.rack_timer.is_some_and(|t| t <= cx.now()) {
-                let (timer, marked) = self
-                    .recovery
-                    .detect_loss(cx.now(), self.rtte.srtt_micros());
+                let (timer, marked) = self.recovery.detect_loss(cx.now(), self.rtte.srtt_micros());
                 self.rack_timer = timer;
                 if marked > 0 {
                     net_debug!("rack timer: {} segment(s) lost", marked);
@@ -3146,7 +3165,10 @@ impl<'a> Socket<'a> {
         // with data, whose size the MSS left to the options decided.
         let sack_due = self.remote_has_sack
             && (!self.assembler.is_empty() || self.dsack.is_some())
-            && !matches!(self.state, State::SynSent | State::SynReceived | State::Closed);
+            && !matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Closed
+            );
         let sack = sack_due.then(|| self.sack_blocks(repr.timestamp.is_some()));
 
         let mut is_zero_window_probe = false;
@@ -5363,57 +5385,79 @@ mod test {
         let (mut s, segment) = setup_rfc2018_cases();
         let seq = |o: usize| REMOTE_SEQ.0 as u32 + 1 + 5000 + o as u32;
         let block = |l: usize, r: usize| Some((seq(l), seq(r)));
-        let arrive = |s: &mut TestSocket, offset: usize, ack: usize, blocks: [Option<(u32, u32)>; 4]| {
-            let reply = send(
-                s,
-                Instant::from_millis(0),
-                &TcpRepr {
-                    seq_number: REMOTE_SEQ + 1 + 5000 + offset,
-                    ack_number: Some(LOCAL_SEQ + 1),
-                    payload: &segment,
-                    ..SEND_TEMPL
-                },
-            );
-            assert_eq!(
-                reply,
-                Some(TcpRepr {
-                    seq_number: LOCAL_SEQ + 1,
-                    ack_number: Some(REMOTE_SEQ + 1 + 5000 + ack),
-                    window_len: 4000 - (ack as u16),
-                    sack_ranges: blocks,
-                    ..RECV_TEMPL
-                }),
-                "segment at {offset}"
-            );
-        };
+        let arrive =
+            |s: &mut TestSocket, offset: usize, ack: usize, blocks: [Option<(u32, u32)>; 4]| {
+                let reply = send(
+                    s,
+                    Instant::from_millis(0),
+                    &TcpRepr {
+                        seq_number: REMOTE_SEQ + 1 + 5000 + offset,
+                        ack_number: Some(LOCAL_SEQ + 1),
+                        payload: &segment,
+                        ..SEND_TEMPL
+                    },
+                );
+                assert_eq!(
+                    reply,
+                    Some(TcpRepr {
+                        seq_number: LOCAL_SEQ + 1,
+                        ack_number: Some(REMOTE_SEQ + 1 + 5000 + ack),
+                        window_len: 4000 - (ack as u16),
+                        sack_ranges: blocks,
+                        ..RECV_TEMPL
+                    }),
+                    "segment at {offset}"
+                );
+            };
         //   Triggering  ACK    First Block   2nd Block   3rd Block
         //   5000        5500
         //   6000        5500   6000 6500
         //   7000        5500   7000 7500     6000 6500
         //   8000        5500   8000 8500     7000 7500   6000 6500
-        send!(s, TcpRepr {
-            seq_number: REMOTE_SEQ + 1 + 5000,
-            ack_number: Some(LOCAL_SEQ + 1),
-            payload: &segment,
-            ..SEND_TEMPL
-        });
-        recv!(s, [TcpRepr {
-            seq_number: LOCAL_SEQ + 1,
-            ack_number: Some(REMOTE_SEQ + 1 + 5500),
-            window_len: 3500,
-            ..RECV_TEMPL
-        }]);
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 5000,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &segment,
+                ..SEND_TEMPL
+            }
+        );
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 5500),
+                window_len: 3500,
+                ..RECV_TEMPL
+            }]
+        );
         arrive(&mut s, 1000, 500, [block(1000, 1500), None, None, None]);
-        arrive(&mut s, 2000, 500, [block(2000, 2500), block(1000, 1500), None, None]);
+        arrive(
+            &mut s,
+            2000,
+            500,
+            [block(2000, 2500), block(1000, 1500), None, None],
+        );
         arrive(
             &mut s,
             3000,
             500,
-            [block(3000, 3500), block(2000, 2500), block(1000, 1500), None],
+            [
+                block(3000, 3500),
+                block(2000, 2500),
+                block(1000, 1500),
+                None,
+            ],
         );
         // "Suppose that the 4th segment (6500) is received out of order":
         //   6500        5500   6000 7500     8000 8500
-        arrive(&mut s, 1500, 500, [block(1000, 2500), block(3000, 3500), None, None]);
+        arrive(
+            &mut s,
+            1500,
+            500,
+            [block(1000, 2500), block(3000, 3500), None, None],
+        );
         // And the 2nd (5500): the ACK moves to 7500.
         arrive(&mut s, 500, 2500, [block(3000, 3500), None, None, None]);
     }
@@ -7821,9 +7865,19 @@ mod test {
         }));
         recv_nothing!(s, time 1070);
         let stats = s.recovery_stats();
-        assert_eq!((stats.lost_rack, stats.retransmits, stats.retransmitted_octets), (2, 2, 6));
+        assert_eq!(
+            (
+                stats.lost_rack,
+                stats.retransmits,
+                stats.retransmitted_octets
+            ),
+            (2, 2, 6)
+        );
         assert_eq!(stats.sack_blocks, 7);
-        assert_eq!(stats.recoveries, 1, "one congestion response for the window");
+        assert_eq!(
+            stats.recoveries, 1,
+            "one congestion response for the window"
+        );
         // The retransmissions arrive: everything is acknowledged, nothing
         // more goes out.
         send!(s, time 1090, TcpRepr {
@@ -8006,6 +8060,72 @@ mod test {
         }));
     }
 
+    /// Pure ACKs sent while the peer's window is shut change no cell: the
+    /// records written around them still share a segment, and the epochs
+    /// kept stay few however many ACKs go (each began one, and the queue
+    /// of them grew).
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_record_segmentation_pure_acks_begin_no_epoch() {
+        let mut s = socket_established_with_buffer_sizes(256, 256);
+        s.remote_mss = 10;
+        s.set_record_segmentation(true);
+        s.set_congestion_control(CongestionControl::None);
+        s.set_nagle_enabled(false);
+        s.set_ack_delay(None);
+        // The peer's window is shut.
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 0,
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 0);
+        // Records of 5 octets, each followed by an octet from the peer that
+        // we ACK at once (no data can go).
+        let mut peer = REMOTE_SEQ + 1;
+        for (i, record) in [b"aaaaa", b"bbbbb", b"ccccc", b"ddddd"].iter().enumerate() {
+            assert_eq!(s.record_room(), 10 - 5 * (i % 2), "record {i}");
+            s.send_slice(&record[..]).unwrap();
+            send!(s, time 0, TcpRepr {
+                seq_number: peer,
+                ack_number: Some(LOCAL_SEQ + 1),
+                window_len: 0,
+                payload: &b"x"[..],
+                ..SEND_TEMPL
+            });
+            peer += 1;
+            recv!(s, time 0, Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(peer),
+                window_len: 255 - i as u16,
+                ..RECV_TEMPL
+            }));
+            assert!(s.records.as_ref().unwrap().len() <= 3);
+        }
+        // The window opens: two whole cells, as if no ACK had gone between.
+        send!(s, time 10, TcpRepr {
+            seq_number: peer,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: 64,
+            ..SEND_TEMPL
+        });
+        recv!(s, time 10, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(peer),
+            window_len: 252,
+            payload: &b"aaaaabbbbb"[..],
+            ..RECV_TEMPL
+        }));
+        recv!(s, time 10, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 10,
+            ack_number: Some(peer),
+            window_len: 252,
+            payload: &b"cccccddddd"[..],
+            ..RECV_TEMPL
+        }));
+    }
+
     /// A loss probe is new data only if it would go now: when record
     /// segmentation holds the next cell back for the window, the probe is
     /// the last segment again (which always draws an ACK), not an empty
@@ -8148,7 +8268,10 @@ mod test {
         }));
         recv_nothing!(s, time 2100);
         let stats = s.recovery_stats();
-        assert_eq!((stats.timeouts, stats.lost_timeout, stats.retransmits), (1, 3, 3));
+        assert_eq!(
+            (stats.timeouts, stats.lost_timeout, stats.retransmits),
+            (1, 3, 3)
+        );
     }
 
     /// Hostile SACK blocks (beyond what was sent, below the cumulative ACK,
@@ -10856,7 +10979,10 @@ mod test {
         assert_eq!(d.retransmission_timeout(), Duration::from_secs(1));
         // Without a floor above it, RTO = SRTT + max(G, 4 RTTVAR).
         r.set_rto_min(Duration::from_micros(1));
-        assert_eq!(r.retransmission_timeout(), Duration::from_micros(100 + 1000));
+        assert_eq!(
+            r.retransmission_timeout(),
+            Duration::from_micros(100 + 1000)
+        );
         // Backoff doubles, bounded at 60 s.
         for _ in 0..40 {
             r.on_rto();

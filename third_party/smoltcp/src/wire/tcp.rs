@@ -1415,12 +1415,7 @@ mod test {
         );
         // dpwarp: four blocks (a peer without timestamps), all kept.
         assert_option_parses!(
-            TcpOption::SackRange([
-                Some((1, 2)),
-                Some((3, 4)),
-                Some((5, 6)),
-                Some((7, 8))
-            ]),
+            TcpOption::SackRange([Some((1, 2)), Some((3, 4)), Some((5, 6)), Some((7, 8))]),
             &[
                 0x05, 0x22, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0, 5, 0, 0, 0, 6,
                 0, 0, 0, 7, 0, 0, 0, 8

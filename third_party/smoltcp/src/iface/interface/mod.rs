@@ -781,10 +781,14 @@ impl Interface {
         // dpwarp: one socket's turn; `None` when the device refused a token,
         // else when the socket wants its next turn.
         let mut visit = |item: &mut crate::iface::socket_set::Item<'_>| -> Option<PollAt> {
-            let next = |inner: &mut InterfaceInner, item: &mut crate::iface::socket_set::Item<'_>| {
+            let next = |inner: &mut InterfaceInner,
+                        item: &mut crate::iface::socket_set::Item<'_>| {
                 let socket_poll_at = item.socket.poll_at(inner);
-                item.meta
-                    .poll_at(socket_poll_at, |ip_addr| inner.has_neighbor(&ip_addr), inner.now)
+                item.meta.poll_at(
+                    socket_poll_at,
+                    |ip_addr| inner.has_neighbor(&ip_addr),
+                    inner.now,
+                )
             };
             if !item
                 .meta

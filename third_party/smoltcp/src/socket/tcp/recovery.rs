@@ -366,9 +366,7 @@ impl Recovery {
         if diff(seq, first.start) < 0 {
             return None;
         }
-        let i = self
-            .segs
-            .partition_point(|s| diff(s.end(), seq) <= 0);
+        let i = self.segs.partition_point(|s| diff(s.end(), seq) <= 0);
         (i < self.segs.len() && diff(self.segs[i].start, seq) <= 0).then_some(i)
     }
 
@@ -456,7 +454,9 @@ impl Recovery {
         // The most recently sent segment delivered by this ACK.
         let mut newest: Option<Sent> = None;
         let note = |s: &Sent, newest: &mut Option<Sent>| {
-            if newest.is_none_or(|n| s.xmit > n.xmit || (s.xmit == n.xmit && diff(s.end(), n.end()) > 0)) {
+            if newest
+                .is_none_or(|n| s.xmit > n.xmit || (s.xmit == n.xmit && diff(s.end(), n.end()) > 0))
+            {
                 *newest = Some(*s);
             }
         };
@@ -516,13 +516,25 @@ impl Recovery {
             }
             break;
         }
-        debug_assert!(!self.segs.is_empty() || (self.lost_out, self.retrans_out, self.sacked_out, self.waiting) == (0, 0, 0, 0));
+        debug_assert!(
+            !self.segs.is_empty()
+                || (
+                    self.lost_out,
+                    self.retrans_out,
+                    self.sacked_out,
+                    self.waiting
+                ) == (0, 0, 0, 0)
+        );
 
         // RFC 2018 §8: a receiver may discard data it SACKed. A cumulative
         // ACK that stops at a SACKed segment says it did (it would otherwise
         // have acknowledged past it): the marks are not to be trusted; the
         // segment goes again, and the blocks below re-mark what it holds.
-        if self.segs.front().is_some_and(|f| f.start == ack && f.is(SACKED)) {
+        if self
+            .segs
+            .front()
+            .is_some_and(|f| f.start == ack && f.is(SACKED))
+        {
             self.stats.reneged += 1;
             for i in 0..self.segs.len() {
                 let flags = self.segs[i].flags;
@@ -570,10 +582,12 @@ impl Recovery {
         // RACK's state (RFC 8985 §6.2 steps 1-3).
         if let Some(n) = newest {
             let rtt = (now - n.xmit).total_micros().min(u32::MAX as u64) as u32;
-            let ambiguous = n.is(EVER_RETRANS)
-                && self.min_rtt.is_some_and(|(min, _)| rtt < min);
+            let ambiguous = n.is(EVER_RETRANS) && self.min_rtt.is_some_and(|(min, _)| rtt < min);
             if !ambiguous {
-                if self.rack_xmit.is_none_or(|x| n.xmit > x || (n.xmit == x && diff(n.end(), self.rack_end) > 0)) {
+                if self
+                    .rack_xmit
+                    .is_none_or(|x| n.xmit > x || (n.xmit == x && diff(n.end(), self.rack_end) > 0))
+                {
                     self.rack_xmit = Some(n.xmit);
                     self.rack_end = n.end();
                 }
@@ -652,8 +666,8 @@ impl Recovery {
             if s.is(SACKED) || (s.is(LOST) && !s.is(RETRANS)) {
                 continue;
             }
-            let before = s.xmit < rack_xmit
-                || (s.xmit == rack_xmit && diff(s.end(), self.rack_end) < 0);
+            let before =
+                s.xmit < rack_xmit || (s.xmit == rack_xmit && diff(s.end(), self.rack_end) < 0);
             if !before {
                 continue;
             }
@@ -782,7 +796,11 @@ mod test {
         assert_eq!(r.pipe(400), 400);
         let out = r.on_ack(seq(1200), &[], seq(1400), at(10));
         assert_eq!(r.len(), 2);
-        assert_eq!(out.rtt_sample, Some(9_000), "the newest delivered: sent at 1 ms");
+        assert_eq!(
+            out.rtt_sample,
+            Some(9_000),
+            "the newest delivered: sent at 1 ms"
+        );
         assert_eq!(r.pipe(200), 200);
         // A partial ACK inside a segment keeps the rest.
         r.on_ack(seq(1250), &[], seq(1400), at(11));
@@ -804,7 +822,12 @@ mod test {
         // 4 and 6..10.
         r.on_ack(seq(1200), &[block(1300, 1400)], nxt, at(20));
         assert_eq!(r.sacked_out(), 100);
-        r.on_ack(seq(1200), &[block(1500, 2000), block(1300, 1400)], nxt, at(21));
+        r.on_ack(
+            seq(1200),
+            &[block(1500, 2000), block(1300, 1400)],
+            nxt,
+            at(21),
+        );
         assert_eq!(r.sacked_out(), 600);
         assert_eq!(r.stats().sack_blocks, 3);
         // The newest delivered was sent at 9 ms and took 12 ms: 3 (sent at
@@ -815,7 +838,14 @@ mod test {
         assert_eq!((timer, marked), (None, 2), "{:?}", r.segs);
         assert_eq!(r.pipe(800), 0, "800 out: 600 SACKed, 200 lost");
         let first = r.next_retransmit().unwrap();
-        assert_eq!(first, Retransmit { start: seq(1200), data_len: 100, fin: false });
+        assert_eq!(
+            first,
+            Retransmit {
+                start: seq(1200),
+                data_len: 100,
+                fin: false
+            }
+        );
         r.on_transmit(first.start, first.data_len, false, at(31));
         assert_eq!(r.pipe(800), 100, "its retransmission is in flight");
         let second = r.next_retransmit().unwrap();
@@ -840,7 +870,12 @@ mod test {
         // A new segment sent after the retransmission is delivered, the
         // retransmission is not: it is lost again once its time runs out.
         r.on_transmit(seq(1600), MSS, false, at(21));
-        r.on_ack(seq(1100), &[block(1600, 1700), block(1200, 1600)], seq(1700), at(30));
+        r.on_ack(
+            seq(1100),
+            &[block(1600, 1700), block(1200, 1600)],
+            seq(1700),
+            at(30),
+        );
         assert_eq!(r.next_retransmit(), None, "its retransmission is in flight");
         // Sent 1 ms before the newest delivered, which took 9 ms: lost at 29.
         assert_eq!(r.detect_loss(at(30), 5_000).1, 1);
@@ -858,7 +893,12 @@ mod test {
             r.on_transmit(seq(1000 + i * 100), MSS, false, t);
         }
         // The first ACK: 1000's successor SACKed after 1 ms (min RTT 1 ms).
-        r.on_ack(seq(1000), &[block(1100, 1200)], seq(1400), Instant::from_micros(1_100));
+        r.on_ack(
+            seq(1000),
+            &[block(1100, 1200)],
+            seq(1400),
+            Instant::from_micros(1_100),
+        );
         // 1000 was sent 0.1 ms before it: due at 0 + 1 ms + reo_wnd (min RTT
         // / 4 = 250 us, one SACKed segment is below DupThresh).
         let (timer, marked) = r.detect_loss(Instant::from_micros(1_100), 1_000);
@@ -891,7 +931,12 @@ mod test {
         assert_eq!(r.stats().sack_blocks, 1);
         assert_eq!(r.sacked_out(), 100);
         // Overlapping and repeated blocks mark each segment once.
-        r.on_ack(seq(1100), &[block(1100, 1400), block(1200, 1300)], nxt, at(6));
+        r.on_ack(
+            seq(1100),
+            &[block(1100, 1400), block(1200, 1300)],
+            nxt,
+            at(6),
+        );
         assert_eq!(r.sacked_out(), 300);
         r.on_ack(seq(1100), &[block(1100, 1400)], nxt, at(7));
         assert_eq!(r.sacked_out(), 300);
@@ -911,7 +956,12 @@ mod test {
         assert!(out.dsack);
         assert_eq!(r.reo_wnd_mult, 2);
         // Within the second block: D-SACK too.
-        let out = r.on_ack(seq(1200), &[block(1300, 1400), block(1300, 1400)], nxt, at(12));
+        let out = r.on_ack(
+            seq(1200),
+            &[block(1300, 1400), block(1300, 1400)],
+            nxt,
+            at(12),
+        );
         assert!(out.dsack);
         assert_eq!(r.stats().dsacks, 2);
         assert_eq!(r.reo_wnd_mult, 2, "once per round trip");
@@ -944,8 +994,15 @@ mod test {
             order.push(s.start.0 as u32);
             r.on_transmit(s.start, s.data_len, false, at(20));
         }
-        assert_eq!(order, [1000, 1100, 1300, 1400], "every hole once, in order; not 1200");
-        assert!(!r.start_episode(nxt), "the timeout was this window's response");
+        assert_eq!(
+            order,
+            [1000, 1100, 1300, 1400],
+            "every hole once, in order; not 1200"
+        );
+        assert!(
+            !r.start_episode(nxt),
+            "the timeout was this window's response"
+        );
     }
 
     #[test]
@@ -976,7 +1033,11 @@ mod test {
         r.on_timeout(seq(1051));
         assert_eq!(
             r.next_retransmit(),
-            Some(Retransmit { start: seq(1000), data_len: 50, fin: true })
+            Some(Retransmit {
+                start: seq(1000),
+                data_len: 50,
+                fin: true
+            })
         );
     }
 
