@@ -670,16 +670,34 @@ impl<C: MessageTransport, S: MessageTransport> SctpRig<C, S> {
         let server_addr = server
             .local(&server_transport)
             .ok_or("the server's UDP socket has no address")?;
-        Ok(SctpRig {
+        Ok(SctpRig::assemble(
             client,
             carrier,
-            server: Some((server, server_transport)),
+            Some((server, server_transport)),
+            server_addr,
+            None,
+        ))
+    }
+
+    /// A rig of a client (and a server, if in this process) before its
+    /// association.
+    fn assemble(
+        client: SctpEndpoint,
+        carrier: C,
+        server: Option<(SctpServer, S)>,
+        server_addr: SocketAddrV4,
+        quiet: Option<std::time::Duration>,
+    ) -> Self {
+        SctpRig {
+            client,
+            carrier,
+            server,
             server_addr,
             assoc: None,
             next_stream: 0,
             run: crate::rig::run_id(),
-            quiet: None,
-        })
+            quiet,
+        }
     }
 
     /// Associations open at the server, if it is in this process (0 if
@@ -981,16 +999,7 @@ pub fn remote(
     // rest, and a peer on a DPDK port does not reassemble.
     let mtu = config.mtu.min(path_mtu.max(MTU_MIN));
     let client = SctpEndpoint::new(&mut carrier, 0, mtu, config.memory, 11, false)?;
-    Ok(SctpRig {
-        client,
-        carrier,
-        server: None,
-        server_addr: server,
-        assoc: None,
-        next_stream: 0,
-        run: crate::rig::run_id(),
-        quiet: None,
-    })
+    Ok(SctpRig::assemble(client, carrier, None, server, None))
 }
 
 /// The client alone on tcp-lite's UDP over a DPDK port (memif as its
@@ -1017,17 +1026,9 @@ pub fn remote_dpdk(
         checksums: port.checksums(),
     };
     // The port itself lives as long as its queue, the stack's device.
+    let quiet = lossless.then_some(crate::link::MEMIF_QUIET);
     Ok((
-        SctpRig {
-            client,
-            carrier,
-            server: None,
-            server_addr: server,
-            assoc: None,
-            next_stream: 0,
-            run: crate::rig::run_id(),
-            quiet: lossless.then_some(crate::link::MEMIF_QUIET),
-        },
+        SctpRig::assemble(client, carrier, None, server, quiet),
         info,
     ))
 }

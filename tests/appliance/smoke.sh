@@ -13,6 +13,11 @@ pid=""
 fail() { echo "appliance smoke: $*" >&2; echo "--- dpwarpd's log:" >&2; cat "$log" >&2; exit 1; }
 out=""
 w="" r="" u=""
+# dpwarpd makes its control socket's directory (systemd's RuntimeDirectory=
+# does under the unit); started by hand here, the directory is ours to take
+# down unless it was there before.
+made_rundir=""
+[ -d /run/dpwarpd ] || made_rundir=1
 stop() {
     for p in $w $r $u; do kill -KILL "$p" 2>/dev/null || true; done
     if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
@@ -20,6 +25,7 @@ stop() {
     fi
     rm -f "$log"
     [ -n "$out" ] && rm -rf "$out"
+    [ -n "$made_rundir" ] && rmdir /run/dpwarpd 2>/dev/null
     return 0
 }
 trap stop EXIT
