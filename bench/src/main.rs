@@ -370,7 +370,7 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
                 "bench server: {}{}, {}",
                 port.describe,
                 if cores > 1 {
-                    format!(", {cores} queue pairs (steered)")
+                    format!(", {cores} queue pairs, {}", port.steering())
                 } else {
                     String::new()
                 },

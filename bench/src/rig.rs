@@ -1128,7 +1128,15 @@ pub fn remote_cores(
     let info = DpdkInfo {
         eal,
         memory: String::new(),
-        ports: format!("{}, {cores} queue pair(s)", port.describe),
+        ports: if cores > 1 {
+            format!(
+                "{}, {cores} queue pairs, {}",
+                port.describe,
+                port.steering()
+            )
+        } else {
+            port.describe.clone()
+        },
         checksums: port.checksums(),
     };
     Ok(RemoteCores::Dpdk(rigs, info))

@@ -547,7 +547,10 @@ fn two_cores_each_side_over_memif() {
         );
         let said = text(&client);
         assert!(client.status.success(), "{op}: {said}");
-        assert!(said.contains("2 queue pair(s)"), "{said}");
+        assert!(
+            said.contains("2 queue pairs, steered in software (net_memif: the port has no RSS)"),
+            "{said}"
+        );
         assert_eq!(said.matches("remote_memif").count(), 2, "{said}");
         assert!(said.contains("2 cores / 1 = "), "{said}");
         assert_eq!(

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use crate::checksum::{RxChecksum, TxChecksum};
 use crate::device::{DeviceConfig, DpdkDevice};
-use crate::dpdk::{Eal, EalConfig, Memory, Pool, Port, PortConfig};
+use crate::dpdk::{Eal, EalConfig, Memory, Pool, Port, PortConfig, Rss};
 use crate::steer::Steer;
 
 /// Which port.
@@ -204,14 +204,27 @@ impl Opened {
     /// Steering among this port's queue pairs, one core each
     /// ([`crate::steer`]): give each core's device to
     /// [`DpdkDevice::steered`] and its stack `steer.steering(core)`.
+    ///
+    /// Where the port's RSS was programmed ([`Rss::Hardware`]) the
+    /// steering uses its table, so that the port's choice of queue and the
+    /// cores' agree and nothing is handed over; elsewhere the default table
+    /// (the one a dpwarp peer with as many queues uses).
     pub fn steer(&self) -> Result<Arc<Steer>, String> {
-        Steer::new(&self.pools)
+        match self.port.rss() {
+            Rss::Hardware { key, reta, .. } => Steer::with_table(&self.pools, key, reta.clone()),
+            Rss::Off | Rss::Software(_) => Steer::new(&self.pools),
+        }
     }
 
     /// [`Self::steer`], the local TCP ports `pinned` and UDP ports
     /// `pinned_udp` owned by the first core (see [`Steer::pinning`]).
     pub fn steer_pinning(&self, pinned: &[u16], pinned_udp: &[u16]) -> Result<Arc<Steer>, String> {
-        Steer::pinning(&self.pools, pinned, pinned_udp)
+        Ok(self.steer()?.pin(pinned, pinned_udp))
+    }
+
+    /// How the port spreads received frames over its queues, in words.
+    pub fn steering(&self) -> String {
+        self.port.rss().describe()
     }
 
     /// A smoltcp device on queue pair `queue`, with our MAC `mac` (the

@@ -67,6 +67,23 @@ impl Steer {
     pub fn with_key(pools: &[Arc<Pool>], key: &[u8; 40]) -> Result<Arc<Steer>, String> {
         let cores = u16::try_from(pools.len()).map_err(|_| "too many queues".to_string())?;
         let reta = Reta::new(RETA_ENTRIES_DEFAULT, cores).map_err(|e| e.to_string())?;
+        Steer::with_table(pools, key, reta)
+    }
+
+    /// Steering by `key` and `reta` (a port's RSS as programmed:
+    /// [`crate::dpdk::Rss::Hardware`]), whose entries name queues
+    /// `0..pools.len()`.
+    pub fn with_table(
+        pools: &[Arc<Pool>],
+        key: &[u8; 40],
+        reta: Reta,
+    ) -> Result<Arc<Steer>, String> {
+        let cores = u16::try_from(pools.len()).map_err(|_| "too many queues".to_string())?;
+        if let Some(q) = reta.entries().iter().find(|&&q| q >= cores) {
+            return Err(format!(
+                "the redirection table names queue {q}; there are {cores}"
+            ));
+        }
         Ok(Arc::new(Steer {
             rings: (0..cores)
                 .map(|_| crossbeam_channel::bounded(HANDOFF_DEPTH))
@@ -86,11 +103,21 @@ impl Steer {
         pinned: &[u16],
         pinned_udp: &[u16],
     ) -> Result<Arc<Steer>, String> {
-        let mut steer = Steer::new(pools)?;
-        let s = Arc::get_mut(&mut steer).expect("not shared yet");
+        Ok(Steer::new(pools)?.pin(pinned, pinned_udp))
+    }
+
+    /// This (unshared) steering, frames to the local TCP ports `pinned`
+    /// and UDP ports `pinned_udp` going to the first core.
+    pub fn pin(mut self: Arc<Steer>, pinned: &[u16], pinned_udp: &[u16]) -> Arc<Steer> {
+        let s = Arc::get_mut(&mut self).expect("pinned before it is shared");
         s.pinned = pinned.to_vec();
         s.pinned_udp = pinned_udp.to_vec();
-        Ok(steer)
+        self
+    }
+
+    /// The table in use.
+    pub fn reta(&self) -> &Reta {
+        &self.reta
     }
 
     /// Cores.

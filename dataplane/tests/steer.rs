@@ -20,12 +20,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 mod support;
 
-use dataplane::dpdk::{Eal, EalConfig};
+use dataplane::dpdk::{Eal, EalConfig, Rss};
 use dataplane::ports::{self, Opened, PortOptions};
 use dataplane::steer::Steer;
 use dataplane::{DeviceCounters, DpdkDevice};
 use support::now;
-use tcp_lite::rss::MICROSOFT_KEY;
+use tcp_lite::rss::{Reta, MICROSOFT_KEY, RETA_ENTRIES_DEFAULT};
 use tcp_lite::{ConnId, EventKind, Instant, Stack, StackConfig, Transport};
 
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 9, 1, 1);
@@ -197,6 +197,18 @@ fn ports_of(eal: Eal) -> (Opened, Opened) {
 fn with_one_key_each_connection_stays_on_its_core_at_both_ends() {
     let _one = serial();
     let (a, b) = ports_of(eal());
+    // net_ring has no RSS: the cores steer in software, by the default
+    // table a dpwarp peer (or a NIC programmed by us) uses too.
+    for port in [&a, &b] {
+        assert_eq!(
+            port.port.rss(),
+            &Rss::Software("net_ring: the port has no RSS".into())
+        );
+        assert_eq!(
+            port.steer().unwrap().reta(),
+            &Reta::new(RETA_ENTRIES_DEFAULT, CORES).unwrap()
+        );
+    }
     let mut client = host(&a, CLIENT, a.steer().unwrap(), true);
     let mut server = host(&b, SERVER, b.steer().unwrap(), true);
     let conns = run(&mut client, &mut server, 24);

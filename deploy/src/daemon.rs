@@ -728,8 +728,16 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
                 *shared
                     .port_describe
                     .lock()
-                    .unwrap_or_else(|p| p.into_inner()) =
-                    format!("{}, {}", opened.describe, opened.checksums());
+                    .unwrap_or_else(|p| p.into_inner()) = if cores > 1 {
+                    format!(
+                        "{}, {}, {cores} queue pairs, {}",
+                        opened.describe,
+                        opened.checksums(),
+                        opened.steering()
+                    )
+                } else {
+                    format!("{}, {}", opened.describe, opened.checksums())
+                };
                 let emss = stacks[0].emss();
                 let served = run_cores(shared, stacks, emss, Some(eal), &mut tick);
                 if driver == Driver::Memif {

@@ -214,6 +214,21 @@ pub fn render(shared: &Shared) -> String {
         &per_core(&|c| drops(c) as f64),
     );
     family(
+        "dpwarp_core_rx_handed_out_total",
+        "counter",
+        "TCP frames each core received for a connection another core owns and \
+         handed to it (0 where the port's RSS or the peer steers every frame to \
+         its owner).",
+        &per_core(&|c| c.device.rx_steered_out as f64),
+    );
+    family(
+        "dpwarp_core_rx_handed_in_total",
+        "counter",
+        "Frames each core took from the other cores' hands (theirs, and copies of \
+         ARP).",
+        &per_core(&|c| c.device.rx_steered_in as f64),
+    );
+    family(
         "dpwarp_core_mbuf_pool_low_water",
         "gauge",
         "Fewest free mbufs seen in each core's pool (0 without DPDK).",

@@ -542,6 +542,10 @@ fn serve_and_drain() -> Result<(), Failed> {
             "core 0 busy {busy} s, {fpdus} FPDU octets in\n{text}"
         )));
     }
+    // One core: nothing to hand over, and the family says so.
+    if sample(&text, "dpwarp_core_rx_handed_out_total{core=\"0\"") != Some(0.0) {
+        return Err(fail(format!("frames handed between cores:\n{text}")));
+    }
 
     // SIGTERM while a client runs: no new connection, the running one is
     // ended at the deadline, the daemon exits 0 and removes its socket.

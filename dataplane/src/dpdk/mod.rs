@@ -13,6 +13,7 @@
 mod eal;
 mod mbuf;
 mod port;
+mod rss;
 
 pub use eal::{
     current_lcore, register_thread, Eal, EalConfig, EalError, Memory, ThreadRegistration,
@@ -21,3 +22,4 @@ pub use mbuf::{
     check_layout, ChecksumVerdict, Mbuf, Pool, HEADROOM, RX_IP_CHECKSUM, RX_L4_CHECKSUM,
 };
 pub use port::{Link, Port, PortConfig, PortInfo, PortStats, Queue, BURST_MAX};
+pub use rss::{Rss, RssCaps};

@@ -18,6 +18,7 @@ use dpdk_sys as sys;
 
 use super::eal::{counted, errno, error_text, make, released, Eal, EalError};
 use super::mbuf::{Mbuf, Pool};
+use super::rss::{self, Rss, RssCaps};
 
 /// Mbufs moved by one burst call at most (DPDK's customary 32).
 pub const BURST_MAX: usize = 32;
@@ -38,6 +39,10 @@ pub struct PortConfig {
     /// Receive every frame, whatever its destination MAC (the device
     /// still drops foreign unicast, and counts it).
     pub promiscuous: bool,
+    /// With several queues, spread received IPv4/TCP frames over them by
+    /// the Toeplitz hash with this key where the port has RSS (see
+    /// [`super::rss`]); [`Port::rss`] says what was done.
+    pub rss_key: Option<[u8; tcp_lite::rss::KEY_LEN]>,
 }
 
 impl PortConfig {
@@ -50,6 +55,7 @@ impl PortConfig {
             mtu,
             checksum_offload: true,
             promiscuous: false,
+            rss_key: Some(tcp_lite::rss::SYMMETRIC_KEY),
         }
     }
 }
@@ -73,6 +79,8 @@ pub struct PortInfo {
     pub tx_checksum: bool,
     /// It verifies IPv4 header and TCP checksums on receive.
     pub rx_checksum: bool,
+    /// Its receive side scaling, where it has a redirection table.
+    pub rss: Option<RssCaps>,
 }
 
 /// Link state.
@@ -131,6 +139,8 @@ struct PortInner {
     /// The offloads enabled.
     tx_checksum: bool,
     rx_checksum: bool,
+    /// How received frames are spread over the queues.
+    rss: Rss,
     started: bool,
 }
 
@@ -384,6 +394,7 @@ impl Port {
                 pools: Vec::new(),
                 tx_checksum: false,
                 rx_checksum: false,
+                rss: Rss::Off,
                 started: false,
             }),
         })
@@ -430,10 +441,59 @@ impl Port {
         let name = inner.info.name.clone();
         let fail =
             |what: &str, rc: i32| EalError(format!("port {name}: {what}: {}", error_text(-rc)));
-        // SAFETY: the port exists and is stopped; conf outlives the call.
-        let rc = unsafe { sys::rte_eth_dev_configure(id, config.queues, config.queues, &conf) };
-        if rc < 0 {
-            return Err(fail("configure", rc));
+        // Receive side scaling, where there is something to spread and the
+        // port can: the key goes in the configuration, the table after the
+        // start.
+        let tcp_bit = u64::from(sys::RTE_ETH_RSS_NONFRAG_IPV4_TCP);
+        let mut rss = match config.rss_key {
+            Some(key) if config.queues > 1 => {
+                match rss::plan(inner.info.rss, config.queues, tcp_bit) {
+                    Ok(reta) => Some((key, reta)),
+                    Err(why) => {
+                        inner.rss = Rss::Software(format!("{}: {why}", inner.info.driver));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let mut key_octets = Vec::new();
+        let mut hash_types = 0;
+        if let (Some((key, _)), Some(caps)) = (&rss, inner.info.rss) {
+            key_octets = rss::port_key(key, caps.key_len);
+            // TCP by its four-tuple; other IPv4 (UDP to the SCTP port,
+            // which the cores pin in software) by what the port can.
+            let wanted = tcp_bit
+                | u64::from(sys::RTE_ETH_RSS_IPV4)
+                | u64::from(sys::RTE_ETH_RSS_NONFRAG_IPV4_UDP);
+            hash_types = caps.hash_types & wanted;
+            let mut with_rss = conf;
+            with_rss.rxmode.mq_mode = sys::RTE_ETH_MQ_RX_RSS;
+            with_rss.rx_adv_conf.rss_conf = sys::rte_eth_rss_conf {
+                rss_key: key_octets.as_mut_ptr(),
+                rss_key_len: key_octets.len() as u8,
+                rss_hf: hash_types,
+            };
+            // SAFETY: the port exists and is stopped; the configuration and
+            // the key it points to outlive the call (ethdev copies both).
+            let rc =
+                unsafe { sys::rte_eth_dev_configure(id, config.queues, config.queues, &with_rss) };
+            if rc < 0 {
+                // Configured without it below; the cores sort frames out.
+                inner.rss = Rss::Software(format!(
+                    "{}: configuring RSS failed: {}",
+                    inner.info.driver,
+                    error_text(-rc)
+                ));
+                rss = None;
+            }
+        }
+        if rss.is_none() {
+            // SAFETY: the port exists and is stopped; conf outlives the call.
+            let rc = unsafe { sys::rte_eth_dev_configure(id, config.queues, config.queues, &conf) };
+            if rc < 0 {
+                return Err(fail("configure", rc));
+            }
         }
         // SAFETY: the port exists.
         let socket = unsafe { sys::rte_eth_dev_socket_id(id) };
@@ -479,6 +539,16 @@ impl Port {
         if rc < 0 {
             return Err(fail("start", rc));
         }
+        if let Some((key, reta)) = rss {
+            inner.rss = match program_reta(id, &reta, &key_octets, hash_types) {
+                Ok(port_entries) => Rss::Hardware {
+                    key,
+                    reta,
+                    port_entries,
+                },
+                Err(why) => Rss::Software(format!("{}: {why}", inner.info.driver)),
+            };
+        }
         if config.promiscuous {
             // SAFETY: the port is started. Some drivers have no such mode
             // (memif, ring): the device filters by MAC anyway.
@@ -519,6 +589,31 @@ impl Port {
         (self.inner.tx_checksum, self.inner.rx_checksum)
     }
 
+    /// How received frames are spread over the queues (after
+    /// [`Port::start`]).
+    pub fn rss(&self) -> &Rss {
+        &self.inner.rss
+    }
+
+    /// The port's redirection table and hash key as it reads them back
+    /// (for reports, and to check what [`Port::start`] programmed), or why
+    /// it cannot.
+    pub fn rss_readback(&self) -> Result<(Vec<u16>, Vec<u8>), String> {
+        let info = &self.inner.info;
+        let caps = info.rss.ok_or_else(|| format!("{}: no RSS", info.driver))?;
+        let why = |what: &str, rc: i32| {
+            format!("{}: reading its {what}: {}", info.driver, error_text(-rc))
+        };
+        let table = read_reta(info.id, caps.reta_size).map_err(|rc| why("table", rc))?;
+        let (mut key, _) = read_hash(info.id).map_err(|rc| why("key", rc))?;
+        if caps.key_len != 0 {
+            key.truncate(usize::from(caps.key_len));
+        } else {
+            key.truncate(tcp_lite::rss::KEY_LEN);
+        }
+        Ok((table, key))
+    }
+
     /// The link, without waiting.
     pub fn link(&self) -> Link {
         let mut link = sys::rte_eth_link::default();
@@ -550,6 +645,114 @@ impl Port {
         }
     }
 }
+
+/// Writes our table into a started port's redirection table, makes sure
+/// it hashes with our key (some drivers take the key only from
+/// `rte_eth_dev_rss_hash_update`, not from the configuration), and reads
+/// both back; returns the port's table size. The port's own rule stays
+/// (and the cores steer in software) if it refuses or reads back something
+/// else.
+fn program_reta(
+    id: u16,
+    reta: &tcp_lite::rss::Reta,
+    key: &[u8],
+    hash_types: u64,
+) -> Result<u16, String> {
+    let mut dev_info = sys::rte_eth_dev_info::default();
+    // SAFETY: the port exists; dev_info is a valid out pointer.
+    let rc = unsafe { sys::rte_eth_dev_info_get(id, &mut dev_info) };
+    if rc != 0 {
+        return Err(format!("no device info: {}", error_text(-rc)));
+    }
+    let size = dev_info.reta_size;
+    let groups = rss::port_table(reta, size);
+    let mut conf: Vec<sys::rte_eth_rss_reta_entry64> = groups
+        .iter()
+        .map(|&(mask, reta)| sys::rte_eth_rss_reta_entry64 { mask, reta })
+        .collect();
+    // SAFETY: the port is started; `conf` holds size / 64 groups (rounded
+    // up), as many as `size` entries need.
+    let rc = unsafe { sys::rte_eth_dev_rss_reta_update(id, conf.as_mut_ptr(), size) };
+    if rc != 0 {
+        return Err(format!(
+            "writing its redirection table failed: {}",
+            error_text(-rc)
+        ));
+    }
+    match read_reta(id, size) {
+        Ok(back) if back != rss::flatten(&groups, size) => {
+            return Err("its redirection table reads back otherwise".into())
+        }
+        _ => {}
+    }
+    let tcp_bit = u64::from(sys::RTE_ETH_RSS_NONFRAG_IPV4_TCP);
+    let in_use = |(k, hf): &(Vec<u8>, u64)| k.get(..key.len()) == Some(key) && hf & tcp_bit != 0;
+    match read_hash(id) {
+        Ok(now) if in_use(&now) => return Ok(size),
+        // A driver that cannot tell: the configuration carried the key.
+        Err(rc) if -rc == ENOTSUP => return Ok(size),
+        _ => {}
+    }
+    let mut octets = key.to_vec();
+    let mut hash = sys::rte_eth_rss_conf {
+        rss_key: octets.as_mut_ptr(),
+        rss_key_len: octets.len() as u8,
+        rss_hf: hash_types,
+    };
+    // SAFETY: the port exists; the key outlives the call (copied).
+    let rc = unsafe { sys::rte_eth_dev_rss_hash_update(id, &mut hash) };
+    if rc != 0 {
+        return Err(format!("setting its hash key failed: {}", error_text(-rc)));
+    }
+    match read_hash(id) {
+        Ok(now) if in_use(&now) => Ok(size),
+        Ok(_) => Err("its hash key or hashed types read back otherwise".into()),
+        Err(rc) => Err(format!("reading its hash key failed: {}", error_text(-rc))),
+    }
+}
+
+/// A port's redirection table of `size` entries, as it reads back.
+fn read_reta(id: u16, size: u16) -> Result<Vec<u16>, i32> {
+    let groups = usize::from(size).div_ceil(64);
+    let mut back: Vec<sys::rte_eth_rss_reta_entry64> = (0..groups)
+        .map(|g| sys::rte_eth_rss_reta_entry64 {
+            mask: rss::group_mask(g, size),
+            reta: [0; 64],
+        })
+        .collect();
+    // SAFETY: the port exists; `back` holds as many groups as `size`
+    // entries need.
+    let rc = unsafe { sys::rte_eth_dev_rss_reta_query(id, back.as_mut_ptr(), size) };
+    if rc != 0 {
+        return Err(rc);
+    }
+    let back: Vec<(u64, [u16; 64])> = back.iter().map(|g| (g.mask, g.reta)).collect();
+    Ok(rss::flatten(&back, size))
+}
+
+/// A port's hash key (as long as the port says, at most 64 octets) and
+/// the frame types it hashes.
+fn read_hash(id: u16) -> Result<(Vec<u8>, u64), i32> {
+    let mut key = vec![0u8; 64];
+    let mut hash = sys::rte_eth_rss_conf {
+        rss_key: key.as_mut_ptr(),
+        rss_key_len: key.len() as u8,
+        rss_hf: 0,
+    };
+    // SAFETY: the port exists; the key buffer is as long as it says and
+    // longer than any key DPDK's drivers have.
+    let rc = unsafe { sys::rte_eth_dev_rss_hash_conf_get(id, &mut hash) };
+    if rc != 0 {
+        return Err(rc);
+    }
+    if (1..=64).contains(&hash.rss_key_len) {
+        key.truncate(usize::from(hash.rss_key_len));
+    }
+    Ok((key, hash.rss_hf))
+}
+
+/// `ENOTSUP` (Linux's value, which DPDK returns negated).
+const ENOTSUP: i32 = 95;
 
 fn check_config(info: &PortInfo, config: &PortConfig, pools: &[Arc<Pool>]) -> Result<(), EalError> {
     let name = &info.name;
@@ -642,6 +845,11 @@ fn port_info(id: u16, name: &str) -> Result<PortInfo, EalError> {
         queues_max: dev_info.max_rx_queues.min(dev_info.max_tx_queues).max(1),
         tx_checksum: dev_info.tx_offload_capa & tx == tx,
         rx_checksum: dev_info.rx_offload_capa & rx == rx,
+        rss: (dev_info.reta_size > 0).then_some(RssCaps {
+            reta_size: dev_info.reta_size,
+            key_len: dev_info.hash_key_size,
+            hash_types: dev_info.flow_type_rss_offloads,
+        }),
     })
 }
 
