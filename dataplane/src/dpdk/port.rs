@@ -664,7 +664,15 @@ fn program_reta(
     if rc != 0 {
         return Err(format!("no device info: {}", error_text(-rc)));
     }
+    // Some drivers size the table by the configuration: it must still
+    // repeat ours whole.
     let size = dev_info.reta_size;
+    if !size.is_power_of_two() || usize::from(size) < reta.entries().len() {
+        return Err(format!(
+            "its redirection table has {size} entries once configured; ours has {}",
+            reta.entries().len()
+        ));
+    }
     let groups = rss::port_table(reta, size);
     let mut conf: Vec<sys::rte_eth_rss_reta_entry64> = groups
         .iter()
