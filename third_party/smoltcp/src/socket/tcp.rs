@@ -2635,6 +2635,15 @@ impl<'a> Socket<'a> {
             return None;
         };
 
+        // An empty buffer with nothing out of order in it starts again at
+        // its beginning: the octets land where the last ones were read
+        // from, memory still in the cache, instead of on the next lines of
+        // a ring that cycles through all of its memory (cold again by the
+        // time it comes round, with many sockets).
+        if assembler_was_empty && self.rx_buffer.is_empty() {
+            self.rx_buffer.clear();
+        }
+
         // Place payload octets into the buffer.
         tcp_trace!(
             "rx buffer: receiving {} octets at offset {}",
@@ -5221,6 +5230,93 @@ mod test {
             }]
         );
         assert_eq!(s.rx_buffer.dequeue_many(6), &b"abcdef"[..]);
+    }
+
+    /// dpwarp: an emptied receive buffer takes the next segment at its
+    /// start (still in the cache), whole, instead of where the last one
+    /// ended (here it would wrap and come out in two pieces).
+    #[test]
+    fn test_emptied_rx_buffer_starts_over() {
+        let mut s = socket_established();
+        let first = [b'a'; 40];
+        let second: Vec<u8> = (0..40u8).collect();
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &first[..],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.recv(|buf| (buf.len(), buf.to_vec())), Ok(first.to_vec()));
+        // The ACK goes out with the whole window open again.
+        recv(&mut s, Instant::from_millis(0), |r| {
+            assert_eq!(r.map(|r| r.window_len), Ok(64))
+        });
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 40,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &second[..],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.recv(|buf| (buf.len(), buf.to_vec())), Ok(second));
+    }
+
+    /// dpwarp: with octets out of order held beyond a hole, the buffer
+    /// keeps its place: what fills the hole joins them intact.
+    #[test]
+    fn test_rx_buffer_with_a_hole_keeps_its_place() {
+        let mut s = socket_established();
+        let first = [b'a'; 40];
+        send!(
+            s,
+            TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &first[..],
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.recv(|buf| (buf.len(), buf.len())), Ok(40));
+        recv(&mut s, Instant::from_millis(0), |r| {
+            assert_eq!(r.map(|r| r.window_len), Ok(64))
+        });
+        // Octets 50..60 arrive before 40..50 (the reply, an ACK with a
+        // SACK block, is not what this test is about).
+        let _ = send(
+            &mut s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 50,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"klmnopqrst"[..],
+                ..SEND_TEMPL
+            },
+        );
+        let _ = send(
+            &mut s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 40,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"abcdefghij"[..],
+                ..SEND_TEMPL
+            },
+        );
+        let mut got = Vec::new();
+        while let Ok(n) = s.recv(|buf| {
+            got.extend_from_slice(buf);
+            (buf.len(), buf.len())
+        }) {
+            if n == 0 {
+                break;
+            }
+        }
+        assert_eq!(got, b"abcdefghijklmnopqrst");
     }
 
     #[test]
