@@ -21,7 +21,9 @@
 //! * [`perftest`]: `bench perftest`, perftest's six RC tests over dpwarp,
 //!   both roles.
 //! * [`connect`]: `bench connect`, connection establishment (TCP and
-//!   RFC 6581's enhanced MPA startup) per second and its latency.
+//!   RFC 6581's enhanced MPA startup) per second and its latency;
+//!   [`connect_report`], its settings and report, shared with the DDP over
+//!   SCTP loop in [`sctp`].
 //! * [`sctpecho`]: `bench sctp-echo`, DDP over SCTP with enhanced session
 //!   control against a peer that echoes DDP segments (Linux kernel SCTP).
 //! * [`portcost`]: `bench port`, the smoltcp device layer's cost per
@@ -33,6 +35,7 @@
 
 pub mod args;
 pub mod connect;
+pub mod connect_report;
 pub mod cores;
 pub mod endpoint;
 pub mod hello;

@@ -1074,9 +1074,9 @@ struct Opening {
 /// latency is from the association's INIT to the client's stream up.
 pub fn connect_loop(
     kernel: bool,
-    settings: &crate::connect::Settings,
+    settings: &crate::connect_report::Settings,
     stop: &std::sync::atomic::AtomicBool,
-) -> Result<crate::connect::ConnectReport, String> {
+) -> Result<crate::connect_report::ConnectReport, String> {
     let config = RigConfig {
         crc: settings.crc,
         markers: false,
@@ -1098,9 +1098,9 @@ pub fn connect_loop(
 fn connect_on<C: MessageTransport, S: MessageTransport>(
     mut rig: SctpRig<C, S>,
     label: &'static str,
-    settings: &crate::connect::Settings,
+    settings: &crate::connect_report::Settings,
     stop: &std::sync::atomic::AtomicBool,
-) -> Result<crate::connect::ConnectReport, String> {
+) -> Result<crate::connect_report::ConnectReport, String> {
     use std::collections::{BTreeMap, HashMap};
     use std::sync::atomic::Ordering;
     let mut latency = hdrhistogram::Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)
@@ -1110,7 +1110,10 @@ fn connect_on<C: MessageTransport, S: MessageTransport>(
     let (mut connects, mut established, mut ended) = (0u64, [0u64; 2], [0u64; 2]);
     let start = StdInstant::now();
     let deadline = start + settings.duration;
-    let (thread0, process0) = (crate::connect::thread_cpu(), crate::connect::process_cpu());
+    let (thread0, process0) = (
+        crate::connect_report::thread_cpu(),
+        crate::connect_report::process_cpu(),
+    );
     let mut window: Option<(StdInstant, std::time::Duration, std::time::Duration)> = None;
     loop {
         let t = StdInstant::now();
@@ -1118,8 +1121,8 @@ fn connect_on<C: MessageTransport, S: MessageTransport>(
         if !timing && window.is_none() {
             window = Some((
                 t,
-                crate::connect::thread_cpu(),
-                crate::connect::process_cpu(),
+                crate::connect_report::thread_cpu(),
+                crate::connect_report::process_cpu(),
             ));
         }
         while timing && open.len() < settings.parallel {
@@ -1195,13 +1198,14 @@ fn connect_on<C: MessageTransport, S: MessageTransport>(
             rig.client.core.abort(assoc);
         }
         for (assoc, o) in &open {
-            if t.duration_since(o.started) > crate::connect::CONNECTION_LIMIT && !o.up {
+            if t.duration_since(o.started) > crate::connect_report::CONNECTION_LIMIT && !o.up {
                 *failures.entry("not up in 10 s".into()).or_default() += 1;
                 rig.client.core.abort(*assoc);
             }
         }
         if window.is_some()
-            && (open.is_empty() || t.duration_since(deadline) > crate::connect::CONNECTION_LIMIT)
+            && (open.is_empty()
+                || t.duration_since(deadline) > crate::connect_report::CONNECTION_LIMIT)
         {
             break;
         }
@@ -1215,7 +1219,7 @@ fn connect_on<C: MessageTransport, S: MessageTransport>(
         }
     }
     let (end, thread1, process1) = window.expect("the window ended");
-    Ok(crate::connect::ConnectReport {
+    Ok(crate::connect_report::ConnectReport {
         transport: label,
         connects,
         seconds: end.duration_since(start).as_secs_f64(),

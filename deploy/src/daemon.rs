@@ -29,8 +29,8 @@ use tcp_lite::sys::udp::KernelUdp;
 use tcp_lite::Stack;
 
 use crate::config::{Config, Driver, HugepagesPolicy, ServiceKind};
+use crate::histogram::{Histogram, SETUP_BUCKETS_US};
 use crate::memory::MemoryService;
-use crate::metrics::{Histogram, SETUP_BUCKETS_US};
 use std::collections::HashMap;
 
 /// How often a core publishes its counters and connections.

@@ -5,7 +5,8 @@
 //!   with file, line, key and what is allowed.
 //! * [`daemon`]: the port, the pinned cores serving, the drain.
 //! * [`memory`]: the memory service: named regions lent by name.
-//! * [`metrics`]: the Prometheus endpoint.
+//! * [`metrics`]: the Prometheus endpoint; [`histogram`], the histograms
+//!   the cores write into for it.
 //! * [`ctl`]: the control socket (`status`, `stats`, `listeners`,
 //!   `connections`, `drain`).
 //!
@@ -17,5 +18,6 @@
 pub mod config;
 pub mod ctl;
 pub mod daemon;
+pub mod histogram;
 pub mod memory;
 pub mod metrics;

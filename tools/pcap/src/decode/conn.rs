@@ -7,24 +7,11 @@ use std::net::SocketAddr;
 use dpwarp_capture::reassembly::{ConnInfo, Dir};
 use rnic_engine::wire::{mpa_marker, mpa_rr};
 
-use super::fpdu::{is_terminate, is_zero_length_rtr, plausible_fpdu, Cut};
+use super::fpdu::{is_terminate, is_zero_length_rtr, plausible_fpdu, CrcMode, Cut, Params};
 use super::{
     Body, CrcVerdict, Message, MpaFrame, Progress, Sink, TcpEvent, BAD_CRC_RESYNC, HELD_MAX,
     PENDING_BYTES_MAX,
 };
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum CrcMode {
-    On,
-    Off,
-    Auto,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Params {
-    pub(super) crc: CrcMode,
-    pub(super) markers: bool,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {

@@ -4,8 +4,24 @@
 use rnic_engine::mpa::crc;
 use rnic_engine::wire::{ddp, mpa_fpdu, mpa_marker, rdmap};
 
-use super::conn::{CrcMode, Params};
 use super::{CrcVerdict, Fpdu, MarkerCheck, FPDU_STREAM_LEN_MAX};
+
+/// How a connection's FPDUs carry their CRC: as its MPA startup
+/// negotiated, or, for a capture that starts after the startup, found out
+/// from the FPDUs themselves (`Auto`: a zero field means none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CrcMode {
+    On,
+    Off,
+    Auto,
+}
+
+/// What the MPA startup negotiated for one direction's FPDUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Params {
+    pub(super) crc: CrcMode,
+    pub(super) markers: bool,
+}
 
 /// Where the next FPDU ends, before its octets are all there.
 #[derive(Debug, Clone, Copy)]
