@@ -564,7 +564,7 @@ fn kernel_pingpong() -> Vec<u64> {
 /// Goodput in virtual time over a lossy link with latency (50 us each way,
 /// 256 KiB buffers): what loss costs with loss recovery (SACK, RACK-TLP,
 /// the RTO floor of `TcpConfig::rto_min`) and `congestion`.
-fn lossy_goodput(loss: f64, congestion: CongestionControl) -> f64 {
+fn lossy_goodput(loss: f64, congestion: CongestionControl) -> (f64, tcp_lite::RecoveryStats) {
     let mut setup = Setup::new(1500);
     setup.faults = Faults {
         drop: loss,
@@ -625,7 +625,11 @@ fn lossy_goodput(loss: f64, congestion: CongestionControl) -> f64 {
         }
     }
     let took = now - start.unwrap_or(Instant::ZERO);
-    total as f64 * 8.0 / (took.total_micros() as f64 / 1e6) / 1e9
+    let stats = a.recovery_stats(tx).unwrap_or_default();
+    (
+        total as f64 * 8.0 / (took.total_micros() as f64 / 1e6) / 1e9,
+        stats,
+    )
 }
 
 fn main() {
@@ -867,7 +871,10 @@ fn main() {
     }
 
     println!("\nloss (virtual time, 50 us one-way latency, 256 KiB buffers, 64 MiB per figure)");
-    println!("{:<52} {:>10}", "goodput", "Gbit/s");
+    println!(
+        "{:<52} {:>10} {:>9} {:>7} {:>9}",
+        "goodput", "Gbit/s", "episodes", "probes", "timeouts"
+    );
     let rows: [(&str, &str, f64, CongestionControl); 6] = [
         (
             "loss_0_cubic_gbit_s",
@@ -907,9 +914,15 @@ fn main() {
         ),
     ];
     for (key, name, loss, congestion) in rows {
-        let value = lossy_goodput(loss, congestion);
-        println!("{name:<52} {value:>10.3}");
+        let (value, stats) = lossy_goodput(loss, congestion);
+        println!(
+            "{name:<52} {value:>10.3} {:>9} {:>7} {:>9}",
+            stats.recoveries, stats.probes, stats.timeouts
+        );
         figures.push((key, value));
+        let row = key.trim_end_matches("_gbit_s");
+        more_figures.push((format!("{row}_episodes"), stats.recoveries as f64));
+        more_figures.push((format!("{row}_timeouts"), stats.timeouts as f64));
     }
     let kept = |figures: &[(&str, f64)], lossy: &str, lossless: &str| {
         get(figures, lossy) / get(figures, lossless)

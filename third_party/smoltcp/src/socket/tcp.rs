@@ -2752,14 +2752,24 @@ impl<'a> Socket<'a> {
     }
 
     /// dpwarp: (re)starts the loss probe timer (RFC 8985 §7.2) while data
-    /// is outstanding and no recovery or probe is under way, for a peer that
-    /// SACKs (a probe's worth is in the blocks it brings back).
+    /// is outstanding and no probe is under way, for a peer that SACKs (a
+    /// probe's worth is in the blocks it brings back).
+    ///
+    /// Also in recovery, once every segment deemed lost has been resent (a
+    /// departure from RFC 8985 §7.2, which arms it only outside recovery):
+    /// a sender the congestion window holds back sends nothing more, so
+    /// when the ACK of its last retransmissions is lost (or a
+    /// retransmission is, with nothing sent after it for RACK to compare
+    /// with), no ACK comes until the RTO, which then collapses the window
+    /// and resends every segment not SACKed, most of them held by the
+    /// peer. A probe after two smoothed RTTs draws that ACK instead; an
+    /// episode's congestion response is made once either way.
     #[cfg(feature = "alloc")]
     fn arm_probe(&mut self, now: Instant) {
         self.tlp_timer = None;
         if !self.remote_has_sack
             || self.recovery.len() == 0
-            || self.recovery.in_recovery()
+            || (self.recovery.in_recovery() && self.recovery.has_lost())
             || self.recovery.probe_outstanding()
         {
             return;
@@ -3019,7 +3029,8 @@ impl<'a> Socket<'a> {
         #[cfg(feature = "alloc")]
         if self.tlp_timer.is_some_and(|t| t <= cx.now()) {
             self.tlp_timer = None;
-            if self.recovery.len() > 0 && !self.recovery.in_recovery() {
+            if self.recovery.len() > 0 && !(self.recovery.in_recovery() && self.recovery.has_lost())
+            {
                 net_debug!("loss probe due");
                 self.probe_due = true;
                 if self.timer.is_retransmit() {
@@ -3500,7 +3511,11 @@ impl<'a> Socket<'a> {
                         Some((start, _)) => self.recovery.on_probe(start, self.remote_last_seq),
                         None => self.recovery.on_probe_new_data(self.remote_last_seq),
                     }
-                } else if resent.is_none() {
+                } else if resent.is_none()
+                    || (self.recovery.in_recovery() && !self.recovery.has_lost())
+                {
+                    // New data; or in recovery, the last retransmission
+                    // that was waiting (see `arm_probe`).
                     arm_probe = true;
                 }
             }
@@ -8035,6 +8050,76 @@ mod test {
         let stats = s.recovery_stats();
         assert_eq!(stats.timeouts, 0, "{stats:?}");
         assert_eq!(stats.retransmits, 2, "the probe and the hole: {stats:?}");
+    }
+
+    /// dpwarp: in recovery, the hole is resent and the ACK that would say
+    /// it arrived is lost; the sender has nothing more to send (here: no
+    /// more data; in a run, a congestion window full of what it already
+    /// sent), so nothing else would draw an ACK. A loss probe goes two
+    /// smoothed RTTs after the retransmission and draws it; the RTO, which
+    /// would resend everything not SACKed with the window collapsed, never
+    /// fires. (Without the probe in recovery nothing goes until the RTO, a
+    /// second later.)
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_a_lost_ack_in_recovery_costs_a_probe_not_a_timeout() {
+        let mut s = socket_sent_with_sack(&[b"aaa", b"BBB", b"ccc", b"DDD", b"eee", b"FFF"]);
+        // aaa is acknowledged (an RTT sample of 20 ms); BBB is lost; the
+        // peer SACKs the others, one ACK each.
+        send!(s, time 1020, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 3),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.rtte.srtt_micros(), 20_000);
+        let acks: [&[Option<(u32, u32)>]; 4] = [
+            &[sack_block(6, 9)],
+            &[sack_block(6, 12)],
+            &[sack_block(6, 15)],
+            &[sack_block(6, 18)],
+        ];
+        for (i, blocks) in acks.iter().enumerate() {
+            let mut sack_ranges = [None; 4];
+            sack_ranges[..blocks.len()].copy_from_slice(blocks);
+            send!(s, time 1030 + i as i64, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1 + 3),
+                sack_ranges,
+                ..SEND_TEMPL
+            });
+        }
+        recv!(s, time 1040, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 3,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"BBB"[..],
+            ..RECV_TEMPL
+        }));
+        assert!(s.recovery.in_recovery());
+        assert!(!s.recovery.has_lost());
+        // The peer's ACK of BBB (up to 18) is lost. Nothing goes until the
+        // probe, two SRTTs after the retransmission (the RTO is 1 s): BBB
+        // again, the last segment the peer does not hold.
+        recv_nothing!(s, time 1079);
+        recv!(s, time 1080, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 3,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"BBB"[..],
+            ..RECV_TEMPL
+        }));
+        // Its ACK arrives (a D-SACK: the peer had it): everything is
+        // acknowledged, the episode is over and no timeout comes.
+        send!(s, time 1100, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 18),
+            sack_ranges: [sack_block(3, 6), None, None, None],
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 5000);
+        let stats = s.recovery_stats();
+        assert_eq!((stats.probes, stats.timeouts), (1, 0), "{stats:?}");
+        assert_eq!(stats.recoveries, 1, "{stats:?}");
+        assert!(!s.recovery.in_recovery());
+        assert!(s.tx_buffer.is_empty());
     }
 
     /// A lone segment whose ACK the peer delays past the RTO (Linux delays
