@@ -208,7 +208,7 @@ fuzz_target!(|ops: Vec<Op>| {
     while stack.next_event().is_some() {}
     let mut written = 0usize;
 
-    let mut step = |stack: &mut Stack<LinkEnd>, peer: &mut Peer, now: Instant, written: usize| {
+    let step = |stack: &mut Stack<LinkEnd>, peer: &mut Peer, now: Instant, written: usize| {
         stack.poll(now);
         while stack.next_event().is_some() {}
         peer.take(now, written);
