@@ -106,9 +106,11 @@ impl Steer {
         Ok(Steer::new(pools)?.pin(pinned, pinned_udp))
     }
 
-    /// This (unshared) steering, frames to the local TCP ports `pinned`
-    /// and UDP ports `pinned_udp` going to the first core.
-    pub fn pin(mut self: Arc<Steer>, pinned: &[u16], pinned_udp: &[u16]) -> Arc<Steer> {
+    /// This steering, frames to the local TCP ports `pinned` and UDP
+    /// ports `pinned_udp` going to the first core. Only for a steering no
+    /// core has yet (its one handle): [`Steer::pinning`] and
+    /// `Opened::steer_pinning` call it on the one they just made.
+    pub(crate) fn pin(mut self: Arc<Steer>, pinned: &[u16], pinned_udp: &[u16]) -> Arc<Steer> {
         let s = Arc::get_mut(&mut self).expect("pinned before it is shared");
         s.pinned = pinned.to_vec();
         s.pinned_udp = pinned_udp.to_vec();
