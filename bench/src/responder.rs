@@ -327,12 +327,21 @@ struct Run {
     quiet_since: Option<StdInstant>,
 }
 
+/// A run as a server of [`Admission::Many`] tells runs apart: the client's
+/// id and the access its operation needs. A run serves one operation (its
+/// STag gives that operation's rights only), so a client that goes on
+/// under the same id with another operation (a Write run, then a Read
+/// run) starts another run, whether or not the first one's connections
+/// are all closed yet (its last close may reach a core after the next
+/// run's first connection has reached the control plane).
+type RunKey = (u64, Access);
+
 /// The runs a server of [`Admission::Many`] serves, and its memory's
 /// leases.
 #[derive(Debug)]
 struct Runs {
     leases: Leases,
-    by_id: HashMap<u64, Run>,
+    by_id: HashMap<RunKey, Run>,
     /// Octets [`Serving::reserve`] took for good.
     reserved: u64,
     /// Leases given back whose octets an earlier run may have left: they
@@ -635,15 +644,7 @@ impl Serving {
             dirty,
             ..
         } = &mut *runs;
-        if let Some(run) = by_id.get_mut(&hello.run) {
-            if self.exposure.is_some() && !run.access.contains(access) {
-                // Its STag carries the first connection's rights only.
-                return Err(format!(
-                    "a {:?} connection in a run of another operation: a run serves one \
-                     operation (start one bench client per operation)",
-                    hello.op
-                ));
-            }
+        if let Some(run) = by_id.get_mut(&(hello.run, access)) {
             if need > run.len {
                 // A larger size (-a): a new lease, if none of the old
                 // one's connections can still use it.
@@ -698,7 +699,7 @@ impl Serving {
             }
         };
         by_id.insert(
-            hello.run,
+            (hello.run, access),
             Run {
                 offset,
                 len,
@@ -769,11 +770,12 @@ impl Serving {
         }
     }
 
-    /// [`Admission::Many`]: a connection of run `run` reached a core with
-    /// a QP; the offset of the run's lease, or `None` if the run is gone.
-    pub(crate) fn handed(&self, run: u64) -> Option<u64> {
+    /// [`Admission::Many`]: a connection of `op` of run `run` reached a
+    /// core with a QP; the offset of the run's lease, or `None` if the run
+    /// is gone.
+    pub(crate) fn handed(&self, run: u64, op: Op) -> Option<u64> {
         let mut runs = self.runs();
-        let r = runs.by_id.get_mut(&run)?;
+        let r = runs.by_id.get_mut(&(run, lease_access(op)))?;
         r.handed += 1;
         r.open += 1;
         r.quiet_since = None;
@@ -783,10 +785,11 @@ impl Serving {
     /// [`Admission::Many`]: a connection of run `run` ended on a core. The
     /// run is done when its last size was seen and nothing of it is open or
     /// on its way.
-    pub(crate) fn closed(&self, run: u64) {
+    pub(crate) fn closed(&self, run: u64, op: Op) {
+        let key = (run, lease_access(op));
         let mut runs = self.runs();
         let Runs { by_id, dirty, .. } = &mut *runs;
-        let Some(r) = by_id.get_mut(&run) else {
+        let Some(r) = by_id.get_mut(&key) else {
             return;
         };
         r.open = r.open.saturating_sub(1);
@@ -795,7 +798,7 @@ impl Serving {
             if r.last_seen && r.admitted == r.handed {
                 dirty.push((r.offset, r.len));
                 let stag = r.stag;
-                by_id.remove(&run);
+                by_id.remove(&key);
                 self.unexpose(stag);
                 self.runs_done.fetch_add(1, Ordering::SeqCst);
             }
@@ -811,10 +814,10 @@ impl Serving {
         };
         let mut runs = self.runs();
         let Runs { by_id, dirty, .. } = &mut *runs;
-        let gone: Vec<u64> = by_id
+        let gone: Vec<RunKey> = by_id
             .iter()
             .filter(|(_, r)| r.open == 0 && r.quiet_since.is_some_and(|t| t.elapsed() >= idle))
-            .map(|(&id, _)| id)
+            .map(|(&key, _)| key)
             .collect();
         for id in &gone {
             if let Some(r) = by_id.remove(id) {
@@ -1187,7 +1190,7 @@ impl<T: CoreTransport> Server<T> {
             if let Some(c) = self.connections.remove(&qp) {
                 self.generation += 1;
                 if many {
-                    self.serving.closed(c.run);
+                    self.serving.closed(c.run, c.op);
                 }
                 if let Some(hook) = &self.events {
                     hook(ServerEvent::Closed {
@@ -1232,7 +1235,7 @@ impl<T: CoreTransport> Server<T> {
                 continue;
             };
             let offset = if many {
-                match self.serving.handed(h.run) {
+                match self.serving.handed(h.run, h.op) {
                     Some(offset) => offset,
                     // Given up meanwhile: its lease may be another's.
                     None => {
@@ -1385,8 +1388,8 @@ mod tests {
         assert!(third.contains("2 client runs at once"), "{third}");
         // Run 1 writes its lease, then its only connection ends.
         region.write(a as usize, &[0xAA; 4096]).unwrap();
-        assert_eq!(serving.handed(1), Some(a));
-        serving.closed(1);
+        assert_eq!(serving.handed(1, Op::Write), Some(a));
+        serving.closed(1, Op::Write);
         assert_eq!(serving.stats().runs, 1);
         assert_eq!(serving.stats().runs_done, 1);
         // Not free until scrubbed: the same octets are not lent meanwhile.
@@ -1434,18 +1437,27 @@ mod tests {
             serving.admit(&hello(1, 4096, false), len).unwrap().stag,
             Some(sa)
         );
-        // Run 1's STag lets it Write: a Read connection in it is refused.
-        let mut read = hello(1, 4096, false);
+        // Run 1's STag lets it Write. Reads under the same id, while its
+        // Writes are still open, are a run of their own: a lease and an
+        // STag of their own, which end with them and leave the Writes'.
+        let mut read = hello(1, 4096, true);
         read.op = Op::Read;
-        let why = serving.admit(&read, len).err().unwrap();
-        assert!(why.contains("one operation"), "{why}");
-        // Its connections come and go; a larger size (-a) gets a new lease
-        // under a new STag, and the old one is gone.
+        let r = serving.admit(&read, len).unwrap();
+        let sr = r.stag.unwrap();
+        assert!(sr != sa && sr != sb && r.offset != a.offset && r.offset != b.offset);
+        assert_eq!(registry.stags_in_use(), base + 3);
+        assert_eq!(serving.stats().runs, 3);
+        assert_eq!(serving.handed(1, Op::Read), Some(r.offset));
+        serving.closed(1, Op::Read);
+        assert!(registry.dereg_mr(sr).is_err(), "the Read run's STag went");
+        assert_eq!(registry.stags_in_use(), base + 2);
+        // Its Write connections come and go; a larger size (-a) gets a new
+        // lease under a new STag, and the old one is gone.
         for _ in 0..2 {
-            serving.handed(1).unwrap();
+            serving.handed(1, Op::Write).unwrap();
         }
-        serving.closed(1);
-        serving.closed(1);
+        serving.closed(1, Op::Write);
+        serving.closed(1, Op::Write);
         let grown = serving.admit(&hello(1, 1 << 16, true), len).unwrap();
         let sg = grown.stag.unwrap();
         assert_ne!(grown.offset, a.offset);
@@ -1455,8 +1467,8 @@ mod tests {
         );
         assert_eq!(registry.stags_in_use(), base + 2);
         // Run 1 ends with its last size: its STag goes.
-        serving.handed(1).unwrap();
-        serving.closed(1);
+        serving.handed(1, Op::Write).unwrap();
+        serving.closed(1, Op::Write);
         assert!(
             registry.dereg_mr(sg).is_err(),
             "a finished run's STag was freed"

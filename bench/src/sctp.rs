@@ -533,7 +533,7 @@ impl SctpServer {
                         continue;
                     };
                     // Given up meanwhile: its lease may be another's.
-                    let Some(offset) = a.serving.handed(h.run) else {
+                    let Some(offset) = a.serving.handed(h.run, h.op) else {
                         self.ep.core.close_stream(qp);
                         continue;
                     };
@@ -584,7 +584,7 @@ impl SctpServer {
                         continue;
                     };
                     a.generation += 1;
-                    a.serving.closed(connection.run);
+                    a.serving.closed(connection.run, connection.op);
                     a.serving.count_served(a.slot);
                     if let Some(hook) = &a.events {
                         if let Some(event) = terminate {

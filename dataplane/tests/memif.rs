@@ -6,7 +6,9 @@
 //! peer leaves must not be inside a burst then (the driver unmaps the
 //! shared memory under it), so each stops polling before the other goes.
 //! Also: a second server on a socket that is in use is refused, with a
-//! message that says so.
+//! message that says so; and a server that never stops polling outlives
+//! clients that come and go (the driver unmaps a leaving client's rings
+//! under a burst unless `dataplane`'s memif gate holds the bursts off).
 //!
 //! Uses hugepages when enough are reserved, ordinary pages otherwise.
 #![allow(clippy::disallowed_methods)] // The test paces itself by the clock.
@@ -38,6 +40,13 @@ fn main() {
                 },
                 |()| 0,
             ),
+            "poller" => poller(&socket).map_or_else(
+                |e| {
+                    eprintln!("memif poller: {e}");
+                    1
+                },
+                |()| 0,
+            ),
             _ => 2,
         };
         std::process::exit(code);
@@ -45,10 +54,16 @@ fn main() {
     let args = Arguments::from_args();
     libtest_mimic::run(
         &args,
-        vec![Trial::test(
-            "two_processes_over_memif_move_every_octet_and_part_cleanly",
-            two_processes,
-        )],
+        vec![
+            Trial::test(
+                "two_processes_over_memif_move_every_octet_and_part_cleanly",
+                two_processes,
+            ),
+            Trial::test(
+                "a_server_that_never_stops_polling_outlives_clients_that_come_and_go",
+                churn,
+            ),
+        ],
     )
     .exit();
 }
@@ -232,6 +247,134 @@ fn client(socket: &str, said: &mut impl BufRead) -> Result<(), Failed> {
         if pool.available() != pool.capacity() {
             return Err(format!("{} of {} mbufs back", pool.available(), pool.capacity()).into());
         }
+    }
+    Ok(())
+}
+
+/// Clients that come and go while the server polls.
+const CLIENTS: usize = 60;
+
+/// The child of [`churn`]: a memif server that polls without pause (a
+/// listening tcp-lite stack, as dpwarpd's cores) until its stdin closes,
+/// then says how often its memif gate closed.
+fn poller(socket: &str) -> Result<(), String> {
+    let opened = open(socket, true)?;
+    let mut s = stack(&opened, SERVER)?;
+    s.listen(PORT).map_err(|e| e.to_string())?;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = done.clone();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        seen.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    println!("listening");
+    let (mut accepted, start) = (0u64, Instant::now());
+    while !done.load(std::sync::atomic::Ordering::SeqCst) {
+        if start.elapsed() > Duration::from_secs(120) {
+            return Err("not told to stop in 120 s".into());
+        }
+        s.poll(dataplane::clock::now());
+        s.device_mut().flush();
+        while let Some(e) = s.next_event() {
+            match e.kind {
+                EventKind::Accepted(_) => {
+                    accepted += 1;
+                    println!("accepted");
+                }
+                EventKind::PeerClosed => {
+                    let _ = s.close(e.conn);
+                }
+                _ => {}
+            }
+        }
+    }
+    let (closings, given_up) = dataplane::dpdk::memif_gate_counters();
+    println!("accepted {accepted} gate {closings} given_up {given_up}");
+    Ok(())
+}
+
+/// A server on a core that never stops polling, and clients that connect
+/// and leave, one after another (each port's close is a disconnect the
+/// server's interrupt thread handles while its core bursts); then one
+/// more that opens a TCP connection through the port. The server must
+/// live through all of it, its gate must have closed for each leaving,
+/// and no wait for a burst may have given up.
+fn churn() -> Result<(), Failed> {
+    let socket = format!("/run/dpwarp/test-churn-{}.sock", std::process::id());
+    let mut child = Command::new(std::env::current_exe()?)
+        .env(ROLE, "poller")
+        .env(SOCKET, &socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let mut said = BufReader::new(child.stdout.take().expect("piped"));
+    let mut line = String::new();
+    said.read_line(&mut line)?;
+    let outcome = (|| -> Result<(), Failed> {
+        if line.trim() != "listening" {
+            return Err(format!("the server said {line:?}").into());
+        }
+        for i in 0..CLIENTS {
+            let opened = open(&socket, false)?;
+            ports::wait_link(&[&opened], Duration::from_secs(10))
+                .map_err(|e| format!("client {i}: {e}"))?;
+            drop(opened);
+            if let Some(status) = child.try_wait()? {
+                return Err(format!("the server ended ({status}) after client {i} left").into());
+            }
+        }
+        // The port still carries traffic: a TCP handshake through it.
+        let opened = open(&socket, false)?;
+        ports::wait_link(&[&opened], Duration::from_secs(10))?;
+        let mut s = stack(&opened, CLIENT)?;
+        let conn = s.connect(SocketAddrV4::new(SERVER, PORT), dataplane::clock::now())?;
+        let start = Instant::now();
+        let mut up = false;
+        while !up {
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err("no TCP connection through the port after the clients".into());
+            }
+            s.poll(dataplane::clock::now());
+            s.device_mut().flush();
+            while let Some(e) = s.next_event() {
+                up |= e.conn == conn && matches!(e.kind, EventKind::Connected);
+            }
+        }
+        // Our ACK is on its way; the server says when it has it.
+        let mut accepted = String::new();
+        said.read_line(&mut accepted)?;
+        if accepted.trim() != "accepted" {
+            return Err(format!("the server said {accepted:?}").into());
+        }
+        Ok(())
+    })();
+    drop(child.stdin.take());
+    let mut last = String::new();
+    said.read_line(&mut last)?;
+    let status = child.wait()?;
+    outcome?;
+    if !status.success() {
+        return Err(format!("the server process ended {status}").into());
+    }
+    // "accepted N gate N given_up N"
+    let words: Vec<&str> = last.split_whitespace().collect();
+    let count = |name: &str| -> Option<u64> {
+        let at = words.iter().position(|w| *w == name)?;
+        words.get(at + 1)?.parse().ok()
+    };
+    let (Some(accepted), Some(gate), Some(given_up)) =
+        (count("accepted"), count("gate"), count("given_up"))
+    else {
+        return Err(format!("the server said {last:?}").into());
+    };
+    if accepted != 1 || gate < CLIENTS as u64 || given_up != 0 {
+        return Err(format!(
+            "after {CLIENTS} clients and a connection: accepted {accepted}, the gate closed \
+             {gate} times, {given_up} waits gave up"
+        )
+        .into());
     }
     Ok(())
 }

@@ -1113,8 +1113,15 @@ fn memif_port() -> Result<(), Failed> {
         String::from_utf8_lossy(&out.stderr)
     );
     if !out.status.success() {
+        // Whether dpwarpd still runs (a client that cannot connect may
+        // have found the server gone).
+        let alive = match daemon.child.try_wait() {
+            Ok(None) => "running".to_string(),
+            Ok(Some(status)) => format!("ended: {status}"),
+            Err(e) => format!("unknown: {e}"),
+        };
         return Err(fail(format!(
-            "the memif clients failed ({:?}): {said}\n--- dpwarpd:\n{}",
+            "the memif clients failed ({:?}): {said}\n--- dpwarpd ({alive}):\n{}",
             out.status,
             daemon.log_text()
         )));

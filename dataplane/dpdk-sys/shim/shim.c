@@ -1,5 +1,7 @@
 /* See shim.h: DPDK's inline functions, callable from Rust. */
+#define _GNU_SOURCE /* fopencookie */
 #include <stddef.h>
+#include <stdio.h>
 
 #include "shim.h"
 
@@ -39,6 +41,21 @@ uint16_t dpw_pktmbuf_data_room_size(struct rte_mempool *pool)
 unsigned int dpw_ring_dequeue_burst(struct rte_ring *ring, void **objects, unsigned int n)
 {
     return rte_ring_dequeue_burst(ring, objects, n, NULL);
+}
+
+static ssize_t dpw_log_write(void *cookie, const char *buf, size_t len)
+{
+    ssize_t (*write)(const char *, size_t) = (ssize_t(*)(const char *, size_t))cookie;
+    return write(buf, len);
+}
+
+FILE *dpw_log_stream(ssize_t (*write)(const char *buf, size_t len))
+{
+    cookie_io_functions_t io = { .read = NULL, .write = dpw_log_write, .seek = NULL, .close = NULL };
+    FILE *f = fopencookie((void *)write, "w", io);
+    if (f != NULL)
+        setvbuf(f, NULL, _IONBF, 0);
+    return f;
 }
 
 unsigned int dpw_lcore_id(void) { return rte_lcore_id(); }

@@ -3,11 +3,15 @@
  * in its headers (and so exports no symbol for) and the per-lcore
  * `rte_errno`, as functions Rust can call. Each wrapper is one call of the DPDK function
  * of the same name without its `rte_` prefix; nothing here adds behaviour.
+ * One more: a stdio stream whose writes go to a Rust function, for
+ * `rte_openlog_stream` (fopencookie(3) has no binding in Rust's libc crate).
  */
 #ifndef DPWARP_DPDK_SHIM_H
 #define DPWARP_DPDK_SHIM_H
 
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
 
 #include <rte_bus_vdev.h>
 #include <rte_cycles.h>
@@ -36,6 +40,10 @@ int dpw_pktmbuf_linearize(struct rte_mbuf *m);
 uint16_t dpw_pktmbuf_data_room_size(struct rte_mempool *pool);
 
 unsigned int dpw_ring_dequeue_burst(struct rte_ring *ring, void **objects, unsigned int n);
+
+/* A write-only stream, unbuffered, each write of which calls `write(buf,
+ * len)`; NULL if it cannot be made. */
+FILE *dpw_log_stream(ssize_t (*write)(const char *buf, size_t len));
 
 unsigned int dpw_lcore_id(void);
 uint64_t dpw_rdtsc(void);

@@ -288,6 +288,10 @@ fn start(config: &EalConfig) -> Result<(), EalError> {
         let errno = unsafe { sys::dpw_errno() };
         return Err(EalError(explain(config, errno, &args)));
     }
+    if let Err(why) = super::memif_gate::install() {
+        // Everything works but a memif peer's leaving: say so, go on.
+        eprintln!("dpwarp: memif ports are not guarded against a peer that leaves: {why}");
+    }
     Ok(())
 }
 

@@ -12,6 +12,7 @@
 
 mod eal;
 mod mbuf;
+mod memif_gate;
 mod port;
 mod rss;
 
@@ -21,5 +22,6 @@ pub use eal::{
 pub use mbuf::{
     check_layout, ChecksumVerdict, Mbuf, Pool, HEADROOM, RX_IP_CHECKSUM, RX_L4_CHECKSUM,
 };
+pub use memif_gate::counters as memif_gate_counters;
 pub use port::{Link, Port, PortConfig, PortInfo, PortStats, Queue, BURST_MAX};
 pub use rss::{Rss, RssCaps};

@@ -573,6 +573,7 @@ impl Port {
         // Counted from a live port: cleanup cannot run before it.
         counted();
         Some(Queue {
+            gate: (self.inner.info.driver == "net_memif").then(super::memif_gate::mark),
             port: self.inner.clone(),
             index,
             tx_rejected: 0,
@@ -939,6 +940,9 @@ impl Drop for PortInner {
 pub struct Queue {
     port: Arc<PortInner>,
     index: u16,
+    /// A memif queue's mark for the gate its bursts pass (see
+    /// `memif_gate`): a peer that leaves cannot unmap the rings under one.
+    gate: Option<Arc<super::memif_gate::Mark>>,
     /// Frames the driver's transmit prepare step refused (dropped).
     pub tx_rejected: u64,
 }
@@ -981,14 +985,24 @@ impl Queue {
     pub fn rx_burst(&mut self, out: &mut [Option<Mbuf>]) -> usize {
         let n = out.len().min(BURST_MAX);
         let mut raw = [std::ptr::null_mut::<sys::rte_mbuf>(); BURST_MAX];
+        let (port, index) = (self.port.info.id, self.index);
         // SAFETY: we own the queue (`&mut self`, one thread); `raw` has room
         // for `n` pointers. DPDK hands us the first `got` it writes; vector
         // drivers may write ring-owned pointers past them, which are never
         // read.
-        let got = unsafe {
-            sys::dpw_eth_rx_burst(self.port.info.id, self.index, raw.as_mut_ptr(), n as u16)
+        let mut burst = || unsafe {
+            usize::from(sys::dpw_eth_rx_burst(
+                port,
+                index,
+                raw.as_mut_ptr(),
+                n as u16,
+            ))
         };
-        let got = usize::from(got).min(n);
+        let got = match &self.gate {
+            Some(mark) => super::memif_gate::guarded(mark, burst),
+            None => burst(),
+        };
+        let got = got.min(n);
         for (slot, &m) in out.iter_mut().zip(&raw[..got]) {
             let m = NonNull::new(m).expect("DPDK received into an mbuf");
             // SAFETY: DPDK handed this mbuf over; nobody else owns it.
@@ -1021,8 +1035,13 @@ impl Queue {
             n as u16
         };
         // SAFETY: as above; DPDK takes ownership of the first `sent`.
-        let sent =
-            usize::from(unsafe { sys::dpw_eth_tx_burst(port, index, raw.as_mut_ptr(), ready) });
+        let mut burst =
+            || usize::from(unsafe { sys::dpw_eth_tx_burst(port, index, raw.as_mut_ptr(), ready) });
+        let sent = match &self.gate {
+            // A closed gate sends nothing: back-pressure, as a full ring.
+            Some(mark) => super::memif_gate::guarded(mark, burst),
+            None => burst(),
+        };
         let sent = sent.min(usize::from(ready));
         for slot in &mut frames[..sent] {
             // The driver owns these now: forget, do not free.
