@@ -8,7 +8,9 @@
 //! Also: a second server on a socket that is in use is refused, with a
 //! message that says so; and a server that never stops polling outlives
 //! clients that come and go (the driver unmaps a leaving client's rings
-//! under a burst unless `dataplane`'s memif gate holds the bursts off).
+//! under a burst unless `dataplane`'s memif gate holds the bursts off);
+//! and a port opened while another closes is not refused (the trials run
+//! at once, in one process, as they did on CI when that was found).
 //!
 //! Uses hugepages when enough are reserved, ordinary pages otherwise.
 #![allow(clippy::disallowed_methods)] // The test paces itself by the clock.
@@ -62,6 +64,10 @@ fn main() {
             Trial::test(
                 "a_server_that_never_stops_polling_outlives_clients_that_come_and_go",
                 churn,
+            ),
+            Trial::test(
+                "a_port_opened_while_another_closes_is_not_refused",
+                open_while_closing,
             ),
         ],
     )
@@ -375,6 +381,25 @@ fn churn() -> Result<(), Failed> {
              {gate} times, {given_up} waits gave up"
         )
         .into());
+    }
+    Ok(())
+}
+
+/// A memif port closing on one thread (its close waits 50 ms before the
+/// device goes, for DPDK's deferred release) while another thread opens
+/// one: DPDK may give the new port the id the closing one just released,
+/// which must not be refused as a port "open already" (it was, while the
+/// closing port kept its claim through the wait).
+fn open_while_closing() -> Result<(), Failed> {
+    let base = format!("/run/dpwarp/test-reuse-{}", std::process::id());
+    for round in 0..3 {
+        let old = open(&format!("{base}-{round}a.sock"), true)?;
+        let closing = std::thread::spawn(move || drop(old));
+        // Inside the closing port's wait.
+        std::thread::sleep(Duration::from_millis(10));
+        let new = open(&format!("{base}-{round}b.sock"), true);
+        closing.join().map_err(|_| "the closing thread panicked")?;
+        new.map_err(|e| format!("round {round}: a port opened while another closed: {e}"))?;
     }
     Ok(())
 }

@@ -914,6 +914,14 @@ impl Drop for PortInner {
             }
             sys::rte_eth_dev_close(id);
         }
+        // Closing released the port's id to DPDK, which may give it to the
+        // next port made, by another thread, while this one sleeps below:
+        // it is no longer ours to claim (kept until after the sleep, it
+        // made that thread's port refused as "open already").
+        CLAIMED
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|&claimed| claimed != id);
         if self.info.driver == "net_memif" {
             // DPDK 22.11's memif closes its control channel by deferring
             // the release to EAL's interrupt thread, which then still uses
@@ -926,10 +934,6 @@ impl Drop for PortInner {
         // A ring pair's frames this port sent and the other never read go
         // back to their pool when the pair drains, after both ports.
         remove(&self.origin);
-        CLAIMED
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|&claimed| claimed != id);
         released();
     }
 }
