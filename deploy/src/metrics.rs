@@ -76,6 +76,19 @@ pub fn render(shared: &Shared) -> String {
             shared.host.registry().stags_in_use() as f64,
         )],
     );
+    let (closings, given_up) = dataplane::dpdk::memif_gate_counters();
+    family(
+        "dpwarp_memif_gate_closings_total",
+        "counter",
+        "Times memif's control channel was about to act (a link coming or going) and bursts on memif ports waited for it (0 without memif).",
+        &[(String::new(), closings as f64)],
+    );
+    family(
+        "dpwarp_memif_gate_waits_given_up_total",
+        "counter",
+        "Waits for a memif burst to end that gave up after a second and let the driver go on (a core stalled inside a burst).",
+        &[(String::new(), given_up as f64)],
+    );
     let cores: Vec<_> = shared
         .cores
         .iter()

@@ -1142,6 +1142,16 @@ fn memif_port() -> Result<(), Failed> {
     {
         return Err(fail(format!("after the clients: {stats:#}")));
     }
+    // The memif gate closed as the clients' control channels spoke (as
+    // each connected and as each left); no wait for a burst gave up.
+    let text = scrape(metrics)?;
+    let closings = sample(&text, "dpwarp_memif_gate_closings_total").unwrap_or(0.0);
+    let given_up = sample(&text, "dpwarp_memif_gate_waits_given_up_total");
+    if closings < 2.0 || given_up != Some(0.0) {
+        return Err(fail(format!(
+            "the memif gate closed {closings} times, {given_up:?} waits gave up"
+        )));
+    }
     let log = daemon.log_text();
     for llp in ["llp=\"sctp\"", "llp=\"mpa\""] {
         if !log
