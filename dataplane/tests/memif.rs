@@ -17,7 +17,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dataplane::ports::{self, Hugepages, Opened, PortKind, PortOptions};
@@ -34,23 +34,18 @@ const SOCKET: &str = "DPWARP_MEMIF_TEST_SOCKET";
 fn main() {
     if let Ok(role) = std::env::var(ROLE) {
         let socket = std::env::var(SOCKET).expect("the socket name");
-        let code = match role.as_str() {
-            "server" => server(&socket).map_or_else(
-                |e| {
-                    eprintln!("memif server: {e}");
-                    1
-                },
-                |()| 0,
-            ),
-            "poller" => poller(&socket).map_or_else(
-                |e| {
-                    eprintln!("memif poller: {e}");
-                    1
-                },
-                |()| 0,
-            ),
-            _ => 2,
+        let run: fn(&str) -> Result<(), String> = match role.as_str() {
+            "server" => server,
+            "poller" => poller,
+            _ => std::process::exit(2),
         };
+        let code = run(&socket).map_or_else(
+            |e| {
+                eprintln!("memif {role}: {e}");
+                1
+            },
+            |()| 0,
+        );
         std::process::exit(code);
     }
     let args = Arguments::from_args();
@@ -160,11 +155,12 @@ fn server(socket: &str) -> Result<(), String> {
     }
 }
 
-fn two_processes() -> Result<(), Failed> {
-    let socket = format!("/run/dpwarp/test-memif-{}.sock", std::process::id());
+/// This binary again, as `role` on `socket`, once it says it listens: the
+/// child and what it says on its stdout.
+fn spawn(role: &str, socket: &str) -> Result<(Child, BufReader<ChildStdout>), Failed> {
     let mut child = Command::new(std::env::current_exe()?)
-        .env(ROLE, "server")
-        .env(SOCKET, &socket)
+        .env(ROLE, role)
+        .env(SOCKET, socket)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -174,8 +170,15 @@ fn two_processes() -> Result<(), Failed> {
     said.read_line(&mut line)?;
     if line.trim() != "listening" {
         let _ = child.kill();
-        return Err(format!("the server said {line:?}").into());
+        let _ = child.wait();
+        return Err(format!("the {role} said {line:?}").into());
     }
+    Ok((child, said))
+}
+
+fn two_processes() -> Result<(), Failed> {
+    let socket = format!("/run/dpwarp/test-memif-{}.sock", std::process::id());
+    let (mut child, mut said) = spawn("server", &socket)?;
     let outcome = client(&socket, &mut said);
     // The server is quiet (or gone): leave it our stdin's end.
     drop(child.stdin.take());
@@ -304,24 +307,13 @@ fn poller(socket: &str) -> Result<(), String> {
 /// and leave, one after another (each port's close is a disconnect the
 /// server's interrupt thread handles while its core bursts); then one
 /// more that opens a TCP connection through the port. The server must
-/// live through all of it, its gate must have closed for each leaving,
+/// live through all of it, its gate must have closed at least once per
+/// client (as it connected or as it left: the count does not tell which),
 /// and no wait for a burst may have given up.
 fn churn() -> Result<(), Failed> {
     let socket = format!("/run/dpwarp/test-churn-{}.sock", std::process::id());
-    let mut child = Command::new(std::env::current_exe()?)
-        .env(ROLE, "poller")
-        .env(SOCKET, &socket)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()?;
-    let mut said = BufReader::new(child.stdout.take().expect("piped"));
-    let mut line = String::new();
-    said.read_line(&mut line)?;
+    let (mut child, mut said) = spawn("poller", &socket)?;
     let outcome = (|| -> Result<(), Failed> {
-        if line.trim() != "listening" {
-            return Err(format!("the server said {line:?}").into());
-        }
         for i in 0..CLIENTS {
             let opened = open(&socket, false)?;
             ports::wait_link(&[&opened], Duration::from_secs(10))

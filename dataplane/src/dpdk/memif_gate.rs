@@ -45,7 +45,8 @@
 //! `xchg`) and a load, which did not show: a 64 B Write's round trip
 //! over memif 1.17-1.19 us at the median with the gate, 1.15-1.18 without
 //! (`bench write --lat -s 64 --transport memif`, three runs each, taken in
-//! turn), 64 B Writes at 8.3-8.8 M/s both ways.
+//! turn), 64 B Writes at 8.2-8.8 M/s with it, 8.4-8.8 without (five runs
+//! each).
 //! An open gate is 0, so bursts do not read the clock: a gate left
 //! "closed until" a time that had passed made them read it, and cost
 //! that round trip 9% (1.18 to 1.29 us).
@@ -59,7 +60,7 @@ use std::time::Duration;
 use dpdk_sys as sys;
 
 /// How long a closed gate stays closed at most.
-pub(super) const CLOSED_FOR: Duration = Duration::from_millis(50);
+const CLOSED_FOR: Duration = Duration::from_millis(50);
 
 /// How long the log thread waits for a burst to end before it lets the
 /// driver go on anyway (a poller stopped inside a burst for this long is
