@@ -418,6 +418,8 @@ impl<D: Device> Stack<D> {
             if socket.state() != State::Closed {
                 socket.abort();
             }
+            // The next connection on this socket starts as any other.
+            self.sockets.set_urgent(slot.handle, false);
             self.spare.push(slot.handle);
             if !matches!(slot.role, Role::Listening(_)) {
                 self.connections -= 1;
@@ -953,6 +955,12 @@ impl<D: Device> Transport for Stack<D> {
         let handle = slot.handle;
         self.sockets.get_mut::<tcp::Socket>(handle).abort();
         self.events.forget(conn.index);
+        Ok(())
+    }
+
+    fn set_urgent(&mut self, conn: ConnId, urgent: bool) -> Result<(), SendError> {
+        let handle = self.slot(conn)?.handle;
+        self.sockets.set_urgent(handle, urgent);
         Ok(())
     }
 

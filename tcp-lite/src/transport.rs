@@ -72,6 +72,18 @@ pub trait Transport {
     /// reports nothing more) until released.
     fn abort(&mut self, conn: ConnId) -> Result<(), SendError>;
 
+    /// Give the connection's segments precedence over the other
+    /// connections' on our egress, or take it back: a class of service for
+    /// latency-sensitive traffic beside bulk transfers, as a NIC's strict
+    /// priority queue. A [`Stack`](crate::Stack) sends an urgent
+    /// connection's segments at the next poll before any other
+    /// connection's; a transport whose egress is the kernel's leaves the
+    /// order to it (the default: nothing changes).
+    fn set_urgent(&mut self, conn: ConnId, urgent: bool) -> Result<(), SendError> {
+        let _ = (conn, urgent);
+        Ok(())
+    }
+
     /// Free the handle and its buffers. An open connection is aborted first
     /// (its RST goes out at the next poll). A connection in TIME-WAIT is
     /// freed at once: a FIN the peer sends again is answered with RST, which

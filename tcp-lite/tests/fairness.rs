@@ -55,3 +55,91 @@ fn every_connection_gets_its_turn_on_a_link_that_pushes_back() {
         &received[CONNS - 4..]
     );
 }
+
+/// Steps (polls of both stacks) from each 64-octet ping's send on the
+/// last of `busy + 1` connections to its arrival, over a link that pushes
+/// back while the other connections keep their rings full; `urgent`
+/// marks the ping's connection urgent on both ends.
+fn ping_steps_beside_busy(busy: usize, urgent: bool) -> Vec<u32> {
+    let mut link = LinkConfig::ethernet(1500);
+    link.queue_frames = 16;
+    link.backpressure = true;
+    let mut net = Net::new(link, 11, |c| {
+        c.tcp.rx_buffer = 64 * 1024;
+        c.tcp.tx_buffer = 64 * 1024;
+        c.tcp.congestion = tcp_lite::CongestionControl::None;
+    });
+    let pairs = net.open_many(busy + 1, 9000);
+    let (ping, pong) = pairs[busy];
+    net.a.set_urgent(ping, urgent).unwrap();
+    net.b.set_urgent(pong, urgent).unwrap();
+    let chunk = vec![0x5a; 16 * 1024];
+    let mut steps = Vec::new();
+    let mut waiting: Option<u32> = None;
+    for _ in 0..4000 {
+        for &(client, _) in &pairs[..busy] {
+            let _ = net.a.send_with(client, chunk.len(), |space| {
+                space.copy_from_slice(&chunk[..space.len()]);
+                (space.len(), ())
+            });
+        }
+        if waiting.is_none() {
+            let sent = net.a.send_with(ping, 64, |space| {
+                space.fill(0x11);
+                (space.len(), space.len())
+            });
+            assert_eq!(sent, Ok(64), "the ping's ring has room");
+            waiting = Some(0);
+        }
+        net.step(Duration::from_millis(1));
+        if let Some(n) = waiting.as_mut() {
+            *n += 1;
+        }
+        for &(_, server) in &pairs[..busy] {
+            while let Ok(n) = net.b.recv_with(server, |data, _| (data.len(), data.len())) {
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        let got = net
+            .b
+            .recv_with(pong, |data, _| (data.len(), data.len()))
+            .unwrap_or(0);
+        if got > 0 {
+            assert_eq!(got, 64, "one ping at a time");
+            steps.push(waiting.take().unwrap());
+        }
+    }
+    steps
+}
+
+/// An urgent connection (`Transport::set_urgent`) sends before the busy
+/// ones: its pings arrive at the next step, where a plain connection's
+/// wait behind every busy connection's segment.
+#[test]
+fn an_urgent_connection_sends_before_busy_ones_on_a_link_that_pushes_back() {
+    let urgent = ping_steps_beside_busy(64, true);
+    let plain = ping_steps_beside_busy(64, false);
+    let worst = |s: &[u32]| *s.iter().max().unwrap();
+    eprintln!(
+        "pings: urgent {} (worst {} steps), plain {} (worst {} steps)",
+        urgent.len(),
+        worst(&urgent),
+        plain.len(),
+        worst(&plain)
+    );
+    assert!(urgent.len() >= 1000, "urgent pings: {}", urgent.len());
+    assert!(!plain.is_empty(), "no plain ping arrived");
+    assert!(
+        worst(&urgent) <= 2,
+        "an urgent ping waited {} steps",
+        worst(&urgent)
+    );
+    assert!(
+        worst(&plain) > 2 * worst(&urgent),
+        "the busy connections did not hold a plain ping back ({} steps): \
+         the test shows nothing",
+        worst(&plain)
+    );
+}

@@ -38,6 +38,9 @@ pub(crate) struct Meta {
     neighbor_state: NeighborState,
     /// dpwarp: in its set's ready queue (the next egress pass visits it).
     pub(crate) ready: bool,
+    /// dpwarp: its set's egress visits it before the others
+    /// (`SocketSet::set_urgent`).
+    pub(crate) urgent: bool,
     /// dpwarp: in its set's list of changed sockets (see
     /// `SocketSet::take_changed`).
     pub(crate) changed: bool,

@@ -37,6 +37,9 @@ pub(crate) struct FlowKey {
 pub(crate) struct Schedule {
     /// Sockets the next egress pass visits, in order.
     pub(crate) ready: VecDeque<usize>,
+    /// Urgent sockets (`SocketSet::set_urgent`) the next egress pass
+    /// visits, in order, before those in `ready`.
+    pub(crate) urgent: VecDeque<usize>,
     /// Sockets whose poll time is in the future, by that time; an entry
     /// whose socket's `Meta::timer` no longer names its time is stale.
     pub(crate) timers: BinaryHeap<Reverse<(Instant, usize)>>,
@@ -162,6 +165,9 @@ impl<'a> SocketSet<'a> {
                 .ready
                 .reserve(n.saturating_sub(schedule.ready.len()));
             schedule
+                .urgent
+                .reserve(n.saturating_sub(schedule.urgent.len()));
+            schedule
                 .changed
                 .reserve(n.saturating_sub(schedule.changed.len()));
             schedule
@@ -264,13 +270,42 @@ impl<'a> SocketSet<'a> {
         }
     }
 
-    /// dpwarp: puts socket `index` in the ready queue, if it is not there.
+    /// dpwarp: marks the socket `handle` urgent, or not. An egress pass
+    /// visits the urgent sockets that are ready before all others, each
+    /// once, in the order they became ready; the others keep their order
+    /// among themselves. A socket that carries latency-sensitive traffic
+    /// beside bulk transfers (a class of service, as a NIC's strict
+    /// priority queue gives it) then sends at the next pass instead of
+    /// after a segment of every busy socket. It takes effect from the
+    /// socket's next wake-up; a new socket is not urgent.
+    #[cfg(feature = "alloc")]
+    pub fn set_urgent(&mut self, handle: SocketHandle, urgent: bool) {
+        if let Some(item) = self.sockets[handle.0].inner.as_mut() {
+            item.meta.urgent = urgent;
+        }
+    }
+
+    /// dpwarp: whether the socket `handle` is urgent (`set_urgent`).
+    #[cfg(feature = "alloc")]
+    pub fn is_urgent(&self, handle: SocketHandle) -> bool {
+        self.sockets[handle.0]
+            .inner
+            .as_ref()
+            .is_some_and(|item| item.meta.urgent)
+    }
+
+    /// dpwarp: puts socket `index` in the ready queue (the urgent one, if
+    /// it is urgent), if it is not there.
     pub(crate) fn wake(&mut self, index: usize) {
         #[cfg(feature = "alloc")]
         if let Some(item) = self.sockets.get_mut(index).and_then(|s| s.inner.as_mut()) {
             if !item.meta.ready {
                 item.meta.ready = true;
-                self.schedule.ready.push_back(index);
+                if item.meta.urgent {
+                    self.schedule.urgent.push_back(index);
+                } else {
+                    self.schedule.ready.push_back(index);
+                }
             }
         }
         #[cfg(not(feature = "alloc"))]
@@ -386,5 +421,41 @@ mod test {
         assert_eq!(set.schedule.ready.capacity(), ready);
         assert_eq!(set.schedule.changed.capacity(), changed);
         assert_eq!(set.schedule.timers.capacity(), timers);
+    }
+
+    /// dpwarp: an urgent socket wakes into the urgent queue (which an
+    /// egress pass visits first), the others into the ready queue; each
+    /// is queued once; a socket taken back wakes into the ready queue; a
+    /// socket added in a removed urgent one's slot is not urgent.
+    #[test]
+    fn urgent_sockets_wake_into_their_own_queue() {
+        let mut set = SocketSet::new(vec![]);
+        let a = set.add(tcp_socket());
+        let b = set.add(tcp_socket());
+        assert!(set.schedule.urgent.capacity() >= 2);
+        // `add` woke both (a new socket may have a SYN to send).
+        assert_eq!(set.schedule.ready, [a.0, b.0]);
+        set.schedule.ready.clear();
+        for h in [a, b] {
+            set.item_mut(h.0).unwrap().meta.ready = false;
+        }
+        set.set_urgent(b, true);
+        assert!(set.is_urgent(b) && !set.is_urgent(a));
+        for h in [a, b, b, a] {
+            set.wake(h.0);
+        }
+        assert_eq!(set.schedule.ready, [a.0]);
+        assert_eq!(set.schedule.urgent, [b.0]);
+        set.schedule.urgent.clear();
+        set.item_mut(b.0).unwrap().meta.ready = false;
+        set.set_urgent(b, false);
+        set.wake(b.0);
+        assert_eq!(set.schedule.ready, [a.0, b.0]);
+        assert!(set.schedule.urgent.is_empty());
+        set.set_urgent(b, true);
+        set.remove(b);
+        let c = set.add(tcp_socket());
+        assert_eq!(c.0, b.0, "the slot is reused");
+        assert!(!set.is_urgent(c));
     }
 }

@@ -894,10 +894,19 @@ impl Interface {
         // another turn goes to the back, for the next pass); the one the
         // device refused a token stays first, so that under sustained
         // back-pressure every socket gets its turn.
+        // The urgent sockets first (`SocketSet::set_urgent`), then the
+        // others.
         #[cfg(feature = "alloc")]
-        for _ in 0..sockets.schedule.ready.len() {
-            let Some(index) = sockets.schedule.ready.pop_front() else {
-                break;
+        let (urgent, ready) = (sockets.schedule.urgent.len(), sockets.schedule.ready.len());
+        #[cfg(feature = "alloc")]
+        for k in 0..urgent + ready {
+            let queue = if k < urgent {
+                &mut sockets.schedule.urgent
+            } else {
+                &mut sockets.schedule.ready
+            };
+            let Some(index) = queue.pop_front() else {
+                continue;
             };
             let Some(item) = sockets.item_mut(index) else {
                 continue;
@@ -908,7 +917,11 @@ impl Interface {
             item.meta.ready = false;
             let Some(next) = visit(item) else {
                 item.meta.ready = true;
-                sockets.schedule.ready.push_front(index);
+                if k < urgent {
+                    sockets.schedule.urgent.push_front(index);
+                } else {
+                    sockets.schedule.ready.push_front(index);
+                }
                 break;
             };
             let waiting = item.meta.is_waiting() && !item.meta.waiting_listed;
