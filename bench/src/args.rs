@@ -67,6 +67,15 @@ pub struct Args {
     #[arg(long, default_value_t = 0, conflicts_with = "idle")]
     pub active: usize,
 
+    /// The measured QPs are urgent on both ends: each end's core looks at
+    /// them first, TCP sends their segments before other connections', and
+    /// while they live a turn looks at one other connection only (a class
+    /// of service, as a NIC's strict-priority queue; the other QPs'
+    /// throughput pays). With --lat --active N: the latency of a QP that
+    /// asked for precedence among busy ones.
+    #[arg(long)]
+    pub urgent: bool,
+
     /// With --lat on write: this many more QPs connected (in RTS) and idle
     /// while one QP measures latency (what many QPs cost the core that
     /// serves one).
@@ -404,6 +413,11 @@ impl Args {
         if self.active > 0 && !(self.lat && matches!(self.op, Some(OpArg::Write))) {
             return Err(
                 "--active goes with a Write latency run: bench write --lat --active N".into(),
+            );
+        }
+        if self.urgent && self.llp == LlpArg::Sctp {
+            return Err(
+                "--urgent: DDP over SCTP has no urgent class; it is for MPA over TCP".into(),
             );
         }
         if self.idle > 0 && !(self.lat && matches!(self.op, Some(OpArg::Write))) {

@@ -199,6 +199,13 @@ pub trait RnicEnd {
     fn poll_cq(&mut self, out: &mut Vec<Wc>);
     /// Whether QP `qp`'s connection (or DDP stream) is still open.
     fn is_live(&self, qp: QpHandle) -> bool;
+    /// Gives QP `qp`'s connection precedence on this end's core, or takes
+    /// it back (`dataplane::Core::set_urgent`); `false` where the lower
+    /// layer has no such class.
+    fn set_urgent(&mut self, qp: QpHandle, urgent: bool) -> bool {
+        let _ = (qp, urgent);
+        false
+    }
 }
 
 impl<T: CoreTransport> RnicEnd for Endpoint<T> {
@@ -220,6 +227,10 @@ impl<T: CoreTransport> RnicEnd for Endpoint<T> {
 
     fn is_live(&self, qp: QpHandle) -> bool {
         Endpoint::is_live(self, qp)
+    }
+
+    fn set_urgent(&mut self, qp: QpHandle, urgent: bool) -> bool {
+        self.core.set_urgent(qp, urgent)
     }
 }
 

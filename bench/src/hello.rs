@@ -15,7 +15,8 @@
 //! `qi` is the connection's index among the client's `qps`, which picks its
 //! slot of memory on both sides; STag/TO is the client's memory (for the
 //! server's replies in latency runs); flag bit 0 marks the client's last
-//! size; `run` names the client's run (a server serves one run at a time). The server's Reply carries `"DPWB" ver 0 0 0 STag TO` (20
+//! size, bit 1 an urgent QP (`--urgent`: the server's core serves it first
+//! too); `run` names the client's run (a server serves one run at a time). The server's Reply carries `"DPWB" ver 0 0 0 STag TO` (20
 //! octets): its memory. A server that cannot serve the workload rejects with
 //! `"DPWB!"` and a line of UTF-8 saying why.
 
@@ -46,6 +47,8 @@ pub struct ClientHello {
     pub qps: u16,
     /// The client's last size: it ends after these connections close.
     pub last: bool,
+    /// The QP is urgent (`--urgent`): the server's core serves it first.
+    pub urgent: bool,
     /// The client's memory: STag.
     pub stag: u32,
     /// The client's memory: tagged offset of its first octet.
@@ -77,6 +80,7 @@ impl ClientHello {
             qi: qi as u16,
             qps: total as u16,
             last,
+            urgent: spec.urgent,
             stag: memory.0,
             to: memory.1,
             run,
@@ -93,7 +97,7 @@ impl ClientHello {
             Mode::Bandwidth => 0,
             Mode::Latency => 1,
         });
-        out.push(u8::from(self.last));
+        out.push(u8::from(self.last) | u8::from(self.urgent) << 1);
         out.extend_from_slice(&self.size.to_be_bytes());
         out.extend_from_slice(&self.depth.to_be_bytes());
         out.extend_from_slice(&self.qi.to_be_bytes());
@@ -138,6 +142,7 @@ impl ClientHello {
             op,
             mode,
             last: pd[7] & 1 != 0,
+            urgent: pd[7] & 2 != 0,
             size: be32(8),
             depth: be16(12),
             qi: be16(14),

@@ -85,8 +85,10 @@ fn main() {
             args.qps, args.depth
         ),
         Mode::Latency if args.active > 0 => format!(
-            "latency | 1 QP, 1 in flight, beside {} QP(s) with {} Writes in flight each",
-            args.active, args.depth
+            "latency | 1 QP{}, 1 in flight, beside {} QP(s) with {} Writes in flight each",
+            if args.urgent { " (urgent)" } else { "" },
+            args.active,
+            args.depth
         ),
         Mode::Latency if args.idle > 0 => format!(
             "latency | 1 QP, 1 in flight, beside {} idle QP(s) (connected, nothing posted)",
@@ -189,6 +191,7 @@ fn run_cores(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
         stop: plan.stop,
         depth: args.depth,
         qps: args.qps,
+        urgent: args.urgent,
     };
     let per_core = match kind {
         CoreLink::Remote(peer, addr) => {
@@ -975,6 +978,7 @@ fn sweep<R: BenchRig>(
             stop: plan.stop,
             depth: args.depth,
             qps: args.qps,
+            urgent: args.urgent,
         };
         let last = i + 1 == plan.sizes.len();
         // A progress bar on runs of a second or more (a hidden one otherwise).

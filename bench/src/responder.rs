@@ -1246,6 +1246,9 @@ impl<T: CoreTransport> Server<T> {
             } else {
                 0
             };
+            if h.urgent {
+                self.endpoint.core.set_urgent(qp, true);
+            }
             let peer = ends.map(|(_, peer)| peer);
             self.connections.insert(
                 qp,
@@ -1362,6 +1365,7 @@ mod tests {
             qi: 0,
             qps: 1,
             last,
+            urgent: false,
             stag: 1,
             to: 0,
             run,

@@ -432,15 +432,20 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
             match (&handoff.result, qp) {
                 (StartupResult::Established(e), Some(qp)) => {
                     match ServerHello::decode(&e.peer_private_data) {
-                        Ok(s) => pairs.push(Pair {
-                            qp: *qp,
-                            remote: RemoteAddr {
-                                stag: s.stag,
-                                to: s.to,
-                            },
-                            slot: qi,
-                            credit: credit_offset(total, qi, spec.size),
-                        }),
+                        Ok(s) => {
+                            if spec.urgent {
+                                self.client.core.set_urgent(*qp, true);
+                            }
+                            pairs.push(Pair {
+                                qp: *qp,
+                                remote: RemoteAddr {
+                                    stag: s.stag,
+                                    to: s.to,
+                                },
+                                slot: qi,
+                                credit: credit_offset(total, qi, spec.size),
+                            })
+                        }
                         Err(why) => {
                             failure.get_or_insert(why);
                             self.client.close(*qp);

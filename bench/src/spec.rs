@@ -90,6 +90,10 @@ pub struct Spec {
     pub depth: usize,
     /// QPs (connections) running at once.
     pub qps: usize,
+    /// The QPs are urgent on both ends (`--urgent`): each end's core looks
+    /// at them first and sends their segments first, and keeps its turns
+    /// short while they live (`dataplane::Core::set_urgent`).
+    pub urgent: bool,
 }
 
 /// What a run measured.

@@ -199,6 +199,7 @@ fn run_in<R: BenchRig>(
         let busy = Spec {
             mode: Mode::Bandwidth,
             qps: active,
+            urgent: false,
             ..*spec
         };
         background.pairs = rig.open_slots(&busy, last, first + spec.qps, total)?;
@@ -245,6 +246,7 @@ impl Background {
             spec: Spec {
                 mode: Mode::Bandwidth,
                 qps: active,
+                urgent: false,
                 ..*spec
             },
             pairs: Vec::new(),
@@ -502,6 +504,11 @@ fn latency<R: BenchRig>(
                 pairs,
                 "the server's Write back",
                 |rig: &mut R, wcs: &mut Vec<Wc>| {
+                    // The pong first: the completions wait for the next
+                    // look (the next round's first).
+                    if rig.client().region().read(pong_at, &mut last).is_ok() && last[0] == marker {
+                        return true;
+                    }
                     // Reap our Write's completion as it comes, and keep
                     // the busy QPs' windows full.
                     wcs.clear();

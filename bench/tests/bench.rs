@@ -155,6 +155,7 @@ fn spec(op: Op, mode: Mode, size: usize, qps: usize) -> Spec {
         stop: Stop::Iterations(200),
         depth: 16,
         qps,
+        urgent: false,
     }
 }
 
@@ -382,6 +383,7 @@ fn the_bench_hello_round_trips_and_refuses_garbage() {
         qi: 7,
         qps: 9,
         last: true,
+        urgent: true,
         stag: 0xdead_beef,
         to: 0x1122_3344_5566_7788,
         run: 0x0102_0304_0506_0708,
@@ -391,6 +393,15 @@ fn the_bench_hello_round_trips_and_refuses_garbage() {
     assert_eq!(ClientHello::decode(&octets), Ok(h));
     // Every field lands where the layout says (big-endian).
     assert_eq!(&octets[..4], b"DPWB");
+    // The flags: the last size (bit 0), an urgent QP (bit 1).
+    assert_eq!(octets[7], 0b11);
+    let plain = ClientHello {
+        last: false,
+        urgent: false,
+        ..h
+    };
+    assert_eq!(plain.encode()[7], 0);
+    assert_eq!(ClientHello::decode(&plain.encode()), Ok(plain));
     assert_eq!(&octets[8..12], &[1, 2, 3, 4]);
     assert_eq!(&octets[18..22], &[0xde, 0xad, 0xbe, 0xef]);
     assert_eq!(&octets[22..30], &0x1122_3344_5566_7788u64.to_be_bytes());

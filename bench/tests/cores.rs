@@ -51,6 +51,7 @@ fn every_operation<C: CoreTransport, S: CoreTransport>(rig: &mut rig::Rig<C, S>,
                 stop: Stop::Iterations(300),
                 depth: 32,
                 qps: if mode == Mode::Latency { 1 } else { 2 },
+                urgent: false,
             };
             let m = workload::run(rig, &spec, false, &AtomicBool::new(false), &mut |_| {})
                 .unwrap_or_else(|e| panic!("{op:?} {mode:?}: {e}"));
@@ -123,6 +124,7 @@ fn a_workload_spreads_over_pinned_cores_and_adds_up() {
         stop: Stop::Iterations(400),
         depth: 16,
         qps: 3,
+        urgent: false,
     };
     let sizes = [64, 4096];
     for kind in [CoreLink::Embedded, CoreLink::Ring] {
@@ -200,6 +202,7 @@ fn a_flood_on_one_core_leaves_the_other_running() {
         stop: Stop::Duration(std::time::Duration::from_millis(600)),
         depth: 16,
         qps: 2,
+        urgent: false,
     };
     let mut floods = Vec::new();
     let reports = cores::run(
@@ -255,6 +258,7 @@ fn write_latency_beside(beside: usize, port: u16) -> (rig::EmbeddedRig, Spec) {
         stop: Stop::Iterations(300),
         depth: 4,
         qps: 1,
+        urgent: false,
     };
     (rig, spec)
 }
@@ -337,4 +341,72 @@ fn a_latency_run_beside_idle_qps() {
     assert_eq!(rig.client.open_connections(), 0, "every connection closed");
     let server = rig.local_server().unwrap();
     assert_eq!(server.served, 1 + idle as u64, "each idle QP was connected");
+}
+
+/// `--urgent`: the latency QP beside busy ones is urgent on both ends (the
+/// client's core from `open_slots`, the server's from the hello's flag):
+/// while it lives each core's turn looks at it first and at one busy QP at
+/// most, so the busy QPs' work is spread over many short turns; without
+/// it a turn looks at every busy QP with work.
+#[test]
+fn an_urgent_qp_beside_busy_ones_keeps_each_cores_turns_short() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let active = 16;
+    let budget = dataplane::Budgets::default().beside_urgent as u64;
+    let mut per_turn = Vec::new();
+    for (urgent, port) in [(false, 7494), (true, 7495)] {
+        let (mut rig, spec) = write_latency_beside(active, port);
+        let spec = Spec { urgent, ..spec };
+        let before: Vec<_> = rig.core_reports().iter().map(|r| r.counters).collect();
+        let m = workload::run_beside(
+            &mut rig,
+            &spec,
+            active,
+            true,
+            true,
+            &AtomicBool::new(false),
+            &mut |_| {},
+        )
+        .unwrap();
+        assert!(m.messages >= 300, "the latency QP's rounds: {}", m.messages);
+        assert!(m.beside > 0, "the busy QPs completed Writes meanwhile");
+        assert_eq!(rig.client.open_connections(), 0, "every connection closed");
+        assert_eq!(
+            rig.client.core.urgent_connections(),
+            0,
+            "the urgent QP's end went with its connection"
+        );
+        let reports = rig.core_reports();
+        assert_eq!(reports.len(), 2, "a client core and a server core");
+        for (r, before) in reports.iter().zip(&before) {
+            let c = r.counters.since(before);
+            eprintln!(
+                "urgent {urgent}, {}: {} busy turns looked at {} connections; \
+                 {} turns beside the urgent QP looked at {} others",
+                r.role, c.busy_turns, c.looked_at, c.turns_beside_urgent, c.looked_at_beside_urgent
+            );
+            if urgent {
+                assert!(
+                    c.turns_beside_urgent >= m.messages,
+                    "{}: {} turns beside the urgent QP for {} rounds",
+                    r.role,
+                    c.turns_beside_urgent,
+                    m.messages
+                );
+                assert!(c.looked_at_beside_urgent <= c.turns_beside_urgent * budget);
+            } else {
+                assert_eq!(c.turns_beside_urgent, 0, "{}: no urgent QP", r.role);
+            }
+            if r.role == "client" {
+                per_turn.push(c.looked_at as f64 / c.busy_turns.max(1) as f64);
+            }
+        }
+    }
+    // The contrast that shows the budget bit: busy QPs per client turn.
+    assert!(
+        per_turn[0] > 2.0 * per_turn[1],
+        "connections looked at per busy turn: {:.2} plain, {:.2} urgent",
+        per_turn[0],
+        per_turn[1]
+    );
 }

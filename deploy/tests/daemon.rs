@@ -382,6 +382,7 @@ fn run_of(
         stop,
         depth: 16,
         qps,
+        urgent: false,
     };
     (config, spec)
 }
@@ -797,6 +798,7 @@ fn bench_leases() -> Result<(), Failed> {
         qi: 0,
         qps: 1,
         last: true,
+        urgent: false,
         stag: mine.0,
         to: mine.1,
         run,
