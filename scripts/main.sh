@@ -83,8 +83,11 @@ echo
 "$bench" write -s 65536 -D 3 -q 1024 -t 8 --transport memif --report_gbits --json "$out/write_bw_64k_1024qps.json"
 echo
 # 64 B Write latency of one QP beside 255 busy ones (8 Writes in flight
-# each) on the same cores.
+# each) on the same cores; then beside 1,023, the measured QP urgent (its
+# cores serve it first and keep their turns short; the busy QPs pay).
 "$bench" write -s 64 -D 3 --lat --active 255 -t 8 --transport memif --out "$out" --json "$out/write_lat_64_beside_255.json"
+echo
+"$bench" write -s 64 -D 3 --lat --active 1023 -t 8 --urgent --transport memif --out "$out" --json "$out/write_lat_64_beside_1023_urgent.json"
 echo
 # The same latency beside 1,023 QPs that are connected and idle: an idle QP
 # costs a turn nothing.
