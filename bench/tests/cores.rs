@@ -263,6 +263,20 @@ fn write_latency_beside(beside: usize, port: u16) -> (rig::EmbeddedRig, Spec) {
     (rig, spec)
 }
 
+/// `spec`'s latency run beside `active` busy QPs, the last size.
+fn beside_busy(rig: &mut rig::EmbeddedRig, spec: &Spec, active: usize) -> bench::spec::Measured {
+    workload::run_beside(
+        rig,
+        spec,
+        active,
+        true,
+        true,
+        &AtomicBool::new(false),
+        &mut |_| {},
+    )
+    .unwrap()
+}
+
 /// `--active`: a Write latency run beside busy QPs on the same core: the
 /// latency QP completes its rounds, the busy QPs complete Writes meanwhile,
 /// and their memory slots are their own (the latency QP's pong is its own).
@@ -271,16 +285,7 @@ fn a_latency_run_beside_busy_qps_measures_both() {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let active = 16;
     let (mut rig, spec) = write_latency_beside(active, 7490);
-    let m = workload::run_beside(
-        &mut rig,
-        &spec,
-        active,
-        true,
-        true,
-        &AtomicBool::new(false),
-        &mut |_| {},
-    )
-    .unwrap();
+    let m = beside_busy(&mut rig, &spec, active);
     assert!(m.messages >= 300, "the latency QP's rounds: {}", m.messages);
     assert!(m.latency.len() >= 300);
     assert!(m.beside > 0, "the busy QPs completed Writes meanwhile");
@@ -358,16 +363,7 @@ fn an_urgent_qp_beside_busy_ones_keeps_each_cores_turns_short() {
         let (mut rig, spec) = write_latency_beside(active, port);
         let spec = Spec { urgent, ..spec };
         let before: Vec<_> = rig.core_reports().iter().map(|r| r.counters).collect();
-        let m = workload::run_beside(
-            &mut rig,
-            &spec,
-            active,
-            true,
-            true,
-            &AtomicBool::new(false),
-            &mut |_| {},
-        )
-        .unwrap();
+        let m = beside_busy(&mut rig, &spec, active);
         assert!(m.messages >= 300, "the latency QP's rounds: {}", m.messages);
         assert!(m.beside > 0, "the busy QPs completed Writes meanwhile");
         assert_eq!(rig.client.open_connections(), 0, "every connection closed");

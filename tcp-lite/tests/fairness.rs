@@ -11,17 +11,23 @@ use support::*;
 use tcp_lite::link::LinkConfig;
 use tcp_lite::{Duration, Transport};
 
-#[test]
-fn every_connection_gets_its_turn_on_a_link_that_pushes_back() {
-    const CONNS: usize = 64;
+/// Two stacks on an Ethernet link whose 16-frame queue refuses transmit
+/// tokens when full, 64 KiB buffers, no congestion control.
+fn pushing_back(seed: u64) -> Net {
     let mut link = LinkConfig::ethernet(1500);
     link.queue_frames = 16;
     link.backpressure = true;
-    let mut net = Net::new(link, 7, |c| {
+    Net::new(link, seed, |c| {
         c.tcp.rx_buffer = 64 * 1024;
         c.tcp.tx_buffer = 64 * 1024;
         c.tcp.congestion = tcp_lite::CongestionControl::None;
-    });
+    })
+}
+
+#[test]
+fn every_connection_gets_its_turn_on_a_link_that_pushes_back() {
+    const CONNS: usize = 64;
+    let mut net = pushing_back(7);
     // Every connection up, and the server's end of each.
     let pairs = net.open_many(CONNS, 9000);
     // Everyone sends as fast as TCP takes it; the server reads it all.
@@ -61,14 +67,7 @@ fn every_connection_gets_its_turn_on_a_link_that_pushes_back() {
 /// back while the other connections keep their rings full; `urgent`
 /// marks the ping's connection urgent on both ends.
 fn ping_steps_beside_busy(busy: usize, urgent: bool) -> Vec<u32> {
-    let mut link = LinkConfig::ethernet(1500);
-    link.queue_frames = 16;
-    link.backpressure = true;
-    let mut net = Net::new(link, 11, |c| {
-        c.tcp.rx_buffer = 64 * 1024;
-        c.tcp.tx_buffer = 64 * 1024;
-        c.tcp.congestion = tcp_lite::CongestionControl::None;
-    });
+    let mut net = pushing_back(11);
     let pairs = net.open_many(busy + 1, 9000);
     let (ping, pong) = pairs[busy];
     net.a.set_urgent(ping, urgent).unwrap();
