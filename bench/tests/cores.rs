@@ -406,3 +406,58 @@ fn an_urgent_qp_beside_busy_ones_keeps_each_cores_turns_short() {
         per_turn[1]
     );
 }
+
+/// A turn that looks at many busy QPs polls the port between its looks
+/// (`Budgets::looks_per_poll`), at most once per that many looks, so that
+/// acknowledgements and segments keep moving; with no more busy QPs than
+/// that, a turn polls as it did (before its looks and after them only).
+#[test]
+fn a_long_turn_polls_the_port_between_its_looks() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let every = dataplane::Budgets::default().looks_per_poll as u64;
+    for (qps, port) in [(every as usize, 7496), (4 * every as usize, 7497)] {
+        let mut rig = rig::embedded(&RigConfig {
+            memory: memory_for(qps, 65536),
+            ..config(port)
+        })
+        .unwrap();
+        let spec = Spec {
+            op: Op::Write,
+            mode: Mode::Bandwidth,
+            size: 65536,
+            stop: Stop::Iterations(50 * qps as u64),
+            depth: 8,
+            qps,
+            urgent: false,
+        };
+        let before: Vec<_> = rig.core_reports().iter().map(|r| r.counters).collect();
+        let m =
+            workload::run(&mut rig, &spec, false, &AtomicBool::new(false), &mut |_| {}).unwrap();
+        assert_eq!(m.messages, 50 * qps as u64, "{qps} QPs");
+        for (r, before) in rig.core_reports().iter().zip(&before) {
+            let c = r.counters.since(before);
+            eprintln!(
+                "{qps} QPs, {}: {} busy turns looked at {} connections, {} polls between",
+                r.role, c.busy_turns, c.looked_at, c.polls_between_looks
+            );
+            assert!(
+                c.polls_between_looks * every <= c.looked_at,
+                "{}: {} polls for {} looks",
+                r.role,
+                c.polls_between_looks,
+                c.looked_at
+            );
+            if qps as u64 <= every {
+                assert_eq!(c.polls_between_looks, 0, "{}: {qps} QPs", r.role);
+            }
+        }
+        let client = &rig.core_reports()[0];
+        let c = client.counters.since(&before[0]);
+        if qps as u64 > every {
+            assert!(
+                c.polls_between_looks > 0,
+                "the client's turns over {qps} busy QPs polled between looks"
+            );
+        }
+    }
+}
