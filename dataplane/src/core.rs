@@ -82,8 +82,8 @@ pub struct Budgets {
     /// memif, turns of 1.8 ms on the sending core and 2.9 ms on the
     /// receiving one left acknowledgements and segments in full rings, and
     /// each core waited for the other (up to 2.9 million refused transmit
-    /// bursts in 3 s on a side). Polling every 8 looks took those 1,024 QPs from
-    /// 9.5-12.3 to 13.0-15.5 Gbit/s (seven runs each, in turn; the
+    /// bursts in 3 s on a side). Polling every 8 looks took those 1,024
+    /// QPs from 9.5-12.3 to 13.0-15.5 Gbit/s (seven runs each, in turn; the
     /// README's "Many cores"). Ending the turn after 8 looks instead moved
     /// as many octets but, in two runs, made a plain QP beside 255 busy
     /// ones wait longer (p50 0.8-1.2 ms against 0.6): woken behind the
@@ -572,6 +572,8 @@ impl<T: CoreTransport> Core<T> {
         };
         let mut urgent_sent = false;
         let mut urgent_got = false;
+        let every = self.config.budgets.looks_per_poll.max(1);
+        let mut others_looked = 0usize;
         for k in 0..urgent + others {
             // What the urgent connections queued leaves before the others'
             // work begins.
@@ -585,13 +587,6 @@ impl<T: CoreTransport> Core<T> {
             }
             if k == urgent {
                 self.yielded = false;
-            }
-            // The port moves while a long turn goes on.
-            let looked = k.saturating_sub(urgent);
-            if looked > 0 && looked.is_multiple_of(self.config.budgets.looks_per_poll.max(1)) {
-                self.counters.polls_between_looks += 1;
-                self.transport.poll(now);
-                self.transport.flush();
             }
             let queue = if k < urgent {
                 &mut self.urgent_active
@@ -608,6 +603,15 @@ impl<T: CoreTransport> Core<T> {
                 continue;
             }
             self.live[i].active = false;
+            // The port moves while a long turn goes on.
+            if k >= urgent {
+                if others_looked > 0 && others_looked.is_multiple_of(every) {
+                    self.counters.polls_between_looks += 1;
+                    self.transport.poll(now);
+                    self.transport.flush();
+                }
+                others_looked += 1;
+            }
             self.counters.looked_at += 1;
             if k >= urgent && self.urgent_live > 0 {
                 self.counters.looked_at_beside_urgent += 1;
