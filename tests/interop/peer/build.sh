@@ -61,14 +61,33 @@ mkdir -p "$CACHE"/{debs,stamps} "$OUT"
 # bookworm's linux-image-amd64 names the current ABI (6.1.0-NN-amd64). The
 # choice is cached so that later runs stay on the same kernel, offline.
 apt_update() { say "apt-get update"; timeout "$APT_TIMEOUT" apt-get update -q > /dev/null || die "apt-get update failed"; }
+# The newest linux-image-amd64 whose kernel packages can all be downloaded
+# at its version: the security archive keeps one version of each package
+# name, so while a new upload moves linux-kbuild-6.1 ahead of the image
+# that the metapackage still names (6.1.192-3 beside 6.1.192-2), that
+# image cannot be built against and an older one (bookworm's own) is.
 resolve_kernel() {
-    local kver kpkgver
-    kver=$(apt-cache depends linux-image-amd64 2> /dev/null |
-           sed -n 's/^ *Depends: linux-image-\(6\.1\.[0-9-]*-amd64\)$/\1/p' | head -n1)
-    [ -n "$kver" ] || die "apt does not know linux-image-amd64 for bookworm (check /etc/apt/sources.list*)"
-    kpkgver=$(apt-cache madison "linux-image-$kver" | awk -F' [|] ' '$3 ~ /Packages$/ {print $2; exit}' | tr -d ' ')
-    [ -n "$kpkgver" ] || die "no downloadable linux-image-$kver"
-    printf 'KVER=%s\nKPKGVER=%s\n' "$kver" "$kpkgver" > "$CACHE/kernel.env"
+    local v kver kabi p ok
+    for v in $(apt-cache madison linux-image-amd64 2> /dev/null |
+               awk -F' [|] ' '$3 ~ /Packages$/ {gsub(/ /, "", $2); print $2}'); do
+        kver=$(apt-cache show "linux-image-amd64=$v" 2> /dev/null |
+               sed -n 's/^Depends:.*linux-image-\(6\.1\.[0-9-]*-amd64\) .*/\1/p' | head -n1)
+        [ -n "$kver" ] || continue
+        kabi=${kver%-amd64}
+        ok=1
+        for p in "linux-image-$kver" "linux-headers-$kver" "linux-headers-$kabi-common" \
+                 linux-kbuild-6.1 linux-source-6.1; do
+            apt-cache madison "$p" 2> /dev/null |
+                awk -F' [|] ' -v v="$v" '$3 ~ /Packages$/ {gsub(/ /, "", $2); if ($2 == v) f=1} END {exit !f}' ||
+                { ok=0; break; }
+        done
+        if [ "$ok" = 1 ]; then
+            printf 'KVER=%s\nKPKGVER=%s\n' "$kver" "$v" > "$CACHE/kernel.env"
+            return
+        fi
+        say "linux-image-amd64 $v ($kver): not every kernel package is downloadable at $v; trying an older one"
+    done
+    die "no bookworm kernel whose image, headers, kbuild and source are all downloadable (check /etc/apt/sources.list*)"
 }
 UPDATED=0
 if [ "$REFRESH" = 1 ] || [ ! -s "$CACHE/kernel.env" ]; then
