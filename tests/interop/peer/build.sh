@@ -66,17 +66,17 @@ apt_update() { say "apt-get update"; timeout "$APT_TIMEOUT" apt-get update -q > 
 # name, so while a new upload moves linux-kbuild-6.1 ahead of the image
 # that the metapackage still names (6.1.192-3 beside 6.1.192-2), that
 # image cannot be built against and an older one (bookworm's own) is.
+# The kernel packages the peer needs for the image of ABI $1 (6.1.0-NN-amd64).
+kernel_pkgs() { echo "linux-image-$1 linux-headers-$1 linux-headers-${1%-amd64}-common linux-kbuild-6.1 linux-source-6.1"; }
 resolve_kernel() {
-    local v kver kabi p ok
+    local v kver p ok
     for v in $(apt-cache madison linux-image-amd64 2> /dev/null |
                awk -F' [|] ' '$3 ~ /Packages$/ {gsub(/ /, "", $2); print $2}'); do
         kver=$(apt-cache show "linux-image-amd64=$v" 2> /dev/null |
                sed -n 's/^Depends:.*linux-image-\(6\.1\.[0-9-]*-amd64\) .*/\1/p' | head -n1)
         [ -n "$kver" ] || continue
-        kabi=${kver%-amd64}
         ok=1
-        for p in "linux-image-$kver" "linux-headers-$kver" "linux-headers-$kabi-common" \
-                 linux-kbuild-6.1 linux-source-6.1; do
+        for p in $(kernel_pkgs "$kver"); do
             apt-cache madison "$p" 2> /dev/null |
                 awk -F' [|] ' -v v="$v" '$3 ~ /Packages$/ {gsub(/ /, "", $2); if ($2 == v) f=1} END {exit !f}' ||
                 { ok=0; break; }
@@ -131,7 +131,7 @@ deb_of() { ls -1v "$CACHE/debs/$1"_*.deb 2>/dev/null | tail -n1; }
 kdeb_of() { ls -1 "$CACHE/debs/$1_${KPKGVER//:/%3a}"_*.deb 2>/dev/null | head -n1; }
 missing_debs() {
     KABI=${KVER%-amd64}
-    KPKGS=("linux-image-$KVER" "linux-headers-$KVER" "linux-headers-$KABI-common" linux-kbuild-6.1 linux-source-6.1)
+    read -r -a KPKGS <<< "$(kernel_pkgs "$KVER")"
     MISSING=()
     local p
     for p in "${GUEST_PKGS[@]}"; do [ -n "$(deb_of "$p")" ] || MISSING+=("$p"); done
