@@ -55,7 +55,7 @@ fn check_summary(messages: &[Message], summary: &Summary) {
                 want.markers_bad += f.markers.iter().filter(|m| !m.ok()).count() as u64;
             }
             Body::Problem(_) | Body::Gap { .. } => want.problems += 1,
-            Body::NonMpa { .. } | Body::Tcp(_) => {}
+            Body::NonMpa { .. } | Body::Tcp(_) | Body::Cut { .. } => {}
             // Only SCTP packets make these, and this target feeds TCP streams.
             Body::Sctp(_) => panic!("an SCTP message from TCP stream events"),
         }

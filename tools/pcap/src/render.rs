@@ -72,6 +72,9 @@ pub fn text(message: &Message, t0_ns: u64, style: Style) -> String {
         Body::Problem(text) => {
             let _ = write!(line, "! {text}");
         }
+        Body::Cut { what, len } => {
+            let _ = write!(line, "CUT by a reset inside {what}: {len} octets discarded");
+        }
         // Written above, with its own prefix.
         Body::Sctp(_) => {}
     }
@@ -256,6 +259,11 @@ pub fn json(message: &Message, t0_ns: u64, style: Style) -> Value {
         Body::Problem(text) => {
             object.insert("kind".into(), json!("problem"));
             object.insert("message".into(), json!(text));
+        }
+        Body::Cut { what, len } => {
+            object.insert("kind".into(), json!("cut"));
+            object.insert("inside".into(), json!(what));
+            object.insert("len".into(), json!(len));
         }
         // Written above, with its own common keys.
         Body::Sctp(_) => {}

@@ -76,6 +76,12 @@ impl Capture {
         self.next_seq[from] = self.next_seq[from].wrapping_add(len as u32);
     }
 
+    /// Ends the capture with a reset from side `from`.
+    fn reset(mut self, from: usize) -> Vec<u8> {
+        self.segment(from, TcpFlags::RST, &[]);
+        self.writer.into_inner().unwrap()
+    }
+
     fn close(mut self) -> Vec<u8> {
         self.segment(0, TcpFlags::FIN | TcpFlags::ACK, &[]);
         self.segment(1, TcpFlags::FIN | TcpFlags::ACK, &[]);
@@ -993,4 +999,49 @@ fn a_p2p_initiator_may_terminate_instead_of_an_rtr() {
         let found = problems(&decode(&capture.close()));
         assert_eq!(!found.is_empty(), trouble, "{found:?}");
     }
+}
+
+/// A reset throws away what is in flight: the unfinished FPDU it cut is
+/// reported as cut, not as a framing problem (a peer with what it wanted
+/// may reset while the last Writes travel); the same unfinished FPDU
+/// before a FIN is a problem.
+#[test]
+fn an_fpdu_cut_by_a_reset_is_not_a_problem() {
+    let req = mpa_frame(mpa_rr::FrameKind::Request, false, true, None, b"");
+    let rep = mpa_frame(mpa_rr::FrameKind::Reply, false, true, None, b"");
+    let stream = frame_stream(0, &[send(1, &[7; 100]), send(2, &[8; 100])], false, true);
+    let cut = stream.len() - 30;
+    for from in [0, 1] {
+        let mut capture = Capture::new();
+        capture.send(0, &req, &[]);
+        capture.send(1, &rep, &[]);
+        capture.send(0, &stream[..cut], &[]);
+        let messages = decode(&capture.reset(from));
+        assert_eq!(
+            problems(&messages),
+            Vec::<String>::new(),
+            "reset from {from}"
+        );
+        let cuts: Vec<_> = messages
+            .iter()
+            .filter_map(|m| match &m.body {
+                Body::Cut { what, len } => Some((*what, *len)),
+                _ => None,
+            })
+            .collect();
+        let first = fpdus(&messages).len();
+        assert_eq!(first, 1, "the whole FPDU before the cut decodes");
+        assert_eq!(cuts.len(), 1, "reset from {from}: {cuts:?}");
+        assert_eq!(cuts[0].0, "an FPDU");
+        assert!(cuts[0].1 > 0 && cuts[0].1 < stream.len() / 2, "{cuts:?}");
+    }
+    let mut capture = Capture::new();
+    capture.send(0, &req, &[]);
+    capture.send(1, &rep, &[]);
+    capture.send(0, &stream[..cut], &[]);
+    let found = problems(&decode(&capture.close()));
+    assert!(
+        found.len() == 1 && found[0].contains("stream ends inside an FPDU"),
+        "{found:?}"
+    );
 }

@@ -490,7 +490,7 @@ impl Conn {
             self.dirs[i].base = offset + len;
             return;
         }
-        self.flush_incomplete(dir, Some(frame), sink);
+        self.flush_incomplete(dir, Some(frame), false, sink);
         let mut message = self.message(dir, offset, offset, Body::Gap { len });
         message.ts_ns = sink.now_ns;
         message.frame = frame;
@@ -509,7 +509,7 @@ impl Conn {
     }
 
     pub(super) fn tcp_end(&mut self, dir: Dir, frame: u64, event: TcpEvent, sink: &mut Sink<'_>) {
-        self.flush_incomplete(dir, Some(frame), sink);
+        self.flush_incomplete(dir, Some(frame), event == TcpEvent::Rst, sink);
         let end = self.dirs[index(dir)].end();
         let mut message = self.message(dir, end, end, Body::Tcp(event));
         message.ts_ns = sink.now_ns;
@@ -519,8 +519,16 @@ impl Conn {
         self.emit_tcp(message, sink);
     }
 
-    /// Reports octets left over in a direction that cannot complete any more.
-    pub(super) fn flush_incomplete(&mut self, dir: Dir, frame: Option<u64>, sink: &mut Sink<'_>) {
+    /// Reports octets left over in a direction that cannot complete any
+    /// more: a problem, or, when a reset ended the connection (`reset`),
+    /// what the reset discarded.
+    pub(super) fn flush_incomplete(
+        &mut self,
+        dir: Dir,
+        frame: Option<u64>,
+        reset: bool,
+        sink: &mut Sink<'_>,
+    ) {
         let i = index(dir);
         let d = &self.dirs[i];
         if d.buf.is_empty() {
@@ -533,11 +541,18 @@ impl Conn {
             State::Start | State::Resync | State::Raw | State::Ignore => None,
         };
         if let Some(what) = what {
-            let text = format!(
-                "stream ends inside {what}: {} octets cannot complete",
-                d.buf.len()
-            );
-            let mut message = self.message(dir, d.base, d.end() - 1, Body::Problem(text));
+            let body = if reset {
+                Body::Cut {
+                    what,
+                    len: d.buf.len(),
+                }
+            } else {
+                Body::Problem(format!(
+                    "stream ends inside {what}: {} octets cannot complete",
+                    d.buf.len()
+                ))
+            };
+            let mut message = self.message(dir, d.base, d.end() - 1, body);
             if let Some(frame) = frame {
                 message.frame = frame;
             }

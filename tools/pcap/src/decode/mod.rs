@@ -162,6 +162,17 @@ pub enum Body {
     /// Something the decoder noticed: an invalid startup frame, lost sync,
     /// an incomplete FPDU at the end.
     Problem(String),
+    /// The unfinished end of a direction that a TCP reset (RST, from
+    /// either side) discarded: the rest of an FPDU or startup frame that
+    /// was on its way when the connection was reset. Not a framing
+    /// problem: a reset throws away what is in flight (a peer that has
+    /// what it wanted may reset while the last Writes still travel).
+    Cut {
+        /// What it was inside: `"an FPDU"`, `"an MPA startup frame"`.
+        what: &'static str,
+        /// Octets of it the capture holds.
+        len: usize,
+    },
     /// An SCTP chunk (DDP over SCTP, RFC 5043): association chunks, DDP
     /// segments (PPID 16), session control (PPID 17), other DATA, and
     /// problems with any of them.
@@ -448,7 +459,7 @@ impl Decoder {
         conn.ended[index(dir)] = true;
         if event == TcpEvent::Rst || conn.ended == [true, true] {
             let other = dir.reverse();
-            conn.flush_incomplete(other, Some(frame), &mut sink);
+            conn.flush_incomplete(other, Some(frame), event == TcpEvent::Rst, &mut sink);
             if conn.iwarp != Some(true) {
                 sink.summary.other_connections += 1;
             }
@@ -480,7 +491,7 @@ impl Decoder {
                 continue;
             };
             for dir in [Dir::ClientToServer, Dir::ServerToClient] {
-                conn.flush_incomplete(dir, None, &mut sink);
+                conn.flush_incomplete(dir, None, false, &mut sink);
             }
             if conn.iwarp != Some(true) {
                 sink.summary.other_connections += 1;
@@ -544,7 +555,7 @@ impl Sink<'_> {
                 self.summary.markers_bad += f.markers.iter().filter(|m| !m.ok()).count() as u64;
             }
             Body::Problem(_) | Body::Gap { .. } => self.summary.problems += 1,
-            Body::NonMpa { .. } | Body::Tcp(_) => {}
+            Body::NonMpa { .. } | Body::Tcp(_) | Body::Cut { .. } => {}
             Body::Sctp(chunk) => match &chunk.what {
                 SctpBody::Problem(_) => self.summary.problems += 1,
                 what => {
