@@ -61,13 +61,13 @@ mkdir -p "$CACHE"/{debs,stamps} "$OUT"
 # bookworm's linux-image-amd64 names the current ABI (6.1.0-NN-amd64). The
 # choice is cached so that later runs stay on the same kernel, offline.
 apt_update() { say "apt-get update"; timeout "$APT_TIMEOUT" apt-get update -q > /dev/null || die "apt-get update failed"; }
+# The kernel packages the peer needs for the image of ABI $1 (6.1.0-NN-amd64).
+kernel_pkgs() { echo "linux-image-$1 linux-headers-$1 linux-headers-${1%-amd64}-common linux-kbuild-6.1 linux-source-6.1"; }
 # The newest linux-image-amd64 whose kernel packages can all be downloaded
 # at its version: the security archive keeps one version of each package
 # name, so while a new upload moves linux-kbuild-6.1 ahead of the image
 # that the metapackage still names (6.1.192-3 beside 6.1.192-2), that
 # image cannot be built against and an older one (bookworm's own) is.
-# The kernel packages the peer needs for the image of ABI $1 (6.1.0-NN-amd64).
-kernel_pkgs() { echo "linux-image-$1 linux-headers-$1 linux-headers-${1%-amd64}-common linux-kbuild-6.1 linux-source-6.1"; }
 resolve_kernel() {
     local v kver p ok
     for v in $(apt-cache madison linux-image-amd64 2> /dev/null |
