@@ -31,7 +31,10 @@
 //! `--json` ends the output with one line of JSON holding every figure,
 //! keyed `<path>_<size>_gb_s` (sizes `64b`, `512b`, `1460b`, `4k`, `64k`)
 //! plus `tx_crc_64b_mfpdus` and `rx_crc_64b_mfpdus` (millions of 64-octet
-//! FPDUs per second).
+//! FPDUs per second), and `<path>_fixed_ns` and `<path>_per_512_ns` for
+//! `tx_crc`, `tx_crc_markers` and `ref_simd_copy_crc`: a call's ns split
+//! into a part every FPDU pays and a part per 512 octets, from 4 and 8 KiB
+//! measured in turn (see `fixed_and_slope`).
 
 use std::hint::black_box;
 
@@ -41,7 +44,7 @@ use rnic_engine::mpa::tx::{Framer, TxConfig};
 
 #[path = "common/measure.rs"]
 mod measure;
-use measure::{load, median_calls, median_rate};
+use measure::{load, median_calls, median_rate, time};
 
 const SIZES: [(usize, &str); 5] = [
     (64, "64b"),
@@ -131,6 +134,15 @@ fn main() {
     println!("64-octet ULPDUs, CRC on: transmit {tx_mfpdus:.1} M FPDUs/s, receive {rx_mfpdus:.1} M FPDUs/s");
     figures.push(("tx_crc_64b_mfpdus".into(), tx_mfpdus));
     figures.push(("rx_crc_64b_mfpdus".into(), rx_mfpdus));
+    println!();
+    println!(
+        "ns per call split into a fixed part and a part per 512 octets (4 and 8 KiB, interleaved):"
+    );
+    for (name, fixed, per_512) in fixed_and_slope() {
+        println!("  {name:<20} fixed {fixed:>6.1} ns   per 512 octets {per_512:>5.2} ns");
+        figures.push((format!("{name}_fixed_ns"), fixed));
+        figures.push((format!("{name}_per_512_ns"), per_512));
+    }
     println!("after the run: {}", load());
     if json {
         let fields: Vec<String> = figures
@@ -294,4 +306,60 @@ fn fpdus_per_second(path: Path) -> f64 {
         Path::Rx { crc, markers } => rx_rate(64, crc, markers, &ulpdu) * 1e9 / 64.0,
         _ => unreachable!("only the framer's paths count FPDUs"),
     }
+}
+
+/// For the two transmit paths with CRC and `ref_simd_copy_crc`: the ns a
+/// call takes for 4 KiB and 8 KiB ULPDUs, measured in turn in the same
+/// rounds (the VM's speed drifts between figures taken apart), split as
+/// `fixed + per_512 * octets / 512`: what an FPDU costs whatever its size
+/// (set-up, the length field and header, the runs around the markers, the
+/// final reduction, the framer's own bookkeeping) and what its octets
+/// cost. Returns `(name, fixed ns, ns per 512 octets)`.
+fn fixed_and_slope() -> Vec<(&'static str, f64, f64)> {
+    const ROUNDS: usize = 41;
+    const CALLS: u64 = 4000;
+    let sizes = [4096usize, 8192];
+    let mut arena = Arena::new(8192);
+    let (ulpdu, out) = arena.split();
+    let ulpdu = &*ulpdu;
+    let names = ["tx_crc", "tx_crc_markers", "ref_simd_copy_crc"];
+    // ns[path][size]: one figure per round.
+    let mut ns = vec![vec![Vec::new(); 2]; 3];
+    for _ in 0..ROUNDS {
+        for (z, &size) in sizes.iter().enumerate() {
+            let (header, payload) = ulpdu[..size].split_at(HEADER);
+            let pieces = [header, payload];
+            for (k, markers) in [false, true].into_iter().enumerate() {
+                let mut framer = Framer::new(TxConfig {
+                    crc: true,
+                    markers,
+                    emss: EMSS,
+                })
+                .unwrap();
+                let t = time(CALLS, &mut || {
+                    black_box(framer.frame(black_box(&pieces), out).unwrap());
+                });
+                ns[k][z].push(t.as_secs_f64() * 1e9 / CALLS as f64);
+            }
+            let src = &ulpdu[..size];
+            let t = time(CALLS, &mut || {
+                black_box(crc::copy_append(0, &mut out[..size], black_box(src)));
+            });
+            ns[2][z].push(t.as_secs_f64() * 1e9 / CALLS as f64);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    names
+        .iter()
+        .zip(ns.iter_mut())
+        .map(|(name, by_size)| {
+            let small = median(&mut by_size[0]);
+            let large = median(&mut by_size[1]);
+            let per_512 = (large - small) / 8.0;
+            (*name, small - 8.0 * per_512, per_512)
+        })
+        .collect()
 }

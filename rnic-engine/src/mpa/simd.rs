@@ -1870,7 +1870,7 @@ mod x86 {
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq,sse4.2")]
         fn finish(self) -> u32 {
-            assert_eq!(self.at, self.out.len(), "the FPDU fills the output");
+            assert!(self.at == self.out.len(), "the FPDU fills the output");
             let fill = self.fill();
             store_part(self.out, self.at, self.partial, fill);
             let block = join_with(self.x, self.partial);
