@@ -20,6 +20,8 @@ use std::net::SocketAddrV4;
 use std::sync::Mutex;
 use tcp_lite::{ConnId, Duration, Instant};
 
+use crate::pace::Pacer;
+
 /// Send and receive queue depth of every QP.
 pub const QUEUE_DEPTH: usize = 512;
 /// The most QPs a run has (`-q`).
@@ -249,6 +251,8 @@ pub struct Endpoint<T: CoreTransport> {
     pub mr: Mr,
     /// Scratch for draining the CQ.
     wcs: Vec<Wc>,
+    /// Naps between idle turns (`crate::pace`); none: the core spins.
+    pacer: Option<Pacer>,
 }
 
 impl<T: CoreTransport> Endpoint<T> {
@@ -324,6 +328,7 @@ impl<T: CoreTransport> Endpoint<T> {
             region,
             mr,
             wcs: vec![Wc::EMPTY; 256],
+            pacer: None,
         }
     }
 
@@ -334,6 +339,18 @@ impl<T: CoreTransport> Endpoint<T> {
     /// stall there (seen with dpwarp, and between siw peers too).
     pub fn set_settle(&mut self, settle: Duration) {
         self.core.config_mut().settle = settle;
+    }
+
+    /// Paces [`step`](Self::step) with `pacer` (naps once the core has
+    /// been idle a while, see `crate::pace`), or lets it spin (`None`,
+    /// the default).
+    pub fn set_pacing(&mut self, pacer: Option<Pacer>) {
+        self.pacer = pacer;
+    }
+
+    /// Naps taken between turns so far (0 without pacing).
+    pub fn naps(&self) -> u64 {
+        self.pacer.as_ref().map_or(0, Pacer::naps)
     }
 
     /// The layout of the Terminates our QPs send (RFC 5040's by default).
@@ -354,8 +371,14 @@ impl<T: CoreTransport> Endpoint<T> {
     /// turn: the caller sees the handoff first
     /// ([`take_handoffs`](Self::take_handoffs)) and can post receives
     /// before the peer's first message is read.
+    ///
+    /// With pacing ([`set_pacing`](Self::set_pacing)), an idle turn past
+    /// the spin is followed by a nap.
     pub fn step(&mut self, now: Instant) {
-        self.core.turn(now);
+        let busy = self.core.turn(now);
+        if let Some(nap) = self.pacer.as_mut().and_then(|p| p.after_turn(now, busy)) {
+            std::thread::sleep(std::time::Duration::from_micros(nap.total_micros()));
+        }
     }
 
     /// The engine.
@@ -458,5 +481,44 @@ impl<T: CoreTransport> Endpoint<T> {
             stag: self.mr.stag,
             to: self.mr.base_to + offset,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use tcp_lite::link::{self, LinkConfig};
+    use tcp_lite::{Stack, StackConfig};
+
+    use super::*;
+
+    /// An RNIC core on the in-memory link whose other end is silent: every
+    /// turn after the first finds nothing to do.
+    fn idle_endpoint() -> Endpoint<Stack<link::LinkEnd>> {
+        let (end, _silent) = link::pair(LinkConfig::ethernet(1500), 1);
+        let config = StackConfig::new([2, 0, 0, 0, 0, 1], Ipv4Addr::new(10, 0, 0, 1));
+        let stack = Stack::new(config, end, Instant::from_micros(0)).expect("a stack");
+        let emss = stack.emss();
+        Endpoint::new(stack, emss, 1, 4096)
+    }
+
+    #[test]
+    fn a_paced_core_naps_once_idle_past_its_spin_and_an_unpaced_one_never() {
+        let mut paced = idle_endpoint();
+        paced.set_pacing(Some(Pacer::new(
+            Duration::from_micros(100),
+            Duration::from_micros(1),
+        )));
+        let mut spinning = idle_endpoint();
+        // Turns every 50 us of the core's clock for 1 ms.
+        for t in 0..20 {
+            paced.step(Instant::from_micros(50 * t));
+            spinning.step(Instant::from_micros(50 * t));
+        }
+        // Idle from the first turn or the second: no nap within 100 us of
+        // that, a nap after every turn from then on.
+        assert!((17..=18).contains(&paced.naps()), "{} naps", paced.naps());
+        assert_eq!(spinning.naps(), 0);
     }
 }

@@ -41,6 +41,7 @@ pub mod endpoint;
 pub mod hello;
 pub mod lease;
 pub mod link;
+pub mod pace;
 pub mod perftest;
 pub mod portcost;
 pub mod report;

@@ -56,6 +56,7 @@ pub use service::{Gate, PerftestService};
 
 use crate::endpoint::{now, Endpoint, QUEUE_DEPTH};
 use crate::link::{self, LinkArgs, PeerTransport};
+use crate::pace::Pacer;
 use crate::rping::term_text;
 
 /// perftest's port.
@@ -260,6 +261,14 @@ pub struct PerftestArgs {
     /// Ask for MPA CRC32c (used if either side asks).
     #[arg(long)]
     pub crc: bool,
+
+    /// Spin the core without rest, as a poll-mode core does. By default
+    /// it naps 50 us after each idle turn once it has been idle for
+    /// 200 us (`bench::pace`), which leaves the CPU to a slow peer on the
+    /// same machine (siw in an emulated guest); a peer that answers within
+    /// 200 us never meets a nap.
+    #[arg(long = "busy-poll")]
+    pub busy_poll: bool,
 
     /// Client: milliseconds to wait after an MPA Reply before the first
     /// FPDU (Linux siw 6.1 answers before its receive path is ready; see
@@ -682,6 +691,7 @@ fn run<T: CoreTransport>(
         .map_or(0, |d| d.as_nanos() as u64);
     let mut ep = Endpoint::new(transport, emss, seed, Layout::memory(p));
     ep.set_unfenced(args.unfenced);
+    ep.set_pacing((!args.busy_poll).then(Pacer::default));
     if p.client {
         ep.set_settle(tcp_lite::Duration::from_millis(args.settle_ms));
     }

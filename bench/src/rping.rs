@@ -32,6 +32,7 @@ use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
 
 use crate::endpoint::{now, Endpoint};
 use crate::link::{self, LinkArgs, PeerTransport};
+use crate::pace::Pacer;
 
 /// rping's port.
 pub const PORT: u16 = 7174;
@@ -148,6 +149,14 @@ pub struct RpingArgs {
     /// segment, which in rping never comes (a 10 s stall).
     #[arg(long = "settle-ms", default_value_t = 50)]
     pub settle_ms: u64,
+
+    /// Spin the core without rest, as a poll-mode core does. By default
+    /// it naps 50 us after each idle turn once it has been idle for
+    /// 200 us (`bench::pace`), which leaves the CPU to a slow peer on the
+    /// same machine (siw in an emulated guest); a peer that answers within
+    /// 200 us never meets a nap.
+    #[arg(long = "busy-poll")]
+    pub busy_poll: bool,
 
     /// How our Terminates lay out their control word: `rfc5040` (RFC 5040
     /// §4.8) or `siw` (Linux siw's little-endian bitfield, which siw reads
@@ -574,11 +583,13 @@ fn run<T: CoreTransport>(
         let slots = if args.persistent { CONNECTIONS_MAX } else { 1 };
         let mut ep = Endpoint::new(transport, emss, 7, layout.memory(slots));
         ep.set_terminate_layout(args.term_layout.encoding());
+        ep.set_pacing((!args.busy_poll).then(Pacer::default));
         server(&mut ep, layout, slots, args, stop)
     } else {
         let mut ep = Endpoint::new(transport, emss, 5, layout.memory(1));
         ep.set_settle(tcp_lite::Duration::from_millis(args.settle_ms));
         ep.set_terminate_layout(args.term_layout.encoding());
+        ep.set_pacing((!args.busy_poll).then(Pacer::default));
         client(&mut ep, layout, args, stop)
     }
 }
