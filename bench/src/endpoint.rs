@@ -253,6 +253,8 @@ pub struct Endpoint<T: CoreTransport> {
     wcs: Vec<Wc>,
     /// Naps between idle turns (`crate::pace`); none: the core spins.
     pacer: Option<Pacer>,
+    /// Whether the last turn moved anything.
+    last_busy: bool,
 }
 
 impl<T: CoreTransport> Endpoint<T> {
@@ -329,6 +331,7 @@ impl<T: CoreTransport> Endpoint<T> {
             mr,
             wcs: vec![Wc::EMPTY; 256],
             pacer: None,
+            last_busy: false,
         }
     }
 
@@ -346,6 +349,12 @@ impl<T: CoreTransport> Endpoint<T> {
     /// the default).
     pub fn set_pacing(&mut self, pacer: Option<Pacer>) {
         self.pacer = pacer;
+    }
+
+    /// Whether the last [`step`](Self::step)'s turn moved anything (a
+    /// packet, an event, an octet for the engine, a new QP).
+    pub fn last_turn_busy(&self) -> bool {
+        self.last_busy
     }
 
     /// Naps taken between turns so far (0 without pacing).
@@ -376,6 +385,7 @@ impl<T: CoreTransport> Endpoint<T> {
     /// the spin is followed by a nap.
     pub fn step(&mut self, now: Instant) {
         let busy = self.core.turn(now);
+        self.last_busy = busy;
         if let Some(nap) = self.pacer.as_mut().and_then(|p| p.after_turn(now, busy)) {
             std::thread::sleep(std::time::Duration::from_micros(nap.total_micros()));
         }

@@ -135,6 +135,21 @@ pub struct Daemon {
     pub client_idle_ms: u64,
     /// The log level: `error`, `warn`, `info`, `debug` or `trace`.
     pub log: LogLevel,
+    /// What a poll-mode core does with no work: `spin` (poll without rest,
+    /// a CPU per core always busy, the least latency) or `nap` (a core with
+    /// no connection or association open sleeps 50 us after each turn once
+    /// nothing has moved for 200 us, so an idle daemon leaves a shared
+    /// machine its CPUs; a client's first packets then wait up to a nap).
+    pub idle: IdlePolicy,
+}
+
+/// `[daemon] idle`.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+#[allow(missing_docs)]
+pub enum IdlePolicy {
+    Spin,
+    Nap,
 }
 
 /// `[daemon] log`.
@@ -887,6 +902,10 @@ mod tests {
         assert_eq!(c.services().count(), 9);
         assert_eq!(c.regions().count(), 2);
         assert!(!c.dpdk.lcores.is_empty());
+        assert_eq!(c.daemon.idle, IdlePolicy::Nap);
+        let spin = EXAMPLE.replace("idle = \"nap\"", "idle = \"spin\"");
+        let c = Config::parse(&spin, "dpwarpd.toml").unwrap();
+        assert_eq!(c.daemon.idle, IdlePolicy::Spin);
     }
 
     fn refused(edit: impl Fn(&str) -> String) -> String {
@@ -931,6 +950,11 @@ mod tests {
         let e = refused(|t| t.replace("driver = \"net_tap\"", "driver = \"e1000\""));
         assert!(
             e.contains("`driver`") && e.contains("`net_tap`") && e.contains("`pci`"),
+            "{e}"
+        );
+        let e = refused(|t| t.replace("idle = \"nap\"", "idle = \"doze\""));
+        assert!(
+            e.contains("`idle`") && e.contains("`spin`") && e.contains("`nap`"),
             "{e}"
         );
         let e = refused(|t| t.replace("lcores = [0]", "lcores = [1, 1]"));

@@ -15,6 +15,7 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 
 use bench::endpoint::{now, Host};
 use bench::link::{LinkArgs, PeerTransport};
+use bench::pace::Pacer;
 use bench::responder::{
     Admission, Connection, EventHook, Exposure, Foreign, Server, ServerEvent, Serving,
 };
@@ -28,7 +29,7 @@ use tcp_lite::sys::kernel::KernelTransport;
 use tcp_lite::sys::udp::KernelUdp;
 use tcp_lite::Stack;
 
-use crate::config::{Config, Driver, HugepagesPolicy, ServiceKind};
+use crate::config::{Config, Driver, HugepagesPolicy, IdlePolicy, ServiceKind};
 use crate::histogram::{Histogram, SETUP_BUCKETS_US};
 use crate::memory::MemoryService;
 use std::collections::HashMap;
@@ -65,6 +66,8 @@ pub struct CoreShared {
     /// Its QPs' traffic by RDMAP opcode, by our TCP port, ended QPs'
     /// included, as of its last publication.
     pub ops: Mutex<Vec<(u16, rnic_engine::qp::OpStats)>>,
+    /// Naps it took between turns (`[daemon] idle = "nap"`).
+    pub naps: AtomicU64,
 }
 
 /// The bench service's DDP over SCTP listener (RFC 5043 over UDP, RFC
@@ -1128,8 +1131,11 @@ fn core_loop<T: SctpCarrier>(
     let mut turns = 0u32;
     let mut published = u64::MAX;
     let mut aborted_at: Option<StdInstant> = None;
+    // `[daemon] idle = "nap"`: naps while nothing is open and nothing moves.
+    let mut pacer = (shared.config.daemon.idle == IdlePolicy::Nap).then(Pacer::default);
     loop {
-        if let Err(why) = server.step(now()) {
+        let turn_at = now();
+        if let Err(why) = server.step(turn_at) {
             // One connection's failure ends that connection only.
             tracing::warn!(core = k, why, "connection failed");
         }
@@ -1149,6 +1155,20 @@ fn core_loop<T: SctpCarrier>(
             if let Err(why) = l.step(server) {
                 // One stream's failure ends that stream only.
                 tracing::warn!(core = k, llp = "sctp", why, "connection failed");
+            }
+        }
+        if let Some(p) = pacer.as_mut() {
+            // Anything open counts as work: a connection's or an
+            // association's packets may come at any moment, and over Linux
+            // TCP DDP over SCTP has sockets of its own that the core's turn
+            // does not see. Only a core with nothing open and nothing moved
+            // for the spin naps.
+            let open = server.endpoint.open_connections() > 0
+                || sctp.as_deref().is_some_and(|l| l.server.open().0 > 0);
+            let busy = server.endpoint.last_turn_busy() || open;
+            if let Some(nap) = p.after_turn(turn_at, busy) {
+                me.naps.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(StdDuration::from_micros(nap.total_micros()));
             }
         }
         turns = turns.wrapping_add(1);

@@ -211,6 +211,23 @@ pub fn render(shared: &Shared) -> String {
         "Connections each core serves in Full Operation, every service's.",
         &open,
     );
+    let naps: Vec<(String, f64)> = shared
+        .cores
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            (
+                format!("core=\"{k}\""),
+                c.naps.load(Ordering::Relaxed) as f64,
+            )
+        })
+        .collect();
+    family(
+        "dpwarp_core_naps_total",
+        "counter",
+        "Naps of 50 us each core took between turns with nothing open and nothing moved for 200 us ([daemon] idle = \"nap\"; 0 when it spins).",
+        &naps,
+    );
     let s = shared.serving.stats();
     let e = &shared.events;
     let svc = "service=\"bench\"".to_string();

@@ -543,6 +543,12 @@ fn serve_and_drain() -> Result<(), Failed> {
             "core 0 busy {busy} s, {fpdus} FPDU octets in\n{text}"
         )));
     }
+    // The example naps while nothing is open (`[daemon] idle = "nap"`):
+    // before the clients came and since they left.
+    let naps = sample(&text, "dpwarp_core_naps_total{core=\"0\"}").unwrap_or(0.0);
+    if naps < 1.0 {
+        return Err(fail(format!("core 0 never napped while idle\n{text}")));
+    }
     // One core: nothing to hand over, and the family says so.
     if sample(&text, "dpwarp_core_rx_handed_out_total{core=\"0\"") != Some(0.0) {
         return Err(fail(format!("frames handed between cores:\n{text}")));
