@@ -209,7 +209,17 @@ pub(crate) type Slot = ArcSwapOption<Entry>;
 struct Allocator {
     free: Vec<u32>,
     rng: ChaCha8Rng,
+    /// The key each index had when it was last freed ([`NO_KEY`]: never
+    /// freed). A new STag at that index never gets the same key again:
+    /// with a random 8-bit key alone, one reuse in 256 made the STag just
+    /// invalidated name the new registration (the appliance's lease test
+    /// saw two runs told one STag). A peer still holding the old STag gets
+    /// Invalid STag, as RFC 5040 §7.2 wants of a freed one.
+    last_key: Vec<u16>,
 }
+
+/// [`Allocator::last_key`] of an index never freed.
+const NO_KEY: u16 = 0x100;
 
 /// The STag table: fixed capacity, set at startup, shared by every core of
 /// an RNIC (see [`crate::verbs::Registry`]).
@@ -308,6 +318,7 @@ impl StagTable {
             allocator: Mutex::new(Allocator {
                 free,
                 rng: ChaCha8Rng::seed_from_u64(seed),
+                last_key: vec![NO_KEY; capacity + 2],
             }),
         }
     }
@@ -321,7 +332,10 @@ impl StagTable {
     fn allocate(&self, state: State) -> Option<u32> {
         let mut allocator = self.allocator();
         let index = allocator.free.pop()?;
-        let key = (allocator.rng.next_u32() & 0xFF) as u8;
+        let mut key = (allocator.rng.next_u32() & 0xFF) as u8;
+        while u16::from(key) == allocator.last_key[index as usize] {
+            key = (allocator.rng.next_u32() & 0xFF) as u8;
+        }
         self.slots[index as usize].store(Some(Arc::new(Entry { key, state })));
         Some(index << 8 | u32::from(key))
     }
@@ -467,6 +481,7 @@ impl StagTable {
         // while the old entry is still in place.
         let mut allocator = self.allocator();
         self.update(stag, |_| Ok(None))?;
+        allocator.last_key[(stag >> 8) as usize] = u16::from(stag as u8);
         allocator.free.push(stag >> 8);
         Ok(())
     }
@@ -653,10 +668,15 @@ mod tests {
         let table = StagTable::new(1, 42);
         let pd = Pd(1);
         let mut seen = std::collections::HashSet::new();
-        for _ in 0..64 {
+        let mut previous = None;
+        // 2,048 reuses: a random key alone would repeat the one before
+        // about 8 times.
+        for _ in 0..2048 {
             let stag = table
                 .register(registration(pd, 8, Access::LOCAL_WRITE))
                 .unwrap();
+            assert_ne!(Some(stag), previous, "the STag just freed named again");
+            previous = Some(stag);
             assert!(
                 table
                     .register(registration(pd, 8, Access::LOCAL_WRITE))
@@ -672,7 +692,7 @@ mod tests {
                 AccessError::InvalidStag
             );
         }
-        assert!(seen.len() > 32, "keys vary: {} distinct of 64", seen.len());
+        assert!(seen.len() > 200, "keys vary: {} distinct", seen.len());
     }
 
     #[test]
