@@ -214,7 +214,7 @@ struct Allocator {
     /// with a random 8-bit key alone, one reuse in 256 made the STag just
     /// invalidated name the new registration (the appliance's lease test
     /// saw two runs told one STag). A peer still holding the old STag gets
-    /// Invalid STag, as RFC 5040 §7.2 wants of a freed one.
+    /// an Invalid STag Terminate (RFC 5040, RFC 5041), as for any freed one.
     last_key: Vec<u16>,
 }
 
