@@ -1158,12 +1158,13 @@ fn core_loop<T: SctpCarrier>(
             }
         }
         if let Some(p) = pacer.as_mut() {
-            // Anything open counts as work: a connection's or an
-            // association's packets may come at any moment, and over Linux
-            // TCP DDP over SCTP has sockets of its own that the core's turn
-            // does not see. Only a core with nothing open and nothing moved
-            // for the spin naps.
+            // Anything open counts as work (a connection, one still in its
+            // MPA startup, an association): its packets may come at any
+            // moment, and over Linux TCP DDP over SCTP has sockets of its
+            // own that the core's turn does not see. Only a core with
+            // nothing open and nothing moved for the spin naps.
             let open = server.endpoint.open_connections() > 0
+                || server.endpoint.core.in_startup() > 0
                 || sctp.as_deref().is_some_and(|l| l.server.open().0 > 0);
             let busy = server.endpoint.last_turn_busy() || open;
             if let Some(nap) = p.after_turn(turn_at, busy) {

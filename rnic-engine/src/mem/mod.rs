@@ -209,17 +209,14 @@ pub(crate) type Slot = ArcSwapOption<Entry>;
 struct Allocator {
     free: Vec<u32>,
     rng: ChaCha8Rng,
-    /// The key each index had when it was last freed ([`NO_KEY`]: never
+    /// The key each index had when it was last freed (`None`: never
     /// freed). A new STag at that index never gets the same key again:
     /// with a random 8-bit key alone, one reuse in 256 made the STag just
     /// invalidated name the new registration (the appliance's lease test
     /// saw two runs told one STag). A peer still holding the old STag gets
     /// an Invalid STag Terminate (RFC 5040, RFC 5041), as for any freed one.
-    last_key: Vec<u16>,
+    last_key: Vec<Option<u8>>,
 }
-
-/// [`Allocator::last_key`] of an index never freed.
-const NO_KEY: u16 = 0x100;
 
 /// The STag table: fixed capacity, set at startup, shared by every core of
 /// an RNIC (see [`crate::verbs::Registry`]).
@@ -318,7 +315,7 @@ impl StagTable {
             allocator: Mutex::new(Allocator {
                 free,
                 rng: ChaCha8Rng::seed_from_u64(seed),
-                last_key: vec![NO_KEY; capacity + 2],
+                last_key: vec![None; capacity + 2],
             }),
         }
     }
@@ -333,7 +330,7 @@ impl StagTable {
         let mut allocator = self.allocator();
         let index = allocator.free.pop()?;
         let mut key = (allocator.rng.next_u32() & 0xFF) as u8;
-        while u16::from(key) == allocator.last_key[index as usize] {
+        while Some(key) == allocator.last_key[index as usize] {
             key = (allocator.rng.next_u32() & 0xFF) as u8;
         }
         self.slots[index as usize].store(Some(Arc::new(Entry { key, state })));
@@ -481,7 +478,7 @@ impl StagTable {
         // while the old entry is still in place.
         let mut allocator = self.allocator();
         self.update(stag, |_| Ok(None))?;
-        allocator.last_key[(stag >> 8) as usize] = u16::from(stag as u8);
+        allocator.last_key[(stag >> 8) as usize] = Some(stag as u8);
         allocator.free.push(stag >> 8);
         Ok(())
     }
