@@ -86,10 +86,27 @@ pub const EAL_MEGABYTES: u32 = 1024;
 
 /// Free 2 MiB hugepages (0 where the kernel has none).
 pub fn free_hugepages() -> u64 {
-    std::fs::read_to_string("/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages")
+    std::fs::read_to_string(FREE_HUGEPAGES)
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// The kernel's count of free 2 MiB hugepages.
+const FREE_HUGEPAGES: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages";
+
+/// An exclusive lock on the free hugepage count, held from counting the
+/// pages to EAL having taken them ([`Hugepages::Auto`]), so that processes
+/// starting at once (a test binary and its child, a server and its client)
+/// do not both count the same pages and the later one fail in EAL ("Not
+/// enough memory available", fatal: EAL starts once a process) where it
+/// would have run without hugepages. An advisory `flock` on the sysfs file
+/// itself, which every dpwarp process locks the same way; released when
+/// the file closes. `None` where the kernel has no such file or lock.
+fn hugepage_count_lock() -> Option<std::fs::File> {
+    let file = std::fs::File::open(FREE_HUGEPAGES).ok()?;
+    file.lock().ok()?;
+    Some(file)
 }
 
 /// Starts EAL (once per process) with `hugepages`; returns it and a line
@@ -109,6 +126,9 @@ pub fn start_eal(hugepages: Hugepages, pci: &[String]) -> Result<(Eal, String), 
 
 fn start_eal_once(hugepages: Hugepages, pci: &[String]) -> Result<(Eal, String), String> {
     let pages_needed = u64::from(EAL_MEGABYTES / 2);
+    let _counting = (hugepages == Hugepages::Auto)
+        .then(hugepage_count_lock)
+        .flatten();
     let free = free_hugepages();
     let huge = match hugepages {
         Hugepages::On => true,

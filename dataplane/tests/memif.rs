@@ -10,7 +10,8 @@
 //! clients that come and go (the driver unmaps a leaving client's rings
 //! under a burst unless `dataplane`'s memif gate holds the bursts off);
 //! and a port opened while another closes is not refused (the trials run
-//! at once, in one process, as they did on CI when that was found).
+//! at once, in one process, as they did on CI when that was found); and a
+//! client whose socket nobody serves is refused with what to do.
 //!
 //! Uses hugepages when enough are reserved, ordinary pages otherwise.
 #![allow(clippy::disallowed_methods)] // The test paces itself by the clock.
@@ -63,6 +64,10 @@ fn main() {
             Trial::test(
                 "a_port_opened_while_another_closes_is_not_refused",
                 open_while_closing,
+            ),
+            Trial::test(
+                "a_client_with_no_server_is_told_to_start_the_server_first",
+                no_server,
             ),
         ],
     )
@@ -394,4 +399,17 @@ fn open_while_closing() -> Result<(), Failed> {
         new.map_err(|e| format!("round {round}: a port opened while another closed: {e}"))?;
     }
     Ok(())
+}
+
+/// A memif client connects to its server's socket when its port starts;
+/// with nothing serving the socket the start fails, and the message says
+/// to start the server first (DPDK's own says only "Operation not
+/// permitted").
+fn no_server() -> Result<(), Failed> {
+    let socket = format!("/run/dpwarp/test-memif-none-{}.sock", std::process::id());
+    match open(&socket, false) {
+        Ok(_) => Err(format!("a memif client of {socket}, which nothing serves, started").into()),
+        Err(why) if why.contains("start the server first") => Ok(()),
+        Err(why) => Err(format!("the refusal does not say what to fix: {why}").into()),
+    }
 }

@@ -537,7 +537,9 @@ impl Port {
         // SAFETY: the port is configured.
         let rc = unsafe { sys::rte_eth_dev_start(id) };
         if rc < 0 {
-            return Err(fail("start", rc));
+            let mut error = fail("start", rc);
+            error.0.push_str(start_hint(&inner.info.driver));
+            return Err(error);
         }
         if let Some((key, reta)) = rss {
             inner.rss = match program_reta(id, &reta, &key_octets, hash_types) {
@@ -860,6 +862,17 @@ fn port_info(id: u16, name: &str) -> Result<PortInfo, EalError> {
             hash_types: dev_info.flow_type_rss_offloads,
         }),
     })
+}
+
+/// What to check when a port of `driver` does not start.
+fn start_hint(driver: &str) -> &'static str {
+    if driver.contains("memif") {
+        // A memif server starts listening; a client starts by connecting
+        // to its server's socket, which fails when nothing serves it.
+        " (a memif client connects to its server when it starts: start the server first, on the same socket)"
+    } else {
+        ""
+    }
 }
 
 /// What to check when a virtual device cannot be made.
