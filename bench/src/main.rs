@@ -738,8 +738,7 @@ fn run_sctp(
             let (mut rig, info) = bench::sctp::remote_dpdk(&config, &args.link, peer, server)?;
             let cpus = args.link.cpus()?.unwrap_or_default();
             if let Some(&cpu) = cpus.first() {
-                let pinned = dataplane::lcore::enter(Some(cpu), Some(info.eal))?;
-                std::mem::forget(pinned);
+                dataplane::lcore::enter_for_life(Some(cpu), Some(info.eal))?;
             }
             println!(
                 " 1 core: {}; {}; SCTP over UDP on tcp-lite, to {server}",
@@ -813,8 +812,7 @@ fn run_transport(
             let (mut rig, info) = rig::remote_dpdk(&config, &args.link, peer, server)?;
             let (c, _) = place(&cpus);
             if args.link.lcores.is_some() {
-                let pinned = dataplane::lcore::enter(c, Some(info.eal))?;
-                std::mem::forget(pinned);
+                dataplane::lcore::enter_for_life(c, Some(info.eal))?;
             }
             say_dpdk(&info, &rig);
             let reports = sweep(&mut rig, args, plan, transport, stop);

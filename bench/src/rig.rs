@@ -305,8 +305,7 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
         started?;
         // The client's thread: pinned, and an EAL thread unless it is EAL's
         // main one already.
-        let pinned = dataplane::lcore::enter(client_cpu, eal)?;
-        std::mem::forget(pinned); // for the life of the thread
+        dataplane::lcore::enter_for_life(client_cpu, eal)?;
         self.client_cpu = client_cpu;
         Ok(())
     }

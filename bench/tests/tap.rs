@@ -178,6 +178,11 @@ fn run_for(secs: u32, args: &[&str]) -> Result<String, Failed> {
     if !out.status.success() {
         return Err(format!("bench {args:?} failed: {said}").into());
     }
+    // EAL's cleanup at the end refuses while a DPDK object lives (and
+    // says so): everything the run made must be gone by then.
+    if said.contains("before cleanup") {
+        return Err(format!("bench {args:?} left DPDK objects at its end: {said}").into());
+    }
     Ok(said)
 }
 

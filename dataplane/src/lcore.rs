@@ -70,6 +70,30 @@ pub fn enter(cpu: Option<usize>, eal: Option<Eal>) -> Result<Pinned, String> {
     })
 }
 
+thread_local! {
+    /// What [`enter_for_life`] keeps until the thread ends.
+    static KEPT: std::cell::RefCell<Option<Pinned>> = const { std::cell::RefCell::new(None) };
+}
+
+/// [`enter`] for the rest of the calling thread's life: the pinning and the
+/// EAL registration are kept in the thread's own storage and given up when
+/// it ends (the registration is counted live until then, so EAL's cleanup
+/// after joining the thread finds nothing left; leaking it instead made
+/// every later cleanup refuse). A thread already kept keeps its first
+/// registration (a second [`enter`] on it registers nothing).
+pub fn enter_for_life(cpu: Option<usize>, eal: Option<Eal>) -> Result<(), String> {
+    let pinned = enter(cpu, eal)?;
+    KEPT.with(|kept| {
+        let mut kept = kept.borrow_mut();
+        match kept.as_mut() {
+            // The new one holds no registration: the thread had its lcore.
+            Some(first) => first.cpu = pinned.cpu,
+            None => *kept = Some(pinned),
+        }
+    });
+    Ok(())
+}
+
 /// What the application says after each turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Flow {
