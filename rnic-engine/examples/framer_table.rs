@@ -41,6 +41,7 @@ use std::hint::black_box;
 use rnic_engine::mpa::crc;
 use rnic_engine::mpa::rx::{Deframer, Poll, RxConfig};
 use rnic_engine::mpa::tx::{Framer, TxConfig};
+use rnic_engine::wire::ddp;
 
 #[path = "common/measure.rs"]
 mod measure;
@@ -142,6 +143,18 @@ fn main() {
         println!("  {name:<20} fixed {fixed:>6.1} ns   per 512 octets {per_512:>5.2} ns");
         figures.push((format!("{name}_fixed_ns"), fixed));
         figures.push((format!("{name}_per_512_ns"), per_512));
+    }
+    println!();
+    println!(
+        "from registered memory, ns per FPDU, copy then CRC (the engine's frame_with) / one pass (frame_region), in turn:"
+    );
+    for (ulpdu, two, one) in from_region() {
+        println!(
+            "  ULPDU {ulpdu:>5} octets   two passes {two:>6.1} ns   one pass {one:>6.1} ns   {:.2}x",
+            two / one
+        );
+        figures.push((format!("region_{ulpdu}_two_pass_ns"), two));
+        figures.push((format!("region_{ulpdu}_one_pass_ns"), one));
     }
     println!("after the run: {}", load());
     if json {
@@ -306,6 +319,88 @@ fn fpdus_per_second(path: Path) -> f64 {
         Path::Rx { crc, markers } => rx_rate(64, crc, markers, &ulpdu) * 1e9 / 64.0,
         _ => unreachable!("only the framer's paths count FPDUs"),
     }
+}
+
+/// An RDMA Write's DDP segments framed from registered memory (a
+/// `Region`), the two ways the engine can: `frame_with`, its payload
+/// copied out of the region and then the CRC computed over the FPDU, and
+/// `frame_region`, the payload loaded once, stored and folded. ULPDUs of an
+/// 8,948-octet EMSS segment (14-octet header), 6,144 and 16,000 octets,
+/// each way in turn in the same rounds; the output moves through a
+/// 64 KiB window as a TCP ring's would. Returns `(ULPDU octets, two-pass ns,
+/// one-pass ns)`, or nothing where the one-pass kernel does not run. (The
+/// engine frames only ULPDUs of 6,144 octets or more in one pass: see
+/// `ONE_PASS_SHARED_MIN` in `mpa/tx.rs`.)
+fn from_region() -> Vec<(usize, f64, f64)> {
+    const ROUNDS: usize = 31;
+    const CALLS: u64 = 4000;
+    let region = rnic_engine::mem::Region::new(1 << 20);
+    let header = ddp::Repr {
+        last: false,
+        reserved: 0,
+        version: ddp::VERSION,
+        rsvd_ulp: 0x40,
+        buffer: ddp::Buffer::Tagged {
+            stag: 0x1234_5678,
+            to: 0x10_0000,
+        },
+    };
+    let mut out = vec![0u8; (64 << 10) + 32768];
+    let mut results = Vec::new();
+    for ulpdu in [8928usize, 6144, 16000] {
+        let payload = ulpdu - ddp::TAGGED_HEADER_LEN;
+        let mut framer = Framer::new(TxConfig {
+            crc: true,
+            markers: false,
+            emss: EMSS,
+        })
+        .unwrap();
+        if framer
+            .frame_region(&header, &region, 0, payload, &mut out)
+            .is_none()
+        {
+            return Vec::new();
+        }
+        let (mut two, mut one) = (Vec::new(), Vec::new());
+        let (mut at, mut offset) = (0usize, 0usize);
+        let step = |at: &mut usize, offset: &mut usize, n: usize| {
+            *at = if *at + 2 * n > 64 << 10 { 0 } else { *at + n };
+            *offset = (*offset + payload) % ((1 << 20) - payload);
+        };
+        for _ in 0..ROUNDS {
+            // The engine's way (`qp::tx::frame_segment`): the header
+            // emitted into the FPDU, the payload copied after it.
+            let t = time(CALLS, &mut || {
+                let header = black_box(&header);
+                let hl = ddp::TAGGED_HEADER_LEN;
+                let n = framer
+                    .frame_with(&[], hl + payload, &mut out[at..], |o, run| {
+                        if o == 0 {
+                            header.emit(&mut ddp::Packet::new_unchecked(&mut run[..hl]));
+                            region.read(offset, &mut run[hl..]).unwrap();
+                        } else {
+                            region.read(offset + o - hl, run).unwrap();
+                        }
+                    })
+                    .unwrap();
+                step(&mut at, &mut offset, n);
+            });
+            two.push(t.as_secs_f64() * 1e9 / CALLS as f64);
+            let t = time(CALLS, &mut || {
+                let n = framer
+                    .frame_region(black_box(&header), &region, offset, payload, &mut out[at..])
+                    .unwrap();
+                step(&mut at, &mut offset, n);
+            });
+            one.push(t.as_secs_f64() * 1e9 / CALLS as f64);
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        results.push((ulpdu, median(&mut two), median(&mut one)));
+    }
+    results
 }
 
 /// For the two transmit paths with CRC and `ref_simd_copy_crc`: the ns a

@@ -24,7 +24,7 @@
 //! copy falls back to relaxed atomic word accesses with the same
 //! semantics.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// Copies `src` into `words` from octet `offset`.
 ///
@@ -90,6 +90,33 @@ pub(super) fn copy_out(words: &[AtomicU64], offset: usize, dst: &mut [u8]) {
     }
     #[cfg(not(all(target_arch = "x86_64", not(miri))))]
     portable::copy_out(words, offset, dst);
+}
+
+/// Octets `offset..offset + len` of `words` as a slice of `AtomicU8`, for
+/// the one-pass framer, which reads them with opaque loads only (inline
+/// assembly, as the copies here: `mpa::simd`'s module documentation).
+///
+/// # Panics
+/// If the range lies outside `words` (callers check it first).
+pub(super) fn octets(words: &[AtomicU64], offset: usize, len: usize) -> &[AtomicU8] {
+    assert!(
+        offset
+            .checked_add(len)
+            .is_some_and(|end| end <= words.len() * 8),
+        "checked by the caller"
+    );
+    let base = words.as_ptr().cast::<AtomicU8>();
+    // SAFETY: the range lies inside `words` (asserted above), which lives
+    // as long as the returned slice. `AtomicU8` has the size of a `u8` and
+    // an alignment of 1, so any octet of the words is one; like
+    // `AtomicU64`, it is an `UnsafeCell`, so a shared slice of them may
+    // alias memory other threads write. No atomic operation of another
+    // size than the words' is made through it: the framer only loads from
+    // it in assembly.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::slice::from_raw_parts(base.add(offset), len)
+    }
 }
 
 /// The copy in assembly.

@@ -28,9 +28,9 @@
 
 mod dma;
 
-use std::sync::atomic::AtomicU64;
 #[cfg(test)]
 use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, AtomicU8};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwapOption;
@@ -92,6 +92,14 @@ impl Region {
         self.check(offset, dst.len())?;
         dma::copy_out(&self.words, offset, dst);
         Ok(())
+    }
+
+    /// Octets `offset..offset + len` of the region as the one-pass framer
+    /// reads them (`mpa::tx::Framer::frame_shared`): a view whose octets
+    /// other threads may write meanwhile, read only by opaque loads.
+    pub(crate) fn shared(&self, offset: usize, len: usize) -> Result<&[AtomicU8], OutOfBounds> {
+        self.check(offset, len)?;
+        Ok(dma::octets(&self.words, offset, len))
     }
 
     /// Reads the whole region into a new vector (tests, tools).

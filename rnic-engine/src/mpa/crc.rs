@@ -70,7 +70,7 @@
 //! by `x` is a right shift that XORs `POLY` in when the `x^31` coefficient
 //! (bit 0) falls off: `mul_mod_p` and `x_pow_mod_p` build on that.
 
-use super::simd;
+use super::simd::{self, Octet};
 use crate::wire::mpa_marker;
 
 /// Octets from one marker to the next (RFC 5044 §4.3).
@@ -176,13 +176,20 @@ pub fn copy_append_with(kernel: Kernel, crc: u32, dst: &mut [u8], src: &[u8]) ->
 /// One FPDU's octets before its CRC (RFC 5044 §4), as [`copy_fpdu`] writes
 /// them: ULPDU_Length (big-endian), the ULPDU's pieces and PAD, with a
 /// marker (RFC 5044 §4.3) put in wherever one falls before an octet of
-/// them or after the last.
+/// them or after the last. The pieces' octets are plain (`u8`) or
+/// registered memory ([`simd::Shared`]).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Fpdu<'a> {
+pub(super) struct Fpdu<'a, T: Octet = u8> {
     /// ULPDU_Length.
     pub(super) ulpdu_length: u16,
-    /// The ULPDU, in pieces.
-    pub(super) pieces: &'a [&'a [u8]],
+    /// The ULPDU's first `header_len` octets (at most 20), four to a word,
+    /// least significant first: a header made in registers (`ddp::Repr::
+    /// words`), put in place without a load of octets just stored.
+    pub(super) header: [u32; 5],
+    /// Octets of `header`.
+    pub(super) header_len: usize,
+    /// The rest of the ULPDU, in pieces.
+    pub(super) pieces: &'a [&'a [T]],
     /// PAD octets, zero.
     pub(super) pad: usize,
     /// Where in the output the first marker goes, then one every
@@ -190,7 +197,7 @@ pub(super) struct Fpdu<'a> {
     pub(super) marker_at: usize,
 }
 
-impl Fpdu<'_> {
+impl<T: Octet> Fpdu<'_, T> {
     /// The marker at output offset `at`, its octets least significant
     /// first: a zero reserved half, then FPDUPTR, the octets back to the
     /// FPDU's start, big-endian (`crate::wire::mpa_marker`). An FPDU never
@@ -212,7 +219,7 @@ impl Fpdu<'_> {
 ///
 /// If `fpdu` does not fill `out` exactly (a programmer error).
 #[inline]
-pub(super) fn copy_fpdu(crc: u32, out: &mut [u8], fpdu: &Fpdu<'_>) -> Option<u32> {
+pub(super) fn copy_fpdu<T: Octet>(crc: u32, out: &mut [u8], fpdu: &Fpdu<'_, T>) -> Option<u32> {
     if kernel() != Kernel::Vpclmulqdq {
         return None;
     }
@@ -692,6 +699,7 @@ mod tests {
     /// end.
     fn reference_octets(fpdu: &Fpdu<'_>) -> Vec<u8> {
         let mut data = fpdu.ulpdu_length.to_be_bytes().to_vec();
+        data.extend((0..fpdu.header_len).map(|i| (fpdu.header[i / 4] >> (8 * (i % 4))) as u8));
         for piece in fpdu.pieces {
             data.extend_from_slice(piece);
         }
@@ -715,6 +723,37 @@ mod tests {
     /// reference. Without the VPCLMULQDQ kernel, checks that nothing is
     /// written.
     fn check_fpdu(crc: u32, fpdu: &Fpdu<'_>, context: &str) {
+        check_fpdu_as(crc, fpdu, fpdu, context);
+        // The same octets with the pieces in registered memory (read by
+        // opaque loads), the first piece as the header words if it fits.
+        let (header, header_len, rest) = match fpdu.pieces.split_first() {
+            Some((first, rest)) if first.len() <= 20 => {
+                let mut header = [0u32; 5];
+                for (i, &o) in first.iter().enumerate() {
+                    header[i / 4] |= u32::from(o) << (8 * (i % 4));
+                }
+                (header, first.len(), rest)
+            }
+            _ => ([0; 5], 0, fpdu.pieces),
+        };
+        let shared: Vec<Vec<simd::Shared>> = rest
+            .iter()
+            .map(|p| p.iter().map(|&o| simd::Shared::new(o)).collect())
+            .collect();
+        let pieces: Vec<&[simd::Shared]> = shared.iter().map(Vec::as_slice).collect();
+        let registered = Fpdu {
+            ulpdu_length: fpdu.ulpdu_length,
+            header,
+            header_len,
+            pieces: &pieces,
+            pad: fpdu.pad,
+            marker_at: fpdu.marker_at,
+        };
+        check_fpdu_as(crc, fpdu, &registered, &format!("{context}, registered"));
+    }
+
+    /// [`check_fpdu`] of `fpdu`, written as `written` (the same octets).
+    fn check_fpdu_as<T: Octet>(crc: u32, fpdu: &Fpdu<'_>, written: &Fpdu<'_, T>, context: &str) {
         let expected = reference_octets(fpdu);
         let value = !bitwise_update(!crc, &expected);
         let len = expected.len();
@@ -723,7 +762,7 @@ mod tests {
         for lead in 0..70 {
             buffer.fill(0xA5);
             let out = &mut buffer[base + lead..base + lead + len];
-            let got = copy_fpdu(crc, out, fpdu);
+            let got = copy_fpdu(crc, out, written);
             let at = format!("{context}, lead {lead}");
             if kernel() != Kernel::Vpclmulqdq {
                 assert_eq!(got, None);
@@ -757,6 +796,8 @@ mod tests {
                 })
                 .collect();
             let fpdu = Fpdu {
+                header: [0; 5],
+                header_len: 0,
                 ulpdu_length: rng.next() as u16,
                 pieces: &pieces,
                 pad: rng.below(4),
@@ -779,6 +820,8 @@ mod tests {
             let fpdu_len = 2 + len + pad;
             for marker_at in (0..=fpdu_len + 1).chain([usize::MAX]) {
                 let fpdu = Fpdu {
+                    header: [0; 5],
+                    header_len: 0,
                     ulpdu_length: len as u16,
                     pieces: &pieces,
                     pad,
@@ -799,6 +842,8 @@ mod tests {
         let pieces = [&data[..14], &data[14..1714]];
         for marker_at in 0..=MARKER_INTERVAL + 8 {
             let fpdu = Fpdu {
+                header: [0; 5],
+                header_len: 0,
                 ulpdu_length: 1714,
                 pieces: &pieces,
                 pad: 0,
@@ -812,6 +857,8 @@ mod tests {
     #[test]
     fn copy_fpdu_must_fill_the_output() {
         let fpdu = Fpdu {
+            header: [0; 5],
+            header_len: 0,
             ulpdu_length: 0,
             pieces: &[],
             pad: 2,

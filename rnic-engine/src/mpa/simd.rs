@@ -21,7 +21,16 @@
 //!   whose set bits all land inside one slice. The pointer itself may lie
 //!   before that slice (it is made with `wrapping_sub`): that is how a
 //!   piece's first octets are loaded straight into the high octets of a
-//!   block.
+//!   block;
+//! * the same loads, plain or masked, written as inline assembly for the
+//!   one-pass FPDU kernel's pieces of registered memory ([`Shared`]:
+//!   `AtomicU8`, which another thread may write while the kernel reads):
+//!   the compiler treats an `asm!` block as opaque code reading the memory
+//!   its pointer reaches, so it can neither assume those octets unchanged
+//!   nor tear, repeat or merge the loads (the argument of `mem::dma`,
+//!   whose copies are assembly for the same reason); a masked `vmovdqu8`
+//!   suppresses faults and accesses for its clear mask bits as the
+//!   intrinsics do, so the same bounds hold.
 //!
 //! Everything else (intrinsics without pointers, calls between kernels with
 //! the same features) is safe Rust. On other targets this module compiles
@@ -176,6 +185,33 @@ use super::crc::{Fpdu, Kernel};
 /// The best kernel of this CPU, once known: 0 until [`detect`] ran, then
 /// [`code`] of its answer.
 static BEST: AtomicU8 = AtomicU8::new(0);
+
+/// An octet the one-pass FPDU kernel ([`copy_fpdu`]) copies and folds:
+/// `u8` for plain memory, [`Shared`] for registered memory.
+pub(crate) trait Octet: sealed::Sealed + Sized {
+    /// Read by opaque loads (module documentation, Safety).
+    const SHARED: bool;
+}
+
+/// An octet of registered memory as the kernel reads it: another thread (a
+/// peer's RDMA Write placed on another core, the application) may write it
+/// meanwhile, so it is read once, by loads the compiler cannot see into,
+/// and what the kernel stored is what it folded into the CRC.
+pub(crate) type Shared = AtomicU8;
+
+impl Octet for u8 {
+    const SHARED: bool = false;
+}
+
+impl Octet for Shared {
+    const SHARED: bool = true;
+}
+
+mod sealed {
+    pub(crate) trait Sealed {}
+    impl Sealed for u8 {}
+    impl Sealed for super::Shared {}
+}
 
 #[cfg(target_arch = "x86_64")]
 /// Octets per stream in the SSE4.2 kernel's three-stream blocks, longest
@@ -520,7 +556,7 @@ pub(super) fn fold_finish(folding: &Folding) -> u32 {
 /// If this CPU lacks the VPCLMULQDQ kernel, or if `fpdu` does not fill
 /// `out` exactly.
 #[inline]
-pub(super) fn copy_fpdu(register: u32, out: &mut [u8], fpdu: &Fpdu<'_>) -> u32 {
+pub(super) fn copy_fpdu<T: Octet>(register: u32, out: &mut [u8], fpdu: &Fpdu<'_, T>) -> u32 {
     assert!(
         best() == Kernel::Vpclmulqdq,
         "copying an FPDU needs the VPCLMULQDQ kernel"
@@ -538,10 +574,10 @@ pub(super) fn copy_fpdu(register: u32, out: &mut [u8], fpdu: &Fpdu<'_>) -> u32 {
             // SAFETY: `best()` is Vpclmulqdq only if `detect` found
             // AVX-512F, AVX-512BW, BMI2, VPCLMULQDQ, PCLMULQDQ and SSE4.2,
             // the kernel's features.
-            unsafe { x86::copy_fpdu::<false>(register, out, fpdu) }
+            unsafe { x86::copy_fpdu::<false, T>(register, out, fpdu) }
         } else {
             // SAFETY: as above.
-            unsafe { x86::copy_fpdu::<true>(register, out, fpdu) }
+            unsafe { x86::copy_fpdu::<true, T>(register, out, fpdu) }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -618,8 +654,10 @@ fn run<const COPY: bool>(_: Kernel, _: u32, _: &mut [u8], _: &[u8]) -> Option<u3
 mod x86 {
     use core::arch::x86_64::*;
 
+    use core::arch::asm;
+
     use super::{
-        fold, k, x_inverse_pow_mod_p, x_pow_mod_p, Block, Folding, Fpdu, Pending, Zmm,
+        fold, k, x_inverse_pow_mod_p, x_pow_mod_p, Block, Folding, Fpdu, Octet, Pending, Zmm,
         BLOCK_OCTETS, MARKER_INTERVAL, RUN_LEN, STREAM_OCTETS,
     };
 
@@ -1504,14 +1542,23 @@ mod x86 {
     /// markers go into [`Gather`], which puts the output together, stores
     /// and folds it block by block.
     #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq,pclmulqdq,sse4.2")]
-    pub(super) fn copy_fpdu<const MARKERS: bool>(
+    pub(super) fn copy_fpdu<const MARKERS: bool, T: Octet>(
         register: u32,
         out: &mut [u8],
-        fpdu: &Fpdu<'_>,
+        fpdu: &Fpdu<'_, T>,
     ) -> u32 {
         assert_eq!(MARKERS, fpdu.marker_at != usize::MAX);
-        let mut gather = Gather::<MARKERS>::new(register, out, fpdu.marker_at);
-        gather.put_octets(u32::from(fpdu.ulpdu_length.swap_bytes()), 2);
+        let mut gather = Gather::<MARKERS, T>::new(register, out, fpdu.marker_at);
+        if !T::SHARED {
+            // Plain pieces carry the whole ULPDU (`header_len` is 0), and
+            // the kernel is the one it was before registered memory came
+            // (with `put_head`'s loop in it too, LLVM kept its accumulators
+            // in memory).
+            assert_eq!(fpdu.header_len, 0, "a plain FPDU's header is a piece");
+            gather.put_octets(u32::from(fpdu.ulpdu_length.swap_bytes()), 2);
+        } else {
+            gather.put_head(fpdu);
+        }
         for piece in fpdu.pieces {
             gather.put(piece);
         }
@@ -1520,13 +1567,72 @@ mod x86 {
         gather.finish()
     }
 
+    impl<const MARKERS: bool, S: Octet> Gather<'_, MARKERS, S> {
+        /// ULPDU_Length (big-endian) and the header words after it, from
+        /// registers: the FPDU's first 2 to 22 octets. Where they lie in
+        /// the first block with no marker among them (most FPDUs), two
+        /// dword permutes and two shifts move the words to their offset,
+        /// and one masked move puts them in; otherwise a word at a time.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
+        fn put_head(&mut self, fpdu: &Fpdu<'_, S>) {
+            let h = fpdu.header;
+            assert!(fpdu.header_len <= 20, "at most 20 header octets");
+            let words = [
+                u32::from(fpdu.ulpdu_length.swap_bytes()) | h[0] << 16,
+                h[0] >> 16 | h[1] << 16,
+                h[1] >> 16 | h[2] << 16,
+                h[2] >> 16 | h[3] << 16,
+                h[3] >> 16 | h[4] << 16,
+                h[4] >> 16,
+            ];
+            let head = 2 + fpdu.header_len;
+            let fill = self.fill();
+            if self.at == 0 && fill + head <= BLOCK_OCTETS && (!MARKERS || self.marker_at >= head) {
+                self.reserve(head);
+                let [w0, w1, w2, w3, w4, w5] = words.map(|w| w as i32);
+                let v = _mm512_setr_epi32(w0, w1, w2, w3, w4, w5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+                // Dword `d` of the block takes word `d - q` shifted up by
+                // `r` octets, and the top of word `d - q - 1`.
+                let (q, r) = (fill / 4, (fill % 4) as i32);
+                let iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+                let index = _mm512_sub_epi32(iota, _mm512_set1_epi32(q as i32));
+                let a = _mm512_maskz_permutexvar_epi32((0x3f_u32 << q) as u16, index, v);
+                let index = _mm512_sub_epi32(index, _mm512_set1_epi32(1));
+                let b = _mm512_maskz_permutexvar_epi32((0x3f_u32 << (q + 1)) as u16, index, v);
+                // A shift by 32 leaves zero (r = 0: nothing comes from below).
+                let up = _mm512_sll_epi32(a, _mm_cvtsi32_si128(8 * r));
+                let down = _mm512_srl_epi32(b, _mm_cvtsi32_si128(32 - 8 * r));
+                let placed = _mm512_or_si512(up, down);
+                self.partial = _mm512_mask_mov_epi8(self.partial, bits(fill, fill + head), placed);
+                self.at = head;
+                if fill + head == BLOCK_OCTETS {
+                    self.complete();
+                }
+                return;
+            }
+            for (i, word) in words.into_iter().enumerate() {
+                let n = head.saturating_sub(4 * i).min(4);
+                if n == 0 {
+                    break;
+                }
+                self.put_octets(word, n);
+            }
+        }
+    }
+
     /// An output put together from pieces in blocks that start on cache
     /// line boundaries (fact 9): the first `lead` octets of the first block
     /// lie before the output, and are zero for the CRC. Each block is put
     /// together in `partial`, then stored once (masked where it overhangs
     /// the output) and folded; pieces that cover whole blocks go straight
     /// from load to store and fold.
-    struct Gather<'o, const MARKERS: bool> {
+    ///
+    /// One `Gather` type per kind of octet it copies (`S`), so that each of
+    /// its functions has one caller, in one kernel, and is inlined there
+    /// (one shared by the plain and the registered kernel was kept apart,
+    /// and the accumulators went to memory).
+    struct Gather<'o, const MARKERS: bool, S: Octet> {
         out: &'o mut [u8],
         /// The output's offset in its cache line.
         lead: usize,
@@ -1539,14 +1645,15 @@ mod x86 {
         x: [__m512i; 4],
         /// Where the next marker goes; `usize::MAX` without `MARKERS`.
         marker_at: usize,
+        octets: core::marker::PhantomData<S>,
     }
 
-    impl<'o, const MARKERS: bool> Gather<'o, MARKERS> {
+    impl<'o, const MARKERS: bool, S: Octet> Gather<'o, MARKERS, S> {
         /// Nothing assembled; the register rides in the block before the
         /// first (fact 9).
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,bmi2,pclmulqdq,sse4.2")]
-        fn new(register: u32, out: &'o mut [u8], marker_at: usize) -> Gather<'o, MARKERS> {
+        fn new(register: u32, out: &'o mut [u8], marker_at: usize) -> Gather<'o, MARKERS, S> {
             let lead = out.as_ptr() as usize % BLOCK_OCTETS;
             let shifted = crc_u64(0, clmul_u32(register, u64::from(LEAD[lead])).to_le_bytes());
             let zero = _mm512_setzero_si512();
@@ -1563,13 +1670,14 @@ mod x86 {
                     _mm512_maskz_set1_epi32(1 << 15, shifted as i32),
                 ],
                 marker_at,
+                octets: core::marker::PhantomData,
             }
         }
 
         /// Copies `src`, with the markers that fall before its octets.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
-        fn put(&mut self, src: &[u8]) {
+        fn put(&mut self, src: &[S]) {
             if !MARKERS {
                 self.copy(src);
                 return;
@@ -1602,7 +1710,7 @@ mod x86 {
         /// octets.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
-        fn periods<'s>(&mut self, src: &'s [u8]) -> &'s [u8] {
+        fn periods<'s>(&mut self, src: &'s [S]) -> &'s [S] {
             let fill = self.fill();
             // The period's first block starts in the output.
             assert!(self.marker_at - self.at == RUN_LEN && self.at >= fill);
@@ -1631,7 +1739,7 @@ mod x86 {
         /// measured slower.)
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
-        fn periods_inside(&mut self, periods: &[[u8; RUN_LEN]]) {
+        fn periods_inside(&mut self, periods: &[[S; RUN_LEN]]) {
             let fill = self.fill();
             let by_256 = lanes(FOLD_256);
             let mut x = self.x;
@@ -1640,7 +1748,7 @@ mod x86 {
             // its octets land at `fill - 4 .. fill`; each next one's
             // FPDUPTR is 512 more, 2 more in its third octet.
             let rotation = 8 * (fill % 4) as u32;
-            let word = Fpdu::marker(self.at + RUN_LEN).rotate_left(rotation);
+            let word = Fpdu::<u8>::marker(self.at + RUN_LEN).rotate_left(rotation);
             let mut marker = _mm512_set1_epi32(word as i32);
             let step = _mm512_set1_epi32((2u32 << 16).rotate_left(rotation) as i32);
             let flat = periods.as_flattened();
@@ -1649,12 +1757,12 @@ mod x86 {
                 let to = &mut self.out[start..start + MARKER_INTERVAL];
                 let (to, _) = to.as_chunks_mut::<64>();
                 let first = if k == 0 {
-                    let from = run.as_ptr().wrapping_sub(fill);
+                    let from = run.as_ptr().cast::<u8>().wrapping_sub(fill);
                     let own = load_masked(bits(fill, BLOCK_OCTETS), from, &run[..64 - fill]);
                     _mm512_or_si512(self.partial, own)
                 } else {
                     let at = RUN_LEN * k - fill;
-                    let own = load512(flat[at..at + 64].try_into().expect("64 octets"));
+                    let own = load_piece(flat[at..at + 64].try_into().expect("64 octets"));
                     // Octet `p` of `own` shifted down by 4 octets: the
                     // run before's last octets, `p + 4` of `own`.
                     let back = _mm512_alignr_epi32::<1>(own, own);
@@ -1666,7 +1774,7 @@ mod x86 {
                 x[0] = fold512(x[0], by_256, first);
                 for j in 1..8 {
                     let at = 64 * j - fill;
-                    let v = load512(run[at..at + 64].try_into().expect("64 octets"));
+                    let v = load_piece(run[at..at + 64].try_into().expect("64 octets"));
                     store512(&mut to[j], v);
                     x[j % 4] = fold512(x[j % 4], by_256, v);
                 }
@@ -1683,7 +1791,7 @@ mod x86 {
         /// at `fill` (under 4) in the first block of the next period.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
-        fn periods_straddling(&mut self, periods: &[[u8; RUN_LEN]]) {
+        fn periods_straddling(&mut self, periods: &[[S; RUN_LEN]]) {
             let fill = self.fill();
             let (by_256, zero) = (lanes(FOLD_256), _mm512_setzero_si512());
             let (mut x, mut partial) = (self.x, self.partial);
@@ -1694,14 +1802,14 @@ mod x86 {
                 let (to, _) = to.as_chunks_mut::<64>();
                 // Every 32-bit lane holds the marker rotated so that its
                 // octets land at `fill - 4 .. fill` (mod 64).
-                let word = Fpdu::marker(self.at + RUN_LEN).rotate_left(8 * (fill % 4) as u32);
+                let word = Fpdu::<u8>::marker(self.at + RUN_LEN).rotate_left(8 * (fill % 4) as u32);
                 let words = _mm512_set1_epi32(word as i32);
                 let first = load_into(partial, fill, &run[..BLOCK_OCTETS - fill]);
                 store512(&mut to[0], first);
                 x[0] = fold512(x[0], by_256, first);
                 for j in 1..7 {
                     let at = 64 * j - fill;
-                    let v = load512(run[at..at + 64].try_into().expect("64 octets"));
+                    let v = load_piece(run[at..at + 64].try_into().expect("64 octets"));
                     store512(&mut to[j], v);
                     x[j % 4] = fold512(x[j % 4], by_256, v);
                 }
@@ -1754,7 +1862,7 @@ mod x86 {
         #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
         fn marker_if_due(&mut self) {
             if MARKERS && self.at == self.marker_at {
-                self.octets(Fpdu::marker(self.at), 4);
+                self.octets(Fpdu::<u8>::marker(self.at), 4);
                 self.marker_at += MARKER_INTERVAL;
             }
         }
@@ -1796,7 +1904,7 @@ mod x86 {
         /// the start of the next block.
         #[inline]
         #[target_feature(enable = "avx512f,avx512bw,bmi2,vpclmulqdq")]
-        fn copy(&mut self, src: &[u8]) {
+        fn copy(&mut self, src: &[S]) {
             self.reserve(src.len());
             let mut src = src;
             let fill = self.fill();
@@ -1813,7 +1921,7 @@ mod x86 {
             let (blocks, rest) = src.as_chunks::<64>();
             let whole = BLOCK_OCTETS * blocks.len();
             let to = &mut self.out[self.at..self.at + whole];
-            self.x = copy_fold(self.x, to, blocks);
+            self.x = copy_fold::<MARKERS, S>(self.x, to, blocks);
             self.at += whole;
             if !rest.is_empty() {
                 self.partial = load_into(_mm512_setzero_si512(), 0, rest);
@@ -1921,14 +2029,54 @@ mod x86 {
     /// masked load. Panics past the block's end.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,bmi2")]
-    fn load_into(partial: __m512i, at: usize, src: &[u8]) -> __m512i {
+    fn load_into<T: Octet>(partial: __m512i, at: usize, src: &[T]) -> __m512i {
         let end = at + src.len();
         assert!(end <= BLOCK_OCTETS);
-        let from = src.as_ptr().wrapping_sub(at);
+        let from = src.as_ptr().cast::<u8>().wrapping_sub(at);
+        let mask = bits(at, end);
+        if T::SHARED {
+            let mut v = partial;
+            // SAFETY: as below; the load is opaque to the compiler (module
+            // documentation, Safety), and reads nothing else.
+            unsafe {
+                asm!(
+                    "vmovdqu8 {v}{{{k}}}, zmmword ptr [{p}]",
+                    v = inout(zmm_reg) v,
+                    k = in(kreg) mask,
+                    p = in(reg) from,
+                    options(nostack, preserves_flags, readonly),
+                );
+            }
+            return v;
+        }
         // SAFETY: the masked load reads octet `i` at `from + i` only for
         // the set bits `i` in `at..end`, which is `src[i - at]`, inside
         // `src` (module documentation, Safety).
-        unsafe { _mm512_mask_loadu_epi8(partial, bits(at, end), from.cast()) }
+        unsafe { _mm512_mask_loadu_epi8(partial, mask, from.cast()) }
+    }
+
+    /// The 64 octets of `from`: one unaligned load, opaque for
+    /// [`Octet::SHARED`] octets (module documentation, Safety).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn load_piece<T: Octet>(from: &[T; 64]) -> __m512i {
+        let p = from.as_ptr().cast::<u8>();
+        if T::SHARED {
+            let v: __m512i;
+            // SAFETY: `from` is 64 readable octets; `vmovdqu64` needs no
+            // alignment; the block reads nothing else.
+            unsafe {
+                asm!(
+                    "vmovdqu64 {v}, zmmword ptr [{p}]",
+                    v = out(zmm_reg) v,
+                    p = in(reg) p,
+                    options(nostack, preserves_flags, readonly),
+                );
+            }
+            return v;
+        }
+        // SAFETY: `from` is 64 readable octets; `loadu` needs no alignment.
+        unsafe { _mm512_loadu_si512(p.cast()) }
     }
 
     /// The octets of `src` at their places in a block, zero elsewhere: a
@@ -1939,9 +2087,24 @@ mod x86 {
     /// as `src` has, inside the block.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,bmi2")]
-    fn load_masked(mask: u64, from: *const u8, src: &[u8]) -> __m512i {
+    fn load_masked<T: Octet>(mask: u64, from: *const u8, src: &[T]) -> __m512i {
         let at = (src.as_ptr() as usize).wrapping_sub(from as usize);
         assert!(at + src.len() <= BLOCK_OCTETS && mask == bits(at, at + src.len()));
+        if T::SHARED {
+            let v: __m512i;
+            // SAFETY: as below; the load is opaque to the compiler (module
+            // documentation, Safety), and reads nothing else.
+            unsafe {
+                asm!(
+                    "vmovdqu8 {v}{{{k}}}{{z}}, zmmword ptr [{p}]",
+                    v = out(zmm_reg) v,
+                    k = in(kreg) mask,
+                    p = in(reg) from,
+                    options(nostack, preserves_flags, readonly),
+                );
+            }
+            return v;
+        }
         // SAFETY: the masked load reads octet `i` at `from + i` only for
         // the set bits `i` in `at..at + src.len()`, which is `src[i - at]`,
         // inside `src` (module documentation, Safety).
@@ -1966,20 +2129,25 @@ mod x86 {
 
     /// Copies whole blocks from `blocks` to `to` (as long) and folds them
     /// after the accumulators `x`, oldest first (fact 8): four at a time as
-    /// the main loop, then one at a time.
+    /// the main loop, then one at a time. `_KERNEL` only makes one function
+    /// per kernel, each with one caller (see `Gather`).
     #[inline]
     #[target_feature(enable = "avx512f,vpclmulqdq")]
-    fn copy_fold(x: [__m512i; 4], to: &mut [u8], blocks: &[[u8; 64]]) -> [__m512i; 4] {
+    fn copy_fold<const _KERNEL: bool, T: Octet>(
+        x: [__m512i; 4],
+        to: &mut [u8],
+        blocks: &[[T; 64]],
+    ) -> [__m512i; 4] {
         let by_256 = lanes(FOLD_256);
         let (groups, singles) = blocks.as_chunks::<4>();
         let (to_groups, to_singles) = to.as_chunks_mut::<256>();
         let mut x = x;
         for (group, to) in groups.iter().zip(to_groups) {
             let v = [
-                load512(&group[0]),
-                load512(&group[1]),
-                load512(&group[2]),
-                load512(&group[3]),
+                load_piece(&group[0]),
+                load_piece(&group[1]),
+                load_piece(&group[2]),
+                load_piece(&group[3]),
             ];
             store4(to, v);
             x = fold4(x, by_256, v);
@@ -1999,16 +2167,16 @@ mod x86 {
     /// in after them, if there is one.
     #[inline]
     #[target_feature(enable = "avx512f,vpclmulqdq")]
-    fn copy_fold_one(
+    fn copy_fold_one<T: Octet>(
         x: [__m512i; 4],
         by_256: __m512i,
-        from: Option<&[u8; 64]>,
+        from: Option<&[T; 64]>,
         to: Option<&mut [u8; 64]>,
     ) -> [__m512i; 4] {
         let Some(from) = from else {
             return x;
         };
-        let v = load512(from);
+        let v = load_piece(from);
         store512(to.expect("`to` as long as `from`"), v);
         let [a, b, c, d] = x;
         [b, c, d, fold512(a, by_256, v)]

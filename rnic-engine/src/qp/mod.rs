@@ -34,6 +34,7 @@ mod tx;
 pub(crate) use self::tx::NoCuts;
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicU8;
 use std::sync::Arc;
 
 use crate::cq::{Cq, Wc, WcOpcode, WcStatus};
@@ -339,6 +340,37 @@ impl Grants {
         }
     }
 
+    /// The list's octets `offset..offset + len` where they live, one view
+    /// per entry they touch, into `out`; returns how many (see
+    /// `Region::shared`).
+    fn shared<'g>(
+        &'g self,
+        mut offset: usize,
+        mut len: usize,
+        out: &mut [&'g [AtomicU8]; SGE_MAX],
+    ) -> usize {
+        let mut n = 0;
+        for (grant, entry_len) in self.entries.iter().flatten() {
+            if len == 0 {
+                break;
+            }
+            if offset >= *entry_len {
+                offset -= entry_len;
+                continue;
+            }
+            let take = (entry_len - offset).min(len);
+            // Checked against the registration when resolved.
+            let Ok(octets) = grant.region.shared(grant.offset + offset, take) else {
+                break;
+            };
+            out[n] = octets;
+            n += 1;
+            len -= take;
+            offset = 0;
+        }
+        n
+    }
+
     /// Copies `src` into the list from `offset`.
     fn scatter(&self, mut offset: usize, mut src: &[u8]) {
         for (grant, len) in self.entries.iter().flatten() {
@@ -517,6 +549,16 @@ impl LlpTx {
         match self {
             LlpTx::Mpa(f) => f.mulpdu(),
             LlpTx::Sctp(f) => f.mulpdu(),
+        }
+    }
+
+    /// Whether an FPDU carrying `ulpdu_len` octets is framed in one pass
+    /// from registered memory (`tx::frame_segment_shared`).
+    #[inline(always)]
+    fn one_pass(&self, ulpdu_len: usize) -> bool {
+        match self {
+            LlpTx::Mpa(f) => f.one_pass(ulpdu_len),
+            LlpTx::Sctp(_) => false,
         }
     }
 

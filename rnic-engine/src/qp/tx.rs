@@ -12,10 +12,12 @@
 //! ([`crate::mpa::tx::Framer::ulpdu_len_max`]), and transmission stops before any other
 //! FPDU that does not fit, until TCP has sent the short segment.
 
+use std::sync::atomic::AtomicU8;
+
 use crate::atomics;
 use crate::cq::WcStatus;
 use crate::mem::Access;
-use crate::verbs::{RemoteAddr, SendOp};
+use crate::verbs::{RemoteAddr, SendOp, SGE_MAX};
 use crate::wire::rdmap::{self, Control, Header, Opcode, ReadRequestRepr};
 use crate::wire::{atomic, ddp, term};
 
@@ -100,6 +102,29 @@ fn frame_segment(
         }
     };
     framer.frame_with(&[], header_len + len, out, ulpdu).ok()
+}
+
+/// [`frame_segment`] in one pass over the payload where it can: `payload`
+/// is registered memory (`len` octets in all), copied and folded into the
+/// CRC at once by the MPA framer's one-pass kernel (`Framer::frame_shared`)
+/// instead of copied and then read again for the CRC. `None` where that
+/// does not apply (DDP over SCTP, CRC off, no VPCLMULQDQ, a short FPDU, the
+/// FPDU does not fit): the caller then frames with [`frame_segment`].
+#[inline(always)]
+fn frame_segment_shared(
+    framer: &mut LlpTx,
+    ddp: &ddp::Repr,
+    len: usize,
+    out: &mut [u8],
+    payload: &[&[AtomicU8]],
+) -> Option<usize> {
+    let LlpTx::Mpa(framer) = framer else {
+        return None;
+    };
+    if payload.iter().map(|p| p.len()).sum::<usize>() != len {
+        return None;
+    }
+    framer.frame_shared(ddp.words(), payload, out)
 }
 
 fn untagged(opcode: Opcode, qn: u32, msn: u32, mo: u32, last: bool, rsvd_ulp: u32) -> ddp::Repr {
@@ -467,6 +492,13 @@ impl Inner {
         out: &mut [u8],
     ) -> Option<usize> {
         let grants = self.tx_grants.as_ref().expect("resolved before framing");
+        if framer.one_pass(ddp.header_len() + len) {
+            let mut pieces: [&[AtomicU8]; SGE_MAX] = [&[]; SGE_MAX];
+            let n = grants.shared(from, len, &mut pieces);
+            if let Some(written) = frame_segment_shared(framer, ddp, len, out, &pieces[..n]) {
+                return Some(written);
+            }
+        }
         frame_segment(framer, ddp, len, out, |offset, dst| {
             grants.gather(from + offset, dst)
         })
@@ -785,12 +817,21 @@ impl Inner {
                         }
                     }
                 };
-                let written = frame_segment(framer, &ddp, n, out, |offset, dst| {
-                    if let Some(lease) = &source {
-                        // In bounds: checked just above.
-                        let _ = lease.region().read(lease.offset + offset, dst);
-                    }
-                })?;
+                // In bounds: checked just above.
+                let shared = source
+                    .as_ref()
+                    .filter(|_| framer.one_pass(ddp.header_len() + n))
+                    .and_then(|lease| lease.region().shared(lease.offset, n).ok());
+                let one_pass =
+                    shared.and_then(|octets| frame_segment_shared(framer, &ddp, n, out, &[octets]));
+                let written = match one_pass {
+                    Some(written) => written,
+                    None => frame_segment(framer, &ddp, n, out, |offset, dst| {
+                        if let Some(lease) = &source {
+                            let _ = lease.region().read(lease.offset + offset, dst);
+                        }
+                    })?,
+                };
                 // The Read RTR's response is the provider's, as the RTR
                 // itself: neither counted nor timed.
                 if arrived.is_some() {

@@ -318,6 +318,40 @@ impl Repr {
         control
     }
 
+    /// The header's octets as [`emit`](Repr::emit) writes them, four to a
+    /// word (octet `4i + j` in bits `8j..8j + 8` of word `i`), and how many:
+    /// 14 tagged, 18 untagged. Made in registers, for a framer that puts
+    /// them in place without reading back octets just stored.
+    #[inline]
+    pub fn words(&self) -> ([u32; 5], usize) {
+        let head = u128::from(self.control()) | u128::from(self.rsvd_ulp) << 8;
+        let (octets, tail, len) = match self.buffer {
+            Buffer::Tagged { stag, to } => (
+                head | u128::from(stag.swap_bytes()) << 16 | u128::from(to.swap_bytes()) << 48,
+                0,
+                TAGGED_HEADER_LEN,
+            ),
+            Buffer::Untagged {
+                rsvd_ulp,
+                qn,
+                msn,
+                mo,
+            } => {
+                let mo = mo.swap_bytes();
+                (
+                    head | u128::from(rsvd_ulp.swap_bytes()) << 16
+                        | u128::from(qn.swap_bytes()) << 48
+                        | u128::from(msn.swap_bytes()) << 80
+                        | u128::from(mo) << 112,
+                    mo >> 16,
+                    UNTAGGED_HEADER_LEN,
+                )
+            }
+        };
+        let word = |i: u32| (octets >> (32 * i)) as u32;
+        ([word(0), word(1), word(2), word(3), tail], len)
+    }
+
     /// Writes the header (the payload is the caller's).
     ///
     /// # Panics
@@ -351,6 +385,46 @@ impl Repr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `words` holds the octets `emit` writes, tagged and untagged.
+    #[test]
+    fn words_are_the_emitted_octets() {
+        let reprs = [
+            Repr {
+                last: true,
+                reserved: 0x5,
+                version: 1,
+                rsvd_ulp: 0x42,
+                buffer: Buffer::Tagged {
+                    stag: 0x05ba_fb00,
+                    to: 0x0102_0304_0506_0708,
+                },
+            },
+            Repr {
+                last: false,
+                reserved: 0,
+                version: 1,
+                rsvd_ulp: 0x41,
+                buffer: Buffer::Untagged {
+                    rsvd_ulp: 0xa1a2_a3a4,
+                    qn: 0xb1b2_b3b4,
+                    msn: 0xc1c2_c3c4,
+                    mo: 0xd1d2_d3d4,
+                },
+            },
+        ];
+        for repr in reprs {
+            let mut octets = [0u8; UNTAGGED_HEADER_LEN];
+            repr.emit(&mut Packet::new_unchecked(&mut octets[..]));
+            let (words, len) = repr.words();
+            assert_eq!(len, repr.header_len());
+            let from_words: Vec<u8> = (0..20)
+                .map(|i| (words[i / 4] >> (8 * (i % 4))) as u8)
+                .collect();
+            assert_eq!(&from_words[..len], &octets[..len], "{repr:?}");
+            assert!(from_words[len..].iter().all(|&o| o == 0), "{repr:?}");
+        }
+    }
 
     /// `rping_v2_crc.pcap` frame 10: a tagged Read Response ULPDU
     /// (header and the first payload octets).

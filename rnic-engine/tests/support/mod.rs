@@ -71,6 +71,24 @@ pub fn configs() -> Vec<PairConfig> {
             emss: 9000,
             ..base
         },
+        // Jumbo FPDUs with CRC: the engine frames these in one pass from
+        // registered memory (`Framer::frame_shared`), markers or not.
+        PairConfig {
+            crc: true,
+            markers: false,
+            cut_max: 1500,
+            seed: 19,
+            emss: 9000,
+            ..base
+        },
+        PairConfig {
+            crc: true,
+            markers: true,
+            cut_max: 300,
+            seed: 23,
+            emss: 9000,
+            ..base
+        },
         // FPDUs aligned to TCP segments the link models, from a random
         // start: small FPDUs before full ones in a segment shrink these.
         PairConfig {
