@@ -471,7 +471,25 @@ impl Args {
                         .into(),
                 )
             }
-            (Role::Local(_), _) => {}
+            (Role::Local(_), _) => {
+                // A run in this process makes its own link (a namespace,
+                // veth or TAP device, memif socket): these would be ignored.
+                let link = &self.link;
+                let given = [
+                    ("--ip", link.ip.is_some()),
+                    ("--tap", link.tap.is_some()),
+                    ("--netns", link.netns.is_some()),
+                    ("--iface", link.iface.is_some()),
+                    ("--pci", link.pci.is_some()),
+                ];
+                if let Some((name, _)) = given.iter().find(|(_, set)| *set) {
+                    return Err(format!(
+                        "{name} places a --server or a HOST client on a link; a run without \
+                         them makes its own (both ends in this process): drop {name}, or run \
+                         --server and a client"
+                    ));
+                }
+            }
             (_, Some(t)) if t.peer().is_none() => {
                 return Err(
                     "--server and HOST runs use kernel, memif, net_tap, af_packet or pci".into(),

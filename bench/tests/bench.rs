@@ -90,6 +90,15 @@ fn bad_arguments_say_what_to_fix() {
         ),
         ("bench write --server --transport memif", "needs --ip"),
         ("bench write --transport pci", "give a HOST"),
+        (
+            "bench write --transport af_packet --iface eth1",
+            "drop --iface",
+        ),
+        (
+            "bench write --transport net_tap --netns ns0",
+            "drop --netns",
+        ),
+        ("bench write --transport tap --ip 10.0.0.2/24", "drop --ip"),
         ("bench write --transport memif -l 0,99", "CPU 99"),
         ("bench write --transport memif -l x", "-l x"),
     ];
