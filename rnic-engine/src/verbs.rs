@@ -401,6 +401,8 @@ pub struct Rnic {
     rung: Vec<bool>,
     /// The time of this turn, in microseconds ([`Rnic::set_now`]).
     now_us: u64,
+    /// [`Rnic::set_one_pass_framing`].
+    one_pass: bool,
 }
 
 fn take_slot<T>(slots: &mut [Option<T>], value: T) -> Option<u32> {
@@ -428,7 +430,19 @@ impl Rnic {
             doorbells: Vec::with_capacity(config.qps_max),
             rung: vec![false; config.qps_max],
             now_us: 0,
+            one_pass: true,
         }
+    }
+
+    /// Whether this RNIC's QPs frame the FPDUs of Writes, Sends and Read
+    /// Responses of 6,144 octets or more (jumbo segments) in one pass from
+    /// registered memory, the payload copied and folded into the CRC at
+    /// once (`mpa::tx::Framer::frame_region`; the default), or copy the
+    /// payload and then fold the copy, as they do for shorter FPDUs. For
+    /// measuring one against the other (`engine_table`), and as a way back
+    /// should the one-pass kernel misbehave on some CPU.
+    pub fn set_one_pass_framing(&mut self, enabled: bool) {
+        self.one_pass = enabled;
     }
 
     /// The time of this turn, in microseconds from any fixed epoch: the
@@ -619,6 +633,7 @@ impl Rnic {
                 cqs: &mut self.cqs,
                 srqs: &mut self.srqs,
                 now_us: self.now_us,
+                one_pass: self.one_pass,
             },
         ))
     }

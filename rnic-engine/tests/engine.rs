@@ -8,7 +8,7 @@ mod support;
 
 use rnic_engine::cq::{Notify, WcOpcode, WcStatus};
 use rnic_engine::mem::{Access, Region};
-use rnic_engine::pair::{self, PairConfig};
+use rnic_engine::pair::{self, Link, PairConfig};
 use rnic_engine::verbs::{FastRegistration, QpEvent, QpInit, QpState, SendOp, SendWr, VerbError};
 use rnic_engine::wire::ddp;
 use support::*;
@@ -54,6 +54,71 @@ fn rdma_write_every_size() {
             );
         }
     }
+}
+
+/// Jumbo FPDUs with CRC framed both ways (`Rnic::set_one_pass_framing`):
+/// Writes and the Read Responses of Reads arrive whole either way, and the
+/// two ways put the same octets on the wire.
+#[test]
+fn jumbo_fpdus_framed_in_one_pass_or_not_carry_the_same_octets() {
+    let config = PairConfig {
+        crc: true,
+        markers: false,
+        emss: 9000,
+        link: Link::SegmentsRecorded,
+        ..PairConfig::default()
+    };
+    let len = 200_000;
+    let mut wires = Vec::new();
+    for one_pass in [true, false] {
+        let mut pair = pair(config);
+        pair.a.rnic.set_one_pass_framing(one_pass);
+        pair.b.rnic.set_one_pass_framing(one_pass);
+        let access = Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let (b_region, b_mr, a_region, a_mr) = regions(&mut pair, 2 * len, access);
+        let data = pattern(len, 9);
+        a_region.write(0, &data).unwrap();
+        pair.a
+            .rnic
+            .post_send(
+                pair.a.qp,
+                &wr(1, SendOp::Write(remote(&b_mr, 0)), &[sge(&a_mr, 0, len)]),
+            )
+            .unwrap();
+        pair.run(STEPS);
+        assert_eq!(
+            &b_region.to_vec()[..len],
+            &data[..],
+            "Write, one pass {one_pass}"
+        );
+        // And back: b's Read Responses frame from its region.
+        pair.a
+            .rnic
+            .post_send(
+                pair.a.qp,
+                &wr(2, SendOp::Read(remote(&b_mr, 0)), &[sge(&a_mr, len, len)]),
+            )
+            .unwrap();
+        pair.run(STEPS);
+        assert_eq!(
+            &a_region.to_vec()[len..],
+            &data[..],
+            "Read, one pass {one_pass}"
+        );
+        let wcs = pair.a.completions();
+        assert_eq!(wcs.len(), 2, "one pass {one_pass}");
+        let recordings = pair.take_recordings();
+        assert!(
+            recordings[0][0].stream.len() > len,
+            "the Write's FPDUs were recorded"
+        );
+        wires.push(recordings);
+    }
+    // The same octets each way: the framing changes how, not what.
+    assert!(
+        wires[0] == wires[1],
+        "the two framings put different octets on the wire"
+    );
 }
 
 #[test]

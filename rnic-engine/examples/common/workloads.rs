@@ -41,6 +41,13 @@ pub(crate) struct EngineWorkload {
 }
 
 impl EngineWorkload {
+    /// Both RNICs frame jumbo FPDUs in one pass or copy and then fold
+    /// (`Rnic::set_one_pass_framing`).
+    pub(crate) fn set_one_pass_framing(&mut self, enabled: bool) {
+        self.pair.a.rnic.set_one_pass_framing(enabled);
+        self.pair.b.rnic.set_one_pass_framing(enabled);
+    }
+
     /// `window`: octets per transfer (0: one segment).
     pub(crate) fn new(kind: Kind, size: usize, emss: usize, window: usize) -> EngineWorkload {
         EngineWorkload::with_link(kind, size, emss, window, Link::Window)

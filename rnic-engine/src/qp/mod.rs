@@ -257,6 +257,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) srqs: &'a mut [Option<Srq>],
     /// The turn's time ([`crate::verbs::Rnic::set_now`]), in microseconds.
     pub(crate) now_us: u64,
+    /// [`crate::verbs::Rnic::set_one_pass_framing`].
+    pub(crate) one_pass: bool,
 }
 
 impl Ctx<'_> {

@@ -482,7 +482,8 @@ impl Inner {
     }
 
     /// Frames a DDP header and `len` payload octets of the current request
-    /// from offset `from`; `None` when it does not fit.
+    /// from offset `from`, in one pass where `one_pass` lets it and the
+    /// framer can; `None` when it does not fit.
     fn frame_payload(
         &self,
         framer: &mut LlpTx,
@@ -490,9 +491,10 @@ impl Inner {
         from: usize,
         len: usize,
         out: &mut [u8],
+        one_pass: bool,
     ) -> Option<usize> {
         let grants = self.tx_grants.as_ref().expect("resolved before framing");
-        if framer.one_pass(ddp.header_len() + len) {
+        if one_pass && framer.one_pass(ddp.header_len() + len) {
             let mut pieces: [&[AtomicU8]; SGE_MAX] = [&[]; SGE_MAX];
             let n = grants.shared(from, len, &mut pieces);
             if let Some(written) = frame_segment_shared(framer, ddp, len, out, &pieces[..n]) {
@@ -530,7 +532,7 @@ impl Inner {
             last,
             invalidate,
         );
-        let written = self.frame_payload(framer, &ddp, sent, n, out)?;
+        let written = self.frame_payload(framer, &ddp, sent, n, out, ctx.one_pass)?;
         self.stats.sent(opcode, n, last);
         self.sq[(seq - self.sq_base) as usize].sent += n;
         if last {
@@ -559,7 +561,7 @@ impl Inner {
             remote.to.wrapping_add(sent as u64),
             last,
         );
-        let written = self.frame_payload(framer, &ddp, sent, n, out)?;
+        let written = self.frame_payload(framer, &ddp, sent, n, out, ctx.one_pass)?;
         self.stats.sent(Opcode::RdmaWrite, n, last);
         let wqe = &mut self.sq[(seq - self.sq_base) as usize];
         wqe.sent += n;
@@ -820,7 +822,7 @@ impl Inner {
                 // In bounds: checked just above.
                 let shared = source
                     .as_ref()
-                    .filter(|_| framer.one_pass(ddp.header_len() + n))
+                    .filter(|_| ctx.one_pass && framer.one_pass(ddp.header_len() + n))
                     .and_then(|lease| lease.region().shared(lease.offset, n).ok());
                 let one_pass =
                     shared.and_then(|octets| frame_segment_shared(framer, &ddp, n, out, &[octets]));
