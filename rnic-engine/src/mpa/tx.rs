@@ -52,9 +52,10 @@ const ONE_PASS_OCTETS_MIN: usize = 128;
 /// process, as `engine_table` does for the first two), one pass against
 /// copying and then computing the CRC: a 64 KiB window of 8,948-octet
 /// segments 1.11-1.15x, one such segment a call 1.10-1.14x; 4,096-octet
-/// segments 1.05x and 0.97x; 1,448-octet ones 1.01x and 0.83-0.90x. What costs a short FPDU more in the engine than in
-/// `framer_table` (where one 1,428-octet FPDU after another went 1.2x
-/// faster) was not found.
+/// segments 1.05x and 0.97x; 1,448-octet ones 1.01x and 0.83-0.90x.
+/// What costs a short FPDU more in the engine than in `framer_table`
+/// (where one 1,428-octet FPDU after another went 1.2x faster) was not
+/// found.
 const ONE_PASS_SHARED_MIN: usize = 6144;
 
 /// The largest ULPDU one FPDU may carry when the TCP effective maximum
