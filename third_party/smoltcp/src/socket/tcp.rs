@@ -1941,6 +1941,21 @@ impl<'a> Socket<'a> {
         ip_repr: &IpRepr,
         repr: &TcpRepr,
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
+        self.process_with(cx, ip_repr, repr, &mut |_| 0)
+    }
+
+    /// dpwarp: [`process`](Self::process), offering the payload of an
+    /// in-order segment to `direct` before the receive buffer, when the
+    /// buffer is empty and holds nothing out of order: `direct` returns how
+    /// many octets, from the first, it took, as if the application had
+    /// read them at once (`recv`); the rest go into the buffer as usual.
+    pub(crate) fn process_with(
+        &mut self,
+        cx: &mut Context,
+        ip_repr: &IpRepr,
+        repr: &TcpRepr,
+        direct: &mut dyn FnMut(&[u8]) -> usize,
+    ) -> Option<(IpRepr, TcpRepr<'static>)> {
         debug_assert!(self.accepts(cx, ip_repr, repr));
 
         // Consider how much the sequence number space differs from the transmit buffer space.
@@ -2622,49 +2637,66 @@ impl<'a> Socket<'a> {
 
         let assembler_was_empty = self.assembler.is_empty();
 
-        // Try adding payload octets to the assembler.
-        let Ok(contig_len) = self
-            .assembler
-            .add_then_remove_front(payload_offset, payload_len)
-        else {
-            net_debug!(
-                "assembler: too many holes to add {} octets at offset {}",
+        // dpwarp: the next octets of the stream, with none waiting before
+        // them in the buffer and none held out of order after them, go to
+        // the application first, straight from the segment; what it takes
+        // is read (`recv`), and only the rest is buffered.
+        let mut payload = payload;
+        if payload_offset == 0 && assembler_was_empty && self.rx_buffer.is_empty() {
+            let taken = direct(payload).min(payload_len);
+            if taken > 0 {
+                tcp_trace!("rx: {} octets taken straight from the segment", taken);
+                self.remote_seq_no += taken;
+                payload = &payload[taken..];
+            }
+        }
+        let payload_len = payload.len();
+
+        if payload_len > 0 {
+            // Try adding payload octets to the assembler.
+            let Ok(contig_len) = self
+                .assembler
+                .add_then_remove_front(payload_offset, payload_len)
+            else {
+                net_debug!(
+                    "assembler: too many holes to add {} octets at offset {}",
+                    payload_len,
+                    payload_offset
+                );
+                return None;
+            };
+
+            // An empty buffer with nothing out of order in it starts again
+            // at its beginning: the octets land where the last ones were
+            // read from, memory still in the cache, instead of on the next
+            // lines of a ring that cycles through all of its memory (cold
+            // again by the time it comes round, with many sockets).
+            if assembler_was_empty && self.rx_buffer.is_empty() {
+                self.rx_buffer.clear();
+            }
+
+            // Place payload octets into the buffer.
+            tcp_trace!(
+                "rx buffer: receiving {} octets at offset {}",
                 payload_len,
                 payload_offset
             );
-            return None;
-        };
+            let len_written = self.rx_buffer.write_unallocated(payload_offset, payload);
+            debug_assert!(len_written == payload_len);
 
-        // An empty buffer with nothing out of order in it starts again at
-        // its beginning: the octets land where the last ones were read
-        // from, memory still in the cache, instead of on the next lines of
-        // a ring that cycles through all of its memory (cold again by the
-        // time it comes round, with many sockets).
-        if assembler_was_empty && self.rx_buffer.is_empty() {
-            self.rx_buffer.clear();
-        }
+            if contig_len != 0 {
+                // Enqueue the contiguous data octets in front of the buffer.
+                tcp_trace!(
+                    "rx buffer: enqueueing {} octets (now {})",
+                    contig_len,
+                    self.rx_buffer.len() + contig_len
+                );
+                self.rx_buffer.enqueue_unallocated(contig_len);
 
-        // Place payload octets into the buffer.
-        tcp_trace!(
-            "rx buffer: receiving {} octets at offset {}",
-            payload_len,
-            payload_offset
-        );
-        let len_written = self.rx_buffer.write_unallocated(payload_offset, payload);
-        debug_assert!(len_written == payload_len);
-
-        if contig_len != 0 {
-            // Enqueue the contiguous data octets in front of the buffer.
-            tcp_trace!(
-                "rx buffer: enqueueing {} octets (now {})",
-                contig_len,
-                self.rx_buffer.len() + contig_len
-            );
-            self.rx_buffer.enqueue_unallocated(contig_len);
-
-            // There's new data in rx_buffer, notify waiting task if any.
-            #[cfg(feature = "async")]
-            self.rx_waker.wake();
+                // There's new data in rx_buffer, notify waiting task if any.
+                #[cfg(feature = "async")]
+                self.rx_waker.wake();
+            }
         }
 
         if !self.assembler.is_empty() {
@@ -5332,6 +5364,162 @@ mod test {
             }
         }
         assert_eq!(got, b"abcdefghijklmnopqrst");
+    }
+
+    /// dpwarp: `process_with`, offering the payload to `direct`.
+    #[track_caller]
+    fn send_direct(
+        socket: &mut TestSocket,
+        repr: &TcpRepr,
+        direct: &mut dyn FnMut(&[u8]) -> usize,
+    ) -> Option<TcpRepr<'static>> {
+        socket.cx.set_now(Instant::from_millis(0));
+        let ip_repr = IpReprIpvX(IpvXRepr {
+            src_addr: REMOTE_ADDR,
+            dst_addr: LOCAL_ADDR,
+            next_header: IpProtocol::Tcp,
+            payload_len: repr.buffer_len(),
+            hop_limit: 64,
+        });
+        assert!(socket.socket.accepts(&mut socket.cx, &ip_repr, repr));
+        socket
+            .socket
+            .process_with(&mut socket.cx, &ip_repr, repr, direct)
+            .map(|(_, repr)| repr)
+    }
+
+    /// dpwarp: in-order segments that find the buffer empty go to `direct`
+    /// whole; nothing is buffered, and the ACK covers them with the whole
+    /// window open.
+    #[test]
+    fn test_direct_receive_takes_in_order_segments() {
+        let mut s = socket_established();
+        let mut got = Vec::new();
+        for (at, octets) in [(0usize, &b"abcdef"[..]), (6, &b"ghij"[..])] {
+            let reply = send_direct(
+                &mut s,
+                &TcpRepr {
+                    seq_number: REMOTE_SEQ + 1 + at,
+                    ack_number: Some(LOCAL_SEQ + 1),
+                    payload: octets,
+                    ..SEND_TEMPL
+                },
+                &mut |data| {
+                    got.extend_from_slice(data);
+                    data.len()
+                },
+            );
+            assert_eq!(reply, None);
+        }
+        assert_eq!(got, b"abcdefghij");
+        assert_eq!(s.recv_queue(), 0);
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 10),
+                window_len: 64,
+                ..RECV_TEMPL
+            }]
+        );
+    }
+
+    /// dpwarp: what `direct` leaves is buffered, in order, after what it
+    /// took; and while octets wait in the buffer nothing is offered.
+    #[test]
+    fn test_direct_receive_buffers_the_rest() {
+        let mut s = socket_established();
+        let mut offered = 0;
+        send_direct(
+            &mut s,
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"abcdef"[..],
+                ..SEND_TEMPL
+            },
+            &mut |data| {
+                offered += 1;
+                assert_eq!(data, b"abcdef");
+                4
+            },
+        );
+        send_direct(
+            &mut s,
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 6,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"ghij"[..],
+                ..SEND_TEMPL
+            },
+            &mut |_| {
+                offered += 1;
+                4
+            },
+        );
+        assert_eq!(offered, 1);
+        recv!(
+            s,
+            [TcpRepr {
+                seq_number: LOCAL_SEQ + 1,
+                ack_number: Some(REMOTE_SEQ + 1 + 10),
+                window_len: 58,
+                ..RECV_TEMPL
+            }]
+        );
+        assert_eq!(
+            s.recv(|buf| (buf.len(), buf.to_vec())),
+            Ok(b"efghij".to_vec())
+        );
+        // Emptied: the next segment is offered again.
+        send_direct(
+            &mut s,
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 10,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"kl"[..],
+                ..SEND_TEMPL
+            },
+            &mut |data| {
+                offered += 1;
+                data.len()
+            },
+        );
+        assert_eq!(offered, 2);
+        assert_eq!(s.recv_queue(), 0);
+    }
+
+    /// dpwarp: a segment beyond a hole, and the one that fills the hole,
+    /// are never offered (octets are out of order in the buffer); they come
+    /// out of the buffer in order.
+    #[test]
+    fn test_direct_receive_not_offered_around_a_hole() {
+        let mut s = socket_established();
+        let mut never = |_: &[u8]| -> usize { panic!("offered out of order") };
+        let _ = send_direct(
+            &mut s,
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1 + 6,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"ghij"[..],
+                ..SEND_TEMPL
+            },
+            &mut never,
+        );
+        let _ = send_direct(
+            &mut s,
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                payload: &b"abcdef"[..],
+                ..SEND_TEMPL
+            },
+            &mut never,
+        );
+        assert_eq!(
+            s.recv(|buf| (buf.len(), buf.to_vec())),
+            Ok(b"abcdefghij".to_vec())
+        );
     }
 
     #[test]

@@ -1,12 +1,26 @@
 use super::*;
 
 impl InterfaceInner {
+    #[cfg(test)]
     pub(super) fn process_ethernet<'frame>(
         &mut self,
         sockets: &mut SocketSet,
         meta: crate::phy::PacketMeta,
         frame: &'frame [u8],
         fragments: &'frame mut FragmentsBuffer,
+    ) -> Option<EthernetPacket<'frame>> {
+        self.process_ethernet_with(sockets, meta, frame, fragments, &mut |_, _| 0)
+    }
+
+    /// dpwarp: with TCP payload offered to `direct` first
+    /// ([`Interface::poll_ingress_single_with`]).
+    pub(super) fn process_ethernet_with<'frame>(
+        &mut self,
+        sockets: &mut SocketSet,
+        meta: crate::phy::PacketMeta,
+        frame: &'frame [u8],
+        fragments: &'frame mut FragmentsBuffer,
+        direct: &mut DirectReceive<'_>,
     ) -> Option<EthernetPacket<'frame>> {
         let eth_frame = check!(EthernetFrame::new_checked(frame));
 
@@ -25,12 +39,13 @@ impl InterfaceInner {
             EthernetProtocol::Ipv4 => {
                 let ipv4_packet = check!(Ipv4Packet::new_checked(eth_frame.payload()));
 
-                self.process_ipv4(
+                self.process_ipv4_with(
                     sockets,
                     meta,
                     eth_frame.src_addr().into(),
                     &ipv4_packet,
                     fragments,
+                    direct,
                 )
                 .map(EthernetPacket::Ip)
             }

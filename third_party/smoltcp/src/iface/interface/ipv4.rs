@@ -100,6 +100,27 @@ impl InterfaceInner {
         ipv4_packet: &Ipv4Packet<&'a [u8]>,
         frag: &'a mut FragmentsBuffer,
     ) -> Option<Packet<'a>> {
+        self.process_ipv4_with(
+            sockets,
+            meta,
+            source_hardware_addr,
+            ipv4_packet,
+            frag,
+            &mut |_, _| 0,
+        )
+    }
+
+    /// dpwarp: with TCP payload offered to `direct` first
+    /// ([`Interface::poll_ingress_single_with`]).
+    pub(super) fn process_ipv4_with<'a>(
+        &mut self,
+        sockets: &mut SocketSet,
+        meta: PacketMeta,
+        source_hardware_addr: HardwareAddress,
+        ipv4_packet: &Ipv4Packet<&'a [u8]>,
+        frag: &'a mut FragmentsBuffer,
+        direct: &mut DirectReceive<'_>,
+    ) -> Option<Packet<'a>> {
         let mut ipv4_repr = check!(Ipv4Repr::parse(ipv4_packet, &self.caps.checksum));
         if !self.is_unicast_v4(ipv4_repr.src_addr) && !ipv4_repr.src_addr.is_unspecified() {
             // Discard packets with non-unicast source addresses but allow unspecified
@@ -232,7 +253,7 @@ impl InterfaceInner {
 
             #[cfg(feature = "socket-tcp")]
             IpProtocol::Tcp => {
-                self.process_tcp(sockets, handled_by_raw_socket, ip_repr, ip_payload)
+                self.process_tcp_with(sockets, handled_by_raw_socket, ip_repr, ip_payload, direct)
             }
 
             _ if handled_by_raw_socket => None,

@@ -37,7 +37,7 @@ use super::fragmentation::{Fragmenter, FragmentsBuffer};
 
 #[cfg(any(feature = "medium-ethernet", feature = "medium-ieee802154"))]
 use super::neighbor::{Answer as NeighborAnswer, Cache as NeighborCache};
-use super::socket_set::SocketSet;
+use super::socket_set::{SocketHandle, SocketSet};
 use crate::config::{
     IFACE_MAX_ADDR_COUNT, IFACE_MAX_PREFIX_COUNT, IFACE_MAX_SIXLOWPAN_ADDRESS_CONTEXT_COUNT,
 };
@@ -80,6 +80,11 @@ pub enum PollResult {
     /// You should check the state of sockets again for received data or completion of operations.
     SocketStateChanged,
 }
+
+/// dpwarp: where in-order TCP payload may go before its socket's receive
+/// buffer ([`Interface::poll_ingress_single_with`]): given the socket and
+/// the octets, returns how many it took, from the first.
+pub type DirectReceive<'d> = dyn FnMut(SocketHandle, &[u8]) -> usize + 'd;
 
 /// Result returned by [`Interface::poll_ingress_single`].
 ///
@@ -499,7 +504,7 @@ impl Interface {
 
         // Process ingress while there's packets available.
         loop {
-            match self.socket_ingress(device, sockets) {
+            match self.socket_ingress(device, sockets, &mut |_, _| 0) {
                 PollIngressSingleResult::None => break,
                 PollIngressSingleResult::PacketProcessed => {}
                 PollIngressSingleResult::SocketStateChanged => res = PollResult::SocketStateChanged,
@@ -568,12 +573,31 @@ impl Interface {
         device: &mut (impl Device + ?Sized),
         sockets: &mut SocketSet<'_>,
     ) -> PollIngressSingleResult {
+        self.poll_ingress_single_with(timestamp, device, sockets, &mut |_, _| 0)
+    }
+
+    /// dpwarp: [`poll_ingress_single`](Self::poll_ingress_single), offering
+    /// `direct` the payload of an in-order TCP segment (over IPv4 on an
+    /// Ethernet medium) before its socket's receive buffer, when that
+    /// buffer is empty and holds nothing out of order: `direct(handle,
+    /// octets)` returns how many of the octets, from the first, it took,
+    /// as a `recv` of them would have. Taken octets never enter the buffer
+    /// (the application had them straight from the device's frame, one
+    /// copy fewer); the rest go into it as usual. The socket acknowledges
+    /// and advertises its window as if the application had read them.
+    pub fn poll_ingress_single_with(
+        &mut self,
+        timestamp: Instant,
+        device: &mut (impl Device + ?Sized),
+        sockets: &mut SocketSet<'_>,
+        direct: &mut DirectReceive<'_>,
+    ) -> PollIngressSingleResult {
         self.inner.now = timestamp;
 
         #[cfg(feature = "_proto-fragmentation")]
         self.fragments.assembler.remove_expired(timestamp);
 
-        self.socket_ingress(device, sockets)
+        self.socket_ingress(device, sockets, direct)
     }
 
     /// Maintain stateful processing on the device.
@@ -652,6 +676,7 @@ impl Interface {
         &mut self,
         device: &mut (impl Device + ?Sized),
         sockets: &mut SocketSet<'_>,
+        direct: &mut DirectReceive<'_>,
     ) -> PollIngressSingleResult {
         let Some((rx_token, tx_token)) = device.receive(self.inner.now) else {
             return PollIngressSingleResult::None;
@@ -666,11 +691,14 @@ impl Interface {
             match self.inner.caps.medium {
                 #[cfg(feature = "medium-ethernet")]
                 Medium::Ethernet => {
-                    if let Some(packet) =
-                        self.inner
-                            .process_ethernet(sockets, rx_meta, frame, &mut self.fragments)
-                        && let Err(err) =
-                            self.inner.dispatch(tx_token, packet, &mut self.fragmenter)
+                    if let Some(packet) = self.inner.process_ethernet_with(
+                        sockets,
+                        rx_meta,
+                        frame,
+                        &mut self.fragments,
+                        direct,
+                    ) && let Err(err) =
+                        self.inner.dispatch(tx_token, packet, &mut self.fragmenter)
                     {
                         net_debug!("Failed to send response: {:?}", err);
                     }

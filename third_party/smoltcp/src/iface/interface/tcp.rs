@@ -11,6 +11,25 @@ impl InterfaceInner {
         ip_repr: IpRepr,
         ip_payload: &'frame [u8],
     ) -> Option<Packet<'frame>> {
+        self.process_tcp_with(
+            sockets,
+            handled_by_raw_socket,
+            ip_repr,
+            ip_payload,
+            &mut |_, _| 0,
+        )
+    }
+
+    /// dpwarp: with the payload offered to `direct` first
+    /// ([`Interface::poll_ingress_single_with`]).
+    pub(crate) fn process_tcp_with<'frame>(
+        &mut self,
+        sockets: &mut SocketSet,
+        handled_by_raw_socket: bool,
+        ip_repr: IpRepr,
+        ip_payload: &'frame [u8],
+        direct: &mut DirectReceive<'_>,
+    ) -> Option<Packet<'frame>> {
         let (src_addr, dst_addr) = (ip_repr.src_addr(), ip_repr.dst_addr());
 
         // Per RFC 1122 §3.2.1.3, the unspecified address must never appear as a source
@@ -69,8 +88,11 @@ impl InterfaceInner {
             let mut indexed = false;
             if let Some(item) = sockets.item_mut(index) {
                 if let Some(tcp_socket) = Socket::downcast_mut(&mut item.socket) {
+                    let handle = item.meta.handle;
                     reply = tcp_socket
-                        .process(self, &ip_repr, &tcp_repr)
+                        .process_with(self, &ip_repr, &tcp_repr, &mut |octets| {
+                            direct(handle, octets)
+                        })
                         .map(|(ip, tcp)| Packet::new(ip, IpPayload::Tcp(tcp)));
                     // A listener that took a SYN is now this flow's socket.
                     indexed = tcp_socket.local_endpoint().map(|e| (e.addr, e.port))

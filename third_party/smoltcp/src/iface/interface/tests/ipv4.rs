@@ -785,7 +785,7 @@ fn test_handle_igmp(#[case] medium: Medium) {
     // loopback have been processed, including responses to
     // GENERAL_QUERY_BYTES. Therefore `recv_all()` would return 0
     // pkts that could be checked.
-    iface.socket_ingress(&mut device, &mut sockets);
+    iface.socket_ingress(&mut device, &mut sockets, &mut |_, _| 0);
 
     // Leave multicast groups
     let timestamp = Instant::ZERO;
