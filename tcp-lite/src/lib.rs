@@ -46,5 +46,6 @@ pub use smoltcp::socket::tcp::RecoveryStats;
 pub use smoltcp::time::{Duration, Instant};
 pub use stack::{Stack, StackStats, LISTENERS_MAX, RX_BURST_PACKETS_MAX, TX_BURST_ROUNDS_MAX};
 pub use transport::{
-    ConnectError, Datagrams, ListenError, RecvError, SendError, Transport, UdpError, UdpId,
+    ConnectError, Datagrams, DirectReceive, ListenError, RecvError, SendError, Transport, UdpError,
+    UdpId,
 };

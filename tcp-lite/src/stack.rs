@@ -20,7 +20,8 @@ use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpo
 use crate::config::{ConfigError, StackConfig};
 use crate::event::{ConnId, Event, EventKind, EventQueue, ListenerId};
 use crate::transport::{
-    ConnectError, Datagrams, ListenError, RecvError, SendError, Transport, UdpError, UdpId,
+    ConnectError, Datagrams, DirectReceive, ListenError, RecvError, SendError, Transport, UdpError,
+    UdpId,
 };
 
 /// Packets taken from the device per [`Stack::poll`] before egress runs
@@ -62,6 +63,9 @@ pub struct StackStats {
     pub half_open_dropped: u64,
     /// Packets taken from the device.
     pub rx_packets: u64,
+    /// Received octets taken straight from their segments by
+    /// [`Transport::poll_direct`]'s receiver, never buffered.
+    pub rx_direct_octets: u64,
     /// Connections the scans after each poll looked at: those ingress,
     /// egress or the user touched, and every one at the periodic full scan.
     /// An idle connection adds nothing between full scans.
@@ -990,6 +994,10 @@ impl<D: Device> Transport for Stack<D> {
     }
 
     fn poll(&mut self, now: Instant) -> bool {
+        self.poll_direct(now, &mut |_, _, _| 0)
+    }
+
+    fn poll_direct(&mut self, now: Instant, direct: &mut DirectReceive<'_>) -> bool {
         let mut progress = false;
         self.now = now;
         // Slots freed since the last poll may let a full listener listen again.
@@ -997,10 +1005,38 @@ impl<D: Device> Transport for Stack<D> {
             self.replenish(now);
         }
         for _ in 0..RX_BURST_PACKETS_MAX {
-            match self
-                .iface
-                .poll_ingress_single(now, &mut self.device, &mut self.sockets)
-            {
+            let (slots, by_handle, stats) = (&mut self.slots, &self.by_handle, &mut self.stats);
+            // smoltcp offers a socket's in-order octets when its buffer is
+            // empty; the receiver sees them as `recv_with` would show them
+            // (a connection of its own, the stream position), and what it
+            // takes counts as read and announced.
+            let mut offer = |handle: SocketHandle, octets: &[u8]| -> usize {
+                let index = by_handle.get(handle.index()).copied().unwrap_or(u32::MAX);
+                let Some(Some(slot)) = slots.get_mut(index as usize) else {
+                    return 0;
+                };
+                if slot.releasing || matches!(slot.role, Role::Listening(_)) {
+                    return 0;
+                }
+                let conn = ConnId {
+                    index,
+                    generation: slot.generation,
+                };
+                let taken = direct(conn, octets, slot.rx_pos).min(octets.len());
+                if taken > 0 {
+                    slot.rx_pos += taken as u64;
+                    slot.rx_announced = slot.rx_announced.max(slot.rx_pos);
+                    slot.progress_at = now;
+                    stats.rx_direct_octets += taken as u64;
+                }
+                taken
+            };
+            match self.iface.poll_ingress_single_with(
+                now,
+                &mut self.device,
+                &mut self.sockets,
+                &mut offer,
+            ) {
                 PollIngressSingleResult::None => break,
                 PollIngressSingleResult::PacketProcessed => {}
                 PollIngressSingleResult::SocketStateChanged => {

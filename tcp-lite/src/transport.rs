@@ -9,6 +9,11 @@ use smoltcp::time::Instant;
 
 use crate::event::{ConnId, Event, ListenerId};
 
+/// What [`Transport::poll_direct`] offers received octets to: given the
+/// connection, the octets and the stream position of the first, returns how
+/// many it took, from the first.
+pub type DirectReceive<'d> = dyn FnMut(ConnId, &[u8], u64) -> usize + 'd;
+
 /// A set of TCP connections driven by [`poll`](Transport::poll).
 ///
 /// Stream positions count octets from the start of each direction (0 is the
@@ -92,6 +97,23 @@ pub trait Transport {
 
     /// Move packets and run timers. Returns whether anything happened.
     fn poll(&mut self, now: Instant) -> bool;
+
+    /// [`Transport::poll`], offering `direct` each received run of a
+    /// connection's octets that would otherwise land in an empty receive
+    /// buffer (the next octets of the stream, nothing waiting before them):
+    /// `direct(conn, octets, position)` returns how many of them, from the
+    /// first, it took, as the `take` of [`Transport::recv_with`] would have
+    /// (`position` is the stream position of the first, as there), and the
+    /// rest are buffered for `recv_with` as usual. Taken octets are read:
+    /// no [`EventKind::Readable`](crate::EventKind::Readable) announces
+    /// them. A receiver that takes whole records as they arrive saves the
+    /// copy into the buffer and back out. By default (a transport that
+    /// cannot offer them, kernel TCP) this is `poll`, and every octet goes
+    /// through the buffer.
+    fn poll_direct(&mut self, now: Instant, direct: &mut DirectReceive<'_>) -> bool {
+        let _ = direct;
+        self.poll(now)
+    }
 
     /// When to poll next at the latest (`None`: only on input).
     fn poll_at(&mut self, now: Instant) -> Option<Instant>;

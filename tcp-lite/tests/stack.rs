@@ -601,6 +601,128 @@ proptest::proptest! {
     }
 }
 
+/// `a` sends `total` octets to `b`, which polls with `poll_direct`: of
+/// each run of octets offered it takes what `take(offered, k)` says (`k`
+/// counts the offers), and reads what it left through `recv_with`. Checks
+/// every octet and its stream position either way; returns the octets
+/// taken straight.
+fn direct_transfer(
+    net: &mut Net,
+    (tx, rx): (tcp_lite::ConnId, tcp_lite::ConnId),
+    total: u64,
+    seed: u64,
+    take: impl Fn(usize, u64) -> usize,
+) -> u64 {
+    let (mut sent, mut received, mut straight, mut offers) = (0u64, 0u64, 0u64, 0u64);
+    let end = net.now + Duration::from_secs(60);
+    while received < total {
+        assert!(net.now < end, "stalled at {received} of {total} octets");
+        while sent < total {
+            let want = (total - sent).min(1 << 20) as usize;
+            let n = net
+                .a
+                .send_with(tx, want, |buf| {
+                    fill(seed, sent, buf);
+                    (buf.len(), buf.len())
+                })
+                .unwrap();
+            if n == 0 {
+                break;
+            }
+            sent += n as u64;
+        }
+        let mut moved = net.a.poll(net.now);
+        moved |= net.b.poll_direct(net.now, &mut |conn, data, pos| {
+            assert_eq!(conn, rx);
+            assert_eq!(pos, received, "stream position offered");
+            offers += 1;
+            let n = take(data.len(), offers).min(data.len());
+            if let Err(at) = check(seed, pos, &data[..n]) {
+                panic!("octet {at} is wrong");
+            }
+            received += n as u64;
+            straight += n as u64;
+            n
+        });
+        while net.a.next_event().is_some() {}
+        while net.b.next_event().is_some() {}
+        loop {
+            let n = net
+                .b
+                .recv_with(rx, |data, pos| {
+                    assert_eq!(pos, received, "stream position read");
+                    if let Err(at) = check(seed, pos, data) {
+                        panic!("octet {at} is wrong");
+                    }
+                    (data.len(), data.len())
+                })
+                .unwrap();
+            if n == 0 {
+                break;
+            }
+            received += n as u64;
+        }
+        if !moved {
+            let next = [
+                net.a.poll_at(net.now),
+                net.b.poll_at(net.now),
+                net.a.device().rx_due(),
+                net.b.device().rx_due(),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(net.now + Duration::from_millis(10));
+            net.now = next
+                .max(net.now + Duration::from_micros(1))
+                .min(net.now + Duration::from_millis(10));
+        }
+    }
+    assert_eq!(net.b.stats().rx_direct_octets, straight);
+    straight
+}
+
+/// On a clean link every octet is taken straight from its segment, none
+/// buffered.
+#[test]
+fn a_receiver_that_takes_every_offer_reads_nothing_from_the_buffer() {
+    let mut net = Net::new(LinkConfig::ethernet(1500), 3, |_| {});
+    let pair = net.connect(4200);
+    let total = 4 << 20;
+    assert_eq!(direct_transfer(&mut net, pair, total, 3, |n, _| n), total);
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 16, ..Default::default() })]
+
+    /// Any faults, and a receiver that takes all, none or part of each
+    /// offer: every octet arrives once, in order, at its position, some
+    /// straight from segments and the rest through the buffer.
+    #[test]
+    fn direct_receive_with_any_faults_and_any_takes_loses_nothing(
+        drop in 0.0..0.05f64,
+        duplicate in 0.0..0.05f64,
+        reorder in 0.0..0.1f64,
+        mtu in proptest::sample::select(vec![576usize, 1500, 9000]),
+        size in 1..(256u64 << 10),
+        rule in 0..4u8,
+        seed in 0..u64::MAX,
+    ) {
+        let mut net = Net::new(LinkConfig::ethernet(mtu), seed, |_| {});
+        let pair = net.connect(4300);
+        let faults = Faults { drop, duplicate, reorder, corrupt: 0.0 };
+        net.a.device().set_tx_faults(faults);
+        net.b.device().set_tx_faults(faults);
+        let take = move |n: usize, k: u64| match rule {
+            0 => n,
+            1 => 0,
+            2 => n / 2,
+            _ => if k.is_multiple_of(3) { 0 } else { n - n / 3 },
+        };
+        direct_transfer(&mut net, pair, size, seed, take);
+    }
+}
+
 #[test]
 fn idleness_before_a_send_is_not_waiting() {
     let mut net = Net::new(LinkConfig::ethernet(1500), 13, |c| {
