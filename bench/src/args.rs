@@ -138,6 +138,14 @@ pub struct Args {
     #[arg(long, value_name = "PERCENT")]
     pub loss: Option<f64>,
 
+    /// Every received octet goes through TCP's receive buffer (copied in,
+    /// then out into registered memory), instead of each core's engine
+    /// taking FPDUs straight from the received frames where the buffer is
+    /// empty: to compare the two receive paths (a DPDK port or the
+    /// embedded link; kernel TCP always buffers).
+    #[arg(long = "rx-buffered")]
+    pub rx_buffered: bool,
+
     /// Both RNICs on one core (one thread steps both; the embedded link
     /// always runs so). Without it, and with two CPUs or more, each RNIC
     /// in this process has a pinned core of its own (-l picks them).
@@ -581,6 +589,16 @@ impl Args {
                         .into(),
                 );
             }
+        }
+        if self.rx_buffered
+            && (self.transport == Some(TransportArg::Kernel)
+                || self.llp == LlpArg::Sctp
+                || self.compare.iter().any(|c| matches!(c, Compare::Llp(_))))
+        {
+            return Err(
+                "--rx-buffered picks tcp-lite's receive path: kernel TCP and DDP over SCTP                  have one each (drop it)"
+                    .into(),
+            );
         }
         if self.compare.contains(&Compare::Llp(self.llp)) {
             return Err(format!(

@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use dataplane::CoreTransport;
 
-use crate::endpoint::Host;
 use crate::link::{LinkArgs, PeerTransport};
 use crate::report::Report;
 use crate::rig::{self, CoreReport, Rig, RigConfig, Share};
@@ -191,7 +190,7 @@ pub fn run(
     // The in-memory link: a link per core, made on its core's thread; the
     // two hosts (a control-plane thread and a registry each) shared.
     let cores = u16::try_from(most).map_err(|_| "too many cores".to_string())?;
-    let hosts = (kind == CoreLink::Embedded).then(|| (Host::new(cores, 1), Host::new(cores, 2)));
+    let hosts = (kind == CoreLink::Embedded).then(|| config.hosts(cores));
     let results: Vec<Result<Vec<Done>, String>> = std::thread::scope(|scope| {
         let threads: Vec<_> = (0..most)
             .map(|k| {

@@ -45,6 +45,9 @@ pub fn now() -> Instant {
 /// registrations (a region registered by one core is addressed from every
 /// core). Each core is an [`Endpoint`] made with [`Endpoint::on_host`].
 pub struct Host {
+    /// Its cores' engines take FPDUs straight from received frames
+    /// (`dataplane::CoreConfig::direct_receive`; on unless set off).
+    direct_receive: std::sync::atomic::AtomicBool,
     plane: Mutex<ControlPlane>,
     links: Mutex<Vec<Option<CoreLink>>>,
     registry: Arc<Registry>,
@@ -74,11 +77,20 @@ impl Host {
             .alloc_pd()
             .expect("a fresh registry has room for a PD");
         Ok(Arc::new(Host {
+            direct_receive: std::sync::atomic::AtomicBool::new(true),
             plane: Mutex::new(plane),
             links: Mutex::new(links.into_iter().map(Some).collect()),
             registry,
             pd,
         }))
+    }
+
+    /// Whether the cores made from now on take FPDUs straight from
+    /// received frames (`dataplane::CoreConfig::direct_receive`), or read
+    /// every octet from TCP's receive buffer.
+    pub fn set_direct_receive(&self, on: bool) {
+        self.direct_receive
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The control plane's counters (startups established, refused, ...).
@@ -320,6 +332,9 @@ impl<T: CoreTransport> Endpoint<T> {
         };
         let mut config = CoreConfig::new(emss);
         config.connections_max = CONNECTIONS_MAX;
+        config.direct_receive = host
+            .direct_receive
+            .load(std::sync::atomic::Ordering::Relaxed);
         Endpoint {
             core: Core::new(config, transport, link, rnic, qp_init),
             control: Control {

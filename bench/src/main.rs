@@ -306,6 +306,7 @@ fn rig_config(args: &Args, plan: &Plan) -> RigConfig {
         port: args.port,
         sw_checksums: args.link.sw_checksums,
         loss: args.loss.unwrap_or(0.0) / 100.0,
+        direct_receive: !args.rx_buffered,
     }
 }
 
@@ -448,6 +449,7 @@ fn serve_until_done<T: CoreTransport + Send>(
         None => vec![None],
     };
     let host = bench::endpoint::Host::new(cores as u16, 2);
+    host.set_direct_receive(config.direct_receive);
     let (region, mr) = host.register(config.memory);
     let serving = bench::responder::Serving::new(cores);
     let servers: Vec<Server<T>> = transports

@@ -130,6 +130,7 @@ fn core_json(c: &CoreReport) -> Value {
         "busy_share": k.busy_us as f64 / (k.busy_us + k.idle_us).max(1) as f64,
         "tx_fpdu_octets": k.tx_fpdu_octets,
         "rx_fpdu_octets": k.rx_fpdu_octets,
+        "rx_direct_octets": k.rx_direct_octets,
         "looked_at": k.looked_at,
         "polls_between_looks": k.polls_between_looks,
         "rx_packets": d.rx_packets,

@@ -259,6 +259,21 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
         Ok(())
     }
 
+    /// Turns [`CoreConfig::direct_receive`](dataplane::CoreConfig::direct_receive)
+    /// on or off on the client's core and, when it runs on this thread, the
+    /// server's (at once: the next poll of TCP reads the setting). Returns
+    /// whether the server's was set too.
+    pub fn set_direct_receive(&mut self, on: bool) -> bool {
+        self.client.core.config_mut().direct_receive = on;
+        match &mut self.server {
+            ServerSide::Local(server) => {
+                server.endpoint.core.config_mut().direct_receive = on;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Cores the two RNICs run on in this process (1: one thread steps
     /// both; 2: the server has a core of its own; a remote server's core
     /// is not counted).
@@ -623,9 +638,22 @@ pub struct RigConfig {
     /// (seeded): a network that loses packets (`--loss`). TCP then runs
     /// CUBIC, as on a real network, and repairs the losses.
     pub loss: f64,
+    /// Each core's engine takes FPDUs straight from the received frames
+    /// where TCP's receive buffer is empty (`dataplane::CoreConfig::direct_receive`);
+    /// `false` (`--rx-buffered`): every octet through TCP's buffer.
+    pub direct_receive: bool,
 }
 
 impl RigConfig {
+    /// Two hosts (client, server) of `cores` cores, each core's receive
+    /// path as this configuration says.
+    pub(crate) fn hosts(&self, cores: u16) -> (Arc<Host>, Arc<Host>) {
+        let hosts = (Host::new(cores, 1), Host::new(cores, 2));
+        hosts.0.set_direct_receive(self.direct_receive);
+        hosts.1.set_direct_receive(self.direct_receive);
+        hosts
+    }
+
     /// The MPA start-up both sides use.
     pub fn startup(&self) -> StartupConfig {
         StartupConfig {
@@ -646,7 +674,7 @@ fn in_process<C: CoreTransport, S: CoreTransport>(
     server_addr: Ipv4Addr,
     config: &RigConfig,
 ) -> Result<Rig<C, S>, String> {
-    let hosts = (Host::new(1, 1), Host::new(1, 2));
+    let hosts = config.hosts(1);
     in_process_on(
         &hosts,
         0,
@@ -694,7 +722,7 @@ fn in_process_on<C: CoreTransport, S: CoreTransport>(
 
 /// Two RNICs on tcp-lite over the in-memory link.
 pub fn embedded(config: &RigConfig) -> Result<Rig<Stack<LinkEnd>, Stack<LinkEnd>>, String> {
-    embedded_on(&(Host::new(1, 1), Host::new(1, 2)), 0, config)
+    embedded_on(&config.hosts(1), 0, config)
 }
 
 /// Two RNICs over the in-memory link.
@@ -927,7 +955,7 @@ pub fn dpdk_pair_cores(
     let (client_steer, server_steer) = (client_port.steer()?, server_port.steer()?);
     // Two hosts of `cores` cores: a control-plane thread and a registry
     // each, shared by its cores.
-    let hosts = (Host::new(cores, 1), Host::new(cores, 2));
+    let hosts = config.hosts(cores);
     (0..cores)
         .map(|k| {
             let client = crate::link::dpdk_stack_on(
@@ -1091,6 +1119,7 @@ pub fn remote_cores(
     cores: u16,
 ) -> Result<RemoteCores, String> {
     let host = Host::new(cores, 1);
+    host.set_direct_receive(config.direct_receive);
     let run = run_id();
     fn rig<C: CoreTransport>(
         client: Endpoint<C>,

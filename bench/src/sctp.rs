@@ -1085,6 +1085,7 @@ pub fn connect_loop(
         port: settings.port,
         sw_checksums: false,
         loss: 0.0,
+        direct_receive: true,
     };
     if kernel {
         let rig = self::kernel(&config)?;

@@ -101,6 +101,8 @@ fn bad_arguments_say_what_to_fix() {
         ("bench write --transport tap --ip 10.0.0.2/24", "drop --ip"),
         ("bench write --transport memif -l 0,99", "CPU 99"),
         ("bench write --transport memif -l x", "-l x"),
+        ("bench write --transport kernel --rx-buffered", "drop it"),
+        ("bench write --llp sctp --rx-buffered", "drop it"),
     ];
     for (line, want) in bad {
         let err = match parse(line) {
@@ -153,6 +155,7 @@ fn config(memory: usize) -> RigConfig {
         port: 7000,
         sw_checksums: true,
         loss: 0.0,
+        direct_receive: true,
     }
 }
 
@@ -183,6 +186,38 @@ fn tiny(op: Op, mode: Mode) -> Report {
         cores: rig.cores(),
         per_core: rig.core_reports(),
         measured,
+    }
+}
+
+/// `--rx-buffered`: the cores read every received octet from TCP's buffer;
+/// by default the server's engine takes the Writes straight from the
+/// frames. Either way every Write completes.
+#[test]
+fn rx_buffered_reads_every_octet_from_tcps_buffer() {
+    assert!(!parse("bench write").unwrap().rx_buffered);
+    assert!(parse("bench write --rx-buffered --transport memif")
+        .unwrap()
+        .plan()
+        .is_ok());
+    for direct in [true, false] {
+        let mut c = config(memory_for(1, 65536));
+        c.direct_receive = direct;
+        let mut rig = rig::embedded(&c).unwrap();
+        let s = spec(Op::Write, Mode::Bandwidth, 65536, 1);
+        let m = workload::run(&mut rig, &s, true, &AtomicBool::new(false), &mut |_| {}).unwrap();
+        assert_eq!(m.messages, 200);
+        let server = rig
+            .core_reports()
+            .into_iter()
+            .find(|r| r.role == "server")
+            .unwrap();
+        let k = server.counters;
+        assert!(k.rx_fpdu_octets >= 200 * 65536, "{k:?}");
+        if direct {
+            assert!(k.rx_direct_octets * 10 >= k.rx_fpdu_octets * 9, "{k:?}");
+        } else {
+            assert_eq!(k.rx_direct_octets, 0);
+        }
     }
 }
 

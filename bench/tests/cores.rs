@@ -27,6 +27,7 @@ fn config(port: u16) -> RigConfig {
         port,
         sw_checksums: false,
         loss: 0.0,
+        direct_receive: true,
     }
 }
 

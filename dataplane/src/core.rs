@@ -7,15 +7,17 @@
 //!
 //! 1. **rx burst and TCP**: the transport polls its device (a DPDK queue's
 //!    receive burst, the in-memory link, a TAP fd, or kernel sockets) and
-//!    runs TCP's timers;
+//!    runs TCP's timers; a segment that arrives in order for a connection
+//!    in Full Operation whose receive buffer is empty goes to the engine at
+//!    once, straight from the frame ([`CoreConfig::direct_receive`]);
 //! 2. **events**: connections accepted, connected, readable, closed; those in
 //!    MPA startup are the control plane's ([`CoreLink`]), the others ours;
 //! 3. **the control link**: octets of startups to and from the
 //!    control-plane thread, and handoffs of connections that reached Full
 //!    Operation;
 //! 4. **each connection in Full Operation** (urgent ones first, see
-//!    [`Core::set_urgent`]): what TCP received goes to the
-//!    engine (`handle_stream`, reading the transport's buffer in place),
+//!    [`Core::set_urgent`]): what TCP holds in its buffer goes to the
+//!    engine (`handle_stream`, reading the buffer in place),
 //!    then the engine's FPDUs go straight into TCP's transmit ring
 //!    (`poll_transmit`, each FPDU sized by `segment_room` so it starts a TCP
 //!    segment: RFC 5044 §5), and an orderly close once the peer's octets
@@ -149,6 +151,15 @@ pub struct CoreConfig {
     /// Turns between two looks at the mbuf pool's free count (it sums every
     /// lcore's cache: not a per-turn cost).
     pub pool_sample_turns: u32,
+    /// The engine takes a connection's FPDUs straight from the received
+    /// frames while TCP polls, where TCP's receive buffer is empty (the
+    /// transport's [`poll_direct`](tcp_lite::Transport::poll_direct); on by
+    /// default): each octet is copied once, from the frame into registered
+    /// memory, instead of into TCP's buffer and out again, and the buffer
+    /// stays out of the cache. What TCP holds (out of order, or before the
+    /// QP existed) is read from its buffer as before. Off: every octet goes
+    /// through TCP's buffer.
+    pub direct_receive: bool,
 }
 
 impl CoreConfig {
@@ -165,6 +176,7 @@ impl CoreConfig {
             unfenced_ports: Vec::new(),
             budgets: Budgets::default(),
             pool_sample_turns: 1024,
+            direct_receive: true,
         }
     }
 }
@@ -201,6 +213,9 @@ pub struct CoreCounters {
     pub tx_fpdu_octets: u64,
     /// FPDU octets TCP handed to the engine.
     pub rx_fpdu_octets: u64,
+    /// Of those, the octets the engine took straight from received frames
+    /// ([`CoreConfig::direct_receive`]), never in TCP's buffer.
+    pub rx_direct_octets: u64,
     /// Connections that reached Full Operation with a QP.
     pub established: u64,
     /// Connections in Full Operation that ended.
@@ -235,6 +250,7 @@ impl CoreCounters {
             idle_us: self.idle_us - earlier.idle_us,
             tx_fpdu_octets: self.tx_fpdu_octets - earlier.tx_fpdu_octets,
             rx_fpdu_octets: self.rx_fpdu_octets - earlier.rx_fpdu_octets,
+            rx_direct_octets: self.rx_direct_octets - earlier.rx_direct_octets,
             established: self.established - earlier.established,
             ended: self.ended - earlier.ended,
             refused: self.refused - earlier.refused,
@@ -322,6 +338,14 @@ struct Live {
     rx_octets: u64,
     /// The transport's stream position of the engine's first octet.
     rx_base: Option<u64>,
+    /// Octets the engine took straight from frames while TCP polled
+    /// ([`CoreConfig::direct_receive`]) since the connection was last
+    /// looked at.
+    rx_direct: u64,
+    /// The turn (`CoreCounters::turns` then) whose handoffs made the QP:
+    /// octets go to it straight from frames from the next turn on, once
+    /// the application has seen the handoff (and posted its receives).
+    born: u64,
     /// In the queue of connections the next turn looks at.
     active: bool,
     /// Our TCP port of it (by which an operator's counters group QPs).
@@ -361,6 +385,8 @@ pub struct Core<T: CoreTransport> {
     yielded: bool,
     /// Scratch for the engine's doorbells.
     doorbells: Vec<QpHandle>,
+    /// Scratch: the connections the engine took octets of while TCP polled.
+    fed: Vec<usize>,
     /// Intermediate polls of TCP left this turn ([`Budgets::tx_polls`]).
     polls_left: usize,
     /// Rejected connections we are closing (MPA left them to us).
@@ -405,6 +431,7 @@ impl<T: CoreTransport> Core<T> {
             urgent_live: 0,
             yielded: false,
             doorbells: Vec::with_capacity(n),
+            fed: Vec::with_capacity(n),
             polls_left: 0,
             closing_raw: Vec::with_capacity(n),
             handoffs: VecDeque::with_capacity(config.budgets.handoffs),
@@ -428,7 +455,7 @@ impl<T: CoreTransport> Core<T> {
     pub fn turn(&mut self, now: Instant) -> bool {
         // The engine's clock for this turn (its responses' times).
         self.rnic.set_now(now.total_micros().max(0) as u64);
-        let mut busy = self.transport.poll(now);
+        let mut busy = self.poll_transport(now);
         busy |= self.transport_events();
         self.link.poll(&mut self.transport, now);
         busy |= self.connections(now);
@@ -437,10 +464,69 @@ impl<T: CoreTransport> Core<T> {
         // nothing queued nothing (the control link's octets, if any, go at
         // the next turn's first poll), so an idle turn polls TCP once.
         if busy {
-            self.transport.poll(now);
+            self.poll_transport(now);
         }
         self.transport.flush();
         self.count_turn(now, busy);
+        busy
+    }
+
+    /// TCP polls its device; with [`CoreConfig::direct_receive`], octets
+    /// that would land in an empty receive buffer of a live connection go
+    /// to its engine at once, straight from the frame. Returns whether the
+    /// poll moved anything.
+    fn poll_transport(&mut self, now: Instant) -> bool {
+        if !self.config.direct_receive {
+            return self.transport.poll(now);
+        }
+        let Core {
+            transport,
+            rnic,
+            live,
+            by_conn,
+            fed,
+            counters,
+            ..
+        } = self;
+        let turn = counters.turns;
+        let mut taken = 0u64;
+        let busy = transport.poll_direct(now, &mut |conn, octets, position| {
+            let Some(&i) = by_conn.get(&conn) else {
+                // In MPA startup (the control plane's), or not ours.
+                return 0;
+            };
+            let l = &mut live[i];
+            if l.born == turn {
+                return 0;
+            }
+            let n = rnic.handle_stream(l.qp, octets).unwrap_or(0);
+            if n == 0 {
+                return 0;
+            }
+            // As in `receive`: the engine reads the stream once, in order.
+            let base = *l.rx_base.get_or_insert(position);
+            assert_eq!(
+                position,
+                base + l.rx_octets,
+                "the transport skipped or repeated stream octets"
+            );
+            l.rx_octets += n as u64;
+            if l.rx_direct == 0 {
+                fed.push(i);
+            }
+            l.rx_direct += n as u64;
+            taken += n as u64;
+            n
+        });
+        self.counters.rx_fpdu_octets += taken;
+        self.counters.rx_direct_octets += taken;
+        // Each connection fed gets a look this turn or the next: the
+        // engine may have responses to send, completions and events.
+        for k in 0..self.fed.len() {
+            let i = self.fed[k];
+            self.wake(i);
+        }
+        self.fed.clear();
         busy
     }
 
@@ -578,7 +664,7 @@ impl<T: CoreTransport> Core<T> {
             // What the urgent connections queued leaves before the others'
             // work begins.
             if k == urgent && urgent_sent {
-                self.transport.poll(now);
+                self.poll_transport(now);
                 self.transport.flush();
             }
             if k == urgent && urgent_got && !self.yielded {
@@ -607,7 +693,7 @@ impl<T: CoreTransport> Core<T> {
             if k >= urgent {
                 if others_looked > 0 && others_looked.is_multiple_of(every) {
                     self.counters.polls_between_looks += 1;
-                    self.transport.poll(now);
+                    self.poll_transport(now);
                     self.transport.flush();
                 }
                 others_looked += 1;
@@ -616,7 +702,7 @@ impl<T: CoreTransport> Core<T> {
             if k >= urgent && self.urgent_live > 0 {
                 self.counters.looked_at_beside_urgent += 1;
             }
-            if self.live[i].rx_ready {
+            if self.live[i].rx_ready || self.live[i].rx_direct > 0 {
                 let got = self.receive(i) > 0;
                 busy |= got;
                 urgent_got |= got && k < urgent;
@@ -657,9 +743,14 @@ impl<T: CoreTransport> Core<T> {
     }
 
     /// What TCP holds for connection `i`, read in place by the engine.
-    /// Returns the octets the engine took.
+    /// Returns the octets the engine took, those it took straight from
+    /// frames since the last look included.
     fn receive(&mut self, i: usize) -> u64 {
         let Live { conn, qp, .. } = self.live[i];
+        let direct = std::mem::take(&mut self.live[i].rx_direct);
+        if !self.live[i].rx_ready {
+            return direct;
+        }
         let mut got = 0;
         for _ in 0..self.config.budgets.rx_reads {
             let rnic = &mut self.rnic;
@@ -690,7 +781,7 @@ impl<T: CoreTransport> Core<T> {
             got += n as u64;
         }
         self.counters.rx_fpdu_octets += got;
-        got
+        direct + got
     }
 
     /// The engine's FPDUs for `live`, straight into TCP's transmit ring,
@@ -740,7 +831,7 @@ impl<T: CoreTransport> Core<T> {
                 break;
             }
             self.polls_left -= 1;
-            self.transport.poll(now);
+            self.poll_transport(now);
             self.transport.flush();
         }
         self.counters.tx_fpdu_octets += total;
@@ -827,6 +918,8 @@ impl<T: CoreTransport> Core<T> {
             rx_ready: true,
             rx_octets: 0,
             rx_base: None,
+            rx_direct: 0,
+            born: self.counters.turns,
             active: false,
             local_port,
             urgent: false,

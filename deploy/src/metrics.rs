@@ -196,6 +196,12 @@ pub fn render(shared: &Shared) -> String {
         "FPDU octets TCP handed each core's engine.",
         &per_core(&|c| c.rx_fpdu_octets as f64),
     );
+    family(
+        "dpwarp_core_fpdu_rx_direct_bytes_total",
+        "counter",
+        "Of those, the octets each core's engine took straight from received frames, never in TCP's buffer.",
+        &per_core(&|c| c.rx_direct_octets as f64),
+    );
     let open: Vec<(String, f64)> = shared
         .cores
         .iter()

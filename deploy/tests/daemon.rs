@@ -374,6 +374,7 @@ fn run_of(
         port: addr.port(),
         sw_checksums: false,
         loss: 0.0,
+        direct_receive: true,
     };
     let spec = Spec {
         op,
