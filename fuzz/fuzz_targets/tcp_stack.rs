@@ -1,15 +1,20 @@
 //! tcp-lite's `Stack` against a hostile peer: arbitrary TCP segments (and
 //! arbitrary IP packets) into a stack that listens, has connections open and
 //! an application that reads, writes, closes, aborts and releases, while
-//! virtual time moves on.
+//! virtual time moves on. The stack is polled with `poll_direct`, whose
+//! receiver takes all, none or part of each in-order run offered (as the
+//! input says).
 //!
 //! The link is IP-medium with checksums ignored, so the fuzzer's segments
 //! reach TCP. Asserts: no panic and no hang; open connections never exceed
 //! `max_connections`; every event names a connection that was not released,
-//! and no connection reports anything after its final event.
+//! and no connection reports anything after its final event; each
+//! connection's octets reach the application once, in order: the stream
+//! position of every run offered straight from a segment or read from the
+//! buffer is where the last one ended.
 #![no_main]
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use arbitrary::Arbitrary;
@@ -47,6 +52,9 @@ enum Op {
     Abort(u8),
     Release(u8),
     Connect(u8),
+    /// How much of each run `poll_direct` offers the application takes
+    /// from now on: none (0), all (255), or that share in 256ths.
+    Take(u8),
 }
 
 fn port(sel: u8) -> u16 {
@@ -95,6 +103,9 @@ fuzz_target!(|ops: Vec<Op>| {
     let mut released: HashSet<ConnId> = HashSet::new();
     let mut finished: HashSet<ConnId> = HashSet::new();
     let pick = |conns: &[ConnId], sel: u8| conns.get(usize::from(sel) % conns.len().max(1)).copied();
+    // Where each connection's next octet is, for the application.
+    let mut next_at: HashMap<ConnId, u64> = HashMap::new();
+    let mut take = 255u8;
 
     for op in ops.into_iter().take(256) {
         match op {
@@ -130,7 +141,12 @@ fuzz_target!(|ops: Vec<Op>| {
             Op::Advance(ms) => now += Duration::from_millis(u64::from(ms)),
             Op::Recv(sel) => {
                 if let Some(c) = pick(&conns, sel) {
-                    let _ = stack.recv_with(c, |d, _| (d.len(), ()));
+                    let _ = stack.recv_with(c, |d, at| {
+                        let next = next_at.entry(c).or_insert(0);
+                        assert_eq!(at, *next, "read at {at}, the stream was at {next}");
+                        *next += d.len() as u64;
+                        (d.len(), ())
+                    });
                 }
             }
             Op::Send(sel, n) => {
@@ -162,8 +178,19 @@ fuzz_target!(|ops: Vec<Op>| {
                     conns.push(c);
                 }
             }
+            Op::Take(share) => take = share,
         }
-        stack.poll(now);
+        stack.poll_direct(now, &mut |c, d, at| {
+            let next = next_at.entry(c).or_insert(0);
+            assert_eq!(at, *next, "offered at {at}, the stream was at {next}");
+            let n = match take {
+                0 => 0,
+                255 => d.len(),
+                share => d.len() * usize::from(share) / 256,
+            };
+            *next += n as u64;
+            n
+        });
         while let Some(event) = stack.next_event() {
             assert!(!released.contains(&event.conn), "{event:?} for a released connection");
             assert!(!finished.contains(&event.conn), "{event:?} after the final event");
