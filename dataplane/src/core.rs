@@ -355,6 +355,21 @@ struct Live {
     urgent: bool,
 }
 
+impl Live {
+    /// The engine took `n` octets at stream position `position`, from
+    /// TCP's buffer or straight from a frame. Pair assertion: it reads the
+    /// stream once, in order, from where the startup left it.
+    fn took(&mut self, position: u64, n: usize) {
+        let base = *self.rx_base.get_or_insert(position);
+        assert_eq!(
+            position,
+            base + self.rx_octets,
+            "the transport skipped or repeated stream octets"
+        );
+        self.rx_octets += n as u64;
+    }
+}
+
 /// One poll-mode core: a transport, its link to the control plane, an RNIC
 /// engine, and the QPs of the connections it owns.
 pub struct Core<T: CoreTransport> {
@@ -503,14 +518,7 @@ impl<T: CoreTransport> Core<T> {
             if n == 0 {
                 return 0;
             }
-            // As in `receive`: the engine reads the stream once, in order.
-            let base = *l.rx_base.get_or_insert(position);
-            assert_eq!(
-                position,
-                base + l.rx_octets,
-                "the transport skipped or repeated stream octets"
-            );
-            l.rx_octets += n as u64;
+            l.took(position, n);
             if l.rx_direct == 0 {
                 fed.push(i);
             }
@@ -768,16 +776,7 @@ impl<T: CoreTransport> Core<T> {
                 self.live[i].rx_ready = false;
                 break;
             }
-            let live = &mut self.live[i];
-            // Pair assertion: the engine reads the stream once, in order,
-            // from where the startup left it.
-            let base = *live.rx_base.get_or_insert(position);
-            assert_eq!(
-                position,
-                base + live.rx_octets,
-                "the transport skipped or repeated stream octets"
-            );
-            live.rx_octets += n as u64;
+            self.live[i].took(position, n);
             got += n as u64;
         }
         self.counters.rx_fpdu_octets += got;

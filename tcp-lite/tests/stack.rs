@@ -617,66 +617,22 @@ fn direct_transfer(
     let end = net.now + Duration::from_secs(60);
     while received < total {
         assert!(net.now < end, "stalled at {received} of {total} octets");
-        while sent < total {
-            let want = (total - sent).min(1 << 20) as usize;
-            let n = net
-                .a
-                .send_with(tx, want, |buf| {
-                    fill(seed, sent, buf);
-                    (buf.len(), buf.len())
-                })
-                .unwrap();
-            if n == 0 {
-                break;
-            }
-            sent += n as u64;
-        }
-        let mut moved = net.a.poll(net.now);
-        moved |= net.b.poll_direct(net.now, &mut |conn, data, pos| {
-            assert_eq!(conn, rx);
-            assert_eq!(pos, received, "stream position offered");
-            offers += 1;
-            let n = take(data.len(), offers).min(data.len());
-            if let Err(at) = check(seed, pos, &data[..n]) {
-                panic!("octet {at} is wrong");
-            }
-            received += n as u64;
-            straight += n as u64;
-            n
+        send_pattern(net, tx, &mut sent, total, seed);
+        net.step_with(Duration::from_millis(10), |b, now| {
+            b.poll_direct(now, &mut |conn, data, pos| {
+                assert_eq!(conn, rx);
+                assert_eq!(pos, received, "stream position offered");
+                offers += 1;
+                let n = take(data.len(), offers).min(data.len());
+                if let Err(at) = check(seed, pos, &data[..n]) {
+                    panic!("octet {at} is wrong");
+                }
+                received += n as u64;
+                straight += n as u64;
+                n
+            })
         });
-        while net.a.next_event().is_some() {}
-        while net.b.next_event().is_some() {}
-        loop {
-            let n = net
-                .b
-                .recv_with(rx, |data, pos| {
-                    assert_eq!(pos, received, "stream position read");
-                    if let Err(at) = check(seed, pos, data) {
-                        panic!("octet {at} is wrong");
-                    }
-                    (data.len(), data.len())
-                })
-                .unwrap();
-            if n == 0 {
-                break;
-            }
-            received += n as u64;
-        }
-        if !moved {
-            let next = [
-                net.a.poll_at(net.now),
-                net.b.poll_at(net.now),
-                net.a.device().rx_due(),
-                net.b.device().rx_due(),
-            ]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(net.now + Duration::from_millis(10));
-            net.now = next
-                .max(net.now + Duration::from_micros(1))
-                .min(net.now + Duration::from_millis(10));
-        }
+        read_pattern(net, rx, &mut received, seed);
     }
     assert_eq!(net.b.stats().rx_direct_octets, straight);
     straight

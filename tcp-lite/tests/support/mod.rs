@@ -42,7 +42,16 @@ impl Net {
     /// Poll both stacks once; if neither moved, advance the clock to the
     /// next deadline (at most `step`). Returns whether anything happened.
     pub(crate) fn step(&mut self, step: Duration) -> bool {
-        let moved = self.a.poll(self.now) | self.b.poll(self.now);
+        self.step_with(step, |b, now| b.poll(now))
+    }
+
+    /// [`Net::step`] with `b` polled by `poll_b`.
+    pub(crate) fn step_with(
+        &mut self,
+        step: Duration,
+        poll_b: impl FnOnce(&mut Stack<LinkEnd>, Instant) -> bool,
+    ) -> bool {
+        let moved = self.a.poll(self.now) | poll_b(&mut self.b, self.now);
         while let Some(e) = self.a.next_event() {
             self.a_events.push(e);
         }
@@ -181,37 +190,51 @@ pub(crate) fn transfer(
             net.now < end,
             "transfer stalled at {received} of {total} octets"
         );
-        while sent < total {
-            let want = (total - sent).min(1 << 20) as usize;
-            let n = net
-                .a
-                .send_with(tx, want, |buf| {
-                    fill(seed, sent, buf);
-                    (buf.len(), buf.len())
-                })
-                .unwrap();
-            if n == 0 {
-                break;
-            }
-            sent += n as u64;
-        }
+        send_pattern(net, tx, &mut sent, total, seed);
         net.step(Duration::from_millis(10));
-        loop {
-            let n = net
-                .b
-                .recv_with(rx, |data, pos| {
-                    assert_eq!(pos, received, "stream position");
-                    if let Err(at) = check(seed, pos, data) {
-                        panic!("octet {at} is wrong");
-                    }
-                    (data.len(), data.len())
-                })
-                .unwrap();
-            if n == 0 {
-                break;
-            }
-            received += n as u64;
-        }
+        read_pattern(net, rx, &mut received, seed);
     }
     net.now - start
+}
+
+/// `a` queues on `tx` what room it has of the pattern, from `*sent` up to
+/// `total`.
+pub(crate) fn send_pattern(net: &mut Net, tx: ConnId, sent: &mut u64, total: u64, seed: u64) {
+    while *sent < total {
+        let want = (total - *sent).min(1 << 20) as usize;
+        let at = *sent;
+        let n = net
+            .a
+            .send_with(tx, want, |buf| {
+                fill(seed, at, buf);
+                (buf.len(), buf.len())
+            })
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        *sent += n as u64;
+    }
+}
+
+/// `b` reads all `rx` holds, checking every octet of the pattern and that
+/// it starts at `*received`.
+pub(crate) fn read_pattern(net: &mut Net, rx: ConnId, received: &mut u64, seed: u64) {
+    loop {
+        let at = *received;
+        let n = net
+            .b
+            .recv_with(rx, |data, pos| {
+                assert_eq!(pos, at, "stream position");
+                if let Err(at) = check(seed, pos, data) {
+                    panic!("octet {at} is wrong");
+                }
+                (data.len(), data.len())
+            })
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        *received += n as u64;
+    }
 }
