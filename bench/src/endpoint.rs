@@ -68,9 +68,22 @@ impl Host {
         seed: u64,
         control: control::runtime::ControlConfig,
     ) -> Result<Arc<Host>, String> {
+        Host::with_pds(cores, seed, control, RnicConfig::default().pds_max)
+    }
+
+    /// [`Host::with_control`] with a registry of `pds_max` protection
+    /// domains (the host's own included): a service that gives each
+    /// client a PD of its own needs one a client.
+    pub fn with_pds(
+        cores: u16,
+        seed: u64,
+        control: control::runtime::ControlConfig,
+        pds_max: usize,
+    ) -> Result<Arc<Host>, String> {
         let (plane, links) = ControlPlane::start_with(control, cores).map_err(|e| e.to_string())?;
         let registry = Registry::new(&RnicConfig {
             stag_seed: seed,
+            pds_max: pds_max.max(1),
             ..RnicConfig::default()
         });
         let pd = registry
@@ -357,6 +370,12 @@ impl<T: CoreTransport> Endpoint<T> {
     /// stall there (seen with dpwarp, and between siw peers too).
     pub fn set_settle(&mut self, settle: Duration) {
         self.core.config_mut().settle = settle;
+    }
+
+    /// The protection domain each new connection's QP joins, chosen by
+    /// the connection's addresses ([`dataplane::Core::set_pd_for`]).
+    pub fn set_pd_for(&mut self, choose: dataplane::PdFor) {
+        self.core.set_pd_for(choose);
     }
 
     /// Paces [`step`](Self::step) with `pacer` (naps once the core has

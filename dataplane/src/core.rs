@@ -37,9 +37,11 @@
 //! link, kernel TCP, the TAP fd and DPDK ports all run through it.
 
 use std::collections::VecDeque;
+use std::net::SocketAddrV4;
 
 use control::runtime::{CoreLink, Handoff, StartupResult};
 use rnic_engine::cq::Wc;
+use rnic_engine::mem::Pd;
 use rnic_engine::qp::{OpStats, QpEvent, QpState};
 use rnic_engine::verbs::{CqHandle, QpHandle, QpInit, Rnic};
 use rnic_engine::wire::term::Encoding;
@@ -370,6 +372,25 @@ impl Live {
     }
 }
 
+/// The protection domain a connection's QP is made in, as the chooser
+/// given to [`Core::set_pd_for`] decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PdChoice {
+    /// The core's own (its `qp_init`'s).
+    Default,
+    /// This one: a client's own, in which only what it may reach is
+    /// registered, so that an STag registered for another (guessed, or
+    /// learnt) draws a Terminate on its QP: "STag not associated with
+    /// the stream" (RFC 5040's DDP and RDMAP error codes), the engine's
+    /// check that an STag's PD is the QP's.
+    In(Pd),
+    /// None: the connection is reset, counted as refused.
+    Refuse,
+}
+
+/// Chooses a [`PdChoice`] by a connection's local and peer addresses.
+pub type PdFor = Box<dyn FnMut(SocketAddrV4, SocketAddrV4) -> PdChoice + Send>;
+
 /// One poll-mode core: a transport, its link to the control plane, an RNIC
 /// engine, and the QPs of the connections it owns.
 pub struct Core<T: CoreTransport> {
@@ -379,6 +400,9 @@ pub struct Core<T: CoreTransport> {
     rnic: Rnic,
     /// What each new QP is made from.
     qp_init: QpInit,
+    /// Which PD each new QP joins ([`Core::set_pd_for`]); `qp_init`'s
+    /// without one.
+    pd_for: Option<PdFor>,
     live: Vec<Live>,
     /// Where each live connection is in `live`, by connection and by QP.
     by_conn: Places<ConnId>,
@@ -462,7 +486,17 @@ impl<T: CoreTransport> Core<T> {
             link,
             rnic,
             qp_init,
+            pd_for: None,
         }
+    }
+
+    /// From now on each new connection's QP joins the protection domain
+    /// `choose` picks by the connection's local and peer addresses (asked
+    /// once per connection, when its startup has ended, on this core's
+    /// thread): a service that lends each client memory of its own puts
+    /// the client's QP and registrations in a PD of the client's.
+    pub fn set_pd_for(&mut self, choose: PdFor) {
+        self.pd_for = Some(choose);
     }
 
     /// One turn at time `now` (see the module's docs). Returns whether it
@@ -882,7 +916,18 @@ impl<T: CoreTransport> Core<T> {
         if self.live.len() >= self.config.connections_max {
             return refuse(self);
         }
-        let Ok(qp) = self.rnic.create_qp(self.qp_init) else {
+        let choice = match (&mut self.pd_for, self.transport.endpoints(conn)) {
+            (None, _) => PdChoice::Default,
+            (Some(choose), Ok((local, peer))) => choose(local, peer),
+            // Whose it is cannot be told: not into anyone's PD.
+            (Some(_), Err(_)) => PdChoice::Refuse,
+        };
+        let pd = match choice {
+            PdChoice::Default => self.qp_init.pd,
+            PdChoice::In(pd) => pd,
+            PdChoice::Refuse => return refuse(self),
+        };
+        let Ok(qp) = self.rnic.create_qp(QpInit { pd, ..self.qp_init }) else {
             return refuse(self);
         };
         let base = e.connection(self.config.emss, self.config.ulpdu_max);

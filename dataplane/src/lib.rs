@@ -28,7 +28,7 @@ pub mod steer;
 mod transport;
 
 pub use checksum::{RxChecksum, TxChecksum};
-pub use core::{Budgets, Core, CoreConfig, CoreCounters};
+pub use core::{Budgets, Core, CoreConfig, CoreCounters, PdChoice, PdFor};
 pub use device::{DeviceConfig, DeviceCounters, DpdkDevice};
 pub use sctp::{SctpCore, SctpCoreConfig, SctpCounters, SctpEvent, SctpUnit, UdpCarrier};
 pub use transport::{CoreTransport, MessageTransport, Segmenting};

@@ -15,6 +15,7 @@ use std::time::{Duration as StdDuration, Instant as StdInstant};
 use control::mpa::{Rtr, RtrSet, StartupConfig};
 use control::runtime::{Decision, StartupResult};
 use dataplane::CoreTransport;
+use rnic_engine::verbs::{SendOp, SendWr};
 use support::*;
 use tcp_lite::sys::kernel::KernelTransport;
 use tcp_lite::Transport;
@@ -404,6 +405,110 @@ on_every_transport!(
             ecode: 7,
         };
         assert_eq!(events, [rnic_engine::qp::QpEvent::TerminateReceived(info)]);
+    }
+);
+
+on_every_transport!(
+    a_qp_joins_the_pd_its_core_picks,
+    |a: &mut Host<_>, b: &mut Host<_>, addr| {
+        // b puts the connection's QP in a PD of its own, where only `own`
+        // is registered: a's Write into `own` is placed, its Write into b's
+        // host-wide registration (another PD) draws DDP's Terminate
+        // (tagged buffer error, STag not associated with the DDP stream).
+        let registry = b.rnic().registry().clone();
+        let pd = registry.alloc_pd().unwrap();
+        let own = rnic_engine::mem::Region::new(4096);
+        let access = rnic_engine::mem::Access::LOCAL_WRITE | rnic_engine::mem::Access::REMOTE_WRITE;
+        let mr = registry.reg_region(pd, own.clone(), access).unwrap();
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = asked.clone();
+        b.core.set_pd_for(Box::new(move |local, peer| {
+            seen.lock().unwrap().push((local, peer));
+            dataplane::PdChoice::In(pd)
+        }));
+        let (ha, hb) = establish(
+            a,
+            b,
+            addr,
+            StartupConfig::default(),
+            StartupConfig::default(),
+            accept(),
+        );
+        let (qa, conn) = (a.qps[&ha.conn.unwrap()], hb.conn.unwrap());
+        let asked = asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1, "asked once, for its connection");
+        assert_eq!(*asked[0].0.ip(), addr);
+        assert_eq!(
+            registry.dealloc_pd(pd),
+            Err(rnic_engine::verbs::VerbError::InUse)
+        );
+
+        a.region.write(0, b"into its own PD").unwrap();
+        let sgl = [a.sge(0, 15)];
+        let into_own = rnic_engine::verbs::RemoteAddr {
+            stag: mr.stag,
+            to: mr.base_to + 100,
+        };
+        a.rnic()
+            .post_send(qa, &SendWr::signaled(1, SendOp::Write(into_own), &sgl))
+            .unwrap();
+        let sgl = [a.sge(0, 8)];
+        a.rnic()
+            .post_send(qa, &SendWr::signaled(2, SendOp::Write(b.remote(0)), &sgl))
+            .unwrap();
+        let mut events = Vec::new();
+        run(a, b, "b refuses the other PD's STag", |_, b| {
+            events.extend(qp_events(b, conn));
+            !events.is_empty()
+        });
+        let info = rnic_engine::qp::TermInfo {
+            layer: 1,
+            etype: 1,
+            ecode: 2,
+        };
+        assert_eq!(events, [rnic_engine::qp::QpEvent::TerminateSent(info)]);
+        let mut placed = [0u8; 15];
+        own.read(100, &mut placed).unwrap();
+        assert_eq!(&placed, b"into its own PD");
+        let mut host = [0u8; 8];
+        b.region.read(0, &mut host).unwrap();
+        assert_eq!(host, [0u8; 8], "nothing placed through the other PD's STag");
+        // The connection ends with the Terminate; once its QP is gone the
+        // PD can be freed (with its registration deregistered).
+        registry.dereg_mr(mr.stag).unwrap();
+        run(a, b, "b's QP goes", |_, b| b.core.next_ended().is_some());
+        assert_eq!(registry.dealloc_pd(pd), Ok(()));
+    }
+);
+
+on_every_transport!(
+    a_connection_its_core_refuses_a_pd_gets_no_qp,
+    |a: &mut Host<_>, b: &mut Host<_>, addr| {
+        b.core
+            .set_pd_for(Box::new(|_, _| dataplane::PdChoice::Refuse));
+        let (ha, hb) = establish(
+            a,
+            b,
+            addr,
+            StartupConfig::default(),
+            StartupConfig::default(),
+            accept(),
+        );
+        assert!(b.qps.is_empty() && hb.conn.is_some(), "established, no QP");
+        assert_eq!(b.core.counters().refused, 1);
+        // a's side hears the reset: its QP ends, or, if the reset came
+        // first, it never had one.
+        if let Some(&qa) = ha.conn.and_then(|c| a.qps.get(&c)) {
+            run(a, b, "a's QP ends", |a, _| {
+                std::iter::from_fn(|| a.core.next_ended()).any(|q| q == qa)
+            });
+        } else {
+            assert!(
+                matches!(ha.result, StartupResult::Failed(_)),
+                "{:?}",
+                ha.result
+            );
+        }
     }
 );
 

@@ -88,6 +88,7 @@ fn stats(shared: &Shared) -> Value {
             "refused": m.refused.load(Ordering::Relaxed),
             "closed": m.closed.load(Ordering::Relaxed),
             "stags_live": m.grants_live(),
+            "pds_live": m.pds_live(),
             "regions": m.regions().map(|(name, len)| json!({ "name": name, "size": len })).collect::<Vec<_>>(),
         })
     });

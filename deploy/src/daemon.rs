@@ -498,7 +498,10 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         failed: AtomicU64::new(0),
     });
     let slots = cores + usize::from(sctp.is_some());
-    let host = Host::with_control(slots as u16, seed(), control)?;
+    // The host's PD, and one per memory client (live, or ended and
+    // waiting for its QP to go).
+    let pds = 1 + 2 * config.rnic.clients_max;
+    let host = Host::with_pds(slots as u16, seed(), control, pds)?;
     // The services' memory: each bench run's lease under an STag of its
     // own, perftest's and rping's buffers reserved beside them.
     let region = Region::new(config.rnic.memory_mib << 20);
@@ -518,7 +521,6 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         Arc::new(MemoryService::new(
             config.regions().cloned(),
             host.registry().clone(),
-            host.pd(),
             config.rnic.clients_max,
             // Twice the MPA startup's own limit: a grant unclaimed so long
             // belongs to a startup that gave up.
@@ -875,6 +877,7 @@ fn run_cores<T: SctpCarrier + Send>(
         }
     }
     if let (Some(port), Some(memory)) = (memory_port, &shared.memory) {
+        memory.listen_on(port);
         for server in &servers {
             let memory = memory.clone();
             server.endpoint.control().listen(
@@ -882,6 +885,15 @@ fn run_cores<T: SctpCarrier + Send>(
                 startup.clone(),
                 memory_listener(memory, shared.setup.clone()),
             );
+        }
+    }
+    // Each memory client's QP in its own PD, beside its STag.
+    if let Some(memory) = &shared.memory {
+        for server in &mut servers {
+            let memory = memory.clone();
+            server
+                .endpoint
+                .set_pd_for(Box::new(move |local, peer| memory.pd_for(local, peer)));
         }
     }
     // perftest: the first core only (see `PerftestShared`). ib_write_lat's
@@ -1553,6 +1565,7 @@ fn relisten<T: CoreTransport>(
     }
     if new.memory != old.memory {
         if let (Some(port), Some(memory)) = (new.memory, &shared.memory) {
+            memory.listen_on(port);
             server.endpoint.core.forget_listen_status(port);
             server.endpoint.control().listen(
                 port,

@@ -9,6 +9,15 @@
 //! it, the STag is deregistered: nothing it carried reaches the memory
 //! after that (the engine checks the STag on every DDP segment).
 //!
+//! Each client has a protection domain of its own: its STag is registered
+//! in it, and the core makes its QP in it ([`MemoryService::pd_for`]), so
+//! that an STag lent to another client, guessed or learnt, draws a
+//! Terminate on its connection (STag not associated with the stream)
+//! instead of reaching the other's lending, and none of the daemon's own
+//! registrations (the bench service's and perftest's memory) is valid on
+//! it either. The PD is freed once its QP is destroyed and its STag
+//! deregistered.
+//!
 //! The private data (RFC 5044 §7.1, at most 512 octets each):
 //!
 //! ```text
@@ -23,14 +32,15 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddrV4;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use control::mpa::Accept;
 use control::runtime::Decision;
+use dataplane::PdChoice;
 use rnic_engine::mem::{Access, Pd, Region};
-use rnic_engine::verbs::{QpHandle, Registry};
+use rnic_engine::verbs::{QpHandle, Registry, VerbError};
 
 use crate::config::{in_network, AccessRight, RegionConfig};
 
@@ -157,6 +167,8 @@ struct Lent {
 #[derive(Debug, Clone)]
 struct Registration {
     stag: u32,
+    /// The client's own protection domain: its STag's and its QP's.
+    pd: Pd,
     region: usize,
     since: Instant,
     /// The core and QP once the connection reached a core.
@@ -182,9 +194,13 @@ pub struct Lending {
 pub struct MemoryService {
     regions: Vec<Lent>,
     registry: Arc<Registry>,
-    pd: Pd,
     /// Registrations by the client's address (one per live connection).
     grants: Mutex<HashMap<SocketAddrV4, Registration>>,
+    /// Ended clients' PDs not yet freed: a QP still in one (its core has
+    /// not yet destroyed it) keeps it until a later try.
+    retired: Mutex<Vec<Pd>>,
+    /// The port it listens on ([`MemoryService::listen_on`]), 0 before.
+    port: AtomicU32,
     grants_max: usize,
     /// A grant whose connection never reached a core is revoked after this
     /// long (the startup gave up).
@@ -200,12 +216,12 @@ pub struct MemoryService {
 
 impl MemoryService {
     /// The service lending `regions` (allocated here, zeroed), registering
-    /// them in `registry` under `pd`; at most `grants_max` connections at
-    /// once.
+    /// them in `registry`, each connection's in a PD of its own; at most
+    /// `grants_max` connections at once (the registry needs as many PDs
+    /// free).
     pub fn new(
         regions: impl IntoIterator<Item = RegionConfig>,
         registry: Arc<Registry>,
-        pd: Pd,
         grants_max: usize,
         unclaimed_after: Duration,
     ) -> MemoryService {
@@ -235,8 +251,9 @@ impl MemoryService {
         MemoryService {
             regions,
             registry,
-            pd,
             grants: Mutex::new(HashMap::new()),
+            retired: Mutex::new(Vec::new()),
+            port: AtomicU32::new(0),
             grants_max,
             unclaimed_after,
             draining: AtomicBool::new(false),
@@ -322,16 +339,28 @@ impl MemoryService {
         }
         if let Some(old) = grants.remove(&peer) {
             // The same address and port again: the old connection is gone.
-            let _ = self.registry.dereg_mr(old.stag);
+            self.revoke(&old);
         }
-        let mr = self
+        self.free_retired();
+        let pd = self
             .registry
-            .reg_region(self.pd, lent.region.clone(), lent.access)
-            .map_err(|e| (RejectCode::Limit, format!("no STag left: {e:?}")))?;
+            .alloc_pd()
+            .map_err(|e| (RejectCode::Limit, format!("no protection domain left: {e}")))?;
+        let mr = match self
+            .registry
+            .reg_region(pd, lent.region.clone(), lent.access)
+        {
+            Ok(mr) => mr,
+            Err(e) => {
+                let _ = self.registry.dealloc_pd(pd);
+                return Err((RejectCode::Limit, format!("no STag left: {e}")));
+            }
+        };
         grants.insert(
             peer,
             Registration {
                 stag: mr.stag,
+                pd,
                 region: index,
                 since: Instant::now(),
                 qp: None,
@@ -346,6 +375,52 @@ impl MemoryService {
             },
             name.to_string(),
         ))
+    }
+
+    /// The STag goes; the PD is freed once nothing is in it (now, or at a
+    /// later [`MemoryService::free_retired`]).
+    fn revoke(&self, g: &Registration) {
+        let _ = self.registry.dereg_mr(g.stag);
+        self.retired().push(g.pd);
+        self.free_retired();
+    }
+
+    fn retired(&self) -> std::sync::MutexGuard<'_, Vec<Pd>> {
+        self.retired.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Frees the retired PDs that nothing is in any more.
+    pub fn free_retired(&self) {
+        self.retired()
+            .retain(|&pd| self.registry.dealloc_pd(pd) == Err(VerbError::InUse));
+    }
+
+    /// The port the service listens on now (at start, and after each
+    /// move by a reload).
+    pub fn listen_on(&self, port: u16) {
+        self.port.store(u32::from(port), Ordering::Relaxed);
+    }
+
+    /// The PD a core makes the QP of a connection from `peer` to `local`
+    /// in: its grant's, if the service granted `peer` a lending that no
+    /// connection has claimed yet. Another connection to the service's
+    /// port (its grant revoked, or never made) is refused, so that no QP
+    /// of this service joins the daemon's own PD; a connection to another
+    /// service stays in the daemon's PD. (A client that opened a second
+    /// connection from the same address and port to another service
+    /// while its grant waited would have that one made in its PD: it
+    /// could reach nothing there but its own lending.)
+    pub fn pd_for(&self, local: SocketAddrV4, peer: SocketAddrV4) -> PdChoice {
+        match self.grants().get(&peer) {
+            Some(g) if g.qp.is_none() => PdChoice::In(g.pd),
+            _ if u32::from(local.port()) == self.port.load(Ordering::Relaxed) => PdChoice::Refuse,
+            _ => PdChoice::Default,
+        }
+    }
+
+    /// PDs of clients allocated now (live, or retired and not yet freed).
+    pub fn pds_live(&self) -> usize {
+        self.grants().len() + self.retired().len()
     }
 
     /// Core `core` runs the connection from `peer` as QP `qp`. A connection
@@ -368,7 +443,7 @@ impl MemoryService {
             .find(|(_, g)| g.qp == Some((core, qp)))
             .map(|(&p, _)| p);
         if let Some(g) = peer.and_then(|p| grants.remove(&p)) {
-            let _ = self.registry.dereg_mr(g.stag);
+            self.revoke(&g);
             self.closed.fetch_add(1, Ordering::Relaxed);
             tracing::info!(service = "memory", peer = %peer.map_or_else(String::new, |p| p.to_string()), core, qp = qp.0, "connection closed");
         }
@@ -385,9 +460,11 @@ impl MemoryService {
             .collect();
         for p in &stale {
             if let Some(g) = grants.remove(p) {
-                let _ = self.registry.dereg_mr(g.stag);
+                self.revoke(&g);
             }
         }
+        drop(grants);
+        self.free_retired();
         stale.len()
     }
 
@@ -465,7 +542,8 @@ mod tests {
 
     fn service() -> MemoryService {
         let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
-        let pd = registry.alloc_pd().unwrap();
+        // The daemon's own PD.
+        registry.alloc_pd().unwrap();
         let region = |name: &str, access, allow| RegionConfig {
             name: name.into(),
             size_mib: 1,
@@ -486,7 +564,6 @@ mod tests {
                 ),
             ],
             registry,
-            pd,
             2,
             Duration::from_secs(10),
         )
@@ -545,7 +622,6 @@ mod tests {
     #[test]
     fn a_grant_never_claimed_is_revoked() {
         let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
-        let pd = registry.alloc_pd().unwrap();
         let s = MemoryService::new(
             [RegionConfig {
                 name: "r".into(),
@@ -554,7 +630,6 @@ mod tests {
                 allow: vec![(Ipv4Addr::UNSPECIFIED, 0)],
             }],
             registry,
-            pd,
             4,
             Duration::ZERO,
         );
@@ -566,5 +641,61 @@ mod tests {
             !s.established(0, QpHandle(1), p),
             "a revoked grant is not claimed"
         );
+    }
+
+    /// Each client's STag and QP are in a PD of its own, which goes once
+    /// the QP and the STag have: a PD still holding a QP waits.
+    #[test]
+    fn each_client_has_a_protection_domain_of_its_own() {
+        use rnic_engine::verbs::{QpInit, Rnic, RnicConfig};
+        let s = service();
+        s.listen_on(7000);
+        let local = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 7000);
+        let elsewhere = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 7001);
+        let a = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), 4000);
+        let b = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 2), 4000);
+        let c = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 3), 4000);
+        let baseline = s.registry.pds_in_use();
+        granted(s.decide(&encode_request("shared"), a));
+        granted(s.decide(&encode_request("shared"), b));
+        let (PdChoice::In(pa), PdChoice::In(pb)) = (s.pd_for(local, a), s.pd_for(local, b)) else {
+            panic!(
+                "no PD of their own: {:?}",
+                (s.pd_for(local, a), s.pd_for(local, b))
+            );
+        };
+        assert_ne!(pa, pb);
+        assert_eq!((s.pds_live(), s.registry.pds_in_use()), (2, baseline + 2));
+        // No grant: refused on the service's port, the daemon's PD elsewhere.
+        assert_eq!(s.pd_for(local, c), PdChoice::Refuse);
+        assert_eq!(s.pd_for(elsewhere, c), PdChoice::Default);
+
+        // a's QP on a core, in its PD; its connection ends: both go.
+        let mut rnic = Rnic::with_registry(RnicConfig::default(), s.registry.clone());
+        let cq = rnic.create_cq(8).unwrap();
+        let init = |pd| QpInit {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            sq_size: 4,
+            rq_size: 4,
+        };
+        let qa = rnic.create_qp(init(pa)).unwrap();
+        assert!(s.established(0, qa, a));
+        assert_eq!(s.pd_for(local, a), PdChoice::Refuse, "claimed once");
+        rnic.destroy_qp(qa).unwrap();
+        s.ended(0, qa);
+        assert_eq!((s.pds_live(), s.registry.pds_in_use()), (1, baseline + 1));
+
+        // b's grant is revoked (a new connection from its address) while a
+        // QP is still in its PD: the PD waits for the QP.
+        let qb = rnic.create_qp(init(pb)).unwrap();
+        granted(s.decide(&encode_request("shared"), b));
+        assert_eq!(s.pds_live(), 2, "b's old PD waits, its new one lives");
+        assert_eq!(s.registry.pds_in_use(), baseline + 2);
+        rnic.destroy_qp(qb).unwrap();
+        s.free_retired();
+        assert_eq!((s.pds_live(), s.registry.pds_in_use()), (1, baseline + 1));
     }
 }

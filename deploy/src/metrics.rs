@@ -344,6 +344,12 @@ pub fn render(shared: &Shared) -> String {
             "STags the memory service has registered for connections now.",
             &[(String::new(), m.grants_live() as f64)],
         );
+        family(
+            "dpwarp_memory_pds",
+            "gauge",
+            "Protection domains of the memory service's clients now (one each; an ended one's until its QP is gone).",
+            &[(String::new(), m.pds_live() as f64)],
+        );
         let regions: Vec<(String, f64)> = m
             .regions()
             .map(|(name, len)| (format!("region=\"{name}\""), len as f64))

@@ -1278,6 +1278,56 @@ fn memory_service() -> Result<(), Failed> {
     if lent != 2 {
         return Err(fail(format!("dpwarpctl connections: {conns:#}")));
     }
+    let stats = daemon.wait_stats(Duration::from_secs(10), |s| s["memory"]["pds_live"] == 2)?;
+    if stats["memory"]["stags_live"] != 2 {
+        return Err(fail(format!("a PD and an STag each: {stats:#}")));
+    }
+
+    // Each client's QP is in a PD of its own: a third client may not use
+    // A's STag, though it is live and lends the same region. Its Read
+    // through it draws RDMAP's Terminate (remote protection error, STag
+    // not associated with the RDMAP stream), its Write through it DDP's
+    // (tagged buffer error, STag not associated with the DDP stream); A's
+    // memory stays as it was.
+    let (qd, _) = ask(&mut ep, addr, "shared").map_err(|e| fail(format!("{e:?}")))?;
+    let st = run(&mut ep, qd, SendOp::Read(at(&ga, 4096)), 12288, 8);
+    if st == WcStatus::Success {
+        return Err(fail("a Read through another client's STag succeeded"));
+    }
+    match terminate_of(&mut ep, qd)? {
+        QpEvent::TerminateReceived(t) if (t.layer, t.etype, t.ecode) == (0, 1, 3) => {}
+        other => return Err(fail(format!("the Read's Terminate: {other:?}"))),
+    }
+    let (qe, _) = ask(&mut ep, addr, "shared").map_err(|e| fail(format!("{e:?}")))?;
+    ep.region
+        .write(200, b"YYYYYYYY")
+        .map_err(|e| fail(format!("{e:?}")))?;
+    let _ = run(&mut ep, qe, SendOp::Write(at(&ga, 4096)), 200, 8);
+    match terminate_of(&mut ep, qe)? {
+        QpEvent::TerminateReceived(t) if (t.layer, t.etype, t.ecode) == (1, 1, 2) => {}
+        other => return Err(fail(format!("the Write's Terminate: {other:?}"))),
+    }
+    let st = run(
+        &mut ep,
+        qa,
+        SendOp::Read(at(&ga, 4096)),
+        12288,
+        message.len() as u32,
+    );
+    let mut back = vec![0u8; message.len()];
+    ep.region
+        .read(12288, &mut back)
+        .map_err(|e| fail(format!("{e:?}")))?;
+    if st != WcStatus::Success || back != message {
+        return Err(fail(format!(
+            "A's memory after the refused Write: {st:?}, {:?}",
+            String::from_utf8_lossy(&back)
+        )));
+    }
+    // Their connections ended, their PDs went with their STags.
+    daemon.wait_stats(Duration::from_secs(10), |s| {
+        s["memory"]["pds_live"] == 2 && s["memory"]["stags_live"] == 2
+    })?;
 
     // A's connection ends: its STag is revoked, B cannot use it.
     ep.close(qa);
@@ -1321,8 +1371,10 @@ fn memory_service() -> Result<(), Failed> {
         )));
     }
     ep.close(qc);
-    let stats = daemon.wait_stats(Duration::from_secs(10), |s| s["memory"]["stags_live"] == 0)?;
-    if stats["memory"]["accepted"] != 3 || stats["memory"]["refused"] != 2 {
+    let stats = daemon.wait_stats(Duration::from_secs(10), |s| {
+        s["memory"]["stags_live"] == 0 && s["memory"]["pds_live"] == 0
+    })?;
+    if stats["memory"]["accepted"] != 5 || stats["memory"]["refused"] != 2 {
         return Err(fail(format!("memory counters: {stats:#}")));
     }
     // The exposition names each family once (HELP and TYPE once per name).
@@ -1337,7 +1389,7 @@ fn memory_service() -> Result<(), Failed> {
     if sample(
         &text,
         "dpwarp_service_setup_seconds_count{service=\"memory\"}",
-    ) != Some(3.0)
+    ) != Some(5.0)
     {
         return Err(fail(format!("memory set-up times in the metrics:\n{text}")));
     }

@@ -253,6 +253,8 @@ pub enum VerbError {
     Invalid,
     /// The STag is invalid or in use.
     Stag,
+    /// The protection domain still has registrations, STags, QPs or SRQs.
+    InUse,
 }
 
 impl core::fmt::Display for VerbError {
@@ -264,6 +266,7 @@ impl core::fmt::Display for VerbError {
             VerbError::State => "not allowed in the queue pair's state",
             VerbError::Invalid => "invalid argument for the operation",
             VerbError::Stag => "invalid or busy STag",
+            VerbError::InUse => "the protection domain is still in use",
         })
     }
 }
@@ -281,6 +284,14 @@ pub(crate) struct Srq {
     pub(crate) capacity: usize,
 }
 
+/// The protection domains: each allocated one's users, and the free ones
+/// (handed out last freed first).
+#[derive(Debug)]
+struct Pds {
+    users: Vec<Option<u32>>,
+    free: Vec<u32>,
+}
+
 /// What every core of an RNIC shares: protection domains, memory
 /// registrations and their STags. The control side (the application, a
 /// daemon's memory service) registers a region once; QPs on every core
@@ -293,9 +304,10 @@ pub(crate) struct Srq {
 /// Everything per QP (QPs, SRQs, CQs) stays in each core's own [`Rnic`].
 #[derive(Debug)]
 pub struct Registry {
-    /// Allocated PDs: taken and checked only when a QP, SRQ or
-    /// registration is made, never per segment.
-    pds: std::sync::Mutex<Vec<bool>>,
+    /// Allocated PDs, each with how many registrations, STags, QPs and
+    /// SRQs (on any core) are in it: taken and checked only when one of
+    /// those is made or goes, never per segment.
+    pds: std::sync::Mutex<Pds>,
     stags: Arc<StagTable>,
 }
 
@@ -304,28 +316,74 @@ impl Registry {
     /// `stag_seed`.
     pub fn new(config: &RnicConfig) -> Arc<Registry> {
         Arc::new(Registry {
-            pds: std::sync::Mutex::new(vec![false; config.pds_max]),
+            pds: std::sync::Mutex::new(Pds {
+                users: vec![None; config.pds_max],
+                free: (0..config.pds_max as u32).rev().collect(),
+            }),
             stags: Arc::new(StagTable::new(config.stags_max, config.stag_seed)),
         })
     }
 
-    fn pds(&self) -> std::sync::MutexGuard<'_, Vec<bool>> {
-        // Each change is one store: a panic elsewhere left it whole.
+    fn pds(&self) -> std::sync::MutexGuard<'_, Pds> {
+        // No change panics half-made: a panic elsewhere left it whole.
         self.pds.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd, VerbError> {
         let mut pds = self.pds();
-        let index = pds.iter().position(|used| !used).ok_or(VerbError::Full)?;
-        pds[index] = true;
-        Ok(Pd(index as u32))
+        let index = pds.free.pop().ok_or(VerbError::Full)?;
+        pds.users[index as usize] = Some(0);
+        Ok(Pd(index))
+    }
+
+    /// Frees a protection domain, which another [`Registry::alloc_pd`] may
+    /// then hand out again. Refused with [`VerbError::InUse`] while a
+    /// registration, an STag, a QP or an SRQ is still in it (as
+    /// `ibv_dealloc_pd` refuses): a QP left in a freed PD would reach what
+    /// the PD's next owner registers.
+    pub fn dealloc_pd(&self, pd: Pd) -> Result<(), VerbError> {
+        let mut pds = self.pds();
+        match pds.users.get_mut(pd.0 as usize) {
+            Some(slot @ Some(0)) => {
+                *slot = None;
+                pds.free.push(pd.0);
+                Ok(())
+            }
+            Some(Some(_)) => Err(VerbError::InUse),
+            _ => Err(VerbError::UnknownHandle),
+        }
+    }
+
+    /// Protection domains allocated now.
+    pub fn pds_in_use(&self) -> usize {
+        let pds = self.pds();
+        pds.users.len() - pds.free.len()
     }
 
     fn check_pd(&self, pd: Pd) -> Result<(), VerbError> {
-        match self.pds().get(pd.0 as usize) {
-            Some(true) => Ok(()),
+        match self.pds().users.get(pd.0 as usize) {
+            Some(Some(_)) => Ok(()),
             _ => Err(VerbError::UnknownHandle),
+        }
+    }
+
+    /// One more user of `pd` (a registration, STag, QP or SRQ made in it),
+    /// if it is allocated.
+    fn hold_pd(&self, pd: Pd) -> Result<(), VerbError> {
+        match self.pds().users.get_mut(pd.0 as usize) {
+            Some(Some(users)) => {
+                *users += 1;
+                Ok(())
+            }
+            _ => Err(VerbError::UnknownHandle),
+        }
+    }
+
+    /// One user of `pd` fewer.
+    fn release_pd(&self, pd: Pd) {
+        if let Some(Some(users)) = self.pds().users.get_mut(pd.0 as usize) {
+            *users = users.saturating_sub(1);
         }
     }
 
@@ -346,17 +404,19 @@ impl Registry {
         {
             return Err(VerbError::Invalid);
         }
-        let stag = self
-            .stags
-            .register(Registration {
-                pd,
-                region,
-                offset,
-                len,
-                base_to,
-                access,
-            })
-            .ok_or(VerbError::Full)?;
+        self.hold_pd(pd)?;
+        let stag = self.stags.register(Registration {
+            pd,
+            region,
+            offset,
+            len,
+            base_to,
+            access,
+        });
+        let Some(stag) = stag else {
+            self.release_pd(pd);
+            return Err(VerbError::Full);
+        };
         Ok(Mr { stag, base_to, len })
     }
 
@@ -369,7 +429,9 @@ impl Registry {
     /// Frees a registration's STag: no core places into or reads from it
     /// after this returns (a segment being copied finishes).
     pub fn dereg_mr(&self, stag: u32) -> Result<(), VerbError> {
-        self.stags.free(stag).map_err(|_| VerbError::Stag)
+        let pd = self.stags.free(stag).map_err(|_| VerbError::Stag)?;
+        self.release_pd(pd);
+        Ok(())
     }
 
     /// STags registered or reserved now (on every core): what a
@@ -381,8 +443,12 @@ impl Registry {
     /// Allocates an STag for fast registration (bound later by a
     /// [`SendOp::FastRegister`] work request on any core).
     pub fn alloc_fast_reg_stag(&self, pd: Pd) -> Result<u32, VerbError> {
-        self.check_pd(pd)?;
-        self.stags.reserve(pd).ok_or(VerbError::Full)
+        self.hold_pd(pd)?;
+        let stag = self.stags.reserve(pd);
+        if stag.is_none() {
+            self.release_pd(pd);
+        }
+        stag.ok_or(VerbError::Full)
     }
 }
 
@@ -409,6 +475,19 @@ fn take_slot<T>(slots: &mut [Option<T>], value: T) -> Option<u32> {
     let index = slots.iter().position(Option::is_none)?;
     slots[index] = Some(value);
     Some(index as u32)
+}
+
+impl Drop for Rnic {
+    /// Its QPs and SRQs leave their protection domains (which
+    /// [`Registry::dealloc_pd`] may then free).
+    fn drop(&mut self) {
+        for qp in self.qps.iter().flatten() {
+            self.registry.release_pd(qp.pd());
+        }
+        for srq in self.srqs.iter().flatten() {
+            self.registry.release_pd(srq.pd);
+        }
+    }
 }
 
 impl Rnic {
@@ -560,6 +639,10 @@ impl Rnic {
     /// Creates a shared receive queue.
     pub fn create_srq(&mut self, pd: Pd, capacity: usize) -> Result<SrqHandle, VerbError> {
         self.registry.check_pd(pd)?;
+        if !self.srqs.iter().any(Option::is_none) {
+            return Err(VerbError::Full);
+        }
+        self.registry.hold_pd(pd)?;
         let srq = Srq {
             pd,
             ring: std::collections::VecDeque::with_capacity(capacity),
@@ -606,6 +689,7 @@ impl Rnic {
             .iter()
             .position(Option::is_none)
             .ok_or(VerbError::Full)?;
+        self.registry.hold_pd(init.pd)?;
         let handle = QpHandle(index as u32);
         self.qps[index] = Some(Qp::new(handle, init));
         Ok(handle)
@@ -617,7 +701,9 @@ impl Rnic {
             .qps
             .get_mut(qp.0 as usize)
             .ok_or(VerbError::UnknownHandle)?;
-        slot.take().map(|_| ()).ok_or(VerbError::UnknownHandle)
+        let qp = slot.take().ok_or(VerbError::UnknownHandle)?;
+        self.registry.release_pd(qp.pd());
+        Ok(())
     }
 
     fn split(&mut self, qp: QpHandle) -> Result<(&mut Qp, Ctx<'_>), VerbError> {

@@ -341,3 +341,85 @@ fn deregistration_stops_a_read_response_streaming_on_another_core() {
         .unwrap();
     assert_ne!(again.stag, a.stag);
 }
+
+/// A protection domain is freed only once nothing is in it, as
+/// `ibv_dealloc_pd` refuses while resources remain: registrations,
+/// fast-registration STags, QPs and SRQs on any core. A freed PD is
+/// unknown until it is handed out again.
+#[test]
+fn a_pd_is_freed_only_once_nothing_is_in_it() {
+    use rnic_engine::verbs::VerbError;
+    let registry = Registry::new(&RnicConfig {
+        pds_max: 2,
+        stags_max: 4,
+        ..RnicConfig::default()
+    });
+    let pd = registry.alloc_pd().unwrap();
+    let region = Region::new(4096);
+    let mr = registry
+        .reg_region(pd, region.clone(), Access::REMOTE_READ)
+        .unwrap();
+    assert_eq!(registry.dealloc_pd(pd), Err(VerbError::InUse));
+    let stag = registry.alloc_fast_reg_stag(pd).unwrap();
+    registry.dereg_mr(mr.stag).unwrap();
+    assert_eq!(registry.dealloc_pd(pd), Err(VerbError::InUse), "an STag");
+    registry.dereg_mr(stag).unwrap();
+    // A registration refused for want of STags leaves nothing behind.
+    let other = registry.alloc_pd().unwrap();
+    let held: Vec<_> = std::iter::from_fn(|| {
+        registry
+            .reg_region(other, region.clone(), Access::REMOTE_READ)
+            .ok()
+    })
+    .collect();
+    assert!(!held.is_empty());
+    assert_eq!(
+        registry.reg_region(pd, region.clone(), Access::REMOTE_READ),
+        Err(VerbError::Full)
+    );
+    assert_eq!(registry.alloc_fast_reg_stag(pd), Err(VerbError::Full));
+
+    // A QP on a core holds it until destroyed.
+    let mut rnic = Rnic::with_registry(RnicConfig::default(), registry.clone());
+    let cq = rnic.create_cq(16).unwrap();
+    let init = QpInit {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        sq_size: 4,
+        rq_size: 4,
+    };
+    let qp = rnic.create_qp(init).unwrap();
+    assert_eq!(registry.dealloc_pd(pd), Err(VerbError::InUse), "a QP");
+    rnic.destroy_qp(qp).unwrap();
+    // An SRQ and a QP still there when the core's RNIC goes: released.
+    rnic.create_srq(pd, 4).unwrap();
+    rnic.create_qp(init).unwrap();
+    assert_eq!(registry.dealloc_pd(pd), Err(VerbError::InUse), "an SRQ");
+    drop(rnic);
+    assert_eq!(registry.dealloc_pd(pd), Ok(()));
+    assert_eq!(registry.pds_in_use(), 1);
+
+    // Freed: nothing more is made in it, and it is handed out again.
+    assert_eq!(
+        registry.reg_region(pd, region.clone(), Access::REMOTE_READ),
+        Err(VerbError::UnknownHandle)
+    );
+    assert_eq!(registry.dealloc_pd(pd), Err(VerbError::UnknownHandle));
+    let mut rnic = Rnic::with_registry(RnicConfig::default(), registry.clone());
+    let cq = rnic.create_cq(16).unwrap();
+    assert_eq!(
+        rnic.create_qp(QpInit {
+            send_cq: cq,
+            recv_cq: cq,
+            ..init
+        }),
+        Err(VerbError::UnknownHandle)
+    );
+    assert_eq!(registry.alloc_pd(), Ok(pd));
+    for mr in held {
+        registry.dereg_mr(mr.stag).unwrap();
+    }
+    assert_eq!(registry.dealloc_pd(other), Ok(()));
+}

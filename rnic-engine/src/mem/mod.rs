@@ -480,15 +480,22 @@ impl StagTable {
     }
 
     /// Frees an STag (deregistration).
-    pub(crate) fn free(&self, stag: u32) -> Result<(), AccessError> {
+    pub(crate) fn free(&self, stag: u32) -> Result<Pd, AccessError> {
         // The index goes back to the free list only after its slot is
         // empty, under the allocator's lock, so no allocation can reuse it
         // while the old entry is still in place.
         let mut allocator = self.allocator();
-        self.update(stag, |_| Ok(None))?;
+        let mut pd = Pd(0);
+        self.update(stag, |state| {
+            pd = match state {
+                State::Idle { pd } => *pd,
+                State::Valid(r) => r.pd,
+            };
+            Ok(None)
+        })?;
         allocator.last_key[(stag >> 8) as usize] = Some(stag as u8);
         allocator.free.push(stag >> 8);
-        Ok(())
+        Ok(pd)
     }
 
     /// Checks an access of `len` octets at Tagged Offset `to`, and takes a

@@ -818,6 +818,13 @@ pub(crate) struct Inner {
 }
 
 impl Qp {
+    /// The protection domain it was made in.
+    pub(crate) fn pd(&self) -> Pd {
+        self.inner.pd
+    }
+}
+
+impl Qp {
     pub(crate) fn new(handle: QpHandle, init: QpInit) -> Qp {
         let inner = Inner {
             handle,
