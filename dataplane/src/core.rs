@@ -148,6 +148,11 @@ pub struct CoreConfig {
     /// [`CoreConfig::unfenced`] for the connections to these local ports
     /// only (a service whose passive side sends first, beside others).
     pub unfenced_ports: Vec<u16>,
+    /// Connections to these local ports are urgent from their start
+    /// ([`Core::set_urgent`]): a latency-sensitive service beside bulk
+    /// ones, as a hardware RNIC's priority queue serves a connection whose
+    /// class asked for it.
+    pub urgent_ports: Vec<u16>,
     /// Budgets of a turn.
     pub budgets: Budgets,
     /// Turns between two looks at the mbuf pool's free count (it sums every
@@ -176,6 +181,7 @@ impl CoreConfig {
             terminate_layout: Encoding::Rfc5040,
             unfenced: false,
             unfenced_ports: Vec::new(),
+            urgent_ports: Vec::new(),
             budgets: Budgets::default(),
             pool_sample_turns: 1024,
             direct_receive: true,
@@ -970,6 +976,9 @@ impl<T: CoreTransport> Core<T> {
         });
         self.wake(self.live.len() - 1);
         self.counters.established += 1;
+        if self.config.urgent_ports.contains(&local_port) {
+            self.set_urgent(qp, true);
+        }
         Some(qp)
     }
 

@@ -345,6 +345,14 @@ pub struct Service {
     /// A `perftest` service's test (only there).
     #[serde(default)]
     pub perftest: Option<PerftestConfig>,
+    /// Its connections are urgent on their core (false by default): each
+    /// turn looks at them first, TCP sends their segments first, and while
+    /// one lives a turn looks at one other connection only, so that a
+    /// latency-sensitive service (`ib_write_lat`, rping) beside bulk ones
+    /// waits for no other connection's work; the others' throughput pays
+    /// for it (the README's "Many cores"). Changed by a restart only.
+    #[serde(default)]
+    pub urgent: bool,
 }
 
 /// `[service.perftest]`: what a perftest service's clients run.
@@ -906,6 +914,15 @@ mod tests {
         let spin = EXAMPLE.replace("idle = \"nap\"", "idle = \"spin\"");
         let c = Config::parse(&spin, "dpwarpd.toml").unwrap();
         assert_eq!(c.daemon.idle, IdlePolicy::Spin);
+        // `urgent`: false unless said, the example's ib_write_lat says so.
+        let urgent: Vec<u16> = c
+            .services()
+            .filter(|s| s.urgent)
+            .map(|s| s.tcp_port)
+            .collect();
+        assert_eq!(urgent, [18524]);
+        let e = refused(|t| t.replace("urgent = true", "urgent = 1"));
+        assert!(e.contains("urgent"), "{e}");
     }
 
     fn refused(edit: impl Fn(&str) -> String) -> String {

@@ -77,6 +77,7 @@ fn stats(shared: &Shared) -> Value {
                 "established": c.established,
                 "ended": c.ended,
                 "connections": core.open.load(Ordering::Relaxed),
+                "urgent_connections": core.urgent.load(Ordering::Relaxed),
             })
         })
         .collect();

@@ -53,6 +53,8 @@ pub struct CoreShared {
     /// Connections in Full Operation on it, every service's, as of its
     /// last publication.
     pub open: AtomicU64,
+    /// Those of them that are urgent (services with `urgent`).
+    pub urgent: AtomicU64,
     /// It has left its loop.
     pub done: AtomicBool,
     /// The generation of [`Shared::listeners`] whose listeners are up on
@@ -341,6 +343,22 @@ pub struct ListenerPorts {
     pub memory: Option<u16>,
     /// The rping service's.
     pub rping: Option<u16>,
+}
+
+/// The local ports whose connections are urgent on their core: the
+/// services `config` marks `urgent`, on the ports they listen on now
+/// (`ports`; a perftest service's never moves).
+fn urgent_ports(config: &Config, ports: &ListenerPorts) -> Vec<u16> {
+    config
+        .services()
+        .filter(|s| s.urgent)
+        .filter_map(|s| match s.kind {
+            ServiceKind::Bench => ports.bench,
+            ServiceKind::Memory => ports.memory,
+            ServiceKind::Rping => ports.rping,
+            ServiceKind::Perftest => Some(s.tcp_port),
+        })
+        .collect()
 }
 
 impl ListenerPorts {
@@ -887,6 +905,9 @@ fn run_cores<T: SctpCarrier + Send>(
             );
         }
     }
+    for server in &mut servers {
+        server.endpoint.core.config_mut().urgent_ports = urgent_ports(&shared.config, &ports);
+    }
     // Each memory client's QP in its own PD, beside its STag.
     if let Some(memory) = &shared.memory {
         for server in &mut servers {
@@ -1212,6 +1233,10 @@ fn core_loop<T: SctpCarrier>(
             .clone_from(&ops);
         me.open
             .store(server.endpoint.open_connections() as u64, Ordering::Relaxed);
+        me.urgent.store(
+            server.endpoint.core.urgent_connections() as u64,
+            Ordering::Relaxed,
+        );
         if server.generation() != published {
             published = server.generation();
             *me.connections.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -1535,6 +1560,9 @@ fn relisten<T: CoreTransport>(
     new: ListenerPorts,
     startup: &StartupConfig,
 ) {
+    // Urgency follows the services to their new ports (connections
+    // already made keep theirs).
+    server.endpoint.core.config_mut().urgent_ports = urgent_ports(&shared.config, &new);
     // Every old listener goes before any new one comes, so ports may swap
     // between services.
     if new.rping != old.rping {
@@ -1617,6 +1645,10 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
     if differs(&perftests(old), &perftests(&new)) {
         restart.push("the perftest services");
     }
+    let urgent = |c: &Config| c.services().map(|s| (s.kind, s.urgent)).collect::<Vec<_>>();
+    if urgent(old) != urgent(&new) {
+        restart.push("a service's urgent");
+    }
     let mut ports = ListenerPorts::of(&new);
     if ports.memory.is_some() && shared.memory.is_none() {
         // Its regions are allocated at the start.
@@ -1656,6 +1688,10 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
 fn publish<T: CoreTransport>(server: &Server<T>, me: &CoreShared) {
     me.open
         .store(server.endpoint.open_connections() as u64, Ordering::Relaxed);
+    me.urgent.store(
+        server.endpoint.core.urgent_connections() as u64,
+        Ordering::Relaxed,
+    );
     *me.counters.lock().unwrap_or_else(|p| p.into_inner()) = server.endpoint.core.counters();
     *me.connections.lock().unwrap_or_else(|p| p.into_inner()) =
         server.connections().cloned().collect();

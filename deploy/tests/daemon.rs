@@ -1184,7 +1184,14 @@ fn memif_port() -> Result<(), Failed> {
 fn memory_service() -> Result<(), Failed> {
     let dir = scratch("memory");
     let (tcp_port, metrics) = (free_port(), free_port());
-    let config = loopback_config(&dir, tcp_port, metrics, 16);
+    // Its connections urgent on their core.
+    let config = loopback_config(&dir, tcp_port, metrics, 16).replace(
+        "kind = \"memory\"\nport = \"dpw0\"\n",
+        "kind = \"memory\"\nport = \"dpw0\"\nurgent = true\n",
+    );
+    if !config.contains("urgent = true\ntcp_port") {
+        return Err(fail("the memory service's section moved in the example"));
+    }
     let daemon = Daemon::start(&dir, &config)?;
     let mem_port = daemon.port_of("memory")?;
     let addr = SocketAddrV4::new([127, 0, 0, 1].into(), mem_port);
@@ -1278,7 +1285,17 @@ fn memory_service() -> Result<(), Failed> {
     if lent != 2 {
         return Err(fail(format!("dpwarpctl connections: {conns:#}")));
     }
-    let stats = daemon.wait_stats(Duration::from_secs(10), |s| s["memory"]["pds_live"] == 2)?;
+    let urgent = |s: &Value| {
+        s["cores"].as_array().map_or(0, |cores| {
+            cores
+                .iter()
+                .map(|c| c["urgent_connections"].as_u64().unwrap_or(0))
+                .sum::<u64>()
+        })
+    };
+    let stats = daemon.wait_stats(Duration::from_secs(10), |s| {
+        s["memory"]["pds_live"] == 2 && urgent(s) == 2
+    })?;
     if stats["memory"]["stags_live"] != 2 {
         return Err(fail(format!("a PD and an STag each: {stats:#}")));
     }
