@@ -153,6 +153,12 @@ pub struct CoreConfig {
     /// ones, as a hardware RNIC's priority queue serves a connection whose
     /// class asked for it.
     pub urgent_ports: Vec<u16>,
+    /// The DSCP an urgent connection's segments carry (RFC 2474; 46 by
+    /// default, Expedited Forwarding, RFC 3246: the class switches queue
+    /// first), so that the network serves them first too; 0 leaves them
+    /// unmarked. A transport that cannot mark (the default of
+    /// `Transport::set_dscp`) leaves them as they are.
+    pub urgent_dscp: u8,
     /// Budgets of a turn.
     pub budgets: Budgets,
     /// Turns between two looks at the mbuf pool's free count (it sums every
@@ -182,6 +188,7 @@ impl CoreConfig {
             unfenced: false,
             unfenced_ports: Vec::new(),
             urgent_ports: Vec::new(),
+            urgent_dscp: 46,
             budgets: Budgets::default(),
             pool_sample_turns: 1024,
             direct_receive: true,
@@ -656,6 +663,10 @@ impl<T: CoreTransport> Core<T> {
         if self.transport.set_urgent(live.conn, urgent).is_err() {
             return false;
         }
+        // Its class on the wire too (a connection in Full Operation has a
+        // peer, so only a transport's own failure is left unmarked).
+        let dscp = if urgent { self.config.urgent_dscp } else { 0 };
+        let _ = self.transport.set_dscp(live.conn, dscp);
         if live.urgent != urgent {
             self.live[i].urgent = urgent;
             if urgent {

@@ -512,6 +512,92 @@ on_every_transport!(
     }
 );
 
+/// An urgent QP's segments carry `CoreConfig::urgent_dscp` (EF, 46, by
+/// default) on the in-memory link; none once it is urgent no more.
+#[test]
+fn an_urgent_qps_segments_carry_its_class() {
+    let (mut a, mut b, addr) = stacks();
+    let (ha, _) = establish(
+        &mut a,
+        &mut b,
+        addr,
+        StartupConfig::default(),
+        StartupConfig::default(),
+        accept(),
+    );
+    let conn = ha.conn.unwrap();
+    let qa = a.qps[&conn];
+    let ours = a.core.transport().endpoints(conn).unwrap().0.port();
+    let classes = |a: &Host<tcp_lite::Stack<tcp_lite::link::LinkEnd>>| -> Vec<u8> {
+        let frames: Vec<Vec<u8>> = a.core.transport().device().take_captured();
+        frames
+            .iter()
+            .filter(|f| f.len() >= 38 && f[12..14] == [0x08, 0x00] && f[23] == 6)
+            .filter(|f| u16::from_be_bytes([f[34], f[35]]) == ours)
+            .map(|f| f[15] >> 2)
+            .collect()
+    };
+    type Linked = Host<tcp_lite::Stack<tcp_lite::link::LinkEnd>>;
+    let write = |a: &mut Linked, b: &mut Linked, id: u64| {
+        // A Write completes once TCP has it: wait for b's memory.
+        let data = vec![id as u8; 20_000];
+        a.region.write(0, &data).unwrap();
+        let sgl = [a.sge(0, 20_000)];
+        a.rnic()
+            .post_send(qa, &SendWr::signaled(id, SendOp::Write(b.remote(0)), &sgl))
+            .unwrap();
+        let mut done = Vec::new();
+        run(a, b, "the Write completes", |a, _| {
+            done.extend(a.completions());
+            !done.is_empty()
+        });
+        assert_eq!(done[0].status, rnic_engine::cq::WcStatus::Success);
+        run(a, b, "the Write is placed", |_, b| {
+            let mut placed = vec![0u8; 20_000];
+            b.region.read(0, &mut placed).unwrap();
+            placed == data
+        });
+    };
+    a.core.transport().device().capture_tx(10_000);
+    assert!(a.core.set_urgent(qa, true));
+    write(&mut a, &mut b, 1);
+    let marked = classes(&a);
+    assert!(
+        marked.len() >= 14,
+        "a 20,000-octet Write in segments: {marked:?}"
+    );
+    assert!(marked.iter().all(|&c| c == 46), "{marked:?}");
+    assert!(a.core.set_urgent(qa, false));
+    write(&mut a, &mut b, 2);
+    let plain = classes(&a);
+    assert!(
+        !plain.is_empty() && plain.iter().all(|&c| c == 0),
+        "{plain:?}"
+    );
+}
+
+/// Over Linux TCP the class is the socket's IP_TOS.
+#[test]
+fn an_urgent_qp_on_kernel_tcp_marks_its_socket() {
+    let (mut a, mut b, addr) = kernels();
+    a.core.config_mut().urgent_dscp = 40;
+    let (ha, _) = establish(
+        &mut a,
+        &mut b,
+        addr,
+        StartupConfig::default(),
+        StartupConfig::default(),
+        accept(),
+    );
+    let conn = ha.conn.unwrap();
+    let qa = a.qps[&conn];
+    assert_eq!(a.core.transport().tos(conn).unwrap(), 0);
+    assert!(a.core.set_urgent(qa, true));
+    assert_eq!(a.core.transport().tos(conn).unwrap(), 40 << 2);
+    assert!(a.core.set_urgent(qa, false));
+    assert_eq!(a.core.transport().tos(conn).unwrap(), 0);
+}
+
 on_every_transport!(
     reject_for_insufficient_ird_reaches_the_initiator,
     |a: &mut Host<_>, b: &mut Host<_>, addr| {

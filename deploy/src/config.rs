@@ -141,6 +141,19 @@ pub struct Daemon {
     /// nothing has moved for 200 us, so an idle daemon leaves a shared
     /// machine its CPUs; a client's first packets then wait up to a nap).
     pub idle: IdlePolicy,
+    /// The DSCP (RFC 2474, 0 to 63) the segments of urgent services'
+    /// connections carry, the class switches queue them in: 46, Expedited
+    /// Forwarding (RFC 3246), when left out; 0 leaves them unmarked.
+    #[serde(default = "expedited_forwarding", deserialize_with = "dscp")]
+    pub urgent_dscp: u8,
+}
+
+fn expedited_forwarding() -> u8 {
+    46
+}
+
+fn dscp<'de, D: Deserializer<'de>>(d: D) -> Result<u8, D::Error> {
+    ranged(d, 0, 63, " (a DSCP, not a TOS octet: EF is 46)")
 }
 
 /// `[daemon] idle`.
@@ -923,6 +936,19 @@ mod tests {
         assert_eq!(urgent, [18524]);
         let e = refused(|t| t.replace("urgent = true", "urgent = 1"));
         assert!(e.contains("urgent"), "{e}");
+        // Their class on the wire: EF unless said.
+        let unsaid = EXAMPLE.replace("urgent_dscp = 46\n", "");
+        assert_eq!(
+            Config::parse(&unsaid, "x.toml").unwrap().daemon.urgent_dscp,
+            46
+        );
+        let cs5 = EXAMPLE.replace("urgent_dscp = 46", "urgent_dscp = 40");
+        assert_eq!(
+            Config::parse(&cs5, "x.toml").unwrap().daemon.urgent_dscp,
+            40
+        );
+        let e = refused(|t| t.replace("urgent_dscp = 46", "urgent_dscp = 184"));
+        assert!(e.contains("184 is out of range: give 0 to 63"), "{e}");
     }
 
     fn refused(edit: impl Fn(&str) -> String) -> String {

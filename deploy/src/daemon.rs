@@ -906,7 +906,9 @@ fn run_cores<T: SctpCarrier + Send>(
         }
     }
     for server in &mut servers {
-        server.endpoint.core.config_mut().urgent_ports = urgent_ports(&shared.config, &ports);
+        let core = server.endpoint.core.config_mut();
+        core.urgent_ports = urgent_ports(&shared.config, &ports);
+        core.urgent_dscp = shared.config.daemon.urgent_dscp;
     }
     // Each memory client's QP in its own PD, beside its STag.
     if let Some(memory) = &shared.memory {

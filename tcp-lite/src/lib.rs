@@ -29,6 +29,7 @@ mod config;
 mod event;
 pub mod fault;
 pub mod link;
+mod mark;
 pub mod rss;
 mod stack;
 pub mod sys;

@@ -19,6 +19,7 @@ use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpo
 
 use crate::config::{ConfigError, StackConfig};
 use crate::event::{ConnId, Event, EventKind, EventQueue, ListenerId};
+use crate::mark::{Marking, Marks};
 use crate::transport::{
     ConnectError, Datagrams, DirectReceive, ListenError, RecvError, SendError, Transport, UdpError,
     UdpId,
@@ -176,6 +177,10 @@ pub struct Stack<D: Device> {
     freed: bool,
     /// UDP sockets ([`Datagrams`]), by [`UdpId`]; never removed.
     udp: Vec<SocketHandle>,
+    /// The DSCPs of marked connections ([`Transport::set_dscp`]).
+    marks: Marks,
+    /// The device's medium (where a frame's IPv4 header starts).
+    medium: Medium,
 }
 
 impl<D: Device> Stack<D> {
@@ -243,6 +248,8 @@ impl<D: Device> Stack<D> {
             full_scan_at: now,
             freed: false,
             udp: Vec::new(),
+            marks: Marks::default(),
+            medium: caps.medium,
             config,
             device,
             iface,
@@ -424,6 +431,10 @@ impl<D: Device> Stack<D> {
             }
             // The next connection on this socket starts as any other.
             self.sockets.set_urgent(slot.handle, false);
+            if let (Some((local, remote)), true) = (slot.endpoints, self.marks.len() > 0) {
+                self.marks
+                    .set((local.port(), *remote.ip(), remote.port()), 0);
+            }
             self.spare.push(slot.handle);
             if !matches!(slot.role, Role::Listening(_)) {
                 self.connections -= 1;
@@ -968,6 +979,14 @@ impl<D: Device> Transport for Stack<D> {
         Ok(())
     }
 
+    fn set_dscp(&mut self, conn: ConnId, dscp: u8) -> Result<(), SendError> {
+        assert!(dscp < 64, "a DSCP is six bits: {dscp}");
+        let (local, remote) = self.slot(conn)?.endpoints.ok_or(SendError::InvalidState)?;
+        self.marks
+            .set((local.port(), *remote.ip(), remote.port()), dscp);
+        Ok(())
+    }
+
     fn release(&mut self, conn: ConnId) {
         let now = self.now;
         let Ok(slot) = self.slot_mut(conn) else {
@@ -1031,9 +1050,14 @@ impl<D: Device> Transport for Stack<D> {
                 }
                 taken
             };
+            let mut device = Marking {
+                inner: &mut self.device,
+                marks: &self.marks,
+                medium: self.medium,
+            };
             match self.iface.poll_ingress_single_with(
                 now,
-                &mut self.device,
+                &mut device,
                 &mut self.sockets,
                 &mut offer,
             ) {
@@ -1052,10 +1076,12 @@ impl<D: Device> Transport for Stack<D> {
         // The user timeout's aborts need an egress to send their RSTs.
         self.scan(now, false);
         for _ in 0..TX_BURST_ROUNDS_MAX {
-            match self
-                .iface
-                .poll_egress(now, &mut self.device, &mut self.sockets)
-            {
+            let mut device = Marking {
+                inner: &mut self.device,
+                marks: &self.marks,
+                medium: self.medium,
+            };
+            match self.iface.poll_egress(now, &mut device, &mut self.sockets) {
                 PollResult::None => break,
                 PollResult::SocketStateChanged => progress = true,
             }

@@ -89,6 +89,20 @@ pub trait Transport {
         Ok(())
     }
 
+    /// Marks the connection's segments with DSCP `dscp` from now on (RFC
+    /// 2474: the class of service a switch queues them by, 0 to 63; 0, the
+    /// default, unmarked; ECN's two bits stay as they are). An established
+    /// connection only (a [`Stack`](crate::Stack) names it by its peer);
+    /// a transport that cannot mark leaves them as they are (the default).
+    ///
+    /// # Panics
+    /// If `dscp` is above 63 (a TOS octet given where its DSCP belongs).
+    fn set_dscp(&mut self, conn: ConnId, dscp: u8) -> Result<(), SendError> {
+        assert!(dscp < 64, "a DSCP is six bits: {dscp}");
+        let _ = conn;
+        Ok(())
+    }
+
     /// Free the handle and its buffers. An open connection is aborted first
     /// (its RST goes out at the next poll). A connection in TIME-WAIT is
     /// freed at once: a FIN the peer sends again is answered with RST, which

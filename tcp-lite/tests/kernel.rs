@@ -716,3 +716,22 @@ fn reuse_port_spreads_connections_over_listeners() {
     // Each listener misses every one of 64 by chance with probability 2^-64.
     assert!(on_a > 0 && on_b > 0, "accepted {on_a} and {on_b}");
 }
+
+/// `set_dscp` on a kernel connection sets its socket's IP_TOS (ip(7)):
+/// the DSCP in the upper six bits, taken back with 0.
+#[test]
+fn a_kernel_connection_is_marked_through_ip_tos() {
+    let clock = Clock::new(StdDuration::from_secs(20));
+    let mut t = KernelTransport::new(config()).unwrap();
+    let p = port(8);
+    t.listen(p).unwrap();
+    let (client, server, _) = open_pair(&mut t, None, p, &clock);
+    assert_eq!(t.tos(client).unwrap(), 0);
+    t.set_dscp(client, 46).unwrap();
+    assert_eq!(t.tos(client).unwrap(), 46 << 2);
+    assert_eq!(t.tos(server).unwrap(), 0, "only the one asked for");
+    t.set_dscp(client, 0).unwrap();
+    assert_eq!(t.tos(client).unwrap(), 0);
+    t.release(client);
+    assert!(t.set_dscp(client, 46).is_err());
+}

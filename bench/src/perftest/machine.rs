@@ -58,6 +58,12 @@ const CREDIT_OUT_AT: u64 = SEND_AT + CTRL_SLOT;
 const CREDIT_IN_AT: u64 = CREDIT_OUT_AT + 4 * QPS_MAX as u64;
 /// How long a server waits for a client's data connections.
 const DATA_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Once a connection of the peer is gone, how long the session waits for
+/// its data connections to end while it reports nothing: a peer that sends
+/// a Terminate on a data connection and then closes its control connection
+/// may have the close seen first (two sockets, two streams), and the
+/// Terminate, read as its data connection ends, is the reason to report.
+const GONE_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 /// Octets a session's buffers are filled by at a time.
 const FILL_CHUNK: usize = 4096;
 /// The data buffers: each QP's local one, then each QP's target.
@@ -385,6 +391,8 @@ pub struct Machine {
     failed: Option<String>,
     /// A Terminate on one of its connections, not yet reported.
     terminate: Option<QpEvent>,
+    /// When a connection of the peer was first seen gone ([`GONE_GRACE`]).
+    gone_seen: Option<Instant>,
     done: bool,
 }
 
@@ -408,6 +416,7 @@ impl Machine {
             loop_at: script.iter().position(|s| *s == Step::SizeLoop),
             idle_polls: 0,
             progressed: false,
+            gone_seen: None,
             prepared: false,
             exposed: None,
             script,
@@ -745,6 +754,14 @@ impl Machine {
             .chain(self.data.iter().map(|&q| (q, "data")))
         {
             if self.gone.contains(&qp) || !ep.is_live(qp) {
+                let data_live = self
+                    .data
+                    .iter()
+                    .any(|&q| !self.gone.contains(&q) && ep.is_live(q));
+                let since = *self.gone_seen.get_or_insert_with(Instant::now);
+                if data_live && since.elapsed() < GONE_GRACE {
+                    return Ok(());
+                }
                 return Err(format!(
                     "the peer closed a {name} connection while we waited for {}",
                     waiting_for()

@@ -252,6 +252,9 @@ struct Served {
     over: Option<Instant>,
     /// Whether its connections were closed.
     closed: bool,
+    /// A failed session's connections, closed at once (our Terminate, if
+    /// any, ahead of the FIN), are reset if still there at this time.
+    reset_at: Option<Instant>,
 }
 
 /// How a served session ended.
@@ -386,6 +389,7 @@ impl PerftestService {
             announced: 0,
             over: None,
             closed: false,
+            reset_at: None,
         });
         true
     }
@@ -435,8 +439,10 @@ impl PerftestService {
     /// Advances every session; those that completed or failed this turn
     /// are added to `finished`. A completed session's client may hang up
     /// first for [`HANG_UP_GRACE`] (see `bench perftest`'s `finish`); then
-    /// its connections are closed. A failed one's are reset at once (so
-    /// nothing its client sends later lands in the slot).
+    /// its connections are closed. A failed one's are closed at once (its
+    /// slot's STag is deregistered as it fails, so nothing its client
+    /// sends later lands in the slot), and reset if its client has not
+    /// closed them in turn within [`HANG_UP_GRACE`].
     pub fn tick<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>, finished: &mut Vec<Finished>) {
         // One session per client address at a time has its data
         // connections coming (see `Machine::wants_window`).
@@ -461,6 +467,12 @@ impl PerftestService {
         }
         for s in self.served.iter_mut().flatten() {
             if let Some(since) = s.over {
+                if s.reset_at.is_some_and(|at| Instant::now() >= at) {
+                    s.reset_at = None;
+                    for qp in s.m.qps().collect::<Vec<_>>() {
+                        ep.abort(qp);
+                    }
+                }
                 if !s.closed && since.elapsed() > HANG_UP_GRACE {
                     s.closed = true;
                     for qp in s.m.qps().collect::<Vec<_>>() {
@@ -490,9 +502,14 @@ impl PerftestService {
                     self.counts.failed += 1;
                     s.over = Some(Instant::now());
                     s.closed = true;
+                    // Closed, not reset: a reset makes the peer's kernel
+                    // drop what it has not read yet, our Terminate among
+                    // it (seen under load: the client heard only the
+                    // reset). A peer that does not close in turn is reset.
                     for qp in s.m.qps().collect::<Vec<_>>() {
-                        ep.abort(qp);
+                        ep.close(qp);
                     }
+                    s.reset_at = Some(Instant::now() + HANG_UP_GRACE);
                     finished.push(Finished {
                         peer: s.peer,
                         result: Err(why),

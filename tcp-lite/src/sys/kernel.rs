@@ -513,6 +513,17 @@ pub struct KernelTransport {
 }
 
 impl KernelTransport {
+    /// The TOS octet the kernel puts in the connection's segments (ip(7)'s
+    /// IP_TOS): its DSCP ([`Transport::set_dscp`]) shifted up by two.
+    pub fn tos(&self, conn: ConnId) -> io::Result<u8> {
+        let socket = self
+            .conn(conn)
+            .ok()
+            .and_then(|c| c.socket.as_ref())
+            .ok_or_else(|| io::Error::new(ErrorKind::NotFound, "no such connection"))?;
+        Ok(socket.tos_v4()? as u8)
+    }
+
     /// A transport configured by `config`. Opens nothing yet.
     pub fn new(config: KernelConfig) -> Result<Self, ConfigError> {
         config.validate()?;
@@ -968,6 +979,19 @@ impl Transport for KernelTransport {
         }
         self.events.forget(conn.index);
         Ok(())
+    }
+
+    fn set_dscp(&mut self, conn: ConnId, dscp: u8) -> Result<(), SendError> {
+        assert!(dscp < 64, "a DSCP is six bits: {dscp}");
+        let socket = self
+            .conn(conn)?
+            .socket
+            .as_ref()
+            .ok_or(SendError::InvalidState)?;
+        // IP_TOS (ip(7)): the kernel keeps the ECN bits it manages.
+        socket
+            .set_tos_v4(u32::from(dscp) << 2)
+            .map_err(|_| SendError::InvalidState)
     }
 
     fn release(&mut self, conn: ConnId) {
