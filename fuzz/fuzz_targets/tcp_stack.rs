@@ -55,6 +55,22 @@ enum Op {
     /// How much of each run `poll_direct` offers the application takes
     /// from now on: none (0), all (255), or that share in 256ths.
     Take(u8),
+    /// A segment that answers the stack's last one in order (its
+    /// sequence number the stack's acknowledgement, acknowledging all the
+    /// stack sent): how the fuzzer completes handshakes and sends data the
+    /// stack takes, without guessing the stack's initial sequence number.
+    Answer { flags: u8, window: u16, payload: Vec<u8> },
+}
+
+/// The stack's last segment: its ports (ours, the peer's), sequence and
+/// acknowledgement numbers, and the sequence space it took.
+#[derive(Clone, Copy)]
+struct Sent {
+    ports: (u16, u16),
+    seq: u32,
+    ack: u32,
+    len: u32,
+    syn: bool,
 }
 
 fn port(sel: u8) -> u16 {
@@ -83,6 +99,51 @@ fn ip_packet(payload_len: usize, buf: &mut [u8]) {
     ip.fill_checksum();
 }
 
+/// Writes a TCP segment from the peer into `buf` (an IPv4 packet).
+#[allow(clippy::too_many_arguments)]
+fn segment(
+    buf: &mut [u8],
+    ports: (u16, u16),
+    seq: u32,
+    ack: u32,
+    flags: u8,
+    window: u16,
+    options: &[u8],
+    payload: &[u8],
+) {
+    let header = 20 + options.len();
+    ip_packet(header + payload.len(), buf);
+    let mut tcp = TcpPacket::new_unchecked(&mut buf[20..]);
+    tcp.set_src_port(ports.0);
+    tcp.set_dst_port(ports.1);
+    tcp.set_seq_number(tcp_lite::smoltcp::wire::TcpSeqNumber(seq as i32));
+    tcp.set_ack_number(tcp_lite::smoltcp::wire::TcpSeqNumber(ack as i32));
+    tcp.set_header_len(header as u8);
+    let raw = tcp.into_inner();
+    raw[13] = flags;
+    raw[14..16].copy_from_slice(&window.to_be_bytes());
+    raw[16..20].fill(0);
+    raw[20..header].copy_from_slice(options);
+    raw[header..].copy_from_slice(payload);
+}
+
+/// The TCP segment in an IPv4 packet the stack sent, if it is one.
+fn sent(packet: &[u8]) -> Option<Sent> {
+    let ip = Ipv4Packet::new_checked(packet).ok()?;
+    if ip.next_header() != IpProtocol::Tcp {
+        return None;
+    }
+    let tcp = TcpPacket::new_checked(ip.payload()).ok()?;
+    let len = tcp.payload().len() as u32 + u32::from(tcp.syn()) + u32::from(tcp.fin());
+    Some(Sent {
+        ports: (tcp.src_port(), tcp.dst_port()),
+        seq: tcp.seq_number().0 as u32,
+        ack: tcp.ack_number().0 as u32,
+        len,
+        syn: tcp.syn(),
+    })
+}
+
 fuzz_target!(|ops: Vec<Op>| {
     let mut config = LinkConfig::ethernet(1500);
     config.medium = Medium::Ip;
@@ -106,6 +167,7 @@ fuzz_target!(|ops: Vec<Op>| {
     // Where each connection's next octet is, for the application.
     let mut next_at: HashMap<ConnId, u64> = HashMap::new();
     let mut take = 255u8;
+    let mut last: Option<Sent> = None;
 
     for op in ops.into_iter().take(256) {
         match op {
@@ -115,20 +177,25 @@ fuzz_target!(|ops: Vec<Op>| {
                 let len = 20 + header + payload.len();
                 let token = peer.transmit(now).expect("link transmit");
                 token.consume(len, |buf| {
-                    ip_packet(header + payload.len(), buf);
-                    let mut tcp = TcpPacket::new_unchecked(&mut buf[20..]);
-                    tcp.set_src_port(port(src_port));
-                    tcp.set_dst_port(port(dst_port));
-                    tcp.set_seq_number(tcp_lite::smoltcp::wire::TcpSeqNumber(seq as i32));
-                    tcp.set_ack_number(tcp_lite::smoltcp::wire::TcpSeqNumber(ack as i32));
-                    tcp.set_header_len(header as u8);
-                    let raw = tcp.into_inner();
-                    raw[13] = flags;
-                    raw[14..16].copy_from_slice(&window.to_be_bytes());
-                    raw[16..20].fill(0);
-                    raw[20..header].copy_from_slice(&options[..header - 20]);
-                    raw[header..].copy_from_slice(payload);
+                    let ports = (port(src_port), port(dst_port));
+                    let options = &options[..header - 20];
+                    segment(buf, ports, seq, ack, flags, window, options, payload);
                 });
+            }
+            Op::Answer { flags, window, payload } => {
+                if let Some(last) = last {
+                    let payload = &payload[..payload.len().min(1400)];
+                    let token = peer.transmit(now).expect("link transmit");
+                    token.consume(40 + payload.len(), |buf| {
+                        // ACK always; SYN only where the stack's was one
+                        // (a SYN-ACK to its SYN); FIN, RST, PSH as given.
+                        let syn = if last.syn { flags & 0x02 } else { 0 };
+                        let flags = (flags & 0x0D) | 0x10 | syn;
+                        let ports = (last.ports.1, last.ports.0);
+                        let ack = last.seq.wrapping_add(last.len);
+                        segment(buf, ports, last.ack, ack, flags, window, &[], payload);
+                    });
+                }
             }
             Op::Raw(bytes) => {
                 let bytes = &bytes[..bytes.len().min(1480)];
@@ -202,9 +269,12 @@ fuzz_target!(|ops: Vec<Op>| {
             }
         }
         assert!(stack.connections() <= MAX_CONNECTIONS, "{} connections", stack.connections());
-        // Whatever the stack sent goes nowhere.
+        // What the stack sent goes nowhere; its last segment is kept for
+        // an Answer.
         while let Some((rx, _)) = peer.receive(now) {
-            rx.consume(|_| ());
+            if let Some(s) = rx.consume(sent) {
+                last = Some(s);
+            }
         }
         if conns.len() > 64 {
             conns.drain(..32);

@@ -648,6 +648,20 @@ fn a_receiver_that_takes_every_offer_reads_nothing_from_the_buffer() {
     assert_eq!(direct_transfer(&mut net, pair, total, 3, |n, _| n), total);
 }
 
+/// The same on a device whose frames are bare IP packets (a TUN-like
+/// medium): smoltcp's IP path offers in-order payload too (it did not,
+/// before its change 11 reached that path).
+#[test]
+fn a_receiver_on_an_ip_medium_link_takes_every_offer_too() {
+    let mut link = LinkConfig::ethernet(1500);
+    link.medium = tcp_lite::smoltcp::phy::Medium::Ip;
+    link.mtu = 1500;
+    let mut net = Net::new(link, 4, |c| c.mac = None);
+    let pair = net.connect(4200);
+    let total = 1 << 20;
+    assert_eq!(direct_transfer(&mut net, pair, total, 4, |n, _| n), total);
+}
+
 proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig { cases: 16, ..Default::default() })]
 

@@ -705,16 +705,18 @@ impl Interface {
                 }
                 #[cfg(feature = "medium-ip")]
                 Medium::Ip => {
-                    if let Some(packet) =
-                        self.inner
-                            .process_ip(sockets, rx_meta, frame, &mut self.fragments)
-                        && let Err(err) = self.inner.dispatch_ip(
-                            tx_token,
-                            PacketMeta::default(),
-                            packet,
-                            &mut self.fragmenter,
-                        )
-                    {
+                    if let Some(packet) = self.inner.process_ip_with(
+                        sockets,
+                        rx_meta,
+                        frame,
+                        &mut self.fragments,
+                        direct,
+                    ) && let Err(err) = self.inner.dispatch_ip(
+                        tx_token,
+                        PacketMeta::default(),
+                        packet,
+                        &mut self.fragmenter,
+                    ) {
                         net_debug!("Failed to send response: {:?}", err);
                     }
                 }
@@ -1117,18 +1119,29 @@ impl InterfaceInner {
     }
 
     #[cfg(feature = "medium-ip")]
-    fn process_ip<'frame>(
+    /// dpwarp: with TCP payload offered to `direct` first
+    /// ([`Interface::poll_ingress_single_with`]), as Ethernet frames are.
+    #[allow(unused_variables)]
+    fn process_ip_with<'frame>(
         &mut self,
         sockets: &mut SocketSet,
         meta: PacketMeta,
         ip_payload: &'frame [u8],
         frag: &'frame mut FragmentsBuffer,
+        direct: &mut DirectReceive<'_>,
     ) -> Option<Packet<'frame>> {
         match IpVersion::of_packet(ip_payload) {
             #[cfg(feature = "proto-ipv4")]
             Ok(IpVersion::Ipv4) => {
                 let ipv4_packet = check!(Ipv4Packet::new_checked(ip_payload));
-                self.process_ipv4(sockets, meta, HardwareAddress::Ip, &ipv4_packet, frag)
+                self.process_ipv4_with(
+                    sockets,
+                    meta,
+                    HardwareAddress::Ip,
+                    &ipv4_packet,
+                    frag,
+                    direct,
+                )
             }
             #[cfg(feature = "proto-ipv6")]
             Ok(IpVersion::Ipv6) => {
