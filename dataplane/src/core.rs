@@ -153,11 +153,13 @@ pub struct CoreConfig {
     /// ones, as a hardware RNIC's priority queue serves a connection whose
     /// class asked for it.
     pub urgent_ports: Vec<u16>,
-    /// The DSCP an urgent connection's segments carry (RFC 2474; 46 by
-    /// default, Expedited Forwarding, RFC 3246: the class switches queue
-    /// first), so that the network serves them first too; 0 leaves them
-    /// unmarked. A transport that cannot mark (the default of
-    /// `Transport::set_dscp`) leaves them as they are.
+    /// The DSCP an urgent connection's segments carry (RFC 2474, 0 to 63;
+    /// 46 by default, Expedited Forwarding, RFC 3246: the class switches
+    /// queue first), so that the network serves them first too; 0 (or a
+    /// value past six bits) leaves them unmarked. A transport that cannot
+    /// mark (the default of `Transport::set_dscp`) leaves them as they
+    /// are. Networks often police EF to a low rate: a bulk connection
+    /// made urgent may want 0 or another class.
     pub urgent_dscp: u8,
     /// Budgets of a turn.
     pub budgets: Budgets,
@@ -507,7 +509,9 @@ impl<T: CoreTransport> Core<T> {
     /// `choose` picks by the connection's local and peer addresses (asked
     /// once per connection, when its startup has ended, on this core's
     /// thread): a service that lends each client memory of its own puts
-    /// the client's QP and registrations in a PD of the client's.
+    /// the client's QP and registrations in a PD of the client's. With an
+    /// SRQ in `qp_init` only [`PdChoice::Default`] makes a QP (an SRQ
+    /// serves QPs of its own PD); another choice is refused.
     pub fn set_pd_for(&mut self, choose: PdFor) {
         self.pd_for = Some(choose);
     }
@@ -665,8 +669,11 @@ impl<T: CoreTransport> Core<T> {
         }
         // Its class on the wire too (a connection in Full Operation has a
         // peer, so only a transport's own failure is left unmarked).
+        // (A value past six bits is no DSCP: nothing is marked.)
         let dscp = if urgent { self.config.urgent_dscp } else { 0 };
-        let _ = self.transport.set_dscp(live.conn, dscp);
+        if dscp < 64 {
+            let _ = self.transport.set_dscp(live.conn, dscp);
+        }
         if live.urgent != urgent {
             self.live[i].urgent = urgent;
             if urgent {

@@ -1594,8 +1594,11 @@ fn relisten<T: CoreTransport>(
         }
     }
     if new.memory != old.memory {
+        if let Some(memory) = &shared.memory {
+            // Its old port may now be another service's.
+            memory.listen_on(new.memory.unwrap_or(0));
+        }
         if let (Some(port), Some(memory)) = (new.memory, &shared.memory) {
-            memory.listen_on(port);
             server.endpoint.core.forget_listen_status(port);
             server.endpoint.control().listen(
                 port,
@@ -1647,7 +1650,13 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
     if differs(&perftests(old), &perftests(&new)) {
         restart.push("the perftest services");
     }
-    let urgent = |c: &Config| c.services().map(|s| (s.kind, s.urgent)).collect::<Vec<_>>();
+    let urgent = |c: &Config| {
+        c.services()
+            .filter(|s| s.urgent)
+            // A perftest service is named by its port (which never moves).
+            .map(|s| (s.kind, s.perftest.as_ref().map(|_| s.tcp_port)))
+            .collect::<Vec<_>>()
+    };
     if urgent(old) != urgent(&new) {
         restart.push("a service's urgent");
     }

@@ -201,6 +201,9 @@ pub struct MemoryService {
     retired: Mutex<Vec<Pd>>,
     /// The port it listens on ([`MemoryService::listen_on`]), 0 before.
     port: AtomicU32,
+    /// Every port it has listened on (a reload moves it; a startup under
+    /// way on the old port keeps it), the latest last; a few.
+    ports: Mutex<Vec<u16>>,
     grants_max: usize,
     /// A grant whose connection never reached a core is revoked after this
     /// long (the startup gave up).
@@ -254,6 +257,7 @@ impl MemoryService {
             grants: Mutex::new(HashMap::new()),
             retired: Mutex::new(Vec::new()),
             port: AtomicU32::new(0),
+            ports: Mutex::new(Vec::new()),
             grants_max,
             unclaimed_after,
             draining: AtomicBool::new(false),
@@ -399,20 +403,34 @@ impl MemoryService {
     /// move by a reload).
     pub fn listen_on(&self, port: u16) {
         self.port.store(u32::from(port), Ordering::Relaxed);
+        if port != 0 {
+            let mut ports = self.ports.lock().unwrap_or_else(|p| p.into_inner());
+            ports.retain(|&p| p != port);
+            ports.push(port);
+            // Startups outlive a few moves at most.
+            if ports.len() > 8 {
+                ports.remove(0);
+            }
+        }
     }
 
     /// The PD a core makes the QP of a connection from `peer` to `local`
     /// in: its grant's, if the service granted `peer` a lending that no
-    /// connection has claimed yet. Another connection to the service's
-    /// port (its grant revoked, or never made) is refused, so that no QP
-    /// of this service joins the daemon's own PD; a connection to another
-    /// service stays in the daemon's PD. (A client that opened a second
-    /// connection from the same address and port to another service
-    /// while its grant waited would have that one made in its PD: it
-    /// could reach nothing there but its own lending.)
+    /// connection has claimed yet and `local` is a port the service
+    /// listens or listened on. Another connection to the service's port
+    /// (its grant revoked, or never made) is refused, so that no QP of
+    /// this service joins the daemon's own PD; a connection to another
+    /// service stays in the daemon's PD (one from a grant's address and
+    /// port too: it must not hold the grant's PD, which it could keep
+    /// from being freed for as long as it stays open).
     pub fn pd_for(&self, local: SocketAddrV4, peer: SocketAddrV4) -> PdChoice {
+        let ours = self
+            .ports
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&local.port());
         match self.grants().get(&peer) {
-            Some(g) if g.qp.is_none() => PdChoice::In(g.pd),
+            Some(g) if ours && g.qp.is_none() => PdChoice::In(g.pd),
             _ if u32::from(local.port()) == self.port.load(Ordering::Relaxed) => PdChoice::Refuse,
             _ => PdChoice::Default,
         }
@@ -635,8 +653,14 @@ mod tests {
         );
         let p = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9);
         let g = granted(s.decide(&encode_request("r"), p));
+        assert_eq!((s.pds_live(), s.registry.pds_in_use()), (1, 1));
         assert_eq!(s.reap(), 1);
         assert!(s.registry.dereg_mr(g.stag).is_err(), "revoked");
+        assert_eq!(
+            (s.pds_live(), s.registry.pds_in_use()),
+            (0, 0),
+            "its PD freed"
+        );
         assert!(
             !s.established(0, QpHandle(1), p),
             "a revoked grant is not claimed"
@@ -669,6 +693,16 @@ mod tests {
         // No grant: refused on the service's port, the daemon's PD elsewhere.
         assert_eq!(s.pd_for(local, c), PdChoice::Refuse);
         assert_eq!(s.pd_for(elsewhere, c), PdChoice::Default);
+        // A's address and port on another service's port: not A's PD.
+        assert_eq!(s.pd_for(elsewhere, a), PdChoice::Default);
+        // The service moves (a reload): a startup on its old port keeps
+        // its grant's PD; the old port, now another's, refuses nobody.
+        s.listen_on(7002);
+        assert_eq!(s.pd_for(local, a), PdChoice::In(pa));
+        assert_eq!(s.pd_for(local, c), PdChoice::Default);
+        let moved = SocketAddrV4::new(*local.ip(), 7002);
+        assert_eq!(s.pd_for(moved, c), PdChoice::Refuse);
+        s.listen_on(7000);
 
         // a's QP on a core, in its PD; its connection ends: both go.
         let mut rnic = Rnic::with_registry(RnicConfig::default(), s.registry.clone());

@@ -288,8 +288,30 @@ pub(crate) struct Srq {
 /// (handed out last freed first).
 #[derive(Debug)]
 struct Pds {
-    users: Vec<Option<u32>>,
-    free: Vec<u32>,
+    /// By index: the users of an allocated PD (`None`: free), and the
+    /// generation its handle carries now.
+    users: Vec<(Option<u32>, u8)>,
+    /// Free indices, the longest free first.
+    free: std::collections::VecDeque<u32>,
+}
+
+/// A PD handle is its index and, in the top octet, the generation of the
+/// index: a handle kept past its PD's [`Registry::dealloc_pd`] names
+/// nothing, even once the index is handed out again (a QP made from a
+/// stale handle must not join the next owner's PD).
+const PD_INDEX_BITS: u32 = 24;
+
+impl Pds {
+    /// The users of the PD `pd` names, if it is allocated and the handle
+    /// is of its generation.
+    fn get_mut(&mut self, pd: Pd) -> Option<&mut Option<u32>> {
+        let index = (pd.0 & ((1 << PD_INDEX_BITS) - 1)) as usize;
+        let generation = (pd.0 >> PD_INDEX_BITS) as u8;
+        match self.users.get_mut(index) {
+            Some((users, g)) if *g == generation => Some(users),
+            _ => None,
+        }
+    }
 }
 
 /// What every core of an RNIC shares: protection domains, memory
@@ -316,9 +338,12 @@ impl Registry {
     /// `stag_seed`.
     pub fn new(config: &RnicConfig) -> Arc<Registry> {
         Arc::new(Registry {
-            pds: std::sync::Mutex::new(Pds {
-                users: vec![None; config.pds_max],
-                free: (0..config.pds_max as u32).rev().collect(),
+            pds: std::sync::Mutex::new({
+                let n = config.pds_max.min(1 << PD_INDEX_BITS);
+                Pds {
+                    users: vec![(None, 0); n],
+                    free: (0..n as u32).collect(),
+                }
             }),
             stags: Arc::new(StagTable::new(config.stags_max, config.stag_seed)),
         })
@@ -332,9 +357,10 @@ impl Registry {
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<Pd, VerbError> {
         let mut pds = self.pds();
-        let index = pds.free.pop().ok_or(VerbError::Full)?;
-        pds.users[index as usize] = Some(0);
-        Ok(Pd(index))
+        let index = pds.free.pop_front().ok_or(VerbError::Full)?;
+        let (users, generation) = &mut pds.users[index as usize];
+        *users = Some(0);
+        Ok(Pd(index | u32::from(*generation) << PD_INDEX_BITS))
     }
 
     /// Frees a protection domain, which another [`Registry::alloc_pd`] may
@@ -344,10 +370,13 @@ impl Registry {
     /// the PD's next owner registers.
     pub fn dealloc_pd(&self, pd: Pd) -> Result<(), VerbError> {
         let mut pds = self.pds();
-        match pds.users.get_mut(pd.0 as usize) {
+        match pds.get_mut(pd) {
             Some(slot @ Some(0)) => {
                 *slot = None;
-                pds.free.push(pd.0);
+                let index = pd.0 & ((1 << PD_INDEX_BITS) - 1);
+                let generation = &mut pds.users[index as usize].1;
+                *generation = generation.wrapping_add(1);
+                pds.free.push_back(index);
                 Ok(())
             }
             Some(Some(_)) => Err(VerbError::InUse),
@@ -362,7 +391,7 @@ impl Registry {
     }
 
     fn check_pd(&self, pd: Pd) -> Result<(), VerbError> {
-        match self.pds().users.get(pd.0 as usize) {
+        match self.pds().get_mut(pd) {
             Some(Some(_)) => Ok(()),
             _ => Err(VerbError::UnknownHandle),
         }
@@ -371,7 +400,7 @@ impl Registry {
     /// One more user of `pd` (a registration, STag, QP or SRQ made in it),
     /// if it is allocated.
     fn hold_pd(&self, pd: Pd) -> Result<(), VerbError> {
-        match self.pds().users.get_mut(pd.0 as usize) {
+        match self.pds().get_mut(pd) {
             Some(Some(users)) => {
                 *users += 1;
                 Ok(())
@@ -382,7 +411,8 @@ impl Registry {
 
     /// One user of `pd` fewer.
     fn release_pd(&self, pd: Pd) {
-        if let Some(Some(users)) = self.pds().users.get_mut(pd.0 as usize) {
+        if let Some(Some(users)) = self.pds().get_mut(pd) {
+            debug_assert!(*users > 0, "a PD released more often than held");
             *users = users.saturating_sub(1);
         }
     }

@@ -393,10 +393,11 @@ fn a_pd_is_freed_only_once_nothing_is_in_it() {
     let qp = rnic.create_qp(init).unwrap();
     assert_eq!(registry.dealloc_pd(pd), Err(VerbError::InUse), "a QP");
     rnic.destroy_qp(qp).unwrap();
-    // An SRQ and a QP still there when the core's RNIC goes: released.
+    // An SRQ holds it too; an SRQ and a QP still there when the core's
+    // RNIC goes are released.
     rnic.create_srq(pd, 4).unwrap();
-    rnic.create_qp(init).unwrap();
     assert_eq!(registry.dealloc_pd(pd), Err(VerbError::InUse), "an SRQ");
+    rnic.create_qp(init).unwrap();
     drop(rnic);
     assert_eq!(registry.dealloc_pd(pd), Ok(()));
     assert_eq!(registry.pds_in_use(), 1);
@@ -417,7 +418,16 @@ fn a_pd_is_freed_only_once_nothing_is_in_it() {
         }),
         Err(VerbError::UnknownHandle)
     );
-    assert_eq!(registry.alloc_pd(), Ok(pd));
+    // The index comes back (every other free one first), under a new
+    // handle: the stale one still names nothing.
+    let again = registry.alloc_pd().unwrap();
+    assert_ne!(again, pd);
+    assert_eq!(registry.dealloc_pd(pd), Err(VerbError::UnknownHandle));
+    assert_eq!(
+        registry.reg_region(pd, region.clone(), Access::REMOTE_READ),
+        Err(VerbError::UnknownHandle)
+    );
+    registry.dealloc_pd(again).unwrap();
     for mr in held {
         registry.dereg_mr(mr.stag).unwrap();
     }

@@ -58,6 +58,8 @@ struct Setup {
     max_burst: Option<usize>,
     faults: Faults,
     latency: Duration,
+    /// The DSCP the sending connection marks its segments with (0: none).
+    dscp: u8,
 }
 
 impl Setup {
@@ -75,6 +77,7 @@ impl Setup {
             max_burst: None,
             faults: Faults::NONE,
             latency: Duration::ZERO,
+            dscp: 0,
         }
     }
 
@@ -180,6 +183,9 @@ fn tcp_lite_step(setup: &Setup) -> Step {
     let clock = Clock(StdInstant::now());
     let (mut a, mut b) = stacks(setup, &clock);
     let (tx, rx) = open(&mut a, &mut b, SocketAddrV4::new(B, 7000), &clock);
+    if setup.dscp != 0 {
+        a.set_dscp(tx, setup.dscp).expect("an open connection");
+    }
     let source = vec![0x5a; CHUNK];
     let mut sink = vec![0; CHUNK];
     Box::new(move || {
@@ -739,7 +745,7 @@ fn main() {
         f(&mut s);
         s
     };
-    let rows: [(&str, &str, Setup); 10] = [
+    let rows: [(&str, &str, Setup); 11] = [
         (
             "tune_buffers_64k_gbit_s",
             "buffers 64 KiB (no window scaling)",
@@ -801,6 +807,11 @@ fn main() {
             "tune_nagle_on_gbit_s",
             "Nagle on",
             tuned(&|s| s.tcp.nagle = true),
+        ),
+        (
+            "tune_dscp_marked_gbit_s",
+            "DSCP 46 on the sender's segments (each marked)",
+            tuned(&|s| s.dscp = 46),
         ),
     ];
     println!("{:<52} {:>10}", "goodput", "Gbit/s");

@@ -10,28 +10,69 @@
 //! costs one test of an empty table.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::net::Ipv4Addr;
 
 use smoltcp::phy::{Device, DeviceCapabilities, Medium, PacketMeta, RxToken, TxToken};
 use smoltcp::time::Instant;
 
-/// A connection, as its segments name it: our port, the peer's address and
-/// port.
-pub(crate) type Flow = (u16, Ipv4Addr, u16);
+/// A connection, as its segments name it: our address and port, the
+/// peer's address and port.
+pub(crate) type Flow = (Ipv4Addr, u16, Ipv4Addr, u16);
 
-/// The DSCP of each marked connection.
+/// A multiplicative hash of a flow's few words: looked up for every frame
+/// while any connection is marked, where SipHash's rounds would cost more
+/// than the rest of the look (the keys are the stack's own connections,
+/// not chosen by a peer beyond its address and port).
+#[derive(Default)]
+pub(crate) struct FlowHasher(u64);
+
+impl Hasher for FlowHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u16(&mut self, n: u16) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The DSCP of each marked connection, and the stack's slot it belongs
+/// to.
 #[derive(Debug, Default)]
 pub(crate) struct Marks {
-    by_flow: HashMap<Flow, u8>,
+    by_flow: HashMap<Flow, (u8, u32), BuildHasherDefault<FlowHasher>>,
 }
 
 impl Marks {
-    /// Marks `flow`'s segments with `dscp` (0: unmarked).
-    pub(crate) fn set(&mut self, flow: Flow, dscp: u8) {
+    /// Marks `flow`'s segments with `dscp` (0: unmarked), for the
+    /// connection in slot `slot`.
+    pub(crate) fn set(&mut self, flow: Flow, dscp: u8, slot: u32) {
         if dscp == 0 {
-            self.by_flow.remove(&flow);
+            self.forget(flow, slot);
         } else {
-            self.by_flow.insert(flow, dscp);
+            self.by_flow.insert(flow, (dscp, slot));
+        }
+    }
+
+    /// Slot `slot`'s mark goes (not another connection's on the same flow).
+    pub(crate) fn forget(&mut self, flow: Flow, slot: u32) {
+        if self.by_flow.get(&flow).is_some_and(|&(_, s)| s == slot) {
+            self.by_flow.remove(&flow);
         }
     }
 
@@ -43,7 +84,7 @@ impl Marks {
     /// Sets the DSCP of `frame` if it is an IPv4 TCP segment of a marked
     /// connection; anything else (too short, another protocol, a fragment's
     /// tail) is left alone.
-    fn mark(&self, medium: Medium, frame: &mut [u8]) {
+    fn mark(&self, medium: Medium, mend: bool, frame: &mut [u8]) {
         if self.by_flow.is_empty() {
             return;
         }
@@ -69,15 +110,20 @@ impl Marks {
         }
         let ours = u16::from_be_bytes([ip[header], ip[header + 1]]);
         let theirs = u16::from_be_bytes([ip[header + 2], ip[header + 3]]);
+        let us = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
         let peer = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-        let Some(&dscp) = self.by_flow.get(&(ours, peer, theirs)) else {
+        let Some(&(dscp, _)) = self.by_flow.get(&(us, ours, peer, theirs)) else {
             return;
         };
         let old = u16::from_be_bytes([ip[0], ip[1]]);
         ip[1] = dscp << 2 | (ip[1] & 0x03);
-        let new = u16::from_be_bytes([ip[0], ip[1]]);
-        let checksum = u16::from_be_bytes([ip[10], ip[11]]);
-        ip[10..12].copy_from_slice(&mended(checksum, old, new).to_be_bytes());
+        // smoltcp leaves the checksum zero where the device computes it
+        // (after us); only one smoltcp computed is mended.
+        if mend {
+            let new = u16::from_be_bytes([ip[0], ip[1]]);
+            let checksum = u16::from_be_bytes([ip[10], ip[11]]);
+            ip[10..12].copy_from_slice(&mended(checksum, old, new).to_be_bytes());
+        }
     }
 }
 
@@ -96,6 +142,9 @@ pub(crate) struct Marking<'a, D: Device> {
     pub(crate) marks: &'a Marks,
     /// The device's medium (its capabilities', fixed).
     pub(crate) medium: Medium,
+    /// Whether smoltcp computes the IPv4 header checksum (the device's
+    /// capabilities do not offload it): only then is it mended.
+    pub(crate) mend: bool,
 }
 
 /// A transmit token of [`Marking`].
@@ -103,6 +152,7 @@ pub(crate) struct MarkTx<'a, T: TxToken> {
     inner: T,
     marks: &'a Marks,
     medium: Medium,
+    mend: bool,
 }
 
 impl<T: TxToken> TxToken for MarkTx<'_, T> {
@@ -110,10 +160,10 @@ impl<T: TxToken> TxToken for MarkTx<'_, T> {
     where
         F: FnOnce(&mut [u8]) -> R,
     {
-        let (marks, medium) = (self.marks, self.medium);
+        let (marks, medium, mend) = (self.marks, self.medium, self.mend);
         self.inner.consume(len, |frame| {
             let r = f(frame);
-            marks.mark(medium, frame);
+            marks.mark(medium, mend, frame);
             r
         })
     }
@@ -134,7 +184,7 @@ impl<D: Device> Device for Marking<'_, D> {
         Self: 'b;
 
     fn receive(&mut self, timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
-        let (marks, medium) = (self.marks, self.medium);
+        let (marks, medium, mend) = (self.marks, self.medium, self.mend);
         let (rx, tx) = self.inner.receive(timestamp)?;
         Some((
             MarkRx(rx),
@@ -142,17 +192,19 @@ impl<D: Device> Device for Marking<'_, D> {
                 inner: tx,
                 marks,
                 medium,
+                mend,
             },
         ))
     }
 
     fn transmit(&mut self, timestamp: Instant) -> Option<Self::TxToken<'_>> {
-        let (marks, medium) = (self.marks, self.medium);
+        let (marks, medium, mend) = (self.marks, self.medium, self.mend);
         let tx = self.inner.transmit(timestamp)?;
         Some(MarkTx {
             inner: tx,
             marks,
             medium,
+            mend,
         })
     }
 
@@ -208,11 +260,17 @@ mod tests {
 
     #[test]
     fn a_marked_connections_segments_carry_its_dscp_and_a_right_checksum() {
+        let flow = (
+            Ipv4Addr::new(10, 0, 0, 1),
+            4000,
+            Ipv4Addr::new(10, 0, 0, 2),
+            18515,
+        );
         let mut marks = Marks::default();
-        marks.set((4000, Ipv4Addr::new(10, 0, 0, 2), 18515), 46);
+        marks.set(flow, 46, 3);
         for ecn in 0..4u8 {
             let mut frame = segment(ecn, 4000, [10, 0, 0, 2], 18515);
-            marks.mark(Medium::Ip, &mut frame);
+            marks.mark(Medium::Ip, true, &mut frame);
             assert_eq!(frame[1], 46 << 2 | ecn, "DSCP set, ECN kept");
             let mut zeroed = frame[..20].to_vec();
             zeroed[10..12].fill(0);
@@ -225,7 +283,7 @@ mod tests {
         let mut frame = vec![0u8; 12];
         frame.extend_from_slice(&[0x08, 0x00]);
         frame.extend_from_slice(&segment(0, 4000, [10, 0, 0, 2], 18515));
-        marks.mark(Medium::Ethernet, &mut frame);
+        marks.mark(Medium::Ethernet, true, &mut frame);
         assert_eq!(frame[15], 46 << 2);
         // Others are left alone: another connection, another protocol, a
         // later fragment, a runt; and an unmarked one.
@@ -255,14 +313,47 @@ mod tests {
             ),
         ] {
             let mut marked = frame.clone();
-            marks.mark(medium, &mut marked);
+            marks.mark(medium, true, &mut marked);
             assert_eq!(marked, frame);
         }
-        marks.set((4000, Ipv4Addr::new(10, 0, 0, 2), 18515), 0);
+        // A header with options: the ports after them; a checksum the
+        // device computes (zero from smoltcp) is left to it.
+        let mut frame = segment(0, 4000, [10, 0, 0, 2], 18515);
+        frame[0] = 0x46;
+        frame.splice(20..20, [1, 1, 1, 1]);
+        frame[10..12].fill(0);
+        let c = checksum(&frame[..24]);
+        frame[10..12].copy_from_slice(&c.to_be_bytes());
+        marks.mark(Medium::Ip, true, &mut frame);
+        assert_eq!(frame[1], 46 << 2);
+        let mut zeroed = frame[..24].to_vec();
+        zeroed[10..12].fill(0);
+        assert_eq!(
+            u16::from_be_bytes([frame[10], frame[11]]),
+            checksum(&zeroed)
+        );
+        let mut frame = segment(0, 4000, [10, 0, 0, 2], 18515);
+        frame[10..12].fill(0);
+        marks.mark(Medium::Ip, false, &mut frame);
+        assert_eq!((frame[1], &frame[10..12]), (46 << 2, &[0u8, 0][..]));
+        // Not IPv4 behind Ethernet (an 802.1Q tag, IPv6): untouched.
+        for ethertype in [[0x81, 0x00], [0x86, 0xDD]] {
+            let mut frame = vec![0u8; 12];
+            frame.extend_from_slice(&ethertype);
+            frame.extend_from_slice(&segment(0, 4000, [10, 0, 0, 2], 18515));
+            let before = frame.clone();
+            marks.mark(Medium::Ethernet, true, &mut frame);
+            assert_eq!(frame, before);
+        }
+        // Another slot's connection on the flow leaves it; its own takes
+        // it back.
+        marks.forget(flow, 4);
+        assert_eq!(marks.len(), 1);
+        marks.set(flow, 0, 3);
         assert_eq!(marks.len(), 0);
         let frame = segment(0, 4000, [10, 0, 0, 2], 18515);
         let mut marked = frame.clone();
-        marks.mark(Medium::Ip, &mut marked);
+        marks.mark(Medium::Ip, true, &mut marked);
         assert_eq!(marked, frame);
     }
 }

@@ -181,6 +181,9 @@ pub struct Stack<D: Device> {
     marks: Marks,
     /// The device's medium (where a frame's IPv4 header starts).
     medium: Medium,
+    /// smoltcp computes IPv4 header checksums (the device does not): a
+    /// marked header's is mended.
+    mend_ipv4: bool,
 }
 
 impl<D: Device> Stack<D> {
@@ -250,6 +253,7 @@ impl<D: Device> Stack<D> {
             udp: Vec::new(),
             marks: Marks::default(),
             medium: caps.medium,
+            mend_ipv4: caps.checksum.ipv4.tx(),
             config,
             device,
             iface,
@@ -432,8 +436,8 @@ impl<D: Device> Stack<D> {
             // The next connection on this socket starts as any other.
             self.sockets.set_urgent(slot.handle, false);
             if let (Some((local, remote)), true) = (slot.endpoints, self.marks.len() > 0) {
-                self.marks
-                    .set((local.port(), *remote.ip(), remote.port()), 0);
+                let flow = (*local.ip(), local.port(), *remote.ip(), remote.port());
+                self.marks.forget(flow, index);
             }
             self.spare.push(slot.handle);
             if !matches!(slot.role, Role::Listening(_)) {
@@ -982,8 +986,8 @@ impl<D: Device> Transport for Stack<D> {
     fn set_dscp(&mut self, conn: ConnId, dscp: u8) -> Result<(), SendError> {
         assert!(dscp < 64, "a DSCP is six bits: {dscp}");
         let (local, remote) = self.slot(conn)?.endpoints.ok_or(SendError::InvalidState)?;
-        self.marks
-            .set((local.port(), *remote.ip(), remote.port()), dscp);
+        let flow = (*local.ip(), local.port(), *remote.ip(), remote.port());
+        self.marks.set(flow, dscp, conn.index);
         Ok(())
     }
 
@@ -1054,6 +1058,7 @@ impl<D: Device> Transport for Stack<D> {
                 inner: &mut self.device,
                 marks: &self.marks,
                 medium: self.medium,
+                mend: self.mend_ipv4,
             };
             match self.iface.poll_ingress_single_with(
                 now,
@@ -1080,6 +1085,7 @@ impl<D: Device> Transport for Stack<D> {
                 inner: &mut self.device,
                 marks: &self.marks,
                 medium: self.medium,
+                mend: self.mend_ipv4,
             };
             match self.iface.poll_egress(now, &mut device, &mut self.sockets) {
                 PollResult::None => break,

@@ -578,7 +578,7 @@ impl Interface {
 
     /// dpwarp: [`poll_ingress_single`](Self::poll_ingress_single), offering
     /// `direct` the payload of an in-order TCP segment (over IPv4 on an
-    /// Ethernet medium) before its socket's receive buffer, when that
+    /// Ethernet or IP medium) before its socket's receive buffer, when that
     /// buffer is empty and holds nothing out of order: `direct(handle,
     /// octets)` returns how many of the octets, from the first, it took,
     /// as a `recv` of them would have. Taken octets never enter the buffer
