@@ -80,14 +80,7 @@ on_every_transport!(p2p_send_rtr, |a: &mut Host<_>, b: &mut Host<_>, addr| {
 });
 
 on_every_transport!(client_server, |a: &mut Host<_>, b: &mut Host<_>, addr| {
-    let (ha, hb) = establish(
-        a,
-        b,
-        addr,
-        StartupConfig::default(),
-        StartupConfig::default(),
-        accept(),
-    );
+    let (ha, hb) = establish_plain(a, b, addr);
     assert!(
         established(&ha).rtr.is_none() && !established(&hb).peer_to_peer && established(&hb).fenced
     );
@@ -144,14 +137,7 @@ fn fpdus_are_taken_straight_from_frames_or_through_tcps_buffer() {
         let (mut a, mut b, addr) = stacks();
         a.core.config_mut().direct_receive = direct;
         b.core.config_mut().direct_receive = direct;
-        let (ha, hb) = establish(
-            &mut a,
-            &mut b,
-            addr,
-            StartupConfig::default(),
-            StartupConfig::default(),
-            accept(),
-        );
+        let (ha, hb) = establish_plain(&mut a, &mut b, addr);
         traffic(&mut a, &mut b, &ha, &hb);
         for (host, c) in [("a", a.core.counters()), ("b", b.core.counters())] {
             // a: b's Send, Write and a Read Response; b: a's Send and Read
@@ -183,14 +169,7 @@ fn fpdus_are_taken_straight_from_frames_or_through_tcps_buffer() {
 #[test]
 fn a_lossy_link_mixes_straight_and_buffered_octets_without_losing_any() {
     let (mut a, mut b, addr) = stacks();
-    let (ha, hb) = establish(
-        &mut a,
-        &mut b,
-        addr,
-        StartupConfig::default(),
-        StartupConfig::default(),
-        accept(),
-    );
+    let (ha, hb) = establish_plain(&mut a, &mut b, addr);
     let faults = tcp_lite::link::Faults {
         drop: 0.02,
         duplicate: 0.02,
@@ -345,19 +324,27 @@ fn the_control_plane_survives_hostile_peers() {
     stream.read_exact(&mut reply).unwrap();
     assert_eq!(&reply[..16], b"MPA ID Rep Frame");
     // And a real peer afterwards.
-    let (ha, hb) = establish(
-        &mut a,
-        &mut b,
-        addr,
-        StartupConfig::default(),
-        StartupConfig::default(),
-        accept(),
-    );
+    let (ha, hb) = establish_plain(&mut a, &mut b, addr);
     traffic(&mut a, &mut b, &ha, &hb);
 }
 
 /// The QP events of `host`'s connection `conn` (the core reports them
 /// even after the Terminate ended the connection and its QP).
+/// Runs both hosts until `b`'s QP on `conn` has events, and returns them.
+fn first_qp_events<T: CoreTransport, U: CoreTransport>(
+    a: &mut Host<T>,
+    b: &mut Host<U>,
+    conn: tcp_lite::ConnId,
+    what: &str,
+) -> Vec<rnic_engine::qp::QpEvent> {
+    let mut events = Vec::new();
+    run(a, b, what, |_, b| {
+        events.extend(qp_events(b, conn));
+        !events.is_empty()
+    });
+    events
+}
+
 fn qp_events<T: CoreTransport>(
     host: &mut Host<T>,
     conn: tcp_lite::ConnId,
@@ -394,11 +381,7 @@ on_every_transport!(
             other => panic!("{other:?}"),
         }
         let conn = hb.conn.unwrap();
-        let mut events = Vec::new();
-        run(a, b, "the Terminate reaches b's QP", |_, b| {
-            events.extend(qp_events(b, conn));
-            !events.is_empty()
-        });
+        let events = first_qp_events(a, b, conn, "the Terminate reaches b's QP");
         let info = rnic_engine::qp::TermInfo {
             layer: 2,
             etype: 0,
@@ -426,14 +409,7 @@ on_every_transport!(
             seen.lock().unwrap().push((local, peer));
             dataplane::PdChoice::In(pd)
         }));
-        let (ha, hb) = establish(
-            a,
-            b,
-            addr,
-            StartupConfig::default(),
-            StartupConfig::default(),
-            accept(),
-        );
+        let (ha, hb) = establish_plain(a, b, addr);
         let (qa, conn) = (a.qps[&ha.conn.unwrap()], hb.conn.unwrap());
         let asked = asked.lock().unwrap().clone();
         assert_eq!(asked.len(), 1, "asked once, for its connection");
@@ -456,11 +432,7 @@ on_every_transport!(
         a.rnic()
             .post_send(qa, &SendWr::signaled(2, SendOp::Write(b.remote(0)), &sgl))
             .unwrap();
-        let mut events = Vec::new();
-        run(a, b, "b refuses the other PD's STag", |_, b| {
-            events.extend(qp_events(b, conn));
-            !events.is_empty()
-        });
+        let events = first_qp_events(a, b, conn, "b refuses the other PD's STag");
         let info = rnic_engine::qp::TermInfo {
             layer: 1,
             etype: 1,
@@ -486,14 +458,7 @@ on_every_transport!(
     |a: &mut Host<_>, b: &mut Host<_>, addr| {
         b.core
             .set_pd_for(Box::new(|_, _| dataplane::PdChoice::Refuse));
-        let (ha, hb) = establish(
-            a,
-            b,
-            addr,
-            StartupConfig::default(),
-            StartupConfig::default(),
-            accept(),
-        );
+        let (ha, hb) = establish_plain(a, b, addr);
         assert!(b.qps.is_empty() && hb.conn.is_some(), "established, no QP");
         assert_eq!(b.core.counters().refused, 1);
         // a's side hears the reset: its QP ends, or, if the reset came
@@ -517,14 +482,7 @@ on_every_transport!(
 #[test]
 fn an_urgent_qps_segments_carry_its_class() {
     let (mut a, mut b, addr) = stacks();
-    let (ha, _) = establish(
-        &mut a,
-        &mut b,
-        addr,
-        StartupConfig::default(),
-        StartupConfig::default(),
-        accept(),
-    );
+    let (ha, _) = establish_plain(&mut a, &mut b, addr);
     let conn = ha.conn.unwrap();
     let qa = a.qps[&conn];
     let ours = a.core.transport().endpoints(conn).unwrap().0.port();
@@ -581,14 +539,7 @@ fn an_urgent_qps_segments_carry_its_class() {
 fn an_urgent_qp_on_kernel_tcp_marks_its_socket() {
     let (mut a, mut b, addr) = kernels();
     a.core.config_mut().urgent_dscp = 40;
-    let (ha, _) = establish(
-        &mut a,
-        &mut b,
-        addr,
-        StartupConfig::default(),
-        StartupConfig::default(),
-        accept(),
-    );
+    let (ha, _) = establish_plain(&mut a, &mut b, addr);
     let conn = ha.conn.unwrap();
     let qa = a.qps[&conn];
     assert_eq!(a.core.transport().tos(conn).unwrap(), 0);

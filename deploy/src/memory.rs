@@ -32,7 +32,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddrV4;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -175,6 +175,16 @@ struct Registration {
     qp: Option<(usize, QpHandle)>,
 }
 
+/// The memory service's ports.
+#[derive(Debug, Default)]
+struct Ports {
+    /// The one it listens on now, 0 before (or once a reload removed it).
+    now: u16,
+    /// Every one it has listened on (a reload moves it; a startup under
+    /// way on the old port keeps it), the latest last; a few.
+    ever: Vec<u16>,
+}
+
 /// A connection the memory service serves, for operators.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lending {
@@ -199,11 +209,8 @@ pub struct MemoryService {
     /// Ended clients' PDs not yet freed: a QP still in one (its core has
     /// not yet destroyed it) keeps it until a later try.
     retired: Mutex<Vec<Pd>>,
-    /// The port it listens on ([`MemoryService::listen_on`]), 0 before.
-    port: AtomicU32,
-    /// Every port it has listened on (a reload moves it; a startup under
-    /// way on the old port keeps it), the latest last; a few.
-    ports: Mutex<Vec<u16>>,
+    /// The ports it listens on ([`MemoryService::listen_on`]).
+    ports: Mutex<Ports>,
     grants_max: usize,
     /// A grant whose connection never reached a core is revoked after this
     /// long (the startup gave up).
@@ -256,8 +263,7 @@ impl MemoryService {
             registry,
             grants: Mutex::new(HashMap::new()),
             retired: Mutex::new(Vec::new()),
-            port: AtomicU32::new(0),
-            ports: Mutex::new(Vec::new()),
+            ports: Mutex::new(Ports::default()),
             grants_max,
             unclaimed_after,
             draining: AtomicBool::new(false),
@@ -402,16 +408,20 @@ impl MemoryService {
     /// The port the service listens on now (at start, and after each
     /// move by a reload).
     pub fn listen_on(&self, port: u16) {
-        self.port.store(u32::from(port), Ordering::Relaxed);
+        let mut ports = self.ports();
+        ports.now = port;
         if port != 0 {
-            let mut ports = self.ports.lock().unwrap_or_else(|p| p.into_inner());
-            ports.retain(|&p| p != port);
-            ports.push(port);
+            ports.ever.retain(|&p| p != port);
+            ports.ever.push(port);
             // Startups outlive a few moves at most.
-            if ports.len() > 8 {
-                ports.remove(0);
+            if ports.ever.len() > 8 {
+                ports.ever.remove(0);
             }
         }
+    }
+
+    fn ports(&self) -> std::sync::MutexGuard<'_, Ports> {
+        self.ports.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The PD a core makes the QP of a connection from `peer` to `local`
@@ -424,14 +434,16 @@ impl MemoryService {
     /// port too: it must not hold the grant's PD, which it could keep
     /// from being freed for as long as it stays open).
     pub fn pd_for(&self, local: SocketAddrV4, peer: SocketAddrV4) -> PdChoice {
-        let ours = self
-            .ports
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(&local.port());
+        let (ours, now) = {
+            let ports = self.ports();
+            (
+                ports.ever.contains(&local.port()),
+                local.port() == ports.now,
+            )
+        };
         match self.grants().get(&peer) {
             Some(g) if ours && g.qp.is_none() => PdChoice::In(g.pd),
-            _ if u32::from(local.port()) == self.port.load(Ordering::Relaxed) => PdChoice::Refuse,
+            _ if now => PdChoice::Refuse,
             _ => PdChoice::Default,
         }
     }

@@ -187,6 +187,16 @@ pub fn establish<T: CoreTransport, U: CoreTransport>(
     (ha, hb)
 }
 
+/// [`establish`] with default startups on both sides and `b` accepting.
+pub fn establish_plain<T: CoreTransport, U: CoreTransport>(
+    a: &mut Host<T>,
+    b: &mut Host<U>,
+    b_addr: Ipv4Addr,
+) -> (Handoff, Handoff) {
+    let (initiator, responder) = (StartupConfig::default(), StartupConfig::default());
+    establish(a, b, b_addr, initiator, responder, accept())
+}
+
 /// RDMA both ways once connected: a Send each way, a Write from b into a,
 /// a Read by a from b. Checks every octet.
 pub fn traffic<T: CoreTransport, U: CoreTransport>(
