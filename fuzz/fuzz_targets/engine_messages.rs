@@ -47,7 +47,10 @@ fuzz_target!(|data: &[u8]| {
         },
         ..pair::message_connection(&config)
     };
-    pair.b.rnic.connect_messages(qp, connection).expect("connect");
+    pair.b
+        .rnic
+        .connect_messages(qp, connection)
+        .expect("connect");
     let a_qp = pair.a.rnic.create_qp(QpInit {
         pd: pair.a.pd,
         send_cq: pair.a.cq,

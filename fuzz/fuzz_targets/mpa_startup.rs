@@ -62,10 +62,18 @@ impl<'a> Input<'a> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some(input) = Input::parse(data) else { return };
+    let Some(input) = Input::parse(data) else {
+        return;
+    };
     // Values a QP can hold (at most QP_DEPTH_MAX), or 0x3FFF: others are
     // configuration errors the validation tests cover.
-    let clamp = |v: u16| if v == NO_NEGOTIATION { v } else { v % (QP_DEPTH_MAX + 1) };
+    let clamp = |v: u16| {
+        if v == NO_NEGOTIATION {
+            v
+        } else {
+            v % (QP_DEPTH_MAX + 1)
+        }
+    };
     let ird_max = input.ird_max % (QP_DEPTH_MAX + 1);
     let mut config = StartupConfig {
         revision: if input.revision { 2 } else { 1 },
@@ -73,7 +81,11 @@ fuzz_target!(|data: &[u8]| {
         crc: input.crc,
         markers: input.markers,
         peer_to_peer: input.p2p && input.enhanced && input.revision,
-        rtr: RtrSet { send: input.rtr & 1 != 0, write: input.rtr & 2 != 0, read: input.rtr & 4 != 0 },
+        rtr: RtrSet {
+            send: input.rtr & 1 != 0,
+            write: input.rtr & 2 != 0,
+            read: input.rtr & 4 != 0,
+        },
         ird: clamp(input.ird).min(ird_max),
         ord: clamp(input.ord),
         ird_max,
@@ -110,7 +122,9 @@ fuzz_target!(|data: &[u8]| {
             assert!(result.is_ok());
             let mut out = [0u8; 2048];
             let n = resp.poll_transmit(&mut out);
-            let reply = mpa_rr::Repr::parse(&mpa_rr::Packet::new_checked(&out[..n]).expect("a frame")).expect("valid");
+            let reply =
+                mpa_rr::Repr::parse(&mpa_rr::Packet::new_checked(&out[..n]).expect("a frame"))
+                    .expect("valid");
             assert_eq!(reply.kind, mpa_rr::FrameKind::Reply);
             assert!(resp.outcome().is_some());
         } else {
@@ -133,7 +147,9 @@ fuzz_target!(|data: &[u8]| {
         }
         assert!(taken <= 532);
         if let Some(Outcome::Established(e)) = init.outcome() {
-            let reply = mpa_rr::Repr::parse(&mpa_rr::Packet::new_checked(&input.octets[..taken]).unwrap()).unwrap();
+            let reply =
+                mpa_rr::Repr::parse(&mpa_rr::Packet::new_checked(&input.octets[..taken]).unwrap())
+                    .unwrap();
             if let Some(r) = reply.enhanced {
                 if r.ird != NO_NEGOTIATION && e.ord != NO_NEGOTIATION {
                     assert!(e.ord <= r.ird || e.rtr == Some(control::mpa::Rtr::Read) && e.ord == 1);

@@ -113,8 +113,12 @@ impl Peer {
         let mut syn = None;
         while let Some((rx, _)) = self.link.receive(now) {
             rx.consume(|frame| {
-                let Ok(ip) = Ipv4Packet::new_checked(frame) else { return };
-                let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else { return };
+                let Ok(ip) = Ipv4Packet::new_checked(frame) else {
+                    return;
+                };
+                let Ok(tcp) = TcpPacket::new_checked(ip.payload()) else {
+                    return;
+                };
                 if tcp.syn() {
                     self.port = tcp.src_port();
                     syn = Some(tcp.seq_number());
@@ -215,8 +219,17 @@ fuzz_target!(|ops: Vec<Op>| {
     };
     for op in ops.into_iter().take(512) {
         match op {
-            Op::Ack { ack, wild, window, blocks } => {
-                let ack = if wild { ack as usize } else { (ack as usize).min(peer.highest) };
+            Op::Ack {
+                ack,
+                wild,
+                window,
+                blocks,
+            } => {
+                let ack = if wild {
+                    ack as usize
+                } else {
+                    (ack as usize).min(peer.highest)
+                };
                 let blocks: Vec<(u32, u32)> = blocks
                     .iter()
                     .take(6)
@@ -225,7 +238,11 @@ fuzz_target!(|ops: Vec<Op>| {
                         (peer.seq(s), peer.seq(s + i64::from(len % 70_000)))
                     })
                     .collect();
-                let options = if blocks.is_empty() { Vec::new() } else { sack_option(&blocks) };
+                let options = if blocks.is_empty() {
+                    Vec::new()
+                } else {
+                    sack_option(&blocks)
+                };
                 peer.claim(ack, written);
                 let ack = TcpSeqNumber(peer.seq(ack as i64) as i32);
                 peer.segment(now, ack, 0x10, window, &options);
@@ -272,11 +289,19 @@ fuzz_target!(|ops: Vec<Op>| {
     };
     let deadline = now + Duration::from_secs(600);
     loop {
-        let contiguous = peer.received.iter().position(|&r| !r).unwrap_or(STREAM).min(written);
+        let contiguous = peer
+            .received
+            .iter()
+            .position(|&r| !r)
+            .unwrap_or(STREAM)
+            .min(written);
         if contiguous >= written {
             break;
         }
-        assert!(now < deadline, "wedged: {contiguous} of {written} delivered");
+        assert!(
+            now < deadline,
+            "wedged: {contiguous} of {written} delivered"
+        );
         let ack = TcpSeqNumber(peer.seq(contiguous as i64) as i32);
         // One SACK block: the first run held past the hole.
         let mut blocks = Vec::new();
@@ -284,7 +309,11 @@ fuzz_target!(|ops: Vec<Op>| {
             let r = (l..written).find(|&i| !peer.received[i]).unwrap_or(written);
             blocks.push((peer.seq(l as i64), peer.seq(r as i64)));
         }
-        let options = if blocks.is_empty() { Vec::new() } else { sack_option(&blocks) };
+        let options = if blocks.is_empty() {
+            Vec::new()
+        } else {
+            sack_option(&blocks)
+        };
         peer.segment(now, ack, 0x10, 65535, &options);
         step(&mut stack, &mut peer, now, written);
         now += Duration::from_millis(5);

@@ -691,7 +691,11 @@ fn engine_message_seeds(w: &mut Writer) -> io::Result<()> {
         ),
         (
             "synthetic-early-write",
-            [message(1, write(0x100, 0, b"abcd")), message(0, send(1, b"x"))].concat(),
+            [
+                message(1, write(0x100, 0, b"abcd")),
+                message(0, send(1, b"x")),
+            ]
+            .concat(),
         ),
     ];
     for (name, bytes) in seeds {
