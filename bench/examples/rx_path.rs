@@ -57,6 +57,7 @@ fn main() {
             depth: 16,
             qps,
             urgent: false,
+            dscp: 0,
         };
         let stop = AtomicBool::new(false);
         let run = |rig: &mut rig::EmbeddedRig, direct: bool| -> f64 {

@@ -76,6 +76,15 @@ pub struct Args {
     #[arg(long)]
     pub urgent: bool,
 
+    /// The TOS octet of the measured QPs' connections from their SYN on
+    /// (perftest's --tos, which rdma_cm sets before it connects): its
+    /// upper six bits are the DSCP (184: Expedited Forwarding, 46), the
+    /// lower two ECN's and must be 0. A server that takes its clients'
+    /// classes from their SYNs (dpwarpd's reflect_dscp) serves them in
+    /// it, urgent for EF.
+    #[arg(long, value_name = "TOS")]
+    pub tos: Option<u8>,
+
     /// With --lat on write: this many more QPs connected (in RTS) and idle
     /// while one QP measures latency (what many QPs cost the core that
     /// serves one).
@@ -335,6 +344,11 @@ pub struct Plan {
 pub const SIZE_MAX: usize = 8 << 20;
 
 impl Args {
+    /// The DSCP of `--tos` (0 without it).
+    pub fn dscp(&self) -> u8 {
+        self.tos.map_or(0, |tos| tos >> 2)
+    }
+
     /// The QPs beside a latency run (`--active` or `--idle`), and whether
     /// they are busy.
     pub fn beside(&self) -> (usize, bool) {
@@ -422,6 +436,16 @@ impl Args {
             return Err(
                 "--active goes with a Write latency run: bench write --lat --active N".into(),
             );
+        }
+        if let Some(tos) = self.tos {
+            if tos & 3 != 0 {
+                return Err(format!(
+                    "--tos {tos}: the low two bits are ECN's; give a multiple of 4 (184 for EF, DSCP 46)"
+                ));
+            }
+            if self.llp == LlpArg::Sctp {
+                return Err("--tos: DDP over SCTP is not marked; it is for MPA over TCP".into());
+            }
         }
         if self.urgent && self.llp == LlpArg::Sctp {
             return Err(

@@ -201,9 +201,21 @@ impl Control {
     /// Opens a connection from this core (see `ControlPlane::connect`);
     /// returns the handoff's token.
     pub fn connect(&self, remote: SocketAddrV4, config: StartupConfig, private_data: &[u8]) -> u64 {
+        self.connect_marked(remote, config, private_data, 0)
+    }
+
+    /// [`Control::connect`] with the connection's segments marked DSCP
+    /// `dscp` from its SYN on (see `ControlPlane::connect_marked`).
+    pub fn connect_marked(
+        &self,
+        remote: SocketAddrV4,
+        config: StartupConfig,
+        private_data: &[u8],
+        dscp: u8,
+    ) -> u64 {
         self.host
             .plane()
-            .connect(self.core, remote, config, private_data)
+            .connect_marked(self.core, remote, config, private_data, dscp)
     }
 
     /// The host.

@@ -96,6 +96,10 @@ fn main() {
         ),
         Mode::Latency => "latency | 1 QP, 1 in flight".to_string(),
     };
+    let shape = match args.tos {
+        Some(tos) => format!("{shape} | TOS {tos} (DSCP {})", tos >> 2),
+        None => shape,
+    };
     // The checksum clause only where the embedded link runs (DPDK ports say
     // theirs when they open).
     let checksums = if transports.contains(&TransportKind::Embedded) {
@@ -192,6 +196,7 @@ fn run_cores(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
         depth: args.depth,
         qps: args.qps,
         urgent: args.urgent,
+        dscp: args.dscp(),
     };
     let per_core = match kind {
         CoreLink::Remote(peer, addr) => {
@@ -979,6 +984,7 @@ fn sweep<R: BenchRig>(
             depth: args.depth,
             qps: args.qps,
             urgent: args.urgent,
+            dscp: args.dscp(),
         };
         let last = i + 1 == plan.sizes.len();
         // A progress bar on runs of a second or more (a hidden one otherwise).

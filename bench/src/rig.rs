@@ -416,10 +416,12 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
                 (self.client.mr.stag, self.client.mr.base_to),
                 self.run,
             );
-            let token =
-                self.client
-                    .control
-                    .connect(self.server_addr, self.startup.clone(), &h.encode());
+            let token = self.client.control.connect_marked(
+                self.server_addr,
+                self.startup.clone(),
+                &h.encode(),
+                spec.dscp,
+            );
             tokens.push(token);
         }
         let mut ended: Vec<(Handoff, Option<QpHandle>)> = Vec::new();

@@ -94,6 +94,11 @@ pub struct Spec {
     /// at them first and sends their segments first, and keeps its turns
     /// short while they live (`dataplane::Core::set_urgent`).
     pub urgent: bool,
+    /// The DSCP the QPs' connections carry from their SYN on (`--tos`,
+    /// its upper six bits; 0: unmarked): the class the network, and a
+    /// server that reflects its clients' classes, serve them in; the
+    /// server's core's urgent class (EF, 46) makes them urgent there.
+    pub dscp: u8,
 }
 
 /// What a run measured.

@@ -200,6 +200,7 @@ fn run_in<R: BenchRig>(
             mode: Mode::Bandwidth,
             qps: active,
             urgent: false,
+            dscp: 0,
             ..*spec
         };
         background.pairs = rig.open_slots(&busy, last, first + spec.qps, total)?;
@@ -247,6 +248,7 @@ impl Background {
                 mode: Mode::Bandwidth,
                 qps: active,
                 urgent: false,
+                dscp: 0,
                 ..*spec
             },
             pairs: Vec::new(),

@@ -168,6 +168,7 @@ fn spec(op: Op, mode: Mode, size: usize, qps: usize) -> Spec {
         depth: 16,
         qps,
         urgent: false,
+        dscp: 0,
     }
 }
 

@@ -53,6 +53,7 @@ fn every_operation<C: CoreTransport, S: CoreTransport>(rig: &mut rig::Rig<C, S>,
                 depth: 32,
                 qps: if mode == Mode::Latency { 1 } else { 2 },
                 urgent: false,
+                dscp: 0,
             };
             let m = workload::run(rig, &spec, false, &AtomicBool::new(false), &mut |_| {})
                 .unwrap_or_else(|e| panic!("{op:?} {mode:?}: {e}"));
@@ -126,6 +127,7 @@ fn a_workload_spreads_over_pinned_cores_and_adds_up() {
         depth: 16,
         qps: 3,
         urgent: false,
+        dscp: 0,
     };
     let sizes = [64, 4096];
     for kind in [CoreLink::Embedded, CoreLink::Ring] {
@@ -204,6 +206,7 @@ fn a_flood_on_one_core_leaves_the_other_running() {
         depth: 16,
         qps: 2,
         urgent: false,
+        dscp: 0,
     };
     let mut floods = Vec::new();
     let reports = cores::run(
@@ -260,6 +263,7 @@ fn write_latency_beside(beside: usize, port: u16) -> (rig::EmbeddedRig, Spec) {
         depth: 4,
         qps: 1,
         urgent: false,
+        dscp: 0,
     };
     (rig, spec)
 }
@@ -430,6 +434,7 @@ fn a_long_turn_polls_the_port_between_its_looks() {
             depth: 8,
             qps,
             urgent: false,
+            dscp: 0,
         };
         let before: Vec<_> = rig.core_reports().iter().map(|r| r.counters).collect();
         let m =

@@ -387,6 +387,8 @@ enum ToCore {
     Connect {
         remote: SocketAddrV4,
         token: u64,
+        /// The DSCP its segments carry from the SYN on (0: unmarked).
+        dscp: u8,
     },
     Send {
         conn: ConnId,
@@ -494,6 +496,7 @@ enum Command {
         config: StartupConfig,
         private_data: Vec<u8>,
         token: u64,
+        dscp: u8,
     },
     ListenSessions {
         core: CoreId,
@@ -705,6 +708,28 @@ impl ControlPlane {
         config: StartupConfig,
         private_data: &[u8],
     ) -> u64 {
+        self.connect_marked(core, remote, config, private_data, 0)
+    }
+
+    /// [`connect`](Self::connect) with the connection's segments marked
+    /// DSCP `dscp` from its SYN on (RFC 2474; 0: unmarked), as an rdma_cm
+    /// user sets a connection's TOS before it connects
+    /// (`RDMA_OPTION_ID_TOS`): the network, and a peer that takes its
+    /// connections' class from their SYN (`Transport::learn_dscp`), serve
+    /// it so from the first segment. A core makes a connection of its
+    /// urgent class urgent once established (`dataplane::CoreConfig::urgent_dscp`).
+    ///
+    /// # Panics
+    /// If `dscp` is above 63 (a TOS octet given where its DSCP belongs).
+    pub fn connect_marked(
+        &mut self,
+        core: CoreId,
+        remote: SocketAddrV4,
+        config: StartupConfig,
+        private_data: &[u8],
+        dscp: u8,
+    ) -> u64 {
+        assert!(dscp < 64, "a DSCP is six bits: {dscp}");
         let token = self.next_token;
         self.next_token += 1;
         let _ = self.commands.send(Command::Connect {
@@ -713,6 +738,7 @@ impl ControlPlane {
             config,
             private_data: private_data.to_vec(),
             token,
+            dscp,
         });
         token
     }
@@ -1370,7 +1396,11 @@ impl CoreLink {
                 }
                 self.listen_results.remove(&port);
             }
-            ToCore::Connect { remote, token } => match transport.connect(remote, now) {
+            ToCore::Connect {
+                remote,
+                token,
+                dscp,
+            } => match transport.connect_marked(remote, now, dscp) {
                 Ok(conn) => {
                     self.connecting.insert(conn, token);
                 }
@@ -1513,7 +1543,7 @@ struct Startup {
     port: u16,
     /// Initiators: the configuration and private data, for an unenhanced
     /// retry (RFC 6581 §10).
-    retry: Option<(StartupConfig, Vec<u8>)>,
+    retry: Option<(StartupConfig, Vec<u8>, u8)>,
 }
 
 struct Listener {
@@ -1662,7 +1692,8 @@ struct Worker {
     /// The core served first in the next round (round-robin).
     next_core: usize,
     listeners: Vec<Listener>,
-    pending_connects: HashMap<u64, (StartupConfig, Vec<u8>, SocketAddrV4)>,
+    /// Active opens by token: their startup, private data, peer and DSCP.
+    pending_connects: HashMap<u64, (StartupConfig, Vec<u8>, SocketAddrV4, u8)>,
     startups: HashMap<(CoreId, ConnId), Startup>,
     /// Startups of accepted connections held, by the peer's address.
     per_peer: HashMap<std::net::Ipv4Addr, usize>,
@@ -2009,10 +2040,18 @@ impl Worker {
                 config,
                 private_data,
                 token,
+                dscp,
             } => {
                 self.pending_connects
-                    .insert(token, (config, private_data, remote));
-                self.send_to(core, ToCore::Connect { remote, token });
+                    .insert(token, (config, private_data, remote, dscp));
+                self.send_to(
+                    core,
+                    ToCore::Connect {
+                        remote,
+                        token,
+                        dscp,
+                    },
+                );
             }
             Command::ListenSessions {
                 core,
@@ -2290,7 +2329,8 @@ impl Worker {
     }
 
     fn connected(&mut self, core: CoreId, conn: ConnId, token: u64) {
-        let Some((config, private_data, remote)) = self.pending_connects.remove(&token) else {
+        let Some((config, private_data, remote, dscp)) = self.pending_connects.remove(&token)
+        else {
             return self.done(
                 core,
                 Some(conn),
@@ -2299,7 +2339,7 @@ impl Worker {
             );
         };
         let retry = (config.retry_unenhanced && config.enhanced)
-            .then(|| (config.clone(), private_data.clone()));
+            .then(|| (config.clone(), private_data.clone(), dscp));
         match Initiator::new(config, &private_data, self.now()) {
             Ok(m) => {
                 let startup = Startup {
@@ -2347,7 +2387,7 @@ impl Worker {
         let outcome = s.machine.outcome();
         // RFC 6581 §10: an enhanced Request closed unanswered may
         // be retried unenhanced, if the application allows it.
-        if let (Some(Outcome::Failed(f)), Some((config, pd))) = (&outcome, &s.retry) {
+        if let (Some(Outcome::Failed(f)), Some((config, pd, dscp))) = (&outcome, &s.retry) {
             if f.retry_unenhanced {
                 let config = StartupConfig {
                     revision: 1,
@@ -2357,9 +2397,16 @@ impl Worker {
                     ..config.clone()
                 };
                 self.pending_connects
-                    .insert(s.token, (config, pd.clone(), s.peer));
-                let (remote, token) = (s.peer, s.token);
-                return self.send_to(core, ToCore::Connect { remote, token });
+                    .insert(s.token, (config, pd.clone(), s.peer, *dscp));
+                let (remote, token, dscp) = (s.peer, s.token, *dscp);
+                return self.send_to(
+                    core,
+                    ToCore::Connect {
+                        remote,
+                        token,
+                        dscp,
+                    },
+                );
             }
         }
         // The ULP hears how it ended, with RFC 6581 §10's hint

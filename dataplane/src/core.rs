@@ -161,6 +161,17 @@ pub struct CoreConfig {
     /// are. Networks often police EF to a low rate: a bulk connection
     /// made urgent may want 0 or another class.
     pub urgent_dscp: u8,
+    /// Take each accepted connection's class from its peer's SYN (off by
+    /// default): where the transport learns it (`Transport::learn_dscp`:
+    /// a tcp-lite stack does, Linux TCP does not), the connection's
+    /// segments carry the DSCP the SYN did, and one of
+    /// [`CoreConfig::urgent_dscp`]'s class is urgent ([`Core::set_urgent`]),
+    /// as a hardware iWARP RNIC's passive side takes the TOS of the SYN
+    /// and Linux does with `net.ipv4.tcp_reflect_tos`. A peer so chooses
+    /// its own precedence on this core: for peers trusted with it. Active
+    /// opens keep the class they were opened with
+    /// (`control::runtime::ControlPlane::connect_marked`) either way.
+    pub reflect_dscp: bool,
     /// Budgets of a turn.
     pub budgets: Budgets,
     /// Turns between two looks at the mbuf pool's free count (it sums every
@@ -191,6 +202,7 @@ impl CoreConfig {
             unfenced_ports: Vec::new(),
             urgent_ports: Vec::new(),
             urgent_dscp: 46,
+            reflect_dscp: false,
             budgets: Budgets::default(),
             pool_sample_turns: 1024,
             direct_receive: true,
@@ -239,6 +251,9 @@ pub struct CoreCounters {
     pub ended: u64,
     /// Handoffs refused for want of a QP or of room (connection reset).
     pub refused: u64,
+    /// Accepted connections given the class of their peer's SYN
+    /// ([`CoreConfig::reflect_dscp`]; unmarked SYNs not counted).
+    pub classes_reflected: u64,
     /// Connections in Full Operation the turns looked at: those TCP or the
     /// engine's doorbells named, or left with work from the turn before.
     /// An idle connection adds nothing.
@@ -271,6 +286,7 @@ impl CoreCounters {
             established: self.established - earlier.established,
             ended: self.ended - earlier.ended,
             refused: self.refused - earlier.refused,
+            classes_reflected: self.classes_reflected - earlier.classes_reflected,
             looked_at: self.looked_at - earlier.looked_at,
             polls_between_looks: self.polls_between_looks - earlier.polls_between_looks,
             turns_beside_urgent: self.turns_beside_urgent - earlier.turns_beside_urgent,
@@ -418,6 +434,9 @@ pub struct Core<T: CoreTransport> {
     /// Which PD each new QP joins ([`Core::set_pd_for`]); `qp_init`'s
     /// without one.
     pd_for: Option<PdFor>,
+    /// What the transport was last told of [`CoreConfig::reflect_dscp`]
+    /// (`Transport::learn_dscp`), which [`Core::config_mut`] may change.
+    learning_dscp: bool,
     live: Vec<Live>,
     /// Where each live connection is in `live`, by connection and by QP.
     by_conn: Places<ConnId>,
@@ -469,12 +488,16 @@ impl<T: CoreTransport> Core<T> {
     /// queue sizes).
     pub fn new(
         config: CoreConfig,
-        transport: T,
+        mut transport: T,
         link: CoreLink,
         rnic: Rnic,
         qp_init: QpInit,
     ) -> Core<T> {
         let n = config.connections_max;
+        let learning_dscp = config.reflect_dscp;
+        if learning_dscp {
+            transport.learn_dscp(true);
+        }
         let wcs = qp_init.sq_size + qp_init.rq_size;
         Core {
             live: Vec::with_capacity(n),
@@ -502,6 +525,7 @@ impl<T: CoreTransport> Core<T> {
             rnic,
             qp_init,
             pd_for: None,
+            learning_dscp,
         }
     }
 
@@ -521,6 +545,10 @@ impl<T: CoreTransport> Core<T> {
     pub fn turn(&mut self, now: Instant) -> bool {
         // The engine's clock for this turn (its responses' times).
         self.rnic.set_now(now.total_micros().max(0) as u64);
+        if self.config.reflect_dscp != self.learning_dscp {
+            self.learning_dscp = self.config.reflect_dscp;
+            self.transport.learn_dscp(self.learning_dscp);
+        }
         let mut busy = self.poll_transport(now);
         busy |= self.transport_events();
         self.link.poll(&mut self.transport, now);
@@ -994,7 +1022,22 @@ impl<T: CoreTransport> Core<T> {
         });
         self.wake(self.live.len() - 1);
         self.counters.established += 1;
-        if self.config.urgent_ports.contains(&local_port) {
+        // Its class: what an active open was opened with, what the peer's
+        // SYN carried where the core reflects it.
+        let class = if initiator {
+            self.transport.dscp(conn)
+        } else if self.config.reflect_dscp {
+            let class = self.transport.peer_dscp(conn).unwrap_or(0);
+            if class != 0 {
+                self.counters.classes_reflected += 1;
+                let _ = self.transport.set_dscp(conn, class);
+            }
+            class
+        } else {
+            0
+        };
+        let urgent_class = class != 0 && class == self.config.urgent_dscp;
+        if urgent_class || self.config.urgent_ports.contains(&local_port) {
             self.set_urgent(qp, true);
         }
         Some(qp)
@@ -1216,7 +1259,8 @@ impl<T: CoreTransport> Core<T> {
     }
 
     /// The configuration, to change: what it says about QPs (settle,
-    /// fencing, the Terminate layout, EMSS) applies to the QPs made after.
+    /// fencing, the Terminate layout, EMSS) applies to the QPs made after;
+    /// `reflect_dscp` from the next turn (SYNs from then on).
     pub fn config_mut(&mut self) -> &mut CoreConfig {
         &mut self.config
     }

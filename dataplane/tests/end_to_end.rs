@@ -534,6 +534,88 @@ fn an_urgent_qps_segments_carry_its_class() {
     );
 }
 
+/// A connection from `a` to `b` opened with class `dscp` (its SYN
+/// marked, `ControlPlane::connect_marked`), accepted by `b`: both ends'
+/// connections.
+fn open_with_class<T: CoreTransport, U: CoreTransport>(
+    a: &mut Host<T>,
+    b: &mut Host<U>,
+    b_addr: Ipv4Addr,
+    dscp: u8,
+) -> (tcp_lite::ConnId, tcp_lite::ConnId) {
+    let port = port();
+    b.control
+        .listen(0, port, StartupConfig::default(), Box::new(|_, _| accept()));
+    std::thread::sleep(StdDuration::from_millis(20));
+    b.step(now());
+    a.control.connect_marked(
+        0,
+        SocketAddrV4::new(b_addr, port),
+        StartupConfig::default(),
+        b"hello from a",
+        dscp,
+    );
+    run(a, b, "startup", |a, b| {
+        !a.handoffs.is_empty() && !b.handoffs.is_empty()
+    });
+    let (ha, hb) = (a.handoffs.remove(0), b.handoffs.remove(0));
+    (ha.conn.unwrap(), hb.conn.unwrap())
+}
+
+/// A QP opened with a class (rdma_cm's TOS before connect) carries it from
+/// its SYN on, and is urgent where the class is the core's urgent one; a
+/// core that reflects its peers' classes (`CoreConfig::reflect_dscp`)
+/// gives an accepted connection the class of its SYN (urgent for EF),
+/// and one that does not leaves it plain.
+#[test]
+fn a_qp_opened_with_a_class_is_served_in_it_at_both_ends_where_the_server_reflects() {
+    let (mut a, mut b, addr) = stacks();
+    b.core.config_mut().reflect_dscp = true;
+    a.core.transport().device().capture_tx(1_000);
+    let (ca, cb) = open_with_class(&mut a, &mut b, addr, 46);
+    let ours = a.core.transport().endpoints(ca).unwrap().0.port();
+    // Every frame of the connection a sent, the SYN first, was EF.
+    let sent: Vec<(u8, u8)> = a
+        .core
+        .transport()
+        .device()
+        .take_captured()
+        .iter()
+        .filter(|f| f.len() >= 54 && f[12..14] == [0x08, 0x00] && f[23] == 6)
+        .filter(|f| u16::from_be_bytes([f[34], f[35]]) == ours)
+        .map(|f| (f[47], f[15] >> 2))
+        .collect();
+    assert_eq!(sent[0].0 & 0x12, 0x02, "the SYN first: {sent:?}");
+    assert!(sent.iter().all(|&(_, c)| c == 46), "{sent:?}");
+    assert_eq!(a.core.urgent_connections(), 1);
+    assert_eq!(b.core.urgent_connections(), 1, "EF reflected: urgent");
+    assert_eq!(b.core.transport().dscp(cb), 46);
+    assert_eq!(b.core.counters().classes_reflected, 1);
+
+    // Another class is carried and reflected, but is not urgent.
+    let (ca, cb) = open_with_class(&mut a, &mut b, addr, 10);
+    assert_eq!(a.core.transport().dscp(ca), 10);
+    assert_eq!(b.core.transport().dscp(cb), 10);
+    assert_eq!(a.core.urgent_connections(), 1);
+    assert_eq!(b.core.urgent_connections(), 1);
+    assert_eq!(b.core.counters().classes_reflected, 2);
+
+    // A plain SYN reflects nothing.
+    let (_, cb) = open_with_class(&mut a, &mut b, addr, 0);
+    assert_eq!(b.core.transport().dscp(cb), 0);
+    assert_eq!(b.core.counters().classes_reflected, 2);
+
+    // Not reflecting: the server's end stays plain whatever the SYN said.
+    b.core.config_mut().reflect_dscp = false;
+    b.step(now());
+    let (ca, cb) = open_with_class(&mut a, &mut b, addr, 46);
+    assert_eq!(a.core.transport().dscp(ca), 46);
+    assert_eq!(a.core.urgent_connections(), 2);
+    assert_eq!(b.core.transport().dscp(cb), 0);
+    assert_eq!(b.core.urgent_connections(), 1);
+    assert_eq!(b.core.counters().classes_reflected, 2);
+}
+
 /// Over Linux TCP the class is the socket's IP_TOS.
 #[test]
 fn an_urgent_qp_on_kernel_tcp_marks_its_socket() {
@@ -547,6 +629,15 @@ fn an_urgent_qp_on_kernel_tcp_marks_its_socket() {
     assert_eq!(a.core.transport().tos(conn).unwrap(), 40 << 2);
     assert!(a.core.set_urgent(qa, false));
     assert_eq!(a.core.transport().tos(conn).unwrap(), 0);
+
+    // Opened with the urgent class: IP_TOS from before its SYN, urgent
+    // once established; Linux does not tell the server its peer's class.
+    b.core.config_mut().reflect_dscp = true;
+    let (ca, cb) = open_with_class(&mut a, &mut b, addr, 40);
+    assert_eq!(a.core.transport().tos(ca).unwrap(), 40 << 2);
+    assert_eq!(a.core.urgent_connections(), 1);
+    assert_eq!(b.core.transport().tos(cb).unwrap(), 0);
+    assert_eq!(b.core.urgent_connections(), 0);
 }
 
 on_every_transport!(

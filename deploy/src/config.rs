@@ -146,6 +146,16 @@ pub struct Daemon {
     /// Forwarding (RFC 3246), when left out; 0 leaves them unmarked.
     #[serde(default = "expedited_forwarding", deserialize_with = "dscp")]
     pub urgent_dscp: u8,
+    /// Give each accepted connection the class its client's SYN carried
+    /// (false when left out): its segments carry that DSCP, and one of
+    /// `urgent_dscp`'s class is urgent, whatever its service, as a
+    /// hardware iWARP RNIC takes the TOS of the SYN
+    /// (`dataplane::CoreConfig::reflect_dscp`). On a DPDK port only:
+    /// Linux TCP does not tell a listener its peer's class. Clients then
+    /// choose their own precedence: for networks whose clients are
+    /// trusted with it.
+    #[serde(default)]
+    pub reflect_dscp: bool,
 }
 
 fn expedited_forwarding() -> u8 {
@@ -949,6 +959,18 @@ mod tests {
         );
         let e = refused(|t| t.replace("urgent_dscp = 46", "urgent_dscp = 184"));
         assert!(e.contains("184 is out of range: give 0 to 63"), "{e}");
+        // Clients' classes reflected only when asked.
+        let unsaid = EXAMPLE.replace("reflect_dscp = false\n", "");
+        assert!(
+            !Config::parse(&unsaid, "x.toml")
+                .unwrap()
+                .daemon
+                .reflect_dscp
+        );
+        let on = EXAMPLE.replace("reflect_dscp = false", "reflect_dscp = true");
+        assert!(Config::parse(&on, "x.toml").unwrap().daemon.reflect_dscp);
+        let e = refused(|t| t.replace("reflect_dscp = false", "reflect_dscp = \"yes\""));
+        assert!(e.contains("reflect_dscp"), "{e}");
     }
 
     fn refused(edit: impl Fn(&str) -> String) -> String {

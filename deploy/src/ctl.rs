@@ -78,6 +78,7 @@ fn stats(shared: &Shared) -> Value {
                 "ended": c.ended,
                 "connections": core.open.load(Ordering::Relaxed),
                 "urgent_connections": core.urgent.load(Ordering::Relaxed),
+                "classes_reflected": c.classes_reflected,
             })
         })
         .collect();

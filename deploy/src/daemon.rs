@@ -909,6 +909,7 @@ fn run_cores<T: SctpCarrier + Send>(
         let core = server.endpoint.core.config_mut();
         core.urgent_ports = urgent_ports(&shared.config, &ports);
         core.urgent_dscp = shared.config.daemon.urgent_dscp;
+        core.reflect_dscp = shared.config.daemon.reflect_dscp;
     }
     // Each memory client's QP in its own PD, beside its STag.
     if let Some(memory) = &shared.memory {

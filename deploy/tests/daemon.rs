@@ -384,6 +384,7 @@ fn run_of(
         depth: 16,
         qps,
         urgent: false,
+        dscp: 0,
     };
     (config, spec)
 }
@@ -1065,7 +1066,9 @@ fn memif_clients(args: &str) -> Result<String, String> {
     {
         let addr = SocketAddrV4::new(server, port(tcp)?);
         let write = (Op::Write, Mode::Bandwidth, 65536, 1, secs(1));
-        let (config, writes) = run_of(addr, true, 9000, write);
+        let (config, mut writes) = run_of(addr, true, 9000, write);
+        // Opened as EF (`bench --tos 184`): the daemon reflects it.
+        writes.dscp = 46;
         let (mut rig, _) = rig::remote_dpdk(&config, &link, memif, addr)?;
         let m = workload::run(&mut rig, &writes, true, &stop, &mut |_| {})?;
         out.push(format!("mpa {:?} {}", writes.op, m.messages));
@@ -1081,7 +1084,9 @@ fn memif_clients(args: &str) -> Result<String, String> {
 /// and the DDP over SCTP listener's datagrams on one queue pair. Clients in
 /// a child process on the other end of the memif link: DDP over SCTP
 /// Writes and Reads, then MPA Writes, every octet verified; both accepted
-/// and counted by the daemon, nothing left after; SIGTERM drains it.
+/// and counted by the daemon, nothing left after; the MPA connection,
+/// opened as EF, given its class by the daemon (`reflect_dscp`); SIGTERM
+/// drains it.
 fn memif_port() -> Result<(), Failed> {
     let dir = scratch("memif");
     let (tcp_port, metrics, udp_port) = (free_port(), free_port(), free_port());
@@ -1096,7 +1101,8 @@ fn memif_port() -> Result<(), Failed> {
         .replace(
             &format!("tcp_port = {tcp_port}\n"),
             &format!("tcp_port = {tcp_port}\nudp_port = {udp_port}\n"),
-        );
+        )
+        .replace("reflect_dscp = false", "reflect_dscp = true");
     // Its core polls the CPU the other tests' daemons do not (theirs is
     // the first), where there are two: one poller per CPU.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -1148,6 +1154,7 @@ fn memif_port() -> Result<(), Failed> {
     if stats["sctp"]["rx_segments"].as_u64().unwrap_or(0) == 0
         || stats["sctp"]["streams_failed"] != 0
         || stats["service"]["accepted"].as_u64() != Some(3)
+        || stats["cores"][0]["classes_reflected"] != 1
     {
         return Err(fail(format!("after the clients: {stats:#}")));
     }

@@ -59,7 +59,11 @@ enum Op {
     /// sequence number the stack's acknowledgement, acknowledging all the
     /// stack sent): how the fuzzer completes handshakes and sends data the
     /// stack takes, without guessing the stack's initial sequence number.
-    Answer { flags: u8, window: u16, payload: Vec<u8> },
+    Answer {
+        flags: u8,
+        window: u16,
+        payload: Vec<u8>,
+    },
 }
 
 /// The stack's last segment: its ports (ours, the peer's), sequence and
@@ -160,10 +164,13 @@ fuzz_target!(|ops: Vec<Op>| {
     let mut now = Instant::ZERO;
     let mut stack = Stack::new(stack_config, end, now).expect("config");
     stack.listen(LISTEN_PORT).expect("listen");
+    // Every frame's headers looked at for a SYN's class.
+    stack.learn_dscp(true);
     let mut conns: Vec<ConnId> = Vec::new();
     let mut released: HashSet<ConnId> = HashSet::new();
     let mut finished: HashSet<ConnId> = HashSet::new();
-    let pick = |conns: &[ConnId], sel: u8| conns.get(usize::from(sel) % conns.len().max(1)).copied();
+    let pick =
+        |conns: &[ConnId], sel: u8| conns.get(usize::from(sel) % conns.len().max(1)).copied();
     // Where each connection's next octet is, for the application.
     let mut next_at: HashMap<ConnId, u64> = HashMap::new();
     let mut take = 255u8;
@@ -171,7 +178,17 @@ fuzz_target!(|ops: Vec<Op>| {
 
     for op in ops.into_iter().take(256) {
         match op {
-            Op::Segment { src_port, dst_port, seq, ack, flags, window, header_words, options, payload } => {
+            Op::Segment {
+                src_port,
+                dst_port,
+                seq,
+                ack,
+                flags,
+                window,
+                header_words,
+                options,
+                payload,
+            } => {
                 let payload = &payload[..payload.len().min(1400)];
                 let header = 4 * usize::from(5 + header_words % 4);
                 let len = 20 + header + payload.len();
@@ -182,7 +199,11 @@ fuzz_target!(|ops: Vec<Op>| {
                     segment(buf, ports, seq, ack, flags, window, options, payload);
                 });
             }
-            Op::Answer { flags, window, payload } => {
+            Op::Answer {
+                flags,
+                window,
+                payload,
+            } => {
                 if let Some(last) = last {
                     let payload = &payload[..payload.len().min(1400)];
                     let token = peer.transmit(now).expect("link transmit");
@@ -259,16 +280,28 @@ fuzz_target!(|ops: Vec<Op>| {
             n
         });
         while let Some(event) = stack.next_event() {
-            assert!(!released.contains(&event.conn), "{event:?} for a released connection");
-            assert!(!finished.contains(&event.conn), "{event:?} after the final event");
+            assert!(
+                !released.contains(&event.conn),
+                "{event:?} for a released connection"
+            );
+            assert!(
+                !finished.contains(&event.conn),
+                "{event:?} after the final event"
+            );
             if let tcp_lite::EventKind::Accepted(_) = event.kind {
                 conns.push(event.conn);
+                // A class is six bits, whatever the SYN's TOS octet.
+                assert!(stack.peer_dscp(event.conn).is_none_or(|d| d < 64));
             }
             if event.kind.is_final() {
                 finished.insert(event.conn);
             }
         }
-        assert!(stack.connections() <= MAX_CONNECTIONS, "{} connections", stack.connections());
+        assert!(
+            stack.connections() <= MAX_CONNECTIONS,
+            "{} connections",
+            stack.connections()
+        );
         // What the stack sent goes nowhere; its last segment is kept for
         // an Answer.
         while let Some((rx, _)) = peer.receive(now) {

@@ -60,6 +60,9 @@ struct Setup {
     latency: Duration,
     /// The DSCP the sending connection marks its segments with (0: none).
     dscp: u8,
+    /// Both stacks learn each arriving SYN's class (`learn_dscp`): every
+    /// received frame's headers looked at.
+    learn: bool,
 }
 
 impl Setup {
@@ -78,6 +81,7 @@ impl Setup {
             faults: Faults::NONE,
             latency: Duration::ZERO,
             dscp: 0,
+            learn: false,
         }
     }
 
@@ -185,6 +189,10 @@ fn tcp_lite_step(setup: &Setup) -> Step {
     let (tx, rx) = open(&mut a, &mut b, SocketAddrV4::new(B, 7000), &clock);
     if setup.dscp != 0 {
         a.set_dscp(tx, setup.dscp).expect("an open connection");
+    }
+    if setup.learn {
+        a.learn_dscp(true);
+        b.learn_dscp(true);
     }
     let source = vec![0x5a; CHUNK];
     let mut sink = vec![0; CHUNK];
@@ -745,7 +753,7 @@ fn main() {
         f(&mut s);
         s
     };
-    let rows: [(&str, &str, Setup); 11] = [
+    let rows: [(&str, &str, Setup); 12] = [
         (
             "tune_buffers_64k_gbit_s",
             "buffers 64 KiB (no window scaling)",
@@ -812,6 +820,11 @@ fn main() {
             "tune_dscp_marked_gbit_s",
             "DSCP 46 on the sender's segments (each marked)",
             tuned(&|s| s.dscp = 46),
+        ),
+        (
+            "tune_learn_dscp_gbit_s",
+            "SYN classes learned (each received frame looked at)",
+            tuned(&|s| s.learn = true),
         ),
     ];
     println!("{:<52} {:>10}", "goodput", "Gbit/s");

@@ -8,9 +8,14 @@
 //! connection gets its DSCP, the header checksum mended to match
 //! (RFC 1624's incremental update). With no connection marked, a frame
 //! costs one test of an empty table.
+//!
+//! The other way, [`SynClasses`] learns the DSCP of each SYN that arrives
+//! (while learning is on), so that a listener can give the connection the
+//! class its peer asked for (a hardware iWARP RNIC's passive side takes
+//! the TOS of the SYN; Linux does with `net.ipv4.tcp_reflect_tos`).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::net::Ipv4Addr;
 
 use smoltcp::phy::{Device, DeviceCapabilities, Medium, PacketMeta, RxToken, TxToken};
@@ -76,6 +81,14 @@ impl Marks {
         }
     }
 
+    /// Slot `slot`'s mark on `flow` (0: none).
+    pub(crate) fn get(&self, flow: Flow, slot: u32) -> u8 {
+        match self.by_flow.get(&flow) {
+            Some(&(dscp, s)) if s == slot => dscp,
+            _ => 0,
+        }
+    }
+
     /// Connections marked now.
     pub(crate) fn len(&self) -> usize {
         self.by_flow.len()
@@ -136,10 +149,105 @@ fn mended(hc: u16, m: u16, m2: u16) -> u16 {
     !(sum as u16)
 }
 
+/// Where an Ethernet frame's or an IP packet's IPv4 TCP segment starts:
+/// `(IP header, TCP header offset)`, or `None` for anything else (too
+/// short, another protocol, a fragment after the first).
+fn tcp_in(medium: Medium, frame: &[u8]) -> Option<(&[u8], usize)> {
+    let ip = match medium {
+        Medium::Ethernet => {
+            if frame.len() < 14 || frame[12..14] != [0x08, 0x00] {
+                return None;
+            }
+            &frame[14..]
+        }
+        Medium::Ip => frame,
+        #[allow(unreachable_patterns)]
+        _ => return None,
+    };
+    if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 6 {
+        return None;
+    }
+    let header = usize::from(ip[0] & 0x0F) * 4;
+    let offset = u16::from_be_bytes([ip[6], ip[7]]) & 0x1FFF;
+    if header < 20 || offset != 0 || ip.len() < header + 14 {
+        return None;
+    }
+    Some((ip, header))
+}
+
+/// The DSCP of recent SYNs, by the connection they open (our address and
+/// port, the peer's): a table of [`SynClasses::SLOTS`] entries, each SYN
+/// written over the entry its flow hashes to, so a flood of SYNs costs
+/// nothing more than the table (a SYN whose entry a later one took is
+/// learned again from its retransmission, or its connection goes
+/// unclassed). Off until [`SynClasses::learning`] is set: then each
+/// received frame costs a look at its headers.
+#[derive(Debug)]
+pub(crate) struct SynClasses {
+    pub(crate) learning: bool,
+    entries: Box<[Option<(Flow, u8)>]>,
+    /// SYNs learned since the stack began.
+    pub(crate) learned: u64,
+}
+
+impl Default for SynClasses {
+    fn default() -> SynClasses {
+        SynClasses {
+            learning: false,
+            entries: vec![None; SynClasses::SLOTS].into_boxed_slice(),
+            learned: 0,
+        }
+    }
+}
+
+impl SynClasses {
+    /// Entries of the table (a power of two).
+    pub(crate) const SLOTS: usize = 1024;
+
+    fn slot(flow: &Flow) -> usize {
+        let mut hasher = FlowHasher::default();
+        flow.hash(&mut hasher);
+        (hasher.finish() >> 54) as usize % SynClasses::SLOTS
+    }
+
+    /// Learns the DSCP of `frame` if it is a SYN (no ACK) of IPv4 TCP.
+    fn learn(&mut self, medium: Medium, frame: &[u8]) {
+        let Some((ip, at)) = tcp_in(medium, frame) else {
+            return;
+        };
+        // SYN without ACK: the flags octet, 13 octets into TCP's header.
+        if ip[at + 13] & 0x12 != 0x02 {
+            return;
+        }
+        let peer = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
+        let us = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
+        let theirs = u16::from_be_bytes([ip[at], ip[at + 1]]);
+        let ours = u16::from_be_bytes([ip[at + 2], ip[at + 3]]);
+        let flow = (us, ours, peer, theirs);
+        self.entries[SynClasses::slot(&flow)] = Some((flow, ip[1] >> 2));
+        self.learned += 1;
+    }
+
+    /// The DSCP the SYN that opened `flow` carried, if it is still known;
+    /// the entry is taken.
+    pub(crate) fn take(&mut self, flow: Flow) -> Option<u8> {
+        let entry = &mut self.entries[SynClasses::slot(&flow)];
+        match *entry {
+            Some((f, dscp)) if f == flow => {
+                *entry = None;
+                Some(dscp)
+            }
+            _ => None,
+        }
+    }
+}
+
 /// A device whose transmitted frames [`Marks`] looks at.
 pub(crate) struct Marking<'a, D: Device> {
     pub(crate) inner: &'a mut D,
     pub(crate) marks: &'a Marks,
+    /// Where received SYNs' classes are learned.
+    pub(crate) syns: &'a mut SynClasses,
     /// The device's medium (its capabilities', fixed).
     pub(crate) medium: Medium,
     /// Whether smoltcp computes the IPv4 header checksum (the device's
@@ -175,7 +283,7 @@ impl<T: TxToken> TxToken for MarkTx<'_, T> {
 
 impl<D: Device> Device for Marking<'_, D> {
     type RxToken<'b>
-        = MarkRx<D::RxToken<'b>>
+        = MarkRx<'b, D::RxToken<'b>>
     where
         Self: 'b;
     type TxToken<'b>
@@ -186,8 +294,17 @@ impl<D: Device> Device for Marking<'_, D> {
     fn receive(&mut self, timestamp: Instant) -> Option<(Self::RxToken<'_>, Self::TxToken<'_>)> {
         let (marks, medium, mend) = (self.marks, self.medium, self.mend);
         let (rx, tx) = self.inner.receive(timestamp)?;
+        let syns = if self.syns.learning {
+            Some(&mut *self.syns)
+        } else {
+            None
+        };
         Some((
-            MarkRx(rx),
+            MarkRx {
+                inner: rx,
+                syns,
+                medium,
+            },
             MarkTx {
                 inner: tx,
                 marks,
@@ -213,19 +330,30 @@ impl<D: Device> Device for Marking<'_, D> {
     }
 }
 
-/// A receive token of [`Marking`]: the device's, as it is.
-pub(crate) struct MarkRx<T: RxToken>(T);
+/// A receive token of [`Marking`]: the device's, its frame looked at for
+/// a SYN's class while [`SynClasses`] learns.
+pub(crate) struct MarkRx<'a, T: RxToken> {
+    inner: T,
+    syns: Option<&'a mut SynClasses>,
+    medium: Medium,
+}
 
-impl<T: RxToken> RxToken for MarkRx<T> {
+impl<T: RxToken> RxToken for MarkRx<'_, T> {
     fn consume<R, F>(self, f: F) -> R
     where
         F: FnOnce(&[u8]) -> R,
     {
-        self.0.consume(f)
+        let (syns, medium) = (self.syns, self.medium);
+        self.inner.consume(|frame| {
+            if let Some(syns) = syns {
+                syns.learn(medium, frame);
+            }
+            f(frame)
+        })
     }
 
     fn meta(&self) -> PacketMeta {
-        self.0.meta()
+        self.inner.meta()
     }
 }
 
@@ -355,5 +483,61 @@ mod tests {
         let mut marked = frame.clone();
         marks.mark(Medium::Ip, true, &mut marked);
         assert_eq!(marked, frame);
+    }
+
+    /// A SYN from `peer:theirs` to `10.0.0.1:ours` with TOS `tos`, as it
+    /// arrives (TCP flags `flags`).
+    fn arriving(tos: u8, ours: u16, peer: [u8; 4], theirs: u16, flags: u8) -> Vec<u8> {
+        let mut ip = segment(tos, theirs, [10, 0, 0, 1], ours);
+        ip[12..16].copy_from_slice(&peer);
+        ip[20 + 13] = flags;
+        ip
+    }
+
+    #[test]
+    fn a_syns_class_is_learned_and_a_flood_of_syns_costs_no_more_than_the_table() {
+        let mut syns = SynClasses::default();
+        let flow = |peer: [u8; 4], theirs| (Ipv4Addr::new(10, 0, 0, 1), 4000, peer.into(), theirs);
+        syns.learn(
+            Medium::Ip,
+            &arriving(46 << 2 | 1, 4000, [10, 0, 0, 2], 5000, 0x02),
+        );
+        // A SYN-ACK, an ACK, UDP and a runt teach nothing.
+        syns.learn(
+            Medium::Ip,
+            &arriving(10 << 2, 4000, [10, 0, 0, 3], 5000, 0x12),
+        );
+        syns.learn(
+            Medium::Ip,
+            &arriving(10 << 2, 4000, [10, 0, 0, 4], 5000, 0x10),
+        );
+        let mut udp = arriving(10 << 2, 4000, [10, 0, 0, 5], 5000, 0x02);
+        udp[9] = 17;
+        syns.learn(Medium::Ip, &udp);
+        syns.learn(
+            Medium::Ip,
+            &arriving(10 << 2, 4000, [10, 0, 0, 6], 5000, 0x02)[..30],
+        );
+        assert_eq!(syns.learned, 1);
+        for peer in [[10, 0, 0, 3], [10, 0, 0, 4], [10, 0, 0, 5], [10, 0, 0, 6]] {
+            assert_eq!(syns.take(flow(peer, 5000)), None, "{peer:?}");
+        }
+        // ECN's bits are not the class; taken once.
+        assert_eq!(syns.take(flow([10, 0, 0, 2], 5000)), Some(46));
+        assert_eq!(syns.take(flow([10, 0, 0, 2], 5000)), None);
+        // 100,000 SYNs from as many ports: the table stays its size, and a
+        // SYN after them is learned as any other.
+        let before = syns.entries.len();
+        for i in 0..100_000u32 {
+            let peer = [192, 0, (i >> 16) as u8, (i >> 8) as u8];
+            syns.learn(Medium::Ip, &arriving(8 << 2, 4000, peer, i as u16, 0x02));
+        }
+        assert_eq!(syns.entries.len(), before);
+        assert_eq!(before, SynClasses::SLOTS);
+        let mut frame = vec![0u8; 12];
+        frame.extend_from_slice(&[0x08, 0x00]);
+        frame.extend_from_slice(&arriving(34 << 2, 4000, [10, 0, 0, 9], 6000, 0x02));
+        syns.learn(Medium::Ethernet, &frame);
+        assert_eq!(syns.take(flow([10, 0, 0, 9], 6000)), Some(34));
     }
 }

@@ -19,7 +19,7 @@ use smoltcp::wire::{EthernetAddress, HardwareAddress, IpAddress, IpCidr, IpEndpo
 
 use crate::config::{ConfigError, StackConfig};
 use crate::event::{ConnId, Event, EventKind, EventQueue, ListenerId};
-use crate::mark::{Marking, Marks};
+use crate::mark::{Marking, Marks, SynClasses};
 use crate::transport::{
     ConnectError, Datagrams, DirectReceive, ListenError, RecvError, SendError, Transport, UdpError,
     UdpId,
@@ -71,6 +71,8 @@ pub struct StackStats {
     /// egress or the user touched, and every one at the periodic full scan.
     /// An idle connection adds nothing between full scans.
     pub slots_scanned: u64,
+    /// SYNs whose DSCP was learned ([`Transport::learn_dscp`]).
+    pub syn_classes_learned: u64,
 }
 
 /// Where a slot's socket came from.
@@ -126,6 +128,9 @@ struct Slot {
     rst_pending: bool,
     /// In the list of slots the next scan looks at.
     dirty: bool,
+    /// The DSCP of the SYN that opened an accepted connection, where
+    /// [`Transport::learn_dscp`] learned it.
+    peer_dscp: Option<u8>,
 }
 
 #[derive(Debug)]
@@ -179,6 +184,8 @@ pub struct Stack<D: Device> {
     udp: Vec<SocketHandle>,
     /// The DSCPs of marked connections ([`Transport::set_dscp`]).
     marks: Marks,
+    /// The DSCPs of the SYNs that arrived ([`Transport::learn_dscp`]).
+    syns: SynClasses,
     /// The device's medium (where a frame's IPv4 header starts).
     medium: Medium,
     /// smoltcp computes IPv4 header checksums (the device does not): a
@@ -252,6 +259,7 @@ impl<D: Device> Stack<D> {
             freed: false,
             udp: Vec::new(),
             marks: Marks::default(),
+            syns: SynClasses::default(),
             medium: caps.medium,
             mend_ipv4: caps.checksum.ipv4.tx(),
             config,
@@ -277,7 +285,16 @@ impl<D: Device> Stack<D> {
 
     /// Counters.
     pub fn stats(&self) -> StackStats {
-        self.stats
+        StackStats {
+            syn_classes_learned: self.syns.learned,
+            ..self.stats
+        }
+    }
+
+    /// Connections whose segments are marked now ([`Transport::set_dscp`],
+    /// [`Transport::connect_marked`]).
+    pub fn marked(&self) -> usize {
+        self.marks.len()
     }
 
     /// What loss recovery did on connection `conn` so far: SACK blocks
@@ -410,6 +427,7 @@ impl<D: Device> Stack<D> {
             releasing: false,
             rst_pending: false,
             dirty: false,
+            peer_dscp: None,
         });
         let at = handle.index();
         if at >= self.by_handle.len() {
@@ -637,6 +655,10 @@ impl<D: Device> Stack<D> {
             match slot.role {
                 Role::Accepted(port) => {
                     self.stats.accepted += 1;
+                    if let (Some((local, remote)), true) = (slot.endpoints, self.syns.learning) {
+                        let flow = (*local.ip(), local.port(), *remote.ip(), remote.port());
+                        slot.peer_dscp = self.syns.take(flow);
+                    }
                     self.events
                         .push(conn, EventKind::Accepted(ListenerId(port)));
                 }
@@ -985,10 +1007,33 @@ impl<D: Device> Transport for Stack<D> {
 
     fn set_dscp(&mut self, conn: ConnId, dscp: u8) -> Result<(), SendError> {
         assert!(dscp < 64, "a DSCP is six bits: {dscp}");
-        let (local, remote) = self.slot(conn)?.endpoints.ok_or(SendError::InvalidState)?;
+        // From the socket's while the slot has not kept them yet (an
+        // active open marked before its SYN left), and kept now: the mark
+        // goes with the slot (`free_slot`) even if the handshake fails,
+        // when the socket forgets them.
+        let (local, remote) = self.endpoints(conn)?;
+        self.slot_mut(conn)?
+            .endpoints
+            .get_or_insert((local, remote));
         let flow = (*local.ip(), local.port(), *remote.ip(), remote.port());
         self.marks.set(flow, dscp, conn.index);
         Ok(())
+    }
+
+    fn dscp(&self, conn: ConnId) -> u8 {
+        let Ok((local, remote)) = self.endpoints(conn) else {
+            return 0;
+        };
+        let flow = (*local.ip(), local.port(), *remote.ip(), remote.port());
+        self.marks.get(flow, conn.index)
+    }
+
+    fn learn_dscp(&mut self, on: bool) {
+        self.syns.learning = on;
+    }
+
+    fn peer_dscp(&self, conn: ConnId) -> Option<u8> {
+        self.slot(conn).ok()?.peer_dscp
     }
 
     fn release(&mut self, conn: ConnId) {
@@ -1057,6 +1102,7 @@ impl<D: Device> Transport for Stack<D> {
             let mut device = Marking {
                 inner: &mut self.device,
                 marks: &self.marks,
+                syns: &mut self.syns,
                 medium: self.medium,
                 mend: self.mend_ipv4,
             };
@@ -1084,6 +1130,7 @@ impl<D: Device> Transport for Stack<D> {
             let mut device = Marking {
                 inner: &mut self.device,
                 marks: &self.marks,
+                syns: &mut self.syns,
                 medium: self.medium,
                 mend: self.mend_ipv4,
             };

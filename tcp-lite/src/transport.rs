@@ -103,6 +103,58 @@ pub trait Transport {
         Ok(())
     }
 
+    /// [`connect`](Transport::connect) with the connection's segments
+    /// marked DSCP `dscp` from its SYN on, as an rdma_cm user sets a
+    /// connection's TOS before it connects (`RDMA_OPTION_ID_TOS`), so that
+    /// the network and a peer that reflects the class
+    /// ([`learn_dscp`](Transport::learn_dscp)) serve it so from the first
+    /// segment. 0 is [`connect`](Transport::connect). The default connects
+    /// and then marks ([`set_dscp`](Transport::set_dscp)), which a
+    /// [`Stack`](crate::Stack) does before its SYN leaves (at the next
+    /// poll).
+    ///
+    /// # Panics
+    /// If `dscp` is above 63.
+    fn connect_marked(
+        &mut self,
+        remote: SocketAddrV4,
+        now: Instant,
+        dscp: u8,
+    ) -> Result<ConnId, ConnectError> {
+        assert!(dscp < 64, "a DSCP is six bits: {dscp}");
+        let conn = self.connect(remote, now)?;
+        if dscp != 0 {
+            let _ = self.set_dscp(conn, dscp);
+        }
+        Ok(conn)
+    }
+
+    /// The DSCP the connection's segments carry ([`set_dscp`](Transport::set_dscp),
+    /// [`connect_marked`](Transport::connect_marked)); 0 where unmarked or
+    /// where the transport cannot mark (the default).
+    fn dscp(&self, conn: ConnId) -> u8 {
+        let _ = conn;
+        0
+    }
+
+    /// Learn, or stop learning, the DSCP each arriving SYN carries, for
+    /// [`peer_dscp`](Transport::peer_dscp). A [`Stack`](crate::Stack)
+    /// looks at each received frame's headers while it learns (a table of
+    /// fixed size, which a flood of SYNs only overwrites); a transport
+    /// that cannot see its peers' SYNs learns nothing (the default; Linux
+    /// TCP's own way is the host-wide `net.ipv4.tcp_reflect_tos`).
+    fn learn_dscp(&mut self, on: bool) {
+        let _ = on;
+    }
+
+    /// The DSCP of the SYN that opened a connection a listener accepted,
+    /// where the transport learned it ([`learn_dscp`](Transport::learn_dscp));
+    /// `None` for active opens, or when it is not known.
+    fn peer_dscp(&self, conn: ConnId) -> Option<u8> {
+        let _ = conn;
+        None
+    }
+
     /// Free the handle and its buffers. An open connection is aborted first
     /// (its RST goes out at the next poll). A connection in TIME-WAIT is
     /// freed at once: a FIN the peer sends again is answered with RST, which

@@ -1,12 +1,17 @@
 //! DSCP marks (`Transport::set_dscp`): a marked connection's segments carry
 //! its class in their IPv4 headers, with headers the peer's checksum check
-//! accepts; other connections' and the mark taken back leave 0.
+//! accepts; other connections' and the mark taken back leave 0. A
+//! connection marked before it connects (`Transport::connect_marked`)
+//! carries its class from the SYN on, and a listener that learns its
+//! peers' classes (`Transport::learn_dscp`) tells it (`peer_dscp`).
 
 mod support;
 
+use std::net::SocketAddrV4;
+
 use support::*;
 use tcp_lite::link::LinkConfig;
-use tcp_lite::{Duration, Transport};
+use tcp_lite::{Duration, EventKind, Transport};
 
 /// Our TCP port of each captured IPv4 TCP frame, and its DSCP.
 fn classes(frames: &[Vec<u8>]) -> Vec<(u16, u8)> {
@@ -82,6 +87,112 @@ fn a_marked_connections_segments_carry_its_dscp() {
     let seen = classes(&net.a.device().take_captured());
     assert!(seen.iter().any(|&(p, _)| p == marked_port));
     assert!(seen.iter().all(|&(_, dscp)| dscp == 0), "{seen:?}");
+}
+
+/// Our TCP port, TCP flags and DSCP of each captured IPv4 TCP frame.
+fn flags_and_classes(frames: &[Vec<u8>]) -> Vec<(u16, u8, u8)> {
+    frames
+        .iter()
+        .filter(|f| f.len() >= 14 + 34 && f[12..14] == [0x08, 0x00] && f[14 + 9] == 6)
+        .map(|f| {
+            let ip = &f[14..];
+            let header = usize::from(ip[0] & 0x0F) * 4;
+            let port = u16::from_be_bytes([ip[header], ip[header + 1]]);
+            (port, ip[header + 13], ip[1] >> 2)
+        })
+        .collect()
+}
+
+/// Opens a connection from `a` to `b`'s `port` marked `dscp` from the
+/// start; the client, the server and every frame `a` sent.
+fn open_marked(net: &mut Net, port: u16, dscp: u8) -> (tcp_lite::ConnId, tcp_lite::ConnId) {
+    let _ = net.b.listen(port);
+    net.a.device().capture_tx(1000);
+    let now = net.now;
+    let client = net
+        .a
+        .connect_marked(SocketAddrV4::new(B_ADDR, port), now, dscp)
+        .unwrap();
+    let mut server = None;
+    net.run_until(Duration::from_secs(5), |net| {
+        server = server.or_else(|| {
+            net.b_events.iter().find_map(|e| match e.kind {
+                EventKind::Accepted(_) => Some(e.conn),
+                _ => None,
+            })
+        });
+        server.is_some()
+            && net
+                .a_events
+                .iter()
+                .any(|e| e.conn == client && e.kind == EventKind::Connected)
+    });
+    net.b_events.clear();
+    (client, server.unwrap())
+}
+
+#[test]
+fn a_connection_marked_before_it_connects_carries_its_class_from_the_syn() {
+    let mut net = Net::new(LinkConfig::ethernet(1500), 10, |_| {});
+    net.b.learn_dscp(true);
+    let (client, server) = open_marked(&mut net, 5000, 46);
+    let port = net.a.endpoints(client).unwrap().0.port();
+    let sent = flags_and_classes(&net.a.device().take_captured());
+    let ours: Vec<_> = sent.iter().filter(|s| s.0 == port).collect();
+    // The SYN (no ACK) first, then the handshake's ACK: all marked.
+    assert!(ours.len() >= 2, "{sent:?}");
+    assert_eq!(ours[0].1 & 0x12, 0x02, "the SYN first: {sent:?}");
+    assert!(ours.iter().all(|s| s.2 == 46), "{sent:?}");
+    assert_eq!(net.a.dscp(client), 46);
+    // The listener learned it; its own segments stay as they are until
+    // its user marks them.
+    assert_eq!(net.b.peer_dscp(server), Some(46));
+    assert_eq!(net.b.dscp(server), 0);
+    assert_eq!(
+        net.a.peer_dscp(client),
+        None,
+        "an active open has no SYN of its peer's"
+    );
+    assert_eq!(net.b.stats().syn_classes_learned, 1);
+
+    // An unmarked SYN is learned as 0; a listener that does not learn
+    // knows nothing.
+    let (_, plain) = open_marked(&mut net, 5001, 0);
+    assert_eq!(net.b.peer_dscp(plain), Some(0));
+    net.b.learn_dscp(false);
+    let (_, unknown) = open_marked(&mut net, 5002, 46);
+    assert_eq!(net.b.peer_dscp(unknown), None);
+    assert_eq!(net.b.stats().syn_classes_learned, 2);
+}
+
+/// A marked active open that is refused, or released before its first
+/// poll, leaves no mark behind (smoltcp forgets a closed socket's
+/// addresses; the mark must not outlive its slot and mark a later
+/// connection on the same ports).
+#[test]
+fn a_refused_marked_connection_leaves_no_mark() {
+    let mut net = Net::new(LinkConfig::ethernet(1500), 11, |_| {});
+    let now = net.now;
+    let early = net
+        .a
+        .connect_marked(SocketAddrV4::new(B_ADDR, 5998), now, 46)
+        .unwrap();
+    net.a.release(early);
+    net.run_until(Duration::from_secs(1), |net| net.a.connections() == 0);
+    assert_eq!(net.a.marked(), 0, "released before its first poll");
+    let refused = net
+        .a
+        .connect_marked(SocketAddrV4::new(B_ADDR, 5999), now, 46)
+        .unwrap();
+    assert_eq!(net.a.marked(), 1);
+    net.run_until(Duration::from_secs(5), |net| {
+        net.a_events
+            .iter()
+            .any(|e| e.conn == refused && e.kind == EventKind::Reset)
+    });
+    net.a.release(refused);
+    net.run_until(Duration::from_secs(1), |net| net.a.connections() == 0);
+    assert_eq!(net.a.marked(), 0);
 }
 
 #[test]

@@ -735,3 +735,34 @@ fn a_kernel_connection_is_marked_through_ip_tos() {
     t.release(client);
     assert!(t.set_dscp(client, 46).is_err());
 }
+
+/// `connect_marked` sets IP_TOS before connect(2), so the class is on the
+/// socket before its SYN leaves; Linux tells no listener its peer's class.
+#[test]
+fn a_kernel_connection_marked_before_it_connects_keeps_its_class() {
+    let clock = Clock::new(StdDuration::from_secs(20));
+    let mut t = KernelTransport::new(config()).unwrap();
+    let p = port(9);
+    t.learn_dscp(true);
+    t.listen(p).unwrap();
+    let client = t
+        .connect_marked(SocketAddrV4::new(LOCALHOST, p), clock.now(), 34)
+        .unwrap();
+    assert_eq!(t.tos(client).unwrap(), 34 << 2, "before the first poll");
+    assert_eq!(t.dscp(client), 34);
+    let mut events = Vec::new();
+    let server = loop {
+        clock.check("connect");
+        pump(&mut t, &clock, &mut events);
+        let server = events.iter().find_map(|e| match e.kind {
+            EventKind::Accepted(_) => Some(e.conn),
+            _ => None,
+        });
+        if let (Some(server), true) = (server, seen(&events, client, EventKind::Connected)) {
+            break server;
+        }
+    };
+    assert_eq!(t.dscp(client), 34);
+    assert_eq!(t.peer_dscp(server), None);
+    assert_eq!(t.peer_dscp(client), None);
+}

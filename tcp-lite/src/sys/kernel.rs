@@ -817,6 +817,17 @@ impl Transport for KernelTransport {
     }
 
     fn connect(&mut self, remote: SocketAddrV4, now: Instant) -> Result<ConnId, ConnectError> {
+        self.connect_marked(remote, now, 0)
+    }
+
+    /// IP_TOS is set before connect(2), so the SYN carries the class.
+    fn connect_marked(
+        &mut self,
+        remote: SocketAddrV4,
+        now: Instant,
+        dscp: u8,
+    ) -> Result<ConnId, ConnectError> {
+        assert!(dscp < 64, "a DSCP is six bits: {dscp}");
         if remote.ip().is_unspecified() || remote.port() == 0 {
             return Err(ConnectError::Unaddressable);
         }
@@ -830,6 +841,11 @@ impl Transport for KernelTransport {
         )
         .map_err(|_| ConnectError::Io)?;
         set_options(&socket, &self.config).map_err(|_| ConnectError::Io)?;
+        if dscp != 0 {
+            socket
+                .set_tos_v4(u32::from(dscp) << 2)
+                .map_err(|_| ConnectError::Io)?;
+        }
         if !self.config.bind.is_unspecified() {
             socket
                 .bind(&SockAddr::from(SocketAddrV4::new(self.config.bind, 0)))
@@ -992,6 +1008,10 @@ impl Transport for KernelTransport {
         socket
             .set_tos_v4(u32::from(dscp) << 2)
             .map_err(|_| SendError::InvalidState)
+    }
+
+    fn dscp(&self, conn: ConnId) -> u8 {
+        self.tos(conn).map_or(0, |tos| tos >> 2)
     }
 
     fn release(&mut self, conn: ConnId) {
