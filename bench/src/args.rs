@@ -79,9 +79,9 @@ pub struct Args {
     /// The TOS octet of the measured QPs' connections from their SYN on
     /// (perftest's --tos, which rdma_cm sets before it connects): its
     /// upper six bits are the DSCP (184: Expedited Forwarding, 46), the
-    /// lower two ECN's and must be 0. A server that takes its clients'
-    /// classes from their SYNs (dpwarpd's reflect_dscp) serves them in
-    /// it, urgent for EF.
+    /// lower two ECN's and must be 0. A QP of the core's urgent class
+    /// (EF) is urgent; a server that takes its clients' classes from
+    /// their SYNs (dpwarpd's reflect_dscp) serves them in it too.
     #[arg(long, value_name = "TOS")]
     pub tos: Option<u8>,
 

@@ -7,9 +7,10 @@
 use dataplane::CoreTransport;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::mem::{Access, Pd, Region};
-use rnic_engine::verbs::{Mr, QpHandle, RecvWr, Registry, RemoteAddr, SendOp, SendWr};
+use rnic_engine::verbs::{Mr, QpHandle, RecvWr, Registry, RemoteAddr, SendOp, SendWr, Sge};
 
 use std::collections::HashMap;
+use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
@@ -48,6 +49,10 @@ pub struct Served {
     /// Sends (or Immediates) taken, and the count last reported.
     consumed: u64,
     reported: u64,
+    /// Where the QP is in its run's own PD: the run's STag and the offset
+    /// of its lease (its Tagged Offset 0), which our own work requests
+    /// use; else the endpoint's memory registration.
+    local: Option<(u32, u64)>,
 }
 
 impl Served {
@@ -91,6 +96,28 @@ impl Served {
             },
             consumed: 0,
             reported: 0,
+            local: None,
+        }
+    }
+
+    /// The QP is in its run's own PD, whose registration of the lease at
+    /// `lease` (Tagged Offset 0) is `stag`: our work requests use it.
+    pub fn with_local(self, stag: u32, lease: u64) -> Served {
+        Served {
+            local: Some((stag, lease)),
+            ..self
+        }
+    }
+
+    /// An SGE of `len` octets at `offset` of the server's memory.
+    fn sge<E: RnicEnd>(&self, ep: &E, offset: u64, len: u32) -> Sge {
+        match self.local {
+            Some((stag, lease)) => Sge {
+                stag,
+                to: offset - lease,
+                len,
+            },
+            None => ep.sge(offset, len),
         }
     }
 
@@ -106,7 +133,7 @@ impl Served {
         ep.region()
             .write(self.credit_source as usize, &self.consumed.to_be_bytes())
             .map_err(|e| format!("credit word: {e:?}"))?;
-        let sgl = [ep.sge(self.credit_source, 8)];
+        let sgl = [self.sge(ep, self.credit_source, 8)];
         let wr = SendWr {
             wr_id: u64::MAX,
             op: SendOp::Write(self.credit_sink),
@@ -123,7 +150,11 @@ impl Served {
     }
 
     fn post_receive<E: RnicEnd>(&self, ep: &mut E, id: u64) -> Result<(), String> {
-        let sgl = [ep.sge(self.base + half(self.size) as u64, half(self.size) as u32)];
+        let sgl = [self.sge(
+            ep,
+            self.base + half(self.size) as u64,
+            half(self.size) as u32,
+        )];
         ep.rnic()
             .post_recv(
                 self.qp,
@@ -138,7 +169,7 @@ impl Served {
     /// Sends the pong of a latency round from our second half to the
     /// client's second half.
     fn reply<E: RnicEnd>(&self, ep: &mut E, id: u64, len: usize) -> Result<(), String> {
-        let sgl = [ep.sge(self.base + half(self.size) as u64, len as u32)];
+        let sgl = [self.sge(ep, self.base + half(self.size) as u64, len as u32)];
         let to_client = RemoteAddr {
             stag: self.client.stag,
             to: self.client.to.wrapping_add(half(self.size) as u64),
@@ -315,6 +346,10 @@ struct Run {
     /// the client do.
     stag: Option<u32>,
     access: Access,
+    /// The protection domain of its QPs and its STag (an MPA run of a
+    /// server with an [`Exposure`]): another run's QP cannot use its STag,
+    /// whatever it guesses. `None`: the exposure's PD.
+    pd: Option<Pd>,
     /// Connections accepted (by the control plane), and handed to a core
     /// with a QP.
     admitted: u64,
@@ -347,6 +382,13 @@ struct Runs {
     /// Leases given back whose octets an earlier run may have left: they
     /// are free again once [`Serving::scrub`] has zeroed them.
     dirty: Vec<(u64, u64)>,
+    /// Connections accepted for runs with a PD of their own, by the
+    /// client's address, until their core asks which PD their QP joins
+    /// ([`Serving::pd_for`]).
+    by_peer: HashMap<SocketAddrV4, RunKey>,
+    /// PDs of ended runs that a QP of theirs still held: freed by
+    /// [`Serving::scrub`] once empty.
+    retired: Vec<Pd>,
 }
 
 /// Where a server of several runs registers each run's lease under an
@@ -459,6 +501,8 @@ impl Serving {
                 by_id: HashMap::new(),
                 reserved: 0,
                 dirty: Vec::new(),
+                by_peer: HashMap::new(),
+                retired: Vec::new(),
             }),
             draining: AtomicBool::new(false),
             refused: AtomicU64::new(0),
@@ -525,6 +569,11 @@ impl Serving {
         for (offset, len) in dirty {
             runs.leases.give_back(offset, len);
         }
+        // Ended runs' PDs whose last QP has gone since.
+        let retired = std::mem::take(&mut runs.retired);
+        for pd in retired {
+            self.retire(Some(pd), &mut runs.retired);
+        }
         octets
     }
 
@@ -579,10 +628,10 @@ impl Serving {
         hook: Option<&EventHook>,
     ) -> Decision {
         let hello = ClientHello::decode(private_data);
-        let verdict = hello
-            .as_ref()
-            .map_err(Clone::clone)
-            .and_then(|h| self.admit(h, len).map(|lease| (h, lease)));
+        let verdict = hello.as_ref().map_err(Clone::clone).and_then(|h| {
+            self.admit(h, len, Some((llp, peer)))
+                .map(|lease| (h, lease))
+        });
         match verdict {
             Ok((h, lease)) => {
                 if let Some(hook) = hook {
@@ -626,8 +675,14 @@ impl Serving {
     }
 
     /// The accept callback's verdict on `hello` for a server of `len`
-    /// octets: the offset of the run's lease, or why not.
-    fn admit(&self, hello: &ClientHello, len: usize) -> Result<Lease, String> {
+    /// octets, from `client` (its lower layer and address, where known):
+    /// the offset of the run's lease, or why not.
+    fn admit(
+        &self,
+        hello: &ClientHello,
+        len: usize,
+        client: Option<(&'static str, SocketAddrV4)>,
+    ) -> Result<Lease, String> {
         if self.is_draining() {
             return Err("the server is draining: it takes no new connections".into());
         }
@@ -637,14 +692,22 @@ impl Serving {
         };
         let need = memory_for(hello.qps as usize, hello.size as usize) as u64;
         let access = lease_access(hello.op);
+        let key = (hello.run, access);
         let mut runs = self.runs();
         let Runs {
             leases,
             by_id,
             dirty,
+            by_peer,
             ..
         } = &mut *runs;
-        if let Some(run) = by_id.get_mut(&(hello.run, access)) {
+        // Its QP joins the run's PD when its core asks (`pd_for`).
+        let mut note_peer = |run: &Run| {
+            if let (Some(_), Some((_, peer))) = (run.pd, client) {
+                by_peer.insert(peer, key);
+            }
+        };
+        if let Some(run) = by_id.get_mut(&key) {
             if need > run.len {
                 // A larger size (-a): a new lease, if none of the old
                 // one's connections can still use it.
@@ -656,7 +719,7 @@ impl Serving {
                     ));
                 }
                 let (offset, len) = leases.take(need).ok_or_else(|| out_of_memory(leases))?;
-                let stag = match self.expose(offset, len, run.access) {
+                let stag = match self.expose(offset, len, run.access, run.pd) {
                     Ok(stag) => stag,
                     Err(why) => {
                         leases.give_back(offset, len);
@@ -672,6 +735,7 @@ impl Serving {
                 // Activity: the idle reaper counts from now (it would
                 // otherwise give up the run, and the STag just told).
                 run.quiet_since = Some(StdInstant::now());
+                note_peer(run);
                 return Ok(Lease { offset, stag });
             }
             run.admitted += 1;
@@ -680,6 +744,7 @@ impl Serving {
                 // Activity: the idle reaper counts from now.
                 run.quiet_since = Some(StdInstant::now());
             }
+            note_peer(run);
             return Ok(Lease {
                 offset: run.offset,
                 stag: run.stag,
@@ -690,43 +755,103 @@ impl Serving {
                 "this server serves {runs_max} client runs at once, its limit: try again later"
             ));
         }
-        let (offset, len) = leases.take(need).ok_or_else(|| out_of_memory(leases))?;
-        let stag = match self.expose(offset, len, access) {
+        // An MPA run of a server that exposes leases gets a PD of its own
+        // (a DDP over SCTP stream's QP is its association's, in the
+        // exposure's PD).
+        let pd = match (&self.exposure, client) {
+            (Some(e), Some(("mpa", _))) => Some(e.registry.alloc_pd().map_err(|err| {
+                format!("this server has no protection domain left for the run ({err:?}): try again later")
+            })?),
+            _ => None,
+        };
+        let Some((offset, len)) = leases.take(need) else {
+            let why = out_of_memory(leases);
+            self.retire(pd, &mut Vec::new());
+            return Err(why);
+        };
+        let stag = match self.expose(offset, len, access, pd) {
             Ok(stag) => stag,
             Err(why) => {
                 leases.give_back(offset, len);
+                self.retire(pd, &mut Vec::new());
                 return Err(why);
             }
         };
-        by_id.insert(
-            (hello.run, access),
-            Run {
-                offset,
-                len,
-                stag,
-                access,
-                admitted: 1,
-                handed: 0,
-                open: 0,
-                last_seen: hello.last,
-                quiet_since: Some(StdInstant::now()),
-            },
-        );
+        let run = Run {
+            offset,
+            len,
+            stag,
+            access,
+            pd,
+            admitted: 1,
+            handed: 0,
+            open: 0,
+            last_seen: hello.last,
+            quiet_since: Some(StdInstant::now()),
+        };
+        note_peer(&run);
+        by_id.insert(key, run);
         Ok(Lease { offset, stag })
+    }
+
+    /// The PD a connection from `peer` joins: its run's own, for a
+    /// connection this server accepted for an MPA run with one (asked once
+    /// per connection, by its core: `dataplane::Core::set_pd_for`); `None`
+    /// for any other (the core's default PD).
+    pub fn pd_for(&self, peer: SocketAddrV4) -> Option<Pd> {
+        let mut runs = self.runs();
+        let key = runs.by_peer.remove(&peer)?;
+        runs.by_id.get(&key)?.pd
+    }
+
+    /// Frees an ended run's PD, or keeps it in `retired` while a QP of the
+    /// run still holds it (its core frees the QP in a later turn).
+    fn retire(&self, pd: Option<Pd>, retired: &mut Vec<Pd>) {
+        if let (Some(e), Some(pd)) = (&self.exposure, pd) {
+            if e.registry.dealloc_pd(pd).is_err() {
+                retired.push(pd);
+            }
+        }
+    }
+
+    /// A run ended: its STag, its PD (now or once empty) and the
+    /// addresses of its connections that never reached a core go.
+    fn end_run(&self, runs: &mut Runs, key: RunKey, run: Run) {
+        self.unexpose(run.stag);
+        runs.by_peer.retain(|_, k| *k != key);
+        self.retire(run.pd, &mut runs.retired);
+    }
+
+    /// Protection domains of runs: live, and ended but still holding a QP.
+    pub fn pds(&self) -> usize {
+        let runs = self.runs();
+        runs.by_id.values().filter(|r| r.pd.is_some()).count() + runs.retired.len()
     }
 
     /// Registers the lease of `len` octets at `offset` for a run whose
     /// client may do `access` there: its STag, `None` if this server does
     /// not expose leases (the client is told the memory's STag).
-    fn expose(&self, offset: u64, len: u64, access: Access) -> Result<Option<u32>, String> {
+    /// In the run's own PD `pd` (then its QPs' local work requests use
+    /// it too: it has local access as well), else the exposure's.
+    fn expose(
+        &self,
+        offset: u64,
+        len: u64,
+        access: Access,
+        pd: Option<Pd>,
+    ) -> Result<Option<u32>, String> {
         let Some(e) = &self.exposure else {
             return Ok(None);
+        };
+        let access = match pd {
+            Some(_) => access | Access::LOCAL_READ | Access::LOCAL_WRITE,
+            None => access,
         };
         // Tagged Offsets from 0: the client learns nothing of where its
         // lease lies.
         e.registry
             .reg_mr(
-                e.pd,
+                pd.unwrap_or(e.pd),
                 e.region.clone(),
                 offset as usize,
                 len as usize,
@@ -774,12 +899,19 @@ impl Serving {
     /// core with a QP; the offset of the run's lease, or `None` if the run
     /// is gone.
     pub(crate) fn handed(&self, run: u64, op: Op) -> Option<u64> {
+        self.handed_local(run, op).map(|(offset, _)| offset)
+    }
+
+    /// [`Serving::handed`], with the STag the QP's own work requests use
+    /// where the run has a PD of its own (its QP is in it: the memory's
+    /// registration, in another PD, is not for it).
+    pub(crate) fn handed_local(&self, run: u64, op: Op) -> Option<(u64, Option<u32>)> {
         let mut runs = self.runs();
         let r = runs.by_id.get_mut(&(run, lease_access(op)))?;
         r.handed += 1;
         r.open += 1;
         r.quiet_since = None;
-        Some(r.offset)
+        Some((r.offset, r.stag.filter(|_| r.pd.is_some())))
     }
 
     /// [`Admission::Many`]: a connection of run `run` ended on a core. The
@@ -788,18 +920,18 @@ impl Serving {
     pub(crate) fn closed(&self, run: u64, op: Op) {
         let key = (run, lease_access(op));
         let mut runs = self.runs();
-        let Runs { by_id, dirty, .. } = &mut *runs;
-        let Some(r) = by_id.get_mut(&key) else {
+        let Some(r) = runs.by_id.get_mut(&key) else {
             return;
         };
         r.open = r.open.saturating_sub(1);
         if r.open == 0 {
             r.quiet_since = Some(StdInstant::now());
             if r.last_seen && r.admitted == r.handed {
-                dirty.push((r.offset, r.len));
-                let stag = r.stag;
-                by_id.remove(&key);
-                self.unexpose(stag);
+                let lease = (r.offset, r.len);
+                runs.dirty.push(lease);
+                if let Some(r) = runs.by_id.remove(&key) {
+                    self.end_run(&mut runs, key, r);
+                }
                 self.runs_done.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -813,16 +945,16 @@ impl Serving {
             return 0;
         };
         let mut runs = self.runs();
-        let Runs { by_id, dirty, .. } = &mut *runs;
-        let gone: Vec<RunKey> = by_id
+        let gone: Vec<RunKey> = runs
+            .by_id
             .iter()
             .filter(|(_, r)| r.open == 0 && r.quiet_since.is_some_and(|t| t.elapsed() >= idle))
             .map(|(&key, _)| key)
             .collect();
-        for id in &gone {
-            if let Some(r) = by_id.remove(id) {
-                dirty.push((r.offset, r.len));
-                self.unexpose(r.stag);
+        for &key in &gone {
+            if let Some(r) = runs.by_id.remove(&key) {
+                runs.dirty.push((r.offset, r.len));
+                self.end_run(&mut runs, key, r);
                 self.runs_done.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -1234,9 +1366,9 @@ impl<T: CoreTransport> Server<T> {
                 self.endpoint.close(qp);
                 continue;
             };
-            let offset = if many {
-                match self.serving.handed(h.run, h.op) {
-                    Some(offset) => offset,
+            let (offset, local) = if many {
+                match self.serving.handed_local(h.run, h.op) {
+                    Some(lease) => lease,
                     // Given up meanwhile: its lease may be another's.
                     None => {
                         self.endpoint.abort(qp);
@@ -1244,7 +1376,7 @@ impl<T: CoreTransport> Server<T> {
                     }
                 }
             } else {
-                0
+                (0, None)
             };
             if h.urgent {
                 self.endpoint.core.set_urgent(qp, true);
@@ -1275,9 +1407,8 @@ impl<T: CoreTransport> Server<T> {
                     connection: c.clone(),
                 });
             }
-            self.responder.add(
-                &mut self.endpoint,
-                Served::in_lease(
+            self.responder.add(&mut self.endpoint, {
+                let served = Served::in_lease(
                     qp,
                     &h,
                     RemoteAddr {
@@ -1285,8 +1416,12 @@ impl<T: CoreTransport> Server<T> {
                         to: h.to,
                     },
                     offset,
-                ),
-            );
+                );
+                match local {
+                    Some(stag) => served.with_local(stag, offset),
+                    None => served,
+                }
+            });
         }
         let open = self.endpoint.open_connections() + self.endpoint.core.in_startup();
         self.serving.publish(self.core, open);
@@ -1384,11 +1519,20 @@ mod tests {
             1 << 20,
         );
         let len = region.len();
-        let a = serving.admit(&hello(1, 4096, true), len).unwrap().offset;
-        let b = serving.admit(&hello(2, 4096, true), len).unwrap().offset;
+        let a = serving
+            .admit(&hello(1, 4096, true), len, None)
+            .unwrap()
+            .offset;
+        let b = serving
+            .admit(&hello(2, 4096, true), len, None)
+            .unwrap()
+            .offset;
         assert_ne!(a, b);
         // A third run at once: the limit, refused with the reason.
-        let third = serving.admit(&hello(3, 4096, true), len).err().unwrap();
+        let third = serving
+            .admit(&hello(3, 4096, true), len, None)
+            .err()
+            .unwrap();
         assert!(third.contains("2 client runs at once"), "{third}");
         // Run 1 writes its lease, then its only connection ends.
         region.write(a as usize, &[0xAA; 4096]).unwrap();
@@ -1397,7 +1541,10 @@ mod tests {
         assert_eq!(serving.stats().runs, 1);
         assert_eq!(serving.stats().runs_done, 1);
         // Not free until scrubbed: the same octets are not lent meanwhile.
-        let c = serving.admit(&hello(4, 4096, true), len).unwrap().offset;
+        let c = serving
+            .admit(&hello(4, 4096, true), len, None)
+            .unwrap()
+            .offset;
         assert_ne!(c, a);
         assert!(serving.scrub(&region) >= 4096);
         let mut back = [1u8; 4096];
@@ -1408,7 +1555,7 @@ mod tests {
         );
         // Draining refuses everything new, with the reason.
         serving.drain();
-        let late = serving.admit(&hello(5, 64, true), len).err().unwrap();
+        let late = serving.admit(&hello(5, 64, true), len, None).err().unwrap();
         assert!(late.contains("draining"), "{late}");
     }
 
@@ -1431,14 +1578,17 @@ mod tests {
         );
         let len = region.len();
         let base = registry.stags_in_use();
-        let a = serving.admit(&hello(1, 4096, false), len).unwrap();
-        let b = serving.admit(&hello(2, 4096, true), len).unwrap();
+        let a = serving.admit(&hello(1, 4096, false), len, None).unwrap();
+        let b = serving.admit(&hello(2, 4096, true), len, None).unwrap();
         let (sa, sb) = (a.stag.unwrap(), b.stag.unwrap());
         assert_ne!(sa, sb, "each run its own STag");
         assert_eq!(registry.stags_in_use(), base + 2);
         // A second connection of run 1 is told the same STag.
         assert_eq!(
-            serving.admit(&hello(1, 4096, false), len).unwrap().stag,
+            serving
+                .admit(&hello(1, 4096, false), len, None)
+                .unwrap()
+                .stag,
             Some(sa)
         );
         // Run 1's STag lets it Write. Reads under the same id, while its
@@ -1446,7 +1596,7 @@ mod tests {
         // STag of their own, which end with them and leave the Writes'.
         let mut read = hello(1, 4096, true);
         read.op = Op::Read;
-        let r = serving.admit(&read, len).unwrap();
+        let r = serving.admit(&read, len, None).unwrap();
         let sr = r.stag.unwrap();
         assert!(sr != sa && sr != sb && r.offset != a.offset && r.offset != b.offset);
         assert_eq!(registry.stags_in_use(), base + 3);
@@ -1462,7 +1612,7 @@ mod tests {
         }
         serving.closed(1, Op::Write);
         serving.closed(1, Op::Write);
-        let grown = serving.admit(&hello(1, 1 << 16, true), len).unwrap();
+        let grown = serving.admit(&hello(1, 1 << 16, true), len, None).unwrap();
         let sg = grown.stag.unwrap();
         assert_ne!(grown.offset, a.offset);
         assert!(
@@ -1485,5 +1635,100 @@ mod tests {
             "a reaped run's STag was freed"
         );
         assert_eq!(registry.stags_in_use(), base);
+    }
+
+    /// An MPA run of a server that exposes leases: its STag in a PD of its
+    /// own, which each of its connections' QPs joins once (asked by their
+    /// address) and which is freed with the run, or once its last QP has
+    /// gone; a DDP over SCTP run and a connection of nobody's stay in the
+    /// exposure's PD.
+    #[test]
+    fn an_mpa_run_has_a_pd_of_its_own_that_its_qps_join() {
+        use rnic_engine::verbs::{QpInit, Rnic, RnicConfig};
+        let registry = Registry::new(&RnicConfig::default());
+        let pd = registry.alloc_pd().unwrap();
+        let region = Region::new(1 << 20);
+        let serving = Serving::exposing(
+            1,
+            Admission::Many {
+                runs_max: 4,
+                idle: StdDuration::ZERO,
+            },
+            Exposure {
+                registry: registry.clone(),
+                pd,
+                region: region.clone(),
+            },
+        );
+        let len = region.len();
+        let baseline = registry.pds_in_use();
+        let peer = |port| SocketAddrV4::new([10, 0, 0, 9].into(), port);
+        // Two connections of run 1, one of an SCTP run 2.
+        let a = serving
+            .admit(&hello(1, 4096, true), len, Some(("mpa", peer(1))))
+            .unwrap();
+        serving
+            .admit(&hello(1, 4096, true), len, Some(("mpa", peer(2))))
+            .unwrap();
+        serving
+            .admit(&hello(2, 4096, true), len, Some(("sctp", peer(3))))
+            .unwrap();
+        assert_eq!((serving.pds(), registry.pds_in_use()), (1, baseline + 1));
+        let own = serving.pd_for(peer(1)).expect("run 1's PD");
+        assert_ne!(own, pd);
+        assert_eq!(serving.pd_for(peer(1)), None, "asked once");
+        assert_eq!(
+            serving.pd_for(peer(2)),
+            Some(own),
+            "the run's other connection"
+        );
+        assert_eq!(
+            serving.pd_for(peer(3)),
+            None,
+            "an SCTP run: the exposure's PD"
+        );
+        assert_eq!(serving.pd_for(peer(4)), None, "nobody's");
+        // The run's STag is in its PD: the PD cannot go while it lives.
+        assert!(registry.dealloc_pd(own).is_err());
+        // Its QPs' own work requests use the run's STag, from its lease.
+        assert_eq!(serving.handed_local(1, Op::Write), Some((a.offset, a.stag)));
+        assert_eq!(serving.handed_local(2, Op::Write).map(|l| l.1), Some(None));
+        // A QP of the run, in its PD, outlives the run: the PD waits for
+        // it, and goes at the next scrub after it.
+        let mut rnic = Rnic::with_registry(RnicConfig::default(), registry.clone());
+        let cq = rnic.create_cq(8).unwrap();
+        let qp = rnic
+            .create_qp(QpInit {
+                pd: own,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                sq_size: 4,
+                rq_size: 4,
+            })
+            .unwrap();
+        serving.handed_local(1, Op::Write).unwrap();
+        serving.closed(1, Op::Write);
+        serving.closed(1, Op::Write);
+        assert!(
+            registry.dereg_mr(a.stag.unwrap()).is_err(),
+            "the run's STag went"
+        );
+        assert_eq!((serving.pds(), registry.pds_in_use()), (1, baseline + 1));
+        serving.scrub(&region);
+        assert_eq!(serving.pds(), 1, "its QP still holds it");
+        rnic.destroy_qp(qp).unwrap();
+        serving.scrub(&region);
+        assert_eq!((serving.pds(), registry.pds_in_use()), (0, baseline));
+        // A connection accepted for a run that ended before it reached a
+        // core joins no PD of a run.
+        serving.closed(2, Op::Write);
+        serving
+            .admit(&hello(5, 4096, true), len, Some(("mpa", peer(5))))
+            .unwrap();
+        assert_eq!(serving.pds(), 1);
+        assert_eq!(serving.reap(), 1, "run 5, with nothing open");
+        assert_eq!(serving.pd_for(peer(5)), None);
+        assert_eq!((serving.pds(), registry.pds_in_use()), (0, baseline));
     }
 }

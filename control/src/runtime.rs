@@ -715,7 +715,7 @@ impl ControlPlane {
     /// DSCP `dscp` from its SYN on (RFC 2474; 0: unmarked), as an rdma_cm
     /// user sets a connection's TOS before it connects
     /// (`RDMA_OPTION_ID_TOS`): the network, and a peer that takes its
-    /// connections' class from their SYN (`Transport::learn_dscp`), serve
+    /// connections' class from their SYN (`Transport::reflect_dscp`), serve
     /// it so from the first segment. A core makes a connection of its
     /// urgent class urgent once established (`dataplane::CoreConfig::urgent_dscp`).
     ///

@@ -162,15 +162,17 @@ pub struct CoreConfig {
     /// made urgent may want 0 or another class.
     pub urgent_dscp: u8,
     /// Take each accepted connection's class from its peer's SYN (off by
-    /// default): where the transport learns it (`Transport::learn_dscp`:
-    /// a tcp-lite stack does, Linux TCP does not), the connection's
-    /// segments carry the DSCP the SYN did, and one of
-    /// [`CoreConfig::urgent_dscp`]'s class is urgent ([`Core::set_urgent`]),
-    /// as a hardware iWARP RNIC's passive side takes the TOS of the SYN
-    /// and Linux does with `net.ipv4.tcp_reflect_tos`. A peer so chooses
-    /// its own precedence on this core: for peers trusted with it. Active
-    /// opens keep the class they were opened with
-    /// (`control::runtime::ControlPlane::connect_marked`) either way.
+    /// default): where the transport can (`Transport::reflect_dscp`: a
+    /// tcp-lite stack does, Linux TCP does not), the connection's segments
+    /// carry the DSCP the SYN did from the SYN-ACK on, and once
+    /// established it is urgent ([`Core::set_urgent`]) if that is
+    /// [`CoreConfig::urgent_dscp`], as a hardware iWARP RNIC's passive
+    /// side takes the TOS of the SYN and Linux does with
+    /// `net.ipv4.tcp_reflect_tos`. A peer so chooses its own precedence on
+    /// this core: for peers trusted with it. Active opens keep the class
+    /// they were opened with (`control::runtime::ControlPlane::connect_marked`)
+    /// either way; a connection's class is what it goes back to when it is
+    /// no longer urgent.
     pub reflect_dscp: bool,
     /// Budgets of a turn.
     pub budgets: Budgets,
@@ -386,6 +388,9 @@ struct Live {
     /// Looked at before the others, its segments sent before theirs
     /// ([`Core::set_urgent`]).
     urgent: bool,
+    /// Its class: the DSCP it was opened with, or its SYN's where the core
+    /// reflects it; what its segments carry when it is not urgent.
+    class: u8,
 }
 
 impl Live {
@@ -435,7 +440,7 @@ pub struct Core<T: CoreTransport> {
     /// without one.
     pd_for: Option<PdFor>,
     /// What the transport was last told of [`CoreConfig::reflect_dscp`]
-    /// (`Transport::learn_dscp`), which [`Core::config_mut`] may change.
+    /// (`Transport::reflect_dscp`), which [`Core::config_mut`] may change.
     learning_dscp: bool,
     live: Vec<Live>,
     /// Where each live connection is in `live`, by connection and by QP.
@@ -496,7 +501,7 @@ impl<T: CoreTransport> Core<T> {
         let n = config.connections_max;
         let learning_dscp = config.reflect_dscp;
         if learning_dscp {
-            transport.learn_dscp(true);
+            transport.reflect_dscp(true);
         }
         let wcs = qp_init.sq_size + qp_init.rq_size;
         Core {
@@ -547,7 +552,7 @@ impl<T: CoreTransport> Core<T> {
         self.rnic.set_now(now.total_micros().max(0) as u64);
         if self.config.reflect_dscp != self.learning_dscp {
             self.learning_dscp = self.config.reflect_dscp;
-            self.transport.learn_dscp(self.learning_dscp);
+            self.transport.reflect_dscp(self.learning_dscp);
         }
         let mut busy = self.poll_transport(now);
         busy |= self.transport_events();
@@ -696,9 +701,14 @@ impl<T: CoreTransport> Core<T> {
             return false;
         }
         // Its class on the wire too (a connection in Full Operation has a
-        // peer, so only a transport's own failure is left unmarked).
-        // (A value past six bits is no DSCP: nothing is marked.)
-        let dscp = if urgent { self.config.urgent_dscp } else { 0 };
+        // peer, so only a transport's own failure is left unmarked); its
+        // own again when it is urgent no more. (A value past six bits is
+        // no DSCP: nothing is marked.)
+        let dscp = if urgent {
+            self.config.urgent_dscp
+        } else {
+            live.class
+        };
         if dscp < 64 {
             let _ = self.transport.set_dscp(live.conn, dscp);
         }
@@ -1019,23 +1029,26 @@ impl<T: CoreTransport> Core<T> {
             active: false,
             local_port,
             urgent: false,
+            class: 0,
         });
         self.wake(self.live.len() - 1);
         self.counters.established += 1;
         // Its class: what an active open was opened with, what the peer's
-        // SYN carried where the core reflects it.
+        // SYN carried where the core reflects it (its transport marks its
+        // segments so since the SYN-ACK).
         let class = if initiator {
             self.transport.dscp(conn)
         } else if self.config.reflect_dscp {
             let class = self.transport.peer_dscp(conn).unwrap_or(0);
             if class != 0 {
                 self.counters.classes_reflected += 1;
-                let _ = self.transport.set_dscp(conn, class);
             }
             class
         } else {
             0
         };
+        let i = self.live.len() - 1;
+        self.live[i].class = class;
         let urgent_class = class != 0 && class == self.config.urgent_dscp;
         if urgent_class || self.config.urgent_ports.contains(&local_port) {
             self.set_urgent(qp, true);

@@ -591,6 +591,17 @@ fn a_qp_opened_with_a_class_is_served_in_it_at_both_ends_where_the_server_reflec
     assert_eq!(b.core.urgent_connections(), 1, "EF reflected: urgent");
     assert_eq!(b.core.transport().dscp(cb), 46);
     assert_eq!(b.core.counters().classes_reflected, 1);
+    // Urgent no more, each end goes back to the connection's class.
+    assert!(b.core.set_urgent(b.qps[&cb], false));
+    assert!(a.core.set_urgent(a.qps[&ca], false));
+    assert_eq!(b.core.transport().dscp(cb), 46);
+    assert_eq!(a.core.transport().dscp(ca), 46);
+    assert_eq!(
+        (a.core.urgent_connections(), b.core.urgent_connections()),
+        (0, 0)
+    );
+    assert!(b.core.set_urgent(b.qps[&cb], true));
+    assert!(a.core.set_urgent(a.qps[&ca], true));
 
     // Another class is carried and reflected, but is not urgent.
     let (ca, cb) = open_with_class(&mut a, &mut b, addr, 10);

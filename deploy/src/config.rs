@@ -740,6 +740,14 @@ impl Config {
         for key in forbid {
             forbids(key, given(key))?;
         }
+        if self.daemon.reflect_dscp && port.driver == Driver::Kernel {
+            return err(
+                text.find("reflect_dscp").unwrap_or(at),
+                "`reflect_dscp = true` needs a DPDK port: Linux TCP does not tell a listener \
+                 its client's class (driver \"kernel\")"
+                    .into(),
+            );
+        }
         if port.driver == Driver::NetTap {
             match (&port.bridge, &port.netns) {
                 (Some(_), None) => {
@@ -969,6 +977,19 @@ mod tests {
         );
         let on = EXAMPLE.replace("reflect_dscp = false", "reflect_dscp = true");
         assert!(Config::parse(&on, "x.toml").unwrap().daemon.reflect_dscp);
+        let e = refused(|t| {
+            t.replace("reflect_dscp = false", "reflect_dscp = true")
+                .replace("driver = \"net_tap\"", "driver = \"kernel\"")
+                .lines()
+                .filter(|l| {
+                    !["iface", "host_address", "netns", "bridge"]
+                        .iter()
+                        .any(|k| l.starts_with(k))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+        assert!(e.contains("needs a DPDK port"), "{e}");
         let e = refused(|t| t.replace("reflect_dscp = false", "reflect_dscp = \"yes\""));
         assert!(e.contains("reflect_dscp"), "{e}");
     }

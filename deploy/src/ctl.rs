@@ -159,6 +159,7 @@ fn stats(shared: &Shared) -> Value {
             "memory_leased": s.leased,
             "memory": s.memory,
             "open": s.open,
+            "pds_live": shared.serving.pds(),
         },
         "control": {
             "established": control.established,

@@ -22,6 +22,7 @@ use bench::responder::{
 use bench::sctp::{SctpListen, SctpServer};
 use control::mpa::StartupConfig;
 use control::runtime::ControlConfig;
+use dataplane::PdChoice;
 use dataplane::{CoreCounters, CoreTransport, DpdkDevice, MessageTransport};
 use rnic_engine::mem::Region;
 use rnic_engine::verbs::{Mr, QpEvent};
@@ -516,9 +517,9 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         failed: AtomicU64::new(0),
     });
     let slots = cores + usize::from(sctp.is_some());
-    // The host's PD, and one per memory client (live, or ended and
-    // waiting for its QP to go).
-    let pds = 1 + 2 * config.rnic.clients_max;
+    // The host's PD, one per memory client and one per bench run (live,
+    // or ended and waiting for its QPs to go).
+    let pds = 1 + 4 * config.rnic.clients_max;
     let host = Host::with_pds(slots as u16, seed(), control, pds)?;
     // The services' memory: each bench run's lease under an STag of its
     // own, perftest's and rping's buffers reserved beside them.
@@ -911,14 +912,20 @@ fn run_cores<T: SctpCarrier + Send>(
         core.urgent_dscp = shared.config.daemon.urgent_dscp;
         core.reflect_dscp = shared.config.daemon.reflect_dscp;
     }
-    // Each memory client's QP in its own PD, beside its STag.
-    if let Some(memory) = &shared.memory {
-        for server in &mut servers {
-            let memory = memory.clone();
-            server
-                .endpoint
-                .set_pd_for(Box::new(move |local, peer| memory.pd_for(local, peer)));
-        }
+    // Each memory client's QP in its own PD, beside its STag; each bench
+    // run's QPs in the run's, beside its lease's STag.
+    for server in &mut servers {
+        let memory = shared.memory.clone();
+        let serving = shared.serving.clone();
+        server.endpoint.set_pd_for(Box::new(move |local, peer| {
+            let memory = memory
+                .as_ref()
+                .map_or(PdChoice::Default, |m| m.pd_for(local, peer));
+            match memory {
+                PdChoice::Default => serving.pd_for(peer).map_or(PdChoice::Default, PdChoice::In),
+                choice => choice,
+            }
+        }));
     }
     // perftest: the first core only (see `PerftestShared`). ib_write_lat's
     // server writes first: unfenced where its service says so.

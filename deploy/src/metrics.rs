@@ -202,6 +202,12 @@ pub fn render(shared: &Shared) -> String {
         "Of those, the octets each core's engine took straight from received frames, never in TCP's buffer.",
         &per_core(&|c| c.rx_direct_octets as f64),
     );
+    family(
+        "dpwarp_core_classes_reflected_total",
+        "counter",
+        "Accepted connections each core gave the class (DSCP) of their client's SYN ([daemon] reflect_dscp).",
+        &per_core(&|c| c.classes_reflected as f64),
+    );
     let open: Vec<(String, f64)> = shared
         .cores
         .iter()
@@ -336,6 +342,12 @@ pub fn render(shared: &Shared) -> String {
         "counter",
         "Terminates sent and received (RFC 5040 layer, type and code).",
         &terminates,
+    );
+    family(
+        "dpwarp_bench_pds",
+        "gauge",
+        "Protection domains of the bench service's MPA runs now (one each; an ended one's until its QPs are gone).",
+        &[(String::new(), shared.serving.pds() as f64)],
     );
     if let Some(m) = &shared.memory {
         family(

@@ -878,6 +878,42 @@ fn bench_leases() -> Result<(), Failed> {
     }
     ep.close(qc);
     daemon.wait_stats(Duration::from_secs(10), |s| s["stags"] == base)?;
+
+    // Two runs at once, each with its QPs and its STag in a protection
+    // domain of its own: one run's QP cannot use the other's STag,
+    // whatever it learns or guesses (DDP tagged buffer error, STag not
+    // associated with the DDP stream: RFC 5041 §7.2); the PDs go with the
+    // runs.
+    let (qd, sd) = bench_connect(&mut ep, addr, &hello(Op::Write, 4))?;
+    let (qe, se) = bench_connect(&mut ep, addr, &hello(Op::Write, 5))?;
+    daemon.wait_stats(Duration::from_secs(10), |s| s["service"]["pds_live"] == 2)?;
+    let pds = sample(&scrape(metrics)?, "dpwarp_bench_pds");
+    if pds != Some(2.0) {
+        return Err(fail(format!("dpwarp_bench_pds {pds:?} with two runs")));
+    }
+    ep.region
+        .write(0, &[0x5A; 64])
+        .map_err(|e| fail(format!("{e:?}")))?;
+    for (qp, s) in [(qd, &sd), (qe, &se)] {
+        let st = run(&mut ep, qp, SendOp::Write(at(s, 0)), 0, 64);
+        if st != WcStatus::Success {
+            return Err(fail(format!("a run's Write into its own lease: {st:?}")));
+        }
+    }
+    let _ = run(&mut ep, qe, SendOp::Write(at(&sd, 0)), 0, 64);
+    match terminate_of(&mut ep, qe)? {
+        QpEvent::TerminateReceived(t) if (t.layer, t.etype, t.ecode) == (1, 1, 2) => {}
+        other => {
+            return Err(fail(format!(
+                "a Write through another run's STag: {other:?}"
+            )))
+        }
+    }
+    ep.close(qd);
+    ep.close(qe);
+    daemon.wait_stats(Duration::from_secs(10), |s| {
+        s["stags"] == base && s["service"]["pds_live"] == 0
+    })?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -60,7 +60,7 @@ struct Setup {
     latency: Duration,
     /// The DSCP the sending connection marks its segments with (0: none).
     dscp: u8,
-    /// Both stacks learn each arriving SYN's class (`learn_dscp`): every
+    /// Both stacks learn each arriving SYN's class (`reflect_dscp`): every
     /// received frame's headers looked at.
     learn: bool,
 }
@@ -191,8 +191,8 @@ fn tcp_lite_step(setup: &Setup) -> Step {
         a.set_dscp(tx, setup.dscp).expect("an open connection");
     }
     if setup.learn {
-        a.learn_dscp(true);
-        b.learn_dscp(true);
+        a.reflect_dscp(true);
+        b.reflect_dscp(true);
     }
     let source = vec![0x5a; CHUNK];
     let mut sink = vec![0; CHUNK];
@@ -822,8 +822,8 @@ fn main() {
             tuned(&|s| s.dscp = 46),
         ),
         (
-            "tune_learn_dscp_gbit_s",
-            "SYN classes learned (each received frame looked at)",
+            "tune_reflect_dscp_gbit_s",
+            "SYN classes reflected (each received frame looked at)",
             tuned(&|s| s.learn = true),
         ),
     ];

@@ -10,12 +10,13 @@
 //! costs one test of an empty table.
 //!
 //! The other way, [`SynClasses`] learns the DSCP of each SYN that arrives
-//! (while learning is on), so that a listener can give the connection the
-//! class its peer asked for (a hardware iWARP RNIC's passive side takes
-//! the TOS of the SYN; Linux does with `net.ipv4.tcp_reflect_tos`).
+//! for us (while on), so that a listener can give the connection the class
+//! its peer asked for from its SYN-ACK on (a hardware iWARP RNIC's passive
+//! side takes the TOS of the SYN; Linux does with
+//! `net.ipv4.tcp_reflect_tos`).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasher, Hasher};
 use std::net::Ipv4Addr;
 
 use smoltcp::phy::{Device, DeviceCapabilities, Medium, PacketMeta, RxToken, TxToken};
@@ -25,12 +26,28 @@ use smoltcp::time::Instant;
 /// peer's address and port.
 pub(crate) type Flow = (Ipv4Addr, u16, Ipv4Addr, u16);
 
-/// A multiplicative hash of a flow's few words: looked up for every frame
-/// while any connection is marked, where SipHash's rounds would cost more
-/// than the rest of the look (the keys are the stack's own connections,
-/// not chosen by a peer beyond its address and port).
-#[derive(Default)]
+/// A multiplicative hash of a flow's few words from a per-stack seed,
+/// finished by MurmurHash3's 64-bit mix: looked up for every frame while
+/// any connection is marked, where SipHash's rounds would cost more than
+/// the rest of the look. A peer chooses its own address and port (and,
+/// with classes reflected, which connections are in the table): the seed
+/// and the final mix, which makes every bit of the result depend on every
+/// bit of the state, keep it from picking ports that all land in one
+/// bucket (a plain product's low bits depend on its input's low bits
+/// only, whatever the seed).
 pub(crate) struct FlowHasher(u64);
+
+/// Builds [`FlowHasher`]s from a seed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FlowHashing(pub(crate) u64);
+
+impl BuildHasher for FlowHashing {
+    type Hasher = FlowHasher;
+
+    fn build_hasher(&self) -> FlowHasher {
+        FlowHasher(self.0)
+    }
+}
 
 impl Hasher for FlowHasher {
     fn write(&mut self, bytes: &[u8]) {
@@ -52,18 +69,30 @@ impl Hasher for FlowHasher {
     }
 
     fn finish(&self) -> u64 {
-        self.0
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
     }
 }
 
 /// The DSCP of each marked connection, and the stack's slot it belongs
 /// to.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Marks {
-    by_flow: HashMap<Flow, (u8, u32), BuildHasherDefault<FlowHasher>>,
+    by_flow: HashMap<Flow, (u8, u32), FlowHashing>,
 }
 
 impl Marks {
+    /// No connection marked; flows hashed from `seed`.
+    pub(crate) fn new(seed: u64) -> Marks {
+        Marks {
+            by_flow: HashMap::with_hasher(FlowHashing(seed)),
+        }
+    }
+
     /// Marks `flow`'s segments with `dscp` (0: unmarked), for the
     /// connection in slot `slot`.
     pub(crate) fn set(&mut self, flow: Flow, dscp: u8, slot: u32) {
@@ -175,42 +204,48 @@ fn tcp_in(medium: Medium, frame: &[u8]) -> Option<(&[u8], usize)> {
     Some((ip, header))
 }
 
-/// The DSCP of recent SYNs, by the connection they open (our address and
-/// port, the peer's): a table of [`SynClasses::SLOTS`] entries, each SYN
-/// written over the entry its flow hashes to, so a flood of SYNs costs
-/// nothing more than the table (a SYN whose entry a later one took is
-/// learned again from its retransmission, or its connection goes
-/// unclassed). Off until [`SynClasses::learning`] is set: then each
-/// received frame costs a look at its headers.
+/// The DSCP of recent SYNs to our address, by the connection they open
+/// (our address and port, the peer's): a table of [`SynClasses::SLOTS`]
+/// entries, each SYN written over the entry its flow hashes to, so a
+/// flood of SYNs costs nothing more than the table. The stack takes a
+/// SYN's entry as the SYN turns a listening socket into a connection,
+/// in the poll that received it (no other frame comes in between), so a
+/// connection's class is not lost to a later SYN. Off until
+/// [`SynClasses::learning`] is set: then each received frame costs a look
+/// at its headers.
 #[derive(Debug)]
 pub(crate) struct SynClasses {
     pub(crate) learning: bool,
     entries: Box<[Option<(Flow, u8)>]>,
     /// SYNs learned since the stack began.
     pub(crate) learned: u64,
-}
-
-impl Default for SynClasses {
-    fn default() -> SynClasses {
-        SynClasses {
-            learning: false,
-            entries: vec![None; SynClasses::SLOTS].into_boxed_slice(),
-            learned: 0,
-        }
-    }
+    /// Our address: SYNs to any other are not ours to learn.
+    ours: Ipv4Addr,
+    hashing: FlowHashing,
 }
 
 impl SynClasses {
     /// Entries of the table (a power of two).
     pub(crate) const SLOTS: usize = 1024;
 
-    fn slot(flow: &Flow) -> usize {
-        let mut hasher = FlowHasher::default();
-        flow.hash(&mut hasher);
-        (hasher.finish() >> 54) as usize % SynClasses::SLOTS
+    /// An empty table, not learning, for the stack at `ours`; flows hashed
+    /// from `seed`.
+    pub(crate) fn new(ours: Ipv4Addr, seed: u64) -> SynClasses {
+        SynClasses {
+            learning: false,
+            entries: vec![None; SynClasses::SLOTS].into_boxed_slice(),
+            learned: 0,
+            ours,
+            hashing: FlowHashing(seed),
+        }
     }
 
-    /// Learns the DSCP of `frame` if it is a SYN (no ACK) of IPv4 TCP.
+    fn slot(&self, flow: &Flow) -> usize {
+        (self.hashing.hash_one(flow) >> 54) as usize % SynClasses::SLOTS
+    }
+
+    /// Learns the DSCP of `frame` if it is a SYN (no ACK) of IPv4 TCP to
+    /// our address.
     fn learn(&mut self, medium: Medium, frame: &[u8]) {
         let Some((ip, at)) = tcp_in(medium, frame) else {
             return;
@@ -223,15 +258,20 @@ impl SynClasses {
         let us = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
         let theirs = u16::from_be_bytes([ip[at], ip[at + 1]]);
         let ours = u16::from_be_bytes([ip[at + 2], ip[at + 3]]);
+        if us != self.ours {
+            return;
+        }
         let flow = (us, ours, peer, theirs);
-        self.entries[SynClasses::slot(&flow)] = Some((flow, ip[1] >> 2));
+        let slot = self.slot(&flow);
+        self.entries[slot] = Some((flow, ip[1] >> 2));
         self.learned += 1;
     }
 
     /// The DSCP the SYN that opened `flow` carried, if it is still known;
     /// the entry is taken.
     pub(crate) fn take(&mut self, flow: Flow) -> Option<u8> {
-        let entry = &mut self.entries[SynClasses::slot(&flow)];
+        let slot = self.slot(&flow);
+        let entry = &mut self.entries[slot];
         match *entry {
             Some((f, dscp)) if f == flow => {
                 *entry = None;
@@ -394,7 +434,7 @@ mod tests {
             Ipv4Addr::new(10, 0, 0, 2),
             18515,
         );
-        let mut marks = Marks::default();
+        let mut marks = Marks::new(5);
         marks.set(flow, 46, 3);
         for ecn in 0..4u8 {
             let mut frame = segment(ecn, 4000, [10, 0, 0, 2], 18515);
@@ -496,7 +536,7 @@ mod tests {
 
     #[test]
     fn a_syns_class_is_learned_and_a_flood_of_syns_costs_no_more_than_the_table() {
-        let mut syns = SynClasses::default();
+        let mut syns = SynClasses::new(Ipv4Addr::new(10, 0, 0, 1), 7);
         let flow = |peer: [u8; 4], theirs| (Ipv4Addr::new(10, 0, 0, 1), 4000, peer.into(), theirs);
         syns.learn(
             Medium::Ip,
@@ -525,15 +565,28 @@ mod tests {
         // ECN's bits are not the class; taken once.
         assert_eq!(syns.take(flow([10, 0, 0, 2], 5000)), Some(46));
         assert_eq!(syns.take(flow([10, 0, 0, 2], 5000)), None);
-        // 100,000 SYNs from as many ports: the table stays its size, and a
-        // SYN after them is learned as any other.
-        let before = syns.entries.len();
+        // A SYN to another address is not ours.
+        let mut elsewhere = arriving(46 << 2, 4000, [10, 0, 0, 7], 5000, 0x02);
+        elsewhere[19] = 99;
+        syns.learn(Medium::Ip, &elsewhere);
+        assert_eq!(syns.learned, 1);
+        // 100,000 SYNs from as many ports write over the table's entries
+        // (one learned before them is gone), and take nothing more: a SYN
+        // after them is learned as any other.
+        syns.learn(
+            Medium::Ip,
+            &arriving(18 << 2, 4000, [10, 0, 0, 8], 5000, 0x02),
+        );
         for i in 0..100_000u32 {
             let peer = [192, 0, (i >> 16) as u8, (i >> 8) as u8];
             syns.learn(Medium::Ip, &arriving(8 << 2, 4000, peer, i as u16, 0x02));
         }
-        assert_eq!(syns.entries.len(), before);
-        assert_eq!(before, SynClasses::SLOTS);
+        assert_eq!(syns.take(flow([10, 0, 0, 8], 5000)), None, "written over");
+        let filled = syns.entries.iter().filter(|e| e.is_some()).count();
+        assert!(
+            filled > SynClasses::SLOTS * 9 / 10,
+            "spread over the table: {filled}"
+        );
         let mut frame = vec![0u8; 12];
         frame.extend_from_slice(&[0x08, 0x00]);
         frame.extend_from_slice(&arriving(34 << 2, 4000, [10, 0, 0, 9], 6000, 0x02));

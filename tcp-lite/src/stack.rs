@@ -71,7 +71,7 @@ pub struct StackStats {
     /// egress or the user touched, and every one at the periodic full scan.
     /// An idle connection adds nothing between full scans.
     pub slots_scanned: u64,
-    /// SYNs whose DSCP was learned ([`Transport::learn_dscp`]).
+    /// SYNs whose DSCP was learned ([`Transport::reflect_dscp`]).
     pub syn_classes_learned: u64,
 }
 
@@ -129,7 +129,7 @@ struct Slot {
     /// In the list of slots the next scan looks at.
     dirty: bool,
     /// The DSCP of the SYN that opened an accepted connection, where
-    /// [`Transport::learn_dscp`] learned it.
+    /// [`Transport::reflect_dscp`] learned it.
     peer_dscp: Option<u8>,
 }
 
@@ -184,7 +184,7 @@ pub struct Stack<D: Device> {
     udp: Vec<SocketHandle>,
     /// The DSCPs of marked connections ([`Transport::set_dscp`]).
     marks: Marks,
-    /// The DSCPs of the SYNs that arrived ([`Transport::learn_dscp`]).
+    /// The DSCPs of the SYNs that arrived ([`Transport::reflect_dscp`]).
     syns: SynClasses,
     /// The device's medium (where a frame's IPv4 header starts).
     medium: Medium,
@@ -258,8 +258,10 @@ impl<D: Device> Stack<D> {
             full_scan_at: now,
             freed: false,
             udp: Vec::new(),
-            marks: Marks::default(),
-            syns: SynClasses::default(),
+            // Seeds no peer sees: its addresses and ports cannot be chosen
+            // to collide.
+            marks: Marks::new(config.seed.rotate_left(17) ^ 0x6d61_726b),
+            syns: SynClasses::new(config.addr, config.seed.rotate_left(41) ^ 0x7379_6e73),
             medium: caps.medium,
             mend_ipv4: caps.checksum.ipv4.tx(),
             config,
@@ -505,9 +507,29 @@ impl<D: Device> Stack<D> {
                 // A SYN arrived: this socket is now a connection.
                 self.listeners[l].listening.swap_remove(i);
                 let refuse = self.connections >= self.config.max_connections;
+                // Its SYN's class, taken in the poll that received it, and
+                // on its segments from the SYN-ACK on.
+                let class = match (self.syns.learning, refuse) {
+                    (true, false) => {
+                        endpoints(self.sockets.get::<tcp::Socket>(handle)).map(|(local, remote)| {
+                            let flow = (*local.ip(), local.port(), *remote.ip(), remote.port());
+                            let class = self.syns.take(flow).unwrap_or(0);
+                            if class != 0 {
+                                self.marks.set(flow, class, index);
+                            }
+                            (class, (local, remote))
+                        })
+                    }
+                    _ => None,
+                };
                 if let Some(slot) = self.slots[index as usize].as_mut() {
                     slot.role = Role::Accepted(port);
                     slot.progress_at = now;
+                    if let Some((class, ends)) = class {
+                        slot.peer_dscp = Some(class);
+                        // The mark goes with the slot (`free_slot`).
+                        slot.endpoints.get_or_insert(ends);
+                    }
                     if refuse {
                         // Over the limit: answer the SYN with RST, free the slot after.
                         slot.finished = true;
@@ -655,10 +677,6 @@ impl<D: Device> Stack<D> {
             match slot.role {
                 Role::Accepted(port) => {
                     self.stats.accepted += 1;
-                    if let (Some((local, remote)), true) = (slot.endpoints, self.syns.learning) {
-                        let flow = (*local.ip(), local.port(), *remote.ip(), remote.port());
-                        slot.peer_dscp = self.syns.take(flow);
-                    }
                     self.events
                         .push(conn, EventKind::Accepted(ListenerId(port)));
                 }
@@ -1028,7 +1046,7 @@ impl<D: Device> Transport for Stack<D> {
         self.marks.get(flow, conn.index)
     }
 
-    fn learn_dscp(&mut self, on: bool) {
+    fn reflect_dscp(&mut self, on: bool) {
         self.syns.learning = on;
     }
 

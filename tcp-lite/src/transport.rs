@@ -91,9 +91,10 @@ pub trait Transport {
 
     /// Marks the connection's segments with DSCP `dscp` from now on (RFC
     /// 2474: the class of service a switch queues them by, 0 to 63; 0, the
-    /// default, unmarked; ECN's two bits stay as they are). An established
-    /// connection only (a [`Stack`](crate::Stack) names it by its peer);
-    /// a transport that cannot mark leaves them as they are (the default).
+    /// default, unmarked; ECN's two bits stay as they are). A connection
+    /// with a peer (a [`Stack`](crate::Stack) names it by its addresses and
+    /// ports: an active open has them from `connect` on); a transport that
+    /// cannot mark leaves them as they are (the default).
     ///
     /// # Panics
     /// If `dscp` is above 63 (a TOS octet given where its DSCP belongs).
@@ -107,11 +108,12 @@ pub trait Transport {
     /// marked DSCP `dscp` from its SYN on, as an rdma_cm user sets a
     /// connection's TOS before it connects (`RDMA_OPTION_ID_TOS`), so that
     /// the network and a peer that reflects the class
-    /// ([`learn_dscp`](Transport::learn_dscp)) serve it so from the first
-    /// segment. 0 is [`connect`](Transport::connect). The default connects
-    /// and then marks ([`set_dscp`](Transport::set_dscp)), which a
-    /// [`Stack`](crate::Stack) does before its SYN leaves (at the next
-    /// poll).
+    /// ([`reflect_dscp`](Transport::reflect_dscp)) serve it so from the
+    /// first segment. 0 is [`connect`](Transport::connect). The default
+    /// connects and then marks ([`set_dscp`](Transport::set_dscp)): from
+    /// the SYN on where the transport sends it at a later poll, as a
+    /// [`Stack`](crate::Stack) does (Linux TCP sets IP_TOS before
+    /// connect(2) instead).
     ///
     /// # Panics
     /// If `dscp` is above 63.
@@ -130,25 +132,28 @@ pub trait Transport {
     }
 
     /// The DSCP the connection's segments carry ([`set_dscp`](Transport::set_dscp),
-    /// [`connect_marked`](Transport::connect_marked)); 0 where unmarked or
+    /// [`connect_marked`](Transport::connect_marked),
+    /// [`reflect_dscp`](Transport::reflect_dscp)); 0 where unmarked or
     /// where the transport cannot mark (the default).
     fn dscp(&self, conn: ConnId) -> u8 {
         let _ = conn;
         0
     }
 
-    /// Learn, or stop learning, the DSCP each arriving SYN carries, for
-    /// [`peer_dscp`](Transport::peer_dscp). A [`Stack`](crate::Stack)
-    /// looks at each received frame's headers while it learns (a table of
-    /// fixed size, which a flood of SYNs only overwrites); a transport
-    /// that cannot see its peers' SYNs learns nothing (the default; Linux
+    /// Give each connection a listener accepts from now on the DSCP its
+    /// SYN carried, on its segments from the SYN-ACK on, and tell it
+    /// ([`peer_dscp`](Transport::peer_dscp)); or stop. A
+    /// [`Stack`](crate::Stack) looks at each received frame's headers
+    /// while it reflects (SYNs to its address, kept in a table of fixed
+    /// size, which a flood of SYNs only overwrites); a transport that
+    /// cannot see its peers' SYNs reflects nothing (the default; Linux
     /// TCP's own way is the host-wide `net.ipv4.tcp_reflect_tos`).
-    fn learn_dscp(&mut self, on: bool) {
+    fn reflect_dscp(&mut self, on: bool) {
         let _ = on;
     }
 
     /// The DSCP of the SYN that opened a connection a listener accepted,
-    /// where the transport learned it ([`learn_dscp`](Transport::learn_dscp));
+    /// where the transport reflected it ([`reflect_dscp`](Transport::reflect_dscp));
     /// `None` for active opens, or when it is not known.
     fn peer_dscp(&self, conn: ConnId) -> Option<u8> {
         let _ = conn;

@@ -2,8 +2,9 @@
 //! its class in their IPv4 headers, with headers the peer's checksum check
 //! accepts; other connections' and the mark taken back leave 0. A
 //! connection marked before it connects (`Transport::connect_marked`)
-//! carries its class from the SYN on, and a listener that learns its
-//! peers' classes (`Transport::learn_dscp`) tells it (`peer_dscp`).
+//! carries its class from the SYN on, and a listener that reflects its
+//! peers' classes (`Transport::reflect_dscp`) marks its own segments with
+//! it from the SYN-ACK on and tells it (`peer_dscp`).
 
 mod support;
 
@@ -108,6 +109,7 @@ fn flags_and_classes(frames: &[Vec<u8>]) -> Vec<(u16, u8, u8)> {
 fn open_marked(net: &mut Net, port: u16, dscp: u8) -> (tcp_lite::ConnId, tcp_lite::ConnId) {
     let _ = net.b.listen(port);
     net.a.device().capture_tx(1000);
+    net.b.device().capture_tx(1000);
     let now = net.now;
     let client = net
         .a
@@ -134,7 +136,7 @@ fn open_marked(net: &mut Net, port: u16, dscp: u8) -> (tcp_lite::ConnId, tcp_lit
 #[test]
 fn a_connection_marked_before_it_connects_carries_its_class_from_the_syn() {
     let mut net = Net::new(LinkConfig::ethernet(1500), 10, |_| {});
-    net.b.learn_dscp(true);
+    net.b.reflect_dscp(true);
     let (client, server) = open_marked(&mut net, 5000, 46);
     let port = net.a.endpoints(client).unwrap().0.port();
     let sent = flags_and_classes(&net.a.device().take_captured());
@@ -144,10 +146,14 @@ fn a_connection_marked_before_it_connects_carries_its_class_from_the_syn() {
     assert_eq!(ours[0].1 & 0x12, 0x02, "the SYN first: {sent:?}");
     assert!(ours.iter().all(|s| s.2 == 46), "{sent:?}");
     assert_eq!(net.a.dscp(client), 46);
-    // The listener learned it; its own segments stay as they are until
-    // its user marks them.
+    // The listener reflects it: told, and on its own segments from the
+    // SYN-ACK on.
     assert_eq!(net.b.peer_dscp(server), Some(46));
-    assert_eq!(net.b.dscp(server), 0);
+    assert_eq!(net.b.dscp(server), 46);
+    let answered = flags_and_classes(&net.b.device().take_captured());
+    let theirs: Vec<_> = answered.iter().filter(|s| s.0 == 5000).collect();
+    assert_eq!(theirs[0].1 & 0x12, 0x12, "the SYN-ACK first: {answered:?}");
+    assert!(theirs.iter().all(|s| s.2 == 46), "{answered:?}");
     assert_eq!(
         net.a.peer_dscp(client),
         None,
@@ -155,14 +161,17 @@ fn a_connection_marked_before_it_connects_carries_its_class_from_the_syn() {
     );
     assert_eq!(net.b.stats().syn_classes_learned, 1);
 
-    // An unmarked SYN is learned as 0; a listener that does not learn
-    // knows nothing.
+    // An unmarked SYN is learned as 0; a listener that does not reflect
+    // knows nothing and marks nothing.
     let (_, plain) = open_marked(&mut net, 5001, 0);
     assert_eq!(net.b.peer_dscp(plain), Some(0));
-    net.b.learn_dscp(false);
+    assert_eq!(net.b.dscp(plain), 0);
+    net.b.reflect_dscp(false);
     let (_, unknown) = open_marked(&mut net, 5002, 46);
     assert_eq!(net.b.peer_dscp(unknown), None);
+    assert_eq!(net.b.dscp(unknown), 0);
     assert_eq!(net.b.stats().syn_classes_learned, 2);
+    assert_eq!(net.b.marked(), 1, "the first connection's mark only");
 }
 
 /// A marked active open that is refused, or released before its first

@@ -743,7 +743,7 @@ fn a_kernel_connection_marked_before_it_connects_keeps_its_class() {
     let clock = Clock::new(StdDuration::from_secs(20));
     let mut t = KernelTransport::new(config()).unwrap();
     let p = port(9);
-    t.learn_dscp(true);
+    t.reflect_dscp(true);
     t.listen(p).unwrap();
     let client = t
         .connect_marked(SocketAddrV4::new(LOCALHOST, p), clock.now(), 34)
