@@ -7,7 +7,9 @@
 use dataplane::CoreTransport;
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::mem::{Access, Pd, Region};
-use rnic_engine::verbs::{Mr, QpHandle, RecvWr, Registry, RemoteAddr, SendOp, SendWr, Sge};
+use rnic_engine::verbs::{
+    Mr, QpHandle, RecvWr, Registry, RemoteAddr, SendOp, SendWr, Sge, VerbError,
+};
 
 use std::collections::HashMap;
 use std::net::SocketAddrV4;
@@ -23,6 +25,14 @@ use crate::endpoint::{now, Endpoint, Host, RnicEnd, QUEUE_DEPTH};
 use crate::hello::{self, ClientHello, ServerHello};
 use crate::lease::Leases;
 use crate::spec::{credit_offset, half, memory_for, slot, Mode, Op};
+
+/// Connections accepted for runs with a PD of their own and not yet at
+/// a core, at most ([`Serving::pd_for`]): beyond, new ones are refused.
+const STARTUPS_MAX: usize = 4096;
+
+/// How long an accepted connection's run PD is kept for it: twice the
+/// MPA startup's own limit, after which its startup has failed.
+const STARTUP_FORGET: StdDuration = StdDuration::from_secs(20);
 
 /// How long a listener may take to come up.
 const SETUP_LIMIT: StdDuration = StdDuration::from_secs(10);
@@ -348,8 +358,13 @@ struct Run {
     access: Access,
     /// The protection domain of its QPs and its STag (an MPA run of a
     /// server with an [`Exposure`]): another run's QP cannot use its STag,
-    /// whatever it guesses. `None`: the exposure's PD.
+    /// whatever STag it learns or guesses (a client that names the run's
+    /// id joins the run: the id is the client's, see `client`). `None`:
+    /// the exposure's PD.
     pd: Option<Pd>,
+    /// The address of the client whose connection began the run: a
+    /// connection from another host that names its id is refused.
+    client: Option<std::net::Ipv4Addr>,
     /// Connections accepted (by the control plane), and handed to a core
     /// with a QP.
     admitted: u64,
@@ -384,8 +399,12 @@ struct Runs {
     dirty: Vec<(u64, u64)>,
     /// Connections accepted for runs with a PD of their own, by the
     /// client's address, until their core asks which PD their QP joins
-    /// ([`Serving::pd_for`]).
-    by_peer: HashMap<SocketAddrV4, RunKey>,
+    /// ([`Serving::pd_for`]), and when they were accepted (one whose
+    /// startup failed after its Accept goes after [`STARTUP_FORGET`]).
+    by_peer: HashMap<SocketAddrV4, (RunKey, StdInstant)>,
+    /// Connections whose QP joined their run's PD, until their core hands
+    /// them to the server ([`Serving::handed_local`]).
+    joined: HashMap<SocketAddrV4, (RunKey, StdInstant)>,
     /// PDs of ended runs that a QP of theirs still held: freed by
     /// [`Serving::scrub`] once empty.
     retired: Vec<Pd>,
@@ -502,6 +521,7 @@ impl Serving {
                 reserved: 0,
                 dirty: Vec::new(),
                 by_peer: HashMap::new(),
+                joined: HashMap::new(),
                 retired: Vec::new(),
             }),
             draining: AtomicBool::new(false),
@@ -699,15 +719,40 @@ impl Serving {
             by_id,
             dirty,
             by_peer,
+            joined,
+            retired,
             ..
         } = &mut *runs;
-        // Its QP joins the run's PD when its core asks (`pd_for`).
-        let mut note_peer = |run: &Run| {
-            if let (Some(_), Some((_, peer))) = (run.pd, client) {
-                by_peer.insert(peer, key);
+        // Its QP joins the run's PD when its core asks (`pd_for`); an
+        // older entry of the same address (a startup that failed) goes.
+        let mut note_peer = |run: &Run| -> Result<(), String> {
+            let Some((_, peer)) = client else {
+                return Ok(());
+            };
+            by_peer.remove(&peer);
+            joined.remove(&peer);
+            if run.pd.is_some() {
+                if by_peer.len() >= STARTUPS_MAX {
+                    return Err(format!(
+                        "this server has {STARTUPS_MAX} connections in startup, its limit: try again later"
+                    ));
+                }
+                by_peer.insert(peer, (key, StdInstant::now()));
             }
+            Ok(())
         };
         if let Some(run) = by_id.get_mut(&key) {
+            // A run is its client's: another host, or another lower layer
+            // than the run's PD was made for, does not join it.
+            if let (Some(owner), Some((_, peer))) = (run.client, client) {
+                if owner != *peer.ip() {
+                    return Err("this run id is another client's: start a run of your own".into());
+                }
+            }
+            if run.pd.is_some() && !matches!(client, Some(("mpa", _))) {
+                return Err("this run began over MPA: its connections are MPA's".into());
+            }
+            note_peer(run)?;
             if need > run.len {
                 // A larger size (-a): a new lease, if none of the old
                 // one's connections can still use it.
@@ -735,7 +780,6 @@ impl Serving {
                 // Activity: the idle reaper counts from now (it would
                 // otherwise give up the run, and the STag just told).
                 run.quiet_since = Some(StdInstant::now());
-                note_peer(run);
                 return Ok(Lease { offset, stag });
             }
             run.admitted += 1;
@@ -744,7 +788,6 @@ impl Serving {
                 // Activity: the idle reaper counts from now.
                 run.quiet_since = Some(StdInstant::now());
             }
-            note_peer(run);
             return Ok(Lease {
                 offset: run.offset,
                 stag: run.stag,
@@ -759,21 +802,31 @@ impl Serving {
         // (a DDP over SCTP stream's QP is its association's, in the
         // exposure's PD).
         let pd = match (&self.exposure, client) {
-            (Some(e), Some(("mpa", _))) => Some(e.registry.alloc_pd().map_err(|err| {
-                format!("this server has no protection domain left for the run ({err:?}): try again later")
-            })?),
+            (Some(e), Some(("mpa", _))) => {
+                // Ended runs' PDs whose QPs have gone since first.
+                let old = std::mem::take(retired);
+                for pd in old {
+                    self.retire(Some(pd), retired);
+                }
+                Some(e.registry.alloc_pd().map_err(|err| {
+                    format!(
+                        "this server has no protection domain left for the run ({err:?}): \
+                         try again later"
+                    )
+                })?)
+            }
             _ => None,
         };
         let Some((offset, len)) = leases.take(need) else {
             let why = out_of_memory(leases);
-            self.retire(pd, &mut Vec::new());
+            self.retire(pd, retired);
             return Err(why);
         };
         let stag = match self.expose(offset, len, access, pd) {
             Ok(stag) => stag,
             Err(why) => {
                 leases.give_back(offset, len);
-                self.retire(pd, &mut Vec::new());
+                self.retire(pd, retired);
                 return Err(why);
             }
         };
@@ -783,32 +836,41 @@ impl Serving {
             stag,
             access,
             pd,
+            client: client.map(|(_, peer)| *peer.ip()),
             admitted: 1,
             handed: 0,
             open: 0,
             last_seen: hello.last,
             quiet_since: Some(StdInstant::now()),
         };
-        note_peer(&run);
+        if let Err(why) = note_peer(&run) {
+            leases.give_back(offset, len);
+            self.unexpose(stag);
+            self.retire(pd, retired);
+            return Err(why);
+        }
         by_id.insert(key, run);
         Ok(Lease { offset, stag })
     }
 
-    /// The PD a connection from `peer` joins: its run's own, for a
-    /// connection this server accepted for an MPA run with one (asked once
-    /// per connection, by its core: `dataplane::Core::set_pd_for`); `None`
-    /// for any other (the core's default PD).
+    /// The PD a connection from `peer` to the bench service's port joins:
+    /// its run's own, for a connection this server accepted for an MPA
+    /// run with one (asked once per connection, by its core:
+    /// `dataplane::Core::set_pd_for`; the caller asks only for the
+    /// service's port); `None` for any other (the core's default PD).
     pub fn pd_for(&self, peer: SocketAddrV4) -> Option<Pd> {
         let mut runs = self.runs();
-        let key = runs.by_peer.remove(&peer)?;
-        runs.by_id.get(&key)?.pd
+        let (key, _) = runs.by_peer.remove(&peer)?;
+        let pd = runs.by_id.get(&key)?.pd?;
+        runs.joined.insert(peer, (key, StdInstant::now()));
+        Some(pd)
     }
 
     /// Frees an ended run's PD, or keeps it in `retired` while a QP of the
     /// run still holds it (its core frees the QP in a later turn).
     fn retire(&self, pd: Option<Pd>, retired: &mut Vec<Pd>) {
         if let (Some(e), Some(pd)) = (&self.exposure, pd) {
-            if e.registry.dealloc_pd(pd).is_err() {
+            if let Err(VerbError::InUse) = e.registry.dealloc_pd(pd) {
                 retired.push(pd);
             }
         }
@@ -818,7 +880,8 @@ impl Serving {
     /// addresses of its connections that never reached a core go.
     fn end_run(&self, runs: &mut Runs, key: RunKey, run: Run) {
         self.unexpose(run.stag);
-        runs.by_peer.retain(|_, k| *k != key);
+        runs.by_peer.retain(|_, (k, _)| *k != key);
+        runs.joined.retain(|_, (k, _)| *k != key);
         self.retire(run.pd, &mut runs.retired);
     }
 
@@ -899,15 +962,28 @@ impl Serving {
     /// core with a QP; the offset of the run's lease, or `None` if the run
     /// is gone.
     pub(crate) fn handed(&self, run: u64, op: Op) -> Option<u64> {
-        self.handed_local(run, op).map(|(offset, _)| offset)
+        self.handed_local(run, op, None).map(|(offset, _)| offset)
     }
 
-    /// [`Serving::handed`], with the STag the QP's own work requests use
-    /// where the run has a PD of its own (its QP is in it: the memory's
-    /// registration, in another PD, is not for it).
-    pub(crate) fn handed_local(&self, run: u64, op: Op) -> Option<(u64, Option<u32>)> {
+    /// [`Serving::handed`] for the connection from `peer`, with the STag
+    /// its QP's own work requests use where the run has a PD of its own
+    /// (the memory's registration, in another PD, is not for it); `None`
+    /// also where the run has one but the QP did not join it (it cannot
+    /// serve the run: its core made it before the run's PD was asked for).
+    pub(crate) fn handed_local(
+        &self,
+        run: u64,
+        op: Op,
+        peer: Option<SocketAddrV4>,
+    ) -> Option<(u64, Option<u32>)> {
+        let key = (run, lease_access(op));
         let mut runs = self.runs();
-        let r = runs.by_id.get_mut(&(run, lease_access(op)))?;
+        if runs.by_id.get(&key)?.pd.is_some()
+            && peer.and_then(|p| runs.joined.remove(&p)).map(|(k, _)| k) != Some(key)
+        {
+            return None;
+        }
+        let r = runs.by_id.get_mut(&key)?;
         r.handed += 1;
         r.open += 1;
         r.quiet_since = None;
@@ -945,6 +1021,11 @@ impl Serving {
             return 0;
         };
         let mut runs = self.runs();
+        // Connections whose startup failed after their Accept.
+        runs.by_peer
+            .retain(|_, (_, at)| at.elapsed() < STARTUP_FORGET);
+        runs.joined
+            .retain(|_, (_, at)| at.elapsed() < STARTUP_FORGET);
         let gone: Vec<RunKey> = runs
             .by_id
             .iter()
@@ -1367,7 +1448,10 @@ impl<T: CoreTransport> Server<T> {
                 continue;
             };
             let (offset, local) = if many {
-                match self.serving.handed_local(h.run, h.op) {
+                match self
+                    .serving
+                    .handed_local(h.run, h.op, ends.map(|(_, peer)| peer))
+                {
                     Some(lease) => lease,
                     // Given up meanwhile: its lease may be another's.
                     None => {
@@ -1690,9 +1774,25 @@ mod tests {
         assert_eq!(serving.pd_for(peer(4)), None, "nobody's");
         // The run's STag is in its PD: the PD cannot go while it lives.
         assert!(registry.dealloc_pd(own).is_err());
-        // Its QPs' own work requests use the run's STag, from its lease.
-        assert_eq!(serving.handed_local(1, Op::Write), Some((a.offset, a.stag)));
-        assert_eq!(serving.handed_local(2, Op::Write).map(|l| l.1), Some(None));
+        // Its QPs' own work requests use the run's STag, from its lease; a
+        // QP that did not join the run's PD is not handed the run.
+        assert_eq!(serving.handed_local(1, Op::Write, Some(peer(9))), None);
+        assert_eq!(
+            serving.handed_local(1, Op::Write, Some(peer(1))),
+            Some((a.offset, a.stag))
+        );
+        assert_eq!(
+            serving
+                .handed_local(2, Op::Write, Some(peer(3)))
+                .map(|l| l.1),
+            Some(None)
+        );
+        // The run is its client's: not another host's, not over SCTP.
+        let stranger = SocketAddrV4::new([10, 0, 0, 66].into(), 1);
+        let e = serving.admit(&hello(1, 4096, true), len, Some(("mpa", stranger)));
+        assert!(e.err().unwrap().contains("another client's"));
+        let e = serving.admit(&hello(1, 4096, true), len, Some(("sctp", peer(7))));
+        assert!(e.err().unwrap().contains("began over MPA"));
         // A QP of the run, in its PD, outlives the run: the PD waits for
         // it, and goes at the next scrub after it.
         let mut rnic = Rnic::with_registry(RnicConfig::default(), registry.clone());
@@ -1707,7 +1807,7 @@ mod tests {
                 rq_size: 4,
             })
             .unwrap();
-        serving.handed_local(1, Op::Write).unwrap();
+        serving.handed_local(1, Op::Write, Some(peer(2))).unwrap();
         serving.closed(1, Op::Write);
         serving.closed(1, Op::Write);
         assert!(

@@ -915,14 +915,24 @@ fn run_cores<T: SctpCarrier + Send>(
     // Each memory client's QP in its own PD, beside its STag; each bench
     // run's QPs in the run's, beside its lease's STag.
     for server in &mut servers {
-        let memory = shared.memory.clone();
-        let serving = shared.serving.clone();
+        let shared = shared.clone();
         server.endpoint.set_pd_for(Box::new(move |local, peer| {
-            let memory = memory
+            let memory = shared
+                .memory
                 .as_ref()
                 .map_or(PdChoice::Default, |m| m.pd_for(local, peer));
+            // The bench service's own port only: another service's
+            // connection from the same address and port is not a run's.
+            let bench = shared
+                .listeners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .bench;
             match memory {
-                PdChoice::Default => serving.pd_for(peer).map_or(PdChoice::Default, PdChoice::In),
+                PdChoice::Default if bench == Some(local.port()) => shared
+                    .serving
+                    .pd_for(peer)
+                    .map_or(PdChoice::Default, PdChoice::In),
                 choice => choice,
             }
         }));

@@ -513,8 +513,10 @@ impl<D: Device> Stack<D> {
                     (true, false) => {
                         endpoints(self.sockets.get::<tcp::Socket>(handle)).map(|(local, remote)| {
                             let flow = (*local.ip(), local.port(), *remote.ip(), remote.port());
-                            let class = self.syns.take(flow).unwrap_or(0);
-                            if class != 0 {
+                            // `None`: not known (its entry was written over
+                            // before this; not expected, see `SynClasses`).
+                            let class = self.syns.take(flow);
+                            if let Some(class @ 1..) = class {
                                 self.marks.set(flow, class, index);
                             }
                             (class, (local, remote))
@@ -526,7 +528,7 @@ impl<D: Device> Stack<D> {
                     slot.role = Role::Accepted(port);
                     slot.progress_at = now;
                     if let Some((class, ends)) = class {
-                        slot.peer_dscp = Some(class);
+                        slot.peer_dscp = class;
                         // The mark goes with the slot (`free_slot`).
                         slot.endpoints.get_or_insert(ends);
                     }
