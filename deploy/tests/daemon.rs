@@ -322,8 +322,21 @@ fn listener_port(listeners: &Value, service: &str) -> Option<u16> {
 }
 
 impl Drop for Daemon {
+    /// A daemon still running (a test that failed) gets SIGTERM first: it
+    /// drains and removes its EAL runtime directory, which SIGKILL would
+    /// leave behind; SIGKILL only if it has not ended in 5 s.
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(5) {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
