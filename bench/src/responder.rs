@@ -1643,10 +1643,10 @@ mod tests {
         assert!(late.contains("draining"), "{late}");
     }
 
-    #[test]
-    fn exposed_runs_get_an_stag_of_their_own_that_ends_with_the_run() {
+    /// A server of one core and up to 4 runs at once over 1 MiB that
+    /// exposes each run's lease (no idle limit), its registry and memory.
+    fn exposing_serving() -> (Arc<Serving>, Arc<Registry>, Arc<Region>) {
         let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
-        let pd = registry.alloc_pd().unwrap();
         let region = Region::new(1 << 20);
         let serving = Serving::exposing(
             1,
@@ -1656,10 +1656,16 @@ mod tests {
             },
             Exposure {
                 registry: registry.clone(),
-                pd,
+                pd: registry.alloc_pd().unwrap(),
                 region: region.clone(),
             },
         );
+        (serving, registry, region)
+    }
+
+    #[test]
+    fn exposed_runs_get_an_stag_of_their_own_that_ends_with_the_run() {
+        let (serving, registry, region) = exposing_serving();
         let len = region.len();
         let base = registry.stags_in_use();
         let a = serving.admit(&hello(1, 4096, false), len, None).unwrap();
@@ -1729,21 +1735,8 @@ mod tests {
     #[test]
     fn an_mpa_run_has_a_pd_of_its_own_that_its_qps_join() {
         use rnic_engine::verbs::{QpInit, Rnic, RnicConfig};
-        let registry = Registry::new(&RnicConfig::default());
-        let pd = registry.alloc_pd().unwrap();
-        let region = Region::new(1 << 20);
-        let serving = Serving::exposing(
-            1,
-            Admission::Many {
-                runs_max: 4,
-                idle: StdDuration::ZERO,
-            },
-            Exposure {
-                registry: registry.clone(),
-                pd,
-                region: region.clone(),
-            },
-        );
+        let (serving, registry, region) = exposing_serving();
+        let pd = serving.exposure.as_ref().unwrap().pd;
         let len = region.len();
         let baseline = registry.pds_in_use();
         let peer = |port| SocketAddrV4::new([10, 0, 0, 9].into(), port);

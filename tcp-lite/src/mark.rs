@@ -130,26 +130,11 @@ impl Marks {
         if self.by_flow.is_empty() {
             return;
         }
-        let ip = match medium {
-            Medium::Ethernet => {
-                if frame.len() < 14 || frame[12..14] != [0x08, 0x00] {
-                    return;
-                }
-                &mut frame[14..]
-            }
-            Medium::Ip => frame,
-            #[allow(unreachable_patterns)]
-            _ => return,
+        // Its ports: the TCP header's first 4 octets.
+        let Some((start, header)) = tcp_in(medium, frame, 4) else {
+            return;
         };
-        if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 6 {
-            return;
-        }
-        let header = usize::from(ip[0] & 0x0F) * 4;
-        // A fragment after the first carries no TCP header.
-        let offset = u16::from_be_bytes([ip[6], ip[7]]) & 0x1FFF;
-        if header < 20 || offset != 0 || ip.len() < header + 4 {
-            return;
-        }
+        let ip = &mut frame[start..];
         let ours = u16::from_be_bytes([ip[header], ip[header + 1]]);
         let theirs = u16::from_be_bytes([ip[header + 2], ip[header + 3]]);
         let us = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
@@ -178,30 +163,33 @@ fn mended(hc: u16, m: u16, m2: u16) -> u16 {
     !(sum as u16)
 }
 
-/// Where an Ethernet frame's or an IP packet's IPv4 TCP segment starts:
-/// `(IP header, TCP header offset)`, or `None` for anything else (too
-/// short, another protocol, a fragment after the first).
-fn tcp_in(medium: Medium, frame: &[u8]) -> Option<(&[u8], usize)> {
-    let ip = match medium {
+/// Where an Ethernet frame's or an IP packet's IPv4 TCP segment is:
+/// `(offset of the IP header in the frame, length of the IP header)`,
+/// with at least `tcp` octets of the TCP header there; `None` for anything
+/// else (too short, another protocol, a fragment after the first, which
+/// carries no TCP header).
+fn tcp_in(medium: Medium, frame: &[u8], tcp: usize) -> Option<(usize, usize)> {
+    let start = match medium {
         Medium::Ethernet => {
             if frame.len() < 14 || frame[12..14] != [0x08, 0x00] {
                 return None;
             }
-            &frame[14..]
+            14
         }
-        Medium::Ip => frame,
+        Medium::Ip => 0,
         #[allow(unreachable_patterns)]
         _ => return None,
     };
+    let ip = &frame[start..];
     if ip.len() < 20 || ip[0] >> 4 != 4 || ip[9] != 6 {
         return None;
     }
     let header = usize::from(ip[0] & 0x0F) * 4;
     let offset = u16::from_be_bytes([ip[6], ip[7]]) & 0x1FFF;
-    if header < 20 || offset != 0 || ip.len() < header + 14 {
+    if header < 20 || offset != 0 || ip.len() < header + tcp {
         return None;
     }
-    Some((ip, header))
+    Some((start, header))
 }
 
 /// The DSCP of recent SYNs to our address, by the connection they open
@@ -247,9 +235,11 @@ impl SynClasses {
     /// Learns the DSCP of `frame` if it is a SYN (no ACK) of IPv4 TCP to
     /// our address.
     fn learn(&mut self, medium: Medium, frame: &[u8]) {
-        let Some((ip, at)) = tcp_in(medium, frame) else {
+        // Up to its flags octet, 13 octets into TCP's header.
+        let Some((start, at)) = tcp_in(medium, frame, 14) else {
             return;
         };
+        let ip = &frame[start..];
         // SYN without ACK: the flags octet, 13 octets into TCP's header.
         if ip[at + 13] & 0x12 != 0x02 {
             return;

@@ -105,32 +105,13 @@ fn flags_and_classes(frames: &[Vec<u8>]) -> Vec<(u16, u8, u8)> {
 }
 
 /// Opens a connection from `a` to `b`'s `port` marked `dscp` from the
-/// start; the client, the server and every frame `a` sent.
+/// start, capturing what each side sends; the client and the server.
 fn open_marked(net: &mut Net, port: u16, dscp: u8) -> (tcp_lite::ConnId, tcp_lite::ConnId) {
-    let _ = net.b.listen(port);
     net.a.device().capture_tx(1000);
     net.b.device().capture_tx(1000);
-    let now = net.now;
-    let client = net
-        .a
-        .connect_marked(SocketAddrV4::new(B_ADDR, port), now, dscp)
-        .unwrap();
-    let mut server = None;
-    net.run_until(Duration::from_secs(5), |net| {
-        server = server.or_else(|| {
-            net.b_events.iter().find_map(|e| match e.kind {
-                EventKind::Accepted(_) => Some(e.conn),
-                _ => None,
-            })
-        });
-        server.is_some()
-            && net
-                .a_events
-                .iter()
-                .any(|e| e.conn == client && e.kind == EventKind::Connected)
-    });
+    let ends = net.connect_marked(port, dscp);
     net.b_events.clear();
-    (client, server.unwrap())
+    ends
 }
 
 #[test]

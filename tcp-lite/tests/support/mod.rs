@@ -118,11 +118,17 @@ impl Net {
 
     /// Open a connection from `a` to `b`'s `port` (listening there first).
     pub(crate) fn connect(&mut self, port: u16) -> (ConnId, ConnId) {
+        self.connect_marked(port, 0)
+    }
+
+    /// [`Net::connect`] with the connection marked DSCP `dscp` from its
+    /// SYN on (`Transport::connect_marked`).
+    pub(crate) fn connect_marked(&mut self, port: u16, dscp: u8) -> (ConnId, ConnId) {
         let _ = self.b.listen(port);
         let now = self.now;
         let client = self
             .a
-            .connect(SocketAddrV4::new(B_ADDR, port), now)
+            .connect_marked(SocketAddrV4::new(B_ADDR, port), now, dscp)
             .unwrap();
         let mut server = None;
         self.run_until(Duration::from_secs(5), |net| {
