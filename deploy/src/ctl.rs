@@ -123,6 +123,9 @@ fn stats(shared: &Shared) -> Value {
                 "refused": p.gate.refused.load(Ordering::Relaxed),
                 "sessions_done": c.done,
                 "sessions_failed": c.failed,
+                // Its sessions' protection domains (each its own), live or
+                // waiting for their QPs to go.
+                "pds_live": c.pds,
                 "clients": clients.len(),
             })
         })

@@ -42,6 +42,11 @@ pub const PUBLISH_EVERY: StdDuration = StdDuration::from_millis(50);
 /// last connections (their resets and Terminates go out).
 const FLUSH_AFTER_ABORT: StdDuration = StdDuration::from_millis(100);
 
+/// Protection domains a perftest service may hold per client it serves at
+/// once: its sessions' (one each), and those of sessions and refused
+/// connections whose QPs have not gone yet.
+const PERFTEST_PDS_PER_CLIENT: usize = 2;
+
 /// What one core shows the operator.
 #[derive(Debug, Default)]
 pub struct CoreShared {
@@ -518,8 +523,10 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
     });
     let slots = cores + usize::from(sctp.is_some());
     // The host's PD, one per memory client and one per bench run (live,
-    // or ended and waiting for its QPs to go).
-    let pds = 1 + 4 * config.rnic.clients_max;
+    // or ended and waiting for its QPs to go), and each perftest service
+    // its share (`Gate::isolating`).
+    let perftest_sessions: usize = config.perftests().map(|(_, p)| p.clients_max).sum();
+    let pds = 1 + 4 * config.rnic.clients_max + PERFTEST_PDS_PER_CLIENT * perftest_sessions;
     let host = Host::with_pds(slots as u16, seed(), control, pds)?;
     // The services' memory: each bench run's lease under an STag of its
     // own, perftest's and rping's buffers reserved beside them.
@@ -593,11 +600,17 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
             Ok(PerftestShared {
                 port,
                 config: p.clone(),
-                gate: bench::perftest::Gate::new(
-                    params,
-                    p.unfenced,
-                    "`unfenced = true` in the service's [service.perftest]",
-                    false,
+                // Each session in a PD of its own, the service holding
+                // at most its share of the host's.
+                gate: bench::perftest::Gate::isolating(
+                    bench::perftest::Gate::new(
+                        params,
+                        p.unfenced,
+                        "`unfenced = true` in the service's [service.perftest]",
+                        false,
+                    ),
+                    host.registry().clone(),
+                    (PERFTEST_PDS_PER_CLIENT * p.clients_max) as u64,
                 ),
                 origin,
                 closed: AtomicU64::new(0),
@@ -913,10 +926,14 @@ fn run_cores<T: SctpCarrier + Send>(
         core.reflect_dscp = shared.config.daemon.reflect_dscp;
     }
     // Each memory client's QP in its own PD, beside its STag; each bench
-    // run's QPs in the run's, beside its lease's STag.
+    // run's QPs in the run's, beside its lease's STag; each perftest
+    // session's in the session's, beside its slot's.
     for server in &mut servers {
         let shared = shared.clone();
         server.endpoint.set_pd_for(Box::new(move |local, peer| {
+            if let Some(p) = shared.perftest.iter().find(|p| p.port == local.port()) {
+                return p.gate.pd_for(peer);
+            }
             let memory = shared
                 .memory
                 .as_ref()

@@ -426,6 +426,12 @@ pub fn render(shared: &Shared) -> String {
             "perftest clients served now, per service.",
             &by_port(|c| c.2 as f64),
         );
+        family(
+            "dpwarp_perftest_pds",
+            "gauge",
+            "Protection domains of perftest sessions now, per service (one each; an ended one's until its QPs are gone).",
+            &by_port(|c| c.1.pds as f64),
+        );
     }
     // Operations and their octets by RDMAP opcode, each way, per service.
     let ops = crate::daemon::ops_by_service(shared);

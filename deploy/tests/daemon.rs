@@ -1601,8 +1601,11 @@ fn perftest_client(args: &str, port: u16) -> i32 {
 /// running every size, a write_lat and a read_lat client), then a send_lat and a
 /// four-QP read_bw client; every session completes on both sides. A
 /// client whose size disagrees fails its own session only; a write_lat
-/// client that can send no RTR (MPA v1) is refused with the reason. Stats
-/// and metrics count them, and nothing is left.
+/// client that can send no RTR (MPA v1) is refused with the reason. Each
+/// session runs in a protection domain of its own (its data connections
+/// joining its control connection's; every one of them completing shows
+/// its slot is registered where its QPs are), freed with it. Stats and
+/// metrics count them, and nothing is left.
 fn perftest_services() -> Result<(), Failed> {
     let dir = scratch("perftest");
     let (tcp_port, metrics) = (free_port(), free_port());
@@ -1755,8 +1758,26 @@ fn perftest_services() -> Result<(), Failed> {
                 "dpwarp_service_read_response_seconds_count{service=\"perftest\"}",
             )
         });
+        // The running session's QPs and slot are in a PD of its own.
+        let pds = daemon.ctl("stats").ok().and_then(|s| {
+            s["perftest"].as_array().and_then(|a| {
+                a.iter()
+                    .find(|p| {
+                        p["command"]
+                            .as_str()
+                            .is_some_and(|c| c.starts_with("ib_read_bw"))
+                    })
+                    .and_then(|p| p["pds_live"].as_u64())
+            })
+        });
         stop.store(true, Ordering::SeqCst);
         let _ = client.join();
+        // (An earlier session's may still wait for its QPs to go.)
+        if pds.is_none_or(|n| n == 0) {
+            return Err(fail(format!(
+                "the running read_bw session has no PD: {pds:?}"
+            )));
+        }
         running.map(|_| reads)
     })?;
     // Its Reads were being answered when it went (beyond the 400 of the
@@ -1773,6 +1794,8 @@ fn perftest_services() -> Result<(), Failed> {
                     && p["sessions_done"] == done
                     && p["sessions_failed"] == failed
                     && p["clients"] == 0
+                    // Every session's PD freed.
+                    && p["pds_live"] == 0
             })
         })
     };

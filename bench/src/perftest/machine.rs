@@ -29,8 +29,9 @@ use std::time::Instant;
 
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::mem::Access;
+use rnic_engine::mem::Pd;
 use rnic_engine::qp::QpEvent;
-use rnic_engine::verbs::{Mr, QpHandle, RecvWr, Registry, RemoteAddr, SendOp, SendWr};
+use rnic_engine::verbs::{Mr, QpHandle, RecvWr, Registry, RemoteAddr, SendOp, SendWr, Sge};
 
 use super::{
     bw_report, bw_report_rx, deltas, slot_offset, version_number, BwReport, Dest, Params, Test,
@@ -141,13 +142,13 @@ impl Exposed {
         ep: &mut Endpoint<T>,
         p: &Params,
         l: &Layout,
+        pd: Pd,
     ) -> Result<Exposed, String> {
         let access = match p.test {
             Test::WriteBw | Test::WriteLat | Test::SendBw => Access::REMOTE_WRITE,
             Test::ReadBw | Test::ReadLat => Access::REMOTE_READ,
             Test::SendLat => Access::LOCAL_READ,
         };
-        let pd = ep.pd();
         let base_to = ep.mr.base_to + l.origin;
         let region = ep.region.clone();
         let mr = ep
@@ -171,6 +172,55 @@ impl Exposed {
 impl Drop for Exposed {
     fn drop(&mut self) {
         // It was registered here and is deregistered once.
+        let _ = self.registry.dereg_mr(self.mr.stag);
+    }
+}
+
+/// A session's own protection domain (a server's session in the
+/// appliance, where several clients are served at once) and its slot
+/// registered there for the session's own work requests: its QPs are in
+/// that PD, so its local keys must be too, and its [`Exposed`] STag is
+/// registered there, where no other session's QP can use it (RFC 5040's
+/// check that an STag's PD is the stream's: "STag not associated with the
+/// stream"). The PD itself is freed by whoever allocated it, once the
+/// session's QPs are gone.
+#[derive(Debug)]
+struct Own {
+    registry: Arc<Registry>,
+    pd: Pd,
+    mr: Mr,
+}
+
+impl Own {
+    fn register<T: CoreTransport>(
+        ep: &mut Endpoint<T>,
+        p: &Params,
+        l: &Layout,
+        pd: Pd,
+    ) -> Result<Own, String> {
+        let base_to = ep.mr.base_to + l.origin;
+        let region = ep.region.clone();
+        let mr = ep
+            .rnic()
+            .reg_mr(
+                pd,
+                region,
+                l.origin as usize,
+                Layout::memory(p),
+                base_to,
+                Access::LOCAL_WRITE,
+            )
+            .map_err(|e| format!("registering the session's memory in its PD: {e:?}"))?;
+        Ok(Own {
+            registry: ep.rnic().registry().clone(),
+            pd,
+            mr,
+        })
+    }
+}
+
+impl Drop for Own {
+    fn drop(&mut self) {
         let _ = self.registry.dereg_mr(self.mr.stag);
     }
 }
@@ -394,6 +444,9 @@ pub struct Machine {
     /// When a connection of the peer was first seen gone ([`GONE_GRACE`]).
     gone_seen: Option<Instant>,
     done: bool,
+    /// Its own PD and its slot registered there ([`Machine::set_pd`]);
+    /// declared after `exposed`, so that the exposed STag goes first.
+    own: Option<Own>,
 }
 
 impl Machine {
@@ -446,6 +499,34 @@ impl Machine {
             failed: None,
             terminate: None,
             done: false,
+            own: None,
+        }
+    }
+
+    /// Serves the session in `pd`, its own (its QPs are made there, by the
+    /// core's `PdFor`): its slot is registered there for its own work
+    /// requests, and what it exposes to its peer is registered there too.
+    /// Before [`Machine::set_ctrl`].
+    pub fn set_pd<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>, pd: Pd) -> Result<(), String> {
+        self.own = Some(Own::register(ep, &self.p, &self.l, pd)?);
+        Ok(())
+    }
+
+    /// Its own PD, if it has one ([`Machine::set_pd`]).
+    pub fn pd(&self) -> Option<Pd> {
+        self.own.as_ref().map(|o| o.pd)
+    }
+
+    /// An SGE of its slot at `at` (an offset in `ep`'s memory) under its
+    /// own local key, or the core's.
+    fn sge<T: CoreTransport>(&self, ep: &Endpoint<T>, at: u64, len: u32) -> Sge {
+        match &self.own {
+            Some(o) => Sge {
+                stag: o.mr.stag,
+                to: o.mr.base_to + (at - self.l.origin),
+                len,
+            },
+            None => ep.sge(at, len),
         }
     }
 
@@ -689,7 +770,8 @@ impl Machine {
                 Step::Data => {
                     if !self.prepared {
                         self.prepare(ep)?;
-                        self.exposed = Some(Exposed::register(ep, &self.p, &self.l)?);
+                        let pd = self.own.as_ref().map_or(ep.pd(), |o| o.pd);
+                        self.exposed = Some(Exposed::register(ep, &self.p, &self.l, pd)?);
                         self.prepared = true;
                     }
                     if self.data.len() >= usize::from(self.p.qps) {
@@ -1021,7 +1103,7 @@ impl Machine {
         slot: u64,
     ) -> Result<(), String> {
         let qp = self.ctrl.ok_or("no control connection")?;
-        let sgl = [ep.sge(self.l.origin + slot * CTRL_SLOT, CTRL_SLOT as u32)];
+        let sgl = [self.sge(ep, self.l.origin + slot * CTRL_SLOT, CTRL_SLOT as u32)];
         ep.rnic()
             .post_recv(
                 qp,
@@ -1043,7 +1125,7 @@ impl Machine {
         ep.region
             .write(at as usize, msg)
             .map_err(|e| format!("{e:?}"))?;
-        let sgl = [ep.sge(at, msg.len() as u32)];
+        let sgl = [self.sge(ep, at, msg.len() as u32)];
         ep.rnic()
             .post_send(
                 qp,
@@ -1137,7 +1219,7 @@ impl Machine {
     ) -> Result<(), String> {
         let size = self.sizes[self.size_index];
         let at = self.l.target(i) + slot_offset(n, size, self.cycle, self.line);
-        let sgl = [ep.sge(at, size as u32)];
+        let sgl = [self.sge(ep, at, size as u32)];
         ep.rnic()
             .post_recv(
                 self.data[i],
@@ -1159,7 +1241,7 @@ impl Machine {
         local: u64,
         len: u64,
     ) -> Result<(), String> {
-        let sgl = [ep.sge(local, len as u32)];
+        let sgl = [self.sge(ep, local, len as u32)];
         ep.rnic()
             .post_send(
                 self.data[i],

@@ -24,10 +24,11 @@ use std::time::{Duration, Instant};
 
 use control::mpa::{Accept, Request};
 use control::runtime::Decision;
-use dataplane::CoreTransport;
+use dataplane::{CoreTransport, PdChoice};
 use rnic_engine::cq::Wc;
+use rnic_engine::mem::Pd;
 use rnic_engine::qp::QpEvent;
-use rnic_engine::verbs::QpHandle;
+use rnic_engine::verbs::{QpHandle, Registry, VerbError};
 
 use super::machine::{Layout, Machine, SizeOutcome, Status};
 use super::{Params, Test, Verb, HANG_UP_GRACE};
@@ -41,6 +42,10 @@ const REFUSAL_QUIET: Duration = Duration::from_secs(2);
 /// core to ask (well past the MPA startup's own limit).
 const KIND_KEPT: Duration = Duration::from_secs(30);
 
+/// Every how many of a service's ticks (a core's turns) the gate's retired
+/// PDs and stale connections are looked at.
+const SWEEP_TICKS: u64 = 1024;
+
 /// What the gate accepted a connection as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -51,11 +56,17 @@ enum Kind {
     Data,
 }
 
+/// What a connection was accepted as, the PD its QP was made in, and when
+/// it was accepted.
+type Accepted = (Kind, Option<Pd>, Instant);
+
 /// One client address's data connections to come.
 #[derive(Debug, Default)]
 struct Awaiting {
     /// Connections its sessions still wait for.
     count: u16,
+    /// The PD of the session that waits for them, if sessions have PDs.
+    pd: Option<Pd>,
     /// A data connection of it was refused (why), and when last.
     refused: Option<(String, Instant)>,
 }
@@ -70,9 +81,22 @@ pub struct Gate {
     /// cannot send an RTR, and in our log).
     unfence_how: &'static str,
     awaiting: Mutex<HashMap<Ipv4Addr, Awaiting>>,
-    /// What each accepted connection was accepted as, by its peer: the
-    /// core serves it so (the gate's word is the only one).
-    kinds: Mutex<HashMap<SocketAddrV4, (Kind, Instant)>>,
+    /// What each accepted connection was accepted as, by its peer, and
+    /// the PD its QP was made in: the core serves it so (the gate's word
+    /// is the only one).
+    kinds: Mutex<HashMap<SocketAddrV4, Accepted>>,
+    /// Where sessions' PDs come from, if each session has one of its own
+    /// ([`Gate::isolating`]).
+    registry: Option<Arc<Registry>>,
+    /// PDs of ended sessions and of control connections that never became
+    /// one, not freed yet because a QP still held them, and how many.
+    retired: Mutex<Vec<Pd>>,
+    retired_count: AtomicU64,
+    /// PDs it holds (its sessions', control connections' on their way,
+    /// retired ones), and at most how many: what one service's clients
+    /// can take of the host's pool, whatever they do.
+    held: AtomicU64,
+    held_max: u64,
     /// One client at a time (`bench perftest`'s server): the one it serves.
     single: Option<Mutex<Option<Ipv4Addr>>>,
     /// Refuse every new connection (a drain).
@@ -95,11 +119,139 @@ impl Gate {
             unfence_how,
             awaiting: Mutex::new(HashMap::new()),
             kinds: Mutex::new(HashMap::new()),
+            registry: None,
+            retired: Mutex::new(Vec::new()),
+            retired_count: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            held_max: 0,
             single: single.then(|| Mutex::new(None)),
             draining: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
         })
+    }
+
+    /// The same gate, whose sessions each get a protection domain of their
+    /// own from `registry`, holding at most `held_max` at once (live and
+    /// retired): a new client's control connection is made in a new PD,
+    /// its data connections in the same one, and its slot is registered
+    /// there (see [`Gate::pd_for`]). Before it is shared.
+    pub fn isolating(mut gate: Arc<Gate>, registry: Arc<Registry>, held_max: u64) -> Arc<Gate> {
+        let g = Arc::get_mut(&mut gate).expect("a gate is made isolating before it is shared");
+        g.registry = Some(registry);
+        g.held_max = held_max;
+        gate
+    }
+
+    /// PDs it holds now (live, on their way to a session, retired).
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    /// Whether its sessions have PDs of their own.
+    pub fn isolates(&self) -> bool {
+        self.registry.is_some()
+    }
+
+    /// The PD a QP of the connection from `peer` is made in, asked by its
+    /// core when the connection reaches it (`dataplane::PdFor`, for the
+    /// service's port): a new PD for a new client's control connection, the
+    /// PD of the session whose data connection it is, the core's own when
+    /// sessions have no PDs. `Refuse` (the connection is reset) when no PD
+    /// is left, or when the session its data connection was for is gone.
+    pub fn pd_for(&self, peer: SocketAddrV4) -> PdChoice {
+        let Some(registry) = &self.registry else {
+            return PdChoice::Default;
+        };
+        // In the order `answer` takes them.
+        let awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(&mut (kind, ref mut pd, _)) = kinds.get_mut(&peer) else {
+            // Not accepted here (nothing reaches a core otherwise).
+            return PdChoice::Refuse;
+        };
+        if let Some(pd) = *pd {
+            return PdChoice::In(pd);
+        }
+        let chosen = match kind {
+            // At most `held_max`: a client that leaves refused connections
+            // open (their PDs retired until their QPs go) takes no more.
+            Kind::Control if self.held.load(Ordering::Relaxed) < self.held_max => {
+                registry.alloc_pd().ok().inspect(|_| {
+                    self.held.fetch_add(1, Ordering::Relaxed);
+                })
+            }
+            Kind::Control => None,
+            Kind::Data => awaiting.get(peer.ip()).and_then(|a| a.pd),
+        };
+        match chosen {
+            Some(p) => {
+                *pd = Some(p);
+                PdChoice::In(p)
+            }
+            None => {
+                if kind == Kind::Control {
+                    eprintln!("bench perftest: {peer}: no protection domain left for a session");
+                }
+                kinds.remove(&peer);
+                PdChoice::Refuse
+            }
+        }
+    }
+
+    /// Frees `pd`, a session's or a connection's that never made one, now
+    /// or, while a QP still holds it, on a later call.
+    pub fn retire(&self, pd: Pd) {
+        let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        retired.push(pd);
+        self.retired_count
+            .store(retired.len() as u64, Ordering::Relaxed);
+        drop(retired);
+        self.sweep();
+    }
+
+    /// Frees what [`Gate::retire`] could not free yet and now can.
+    pub fn sweep(&self) {
+        let Some(registry) = &self.registry else {
+            return;
+        };
+        if self.retired_count.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        let before = retired.len();
+        retired.retain(|&pd| matches!(registry.dealloc_pd(pd), Err(VerbError::InUse)));
+        self.held
+            .fetch_sub((before - retired.len()) as u64, Ordering::Relaxed);
+        self.retired_count
+            .store(retired.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Forgets connections accepted so long ago ([`KIND_KEPT`]) that they
+    /// never reached a core (their QP refused), retiring their PDs: done
+    /// on every accept, and by the core now and then, so that one left
+    /// while nothing else is accepted (a drain) goes too.
+    pub fn forget_stale(&self) {
+        let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut stale = Vec::new();
+        kinds.retain(|_, (kind, pd, at)| {
+            let keep = at.elapsed() < KIND_KEPT;
+            // A control connection's PD is its own until its session has
+            // it; a data connection's is its session's.
+            if let (false, Kind::Control, Some(pd)) = (keep, *kind, *pd) {
+                stale.push(pd);
+            }
+            keep
+        });
+        drop(kinds);
+        for pd in stale {
+            self.retire(pd);
+        }
+    }
+
+    /// PDs retired and not yet free.
+    pub fn retired(&self) -> u64 {
+        self.retired_count.load(Ordering::Relaxed)
     }
 
     /// The listener's answer to `request` from `peer`.
@@ -196,28 +348,34 @@ impl Gate {
         })
     }
 
-    /// Sessions from `ip` now wait for `delta` more (or fewer) data
-    /// connections.
     /// The session from `ip` that may have its data connections coming
-    /// now waits for `count` (0: none any more).
-    fn expect(&self, ip: Ipv4Addr, count: u16) {
+    /// now waits for `count` (0: none any more); `pd` is its PD.
+    fn expect(&self, ip: Ipv4Addr, count: u16, pd: Option<Pd>) {
         let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
-        awaiting.entry(ip).or_default().count = count;
+        let a = awaiting.entry(ip).or_default();
+        a.count = count;
+        a.pd = pd.filter(|_| count > 0);
     }
 
     /// Remembers what the connection from `peer` was accepted as (the
     /// core asks when it is established). Decisions older than
     /// [`KIND_KEPT`] belong to startups that never finished and go.
     fn kind_of(&self, peer: SocketAddrV4, kind: Kind) {
+        self.forget_stale();
         let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
-        kinds.retain(|_, (_, at)| at.elapsed() < KIND_KEPT);
-        kinds.insert(peer, (kind, Instant::now()));
+        // The same peer again before its last connection reached the core.
+        let replaced = kinds.insert(peer, (kind, None, Instant::now()));
+        drop(kinds);
+        if let Some((Kind::Control, Some(pd), _)) = replaced {
+            self.retire(pd);
+        }
     }
 
-    /// What the connection from `peer` was accepted as, if it was here.
-    fn take_kind(&self, peer: SocketAddrV4) -> Option<Kind> {
+    /// What the connection from `peer` was accepted as, if it was here,
+    /// and the PD its QP was made in ([`Gate::pd_for`]).
+    fn take_kind(&self, peer: SocketAddrV4) -> Option<(Kind, Option<Pd>)> {
         let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
-        kinds.remove(&peer).map(|(k, _)| k)
+        kinds.remove(&peer).map(|(k, pd, _)| (k, pd))
     }
 
     /// Whether a client's data connection was refused so recently that
@@ -273,6 +431,10 @@ pub struct Counts {
     pub done: u64,
     /// Failed.
     pub failed: u64,
+    /// Protection domains of sessions (served now, or ended and waiting
+    /// for their QPs to go) and of control connections on their way to a
+    /// session.
+    pub pds: u64,
 }
 
 /// A client served now: its control QP's number, the peer, where its
@@ -294,6 +456,8 @@ pub struct PerftestService {
     free: Vec<usize>,
     counts: Counts,
     seed: u64,
+    /// Its [`PerftestService::tick`]s, for [`SWEEP_TICKS`].
+    ticks: u64,
 }
 
 impl PerftestService {
@@ -325,12 +489,16 @@ impl PerftestService {
             free: (0..slots).rev().collect(),
             counts: Counts::default(),
             seed,
+            ticks: 0,
         }
     }
 
     /// Sessions completed and failed so far.
     pub fn counts(&self) -> Counts {
-        self.counts
+        Counts {
+            pds: self.gate.held(),
+            ..self.counts
+        }
     }
 
     /// A connection accepted on the service's port: a data connection of a
@@ -343,16 +511,18 @@ impl PerftestService {
         qp: QpHandle,
         peer: SocketAddrV4,
     ) -> bool {
-        if self.gate.take_kind(peer) == Some(Kind::Data) {
-            let Some(s) = self
-                .served
-                .iter_mut()
-                .flatten()
-                .find(|s| s.peer.ip() == peer.ip() && s.over.is_none() && s.m.in_window())
-            else {
+        let taken = self.gate.take_kind(peer);
+        if let Some((Kind::Data, pd)) = taken {
+            // The session it was made for (the same PD, where they have
+            // them): another one's data would draw Terminates there.
+            let Some(s) = self.served.iter_mut().flatten().find(|s| {
+                s.peer.ip() == peer.ip() && s.over.is_none() && s.m.in_window() && s.m.pd() == pd
+            }) else {
                 // Its session ended meanwhile.
                 eprintln!("bench perftest: {peer}: a data connection whose session is gone");
-                ep.close(qp);
+                // Reset: nothing to tell it, and a peer that never closes
+                // must not keep its QP (and PD) alive.
+                ep.abort(qp);
                 return false;
             };
             s.m.add_data(qp);
@@ -360,12 +530,23 @@ impl PerftestService {
             announce(&self.gate, s);
             return true;
         }
-        let Some(slot) = self.free.pop() else {
-            eprintln!(
-                "bench perftest: {} clients already; closing {peer}",
-                self.len()
-            );
-            ep.close(qp);
+        let pd = taken.and_then(|(_, pd)| pd);
+        let without_pd = pd.is_none() && self.gate.isolates();
+        let Some(slot) = self.free.pop_if(|_| !without_pd) else {
+            if without_pd {
+                eprintln!("bench perftest: {peer}: a session without its PD; resetting it");
+            } else {
+                eprintln!(
+                    "bench perftest: {} clients already; resetting {peer}",
+                    self.len()
+                );
+            }
+            // Reset, as above.
+            ep.abort(qp);
+            // Freed once its QP is.
+            if let Some(pd) = pd {
+                self.gate.retire(pd);
+            }
             return false;
         };
         self.seed = self.seed.wrapping_mul(6364136223846793005).wrapping_add(1);
@@ -375,10 +556,19 @@ impl PerftestService {
             self.ib_mtu,
             self.seed,
         );
-        if let Err(why) = m.set_ctrl(ep, qp) {
+        let ready = match pd {
+            Some(pd) => m.set_pd(ep, pd).and_then(|()| m.set_ctrl(ep, qp)),
+            None => m.set_ctrl(ep, qp),
+        };
+        if let Err(why) = ready {
             eprintln!("bench perftest: {peer}: {why}");
             self.free.push(slot);
-            ep.close(qp);
+            ep.abort(qp);
+            // Its registration goes with it, the PD once its QP is freed.
+            drop(m);
+            if let Some(pd) = pd {
+                self.gate.retire(pd);
+            }
             return false;
         }
         self.owner.insert(qp, slot);
@@ -517,15 +707,29 @@ impl PerftestService {
                 }
             }
         }
-        // Over and every connection gone: the slot serves another.
+        // Over and every connection gone: the slot serves another, and
+        // the session's PD goes once its registrations (dropped with it)
+        // and QPs have.
         for slot in 0..self.served.len() {
             if self.served[slot]
                 .as_ref()
                 .is_some_and(|s| s.over.is_some() && s.m.qps().next().is_none())
             {
-                self.served[slot] = None;
+                let pd = self.served[slot].take().and_then(|s| s.m.pd());
                 self.owner.retain(|_, &mut s| s != slot);
                 self.free.push(slot);
+                if let Some(pd) = pd {
+                    self.gate.retire(pd);
+                }
+            }
+        }
+        // Now and then (each takes the registry's lock while anything is
+        // retired): PDs whose QPs have gone, and stale connections'.
+        self.ticks = self.ticks.wrapping_add(1);
+        if self.ticks.is_multiple_of(SWEEP_TICKS) {
+            self.gate.sweep();
+            if self.gate.isolates() {
+                self.gate.forget_stale();
             }
         }
     }
@@ -575,13 +779,146 @@ impl PerftestService {
 fn announce(gate: &Gate, s: &mut Served) {
     let now = s.m.wants_data();
     if s.announced == 0 && now > 0 {
-        gate.expect(*s.peer.ip(), now);
+        gate.expect(*s.peer.ip(), now, s.m.pd());
     } else if s.announced > 0
         && now == 0
         && !s.m.in_window()
         && s.m.data_qps().len() < usize::from(s.m.params().qps)
     {
-        gate.expect(*s.peer.ip(), 0);
+        gate.expect(*s.peer.ip(), 0, None);
     }
     s.announced = now;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rnic_engine::verbs::RnicConfig;
+
+    fn write_bw() -> Params {
+        Params {
+            test: Test::WriteBw,
+            client: false,
+            size: 65536,
+            iters: 100,
+            tx_depth: 128,
+            rx_depth: 1,
+            out_reads: 1,
+            all_sizes: false,
+            duration: None,
+            qps: 2,
+            duplex: false,
+        }
+    }
+
+    fn request() -> Request {
+        Request {
+            revision: 2,
+            crc: false,
+            markers: false,
+            enhanced: None,
+            private_data: Vec::new(),
+        }
+    }
+
+    fn peer(ip: u8, port: u16) -> SocketAddrV4 {
+        SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, ip), port)
+    }
+
+    fn accepted(gate: &Gate, from: SocketAddrV4) -> bool {
+        matches!(gate.decide(&request(), from), Decision::Accept(_))
+    }
+
+    /// Each session's control connection gets a PD of its own, its data
+    /// connections the same one, another client's another; a connection
+    /// the gate did not accept gets none, nor one past the gate's share of
+    /// PDs; a retired PD goes back once nothing holds it.
+    #[test]
+    fn each_session_has_a_pd_its_data_connections_share() {
+        let registry = Registry::new(&RnicConfig {
+            pds_max: 3,
+            ..RnicConfig::default()
+        });
+        let gate = Gate::isolating(
+            Gate::new(write_bw(), false, "--unfenced", false),
+            registry.clone(),
+            2,
+        );
+        assert!(gate.isolates());
+        // Two clients' control connections, from two hosts.
+        assert!(accepted(&gate, peer(1, 1000)));
+        assert!(accepted(&gate, peer(2, 1000)));
+        let PdChoice::In(a) = gate.pd_for(peer(1, 1000)) else {
+            panic!("no PD for a session")
+        };
+        let PdChoice::In(b) = gate.pd_for(peer(2, 1000)) else {
+            panic!("no PD for a session")
+        };
+        assert_ne!(a, b, "two sessions share a PD");
+        // Asked again (the same connection), the same answer.
+        assert_eq!(gate.pd_for(peer(1, 1000)), PdChoice::In(a));
+        assert_eq!(gate.held(), 2);
+        // Nothing accepted from there: no PD, reset.
+        assert_eq!(gate.pd_for(peer(3, 1000)), PdChoice::Refuse);
+        // The core takes the first session's: the PD is its session's now.
+        assert_eq!(
+            gate.take_kind(peer(1, 1000)),
+            Some((Kind::Control, Some(a)))
+        );
+        // The session waits for its two data connections: they join its
+        // PD, not a new one.
+        gate.expect(*peer(1, 0).ip(), 2, Some(a));
+        for port in [1001, 1002] {
+            assert!(accepted(&gate, peer(1, port)));
+            assert_eq!(gate.pd_for(peer(1, port)), PdChoice::In(a));
+            assert_eq!(gate.take_kind(peer(1, port)), Some((Kind::Data, Some(a))));
+        }
+        assert_eq!(gate.held(), 2);
+        // A session that gave up on its data connections: one accepted
+        // before it did finds no PD and is reset.
+        gate.expect(*peer(2, 0).ip(), 1, Some(b));
+        assert!(accepted(&gate, peer(2, 1001)));
+        gate.expect(*peer(2, 0).ip(), 0, None);
+        assert_eq!(gate.pd_for(peer(2, 1001)), PdChoice::Refuse);
+        // Its share (2) held: a new session is reset though the host has
+        // a PD left.
+        assert!(accepted(&gate, peer(4, 1000)));
+        assert_eq!(gate.pd_for(peer(4, 1000)), PdChoice::Refuse);
+        let spare = registry.alloc_pd().expect("the host's last PD");
+        registry.dealloc_pd(spare).unwrap();
+        // Retired while held (an STag of the session still in it): kept,
+        // and counted, then freed once it is empty.
+        let mr = registry
+            .reg_mr(
+                a,
+                rnic_engine::mem::Region::new(4096),
+                0,
+                4096,
+                0,
+                rnic_engine::mem::Access::LOCAL_WRITE,
+            )
+            .unwrap();
+        gate.retire(a);
+        assert_eq!((gate.retired(), gate.held()), (1, 2));
+        gate.sweep();
+        assert_eq!(gate.retired(), 1);
+        registry.dereg_mr(mr.stag).unwrap();
+        gate.sweep();
+        assert_eq!((gate.retired(), gate.held()), (0, 1));
+        // Below its share again: a new session gets a PD.
+        assert!(accepted(&gate, peer(5, 1000)));
+        assert!(matches!(gate.pd_for(peer(5, 1000)), PdChoice::In(_)));
+        assert_eq!(gate.held(), 2);
+    }
+
+    /// Without a registry (`bench perftest`'s one client) nothing changes:
+    /// every QP in the core's PD.
+    #[test]
+    fn a_gate_without_pds_leaves_qps_in_the_cores_pd() {
+        let gate = Gate::new(write_bw(), false, "--unfenced", true);
+        assert!(!gate.isolates());
+        assert!(accepted(&gate, peer(1, 1000)));
+        assert_eq!(gate.pd_for(peer(1, 1000)), PdChoice::Default);
+        assert_eq!(gate.take_kind(peer(1, 1000)), Some((Kind::Control, None)));
+    }
 }
