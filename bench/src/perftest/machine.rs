@@ -149,24 +149,37 @@ impl Exposed {
             Test::ReadBw | Test::ReadLat => Access::REMOTE_READ,
             Test::SendLat => Access::LOCAL_READ,
         };
-        let base_to = ep.mr.base_to + l.origin;
-        let region = ep.region.clone();
-        let mr = ep
-            .rnic()
-            .reg_mr(
-                pd,
-                region,
-                l.origin as usize,
-                Layout::memory(p),
-                base_to,
-                access,
-            )
-            .map_err(|e| format!("registering the session's memory: {e:?}"))?;
+        let mr = register_slot(ep, p, l, pd, access)
+            .map_err(|e| format!("registering the session's memory: {e}"))?;
         Ok(Exposed {
             registry: ep.rnic().registry().clone(),
             mr,
         })
     }
+}
+
+/// The session's slot of `ep`'s memory laid out as `l` for a test of `p`,
+/// registered in `pd` with `access`, at the addresses the core's own
+/// registration gives it.
+fn register_slot<T: CoreTransport>(
+    ep: &mut Endpoint<T>,
+    p: &Params,
+    l: &Layout,
+    pd: Pd,
+    access: Access,
+) -> Result<Mr, String> {
+    let base_to = ep.mr.base_to + l.origin;
+    let region = ep.region.clone();
+    ep.rnic()
+        .reg_mr(
+            pd,
+            region,
+            l.origin as usize,
+            Layout::memory(p),
+            base_to,
+            access,
+        )
+        .map_err(|e| format!("{e:?}"))
 }
 
 impl Drop for Exposed {
@@ -198,19 +211,8 @@ impl Own {
         l: &Layout,
         pd: Pd,
     ) -> Result<Own, String> {
-        let base_to = ep.mr.base_to + l.origin;
-        let region = ep.region.clone();
-        let mr = ep
-            .rnic()
-            .reg_mr(
-                pd,
-                region,
-                l.origin as usize,
-                Layout::memory(p),
-                base_to,
-                Access::LOCAL_WRITE,
-            )
-            .map_err(|e| format!("registering the session's memory in its PD: {e:?}"))?;
+        let mr = register_slot(ep, p, l, pd, Access::LOCAL_WRITE)
+            .map_err(|e| format!("registering the session's memory in its PD: {e}"))?;
         Ok(Own {
             registry: ep.rnic().registry().clone(),
             pd,
