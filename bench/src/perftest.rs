@@ -618,6 +618,28 @@ const DEFAULT_TAP: &str = "dpwperf0";
 
 /// Runs `bench perftest`; returns the process's exit status.
 pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
+    main_with(argv, stop, &Hooks::default())
+}
+
+/// What a test may do to a client's run beside what perftest's options
+/// say ([`main_with`]): see the buffer its server offered, or read and
+/// write elsewhere, as a hostile client would (the tests of what a server
+/// lets one session reach of another's; perftest's own client has no way
+/// to).
+#[derive(Debug, Default)]
+pub struct Hooks {
+    /// Every buffer the server offers taken as this `(STag, address)`
+    /// instead.
+    pub aim_at: Option<(u32, u64)>,
+    /// Set to the first buffer the server offered (STag, address) once
+    /// its handshake told it.
+    pub offered: std::sync::Mutex<Option<(u32, u64)>>,
+    /// Set to why the run failed, as printed.
+    pub failed: std::sync::Mutex<Option<String>>,
+}
+
+/// [`main`], with `hooks` on a client's run (a server's ignores them).
+pub fn main_with(argv: Vec<String>, stop: &AtomicBool, hooks: &Hooks) -> i32 {
     let args = match PerftestArgs::try_parse_from(argv) {
         Ok(a) => a,
         Err(e) => {
@@ -644,7 +666,7 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
                 ..KernelConfig::default()
             };
             match KernelTransport::new(kc) {
-                Ok(t) => run(t, emss, &args, &p, stop),
+                Ok(t) => run(t, emss, &args, &p, stop, hooks),
                 Err(e) => Err(e.to_string()),
             }
         }
@@ -656,7 +678,7 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
         )
         .and_then(|stack| {
             let emss = stack.emss();
-            run(stack, emss, &args, &p, stop)
+            run(stack, emss, &args, &p, stop, hooks)
         }),
         dpdk => link::run_on_dpdk(
             dpdk,
@@ -666,7 +688,7 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
             DEFAULT_TAP,
             |stack| {
                 let emss = stack.emss();
-                run(stack, emss, &args, &p, stop)
+                run(stack, emss, &args, &p, stop, hooks)
             },
         ),
     };
@@ -674,6 +696,7 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
         Ok(()) => 0,
         Err(why) => {
             eprintln!("bench perftest: {why}");
+            *hooks.failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
             1
         }
     }
@@ -685,6 +708,7 @@ fn run<T: CoreTransport>(
     args: &PerftestArgs,
     p: &Params,
     stop: &AtomicBool,
+    hooks: &Hooks,
 ) -> Result<(), String> {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -697,7 +721,7 @@ fn run<T: CoreTransport>(
     }
     print_banner(p, args);
     let results = if p.client {
-        client(&mut ep, args, p, seed, stop)
+        client(&mut ep, args, p, seed, stop, hooks)
     } else {
         server(&mut ep, args, p, seed, stop)
     }?;
@@ -712,14 +736,25 @@ fn client<T: CoreTransport>(
     p: &Params,
     seed: u64,
     stop: &AtomicBool,
+    hooks: &Hooks,
 ) -> Result<Vec<SizeOutcome>, String> {
     let mut m = Machine::new(*p, 0, args.ib_mtu(), seed);
+    if let Some((stag, address)) = hooks.aim_at {
+        m.aim_at(stag, address);
+    }
+    let mut told = false;
     let mut wcs = Vec::new();
     let result = (|| {
         let ctrl = connect(ep, args, p, false, stop, &mut m, &mut wcs)?;
         m.set_ctrl(ep, ctrl)?;
         loop {
             turn(ep, &mut m, &mut wcs);
+            if !told {
+                if let Some(b) = m.peer_buffer() {
+                    *hooks.offered.lock().unwrap_or_else(|p| p.into_inner()) = Some(b);
+                    told = true;
+                }
+            }
             match m.poll(ep) {
                 Status::Running => {}
                 Status::Connect => {

@@ -1604,8 +1604,10 @@ fn perftest_client(args: &str, port: u16) -> i32 {
 /// client that can send no RTR (MPA v1) is refused with the reason. Each
 /// session runs in a protection domain of its own (its data connections
 /// joining its control connection's; every one of them completing shows
-/// its slot is registered where its QPs are), freed with it. Stats and
-/// metrics count them, and nothing is left.
+/// its slot is registered where its QPs are), freed with it: a client
+/// that writes or reads through a running session's STag instead of its
+/// own is terminated, and the running session goes on. Stats and metrics count
+/// them, and nothing is left.
 fn perftest_services() -> Result<(), Failed> {
     let dir = scratch("perftest");
     let (tcp_port, metrics) = (free_port(), free_port());
@@ -1728,17 +1730,89 @@ fn perftest_services() -> Result<(), Failed> {
     if perftest_client("ib_write_bw -b -q 2 -n 20 -s 1048576", port("ib_write_bw")?) == 0 {
         return Err(fail("a write_bw client writing past its slot completed"));
     }
+    // A client that writes through another running session's STag
+    // instead of its own (as one that guessed or learned it could;
+    // perftest's own client cannot): its QPs are in its session's PD, so
+    // its first Write draws DDP's Terminate (tagged buffer error, STag not
+    // associated with the DDP stream: 1/1/2, RFC 5041 §7.2) and fails its
+    // session, while the other session goes on (until its client stops
+    // in the middle, which fails that one too).
+    let long_stop = AtomicBool::new(false);
+    let long_hooks = bench::perftest::Hooks::default();
+    let (intruder, alive) = std::thread::scope(|s| {
+        let long = s.spawn(|| {
+            let argv =
+                format!("perftest ib_write_bw -b -q 2 -n 1000000 -s 65536 127.0.0.1 -p {write_bw}");
+            bench::perftest::main_with(
+                argv.split(' ').map(String::from).collect(),
+                &long_stop,
+                &long_hooks,
+            )
+        });
+        let start = Instant::now();
+        let theirs = loop {
+            let offered = *long_hooks.offered.lock().unwrap_or_else(|p| p.into_inner());
+            match offered {
+                Some(b) if daemon.ctl("connections").is_ok_and(|c| past_data(&c)) => break Some(b),
+                _ if long.is_finished() || start.elapsed() > Duration::from_secs(20) => break None,
+                _ => std::thread::sleep(Duration::from_millis(2)),
+            }
+        };
+        let intruder = theirs.map(|theirs| {
+            let hooks = bench::perftest::Hooks {
+                aim_at: Some(theirs),
+                ..Default::default()
+            };
+            let argv =
+                format!("perftest ib_write_bw -b -q 2 -n 200 -s 65536 127.0.0.1 -p {write_bw}");
+            let code = bench::perftest::main_with(
+                argv.split(' ').map(String::from).collect(),
+                &AtomicBool::new(false),
+                &hooks,
+            );
+            let why = hooks
+                .failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            (code, why)
+        });
+        let alive = !long.is_finished();
+        long_stop.store(true, Ordering::SeqCst);
+        let _ = long.join();
+        (intruder, alive)
+    });
+    match &intruder {
+        Some((1, Some(why)))
+            if why.contains("the peer sent a Terminate: layer 1 type 1 code 0x02") => {}
+        other => {
+            return Err(fail(format!(
+                "a write_bw client writing through another session's STag: {other:?}\n{}",
+                daemon.log_text()
+            )))
+        }
+    }
+    if !alive {
+        return Err(fail(
+            "the session whose STag another client used ended with it",
+        ));
+    }
     // A client that goes away in the middle of its Reads (its connections
     // close under them, as when its process is killed) fails its own
     // session; its QPs and its slot's STag are gone with it (checked with
     // the rest below).
     let read_bw = port("ib_read_bw")?;
     let stop = AtomicBool::new(false);
+    let running_hooks = bench::perftest::Hooks::default();
     let mid_run = std::thread::scope(|s| {
         let client = s.spawn(|| {
             let argv =
                 format!("perftest ib_read_bw -q 4 -n 2500000 -s 4096 127.0.0.1 -p {read_bw}");
-            bench::perftest::main(argv.split(' ').map(String::from).collect(), &stop)
+            bench::perftest::main_with(
+                argv.split(' ').map(String::from).collect(),
+                &stop,
+                &running_hooks,
+            )
         });
         // Its Reads run once the service has answered them for a while.
         let running = daemon.wait_stats(Duration::from_secs(20), |s| {
@@ -1770,12 +1844,74 @@ fn perftest_services() -> Result<(), Failed> {
                     .and_then(|p| p["pds_live"].as_u64())
             })
         });
+        // Another client of the service reads through the running
+        // session's STag instead of its own, as one that guessed or
+        // learned it could (perftest's own client cannot): its session's
+        // QPs are in a PD of their own, so its first Read draws RDMAP's
+        // Terminate (remote protection error, STag not associated with
+        // the RDMAP stream: 0/1/3) and fails it, while the running
+        // session's Reads go on being answered.
+        let theirs = *running_hooks
+            .offered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let intruder = theirs.map(|theirs| {
+            let hooks = bench::perftest::Hooks {
+                aim_at: Some(theirs),
+                ..Default::default()
+            };
+            let argv = format!("perftest ib_read_bw -q 4 -n 100 -s 4096 127.0.0.1 -p {read_bw}");
+            let code = bench::perftest::main_with(
+                argv.split(' ').map(String::from).collect(),
+                &AtomicBool::new(false),
+                &hooks,
+            );
+            let why = hooks
+                .failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            (code, why)
+        });
+        let reads_then = || {
+            scrape(metrics).ok().and_then(|t| {
+                sample(
+                    &t,
+                    "dpwarp_service_read_response_seconds_count{service=\"perftest\"}",
+                )
+            })
+        };
+        let before = reads_then();
+        std::thread::sleep(Duration::from_millis(500));
+        let after = reads_then();
+        let alive = !client.is_finished();
         stop.store(true, Ordering::SeqCst);
         let _ = client.join();
         // (An earlier session's may still wait for its QPs to go.)
         if pds.is_none_or(|n| n == 0) {
             return Err(fail(format!(
                 "the running read_bw session has no PD: {pds:?}"
+            )));
+        }
+        match &intruder {
+            // The client hears it as its Read's completion (remote access
+            // error) or as the Terminate, whichever it looks at first; the
+            // daemon's log (below) names the Terminate it sent.
+            Some((1, Some(why)))
+                if why.contains("ended RemoteAccess")
+                    || why.contains("the peer sent a Terminate: layer 0 type 1 code 0x03") => {}
+            other => {
+                return Err(fail(format!(
+                    "a read_bw client reading through the running session's STag {theirs:x?}: \
+                     {other:?}\n{}",
+                    daemon.log_text()
+                )))
+            }
+        }
+        if !alive || after <= before {
+            return Err(fail(format!(
+                "the running session after the intruder: running {alive}, Reads answered \
+                 {before:?} then {after:?}"
             )));
         }
         running.map(|_| reads)
@@ -1802,8 +1938,8 @@ fn perftest_services() -> Result<(), Failed> {
     // (Counters are published every 50 ms; the refused write_lat client's
     // control connection is closed after the stall limit at most.)
     let stats = daemon.wait_stats(Duration::from_secs(20), |s| {
-        done(s, "ib_write_bw", 2, 1)
-            && done(s, "ib_read_bw", 1, 1)
+        done(s, "ib_write_bw", 2, 3)
+            && done(s, "ib_read_bw", 1, 2)
             && done(s, "ib_send_bw", 1, 0)
             && done(s, "ib_write_lat", 1, 1)
             && done(s, "ib_read_lat", 1, 0)
@@ -1823,6 +1959,13 @@ fn perftest_services() -> Result<(), Failed> {
         // The Write past the slot: DDP's tagged buffer error, base or
         // bounds violation (RFC 5041 §7.2).
         || !log.contains("direction=\"sent\" layer=1 type=1 code=1")
+        // The Write through another session's STag: DDP's tagged buffer
+        // error, STag not associated with the DDP stream (RFC 5041 §7.2).
+        || !log.contains("direction=\"sent\" layer=1 type=1 code=2")
+        // The Read through another session's STag: RDMAP's remote
+        // protection error, STag not associated with the RDMAP stream
+        // (RFC 5040 §7.2).
+        || !log.contains("direction=\"sent\" layer=0 type=1 code=3")
     {
         return Err(fail(format!("the daemon's log says why:\n{log}")));
     }

@@ -420,6 +420,9 @@ pub struct Machine {
     /// Its connections that ended (their handles may serve others now).
     gone: Vec<QpHandle>,
     rem: Vec<Dest>,
+    /// Every peer buffer taken as this one instead of what the peer
+    /// offered ([`Machine::aim_at`]).
+    aimed: Option<(u32, u64)>,
     cycle: u64,
     line: u64,
     ib_mtu: u8,
@@ -483,6 +486,7 @@ impl Machine {
             data: Vec::new(),
             gone: Vec::new(),
             rem: vec![Dest::default(); usize::from(p.qps)],
+            aimed: None,
             cycle: u64::from(CYCLE_BUFFER),
             line: u64::from(CACHE_LINE),
             ib_mtu,
@@ -625,6 +629,23 @@ impl Machine {
     /// Whether `qp` is one of its connections (and did not end).
     pub fn owns(&self, qp: QpHandle) -> bool {
         (self.ctrl == Some(qp) || self.data.contains(&qp)) && !self.gone.contains(&qp)
+    }
+
+    /// The first buffer the peer offered: its STag and address, once the
+    /// handshake told them.
+    pub fn peer_buffer(&self) -> Option<(u32, u64)> {
+        self.rem
+            .first()
+            .filter(|d| **d != Dest::default())
+            .map(|d| (d.rkey, d.vaddr))
+    }
+
+    /// Takes every buffer the peer offers as `(stag, address)` instead: a
+    /// client that reads or writes where its server did not point it (a
+    /// test of what a server exposes to whom; perftest's own client
+    /// cannot).
+    pub fn aim_at(&mut self, stag: u32, address: u64) {
+        self.aimed = Some((stag, address));
     }
 
     /// Its connections that did not end, the control one first.
@@ -993,6 +1014,10 @@ impl Machine {
                 // The first round's counts; perftest's second repeats it.
                 if self.rem[usize::from(i)] == Dest::default() {
                     self.rem[usize::from(i)] = d;
+                    if let Some((rkey, vaddr)) = self.aimed {
+                        let r = &mut self.rem[usize::from(i)];
+                        (r.rkey, r.vaddr) = (rkey, vaddr);
+                    }
                 }
             }
             Msg::Report(k) => {
