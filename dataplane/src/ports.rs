@@ -257,10 +257,15 @@ impl Opened {
         }
     }
 
-    /// [`Self::steer`], the local TCP ports `pinned` and UDP ports
-    /// `pinned_udp` owned by the first core (see [`Steer::pinning`]).
-    pub fn steer_pinning(&self, pinned: &[u16], pinned_udp: &[u16]) -> Result<Arc<Steer>, String> {
-        Ok(self.steer()?.pin(pinned, pinned_udp))
+    /// [`Self::steer`], each local TCP port of `pinned` owned by the core
+    /// beside it and the UDP ports `pinned_udp` by the first core (see
+    /// [`Steer::pinning`]).
+    pub fn steer_pinning(
+        &self,
+        pinned: &[(u16, u16)],
+        pinned_udp: &[u16],
+    ) -> Result<Arc<Steer>, String> {
+        self.steer()?.pin(pinned, pinned_udp)
     }
 
     /// How the port spreads received frames over its queues, in words.

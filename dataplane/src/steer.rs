@@ -17,7 +17,8 @@
 //! cache and may have asked, so ARP frames are copied to every other core.
 //! UDP datagrams to a pinned UDP port (a DDP over SCTP listener's, RFC 6951,
 //! which one core serves: an association's packets must all meet its
-//! endpoint) go to the first core. Other frames stay where they arrived.
+//! endpoint) go to the first core, and TCP segments to a pinned TCP port
+//! to the core it is pinned to. Other frames stay where they arrived.
 //!
 //! The key is the symmetric one (`tcp_lite::rss::SYMMETRIC_KEY`): both
 //! directions of a connection hash alike, so two dpwarp hosts with the same
@@ -44,11 +45,11 @@ pub struct Steer {
     _pools: Vec<Arc<Pool>>,
     toeplitz: Toeplitz,
     reta: Reta,
-    /// Local TCP ports whose connections the first core owns, whatever
-    /// their hash (services whose clients' several connections must meet
-    /// on one core: perftest's control and data connections say nothing
-    /// of each other).
-    pinned: Vec<u16>,
+    /// Local TCP ports whose connections one core owns, whatever their
+    /// hash, and that core (services whose clients' several connections
+    /// must meet on one core: perftest's control and data connections say
+    /// nothing of each other).
+    pinned: Vec<(u16, u16)>,
     /// Local UDP ports whose datagrams the first core takes (an SCTP
     /// endpoint's, whose associations live on one core).
     pinned_udp: Vec<u16>,
@@ -96,25 +97,37 @@ impl Steer {
         }))
     }
 
-    /// [`Steer::new`], frames to the local TCP ports `pinned` and UDP
-    /// ports `pinned_udp` going to the first core.
+    /// [`Steer::new`], frames to each local TCP port of `pinned` going
+    /// to the core beside it, and to the UDP ports `pinned_udp` to the
+    /// first core. A core beyond the port's is refused.
     pub fn pinning(
         pools: &[Arc<Pool>],
-        pinned: &[u16],
+        pinned: &[(u16, u16)],
         pinned_udp: &[u16],
     ) -> Result<Arc<Steer>, String> {
-        Ok(Steer::new(pools)?.pin(pinned, pinned_udp))
+        Steer::new(pools)?.pin(pinned, pinned_udp)
     }
 
-    /// This steering, frames to the local TCP ports `pinned` and UDP
-    /// ports `pinned_udp` going to the first core. Only for a steering no
-    /// core has yet (its one handle): [`Steer::pinning`] and
-    /// `Opened::steer_pinning` call it on the one they just made.
-    pub(crate) fn pin(mut self: Arc<Steer>, pinned: &[u16], pinned_udp: &[u16]) -> Arc<Steer> {
+    /// This steering, frames to each local TCP port of `pinned` going to
+    /// the core beside it, and to the UDP ports `pinned_udp` to the first
+    /// core. Only for a steering no core has yet (its one handle):
+    /// [`Steer::pinning`] and `Opened::steer_pinning` call it on the one
+    /// they just made.
+    pub(crate) fn pin(
+        mut self: Arc<Steer>,
+        pinned: &[(u16, u16)],
+        pinned_udp: &[u16],
+    ) -> Result<Arc<Steer>, String> {
+        let cores = self.cores();
+        if let Some((port, core)) = pinned.iter().find(|(_, core)| *core >= cores) {
+            return Err(format!(
+                "TCP port {port} is pinned to core {core}; the port has {cores}"
+            ));
+        }
         let s = Arc::get_mut(&mut self).expect("pinned before it is shared");
         s.pinned = pinned.to_vec();
         s.pinned_udp = pinned_udp.to_vec();
-        self
+        Ok(self)
     }
 
     /// The table in use.
@@ -188,8 +201,8 @@ impl SteerPoint {
                 return Kind::Here;
             }
             0
-        } else if self.steer.pinned.contains(&dst.port()) {
-            0
+        } else if let Some(&(_, core)) = self.steer.pinned.iter().find(|(p, _)| *p == dst.port()) {
+            core
         } else {
             self.steer.owner(src, dst)
         };

@@ -302,35 +302,38 @@ fn frames_at_the_wrong_core_are_handed_to_their_owner() {
 }
 
 /// A pinned port (`Steer::pinning`): every connection to it is served by
-/// the first core, whichever queue its frames arrive at; the others'
-/// frames are handed over, none dropped.
+/// the core it is pinned to (here the second), whichever queue its frames
+/// arrive at; the other core's frames are handed over, none dropped. A
+/// core the port does not have is refused.
 #[test]
-fn a_pinned_ports_connections_all_meet_on_the_first_core() {
+fn a_pinned_ports_connections_all_meet_on_its_core() {
     let _one = serial();
     let (a, b) = ports_of(eal());
+    let refused = Steer::pinning(&b.pools, &[(PORT, 2)], &[]).unwrap_err();
+    assert!(refused.contains("core 2; the port has 2"), "{refused}");
     let mut client = host(&a, CLIENT, a.steer().unwrap(), true);
     let mut server = host(
         &b,
         SERVER,
-        Steer::pinning(&b.pools, &[PORT], &[]).unwrap(),
+        Steer::pinning(&b.pools, &[(PORT, 1)], &[]).unwrap(),
         true,
     );
     let conns = run(&mut client, &mut server, 24);
     for c in &conns {
         let (server_core, _) = c.server.expect("accepted");
-        assert_eq!(server_core, 0, "the pinned port's connections are core 0's");
+        assert_eq!(server_core, 1, "the pinned port's connections are core 1's");
     }
     let counters = server.counters();
     assert!(
-        counters[1].rx_steered_out > 0,
-        "frames reached core 1 and were handed over: {counters:?}"
+        counters[0].rx_steered_out > 0,
+        "frames reached core 0 and were handed over: {counters:?}"
     );
     assert!(
         counters.iter().all(|c| c.rx_steer_dropped == 0),
         "none dropped: {counters:?}"
     );
-    // Client core 1's connections really arrived at the second queue.
-    assert!(conns.iter().any(|c| c.client_core == 1));
+    // Client core 0's connections really arrived at the first queue.
+    assert!(conns.iter().any(|c| c.client_core == 0));
 }
 
 /// A pinned UDP port (`Steer::pinning`, a DDP over SCTP listener's): every

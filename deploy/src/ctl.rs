@@ -119,6 +119,9 @@ fn stats(shared: &Shared) -> Value {
                 "kind": "perftest",
                 "tcp_port": p.port,
                 "command": p.config.command.text,
+                // The core that serves it (the services take the cores in
+                // turn).
+                "core": p.core,
                 "accepted": p.gate.accepted.load(Ordering::Relaxed),
                 "refused": p.gate.refused.load(Ordering::Relaxed),
                 "sessions_done": c.done,
@@ -317,7 +320,7 @@ fn connections(shared: &Shared) -> Value {
         let (_, clients) = &*p.state.lock().unwrap_or_else(|p| p.into_inner());
         for (qp, peer, phase) in clients {
             list.push(json!({
-                "core": 0,
+                "core": p.core,
                 "qp": qp,
                 "peer": peer,
                 "service": "perftest",

@@ -106,14 +106,16 @@ pub struct SctpShared {
 }
 
 /// One perftest service: its gate on the control-plane thread and its
-/// sessions' memory. The first core serves all its clients: perftest's
-/// client opens a control connection and `-q` data connections that say
-/// nothing of each other, so they must meet on one core (the DPDK port
-/// steers the service's TCP port to it; on Linux TCP only that core
-/// listens).
+/// sessions' memory. One core serves all its clients: perftest's client
+/// opens a control connection and `-q` data connections that say nothing
+/// of each other, so they must meet on one core (the DPDK port steers the
+/// service's TCP port to it; on Linux TCP only that core listens). The
+/// services take the cores in turn, in the order of the configuration.
 pub struct PerftestShared {
     /// Its TCP port.
     pub port: u16,
+    /// The core that serves it (an index into the cores).
+    pub core: usize,
     /// What its clients run.
     pub config: crate::config::PerftestConfig,
     /// Its listener's decisions.
@@ -398,7 +400,7 @@ pub struct Shared {
     pub rping: Arc<RpingGate>,
     /// Each core's rping slots: the offset of its buffers in the memory.
     pub rping_origin: Vec<Option<u64>>,
-    /// The perftest services (the first core serves them).
+    /// The perftest services (each served by its core).
     pub perftest: Vec<PerftestShared>,
     /// The bench service's DDP over SCTP listener, if configured.
     pub sctp: Option<SctpShared>,
@@ -583,11 +585,13 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
                 .collect::<Result<Vec<_>, String>>()?
         }
     };
-    // Each perftest service's sessions: a slot per client, on the first
-    // core, taken from the memory for good.
+    // Each perftest service's sessions: a slot per client, on its core
+    // (the services take the cores in turn), taken from the memory for
+    // good.
     let perftest = config
         .perftests()
-        .map(|(port, p)| {
+        .enumerate()
+        .map(|(i, (port, p))| {
             let params = p.command.params;
             let len = bench::perftest::PerftestService::memory(&params, p.clients_max) as u64;
             let origin = serving.reserve(len).ok_or_else(|| {
@@ -599,6 +603,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
             })?;
             Ok(PerftestShared {
                 port,
+                core: i % config.dpdk.lcores.len(),
                 config: p.clone(),
                 // Each session in a PD of its own, the service holding
                 // at most its share of the host's.
@@ -743,9 +748,13 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
                     host_side(&default_tap, port.netns.as_deref(), host)?;
                 }
                 let steer = if cores > 1 {
-                    // perftest's connections, and the DDP over SCTP
-                    // listener's datagrams, to the first core.
-                    let pinned: Vec<u16> = shared.perftest.iter().map(|p| p.port).collect();
+                    // Each perftest service's connections to its core,
+                    // the DDP over SCTP listener's datagrams to the first.
+                    let pinned: Vec<(u16, u16)> = shared
+                        .perftest
+                        .iter()
+                        .map(|p| (p.port, p.core as u16))
+                        .collect();
                     let udp: Vec<u16> = shared.sctp.iter().map(|s| s.udp_port).collect();
                     Some(opened.steer_pinning(&pinned, &udp)?)
                 } else {
@@ -954,24 +963,24 @@ fn run_cores<T: SctpCarrier + Send>(
             }
         }));
     }
-    // perftest: the first core only (see `PerftestShared`). ib_write_lat's
-    // server writes first: unfenced where its service says so.
-    if let Some(first) = servers.first_mut() {
-        first.endpoint.core.config_mut().unfenced_ports = shared
+    // perftest: each service on its core only (see `PerftestShared`).
+    // ib_write_lat's server writes first: unfenced where its service says
+    // so.
+    for (k, server) in servers.iter_mut().enumerate() {
+        server.endpoint.core.config_mut().unfenced_ports = shared
             .perftest
             .iter()
-            .filter(|p| p.config.unfenced)
+            .filter(|p| p.core == k && p.config.unfenced)
             .map(|p| p.port)
             .collect();
     }
     for p in &shared.perftest {
-        servers[0].endpoint.control().listen(
+        servers[p.core].endpoint.control().listen(
             p.port,
             startup.clone(),
             perftest_listener(p.gate.clone(), p.port, shared.setup.clone()),
         );
     }
-    let perftest_ports: Vec<Option<u16>> = shared.perftest.iter().map(|p| Some(p.port)).collect();
     let failed = AtomicBool::new(false);
     let listening = std::sync::Barrier::new(servers.len() + 1);
     std::thread::scope(|scope| {
@@ -984,9 +993,13 @@ fn run_cores<T: SctpCarrier + Send>(
                 // The first core also turns the DDP over SCTP listener.
                 let sctp_parts = (k == 0).then(|| (region.clone(), mr, hook.clone()));
                 let mut others = vec![memory_port, ports.rping];
-                if k == 0 {
-                    others.extend(perftest_ports.iter().copied());
-                }
+                others.extend(
+                    shared
+                        .perftest
+                        .iter()
+                        .filter(|p| p.core == k)
+                        .map(|p| Some(p.port)),
+                );
                 std::thread::Builder::new()
                     .name(format!("dpwarpd-core{k}"))
                     .spawn_scoped(scope, move || {
@@ -1169,29 +1182,26 @@ fn core_loop<T: SctpCarrier>(
             false,
         )
     });
-    // The perftest services' sessions, on the first core.
-    let mut perftests: Vec<PerftestCore> = if k == 0 {
-        shared
-            .perftest
-            .iter()
-            .enumerate()
-            .map(|(i, p)| PerftestCore {
-                index: i,
-                port: p.port,
-                service: bench::perftest::PerftestService::new(
-                    p.config.command.params,
-                    p.gate.clone(),
-                    p.config.clients_max,
-                    p.origin,
-                    ib_mtu(shared.config.port().mtu),
-                    seed(),
-                ),
-                finished: Vec::new(),
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    // The sessions of the perftest services this core serves.
+    let mut perftests: Vec<PerftestCore> = shared
+        .perftest
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.core == k)
+        .map(|(i, p)| PerftestCore {
+            index: i,
+            port: p.port,
+            service: bench::perftest::PerftestService::new(
+                p.config.command.params,
+                p.gate.clone(),
+                p.config.clients_max,
+                p.origin,
+                ib_mtu(shared.config.port().mtu),
+                seed(),
+            ),
+            finished: Vec::new(),
+        })
+        .collect();
     let mut ops = Vec::new();
     let mut listeners_seen = 0;
     // A change of listeners waiting for the control plane's answer, since
@@ -1406,7 +1416,7 @@ fn perftest_listener(
     })
 }
 
-/// A perftest service on the first core.
+/// A perftest service on its core.
 struct PerftestCore {
     /// Its index in [`Shared::perftest`].
     index: usize,

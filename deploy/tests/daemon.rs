@@ -82,6 +82,10 @@ fn main() {
         Trial::test("rping_service_serves_clients_at_once", rping_service),
         Trial::test("perftest_services_serve_clients_at_once", perftest_services),
         Trial::test(
+            "perftest_services_take_the_cores_in_turn",
+            perftest_services_on_two_cores,
+        ),
+        Trial::test(
             "ten_thousand_idle_connections_cost_only_their_own",
             idle_connections,
         ),
@@ -1997,6 +2001,75 @@ fn perftest_services() -> Result<(), Failed> {
         )
     {
         return Err(fail(format!("perftest in the metrics:\n{text}")));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// With two cores the perftest services take them in turn, in the
+/// configuration's order: the first (write_bw) the first core, the second
+/// (read_bw) the second. Each client's control and data connections are
+/// all established on its service's core (on Linux TCP only that core
+/// listens on the service's port), and both sessions complete.
+fn perftest_services_on_two_cores() -> Result<(), Failed> {
+    let dir = scratch("perftest-cores");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    let config = loopback_config(&dir, tcp_port, metrics, 160)
+        .replace("lcores = [0]", "lcores = [0, 1]")
+        .replace(
+            "command = \"ib_write_bw\"",
+            "command = \"ib_write_bw -q 2 -n 200 -s 65536\"",
+        )
+        .replace(
+            "command = \"ib_read_bw\"",
+            "command = \"ib_read_bw -q 4 -n 100 -s 4096\"",
+        );
+    let daemon = Daemon::start(&dir, &config)?;
+    let stats = daemon.ctl("stats").map_err(fail)?;
+    let service = |s: &Value, test: &str| -> Option<Value> {
+        s["perftest"].as_array().and_then(|a| {
+            a.iter()
+                .find(|p| p["command"].as_str().is_some_and(|c| c.starts_with(test)))
+                .cloned()
+        })
+    };
+    let established = |s: &Value| -> Vec<u64> {
+        s["cores"].as_array().map_or(Vec::new(), |cores| {
+            cores
+                .iter()
+                .map(|c| c["established"].as_u64().unwrap_or(0))
+                .collect()
+        })
+    };
+    let mut before = established(&stats);
+    if before.len() != 2 {
+        return Err(fail(format!("two cores: {stats:#}")));
+    }
+    for (test, args, core, connections) in [
+        ("ib_write_bw", "ib_write_bw -q 2 -n 200 -s 65536", 0, 3),
+        ("ib_read_bw", "ib_read_bw -q 4 -n 100 -s 4096", 1, 5),
+    ] {
+        let s = service(&stats, test).ok_or_else(|| fail(format!("no {test}: {stats:#}")))?;
+        if s["core"] != core {
+            return Err(fail(format!("{test} on core {}, not {core}", s["core"])));
+        }
+        let port = s["tcp_port"].as_u64().unwrap_or(0) as u16;
+        if perftest_client(args, port) != 0 {
+            return Err(fail(format!("{args}\n{}", daemon.log_text())));
+        }
+        let after = daemon.wait_stats(Duration::from_secs(10), |s| {
+            service(s, test).is_some_and(|p| p["sessions_done"] == 1 && p["clients"] == 0)
+        })?;
+        let now = established(&after);
+        let grew: Vec<u64> = now.iter().zip(&before).map(|(n, b)| n - b).collect();
+        let mut want = vec![0, 0];
+        want[core] = connections;
+        if grew != want {
+            return Err(fail(format!(
+                "{test}'s connections established per core: {grew:?}, not {want:?}"
+            )));
+        }
+        before = now;
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
