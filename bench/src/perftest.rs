@@ -631,8 +631,9 @@ pub struct Hooks {
     /// Every buffer the server offers taken as this `(STag, address)`
     /// instead.
     pub aim_at: Option<(u32, u64)>,
-    /// Set to the first buffer the server offered (STag, address) once
-    /// its handshake told it.
+    /// Set to the buffer the server offered for the first QP (STag and
+    /// address; send_bw's credit word) once its handshake told it, as it
+    /// offered it.
     pub offered: std::sync::Mutex<Option<(u32, u64)>>,
     /// Set to why the run failed, as printed.
     pub failed: std::sync::Mutex<Option<String>>,
@@ -749,13 +750,14 @@ fn client<T: CoreTransport>(
         m.set_ctrl(ep, ctrl)?;
         loop {
             turn(ep, &mut m, &mut wcs);
+            let status = m.poll(ep);
             if !told {
                 if let Some(b) = m.peer_buffer() {
                     *hooks.offered.lock().unwrap_or_else(|p| p.into_inner()) = Some(b);
                     told = true;
                 }
             }
-            match m.poll(ep) {
+            match status {
                 Status::Running => {}
                 Status::Connect => {
                     for _ in 0..p.qps {

@@ -423,6 +423,8 @@ pub struct Machine {
     /// Every peer buffer taken as this one instead of what the peer
     /// offered ([`Machine::aim_at`]).
     aimed: Option<(u32, u64)>,
+    /// What the peer offered for QP 0, as it offered it.
+    offered: Option<(u32, u64)>,
     cycle: u64,
     line: u64,
     ib_mtu: u8,
@@ -487,6 +489,7 @@ impl Machine {
             gone: Vec::new(),
             rem: vec![Dest::default(); usize::from(p.qps)],
             aimed: None,
+            offered: None,
             cycle: u64::from(CYCLE_BUFFER),
             line: u64::from(CACHE_LINE),
             ib_mtu,
@@ -631,13 +634,11 @@ impl Machine {
         (self.ctrl == Some(qp) || self.data.contains(&qp)) && !self.gone.contains(&qp)
     }
 
-    /// The first buffer the peer offered: its STag and address, once the
-    /// handshake told them.
+    /// The buffer the peer offered for QP 0 (its STag and address; in
+    /// send_bw its credit word), once the handshake told it, whatever
+    /// [`Machine::aim_at`] put in its place.
     pub fn peer_buffer(&self) -> Option<(u32, u64)> {
-        self.rem
-            .first()
-            .filter(|d| **d != Dest::default())
-            .map(|d| (d.rkey, d.vaddr))
+        self.offered
     }
 
     /// Takes every buffer the peer offers as `(stag, address)` instead: a
@@ -1014,6 +1015,9 @@ impl Machine {
                 // The first round's counts; perftest's second repeats it.
                 if self.rem[usize::from(i)] == Dest::default() {
                     self.rem[usize::from(i)] = d;
+                    if i == 0 {
+                        self.offered = Some((d.rkey, d.vaddr));
+                    }
                     if let Some((rkey, vaddr)) = self.aimed {
                         let r = &mut self.rem[usize::from(i)];
                         (r.rkey, r.vaddr) = (rkey, vaddr);
