@@ -46,7 +46,8 @@ def main(argv):
         request = b"W %s %d %o %s\n" % (rid.encode(), len(data), mode,
                                         base64.b64encode(argv[4].encode())) + data
 
-    deadline = time.monotonic() + timeout + GRACE
+    began = time.monotonic()
+    deadline = began + timeout + GRACE
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     while True:
         try:
@@ -57,6 +58,7 @@ def main(argv):
                 fail(125, "cannot connect to %s: %s" % (sock_path, e))
             time.sleep(0.2)
     s.sendall(request)
+    sent = time.monotonic() - began
 
     begin = re.compile(rb"@@dpw " + re.escape(rid.encode()) + rb" begin\n")
     end = re.compile(rb"@@dpw " + re.escape(rid.encode()) + rb" end (\d+)\n")
@@ -64,7 +66,12 @@ def main(argv):
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            fail(124, "no reply within %d s" % (timeout + GRACE))
+            # The request's id, as the guest's console names it (its
+            # "request" and "answered" lines), and how much of the answer
+            # came.
+            fail(124, "no reply within %d s (request %s sent after %.2f s; %s)"
+                 % (timeout + GRACE, rid, sent,
+                    "its answer had begun" if begin.search(buf) else "nothing of its answer came"))
         s.settimeout(left)
         try:
             chunk = s.recv(1 << 16)
