@@ -1607,6 +1607,28 @@ fn perftest_client(args: &str, port: u16) -> i32 {
     )
 }
 
+/// [`perftest_client`] aiming every Write and Read at `theirs` (another
+/// session's STag and address) instead of what its server offered: its
+/// exit status and why it failed.
+fn perftest_intruder(args: &str, port: u16, theirs: (u32, u64)) -> (i32, Option<String>) {
+    let hooks = bench::perftest::Hooks {
+        aim_at: Some(theirs),
+        ..Default::default()
+    };
+    let argv = format!("perftest {args} 127.0.0.1 -p {port}");
+    let code = bench::perftest::main_with(
+        argv.split(' ').map(String::from).collect(),
+        &AtomicBool::new(false),
+        &hooks,
+    );
+    let why = hooks
+        .failed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    (code, why)
+}
+
 /// perftest's servers as services, one per test, configured with
 /// perftest's own options: five clients of four tests at once (two
 /// two-way write_bw clients on two QPs each from one address, the second
@@ -1772,23 +1794,7 @@ fn perftest_services() -> Result<(), Failed> {
             }
         };
         let intruder = theirs.map(|theirs| {
-            let hooks = bench::perftest::Hooks {
-                aim_at: Some(theirs),
-                ..Default::default()
-            };
-            let argv =
-                format!("perftest ib_write_bw -b -q 2 -n 200 -s 65536 127.0.0.1 -p {write_bw}");
-            let code = bench::perftest::main_with(
-                argv.split(' ').map(String::from).collect(),
-                &AtomicBool::new(false),
-                &hooks,
-            );
-            let why = hooks
-                .failed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            (code, why)
+            perftest_intruder("ib_write_bw -b -q 2 -n 200 -s 65536", write_bw, theirs)
         });
         // The other session's Writes still arrive.
         let written = || {
@@ -1892,24 +1898,8 @@ fn perftest_services() -> Result<(), Failed> {
             }
             std::thread::sleep(Duration::from_millis(2));
         };
-        let intruder = theirs.map(|theirs| {
-            let hooks = bench::perftest::Hooks {
-                aim_at: Some(theirs),
-                ..Default::default()
-            };
-            let argv = format!("perftest ib_read_bw -q 4 -n 100 -s 4096 127.0.0.1 -p {read_bw}");
-            let code = bench::perftest::main_with(
-                argv.split(' ').map(String::from).collect(),
-                &AtomicBool::new(false),
-                &hooks,
-            );
-            let why = hooks
-                .failed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take();
-            (code, why)
-        });
+        let intruder = theirs
+            .map(|theirs| perftest_intruder("ib_read_bw -q 4 -n 100 -s 4096", read_bw, theirs));
         let reads_then = || {
             scrape(metrics).ok().and_then(|t| {
                 sample(
