@@ -165,8 +165,8 @@ pub struct Args {
     /// run on one and then on two cores and print the scaling. -q QPs are
     /// spread over the cores; -l picks the CPUs (core k on the k-th). In
     /// one process (memif, ring, or the embedded link) each core runs both
-    /// ends of its own connections over a queue pair of its own; as a
-    /// HOST's client each core opens its share of the QPs on its queue
+    /// ends of its own connections over a queue pair of its own (with
+    /// --llp sctp: its own association and streams); as a HOST's client each core opens its share of the QPs on its queue
     /// pair of the port. With --server: serve on this many cores (one
     /// count), each on a queue pair of the DPDK port (steered) or a kernel
     /// TCP listener of its own on the port (SO_REUSEPORT).
@@ -657,7 +657,22 @@ impl Args {
                 Compare::Llp(_) => None,
             }));
             if !self.cores.is_empty() {
-                return Err("--llp sctp runs on one core for now: no --cores".into());
+                match &role {
+                    Role::Local(
+                        TransportArg::Embedded | TransportArg::Memif | TransportArg::Ring,
+                    ) => {}
+                    _ => {
+                        return Err(
+                            "--llp sctp --cores runs both ends of each core's association \
+                                    in this process: --transport embedded, memif or ring, no \
+                                    HOST or --server"
+                                .into(),
+                        )
+                    }
+                }
+                if self.flood.is_some() {
+                    return Err("--flood floods MPA startups: not with --llp sctp".into());
+                }
             }
             if local.is_none() {
                 // A server alone: over Linux UDP; a client alone: over Linux

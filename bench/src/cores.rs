@@ -15,17 +15,25 @@
 //! every K-th); all cores start each size together (a barrier) and run it
 //! for the same -D or -n. The aggregate is every core's octets over the
 //! longest core's time.
+//!
+//! Under DDP over SCTP (`--llp sctp`) each core's two RNICs are SCTP
+//! endpoints (`crate::sctp`) on its own link or queue pair, the same way:
+//! core k's association and its streams are core k's alone (its datagrams
+//! stay on the queue they arrive on), and each host's control plane runs
+//! every core's session establishment (RFC 5043 §6, RFC 6581 §7).
 
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::Duration;
 
-use dataplane::CoreTransport;
+use dataplane::{CoreTransport, MessageTransport};
 
+use crate::args::LlpArg;
 use crate::link::{LinkArgs, PeerTransport};
 use crate::report::Report;
-use crate::rig::{self, CoreReport, Rig, RigConfig, Share};
+use crate::rig::{self, BenchRig, CoreReport, Rig, RigConfig, Share};
+use crate::sctp::{self, SctpRig};
 use crate::spec::{memory_for, Measured, Op, Spec};
 use crate::workload;
 
@@ -74,8 +82,10 @@ pub fn qps_of(qps: usize, cores: usize, k: usize) -> usize {
 }
 
 /// Runs `spec`'s workload at every size of `sizes` on each count of cores
-/// in `counts` in turn, core k pinned to `cpus[k]`. Returns one report per
-/// count and size: the aggregate, with every core's counters and share.
+/// in `counts` in turn, core k pinned to `cpus[k]`, over `llp` (DDP over
+/// SCTP: on the in-memory link, memif or net_ring, without a flood).
+/// Returns one report per count and size: the aggregate, with every core's
+/// counters and share.
 ///
 /// Every core's rig (its queues, pools, RNICs) is made once, before the
 /// first count, and closed after the last: a core not in the current count
@@ -88,6 +98,7 @@ pub fn run(
     config: &RigConfig,
     link: &LinkArgs,
     kind: CoreLink,
+    llp: LlpArg,
     counts: &[usize],
     cpus: &[usize],
     spec: &Spec,
@@ -101,6 +112,17 @@ pub fn run(
         return Err(format!("{counts:?} cores on {} CPUs", cpus.len()));
     }
     let remote = matches!(kind, CoreLink::Remote(..));
+    let sctp = llp == LlpArg::Sctp;
+    if sctp && remote {
+        return Err(
+            "DDP over SCTP on several cores runs both ends in this process: no HOST".into(),
+        );
+    }
+    if sctp && flood.is_some() {
+        return Err(
+            "--flood opens TCP connections that never start MPA: not with --llp sctp".into(),
+        );
+    }
     let mut eal = match kind {
         CoreLink::Memif | CoreLink::Ring => {
             Some(dataplane::ports::start_eal(link.hugepages(), &[])?.0)
@@ -154,7 +176,18 @@ pub fn run(
     // it, made here (DPDK's control path on one thread) and moved to the
     // cores.
     let mut kernel_rigs = Vec::new();
+    let mut sctp_rigs = Vec::new();
     let mut dpdk_rigs = match kind {
+        CoreLink::Memif | CoreLink::Ring if sctp => {
+            let config = RigConfig {
+                memory: memory_for(qps_max(0), largest),
+                ..config.clone()
+            };
+            let cores = u16::try_from(most).map_err(|_| "too many cores".to_string())?;
+            let _one = control_path();
+            sctp_rigs = sctp::dpdk_pair_cores(&config, link, kind == CoreLink::Memif, cores)?;
+            Vec::new()
+        }
         CoreLink::Memif | CoreLink::Ring => {
             let config = RigConfig {
                 memory: memory_for(qps_max(0), largest),
@@ -187,6 +220,7 @@ pub fn run(
     }
     .into_iter();
     let mut kernel_rigs = kernel_rigs.into_iter();
+    let mut sctp_rigs = sctp_rigs.into_iter();
     // The in-memory link: a link per core, made on its core's thread; the
     // two hosts (a control-plane thread and a registry each) shared.
     let cores = u16::try_from(most).map_err(|_| "too many cores".to_string())?;
@@ -205,6 +239,7 @@ pub fn run(
                 };
                 let dpdk_rig = dpdk_rigs.next();
                 let kernel_rig = kernel_rigs.next();
+                let sctp_rig = sctp_rigs.next();
                 let hosts = hosts.as_ref();
                 let config = RigConfig {
                     memory: memory_for(qps_max(k), largest),
@@ -217,19 +252,33 @@ pub fn run(
                         if let Some(mut rig) = kernel_rig {
                             return drive(&mut rig, &plan, barrier, failed, stop, met);
                         }
+                        // A DPDK rig's ports close on DPDK's control path,
+                        // after a quiet spell on memif (see MEMIF_QUIET).
+                        let close = |rig: Box<dyn Send>| {
+                            if matches!(
+                                kind,
+                                CoreLink::Memif | CoreLink::Remote(PeerTransport::Memif, _)
+                            ) {
+                                std::thread::sleep(crate::link::MEMIF_QUIET);
+                            }
+                            let _one = control_path();
+                            drop(rig);
+                        };
+                        if let Some(mut rig) = sctp_rig {
+                            let result = drive(&mut rig, &plan, barrier, failed, stop, met);
+                            close(Box::new(rig));
+                            return result;
+                        }
                         match dpdk_rig {
                             Some(mut rig) => {
                                 let result = drive(&mut rig, &plan, barrier, failed, stop, met);
-                                if matches!(
-                                    kind,
-                                    CoreLink::Memif | CoreLink::Remote(PeerTransport::Memif, _)
-                                ) {
-                                    // Quiet before the close (see MEMIF_QUIET).
-                                    std::thread::sleep(crate::link::MEMIF_QUIET);
-                                }
-                                let _one = control_path();
-                                drop(rig);
+                                close(Box::new(rig));
                                 result
+                            }
+                            None if sctp => {
+                                let hosts = hosts.ok_or("no link for this core")?;
+                                let mut rig = sctp::embedded_on(hosts, k as u16, &config)?;
+                                drive(&mut rig, &plan, barrier, failed, stop, met)
                             }
                             None => {
                                 let hosts = hosts.ok_or("no link for this core")?;
@@ -300,7 +349,7 @@ pub fn run(
                 (CoreLink::Ring, true) => "ring+flood",
                 (CoreLink::Embedded, true) => "embedded+flood",
             },
-            llp: "mpa",
+            llp: llp.name(),
             cores: step.count,
             per_core,
             measured: aggregate(&runs),
@@ -375,10 +424,44 @@ struct Plan<'a> {
     remote: bool,
 }
 
+/// A core's rig: MPA's, which can also flood, or DDP over SCTP's.
+trait CoreRig: BenchRig {
+    /// [`flood`]: core 0's flood of half-open MPA startups.
+    fn flood(
+        &mut self,
+        open_max: usize,
+        stop_at: crate::spec::Stop,
+        stop: &AtomicBool,
+    ) -> Result<FloodStats, String>;
+}
+
+impl<C: CoreTransport, S: CoreTransport> CoreRig for Rig<C, S> {
+    fn flood(
+        &mut self,
+        open_max: usize,
+        stop_at: crate::spec::Stop,
+        stop: &AtomicBool,
+    ) -> Result<FloodStats, String> {
+        flood(self, open_max, stop_at, stop)
+    }
+}
+
+impl<C: MessageTransport, S: MessageTransport> CoreRig for SctpRig<C, S> {
+    fn flood(
+        &mut self,
+        _: usize,
+        _: crate::spec::Stop,
+        _: &AtomicBool,
+    ) -> Result<FloodStats, String> {
+        // `run` refuses a flood under DDP over SCTP before any core starts.
+        Err("--flood floods MPA startups: not with --llp sctp".into())
+    }
+}
+
 /// Every step on one core's rig, each started with the other cores.
 /// `met` counts the barriers passed.
-fn drive<C: CoreTransport, S: CoreTransport>(
-    rig: &mut Rig<C, S>,
+fn drive<R: CoreRig>(
+    rig: &mut R,
     plan: &Plan<'_>,
     barrier: &Barrier,
     failed: &AtomicBool,
@@ -403,7 +486,7 @@ fn drive<C: CoreTransport, S: CoreTransport>(
         // last turn's time.
         rig.step()?;
         let before = rig.core_reports();
-        let reports = |rig: &Rig<C, S>, share: Option<Share>, flooded: bool| {
+        let reports = |rig: &R, share: Option<Share>, flooded: bool| {
             rig.core_reports()
                 .into_iter()
                 .zip(&before)
@@ -422,7 +505,7 @@ fn drive<C: CoreTransport, S: CoreTransport>(
                 .collect::<Vec<_>>()
         };
         if let (Some(open_max), 0) = (step.flood, plan.k) {
-            let stats = flood(rig, open_max, plan.spec.stop, stop)?;
+            let stats = rig.flood(open_max, plan.spec.stop, stop)?;
             out.push(Done::Flooded(FloodRun {
                 stats,
                 reports: reports(rig, None, true),

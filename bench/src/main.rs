@@ -210,14 +210,20 @@ fn run_cores(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
             kind.name()
         ),
     };
+    let llp = match args.llp {
+        LlpArg::Mpa => format!(
+            "MPA CRC {}, markers {}",
+            if args.no_crc { "off" } else { "on" },
+            if args.markers { "on" } else { "off" },
+        ),
+        LlpArg::Sctp => "DDP over SCTP over UDP (RFC 5043, RFC 6951), an association a core".into(),
+    };
     println!(
-        "{} bandwidth | {} QP(s) spread over the cores, {} in flight each | {per_core} | MPA \
-         CRC {}, markers {} | MTU {}",
+        "{} bandwidth | {} QP(s) spread over the cores, {} in flight each | {per_core} | {llp} \
+         | MTU {}",
         plan.op.name(),
         args.qps,
         args.depth,
-        if args.no_crc { "off" } else { "on" },
-        if args.markers { "on" } else { "off" },
         args.mtu(),
     );
     for &count in &args.cores {
@@ -236,6 +242,7 @@ fn run_cores(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
         &config,
         &args.link,
         kind,
+        args.llp,
         &args.cores,
         &cpus,
         &spec,

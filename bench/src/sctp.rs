@@ -10,7 +10,10 @@
 //! stream with its own hello (its memory) and serves it as it serves an
 //! MPA connection. Both RNICs run on this thread (one core); each has its
 //! control-plane thread, which runs session establishment (the server's
-//! decides every Initiate, as an MPA server's decides every Request).
+//! decides every Initiate, as an MPA server's decides every Request). With
+//! `--cores` ([`embedded_on`], [`dpdk_pair_cores`]) each core runs such a
+//! pair on its own link or queue pair, and the client's and the server's
+//! cores share their host's control-plane thread and registry.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -58,6 +61,9 @@ pub struct SctpEndpoint {
     /// Its own control plane (session establishment), alive as long as
     /// it; `None` on a host's ([`SctpServer::serving`]).
     _plane: Option<ControlPlane>,
+    /// The host whose control plane it uses, kept alive as long as it
+    /// (`bench --cores`: [`SctpEndpoint::on_host`]).
+    _host: Option<Arc<Host>>,
     cq: CqHandle,
     region: Arc<Region>,
     mr: Mr,
@@ -93,6 +99,22 @@ fn core_config(mtu: usize) -> SctpCoreConfig {
     config
 }
 
+/// A server's decision on every stream's Initiate: accepted, with the
+/// server's memory (`mr`) in the Accept, as MPA's Reply carries it.
+fn accept_all(mr: Mr) -> control::runtime::OnInitiate {
+    let hello = ServerHello {
+        stag: mr.stag,
+        to: mr.base_to,
+    }
+    .encode();
+    Box::new(move |_: &_, _| {
+        Decision::Accept(Accept {
+            private_data: hello.clone(),
+            ..Accept::default()
+        })
+    })
+}
+
 /// What an [`SctpEndpoint`] is made of besides its transport.
 struct Parts {
     rnic: Rnic,
@@ -101,6 +123,7 @@ struct Parts {
     mr: Mr,
     link: CoreLink,
     plane: Option<ControlPlane>,
+    host: Option<Arc<Host>>,
 }
 
 impl SctpEndpoint {
@@ -129,21 +152,8 @@ impl SctpEndpoint {
         let config = core_config(mtu);
         let (plane, mut links) = ControlPlane::start(1);
         if serve {
-            // The server's memory goes out in every Accept, as MPA's Reply
-            // does.
-            let hello = ServerHello {
-                stag: mr.stag,
-                to: mr.base_to,
-            }
-            .encode();
-            let accept = move |_: &_, _| {
-                Decision::Accept(Accept {
-                    private_data: hello.clone(),
-                    ..Accept::default()
-                })
-            };
             plane
-                .listen_sessions(0, config.session.clone(), Box::new(accept))
+                .listen_sessions(0, config.session.clone(), accept_all(mr))
                 .map_err(|e| format!("the session configuration: {e}"))?;
         }
         let parts = Parts {
@@ -153,6 +163,49 @@ impl SctpEndpoint {
             mr,
             link: links.remove(0),
             plane: Some(plane),
+            host: None,
+        };
+        SctpEndpoint::assemble(config, transport, udp_port, parts, serve)
+    }
+
+    /// An endpoint as core `core` of `host` (its control-plane link, its
+    /// registry and PD: `bench --cores`), on `transport`'s UDP port
+    /// `udp_port`, addressing `region` through `mr`, a registration in the
+    /// host's registry ([`Host::register`]). A server (`serve`) accepts
+    /// every stream through the host's control plane, as
+    /// [`SctpEndpoint::new`]'s does through its own.
+    #[allow(clippy::too_many_arguments)]
+    fn on_host<T: MessageTransport>(
+        transport: &mut T,
+        udp_port: u16,
+        mtu: usize,
+        host: &Arc<Host>,
+        core: u16,
+        (region, mr): (Arc<Region>, Mr),
+        serve: bool,
+    ) -> Result<SctpEndpoint, String> {
+        let link = host
+            .take_link(core)
+            .ok_or_else(|| format!("the host has no control-plane link {core} left"))?;
+        let rnic = Rnic::with_registry(
+            RnicConfig {
+                qps_max: QPS_MAX + 64,
+                ..RnicConfig::default()
+            },
+            host.registry().clone(),
+        );
+        let config = core_config(mtu);
+        if serve {
+            host.listen_sessions(core, config.session.clone(), accept_all(mr))?;
+        }
+        let parts = Parts {
+            rnic,
+            pd: host.pd(),
+            region,
+            mr,
+            link,
+            plane: None,
+            host: Some(host.clone()),
         };
         SctpEndpoint::assemble(config, transport, udp_port, parts, serve)
     }
@@ -174,6 +227,7 @@ impl SctpEndpoint {
             mr,
             link,
             plane,
+            host,
         } = parts;
         let cq = rnic
             .create_cq(crate::endpoint::IN_FLIGHT_MAX * 2)
@@ -198,6 +252,7 @@ impl SctpEndpoint {
         Ok(SctpEndpoint {
             core,
             _plane: plane,
+            _host: host,
             cq,
             region,
             mr,
@@ -332,6 +387,27 @@ impl SctpServer {
         })
     }
 
+    /// [`SctpServer::new`] as core `core` of `host` (`bench --cores`):
+    /// its memory registered in the host's registry, every stream
+    /// accepted through the host's control plane.
+    fn on_host<S: MessageTransport>(
+        transport: &mut S,
+        udp_port: u16,
+        host: &Arc<Host>,
+        core: u16,
+        config: &RigConfig,
+    ) -> Result<SctpServer, String> {
+        let memory = host.register(config.memory);
+        Ok(SctpServer {
+            ep: SctpEndpoint::on_host(transport, udp_port, config.mtu, host, core, memory, true)?,
+            responder: Responder::default(),
+            served: 0,
+            last_seen: false,
+            failed: 0,
+            serving: None,
+        })
+    }
+
     /// The DDP over SCTP listener of an appliance's bench service, on
     /// `transport` as `listen` says, turned by the
     /// thread of core `on_core`: core `core` of `host` (its control-plane
@@ -390,6 +466,7 @@ impl SctpServer {
             mr,
             link,
             plane: None,
+            host: None,
         };
         Ok(SctpServer {
             ep: SctpEndpoint::assemble(config, transport, listen.udp_port, parts, true)?,
@@ -679,6 +756,46 @@ impl<C: MessageTransport, S: MessageTransport> SctpRig<C, S> {
         ))
     }
 
+    /// [`SctpRig::new`] as core `core` of a client host and a server host
+    /// (`bench --cores`: a control-plane thread and a registry each,
+    /// shared by their cores), the server on UDP port 9899 of its
+    /// transport.
+    fn on_hosts(
+        (client_host, server_host): &(Arc<Host>, Arc<Host>),
+        core: u16,
+        mut carrier: C,
+        mut server_transport: S,
+        config: &RigConfig,
+    ) -> Result<Self, String> {
+        let memory = client_host.register(config.memory);
+        let client = SctpEndpoint::on_host(
+            &mut carrier,
+            0,
+            config.mtu,
+            client_host,
+            core,
+            memory,
+            false,
+        )?;
+        let server = SctpServer::on_host(
+            &mut server_transport,
+            SERVER_UDP_PORT,
+            server_host,
+            core,
+            config,
+        )?;
+        let server_addr = server
+            .local(&server_transport)
+            .ok_or("the server's UDP socket has no address")?;
+        Ok(SctpRig::assemble(
+            client,
+            carrier,
+            Some((server, server_transport)),
+            server_addr,
+            None,
+        ))
+    }
+
     /// A rig of a client (and a server, if in this process) before its
     /// association.
     fn assemble(
@@ -879,10 +996,13 @@ impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
     }
 
     fn core_reports(&self) -> Vec<CoreReport> {
-        let counters = |c: dataplane::SctpCounters| dataplane::CoreCounters {
+        let counters = |c: dataplane::SctpCounters, device| dataplane::CoreCounters {
+            device,
             turns: c.turns,
             busy_turns: c.busy_turns,
             idle_turns: c.turns - c.busy_turns,
+            busy_us: c.busy_us,
+            idle_us: c.idle_us,
             tx_fpdu_octets: c.tx_segment_octets,
             rx_fpdu_octets: c.rx_segment_octets,
             established: c.streams_up,
@@ -892,14 +1012,14 @@ impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
         let mut reports = vec![CoreReport {
             role: "client",
             cpu: None,
-            counters: counters(self.client.core.counters()),
+            counters: counters(self.client.core.counters(), self.carrier.device_counters()),
             share: None,
         }];
-        if let Some((server, _)) = &self.server {
+        if let Some((server, transport)) = &self.server {
             reports.push(CoreReport {
                 role: "server",
                 cpu: None,
-                counters: counters(server.counters()),
+                counters: counters(server.counters(), transport.device_counters()),
                 share: None,
             });
         }
@@ -913,7 +1033,30 @@ impl<C: MessageTransport, S: MessageTransport> BenchRig for SctpRig<C, S> {
 
 /// The two RNICs over DDP over SCTP on the embedded link: tcp-lite's UDP on
 /// the in-memory link (checksums offloaded unless asked, as for MPA).
-pub fn embedded(config: &RigConfig) -> Result<SctpRig<Stack<LinkEnd>, Stack<LinkEnd>>, String> {
+pub fn embedded(config: &RigConfig) -> Result<EmbeddedSctpRig, String> {
+    let (client, server) = embedded_stacks(config)?;
+    SctpRig::new(client, server, SERVER_UDP_PORT, config)
+}
+
+/// [`SctpRig`] on tcp-lite's UDP over the in-memory link.
+pub type EmbeddedSctpRig = SctpRig<Stack<LinkEnd>, Stack<LinkEnd>>;
+
+/// [`embedded`] as core `core` of a client and a server host (`bench
+/// --cores`: a control-plane thread and a registry each, shared by their
+/// cores). The link is the core's own; make it on the core's thread (it is
+/// not `Send`).
+pub fn embedded_on(
+    hosts: &(Arc<Host>, Arc<Host>),
+    core: u16,
+    config: &RigConfig,
+) -> Result<EmbeddedSctpRig, String> {
+    let (client, server) = embedded_stacks(config)?;
+    SctpRig::on_hosts(hosts, core, client, server, config)
+}
+
+/// The client's and the server's tcp-lite stacks at the two ends of an
+/// in-memory link of their own.
+fn embedded_stacks(config: &RigConfig) -> Result<(Stack<LinkEnd>, Stack<LinkEnd>), String> {
     let mut link_config = LinkConfig::ethernet(config.mtu);
     link_config.checksums = config.sw_checksums;
     link_config.backpressure = true;
@@ -929,9 +1072,7 @@ pub fn embedded(config: &RigConfig) -> Result<SctpRig<Stack<LinkEnd>, Stack<Link
         c.udp_datagrams = 16384;
         Stack::new(c, end, now()).map_err(|e| e.to_string())
     };
-    let client = stack(1, c_addr, end_c)?;
-    let server = stack(2, s_addr, end_s)?;
-    SctpRig::new(client, server, SERVER_UDP_PORT, config)
+    Ok((stack(1, c_addr, end_c)?, stack(2, s_addr, end_s)?))
 }
 
 /// [`SctpRig`] on tcp-lite over DPDK ports.
@@ -955,6 +1096,42 @@ pub fn dpdk(
         checksums: client_port.checksums(),
     };
     Ok((SctpRig::new(client, server, SERVER_UDP_PORT, config)?, info))
+}
+
+/// [`dpdk`] on `cores` cores (`bench --cores`): one `net_memif` (or
+/// `net_ring`) pair with a queue pair per core, core k's client and server
+/// on queue k of each port, steered as MPA's are (`rig::dpdk_pair_cores`:
+/// what core k sends on its queue arrives on the peer's queue k, so each
+/// association's datagrams stay with the core that owns it), the two hosts'
+/// control planes and registries shared by their cores.
+pub fn dpdk_pair_cores(
+    config: &RigConfig,
+    link: &crate::link::LinkArgs,
+    memif: bool,
+    cores: u16,
+) -> Result<Vec<DpdkSctpRig>, String> {
+    let (_, _, server_port, client_port) = crate::rig::open_pair(config, link, memif, cores)?;
+    let (client_steer, server_steer) = (client_port.steer()?, server_port.steer()?);
+    let hosts = config.hosts(cores);
+    (0..cores)
+        .map(|k| {
+            let client = crate::link::dpdk_stack_on(
+                &client_port,
+                k,
+                Some(&client_steer),
+                (crate::rig::DPDK_CLIENT_ADDR, 24),
+                true,
+            )?;
+            let server = crate::link::dpdk_stack_on(
+                &server_port,
+                k,
+                Some(&server_steer),
+                (crate::rig::DPDK_SERVER_ADDR, 24),
+                true,
+            )?;
+            SctpRig::on_hosts(&hosts, k, client, server, config)
+        })
+        .collect()
 }
 
 /// The client on tcp-lite's UDP over a TAP device, the server on Linux UDP

@@ -9,6 +9,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
+use bench::args::LlpArg;
 use bench::link::LinkArgs;
 use bench::rig::{self, RigConfig};
 use bench::spec::{memory_for, Mode, Op, Spec, Stop};
@@ -115,6 +116,21 @@ fn two_cores_over_dpdk_memif() {
 /// to completion, on its own CPU, and the total is the sum of the cores.
 #[test]
 fn a_workload_spreads_over_pinned_cores_and_adds_up() {
+    spreads_over_pinned_cores(LlpArg::Mpa, 7450);
+}
+
+/// The same under DDP over SCTP (`--llp sctp --cores`): each core's
+/// association and streams on its own link or queue pair, every core's
+/// session establishment through its host's one control plane.
+#[test]
+fn ddp_over_sctp_spreads_over_pinned_cores_and_adds_up() {
+    spreads_over_pinned_cores(LlpArg::Sctp, 7460);
+}
+
+/// 64 B and 4 KiB Writes of 3 QPs on one and then two cores (one where
+/// the machine has one CPU), over the in-memory link and a DPDK ring pair,
+/// under `llp`; the report checked core by core.
+fn spreads_over_pinned_cores(llp: LlpArg, port: u16) {
     use bench::cores::{self, CoreLink};
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let cpus = dataplane::lcore::cpus();
@@ -132,9 +148,10 @@ fn a_workload_spreads_over_pinned_cores_and_adds_up() {
     let sizes = [64, 4096];
     for kind in [CoreLink::Embedded, CoreLink::Ring] {
         let reports = cores::run(
-            &config(7450),
+            &config(port),
             &link(),
             kind,
+            llp,
             &counts,
             &cpus,
             &spec,
@@ -143,17 +160,21 @@ fn a_workload_spreads_over_pinned_cores_and_adds_up() {
             &mut Vec::new(),
             &AtomicBool::new(false),
         )
-        .unwrap_or_else(|why| panic!("{}: {why}", kind.name()));
+        .unwrap_or_else(|why| panic!("{} {}: {why}", kind.name(), llp.name()));
         assert_eq!(reports.len(), counts.len() * sizes.len(), "{}", kind.name());
         for (r, (&count, &size)) in reports.iter().zip(
             counts
                 .iter()
                 .flat_map(|c| sizes.iter().map(move |s| (c, s))),
         ) {
-            let what = format!("{} on {count} core(s), {size} B", kind.name());
+            let what = format!(
+                "{} on {count} core(s), {size} B, {}",
+                kind.name(),
+                llp.name()
+            );
             assert_eq!(
-                (r.cores, r.size, r.transport),
-                (count, size, kind.name()),
+                (r.cores, r.size, r.transport, r.llp),
+                (count, size, kind.name(), llp.name()),
                 "{what}"
             );
             let clients: Vec<_> = r.per_core.iter().filter(|c| c.share.is_some()).collect();
@@ -166,15 +187,28 @@ fn a_workload_spreads_over_pinned_cores_and_adds_up() {
                 // -n is per core: each ran its QPs to the count.
                 assert!(share.messages >= 400, "{what}: {share:?}");
                 assert_eq!(share.octets, share.messages * size as u64, "{what}");
-                // The core's own counters carried its share (FPDUs add
-                // headers; nothing of another core's).
+                // The core's own counters carried its share (FPDUs and DDP
+                // segments add headers; nothing of another core's).
                 assert!(
                     c.counters.tx_fpdu_octets >= share.octets,
                     "{what}: the core sent {} FPDU octets for {} of payload",
                     c.counters.tx_fpdu_octets,
                     share.octets
                 );
+                assert!(
+                    c.counters.busy_us > 0 && c.counters.busy_turns > 0,
+                    "{what}: the core's turns were counted: {:?}",
+                    c.counters
+                );
                 messages += share.messages;
+            }
+            // Over the ring pair each core's frames arrived on its own
+            // queue: none was handed to another core.
+            for c in &r.per_core {
+                assert_eq!(c.counters.device.rx_steered_out, 0, "{what}: {c:?}");
+                if kind == CoreLink::Ring {
+                    assert!(c.counters.device.rx_packets > 0, "{what}: {c:?}");
+                }
             }
             assert_eq!(
                 r.measured.messages, messages,
@@ -213,6 +247,7 @@ fn a_flood_on_one_core_leaves_the_other_running() {
         &config(7470),
         &link(),
         CoreLink::Ring,
+        LlpArg::Mpa,
         &[2],
         &cpus,
         &spec,

@@ -240,6 +240,12 @@ pub struct SctpCounters {
     pub turns: u64,
     /// Turns that moved something.
     pub busy_turns: u64,
+    /// Microseconds from the start of a busy turn to the start of the
+    /// next turn (the clock each turn is given), summed: time spent
+    /// working (the core's, where a `Core` lends the unit its turns).
+    pub busy_us: u64,
+    /// The same for turns that moved nothing.
+    pub idle_us: u64,
     /// Datagrams received from the transport.
     pub rx_datagrams: u64,
     /// Datagrams sent.
@@ -522,6 +528,8 @@ pub struct SctpUnit {
     batch_max: usize,
     lengths: Vec<u16>,
     counters: SctpCounters,
+    /// When the last turn began, and whether it moved something.
+    last_turn: Option<(Instant, bool)>,
 }
 
 impl SctpUnit {
@@ -557,6 +565,7 @@ impl SctpUnit {
             by_session: FxHashMap::default(),
             events: VecDeque::new(),
             counters: SctpCounters::default(),
+            last_turn: None,
             config,
             carrier,
             endpoint,
@@ -739,6 +748,17 @@ impl SctpUnit {
             self.counters.busy_turns += 1;
         }
         transport.flush();
+        // The time since the last turn began was that turn's (and its
+        // owner's, between turns).
+        if let Some((then, was_busy)) = self.last_turn {
+            let us = (now - then).total_micros();
+            if was_busy {
+                self.counters.busy_us += us;
+            } else {
+                self.counters.idle_us += us;
+            }
+        }
+        self.last_turn = Some((now, busy));
         busy
     }
 
