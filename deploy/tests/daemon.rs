@@ -36,6 +36,19 @@ const DPWARPD: &str = env!("CARGO_BIN_EXE_dpwarpd");
 const DPWARPCTL: &str = env!("CARGO_BIN_EXE_dpwarpctl");
 
 fn main() {
+    if let Ok(args) = std::env::var(MEMIF_CORES_CLIENT) {
+        // The child: a bench client on two cores over a DPDK memif port.
+        match memif_cores_client(&args) {
+            Ok(summary) => {
+                println!("{summary}");
+                std::process::exit(0);
+            }
+            Err(why) => {
+                eprintln!("memif client on two cores: {why}");
+                std::process::exit(1);
+            }
+        }
+    }
     if let Ok(args) = std::env::var(MEMIF_CLIENT) {
         // The child: bench clients over a DPDK memif port.
         match memif_clients(&args) {
@@ -77,6 +90,10 @@ fn main() {
         Trial::test(
             "a_memif_port_serves_mpa_and_ddp_over_sctp_on_one_core",
             memif_port,
+        ),
+        Trial::test(
+            "a_memif_port_on_two_cores_serves_each_connection_on_its_core",
+            memif_port_on_two_cores,
         ),
         Trial::test("bench_clients_reach_their_own_lease_only", bench_leases),
         Trial::test("rping_service_serves_clients_at_once", rping_service),
@@ -1089,6 +1106,79 @@ fn bench_over_sctp() -> Result<(), Failed> {
 /// The child's variable: `SOCKET ADDRESS/PREFIX SERVER_IP TCP_PORT UDP_PORT`.
 const MEMIF_CLIENT: &str = "DPWARPD_TEST_MEMIF_CLIENT";
 
+const MEMIF_CORES_CLIENT: &str = "DPWARPD_TEST_MEMIF_CORES_CLIENT";
+
+/// QPs the two-core client runs, half on each core.
+const CORES_QPS: usize = 4;
+/// 4 KiB Writes each of its cores runs.
+const CORES_WRITES: u64 = 2000;
+
+/// The child's client on two cores (`bench write SERVER --cores 2 -q 4`):
+/// each core on its own queue pair of the client end of `SOCKET` (our
+/// address `ADDRESS/PREFIX`), opening its 2 QPs to the bench service at
+/// SERVER:TCP_PORT from source ports that hash to it, 2,000 4 KiB Writes a
+/// core. A line `cores: ` and, for each core, `core CPU MESSAGES
+/// HANDED_OUT` (the last: frames it received that another core owned),
+/// `; ` between them.
+fn memif_cores_client(args: &str) -> Result<String, String> {
+    use bench::cores::{self, CoreLink};
+    let a: Vec<&str> = args.split(' ').collect();
+    let [socket, ip, server, tcp] = a[..] else {
+        return Err(format!("{MEMIF_CORES_CLIENT}={args:?}"));
+    };
+    let server: std::net::Ipv4Addr = server.parse().map_err(|e| format!("{e}"))?;
+    let tcp: u16 = tcp.parse().map_err(|e| format!("{e}"))?;
+    let link = bench::link::LinkArgs {
+        ip: Some(ip.to_string()),
+        memif_socket: socket.to_string(),
+        hugepages: bench::link::HugepagesArg::Off,
+        ..bench::link::LinkArgs::default()
+    };
+    let addr = SocketAddrV4::new(server, tcp);
+    let (config, spec) = run_of(
+        addr,
+        true,
+        9000,
+        (
+            Op::Write,
+            Mode::Bandwidth,
+            4096,
+            CORES_QPS,
+            Stop::Iterations(CORES_WRITES),
+        ),
+    );
+    let cpus = dataplane::lcore::cpus();
+    let cpus = [cpus[0], *cpus.get(1).unwrap_or(&cpus[0])];
+    let reports = cores::run(
+        &config,
+        &link,
+        CoreLink::Remote(bench::link::PeerTransport::Memif, addr),
+        bench::args::LlpArg::Mpa,
+        &[2],
+        &cpus,
+        &spec,
+        &[4096],
+        None,
+        &mut Vec::new(),
+        &AtomicBool::new(false),
+    )?;
+    let [report] = &reports[..] else {
+        return Err(format!("{} reports, not one", reports.len()));
+    };
+    let lines: Vec<String> = report
+        .per_core
+        .iter()
+        .filter_map(|c| {
+            let share = c.share?;
+            Some(format!(
+                "core {:?} {} {}",
+                c.cpu, share.messages, c.counters.device.rx_steered_out
+            ))
+        })
+        .collect();
+    Ok(format!("cores: {}", lines.join("; ")))
+}
+
 /// The child's clients, each on a memif port of its own (the client end
 /// of `SOCKET`, our address `ADDRESS/PREFIX`), one after the other: over
 /// DDP over SCTP to UDP_PORT, Writes of 64 KiB and Read latency, then over
@@ -1137,6 +1227,125 @@ fn memif_clients(args: &str) -> Result<String, String> {
         std::thread::sleep(bench::link::MEMIF_QUIET);
     }
     Ok(out.join("; "))
+}
+
+/// dpwarpd on two pinned cores on a DPDK memif port (two queue pairs), and
+/// a bench client on two cores in a child process at the other end
+/// (`bench write ADDR --cores 2 -q 4`): each client core opens its two QPs
+/// from source ports that hash to it, so that the daemon's steering, with
+/// the same symmetric key and table, gives each connection to the
+/// daemon's core of the same number. Each daemon core establishes exactly
+/// two, neither core's port receives a frame of the other's (nothing
+/// handed over on either side), every Write completes, and nothing is
+/// left after. Both processes poll both CPUs here (four pollers on two CPUs):
+/// slow, which the test's counts do not mind.
+fn memif_port_on_two_cores() -> Result<(), Failed> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        println!("a_memif_port_on_two_cores_serves_each_connection_on_its_core: one CPU here");
+        return Ok(());
+    }
+    let _cpu1 = second_cpu();
+    let dir = scratch("memif-cores");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    let socket = format!("/run/dpwarp/test-cores-{}.sock", std::process::id());
+    let config = loopback_config(&dir, tcp_port, metrics, 64)
+        .replace("driver = \"kernel\"", "driver = \"memif\"")
+        .replace(
+            "address = \"127.0.0.1/8\"",
+            &format!("address = \"10.91.0.2/24\"\nmemif_socket = \"{socket}\""),
+        )
+        .replace("lcores = [0]", "lcores = [0, 1]")
+        .replace("hugepages = \"auto\"", "hugepages = \"off\"");
+    let mut daemon = Daemon::start(&dir, &config)?;
+    let stats = daemon.ctl("stats").map_err(fail)?;
+    let stags = stats["stags"].clone();
+    let established = |s: &Value| -> Vec<u64> {
+        s["cores"].as_array().map_or(Vec::new(), |cores| {
+            cores
+                .iter()
+                .map(|c| c["established"].as_u64().unwrap_or(0))
+                .collect()
+        })
+    };
+    if established(&stats) != [0, 0] {
+        return Err(fail(format!("two cores, nothing established: {stats:#}")));
+    }
+    let child = Command::new(std::env::current_exe()?)
+        .env(
+            MEMIF_CORES_CLIENT,
+            format!("{socket} 10.91.0.1/24 10.91.0.2 {tcp_port}"),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let out = child.wait_with_output()?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        let alive = match daemon.child.try_wait() {
+            Ok(None) => "running".to_string(),
+            Ok(Some(status)) => format!("ended: {status}"),
+            Err(e) => format!("unknown: {e}"),
+        };
+        return Err(fail(format!(
+            "the two-core client failed ({:?}): {said}\n--- dpwarpd ({alive}):\n{}",
+            out.status,
+            daemon.log_text()
+        )));
+    }
+    // Each client core ran its Writes and handed no frame to the other.
+    let cores: Vec<(u64, u64)> = said
+        .lines()
+        .find_map(|l| l.strip_prefix("cores: "))
+        .unwrap_or_default()
+        .split("; ")
+        .filter_map(|c| {
+            let f: Vec<&str> = c.split(' ').collect();
+            Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?))
+        })
+        .collect();
+    if cores.len() != 2 || cores.iter().any(|&(m, out)| m < CORES_WRITES || out != 0) {
+        return Err(fail(format!("the two-core client: {said}")));
+    }
+    // The daemon: two connections established on each core, all closed,
+    // every lease and STag back.
+    let half = (CORES_QPS / 2) as u64;
+    let after = daemon
+        .wait_stats(Duration::from_secs(10), |s| {
+            established(s) == [half, half]
+                && s["service"]["clients"] == 0
+                && s["service"]["open"] == 0
+                && s["stags"] == stags
+        })
+        .map_err(|e| fail(format!("{e:?}\nthe client: {said}\n{}", daemon.log_text())))?;
+    if after["service"]["accepted"].as_u64() != Some(CORES_QPS as u64) {
+        return Err(fail(format!("after the client: {after:#}")));
+    }
+    // Neither core's queue received a frame the other owned.
+    let text = scrape(metrics)?;
+    for k in 0..2 {
+        let key = format!("dpwarp_core_rx_handed_out_total{{core=\"{k}\"");
+        if sample(&text, &key) != Some(0.0) {
+            return Err(fail(format!("{key}: {:?}\n{text}", sample(&text, &key))));
+        }
+        let key = format!("dpwarp_core_rx_packets_total{{core=\"{k}\"");
+        if !sample(&text, &key).is_some_and(|n| n > 0.0) {
+            return Err(fail(format!("{key}: {:?}", sample(&text, &key))));
+        }
+    }
+    Command::new("kill")
+        .args(["-TERM", &daemon.child.id().to_string()])
+        .status()?;
+    let status = daemon.wait_exit(Instant::now(), "SIGTERM")?;
+    if !status.success() {
+        return Err(fail(format!("exit {status:?}: {}", daemon.log_text())));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }
 
 /// dpwarpd on a DPDK memif port (no NIC), its bench service on a TCP and a
