@@ -660,12 +660,13 @@ impl Args {
                 match &role {
                     Role::Local(
                         TransportArg::Embedded | TransportArg::Memif | TransportArg::Ring,
-                    ) => {}
+                    )
+                    | Role::Client(_) => {}
                     _ => {
                         return Err(
                             "--llp sctp --cores runs both ends of each core's association \
-                                    in this process: --transport embedded, memif or ring, no \
-                                    HOST or --server"
+                             in this process (--transport embedded, memif or ring), or each \
+                             core's association to a HOST; not --server"
                                 .into(),
                         )
                     }

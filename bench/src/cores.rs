@@ -83,7 +83,8 @@ pub fn qps_of(qps: usize, cores: usize, k: usize) -> usize {
 
 /// Runs `spec`'s workload at every size of `sizes` on each count of cores
 /// in `counts` in turn, core k pinned to `cpus[k]`, over `llp` (DDP over
-/// SCTP: on the in-memory link, memif or net_ring, without a flood).
+/// SCTP: on the in-memory link, memif or net_ring, or as a HOST's client;
+/// without a flood).
 /// Returns one report per count and size: the aggregate, with every core's
 /// counters and share.
 ///
@@ -113,11 +114,6 @@ pub fn run(
     }
     let remote = matches!(kind, CoreLink::Remote(..));
     let sctp = llp == LlpArg::Sctp;
-    if sctp && remote {
-        return Err(
-            "DDP over SCTP on several cores runs both ends in this process: no HOST".into(),
-        );
-    }
     if sctp && flood.is_some() {
         return Err(
             "--flood opens TCP connections that never start MPA: not with --llp sctp".into(),
@@ -177,7 +173,25 @@ pub fn run(
     // cores.
     let mut kernel_rigs = Vec::new();
     let mut sctp_rigs = Vec::new();
+    let mut kernel_sctp_rigs = Vec::new();
     let mut dpdk_rigs = match kind {
+        CoreLink::Remote(peer, server) if sctp => {
+            let config = RigConfig {
+                memory: memory_for(spec.qps, largest),
+                ..config.clone()
+            };
+            let cores = u16::try_from(most).map_err(|_| "too many cores".to_string())?;
+            let _one = control_path();
+            match sctp::remote_cores(&config, link, peer, server, cores)? {
+                sctp::RemoteSctpCores::Dpdk(rigs, info) => {
+                    println!(" {}, {}", info.ports, info.checksums);
+                    eal = Some(info.eal);
+                    sctp_rigs = rigs;
+                }
+                sctp::RemoteSctpCores::Kernel(rigs) => kernel_sctp_rigs = rigs,
+            }
+            Vec::new()
+        }
         CoreLink::Memif | CoreLink::Ring if sctp => {
             let config = RigConfig {
                 memory: memory_for(qps_max(0), largest),
@@ -221,6 +235,7 @@ pub fn run(
     .into_iter();
     let mut kernel_rigs = kernel_rigs.into_iter();
     let mut sctp_rigs = sctp_rigs.into_iter();
+    let mut kernel_sctp_rigs = kernel_sctp_rigs.into_iter();
     // The in-memory link: a link per core, made on its core's thread; the
     // two hosts (a control-plane thread and a registry each) shared.
     let cores = u16::try_from(most).map_err(|_| "too many cores".to_string())?;
@@ -240,6 +255,7 @@ pub fn run(
                 let dpdk_rig = dpdk_rigs.next();
                 let kernel_rig = kernel_rigs.next();
                 let sctp_rig = sctp_rigs.next();
+                let kernel_sctp_rig = kernel_sctp_rigs.next();
                 let hosts = hosts.as_ref();
                 let config = RigConfig {
                     memory: memory_for(qps_max(k), largest),
@@ -250,6 +266,9 @@ pub fn run(
                     let on_core = |met: &mut usize| -> Result<Vec<Done>, String> {
                         let _pinned = dataplane::lcore::enter(Some(cpu), eal)?;
                         if let Some(mut rig) = kernel_rig {
+                            return drive(&mut rig, &plan, barrier, failed, stop, met);
+                        }
+                        if let Some(mut rig) = kernel_sctp_rig {
                             return drive(&mut rig, &plan, barrier, failed, stop, met);
                         }
                         // A DPDK rig's ports close on DPDK's control path,

@@ -328,6 +328,12 @@ pub struct SctpServer {
     /// Streams served, and whether one was of the client's last size.
     served: u64,
     last_seen: bool,
+    /// Streams of the client's last size served, and how many its run has
+    /// (the hello's QPs): a client on several cores, each with an
+    /// association of its own, may close one core's before another core's
+    /// are open.
+    last_streams: u64,
+    last_total: u64,
     /// Streams that ended with an RDMAP Terminate, or whose workload
     /// failed here.
     failed: u64,
@@ -382,6 +388,8 @@ impl SctpServer {
             responder: Responder::default(),
             served: 0,
             last_seen: false,
+            last_streams: 0,
+            last_total: 0,
             failed: 0,
             serving: None,
         })
@@ -403,6 +411,8 @@ impl SctpServer {
             responder: Responder::default(),
             served: 0,
             last_seen: false,
+            last_streams: 0,
+            last_total: 0,
             failed: 0,
             serving: None,
         })
@@ -473,6 +483,8 @@ impl SctpServer {
             responder: Responder::default(),
             served: 0,
             last_seen: false,
+            last_streams: 0,
+            last_total: 0,
             failed: 0,
             serving: Some(Appliance {
                 serving: serving.clone(),
@@ -540,6 +552,10 @@ impl SctpServer {
                             };
                             self.served += 1;
                             self.last_seen |= h.last;
+                            if h.last {
+                                self.last_streams += 1;
+                                self.last_total = u64::from(h.qps);
+                            }
                             self.responder
                                 .add(&mut self.ep, Served::new(qp, &h, client));
                         }
@@ -696,9 +712,10 @@ impl SctpServer {
         self.served
     }
 
-    /// A client's last size was served and every stream has closed.
+    /// A client's last size was served, every stream of it, and every
+    /// stream has closed.
     pub fn run_done(&self) -> bool {
-        self.last_seen && self.ep.core.open_streams() == 0
+        self.last_seen && self.last_streams >= self.last_total && self.ep.core.open_streams() == 0
     }
 
     /// Associations and streams open now.
@@ -1208,6 +1225,102 @@ pub fn remote_dpdk(
         SctpRig::assemble(client, carrier, None, server, quiet),
         info,
     ))
+}
+
+/// The cores of a DDP over SCTP client of a server in another process
+/// (`bench OP HOST --llp sctp --cores K`).
+pub enum RemoteSctpCores {
+    /// Over Linux UDP: a socket per core (the server's Linux, if it
+    /// spreads its sockets by `SO_REUSEPORT`, picks a core for each by its
+    /// own hash).
+    Kernel(Vec<SctpRig<KernelUdp, KernelUdp>>),
+    /// Over a DPDK port with a queue pair per core, steered.
+    Dpdk(Vec<DpdkSctpRig>, crate::rig::DpdkInfo),
+}
+
+/// A DDP over SCTP client of `cores` cores, each with an association of
+/// its own to the server at `server` and its share of the run's streams:
+/// one host (a control-plane thread, a registry) for all of them, and each
+/// core its own transport. On a DPDK port (`link` says which) core k's
+/// association leaves from a UDP port whose four-tuple with the server's
+/// hashes to k, so that its replies come back to k's queue (and a server
+/// steering by the same hash, dpwarpd on as many cores, serves it on its
+/// core k); over Linux UDP the kernel picks each socket's port. Every
+/// core's streams are of one run (they share its id).
+pub fn remote_cores(
+    config: &RigConfig,
+    link: &crate::link::LinkArgs,
+    transport: crate::link::PeerTransport,
+    server: SocketAddrV4,
+    cores: u16,
+) -> Result<RemoteSctpCores, String> {
+    let host = Host::new(cores, 1);
+    let run = crate::rig::run_id();
+    if transport == crate::link::PeerTransport::Kernel {
+        let (local, path_mtu) = tcp_lite::sys::udp::route_to(server)
+            .map_err(|e| format!("no route to {server}: {e}"))?;
+        let mtu = config.mtu.min(path_mtu.max(MTU_MIN));
+        let rigs = (0..cores)
+            .map(|k| {
+                let mut carrier = KernelUdp::new(*local.ip(), 4 << 20);
+                let memory = host.register(config.memory);
+                let client = SctpEndpoint::on_host(&mut carrier, 0, mtu, &host, k, memory, false)?;
+                let mut rig = SctpRig::assemble(client, carrier, None, server, None);
+                rig.run = run;
+                Ok(rig)
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        return Ok(RemoteSctpCores::Kernel(rigs));
+    }
+    let (eal, port) =
+        crate::link::dpdk_port_queues(transport, link, config.mtu, false, "dpwbench0", cores)?;
+    let steer = if cores > 1 { Some(port.steer()?) } else { None };
+    let lossless = transport == crate::link::PeerTransport::Memif;
+    let ip = link.address()?;
+    let mut rigs = Vec::with_capacity(usize::from(cores));
+    // Ephemeral ports (RFC 6335's range) from a place of the run's own.
+    let mut next = 49152 + (run % 16384) as u16;
+    for k in 0..cores {
+        let mut carrier = crate::link::dpdk_stack_on(&port, k, steer.as_ref(), ip, lossless)?;
+        let mtu = carrier.emss() + 40;
+        let memory = host.register(config.memory);
+        // The next port whose replies come back to core k (the core's
+        // stack is new: nothing else has a port on it).
+        let mut udp_port = 0;
+        if let Some(steer) = &steer {
+            for _ in 0..16384 {
+                let p = next;
+                next = if next == u16::MAX { 49152 } else { next + 1 };
+                if steer.owner(server, SocketAddrV4::new(ip.0, p)) == k {
+                    udp_port = p;
+                    break;
+                }
+            }
+            if udp_port == 0 {
+                return Err(format!("no UDP port whose replies come back to core {k}"));
+            }
+        }
+        let client = SctpEndpoint::on_host(&mut carrier, udp_port, mtu, &host, k, memory, false)?;
+        let quiet = lossless.then_some(crate::link::MEMIF_QUIET);
+        let mut rig = SctpRig::assemble(client, carrier, None, server, quiet);
+        rig.run = run;
+        rigs.push(rig);
+    }
+    let info = crate::rig::DpdkInfo {
+        eal,
+        memory: String::new(),
+        ports: if cores > 1 {
+            format!(
+                "{}, {cores} queue pairs, {}",
+                port.describe,
+                port.steering()
+            )
+        } else {
+            port.describe.clone()
+        },
+        checksums: port.checksums(),
+    };
+    Ok(RemoteSctpCores::Dpdk(rigs, info))
 }
 
 impl<C: MessageTransport, S: MessageTransport> Drop for SctpRig<C, S> {

@@ -260,7 +260,8 @@ fn the_sctp_lower_layer_parses_and_is_checked() {
         assert!(parse(ok).unwrap().plan().is_ok(), "{ok}");
     }
     // On several cores: both ends of each core's association in this
-    // process (a CPU's worth here, so that a one-CPU host parses it too).
+    // process, or each core's association to a HOST; not a server (a
+    // CPU's worth here, so that a one-CPU host parses it too).
     for ok in [
         "bench write -q 2 --llp sctp --cores 1",
         "bench write -q 2 --llp sctp --cores 1 --transport memif",
@@ -269,7 +270,12 @@ fn the_sctp_lower_layer_parses_and_is_checked() {
         assert!(parse(ok).unwrap().plan().is_ok(), "{ok}");
     }
     assert!(why("bench write --llp sctp --server --cores 1").contains("in this process"));
-    assert!(why("bench write 10.0.0.1 --llp sctp --cores 1").contains("in this process"));
+    for ok in [
+        "bench write 10.0.0.1 -q 2 --llp sctp --cores 1",
+        "bench write 10.0.0.1 -q 2 --llp sctp --cores 1 --transport memif --ip 10.0.0.2/24",
+    ] {
+        assert!(parse(ok).unwrap().plan().is_ok(), "{ok}");
+    }
     assert!(why("bench write --llp sctp --cores 1 --transport kernel").contains("in this process"));
     assert!(why("bench write --llp sctp --cores 1 -D 1 --flood 10").contains("MPA startups"));
     assert!(

@@ -612,6 +612,51 @@ fn two_cores_each_side_over_kernel_tcp() {
     );
 }
 
+/// A DDP over SCTP client on one and then two cores (`bench write HOST
+/// --llp sctp --cores 1,2 -q 2`) to a `bench --server --llp sctp` over
+/// Linux UDP: each core an association of its own and its share of the
+/// streams, all of one run; the server ends after the last size's two
+/// streams, though one core's may close before the other's open.
+#[test]
+fn an_sctp_client_on_two_cores() {
+    let _serial = serial();
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("one CPU: no second core");
+        return;
+    }
+    let p = port().to_string();
+    let server = server(&["--llp", "sctp", "-p", &p]);
+    let client = finish(
+        spawn(&[
+            "write",
+            "127.0.0.1",
+            "--llp",
+            "sctp",
+            "--cores",
+            "1,2",
+            "-q",
+            "2",
+            "-p",
+            &p,
+            "-n",
+            "2000",
+            "-s",
+            "4096",
+        ]),
+        "the client",
+    );
+    let said = text(&client);
+    assert!(client.status.success(), "{said}");
+    assert!(said.contains("1/1 QP(s) each"), "{said}");
+    assert!(said.contains("2 cores / 1 = "), "{said}");
+    assert_eq!(said.matches("remote/sctp").count(), 2, "{said}");
+    let (ok, served) = server.finish();
+    assert!(
+        ok && served.contains("client done after 4 stream(s)"),
+        "{served}"
+    );
+}
+
 /// `bench rping` both roles over memif between two processes: ten
 /// iterations, each verified on both sides.
 #[test]

@@ -258,14 +258,14 @@ impl Opened {
     }
 
     /// [`Self::steer`], each local TCP port of `pinned` owned by the core
-    /// beside it and the UDP ports `pinned_udp` by the first core (see
-    /// [`Steer::pinning`]).
+    /// beside it and the datagrams to the UDP ports `steered_udp` by the
+    /// core their four-tuple hashes to (see [`Steer::pinning`]).
     pub fn steer_pinning(
         &self,
         pinned: &[(u16, u16)],
-        pinned_udp: &[u16],
+        steered_udp: &[u16],
     ) -> Result<Arc<Steer>, String> {
-        self.steer()?.pin(pinned, pinned_udp)
+        self.steer()?.pin(pinned, steered_udp)
     }
 
     /// How the port spreads received frames over its queues, in words.

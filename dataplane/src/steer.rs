@@ -15,10 +15,12 @@
 //!
 //! ARP is every core's business: each core's stack keeps its own neighbour
 //! cache and may have asked, so ARP frames are copied to every other core.
-//! UDP datagrams to a pinned UDP port (a DDP over SCTP listener's, RFC 6951,
-//! which one core serves: an association's packets must all meet its
-//! endpoint) go to the first core, and TCP segments to a pinned TCP port
-//! to the core it is pinned to. Other frames stay where they arrived.
+//! UDP datagrams to a steered UDP port (a DDP over SCTP listener's, RFC
+//! 6951, with an SCTP endpoint on every core: an association's packets must
+//! all meet its endpoint) go to the core their four-tuple hashes to, as a
+//! TCP connection's do (a NIC's RSS hashes UDP's ports too), and TCP
+//! segments to a pinned TCP port to the core it is pinned to. Other frames
+//! stay where they arrived.
 //!
 //! The key is the symmetric one (`tcp_lite::rss::SYMMETRIC_KEY`): both
 //! directions of a connection hash alike, so two dpwarp hosts with the same
@@ -50,9 +52,10 @@ pub struct Steer {
     /// must meet on one core: perftest's control and data connections say
     /// nothing of each other).
     pinned: Vec<(u16, u16)>,
-    /// Local UDP ports whose datagrams the first core takes (an SCTP
-    /// endpoint's, whose associations live on one core).
-    pinned_udp: Vec<u16>,
+    /// Local UDP ports whose datagrams go to the core their four-tuple
+    /// hashes to (SCTP endpoints on every core, each association on the
+    /// core its UDP ports hash to).
+    steered_udp: Vec<u16>,
 }
 
 impl Steer {
@@ -93,30 +96,32 @@ impl Steer {
             toeplitz: Toeplitz::new(key),
             reta,
             pinned: Vec::new(),
-            pinned_udp: Vec::new(),
+            steered_udp: Vec::new(),
         }))
     }
 
     /// [`Steer::new`], frames to each local TCP port of `pinned` going
-    /// to the core beside it, and to the UDP ports `pinned_udp` to the
-    /// first core. A core beyond the port's is refused.
+    /// to the core beside it, and datagrams to the UDP ports `steered_udp`
+    /// to the core their four-tuple hashes to. A core beyond the port's is
+    /// refused.
     pub fn pinning(
         pools: &[Arc<Pool>],
         pinned: &[(u16, u16)],
-        pinned_udp: &[u16],
+        steered_udp: &[u16],
     ) -> Result<Arc<Steer>, String> {
-        Steer::new(pools)?.pin(pinned, pinned_udp)
+        Steer::new(pools)?.pin(pinned, steered_udp)
     }
 
     /// This steering, frames to each local TCP port of `pinned` going to
-    /// the core beside it, and to the UDP ports `pinned_udp` to the first
-    /// core. Only for a steering no core has yet (its one handle):
+    /// the core beside it, and datagrams to the UDP ports `steered_udp` to
+    /// the core their four-tuple hashes to. Only for a steering no core
+    /// has yet (its one handle):
     /// [`Steer::pinning`] and `Opened::steer_pinning` call it on the one
     /// they just made.
     pub(crate) fn pin(
         mut self: Arc<Steer>,
         pinned: &[(u16, u16)],
-        pinned_udp: &[u16],
+        steered_udp: &[u16],
     ) -> Result<Arc<Steer>, String> {
         let cores = self.cores();
         if let Some((port, core)) = pinned.iter().find(|(_, core)| *core >= cores) {
@@ -126,7 +131,7 @@ impl Steer {
         }
         let s = Arc::get_mut(&mut self).expect("pinned before it is shared");
         s.pinned = pinned.to_vec();
-        s.pinned_udp = pinned_udp.to_vec();
+        s.steered_udp = steered_udp.to_vec();
         Ok(self)
     }
 
@@ -161,9 +166,9 @@ pub(crate) struct SteerPoint {
 
 /// What a received frame is, for steering.
 pub(crate) enum Kind {
-    /// IPv4 TCP (or UDP to a pinned port), owned by this core.
+    /// IPv4 TCP (or UDP to a steered port), owned by this core.
     Mine,
-    /// IPv4 TCP (or UDP to a pinned port) owned by another core.
+    /// IPv4 TCP (or UDP to a steered port) owned by another core.
     Theirs(u16),
     /// ARP: every core's.
     Everyone,
@@ -181,8 +186,8 @@ impl SteerPoint {
             _ => return Kind::Here,
         }
         let ip = &frame[14..];
-        // TCP, or UDP (17) when a UDP port is pinned.
-        if ip.len() < 20 || !(ip[9] == 6 || (ip[9] == 17 && !self.steer.pinned_udp.is_empty())) {
+        // TCP, or UDP (17) when a UDP port is steered.
+        if ip.len() < 20 || !(ip[9] == 6 || (ip[9] == 17 && !self.steer.steered_udp.is_empty())) {
             return Kind::Here;
         }
         let ihl = usize::from(ip[0] & 0x0F) * 4;
@@ -195,12 +200,12 @@ impl SteerPoint {
         let src = SocketAddrV4::new(addr(12), u16::from_be_bytes([tcp[0], tcp[1]]));
         let dst = SocketAddrV4::new(addr(16), u16::from_be_bytes([tcp[2], tcp[3]]));
         let owner = if ip[9] == 17 {
-            // UDP: a pinned port's datagrams to the first core, the rest
-            // stay.
-            if !self.steer.pinned_udp.contains(&dst.port()) {
+            // UDP: a steered port's datagrams to the core their four-tuple
+            // hashes to, the rest stay.
+            if !self.steer.steered_udp.contains(&dst.port()) {
                 return Kind::Here;
             }
-            0
+            self.steer.owner(src, dst)
         } else if let Some(&(_, core)) = self.steer.pinned.iter().find(|(p, _)| *p == dst.port()) {
             core
         } else {

@@ -336,53 +336,61 @@ fn a_pinned_ports_connections_all_meet_on_its_core() {
     assert!(conns.iter().any(|c| c.client_core == 0));
 }
 
-/// A pinned UDP port (`Steer::pinning`, a DDP over SCTP listener's): every
-/// datagram to it reaches the first core, whichever queue it arrives at;
-/// datagrams to another UDP port stay where they arrive.
+/// A steered UDP port (`Steer::pinning`, a DDP over SCTP listener's with
+/// an endpoint on every core): every datagram to it reaches the core its
+/// four-tuple hashes to, whichever queue it arrives at, so an association
+/// (one pair of UDP ports) meets one core; datagrams to another UDP port
+/// stay where they arrive.
 #[test]
-fn a_pinned_udp_ports_datagrams_all_reach_the_first_core() {
+fn a_steered_udp_ports_datagrams_reach_the_core_they_hash_to() {
     use tcp_lite::Datagrams;
-    const PINNED: u16 = 9899;
+    const STEERED: u16 = 9899;
     const OTHER: u16 = 9900;
+    /// Source ports each client core sends from.
+    const SOURCES: usize = 8;
     let _one = serial();
     let (a, b) = ports_of(eal());
     let mut client = host(&a, CLIENT, a.steer().unwrap(), true);
-    let mut server = host(
-        &b,
-        SERVER,
-        Steer::pinning(&b.pools, &[], &[PINNED]).unwrap(),
-        true,
-    );
-    // Only core 0 has the pinned port; core 1 has the other.
-    let pinned = server.stacks[0].udp_bind(PINNED).unwrap();
-    let other = server.stacks[1].udp_bind(OTHER).unwrap();
-    let senders: Vec<_> = client
+    let steer = Steer::pinning(&b.pools, &[], &[STEERED]).unwrap();
+    let mut server = host(&b, SERVER, steer.clone(), true);
+    // Every core has the steered port; core 1 also has the other.
+    let steered: Vec<_> = server
         .stacks
         .iter_mut()
-        .map(|s| s.udp_bind(0).unwrap())
+        .map(|s| s.udp_bind(STEERED).unwrap())
         .collect();
-    const EACH: usize = 50;
-    let (mut at_pinned, mut at_other) = (Vec::new(), Vec::new());
+    let other = server.stacks[1].udp_bind(OTHER).unwrap();
+    let senders: Vec<Vec<_>> = client
+        .stacks
+        .iter_mut()
+        .map(|s| (0..SOURCES).map(|_| s.udp_bind(0).unwrap()).collect())
+        .collect();
+    const EACH: usize = 20;
+    let want = 2 * SOURCES * EACH;
+    // (the receiving core, the sender's address) of each datagram.
+    let (mut at_steered, mut at_other) = (Vec::new(), Vec::new());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut sent = 0;
-    while at_pinned.len() < 2 * EACH || at_other.len() < EACH {
+    while at_steered.len() < want || at_other.len() < EACH {
         assert!(
             std::time::Instant::now() < deadline,
-            "datagrams missing: {} to the pinned port, {} to the other",
-            at_pinned.len(),
+            "datagrams missing: {} of {want} to the steered port, {} of {EACH} to the other",
+            at_steered.len(),
             at_other.len()
         );
-        // Each client core sends to the pinned port; core 1 also to the
-        // other port (the server's core 1 has it).
+        // Each client core sends from each of its sockets to the steered
+        // port; core 1 also to the other port (the server's core 1 has
+        // it).
         if sent < EACH {
             for (k, s) in client.stacks.iter_mut().enumerate() {
-                let to = SocketAddrV4::new(SERVER, PINNED);
-                let payload = [k as u8, sent as u8];
-                s.udp_send_with(senders[k], to, 2, |b| b.copy_from_slice(&payload))
-                    .unwrap();
+                for &udp in &senders[k] {
+                    let to = SocketAddrV4::new(SERVER, STEERED);
+                    s.udp_send_with(udp, to, 2, |b| b.copy_from_slice(&[k as u8, sent as u8]))
+                        .unwrap();
+                }
                 if k == 1 {
                     let to = SocketAddrV4::new(SERVER, OTHER);
-                    s.udp_send_with(senders[k], to, 2, |b| b.copy_from_slice(&payload))
+                    s.udp_send_with(senders[k][0], to, 2, |b| b.copy_from_slice(&[1, 0]))
                         .unwrap();
                 }
             }
@@ -391,27 +399,36 @@ fn a_pinned_udp_ports_datagrams_all_reach_the_first_core() {
         let t = now();
         client.poll(t);
         server.poll(t);
-        while let Some(p) = server.stacks[0].udp_recv_with(pinned, |d, _| d.to_vec()) {
-            at_pinned.push(p);
+        for (core, stack) in server.stacks.iter_mut().enumerate() {
+            while let Some(from) = stack.udp_recv_with(steered[core], |_, from| from) {
+                at_steered.push((core as u16, from));
+            }
         }
         while let Some(p) = server.stacks[1].udp_recv_with(other, |d, _| d.to_vec()) {
             at_other.push(p);
         }
     }
     assert_eq!(
-        at_pinned.len(),
-        2 * EACH,
-        "every datagram to the pinned port once"
+        at_steered.len(),
+        want,
+        "every datagram to the steered port once"
     );
-    assert_eq!(
-        at_pinned.iter().filter(|p| p[0] == 1).count(),
-        EACH,
-        "client core 1's datagrams reached server core 0"
-    );
+    let to = SocketAddrV4::new(SERVER, STEERED);
+    for &(core, from) in &at_steered {
+        assert_eq!(
+            core,
+            steer.owner(from, to),
+            "{from}'s datagrams at the core their four-tuple hashes to"
+        );
+    }
+    // Both cores own some of the 16 source ports (a fixed key and table,
+    // ports the client's stacks chose): the hash, not a pin, decided.
+    let owners: std::collections::HashSet<u16> = at_steered.iter().map(|&(c, _)| c).collect();
+    assert_eq!(owners.len(), 2, "both cores received: {at_steered:?}");
     let counters = server.counters();
     assert!(
-        counters[1].rx_steered_out >= EACH as u64,
-        "core 1 handed the pinned port's datagrams over: {counters:?}"
+        counters.iter().any(|c| c.rx_steered_out > 0),
+        "datagrams arrived at the other core's queue and were handed over: {counters:?}"
     );
     assert!(
         counters.iter().all(|c| c.rx_steer_dropped == 0),

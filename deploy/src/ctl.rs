@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::daemon::{drops, Shared};
+use crate::daemon::{drops, SctpShared, Shared};
 
 /// The commands, for help texts.
 pub const COMMANDS: &[&str] = &["status", "stats", "listeners", "connections", "drain"];
@@ -51,7 +51,7 @@ fn status(shared: &Shared) -> Value {
         "connections": shared.cores.iter()
             .map(|c| c.open.load(Ordering::Relaxed))
             .sum::<u64>()
-            + shared.sctp.as_ref().map_or(0, |s| s.streams.load(Ordering::Relaxed)),
+            + shared.sctp.as_ref().map_or(0, SctpShared::streams),
     })
 }
 
@@ -134,12 +134,24 @@ fn stats(shared: &Shared) -> Value {
         })
         .collect();
     let sctp = shared.sctp.as_ref().map(|l| {
-        let c = *l.counters.lock().unwrap_or_else(|p| p.into_inner());
+        let c = l.counters();
         json!({
             "udp_port": l.udp_port,
-            "associations": l.associations.load(Ordering::Relaxed),
-            "streams": l.streams.load(Ordering::Relaxed),
-            "streams_failed": l.failed.load(Ordering::Relaxed),
+            "associations": l.associations(),
+            "streams": l.streams(),
+            "streams_failed": l.failed(),
+            // Each core's endpoint: the associations it holds.
+            "cores": l.cores.iter().enumerate().map(|(k, core)| {
+                let c = *core.counters.lock().unwrap_or_else(|p| p.into_inner());
+                json!({
+                    "core": k,
+                    "associations": core.associations.load(Ordering::Relaxed),
+                    "streams": core.streams.load(Ordering::Relaxed),
+                    "streams_up": c.streams_up,
+                    "rx_segments": c.rx_segments,
+                    "tx_segments": c.tx_segments,
+                })
+            }).collect::<Vec<_>>(),
             "rx_datagrams": c.rx_datagrams,
             "tx_datagrams": c.tx_datagrams,
             "rx_segments": c.rx_segments,
@@ -182,7 +194,7 @@ fn stats(shared: &Shared) -> Value {
             let c = c.counters.lock().unwrap_or_else(|p| p.into_inner());
             c.established.saturating_sub(c.ended)
         }).sum::<u64>()
-            + shared.sctp.as_ref().map_or(0, |s| s.streams.load(Ordering::Relaxed)),
+            + shared.sctp.as_ref().map_or(0, SctpShared::streams),
     })
 }
 
@@ -279,21 +291,22 @@ fn connections(shared: &Shared) -> Value {
             }));
         }
     }
-    if let Some(sctp) = &shared.sctp {
-        for c in sctp
+    for (k, core) in shared.sctp.iter().flat_map(|s| s.cores.iter().enumerate()) {
+        let udp_port = shared.sctp.as_ref().map(|s| s.udp_port);
+        for c in core
             .connections
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
         {
-            // The first core's thread turns it; its QPs are its own.
+            // Core k's thread turns it; its QPs are its own.
             list.push(json!({
-                "core": 0,
+                "core": k,
                 "qp": c.qp.0,
                 "peer": c.peer.map(|p| p.to_string()),
                 "service": "bench",
                 "llp": "sctp",
-                "udp_port": sctp.udp_port,
+                "udp_port": udp_port,
                 "state": "rts",
                 "run": format!("{:016x}", c.run),
                 "op": c.op.name(),

@@ -79,13 +79,74 @@ pub struct CoreShared {
 }
 
 /// The bench service's DDP over SCTP listener (RFC 5043 over UDP, RFC
-/// 6951): the first core's thread turns it beside its MPA connections, in
-/// the same leases, limits and drain, with a control-plane link of its own;
-/// on a DPDK port its datagrams share the first core's stack and queue pair
-/// with the MPA connections (see [`SctpCarrier`]).
+/// 6951): an SCTP endpoint on every core, which the core's thread turns
+/// beside its MPA connections, in the same leases, limits and drain, each
+/// with a control-plane link of its own. Each association is one core's:
+/// on a DPDK port its datagrams share the core's stack and queue pair with
+/// the MPA connections, steered to the core their UDP four-tuple hashes to
+/// (`dataplane::steer`); over Linux, each core's socket binds the port with
+/// `SO_REUSEPORT` and Linux picks one by the four-tuple's hash (see
+/// [`SctpCarrier`]).
 pub struct SctpShared {
     /// Its UDP port.
     pub udp_port: u16,
+    /// Each core's endpoint.
+    pub cores: Vec<SctpCoreShared>,
+}
+
+impl SctpShared {
+    /// Every core's counters, summed.
+    pub fn counters(&self) -> dataplane::SctpCounters {
+        let mut all = dataplane::SctpCounters::default();
+        for c in &self.cores {
+            let c = *c.counters.lock().unwrap_or_else(|p| p.into_inner());
+            all.turns += c.turns;
+            all.busy_turns += c.busy_turns;
+            all.busy_us += c.busy_us;
+            all.idle_us += c.idle_us;
+            all.rx_datagrams += c.rx_datagrams;
+            all.tx_datagrams += c.tx_datagrams;
+            all.tx_full += c.tx_full;
+            all.tx_refused += c.tx_refused;
+            all.rx_segments += c.rx_segments;
+            all.rx_segment_octets += c.rx_segment_octets;
+            all.tx_segments += c.tx_segments;
+            all.tx_segment_octets += c.tx_segment_octets;
+            all.rx_out_of_order += c.rx_out_of_order;
+            all.early_held += c.early_held;
+            all.stray += c.stray;
+            all.streams_up += c.streams_up;
+            all.streams_ended += c.streams_ended;
+            all.refused_streams += c.refused_streams;
+        }
+        all
+    }
+
+    /// Associations every core holds.
+    pub fn associations(&self) -> u64 {
+        self.sum(|c| &c.associations)
+    }
+
+    /// Streams open on every core.
+    pub fn streams(&self) -> u64 {
+        self.sum(|c| &c.streams)
+    }
+
+    /// Streams that failed on every core.
+    pub fn failed(&self) -> u64 {
+        self.sum(|c| &c.failed)
+    }
+
+    fn sum(&self, of: impl Fn(&SctpCoreShared) -> &AtomicU64) -> u64 {
+        self.cores
+            .iter()
+            .map(|c| of(c).load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// One core's DDP over SCTP endpoint, as of its last publication.
+pub struct SctpCoreShared {
     /// Its slot among the serving cores (after the MPA cores), and its
     /// link of the control plane.
     pub slot: u16,
@@ -511,19 +572,24 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         startups_per_peer_max: config.rnic.startups_per_client_max,
         ..ControlConfig::default()
     };
-    // The DDP over SCTP listener is one serving core more: its own link
-    // of the control plane, its own slot in the bench service's state.
+    // Each core's DDP over SCTP endpoint is one serving core more: its
+    // own link of the control plane, its own slot in the bench service's
+    // state.
     let sctp = config.bench_udp_port().map(|udp_port| SctpShared {
         udp_port,
-        slot: cores as u16,
-        connections: Mutex::new(Vec::new()),
-        published: AtomicU64::new(u64::MAX),
-        counters: Mutex::new(dataplane::SctpCounters::default()),
-        associations: AtomicU64::new(0),
-        streams: AtomicU64::new(0),
-        failed: AtomicU64::new(0),
+        cores: (0..cores)
+            .map(|k| SctpCoreShared {
+                slot: (cores + k) as u16,
+                connections: Mutex::new(Vec::new()),
+                published: AtomicU64::new(u64::MAX),
+                counters: Mutex::new(dataplane::SctpCounters::default()),
+                associations: AtomicU64::new(0),
+                streams: AtomicU64::new(0),
+                failed: AtomicU64::new(0),
+            })
+            .collect(),
     });
-    let slots = cores + usize::from(sctp.is_some());
+    let slots = cores * (1 + usize::from(sctp.is_some()));
     // The host's PD, one per memory client and one per bench run (live,
     // or ended and waiting for its QPs to go), and each perftest service
     // its share (`Gate::isolating`).
@@ -749,7 +815,8 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
                 }
                 let steer = if cores > 1 {
                     // Each perftest service's connections to its core,
-                    // the DDP over SCTP listener's datagrams to the first.
+                    // the DDP over SCTP listener's datagrams to the core
+                    // their four-tuple hashes to.
                     let pinned: Vec<(u16, u16)> = shared
                         .perftest
                         .iter()
@@ -821,8 +888,9 @@ pub trait SctpCarrier: CoreTransport {
     /// The transport its datagrams take.
     type Udp: MessageTransport;
 
-    /// What the listener needs of its own on a port at `address`.
-    fn own(address: std::net::Ipv4Addr) -> Self::Own;
+    /// What the listener needs of its own on a port at `address`, one of
+    /// `cores` cores' listeners on the same UDP port.
+    fn own(address: std::net::Ipv4Addr, cores: usize) -> Self::Own;
 
     /// The transport of its datagrams, for one step.
     fn udp<'a>(core: &'a mut Self, own: &'a mut Self::Own) -> &'a mut Self::Udp;
@@ -832,8 +900,15 @@ impl SctpCarrier for KernelTransport {
     type Own = KernelUdp;
     type Udp = KernelUdp;
 
-    fn own(address: std::net::Ipv4Addr) -> KernelUdp {
-        KernelUdp::new(address, 4 << 20)
+    fn own(address: std::net::Ipv4Addr, cores: usize) -> KernelUdp {
+        let udp = KernelUdp::new(address, 4 << 20);
+        // Each core's socket on the one port, Linux choosing by the
+        // four-tuple's hash.
+        if cores > 1 {
+            udp.reuse_port()
+        } else {
+            udp
+        }
     }
 
     fn udp<'a>(_core: &'a mut Self, own: &'a mut KernelUdp) -> &'a mut KernelUdp {
@@ -845,7 +920,7 @@ impl SctpCarrier for Stack<DpdkDevice> {
     type Own = ();
     type Udp = Stack<DpdkDevice>;
 
-    fn own(_address: std::net::Ipv4Addr) {}
+    fn own(_address: std::net::Ipv4Addr, _cores: usize) {}
 
     fn udp<'a>(core: &'a mut Self, _own: &'a mut ()) -> &'a mut Stack<DpdkDevice> {
         core
@@ -990,8 +1065,8 @@ fn run_cores<T: SctpCarrier + Send>(
             .map(|(k, mut server)| {
                 let (shared, failed, listening) = (shared.clone(), &failed, &listening);
                 let startup = &startup;
-                // The first core also turns the DDP over SCTP listener.
-                let sctp_parts = (k == 0).then(|| (region.clone(), mr, hook.clone()));
+                // Each core also turns its DDP over SCTP endpoint.
+                let sctp_parts = (region.clone(), mr, hook.clone());
                 let mut others = vec![memory_port, ports.rping];
                 others.extend(
                     shared
@@ -1007,9 +1082,8 @@ fn run_cores<T: SctpCarrier + Send>(
                         let mut sctp = None;
                         let up = dataplane::lcore::enter(me.cpu, eal).and_then(|pinned| {
                             wait_listening(&mut server, &others)?;
-                            if let Some((region, mr, hook)) = sctp_parts {
-                                sctp = sctp_listener(&shared, &mut server, region, mr, hook)?;
-                            }
+                            let (region, mr, hook) = sctp_parts;
+                            sctp = sctp_listener(&shared, &mut server, k, region, mr, hook)?;
                             Ok(pinned)
                         });
                         if let Err(why) = &up {
@@ -1030,7 +1104,7 @@ fn run_cores<T: SctpCarrier + Send>(
                         }
                         publish(&server, me);
                         if let (Some(l), Some(s)) = (sctp.as_ref(), shared.sctp.as_ref()) {
-                            publish_sctp(&l.server, s);
+                            publish_sctp(&l.server, &s.cores[k]);
                         }
                         me.done.store(true, Ordering::SeqCst);
                         drop(up);
@@ -1085,12 +1159,13 @@ fn run_cores<T: SctpCarrier + Send>(
     })
 }
 
-/// The bench service's DDP over SCTP listener at the port's address (on
-/// Linux UDP, or on `core`'s stack: [`SctpCarrier`]), if the configuration
-/// has one; why not, if it cannot start.
+/// Core `k`'s endpoint of the bench service's DDP over SCTP listener at the
+/// port's address (on Linux UDP, or on `core`'s stack: [`SctpCarrier`]),
+/// if the configuration has one; why not, if it cannot start.
 fn sctp_listener<T: SctpCarrier>(
     shared: &Shared,
     core: &mut Server<T>,
+    k: usize,
     region: Arc<Region>,
     mr: Mr,
     hook: EventHook,
@@ -1099,7 +1174,7 @@ fn sctp_listener<T: SctpCarrier>(
         return Ok(None);
     };
     let port = shared.config.port();
-    let mut own = T::own(port.address.0);
+    let mut own = T::own(port.address.0, s.cores.len());
     let listen = SctpListen {
         udp_port: s.udp_port,
         mtu: usize::from(port.mtu),
@@ -1110,8 +1185,8 @@ fn sctp_listener<T: SctpCarrier>(
         T::udp(core.endpoint.core.transport_mut(), &mut own),
         &listen,
         &shared.host,
-        // The first core's thread turns it.
-        (s.slot, 0),
+        // Core k's thread turns it.
+        (s.cores[k].slot, k),
         region,
         mr,
         &shared.serving,
@@ -1121,9 +1196,9 @@ fn sctp_listener<T: SctpCarrier>(
     .map_err(|why| format!("UDP port {} (DDP over SCTP): {why}", s.udp_port))
 }
 
-/// What the DDP over SCTP listener serves, for `dpwarpctl` and the
+/// What a core's DDP over SCTP endpoint serves, for `dpwarpctl` and the
 /// metrics.
-fn publish_sctp(listener: &SctpServer, s: &SctpShared) {
+fn publish_sctp(listener: &SctpServer, s: &SctpCoreShared) {
     let (associations, streams) = listener.open();
     s.associations.store(associations as u64, Ordering::Relaxed);
     s.streams.store(streams as u64, Ordering::Relaxed);
@@ -1290,7 +1365,7 @@ fn core_loop<T: SctpCarrier>(
                 server.connections().cloned().collect();
         }
         if let (Some(l), Some(s)) = (sctp.as_deref(), shared.sctp.as_ref()) {
-            publish_sctp(&l.server, s);
+            publish_sctp(&l.server, &s.cores[k]);
         }
         if failed.load(Ordering::SeqCst) {
             return;

@@ -522,19 +522,34 @@ pub fn render(shared: &Shared) -> String {
     );
     if let Some(l) = &shared.sctp {
         // The bench service's DDP over SCTP listener (RFC 5043 over UDP).
-        let c = *l.counters.lock().unwrap_or_else(|p| p.into_inner());
+        let c = l.counters();
         let port = format!("udp_port=\"{}\"", l.udp_port);
         family(
             "dpwarp_sctp_associations",
             "gauge",
             "SCTP associations the DDP over SCTP listener holds.",
-            &[(port.clone(), l.associations.load(Ordering::Relaxed) as f64)],
+            &[(port.clone(), l.associations() as f64)],
+        );
+        family(
+            "dpwarp_sctp_core_associations",
+            "gauge",
+            "SCTP associations each core's endpoint of the DDP over SCTP listener holds.",
+            &l.cores
+                .iter()
+                .enumerate()
+                .map(|(k, c)| {
+                    (
+                        format!("{port},core=\"{k}\""),
+                        c.associations.load(Ordering::Relaxed) as f64,
+                    )
+                })
+                .collect::<Vec<_>>(),
         );
         family(
             "dpwarp_sctp_streams",
             "gauge",
             "DDP streams open on the DDP over SCTP listener.",
-            &[(port.clone(), l.streams.load(Ordering::Relaxed) as f64)],
+            &[(port.clone(), l.streams() as f64)],
         );
         family(
             "dpwarp_sctp_segments_total",

@@ -1113,31 +1113,36 @@ const CORES_QPS: usize = 4;
 /// 4 KiB Writes each of its cores runs.
 const CORES_WRITES: u64 = 2000;
 
-/// The child's client on two cores (`bench write SERVER --cores 2 -q 4`):
-/// each core on its own queue pair of the client end of `SOCKET` (our
-/// address `ADDRESS/PREFIX`), opening its 2 QPs to the bench service at
-/// SERVER:TCP_PORT from source ports that hash to it, 2,000 4 KiB Writes a
-/// core. A line `cores: ` and, for each core, `core CPU MESSAGES
+/// The child's client on two cores (`bench write SERVER --cores 2 -q 4
+/// --llp LLP`): each core on its own queue pair of the client end of
+/// `SOCKET` (our address `ADDRESS/PREFIX`), opening its 2 QPs to the bench
+/// service at SERVER:PORT (MPA: TCP connections from source ports that
+/// hash to it; DDP over SCTP: an association from such a UDP port, and 2
+/// streams on it), 2,000 4 KiB Writes a core. A line `cores: ` and, for each core, `core CPU MESSAGES
 /// HANDED_OUT` (the last: frames it received that another core owned),
 /// `; ` between them.
 fn memif_cores_client(args: &str) -> Result<String, String> {
     use bench::cores::{self, CoreLink};
     let a: Vec<&str> = args.split(' ').collect();
-    let [socket, ip, server, tcp] = a[..] else {
+    let [socket, ip, server, port, llp] = a[..] else {
         return Err(format!("{MEMIF_CORES_CLIENT}={args:?}"));
     };
     let server: std::net::Ipv4Addr = server.parse().map_err(|e| format!("{e}"))?;
-    let tcp: u16 = tcp.parse().map_err(|e| format!("{e}"))?;
+    let port: u16 = port.parse().map_err(|e| format!("{e}"))?;
+    let llp = match llp {
+        "mpa" => bench::args::LlpArg::Mpa,
+        _ => bench::args::LlpArg::Sctp,
+    };
     let link = bench::link::LinkArgs {
         ip: Some(ip.to_string()),
         memif_socket: socket.to_string(),
         hugepages: bench::link::HugepagesArg::Off,
         ..bench::link::LinkArgs::default()
     };
-    let addr = SocketAddrV4::new(server, tcp);
+    let addr = SocketAddrV4::new(server, port);
     let (config, spec) = run_of(
         addr,
-        true,
+        llp == bench::args::LlpArg::Mpa,
         9000,
         (
             Op::Write,
@@ -1153,7 +1158,7 @@ fn memif_cores_client(args: &str) -> Result<String, String> {
         &config,
         &link,
         CoreLink::Remote(bench::link::PeerTransport::Memif, addr),
-        bench::args::LlpArg::Mpa,
+        llp,
         &[2],
         &cpus,
         &spec,
@@ -1237,7 +1242,10 @@ fn memif_clients(args: &str) -> Result<String, String> {
 /// daemon's core of the same number. Each daemon core establishes exactly
 /// two, neither core's port receives a frame of the other's (nothing
 /// handed over on either side), every Write completes, and nothing is
-/// left after. Both processes poll both CPUs here (four pollers on two CPUs):
+/// left after. Then the same over DDP over SCTP (`--llp sctp`, another
+/// child): each client core's association, from a UDP port that hashes to
+/// it, is served by the daemon core of its number (an SCTP endpoint on
+/// every core), two streams each. Both processes poll both CPUs here (four pollers on two CPUs):
 /// slow, which the test's counts do not mind.
 fn memif_port_on_two_cores() -> Result<(), Failed> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -1247,13 +1255,17 @@ fn memif_port_on_two_cores() -> Result<(), Failed> {
     }
     let _cpu1 = second_cpu();
     let dir = scratch("memif-cores");
-    let (tcp_port, metrics) = (free_port(), free_port());
+    let (tcp_port, metrics, udp_port) = (free_port(), free_port(), free_port());
     let socket = format!("/run/dpwarp/test-cores-{}.sock", std::process::id());
     let config = loopback_config(&dir, tcp_port, metrics, 64)
         .replace("driver = \"kernel\"", "driver = \"memif\"")
         .replace(
             "address = \"127.0.0.1/8\"",
             &format!("address = \"10.91.0.2/24\"\nmemif_socket = \"{socket}\""),
+        )
+        .replace(
+            &format!("tcp_port = {tcp_port}\n"),
+            &format!("tcp_port = {tcp_port}\nudp_port = {udp_port}\n"),
         )
         .replace("lcores = [0]", "lcores = [0, 1]")
         .replace("hugepages = \"auto\"", "hugepages = \"off\"");
@@ -1271,15 +1283,18 @@ fn memif_port_on_two_cores() -> Result<(), Failed> {
     if established(&stats) != [0, 0] {
         return Err(fail(format!("two cores, nothing established: {stats:#}")));
     }
-    let child = Command::new(std::env::current_exe()?)
-        .env(
-            MEMIF_CORES_CLIENT,
-            format!("{socket} 10.91.0.1/24 10.91.0.2 {tcp_port}"),
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    let out = child.wait_with_output()?;
+    let child = |port: u16, llp: &str| {
+        Command::new(std::env::current_exe()?)
+            .env(
+                MEMIF_CORES_CLIENT,
+                format!("{socket} 10.91.0.1/24 10.91.0.2 {port} {llp}"),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?
+            .wait_with_output()
+    };
+    let out = child(tcp_port, "mpa")?;
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -1334,6 +1349,61 @@ fn memif_port_on_two_cores() -> Result<(), Failed> {
         }
         let key = format!("dpwarp_core_rx_packets_total{{core=\"{k}\"");
         if !sample(&text, &key).is_some_and(|n| n > 0.0) {
+            return Err(fail(format!("{key}: {:?}", sample(&text, &key))));
+        }
+    }
+    // DDP over SCTP: each client core's association on the daemon's core
+    // of its number.
+    let out = child(udp_port, "sctp")?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        return Err(fail(format!(
+            "the two-core DDP over SCTP client failed ({:?}): {said}\n--- dpwarpd:\n{}",
+            out.status,
+            daemon.log_text()
+        )));
+    }
+    let cores: Vec<(u64, u64)> = said
+        .lines()
+        .find_map(|l| l.strip_prefix("cores: "))
+        .unwrap_or_default()
+        .split("; ")
+        .filter_map(|c| {
+            let f: Vec<&str> = c.split(' ').collect();
+            Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?))
+        })
+        .collect();
+    if cores.len() != 2 || cores.iter().any(|&(m, out)| m < CORES_WRITES || out != 0) {
+        return Err(fail(format!("the two-core DDP over SCTP client: {said}")));
+    }
+    let streams_up = |s: &Value| -> Vec<u64> {
+        s["sctp"]["cores"].as_array().map_or(Vec::new(), |cores| {
+            cores
+                .iter()
+                .map(|c| c["streams_up"].as_u64().unwrap_or(0))
+                .collect()
+        })
+    };
+    let after = daemon
+        .wait_stats(Duration::from_secs(10), |s| {
+            streams_up(s) == [half, half]
+                && s["sctp"]["associations"] == 0
+                && s["sctp"]["streams"] == 0
+                && s["service"]["clients"] == 0
+                && s["stags"] == stags
+        })
+        .map_err(|e| fail(format!("{e:?}\nthe client: {said}\n{}", daemon.log_text())))?;
+    if after["sctp"]["streams_failed"] != 0 || established(&after) != [half, half] {
+        return Err(fail(format!("after the DDP over SCTP client: {after:#}")));
+    }
+    let text = scrape(metrics)?;
+    for k in 0..2 {
+        let key = format!("dpwarp_core_rx_handed_out_total{{core=\"{k}\"");
+        if sample(&text, &key) != Some(0.0) {
             return Err(fail(format!("{key}: {:?}", sample(&text, &key))));
         }
     }
@@ -2242,7 +2312,9 @@ fn perftest_services() -> Result<(), Failed> {
 /// configuration's order: the first (write_bw) the first core, the second
 /// (read_bw) the second. Each client's control and data connections are
 /// all established on its service's core (on Linux TCP only that core
-/// listens on the service's port), and both sessions complete.
+/// listens on the service's port), and both sessions complete. Then four
+/// DDP over SCTP clients over Linux UDP, served by both cores' endpoints
+/// on the one UDP port.
 fn perftest_services_on_two_cores() -> Result<(), Failed> {
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         println!("perftest_services_take_the_cores_in_turn: one CPU here; two cores need two");
@@ -2251,9 +2323,13 @@ fn perftest_services_on_two_cores() -> Result<(), Failed> {
     // Its second core polls the CPU that `memif_port`'s daemon has alone.
     let _cpu1 = second_cpu();
     let dir = scratch("perftest-cores");
-    let (tcp_port, metrics) = (free_port(), free_port());
+    let (tcp_port, metrics, udp_port) = (free_port(), free_port(), free_port());
     let config = loopback_config(&dir, tcp_port, metrics, 160)
         .replace("lcores = [0]", "lcores = [0, 1]")
+        .replace(
+            &format!("tcp_port = {tcp_port}\n"),
+            &format!("tcp_port = {tcp_port}\nudp_port = {udp_port}\n"),
+        )
         .replace(
             "command = \"ib_write_bw\"",
             "command = \"ib_write_bw -q 2 -n 200 -s 65536\"",
@@ -2304,6 +2380,57 @@ fn perftest_services_on_two_cores() -> Result<(), Failed> {
                 && established(s) == want
         })?;
         before = established(&after);
+    }
+    // DDP over SCTP over Linux UDP on two cores: each core's socket binds
+    // the UDP port (SO_REUSEPORT), and four clients' associations, each a
+    // socket of its own, are served by the cores Linux picks for them.
+    let udp = SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, udp_port);
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                sctp_client(
+                    udp,
+                    Op::Write,
+                    Mode::Bandwidth,
+                    4096,
+                    1,
+                    Stop::Iterations(500),
+                )
+            })
+        })
+        .collect();
+    for c in clients {
+        let m = c
+            .join()
+            .map_err(|_| fail("a DDP over SCTP client panicked"))?
+            .map_err(|e| {
+                fail(format!(
+                    "a DDP over SCTP client: {e}\n{}",
+                    daemon.log_text()
+                ))
+            })?;
+        if m.messages < 500 {
+            return Err(fail(format!(
+                "a DDP over SCTP client: {} Writes",
+                m.messages
+            )));
+        }
+    }
+    let streams_up = |s: &Value| -> Vec<u64> {
+        s["sctp"]["cores"].as_array().map_or(Vec::new(), |cores| {
+            cores
+                .iter()
+                .map(|c| c["streams_up"].as_u64().unwrap_or(0))
+                .collect()
+        })
+    };
+    let after = daemon.wait_stats(Duration::from_secs(10), |s| {
+        streams_up(s).len() == 2
+            && streams_up(s).iter().sum::<u64>() == 4
+            && s["sctp"]["associations"] == 0
+    })?;
+    if after["sctp"]["streams_failed"] != 0 {
+        return Err(fail(format!("after the DDP over SCTP clients: {after:#}")));
     }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())

@@ -144,3 +144,62 @@ fn kernel_sockets_exchange_datagrams_on_loopback() {
         Err(UdpError::TooLong)
     );
 }
+
+/// `KernelUdp::reuse_port`: two of them (a core each) bind one port; Linux
+/// gives each sender's datagrams to one of the two sockets, always the
+/// same one, and spreads 32 senders over both. Without it the second bind
+/// is refused.
+#[test]
+fn kernel_sockets_share_a_port_by_four_tuple() {
+    let mut first = KernelUdp::new(Ipv4Addr::LOCALHOST, 1 << 20).reuse_port();
+    let u0 = first.udp_bind(0).unwrap();
+    let port = first.udp_local(u0).unwrap().port();
+    let mut plain = KernelUdp::new(Ipv4Addr::LOCALHOST, 1 << 20);
+    assert_eq!(plain.udp_bind(port), Err(ListenError::PortInUse));
+    let mut second = KernelUdp::new(Ipv4Addr::LOCALHOST, 1 << 20).reuse_port();
+    let u1 = second.udp_bind(port).unwrap();
+    let to = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+    const SENDERS: usize = 32;
+    const EACH: usize = 4;
+    let mut senders = KernelUdp::new(Ipv4Addr::LOCALHOST, 1 << 20);
+    let ids: Vec<_> = (0..SENDERS).map(|_| senders.udp_bind(0).unwrap()).collect();
+    for _ in 0..EACH {
+        for &id in &ids {
+            senders.udp_send_with(id, to, 8, |b| b.fill(7)).unwrap();
+        }
+    }
+    // Which socket received each sender's datagrams.
+    let mut at: std::collections::HashMap<SocketAddrV4, Vec<usize>> = Default::default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut got = 0;
+    while got < SENDERS * EACH {
+        assert!(std::time::Instant::now() < deadline, "only {got} arrived");
+        let mut any = false;
+        for (k, (udp, id)) in [(&mut first, u0), (&mut second, u1)]
+            .into_iter()
+            .enumerate()
+        {
+            while let Some(from) = udp.udp_recv_with(id, |_, from| from) {
+                at.entry(from).or_default().push(k);
+                got += 1;
+                any = true;
+            }
+        }
+        if !any {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+    assert_eq!(at.len(), SENDERS);
+    for (from, sockets) in &at {
+        assert!(
+            sockets.iter().all(|&k| k == sockets[0]),
+            "{from}'s datagrams reached one socket: {sockets:?}"
+        );
+    }
+    let used: std::collections::HashSet<usize> = at.values().map(|s| s[0]).collect();
+    assert_eq!(
+        used.len(),
+        2,
+        "the senders spread over both sockets: {at:?}"
+    );
+}

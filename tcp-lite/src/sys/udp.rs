@@ -23,6 +23,7 @@ const DATAGRAM_MAX: usize = 65_507;
 pub struct KernelUdp {
     addr: Ipv4Addr,
     buffer: usize,
+    reuse_port: bool,
     sockets: Vec<UdpSocket>,
     scratch: Vec<u8>,
 }
@@ -35,9 +36,21 @@ impl KernelUdp {
         KernelUdp {
             addr,
             buffer,
+            reuse_port: false,
             sockets: Vec::new(),
             scratch: vec![0; DATAGRAM_MAX],
         }
+    }
+
+    /// Binds its sockets with `SO_REUSEPORT` (socket(7)): several
+    /// `KernelUdp`s (a core each) may bind one port, and Linux gives each
+    /// datagram to one of their sockets by a hash of its four-tuple, so
+    /// that every datagram of one pair of endpoints (an SCTP association
+    /// over UDP) reaches the same socket while the set of sockets stays the
+    /// same.
+    pub fn reuse_port(mut self) -> KernelUdp {
+        self.reuse_port = true;
+        self
     }
 
     fn socket(&self, socket: UdpId) -> Result<&UdpSocket, UdpError> {
@@ -69,6 +82,9 @@ impl Datagrams for KernelUdp {
             .map_err(|_| ListenError::Io)?;
         let _ = socket.set_send_buffer_size(self.buffer);
         let _ = socket.set_recv_buffer_size(self.buffer);
+        if self.reuse_port {
+            socket.set_reuse_port(true).map_err(|_| ListenError::Io)?;
+        }
         socket
             .bind(&SocketAddr::V4(SocketAddrV4::new(self.addr, port)).into())
             .map_err(|e| match e.kind() {
