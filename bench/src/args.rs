@@ -169,7 +169,8 @@ pub struct Args {
     /// --llp sctp: its own association and streams); as a HOST's client each core opens its share of the QPs on its queue
     /// pair of the port. With --server: serve on this many cores (one
     /// count), each on a queue pair of the DPDK port (steered) or a kernel
-    /// TCP listener of its own on the port (SO_REUSEPORT).
+    /// TCP listener (or, with --llp sctp, UDP socket) of its own on the
+    /// port (SO_REUSEPORT).
     #[arg(long, value_delimiter = ',', conflicts_with_all = ["compare", "shared_core"])]
     pub cores: Vec<usize>,
 
@@ -661,12 +662,13 @@ impl Args {
                     Role::Local(
                         TransportArg::Embedded | TransportArg::Memif | TransportArg::Ring,
                     )
-                    | Role::Client(_) => {}
+                    | Role::Client(_)
+                    | Role::Server => {}
                     _ => {
                         return Err(
                             "--llp sctp --cores runs both ends of each core's association \
-                             in this process (--transport embedded, memif or ring), or each \
-                             core's association to a HOST; not --server"
+                             in this process (--transport embedded, memif or ring), each \
+                             core's association to a HOST, or a --server's cores"
                                 .into(),
                         )
                     }
@@ -676,9 +678,9 @@ impl Args {
                 }
             }
             if local.is_none() {
-                // A server alone: over Linux UDP; a client alone: over Linux
-                // UDP or tcp-lite's UDP on a DPDK port.
-                let client_ok = |t: TransportArg| {
+                // A server or a client alone: over Linux UDP or tcp-lite's
+                // UDP on a DPDK port.
+                let peer_ok = |t: TransportArg| {
                     matches!(
                         t,
                         TransportArg::Kernel
@@ -690,7 +692,7 @@ impl Args {
                 };
                 match (&role, self.transport) {
                     (_, None | Some(TransportArg::Kernel)) => {}
-                    (Role::Client(_), Some(t)) if client_ok(t) => {}
+                    (_, Some(t)) if peer_ok(t) => {}
                     (Role::Client(_), Some(_)) => {
                         return Err(
                             "--llp sctp to a server in another process (HOST) runs over \
@@ -700,8 +702,8 @@ impl Args {
                     }
                     _ => {
                         return Err(
-                            "--llp sctp's server (--server) runs over Linux UDP for now: \
-                             --transport kernel, or none"
+                            "--llp sctp's server (--server) runs over --transport kernel \
+                             (Linux UDP), memif, net_tap, af_packet or pci"
                                 .into(),
                         )
                     }

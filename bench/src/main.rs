@@ -450,16 +450,7 @@ fn serve_until_done<T: CoreTransport + Send>(
     stop: &AtomicBool,
 ) -> i32 {
     let cores = transports.len();
-    let cpus: Vec<Option<usize>> = match args.link.cpus().ok().flatten() {
-        Some(cpus) => (0..cores).map(|k| cpus.get(k).copied()).collect(),
-        // One core: where the scheduler puts it, as before; several: one
-        // CPU each.
-        None if cores > 1 => {
-            let all = dataplane::lcore::cpus();
-            (0..cores).map(|k| all.get(k).copied()).collect()
-        }
-        None => vec![None],
-    };
+    let cpus = server_cpus(args, cores);
     let host = bench::endpoint::Host::new(cores as u16, 2);
     host.set_direct_receive(config.direct_receive);
     let (region, mr) = host.register(config.memory);
@@ -585,61 +576,255 @@ fn serve_until_done<T: CoreTransport + Send>(
 const IDLE_LIMIT: Duration = Duration::from_secs(10);
 
 /// `--server --llp sctp`: serve one client's run over DDP over SCTP (RFC
-/// 5043) on Linux UDP (RFC 6951's encapsulation) at `--port`, on this
-/// thread, then exit: every DDP stream the client opens (one per QP, RFC
-/// 6581 §7's Enhanced Initiate with its workload) is accepted with our
-/// memory and served as an MPA connection is.
+/// 5043) over UDP (RFC 6951), every size it brings, on `--cores K` pinned
+/// cores (one by default), then exit: over Linux UDP (each core a socket
+/// on the port, `SO_REUSEPORT` when several: Linux gives each association
+/// to one by its four-tuple's hash), or on a DPDK port (each core its
+/// stack on its queue pair, the port's datagrams steered to the core their
+/// four-tuple hashes to). One control-plane thread decides every stream;
+/// one registration of the memory serves every core.
 fn serve_sctp(args: &Args, config: &RigConfig, stop: &AtomicBool) -> i32 {
-    let mut udp = tcp_lite::sys::udp::KernelUdp::new(std::net::Ipv4Addr::UNSPECIFIED, 4 << 20);
-    let mut server = match bench::sctp::SctpServer::new(&mut udp, args.port, config) {
-        Ok(s) => s,
-        Err(why) => {
-            eprintln!("bench server: UDP port {}: {why}", args.port);
-            return 1;
+    let cores = args.cores.first().copied().unwrap_or(1);
+    let transport = args
+        .transport
+        .and_then(TransportArg::peer)
+        .unwrap_or(PeerTransport::Kernel);
+    let code = if transport == PeerTransport::Kernel {
+        let udps = (0..cores)
+            .map(|_| {
+                let udp =
+                    tcp_lite::sys::udp::KernelUdp::new(std::net::Ipv4Addr::UNSPECIFIED, 4 << 20);
+                if cores > 1 {
+                    udp.reuse_port()
+                } else {
+                    udp
+                }
+            })
+            .collect();
+        serve_sctp_on(udps, args.mtu(), args, config, None, stop)
+    } else {
+        let opened = bench::link::dpdk_port_queues(
+            transport,
+            &args.link,
+            args.mtu(),
+            true,
+            "dpwbench0",
+            cores as u16,
+        )
+        .and_then(|(eal, port)| {
+            let ip = args.link.address()?;
+            let lossless = transport == PeerTransport::Memif;
+            let steer = if cores > 1 {
+                Some(port.steer_pinning(&[], &[args.port])?)
+            } else {
+                None
+            };
+            let stacks = (0..cores as u16)
+                .map(|k| bench::link::dpdk_stack_on(&port, k, steer.as_ref(), ip, lossless))
+                .collect::<Result<Vec<_>, String>>()?;
+            println!(
+                "bench server: {}{}, {}",
+                port.describe,
+                if cores > 1 {
+                    format!(", {cores} queue pairs, {}", port.steering())
+                } else {
+                    String::new()
+                },
+                port.checksums()
+            );
+            Ok((eal, stacks))
+        });
+        match opened {
+            Ok((eal, stacks)) => {
+                // The port's MTU, which the stack's IP packets are held to.
+                let mtu = stacks[0].emss() + 40;
+                let code = serve_sctp_on(stacks, mtu, args, config, Some(eal), stop);
+                if transport == PeerTransport::Memif {
+                    std::thread::sleep(bench::link::MEMIF_QUIET);
+                }
+                code
+            }
+            Err(why) => {
+                eprintln!("bench server: {why}");
+                1
+            }
         }
     };
-    println!(
-        "bench server: listening on port {} (UDP: DDP over SCTP, RFC 5043, over UDP, RFC 6951; \
-         {} MiB of memory, 1 core); run `bench <op> THIS_HOST -p {} --llp sctp` on the client",
-        args.port,
-        config.memory >> 20,
-        args.port,
-    );
+    clean_up_dpdk();
+    code
+}
+
+/// The CPUs of a server's `cores` cores: `-l`'s, else one each from the
+/// first (one core: wherever the scheduler puts it).
+fn server_cpus(args: &Args, cores: usize) -> Vec<Option<usize>> {
+    match args.link.cpus().ok().flatten() {
+        Some(cpus) => (0..cores).map(|k| cpus.get(k).copied()).collect(),
+        None if cores > 1 => {
+            let all = dataplane::lcore::cpus();
+            (0..cores).map(|k| all.get(k).copied()).collect()
+        }
+        None => vec![None],
+    }
+}
+
+/// [`serve_sctp`] on `transports`, a core each, over paths of `mtu`
+/// octets.
+fn serve_sctp_on<T: dataplane::MessageTransport + Send>(
+    transports: Vec<T>,
+    mtu: usize,
+    args: &Args,
+    config: &RigConfig,
+    eal: Option<dataplane::dpdk::Eal>,
+    stop: &AtomicBool,
+) -> i32 {
+    let cores = transports.len();
+    let cpus = server_cpus(args, cores);
+    let host = bench::endpoint::Host::new(cores as u16, 2);
+    let (region, mr) = host.register(config.memory);
+    let serving = bench::responder::Serving::new(cores);
+    let listen = bench::sctp::SctpListen::bench(args.port, mtu);
+    let listening = std::sync::Barrier::new(cores + 1);
+    let failed = AtomicBool::new(false);
+    // Each core: how it ended, its streams that failed, and its device's
+    // counters.
+    type CoreEnd = (Served, u64, dataplane::DeviceCounters);
+    let results: Vec<Result<CoreEnd, String>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = transports
+            .into_iter()
+            .zip(&cpus)
+            .enumerate()
+            .map(|(k, (mut udp, &cpu))| {
+                let (listening, failed, serving) = (&listening, &failed, &serving);
+                let (host, region, listen) = (&host, region.clone(), &listen);
+                scope.spawn(move || {
+                    let up = dataplane::lcore::enter(cpu, eal).and_then(|pinned| {
+                        bench::sctp::SctpServer::serving(
+                            &mut udp,
+                            listen,
+                            host,
+                            (k as u16, k),
+                            region,
+                            mr,
+                            serving,
+                            None,
+                        )
+                        .map(|server| (pinned, server))
+                    });
+                    if up.is_err() {
+                        failed.store(true, Ordering::SeqCst);
+                    }
+                    listening.wait();
+                    let (_pinned, mut server) = up?;
+                    let served = serve_sctp_core(&mut server, &mut udp, serving, failed, stop)?;
+                    Ok((served, server.failed(), udp.device_counters()))
+                })
+            })
+            .collect();
+        listening.wait();
+        if !failed.load(Ordering::SeqCst) {
+            println!(
+                "bench server: listening on port {} (UDP: DDP over SCTP, RFC 5043, over UDP, RFC \
+                 6951; {} MiB of memory, {cores} core(s)); run `bench <op> THIS_HOST -p {} --llp \
+                 sctp` on the client",
+                args.port,
+                config.memory >> 20,
+                args.port,
+            );
+        }
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err("a core's thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut code = 0;
+    let mut failed_streams = 0;
+    for (k, result) in results.iter().enumerate() {
+        match result {
+            Err(why) => {
+                eprintln!("bench server: core {k}: {why}");
+                code = 1;
+            }
+            Ok((served, failed, _)) => {
+                failed_streams += failed;
+                if matches!(served, Served::Idle) && code == 0 {
+                    eprintln!(
+                        "bench server: no client for {} s ({} stream(s) served, {} refused)",
+                        IDLE_LIMIT.as_secs(),
+                        serving.served(),
+                        serving.refused()
+                    );
+                    code = 1;
+                }
+            }
+        }
+    }
+    if cores > 1 {
+        for (k, cpu) in cpus.iter().enumerate() {
+            // Datagrams that reached this core's queue but belonged to
+            // another core's association: 0 when the client steers as we
+            // do (a dpwarp client on as many cores).
+            let steering = match &results[k] {
+                Ok((_, _, d)) => format!(
+                    "; datagrams handed to their core: {} ({} dropped)",
+                    d.rx_steered_out, d.rx_steer_dropped
+                ),
+                Err(_) => String::new(),
+            };
+            println!(
+                "bench server: core {k} (CPU {}): {} stream(s){steering}",
+                cpu.map_or("-".into(), |c| c.to_string()),
+                serving.served_by(k)
+            );
+        }
+    }
+    if code == 0 {
+        if failed_streams > 0 {
+            eprintln!(
+                "bench server: client gone after {} stream(s), {failed_streams} of them failed",
+                serving.served(),
+            );
+            code = 1;
+        } else if serving.runs_done() > 0 {
+            println!(
+                "bench server: client done after {} stream(s)",
+                serving.served()
+            );
+        } else {
+            println!("bench server: stopped after {} stream(s)", serving.served());
+        }
+    }
+    code
+}
+
+/// One core of [`serve_sctp_on`]: its endpoint's turns until the client's
+/// run is done on every core, a stop, another core's failure, or nothing
+/// open for [`IDLE_LIMIT`] after a client.
+fn serve_sctp_core<T: dataplane::MessageTransport>(
+    server: &mut bench::sctp::SctpServer,
+    udp: &mut T,
+    serving: &bench::responder::Serving,
+    failed: &AtomicBool,
+    stop: &AtomicBool,
+) -> Result<Served, String> {
     let mut idle_since = None::<Instant>;
     loop {
-        if let Err(why) = server.step(&mut udp) {
+        if let Err(why) = server.step(udp) {
             // One stream's failure ends that stream only.
             eprintln!("bench server: {why}");
         }
-        if server.run_done() {
-            if server.failed() > 0 {
-                eprintln!(
-                    "bench server: client gone after {} stream(s), {} of them failed",
-                    server.served(),
-                    server.failed()
-                );
-                return 1;
-            }
-            println!(
-                "bench server: client done after {} stream(s)",
-                server.served()
-            );
-            return 0;
+        if serving.runs_done() > 0 || stop.load(Ordering::SeqCst) {
+            return Ok(Served::Done);
         }
-        if stop.load(Ordering::SeqCst) {
-            println!("bench server: stopped after {} stream(s)", server.served());
-            return 0;
+        if failed.load(Ordering::SeqCst) {
+            return Err("stopped: another core failed".into());
         }
-        // Idle after a client: it went away.
-        if server.served() > 0 && server.open().1 == 0 {
+        if (serving.served() > 0 || serving.refused() > 0) && serving.open() == 0 {
             let since = *idle_since.get_or_insert_with(Instant::now);
             if since.elapsed() > IDLE_LIMIT {
-                eprintln!(
-                    "bench server: no client for {} s ({} stream(s) served)",
-                    IDLE_LIMIT.as_secs(),
-                    server.served()
-                );
-                return 1;
+                return Ok(Served::Idle);
             }
         } else {
             idle_since = None;

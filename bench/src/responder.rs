@@ -477,6 +477,11 @@ pub struct Serving {
     refused: AtomicU64,
     /// A connection of the run's last size was accepted.
     last_seen: AtomicBool,
+    /// Connections of the run's last size accepted, and how many the run
+    /// has (its hellos' QPs): a client on several cores may close one
+    /// core's before another core's have even begun.
+    last_admitted: AtomicU64,
+    last_total: AtomicU64,
     /// Each core's connections open or in MPA startup, as of its last turn.
     open: Vec<AtomicUsize>,
     /// Connections each core served to the end.
@@ -527,10 +532,18 @@ impl Serving {
             draining: AtomicBool::new(false),
             refused: AtomicU64::new(0),
             last_seen: AtomicBool::new(false),
+            last_admitted: AtomicU64::new(0),
+            last_total: AtomicU64::new(0),
             open: (0..cores).map(|_| AtomicUsize::new(0)).collect(),
             served: (0..cores).map(|_| AtomicU64::new(0)).collect(),
             runs_done: AtomicU64::new(0),
         })
+    }
+
+    /// Whether it admits many runs at once, each in a lease of its own
+    /// ([`Admission::Many`]), rather than one run in the whole memory.
+    pub(crate) fn many(&self) -> bool {
+        matches!(self.admission, Admission::Many { .. })
     }
 
     /// Clients refused so far (workloads that do not fit, a second run).
@@ -948,6 +961,9 @@ impl Serving {
             _ => {
                 *run = Some(hello.run);
                 if hello.last {
+                    self.last_total
+                        .store(u64::from(hello.qps), Ordering::SeqCst);
+                    self.last_admitted.fetch_add(1, Ordering::SeqCst);
                     self.last_seen.store(true, Ordering::SeqCst);
                 }
                 Ok(Lease {
@@ -1044,9 +1060,11 @@ impl Serving {
 
     /// Core `core` has `open` connections open or starting: publishes it,
     /// and ([`Admission::OneRun`]) ends the run if its last size's
-    /// connections are all gone from every core. A client opens every
-    /// connection of a size (each one counted by its core from the SYN on)
-    /// before it closes any, so no core still has one of them to come.
+    /// connections, all of them (as many as its hellos say it has), are
+    /// gone from every core. A client on one core opens every connection
+    /// of a size (each one counted by its core from the SYN on) before it
+    /// closes any; one on several cores may close one core's before
+    /// another core's are accepted, which the count covers.
     pub(crate) fn publish(&self, core: usize, open: usize) {
         // Written when it changes, not every turn (a turn of a latency run
         // is a microsecond).
@@ -1056,12 +1074,15 @@ impl Serving {
         if self.admission == Admission::OneRun
             && open == 0
             && self.last_seen.load(Ordering::SeqCst)
+            && self.last_admitted.load(Ordering::SeqCst) >= self.last_total.load(Ordering::SeqCst)
             && self.open() == 0
             && self
                 .last_seen
                 .compare_exchange(true, false, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
         {
+            self.last_admitted.store(0, Ordering::SeqCst);
+            self.last_total.store(0, Ordering::SeqCst);
             *self.active.lock().unwrap_or_else(|p| p.into_inner()) = None;
             self.runs_done.fetch_add(1, Ordering::SeqCst);
         }

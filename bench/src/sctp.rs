@@ -325,15 +325,8 @@ impl RnicEnd for SctpEndpoint {
 pub struct SctpServer {
     ep: SctpEndpoint,
     responder: Responder,
-    /// Streams served, and whether one was of the client's last size.
+    /// Streams served.
     served: u64,
-    last_seen: bool,
-    /// Streams of the client's last size served, and how many its run has
-    /// (the hello's QPs): a client on several cores, each with an
-    /// association of its own, may close one core's before another core's
-    /// are open.
-    last_streams: u64,
-    last_total: u64,
     /// Streams that ended with an RDMAP Terminate, or whose workload
     /// failed here.
     failed: u64,
@@ -358,8 +351,24 @@ pub struct SctpListen {
     pub ord: u16,
 }
 
-/// The state of an [`SctpServer`] that serves many clients' runs in the
-/// leases of a shared [`Serving`] ([`SctpServer::serving`]).
+impl SctpListen {
+    /// A benchmark server's listener (`bench --server --llp sctp`) on UDP
+    /// port `udp_port` over a path of `mtu` octets, with the IRD and ORD
+    /// its streams offer by default.
+    pub fn bench(udp_port: u16, mtu: usize) -> SctpListen {
+        let session = core_config(mtu).session;
+        SctpListen {
+            udp_port,
+            mtu,
+            ird_max: session.ird_max,
+            ord: session.ord,
+        }
+    }
+}
+
+/// The state of an [`SctpServer`] that serves clients' runs in a shared
+/// [`Serving`] ([`SctpServer::serving`]): an appliance's many runs, each in
+/// a lease, or a benchmark server's one run at a time on several cores.
 struct Appliance {
     serving: Arc<Serving>,
     /// Its slot among the serving cores.
@@ -387,9 +396,6 @@ impl SctpServer {
             ep: SctpEndpoint::new(transport, udp_port, config.mtu, config.memory, 12, true)?,
             responder: Responder::default(),
             served: 0,
-            last_seen: false,
-            last_streams: 0,
-            last_total: 0,
             failed: 0,
             serving: None,
         })
@@ -410,9 +416,6 @@ impl SctpServer {
             ep: SctpEndpoint::on_host(transport, udp_port, config.mtu, host, core, memory, true)?,
             responder: Responder::default(),
             served: 0,
-            last_seen: false,
-            last_streams: 0,
-            last_total: 0,
             failed: 0,
             serving: None,
         })
@@ -482,9 +485,6 @@ impl SctpServer {
             ep: SctpEndpoint::assemble(config, transport, listen.udp_port, parts, true)?,
             responder: Responder::default(),
             served: 0,
-            last_seen: false,
-            last_streams: 0,
-            last_total: 0,
             failed: 0,
             serving: Some(Appliance {
                 serving: serving.clone(),
@@ -551,11 +551,6 @@ impl SctpServer {
                                 to: h.to,
                             };
                             self.served += 1;
-                            self.last_seen |= h.last;
-                            if h.last {
-                                self.last_streams += 1;
-                                self.last_total = u64::from(h.qps);
-                            }
                             self.responder
                                 .add(&mut self.ep, Served::new(qp, &h, client));
                         }
@@ -625,8 +620,14 @@ impl SctpServer {
                         self.ep.core.close_stream(qp);
                         continue;
                     };
-                    // Given up meanwhile: its lease may be another's.
-                    let Some(offset) = a.serving.handed(h.run, h.op) else {
+                    // Given up meanwhile: its lease may be another's. (One
+                    // run at a time has the whole memory: `bench --server`.)
+                    let offset = if a.serving.many() {
+                        a.serving.handed(h.run, h.op)
+                    } else {
+                        Some(0)
+                    };
+                    let Some(offset) = offset else {
                         self.ep.core.close_stream(qp);
                         continue;
                     };
@@ -635,7 +636,6 @@ impl SctpServer {
                         to: h.to,
                     };
                     self.served += 1;
-                    self.last_seen |= h.last;
                     self.responder
                         .add(&mut self.ep, Served::in_lease(qp, &h, client, offset));
                     let connection = Connection {
@@ -710,12 +710,6 @@ impl SctpServer {
     /// Streams served so far.
     pub fn served(&self) -> u64 {
         self.served
-    }
-
-    /// A client's last size was served, every stream of it, and every
-    /// stream has closed.
-    pub fn run_done(&self) -> bool {
-        self.last_seen && self.last_streams >= self.last_total && self.ep.core.open_streams() == 0
     }
 
     /// Associations and streams open now.
@@ -1243,7 +1237,8 @@ pub enum RemoteSctpCores {
 /// one host (a control-plane thread, a registry) for all of them, and each
 /// core its own transport. On a DPDK port (`link` says which) core k's
 /// association leaves from a UDP port whose four-tuple with the server's
-/// hashes to k, so that its replies come back to k's queue (and a server
+/// hashes to k, and the port steers those datagrams by that hash, so that
+/// its replies reach core k whichever queue they arrive at (and a server
 /// steering by the same hash, dpwarpd on as many cores, serves it on its
 /// core k); over Linux UDP the kernel picks each socket's port. Every
 /// core's streams are of one run (they share its id).
@@ -1274,32 +1269,40 @@ pub fn remote_cores(
     }
     let (eal, port) =
         crate::link::dpdk_port_queues(transport, link, config.mtu, false, "dpwbench0", cores)?;
-    let steer = if cores > 1 { Some(port.steer()?) } else { None };
     let lossless = transport == crate::link::PeerTransport::Memif;
     let ip = link.address()?;
+    // Each core's UDP port: the next whose four-tuple with the server's
+    // hashes to the core (ephemeral ports, RFC 6335's range, from a place
+    // of the run's own); the port steers their datagrams by that hash, so
+    // a reply that arrives at another core's queue (net_tap's kernel side
+    // picks queues by its own hash) is handed to its core.
+    let mut udp_ports = vec![0u16; usize::from(cores)];
+    let steer = if cores > 1 {
+        let hash = port.steer()?;
+        let mut next = 49152 + (run % 16384) as u16;
+        for (k, udp_port) in udp_ports.iter_mut().enumerate() {
+            for _ in 0..16384 {
+                let p = next;
+                next = if next == u16::MAX { 49152 } else { next + 1 };
+                if usize::from(hash.owner(server, SocketAddrV4::new(ip.0, p))) == k {
+                    *udp_port = p;
+                    break;
+                }
+            }
+            if *udp_port == 0 {
+                return Err(format!("no UDP port whose replies come back to core {k}"));
+            }
+        }
+        Some(port.steer_pinning(&[], &udp_ports)?)
+    } else {
+        None
+    };
     let mut rigs = Vec::with_capacity(usize::from(cores));
-    // Ephemeral ports (RFC 6335's range) from a place of the run's own.
-    let mut next = 49152 + (run % 16384) as u16;
     for k in 0..cores {
         let mut carrier = crate::link::dpdk_stack_on(&port, k, steer.as_ref(), ip, lossless)?;
         let mtu = carrier.emss() + 40;
         let memory = host.register(config.memory);
-        // The next port whose replies come back to core k (the core's
-        // stack is new: nothing else has a port on it).
-        let mut udp_port = 0;
-        if let Some(steer) = &steer {
-            for _ in 0..16384 {
-                let p = next;
-                next = if next == u16::MAX { 49152 } else { next + 1 };
-                if steer.owner(server, SocketAddrV4::new(ip.0, p)) == k {
-                    udp_port = p;
-                    break;
-                }
-            }
-            if udp_port == 0 {
-                return Err(format!("no UDP port whose replies come back to core {k}"));
-            }
-        }
+        let udp_port = udp_ports[usize::from(k)];
         let client = SctpEndpoint::on_host(&mut carrier, udp_port, mtu, &host, k, memory, false)?;
         let quiet = lossless.then_some(crate::link::MEMIF_QUIET);
         let mut rig = SctpRig::assemble(client, carrier, None, server, quiet);

@@ -613,9 +613,9 @@ fn two_cores_each_side_over_kernel_tcp() {
 }
 
 /// A DDP over SCTP client on one and then two cores (`bench write HOST
-/// --llp sctp --cores 1,2 -q 2`) to a `bench --server --llp sctp` over
-/// Linux UDP: each core an association of its own and its share of the
-/// streams, all of one run; the server ends after the last size's two
+/// --llp sctp --cores 1,2 -q 2`) to a one-core `bench --server --llp sctp`
+/// over Linux UDP: each core an association of its own and its share of
+/// the streams, all of one run; the server ends after the last size's two
 /// streams, though one core's may close before the other's open.
 #[test]
 fn an_sctp_client_on_two_cores() {
@@ -653,6 +653,61 @@ fn an_sctp_client_on_two_cores() {
     let (ok, served) = server.finish();
     assert!(
         ok && served.contains("client done after 4 stream(s)"),
+        "{served}"
+    );
+}
+
+/// `bench --server --llp sctp --cores 2` and a client on one and then two
+/// cores over one memif port with two queue pairs on each side: each
+/// client core's association leaves from a UDP port that hashes to it, so
+/// the server's core of the same number serves it (its counts are exact)
+/// and no datagram reaches the wrong core.
+#[test]
+fn sctp_on_two_cores_each_side_over_memif() {
+    let _serial = serial();
+    let socket = format!("/run/dpwarp/test-sctp-cores-{}.sock", std::process::id());
+    let p = port().to_string();
+    let link = |ip: &'static str| {
+        [
+            "--llp",
+            "sctp",
+            "--transport",
+            "memif",
+            "--memif-socket",
+            socket.as_str(),
+            "--ip",
+            ip,
+            "--hugepages",
+            "off",
+        ]
+    };
+    let mut args = link("10.94.0.2/24").to_vec();
+    args.extend(["--cores", "2", "-q", "4", "-p", &p]);
+    let server = server(&args);
+    let mut args = vec!["write", "10.94.0.2"];
+    args.extend(link("10.94.0.1/24"));
+    args.extend([
+        "--cores", "1,2", "-q", "4", "-p", &p, "-n", "2000", "-s", "4096",
+    ]);
+    let client = finish(spawn(&args), "the client");
+    let said = text(&client);
+    assert!(client.status.success(), "{said}");
+    assert!(
+        said.contains("2 queue pairs, steered in software (net_memif: the port has no RSS)"),
+        "{said}"
+    );
+    assert_eq!(said.matches("remote_memif/sctp").count(), 2, "{said}");
+    assert_eq!(
+        said.matches("frames at the wrong core: 0").count(),
+        3,
+        "one row for the 1-core run, two for the 2-core run: {said}"
+    );
+    let (ok, served) = server.finish();
+    // 4 streams on core 0, then 2 on each.
+    assert!(
+        ok && served.contains("core 0 (CPU 0): 6 stream(s); datagrams handed to their core: 0 ")
+            && served.contains("core 1 (CPU 1): 2 stream(s); datagrams handed to their core: 0 ")
+            && served.contains("client done after 8 stream(s)"),
         "{served}"
     );
 }

@@ -281,6 +281,51 @@ pub struct SctpCounters {
     pub refused_streams: u64,
 }
 
+impl std::ops::AddAssign for SctpCounters {
+    /// Adds another core's counters (every field: a new one must be named
+    /// here).
+    fn add_assign(&mut self, other: SctpCounters) {
+        let SctpCounters {
+            turns,
+            busy_turns,
+            busy_us,
+            idle_us,
+            rx_datagrams,
+            tx_datagrams,
+            tx_full,
+            tx_refused,
+            rx_segments,
+            rx_segment_octets,
+            tx_segments,
+            tx_segment_octets,
+            rx_out_of_order,
+            early_held,
+            stray,
+            streams_up,
+            streams_ended,
+            refused_streams,
+        } = other;
+        self.turns += turns;
+        self.busy_turns += busy_turns;
+        self.busy_us += busy_us;
+        self.idle_us += idle_us;
+        self.rx_datagrams += rx_datagrams;
+        self.tx_datagrams += tx_datagrams;
+        self.tx_full += tx_full;
+        self.tx_refused += tx_refused;
+        self.rx_segments += rx_segments;
+        self.rx_segment_octets += rx_segment_octets;
+        self.tx_segments += tx_segments;
+        self.tx_segment_octets += tx_segment_octets;
+        self.rx_out_of_order += rx_out_of_order;
+        self.early_held += early_held;
+        self.stray += stray;
+        self.streams_up += streams_up;
+        self.streams_ended += streams_ended;
+        self.refused_streams += refused_streams;
+    }
+}
+
 /// UDP datagrams to and from an SCTP endpoint through one UDP socket of a
 /// [`MessageTransport`] that the caller hands in at each call (its own, or
 /// one it shares with an MPA [`Core`](crate::Core)): received datagrams

@@ -361,8 +361,8 @@ pub struct Service {
     /// A `bench` service's UDP port for DDP over SCTP (RFC 5043) over UDP
     /// (RFC 6951; 9899 is its registered port), beside MPA over TCP on
     /// `tcp_port`: `bench OP HOST -p UDP_PORT --llp sctp` clients, in the
-    /// same leases, limits and drain (only there; driver `kernel` only for
-    /// now).
+    /// same leases, limits and drain (only there; on every driver, an SCTP
+    /// endpoint on every core).
     #[serde(default, deserialize_with = "udp_port")]
     pub udp_port: Option<u16>,
     /// A `perftest` service's test (only there).

@@ -99,25 +99,7 @@ impl SctpShared {
     pub fn counters(&self) -> dataplane::SctpCounters {
         let mut all = dataplane::SctpCounters::default();
         for c in &self.cores {
-            let c = *c.counters.lock().unwrap_or_else(|p| p.into_inner());
-            all.turns += c.turns;
-            all.busy_turns += c.busy_turns;
-            all.busy_us += c.busy_us;
-            all.idle_us += c.idle_us;
-            all.rx_datagrams += c.rx_datagrams;
-            all.tx_datagrams += c.tx_datagrams;
-            all.tx_full += c.tx_full;
-            all.tx_refused += c.tx_refused;
-            all.rx_segments += c.rx_segments;
-            all.rx_segment_octets += c.rx_segment_octets;
-            all.tx_segments += c.tx_segments;
-            all.tx_segment_octets += c.tx_segment_octets;
-            all.rx_out_of_order += c.rx_out_of_order;
-            all.early_held += c.early_held;
-            all.stray += c.stray;
-            all.streams_up += c.streams_up;
-            all.streams_ended += c.streams_ended;
-            all.refused_streams += c.refused_streams;
+            all += *c.counters.lock().unwrap_or_else(|p| p.into_inner());
         }
         all
     }
@@ -1058,12 +1040,19 @@ fn run_cores<T: SctpCarrier + Send>(
     }
     let failed = AtomicBool::new(false);
     let listening = std::sync::Barrier::new(servers.len() + 1);
+    // Every core's DDP over SCTP endpoint stays (its socket bound) until
+    // every core is done: over Linux UDP the cores' sockets share the port
+    // (SO_REUSEPORT), and Linux hashes each association over the sockets
+    // bound at the time, so a socket closed while others still drain would
+    // move their associations to a core that does not have them.
+    let finished = std::sync::Barrier::new(servers.len());
     std::thread::scope(|scope| {
         let threads: Vec<_> = servers
             .into_iter()
             .enumerate()
             .map(|(k, mut server)| {
                 let (shared, failed, listening) = (shared.clone(), &failed, &listening);
+                let finished = &finished;
                 let startup = &startup;
                 // Each core also turns its DDP over SCTP endpoint.
                 let sctp_parts = (region.clone(), mr, hook.clone());
@@ -1107,6 +1096,8 @@ fn run_cores<T: SctpCarrier + Send>(
                             publish_sctp(&l.server, &s.cores[k]);
                         }
                         me.done.store(true, Ordering::SeqCst);
+                        finished.wait();
+                        drop(sctp);
                         drop(up);
                     })
                     .map_err(|e| format!("cannot start a core's thread: {e}"))
