@@ -9,8 +9,9 @@
 #   latency; the 64 KiB Write with TCP/IP checksums in software; and the
 #   smoltcp device layer's cost per packet beside a raw DPDK loop; and
 #   64 KiB and 64 B Writes on one and then two pinned cores (--cores 1,2),
-#   and with one core flooded; 1 and 1,024 QPs on one core; and MPA
-#   connection establishments per second (bench connect).
+#   and with one core flooded; 1 and 1,024 QPs on one core; MPA
+#   connection establishments per second (bench connect); and 64 KiB
+#   Writes over DDP over SCTP (RFC 5043) on one and then two cores.
 #   scripts/main.sh [OUTPUT_DIR]     (default bench-out)
 # As root it reserves 2 MiB hugepages for DPDK (and gives them back at the
 # end); without root, or without the memory, DPDK runs on ordinary pages
@@ -97,3 +98,8 @@ echo
 # Operation on both ends, closed in order, 16 at a time, one control-plane
 # thread; embedded, then kernel TCP.
 "$bench" connect -D 5 --json "$out/connect.json"
+echo
+# DDP over SCTP (RFC 5043 over UDP, RFC 6951) instead of MPA over TCP:
+# 64 KiB Writes on one and then two pinned cores over memif, each core an
+# association of its own.
+"$bench" write -s 65536 -D 3 -q 2 --llp sctp --cores 1,2 --transport memif --report_gbits --json "$out/write_bw_64k_sctp_cores.json"
