@@ -163,7 +163,8 @@ pub struct CoreConfig {
     pub urgent_dscp: u8,
     /// Take each accepted connection's class from its peer's SYN (off by
     /// default): where the transport can (`Transport::reflect_dscp`: a
-    /// tcp-lite stack does, Linux TCP does not), the connection's segments
+    /// tcp-lite stack does, Linux TCP where Linux itself reflects,
+    /// `net.ipv4.tcp_reflect_tos = 1`), the connection's segments
     /// carry the DSCP the SYN did from the SYN-ACK on, and once
     /// established it is urgent ([`Core::set_urgent`]) if that is
     /// [`CoreConfig::urgent_dscp`], as a hardware iWARP RNIC's passive

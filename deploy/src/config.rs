@@ -150,10 +150,11 @@ pub struct Daemon {
     /// (false when left out): its segments carry that DSCP, and one of
     /// `urgent_dscp`'s class is urgent, whatever its service, as a
     /// hardware iWARP RNIC takes the TOS of the SYN
-    /// (`dataplane::CoreConfig::reflect_dscp`). On a DPDK port only:
-    /// Linux TCP does not tell a listener its peer's class. Clients then
-    /// choose their own precedence: for networks whose clients are
-    /// trusted with it.
+    /// (`dataplane::CoreConfig::reflect_dscp`). With the `kernel` driver,
+    /// Linux reflects the class and tells it only with
+    /// `net.ipv4.tcp_reflect_tos = 1` in dpwarpd's network namespace
+    /// (dpwarpd refuses to start without it). Clients then choose their
+    /// own precedence: for networks whose clients are trusted with it.
     #[serde(default)]
     pub reflect_dscp: bool,
 }
@@ -740,14 +741,6 @@ impl Config {
         for key in forbid {
             forbids(key, given(key))?;
         }
-        if self.daemon.reflect_dscp && port.driver == Driver::Kernel {
-            return err(
-                text.find("reflect_dscp").unwrap_or(at),
-                "`reflect_dscp = true` needs a DPDK port: Linux TCP does not tell a listener \
-                 its client's class (driver \"kernel\")"
-                    .into(),
-            );
-        }
         if port.driver == Driver::NetTap {
             match (&port.bridge, &port.netns) {
                 (Some(_), None) => {
@@ -977,19 +970,24 @@ mod tests {
         );
         let on = EXAMPLE.replace("reflect_dscp = false", "reflect_dscp = true");
         assert!(Config::parse(&on, "x.toml").unwrap().daemon.reflect_dscp);
-        let e = refused(|t| {
-            t.replace("reflect_dscp = false", "reflect_dscp = true")
-                .replace("driver = \"net_tap\"", "driver = \"kernel\"")
-                .lines()
-                .filter(|l| {
-                    !["iface", "host_address", "netns", "bridge"]
-                        .iter()
-                        .any(|k| l.starts_with(k))
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        });
-        assert!(e.contains("needs a DPDK port"), "{e}");
+        // With the kernel driver too (dpwarpd then needs Linux's own
+        // reflection, net.ipv4.tcp_reflect_tos, when it starts).
+        let kernel = on
+            .replace("driver = \"net_tap\"", "driver = \"kernel\"")
+            .lines()
+            .filter(|l| {
+                !["iface", "host_address", "netns", "bridge"]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(
+            Config::parse(&kernel, "k.toml")
+                .unwrap()
+                .daemon
+                .reflect_dscp
+        );
         let e = refused(|t| t.replace("reflect_dscp = false", "reflect_dscp = \"yes\""));
         assert!(e.contains("reflect_dscp"), "{e}");
     }

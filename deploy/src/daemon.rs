@@ -729,6 +729,18 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
     let cores = config.dpdk.lcores.len();
     let result = match port.driver {
         Driver::Kernel => {
+            // Linux reflects a SYN's class into the connection, and so
+            // tells it, only where it is asked to (host-wide in the
+            // namespace).
+            if config.daemon.reflect_dscp && !tcp_lite::sys::kernel::linux_reflects_tos() {
+                return Err(
+                    "`reflect_dscp = true` with driver \"kernel\": Linux tells a listener its \
+                     client's class only while it reflects each SYN's TOS; set \
+                     net.ipv4.tcp_reflect_tos = 1 in dpwarpd's network namespace (sysctl -w \
+                     net.ipv4.tcp_reflect_tos=1), or use a DPDK port"
+                        .into(),
+                );
+            }
             let kc = tcp_lite::sys::kernel::KernelConfig {
                 bind: port.address.0,
                 // Every client's QPs (a bench client may bring 64) and the

@@ -740,9 +740,19 @@ fn a_kernel_connection_is_marked_through_ip_tos() {
 /// socket before its SYN leaves; Linux tells no listener its peer's class.
 #[test]
 fn a_kernel_connection_marked_before_it_connects_keeps_its_class() {
+    // Told or not as the host's Linux reflects (its default: not).
+    let reflected = tcp_lite::sys::kernel::linux_reflects_tos().then_some(34);
+    assert_eq!(marked_exchange(9), (34, reflected));
+}
+
+/// A listener and a client of one transport in the calling thread's
+/// network namespace, on port `k`, the client marked 34 before it
+/// connects, the listener asked to reflect: the client's class once both
+/// ends are open, and the class told of the accepted end.
+fn marked_exchange(k: u16) -> (u8, Option<u8>) {
     let clock = Clock::new(StdDuration::from_secs(20));
     let mut t = KernelTransport::new(config()).unwrap();
-    let p = port(9);
+    let p = port(k);
     t.reflect_dscp(true);
     t.listen(p).unwrap();
     let client = t
@@ -762,7 +772,50 @@ fn a_kernel_connection_marked_before_it_connects_keeps_its_class() {
             break server;
         }
     };
-    assert_eq!(t.dscp(client), 34);
-    assert_eq!(t.peer_dscp(server), None);
-    assert_eq!(t.peer_dscp(client), None);
+    assert_eq!(t.peer_dscp(client), None, "an active open is told nothing");
+    if let Some(class) = t.peer_dscp(server) {
+        // What Linux reflected is what the accepted end sends with.
+        assert_eq!(t.dscp(server), class);
+    }
+    (t.dscp(client), t.peer_dscp(server))
+}
+
+/// Where Linux reflects each SYN's class (`net.ipv4.tcp_reflect_tos = 1`,
+/// set in a namespace of the test's own), a listening `KernelTransport`
+/// asked to reflect tells each accepted connection's class, which its
+/// segments carry too; where Linux does not (0), it tells nothing. Needs
+/// root (a namespace); says so and passes without.
+#[test]
+fn a_kernel_listener_tells_the_class_linux_reflected() {
+    let name = format!("dpwrefl{}", std::process::id());
+    let ns = match tcp_lite::sys::netns::Netns::create(&name) {
+        Ok(ns) => ns,
+        Err(e) => {
+            eprintln!("no network namespace to set net.ipv4.tcp_reflect_tos in (root?): {e}");
+            return;
+        }
+    };
+    for (on, want) in [("0", None), ("1", Some(34))] {
+        // (sysctl(8) without procps: the file, inside the namespace.)
+        let set = std::process::Command::new("ip")
+            .args(["netns", "exec", &name, "sh", "-c"])
+            .arg(format!("echo {on} > /proc/sys/net/ipv4/tcp_reflect_tos"))
+            .status()
+            .unwrap();
+        assert!(set.success(), "sysctl in {name}");
+        let name = name.clone();
+        let got = std::thread::spawn(move || {
+            tcp_lite::sys::netns::enter(&name).unwrap();
+            assert_eq!(
+                tcp_lite::sys::kernel::linux_reflects_tos(),
+                on == "1",
+                "read in the namespace"
+            );
+            marked_exchange(8)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(got, (34, want), "net.ipv4.tcp_reflect_tos = {on}");
+    }
+    drop(ns);
 }

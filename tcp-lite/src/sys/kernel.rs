@@ -510,6 +510,19 @@ pub struct KernelTransport {
     events: EventQueue,
     connections: usize,
     stats: KernelStats,
+    /// Accepted connections' classes are told ([`Transport::peer_dscp`]):
+    /// asked for ([`Transport::reflect_dscp`]) where Linux reflects them
+    /// ([`linux_reflects_tos`]).
+    reflect: bool,
+}
+
+/// Whether Linux, in the calling thread's network namespace, gives each
+/// TCP connection a listener accepts the TOS of the SYN that opened it
+/// (on its segments from the SYN-ACK on, and as its IP_TOS):
+/// `net.ipv4.tcp_reflect_tos = 1` (Linux 5.10 on; 0, or missing, by
+/// default). Without it a listener cannot tell a client's class.
+pub fn linux_reflects_tos() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_reflect_tos").is_ok_and(|v| v.trim() == "1")
 }
 
 impl KernelTransport {
@@ -538,6 +551,7 @@ impl KernelTransport {
             events: EventQueue::with_capacity(config.max_connections),
             connections: 0,
             stats: KernelStats::default(),
+            reflect: false,
             config,
         })
     }
@@ -1012,6 +1026,21 @@ impl Transport for KernelTransport {
 
     fn dscp(&self, conn: ConnId) -> u8 {
         self.tos(conn).map_or(0, |tos| tos >> 2)
+    }
+
+    /// Linux's own reflection (`net.ipv4.tcp_reflect_tos`, host-wide in
+    /// the namespace): asked for, it is told where Linux does it
+    /// ([`linux_reflects_tos`], read now), and nothing is told where it
+    /// does not.
+    fn reflect_dscp(&mut self, on: bool) {
+        self.reflect = on && linux_reflects_tos();
+    }
+
+    /// An accepted connection's class: the TOS Linux gave it from its SYN
+    /// (its IP_TOS), while reflecting ([`Transport::reflect_dscp`]).
+    fn peer_dscp(&self, conn: ConnId) -> Option<u8> {
+        let c = self.conn(conn).ok()?;
+        (self.reflect && c.listener.is_some()).then(|| self.dscp(conn))
     }
 
     fn release(&mut self, conn: ConnId) {
