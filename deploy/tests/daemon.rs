@@ -1301,8 +1301,10 @@ fn memif_port_on_two_cores() -> Result<(), Failed> {
     if established(&stats) != [0, 0] {
         return Err(fail(format!("two cores, nothing established: {stats:#}")));
     }
-    let child = |port: u16, llp: &str| {
-        Command::new(std::env::current_exe()?)
+    // The two-core client in a child, to `port` over `llp`: each of its
+    // cores ran its Writes and handed no frame to the other; what it said.
+    let client = |port: u16, llp: &str| -> Result<String, Failed> {
+        let out = Command::new(std::env::current_exe()?)
             .env(
                 MEMIF_CORES_CLIENT,
                 format!("{socket} 10.91.0.1/24 10.91.0.2 {port} {llp}"),
@@ -1310,40 +1312,35 @@ fn memif_port_on_two_cores() -> Result<(), Failed> {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()?
-            .wait_with_output()
+            .wait_with_output()?;
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() {
+            return Err(fail(format!(
+                "the two-core {llp} client failed ({:?}): {said}\n--- dpwarpd:\n{}",
+                out.status,
+                daemon.log_text()
+            )));
+        }
+        let cores: Vec<(u64, u64)> = said
+            .lines()
+            .find_map(|l| l.strip_prefix("cores: "))
+            .unwrap_or_default()
+            .split("; ")
+            .filter_map(|c| {
+                let f: Vec<&str> = c.split(' ').collect();
+                Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?))
+            })
+            .collect();
+        if cores.len() != 2 || cores.iter().any(|&(m, out)| m < CORES_WRITES || out != 0) {
+            return Err(fail(format!("the two-core {llp} client: {said}")));
+        }
+        Ok(said)
     };
-    let out = child(tcp_port, "mpa")?;
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() {
-        let alive = match daemon.child.try_wait() {
-            Ok(None) => "running".to_string(),
-            Ok(Some(status)) => format!("ended: {status}"),
-            Err(e) => format!("unknown: {e}"),
-        };
-        return Err(fail(format!(
-            "the two-core client failed ({:?}): {said}\n--- dpwarpd ({alive}):\n{}",
-            out.status,
-            daemon.log_text()
-        )));
-    }
-    // Each client core ran its Writes and handed no frame to the other.
-    let cores: Vec<(u64, u64)> = said
-        .lines()
-        .find_map(|l| l.strip_prefix("cores: "))
-        .unwrap_or_default()
-        .split("; ")
-        .filter_map(|c| {
-            let f: Vec<&str> = c.split(' ').collect();
-            Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?))
-        })
-        .collect();
-    if cores.len() != 2 || cores.iter().any(|&(m, out)| m < CORES_WRITES || out != 0) {
-        return Err(fail(format!("the two-core client: {said}")));
-    }
+    let said = client(tcp_port, "mpa")?;
     // The daemon: two connections established on each core, all closed,
     // every lease and STag back.
     let half = (CORES_QPS / 2) as u64;
@@ -1372,32 +1369,7 @@ fn memif_port_on_two_cores() -> Result<(), Failed> {
     }
     // DDP over SCTP: each client core's association on the daemon's core
     // of its number.
-    let out = child(udp_port, "sctp")?;
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    if !out.status.success() {
-        return Err(fail(format!(
-            "the two-core DDP over SCTP client failed ({:?}): {said}\n--- dpwarpd:\n{}",
-            out.status,
-            daemon.log_text()
-        )));
-    }
-    let cores: Vec<(u64, u64)> = said
-        .lines()
-        .find_map(|l| l.strip_prefix("cores: "))
-        .unwrap_or_default()
-        .split("; ")
-        .filter_map(|c| {
-            let f: Vec<&str> = c.split(' ').collect();
-            Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?))
-        })
-        .collect();
-    if cores.len() != 2 || cores.iter().any(|&(m, out)| m < CORES_WRITES || out != 0) {
-        return Err(fail(format!("the two-core DDP over SCTP client: {said}")));
-    }
+    let said = client(udp_port, "sctp")?;
     let streams_up = |s: &Value| -> Vec<u64> {
         s["sctp"]["cores"].as_array().map_or(Vec::new(), |cores| {
             cores
