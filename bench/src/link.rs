@@ -261,6 +261,21 @@ pub fn dpdk_port(
     dpdk_port_queues(transport, link, mtu, server, default_tap, 1)
 }
 
+/// How `port`, opened with `queues` queue pairs (one per core), is
+/// described in reports: its own description, and with several queues how
+/// many and how they are steered.
+pub fn describe_queues(port: &Opened, queues: u16) -> String {
+    if queues > 1 {
+        format!(
+            "{}, {queues} queue pairs, {}",
+            port.describe,
+            port.steering()
+        )
+    } else {
+        port.describe.clone()
+    }
+}
+
 /// [`dpdk_port`] with `queues` queue pairs, one per core (`--cores` of a
 /// server or of a client of one). A port without RSS (memif, and net_tap,
 /// whose kernel side picks a queue by its own flow hash) is steered by

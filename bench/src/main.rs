@@ -383,13 +383,8 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
                 .map(|k| bench::link::dpdk_stack_on(&port, k, steer.as_ref(), ip, lossless))
                 .collect::<Result<Vec<_>, String>>()?;
             println!(
-                "bench server: {}{}, {}",
-                port.describe,
-                if cores > 1 {
-                    format!(", {cores} queue pairs, {}", port.steering())
-                } else {
-                    String::new()
-                },
+                "bench server: {}, {}",
+                bench::link::describe_queues(&port, cores as u16),
                 port.checksums()
             );
             Ok((eal, stacks))
@@ -623,13 +618,8 @@ fn serve_sctp(args: &Args, config: &RigConfig, stop: &AtomicBool) -> i32 {
                 .map(|k| bench::link::dpdk_stack_on(&port, k, steer.as_ref(), ip, lossless))
                 .collect::<Result<Vec<_>, String>>()?;
             println!(
-                "bench server: {}{}, {}",
-                port.describe,
-                if cores > 1 {
-                    format!(", {cores} queue pairs, {}", port.steering())
-                } else {
-                    String::new()
-                },
+                "bench server: {}, {}",
+                bench::link::describe_queues(&port, cores as u16),
                 port.checksums()
             );
             Ok((eal, stacks))
@@ -815,19 +805,8 @@ fn serve_sctp_core<T: dataplane::MessageTransport>(
             // One stream's failure ends that stream only.
             eprintln!("bench server: {why}");
         }
-        if serving.runs_done() > 0 || stop.load(Ordering::SeqCst) {
-            return Ok(Served::Done);
-        }
-        if failed.load(Ordering::SeqCst) {
-            return Err("stopped: another core failed".into());
-        }
-        if (serving.served() > 0 || serving.refused() > 0) && serving.open() == 0 {
-            let since = *idle_since.get_or_insert_with(Instant::now);
-            if since.elapsed() > IDLE_LIMIT {
-                return Ok(Served::Idle);
-            }
-        } else {
-            idle_since = None;
+        if let Some(end) = core_end(serving, failed, stop, &mut idle_since) {
+            return end;
         }
     }
 }
@@ -846,22 +825,37 @@ fn serve_core<T: CoreTransport>(
             // One connection's failure ends that connection only.
             eprintln!("bench server: {why}");
         }
-        if serving.runs_done() > 0 || stop.load(Ordering::SeqCst) {
-            return Ok(Served::Done);
-        }
-        if failed.load(Ordering::SeqCst) {
-            return Err("stopped: another core failed".into());
-        }
-        // Idle after a client (served or refused): it went away.
-        if (serving.served() > 0 || serving.refused() > 0) && serving.open() == 0 {
-            let since = *idle_since.get_or_insert_with(Instant::now);
-            if since.elapsed() > IDLE_LIMIT {
-                return Ok(Served::Idle);
-            }
-        } else {
-            idle_since = None;
+        if let Some(end) = core_end(serving, failed, stop, &mut idle_since) {
+            return end;
         }
     }
+}
+
+/// Whether a server's core is done, after a turn: the client's run is done
+/// on every core or we were stopped, another core failed, or nothing has
+/// been open for [`IDLE_LIMIT`] after a client (served or refused: it went
+/// away; `idle_since` keeps when that began).
+fn core_end(
+    serving: &bench::responder::Serving,
+    failed: &AtomicBool,
+    stop: &AtomicBool,
+    idle_since: &mut Option<Instant>,
+) -> Option<Result<Served, String>> {
+    if serving.runs_done() > 0 || stop.load(Ordering::SeqCst) {
+        return Some(Ok(Served::Done));
+    }
+    if failed.load(Ordering::SeqCst) {
+        return Some(Err("stopped: another core failed".into()));
+    }
+    if (serving.served() > 0 || serving.refused() > 0) && serving.open() == 0 {
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() > IDLE_LIMIT {
+            return Some(Ok(Served::Idle));
+        }
+    } else {
+        *idle_since = None;
+    }
+    None
 }
 
 /// The server a HOST names, on port `port`.

@@ -1163,15 +1163,7 @@ pub fn remote_cores(
     let info = DpdkInfo {
         eal,
         memory: String::new(),
-        ports: if cores > 1 {
-            format!(
-                "{}, {cores} queue pairs, {}",
-                port.describe,
-                port.steering()
-            )
-        } else {
-            port.describe.clone()
-        },
+        ports: crate::link::describe_queues(&port, cores),
         checksums: port.checksums(),
     };
     Ok(RemoteCores::Dpdk(rigs, info))

@@ -99,6 +99,22 @@ fn core_config(mtu: usize) -> SctpCoreConfig {
     config
 }
 
+/// Core `core`'s end of `host`'s control plane, and an engine on the
+/// host's registry for its streams' QPs.
+fn host_core(host: &Host, core: u16) -> Result<(CoreLink, Rnic), String> {
+    let link = host
+        .take_link(core)
+        .ok_or_else(|| format!("the host has no control-plane link {core} left"))?;
+    let rnic = Rnic::with_registry(
+        RnicConfig {
+            qps_max: QPS_MAX + 64,
+            ..RnicConfig::default()
+        },
+        host.registry().clone(),
+    );
+    Ok((link, rnic))
+}
+
 /// A server's decision on every stream's Initiate: accepted, with the
 /// server's memory (`mr`) in the Accept, as MPA's Reply carries it.
 fn accept_all(mr: Mr) -> control::runtime::OnInitiate {
@@ -184,16 +200,7 @@ impl SctpEndpoint {
         (region, mr): (Arc<Region>, Mr),
         serve: bool,
     ) -> Result<SctpEndpoint, String> {
-        let link = host
-            .take_link(core)
-            .ok_or_else(|| format!("the host has no control-plane link {core} left"))?;
-        let rnic = Rnic::with_registry(
-            RnicConfig {
-                qps_max: QPS_MAX + 64,
-                ..RnicConfig::default()
-            },
-            host.registry().clone(),
-        );
+        let (link, rnic) = host_core(host, core)?;
         let config = core_config(mtu);
         if serve {
             host.listen_sessions(core, config.session.clone(), accept_all(mr))?;
@@ -441,16 +448,7 @@ impl SctpServer {
         serving: &Arc<Serving>,
         events: Option<EventHook>,
     ) -> Result<SctpServer, String> {
-        let link = host
-            .take_link(core)
-            .ok_or_else(|| format!("the host has no control-plane link {core} left"))?;
-        let rnic = Rnic::with_registry(
-            RnicConfig {
-                qps_max: QPS_MAX + 64,
-                ..RnicConfig::default()
-            },
-            host.registry().clone(),
-        );
+        let (link, rnic) = host_core(host, core)?;
         let mut config = core_config(listen.mtu);
         config.session.ird_max = listen.ird_max;
         config.session.ird = listen.ird_max;
@@ -1312,15 +1310,7 @@ pub fn remote_cores(
     let info = crate::rig::DpdkInfo {
         eal,
         memory: String::new(),
-        ports: if cores > 1 {
-            format!(
-                "{}, {cores} queue pairs, {}",
-                port.describe,
-                port.steering()
-            )
-        } else {
-            port.describe.clone()
-        },
+        ports: crate::link::describe_queues(&port, cores),
         checksums: port.checksums(),
     };
     Ok(RemoteSctpCores::Dpdk(rigs, info))

@@ -35,33 +35,32 @@ use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
 const DPWARPD: &str = env!("CARGO_BIN_EXE_dpwarpd");
 const DPWARPCTL: &str = env!("CARGO_BIN_EXE_dpwarpctl");
 
+/// As a child with `var` set: runs `clients` on its value, prints what
+/// they said, and exits (1 if they failed, saying why as `what`).
+fn child(var: &str, what: &str, clients: fn(&str) -> Result<String, String>) {
+    if let Ok(args) = std::env::var(var) {
+        match clients(&args) {
+            Ok(summary) => {
+                println!("{summary}");
+                std::process::exit(0);
+            }
+            Err(why) => {
+                eprintln!("{what}: {why}");
+                std::process::exit(1);
+            }
+        }
+    }
+}
+
 fn main() {
-    if let Ok(args) = std::env::var(MEMIF_CORES_CLIENT) {
-        // The child: a bench client on two cores over a DPDK memif port.
-        match memif_cores_client(&args) {
-            Ok(summary) => {
-                println!("{summary}");
-                std::process::exit(0);
-            }
-            Err(why) => {
-                eprintln!("memif client on two cores: {why}");
-                std::process::exit(1);
-            }
-        }
-    }
-    if let Ok(args) = std::env::var(MEMIF_CLIENT) {
-        // The child: bench clients over a DPDK memif port.
-        match memif_clients(&args) {
-            Ok(summary) => {
-                println!("{summary}");
-                std::process::exit(0);
-            }
-            Err(why) => {
-                eprintln!("memif client: {why}");
-                std::process::exit(1);
-            }
-        }
-    }
+    // The child: a bench client on two cores over a DPDK memif port.
+    child(
+        MEMIF_CORES_CLIENT,
+        "memif client on two cores",
+        memif_cores_client,
+    );
+    // The child: bench clients over a DPDK memif port.
+    child(MEMIF_CLIENT, "memif client", memif_clients);
     if let Ok(addr) = std::env::var("DPWARPD_TEST_CLIENT") {
         // The child: a Write client that runs until it is killed.
         let addr: SocketAddrV4 = addr.parse().expect("an address");
