@@ -52,7 +52,7 @@ pub mod machine;
 pub mod service;
 
 use machine::{Layout, Machine, SizeOutcome, Status};
-pub use service::{Gate, PerftestService};
+pub use service::{Gate, PerftestService, Slots};
 
 use crate::endpoint::{now, Endpoint, QUEUE_DEPTH};
 use crate::link::{self, LinkArgs, PeerTransport};
@@ -237,7 +237,9 @@ pub struct PerftestArgs {
     #[arg(short = 'F', long = "CPU-freq")]
     pub cpu_freq: bool,
 
-    /// Server, kernel TCP: the address to listen on.
+    /// Kernel TCP: the address to listen on (server), or to connect from
+    /// (client: one of this host's addresses, e.g. to appear as another
+    /// client host).
     #[arg(long, default_value_t = Ipv4Addr::UNSPECIFIED)]
     pub bind: Ipv4Addr,
 
@@ -659,11 +661,7 @@ pub fn main_with(argv: Vec<String>, stop: &AtomicBool, hooks: &Hooks) -> i32 {
     let result = match args.transport {
         PeerTransport::Kernel => {
             let kc = KernelConfig {
-                bind: if p.client {
-                    Ipv4Addr::UNSPECIFIED
-                } else {
-                    args.bind
-                },
+                bind: args.bind,
                 ..KernelConfig::default()
             };
             match KernelTransport::new(kc) {

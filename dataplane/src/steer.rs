@@ -56,6 +56,9 @@ pub struct Steer {
     /// hashes to (SCTP endpoints on every core, each association on the
     /// core its UDP ports hash to).
     steered_udp: Vec<u16>,
+    /// Local TCP ports whose connections go to the core their two
+    /// addresses and the local port hash to ([`Steer::by_host`]).
+    by_host: Vec<u16>,
 }
 
 impl Steer {
@@ -97,6 +100,7 @@ impl Steer {
             reta,
             pinned: Vec::new(),
             steered_udp: Vec::new(),
+            by_host: Vec::new(),
         }))
     }
 
@@ -133,6 +137,33 @@ impl Steer {
         s.pinned = pinned.to_vec();
         s.steered_udp = steered_udp.to_vec();
         Ok(self)
+    }
+
+    /// This steering, connections to each local TCP port of `ports` going
+    /// to the core that [`Steer::host_owner`] names: all of one client
+    /// host's on one core, other hosts' spread over the cores. Only for a
+    /// steering no core has yet (refused otherwise), and for ports not
+    /// pinned to one core.
+    pub fn by_host(mut self: Arc<Steer>, ports: &[u16]) -> Result<Arc<Steer>, String> {
+        if let Some((port, core)) = self.pinned.iter().find(|(p, _)| ports.contains(p)) {
+            return Err(format!(
+                "TCP port {port} is pinned to core {core}: it cannot also be spread by host"
+            ));
+        }
+        let s = Arc::get_mut(&mut self)
+            .ok_or("a port's steering is set before a core has it".to_string())?;
+        s.by_host = ports.to_vec();
+        Ok(self)
+    }
+
+    /// The core that owns every connection from host `client` to `local`,
+    /// a port spread by host: the Toeplitz hash of the two addresses and
+    /// the local port (the client's port taken as 0), so that a client's
+    /// connections to different services may still land on different
+    /// cores.
+    pub fn host_owner(&self, client: Ipv4Addr, local: SocketAddrV4) -> u16 {
+        self.reta
+            .queue(self.toeplitz.hash_v4(SocketAddrV4::new(client, 0), local))
     }
 
     /// The table in use.
@@ -208,6 +239,8 @@ impl SteerPoint {
             self.steer.owner(src, dst)
         } else if let Some(&(_, core)) = self.steer.pinned.iter().find(|(p, _)| *p == dst.port()) {
             core
+        } else if self.steer.by_host.contains(&dst.port()) {
+            self.steer.host_owner(*src.ip(), dst)
         } else {
             self.steer.owner(src, dst)
         };

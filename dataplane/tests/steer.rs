@@ -49,8 +49,15 @@ struct Host {
 }
 
 fn host(port: &Opened, addr: Ipv4Addr, steer: Arc<Steer>, steered_opens: bool) -> Host {
+    host_on(port, &[addr; CORES as usize], steer, steered_opens)
+}
+
+/// A host whose core k has address `addrs[k]` (two hosts in one port, as
+/// far as a peer can tell).
+fn host_on(port: &Opened, addrs: &[Ipv4Addr], steer: Arc<Steer>, steered_opens: bool) -> Host {
     let stacks = (0..CORES)
         .map(|k| {
+            let addr = addrs[usize::from(k)];
             let device = port.device(k, None).unwrap().steered(steer.clone(), k);
             let mut config = StackConfig::new(port.mac(), addr);
             config.prefix_len = 24;
@@ -334,6 +341,54 @@ fn a_pinned_ports_connections_all_meet_on_its_core() {
     );
     // Client core 0's connections really arrived at the first queue.
     assert!(conns.iter().any(|c| c.client_core == 0));
+}
+
+/// A port spread by host (`Steer::by_host`): every connection from one
+/// client address meets on the core `host_owner` names, whatever its
+/// source port and whichever queue its frames arrive at; two client
+/// addresses that hash to different cores are served by different cores.
+/// A port both pinned and spread is refused.
+#[test]
+fn a_port_spread_by_host_serves_each_client_host_on_one_core() {
+    let _one = serial();
+    let (a, b) = ports_of(eal());
+    let pinned = Steer::pinning(&b.pools, &[(PORT, 1)], &[]).unwrap();
+    let refused = pinned.by_host(&[PORT]).unwrap_err();
+    assert!(refused.contains("pinned to core 1"), "{refused}");
+    let steer = Steer::new(&b.pools).unwrap().by_host(&[PORT]).unwrap();
+    let local = SocketAddrV4::new(SERVER, PORT);
+    // A second client address whose connections another core owns.
+    let first = CLIENT;
+    let second = (3..=250)
+        .map(|o| Ipv4Addr::new(10, 9, 1, o))
+        .find(|&ip| steer.host_owner(ip, local) != steer.host_owner(first, local))
+        .expect("an address of another core");
+    let mut client = host_on(&a, &[first, second], a.steer().unwrap(), true);
+    let mut server = host(&b, SERVER, steer.clone(), true);
+    let conns = run(&mut client, &mut server, 12);
+    for c in &conns {
+        let (server_core, _) = c.server.expect("accepted");
+        let ip = [first, second][c.client_core];
+        assert_eq!(
+            server_core as u16,
+            steer.host_owner(ip, local),
+            "a connection from {ip} is its host's core's"
+        );
+    }
+    let cores: std::collections::HashSet<usize> =
+        conns.iter().map(|c| c.server.unwrap().0).collect();
+    assert_eq!(cores.len(), 2, "the two hosts on two cores");
+    // The client's cores pick source ports by the four-tuple, so some
+    // frames arrived at the other core and were handed over, none lost.
+    let counters = server.counters();
+    assert!(
+        counters.iter().map(|c| c.rx_steered_out).sum::<u64>() > 0,
+        "frames handed over: {counters:?}"
+    );
+    assert!(
+        counters.iter().all(|c| c.rx_steer_dropped == 0),
+        "none dropped: {counters:?}"
+    );
 }
 
 /// A steered UDP port (`Steer::pinning`, a DDP over SCTP listener's with

@@ -398,6 +398,16 @@ pub struct PerftestConfig {
     /// Clients served at once (1 to 64); each takes its test's buffers.
     #[serde(deserialize_with = "perftest_clients")]
     pub clients_max: usize,
+    /// Serve its clients on every core, each client host's on one (the
+    /// core its address, ours and the service's port hash to; a DPDK port
+    /// steers them there), instead of every client on one core (the
+    /// services take the cores in turn). Its `clients_max` slots are
+    /// shared by the cores. Needs a DPDK port when there are several
+    /// cores: over Linux TCP a listener's connections are spread by their
+    /// four-tuple, which would part a client's control and data
+    /// connections. Changed by a restart only.
+    #[serde(default)]
+    pub spread: bool,
 }
 
 /// A perftest command line and the server's parameters it gives.
@@ -818,7 +828,19 @@ impl Config {
                             .into(),
                     )
                 }
-                (ServiceKind::Perftest, Some(_)) => continue,
+                (ServiceKind::Perftest, Some(p)) => {
+                    if p.spread && port.driver == Driver::Kernel && self.dpdk.lcores.len() > 1 {
+                        return err(
+                            s.span().start,
+                            "`spread = true` with driver \"kernel\" and several lcores: Linux \
+                             spreads a port's connections over the cores' listeners by their \
+                             four-tuple, which would part a perftest client's control and data \
+                             connections; use a DPDK port, or remove `spread`"
+                                .into(),
+                        );
+                    }
+                    continue;
+                }
                 (_, Some(_)) => {
                     return err(
                         s.span().start,
@@ -990,6 +1012,39 @@ mod tests {
         );
         let e = refused(|t| t.replace("reflect_dscp = false", "reflect_dscp = \"yes\""));
         assert!(e.contains("reflect_dscp"), "{e}");
+    }
+
+    #[test]
+    fn spread_needs_a_dpdk_port_on_several_cores() {
+        let spread = |t: &str| {
+            t.replace("clients_max = 4\n", "clients_max = 4\nspread = true\n")
+                .replace("lcores = [0]", "lcores = [0, 1]")
+        };
+        let c = Config::parse(&spread(EXAMPLE), "s.toml").unwrap();
+        assert!(c.perftests().any(|(_, p)| p.spread));
+        assert!(Config::parse(EXAMPLE, "e.toml")
+            .unwrap()
+            .perftests()
+            .all(|(_, p)| !p.spread));
+        let kernel = |t: &str| {
+            t.replace("driver = \"net_tap\"", "driver = \"kernel\"")
+                .lines()
+                .filter(|l| {
+                    !["iface", "host_address", "netns", "bridge"]
+                        .iter()
+                        .any(|k| l.starts_with(k))
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let e = refused(|t| kernel(&spread(t)));
+        assert!(
+            e.contains("`spread = true` with driver \"kernel\"") && e.contains("use a DPDK port"),
+            "{e}"
+        );
+        // One core: nothing to part.
+        let one = kernel(&spread(EXAMPLE)).replace("lcores = [0, 1]", "lcores = [0]");
+        assert!(Config::parse(&one, "k.toml").is_ok());
     }
 
     fn refused(edit: impl Fn(&str) -> String) -> String {

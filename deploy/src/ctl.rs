@@ -114,14 +114,20 @@ fn stats(shared: &Shared) -> Value {
         .perftest
         .iter()
         .map(|p| {
-            let (c, clients) = &*p.state.lock().unwrap_or_else(|p| p.into_inner());
+            let (c, clients) = p.snapshot();
             json!({
                 "kind": "perftest",
                 "tcp_port": p.port,
                 "command": p.config.command.text,
                 // The core that serves it (the services take the cores in
-                // turn).
-                "core": p.core,
+                // turn), none for a service spread over every core, and
+                // the cores that serve it.
+                "core": match p.cores[..] {
+                    [core] => Some(core),
+                    _ => None,
+                },
+                "cores": p.cores,
+                "slots_taken": p.slots.taken(),
                 "accepted": p.gate.accepted.load(Ordering::Relaxed),
                 "refused": p.gate.refused.load(Ordering::Relaxed),
                 "sessions_done": c.done,
@@ -330,10 +336,10 @@ fn connections(shared: &Shared) -> Value {
         }
     }
     for p in &shared.perftest {
-        let (_, clients) = &*p.state.lock().unwrap_or_else(|p| p.into_inner());
-        for (qp, peer, phase) in clients {
+        let (_, clients) = p.snapshot();
+        for (core, (qp, peer, phase)) in clients {
             list.push(json!({
-                "core": p.core,
+                "core": core,
                 "qp": qp,
                 "peer": peer,
                 "service": "perftest",

@@ -149,31 +149,64 @@ pub struct SctpCoreShared {
 }
 
 /// One perftest service: its gate on the control-plane thread and its
-/// sessions' memory. One core serves all its clients: perftest's client
-/// opens a control connection and `-q` data connections that say nothing
-/// of each other, so they must meet on one core (the DPDK port steers the
-/// service's TCP port to it; on Linux TCP only that core listens). The
-/// services take the cores in turn, in the order of the configuration.
+/// sessions' memory. perftest's client opens a control connection and `-q`
+/// data connections that say nothing of each other, so they must meet on
+/// one core. By default one core serves all of a service's clients (the
+/// DPDK port steers the service's TCP port to it; on Linux TCP only that
+/// core listens), the services taking the cores in turn, in the order of
+/// the configuration. A service with `spread = true` is served by every
+/// core, each client host's connections by one (the DPDK port steers them
+/// by the client's address: `Steer::by_host`), its slots shared.
 pub struct PerftestShared {
     /// Its TCP port.
     pub port: u16,
-    /// The core that serves it (an index into the cores).
-    pub core: usize,
+    /// The cores that serve it (indices into the cores): one, or every
+    /// core (`spread`).
+    pub cores: Vec<usize>,
     /// What its clients run.
     pub config: crate::config::PerftestConfig,
     /// Its listener's decisions.
     pub gate: Arc<bench::perftest::Gate>,
     /// Where its sessions' slots begin in the registered memory.
     pub origin: u64,
+    /// Its slots, shared by its cores.
+    pub slots: Arc<bench::perftest::Slots>,
     /// Its connections that ended (control and data).
     pub closed: AtomicU64,
     /// Sessions done and failed, and the clients served now (the control
-    /// QP's number, the peer, where its session is), as of the core's last
-    /// publication.
-    pub state: Mutex<(
+    /// QP's number, the peer, where its session is), as of each of its
+    /// cores' last publication (in the order of `cores`).
+    pub state: Vec<Mutex<PerftestState>>,
+}
+
+/// What one core publishes of a perftest service.
+pub type PerftestState = (
+    bench::perftest::service::Counts,
+    Vec<bench::perftest::service::Client>,
+);
+
+impl PerftestShared {
+    /// Sessions done and failed on all its cores, the PDs its sessions
+    /// hold, and the clients served now, each with the core serving it.
+    pub fn snapshot(
+        &self,
+    ) -> (
         bench::perftest::service::Counts,
-        Vec<bench::perftest::service::Client>,
-    )>,
+        Vec<(usize, bench::perftest::service::Client)>,
+    ) {
+        let mut counts = bench::perftest::service::Counts {
+            pds: self.gate.held(),
+            ..Default::default()
+        };
+        let mut clients = Vec::new();
+        for (&core, state) in self.cores.iter().zip(&self.state) {
+            let (c, served) = &*state.lock().unwrap_or_else(|p| p.into_inner());
+            counts.done += c.done;
+            counts.failed += c.failed;
+            clients.extend(served.iter().cloned().map(|client| (core, client)));
+        }
+        (counts, clients)
+    }
 }
 
 /// The rping service's gate on the control-plane thread: its accepts and
@@ -649,9 +682,16 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
                     config.rnic.memory_mib, p.clients_max, p.command.text
                 )
             })?;
+            let lcores = config.dpdk.lcores.len();
+            let cores: Vec<usize> = if p.spread {
+                (0..lcores).collect()
+            } else {
+                vec![i % lcores]
+            };
             Ok(PerftestShared {
                 port,
-                core: i % config.dpdk.lcores.len(),
+                state: cores.iter().map(|_| Mutex::default()).collect(),
+                cores,
                 config: p.clone(),
                 // Each session in a PD of its own, the service holding
                 // at most its share of the host's.
@@ -666,8 +706,8 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
                     (PERFTEST_PDS_PER_CLIENT * p.clients_max) as u64,
                 ),
                 origin,
+                slots: bench::perftest::Slots::new(p.clients_max),
                 closed: AtomicU64::new(0),
-                state: Mutex::default(),
             })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -808,16 +848,26 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
                     host_side(&default_tap, port.netns.as_deref(), host)?;
                 }
                 let steer = if cores > 1 {
-                    // Each perftest service's connections to its core,
-                    // the DDP over SCTP listener's datagrams to the core
-                    // their four-tuple hashes to.
+                    // Each perftest service's connections to its core, or
+                    // a spread one's to its client host's core, the DDP
+                    // over SCTP listener's datagrams to the core their
+                    // four-tuple hashes to.
                     let pinned: Vec<(u16, u16)> = shared
                         .perftest
                         .iter()
-                        .map(|p| (p.port, p.core as u16))
+                        .filter_map(|p| match p.cores[..] {
+                            [core] => Some((p.port, core as u16)),
+                            _ => None,
+                        })
+                        .collect();
+                    let by_host: Vec<u16> = shared
+                        .perftest
+                        .iter()
+                        .filter(|p| p.cores.len() > 1)
+                        .map(|p| p.port)
                         .collect();
                     let udp: Vec<u16> = shared.sctp.iter().map(|s| s.udp_port).collect();
-                    Some(opened.steer_pinning(&pinned, &udp)?)
+                    Some(opened.steer_pinning(&pinned, &udp)?.by_host(&by_host)?)
                 } else {
                     None
                 };
@@ -1032,23 +1082,25 @@ fn run_cores<T: SctpCarrier + Send>(
             }
         }));
     }
-    // perftest: each service on its core only (see `PerftestShared`).
+    // perftest: each service on its cores only (see `PerftestShared`).
     // ib_write_lat's server writes first: unfenced where its service says
     // so.
     for (k, server) in servers.iter_mut().enumerate() {
         server.endpoint.core.config_mut().unfenced_ports = shared
             .perftest
             .iter()
-            .filter(|p| p.core == k && p.config.unfenced)
+            .filter(|p| p.cores.contains(&k) && p.config.unfenced)
             .map(|p| p.port)
             .collect();
     }
     for p in &shared.perftest {
-        servers[p.core].endpoint.control().listen(
-            p.port,
-            startup.clone(),
-            perftest_listener(p.gate.clone(), p.port, shared.setup.clone()),
-        );
+        for &core in &p.cores {
+            servers[core].endpoint.control().listen(
+                p.port,
+                startup.clone(),
+                perftest_listener(p.gate.clone(), p.port, shared.setup.clone()),
+            );
+        }
     }
     let failed = AtomicBool::new(false);
     let listening = std::sync::Barrier::new(servers.len() + 1);
@@ -1073,7 +1125,7 @@ fn run_cores<T: SctpCarrier + Send>(
                     shared
                         .perftest
                         .iter()
-                        .filter(|p| p.core == k)
+                        .filter(|p| p.cores.contains(&k))
                         .map(|p| Some(p.port)),
                 );
                 std::thread::Builder::new()
@@ -1265,14 +1317,15 @@ fn core_loop<T: SctpCarrier>(
         .perftest
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.core == k)
-        .map(|(i, p)| PerftestCore {
+        .filter_map(|(i, p)| Some((i, p, p.cores.iter().position(|&c| c == k)?)))
+        .map(|(i, p, state)| PerftestCore {
             index: i,
+            state,
             port: p.port,
-            service: bench::perftest::PerftestService::new(
+            service: bench::perftest::PerftestService::sharing(
                 p.config.command.params,
                 p.gate.clone(),
-                p.config.clients_max,
+                p.slots.clone(),
                 p.origin,
                 ib_mtu(shared.config.port().mtu),
                 seed(),
@@ -1345,8 +1398,7 @@ fn core_loop<T: SctpCarrier>(
             *me.rping.lock().unwrap_or_else(|p| p.into_inner()) = (r.outcome(), r.clients());
         }
         for p in &perftests {
-            *shared.perftest[p.index]
-                .state
+            *shared.perftest[p.index].state[p.state]
                 .lock()
                 .unwrap_or_else(|p| p.into_inner()) = (p.service.counts(), p.service.clients());
         }
@@ -1494,10 +1546,12 @@ fn perftest_listener(
     })
 }
 
-/// A perftest service on its core.
+/// A perftest service on one of its cores.
 struct PerftestCore {
     /// Its index in [`Shared::perftest`].
     index: usize,
+    /// This core's entry in its `state`.
+    state: usize,
     port: u16,
     service: bench::perftest::PerftestService,
     /// Sessions that ended this turn (reused).

@@ -398,8 +398,8 @@ pub fn render(shared: &Shared) -> String {
             .perftest
             .iter()
             .map(|p| {
-                let (c, clients) = &*p.state.lock().unwrap_or_else(|p| p.into_inner());
-                (p.port, *c, clients.len())
+                let (c, clients) = p.snapshot();
+                (p.port, c, clients.len())
             })
             .collect();
         let by_port = |f: fn(&(u16, bench::perftest::service::Counts, usize)) -> f64| {

@@ -102,6 +102,10 @@ fn main() {
             perftest_services_on_two_cores,
         ),
         Trial::test(
+            "a_spread_perftest_service_serves_each_client_host_on_one_core",
+            perftest_spread_over_net_tap,
+        ),
+        Trial::test(
             "ten_thousand_idle_connections_cost_only_their_own",
             idle_connections,
         ),
@@ -2430,6 +2434,156 @@ fn perftest_services_on_two_cores() -> Result<(), Failed> {
 /// timeout and refuses the rest at once, while a client from 127.0.0.1
 /// runs its whole workload; then every idle connection has been closed by
 /// the daemon and nothing of them is left.
+/// A perftest service with `spread = true` on dpwarpd's two cores, on
+/// DPDK's TAP driver (two queue pairs) in a namespace of the test's own,
+/// its clients Linux TCP there: four write_bw clients at once (its
+/// `clients_max`), each from an address of its own on the TAP's kernel
+/// side, two whose address hashes (with the service's address and port)
+/// to the first core and two to the second. Each client's control and
+/// data connections all meet on its host's core, whichever queue Linux
+/// put their frames on (each core establishes exactly its two clients'
+/// six), the four sessions complete, sharing the service's four slots,
+/// and nothing is left.
+fn perftest_spread_over_net_tap() -> Result<(), Failed> {
+    use tcp_lite::rss::{Reta, Toeplitz, RETA_ENTRIES_DEFAULT, SYMMETRIC_KEY};
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        println!("a_spread_perftest_service_serves_each_client_host_on_one_core: one CPU here");
+        return Ok(());
+    }
+    let name = format!("dpwdsprd{}", std::process::id());
+    let ns = match tcp_lite::sys::netns::Netns::create(&name) {
+        Ok(ns) => ns,
+        Err(e) => {
+            println!("a_spread_perftest_service_serves_each_client_host_on_one_core: no network namespace (root?): {e}");
+            return Ok(());
+        }
+    };
+    let _cpu1 = second_cpu();
+    let dir = scratch("perftest-spread");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    const ARGS: &str = "ib_write_bw -q 2 -n 200 -s 65536";
+    let config = loopback_config(&dir, tcp_port, metrics, 64)
+        .replace("driver = \"kernel\"", "driver = \"net_tap\"")
+        .replace(
+            "address = \"127.0.0.1/8\"",
+            "address = \"10.77.0.2/24\"\niface = \"dpwarp0\"\nhost_address = \"10.77.0.1/24\"",
+        )
+        .replace("mtu = 9000", "mtu = 1500")
+        .replace("lcores = [0]", "lcores = [0, 1]")
+        .replace("hugepages = \"auto\"", "hugepages = \"off\"")
+        .replacen(
+            "[service.perftest]\ncommand = \"ib_write_bw\"\nunfenced = false\nclients_max = 4\n",
+            &format!(
+                "[service.perftest]\ncommand = \"{ARGS}\"\nunfenced = false\nclients_max = 4\n\
+                 spread = true\n"
+            ),
+            1,
+        );
+    let mut daemon = Daemon::start_in(&dir, &config, Some(&name))?;
+    let stats = daemon.ctl("stats").map_err(fail)?;
+    let service = |s: &Value| -> Option<Value> {
+        s["perftest"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["command"] == ARGS).cloned())
+    };
+    let s = service(&stats).ok_or_else(|| fail(format!("no {ARGS}: {stats:#}")))?;
+    let port = s["tcp_port"].as_u64().unwrap_or(0) as u16;
+    if s["cores"] != serde_json::json!([0, 1]) || !s["core"].is_null() {
+        return Err(fail(format!("spread over both cores: {s:#}")));
+    }
+    // The owner of each client host as the daemon's steering computes it
+    // (net_tap's queues: the symmetric key, the default table).
+    let (toeplitz, reta) = (
+        Toeplitz::new(&SYMMETRIC_KEY),
+        Reta::new(RETA_ENTRIES_DEFAULT, 2).map_err(|e| fail(e.to_string()))?,
+    );
+    let local = SocketAddrV4::new(std::net::Ipv4Addr::new(10, 77, 0, 2), port);
+    let owner =
+        |ip: std::net::Ipv4Addr| reta.queue(toeplitz.hash_v4(SocketAddrV4::new(ip, 0), local));
+    let mut hosts: [Vec<std::net::Ipv4Addr>; 2] = [Vec::new(), Vec::new()];
+    for o in [1].into_iter().chain(3..=250) {
+        let ip = std::net::Ipv4Addr::new(10, 77, 0, o);
+        let core = usize::from(owner(ip));
+        if hosts[core].len() < 2 {
+            hosts[core].push(ip);
+        }
+    }
+    for ip in hosts.iter().flatten().filter(|ip| ip.octets()[3] != 1) {
+        let added = Command::new("ip")
+            .args(["netns", "exec", &name, "ip", "addr", "add"])
+            .arg(format!("{ip}/24"))
+            .args(["dev", "dpwarp0"])
+            .status()?;
+        if !added.success() {
+            return Err(fail(format!("{ip} on dpwarp0")));
+        }
+    }
+    let established = |s: &Value| -> Vec<u64> {
+        s["cores"].as_array().map_or(Vec::new(), |cores| {
+            cores
+                .iter()
+                .map(|c| c["established"].as_u64().unwrap_or(0))
+                .collect()
+        })
+    };
+    let before = established(&stats);
+    let clients: Vec<_> = hosts
+        .iter()
+        .flatten()
+        .map(|&ip| {
+            let name = name.clone();
+            std::thread::spawn(move || -> Result<i32, String> {
+                tcp_lite::sys::netns::enter(&name).map_err(|e| e.to_string())?;
+                let argv = format!("perftest {ARGS} --bind {ip} 10.77.0.2 -p {port}");
+                Ok(bench::perftest::main(
+                    argv.split(' ').map(String::from).collect(),
+                    &AtomicBool::new(false),
+                ))
+            })
+        })
+        .collect();
+    for (c, ip) in clients.into_iter().zip(hosts.iter().flatten()) {
+        let code = c
+            .join()
+            .map_err(|_| fail("a client panicked"))?
+            .map_err(fail)?;
+        if code != 0 {
+            return Err(fail(format!(
+                "the client from {ip}: exit {code}\n{}",
+                daemon.log_text()
+            )));
+        }
+    }
+    // Each core took its two hosts' clients: a control and two data
+    // connections each.
+    let want: Vec<u64> = before.iter().map(|n| n + 6).collect();
+    let after = daemon
+        .wait_stats(Duration::from_secs(10), |s| {
+            service(s).is_some_and(|p| {
+                p["sessions_done"] == 4 && p["clients"] == 0 && p["slots_taken"] == 0
+            }) && established(s) == want
+        })
+        .map_err(|e| {
+            fail(format!(
+                "{e:?}: hosts by core {hosts:?}\n{}",
+                daemon.log_text()
+            ))
+        })?;
+    if service(&after).is_none_or(|p| p["sessions_failed"] != 0) {
+        return Err(fail(format!("a session failed: {after:#}")));
+    }
+    Command::new("kill")
+        .args(["-TERM", &daemon.child.id().to_string()])
+        .status()?;
+    let status = daemon.wait_exit(Instant::now(), "SIGTERM")?;
+    if !status.success() {
+        return Err(fail(format!("exit {status:?}: {}", daemon.log_text())));
+    }
+    drop(ns);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 fn idle_connections() -> Result<(), Failed> {
     const IDLE: usize = 10_000;
     use nix::sys::resource::{getrlimit, setrlimit, Resource};

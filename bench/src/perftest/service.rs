@@ -441,6 +441,55 @@ pub struct Counts {
 /// session is.
 pub type Client = (u32, String, String);
 
+/// The slots of one service's registered memory, shared by the cores that
+/// serve its clients (a service spread over several cores by client host):
+/// a session takes one as it starts and gives it back once its QPs are
+/// gone, on whichever core it was, so the service's `slots` clients at
+/// once are its limit however they fall on the cores. A lock is taken per
+/// session, never per packet.
+#[derive(Debug)]
+pub struct Slots {
+    free: Mutex<Vec<usize>>,
+    len: usize,
+}
+
+impl Slots {
+    /// `len` slots, all free.
+    pub fn new(len: usize) -> Arc<Slots> {
+        Arc::new(Slots {
+            free: Mutex::new((0..len).rev().collect()),
+            len,
+        })
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// How many are taken now.
+    pub fn taken(&self) -> usize {
+        self.len - self.free.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    fn take(&self) -> Option<usize> {
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    fn give(&self, slot: usize) {
+        debug_assert!(slot < self.len);
+        self.free
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(slot);
+    }
+}
+
 /// perftest's server for the clients of one core (see the module docs).
 pub struct PerftestService {
     p: Params,
@@ -453,7 +502,9 @@ pub struct PerftestService {
     /// The slot of each QP a session has (a completion's session in one
     /// look-up, not a search of every session's QPs).
     owner: HashMap<QpHandle, usize>,
-    free: Vec<usize>,
+    /// The free slots (this core's alone, or shared with the service's
+    /// other cores).
+    slots: Arc<Slots>,
     counts: Counts,
     seed: u64,
     /// Its [`PerftestService::tick`]s, for [`SWEEP_TICKS`].
@@ -478,15 +529,30 @@ impl PerftestService {
         ib_mtu: u8,
         seed: u64,
     ) -> PerftestService {
+        PerftestService::sharing(p, gate, Slots::new(slots), origin, ib_mtu, seed)
+    }
+
+    /// [`PerftestService::new`] on one of the cores that serve a service,
+    /// its slots shared with the others' (the same `gate`, `slots` and
+    /// `origin` on each): each of a client host's connections must reach
+    /// the core of that host (`dataplane::steer::Steer::by_host`).
+    pub fn sharing(
+        p: Params,
+        gate: Arc<Gate>,
+        slots: Arc<Slots>,
+        origin: u64,
+        ib_mtu: u8,
+        seed: u64,
+    ) -> PerftestService {
         PerftestService {
             p,
             gate,
             ib_mtu,
             origin,
             slot_len: Layout::memory(&p).next_multiple_of(4096) as u64,
-            served: (0..slots).map(|_| None).collect(),
+            served: (0..slots.len()).map(|_| None).collect(),
             owner: HashMap::new(),
-            free: (0..slots).rev().collect(),
+            slots,
             counts: Counts::default(),
             seed,
             ticks: 0,
@@ -532,13 +598,14 @@ impl PerftestService {
         }
         let pd = taken.and_then(|(_, pd)| pd);
         let without_pd = pd.is_none() && self.gate.isolates();
-        let Some(slot) = self.free.pop_if(|_| !without_pd) else {
+        let slot = if without_pd { None } else { self.slots.take() };
+        let Some(slot) = slot else {
             if without_pd {
                 eprintln!("bench perftest: {peer}: a session without its PD; resetting it");
             } else {
                 eprintln!(
                     "bench perftest: {} clients already; resetting {peer}",
-                    self.len()
+                    self.slots.len()
                 );
             }
             // Reset, as above.
@@ -562,7 +629,7 @@ impl PerftestService {
         };
         if let Err(why) = ready {
             eprintln!("bench perftest: {peer}: {why}");
-            self.free.push(slot);
+            self.slots.give(slot);
             ep.abort(qp);
             // Its registration goes with it, the PD once its QP is freed.
             drop(m);
@@ -717,7 +784,7 @@ impl PerftestService {
             {
                 let pd = self.served[slot].take().and_then(|s| s.m.pd());
                 self.owner.retain(|_, &mut s| s != slot);
-                self.free.push(slot);
+                self.slots.give(slot);
                 if let Some(pd) = pd {
                     self.gate.retire(pd);
                 }
