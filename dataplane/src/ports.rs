@@ -248,8 +248,11 @@ impl Opened {
     ///
     /// Where the port's RSS was programmed ([`Rss::Hardware`]) the
     /// steering uses its table, so that the port's choice of queue and the
-    /// cores' agree and nothing is handed over; elsewhere the default table
-    /// (the one a dpwarp peer with as many queues uses).
+    /// cores' agree and nothing is handed over (but for TCP ports pinned to
+    /// a core or spread by host, which the NIC hashes by four-tuple like
+    /// any other: their frames at another core are handed over in
+    /// software); elsewhere the default table (the one a dpwarp peer with
+    /// as many queues uses).
     pub fn steer(&self) -> Result<Arc<Steer>, String> {
         match self.port.rss() {
             Rss::Hardware { key, reta, .. } => Steer::with_table(&self.pools, key, reta.clone()),

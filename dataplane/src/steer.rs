@@ -18,9 +18,14 @@
 //! UDP datagrams to a steered UDP port (a DDP over SCTP listener's, RFC
 //! 6951, with an SCTP endpoint on every core: an association's packets must
 //! all meet its endpoint) go to the core their four-tuple hashes to, as a
-//! TCP connection's do (a NIC's RSS hashes UDP's ports too), and TCP
-//! segments to a pinned TCP port to the core it is pinned to. Other frames
-//! stay where they arrived.
+//! TCP connection's do (a NIC's RSS hashes UDP's ports too), TCP segments
+//! to a pinned TCP port to the core it is pinned to, and TCP segments to a
+//! port spread by host ([`Steer::by_host`]) to the core the client's
+//! address, ours and the port hash to, whatever the client's source port:
+//! every connection of one client host to that port meets on one core
+//! (perftest's control and data connections say nothing of each other),
+//! while different hosts' clients spread over the cores. Other frames stay
+//! where they arrived.
 //!
 //! The key is the symmetric one (`tcp_lite::rss::SYMMETRIC_KEY`): both
 //! directions of a connection hash alike, so two dpwarp hosts with the same

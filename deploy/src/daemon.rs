@@ -666,8 +666,9 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
                 .collect::<Result<Vec<_>, String>>()?
         }
     };
-    // Each perftest service's sessions: a slot per client, on its core
-    // (the services take the cores in turn), taken from the memory for
+    // Each perftest service's sessions: a slot per client, shared by the
+    // cores that serve it (its one core, the services taking the cores in
+    // turn, or every core for a spread one), taken from the memory for
     // good.
     let perftest = config
         .perftests()

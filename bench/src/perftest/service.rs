@@ -170,8 +170,21 @@ impl Gate {
             // Not accepted here (nothing reaches a core otherwise).
             return PdChoice::Refuse;
         };
-        if let Some(pd) = *pd {
-            return PdChoice::In(pd);
+        if let Some(p) = *pd {
+            // A data connection whose session gave up on its data
+            // connections since (and told the gate, which has not yet
+            // forgotten it) is refused; one whose session took all it
+            // waited for joins the session's PD even after the gate has
+            // forgotten the address (a core may ask late).
+            let gave_up = kind == Kind::Data
+                && awaiting
+                    .get(peer.ip())
+                    .is_some_and(|a| a.count == 0 && a.pd.is_none());
+            if gave_up {
+                kinds.remove(&peer);
+                return PdChoice::Refuse;
+            }
+            return PdChoice::In(p);
         }
         let chosen = match kind {
             // At most `held_max`: a client that leaves refused connections
@@ -288,7 +301,11 @@ impl Gate {
                 let decision = self.data_connection(request, peer, a);
                 if matches!(decision, Decision::Accept(_)) {
                     a.count -= 1;
-                    self.kind_of(peer, Kind::Data);
+                    // Its session's PD, kept with it now: once the count
+                    // is 0 the next decision (another client's) forgets
+                    // this address's entry, maybe before the core asks
+                    // (`pd_for`), which would then refuse the connection.
+                    self.kind_of(peer, Kind::Data, a.pd);
                 }
                 return decision;
             }
@@ -307,7 +324,7 @@ impl Gate {
             *serving = Some(ip);
         }
         // A control connection: no Reads on it.
-        self.kind_of(peer, Kind::Control);
+        self.kind_of(peer, Kind::Control, None);
         Decision::Accept(Accept {
             ird: Some(0),
             ord: Some(0),
@@ -357,14 +374,16 @@ impl Gate {
         a.pd = pd.filter(|_| count > 0);
     }
 
-    /// Remembers what the connection from `peer` was accepted as (the
-    /// core asks when it is established). Decisions older than
+    /// Remembers what the connection from `peer` was accepted as, and the
+    /// PD it joins if known already (a data connection's, its session's;
+    /// a control connection's is made when the core asks: `pd_for`). The
+    /// core asks when it is established. Decisions older than
     /// [`KIND_KEPT`] belong to startups that never finished and go.
-    fn kind_of(&self, peer: SocketAddrV4, kind: Kind) {
+    fn kind_of(&self, peer: SocketAddrV4, kind: Kind, pd: Option<Pd>) {
         self.forget_stale();
         let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
         // The same peer again before its last connection reached the core.
-        let replaced = kinds.insert(peer, (kind, None, Instant::now()));
+        let replaced = kinds.insert(peer, (kind, pd, Instant::now()));
         drop(kinds);
         if let Some((Kind::Control, Some(pd), _)) = replaced {
             self.retire(pd);
@@ -449,7 +468,8 @@ pub type Client = (u32, String, String);
 /// session, never per packet.
 #[derive(Debug)]
 pub struct Slots {
-    free: Mutex<Vec<usize>>,
+    /// The free ones, and whether each is taken.
+    free: Mutex<(Vec<usize>, Vec<bool>)>,
     len: usize,
 }
 
@@ -457,7 +477,7 @@ impl Slots {
     /// `len` slots, all free.
     pub fn new(len: usize) -> Arc<Slots> {
         Arc::new(Slots {
-            free: Mutex::new((0..len).rev().collect()),
+            free: Mutex::new(((0..len).rev().collect(), vec![false; len])),
             len,
         })
     }
@@ -474,19 +494,31 @@ impl Slots {
 
     /// How many are taken now.
     pub fn taken(&self) -> usize {
-        self.len - self.free.lock().unwrap_or_else(|p| p.into_inner()).len()
+        self.len - self.lock().0.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<usize>, Vec<bool>)> {
+        self.free.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn take(&self) -> Option<usize> {
-        self.free.lock().unwrap_or_else(|p| p.into_inner()).pop()
+        let (free, taken) = &mut *self.lock();
+        let slot = free.pop()?;
+        taken[slot] = true;
+        Some(slot)
     }
 
+    /// Gives back a slot taken before: a slot given twice would be served
+    /// twice at once, so that is refused (and loud in debug builds).
     fn give(&self, slot: usize) {
-        debug_assert!(slot < self.len);
-        self.free
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(slot);
+        let (free, taken) = &mut *self.lock();
+        match taken.get_mut(slot) {
+            Some(t @ true) => {
+                *t = false;
+                free.push(slot);
+            }
+            _ => debug_assert!(false, "slot {slot} given back but not taken"),
+        }
     }
 }
 
@@ -629,13 +661,14 @@ impl PerftestService {
         };
         if let Err(why) = ready {
             eprintln!("bench perftest: {peer}: {why}");
-            self.slots.give(slot);
             ep.abort(qp);
             // Its registration goes with it, the PD once its QP is freed.
             drop(m);
             if let Some(pd) = pd {
                 self.gate.retire(pd);
             }
+            // Last: another core may take it at once.
+            self.slots.give(slot);
             return false;
         }
         self.owner.insert(qp, slot);
@@ -947,6 +980,17 @@ mod tests {
         assert!(accepted(&gate, peer(2, 1001)));
         gate.expect(*peer(2, 0).ip(), 0, None);
         assert_eq!(gate.pd_for(peer(2, 1001)), PdChoice::Refuse);
+        // A session that took both its data connections, the second
+        // reaching its core only after another client's connection was
+        // decided (the gate then forgets the address whose count is 0):
+        // it still joins its session's PD.
+        gate.expect(*peer(2, 0).ip(), 2, Some(b));
+        assert!(accepted(&gate, peer(2, 1002)));
+        assert!(accepted(&gate, peer(2, 1003)));
+        assert!(accepted(&gate, peer(6, 1000)), "another client's");
+        assert_eq!(gate.pd_for(peer(2, 1003)), PdChoice::In(b));
+        assert_eq!(gate.pd_for(peer(2, 1002)), PdChoice::In(b));
+        assert_eq!(gate.take_kind(peer(6, 1000)), Some((Kind::Control, None)));
         // Its share (2) held: a new session is reset though the host has
         // a PD left.
         assert!(accepted(&gate, peer(4, 1000)));
@@ -980,6 +1024,21 @@ mod tests {
 
     /// Without a registry (`bench perftest`'s one client) nothing changes:
     /// every QP in the core's PD.
+    #[test]
+    fn slots_are_taken_once_and_given_back_once() {
+        let slots = Slots::new(2);
+        let (a, b) = (slots.take().unwrap(), slots.take().unwrap());
+        assert_ne!(a, b);
+        assert_eq!(slots.take(), None, "two slots, two sessions");
+        assert_eq!(slots.taken(), 2);
+        slots.give(a);
+        assert_eq!(slots.taken(), 1);
+        assert_eq!(slots.take(), Some(a), "the one given back serves again");
+        slots.give(b);
+        slots.give(a);
+        assert_eq!(slots.taken(), 0);
+    }
+
     #[test]
     fn a_gate_without_pds_leaves_qps_in_the_cores_pd() {
         let gate = Gate::new(write_bw(), false, "--unfenced", true);
