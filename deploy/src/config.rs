@@ -400,12 +400,11 @@ pub struct PerftestConfig {
     pub clients_max: usize,
     /// Serve its clients on every core, each client host's on one (the
     /// core its address, ours and the service's port hash to; a DPDK port
-    /// steers them there), instead of every client on one core (the
-    /// services take the cores in turn). Its `clients_max` slots are
-    /// shared by the cores. Needs a DPDK port when there are several
-    /// cores: over Linux TCP a listener's connections are spread by their
-    /// four-tuple, which would part a client's control and data
-    /// connections. Changed by a restart only.
+    /// steers them there; over Linux TCP every core listens and the
+    /// listeners' reuseport group picks one by the client's address),
+    /// instead of every client on one core (the services take the cores in
+    /// turn). Its `clients_max` slots are shared by the cores. Changed by
+    /// a restart only.
     #[serde(default)]
     pub spread: bool,
 }
@@ -828,19 +827,7 @@ impl Config {
                             .into(),
                     )
                 }
-                (ServiceKind::Perftest, Some(p)) => {
-                    if p.spread && port.driver == Driver::Kernel && self.dpdk.lcores.len() > 1 {
-                        return err(
-                            s.span().start,
-                            "`spread = true` with driver \"kernel\" and several lcores: Linux \
-                             spreads a port's connections over the cores' listeners by their \
-                             four-tuple, which would part a perftest client's control and data \
-                             connections; use a DPDK port, or remove `spread`"
-                                .into(),
-                        );
-                    }
-                    continue;
-                }
+                (ServiceKind::Perftest, Some(_)) => continue,
                 (_, Some(_)) => {
                     return err(
                         s.span().start,
@@ -1015,7 +1002,7 @@ mod tests {
     }
 
     #[test]
-    fn spread_needs_a_dpdk_port_on_several_cores() {
+    fn spread_is_taken_on_every_driver() {
         let spread = |t: &str| {
             t.replace("clients_max = 4\n", "clients_max = 4\nspread = true\n")
                 .replace("lcores = [0]", "lcores = [0, 1]")
@@ -1026,25 +1013,24 @@ mod tests {
             .unwrap()
             .perftests()
             .all(|(_, p)| !p.spread));
-        let kernel = |t: &str| {
-            t.replace("driver = \"net_tap\"", "driver = \"kernel\"")
-                .lines()
-                .filter(|l| {
-                    !["iface", "host_address", "netns", "bridge"]
-                        .iter()
-                        .any(|k| l.starts_with(k))
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        let e = refused(|t| kernel(&spread(t)));
-        assert!(
-            e.contains("`spread = true` with driver \"kernel\"") && e.contains("use a DPDK port"),
-            "{e}"
-        );
-        // One core: nothing to part.
-        let one = kernel(&spread(EXAMPLE)).replace("lcores = [0, 1]", "lcores = [0]");
-        assert!(Config::parse(&one, "k.toml").is_ok());
+        // Over Linux TCP too (the listeners' reuseport group spreads by
+        // client host).
+        let kernel = spread(EXAMPLE)
+            .replace("driver = \"net_tap\"", "driver = \"kernel\"")
+            .lines()
+            .filter(|l| {
+                !["iface", "host_address", "netns", "bridge"]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert!(Config::parse(&kernel, "k.toml")
+            .unwrap()
+            .perftests()
+            .any(|(_, p)| p.spread));
+        let e = refused(|t| t.replace("clients_max = 4\n", "clients_max = 4\nspread = 1\n"));
+        assert!(e.contains("spread"), "{e}");
     }
 
     fn refused(edit: impl Fn(&str) -> String) -> String {

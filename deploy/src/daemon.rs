@@ -156,7 +156,9 @@ pub struct SctpCoreShared {
 /// core listens), the services taking the cores in turn, in the order of
 /// the configuration. A service with `spread = true` is served by every
 /// core, each client host's connections by one (the DPDK port steers them
-/// by the client's address: `Steer::by_host`), its slots shared.
+/// by the client's address: `Steer::by_host`; on Linux TCP every core
+/// listens, and the reuseport group's program picks a listener by the
+/// client's address: `KernelConfig::by_host`), its slots shared.
 pub struct PerftestShared {
     /// Its TCP port.
     pub port: u16,
@@ -791,6 +793,13 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
                 rx_buffer: 4 << 20,
                 tx_buffer: 4 << 20,
                 reuse_port: cores > 1,
+                // A spread perftest service's listeners (one per core)
+                // take each client host's connections on one of them.
+                by_host: config
+                    .perftests()
+                    .filter(|(_, p)| p.spread)
+                    .map(|(port, _)| (port, cores as u16))
+                    .collect(),
                 ..Default::default()
             };
             let transports = (0..cores)

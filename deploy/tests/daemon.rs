@@ -103,7 +103,11 @@ fn main() {
         ),
         Trial::test(
             "a_spread_perftest_service_serves_each_client_host_on_one_core",
-            perftest_spread_over_net_tap,
+            || perftest_spread(true),
+        ),
+        Trial::test(
+            "a_spread_perftest_service_over_linux_tcp_serves_each_client_host_on_one_core",
+            || perftest_spread(false),
         ),
         Trial::test(
             "ten_thousand_idle_connections_cost_only_their_own",
@@ -2429,52 +2433,78 @@ fn perftest_services_on_two_cores() -> Result<(), Failed> {
     Ok(())
 }
 
-/// A perftest service with `spread = true` on dpwarpd's two cores, on
-/// DPDK's TAP driver (two queue pairs) in a namespace of the test's own,
-/// its clients Linux TCP there: four write_bw clients at once (its
-/// `clients_max`), each from an address of its own on the TAP's kernel
-/// side, two whose address hashes (with the service's address and port)
-/// to the first core and two to the second. Each client's control and
-/// data connections all meet on its host's core, whichever queue Linux
-/// put their frames on (each core establishes exactly its two clients'
-/// six), the four sessions complete, sharing the service's four slots,
-/// and nothing is left.
-fn perftest_spread_over_net_tap() -> Result<(), Failed> {
+/// A perftest service with `spread = true` on dpwarpd's two cores, its
+/// clients Linux TCP: four write_bw clients at once (its `clients_max`),
+/// each from an address of its own, two whose address the service's
+/// steering gives the first core and two the second.
+///
+/// * `over_dpdk`: on DPDK's TAP driver (two queue pairs) in a namespace of
+///   the test's own, the clients on addresses of the TAP's kernel side
+///   there, chosen by the Toeplitz hash of their address, the service's
+///   and its port;
+/// * otherwise on Linux TCP at 127.0.0.1, the clients from 127.0.0.2 to
+///   127.0.0.5: the cores' listeners of the port in a reuseport group
+///   whose program picks a listener by (address + port) mod 2, so two and
+///   two.
+///
+/// Each client's control and data connections all meet on its host's core,
+/// whichever queue (or listener) its frames reached first: each core
+/// establishes exactly its two clients' six, the four sessions complete,
+/// sharing the service's four slots, and nothing is left.
+fn perftest_spread(over_dpdk: bool) -> Result<(), Failed> {
     use tcp_lite::rss::{Reta, Toeplitz, RETA_ENTRIES_DEFAULT, SYMMETRIC_KEY};
+    let test = if over_dpdk {
+        "a_spread_perftest_service_serves_each_client_host_on_one_core"
+    } else {
+        "a_spread_perftest_service_over_linux_tcp_serves_each_client_host_on_one_core"
+    };
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        println!("a_spread_perftest_service_serves_each_client_host_on_one_core: one CPU here");
+        println!("{test}: one CPU here");
         return Ok(());
     }
     let name = format!("dpwdsprd{}", std::process::id());
-    let ns = match tcp_lite::sys::netns::Netns::create(&name) {
-        Ok(ns) => ns,
-        Err(e) => {
-            println!("a_spread_perftest_service_serves_each_client_host_on_one_core: no network namespace (root?): {e}");
-            return Ok(());
+    let ns = if over_dpdk {
+        match tcp_lite::sys::netns::Netns::create(&name) {
+            Ok(ns) => Some(ns),
+            Err(e) => {
+                println!("{test}: no network namespace (root?): {e}");
+                return Ok(());
+            }
         }
+    } else {
+        None
     };
+    let netns = ns.as_ref().map(|_| name.clone());
     let _cpu1 = second_cpu();
-    let dir = scratch("perftest-spread");
+    let dir = scratch(if over_dpdk {
+        "perftest-spread"
+    } else {
+        "perftest-spread-linux"
+    });
     let (tcp_port, metrics) = (free_port(), free_port());
     const ARGS: &str = "ib_write_bw -q 2 -n 200 -s 65536";
-    let config = loopback_config(&dir, tcp_port, metrics, 64)
-        .replace("driver = \"kernel\"", "driver = \"net_tap\"")
-        .replace(
-            "address = \"127.0.0.1/8\"",
-            "address = \"10.77.0.2/24\"\niface = \"dpwarp0\"\nhost_address = \"10.77.0.1/24\"",
-        )
-        .replace("mtu = 9000", "mtu = 1500")
-        .replace("lcores = [0]", "lcores = [0, 1]")
-        .replace("hugepages = \"auto\"", "hugepages = \"off\"")
-        .replacen(
-            "[service.perftest]\ncommand = \"ib_write_bw\"\nunfenced = false\nclients_max = 4\n",
-            &format!(
-                "[service.perftest]\ncommand = \"{ARGS}\"\nunfenced = false\nclients_max = 4\n\
+    let config = loopback_config(&dir, tcp_port, metrics, 64);
+    let config = if over_dpdk {
+        config
+            .replace("driver = \"kernel\"", "driver = \"net_tap\"")
+            .replace(
+                "address = \"127.0.0.1/8\"",
+                "address = \"10.77.0.2/24\"\niface = \"dpwarp0\"\nhost_address = \"10.77.0.1/24\"",
+            )
+            .replace("mtu = 9000", "mtu = 1500")
+            .replace("hugepages = \"auto\"", "hugepages = \"off\"")
+    } else {
+        config
+    };
+    let config = config.replace("lcores = [0]", "lcores = [0, 1]").replacen(
+        "[service.perftest]\ncommand = \"ib_write_bw\"\nunfenced = false\nclients_max = 4\n",
+        &format!(
+            "[service.perftest]\ncommand = \"{ARGS}\"\nunfenced = false\nclients_max = 4\n\
                  spread = true\n"
-            ),
-            1,
-        );
-    let mut daemon = Daemon::start_in(&dir, &config, Some(&name))?;
+        ),
+        1,
+    );
+    let mut daemon = Daemon::start_in(&dir, &config, netns.as_deref())?;
     let stats = daemon.ctl("stats").map_err(fail)?;
     let service = |s: &Value| -> Option<Value> {
         s["perftest"]
@@ -2487,23 +2517,49 @@ fn perftest_spread_over_net_tap() -> Result<(), Failed> {
         return Err(fail(format!("spread over both cores: {s:#}")));
     }
     // The owner of each client host as the daemon's steering computes it
-    // (net_tap's queues: the symmetric key, the default table).
+    // (net_tap's queues: the symmetric key, the default table; Linux's
+    // listeners: the group's program, its listeners in the order the
+    // cores joined, which the test does not know: a host of either kind
+    // is some core's).
     let (toeplitz, reta) = (
         Toeplitz::new(&SYMMETRIC_KEY),
         Reta::new(RETA_ENTRIES_DEFAULT, 2).map_err(|e| fail(e.to_string()))?,
     );
-    let local = SocketAddrV4::new(std::net::Ipv4Addr::new(10, 77, 0, 2), port);
-    let owner =
-        |ip: std::net::Ipv4Addr| reta.queue(toeplitz.hash_v4(SocketAddrV4::new(ip, 0), local));
+    let server = if over_dpdk {
+        std::net::Ipv4Addr::new(10, 77, 0, 2)
+    } else {
+        std::net::Ipv4Addr::LOCALHOST
+    };
+    let local = SocketAddrV4::new(server, port);
+    let owner = |ip: std::net::Ipv4Addr| {
+        if over_dpdk {
+            usize::from(reta.queue(toeplitz.hash_v4(SocketAddrV4::new(ip, 0), local)))
+        } else {
+            ((u32::from(ip) + u32::from(port)) % 2) as usize
+        }
+    };
+    let candidates: Vec<std::net::Ipv4Addr> = if over_dpdk {
+        [1].into_iter()
+            .chain(3..=250)
+            .map(|o| std::net::Ipv4Addr::new(10, 77, 0, o))
+            .collect()
+    } else {
+        (2..=5)
+            .map(|o| std::net::Ipv4Addr::new(127, 0, 0, o))
+            .collect()
+    };
     let mut hosts: [Vec<std::net::Ipv4Addr>; 2] = [Vec::new(), Vec::new()];
-    for o in [1].into_iter().chain(3..=250) {
-        let ip = std::net::Ipv4Addr::new(10, 77, 0, o);
-        let core = usize::from(owner(ip));
+    for ip in candidates {
+        let core = owner(ip);
         if hosts[core].len() < 2 {
             hosts[core].push(ip);
         }
     }
-    for ip in hosts.iter().flatten().filter(|ip| ip.octets()[3] != 1) {
+    let addresses = hosts
+        .iter()
+        .flatten()
+        .filter(|ip| over_dpdk && ip.octets()[3] != 1);
+    for ip in addresses {
         let added = Command::new("ip")
             .args(["netns", "exec", &name, "ip", "addr", "add"])
             .arg(format!("{ip}/24"))
@@ -2527,10 +2583,12 @@ fn perftest_spread_over_net_tap() -> Result<(), Failed> {
         .iter()
         .flatten()
         .map(|&ip| {
-            let name = name.clone();
+            let netns = netns.clone();
             std::thread::spawn(move || -> Result<i32, String> {
-                tcp_lite::sys::netns::enter(&name).map_err(|e| e.to_string())?;
-                let argv = format!("perftest {ARGS} --bind {ip} 10.77.0.2 -p {port}");
+                if let Some(name) = netns {
+                    tcp_lite::sys::netns::enter(&name).map_err(|e| e.to_string())?;
+                }
+                let argv = format!("perftest {ARGS} --bind {ip} {server} -p {port}");
                 Ok(bench::perftest::main(
                     argv.split(' ').map(String::from).collect(),
                     &AtomicBool::new(false),
@@ -2577,9 +2635,11 @@ fn perftest_spread_over_net_tap() -> Result<(), Failed> {
     // sent from a queue), for the record.
     // (The metrics listen in the namespace.)
     let text = {
-        let name = name.clone();
+        let netns = netns.clone();
         std::thread::spawn(move || -> Result<String, String> {
-            tcp_lite::sys::netns::enter(&name).map_err(|e| e.to_string())?;
+            if let Some(name) = netns {
+                tcp_lite::sys::netns::enter(&name).map_err(|e| e.to_string())?;
+            }
             scrape(metrics).map_err(|e| format!("{e:?}"))
         })
         .join()

@@ -717,6 +717,89 @@ fn reuse_port_spreads_connections_over_listeners() {
     assert!(on_a > 0 && on_b > 0, "accepted {on_a} and {on_b}");
 }
 
+/// `by_host`: two transports listen on one port with the reuseport group's
+/// program: every connection from one client address reaches one listener,
+/// whatever its source port, the listener the address and the port pick
+/// ((address + port) mod 2, the first listener to join the group being
+/// index 0), so four client hosts of eight connections each fall two and
+/// two; the same four hosts to a plain reuseport group on another port
+/// are spread by Linux's hash of the four-tuple (their connections parted,
+/// for contrast).
+#[test]
+fn by_host_gives_each_client_hosts_connections_to_one_listener() {
+    let clock = Clock::new(StdDuration::from_secs(30));
+    let (p, plain) = (port(8), port(7));
+    let shared = KernelConfig {
+        reuse_port: true,
+        by_host: vec![(p, 2)],
+        ..config()
+    };
+    let mut a = KernelTransport::new(shared.clone()).unwrap();
+    let mut b = KernelTransport::new(shared).unwrap();
+    a.listen(p).unwrap();
+    b.listen(p).unwrap();
+    a.listen(plain).unwrap();
+    b.listen(plain).unwrap();
+    const EACH: usize = 8;
+    let hosts: Vec<Ipv4Addr> = (2..=5).map(|o| Ipv4Addr::new(127, 0, 0, o)).collect();
+    // Per port: the listener (0: a, 1: b) each accepted connection's
+    // client address reached.
+    let mut parted_somewhere = false;
+    for port in [p, plain] {
+        let mut clients: Vec<KernelTransport> = hosts
+            .iter()
+            .map(|&bind| KernelTransport::new(KernelConfig { bind, ..config() }).unwrap())
+            .collect();
+        for c in &mut clients {
+            for _ in 0..EACH {
+                c.connect(SocketAddrV4::new(LOCALHOST, port), clock.now())
+                    .unwrap();
+            }
+        }
+        let mut reached: Vec<(Ipv4Addr, usize)> = Vec::new();
+        let mut events = Vec::new();
+        while reached.len() < hosts.len() * EACH {
+            clock.check("accepting by host");
+            for c in &mut clients {
+                pump(c, &clock, &mut Vec::new());
+            }
+            for (k, t) in [&mut a, &mut b].into_iter().enumerate() {
+                events.clear();
+                pump(t, &clock, &mut events);
+                for e in &events {
+                    if matches!(e.kind, EventKind::Accepted(l) if l.0 == port) {
+                        let (_, peer) = t.endpoints(e.conn).unwrap();
+                        reached.push((*peer.ip(), k));
+                    }
+                }
+            }
+        }
+        for &host in &hosts {
+            let listeners: std::collections::HashSet<usize> = reached
+                .iter()
+                .filter(|(ip, _)| *ip == host)
+                .map(|&(_, k)| k)
+                .collect();
+            if port == p {
+                let want = ((u32::from(host) + u32::from(p)) % 2) as usize;
+                assert_eq!(
+                    listeners,
+                    [want].into(),
+                    "{host}'s connections to the by-host port"
+                );
+            } else {
+                parted_somewhere |= listeners.len() > 1;
+            }
+        }
+    }
+    // Each host's eight connections all on one listener by chance: 2^-7
+    // per host, 2^-28 for all four.
+    assert!(
+        parted_somewhere,
+        "Linux's own hash parts a host's connections"
+    );
+}
+
 /// `set_dscp` on a kernel connection sets its socket's IP_TOS (ip(7)):
 /// the DSCP in the upper six bits, taken back with 0.
 #[test]

@@ -92,6 +92,44 @@ pub struct KernelConfig {
     /// accepts over them by a hash of the addresses and ports (off by
     /// default: a second listener on a port is refused).
     pub reuse_port: bool,
+    /// Ports whose listeners (with `reuse_port`) take connections by client
+    /// host, and how many listeners their group has: each connection goes
+    /// to the group's listener that the client's address and the port pick,
+    /// whatever its source port, so that all of one host's connections to
+    /// the port reach one transport ([`reuse_port_program`], attached with
+    /// `SO_ATTACH_REUSEPORT_CBPF`). Until the group has all its listeners
+    /// Linux spreads by its own hash.
+    pub by_host: Vec<(u16, u16)>,
+}
+
+/// The classic BPF program of a reuseport group of `listeners` sockets on
+/// `port` that spreads connections by client host: the socket at index
+/// (source address + port) mod `listeners`. Linux runs it on a SYN with
+/// the packet's data past the TCP header; the source address is read
+/// relative to the network header (`SKF_NET_OFF`). An index past the
+/// group's sockets makes Linux choose by its hash.
+pub fn reuse_port_program(port: u16, listeners: u16) -> [libc::sock_filter; 4] {
+    let op = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    [
+        // A = the IPv4 source address (offset 12 of the IP header).
+        op(
+            libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
+            (libc::SKF_NET_OFF + 12) as u32,
+        ),
+        // A += port: one host's clients of different services may reach
+        // different sockets.
+        op(libc::BPF_ALU | libc::BPF_ADD | libc::BPF_K, u32::from(port)),
+        op(
+            libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K,
+            u32::from(listeners.max(1)),
+        ),
+        op(libc::BPF_RET | libc::BPF_A, 0),
+    ]
 }
 
 impl Default for KernelConfig {
@@ -104,6 +142,7 @@ impl Default for KernelConfig {
             nodelay: true,
             user_timeout: Duration::from_secs(30),
             reuse_port: false,
+            by_host: Vec::new(),
         }
     }
 }
@@ -803,6 +842,25 @@ impl Transport for KernelTransport {
             ErrorKind::AddrInUse => ListenError::PortInUse,
             _ => ListenError::Io,
         })?;
+        if let Some(&(_, listeners)) = self
+            .config
+            .by_host
+            .iter()
+            .find(|(p, _)| self.config.reuse_port && *p == port)
+        {
+            // The group's program (each listener attaches the same one).
+            let mut program = reuse_port_program(port, listeners);
+            let fprog = libc::sock_fprog {
+                len: program.len() as u16,
+                filter: program.as_mut_ptr(),
+            };
+            nix::sys::socket::setsockopt(
+                &socket,
+                nix::sys::socket::sockopt::AttachReusePortCbpf,
+                &fprog,
+            )
+            .map_err(|_| ListenError::Io)?;
+        }
         if self.epoll.is_none() {
             self.epoll =
                 Some(Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|_| ListenError::Io)?);
