@@ -2442,10 +2442,10 @@ fn perftest_services_on_two_cores() -> Result<(), Failed> {
 ///   the test's own, the clients on addresses of the TAP's kernel side
 ///   there, chosen by the Toeplitz hash of their address, the service's
 ///   and its port;
-/// * otherwise on Linux TCP at 127.0.0.1, the clients from 127.0.0.2 to
-///   127.0.0.5: the cores' listeners of the port in a reuseport group
-///   whose program picks a listener by (address + port) mod 2, so two and
-///   two.
+/// * otherwise on Linux TCP at 127.0.0.1, the clients from 127.0.0.2 on:
+///   the cores' listeners of the port in a reuseport group whose program
+///   picks a listener by the client's address and the port
+///   (`by_host_index`), two for each.
 ///
 /// Each client's control and data connections all meet on its host's core,
 /// whichever queue (or listener) its frames reached first: each core
@@ -2535,7 +2535,7 @@ fn perftest_spread(over_dpdk: bool) -> Result<(), Failed> {
         if over_dpdk {
             usize::from(reta.queue(toeplitz.hash_v4(SocketAddrV4::new(ip, 0), local)))
         } else {
-            ((u32::from(ip) + u32::from(port)) % 2) as usize
+            usize::from(tcp_lite::sys::kernel::by_host_index(ip, port, 2))
         }
     };
     let candidates: Vec<std::net::Ipv4Addr> = if over_dpdk {
@@ -2544,7 +2544,7 @@ fn perftest_spread(over_dpdk: bool) -> Result<(), Failed> {
             .map(|o| std::net::Ipv4Addr::new(10, 77, 0, o))
             .collect()
     } else {
-        (2..=5)
+        (2..=250)
             .map(|o| std::net::Ipv4Addr::new(127, 0, 0, o))
             .collect()
     };

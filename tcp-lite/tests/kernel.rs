@@ -720,9 +720,9 @@ fn reuse_port_spreads_connections_over_listeners() {
 /// `by_host`: two transports listen on one port with the reuseport group's
 /// program: every connection from one client address reaches one listener,
 /// whatever its source port, the listener the address and the port pick
-/// ((address + port) mod 2, the first listener to join the group being
-/// index 0), so four client hosts of eight connections each fall two and
-/// two; the same four hosts to a plain reuseport group on another port
+/// (`by_host_index`, the first listener to join the group being index 0),
+/// for four client hosts of eight connections each; the same four hosts to
+/// a plain reuseport group on another port
 /// are spread by Linux's hash of the four-tuple (their connections parted,
 /// for contrast).
 #[test]
@@ -781,7 +781,7 @@ fn by_host_gives_each_client_hosts_connections_to_one_listener() {
                 .map(|&(_, k)| k)
                 .collect();
             if port == p {
-                let want = ((u32::from(host) + u32::from(p)) % 2) as usize;
+                let want = usize::from(tcp_lite::sys::kernel::by_host_index(host, p, 2));
                 assert_eq!(
                     listeners,
                     [want].into(),

@@ -172,10 +172,13 @@ impl Gate {
         };
         if let Some(p) = *pd {
             // A data connection whose session gave up on its data
-            // connections since (and told the gate, which has not yet
-            // forgotten it) is refused; one whose session took all it
-            // waited for joins the session's PD even after the gate has
-            // forgotten the address (a core may ask late).
+            // connections since is refused while the gate still knows
+            // that (the next decision forgets it; the session's end then
+            // retires its PD, which forgets the connection: `retire`, or
+            // else the core finds no session for it and resets it); one
+            // whose session took all it waited for joins the session's PD
+            // even after the gate has forgotten the address (a core may
+            // ask late).
             let gave_up = kind == Kind::Data
                 && awaiting
                     .get(peer.ip())
@@ -215,6 +218,13 @@ impl Gate {
     /// Frees `pd`, a session's or a connection's that never made one, now
     /// or, while a QP still holds it, on a later call.
     pub fn retire(&self, pd: Pd) {
+        // Data connections accepted for its session and not yet at their
+        // core no longer join it: the PD may be freed and handed out again
+        // before they arrive (their core then finds nothing: reset).
+        self.kinds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|_, (kind, p, _)| !(*kind == Kind::Data && *p == Some(pd)));
         let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
         retired.push(pd);
         self.retired_count
@@ -1020,10 +1030,16 @@ mod tests {
         assert!(accepted(&gate, peer(5, 1000)));
         assert!(matches!(gate.pd_for(peer(5, 1000)), PdChoice::In(_)));
         assert_eq!(gate.held(), 2);
+        // The second session ended before a data connection accepted for
+        // it reached its core: retiring its PD forgets that connection,
+        // which is reset (the PD may be handed out again before it
+        // arrives).
+        gate.expect(*peer(2, 0).ip(), 1, Some(b));
+        assert!(accepted(&gate, peer(2, 1004)));
+        gate.retire(b);
+        assert_eq!(gate.pd_for(peer(2, 1004)), PdChoice::Refuse);
     }
 
-    /// Without a registry (`bench perftest`'s one client) nothing changes:
-    /// every QP in the core's PD.
     #[test]
     fn slots_are_taken_once_and_given_back_once() {
         let slots = Slots::new(2);
@@ -1039,6 +1055,8 @@ mod tests {
         assert_eq!(slots.taken(), 0);
     }
 
+    /// Without a registry (`bench perftest`'s one client) nothing changes:
+    /// every QP in the core's PD.
     #[test]
     fn a_gate_without_pds_leaves_qps_in_the_cores_pd() {
         let gate = Gate::new(write_bw(), false, "--unfenced", true);

@@ -97,18 +97,37 @@ pub struct KernelConfig {
     /// to the group's listener that the client's address and the port pick,
     /// whatever its source port, so that all of one host's connections to
     /// the port reach one transport ([`reuse_port_program`], attached with
-    /// `SO_ATTACH_REUSEPORT_CBPF`). Until the group has all its listeners
-    /// Linux spreads by its own hash.
+    /// `SO_ATTACH_REUSEPORT_CBPF`). A host whose index is past the
+    /// listeners joined so far (before the group has them all) is placed by
+    /// Linux's own hash; a listener that leaves the group (unlisten) moves
+    /// the last one into its place, so the hosts are placed afresh. Only
+    /// with `reuse_port` (without it a port has one listener: nothing to
+    /// choose).
     pub by_host: Vec<(u16, u16)>,
+}
+
+/// The multiplier of [`by_host_index`] (2^32 over the golden ratio, odd):
+/// addresses a common stride apart still spread over the listeners.
+const BY_HOST_MIX: u32 = 0x9E37_79B1;
+
+/// The listener of a group of `listeners` that [`reuse_port_program`]
+/// gives a client at `client` connecting to `port`.
+pub fn by_host_index(client: Ipv4Addr, port: u16, listeners: u16) -> u16 {
+    let mixed = u32::from(client)
+        .wrapping_add(u32::from(port))
+        .wrapping_mul(BY_HOST_MIX)
+        >> 16;
+    (mixed % u32::from(listeners.max(1))) as u16
 }
 
 /// The classic BPF program of a reuseport group of `listeners` sockets on
 /// `port` that spreads connections by client host: the socket at index
-/// (source address + port) mod `listeners`. Linux runs it on a SYN with
-/// the packet's data past the TCP header; the source address is read
-/// relative to the network header (`SKF_NET_OFF`). An index past the
-/// group's sockets makes Linux choose by its hash.
-pub fn reuse_port_program(port: u16, listeners: u16) -> [libc::sock_filter; 4] {
+/// [`by_host_index`] (the source address plus the port, mixed by a
+/// multiplication, mod `listeners`). Linux runs it on a SYN with the
+/// packet's data past the TCP header; the source address is read relative
+/// to the network header (`SKF_NET_OFF`). An index past the group's
+/// sockets makes Linux choose by its hash.
+pub fn reuse_port_program(port: u16, listeners: u16) -> [libc::sock_filter; 6] {
     let op = |code: u32, k: u32| libc::sock_filter {
         code: code as u16,
         jt: 0,
@@ -124,6 +143,9 @@ pub fn reuse_port_program(port: u16, listeners: u16) -> [libc::sock_filter; 4] {
         // A += port: one host's clients of different services may reach
         // different sockets.
         op(libc::BPF_ALU | libc::BPF_ADD | libc::BPF_K, u32::from(port)),
+        // Mixed: the upper bits of the product depend on every lower one.
+        op(libc::BPF_ALU | libc::BPF_MUL | libc::BPF_K, BY_HOST_MIX),
+        op(libc::BPF_ALU | libc::BPF_RSH | libc::BPF_K, 16),
         op(
             libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K,
             u32::from(listeners.max(1)),
