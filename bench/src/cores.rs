@@ -64,6 +64,20 @@ impl CoreLink {
     }
 }
 
+/// Each core thread's result, in order; a thread that panicked is an
+/// error of its own.
+pub fn joined<T>(
+    threads: Vec<std::thread::ScopedJoinHandle<'_, Result<T, String>>>,
+) -> Vec<Result<T, String>> {
+    threads
+        .into_iter()
+        .map(|t| {
+            t.join()
+                .unwrap_or_else(|_| Err("a core's thread panicked".into()))
+        })
+        .collect()
+}
+
 /// Held while a core opens or closes its DPDK ports.
 fn control_path() -> std::sync::MutexGuard<'static, ()> {
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -319,13 +333,7 @@ pub fn run(
                 })
             })
             .collect();
-        threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err("a core's thread panicked".into()))
-            })
-            .collect()
+        joined(threads)
     });
     let mut per_core = Vec::with_capacity(most);
     for (k, result) in results.into_iter().enumerate() {

@@ -502,13 +502,7 @@ fn serve_until_done<T: CoreTransport + Send>(
                 args.port,
             );
             }
-            threads
-                .into_iter()
-                .map(|t| {
-                    t.join()
-                        .unwrap_or_else(|_| Err("a core's thread panicked".into()))
-                })
-                .collect()
+            bench::cores::joined(threads)
         });
     let mut code = 0;
     for (k, result) in results.iter().enumerate() {
@@ -721,13 +715,7 @@ fn serve_sctp_on<T: dataplane::MessageTransport + Send>(
                 args.port,
             );
         }
-        threads
-            .into_iter()
-            .map(|t| {
-                t.join()
-                    .unwrap_or_else(|_| Err("a core's thread panicked".into()))
-            })
-            .collect()
+        bench::cores::joined(threads)
     });
     let mut code = 0;
     let mut failed_streams = 0;

@@ -139,6 +139,20 @@ fn sctp_over_namespaces() -> Result<(), Failed> {
     Ok(())
 }
 
+/// `ip ARGS`, failing with them if it fails.
+fn ip(args: &[&str]) -> Result<(), Failed> {
+    let ok = Command::new("ip")
+        .args(args)
+        .status()
+        .map_err(|e| e.to_string())?
+        .success();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("ip {args:?} failed").into())
+    }
+}
+
 fn run(args: &[&str]) -> Result<String, Failed> {
     run_for(60, args)
 }
@@ -242,18 +256,6 @@ fn two_core_server_on_net_tap() -> Result<(), Failed> {
     let pid = std::process::id();
     let ns = format!("dpwmq{pid}");
     let tap = format!("dpwmq{}", pid % 1_000_000);
-    let ip = |args: &[&str]| -> Result<(), Failed> {
-        let ok = Command::new("ip")
-            .args(args)
-            .status()
-            .map_err(|e| e.to_string())?
-            .success();
-        if ok {
-            Ok(())
-        } else {
-            Err(format!("ip {args:?} failed").into())
-        }
-    };
     ip(&["netns", "add", &ns])?;
     let result = (|| -> Result<(), Failed> {
         let log = std::env::temp_dir().join(format!("dpwarp-mq-server-{pid}.log"));
@@ -354,18 +356,6 @@ fn two_core_sctp_client_on_net_tap() -> Result<(), Failed> {
     let pid = std::process::id();
     let ns = format!("dpwsq{pid}");
     let tap = format!("dpwsq{}", pid % 1_000_000);
-    let ip = |args: &[&str]| -> Result<(), Failed> {
-        let ok = Command::new("ip")
-            .args(args)
-            .status()
-            .map_err(|e| e.to_string())?
-            .success();
-        if ok {
-            Ok(())
-        } else {
-            Err(format!("ip {args:?} failed").into())
-        }
-    };
     ip(&["netns", "add", &ns])?;
     let result = (|| -> Result<(), Failed> {
         ip(&["-n", &ns, "link", "add", "dpwsqbr", "type", "bridge"])?;

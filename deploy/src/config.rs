@@ -981,16 +981,7 @@ mod tests {
         assert!(Config::parse(&on, "x.toml").unwrap().daemon.reflect_dscp);
         // With the kernel driver too (dpwarpd then needs Linux's own
         // reflection, net.ipv4.tcp_reflect_tos, when it starts).
-        let kernel = on
-            .replace("driver = \"net_tap\"", "driver = \"kernel\"")
-            .lines()
-            .filter(|l| {
-                !["iface", "host_address", "netns", "bridge"]
-                    .iter()
-                    .any(|k| l.starts_with(k))
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        let kernel = on_kernel(&on);
         assert!(
             Config::parse(&kernel, "k.toml")
                 .unwrap()
@@ -1015,8 +1006,19 @@ mod tests {
             .all(|(_, p)| !p.spread));
         // Over Linux TCP too (the listeners' reuseport group spreads by
         // client host).
-        let kernel = spread(EXAMPLE)
-            .replace("driver = \"net_tap\"", "driver = \"kernel\"")
+        let kernel = on_kernel(&spread(EXAMPLE));
+        assert!(Config::parse(&kernel, "k.toml")
+            .unwrap()
+            .perftests()
+            .any(|(_, p)| p.spread));
+        let e = refused(|t| t.replace("clients_max = 4\n", "clients_max = 4\nspread = 1\n"));
+        assert!(e.contains("spread"), "{e}");
+    }
+
+    /// `text` (the example, edited) on driver "kernel", without the keys
+    /// that mean nothing to it.
+    fn on_kernel(text: &str) -> String {
+        text.replace("driver = \"net_tap\"", "driver = \"kernel\"")
             .lines()
             .filter(|l| {
                 !["iface", "host_address", "netns", "bridge"]
@@ -1024,13 +1026,7 @@ mod tests {
                     .any(|k| l.starts_with(k))
             })
             .collect::<Vec<_>>()
-            .join("\n");
-        assert!(Config::parse(&kernel, "k.toml")
-            .unwrap()
-            .perftests()
-            .any(|(_, p)| p.spread));
-        let e = refused(|t| t.replace("clients_max = 4\n", "clients_max = 4\nspread = 1\n"));
-        assert!(e.contains("spread"), "{e}");
+            .join("\n")
     }
 
     fn refused(edit: impl Fn(&str) -> String) -> String {
@@ -1175,13 +1171,6 @@ mod tests {
 
     #[test]
     fn udp_port_is_the_bench_services_only() {
-        let kernel = |t: &str| {
-            t.replace("driver = \"net_tap\"", "driver = \"kernel\"")
-                .lines()
-                .filter(|l| !l.starts_with("iface") && !l.starts_with("host_address"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
         let udp = "udp_port = 9899\n";
         // The example's (net_tap), and on Linux UDP.
         assert_eq!(
@@ -1189,17 +1178,17 @@ mod tests {
             Some(9899)
         );
         assert_eq!(
-            Config::parse(&kernel(EXAMPLE), "k.toml")
+            Config::parse(&on_kernel(EXAMPLE), "k.toml")
                 .unwrap()
                 .bench_udp_port(),
             Some(9899)
         );
-        let without = kernel(EXAMPLE).replace(udp, "");
+        let without = on_kernel(EXAMPLE).replace(udp, "");
         assert_eq!(
             Config::parse(&without, "k.toml").unwrap().bench_udp_port(),
             None
         );
-        let e = Config::parse(&kernel(EXAMPLE).replace(udp, "udp_port = 0\n"), "k.toml")
+        let e = Config::parse(&on_kernel(EXAMPLE).replace(udp, "udp_port = 0\n"), "k.toml")
             .unwrap_err()
             .0;
         assert!(e.contains("`udp_port`: 0 is out of range"), "{e}");

@@ -329,6 +329,18 @@ impl Daemon {
 
     /// Its exit status, once it exited (at most 10 s after `since`, when
     /// `what` asked it to).
+    /// SIGTERM, and a clean exit within 10 s.
+    fn stop(&mut self) -> Result<(), Failed> {
+        Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
+        let status = self.wait_exit(Instant::now(), "SIGTERM")?;
+        if !status.success() {
+            return Err(fail(format!("exit {status:?}: {}", self.log_text())));
+        }
+        Ok(())
+    }
+
     fn wait_exit(
         &mut self,
         since: Instant,
@@ -1404,13 +1416,7 @@ fn memif_port_on_two_cores() -> Result<(), Failed> {
             return Err(fail(format!("{key}: {:?}", sample(&text, &key))));
         }
     }
-    Command::new("kill")
-        .args(["-TERM", &daemon.child.id().to_string()])
-        .status()?;
-    let status = daemon.wait_exit(Instant::now(), "SIGTERM")?;
-    if !status.success() {
-        return Err(fail(format!("exit {status:?}: {}", daemon.log_text())));
-    }
+    daemon.stop()?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -1515,13 +1521,7 @@ fn memif_port() -> Result<(), Failed> {
             return Err(fail(format!("no accepted {llp} in the log:\n{log}")));
         }
     }
-    Command::new("kill")
-        .args(["-TERM", &daemon.child.id().to_string()])
-        .status()?;
-    let status = daemon.wait_exit(Instant::now(), "SIGTERM")?;
-    if !status.success() {
-        return Err(fail(format!("exit {status:?}: {}", daemon.log_text())));
-    }
+    daemon.stop()?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -2651,13 +2651,7 @@ fn perftest_spread(over_dpdk: bool) -> Result<(), Failed> {
         sample(&text, "dpwarp_core_rx_handed_out_total{core=\"0\""),
         sample(&text, "dpwarp_core_rx_handed_out_total{core=\"1\"")
     );
-    Command::new("kill")
-        .args(["-TERM", &daemon.child.id().to_string()])
-        .status()?;
-    let status = daemon.wait_exit(Instant::now(), "SIGTERM")?;
-    if !status.success() {
-        return Err(fail(format!("exit {status:?}: {}", daemon.log_text())));
-    }
+    daemon.stop()?;
     drop(ns);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
@@ -2838,13 +2832,7 @@ fn reflect_dscp_over_linux_tcp() -> Result<(), Failed> {
             s["cores"][0]["classes_reflected"] == 1 && s["service"]["clients"] == 0
         })
         .map_err(|e| fail(format!("{e:?}\n{}", daemon.log_text())))?;
-    Command::new("kill")
-        .args(["-TERM", &daemon.child.id().to_string()])
-        .status()?;
-    let status = daemon.wait_exit(Instant::now(), "SIGTERM")?;
-    if !status.success() {
-        return Err(fail(format!("exit {status:?}: {}", daemon.log_text())));
-    }
+    daemon.stop()?;
     drop(ns);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
