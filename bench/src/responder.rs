@@ -1178,6 +1178,10 @@ pub struct Foreign {
         std::net::SocketAddrV4,
         std::net::SocketAddrV4,
     )>,
+    /// Startups accepted on another local port that ended without a QP
+    /// (they failed, or the core had no room): the local and the peer's
+    /// address, so that a service forgets what its accept prepared.
+    pub failed: Vec<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
     /// Their QPs that ended.
     pub ended: Vec<QpHandle>,
     /// Terminates on their QPs.
@@ -1368,10 +1372,12 @@ impl<T: CoreTransport> Server<T> {
     /// drains it, and no turn allocates.
     pub fn take_foreign(&mut self, into: &mut Foreign) {
         std::mem::swap(&mut self.foreign.established, &mut into.established);
+        std::mem::swap(&mut self.foreign.failed, &mut into.failed);
         std::mem::swap(&mut self.foreign.ended, &mut into.ended);
         std::mem::swap(&mut self.foreign.events, &mut into.events);
         std::mem::swap(&mut self.foreign.wcs, &mut into.wcs);
         self.foreign.established.clear();
+        self.foreign.failed.clear();
         self.foreign.ended.clear();
         self.foreign.events.clear();
         self.foreign.wcs.clear();
@@ -1451,6 +1457,11 @@ impl<T: CoreTransport> Server<T> {
         }
         for (handoff, qp) in self.endpoint.take_handoffs() {
             let (StartupResult::Established(e), Some(qp)) = (&handoff.result, qp) else {
+                if let Some((local, peer)) = handoff.ends.filter(|(l, _)| l.port() != self.port) {
+                    if qp.is_none() {
+                        self.foreign.failed.push((local, peer));
+                    }
+                }
                 continue;
             };
             let ends = self

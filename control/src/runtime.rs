@@ -476,6 +476,12 @@ pub struct Handoff {
     pub token: u64,
     /// How it ended.
     pub result: StartupResult,
+    /// An accepted connection's local and peer addresses (its four-tuple,
+    /// which may be gone from the transport when a startup failed), so
+    /// that the application can forget what it prepared for a connection
+    /// that will not come (a grant the ULP's accept made); `None` for
+    /// active opens.
+    pub ends: Option<(SocketAddrV4, SocketAddrV4)>,
 }
 
 /// A request to the control plane from the application.
@@ -604,6 +610,11 @@ pub struct CoreLink {
     /// The control plane is gone: no more startups.
     dead: bool,
     handoffs: VecDeque<Handoff>,
+    /// Accepted connections that ended during their startup (so
+    /// `starting` forgot them): their addresses, until the control plane's
+    /// answer to their close names them in a handoff. At most one per
+    /// connection handle.
+    ended_ends: HashMap<ConnId, (SocketAddrV4, SocketAddrV4)>,
     /// The application listens for DDP streams peers open.
     session_listening: bool,
     /// DDP streams in establishment at the control plane: messages
@@ -615,8 +626,9 @@ pub struct CoreLink {
 
 #[derive(Debug, Default)]
 struct Starting {
-    /// An accepted connection's peer (counted in `CoreLink::per_peer`).
-    peer: Option<std::net::Ipv4Addr>,
+    /// An accepted connection's local and peer addresses (the peer's
+    /// counted in `CoreLink::per_peer`).
+    ends: Option<(SocketAddrV4, SocketAddrV4)>,
     forwarded: usize,
     outgoing: Vec<u8>,
     /// Close after `outgoing` is sent.
@@ -828,6 +840,7 @@ impl CoreLink {
             startups_max: config.startups_max_per_core,
             per_peer_max: config.startups_per_peer_max,
             per_peer: HashMap::new(),
+            ended_ends: HashMap::new(),
             unlistened: HashSet::new(),
             starting: HashMap::new(),
             connecting: HashMap::new(),
@@ -894,11 +907,11 @@ impl CoreLink {
     /// Takes `conn`'s startup off this core's books.
     fn stop_starting(&mut self, conn: ConnId) -> Option<Starting> {
         let state = self.starting.remove(&conn)?;
-        if let Some(ip) = state.peer {
-            if let Some(n) = self.per_peer.get_mut(&ip) {
+        if let Some((_, peer)) = state.ends {
+            if let Some(n) = self.per_peer.get_mut(peer.ip()) {
                 *n -= 1;
                 if *n == 0 {
-                    self.per_peer.remove(&ip);
+                    self.per_peer.remove(peer.ip());
                 }
             }
         }
@@ -928,17 +941,20 @@ impl CoreLink {
                 if !self.listening.contains(&listener.0) {
                     return false;
                 }
-                match transport.endpoints(conn).map(|(_, p)| p) {
-                    Ok(peer)
+                match transport.endpoints(conn) {
+                    Ok((local, peer))
                         if self.has_room()
                             && self.per_peer.get(peer.ip()).copied().unwrap_or(0)
                                 < self.per_peer_max =>
                     {
                         *self.per_peer.entry(*peer.ip()).or_default() += 1;
+                        // A handle used again: what an earlier connection
+                        // of it left is stale.
+                        self.ended_ends.remove(&conn);
                         self.starting.insert(
                             conn,
                             Starting {
-                                peer: Some(*peer.ip()),
+                                ends: Some((local, peer)),
                                 ..Starting::default()
                             },
                         );
@@ -992,12 +1008,21 @@ impl CoreLink {
             self.send(ToControl::ConnectFailed { token });
             return true;
         }
-        if self.stop_starting(conn).is_some() {
+        if let Some(state) = self.stop_starting(conn) {
+            self.keep_ends(conn, &state);
             transport.release(conn);
             self.send(ToControl::Closed { conn });
             return true;
         }
         false
+    }
+
+    /// A startup's connection ended before the control plane's answer:
+    /// its addresses wait for that answer's handoff.
+    fn keep_ends(&mut self, conn: ConnId, state: &Starting) {
+        if let Some(ends) = state.ends {
+            self.ended_ends.insert(conn, ends);
+        }
     }
 
     /// Moves startup octets both ways, carries out the control plane's
@@ -1105,7 +1130,9 @@ impl CoreLink {
             // frame: its outcome is on the way): now the close. Our side
             // closes too.
             _ if state.peer_closed && state.forwarded == 0 => {
-                self.stop_starting(conn);
+                if let Some(state) = self.stop_starting(conn) {
+                    self.keep_ends(conn, &state);
+                }
                 let _ = transport.close(conn);
                 self.draining.insert(conn);
                 self.send(ToControl::Closed { conn });
@@ -1291,6 +1318,7 @@ impl CoreLink {
                 conn: None,
                 token,
                 result,
+                ends: None,
             }),
             // About connections this core never had.
             _ => {}
@@ -1325,13 +1353,15 @@ impl CoreLink {
     fn abandon<T: Transport>(&mut self, transport: &mut T) {
         self.abandon_sessions();
         self.per_peer.clear();
-        for (conn, _) in self.starting.drain() {
+        self.ended_ends.clear();
+        for (conn, state) in self.starting.drain() {
             let _ = transport.abort(conn);
             transport.release(conn);
             self.handoffs.push_back(Handoff {
                 conn: Some(conn),
                 token: 0,
                 result: StartupResult::Failed(local_failure()),
+                ends: state.ends,
             });
         }
         for (conn, token) in self.connecting.drain() {
@@ -1341,6 +1371,7 @@ impl CoreLink {
                 conn: Some(conn),
                 token,
                 result: StartupResult::Failed(local_failure()),
+                ends: None,
             });
         }
     }
@@ -1422,6 +1453,7 @@ impl CoreLink {
                     conn: None,
                     token,
                     result,
+                    ends: None,
                 });
             }
             ToCore::Done {
@@ -1470,6 +1502,10 @@ impl CoreLink {
     ) {
         let mut result = result;
         let mut handed = Some(conn);
+        let ends = match self.starting.get(&conn) {
+            Some(state) => state.ends,
+            None => self.ended_ends.remove(&conn),
+        };
         match &result {
             StartupResult::Failed(_) => {
                 if let Some(state) = self.starting.get_mut(&conn) {
@@ -1509,6 +1545,7 @@ impl CoreLink {
             conn: handed,
             token,
             result,
+            ends,
         });
     }
 }

@@ -11,6 +11,9 @@
 //! * the all-cores limit is enforced by the control plane;
 //! * held startups end at the responder's request timeout, and the room
 //!   they held is given again;
+//! * a startup whose peer resets hands off its connection's addresses, as
+//!   does one that times out (so the application can forget what its
+//!   accept prepared for it);
 //! * with channels four messages deep, many startups at once all complete;
 //! * configurations that cannot work are refused.
 //!
@@ -494,6 +497,19 @@ fn held_startups_end_at_the_request_timeout_and_their_room_is_given_again() {
             }
         }
         assert_eq!(control.stats().failed, LIMIT as u64);
+        // Each names its connection: our address and port, the peer's.
+        let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 30, 2), 5000);
+        let peers: HashSet<SocketAddrV4> = core
+            .handoffs
+            .iter()
+            .map(|h| {
+                let (local, peer) = h.ends.expect("an accepted startup's addresses");
+                assert_eq!(local, target);
+                assert_eq!(*peer.ip(), Ipv4Addr::new(10, 0, 30, 1));
+                peer
+            })
+            .collect();
+        assert_eq!(peers.len(), LIMIT, "one peer port each");
         // The room is there again: as many new peers are held.
         until(Duration::from_secs(5), "a second flood", || {
             flood.open(LIMIT, 30 + LIMIT);
@@ -502,6 +518,66 @@ fn held_startups_end_at_the_request_timeout_and_their_room_is_given_again() {
             control.health()[0].startups == LIMIT
         });
         assert_eq!(core.link.refused_startups(), 10);
+        drop(control);
+    });
+}
+
+#[test]
+fn a_startup_whose_peer_resets_hands_off_its_addresses() {
+    const PEERS: usize = 3;
+    watchdog(WATCHDOG, || {
+        let (control, mut links) = ControlPlane::start(1);
+        let (mut client, s0) = pair(31, 16);
+        let mut core = Core::new(s0, links.remove(0));
+        accept_all(&control, 0, 5000, StartupConfig::default());
+        core.wait_listening(5000);
+        let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 31, 2), 5000);
+        let conns: Vec<ConnId> = (0..PEERS)
+            .map(|_| client.connect(target, now()).expect("room"))
+            .collect();
+        let mut client_step = |client: &mut Stack<LinkEnd>| {
+            client.poll(now());
+            while let Some(event) = client.next_event() {
+                if matches!(
+                    event.kind,
+                    EventKind::Reset | EventKind::Closed | EventKind::TimedOut
+                ) {
+                    client.release(event.conn);
+                }
+            }
+            client.poll(now());
+        };
+        until(Duration::from_secs(5), "the accepts", || {
+            client_step(&mut client);
+            core.step();
+            control.health()[0].startups == PEERS
+        });
+        // No MPA Request: the peers reset their connections mid-startup.
+        let ours: HashSet<SocketAddrV4> = conns
+            .iter()
+            .map(|&c| client.endpoints(c).expect("connected").0)
+            .collect();
+        for &conn in &conns {
+            client.abort(conn).expect("abort");
+        }
+        until(Duration::from_secs(5), "the handoffs", || {
+            client_step(&mut client);
+            core.step();
+            core.handoffs.len() == PEERS
+        });
+        let mut named = HashSet::new();
+        for handoff in &core.handoffs {
+            assert!(
+                matches!(handoff.result, StartupResult::Failed(_)),
+                "{:?}",
+                handoff.result
+            );
+            let (local, peer) = handoff.ends.expect("the reset connection's addresses");
+            assert_eq!(local, target);
+            named.insert(peer);
+        }
+        assert_eq!(named, ours, "each reset connection named by its peer");
+        assert_eq!(control.health()[0].startups, 0);
         drop(control);
     });
 }

@@ -1682,6 +1682,13 @@ fn others<T: CoreTransport>(
             }
         }
     }
+    // Startups that ended without a QP after their accept: what the
+    // memory service granted them goes now.
+    for (local, peer) in found.failed.drain(..) {
+        if let Some(m) = &shared.memory {
+            m.unclaimed(local, peer);
+        }
+    }
     for qp in found.ended.drain(..) {
         if let Some(p) = perftests
             .iter_mut()

@@ -220,7 +220,8 @@ pub struct MemoryService {
     pub accepted: AtomicU64,
     /// Refused.
     pub refused: AtomicU64,
-    /// Ended (their STag deregistered).
+    /// Ended, or granted and given up (their STag deregistered): with
+    /// `accepted`, `accepted - closed` grants are live.
     pub closed: AtomicU64,
 }
 
@@ -338,6 +339,11 @@ impl MemoryService {
             ));
         }
         let mut grants = self.grants();
+        if let Some(old) = grants.remove(&peer) {
+            // The same address and port again: the old connection is gone
+            // (and its grant does not count against the limit).
+            self.revoke(&old);
+        }
         if grants.len() >= self.grants_max {
             return Err((
                 RejectCode::Limit,
@@ -346,10 +352,6 @@ impl MemoryService {
                     self.grants_max
                 ),
             ));
-        }
-        if let Some(old) = grants.remove(&peer) {
-            // The same address and port again: the old connection is gone.
-            self.revoke(&old);
         }
         self.free_retired();
         let pd = self
@@ -390,6 +392,7 @@ impl MemoryService {
     /// The STag goes; the PD is freed once nothing is in it (now, or at a
     /// later [`MemoryService::free_retired`]).
     fn revoke(&self, g: &Registration) {
+        self.closed.fetch_add(1, Ordering::Relaxed);
         let _ = self.registry.dereg_mr(g.stag);
         self.retired().push(g.pd);
         self.free_retired();
@@ -474,9 +477,31 @@ impl MemoryService {
             .map(|(&p, _)| p);
         if let Some(g) = peer.and_then(|p| grants.remove(&p)) {
             self.revoke(&g);
-            self.closed.fetch_add(1, Ordering::Relaxed);
+            drop(grants);
             tracing::info!(service = "memory", peer = %peer.map_or_else(String::new, |p| p.to_string()), core, qp = qp.0, "connection closed");
         }
+    }
+
+    /// A startup from `peer` to `local` ended without a QP (it failed
+    /// after the accept, or its core had no room): if the service granted
+    /// it a lending that no connection claimed, the grant goes now rather
+    /// than at [`MemoryService::reap`], so that clients that reset right
+    /// after their Request cannot hold the service's grants. Returns
+    /// whether one went.
+    pub fn unclaimed(&self, local: SocketAddrV4, peer: SocketAddrV4) -> bool {
+        if !self.ports().ever.contains(&local.port()) {
+            return false;
+        }
+        let mut grants = self.grants();
+        if !grants.get(&peer).is_some_and(|g| g.qp.is_none()) {
+            return false;
+        }
+        if let Some(g) = grants.remove(&peer) {
+            self.revoke(&g);
+        }
+        drop(grants);
+        tracing::info!(service = "memory", %peer, "startup failed after its grant: revoked");
+        true
     }
 
     /// Revokes grants whose connection never reached a core; returns how
@@ -632,6 +657,48 @@ mod tests {
         // Deregistered once: a's is gone, b's was still live.
         assert!(s.registry.dereg_mr(ga.stag).is_err(), "revoked");
         assert!(s.registry.dereg_mr(gb.stag).is_ok());
+    }
+
+    #[test]
+    fn a_grant_whose_startup_failed_goes_at_once_and_counts_as_closed() {
+        let s = service();
+        s.listen_on(7000);
+        let memory = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 7000);
+        let other_port = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 7001);
+        let a = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), 4000);
+        let b = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 2), 4000);
+        let ga = granted(s.decide(&encode_request("shared"), a));
+        let gb = granted(s.decide(&encode_request("shared"), b));
+        // Another service's failed startup from the same address and port
+        // is not this grant's.
+        assert!(!s.unclaimed(other_port, a));
+        assert_eq!(s.grants_live(), 2);
+        // a's startup failed after its accept (a reset): its grant goes
+        // now, not 20 s later at `reap`, and its slot is free again.
+        assert!(s.unclaimed(memory, a));
+        assert!(s.registry.dereg_mr(ga.stag).is_err(), "revoked");
+        assert_eq!(s.grants_live(), 1);
+        assert!(!s.unclaimed(memory, a), "once");
+        // A claimed grant stays: its connection runs.
+        assert!(s.established(0, QpHandle(3), b));
+        assert!(!s.unclaimed(memory, b));
+        assert_eq!(s.grants_live(), 1);
+        // At the limit, a client again from the same address and port
+        // replaces its own grant instead of being refused.
+        let c = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 3), 4000);
+        granted(s.decide(&encode_request("ro"), c));
+        assert_eq!(s.grants_live(), 2);
+        let gc = granted(s.decide(&encode_request("ro"), c));
+        assert_eq!(s.grants_live(), 2);
+        assert!(s.registry.dereg_mr(gb.stag).is_ok(), "b's still live");
+        // Every grant that went counts as closed: accepted - closed live.
+        let (accepted, closed) = (
+            s.accepted.load(Ordering::Relaxed),
+            s.closed.load(Ordering::Relaxed),
+        );
+        assert_eq!((accepted, closed), (4, 2));
+        assert_eq!(accepted - closed, s.grants_live() as u64);
+        assert_ne!(gc.stag, 0);
     }
 
     #[test]
