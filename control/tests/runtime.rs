@@ -535,7 +535,7 @@ fn a_startup_whose_peer_resets_hands_off_its_addresses() {
         let conns: Vec<ConnId> = (0..PEERS)
             .map(|_| client.connect(target, now()).expect("room"))
             .collect();
-        let mut client_step = |client: &mut Stack<LinkEnd>| {
+        let client_step = |client: &mut Stack<LinkEnd>| {
             client.poll(now());
             while let Some(event) = client.next_event() {
                 if matches!(

@@ -18,8 +18,10 @@
 //! free mbuf and a staging slot exist. When the port's transmit ring is
 //! full (the staged frames cannot go) or the pool is empty, the device
 //! refuses tokens, smoltcp keeps its data in the socket and tries again at
-//! the next poll; receiving stops too (a receive hands out a transmit token
-//! for the reply), leaving frames in the port's ring.
+//! the next poll. Receiving goes on: a reply smoltcp makes to a received
+//! frame (an ACK, a reset) while there is no room is dropped and counted
+//! (`tx_reply_dropped`; TCP recovers a lost ACK), as a receive that waited
+//! for room to send could wait for a peer that waits for us.
 //!
 //! Checksums ([`TxChecksum`], [`RxChecksum`]): smoltcp neither computes nor
 //! verifies IPv4 and TCP checksums here; the device does, per the port:
@@ -60,6 +62,10 @@ pub struct DeviceCounters {
     pub rx_foreign_mac: u64,
     /// Dropped: an IPv4 header that does not parse.
     pub rx_malformed: u64,
+    /// Dropped: an IPv4 fragment (More Fragments or an offset set). The
+    /// stack reassembles nothing, and dpwarp's own TCP segments and UDP
+    /// datagrams are never fragmented (Don't Fragment, sized to the MTU).
+    pub rx_fragment: u64,
     /// Dropped: a bad IPv4 header or TCP checksum.
     pub rx_bad_checksum: u64,
     /// Chained frames copied into their first mbuf before smoltcp read them.
@@ -102,6 +108,7 @@ impl DeviceCounters {
             rx_non_ip: self.rx_non_ip - earlier.rx_non_ip,
             rx_foreign_mac: self.rx_foreign_mac - earlier.rx_foreign_mac,
             rx_malformed: self.rx_malformed - earlier.rx_malformed,
+            rx_fragment: self.rx_fragment - earlier.rx_fragment,
             rx_bad_checksum: self.rx_bad_checksum - earlier.rx_bad_checksum,
             rx_linearized: self.rx_linearized - earlier.rx_linearized,
             tx_backpressure: self.tx_backpressure - earlier.tx_backpressure,
@@ -122,6 +129,7 @@ impl DeviceCounters {
             + self.rx_non_ip
             + self.rx_foreign_mac
             + self.rx_malformed
+            + self.rx_fragment
             + self.rx_bad_checksum
     }
 }
@@ -366,6 +374,12 @@ impl DpdkDevice {
             c.rx_malformed += 1;
             return false;
         };
+        // Flags and fragment offset (RFC 791): `ipv4` checked a header of
+        // at least 20 octets.
+        if u16::from_be_bytes([frame[20], frame[21]]) & 0x3FFF != 0 {
+            c.rx_fragment += 1;
+            return false;
+        }
         let good = match self.rx_checksum {
             RxChecksum::Trusted => true,
             RxChecksum::Software => {
@@ -373,10 +387,13 @@ impl DpdkDevice {
             }
             RxChecksum::Offload => {
                 let flags = mbuf.ol_flags();
+                // NONE (both bits: the mask) says the data are intact though
+                // the checksum field is not valid (DPDK's mbuf flags), as
+                // good as GOOD; UNKNOWN (neither bit) is ours to check.
                 let verdict = |v: ChecksumVerdict| match flags & v.mask {
-                    x if x == v.good => Some(true),
+                    x if x == v.good || x == v.mask => Some(true),
                     x if x == v.bad => Some(false),
-                    _ => None, // unknown, none, or not checked: ours to do
+                    _ => None,
                 };
                 let header =
                     verdict(RX_IP_CHECKSUM).unwrap_or_else(|| checksum::ipv4_header_ok(frame, &ip));
@@ -396,9 +413,13 @@ impl DpdkDevice {
 impl Io {
     /// A free mbuf and a staging slot for the next frame, or false.
     fn ready(&mut self) -> bool {
-        if self.staged_len == BURST_MAX && !self.flush() {
-            self.counters.tx_backpressure += 1;
-            return false;
+        if self.staged_len == BURST_MAX {
+            // A flush that sent some of the frames frees their slots.
+            self.flush();
+            if self.staged_len == BURST_MAX {
+                self.counters.tx_backpressure += 1;
+                return false;
+            }
         }
         if self.spare_len == 0 {
             if self.pool.alloc_bulk(&mut self.spare) {
@@ -439,8 +460,8 @@ impl phy::Device for DpdkDevice {
         // The reply smoltcp may send goes out if there is room, and is
         // dropped (counted) if not: a receive that waited for room to send
         // could wait for a peer that waits for us.
-        let room = self.io.ready();
         let mbuf = self.next_frame()?;
+        let room = self.io.ready();
         let len = mbuf.data().len() as u64;
         self.io.counters.rx_packets += 1;
         self.io.counters.rx_octets += len;

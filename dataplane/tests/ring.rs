@@ -330,6 +330,17 @@ fn hostile_frames_are_counted_and_dropped_and_tcp_goes_on() {
     let bad_ip_sum = tcp_frame(10, |ip| ip[10] ^= 0xFF);
     let bad_tcp_sum = tcp_frame(10, |ip| ip[45] ^= 0x01);
     let good_but_unknown_port = tcp_frame(10, |_| {});
+    // More Fragments set (its checksum made again: a fragment, not a bad
+    // checksum), and a later fragment (an offset).
+    let fragment = |flags_offset: u16| {
+        tcp_frame(10, |ip| {
+            ip[6..8].copy_from_slice(&flags_offset.to_be_bytes());
+            ip[10..12].fill(0);
+            let sum = internet_checksum(&ip[..20], &[]);
+            ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        })
+    };
+    let (first_fragment, later_fragment) = (fragment(0x2000), fragment(0x0002));
     let before = net.b.device().counters();
     inject(
         &mut net,
@@ -344,13 +355,15 @@ fn hostile_frames_are_counted_and_dropped_and_tcp_goes_on() {
             too_long,
             bad_ip_sum,
             bad_tcp_sum,
+            first_fragment,
+            later_fragment,
             good_but_unknown_port,
         ],
     );
     net.run(|net| {
         net.b.device().counters().rx_bursts > before.rx_bursts && {
             let c = net.b.device().counters().since(&before);
-            c.rx_dropped() + c.rx_packets >= 11
+            c.rx_dropped() + c.rx_packets >= 13
         }
     });
     let c = net.b.device().counters().since(&before);
@@ -361,9 +374,10 @@ fn hostile_frames_are_counted_and_dropped_and_tcp_goes_on() {
             c.rx_non_ip,
             c.rx_foreign_mac,
             c.rx_malformed,
+            c.rx_fragment,
             c.rx_bad_checksum
         ),
-        (1, 1, 2, 1, 3, 2),
+        (1, 1, 2, 1, 3, 2, 2),
         "{c:?}"
     );
     // The one good frame reached smoltcp (which answers it with a RST).

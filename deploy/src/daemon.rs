@@ -573,6 +573,7 @@ pub fn drops(c: &CoreCounters) -> u64 {
         + d.rx_non_ip
         + d.rx_foreign_mac
         + d.rx_malformed
+        + d.rx_fragment
         + d.rx_bad_checksum
         + d.tx_rejected
         + d.tx_reply_dropped

@@ -493,7 +493,7 @@ impl MemoryService {
             return false;
         }
         let mut grants = self.grants();
-        if !grants.get(&peer).is_some_and(|g| g.qp.is_none()) {
+        if grants.get(&peer).is_none_or(|g| g.qp.is_some()) {
             return false;
         }
         if let Some(g) = grants.remove(&peer) {
