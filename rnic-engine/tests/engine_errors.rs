@@ -669,8 +669,15 @@ fn the_terminate_echoes_the_failed_segment() {
     let bad_read = |t: &Target| read_request(1, t.write.stag, 0, 8);
     let bad_atomic = |t: &Target| atomic(&t.atomic, 4, AtomicOpcode::FetchAdd);
     let bad_write = |t: &Target| tagged(Opcode::RdmaWrite, t.write.stag, 62, b"data");
+    // Octets past a Read Request's header: the echo is still its 28.
+    let long_read = |t: &Target| {
+        let mut segment = read_request(1, t.write.stag, 0, 8);
+        segment.extend_from_slice(&[0xEE; 12]);
+        segment
+    };
     for (build, rdma_header) in [
         (Box::new(bad_read) as Box<dyn Fn(&Target) -> Vec<u8>>, true),
+        (Box::new(long_read), true),
         (Box::new(bad_atomic), false),
         (Box::new(bad_write), false),
     ] {
@@ -918,6 +925,73 @@ fn an_stag_invalidated_under_a_queued_atomic_stops_it() {
 /// A region deregistered while a long Read Response streams from it: the
 /// response stops with a protection Terminate and the requester's Read
 /// completes with a remote access error (the Terminate names its MSN).
+#[test]
+fn a_read_sink_the_peer_invalidates_mid_response_takes_no_more_octets() {
+    // Our Read's sink STag travels in the Read Request: a peer may name it
+    // in a Send with Invalidate (RFC 5040 §6.10) while its response is
+    // still coming. The rest of the response must not land in the memory
+    // behind it, nor the Read complete as if it had.
+    let mut pair = pair(PairConfig::default());
+    let len = 1 << 20;
+    let (b_region, b_mr) = pair.b.region(len, Access::REMOTE_READ).unwrap();
+    b_region.write(0, &pattern(len, 3)).unwrap();
+    let (a_region, a_mr) = pair
+        .a
+        .region(len, ALL.union(Access::REMOTE_INVALIDATE))
+        .unwrap();
+    let (_, recv_mr) = pair.a.region(16, Access::LOCAL_WRITE).unwrap();
+    pair.a
+        .rnic
+        .post_recv(pair.a.qp, &recv(7, &[sge(&recv_mr, 0, 16)]))
+        .unwrap();
+    pair.a
+        .rnic
+        .post_send(
+            pair.a.qp,
+            &wr(1, SendOp::Read(remote(&b_mr, 0)), &[sge(&a_mr, 0, len)]),
+        )
+        .unwrap();
+    for _ in 0..10 {
+        pair.step();
+    }
+    assert_eq!(
+        a_region.to_vec()[len - 16..],
+        [0u8; 16],
+        "the response is still coming"
+    );
+    let invalidate = raw(
+        Control::new(Opcode::SendWithInvalidate),
+        true,
+        ddp::VERSION,
+        ddp::Buffer::Untagged {
+            rsvd_ulp: a_mr.stag,
+            qn: 0,
+            msn: 1,
+            mo: 0,
+        },
+        Header::None,
+        b"x",
+    );
+    // From b's side, between its Read Response segments.
+    pair.b.rnic.inject_ulpdu(pair.b.qp, &invalidate).unwrap();
+    pair.run(STEPS);
+    let wcs = pair.a.completions();
+    let receive = wcs.iter().find(|w| w.wr_id == 7).expect("the Send arrived");
+    assert_eq!(receive.invalidated, Some(a_mr.stag));
+    let read = wcs.iter().find(|w| w.wr_id == 1).expect("the Read ended");
+    assert_ne!(read.status, WcStatus::Success, "{wcs:?}");
+    assert_eq!(
+        a_region.to_vec()[len - 16..],
+        [0u8; 16],
+        "nothing placed after the invalidation"
+    );
+    // DDP's tagged buffer error, invalid STag (RFC 5041 §7.2).
+    assert_eq!(
+        events(&mut pair, true, None),
+        [QpEvent::TerminateSent(info((1, 1, 0)))]
+    );
+}
+
 #[test]
 fn deregistering_under_a_read_response_stops_it() {
     let mut pair = pair(PairConfig::default());

@@ -47,7 +47,7 @@ use crate::verbs::{
     CqHandle, QpHandle, QpInit, RecvWr, SendOp, SendWr, Sge, Srq, SrqHandle, VerbError, SGE_MAX,
 };
 use crate::wire::rdmap::ReadRequestRepr;
-use crate::wire::{atomic, ddp};
+use crate::wire::{atomic, ddp, rdmap};
 
 use self::term::TermCause;
 
@@ -477,7 +477,6 @@ enum Orq {
         sink_to: u64,
         len: usize,
         placed: usize,
-        sink: Grants,
     },
     Atomic {
         seq: u64,
@@ -1109,7 +1108,14 @@ impl Inner {
                 pending.ddp_header = Some((header, len));
                 let rest = &segment[len..];
                 if rdma_header && !rest.is_empty() {
-                    let n = rest.len().min(atomic::REQUEST_HEADER_LEN);
+                    // The request's own header: a Read Request's 28 octets
+                    // (RFC 5040 §4.8), an atomic request's (RFC 7306),
+                    // whatever follows it in the segment.
+                    let own = match rdmap::Control::from_octet(packet.rsvd_ulp()).opcode {
+                        rdmap::Opcode::RdmaReadRequest => rdmap::READ_REQUEST_HEADER_LEN,
+                        _ => atomic::REQUEST_HEADER_LEN,
+                    };
+                    let n = rest.len().min(own);
                     let mut header = [0u8; atomic::REQUEST_HEADER_LEN];
                     header[..n].copy_from_slice(&rest[..n]);
                     pending.rdma_header = Some((header, n));

@@ -406,7 +406,6 @@ impl Inner {
             sink_to,
             len,
             placed,
-            sink,
             ..
         }) = self.orq.front_mut()
         else {
@@ -420,7 +419,26 @@ impl Inner {
         if to != expected || *placed + payload.len() > *len {
             return Err((TermCause::Tagged(TaggedError::BaseBounds), false));
         }
-        sink.scatter(*placed, payload);
+        if !payload.is_empty() {
+            // The sink STag again for every segment, as a Write's (RFC 5040
+            // §6.6: a Read Response is a tagged message to it): one
+            // invalidated (a peer's Send with Invalidate names it, RFC
+            // 5040 §6.10) or deregistered while the Read is outstanding
+            // takes no more octets, and the Read fails.
+            let (region, offset) = ctx
+                .stags
+                .lookup_cached(
+                    &mut self.rx_stag,
+                    *sink_stag,
+                    self.pd,
+                    Access::LOCAL_WRITE,
+                    to,
+                    payload.len(),
+                )
+                .map_err(|e| (TermCause::tagged(e), false))?;
+            // In bounds: checked against the registration.
+            let _ = region.write(offset, payload);
+        }
         *placed += payload.len();
         if !packet.last() {
             return Ok(());

@@ -694,7 +694,9 @@ impl Inner {
             header.len - ddp::UNTAGGED_HEADER_LEN,
             true,
         );
-        let sink_grants = self.tx_grants.take().expect("resolved");
+        // The sink was checked at posting; each response segment checks
+        // its STag again (`place_read_response`).
+        self.tx_grants = None;
         self.orq.push_back(Orq::Read {
             seq,
             msn: self.tx_msn[1],
@@ -702,7 +704,6 @@ impl Inner {
             sink_to: sink.to,
             len: sink.len as usize,
             placed: 0,
-            sink: sink_grants,
         });
         self.tx_msn[1] = self.tx_msn[1].wrapping_add(1);
         self.tx_next += 1;
