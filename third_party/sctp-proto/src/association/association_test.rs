@@ -4168,7 +4168,10 @@ fn test_assoc_create_new_stream() -> Result<()> {
     Ok(())
 }
 
-fn handle_init_test(name: &str, initial_state: AssociationState, expect_err: bool) {
+// dpwarp: `discarded` (was `expect_err`): an INIT in a state past COOKIE-ECHOED
+// is dropped, the association untouched (it used to be an error, which
+// closed the association).
+fn handle_init_test(name: &str, initial_state: AssociationState, discarded: bool) {
     let mut a = create_association(TransportConfig::default());
     a.set_state(initial_state);
     let pkt = Packet {
@@ -4190,8 +4193,11 @@ fn handle_init_test(name: &str, initial_state: AssociationState, expect_err: boo
     init.set_supported_extensions();
 
     let result = a.handle_init(&pkt, &init);
-    if expect_err {
-        assert!(result.is_err(), "{} should fail", name);
+    if discarded {
+        let packets = result.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(packets.is_empty(), "{} should send nothing", name);
+        assert_eq!(a.state(), initial_state, "{} should keep its state", name);
+        assert_eq!(0, a.peer_verification_tag, "{} should be untouched", name);
         return;
     } else {
         assert!(result.is_ok(), "{} should be ok", name);
@@ -4206,8 +4212,11 @@ fn handle_init_test(name: &str, initial_state: AssociationState, expect_err: boo
         "{} should match",
         name
     );
-    assert_eq!(1001, a.my_max_num_outbound_streams, "{} should match", name);
-    assert_eq!(1002, a.my_max_num_inbound_streams, "{} should match", name);
+    // dpwarp: crossed (RFC 9260 §5.1.1): our outbound streams at most the
+    // peer's inbound ones (1002), our inbound ones at most its outbound ones
+    // (1001); upstream expected them the other way round.
+    assert_eq!(1002, a.my_max_num_outbound_streams, "{} should match", name);
+    assert_eq!(1001, a.my_max_num_inbound_streams, "{} should match", name);
     assert_eq!(5678, a.peer_verification_tag, "{} should match", name);
     assert_eq!(
         pkt.common_header.source_port, a.destination_port,
@@ -5912,7 +5921,8 @@ fn forward_only_marker_ack_does_not_reset_peer_errors() {
 fn test_shutdown_complete_reports_closed_by_peer() {
     let mut a = create_association(TransportConfig::default());
     a.set_state(AssociationState::ShutdownAckSent);
-    a.handle_shutdown_complete(&ChunkShutdownComplete {}).unwrap();
+    a.handle_shutdown_complete(&ChunkShutdownComplete {})
+        .unwrap();
     assert_eq!(a.state(), AssociationState::Closed);
     let lost = core::iter::from_fn(|| a.events.pop_front())
         .find(|e| matches!(e, Event::AssociationLost { .. }));
@@ -5928,6 +5938,105 @@ fn test_shutdown_complete_reports_closed_by_peer() {
 
     let mut b = create_association(TransportConfig::default());
     b.set_state(AssociationState::Established);
-    b.handle_shutdown_complete(&ChunkShutdownComplete {}).unwrap();
+    b.handle_shutdown_complete(&ChunkShutdownComplete {})
+        .unwrap();
     assert_eq!(b.state(), AssociationState::Established);
+}
+
+/// dpwarp: an association that has negotiated `streams` each way, one stream
+/// open, and expects TSN 1 next, with a receive window of `window` octets.
+fn established_receiver(streams: u16, window: u32) -> Association {
+    let mut a = Association {
+        state: AssociationState::Established,
+        peer_last_tsn: 0,
+        my_max_num_inbound_streams: streams,
+        my_max_num_outbound_streams: streams,
+        max_receive_buffer_size: window,
+        max_receive_message_size: 65536,
+        max_payload_size: 1200,
+        peer_verification_tag: 0x0102_0304,
+        ..Default::default()
+    };
+    assert!(
+        a.create_stream(0, false, PayloadProtocolIdentifier::Unknown(16))
+            .is_some()
+    );
+    a
+}
+
+fn data(tsn: u32, stream_identifier: u16, octets: &'static [u8]) -> ChunkPayloadData {
+    ChunkPayloadData {
+        tsn,
+        stream_identifier,
+        unordered: true,
+        beginning_fragment: true,
+        ending_fragment: true,
+        user_data: Bytes::from_static(octets),
+        ..Default::default()
+    }
+}
+
+/// dpwarp: RFC 9260 §6.5: DATA on a stream the association does not have is
+/// acknowledged, answered with an ERROR (Invalid Stream Identifier, the id)
+/// and discarded; no stream is made for it (any id used to make one).
+#[test]
+fn test_data_on_a_stream_beyond_the_negotiated_count_is_refused() -> Result<()> {
+    let mut a = established_receiver(4, 64 * 1024);
+    let packets = a.handle_data(&data(1, 9, b"beyond"))?;
+    let errors: Vec<&ChunkError> = packets
+        .iter()
+        .flat_map(|p| p.chunks.iter())
+        .filter_map(|c| c.as_any().downcast_ref::<ChunkError>())
+        .collect();
+    assert_eq!(errors.len(), 1, "one ERROR");
+    assert_eq!(errors[0].error_causes.len(), 1);
+    assert_eq!(errors[0].error_causes[0].code, INVALID_STREAM_IDENTIFIER);
+    assert_eq!(&errors[0].error_causes[0].raw[..], &[0, 9, 0, 0]);
+    assert_eq!(a.peer_last_tsn, 1, "acknowledged");
+    assert!(!a.streams.contains_key(&9), "no stream made");
+    assert!(a.poll().is_none(), "nothing for the application");
+    // The association goes on: DATA on stream 0 is delivered.
+    a.handle_data(&data(2, 0, b"in range"))?;
+    assert_eq!(a.peer_last_tsn, 2);
+    let message = a.stream(0)?.read()?.expect("delivered");
+    let mut octets = [0; 8];
+    assert_eq!(message.read(&mut octets)?, 8);
+    assert_eq!(&octets, b"in range");
+    Ok(())
+}
+
+/// dpwarp: a DATA chunk held above a gap keeps no octets in the payload queue
+/// (its stream has them), and one further ahead of the cumulative TSN than
+/// the receive window's worth of chunks is dropped unacknowledged: what a
+/// peer that never fills a gap can make us hold is bounded (it used to be
+/// every chunk, with the packet it came in).
+#[test]
+fn test_data_held_above_a_gap_is_bounded() -> Result<()> {
+    let window = 128 * 1024;
+    let mut a = established_receiver(4, window);
+    let ahead = a.receive_tsns_ahead_max();
+    assert_eq!(ahead, window / 64);
+    // TSN 1 never comes; 2 and the last one in reach are held.
+    a.handle_data(&data(2, 0, b"above the gap"))?;
+    a.handle_data(&data(1 + ahead - 1, 0, b"far"))?;
+    assert_eq!(a.peer_last_tsn, 0, "the gap stays");
+    for tsn in [2, ahead] {
+        let held = a.payload_queue.get(tsn).expect("held for the SACK");
+        assert!(held.user_data.is_empty(), "without its octets");
+    }
+    assert_eq!(a.payload_queue.get_num_bytes(), 0);
+    // Unordered: delivered at once, as before.
+    let message = a.stream(0)?.read()?.expect("delivered");
+    let mut octets = [0; 13];
+    assert_eq!(message.read(&mut octets)?, 13);
+    // Beyond reach: dropped, not acknowledged, nothing held.
+    let before = a.payload_queue.len();
+    let packets = a.handle_data(&data(1 + ahead, 0, b"too far"))?;
+    assert!(packets.is_empty(), "no SACK for it");
+    assert!(a.payload_queue.get(1 + ahead).is_none());
+    assert_eq!(a.payload_queue.len(), before);
+    // The gap filled, the cumulative TSN passes what was held.
+    a.handle_data(&data(1, 0, b"gap"))?;
+    assert_eq!(a.peer_last_tsn, 2);
+    Ok(())
 }

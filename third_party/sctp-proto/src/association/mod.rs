@@ -2,7 +2,6 @@ use crate::association::state::{AckMode, AckState, AssociationState};
 use crate::association::stats::AssociationStats;
 use crate::chunk::Chunk;
 use crate::chunk::ErrorCauseUnrecognizedChunkType;
-use crate::chunk::USER_INITIATED_ABORT;
 use crate::chunk::chunk_abort::ChunkAbort;
 use crate::chunk::chunk_cookie_ack::ChunkCookieAck;
 use crate::chunk::chunk_cookie_echo::ChunkCookieEcho;
@@ -19,6 +18,7 @@ use crate::chunk::chunk_shutdown::ChunkShutdown;
 use crate::chunk::chunk_shutdown_ack::ChunkShutdownAck;
 use crate::chunk::chunk_shutdown_complete::ChunkShutdownComplete;
 use crate::chunk::chunk_type::CT_FORWARD_TSN;
+use crate::chunk::{ErrorCause, INVALID_STREAM_IDENTIFIER, USER_INITIATED_ABORT};
 use crate::config::COMMON_HEADER_SIZE;
 use crate::config::DATA_CHUNK_HEADER_SIZE;
 use crate::config::{ServerConfig, TransportConfig};
@@ -1809,14 +1809,28 @@ impl Association {
         {
             // 5.2.2.  Unexpected INIT in States Other than CLOSED, COOKIE-ECHOED,
             //        COOKIE-WAIT, and SHUTDOWN-ACK-SENT
-            return Err(Error::ErrHandleInitState);
+            // dpwarp: discarded. It used to be an error, which closed the
+            // association: a late retransmission of the peer's INIT, or a
+            // copy from anywhere (the endpoint finds the association by
+            // the Initiate Tag alone, which every packet we send carries
+            // as its verification tag), ended a running association
+            // without a word to the peer. A restarted peer's INIT has a
+            // new Initiate Tag and makes a new association.
+            debug!(
+                "[{}] discarding an INIT in state '{}' (RFC 9260 §5.2.2)",
+                self.side, state
+            );
+            return Ok(vec![]);
         }
 
         // Should we be setting any of these permanently until we've ACKed further?
+        // dpwarp: crossed, as the SNAP path does (RFC 9260 §5.1.1): our
+        // inbound streams are at most the peer's outbound ones (its OS),
+        // our outbound ones at most its inbound ones (its MIS).
         self.my_max_num_inbound_streams =
-            core::cmp::min(i.num_inbound_streams, self.my_max_num_inbound_streams);
+            core::cmp::min(i.num_outbound_streams, self.my_max_num_inbound_streams);
         self.my_max_num_outbound_streams =
-            core::cmp::min(i.num_outbound_streams, self.my_max_num_outbound_streams);
+            core::cmp::min(i.num_inbound_streams, self.my_max_num_outbound_streams);
         self.peer_verification_tag = i.initiate_tag;
         self.source_port = p.common_header.destination_port;
         self.destination_port = p.common_header.source_port;
@@ -1882,10 +1896,11 @@ impl Association {
             return Ok(vec![]);
         }
 
+        // dpwarp: crossed, as in `handle_init`.
         self.my_max_num_inbound_streams =
-            core::cmp::min(i.num_inbound_streams, self.my_max_num_inbound_streams);
+            core::cmp::min(i.num_outbound_streams, self.my_max_num_inbound_streams);
         self.my_max_num_outbound_streams =
-            core::cmp::min(i.num_outbound_streams, self.my_max_num_outbound_streams);
+            core::cmp::min(i.num_inbound_streams, self.my_max_num_outbound_streams);
         self.peer_verification_tag = i.initiate_tag;
         if self.source_port != p.common_header.destination_port
             || self.destination_port != p.common_header.source_port
@@ -2501,6 +2516,58 @@ impl Association {
         );
         self.stats.inc_datas();
 
+        // dpwarp: a TSN further ahead of the cumulative TSN than the receive
+        // window's worth of chunks is dropped unacknowledged (the peer sends
+        // it again once the gap is filled; RFC 9260 §6.2 lets a receiver
+        // drop what it cannot hold), so that chunks held beyond a gap stay
+        // bounded whatever the peer sends.
+        if sna32gt(d.tsn, self.peer_last_tsn)
+            && d.tsn.wrapping_sub(self.peer_last_tsn) > self.receive_tsns_ahead_max()
+        {
+            debug!(
+                "[{}] dropping DATA tsn={}: more than {} TSNs ahead of {}",
+                self.side,
+                d.tsn,
+                self.receive_tsns_ahead_max(),
+                self.peer_last_tsn
+            );
+            return Ok(vec![]);
+        }
+
+        // dpwarp: RFC 9260 §6.5: DATA on a stream the association does not
+        // have is acknowledged, answered with an ERROR (Invalid Stream
+        // Identifier) and discarded; it made a stream of any id before. (0:
+        // no count negotiated, as in an association made by hand.)
+        if self.my_max_num_inbound_streams != 0
+            && d.stream_identifier >= self.my_max_num_inbound_streams
+        {
+            debug!(
+                "[{}] DATA on stream {} of {}: discarded",
+                self.side, d.stream_identifier, self.my_max_num_inbound_streams
+            );
+            if self.payload_queue.can_push(d, self.peer_last_tsn) {
+                self.payload_queue
+                    .push(Self::received_held(d), self.peer_last_tsn);
+            }
+            let [hi, lo] = d.stream_identifier.to_be_bytes();
+            let error = Packet {
+                common_header: CommonHeader {
+                    verification_tag: self.peer_verification_tag,
+                    source_port: self.source_port,
+                    destination_port: self.destination_port,
+                },
+                chunks: vec![Box::new(ChunkError {
+                    error_causes: vec![ErrorCause {
+                        code: INVALID_STREAM_IDENTIFIER,
+                        raw: Bytes::copy_from_slice(&[hi, lo, 0, 0]),
+                    }],
+                })],
+            };
+            let mut reply = vec![error];
+            reply.extend(self.handle_peer_last_tsn_and_acknowledgement(true)?);
+            return Ok(reply);
+        }
+
         let can_push = self.payload_queue.can_push(d, self.peer_last_tsn);
         let mut stream_handle_data = false;
         let mut defer_stream_data = false;
@@ -2552,14 +2619,18 @@ impl Association {
 
         if defer_stream_data {
             self.validate_deferred_reset_data(d)?;
-            if self.payload_queue.push(d.clone(), self.peer_last_tsn) {
+            if self
+                .payload_queue
+                .push(Self::received_held(d), self.peer_last_tsn)
+            {
                 self.deferred_reset_data.insert(d.tsn, d.clone());
             }
         } else if stream_handle_data {
             if let Some(s) = self.streams.get_mut(&d.stream_identifier) {
                 let queued = s.handle_data(d)?;
                 // Only commit to payload_queue after reassembly accepts the chunk
-                self.payload_queue.push(d.clone(), self.peer_last_tsn);
+                self.payload_queue
+                    .push(Self::received_held(d), self.peer_last_tsn);
                 self.events.push_back(Event::DatagramReceived);
                 if queued && s.reassembly_queue.is_readable() {
                     self.events.push_back(Event::Stream(StreamEvent::Readable {
@@ -3562,6 +3633,26 @@ impl Association {
     }
 
     /// get_or_create_stream gets or creates a stream. The caller should hold the lock.
+    /// dpwarp: what the receive side's payload queue keeps of a received
+    /// DATA chunk: its TSN and flags for acknowledgement, not its octets
+    /// (the stream's reassembly queue, or `deferred_reset_data`, holds
+    /// those; the clone kept the whole received packet alive for as long
+    /// as a gap below it stayed open).
+    fn received_held(d: &ChunkPayloadData) -> ChunkPayloadData {
+        ChunkPayloadData {
+            user_data: Bytes::new(),
+            ..d.clone()
+        }
+    }
+
+    /// dpwarp: how far ahead of the cumulative TSN a received DATA chunk
+    /// may be: one chunk per 64 octets of the receive window (a message
+    /// of DDP's smallest, a header and a few octets, with the DATA chunk's
+    /// own header), at least 1,024.
+    fn receive_tsns_ahead_max(&self) -> u32 {
+        (self.max_receive_buffer_size / 64).max(1024)
+    }
+
     fn get_or_create_stream(&mut self, stream_identifier: StreamId) -> Option<Stream<'_>> {
         if self.streams.contains_key(&stream_identifier) {
             Some(Stream {

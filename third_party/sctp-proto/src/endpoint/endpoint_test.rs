@@ -3198,6 +3198,30 @@ fn test_server_accepts_init_with_supported_address_types() {
     assert!(init_ack.is_ack);
 }
 
+// dpwarp: an endpoint without a server configuration (a client only) refuses
+// an INIT instead of panicking on the configuration it does not have.
+#[test]
+fn test_client_only_endpoint_refuses_an_init() {
+    let now = Instant::now();
+    let mut endpoint = Endpoint::new(Arc::new(EndpointConfig::default()), None);
+    let remote: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+    let pkt = Packet {
+        common_header: CommonHeader {
+            source_port: 5000,
+            destination_port: 5000,
+            verification_tag: 0,
+        },
+        chunks: vec![Box::new(ChunkInit {
+            is_ack: false,
+            initiate_tag: 0x5566_7788,
+            ..Default::default()
+        })],
+    };
+    let bytes = pkt.marshal().expect("marshal INIT packet");
+    assert!(endpoint.handle(now, remote, None, None, bytes).is_none());
+    assert_eq!(endpoint.associations.len(), 0);
+}
+
 #[test]
 fn test_server_retransmitted_init_routes_to_existing_association() {
     let now = Instant::now();

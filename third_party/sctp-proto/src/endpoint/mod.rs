@@ -420,7 +420,12 @@ impl Endpoint {
             return None;
         }
 
-        let server_config = self.server_config.as_ref().unwrap();
+        // dpwarp: an endpoint without a server configuration accepts no
+        // association: an INIT to it is refused, not a panic.
+        let Some(server_config) = self.server_config.as_ref() else {
+            debug!("refusing an INIT: this endpoint accepts no associations");
+            return None;
+        };
 
         if self.associations.len() >= server_config.concurrent_associations as usize
             || self.reject_new_associations
