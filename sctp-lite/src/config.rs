@@ -31,6 +31,10 @@ pub const DATA_CHUNK_HEADER_LEN: u32 = 16;
 /// fit a packet and no association could come up.
 pub const PATH_MTU_MIN: u32 = 128;
 
+/// RFC 9260 §16 Valid.Cookie.Life, 60 s: the longest
+/// [`Config::handshake_timeout_ms`].
+const VALID_COOKIE_LIFE_MS: u64 = 60_000;
+
 const PER_PACKET_OVERHEAD: u32 =
     IPV4_HEADER_LEN + UDP_HEADER_LEN + SCTP_COMMON_HEADER_LEN + DATA_CHUNK_HEADER_LEN;
 const _: () = assert!(1500 - PER_PACKET_OVERHEAD == 1444);
@@ -89,6 +93,28 @@ pub struct Config {
     /// packet (0.2 + 0.4 + ... + 6.4 + 5 × 10 s of backed-off RTO, §6.3.3
     /// E2), 85 s if it died before any RTT was measured (RTO.Initial 1 s).
     pub data_retransmits_max: Option<usize>,
+    /// Milliseconds an incoming association may take from its peer's first
+    /// INIT to the COOKIE ECHO that brings it up; past it the association
+    /// is dropped without a word and its slot freed (counted in
+    /// [`Endpoint::handshakes_expired`](crate::Endpoint::handshakes_expired)).
+    /// RFC 9260 §5.1 keeps a server stateless until the COOKIE ECHO; the
+    /// fork holds an association (a slot of `associations_max`) from the
+    /// INIT on, and nothing else would ever end one whose peer never
+    /// answers our INIT ACK: a burst of INITs would hold every slot for
+    /// good. Must be above [`rto_initial_ms`](Config::rto_initial_ms) and
+    /// at most 60,000 (RFC 9260 §16 Valid.Cookie.Life: a COOKIE ECHO later
+    /// than that is stale anyway, §5.1.5).
+    ///
+    /// Default 4,000. The peer retransmits its INIT (T1-init) or COOKIE
+    /// ECHO (T1-cookie) after RTO.Initial, doubling each time (RFC 9260
+    /// §5.1, §6.3.3 E2): with dpwarp's 1 s at both ends its copies reach
+    /// us about 1 s and 3 s after the first, so 4 s lets a handshake lose
+    /// two packets and still come up, where 3 s would cut the second
+    /// retransmission by a round trip. Shorter would not stop a flood
+    /// anyway: `associations_max` INITs per timeout keep the table full,
+    /// 256 a second at the defaults; the timeout only ends each burst's
+    /// hold.
+    pub handshake_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -107,6 +133,7 @@ impl Default for Config {
             rto_min_ms: 200,
             rto_max_ms: 10_000,
             data_retransmits_max: Some(10),
+            handshake_timeout_ms: 4000,
         }
     }
 }
@@ -152,6 +179,11 @@ impl Config {
         if self.rto_initial_ms > self.rto_max_ms {
             return Err(ConfigError::BadRto);
         }
+        if self.handshake_timeout_ms <= self.rto_initial_ms
+            || self.handshake_timeout_ms > VALID_COOKIE_LIFE_MS
+        {
+            return Err(ConfigError::BadHandshakeTimeout);
+        }
         Ok(())
     }
 }
@@ -171,6 +203,9 @@ pub enum ConfigError {
     NoPort,
     /// The RTOs are not 0 < min <= initial <= max.
     BadRto,
+    /// `handshake_timeout_ms` is not above `rto_initial_ms`, or above
+    /// 60,000 (RFC 9260 §16 Valid.Cookie.Life).
+    BadHandshakeTimeout,
 }
 
 impl fmt::Display for ConfigError {
@@ -182,6 +217,9 @@ impl fmt::Display for ConfigError {
             ConfigError::BufferTooSmall => "receive_window or send_buffer_max is below one message",
             ConfigError::NoPort => "sctp_port is 0",
             ConfigError::BadRto => "RTOs must satisfy 0 < min <= initial <= max",
+            ConfigError::BadHandshakeTimeout => {
+                "handshake_timeout_ms must be above rto_initial_ms and at most 60000"
+            }
         })
     }
 }
@@ -202,6 +240,8 @@ mod tests {
         assert!(config.require_ddp);
         // RFC 9260 §16: Association.Max.Retrans 10.
         assert_eq!(config.data_retransmits_max, Some(10));
+        // Above RTO.Initial: two lost handshake packets are repaired.
+        assert_eq!(config.handshake_timeout_ms, 4000);
     }
 
     #[test]
@@ -250,6 +290,28 @@ mod tests {
                     ..Config::default()
                 },
                 ConfigError::BadRto,
+            ),
+            (
+                Config {
+                    handshake_timeout_ms: 0,
+                    ..Config::default()
+                },
+                ConfigError::BadHandshakeTimeout,
+            ),
+            (
+                Config {
+                    // Not above RTO.Initial (1,000).
+                    handshake_timeout_ms: 1000,
+                    ..Config::default()
+                },
+                ConfigError::BadHandshakeTimeout,
+            ),
+            (
+                Config {
+                    handshake_timeout_ms: 60_001,
+                    ..Config::default()
+                },
+                ConfigError::BadHandshakeTimeout,
             ),
             (
                 Config {

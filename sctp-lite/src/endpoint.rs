@@ -31,6 +31,11 @@ pub const PPID_DDP_STREAM_SESSION_CONTROL: u32 = 17;
 const ABORT_REASON_NO_DDP: &[u8] = b"no DDP adaptation indication (RFC 5043 7.1)";
 /// The reason of the ABORT of an incoming association beyond `associations_max`.
 const ABORT_REASON_FULL: &[u8] = b"too many associations";
+/// The reason of the ABORT of an incoming association whose COOKIE ECHO did
+/// not come within `handshake_timeout_ms` (sent only if the association had
+/// left CLOSED, which the fork's server side does not before the COOKIE
+/// ECHO).
+const ABORT_REASON_HANDSHAKE_EXPIRED: &[u8] = b"no COOKIE ECHO in time";
 
 /// An SCTP packet [`Endpoint::poll_transmit`] wrote into the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +78,11 @@ struct Live {
     remote: SocketAddr,
     outbound: bool,
     state: State,
+    /// An incoming association's deadline for its handshake: its first
+    /// INIT's arrival plus [`Config::handshake_timeout_ms`]. Past it, still
+    /// `Handshaking`, it is dropped (see `expire_handshake`). `None` for
+    /// ours, which T1-init and T1-cookie end (RFC 9260 §5.1).
+    handshake_deadline: Option<Instant>,
     /// Streams in the endpoint's readable queue.
     queued: HashSet<u16>,
 }
@@ -109,6 +119,8 @@ pub struct Endpoint {
     readable: VecDeque<(AssocId, u16)>,
     /// The slot [`poll_transmit`](Endpoint::poll_transmit) looks at first.
     transmit_next: usize,
+    /// Incoming associations dropped at their handshake deadline.
+    handshakes_expired: u64,
 }
 
 impl Endpoint {
@@ -150,6 +162,7 @@ impl Endpoint {
             events: VecDeque::new(),
             readable: VecDeque::new(),
             transmit_next: 0,
+            handshakes_expired: 0,
             epoch,
             config,
         })
@@ -176,12 +189,13 @@ impl Endpoint {
             .connect(self.client_config.clone(), remote)
             .map_err(|_| ConnectError::Refused)?;
         self.free.pop();
-        Ok(self.install(index, handle, assoc, remote, true))
+        Ok(self.install(index, handle, assoc, remote, true, None))
     }
 
     /// Handle one received SCTP packet (a UDP datagram's payload) from
     /// `remote`. A malformed packet, or one for no association, is dropped.
     pub fn handle_datagram(&mut self, now: Instant, remote: SocketAddr, datagram: &[u8]) {
+        let at = now;
         let now = self.std_instant(now);
         // sctp-proto keeps slices of the packet (its DATA chunks' user data)
         // until they are read: one copy into a reference-counted buffer.
@@ -198,7 +212,11 @@ impl Endpoint {
             }
             Some((handle, proto::DatagramEvent::NewAssociation(assoc))) => {
                 if let Some(index) = self.free.pop() {
-                    self.install(index, handle, assoc, remote, false);
+                    // Its slot is held from this INIT on (the fork keeps
+                    // state where RFC 9260 §5.1 keeps none until the
+                    // COOKIE ECHO): only until the deadline.
+                    let deadline = self.handshake_deadline(at);
+                    self.install(index, handle, assoc, remote, false, Some(deadline));
                 } else {
                     self.refuse_beyond_max(now, handle, assoc);
                 }
@@ -206,14 +224,20 @@ impl Endpoint {
         }
     }
 
-    /// Run the timers due at `now` (retransmissions, delayed SACKs).
+    /// Run the timers due at `now` (retransmissions, delayed SACKs, and
+    /// the deadlines of incoming handshakes, [`Config::handshake_timeout_ms`]).
     pub fn handle_timeout(&mut self, now: Instant) {
+        let at = now;
         let now = self.std_instant(now);
         for k in 0..self.occupied.len() {
             let index = self.occupied[k] as usize;
             let Some(live) = self.slots[index].live.as_mut() else {
                 continue;
             };
+            if live.handshake_due().is_some_and(|t| t <= at) {
+                self.expire_handshake(index as u32);
+                continue;
+            }
             if live.assoc.poll_timeout().is_some_and(|t| t <= now) {
                 live.assoc.handle_timeout(now);
                 self.service(index as u32);
@@ -227,9 +251,17 @@ impl Endpoint {
         self.occupied
             .iter()
             .filter_map(|&index| self.slots[index as usize].live.as_ref())
-            .filter_map(|live| live.assoc.poll_timeout())
+            .filter_map(|live| {
+                let timer = live.assoc.poll_timeout().map(|t| self.instant(t));
+                // A half-open association has no sctp-proto timer (the
+                // fork's server side starts none before the COOKIE ECHO):
+                // its deadline is the only thing that wakes a caller.
+                match (timer, live.handshake_due()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            })
             .min()
-            .map(|t| self.instant(t))
     }
 
     /// Write the next SCTP packet to send into `buf` and say where it goes.
@@ -502,6 +534,13 @@ impl Endpoint {
         self.slots.len() - self.free.len()
     }
 
+    /// Incoming associations dropped so far because no COOKIE ECHO brought
+    /// them up within [`Config::handshake_timeout_ms`] of their INIT (a
+    /// peer that went away mid-handshake, or a flood of INITs).
+    pub fn handshakes_expired(&self) -> u64 {
+        self.handshakes_expired
+    }
+
     fn install(
         &mut self,
         index: u32,
@@ -509,6 +548,7 @@ impl Endpoint {
         assoc: proto::Association,
         remote: SocketAddr,
         outbound: bool,
+        handshake_deadline: Option<Instant>,
     ) -> AssocId {
         let slot = &mut self.slots[index as usize];
         debug_assert!(slot.live.is_none());
@@ -518,6 +558,7 @@ impl Endpoint {
             remote,
             outbound,
             state: State::Handshaking,
+            handshake_deadline,
             queued: HashSet::new(),
         });
         self.occupied.push(index);
@@ -544,6 +585,35 @@ impl Endpoint {
         while let Some(transmit) = assoc.poll_transmit(now) {
             self.queue_transmit(transmit);
         }
+    }
+
+    /// Drop the incoming association at `index`, still without its COOKIE
+    /// ECHO at its deadline, as [`refuse_beyond_max`](Self::refuse_beyond_max)
+    /// drops one: `abort` releases it from the sctp-proto endpoint, and
+    /// sends nothing (before the COOKIE ECHO the fork's association is
+    /// still CLOSED, RFC 9260 §4: the state a stateless server would be
+    /// in). A COOKIE ECHO arriving later is out of the blue and dropped;
+    /// the peer's T1-cookie ends its side (§5.1 C). No event: the user
+    /// never heard of an association before its `Up`. The slot goes back
+    /// to the free list at the next [`poll_transmit`](Self::poll_transmit),
+    /// as every `Gone` association's does.
+    fn expire_handshake(&mut self, index: u32) {
+        let Some(live) = self.slots[index as usize].live.as_mut() else {
+            return;
+        };
+        live.state = State::Gone;
+        live.handshake_deadline = None;
+        live.assoc.abort(ABORT_REASON_HANDSHAKE_EXPIRED);
+        self.handshakes_expired += 1;
+        self.service(index);
+    }
+
+    /// `now` plus [`Config::handshake_timeout_ms`] (at most 60 s, so this
+    /// saturates only at the end of time).
+    fn handshake_deadline(&self, now: Instant) -> Instant {
+        let timeout = self.config.handshake_timeout_ms.saturating_mul(1000);
+        let timeout = i64::try_from(timeout).unwrap_or(i64::MAX);
+        Instant::from_micros(now.total_micros().saturating_add(timeout))
     }
 
     /// Take what the association at `index` has to say: its events (the DDP
@@ -669,6 +739,15 @@ impl Endpoint {
     fn instant(&self, t: StdInstant) -> Instant {
         let nanos = t.saturating_duration_since(self.epoch).as_nanos();
         Instant::from_micros(nanos.div_ceil(1000).min(i64::MAX as u128) as i64)
+    }
+}
+
+impl Live {
+    /// The handshake deadline while it still applies: an incoming
+    /// association not up yet.
+    fn handshake_due(&self) -> Option<Instant> {
+        self.handshake_deadline
+            .filter(|_| self.state == State::Handshaking)
     }
 }
 

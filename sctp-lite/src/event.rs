@@ -38,7 +38,10 @@ pub struct Event {
 
 /// The kinds of [`Event`]. An association reports `Up` or `Refused` at most
 /// once, then `Closed` at most once; after `Refused` or `Closed` its handle is
-/// gone.
+/// gone. An incoming association reports nothing before its `Up` or
+/// `Refused`: one whose peer never completes the handshake is dropped
+/// without an event after
+/// [`Config::handshake_timeout_ms`](crate::Config::handshake_timeout_ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
     /// The four-way handshake completed (RFC 9260 §5.1) and the peer's
