@@ -87,6 +87,12 @@ pub struct SctpCoreConfig {
     pub streams_max: usize,
     /// The reorder window of every QP.
     pub reorder: ReorderConfig,
+    /// Octets all the core's reorder windows hold at most together
+    /// ([`Rnic::set_reorder_budget`]): held messages have left SCTP's
+    /// receive window, so without it a peer could make each stream it
+    /// opens hold `reorder.octets`. A hold beyond it fails that stream
+    /// (an RDMAP Terminate, as one past its own window's bound).
+    pub reorder_budget: usize,
     /// DDP Segments held per stream while its session is not up here yet
     /// (they may overtake the Accept: chunks are unordered); one more ends
     /// the session.
@@ -99,6 +105,10 @@ pub struct SctpCoreConfig {
     pub terminate_layout: Encoding,
 }
 
+/// [`SctpCoreConfig::reorder_budget`]'s default: 64 MiB a core, the
+/// 256 KiB receive window of 256 associations held out of order at once.
+pub const REORDER_BUDGET_DEFAULT: usize = 64 << 20;
+
 impl SctpCoreConfig {
     /// Defaults around `endpoint`.
     pub fn new(endpoint: sctp_lite::Config) -> SctpCoreConfig {
@@ -107,6 +117,7 @@ impl SctpCoreConfig {
             session: SessionConfig::default(),
             streams_max: 1024,
             reorder: ReorderConfig::default(),
+            reorder_budget: REORDER_BUDGET_DEFAULT,
             early_max: 64,
             rx_datagrams: 256,
             rx_messages: 1024,
@@ -585,7 +596,7 @@ impl SctpUnit {
         transport: &mut T,
         udp_port: u16,
         link: CoreLink,
-        rnic: Rnic,
+        mut rnic: Rnic,
         qp_init: QpInit,
         epoch: std::time::Instant,
     ) -> Result<SctpUnit, String> {
@@ -593,6 +604,7 @@ impl SctpUnit {
             .session
             .validate()
             .map_err(|e| format!("session: {e}"))?;
+        rnic.set_reorder_budget(config.reorder_budget);
         // SCTP's packets take the engine's CRC32c (VPCLMULQDQ where the CPU
         // has it), as MPA's FPDUs do; set once per process.
         sctp_lite::use_crc32c(rnic_engine::mpa::crc::append);

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use crate::cq::{Cq, Notify, Wc};
 use crate::mem::{Access, Pd, Region, Registration, StagTable};
 use crate::qp::{Ctx, NoCuts, Qp};
+use crate::sctp::rx::ReorderBudget;
 
 pub use crate::qp::{Connection, MessageConnection, QpEvent, QpState, Segments, TermInfo};
 
@@ -499,6 +500,8 @@ pub struct Rnic {
     now_us: u64,
     /// [`Rnic::set_one_pass_framing`].
     one_pass: bool,
+    /// [`Rnic::set_reorder_budget`].
+    reorder_budget: Option<Arc<ReorderBudget>>,
 }
 
 fn take_slot<T>(slots: &mut [Option<T>], value: T) -> Option<u32> {
@@ -540,6 +543,7 @@ impl Rnic {
             rung: vec![false; config.qps_max],
             now_us: 0,
             one_pass: true,
+            reorder_budget: None,
         }
     }
 
@@ -769,8 +773,23 @@ impl Rnic {
         qp: QpHandle,
         connection: MessageConnection,
     ) -> Result<(), VerbError> {
+        let budget = self.reorder_budget.clone();
         let (qp, _) = self.split(qp)?;
-        qp.connect_messages(connection)
+        qp.connect_messages(connection, budget)
+    }
+
+    /// Bounds what the reorder windows of this engine's DDP streams over
+    /// SCTP hold together to `octets` (besides each window's own bound),
+    /// for QPs connected from now on: held messages leave SCTP's receive
+    /// window, so a peer could otherwise make every stream it opens hold
+    /// its window's worth. Without it there is no common bound.
+    pub fn set_reorder_budget(&mut self, octets: usize) {
+        self.reorder_budget = Some(ReorderBudget::new(octets));
+    }
+
+    /// Octets the reorder windows may still hold ([`Rnic::set_reorder_budget`]).
+    pub fn reorder_budget_left(&self) -> Option<usize> {
+        self.reorder_budget.as_ref().map(|b| b.left())
     }
 
     /// Feeds one DDP Segment message (SCTP PPID 16, `DDP-SSN | DDP

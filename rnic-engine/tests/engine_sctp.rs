@@ -210,6 +210,77 @@ fn bad_ddp_ssns_and_runts_get_the_llp_terminate() {
     }
 }
 
+/// The windows of one engine draw on a common budget
+/// (`Rnic::set_reorder_budget`): held messages have left SCTP's receive
+/// window, so a peer could otherwise make every stream it opens hold its
+/// window's bound. Two QPs of 100 octets each, a budget of 150: the second
+/// QP's hold past what is left fails it; delivering and closing the first's
+/// gives its octets back.
+#[test]
+fn the_engine_budget_bounds_what_all_windows_hold_together() {
+    let mut pair = pair(messages(Link::Messages));
+    pair.b.rnic.set_reorder_budget(150);
+    let (_, inbox_mr) = pair.b.region(16 * 64, Access::LOCAL_WRITE).unwrap();
+    let mut qps = Vec::new();
+    for q in 0..2u64 {
+        let qp = pair
+            .b
+            .rnic
+            .create_qp(QpInit {
+                pd: pair.b.pd,
+                send_cq: pair.b.cq,
+                recv_cq: pair.b.cq,
+                srq: None,
+                sq_size: 16,
+                rq_size: 16,
+            })
+            .unwrap();
+        let window = MessageConnection {
+            reorder: ReorderConfig {
+                messages: 8,
+                octets: 100,
+            },
+            ..pair::message_connection(pair.config())
+        };
+        pair.b.rnic.connect_messages(qp, window).unwrap();
+        for i in 0..8u64 {
+            let sgl = [sge(&inbox_mr, 64 * (8 * q + i) as usize, 64)];
+            pair.b.rnic.post_recv(qp, &recv(8 * q + i, &sgl)).unwrap();
+        }
+        qps.push(qp);
+    }
+    let early = |ssn: u16| message(ssn, &send(u32::from(ssn) + 1, &[7; 30]));
+    // The first QP holds two early Sends (96 octets, within its 100).
+    for ssn in 1..=2u16 {
+        pair.b.rnic.handle_message(qps[0], &early(ssn)).unwrap();
+    }
+    assert_eq!(pair.b.rnic.reorder_budget_left(), Some(150 - 96));
+    // The second may hold one (54 left), not two: that fails it.
+    pair.b.rnic.handle_message(qps[1], &early(1)).unwrap();
+    assert_eq!(pair.b.rnic.qp_state(qps[1]).unwrap(), QpState::Rts);
+    assert_eq!(pair.b.rnic.reorder_budget_left(), Some(150 - 96 - 48));
+    pair.b.rnic.handle_message(qps[1], &early(2)).unwrap();
+    let mut out = vec![0u8; 4096];
+    let mut lengths = Vec::new();
+    pair.b
+        .rnic
+        .poll_transmit_messages(qps[1], &mut out, &mut lengths)
+        .unwrap();
+    assert_eq!(
+        pair.b.rnic.poll_event(qps[1]).unwrap(),
+        Some(QpEvent::TerminateSent(info((2, 0, 4)))),
+        "past the budget, as past its window"
+    );
+    assert_eq!(pair.b.rnic.qp_state(qps[0]).unwrap(), QpState::Rts);
+    // The first QP's turn comes (DDP-SSN 0): its held Sends are delivered
+    // and their octets go back.
+    pair.b.rnic.handle_message(qps[0], &early(0)).unwrap();
+    assert_eq!(pair.b.rnic.reorder_budget_left(), Some(150 - 48));
+    // The failed QP goes: what it held goes back too.
+    pair.b.rnic.destroy_qp(qps[1]).unwrap();
+    assert_eq!(pair.b.rnic.reorder_budget_left(), Some(150));
+}
+
 #[test]
 fn the_window_bounds_what_a_peer_makes_us_hold() {
     let mut pair = pair(messages(Link::Messages));

@@ -41,7 +41,7 @@ use crate::cq::{Cq, Wc, WcOpcode, WcStatus};
 use crate::mem::{Access, AccessError, Grant, Pd, StagCache, StagTable};
 use crate::mpa::rx::{Deframer, RxConfig};
 use crate::mpa::tx::{FrameError, Framer, TxConfig};
-use crate::sctp::rx::{Reorder, ReorderConfig};
+use crate::sctp::rx::{Reorder, ReorderBudget, ReorderConfig};
 use crate::sctp::tx::MessageFramer;
 use crate::verbs::{
     CqHandle, QpHandle, QpInit, RecvWr, SendOp, SendWr, Sge, Srq, SrqHandle, VerbError, SGE_MAX,
@@ -898,13 +898,17 @@ impl Qp {
     /// Connects the QP to a DDP stream over SCTP (RFC 5043): no RTR (either
     /// side may send first, RFC 6581 §7), no fencing, no CRC or markers
     /// (SCTP checks its packets with its own CRC32c).
-    pub(crate) fn connect_messages(&mut self, c: MessageConnection) -> Result<(), VerbError> {
+    pub(crate) fn connect_messages(
+        &mut self,
+        c: MessageConnection,
+        budget: Option<Arc<ReorderBudget>>,
+    ) -> Result<(), VerbError> {
         if self.inner.state != QpState::Idle {
             return Err(VerbError::State);
         }
         let framer = MessageFramer::new(c.message_max).ok_or(VerbError::Invalid)?;
         self.framer = Some(LlpTx::Sctp(framer));
-        self.deframer = Some(LlpRx::Sctp(Reorder::new(c.reorder)));
+        self.deframer = Some(LlpRx::Sctp(Reorder::with_budget(c.reorder, budget)));
         self.inner.connected(Connection {
             crc: false,
             markers_tx: false,

@@ -24,9 +24,50 @@
 //! and at most [`ReorderConfig::octets`] octets held. A message outside
 //! the window, a DDP-SSN that already arrived, or one more octet than the
 //! bound is the peer's error (an SCTP receive window no larger than the
-//! bound never lets a correct peer exceed it).
+//! bound never lets a correct peer exceed it). Held messages leave SCTP's
+//! receive window, so one peer could fill the bound on every stream it
+//! opens: the windows of one engine can also draw on a [`ReorderBudget`]
+//! together, which bounds what they hold in all.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Octets the reorder windows of several DDP streams (one engine's, one
+/// core's) may hold together ([`crate::verbs::Rnic::set_reorder_budget`]):
+/// a window that would take more than is left fails its hold, as one past
+/// its own [`ReorderConfig::octets`] does.
+#[derive(Debug)]
+pub struct ReorderBudget {
+    left: AtomicUsize,
+}
+
+impl ReorderBudget {
+    /// A budget of `octets`.
+    pub fn new(octets: usize) -> Arc<ReorderBudget> {
+        Arc::new(ReorderBudget {
+            left: AtomicUsize::new(octets),
+        })
+    }
+
+    /// Octets not held now.
+    pub fn left(&self) -> usize {
+        self.left.load(Ordering::Relaxed)
+    }
+
+    /// Takes `n` octets if that many are left.
+    fn take(&self, n: usize) -> bool {
+        self.left
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                left.checked_sub(n)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: usize) {
+        self.left.fetch_add(n, Ordering::Relaxed);
+    }
+}
 
 /// The bounds of a [`Reorder`] window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -85,11 +126,27 @@ pub struct Reorder {
     /// Octets held in `slots`.
     held: usize,
     spares: Vec<Vec<u8>>,
+    /// What `held` draws on besides the window's own bound.
+    budget: Option<Arc<ReorderBudget>>,
+}
+
+impl Drop for Reorder {
+    /// What it held goes back to the budget.
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget {
+            budget.give(self.held);
+        }
+    }
 }
 
 impl Reorder {
     /// A window expecting DDP-SSN 0 first (RFC 5043 §6.1).
     pub fn new(config: ReorderConfig) -> Reorder {
+        Reorder::with_budget(config, None)
+    }
+
+    /// [`Reorder::new`], its held octets also drawn from `budget`.
+    pub fn with_budget(config: ReorderConfig, budget: Option<Arc<ReorderBudget>>) -> Reorder {
         Reorder {
             config: ReorderConfig {
                 messages: config.messages.min(i16::MAX as u16),
@@ -99,6 +156,7 @@ impl Reorder {
             slots: VecDeque::new(),
             held: 0,
             spares: Vec::new(),
+            budget,
         }
     }
 
@@ -138,10 +196,15 @@ impl Reorder {
 
     /// Copies the message `k` ahead ([`Arrival::Early`]) for delivery in
     /// its turn; `false` (nothing held) when that would exceed
-    /// [`ReorderConfig::octets`].
+    /// [`ReorderConfig::octets`] or what is left of the budget.
     pub fn hold(&mut self, k: u16, segment: &[u8]) -> bool {
         if self.held + segment.len() > self.config.octets {
             return false;
+        }
+        if let Some(budget) = &self.budget {
+            if !budget.take(segment.len()) {
+                return false;
+            }
         }
         let mut buffer = self.spares.pop().unwrap_or_default();
         buffer.clear();
@@ -164,6 +227,9 @@ impl Reorder {
                 match slot {
                     Slot::Held(buffer) => {
                         self.held -= buffer.len();
+                        if let Some(budget) = &self.budget {
+                            budget.give(buffer.len());
+                        }
                         Some(Some(buffer))
                     }
                     Slot::Placed | Slot::Empty => Some(None),
