@@ -903,7 +903,9 @@ impl Responder {
         let Ok(request) = Repr::parse(&packet) else {
             return self.fail(FailReason::Malformed, None);
         };
-        if request.reject || (request.enhanced.is_some() && revision < 2) {
+        // RFC 5044 §7.1.1: R "is set to zero, and not checked on reception
+        // in the MPA Request Frame".
+        if request.enhanced.is_some() && revision < 2 {
             return self.fail(FailReason::Malformed, None);
         }
         if request.enhanced.is_some() && !self.config.enhanced {

@@ -469,8 +469,10 @@ pub struct Handoff {
     /// The TCP connection; on `Established` its next octets are FPDUs. On
     /// `Failed` it is closed (or closing) and released by the link; on
     /// `Rejected` it is the core's to close. `None` when an active open
-    /// never connected, or when a rejected connection had already closed
-    /// (and was released) by the time the startup ended.
+    /// never connected, when a rejected connection had already closed
+    /// (and was released) by the time the startup ended, or when the link
+    /// had to abort (and release) it: its last frame did not fit TCP's
+    /// send buffer.
     pub conn: Option<ConnId>,
     /// The `connect` token for active opens, 0 for accepted connections.
     pub token: u64,
@@ -515,7 +517,11 @@ enum Command {
 /// Counters of the control plane.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ControlStats {
-    /// Startups that reached Full Operation.
+    /// Startups that reached Full Operation at the control plane. A core's
+    /// link may still fail one at its handoff (its last frame no longer
+    /// fits, or the connection closed meanwhile: the handoff says
+    /// `Failed`), which this does not take back: count the cores' QPs for
+    /// the connections that run.
     pub established: u64,
     /// Startups rejected (either way).
     pub rejected: u64,
@@ -857,6 +863,13 @@ impl CoreLink {
             next_session: 0,
             session_actions: VecDeque::new(),
         }
+    }
+
+    /// Addresses kept of startups whose connection ended before the
+    /// control plane's answer, until that answer ([`Handoff::ends`]): at
+    /// most one per connection handle.
+    pub fn ends_kept(&self) -> usize {
+        self.ended_ends.len()
     }
 
     /// This core's id.
@@ -1467,6 +1480,10 @@ impl CoreLink {
                 if self.stop_starting(conn).is_some() {
                     let _ = transport.abort(conn);
                     transport.release(conn);
+                } else {
+                    // It ended first and its addresses were kept for an
+                    // answer: this is the answer, and it is no handoff.
+                    self.ended_ends.remove(&conn);
                 }
             }
             ToCore::Heartbeat
@@ -1521,9 +1538,13 @@ impl CoreLink {
                     Some(state) if state.outgoing.is_empty() => {}
                     // No room in TCP for the frame: the core cannot
                     // take over a half-sent frame.
+                    // An abort reports nothing more (no Closed or Reset
+                    // would ever take it out of `draining`): release now,
+                    // as the refusals do.
                     Some(_) => {
                         let _ = transport.abort(conn);
-                        self.draining.insert(conn);
+                        transport.release(conn);
+                        handed = None;
                         result = StartupResult::Failed(local_failure());
                     }
                     // Closed (and released) meanwhile: a reject

@@ -818,7 +818,7 @@ fn hostile_requests_close_without_a_reply() {
     let s_with_rev1 = request_frame(Some(EnhancedRepr::default()), 1, b"");
     let mut s_too_short = request_frame(None, 2, b"ab");
     s_too_short[16] |= 0x10;
-    let cases: [(&str, Vec<u8>, FailReason); 8] = [
+    let cases: [(&str, Vec<u8>, FailReason); 7] = [
         ("wrong key", wrong_key, FailReason::BadKey),
         (
             "a Reply's key (not a Request)",
@@ -828,7 +828,6 @@ fn hostile_requests_close_without_a_reply() {
         ("revision 0", with_rev(0), FailReason::BadRevision(0)),
         ("revision 3", with_rev(3), FailReason::BadRevision(3)),
         ("PD_Length 513", pd513, FailReason::PrivateDataTooLong(513)),
-        ("R set in a Request", r_set, FailReason::Malformed),
         ("S set with revision 1", s_with_rev1, FailReason::Malformed),
         ("S set, PD_Length 2", s_too_short, FailReason::Malformed),
     ];
@@ -841,6 +840,16 @@ fn hostile_requests_close_without_a_reply() {
                 "{what}, dribbled: {dribble}"
             );
         }
+    }
+    // RFC 5044 §7.1.1: R is "not checked on reception in the MPA Request
+    // Frame": a Request with it set goes to the ULP as the good one does.
+    for dribble in [false, true] {
+        assert_eq!(
+            responder_fed(&r_set, dribble),
+            None,
+            "R set, dribbled: {dribble}"
+        );
+        assert_eq!(responder_fed(&good, dribble), None);
     }
     // PD_Length 513 is refused from the header alone: nothing more is read.
     let mut resp = Responder::new(StartupConfig::default(), T0).unwrap();

@@ -582,6 +582,168 @@ fn a_startup_whose_peer_resets_hands_off_its_addresses() {
     });
 }
 
+/// Steps a client stack: its events read, the ends released.
+fn client_turn(client: &mut Stack<LinkEnd>) -> Vec<(ConnId, EventKind)> {
+    client.poll(now());
+    let mut seen = Vec::new();
+    while let Some(event) = client.next_event() {
+        if matches!(
+            event.kind,
+            EventKind::Reset | EventKind::Closed | EventKind::TimedOut
+        ) {
+            client.release(event.conn);
+        }
+        seen.push((event.conn, event.kind));
+    }
+    client.poll(now());
+    seen
+}
+
+/// A Reply the link cannot hand over whole (the peer reset, and the core
+/// had not read the reset yet: its event budget ran out) makes the link
+/// abort the connection. An abort reports nothing more, so the link
+/// releases it at once; it used to wait in `draining` for an end that
+/// never came, holding the transport's slot for good (found by a review).
+#[test]
+fn a_reply_that_cannot_be_sent_frees_its_connection() {
+    watchdog(WATCHDOG, || {
+        let (control, mut links) = ControlPlane::start(1);
+        // Room for one connection on the server.
+        let (mut client, s0) = pair(42, 1);
+        let mut core = Core::new(s0, links.remove(0));
+        accept_all(&control, 0, 5000, StartupConfig::default());
+        core.wait_listening(5000);
+        let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 42, 2), 5000);
+        let c = client.connect(target, now()).expect("room");
+        until(Duration::from_secs(5), "the accept", || {
+            client_turn(&mut client);
+            core.step();
+            control.health()[0].startups == 1
+        });
+        // An MPA Request, revision 2, enhanced, IRD and ORD 1.
+        let request: [u8; 24] = [
+            0x4d, 0x50, 0x41, 0x20, 0x49, 0x44, 0x20, 0x52, 0x65, 0x71, 0x20, 0x46, 0x72, 0x61,
+            0x6d, 0x65, 0x50, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01,
+        ];
+        client
+            .send_with(c, request.len(), |space| {
+                space.copy_from_slice(&request[..space.len()]);
+                (space.len(), ())
+            })
+            .expect("room to send");
+        client.poll(now());
+        // The Request goes to the control plane; then the peer resets.
+        core.step();
+        client.abort(c).expect("abort");
+        client.poll(now());
+        client.release(c);
+        // Server turns whose event budget ran out before the reset: TCP
+        // and the link, no events, until the control plane's answer (its
+        // Reply, then the handoff) has come.
+        until(Duration::from_secs(5), "the control plane's answer", || {
+            let t = now();
+            core.stack.poll(t);
+            core.link.poll(&mut core.stack, t);
+            while let Some(handoff) = core.link.next_handoff() {
+                core.handoffs.push(handoff);
+            }
+            !core.handoffs.is_empty()
+        });
+        assert_eq!(core.handoffs.len(), 1);
+        assert!(
+            matches!(core.handoffs[0].result, StartupResult::Failed(_)),
+            "{:?}",
+            core.handoffs[0].result
+        );
+        assert_eq!(core.handoffs[0].conn, None, "released, not handed over");
+        assert_eq!(core.link.in_startup(), 0);
+        // The one slot is free: a new client gets in (once the aborted
+        // connection's reset has gone out and both ends forgot it).
+        let start = StdInstant::now();
+        while start.elapsed() < Duration::from_millis(500) {
+            client_turn(&mut client);
+            core.step();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let again = client.connect(target, now()).expect("room");
+        let mut connected = false;
+        until(Duration::from_secs(5), "a new connection", || {
+            connected |= client_turn(&mut client)
+                .iter()
+                .any(|&(conn, kind)| conn == again && kind == EventKind::Connected);
+            core.step();
+            connected
+        });
+        drop(control);
+    });
+}
+
+/// A connection that ends while the control plane is refusing it (its
+/// all-cores limit) leaves nothing behind: the link kept its addresses for
+/// an answer, and the Refuse is that answer (found by a review: one entry
+/// stayed for good per such connection).
+#[test]
+fn an_accept_refused_after_its_connection_ended_keeps_nothing() {
+    watchdog(WATCHDOG, || {
+        let config = ControlConfig {
+            startups_max: 1,
+            startups_max_per_core: 64,
+            ..ControlConfig::default()
+        };
+        let (control, mut links) = ControlPlane::start_with(config, 1).unwrap();
+        let (mut client, s0) = pair(41, 256);
+        let mut core = Core::new(s0, links.remove(0));
+        let patient = StartupConfig {
+            request_timeout: Duration::from_secs(30).into(),
+            startup_timeout: Duration::from_secs(60).into(),
+            ..StartupConfig::default()
+        };
+        accept_all(&control, 0, 5000, patient);
+        core.wait_listening(5000);
+        let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 41, 2), 5000);
+        // One idle startup holds the control plane's one place.
+        let _held = client.connect(target, now()).expect("room");
+        until(Duration::from_secs(5), "the place held", || {
+            client_turn(&mut client);
+            core.step();
+            control.health()[0].startups == 1
+        });
+        // Then connections that close as soon as they are up: the link
+        // has room, the control plane refuses them, and each may end
+        // before the refusal arrives.
+        for _ in 0..50 {
+            let b = client.connect(target, now()).expect("room");
+            let mut connected = false;
+            until(Duration::from_secs(5), "connected", || {
+                connected |= client_turn(&mut client)
+                    .iter()
+                    .any(|&(conn, kind)| conn == b && kind == EventKind::Connected);
+                if connected {
+                    let _ = client.close(b);
+                    client.poll(now());
+                } else {
+                    core.step();
+                }
+                connected
+            });
+        }
+        let start = StdInstant::now();
+        while start.elapsed() < Duration::from_secs(1) {
+            client_turn(&mut client);
+            core.step();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            control.stats().refused_startups > 0,
+            "{:?}",
+            control.stats()
+        );
+        assert_eq!(core.link.ends_kept(), 0, "nothing kept for good");
+        assert_eq!(core.link.in_startup(), 1, "the idle one only");
+        drop(control);
+    });
+}
+
 #[test]
 fn with_channels_four_deep_many_startups_at_once_all_complete() {
     const STARTUPS: usize = 200;
