@@ -624,8 +624,9 @@ pub struct CoreLink {
     /// The application listens for DDP streams peers open.
     session_listening: bool,
     /// DDP streams in establishment at the control plane: messages
-    /// forwarded for each (beyond its first), and whether its end was asked.
-    sessions: HashMap<SessionId, (u8, bool)>,
+    /// forwarded for each (beyond its first), whether its end was asked,
+    /// and the address of the peer that opened it (counted in `per_peer`).
+    sessions: HashMap<SessionId, (u8, bool, Option<std::net::Ipv4Addr>)>,
     next_session: u64,
     session_actions: VecDeque<SessionAction>,
 }
@@ -1184,7 +1185,7 @@ impl CoreLink {
         if self.dead {
             return None;
         }
-        let id = self.new_session();
+        let id = self.new_session(None);
         self.send(ToControl::SessionOpen {
             id,
             peer,
@@ -1197,19 +1198,30 @@ impl CoreLink {
     /// A peer opened a DDP stream with `message` (PPID `ppid`): the control
     /// plane runs its responder and asks the application. `None` (the link
     /// refuses it, counted) when no one listens for streams, this core holds
-    /// `startups_max_per_core` startups, or the control plane is gone: the
-    /// core answers the Initiate with a Session Terminate itself.
+    /// `startups_max_per_core` startups, the peer's address holds
+    /// `startups_per_peer_max` of them (MPA startups and streams together,
+    /// so that one peer cannot take every place), or the control plane is
+    /// gone: the core answers the Initiate with a Session Terminate itself.
     pub fn initiated_session(
         &mut self,
         peer: SocketAddr,
         ppid: u32,
         message: &[u8],
     ) -> Option<SessionId> {
-        if !self.session_listening || !self.has_room() {
+        let ip = match peer {
+            SocketAddr::V4(v4) => Some(*v4.ip()),
+            SocketAddr::V6(_) => None,
+        };
+        let peer_full =
+            ip.is_some_and(|ip| self.per_peer.get(&ip).copied().unwrap_or(0) >= self.per_peer_max);
+        if !self.session_listening || !self.has_room() || peer_full {
             self.refused += 1;
             return None;
         }
-        let id = self.new_session();
+        if let Some(ip) = ip {
+            *self.per_peer.entry(ip).or_default() += 1;
+        }
+        let id = self.new_session(ip);
         self.send(ToControl::SessionInitiated {
             id,
             peer,
@@ -1226,7 +1238,7 @@ impl CoreLink {
     /// At most [`SESSION_INPUTS_MAX`] messages per stream are forwarded (the
     /// machine has ended by then); more are dropped here.
     pub fn session_input(&mut self, id: SessionId, ppid: u32, message: &[u8]) {
-        let Some((inputs, _)) = self.sessions.get_mut(&id) else {
+        let Some((inputs, _, _)) = self.sessions.get_mut(&id) else {
             return;
         };
         if *inputs >= SESSION_INPUTS_MAX {
@@ -1244,7 +1256,7 @@ impl CoreLink {
     /// when it arrives. Asked once; again is a no-op. Without `terminate`,
     /// the stream is gone with its association and nothing more comes back.
     pub fn end_session(&mut self, id: SessionId, terminate: bool) {
-        let Some((_, ending)) = self.sessions.get_mut(&id) else {
+        let Some((_, ending, _)) = self.sessions.get_mut(&id) else {
             return;
         };
         if terminate && *ending {
@@ -1252,7 +1264,7 @@ impl CoreLink {
         }
         *ending = true;
         if !terminate {
-            self.sessions.remove(&id);
+            self.forget_session(id);
         }
         self.send(ToControl::SessionEnd { id, terminate });
     }
@@ -1275,11 +1287,28 @@ impl CoreLink {
         self.session_actions.pop_front()
     }
 
-    fn new_session(&mut self) -> SessionId {
+    fn new_session(&mut self, peer: Option<std::net::Ipv4Addr>) -> SessionId {
         let id = SessionId(self.next_session);
         self.next_session += 1;
-        self.sessions.insert(id, (0, false));
+        self.sessions.insert(id, (0, false, peer));
         id
+    }
+
+    /// Stream `id` is no longer in establishment here: its peer's place
+    /// goes back. Whether it was.
+    fn forget_session(&mut self, id: SessionId) -> bool {
+        let Some((_, _, peer)) = self.sessions.remove(&id) else {
+            return false;
+        };
+        if let Some(ip) = peer {
+            if let Some(n) = self.per_peer.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_peer.remove(&ip);
+                }
+            }
+        }
+        true
     }
 
     /// What the control plane sends about DDP streams (no transport
@@ -1294,7 +1323,7 @@ impl CoreLink {
                 }
             }
             Some(ToCore::SessionDone { id, last, result }) => {
-                if self.sessions.remove(&id).is_some() {
+                if self.forget_session(id) {
                     for (ppid, message) in last {
                         let action = SessionAction::Send { id, ppid, message };
                         self.session_actions.push_back(action);
@@ -1340,9 +1369,10 @@ impl CoreLink {
 
     /// The control plane is gone: every stream in establishment fails.
     fn abandon_sessions(&mut self) {
-        let mut ids: Vec<SessionId> = self.sessions.drain().map(|(id, _)| id).collect();
+        let mut ids: Vec<SessionId> = self.sessions.keys().copied().collect();
         ids.sort();
         for id in ids {
+            self.forget_session(id);
             let result = SessionResult::untold();
             self.session_actions
                 .push_back(SessionAction::Done { id, result });

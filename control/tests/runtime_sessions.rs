@@ -366,3 +366,40 @@ fn an_end_asked_after_establishment_ended_leaves_the_result_to_the_core() {
     let refuse = Box::new(|_: &session::Request, _| Decision::Reject(Vec::new()));
     assert!(plane.listen_sessions(0, bad, refuse).is_err());
 }
+
+/// One peer's address holds at most `startups_per_peer_max` of a core's
+/// places for streams in establishment (as for MPA startups; a review
+/// found streams counted only per core, so one peer could hold them all),
+/// and gets its place back when one's establishment ends; another peer
+/// meanwhile gets in.
+#[test]
+fn one_peer_holds_at_most_its_share_of_stream_startups() {
+    let config = ControlConfig {
+        startups_per_peer_max: 2,
+        ..ControlConfig::default()
+    };
+    let (plane, mut links) = ControlPlane::start_with(config, 1).unwrap();
+    let _seen = listen(&plane, 0);
+    let link = &mut links[0];
+    until_listening(link);
+    // Rejected by the ULP ("no"): each establishment ends at once.
+    let (_, (ppid, initiate)) = initiator(b"no");
+    let other = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 10), 9899));
+    let first = link.initiated_session(peer(), ppid, &initiate).unwrap();
+    let _second = link.initiated_session(peer(), ppid, &initiate).unwrap();
+    assert!(link.initiated_session(peer(), ppid, &initiate).is_none());
+    assert_eq!(link.refused_startups(), 1);
+    let _theirs = link.initiated_session(other, ppid, &initiate).unwrap();
+    // The first one's establishment ends: its peer has a place again.
+    let start = StdInstant::now();
+    let mut done = false;
+    while !done {
+        assert!(start.elapsed() < LIMIT, "the first stream's end");
+        link.poll_sessions();
+        while let Some(action) = link.next_session_action() {
+            done |= matches!(action, SessionAction::Done { id, .. } if id == first);
+        }
+    }
+    assert!(link.initiated_session(peer(), ppid, &initiate).is_some());
+    let _ = plane.stop();
+}
