@@ -454,7 +454,9 @@ impl Timer {
 
     fn rewind_zero_window_probe(&mut self, timestamp: Instant) {
         if let Timer::ZeroWindowProbe { mut delay, .. } = *self {
-            delay = (delay * 2).min(Duration::from_millis(RTTE_MAX_RTO as _));
+            // dpwarp: RTTE_MAX_RTO is in microseconds since change 3 (read
+            // as milliseconds here, the cap was 16.7 hours, not 60 s).
+            delay = (delay * 2).min(Duration::from_micros(RTTE_MAX_RTO as _));
             *self = Timer::ZeroWindowProbe {
                 expires_at: timestamp + delay,
                 delay,
@@ -2276,6 +2278,26 @@ impl<'a> Socket<'a> {
                 self.tuple = None;
                 self.set_state(State::Listen);
                 return None;
+            }
+
+            // dpwarp: RFC 5961 §3.2: in a synchronized state an RST closes
+            // the connection only at exactly RCV.NXT; one elsewhere in the
+            // window is answered with a challenge ACK (rate-limited), so a
+            // blind attacker must guess the sequence number, not just land
+            // in the window. A peer that did reset answers the ACK with an
+            // RST at RCV.NXT.
+            (
+                State::Established
+                | State::FinWait1
+                | State::FinWait2
+                | State::CloseWait
+                | State::Closing
+                | State::LastAck
+                | State::TimeWait,
+                TcpControl::Rst,
+            ) if segment_start != window_start => {
+                tcp_trace!("RST not at RCV.NXT: challenge ACK");
+                return self.challenge_ack_reply(cx, ip_repr, repr);
             }
 
             // RSTs in any other state close the socket.
@@ -10776,6 +10798,99 @@ mod test {
         assert_eq!(s.recv(|_| (0, ())), Err(RecvError::Finished));
     }
 
+    /// dpwarp: the peer resets with data of its own still missing here (a
+    /// hole at REMOTE_SEQ + 1 + 3): its RST, at the end of what it sent,
+    /// is not at RCV.NXT, so it gets a challenge ACK (RFC 5961 §3.2); the
+    /// peer, reset, answers that with an RST at RCV.NXT, which closes.
+    fn reset_beyond_a_hole(s: &mut TestSocket) {
+        let challenge = send(
+            s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                control: TcpControl::Rst,
+                seq_number: REMOTE_SEQ + 1 + 9,
+                ack_number: Some(LOCAL_SEQ + 1),
+                ..SEND_TEMPL
+            },
+        )
+        .expect("a challenge ACK");
+        assert_eq!(challenge.control, TcpControl::None);
+        assert_eq!(challenge.ack_number, Some(REMOTE_SEQ + 1 + 3));
+        assert_eq!(s.state, State::Established, "not closed by it");
+        let _ = send(
+            s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                control: TcpControl::Rst,
+                seq_number: REMOTE_SEQ + 1 + 3,
+                ack_number: Some(LOCAL_SEQ + 1),
+                ..SEND_TEMPL
+            },
+        );
+        assert_eq!(s.state, State::Closed);
+    }
+
+    /// dpwarp: RFC 5961 §3.2: an RST inside the window but not at RCV.NXT
+    /// does not close the connection (it used to: a blind attacker had to
+    /// land anywhere in the window, not on the exact number).
+    #[test]
+    fn test_rst_in_window_not_at_rcv_nxt_is_challenged() {
+        let mut s = socket_established();
+        let challenge = send(
+            &mut s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                control: TcpControl::Rst,
+                seq_number: REMOTE_SEQ + 1 + 20,
+                ack_number: None,
+                ..SEND_TEMPL
+            },
+        )
+        .expect("a challenge ACK");
+        assert_eq!(challenge.ack_number, Some(REMOTE_SEQ + 1));
+        assert_eq!(s.state, State::Established);
+        // A second one within the second: no second ACK (rate limit).
+        let again = send(
+            &mut s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                control: TcpControl::Rst,
+                seq_number: REMOTE_SEQ + 1 + 40,
+                ack_number: None,
+                ..SEND_TEMPL
+            },
+        );
+        assert_eq!(again, None);
+        assert_eq!(s.state, State::Established);
+        // At RCV.NXT: closed.
+        send!(
+            s,
+            TcpRepr {
+                control: TcpControl::Rst,
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: None,
+                ..SEND_TEMPL
+            }
+        );
+        assert_eq!(s.state, State::Closed);
+    }
+
+    /// dpwarp: the zero-window probe's backoff stops at RTTE_MAX_RTO, 60 s
+    /// (read as milliseconds after change 3 made it microseconds, it went
+    /// on doubling to 16.7 hours).
+    #[test]
+    fn test_zero_window_probe_backoff_is_capped_at_60_s() {
+        let mut t = Timer::new();
+        t.set_for_zero_window_probe(Instant::from_secs(0), Duration::from_millis(5));
+        for _ in 0..40 {
+            t.rewind_zero_window_probe(Instant::from_secs(0));
+        }
+        match t {
+            Timer::ZeroWindowProbe { delay, .. } => assert_eq!(delay, Duration::from_secs(60)),
+            _ => unreachable!(),
+        }
+    }
+
     #[test]
     fn test_rx_close_fin_with_hole() {
         let mut s = socket_established();
@@ -10814,15 +10929,7 @@ mod test {
             (0, ())
         })
         .unwrap();
-        send!(
-            s,
-            TcpRepr {
-                control: TcpControl::Rst,
-                seq_number: REMOTE_SEQ + 1 + 9,
-                ack_number: Some(LOCAL_SEQ + 1),
-                ..SEND_TEMPL
-            }
-        );
+        reset_beyond_a_hole(&mut s);
         // Error must be `Illegal` even if we've received a FIN,
         // because we are missing data.
         assert_eq!(s.recv(|_| (0, ())), Err(RecvError::InvalidState));
@@ -10884,15 +10991,7 @@ mod test {
                 ..RECV_TEMPL
             })
         );
-        send!(
-            s,
-            TcpRepr {
-                control: TcpControl::Rst,
-                seq_number: REMOTE_SEQ + 1 + 9,
-                ack_number: Some(LOCAL_SEQ + 1),
-                ..SEND_TEMPL
-            }
-        );
+        reset_beyond_a_hole(&mut s);
         s.recv(|data| {
             assert_eq!(data, b"abc");
             (3, ())
