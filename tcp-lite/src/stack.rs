@@ -596,7 +596,9 @@ impl<D: Device> Stack<D> {
             }
         }
         if now >= self.full_scan_at {
-            let every = FULL_SCAN_EVERY.min(self.config.tcp.user_timeout / 10);
+            let every = FULL_SCAN_EVERY
+                .min(self.config.tcp.user_timeout / 10)
+                .min(self.config.tcp.handshake_timeout / 10);
             self.full_scan_at = now + every;
             let mut i = 0;
             while i < self.live.len() {
@@ -758,7 +760,9 @@ impl<D: Device> Stack<D> {
         } else if !was_waiting {
             // Waiting from now on (between scans it was not).
             slot.progress_at = now;
-        } else if now >= slot.progress_at + timeout {
+        } else if now >= slot.progress_at + timeout
+            || (unreported && now >= slot.progress_at + self.config.tcp.handshake_timeout)
+        {
             self.sockets.get_mut::<tcp::Socket>(handle).abort();
             slot.finished = true;
             slot.rst_pending = true;
@@ -1169,7 +1173,12 @@ impl<D: Device> Transport for Stack<D> {
         for &index in &self.live {
             if let Some(slot) = &self.slots[index as usize] {
                 if slot.waiting && !slot.finished && !slot.releasing {
-                    let deadline = slot.progress_at + timeout;
+                    let unreported = matches!(slot.role, Role::Accepted(_)) && !slot.open_reported;
+                    let deadline = if unreported {
+                        slot.progress_at + timeout.min(self.config.tcp.handshake_timeout)
+                    } else {
+                        slot.progress_at + timeout
+                    };
                     at = Some(at.map_or(deadline, |at| at.min(deadline)));
                 }
             }

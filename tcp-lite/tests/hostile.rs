@@ -225,6 +225,61 @@ fn a_half_open_handshake_times_out_silently_and_frees_its_slot() {
     assert_eq!(raw.stack.listening_sockets(), 1);
 }
 
+/// A slow SYN flood used to hold every slot: each half-open connection
+/// lived the whole user timeout (30 s), so `max_connections / 30` SYNs a
+/// second kept a listener full. A handshake now has `handshake_timeout`
+/// (3 s by default), whatever the user timeout: at a rate that filled the
+/// slots before, real clients get in.
+#[test]
+fn half_open_connections_last_the_handshake_timeout_not_the_user_timeout() {
+    let mut raw = Raw::new(|c| {
+        c.max_connections = 16;
+        c.backlog = 4;
+        c.tcp.user_timeout = Duration::from_secs(30);
+    });
+    assert_eq!(
+        raw.stack.config().tcp.handshake_timeout,
+        Duration::from_secs(3)
+    );
+    raw.stack.listen(80).unwrap();
+    // Two spoofed SYNs a second for 40 s (16 slots / 30 s would need
+    // fewer than one a second to hold them all); a real client's SYN every
+    // second, answered or reset.
+    let (mut answered, mut refused) = (0, 0);
+    for second in 0..40u16 {
+        for k in 0..2u16 {
+            let i = 2 * second + k;
+            raw.send(
+                SocketAddrV4::new(Ipv4Addr::new(10, 0, 2, (i % 250) as u8), 3000 + i),
+                80,
+                TcpControl::Syn,
+                1,
+                None,
+            );
+            raw.poll();
+        }
+        let real = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 7), 5000 + second);
+        raw.send(real, 80, TcpControl::Syn, 7000, None);
+        for segment in raw.poll() {
+            if segment.dst == real {
+                match segment.control {
+                    TcpControl::Syn => answered += 1,
+                    TcpControl::Rst => refused += 1,
+                    _ => {}
+                }
+            }
+        }
+        for _ in 0..10 {
+            raw.now += Duration::from_millis(100);
+            raw.poll();
+        }
+        assert!(raw.stack.connections() <= 16);
+    }
+    assert_eq!((answered, refused), (40, 0), "every real SYN answered");
+    assert!(raw.stack.stats().half_open_dropped >= 60);
+    assert!(raw.events.is_empty(), "{:?}", raw.events);
+}
+
 #[test]
 fn a_syn_flood_is_bounded_by_max_connections() {
     let mut raw = Raw::new(|c| {
