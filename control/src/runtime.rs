@@ -1155,6 +1155,13 @@ impl CoreLink {
         }
     }
 
+    /// Whether a handoff of `conn` waits in [`CoreLink::next_handoff`]'s
+    /// queue: its connection is no longer the link's, and not yet the
+    /// core's (events about it are the core's to keep for it).
+    pub fn hands_off(&self, conn: ConnId) -> bool {
+        self.handoffs.iter().any(|h| h.conn == Some(conn))
+    }
+
     /// The next startup that ended.
     pub fn next_handoff(&mut self) -> Option<Handoff> {
         self.handoffs.pop_front()

@@ -470,6 +470,12 @@ pub struct Core<T: CoreTransport> {
     polls_left: usize,
     /// Rejected connections we are closing (MPA left them to us).
     closing_raw: Vec<ConnId>,
+    /// Events of connections whose handoff waits in the link's queue (past
+    /// a turn's handoff budget): neither the link's nor ours yet, so they
+    /// are kept, each kind once, and replayed once the handoff is taken
+    /// (tcp-lite reports an end once: lost, it left the QP and the TCP
+    /// slot for good).
+    early_events: Vec<(ConnId, EventKind)>,
     /// Startups that ended and were not yet taken, with their QPs.
     handoffs: VecDeque<(Handoff, Option<QpHandle>)>,
     /// QPs whose connection ended (destroyed), not yet taken.
@@ -517,6 +523,7 @@ impl<T: CoreTransport> Core<T> {
             fed: Vec::with_capacity(n),
             polls_left: 0,
             closing_raw: Vec::with_capacity(n),
+            early_events: Vec::new(),
             handoffs: VecDeque::with_capacity(config.budgets.handoffs),
             ended: VecDeque::with_capacity(n),
             pending: VecDeque::new(),
@@ -955,6 +962,20 @@ impl<T: CoreTransport> Core<T> {
                 }
                 _ => None,
             };
+            if let Some(conn) = handoff.conn {
+                if self.early_events.iter().any(|&(c, _)| c == conn) {
+                    let mut replay = Vec::new();
+                    self.early_events.retain(|&(c, kind)| {
+                        if c == conn {
+                            replay.push(kind);
+                        }
+                        c != conn
+                    });
+                    for kind in replay {
+                        self.connection_event(conn, kind);
+                    }
+                }
+            }
             self.handoffs.push_back((handoff, qp));
         }
         busy
@@ -1082,6 +1103,8 @@ impl<T: CoreTransport> Core<T> {
                 }
                 _ => {}
             }
+        } else if self.link.hands_off(conn) && !self.early_events.contains(&(conn, kind)) {
+            self.early_events.push((conn, kind));
         }
     }
 

@@ -886,3 +886,78 @@ fn port_free() -> u16 {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap().port()
 }
+
+/// Handoffs past a turn's budget wait in the link's queue; their
+/// connections are then neither the link's nor the core's. A peer that
+/// resets one meanwhile must still end it: the core keeps the events of
+/// connections whose handoff waits and replays them once it takes the
+/// handoff (they were dropped, and tcp-lite reports an end once, so the QP
+/// and the TCP slot stayed for good; found by a review).
+#[test]
+fn a_reset_of_a_connection_whose_handoff_waits_still_ends_it() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const N: usize = 4;
+    let (mut a, mut b, addr) = stacks();
+    b.core.config_mut().budgets.handoffs = 1;
+    let port = port();
+    // The control plane holds its decisions until all four Requests are
+    // in, so that their four handoffs reach b's core in one poll.
+    let go = Arc::new(AtomicBool::new(false));
+    let wait = go.clone();
+    b.control.listen(
+        0,
+        port,
+        StartupConfig::default(),
+        Box::new(move |_, _| {
+            let start = StdInstant::now();
+            while !wait.load(Ordering::SeqCst) && start.elapsed() < StdDuration::from_secs(10) {
+                std::thread::sleep(StdDuration::from_millis(1));
+            }
+            accept()
+        }),
+    );
+    std::thread::sleep(StdDuration::from_millis(20));
+    b.step(now());
+    for _ in 0..N {
+        a.control.connect(
+            0,
+            SocketAddrV4::new(addr, port),
+            StartupConfig::default(),
+            b"hello",
+        );
+    }
+    run(&mut a, &mut b, "four startups at b", |_, b| {
+        b.core.in_startup() == N
+    });
+    // Their Requests reach b's control plane (which waits).
+    let start = StdInstant::now();
+    while start.elapsed() < StdDuration::from_millis(200) {
+        a.step(now());
+        b.step(now());
+    }
+    go.store(true, Ordering::SeqCst);
+    std::thread::sleep(StdDuration::from_millis(200));
+    // One turn of b: all four decided, one handed over (the budget), three
+    // waiting; the Replies go out.
+    b.step(now());
+    assert_eq!(b.handoffs.len(), 1, "one handoff a turn");
+    let start = StdInstant::now();
+    while a.handoffs.len() < N {
+        assert!(start.elapsed() < StdDuration::from_secs(10), "a's startups");
+        a.step(now());
+    }
+    // a resets all four before b takes the waiting handoffs.
+    let qps: Vec<_> = a.qps.values().copied().collect();
+    assert_eq!(qps.len(), N);
+    for qp in qps {
+        a.core.abort(qp);
+    }
+    a.step(now());
+    run(&mut a, &mut b, "b ends all four", |_, b| {
+        b.handoffs.len() == N
+            && b.core.open_connections() == 0
+            && b.core.transport().connections() == 0
+    });
+    assert_eq!(b.core.counters().ended, N as u64);
+}
