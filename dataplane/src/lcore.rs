@@ -86,8 +86,15 @@ pub fn enter_for_life(cpu: Option<usize>, eal: Option<Eal>) -> Result<(), String
     KEPT.with(|kept| {
         let mut kept = kept.borrow_mut();
         match kept.as_mut() {
-            // The new one holds no registration: the thread had its lcore.
-            Some(first) => first.cpu = pinned.cpu,
+            Some(first) => {
+                first.cpu = pinned.cpu;
+                // A first call without EAL registered nothing: this one's
+                // registration is the thread's now (dropped, it would be
+                // given up at once).
+                if first._eal.is_none() {
+                    first._eal = pinned._eal;
+                }
+            }
             None => *kept = Some(pinned),
         }
     });
