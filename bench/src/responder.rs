@@ -765,7 +765,10 @@ impl Serving {
             if run.pd.is_some() && !matches!(client, Some(("mpa", _))) {
                 return Err("this run began over MPA: its connections are MPA's".into());
             }
-            note_peer(run)?;
+            // The address is noted only for a connection that is admitted:
+            // a refused one's entry stayed `STARTUP_FORGET`, so one client
+            // refused `STARTUPS_MAX` times within it shut every client out
+            // (a review's probe).
             if need > run.len {
                 // A larger size (-a): a new lease, if none of the old
                 // one's connections can still use it.
@@ -784,6 +787,11 @@ impl Serving {
                         return Err(why);
                     }
                 };
+                if let Err(why) = note_peer(run) {
+                    self.unexpose(stag);
+                    leases.give_back(offset, len);
+                    return Err(why);
+                }
                 // No connection of the old size is left to use its STag.
                 self.unexpose(run.stag);
                 dirty.push((run.offset, run.len));
@@ -795,6 +803,7 @@ impl Serving {
                 run.quiet_since = Some(StdInstant::now());
                 return Ok(Lease { offset, stag });
             }
+            note_peer(run)?;
             run.admitted += 1;
             run.last_seen |= hello.last;
             if run.open == 0 {
@@ -864,6 +873,25 @@ impl Serving {
         }
         by_id.insert(key, run);
         Ok(Lease { offset, stag })
+    }
+
+    /// [`Admission::Many`]: the connection from `peer` that this server
+    /// admitted ended its startup without a QP (the peer reset after its
+    /// Request, the Reply could not be sent, its core had no room): its
+    /// run no longer waits for it (`admitted` is taken back, so a larger
+    /// size can take a new lease), and its address is forgotten.
+    pub(crate) fn startup_failed(&self, peer: SocketAddrV4) {
+        let mut runs = self.runs();
+        let key = runs
+            .by_peer
+            .remove(&peer)
+            .or_else(|| runs.joined.remove(&peer))
+            .map(|(key, _)| key);
+        if let Some(run) = key.and_then(|key| runs.by_id.get_mut(&key)) {
+            if run.admitted > run.handed {
+                run.admitted -= 1;
+            }
+        }
     }
 
     /// The PD a connection from `peer` to the bench service's port joins:
@@ -1457,10 +1485,20 @@ impl<T: CoreTransport> Server<T> {
         }
         for (handoff, qp) in self.endpoint.take_handoffs() {
             let (StartupResult::Established(e), Some(qp)) = (&handoff.result, qp) else {
-                if let Some((local, peer)) = handoff.ends.filter(|(l, _)| l.port() != self.port) {
-                    if qp.is_none() {
+                match handoff.ends {
+                    Some((local, peer)) if qp.is_none() && local.port() != self.port => {
                         self.foreign.failed.push((local, peer));
                     }
+                    // One of ours admitted for a run that will not get it
+                    // (a Reject admitted nothing).
+                    Some((_, peer))
+                        if qp.is_none()
+                            && many
+                            && !matches!(handoff.result, StartupResult::Rejected(_)) =>
+                    {
+                        self.serving.startup_failed(peer);
+                    }
+                    _ => {}
                 }
                 continue;
             };
@@ -1764,6 +1802,46 @@ mod tests {
     /// address) and which is freed with the run, or once its last QP has
     /// gone; a DDP over SCTP run and a connection of nobody's stay in the
     /// exposure's PD.
+    /// A refused connection leaves no address behind (each one's entry
+    /// stayed 20 s, so one client refused `STARTUPS_MAX` times shut every
+    /// client out; found by a review), and a connection admitted whose
+    /// startup then failed is no longer waited for: the run may take a
+    /// larger lease once its open ones are done.
+    #[test]
+    fn refused_and_failed_startups_leave_nothing_that_shuts_others_out() {
+        let (serving, _registry, region) = exposing_serving();
+        let len = region.len();
+        let x = |port| SocketAddrV4::new([10, 0, 0, 9].into(), port);
+        serving
+            .admit(&hello(1, 4096, false), len, Some(("mpa", x(1))))
+            .unwrap();
+        assert!(serving.pd_for(x(1)).is_some());
+        serving.handed_local(1, Op::Write, Some(x(1))).unwrap();
+        // One connection open: a larger size is refused, as often as asked.
+        for port in 2..(2 + STARTUPS_MAX as u16) {
+            let e = serving.admit(&hello(1, 1 << 16, false), len, Some(("mpa", x(port))));
+            assert!(e.err().unwrap().contains("larger lease"));
+        }
+        assert_eq!(serving.runs().by_peer.len(), 0, "nothing noted");
+        assert_eq!(serving.pd_for(x(2)), None, "a refused one gets no PD");
+        let other = SocketAddrV4::new([10, 0, 0, 77].into(), 5000);
+        serving
+            .admit(&hello(42, 4096, true), len, Some(("mpa", other)))
+            .expect("another client's run");
+        // A second connection of the same size is admitted, then its
+        // startup fails (no QP): the run stops waiting for it.
+        serving
+            .admit(&hello(1, 4096, false), len, Some(("mpa", x(9000))))
+            .unwrap();
+        serving.startup_failed(x(9000));
+        assert_eq!(serving.pd_for(x(9000)), None, "forgotten");
+        // Once the open one closes, the larger size takes a new lease.
+        serving.closed(1, Op::Write);
+        serving
+            .admit(&hello(1, 1 << 16, true), len, Some(("mpa", x(9001))))
+            .expect("the larger lease");
+    }
+
     #[test]
     fn an_mpa_run_has_a_pd_of_its_own_that_its_qps_join() {
         use rnic_engine::verbs::{QpInit, Rnic, RnicConfig};
