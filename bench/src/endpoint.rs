@@ -137,8 +137,14 @@ impl Host {
     /// told its STag could do nothing with it. A server that lends parts
     /// of it registers each part for its client ([`crate::responder::Exposure`]).
     pub fn register_local(&self, region: &Arc<Region>) -> Mr {
+        self.register_local_in(self.pd, region)
+    }
+
+    /// [`Host::register_local`] in protection domain `pd` (one of this
+    /// host's registry).
+    pub fn register_local_in(&self, pd: Pd, region: &Arc<Region>) -> Mr {
         self.registry
-            .reg_region(self.pd, region.clone(), Access::LOCAL_WRITE)
+            .reg_region(pd, region.clone(), Access::LOCAL_WRITE)
             .expect("a registry has room for a server's registration")
     }
 

@@ -765,6 +765,11 @@ impl Serving {
             if run.pd.is_some() && !matches!(client, Some(("mpa", _))) {
                 return Err("this run began over MPA: its connections are MPA's".into());
             }
+            // And the other way: a run begun over DDP over SCTP has its
+            // STag in that lower layer's PD, which no MPA connection joins.
+            if run.pd.is_none() && self.exposure.is_some() && matches!(client, Some(("mpa", _))) {
+                return Err("this run began over DDP over SCTP: its connections are SCTP's".into());
+            }
             // The address is noted only for a connection that is admitted:
             // a refused one's entry stayed `STARTUP_FORGET`, so one client
             // refused `STARTUPS_MAX` times within it shut every client out
@@ -924,6 +929,12 @@ impl Serving {
         runs.by_peer.retain(|_, (k, _)| *k != key);
         runs.joined.retain(|_, (k, _)| *k != key);
         self.retire(run.pd, &mut runs.retired);
+    }
+
+    /// The PD of the STags of runs without one of their own (runs begun
+    /// over DDP over SCTP), if this server exposes leases.
+    pub fn exposure_pd(&self) -> Option<Pd> {
+        self.exposure.as_ref().map(|e| e.pd)
     }
 
     /// Protection domains of runs: live, and ended but still holding a QP.
@@ -1896,6 +1907,9 @@ mod tests {
         assert!(e.err().unwrap().contains("another client's"));
         let e = serving.admit(&hello(1, 4096, true), len, Some(("sctp", peer(7))));
         assert!(e.err().unwrap().contains("began over MPA"));
+        // Nor an SCTP run an MPA connection.
+        let e = serving.admit(&hello(2, 4096, true), len, Some(("mpa", peer(8))));
+        assert!(e.err().unwrap().contains("began over DDP over SCTP"));
         // A QP of the run, in its PD, outlives the run: the PD waits for
         // it, and goes at the next scrub after it.
         let mut rnic = Rnic::with_registry(RnicConfig::default(), registry.clone());

@@ -356,6 +356,9 @@ pub struct SctpListen {
     pub ird_max: u16,
     /// The ORD.
     pub ord: u16,
+    /// The protection domain of its streams' QPs (and of the registration
+    /// it is given for their local work); `None` for the host's.
+    pub pd: Option<Pd>,
 }
 
 impl SctpListen {
@@ -369,6 +372,7 @@ impl SctpListen {
             mtu,
             ird_max: session.ird_max,
             ord: session.ord,
+            pd: None,
         }
     }
 }
@@ -472,7 +476,7 @@ impl SctpServer {
         host.listen_sessions(core, config.session.clone(), Box::new(on_initiate))?;
         let parts = Parts {
             rnic,
-            pd: host.pd(),
+            pd: listen.pd.unwrap_or(host.pd()),
             region,
             mr,
             link,

@@ -90,6 +90,12 @@ pub struct CoreShared {
 pub struct SctpShared {
     /// Its UDP port.
     pub udp_port: u16,
+    /// The protection domain of its streams' QPs and of the bench runs
+    /// begun over it (the runs' lease STags): not the host's, so that no
+    /// QP of another service (rping's, in the host's PD) can use a DDP
+    /// over SCTP run's STag. (Runs over SCTP share it among themselves:
+    /// a passive stream's QP is made before its run is decided.)
+    pub pd: rnic_engine::mem::Pd,
     /// Each core's endpoint.
     pub cores: Vec<SctpCoreShared>,
 }
@@ -590,32 +596,42 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         startups_per_peer_max: config.rnic.startups_per_client_max,
         ..ControlConfig::default()
     };
+    let sctp_port = config.bench_udp_port();
+    let slots = cores * (1 + usize::from(sctp_port.is_some()));
+    // The host's PD, DDP over SCTP's, one per memory client and one per
+    // bench run (live, or ended and waiting for its QPs to go), and each
+    // perftest service its share (`Gate::isolating`).
+    let perftest_sessions: usize = config.perftests().map(|(_, p)| p.clients_max).sum();
+    let pds = 2 + 4 * config.rnic.clients_max + PERFTEST_PDS_PER_CLIENT * perftest_sessions;
+    let host = Host::with_pds(slots as u16, seed(), control, pds)?;
     // Each core's DDP over SCTP endpoint is one serving core more: its
     // own link of the control plane, its own slot in the bench service's
-    // state.
-    let sctp = config.bench_udp_port().map(|udp_port| SctpShared {
-        udp_port,
-        cores: (0..cores)
-            .map(|k| SctpCoreShared {
-                slot: (cores + k) as u16,
-                connections: Mutex::new(Vec::new()),
-                published: AtomicU64::new(u64::MAX),
-                counters: Mutex::new(dataplane::SctpCounters::default()),
-                associations: AtomicU64::new(0),
-                streams: AtomicU64::new(0),
-                failed: AtomicU64::new(0),
-            })
-            .collect(),
-    });
-    let slots = cores * (1 + usize::from(sctp.is_some()));
-    // The host's PD, one per memory client and one per bench run (live,
-    // or ended and waiting for its QPs to go), and each perftest service
-    // its share (`Gate::isolating`).
-    let perftest_sessions: usize = config.perftests().map(|(_, p)| p.clients_max).sum();
-    let pds = 1 + 4 * config.rnic.clients_max + PERFTEST_PDS_PER_CLIENT * perftest_sessions;
-    let host = Host::with_pds(slots as u16, seed(), control, pds)?;
+    // state; its streams' QPs and its runs' STags in a PD of their own.
+    let sctp = match sctp_port {
+        Some(udp_port) => Some(SctpShared {
+            udp_port,
+            pd: host
+                .registry()
+                .alloc_pd()
+                .map_err(|e| format!("a protection domain for DDP over SCTP: {e:?}"))?,
+            cores: (0..cores)
+                .map(|k| SctpCoreShared {
+                    slot: (cores + k) as u16,
+                    connections: Mutex::new(Vec::new()),
+                    published: AtomicU64::new(u64::MAX),
+                    counters: Mutex::new(dataplane::SctpCounters::default()),
+                    associations: AtomicU64::new(0),
+                    streams: AtomicU64::new(0),
+                    failed: AtomicU64::new(0),
+                })
+                .collect(),
+        }),
+        None => None,
+    };
     // The services' memory: each bench run's lease under an STag of its
-    // own, perftest's and rping's buffers reserved beside them.
+    // own, perftest's and rping's buffers reserved beside them. A run with
+    // no PD of its own (one begun over DDP over SCTP; MPA runs have one
+    // each) has its STag in DDP over SCTP's PD.
     let region = Region::new(config.rnic.memory_mib << 20);
     let serving = Serving::exposing(
         slots,
@@ -625,7 +641,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         },
         Exposure {
             registry: host.registry().clone(),
-            pd: host.pd(),
+            pd: sctp.as_ref().map_or(host.pd(), |s| s.pd),
             region: region.clone(),
         },
     );
@@ -1020,6 +1036,11 @@ fn run_cores<T: SctpCarrier + Send>(
     // registered for it (its run's lease, its perftest session's slot).
     let region = shared.region.clone();
     let mr = shared.host.register_local(&region);
+    // DDP over SCTP's streams do their local work in their own PD.
+    let sctp_mr = shared
+        .sctp
+        .as_ref()
+        .map(|s| shared.host.register_local_in(s.pd, &region));
     let hook = shared.events.hook("bench");
     let mut servers: Vec<Server<T>> = transports
         .into_iter()
@@ -1130,7 +1151,7 @@ fn run_cores<T: SctpCarrier + Send>(
                 let finished = &finished;
                 let startup = &startup;
                 // Each core also turns its DDP over SCTP endpoint.
-                let sctp_parts = (region.clone(), mr, hook.clone());
+                let sctp_parts = (region.clone(), sctp_mr.unwrap_or(mr), hook.clone());
                 let mut others = vec![memory_port, ports.rping];
                 others.extend(
                     shared
@@ -1242,6 +1263,7 @@ fn sctp_listener<T: SctpCarrier>(
     let port = shared.config.port();
     let mut own = T::own(port.address.0, s.cores.len());
     let listen = SctpListen {
+        pd: Some(s.pd),
         udp_port: s.udp_port,
         mtu: usize::from(port.mtu),
         ird_max: shared.config.rnic.ird_max,
@@ -1905,4 +1927,36 @@ fn publish<T: CoreTransport>(server: &Server<T>, me: &CoreShared) {
         .endpoint
         .core
         .op_stats_by_port(&mut me.ops.lock().unwrap_or_else(|p| p.into_inner()));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bench run begun over DDP over SCTP has its lease STag in DDP over
+    /// SCTP's own PD, with that lower layer's QPs, not in the host's, where
+    /// rping's QPs are (found by a review: any rping client could use an
+    /// SCTP run's STag, guessing its 8-bit key).
+    #[test]
+    fn runs_over_sctp_have_their_stags_outside_the_hosts_pd() {
+        let text = include_str!("../examples/dpwarpd.toml")
+            .replace("driver = \"net_tap\"", "driver = \"kernel\"")
+            .lines()
+            .filter(|l| {
+                !["iface", "host_address", "netns", "bridge"]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let config = Config::parse(&text, "x.toml").expect("the example on Linux TCP");
+        assert!(
+            config.bench_udp_port().is_some(),
+            "the example serves DDP over SCTP"
+        );
+        let shared = prepare(config, PathBuf::from("x.toml")).expect("prepared");
+        let sctp_pd = shared.sctp.as_ref().expect("DDP over SCTP").pd;
+        assert_ne!(sctp_pd, shared.host.pd());
+        assert_eq!(shared.serving.exposure_pd(), Some(sctp_pd));
+    }
 }
