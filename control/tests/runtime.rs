@@ -535,20 +535,8 @@ fn a_startup_whose_peer_resets_hands_off_its_addresses() {
         let conns: Vec<ConnId> = (0..PEERS)
             .map(|_| client.connect(target, now()).expect("room"))
             .collect();
-        let client_step = |client: &mut Stack<LinkEnd>| {
-            client.poll(now());
-            while let Some(event) = client.next_event() {
-                if matches!(
-                    event.kind,
-                    EventKind::Reset | EventKind::Closed | EventKind::TimedOut
-                ) {
-                    client.release(event.conn);
-                }
-            }
-            client.poll(now());
-        };
         until(Duration::from_secs(5), "the accepts", || {
-            client_step(&mut client);
+            client_turn(&mut client);
             core.step();
             control.health()[0].startups == PEERS
         });
@@ -561,7 +549,7 @@ fn a_startup_whose_peer_resets_hands_off_its_addresses() {
             client.abort(conn).expect("abort");
         }
         until(Duration::from_secs(5), "the handoffs", || {
-            client_step(&mut client);
+            client_turn(&mut client);
             core.step();
             core.handoffs.len() == PEERS
         });

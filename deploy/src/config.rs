@@ -930,6 +930,21 @@ fn locate(text: &str, file: &str, at: usize, why: &str) -> ConfigError {
     ConfigError(out)
 }
 
+/// `text` (a configuration like the example, edited) on driver "kernel",
+/// without the keys that mean nothing to it: for tests.
+#[cfg(test)]
+pub(crate) fn on_kernel(text: &str) -> String {
+    text.replace("driver = \"net_tap\"", "driver = \"kernel\"")
+        .lines()
+        .filter(|l| {
+            !["iface", "host_address", "netns", "bridge"]
+                .iter()
+                .any(|k| l.starts_with(k))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1015,19 +1030,7 @@ mod tests {
         assert!(e.contains("spread"), "{e}");
     }
 
-    /// `text` (the example, edited) on driver "kernel", without the keys
-    /// that mean nothing to it.
-    fn on_kernel(text: &str) -> String {
-        text.replace("driver = \"net_tap\"", "driver = \"kernel\"")
-            .lines()
-            .filter(|l| {
-                !["iface", "host_address", "netns", "bridge"]
-                    .iter()
-                    .any(|k| l.starts_with(k))
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
+    use super::on_kernel;
 
     fn refused(edit: impl Fn(&str) -> String) -> String {
         let text = edit(EXAMPLE);

@@ -1939,16 +1939,7 @@ mod tests {
     /// SCTP run's STag, guessing its 8-bit key).
     #[test]
     fn runs_over_sctp_have_their_stags_outside_the_hosts_pd() {
-        let text = include_str!("../examples/dpwarpd.toml")
-            .replace("driver = \"net_tap\"", "driver = \"kernel\"")
-            .lines()
-            .filter(|l| {
-                !["iface", "host_address", "netns", "bridge"]
-                    .iter()
-                    .any(|k| l.starts_with(k))
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
+        let text = crate::config::on_kernel(include_str!("../examples/dpwarpd.toml"));
         let config = Config::parse(&text, "x.toml").expect("the example on Linux TCP");
         assert!(
             config.bench_udp_port().is_some(),

@@ -14,7 +14,9 @@ use rnic_engine::mem::Access;
 use rnic_engine::pair::{self, Link, PairConfig, RnicPair};
 use rnic_engine::sctp::rx::ReorderConfig;
 use rnic_engine::sctp::{self, MESSAGE_MAX_MTU_1500};
-use rnic_engine::verbs::{MessageConnection, QpEvent, QpInit, QpState, SendOp, VerbError};
+use rnic_engine::verbs::{
+    MessageConnection, Mr, QpEvent, QpHandle, QpInit, QpState, SendOp, VerbError,
+};
 use rnic_engine::wire::rdmap::{Header, Opcode};
 use rnic_engine::wire::term;
 use support::*;
@@ -210,6 +212,37 @@ fn bad_ddp_ssns_and_runts_get_the_llp_terminate() {
     }
 }
 
+/// A QP of `pair.b` connected over messages with a reorder window of 8
+/// messages and 100 octets, and `receives` receives of 64 octets each in
+/// `inbox` from 64 `first` on.
+fn tight_qp(pair: &mut RnicPair, inbox: &Mr, first: usize, receives: usize) -> QpHandle {
+    let qp = pair
+        .b
+        .rnic
+        .create_qp(QpInit {
+            pd: pair.b.pd,
+            send_cq: pair.b.cq,
+            recv_cq: pair.b.cq,
+            srq: None,
+            sq_size: 16,
+            rq_size: 16,
+        })
+        .unwrap();
+    let tight = MessageConnection {
+        reorder: ReorderConfig {
+            messages: 8,
+            octets: 100,
+        },
+        ..pair::message_connection(pair.config())
+    };
+    pair.b.rnic.connect_messages(qp, tight).unwrap();
+    for i in first..first + receives {
+        let sgl = [sge(inbox, 64 * i, 64)];
+        pair.b.rnic.post_recv(qp, &recv(i as u64, &sgl)).unwrap();
+    }
+    qp
+}
+
 /// The windows of one engine draw on a common budget
 /// (`Rnic::set_reorder_budget`): held messages have left SCTP's receive
 /// window, so a peer could otherwise make every stream it opens hold its
@@ -221,34 +254,10 @@ fn the_engine_budget_bounds_what_all_windows_hold_together() {
     let mut pair = pair(messages(Link::Messages));
     pair.b.rnic.set_reorder_budget(150);
     let (_, inbox_mr) = pair.b.region(16 * 64, Access::LOCAL_WRITE).unwrap();
-    let mut qps = Vec::new();
-    for q in 0..2u64 {
-        let qp = pair
-            .b
-            .rnic
-            .create_qp(QpInit {
-                pd: pair.b.pd,
-                send_cq: pair.b.cq,
-                recv_cq: pair.b.cq,
-                srq: None,
-                sq_size: 16,
-                rq_size: 16,
-            })
-            .unwrap();
-        let window = MessageConnection {
-            reorder: ReorderConfig {
-                messages: 8,
-                octets: 100,
-            },
-            ..pair::message_connection(pair.config())
-        };
-        pair.b.rnic.connect_messages(qp, window).unwrap();
-        for i in 0..8u64 {
-            let sgl = [sge(&inbox_mr, 64 * (8 * q + i) as usize, 64)];
-            pair.b.rnic.post_recv(qp, &recv(8 * q + i, &sgl)).unwrap();
-        }
-        qps.push(qp);
-    }
+    let qps = [
+        tight_qp(&mut pair, &inbox_mr, 0, 8),
+        tight_qp(&mut pair, &inbox_mr, 8, 8),
+    ];
     let early = |ssn: u16| message(ssn, &send(u32::from(ssn) + 1, &[7; 30]));
     // The first QP holds two early Sends (96 octets, within its 100).
     for ssn in 1..=2u16 {
@@ -284,28 +293,8 @@ fn the_engine_budget_bounds_what_all_windows_hold_together() {
 #[test]
 fn the_window_bounds_what_a_peer_makes_us_hold() {
     let mut pair = pair(messages(Link::Messages));
-    let qb = pair.b.rnic.create_qp(QpInit {
-        pd: pair.b.pd,
-        send_cq: pair.b.cq,
-        recv_cq: pair.b.cq,
-        srq: None,
-        sq_size: 16,
-        rq_size: 16,
-    });
-    let qb = qb.unwrap();
-    let tight = MessageConnection {
-        reorder: ReorderConfig {
-            messages: 8,
-            octets: 100,
-        },
-        ..pair::message_connection(pair.config())
-    };
-    pair.b.rnic.connect_messages(qb, tight).unwrap();
     let (_, inbox_mr) = pair.b.region(16 * 64, Access::LOCAL_WRITE).unwrap();
-    for i in 0..16 {
-        let sgl = [sge(&inbox_mr, 64 * i, 64)];
-        pair.b.rnic.post_recv(qb, &recv(i as u64, &sgl)).unwrap();
-    }
+    let qb = tight_qp(&mut pair, &inbox_mr, 0, 16);
     // Early Sends of 18 + 30 octets each: two fit 100 octets, the third
     // does not.
     for ssn in 1..=2u16 {
