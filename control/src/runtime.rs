@@ -922,12 +922,7 @@ impl CoreLink {
     fn stop_starting(&mut self, conn: ConnId) -> Option<Starting> {
         let state = self.starting.remove(&conn)?;
         if let Some((_, peer)) = state.ends {
-            if let Some(n) = self.per_peer.get_mut(peer.ip()) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_peer.remove(peer.ip());
-                }
-            }
+            self.give_peer_place(*peer.ip());
         }
         Some(state)
     }
@@ -956,11 +951,7 @@ impl CoreLink {
                     return false;
                 }
                 match transport.endpoints(conn) {
-                    Ok((local, peer))
-                        if self.has_room()
-                            && self.per_peer.get(peer.ip()).copied().unwrap_or(0)
-                                < self.per_peer_max =>
-                    {
+                    Ok((local, peer)) if self.has_room() && self.peer_has_room(*peer.ip()) => {
                         *self.per_peer.entry(*peer.ip()).or_default() += 1;
                         // A handle used again: what an earlier connection
                         // of it left is stale.
@@ -1219,8 +1210,7 @@ impl CoreLink {
             SocketAddr::V4(v4) => Some(*v4.ip()),
             SocketAddr::V6(_) => None,
         };
-        let peer_full =
-            ip.is_some_and(|ip| self.per_peer.get(&ip).copied().unwrap_or(0) >= self.per_peer_max);
+        let peer_full = ip.is_some_and(|ip| !self.peer_has_room(ip));
         if !self.session_listening || !self.has_room() || peer_full {
             self.refused += 1;
             return None;
@@ -1308,14 +1298,25 @@ impl CoreLink {
             return false;
         };
         if let Some(ip) = peer {
-            if let Some(n) = self.per_peer.get_mut(&ip) {
-                *n -= 1;
-                if *n == 0 {
-                    self.per_peer.remove(&ip);
-                }
-            }
+            self.give_peer_place(ip);
         }
         true
+    }
+
+    /// Whether address `ip` holds fewer than `startups_per_peer_max` of
+    /// this core's startups (MPA startups and streams together).
+    fn peer_has_room(&self, ip: std::net::Ipv4Addr) -> bool {
+        self.per_peer.get(&ip).copied().unwrap_or(0) < self.per_peer_max
+    }
+
+    /// One of `ip`'s startups ended here: its place goes back.
+    fn give_peer_place(&mut self, ip: std::net::Ipv4Addr) {
+        if let Some(n) = self.per_peer.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                self.per_peer.remove(&ip);
+            }
+        }
     }
 
     /// What the control plane sends about DDP streams (no transport

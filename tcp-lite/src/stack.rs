@@ -760,9 +760,7 @@ impl<D: Device> Stack<D> {
         } else if !was_waiting {
             // Waiting from now on (between scans it was not).
             slot.progress_at = now;
-        } else if now >= slot.progress_at + timeout
-            || (unreported && now >= slot.progress_at + self.config.tcp.handshake_timeout)
-        {
+        } else if now >= slot.progress_at + wait_limit(&self.config.tcp, slot) {
             self.sockets.get_mut::<tcp::Socket>(handle).abort();
             slot.finished = true;
             slot.rst_pending = true;
@@ -776,6 +774,18 @@ impl<D: Device> Stack<D> {
             }
         }
         false
+    }
+}
+
+/// How long `slot` may wait for its peer without progress: the user
+/// timeout, and for a passive open not yet reported (its handshake) at
+/// most the handshake timeout.
+fn wait_limit(tcp: &crate::TcpConfig, slot: &Slot) -> Duration {
+    let unreported = matches!(slot.role, Role::Accepted(_)) && !slot.open_reported;
+    if unreported {
+        tcp.user_timeout.min(tcp.handshake_timeout)
+    } else {
+        tcp.user_timeout
     }
 }
 
@@ -1169,16 +1179,10 @@ impl<D: Device> Transport for Stack<D> {
 
     fn poll_at(&mut self, now: Instant) -> Option<Instant> {
         let mut at = self.iface.poll_at(now, &self.sockets);
-        let timeout = self.config.tcp.user_timeout;
         for &index in &self.live {
             if let Some(slot) = &self.slots[index as usize] {
                 if slot.waiting && !slot.finished && !slot.releasing {
-                    let unreported = matches!(slot.role, Role::Accepted(_)) && !slot.open_reported;
-                    let deadline = if unreported {
-                        slot.progress_at + timeout.min(self.config.tcp.handshake_timeout)
-                    } else {
-                        slot.progress_at + timeout
-                    };
+                    let deadline = slot.progress_at + wait_limit(&self.config.tcp, slot);
                     at = Some(at.map_or(deadline, |at| at.min(deadline)));
                 }
             }
