@@ -356,12 +356,18 @@ struct Run {
     /// the client do.
     stag: Option<u32>,
     access: Access,
-    /// The protection domain of its QPs and its STag (an MPA run of a
-    /// server with an [`Exposure`]): another run's QP cannot use its STag,
+    /// The protection domain of its QPs and its STag (a run of a server
+    /// with an [`Exposure`]): another run's QP cannot use its STag,
     /// whatever STag it learns or guesses (a client that names the run's
     /// id joins the run: the id is the client's, see `client`). `None`:
     /// the exposure's PD.
     pd: Option<Pd>,
+    /// The lower layer of the connection that began it (`"mpa"` or
+    /// `"sctp"`; `""` where unknown): its connections all come over it
+    /// (an MPA connection's QP joins the run's PD when its core asks by
+    /// its address, `Serving::pd_for`; a DDP over SCTP stream's when its
+    /// core asks by its session, `Serving::pd_of`).
+    llp: &'static str,
     /// The address of the client whose connection began the run: a
     /// connection from another host that names its id is refused.
     client: Option<std::net::Ipv4Addr>,
@@ -739,7 +745,7 @@ impl Serving {
         // Its QP joins the run's PD when its core asks (`pd_for`); an
         // older entry of the same address (a startup that failed) goes.
         let mut note_peer = |run: &Run| -> Result<(), String> {
-            let Some((_, peer)) = client else {
+            let Some(("mpa", peer)) = client else {
                 return Ok(());
             };
             by_peer.remove(&peer);
@@ -762,13 +768,18 @@ impl Serving {
                     return Err("this run id is another client's: start a run of your own".into());
                 }
             }
-            if run.pd.is_some() && !matches!(client, Some(("mpa", _))) {
-                return Err("this run began over MPA: its connections are MPA's".into());
-            }
-            // And the other way: a run begun over DDP over SCTP has its
-            // STag in that lower layer's PD, which no MPA connection joins.
-            if run.pd.is_none() && self.exposure.is_some() && matches!(client, Some(("mpa", _))) {
-                return Err("this run began over DDP over SCTP: its connections are SCTP's".into());
+            // Nor a connection over another lower layer than the run's
+            // (its QP would join the run's PD another way).
+            match (run.llp, client) {
+                ("mpa", Some(("sctp", _))) => {
+                    return Err("this run began over MPA: its connections are MPA's".into());
+                }
+                ("sctp", Some(("mpa", _))) => {
+                    return Err(
+                        "this run began over DDP over SCTP: its connections are SCTP's".into(),
+                    );
+                }
+                _ => {}
             }
             // The address is noted only for a connection that is admitted:
             // a refused one's entry stayed `STARTUP_FORGET`, so one client
@@ -825,11 +836,10 @@ impl Serving {
                 "this server serves {runs_max} client runs at once, its limit: try again later"
             ));
         }
-        // An MPA run of a server that exposes leases gets a PD of its own
-        // (a DDP over SCTP stream's QP is its association's, in the
-        // exposure's PD).
+        // A run of a server that exposes leases gets a PD of its own,
+        // over either lower layer.
         let pd = match (&self.exposure, client) {
-            (Some(e), Some(("mpa", _))) => {
+            (Some(e), Some(_)) => {
                 // Ended runs' PDs whose QPs have gone since first.
                 let old = std::mem::take(retired);
                 for pd in old {
@@ -863,6 +873,7 @@ impl Serving {
             stag,
             access,
             pd,
+            llp: client.map_or("", |(llp, _)| llp),
             client: client.map(|(_, peer)| *peer.ip()),
             admitted: 1,
             handed: 0,
@@ -931,8 +942,22 @@ impl Serving {
         self.retire(run.pd, &mut runs.retired);
     }
 
-    /// The PD of the STags of runs without one of their own (runs begun
-    /// over DDP over SCTP), if this server exposes leases.
+    /// The PD a DDP over SCTP stream of `op` of run `run` joins (asked by
+    /// its core once the control plane accepted the stream's Initiate:
+    /// `dataplane::SctpUnit::set_pd_for`): its run's own, or `None` for a
+    /// run without one (a server that exposes no leases) or one that is
+    /// gone.
+    pub fn pd_of(&self, run: u64, op: Op) -> Option<Pd> {
+        let runs = self.runs();
+        runs.by_id
+            .get(&(run, lease_access(op)))
+            .filter(|r| r.llp == "sctp")?
+            .pd
+    }
+
+    /// The PD of the STags of runs without one of their own (a server
+    /// that exposes leases gives every run one), if this server exposes
+    /// leases.
     pub fn exposure_pd(&self) -> Option<Pd> {
         self.exposure.as_ref().map(|e| e.pd)
     }
@@ -1014,13 +1039,8 @@ impl Serving {
     }
 
     /// [`Admission::Many`]: a connection of `op` of run `run` reached a
-    /// core with a QP; the offset of the run's lease, or `None` if the run
-    /// is gone.
-    pub(crate) fn handed(&self, run: u64, op: Op) -> Option<u64> {
-        self.handed_local(run, op, None).map(|(offset, _)| offset)
-    }
-
-    /// [`Serving::handed`] for the connection from `peer`, with the STag
+    /// core with a QP (an MPA one from `peer`): the offset of the run's
+    /// lease, or `None` if the run is gone; with the STag
     /// its QP's own work requests use where the run has a PD of its own
     /// (the memory's registration, in another PD, is not for it); `None`
     /// also where the run has one but the QP did not join it (it cannot
@@ -1033,7 +1053,12 @@ impl Serving {
     ) -> Option<(u64, Option<u32>)> {
         let key = (run, lease_access(op));
         let mut runs = self.runs();
-        if runs.by_id.get(&key)?.pd.is_some()
+        let r = runs.by_id.get(&key)?;
+        // An MPA connection's QP joined the run's PD if its core asked by
+        // its address; a stream's, by its session (`pd_of`), before its
+        // core told of it.
+        if r.pd.is_some()
+            && r.llp == "mpa"
             && peer.and_then(|p| runs.joined.remove(&p)).map(|(k, _)| k) != Some(key)
         {
             return None;
@@ -1701,7 +1726,10 @@ mod tests {
         assert!(third.contains("2 client runs at once"), "{third}");
         // Run 1 writes its lease, then its only connection ends.
         region.write(a as usize, &[0xAA; 4096]).unwrap();
-        assert_eq!(serving.handed(1, Op::Write), Some(a));
+        assert_eq!(
+            serving.handed_local(1, Op::Write, None).map(|l| l.0),
+            Some(a)
+        );
         serving.closed(1, Op::Write);
         assert_eq!(serving.stats().runs, 1);
         assert_eq!(serving.stats().runs_done, 1);
@@ -1772,14 +1800,20 @@ mod tests {
         assert!(sr != sa && sr != sb && r.offset != a.offset && r.offset != b.offset);
         assert_eq!(registry.stags_in_use(), base + 3);
         assert_eq!(serving.stats().runs, 3);
-        assert_eq!(serving.handed(1, Op::Read), Some(r.offset));
+        assert_eq!(
+            serving.handed_local(1, Op::Read, None).map(|l| l.0),
+            Some(r.offset)
+        );
         serving.closed(1, Op::Read);
         assert!(registry.dereg_mr(sr).is_err(), "the Read run's STag went");
         assert_eq!(registry.stags_in_use(), base + 2);
         // Its Write connections come and go; a larger size (-a) gets a new
         // lease under a new STag, and the old one is gone.
         for _ in 0..2 {
-            serving.handed(1, Op::Write).unwrap();
+            serving
+                .handed_local(1, Op::Write, None)
+                .map(|l| l.0)
+                .unwrap();
         }
         serving.closed(1, Op::Write);
         serving.closed(1, Op::Write);
@@ -1792,7 +1826,10 @@ mod tests {
         );
         assert_eq!(registry.stags_in_use(), base + 2);
         // Run 1 ends with its last size: its STag goes.
-        serving.handed(1, Op::Write).unwrap();
+        serving
+            .handed_local(1, Op::Write, None)
+            .map(|l| l.0)
+            .unwrap();
         serving.closed(1, Op::Write);
         assert!(
             registry.dereg_mr(sg).is_err(),
@@ -1854,7 +1891,7 @@ mod tests {
     }
 
     #[test]
-    fn an_mpa_run_has_a_pd_of_its_own_that_its_qps_join() {
+    fn every_run_has_a_pd_of_its_own_that_its_qps_join() {
         use rnic_engine::verbs::{QpInit, Rnic, RnicConfig};
         let (serving, registry, region) = exposing_serving();
         let pd = serving.exposure.as_ref().unwrap().pd;
@@ -1868,10 +1905,10 @@ mod tests {
         serving
             .admit(&hello(1, 4096, true), len, Some(("mpa", peer(2))))
             .unwrap();
-        serving
+        let b = serving
             .admit(&hello(2, 4096, true), len, Some(("sctp", peer(3))))
             .unwrap();
-        assert_eq!((serving.pds(), registry.pds_in_use()), (1, baseline + 1));
+        assert_eq!((serving.pds(), registry.pds_in_use()), (2, baseline + 2));
         let own = serving.pd_for(peer(1)).expect("run 1's PD");
         assert_ne!(own, pd);
         assert_eq!(serving.pd_for(peer(1)), None, "asked once");
@@ -1883,9 +1920,15 @@ mod tests {
         assert_eq!(
             serving.pd_for(peer(3)),
             None,
-            "an SCTP run: the exposure's PD"
+            "an SCTP run's stream joins by its session, not its address"
         );
         assert_eq!(serving.pd_for(peer(4)), None, "nobody's");
+        // A stream of the SCTP run joins a PD of its own run's, asked by
+        // its run and operation; an MPA run's is not for a stream.
+        let sctp = serving.pd_of(2, Op::Write).expect("run 2's PD");
+        assert!(sctp != own && sctp != pd);
+        assert_eq!(serving.pd_of(1, Op::Write), None, "an MPA run");
+        assert_eq!(serving.pd_of(2, Op::Read), None, "another run");
         // The run's STag is in its PD: the PD cannot go while it lives.
         assert!(registry.dealloc_pd(own).is_err());
         // Its QPs' own work requests use the run's STag, from its lease; a
@@ -1896,10 +1939,9 @@ mod tests {
             Some((a.offset, a.stag))
         );
         assert_eq!(
-            serving
-                .handed_local(2, Op::Write, Some(peer(3)))
-                .map(|l| l.1),
-            Some(None)
+            serving.handed_local(2, Op::Write, None),
+            Some((b.offset, b.stag)),
+            "a stream's own work uses its run's STag"
         );
         // The run is its client's: not another host's, not over SCTP.
         let stranger = SocketAddrV4::new([10, 0, 0, 66].into(), 1);
@@ -1931,15 +1973,17 @@ mod tests {
             registry.dereg_mr(a.stag.unwrap()).is_err(),
             "the run's STag went"
         );
-        assert_eq!((serving.pds(), registry.pds_in_use()), (1, baseline + 1));
+        assert_eq!((serving.pds(), registry.pds_in_use()), (2, baseline + 2));
         serving.scrub(&region);
-        assert_eq!(serving.pds(), 1, "its QP still holds it");
+        assert_eq!(serving.pds(), 2, "its QP still holds it");
         rnic.destroy_qp(qp).unwrap();
         serving.scrub(&region);
-        assert_eq!((serving.pds(), registry.pds_in_use()), (0, baseline));
+        assert_eq!((serving.pds(), registry.pds_in_use()), (1, baseline + 1));
         // A connection accepted for a run that ended before it reached a
         // core joins no PD of a run.
         serving.closed(2, Op::Write);
+        assert_eq!(serving.pd_of(2, Op::Write), None, "run 2 ended");
+        assert_eq!((serving.pds(), registry.pds_in_use()), (0, baseline));
         serving
             .admit(&hello(5, 4096, true), len, Some(("mpa", peer(5))))
             .unwrap();

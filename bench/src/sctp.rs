@@ -23,7 +23,7 @@ use std::time::Instant as StdInstant;
 use control::runtime::{ControlPlane, CoreLink, Decision};
 use control::session::Accept;
 use dataplane::DpdkDevice;
-use dataplane::{MessageTransport, SctpCoreConfig, SctpEvent, SctpUnit};
+use dataplane::{MessageTransport, PdChoice, SctpCoreConfig, SctpEvent, SctpUnit};
 use rnic_engine::cq::Wc;
 use rnic_engine::mem::{Access, Pd, Region};
 use rnic_engine::sctp::rx::ReorderConfig;
@@ -483,8 +483,21 @@ impl SctpServer {
             plane: None,
             host: None,
         };
+        let mut ep = SctpEndpoint::assemble(config, transport, listen.udp_port, parts, true)?;
+        // Each stream's QP joins its run's PD (where runs have their own:
+        // a server that exposes leases) before anything reaches it.
+        let runs = serving.clone();
+        ep.core.set_pd_for(Box::new(move |session| {
+            match ClientHello::decode(&session.peer_private_data) {
+                Ok(h) => runs
+                    .pd_of(h.run, h.op)
+                    .map_or(PdChoice::Default, PdChoice::In),
+                // The control plane accepted only hellos that decode.
+                Err(_) => PdChoice::Refuse,
+            }
+        }));
         Ok(SctpServer {
-            ep: SctpEndpoint::assemble(config, transport, listen.udp_port, parts, true)?,
+            ep,
             responder: Responder::default(),
             served: 0,
             failed: 0,
@@ -624,12 +637,14 @@ impl SctpServer {
                     };
                     // Given up meanwhile: its lease may be another's. (One
                     // run at a time has the whole memory: `bench --server`.)
-                    let offset = if a.serving.many() {
-                        a.serving.handed(h.run, h.op)
+                    // Where the run has a PD of its own, which the QP
+                    // joined, its own work uses the run's STag.
+                    let lease = if a.serving.many() {
+                        a.serving.handed_local(h.run, h.op, None)
                     } else {
-                        Some(0)
+                        Some((0, None))
                     };
-                    let Some(offset) = offset else {
+                    let Some((offset, local)) = lease else {
                         self.ep.core.close_stream(qp);
                         continue;
                     };
@@ -638,8 +653,12 @@ impl SctpServer {
                         to: h.to,
                     };
                     self.served += 1;
-                    self.responder
-                        .add(&mut self.ep, Served::in_lease(qp, &h, client, offset));
+                    let served = Served::in_lease(qp, &h, client, offset);
+                    let served = match local {
+                        Some(stag) => served.with_local(stag, offset),
+                        None => served,
+                    };
+                    self.responder.add(&mut self.ep, served);
                     let connection = Connection {
                         llp: "sctp",
                         qp,

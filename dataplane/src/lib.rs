@@ -30,5 +30,7 @@ mod transport;
 pub use checksum::{RxChecksum, TxChecksum};
 pub use core::{Budgets, Core, CoreConfig, CoreCounters, PdChoice, PdFor};
 pub use device::{DeviceConfig, DeviceCounters, DpdkDevice};
-pub use sctp::{SctpCore, SctpCoreConfig, SctpCounters, SctpEvent, SctpUnit, UdpCarrier};
+pub use sctp::{
+    SctpCore, SctpCoreConfig, SctpCounters, SctpEvent, SctpUnit, StreamPdFor, UdpCarrier,
+};
 pub use transport::{CoreTransport, MessageTransport, Segmenting};

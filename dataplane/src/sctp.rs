@@ -69,6 +69,7 @@ use rnic_engine::wire::term::Encoding;
 use sctp_lite::{AssocId, CloseReason, EventKind};
 use tcp_lite::{Instant, UdpId};
 
+use crate::core::PdChoice;
 use crate::transport::MessageTransport;
 
 /// The most a stream's QP writes per batch (and at least one message).
@@ -559,6 +560,10 @@ impl<T: MessageTransport> std::ops::DerefMut for SctpCore<T> {
     }
 }
 
+/// Chooses a [`PdChoice`] for a passive stream's QP by the session its
+/// control plane accepted ([`SctpUnit::set_pd_for`]).
+pub type StreamPdFor = Box<dyn FnMut(&Established) -> PdChoice + Send>;
+
 /// DDP over SCTP over UDP without a transport of its own: the SCTP
 /// endpoint, its UDP socket, the engine and the DDP streams, turned over a
 /// transport handed in at every turn. An [`SctpCore`] hands in its own; a
@@ -569,6 +574,8 @@ impl<T: MessageTransport> std::ops::DerefMut for SctpCore<T> {
 /// socket is there).
 pub struct SctpUnit {
     config: SctpCoreConfig,
+    /// Which PD each passive stream's QP joins ([`SctpUnit::set_pd_for`]).
+    pd_for: Option<StreamPdFor>,
     carrier: UdpCarrier,
     endpoint: sctp_lite::Endpoint,
     link: CoreLink,
@@ -623,6 +630,7 @@ impl SctpUnit {
             events: VecDeque::new(),
             counters: SctpCounters::default(),
             last_turn: None,
+            pd_for: None,
             config,
             carrier,
             endpoint,
@@ -630,6 +638,19 @@ impl SctpUnit {
             rnic,
             qp_init,
         })
+    }
+
+    /// From now on the QP of each stream a peer opens joins the protection
+    /// domain `choose` picks by the session the control plane accepted
+    /// (its Initiate's private data, which a service that lends each
+    /// client memory of its own reads), asked once per stream when it
+    /// comes up, before anything the peer sent reaches the QP; the QP was
+    /// made in `qp_init`'s PD when the Initiate arrived, and moves
+    /// (`Rnic::move_qp_to_pd`). [`PdChoice::Refuse`], or a PD that is
+    /// gone, ends the stream with a Session Terminate. As
+    /// [`crate::Core::set_pd_for`] for MPA connections.
+    pub fn set_pd_for(&mut self, choose: StreamPdFor) {
+        self.pd_for = Some(choose);
     }
 
     /// The local UDP address of the unit's endpoint on `transport` (the
@@ -1145,6 +1166,14 @@ impl SctpUnit {
         let Some(stream) = self.streams[index].as_mut() else {
             return;
         };
+        let joined = match (&mut self.pd_for, stream.outbound) {
+            (Some(choose), false) => match choose(&session) {
+                PdChoice::Default => true,
+                PdChoice::In(pd) => self.rnic.move_qp_to_pd(stream.qp, pd).is_ok(),
+                PdChoice::Refuse => false,
+            },
+            _ => true,
+        };
         let connection = MessageConnection {
             message_max: self.config.endpoint.message_size_max(),
             ird: Established::depth(session.ird),
@@ -1152,7 +1181,7 @@ impl SctpUnit {
             reorder: self.config.reorder,
             terminate_layout: self.config.terminate_layout,
         };
-        if self.rnic.connect_messages(stream.qp, connection).is_err() {
+        if !joined || self.rnic.connect_messages(stream.qp, connection).is_err() {
             if let Control::Here(machine) = &mut stream.control {
                 machine.fail_local();
             }

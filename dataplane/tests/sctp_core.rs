@@ -618,3 +618,108 @@ fn a_core_where_no_one_listens_for_streams_answers_session_terminate() {
     assert_eq!(net.b.core.open_streams(), 0);
     assert_eq!(net.b.core.link().refused_startups(), 1);
 }
+
+/// A stream's QP joins the protection domain its ULP picks by the session
+/// (`SctpUnit::set_pd_for`), before anything the peer sent reaches it: a
+/// service that lends each client memory of its own keeps every client's
+/// STags out of the others' streams' reach. The initiator's Writes through
+/// an STag of the stream's PD land; through an STag of the core's default
+/// PD they draw DDP's "STag not associated with RDMAP Stream" (RFC 5041
+/// §7.2), and the other way round for a stream left in the default PD. A
+/// stream the ULP's choice refuses ends with a Session Terminate.
+#[test]
+fn each_stream_joins_the_pd_its_ulp_picks() {
+    use dataplane::PdChoice;
+    use rnic_engine::qp::QpEvent;
+    let mut net = Net::new(|_| {});
+    let own_pd = net.b.core.rnic().alloc_pd().unwrap();
+    let own_region = Region::new(4096);
+    let own = net
+        .b
+        .core
+        .rnic()
+        .reg_region(own_pd, own_region.clone(), ALL)
+        .unwrap();
+    net.b.core.set_pd_for(Box::new(move |session| {
+        match session.peer_private_data.as_slice() {
+            b"own" => PdChoice::In(own_pd),
+            b"none" => PdChoice::Refuse,
+            _ => PdChoice::Default,
+        }
+    }));
+    let assoc = net.associate();
+    for (stream, hello) in [(0, &b"own"[..]), (1, b"plain"), (2, b"none")] {
+        net.a
+            .core
+            .open_stream(net.now, assoc, stream, hello)
+            .unwrap();
+    }
+    let ended = |side: &Side<Stack<LinkEnd>>, stream: u16| {
+        side.events.iter().find_map(|e| match e {
+            SctpEvent::StreamEnded {
+                stream: s,
+                terminate,
+                ..
+            } if *s == stream => Some(*terminate),
+            _ => None,
+        })
+    };
+    // a hears b's Accept of stream 2, then its Session Terminate.
+    net.run_until(Duration::from_secs(5), |net| {
+        net.b.stream_up().len() == 2 && ended(&net.a, 2).is_some()
+    });
+    assert!(
+        net.b.stream_up().iter().all(|s| s.0 != 2),
+        "stream 2 never up"
+    );
+    let qa = |net: &Net, stream: u16| {
+        let up = net.a.stream_up();
+        up.iter().find(|u| u.0 == stream).expect("up at a").1
+    };
+    let (q_own, q_plain) = (qa(&net, 0), qa(&net, 1));
+    net.a.region.write(0, &[0x3C; 64]).unwrap();
+    let to = |mr: &Mr| RemoteAddr {
+        stag: mr.stag,
+        to: mr.base_to,
+    };
+    let default = net.b.mr;
+    let write = |net: &mut Net, qp, id, sink: &Mr| {
+        let sge = [net.a.sge(0, 64)];
+        let wr = SendWr::signaled(id, SendOp::Write(to(sink)), &sge);
+        net.a.core.rnic().post_send(qp, &wr).unwrap();
+    };
+    // Each stream writes into its own PD's memory: both land.
+    write(&mut net, q_own, 1, &own);
+    write(&mut net, q_plain, 2, &default);
+    let mut wcs = Vec::new();
+    net.run_until(Duration::from_secs(5), |net| {
+        wcs.extend(net.a.completions());
+        wcs.len() == 2
+    });
+    assert!(
+        wcs.iter().all(|wc| wc.status == WcStatus::Success),
+        "{wcs:?}"
+    );
+    let mut got = [0u8; 64];
+    own_region.read(0, &mut got).unwrap();
+    assert_eq!(got, [0x3C; 64], "the stream's own PD");
+    net.b.region.read(0, &mut got).unwrap();
+    assert_eq!(got, [0x3C; 64], "the default PD");
+    // Then each into the other's: both are terminated, nothing lands.
+    net.a.region.write(0, &[0x77; 64]).unwrap();
+    write(&mut net, q_own, 3, &default);
+    write(&mut net, q_plain, 4, &own);
+    net.run_until(Duration::from_secs(5), |net| {
+        ended(&net.a, 0).is_some() && ended(&net.a, 1).is_some()
+    });
+    for stream in [0, 1] {
+        let Some(Some(QpEvent::TerminateReceived(t))) = ended(&net.a, stream) else {
+            panic!("stream {stream}: {:?}", ended(&net.a, stream));
+        };
+        assert_eq!((t.layer, t.etype, t.ecode), (1, 1, 2), "stream {stream}");
+    }
+    own_region.read(0, &mut got).unwrap();
+    assert_eq!(got, [0x3C; 64], "nothing from the other stream");
+    net.b.region.read(0, &mut got).unwrap();
+    assert_eq!(got, [0x3C; 64], "nothing from the other stream");
+}

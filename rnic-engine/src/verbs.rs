@@ -740,6 +740,36 @@ impl Rnic {
         Ok(())
     }
 
+    /// Moves queue pair `qp` into protection domain `pd`: only a QP that
+    /// is still Idle (never connected) with no work request posted and no
+    /// SRQ, so that nothing it did was checked against its old PD. For a
+    /// QP made before its consumer is known, as a DDP over SCTP stream's
+    /// is: the stream's QP is made when the peer's Initiate arrives, and
+    /// its ULP picks the PD once it has read the Initiate (as an MPA
+    /// connection's QP is made after its MPA Request was read, in the PD
+    /// its ULP picks). [`VerbError::State`] for a QP past Idle or with
+    /// work posted, [`VerbError::Invalid`] for one with an SRQ (an SRQ
+    /// serves QPs of its own PD only).
+    pub fn move_qp_to_pd(&mut self, qp: QpHandle, pd: Pd) -> Result<(), VerbError> {
+        let q = self
+            .qps
+            .get_mut(qp.0 as usize)
+            .and_then(Option::as_mut)
+            .ok_or(VerbError::UnknownHandle)?;
+        let old = q.pd();
+        if old == pd {
+            return self.registry.check_pd(pd);
+        }
+        // Held first: another thread may free `pd` meanwhile.
+        self.registry.hold_pd(pd)?;
+        if let Err(e) = q.move_to_pd(pd) {
+            self.registry.release_pd(pd);
+            return Err(e);
+        }
+        self.registry.release_pd(old);
+        Ok(())
+    }
+
     fn split(&mut self, qp: QpHandle) -> Result<(&mut Qp, Ctx<'_>), VerbError> {
         let qp = self
             .qps

@@ -379,3 +379,93 @@ fn the_verbs_keep_the_two_lower_layers_apart() {
         Err(VerbError::State)
     );
 }
+
+/// A QP made before its consumer is known (a DDP over SCTP stream's, made
+/// when the Initiate arrives) moves into the PD its ULP picks while it is
+/// Idle with nothing posted (`Rnic::move_qp_to_pd`): then a Write with an
+/// STag of the new PD lands, one with an STag of the PD it was made in
+/// draws the invalid-STag Terminate, and the PDs' users follow. A QP that
+/// is connected, or has work posted, or an SRQ, stays where it is.
+#[test]
+fn an_idle_qp_moves_into_the_pd_its_ulp_picks() {
+    use rnic_engine::mem::Region;
+    let mut pair = pair(messages(Link::Messages));
+    let registry = pair.b.rnic.registry().clone();
+    let (old, new) = (pair.b.pd, registry.alloc_pd().unwrap());
+    let (theirs, theirs_mr) = pair.b.region(64, Access::REMOTE_WRITE).unwrap();
+    let mine = Region::new(64);
+    let mine_mr = registry
+        .reg_region(new, mine.clone(), Access::REMOTE_WRITE)
+        .unwrap();
+    let init = QpInit {
+        pd: old,
+        send_cq: pair.b.cq,
+        recv_cq: pair.b.cq,
+        srq: None,
+        sq_size: 4,
+        rq_size: 4,
+    };
+    let qp = pair.b.rnic.create_qp(init).unwrap();
+    let users = registry.pds_in_use();
+    pair.b.rnic.move_qp_to_pd(qp, new).unwrap();
+    assert_eq!(registry.pds_in_use(), users, "one PD held for another");
+    assert_eq!(
+        registry.dealloc_pd(new),
+        Err(VerbError::InUse),
+        "the QP holds its new PD"
+    );
+    pair.b
+        .rnic
+        .connect_messages(qp, pair::message_connection(pair.config()))
+        .unwrap();
+    assert_eq!(
+        pair.b.rnic.move_qp_to_pd(qp, old),
+        Err(VerbError::State),
+        "connected: it stays"
+    );
+    let write = |ssn: u16, stag: u32| message(ssn, &tagged(Opcode::RdmaWrite, stag, 0, &[9; 16]));
+    pair.b
+        .rnic
+        .handle_message(qp, &write(0, mine_mr.stag))
+        .unwrap();
+    assert_eq!(&mine.to_vec()[..16], &[9; 16], "its new PD's STag");
+    pair.b
+        .rnic
+        .handle_message(qp, &write(1, theirs_mr.stag))
+        .unwrap();
+    assert_eq!(&theirs.to_vec()[..16], &[0; 16], "not the old PD's");
+    let mut out = vec![0u8; 4096];
+    let mut lengths = Vec::new();
+    pair.b
+        .rnic
+        .poll_transmit_messages(qp, &mut out, &mut lengths)
+        .unwrap();
+    let Some(QpEvent::TerminateSent(t)) = pair.b.rnic.poll_event(qp).unwrap() else {
+        panic!("no Terminate for the old PD's STag");
+    };
+    // DDP's tagged buffer error "STag not associated with RDMAP Stream"
+    // (RFC 5041 §7.2).
+    assert_eq!(t, info((1, 1, 2)));
+    // The QP goes: its new PD is free to go too.
+    pair.b.rnic.destroy_qp(qp).unwrap();
+    registry.dereg_mr(mine_mr.stag).unwrap();
+    registry.dealloc_pd(new).unwrap();
+    // Work posted: it stays.
+    let (_, inbox_mr) = pair.b.region(64, Access::LOCAL_WRITE).unwrap();
+    let qp = pair.b.rnic.create_qp(init).unwrap();
+    let other = registry.alloc_pd().unwrap();
+    let sgl = [sge(&inbox_mr, 0, 64)];
+    pair.b.rnic.post_recv(qp, &recv(1, &sgl)).unwrap();
+    assert_eq!(pair.b.rnic.move_qp_to_pd(qp, other), Err(VerbError::State));
+    assert_eq!(
+        pair.b.rnic.move_qp_to_pd(QpHandle(999), other),
+        Err(VerbError::UnknownHandle)
+    );
+    registry.dealloc_pd(other).unwrap();
+    let qp = pair.b.rnic.create_qp(init).unwrap();
+    assert_eq!(
+        pair.b.rnic.move_qp_to_pd(qp, other),
+        Err(VerbError::UnknownHandle),
+        "a PD that is gone"
+    );
+}

@@ -821,6 +821,25 @@ impl Qp {
     pub(crate) fn pd(&self) -> Pd {
         self.inner.pd
     }
+
+    /// Joins `pd` instead (see `Rnic::move_qp_to_pd`): only while Idle,
+    /// with nothing posted and no SRQ. The caller holds `pd` and releases
+    /// the old one.
+    pub(crate) fn move_to_pd(&mut self, pd: Pd) -> Result<(), VerbError> {
+        let i = &mut self.inner;
+        if i.srq.is_some() {
+            return Err(VerbError::Invalid);
+        }
+        if i.state != QpState::Idle || !i.sq.is_empty() || !i.rq.is_empty() {
+            return Err(VerbError::State);
+        }
+        i.pd = pd;
+        // Nothing was checked yet; and no STag checked in the old PD may
+        // stand for the new one.
+        i.rx_stag = StagCache::default();
+        i.tx_stag = StagCache::default();
+        Ok(())
+    }
 }
 
 impl Qp {
