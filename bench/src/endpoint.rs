@@ -307,6 +307,18 @@ impl<T: CoreTransport> Endpoint<T> {
         Endpoint::on_host(&Host::new(1, seed), 0, transport, emss, memory)
     }
 
+    /// [`Endpoint::new`] with its memory registered for local work only
+    /// ([`Host::register_local`]): for a server that tells its peers
+    /// STags of its own making, or none (rping's server, perftest's
+    /// sides), so that no peer can reach the rest of its memory, whatever
+    /// STag it guesses.
+    pub fn new_local(transport: T, emss: usize, seed: u64, memory: usize) -> Endpoint<T> {
+        let host = Host::new(1, seed);
+        let region = Region::new(memory);
+        let mr = host.register_local(&region);
+        Endpoint::on_host_sharing(&host, 0, transport, emss, region, mr)
+    }
+
     /// Core `core` of `host` on `transport`, with `memory` octets of its
     /// own registered in the host's registry.
     ///

@@ -712,7 +712,9 @@ fn run<T: CoreTransport>(
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    let mut ep = Endpoint::new(transport, emss, seed, Layout::memory(p));
+    // Peers are told only the STags of the session's slots (`Exposed`):
+    // the rest of the memory is for local work only.
+    let mut ep = Endpoint::new_local(transport, emss, seed, Layout::memory(p));
     ep.set_unfenced(args.unfenced);
     ep.set_pacing((!args.busy_poll).then(Pacer::default));
     if p.client {

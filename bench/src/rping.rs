@@ -581,7 +581,10 @@ fn run<T: CoreTransport>(
     };
     if args.server {
         let slots = if args.persistent { CONNECTIONS_MAX } else { 1 };
-        let mut ep = Endpoint::new(transport, emss, 7, layout.memory(slots));
+        // Its memory is its own: it Reads into it and Writes from it, and
+        // no client may reach another's slots (a client that named its
+        // STag once read another client's buffers).
+        let mut ep = Endpoint::new_local(transport, emss, 7, layout.memory(slots));
         ep.set_terminate_layout(args.term_layout.encoding());
         ep.set_pacing((!args.busy_poll).then(Pacer::default));
         server(&mut ep, layout, slots, args, stop)

@@ -525,3 +525,90 @@ fn bad_arguments_say_what_to_fix() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("failed"), "{}", text(&out));
 }
+
+/// A persistent server's memory is for its own work only: a client that
+/// names the server's STag (predictable: the registry's first, from a fixed
+/// seed) in a Read Request for another client's slot gets RDMAP's remote
+/// protection error for access rights (RFC 5040 §7.2: layer 0, type 1,
+/// code 2) and none of the other client's octets (before, the registration
+/// allowed remote Reads, and this read the running client's ping data).
+#[test]
+fn no_client_reads_another_clients_slot() {
+    use rnic_engine::wire::mpa_rr::{EnhancedRepr, FrameKind, Packet, Repr};
+    let _serial = serial();
+    let p = port();
+    let ps = p.to_string();
+    let mut server = spawn(&["-s", "-a", "127.0.0.1", "-p", &ps, "-P", "-v"]);
+    listening(p, &mut server);
+    let _good = spawn(&["-c", "-a", "127.0.0.1", "-p", &ps, "-C", "1000000"]);
+    // The good client is being served: its slot holds its ping data.
+    let served = eventually(|| {
+        let said = std::fs::read_to_string(&server.out).unwrap_or_default();
+        said.contains("server ping data: rdma-ping-").then_some(())
+    });
+    assert!(served.is_some(), "the good client was not served");
+    let host = bench::endpoint::Host::new(1, 7);
+    let (_, mr) = host.register(bench::rping::RpingService::memory(64, 64));
+    let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let request = Repr {
+        kind: FrameKind::Request,
+        markers: false,
+        crc: false,
+        reject: false,
+        reserved: 0,
+        revision: 2,
+        enhanced: Some(EnhancedRepr {
+            peer_to_peer: false,
+            rtr_send: false,
+            rtr_write: false,
+            rtr_read: false,
+            ird: 1,
+            ord: 1,
+        }),
+        private_data: b"",
+    };
+    let mut frame = vec![0; request.buffer_len()];
+    request.emit(&mut Packet::new_unchecked(&mut frame[..]));
+    s.write_all(&frame).unwrap();
+    let mut reply = [0; 24];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply[..16], b"MPA ID Rep Frame");
+    // A Read Request (RFC 5040 §4.4: untagged, queue 1, MSN 1): 64 octets
+    // from the server's STag at slot 0, the good client's.
+    let mut u = vec![0x41, 0x41, 0, 0, 0, 0];
+    u.extend_from_slice(&1u32.to_be_bytes()); // QN
+    u.extend_from_slice(&1u32.to_be_bytes()); // MSN
+    u.extend_from_slice(&0u32.to_be_bytes()); // MO
+    u.extend_from_slice(&0x1234_5600u32.to_be_bytes()); // sink STag
+    u.extend_from_slice(&0u64.to_be_bytes()); // sink TO
+    u.extend_from_slice(&64u32.to_be_bytes()); // size
+    u.extend_from_slice(&mr.stag.to_be_bytes()); // source STag
+    u.extend_from_slice(&mr.base_to.to_be_bytes()); // source TO
+    let mut fpdu = (u.len() as u16).to_be_bytes().to_vec();
+    fpdu.extend_from_slice(&u);
+    while fpdu.len() % 4 != 0 {
+        fpdu.push(0);
+    }
+    fpdu.extend_from_slice(&[0; 4]); // no CRC negotiated
+    s.write_all(&fpdu).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    assert!(
+        !got.windows(10).any(|w| w == b"rdma-ping-"),
+        "another client's data was read"
+    );
+    // The first FPDU is the Terminate: MPA length, DDP's untagged header
+    // (RDMAP opcode 7), then the Terminate Control's layer, type, code.
+    assert!(got.len() >= 22, "no Terminate: {got:?}");
+    assert_eq!(got[3] & 0x0f, 7, "a Terminate: {got:?}");
+    assert_eq!(
+        (got[20] >> 4, got[20] & 0x0f, got[21]),
+        (0, 1, 2),
+        "{got:?}"
+    );
+    assert!(
+        server.child.try_wait().unwrap().is_none(),
+        "the server runs on"
+    );
+}
