@@ -587,7 +587,7 @@ fn no_client_reads_another_clients_slot() {
     u.extend_from_slice(&mr.base_to.to_be_bytes()); // source TO
     let mut fpdu = (u.len() as u16).to_be_bytes().to_vec();
     fpdu.extend_from_slice(&u);
-    while fpdu.len() % 4 != 0 {
+    while !fpdu.len().is_multiple_of(4) {
         fpdu.push(0);
     }
     fpdu.extend_from_slice(&[0; 4]); // no CRC negotiated
