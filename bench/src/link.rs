@@ -131,11 +131,15 @@ pub struct LinkArgs {
 
 impl LinkArgs {
     /// The CPUs of `--lcores`, checked against the ones this process may
-    /// use.
+    /// use: each range runs upwards, every CPU is one this process may use,
+    /// and none is named twice (two pinned cores on one CPU would take
+    /// turns with each other). A range is checked before it is expanded,
+    /// so a huge one costs nothing.
     pub fn cpus(&self) -> Result<Option<Vec<usize>>, String> {
         let Some(list) = &self.lcores else {
             return Ok(None);
         };
+        let allowed = dataplane::lcore::cpus();
         let mut cpus = Vec::new();
         for part in list.split(',') {
             let range = match part.split_once('-') {
@@ -145,13 +149,28 @@ impl LinkArgs {
             let (Ok(first), Ok(last)) = range else {
                 return Err(format!("-l {list}: give CPUs as 0,1 or 0-3"));
             };
-            cpus.extend(first..=last);
-        }
-        let allowed = dataplane::lcore::cpus();
-        if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
-            return Err(format!(
-                "-l {list}: CPU {bad} is not one this process may use ({allowed:?})"
-            ));
+            if first > last {
+                return Err(format!(
+                    "-l {list}: the range {first}-{last} runs backwards; give the lower CPU \
+                     first ({last}-{first})"
+                ));
+            }
+            // Every CPU of the range is checked as it is taken: a range
+            // longer than the allowed set stops at its first CPU outside.
+            for cpu in first..=last {
+                if !allowed.contains(&cpu) {
+                    return Err(format!(
+                        "-l {list}: CPU {cpu} is not one this process may use ({allowed:?})"
+                    ));
+                }
+                if cpus.contains(&cpu) {
+                    return Err(format!(
+                        "-l {list}: CPU {cpu} is named twice; give each CPU once (two pinned \
+                         cores on one CPU take turns with each other)"
+                    ));
+                }
+                cpus.push(cpu);
+            }
         }
         Ok(Some(cpus))
     }

@@ -420,6 +420,7 @@ impl PerftestArgs {
                 "--transport tap needs --ip ADDR/PREFIX, our address on the TAP link".into(),
             );
         }
+        self.link.cpus()?;
         if !(576..=9000).contains(&self.mtu) {
             return Err(format!("--mtu {}: give 576 to 9000", self.mtu));
         }
