@@ -381,6 +381,12 @@ impl Args {
             if self.size.is_some_and(|s| s != 8) {
                 return Err(format!("{} moves 8 octets: drop -s or use -s 8", op.name()));
             }
+            if self.all {
+                return Err(format!(
+                    "-a runs every size, but {} moves 8 octets only: drop -a",
+                    op.name()
+                ));
+            }
             vec![8]
         } else if self.all {
             if self.size.is_some() {
