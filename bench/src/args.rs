@@ -344,6 +344,10 @@ pub struct Plan {
 /// The largest message `-a` reaches.
 pub const SIZE_MAX: usize = 8 << 20;
 
+/// The shortest `-D`, in seconds: a shorter run could end before its first
+/// message completes and report nothing.
+pub const DURATION_MIN: f64 = 0.01;
+
 impl Args {
     /// The DSCP of `--tos` (0 without it).
     pub fn dscp(&self) -> u8 {
@@ -411,9 +415,10 @@ impl Args {
         let stop = match (self.iters, self.duration) {
             (Some(0), _) => return Err("-n 0: give at least one iteration".into()),
             (Some(n), _) => Stop::Iterations(n),
-            (None, Some(d)) if !(d > 0.0 && d <= 3600.0) => {
+            (None, Some(d)) if !(DURATION_MIN..=3600.0).contains(&d) => {
                 return Err(format!(
-                    "-D {d}: give a duration in seconds, above 0 and at most 3600"
+                    "-D {d}: give a duration in seconds from {DURATION_MIN} to 3600 (a shorter \
+                     run may end before its first message completes)"
                 ))
             }
             (None, Some(d)) => Stop::Duration(Duration::from_secs_f64(d)),
