@@ -475,22 +475,21 @@ impl Args {
                 crate::endpoint::QPS_MAX
             ));
         }
-        if (self.qps + self.active) * self.depth > crate::endpoint::IN_FLIGHT_MAX {
+        // The QPs that keep -t work requests in flight: the run's, and
+        // the busy ones beside a latency run.
+        let busy = self.qps + self.active;
+        if busy * self.depth > crate::endpoint::IN_FLIGHT_MAX {
+            let qps = if self.active > 0 {
+                format!("(-q {} + --active {})", self.qps, self.active)
+            } else {
+                format!("-q {}", self.qps)
+            };
             return Err(format!(
-                "--active {} x -t {} work requests in flight: the CQ holds {}; give -t {} or less",
-                self.active,
+                "{qps} x -t {} work requests in flight: the CQ holds {}; give -t {} or less, \
+                 or fewer QPs",
                 self.depth,
                 crate::endpoint::IN_FLIGHT_MAX,
-                (crate::endpoint::IN_FLIGHT_MAX / (self.qps + self.active)).max(1)
-            ));
-        }
-        if self.qps * self.depth > crate::endpoint::IN_FLIGHT_MAX {
-            return Err(format!(
-                "-q {} x -t {} work requests in flight: the CQ holds {}; give -t {} or less",
-                self.qps,
-                self.depth,
-                crate::endpoint::IN_FLIGHT_MAX,
-                (crate::endpoint::IN_FLIGHT_MAX / self.qps).max(1)
+                (crate::endpoint::IN_FLIGHT_MAX / busy).max(1)
             ));
         }
         if !(1280..=65000).contains(&self.mtu()) {
