@@ -572,8 +572,14 @@ impl Args {
             if self.flood.is_some() && self.duration.is_none() {
                 return Err("--flood runs as long as the workload: give -D".into());
             }
-            if self.flood == Some(0) {
-                return Err("--flood 0 opens nothing: give 1 or more".into());
+            if let Some(n) = self.flood {
+                if !(1..=crate::endpoint::CONNECTIONS_MAX).contains(&n) {
+                    return Err(format!(
+                        "--flood {n}: give 1 to {} (the most connections a core's stack holds \
+                         open)",
+                        crate::endpoint::CONNECTIONS_MAX
+                    ));
+                }
             }
             for &k in &self.cores {
                 if k == 0 || k > cpus.len() {
@@ -740,6 +746,13 @@ impl Args {
             if host.is_empty() || host.starts_with('-') {
                 return Err(format!("{host:?} is not a server address"));
             }
+        }
+        if self.flood.is_some() && !self.cores.iter().any(|&k| k >= 2) {
+            return Err(
+                "--flood floods core 0 while the other cores run the workload: give --cores \
+                 with a count of 2 or more (e.g. --cores 2 or --cores 1,2)"
+                    .into(),
+            );
         }
         Ok(Plan {
             op,

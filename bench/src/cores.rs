@@ -587,7 +587,10 @@ fn flood<C: CoreTransport, S: CoreTransport>(
         return Err("--flood runs for a duration: give -D".into());
     };
     let server = rig.server_addr();
-    let mut open = std::collections::VecDeque::with_capacity(open_max);
+    // Room for what a core's stack can hold open, not for whatever number
+    // the caller asked (a connect beyond it is refused and counted).
+    let mut open =
+        std::collections::VecDeque::with_capacity(open_max.min(crate::endpoint::CONNECTIONS_MAX));
     let mut stats = FloodStats::default();
     let control = |rig: &Rig<C, S>| {
         rig.local_server()
