@@ -344,6 +344,10 @@ pub struct Plan {
 /// The largest message `-a` reaches.
 pub const SIZE_MAX: usize = 8 << 20;
 
+/// The most memory one RNIC of a run registers: 4 GiB (-q 1024 of 1 MiB
+/// messages fit, of 2 MiB do not), checked before anything is allocated.
+pub const MEMORY_MAX: usize = 4 << 30;
+
 /// The shortest `-D`, in seconds: a shorter run could end before its first
 /// message completes and report nothing.
 pub const DURATION_MIN: f64 = 0.01;
@@ -754,6 +758,7 @@ impl Args {
                     .into(),
             );
         }
+        self.check_memory(&role, &sizes)?;
         Ok(Plan {
             op,
             mode,
@@ -762,4 +767,62 @@ impl Args {
             role,
         })
     }
+
+    /// The memory each RNIC of the run registers (`-q` QPs and those beside
+    /// a latency run, two slots of the largest message each), held to
+    /// [`MEMORY_MAX`] and to half this machine's memory over the RNICs of
+    /// this process (two where both ends run here, or a baseline does).
+    fn check_memory(&self, role: &Role, sizes: &[usize]) -> Result<(), String> {
+        let largest = sizes.iter().copied().max().unwrap_or(8);
+        let qps = self.qps + self.beside().0;
+        let mut memory = crate::spec::memory_for(qps, largest);
+        if *role == Role::Server {
+            // A server has room for one QP of -a's largest size, whatever
+            // -s says.
+            memory = memory.max(crate::spec::memory_for(1, SIZE_MAX));
+        }
+        let rnics = if matches!(role, Role::Local(_)) || !self.compare.is_empty() {
+            2
+        } else {
+            1
+        };
+        let physical = physical_memory();
+        let limit = physical.map_or(MEMORY_MAX, |m| MEMORY_MAX.min(m / 2 / rnics));
+        if memory <= limit {
+            return Ok(());
+        }
+        let qps = match self.beside() {
+            (0, _) => format!("-q {}", self.qps),
+            (n, true) => format!("-q {} and --active {n}", self.qps),
+            (n, false) => format!("-q {} and --idle {n}", self.qps),
+        };
+        let size = if self.all {
+            format!("-a (up to {} MiB)", SIZE_MAX >> 20)
+        } else {
+            format!("-s {largest}")
+        };
+        let why = match physical {
+            Some(m) => format!(
+                "{} GiB at most, and half of this machine's {} MiB over {rnics} RNIC(s)",
+                MEMORY_MAX >> 30,
+                m >> 20
+            ),
+            None => format!("{} GiB at most", MEMORY_MAX >> 30),
+        };
+        Err(format!(
+            "{qps} with {size}: each RNIC would register {} MiB (two slots of the largest \
+             message a QP); it may register {} MiB ({why}): give fewer QPs (-q) or a smaller \
+             size (-s)",
+            memory >> 20,
+            limit >> 20
+        ))
+    }
+}
+
+/// This machine's memory (`MemTotal` of `/proc/meminfo`), if it says.
+fn physical_memory() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: usize = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
