@@ -613,6 +613,17 @@ impl Args {
                 );
             }
         }
+        if self
+            .compare
+            .contains(&Compare::Transport(TransportArg::Pci))
+        {
+            return Err(
+                "--compare pci: a baseline runs both ends in this process, and pci joins this \
+                 host to another; compare embedded, kernel, tap, memif, ring, net_tap or \
+                 af_packet"
+                    .into(),
+            );
+        }
         if let Some(loss) = self.loss {
             if !(0.0..=50.0).contains(&loss) || loss.is_nan() {
                 return Err(format!("--loss {loss}: give a percentage from 0 to 50"));
@@ -621,16 +632,20 @@ impl Args {
                 |t: Option<TransportArg>| matches!(t, None | Some(TransportArg::Embedded));
             if !matches!(role, Role::Local(_))
                 || !embedded(self.transport)
-                || self
-                    .compare
-                    .iter()
-                    .any(|c| matches!(c, Compare::Transport(_)))
                 || self.llp == LlpArg::Sctp
                 || !self.cores.is_empty()
             {
                 return Err(
                     "--loss drops frames on the embedded link: --transport embedded (the \
-                     default), MPA, one core, no --compare of transports"
+                     default), MPA, one core"
+                        .into(),
+                );
+            }
+            if !self.compare.is_empty() {
+                return Err(
+                    "--loss drops frames on the embedded link's MPA run only: a --compare \
+                     baseline would run without loss, and its ratio would compare a lossy run \
+                     with a lossless one; drop --compare (or --loss)"
                         .into(),
                 );
             }

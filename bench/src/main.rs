@@ -303,7 +303,7 @@ fn kind(t: TransportArg) -> TransportKind {
         TransportArg::Ring => TransportKind::Ring,
         TransportArg::NetTap => TransportKind::NetTap,
         TransportArg::AfPacket => TransportKind::AfPacket,
-        // Refused by Args::plan for in-process runs.
+        // Refused by Args::plan for in-process runs and as a baseline.
         TransportArg::Pci => TransportKind::Remote(PeerTransport::Pci),
     }
 }
