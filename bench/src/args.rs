@@ -660,6 +660,17 @@ impl Args {
                     .into(),
             );
         }
+        // MPA's options, where no run is MPA's.
+        if self.llp == LlpArg::Sctp && !self.compare.contains(&Compare::Llp(LlpArg::Mpa)) {
+            let given = [("--markers", self.markers), ("--no-crc", self.no_crc)];
+            if let Some((name, _)) = given.iter().find(|(_, set)| *set) {
+                return Err(format!(
+                    "{name} is MPA's, and --llp sctp runs no MPA (DDP over SCTP has neither \
+                     markers nor MPA's CRC; SCTP checks its own): drop {name}, or add \
+                     --compare mpa"
+                ));
+            }
+        }
         if self.compare.contains(&Compare::Llp(self.llp)) {
             return Err(format!(
                 "--compare {} names the lower layer already measured (--llp): compare the other",

@@ -125,9 +125,9 @@ pub struct ConnectArgs {
     /// TCP buffers of every connection, each way, in KiB: smoltcp's socket
     /// buffers on the embedded link, the kernel transport's rings and
     /// `SO_RCVBUF`/`SO_SNDBUF` (default: bench's embedded link and
-    /// tcp-lite's kernel transport, 256).
-    #[arg(long, default_value_t = TCP_BUFFER_KIB)]
-    pub tcp_buffer: usize,
+    /// tcp-lite's kernel transport, 256). MPA over TCP only.
+    #[arg(long)]
+    pub tcp_buffer: Option<usize>,
 
     /// The lower layer: `mpa` (TCP and RFC 6581's MPA startup, the
     /// default) or `sctp`: an SCTP association over UDP (RFC 6951; the
@@ -229,11 +229,22 @@ fn check(args: &ConnectArgs) -> Result<Settings, String> {
             args.parallel
         ));
     }
-    if !(4..=4096).contains(&args.tcp_buffer) {
-        return Err(format!(
-            "--tcp-buffer {}: give 4 to 4096 KiB",
-            args.tcp_buffer
-        ));
+    let tcp_buffer = args.tcp_buffer.unwrap_or(TCP_BUFFER_KIB);
+    if !(4..=4096).contains(&tcp_buffer) {
+        return Err(format!("--tcp-buffer {tcp_buffer}: give 4 to 4096 KiB"));
+    }
+    if args.llp == crate::args::LlpArg::Sctp {
+        // DDP over SCTP has no MPA and no TCP: these would be ignored.
+        let given = [
+            ("--no-crc", args.no_crc),
+            ("--tcp-buffer", args.tcp_buffer.is_some()),
+        ];
+        if let Some((name, _)) = given.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "{name} is for MPA over TCP, and --llp sctp runs neither (SCTP checks its own \
+                 CRC32c; its buffers are the association's): drop {name}"
+            ));
+        }
     }
     if args.port == 0 {
         return Err("-p 0: give the listener a port".into());
@@ -252,7 +263,7 @@ fn check(args: &ConnectArgs) -> Result<Settings, String> {
         port: args.port,
         cpu: args.cpu,
         crc: !args.no_crc,
-        tcp_buffer: args.tcp_buffer << 10,
+        tcp_buffer: tcp_buffer << 10,
     })
 }
 

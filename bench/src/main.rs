@@ -123,12 +123,21 @@ fn main() {
         Some(p) if p > 0.0 => format!(" | {p}% of frames lost each way (CUBIC)"),
         _ => String::new(),
     };
+    // MPA's settings only where a run is MPA's (the plan refuses them
+    // otherwise).
+    let mpa = if runs.iter().any(|r| r.1 == LlpArg::Mpa) {
+        format!(
+            " | MPA CRC {}, markers {}",
+            if args.no_crc { "off" } else { "on" },
+            if args.markers { "on" } else { "off" },
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "{} {} | MPA CRC {}, markers {} | MTU {}{checksums}{llps}{loss}",
+        "{} {}{mpa} | MTU {}{checksums}{llps}{loss}",
         plan.op.name(),
         shape,
-        if args.no_crc { "off" } else { "on" },
-        if args.markers { "on" } else { "off" },
         args.mtu(),
     );
     for &(transport, llp) in &runs {
