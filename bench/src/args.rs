@@ -650,13 +650,22 @@ impl Args {
                 );
             }
         }
+        // The transport the run itself goes over: a --server and a HOST
+        // client use kernel TCP unless --transport names another.
+        let kernel = match &role {
+            Role::Local(t) => *t == TransportArg::Kernel,
+            Role::Client(_) | Role::Server => {
+                self.transport.unwrap_or(TransportArg::Kernel) == TransportArg::Kernel
+            }
+        };
         if self.rx_buffered
-            && (self.transport == Some(TransportArg::Kernel)
+            && (kernel
                 || self.llp == LlpArg::Sctp
                 || self.compare.iter().any(|c| matches!(c, Compare::Llp(_))))
         {
             return Err(
-                "--rx-buffered picks tcp-lite's receive path: kernel TCP and DDP over SCTP                  have one each (drop it)"
+                "--rx-buffered picks tcp-lite's receive path: kernel TCP (a --server's and a \
+                 HOST client's without --transport) and DDP over SCTP have one each (drop it)"
                     .into(),
             );
         }
