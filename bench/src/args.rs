@@ -526,8 +526,10 @@ impl Args {
                     ("--ip", link.ip.is_some()),
                     ("--tap", link.tap.is_some()),
                     ("--netns", link.netns.is_some()),
+                    ("--bridge", link.bridge.is_some()),
                     ("--iface", link.iface.is_some()),
                     ("--pci", link.pci.is_some()),
+                    ("--memif-socket", link.memif_socket_given()),
                 ];
                 if let Some((name, _)) = given.iter().find(|(_, set)| *set) {
                     return Err(format!(
@@ -551,6 +553,9 @@ impl Args {
                 ));
             }
             _ => {}
+        }
+        if let Role::Client(_) | Role::Server = &role {
+            self.check_peer_link(&role)?;
         }
         let cpus = self.link.cpus()?.unwrap_or_else(dataplane::lcore::cpus);
         if !self.cores.is_empty() {
@@ -801,6 +806,74 @@ impl Args {
             stop,
             role,
         })
+    }
+
+    /// The link options of a `--server` or a HOST client that its transport
+    /// (kernel TCP unless `--transport` names another) would ignore, and
+    /// `--ip`, `--iface` and `--pci` where it needs them: refused before
+    /// anything starts.
+    fn check_peer_link(&self, role: &Role) -> Result<(), String> {
+        use PeerTransport::{AfPacket, Kernel, Memif, NetTap, Pci};
+        let Some(t) = self.transport.unwrap_or(TransportArg::Kernel).peer() else {
+            // Refused by the caller.
+            return Ok(());
+        };
+        let link = &self.link;
+        // Each option: whether it was given, the transports that use it.
+        let options: [(&str, bool, &[PeerTransport], &str); 7] = [
+            (
+                "--ip",
+                link.ip.is_some(),
+                &[Memif, NetTap, AfPacket, Pci],
+                "memif, net_tap, af_packet or pci",
+            ),
+            ("--tap", link.tap.is_some(), &[NetTap], "net_tap"),
+            (
+                "--netns",
+                link.netns.is_some(),
+                &[NetTap, AfPacket],
+                "net_tap or af_packet",
+            ),
+            ("--bridge", link.bridge.is_some(), &[NetTap], "net_tap"),
+            ("--iface", link.iface.is_some(), &[AfPacket], "af_packet"),
+            ("--pci", link.pci.is_some(), &[Pci], "pci"),
+            (
+                "--memif-socket",
+                link.memif_socket_given(),
+                &[Memif],
+                "memif",
+            ),
+        ];
+        if let Some((name, _, _, users)) = options
+            .iter()
+            .find(|(_, given, users, _)| *given && !users.contains(&t))
+        {
+            let who = match role {
+                Role::Server => "--server",
+                _ => "HOST client",
+            };
+            let over = if t == Kernel && self.transport.is_none() {
+                "kernel (the default without --transport)".to_string()
+            } else {
+                t.name().to_string()
+            };
+            return Err(format!(
+                "{name} is for --transport {users}; this {who} runs over {over}, which does not \
+                 use it: drop {name} (or give the --transport it is for)"
+            ));
+        }
+        if let Some(ip) = &link.ip {
+            crate::link::parse_cidr(ip)?;
+        }
+        if t == AfPacket && link.iface.is_none() {
+            return Err("--transport af_packet needs --iface, the interface to run on".into());
+        }
+        if t == Pci && link.pci.is_none() {
+            return Err(
+                "--transport pci needs --pci ADDRESS, the NIC's (bound to vfio-pci)".into(),
+            );
+        }
+        Ok(())
     }
 
     /// The memory each RNIC of the run registers (`-q` QPs and those beside

@@ -73,6 +73,9 @@ pub enum HugepagesArg {
     Off,
 }
 
+/// memif's control socket when `--memif-socket` is not given.
+pub const MEMIF_SOCKET_DEFAULT: &str = "/run/dpwarp/memif.sock";
+
 /// The link options of every tool.
 #[derive(Debug, Clone, Default, Args)]
 pub struct LinkArgs {
@@ -105,7 +108,7 @@ pub struct LinkArgs {
     pub pci: Option<String>,
 
     /// memif: the control socket's name (an abstract socket: no file).
-    #[arg(long = "memif-socket", default_value = "/run/dpwarp/memif.sock")]
+    #[arg(long = "memif-socket", default_value = MEMIF_SOCKET_DEFAULT)]
     pub memif_socket: String,
 
     /// DPDK: EAL's memory, 2 MiB hugepages or ordinary pages.
@@ -173,6 +176,12 @@ impl LinkArgs {
             }
         }
         Ok(Some(cpus))
+    }
+
+    /// Whether `--memif-socket` names a socket other than the default (a
+    /// run that makes its own memif, or uses none, refuses it).
+    pub fn memif_socket_given(&self) -> bool {
+        !self.memif_socket.is_empty() && self.memif_socket != MEMIF_SOCKET_DEFAULT
     }
 
     /// EAL's hugepage choice.
