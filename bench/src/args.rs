@@ -197,7 +197,7 @@ pub struct Args {
 
     /// Directory for the histogram files (.hgrm), interval logs (.hlog) and
     /// plots (.svg) of latency runs.
-    #[arg(long, default_value = "bench-out")]
+    #[arg(long, default_value = OUT_DEFAULT)]
     pub out: PathBuf,
 }
 
@@ -347,6 +347,9 @@ pub const SIZE_MAX: usize = 8 << 20;
 /// The most memory one RNIC of a run registers: 4 GiB (-q 1024 of 1 MiB
 /// messages fit, of 2 MiB do not), checked before anything is allocated.
 pub const MEMORY_MAX: usize = 4 << 30;
+
+/// `--out` when not given.
+pub const OUT_DEFAULT: &str = "bench-out";
 
 /// The shortest `-D`, in seconds: a shorter run could end before its first
 /// message completes and report nothing.
@@ -556,6 +559,9 @@ impl Args {
         }
         if let Role::Client(_) | Role::Server = &role {
             self.check_peer_link(&role)?;
+        }
+        if role == Role::Server {
+            self.check_server_options()?;
         }
         let cpus = self.link.cpus()?.unwrap_or_else(dataplane::lcore::cpus);
         if !self.cores.is_empty() {
@@ -874,6 +880,33 @@ impl Args {
             );
         }
         Ok(())
+    }
+
+    /// The options of a client's run that a `--server` would ignore: it
+    /// takes each connection's workload from its client, and its `-s`,
+    /// `-a`, `-q` (and `--lat` with `--active` or `--idle`) only size its
+    /// memory.
+    fn check_server_options(&self) -> Result<(), String> {
+        let ignored = [
+            ("-D", self.duration.is_some()),
+            ("-n", self.iters.is_some()),
+            ("--json", self.json.is_some()),
+            (
+                "--out",
+                self.out.as_path() != std::path::Path::new(OUT_DEFAULT),
+            ),
+            ("--tos", self.tos.is_some()),
+            ("--urgent", self.urgent),
+            ("--report_gbits", self.report_gbits),
+            ("--shared-core", self.shared_core),
+        ];
+        match ignored.iter().find(|(_, given)| *given) {
+            Some((name, _)) => Err(format!(
+                "{name} is the client's: a --server takes each run's workload from its client \
+                 and reports nothing of it; drop {name} (give it to the client)"
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The memory each RNIC of the run registers (`-q` QPs and those beside
