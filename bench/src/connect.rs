@@ -221,7 +221,10 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
 /// The arguments as settings, or what to fix.
 fn check(args: &ConnectArgs) -> Result<Settings, String> {
     if !(args.duration > 0.0 && args.duration <= 3600.0) {
-        return Err(format!("-D {}: give 0 to 3600 seconds", args.duration));
+        return Err(format!(
+            "-D {}: give a duration in seconds, above 0 and at most 3600",
+            args.duration
+        ));
     }
     if !(1..=PARALLEL_MAX).contains(&args.parallel) {
         return Err(format!(

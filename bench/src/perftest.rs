@@ -415,10 +415,14 @@ impl PerftestArgs {
         if !(1..=2).contains(&self.mpa_rev) {
             return Err(format!("--mpa-rev {}: give 1 or 2", self.mpa_rev));
         }
-        if self.transport != PeerTransport::Kernel && self.link.ip.is_none() {
-            return Err(
-                "--transport tap needs --ip ADDR/PREFIX, our address on the TAP link".into(),
-            );
+        if self.transport != PeerTransport::Kernel {
+            if self.link.ip.is_none() {
+                return Err(format!(
+                    "--transport {} needs --ip ADDR/PREFIX, our address on the link",
+                    self.transport.name()
+                ));
+            }
+            self.link.address()?;
         }
         self.link.cpus()?;
         if !(576..=9000).contains(&self.mtu) {
