@@ -11,6 +11,11 @@ use bench::spec::{memory_for, Mode, Op, Spec, Stop};
 use bench::workload;
 use clap::Parser;
 
+mod common;
+use common::assert_refused;
+
+const BENCH: &str = env!("CARGO_BIN_EXE_bench");
+
 fn parse(line: &str) -> Result<Args, String> {
     Args::try_parse_from(line.split_whitespace()).map_err(|e| e.to_string())
 }
@@ -123,6 +128,175 @@ fn bad_arguments_say_what_to_fix() {
     // A server has no HOST and no baseline of its own.
     assert!(parse("bench write --server 10.0.0.1").is_err());
     assert!(parse("bench write --server --compare kernel").is_err());
+}
+
+/// Options that used to be taken and then ignored, misread, or acted on
+/// too late (filling memory, panicking, starting DPDK first) are refused
+/// by the binary before anything starts: exit 2, one line naming the
+/// option, no panic. Each run is held to 4 GB of address space.
+#[test]
+fn bad_options_are_refused_before_anything_starts() {
+    let cpu = dataplane::lcore::cpus()
+        .first()
+        .copied()
+        .unwrap_or(0)
+        .to_string();
+    let twice = format!("{cpu},{cpu}");
+    let refused = |args: &[&str], says: &[&str]| assert_refused(BENCH, args, says);
+    // A huge -l range is checked before it is expanded.
+    refused(
+        &["write", "-l", "0-4000000000", "-n", "10"],
+        &["-l 0-4000000000"],
+    );
+    // A backwards range is not an empty list.
+    refused(
+        &["write", "-l", "1-0", "-n", "10"],
+        &["-l 1-0", "backwards"],
+    );
+    // Two pollers on one CPU.
+    refused(&["write", "-l", &twice, "-n", "10"], &["-l", "twice"]);
+    // Memory for -q x -s is bounded, for a run and for a server.
+    refused(
+        &[
+            "write", "-s", "8388608", "-q", "1024", "-t", "64", "-n", "10",
+        ],
+        &["-q 1024", "-s 8388608"],
+    );
+    refused(
+        &["--server", "-a", "-q", "1024", "-t", "64"],
+        &["-q 1024", "-a"],
+    );
+    // A flood past a core's connections, which used to panic.
+    refused(
+        &[
+            "write",
+            "--cores",
+            "2",
+            "-q",
+            "2",
+            "-D",
+            "1",
+            "--flood",
+            "18446744073709551615",
+        ],
+        &["--flood 18446744073709551615"],
+    );
+    // Too much in flight names -q and -t, not an --active that was not given.
+    let r = common::run_refused(BENCH, &["write", "-q", "1024", "-n", "10"]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("-q 1024 x -t 128"), "{}", r.stderr);
+    assert!(!r.stderr.contains("--active"), "{}", r.stderr);
+    // A duration too short to complete a message.
+    refused(&["write", "-D", "0.0000001"], &["-D 0.0000001", "0.01"]);
+    // A lossy run against a lossless baseline.
+    refused(
+        &["write", "--loss", "1", "--compare", "sctp"],
+        &["--loss", "--compare"],
+    );
+    // pci as a baseline (it joins this host to another).
+    refused(
+        &["write", "--compare", "pci", "-n", "10"],
+        &["--compare pci"],
+    );
+    // MPA's options where no run is MPA's.
+    refused(&["write", "--llp", "sctp", "--markers"], &["--markers"]);
+    refused(&["write", "--llp", "sctp", "--no-crc"], &["--no-crc"]);
+    // --rx-buffered over kernel TCP, the default of a HOST client and a
+    // server; said without a run of spaces.
+    refused(&["write", "127.0.0.1", "--rx-buffered"], &["--rx-buffered"]);
+    let r = common::run_refused(BENCH, &["--server", "--rx-buffered"]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("--rx-buffered"), "{}", r.stderr);
+    assert!(!r.stderr.contains("  "), "a run of spaces: {:?}", r.stderr);
+    // Link options the transport would ignore.
+    refused(&["--server", "--ip", "10.0.0.1/24"], &["--ip", "kernel"]);
+    refused(&["write", "127.0.0.1", "--pci", "0000:01:00.0"], &["--pci"]);
+    refused(
+        &["write", "127.0.0.1", "--memif-socket", "/run/dpwarp/x.sock"],
+        &["--memif-socket"],
+    );
+    refused(
+        &[
+            "write",
+            "--transport",
+            "memif",
+            "--memif-socket",
+            "/run/dpwarp/x.sock",
+        ],
+        &["--memif-socket"],
+    );
+    refused(
+        &[
+            "--server",
+            "--transport",
+            "memif",
+            "--ip",
+            "10.0.0.1/24",
+            "--iface",
+            "eth1",
+        ],
+        &["--iface", "memif"],
+    );
+    // A client's options that a server would ignore.
+    for option in [
+        &["--json", "x.json"][..],
+        &["--out", "elsewhere"],
+        &["-D", "1"],
+        &["-n", "10"],
+        &["--tos", "184"],
+        &["--urgent"],
+    ] {
+        let mut args = vec!["--server"];
+        args.extend_from_slice(option);
+        refused(&args, &[option[0], "client"]);
+    }
+    // --ip is checked before DPDK starts.
+    refused(
+        &["--server", "--transport", "memif", "--ip", "10.0.0.1/33"],
+        &["--ip 10.0.0.1/33"],
+    );
+    refused(
+        &[
+            "write",
+            "127.0.0.1",
+            "--transport",
+            "memif",
+            "--ip",
+            "10.0.0.1",
+        ],
+        &["--ip 10.0.0.1"],
+    );
+    // A flood needs a count of two cores or more.
+    refused(
+        &[
+            "write", "--cores", "1", "-q", "2", "-D", "1", "--flood", "10",
+        ],
+        &["--flood", "--cores"],
+    );
+    // Atomics move 8 octets: no -a.
+    refused(&["fetch_add", "-a", "-n", "10"], &["-a", "fetch_add"]);
+}
+
+/// What the refusals above leave alone: the same options where they are
+/// used.
+#[test]
+fn options_are_taken_where_they_are_used() {
+    for ok in [
+        "bench write -D 0.01",
+        "bench write --llp sctp --compare mpa --markers --no-crc",
+        "bench write --server --transport memif --ip 10.0.0.2/24 --memif-socket /run/x.sock",
+        "bench write --server --transport net_tap --ip 10.0.0.2/24 --tap t0 --netns n0 --bridge b0",
+        "bench write 10.0.0.1 --transport af_packet --iface v0 --netns n0 --ip 10.0.0.1/24",
+        "bench write --server -q 1024 -t 64",
+        "bench write --server --lat --active 7",
+        "bench write -s 65536 -q 1024 -t 64 -n 10",
+        "bench write --transport memif --rx-buffered",
+        "bench write 10.0.0.1 --transport memif --ip 10.0.0.1/24 --rx-buffered",
+        "bench write --loss 1",
+    ] {
+        let plan = parse(ok).and_then(|a| a.plan());
+        assert!(plan.is_ok(), "{ok}: {plan:?}");
+    }
 }
 
 #[test]

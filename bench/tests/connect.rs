@@ -179,6 +179,18 @@ fn bad_arguments_get_one_line() {
         assert_eq!(code, Some(2), "{args:?}: {stdout}{stderr}");
         assert!(!stderr.trim().is_empty(), "{args:?}: nothing said");
     }
+    // What the refusal says: the option, and what to give.
+    for (args, says) in [
+        // -D 0 is refused: the range says so.
+        (&["-D", "0"][..], &["-D 0", "above 0"][..]),
+        // MPA's and TCP's options where DDP over SCTP runs neither.
+        (&["--llp", "sctp", "--no-crc"], &["--no-crc"]),
+        (&["--llp", "sctp", "--tcp-buffer", "64"], &["--tcp-buffer"]),
+    ] {
+        let mut argv = vec!["connect"];
+        argv.extend_from_slice(args);
+        common::assert_refused(BENCH, &argv, says);
+    }
 }
 
 /// `--llp sctp`: an association and an enhanced DDP stream on it, then an

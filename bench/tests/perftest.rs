@@ -603,6 +603,17 @@ fn bad_arguments_exit_2_and_say_why() {
         (&["read_bw", "-r", "8"], "-r is for the Send tests"),
         (&["write_bw", "--mpa-rev", "3"], "--mpa-rev 3: give 1 or 2"),
         (&["atomic_bw"], "invalid value 'atomic_bw'"),
+        // The transport named is the one given.
+        (
+            &["write_bw", "--transport", "memif"],
+            "--transport memif needs --ip",
+        ),
+        (
+            &["write_bw", "--transport", "memif", "--ip", "10.0.0.1"],
+            "--ip 10.0.0.1: give ADDR/PREFIX",
+        ),
+        // -l is checked against the CPUs this process may use.
+        (&["write_bw", "-l", "4000000000"], "-l 4000000000"),
     ] {
         let c = client(args, port());
         assert_eq!(c.code, Some(2), "{args:?}: {}", c.said());

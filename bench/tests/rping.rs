@@ -516,6 +516,13 @@ fn bad_arguments_say_what_to_fix() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         assert!(text(&out).contains(want), "{args:?}: {}", text(&out));
     }
+    // A huge -l range is refused before it is expanded (the run is held
+    // to 4 GB of address space, should that regress).
+    common::assert_refused(
+        BENCH,
+        &["rping", "-s", "-a", "127.0.0.1", "-l", "0-3000000000"],
+        &["-l 0-3000000000"],
+    );
     // Nobody to talk to: exit 1, saying so.
     let p = port().to_string();
     let out = finish(

@@ -17,3 +17,59 @@ pub(crate) fn port() -> u16 {
     let l = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     l.local_addr().unwrap().port()
 }
+
+/// What a refused `bench` run said: its exit status and its stderr.
+pub(crate) struct Refusal {
+    /// The exit status (none: killed at the time limit).
+    pub code: Option<i32>,
+    /// Its stderr.
+    pub stderr: String,
+}
+
+/// Runs `bench ARGS` (the binary at `bench`) under a 4 GB address-space
+/// limit, so that a refusal that regressed into a run cannot take the
+/// machine's memory, and kills it (by its PID) if it has not ended within
+/// 30 s.
+pub(crate) fn run_refused(bench: &str, args: &[&str]) -> Refusal {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 4000000 && exec \"$0\" \"$@\"")
+        .arg(bench)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bench");
+    #[allow(clippy::disallowed_methods)] // A child process runs on real time.
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait").is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = child.wait_with_output().expect("its output");
+    Refusal {
+        code: out.status.code(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Asserts that `bench ARGS` exits with status 2 before anything starts,
+/// on one line of stderr that contains every one of `says` (the option
+/// to fix first), without a panic.
+pub(crate) fn assert_refused(bench: &str, args: &[&str], says: &[&str]) {
+    let r = run_refused(bench, args);
+    assert_eq!(r.code, Some(2), "{args:?}: {}", r.stderr);
+    assert!(!r.stderr.contains("panicked"), "{args:?}: {}", r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{args:?}: {}", r.stderr);
+    for word in says {
+        assert!(
+            r.stderr.contains(word),
+            "{args:?}: {word:?} in {}",
+            r.stderr
+        );
+    }
+}
