@@ -117,6 +117,10 @@ fn main() {
             "reflect_dscp_over_linux_tcp_takes_the_class_linux_reflects",
             reflect_dscp_over_linux_tcp,
         ),
+        Trial::test(
+            "slow_operator_clients_hold_up_no_one_and_not_the_stop",
+            slow_operator_clients,
+        ),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -2837,3 +2841,97 @@ fn reflect_dscp_over_linux_tcp() -> Result<(), Failed> {
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
+
+/// A client of an operator's endpoint that sends one octet every 300 ms,
+/// never finishing its request, for at most `limit`; how long until the
+/// server cut it off (or `limit`).
+fn trickle<S: std::io::Write>(mut stream: S, limit: Duration) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if stream.write_all(b"G").is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    start.elapsed()
+}
+
+/// Clients of the metrics endpoint and the control socket that trickle
+/// their requests hold only their own connection, and only until their
+/// request's deadline (2 s): scrapes and `dpwarpctl` meanwhile are answered
+/// at once, and SIGTERM's stop waits for none of them (found by a review:
+/// each endpoint served one client at a time, each read's timeout restarted
+/// by every octet, and the stop joined the endpoint's thread, so such a
+/// client held `dpwarpctl drain` and the stop for hours). A command that
+/// is not UTF-8 is answered with an error, in JSON.
+fn slow_operator_clients() -> Result<(), Failed> {
+    use std::os::unix::net::UnixStream;
+    let dir = scratch("slow-clients");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    let mut daemon = Daemon::start(&dir, &loopback_config(&dir, tcp_port, metrics, 16))?;
+    let socket = daemon.socket.clone();
+    let slow_metrics = std::net::TcpStream::connect(("127.0.0.1", metrics))?;
+    let slow_ctl = UnixStream::connect(&socket)?;
+    let limit = Duration::from_secs(8);
+    let a = std::thread::spawn(move || trickle(slow_metrics, limit));
+    let b = std::thread::spawn(move || trickle(slow_ctl, limit));
+    std::thread::sleep(Duration::from_millis(200));
+    // Others are answered meanwhile, at once.
+    for _ in 0..3 {
+        let start = Instant::now();
+        scrape(metrics)?;
+        let status = daemon.ctl("status").map_err(fail)?;
+        if status["state"] != "serving" || start.elapsed() > Duration::from_secs(1) {
+            return Err(fail(format!(
+                "status {status} after {:?} beside slow clients",
+                start.elapsed()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for (what, t) in [("metrics", a), ("control socket", b)] {
+        let held = t.join().map_err(|_| fail("a trickling client panicked"))?;
+        if held > Duration::from_secs(4) {
+            return Err(fail(format!(
+                "a trickling client of the {what} held its connection {held:?}"
+            )));
+        }
+    }
+    // Not UTF-8: an answer that says so.
+    let mut raw = UnixStream::connect(&socket)?;
+    raw.set_read_timeout(Some(Duration::from_secs(5)))?;
+    std::io::Write::write_all(&mut raw, b"\xff\xfe status\n")?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut raw, &mut text)?;
+    let answer: Value = serde_json::from_str(&text)
+        .map_err(|e| fail(format!("the answer to a non-UTF-8 command: {e}: {text:?}")))?;
+    if !answer["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("not UTF-8") && e.contains("status"))
+    {
+        return Err(fail(format!("the answer to a non-UTF-8 command: {answer}")));
+    }
+    // SIGTERM with slow clients on both endpoints: the stop waits for
+    // neither (nothing else is open, so the drain itself is at once).
+    let slow_metrics = std::net::TcpStream::connect(("127.0.0.1", metrics))?;
+    let slow_ctl = UnixStream::connect(&socket)?;
+    let a = std::thread::spawn(move || trickle(slow_metrics, limit));
+    let b = std::thread::spawn(move || trickle(slow_ctl, limit));
+    std::thread::sleep(Duration::from_millis(500));
+    let term = Instant::now();
+    Command::new("kill")
+        .args(["-TERM", &daemon.child.id().to_string()])
+        .status()?;
+    let status = daemon.wait_exit(term, "SIGTERM")?;
+    let took = term.elapsed();
+    let _ = (a.join(), b.join());
+    if !status.success() || took > Duration::from_millis(1200) {
+        return Err(fail(format!(
+            "exit {status:?} {took:?} after SIGTERM beside slow clients: {}",
+            daemon.log_text()
+        )));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
