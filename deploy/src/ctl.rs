@@ -388,8 +388,10 @@ pub struct CtlServer {
 
 impl CtlServer {
     /// Makes the socket (and its directory) with permissions 0600 and
-    /// serves until dropped. A stale socket from a daemon that died is
-    /// replaced; a live one (another daemon answering) is refused.
+    /// serves until dropped, each request on a thread of its own within
+    /// its deadlines ([`crate::bounded`]). A stale socket from a daemon
+    /// that died is replaced; a live one (another daemon answering), or
+    /// anything there that is not a socket, is refused.
     pub fn start(shared: Arc<Shared>) -> Result<CtlServer, String> {
         let path = shared.config.daemon.control_socket.clone();
         let shown = path.display();
@@ -401,6 +403,9 @@ impl CtlServer {
                 .create(dir)
                 .map_err(|e| format!("control_socket {shown}: cannot make its directory: {e}"))?;
         }
+        if let Some(why) = crate::config::not_a_socket(&path) {
+            return Err(format!("control_socket {why}"));
+        }
         if path.exists() {
             if UnixStream::connect(&path).is_ok() {
                 return Err(format!(
@@ -408,6 +413,7 @@ impl CtlServer {
                      give this one another socket"
                 ));
             }
+            // A socket no one answers on (`not_a_socket` said it is one).
             std::fs::remove_file(&path)
                 .map_err(|e| format!("control_socket {shown}: cannot replace it: {e}"))?;
         }

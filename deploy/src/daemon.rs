@@ -589,6 +589,20 @@ pub fn drops(c: &CoreCounters) -> u64 {
 /// The daemon's state before its cores run: the host, the memory, the
 /// service's shared state.
 pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, String> {
+    // The memory and the regions are allocated and zeroed below: refused
+    // here if this machine does not have them now (an allocation that
+    // fails aborts the process).
+    if let Some(available) = crate::config::meminfo_mib("MemAvailable") {
+        let text = std::fs::read_to_string(&config_path).unwrap_or_default();
+        config
+            .check_memory(
+                &text,
+                &config_path.display().to_string(),
+                available,
+                " available now",
+            )
+            .map_err(|e| e.to_string())?;
+    }
     let cores = config.dpdk.lcores.len();
     let control = ControlConfig {
         startups_max: config.rnic.startups_max,
@@ -666,21 +680,18 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         .collect();
     // rping's buffers: a slot per client, `clients_max` of them (at most
     // rping's own 64) on every core, taken from the memory for good.
+    // (`Config::check` refused a file whose memory cannot hold them, with
+    // the same words.)
     let rping_origin = match config.service(ServiceKind::Rping) {
         None => vec![None; config.dpdk.lcores.len()],
         Some(_) => {
-            let len =
-                bench::rping::RpingService::memory(bench::rping::SIZE_MAX, rping_slots(&config))
-                    as u64;
+            let len = config.rping_memory();
             (0..config.dpdk.lcores.len())
                 .map(|_| {
-                    serving.reserve(len).map(Some).ok_or_else(|| {
-                        format!(
-                            "[rnic] memory_mib = {}: too little for the rping service's buffers \
-                             ({len} octets per core): give more",
-                            config.rnic.memory_mib
-                        )
-                    })
+                    serving
+                        .reserve(len)
+                        .map(Some)
+                        .ok_or_else(|| config.rping_too_little(len))
                 })
                 .collect::<Result<Vec<_>, String>>()?
         }
@@ -694,14 +705,10 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         .enumerate()
         .map(|(i, (port, p))| {
             let params = p.command.params;
-            let len = bench::perftest::PerftestService::memory(&params, p.clients_max) as u64;
-            let origin = serving.reserve(len).ok_or_else(|| {
-                format!(
-                    "[rnic] memory_mib = {}: too little for the perftest service on TCP port \
-                     {port} ({len} octets for {} clients of {:?}): give more, or fewer clients",
-                    config.rnic.memory_mib, p.clients_max, p.command.text
-                )
-            })?;
+            let len = crate::config::perftest_memory(p);
+            let origin = serving
+                .reserve(len)
+                .ok_or_else(|| config.perftest_too_little(port, p, len))?;
             let lcores = config.dpdk.lcores.len();
             let cores: Vec<usize> = if p.spread {
                 (0..lcores).collect()
@@ -758,11 +765,6 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         drain: AtomicBool::new(false),
         drain_started: Mutex::new(None),
     }))
-}
-
-/// rping clients each core serves at once.
-fn rping_slots(config: &Config) -> usize {
-    config.rnic.clients_max.min(bench::rping::CONNECTIONS_MAX)
 }
 
 /// STag keys and TCP sequence numbers of this run: not predictable from one
@@ -1340,7 +1342,7 @@ fn core_loop<T: SctpCarrier>(
     let mut rping = shared.rping_origin[k].map(|origin| {
         bench::rping::RpingService::new(
             bench::rping::SIZE_MAX,
-            rping_slots(&shared.config),
+            shared.config.rping_slots(),
             origin as usize,
             false,
         )

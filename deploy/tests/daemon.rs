@@ -118,6 +118,10 @@ fn main() {
             reflect_dscp_over_linux_tcp,
         ),
         Trial::test(
+            "check_refuses_what_the_daemon_could_not_start_with",
+            check_what_the_start_needs,
+        ),
+        Trial::test(
             "slow_operator_clients_hold_up_no_one_and_not_the_stop",
             slow_operator_clients,
         ),
@@ -2838,6 +2842,70 @@ fn reflect_dscp_over_linux_tcp() -> Result<(), Failed> {
         .map_err(|e| fail(format!("{e:?}\n{}", daemon.log_text())))?;
     daemon.stop()?;
     drop(ns);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// `--check` refuses what would stop the daemon at its start, with the
+/// daemon's own words: a memory too small for the services' buffers (found
+/// by a review: "valid", then a start that failed every 2 s under
+/// systemd), more memory than this machine has (the allocation aborted
+/// the process), and a control socket path that names a file (which the
+/// daemon deleted); the file is left as it was, by `--check` and by a
+/// start.
+fn check_what_the_start_needs() -> Result<(), Failed> {
+    let dir = scratch("check-start");
+    let refused = |name: &str, text: String, want: &str| -> Result<(), Failed> {
+        let path = dir.join(name);
+        std::fs::write(&path, text)?;
+        let out = Command::new(DPWARPD).arg("--check").arg(&path).output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() != Some(2) || !stderr.contains(want) {
+            return Err(fail(format!(
+                "{name}: want exit 2 and {want:?}, got {out:?}"
+            )));
+        }
+        Ok(())
+    };
+    let base = loopback_config(&dir, free_port(), free_port(), 16);
+    refused(
+        "small.toml",
+        base.replace("memory_mib = 16", "memory_mib = 1"),
+        "`memory_mib`: [rnic] memory_mib = 1: too little for the rping service's buffers",
+    )?;
+    let total_mib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kib| kib / 1024);
+    match total_mib {
+        Some(total) if total < 65536 => refused(
+            "huge.toml",
+            base.replace("memory_mib = 16", "memory_mib = 65536"),
+            &format!("memory_mib = 65536: this machine has {total} MiB: give less"),
+        )?,
+        _ => println!("check_refuses_what_the_daemon_could_not_start_with: 64 GiB here"),
+    }
+    let file = dir.join("notes.txt");
+    std::fs::write(&file, "the operator's notes")?;
+    let on_file = base.replace(
+        &dir.join("control.sock").display().to_string(),
+        &file.display().to_string(),
+    );
+    let want = format!("{} is not a socket: give another path", file.display());
+    refused("on-file.toml", on_file.clone(), &want)?;
+    // Nor does the daemon start on it, and the file stays.
+    let path = dir.join("on-file.toml");
+    let out = Command::new(DPWARPD).arg(&path).output()?;
+    if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains(&want) {
+        return Err(fail(format!("a daemon on a file's path: {out:?}")));
+    }
+    if std::fs::read_to_string(&file)? != "the operator's notes" {
+        return Err(fail("the file named as control_socket is gone"));
+    }
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
