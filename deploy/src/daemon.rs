@@ -1166,6 +1166,17 @@ fn run_cores<T: SctpCarrier + Send>(
                     .name(format!("dpwarpd-core{k}"))
                     .spawn_scoped(scope, move || {
                         let me = &shared.cores[k];
+                        // Should this thread panic, the guard passes the
+                        // barriers for it, says it is done and stops the
+                        // other cores: the main thread then sees the panic
+                        // and the daemon exits with an error.
+                        let mut guard = CoreGuard {
+                            k,
+                            me,
+                            failed,
+                            listening: Some(listening),
+                            finished: Some(finished),
+                        };
                         let mut sctp = None;
                         let up = dataplane::lcore::enter(me.cpu, eal).and_then(|pinned| {
                             wait_listening(&mut server, &others)?;
@@ -1177,8 +1188,10 @@ fn run_cores<T: SctpCarrier + Send>(
                             tracing::error!(core = k, cpu = ?me.cpu, why, "core failed to start");
                             failed.store(true, Ordering::SeqCst);
                         }
-                        listening.wait();
+                        guard.listened();
                         if up.is_ok() && !failed.load(Ordering::SeqCst) {
+                            #[cfg(test)]
+                            tests::maybe_panic(&shared, k);
                             core_loop(
                                 &mut server,
                                 sctp.as_mut(),
@@ -1193,8 +1206,7 @@ fn run_cores<T: SctpCarrier + Send>(
                         if let (Some(l), Some(s)) = (sctp.as_ref(), shared.sctp.as_ref()) {
                             publish_sctp(&l.server, &s.cores[k]);
                         }
-                        me.done.store(true, Ordering::SeqCst);
-                        finished.wait();
+                        guard.finished();
                         drop(sctp);
                         drop(up);
                     })
@@ -1210,8 +1222,12 @@ fn run_cores<T: SctpCarrier + Send>(
         };
         listening.wait();
         if failed.load(Ordering::SeqCst) {
+            let mut panicked = false;
             for t in threads {
-                let _ = t.join();
+                panicked |= t.join().is_err();
+            }
+            if panicked {
+                return Err(CORE_PANICKED.into());
             }
             return Err("a core failed to start (see above)".into());
         }
@@ -1242,10 +1258,60 @@ fn run_cores<T: SctpCarrier + Send>(
             panicked |= t.join().is_err();
         }
         if panicked {
-            return Err("a core's thread panicked".into());
+            return Err(CORE_PANICKED.into());
         }
         Ok(())
     })
+}
+
+/// Why the daemon stops when a core's thread panicked.
+const CORE_PANICKED: &str = "a core's thread panicked: dpwarpd stops (see the panic above)";
+
+/// What a core's thread owes the others however it ends, a panic
+/// included: its place at the `listening` barrier (if it has not reached
+/// it) and at the `finished` one, and its `done`. On a panic it also sets
+/// `failed`, so that the other cores leave their loops and the main thread
+/// (which waits for every core's `done`) sees the panic and ends the
+/// daemon with an error, as it would not if the barriers waited forever.
+struct CoreGuard<'a> {
+    k: usize,
+    me: &'a CoreShared,
+    failed: &'a AtomicBool,
+    listening: Option<&'a std::sync::Barrier>,
+    finished: Option<&'a std::sync::Barrier>,
+}
+
+impl CoreGuard<'_> {
+    /// Waits at the `listening` barrier (the listeners are up, or a core
+    /// failed to start).
+    fn listened(&mut self) {
+        if let Some(b) = self.listening.take() {
+            b.wait();
+        }
+    }
+
+    /// Says the core is done and waits at the `finished` barrier for the
+    /// others.
+    fn finished(&mut self) {
+        self.listened();
+        self.me.done.store(true, Ordering::SeqCst);
+        if let Some(b) = self.finished.take() {
+            b.wait();
+        }
+    }
+}
+
+impl Drop for CoreGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!(
+                core = self.k,
+                "a core's thread panicked: stopping every core"
+            );
+            self.failed.store(true, Ordering::SeqCst);
+        }
+        self.finished();
+    }
 }
 
 /// Core `k`'s endpoint of the bench service's DDP over SCTP listener at the
@@ -1934,6 +2000,69 @@ fn publish<T: CoreTransport>(server: &Server<T>, me: &CoreShared) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The configuration file of a daemon one of whose cores panics as it
+    /// enters its loop, and which core: set by a test only.
+    static PANIC_IN: Mutex<Option<(PathBuf, usize)>> = Mutex::new(None);
+
+    /// Panics on core `k` of the daemon `PANIC_IN` names.
+    pub(super) fn maybe_panic(shared: &Shared, k: usize) {
+        let hit = PANIC_IN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|(path, core)| *path == shared.config_path && *core == k);
+        if hit {
+            panic!("the test's panic on core {k}");
+        }
+    }
+
+    /// The example on Linux TCP at 127.0.0.1, MPA only, each service on a
+    /// port free now, on `lcores`.
+    fn loopback(lcores: &str) -> Config {
+        let mut text = crate::config::on_kernel(include_str!("../examples/dpwarpd.toml"))
+            .replace("address = \"10.77.0.2/24\"", "address = \"127.0.0.1/8\"")
+            .replace("udp_port = 9899\n", "")
+            .replace("memory_mib = 256", "memory_mib = 64")
+            .replace("lcores = [0]", lcores);
+        for port in [18515, 18516, 7174, 18521, 18522, 18523, 18524, 18525, 18526] {
+            let free = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            text = text.replace(
+                &format!("tcp_port = {port}\n"),
+                &format!("tcp_port = {free}\n"),
+            );
+        }
+        Config::parse(&text, "loopback.toml").expect("the example on loopback")
+    }
+
+    /// A core's thread that panics ends the daemon with an error, its
+    /// other cores stopped, instead of leaving the main thread waiting for
+    /// it forever, even past SIGTERM (found by a review: the panicking
+    /// thread never said it was done nor reached the cores' barrier).
+    #[test]
+    fn a_core_that_panics_ends_the_daemon_with_an_error() {
+        let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+        let (lcores, panics) = if two {
+            ("lcores = [0, 1]", 1)
+        } else {
+            ("lcores = [0]", 0)
+        };
+        let path = PathBuf::from(format!("panicking-core-{}.toml", std::process::id()));
+        let shared = prepare(loopback(lcores), path.clone()).expect("prepared");
+        *PANIC_IN.lock().unwrap() = Some((path, panics));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(serve(&shared, |_| {}));
+        });
+        let result = rx
+            .recv_timeout(StdDuration::from_secs(30))
+            .expect("the daemon hung after a core's thread panicked");
+        let why = result.expect_err("a daemon whose core panicked ended well");
+        assert!(why.starts_with("a core's thread panicked"), "{why}");
+    }
 
     /// A bench run begun over DDP over SCTP has its lease STag in DDP over
     /// SCTP's own PD, with that lower layer's QPs, not in the host's, where
