@@ -426,6 +426,18 @@ impl Events {
     }
 }
 
+/// A change of the listeners that the cores are applying.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingReload {
+    /// The ports before it (where a failed reload goes back to).
+    pub before: ListenerPorts,
+    /// The generation of [`Shared::listeners`] it made.
+    pub generation: u64,
+    /// It undoes a reload whose listener failed (and is not undone in
+    /// turn).
+    pub undoing: bool,
+}
+
 /// The TCP ports the services listen on now (SIGHUP may change them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ListenerPorts {
@@ -503,6 +515,10 @@ pub struct Shared {
     pub listeners: Mutex<ListenerPorts>,
     /// Bumped by every change of `listeners`.
     pub listeners_generation: AtomicU64,
+    /// A change of `listeners` (SIGHUP's, or its undoing) not yet applied
+    /// by every core: [`settle_reload`] undoes a reload whose listener
+    /// failed.
+    pub reload_pending: Mutex<Option<PendingReload>>,
     /// A drain was asked for (SIGTERM, `dpwarpctl drain`).
     pub drain: AtomicBool,
     /// When the drain began.
@@ -762,6 +778,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         listening: AtomicBool::new(false),
         listeners: Mutex::new(ports),
         listeners_generation: AtomicU64::new(0),
+        reload_pending: Mutex::new(None),
         drain: AtomicBool::new(false),
         drain_started: Mutex::new(None),
     }))
@@ -1243,6 +1260,7 @@ fn run_cores<T: SctpCarrier + Send>(
         );
         while !shared.cores.iter().all(|c| c.done.load(Ordering::SeqCst)) {
             tick(shared);
+            settle_reload(shared);
             shared.serving.reap();
             // Leases runs gave back are zeroed here, off the control-plane
             // thread and the cores.
@@ -1895,9 +1913,12 @@ fn relisten<T: CoreTransport>(
 }
 
 /// SIGHUP: reads the configuration file again. A file that does not check
-/// changes nothing; otherwise the services' listeners move to the ports it
-/// names (established connections stay), and what else it changes is
-/// named as needing a restart. Returns what was done, for the log.
+/// changes nothing, nor does one that moves a service onto a running
+/// perftest service's port (those stay until a restart); otherwise the
+/// services' listeners move to the ports it names (established connections
+/// stay), undone as a whole if one of them fails ([`settle_reload`]), and
+/// what else it changes is named as needing a restart. Returns what was
+/// done, for the log.
 pub fn reload(shared: &Shared) -> Result<String, String> {
     let new = Config::load(&shared.config_path).map_err(|e| e.to_string())?;
     let old = &shared.config;
@@ -1946,6 +1967,23 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
         restart.push("a service's urgent");
     }
     let mut ports = ListenerPorts::of(&new);
+    // A perftest service's listener stays where it is until a restart: a
+    // service moved onto its port would take its connections (a second
+    // listen on a port replaces the first's decision), and moving back
+    // would end its listener. Refused as a whole.
+    for (service, port) in [
+        ("bench", ports.bench),
+        ("memory", ports.memory),
+        ("rping", ports.rping),
+    ] {
+        if let Some(port) = port.filter(|&p| shared.perftest.iter().any(|t| t.port == p)) {
+            return Err(format!(
+                "the {service} service's tcp_port {port} is a running perftest service's \
+                 (perftest services keep their ports until a restart): give the {service} \
+                 service another port, or restart dpwarpd"
+            ));
+        }
+    }
     if ports.memory.is_some() && shared.memory.is_none() {
         // Its regions are allocated at the start.
         restart.push("a memory service added");
@@ -1956,11 +1994,27 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
         restart.push("an rping service added");
         ports.rping = None;
     }
+    let mut pending = shared
+        .reload_pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if pending.is_some() {
+        return Err(
+            "the cores are still moving the listeners of the last change: send SIGHUP again \
+             in a moment"
+                .into(),
+        );
+    }
     let mut listeners = shared.listeners.lock().unwrap_or_else(|p| p.into_inner());
     let before = *listeners;
     if ports != before {
         *listeners = ports;
-        shared.listeners_generation.fetch_add(1, Ordering::SeqCst);
+        let generation = shared.listeners_generation.fetch_add(1, Ordering::SeqCst) + 1;
+        *pending = Some(PendingReload {
+            before,
+            generation,
+            undoing: false,
+        });
     }
     let show = |p: Option<u16>| p.map_or("off".to_string(), |p| p.to_string());
     let mut done = format!(
@@ -1979,6 +2033,66 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
         ));
     }
     Ok(done)
+}
+
+/// Once every core has applied the last change of the listeners: if a
+/// listener of it failed on any core (its port taken by another program,
+/// say), the change is undone as a whole, every service back on the port
+/// it listened on before, and the log says why. The main thread calls it
+/// between its ticks.
+pub fn settle_reload(shared: &Shared) {
+    let mut pending = shared
+        .reload_pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let Some(p) = *pending else {
+        return;
+    };
+    let applied = shared
+        .cores
+        .iter()
+        .all(|c| c.listeners_applied.load(Ordering::SeqCst) >= p.generation);
+    if !applied {
+        return;
+    }
+    *pending = None;
+    let errors: Vec<String> = shared
+        .cores
+        .iter()
+        .filter_map(|c| {
+            c.listen_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        })
+        .collect();
+    if errors.is_empty() {
+        if p.undoing {
+            tracing::info!("SIGHUP: the listeners are back on their ports before the reload");
+        }
+        return;
+    }
+    if p.undoing {
+        tracing::error!(
+            why = errors.join("; "),
+            "SIGHUP: the listeners did not come back on their ports before the reload either"
+        );
+        return;
+    }
+    let mut listeners = shared.listeners.lock().unwrap_or_else(|p| p.into_inner());
+    let failed = *listeners;
+    *listeners = p.before;
+    let generation = shared.listeners_generation.fetch_add(1, Ordering::SeqCst) + 1;
+    *pending = Some(PendingReload {
+        before: failed,
+        generation,
+        undoing: true,
+    });
+    tracing::error!(
+        why = errors.join("; "),
+        "SIGHUP: a listener of the reloaded configuration failed: every service goes back to \
+         the port it listened on before"
+    );
 }
 
 fn publish<T: CoreTransport>(server: &Server<T>, me: &CoreShared) {

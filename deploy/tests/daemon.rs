@@ -125,6 +125,10 @@ fn main() {
             "slow_operator_clients_hold_up_no_one_and_not_the_stop",
             slow_operator_clients,
         ),
+        Trial::test(
+            "a_reload_that_cannot_be_applied_keeps_the_listeners_serving",
+            reload_that_cannot_be_applied,
+        ),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -3003,3 +3007,121 @@ fn slow_operator_clients() -> Result<(), Failed> {
     Ok(())
 }
 
+/// Waits until the daemon's log says `want`, at most 10 s.
+fn wait_log(daemon: &Daemon, want: &str) -> Result<String, Failed> {
+    let start = Instant::now();
+    loop {
+        let log = daemon.log_text();
+        if log.contains(want) {
+            return Ok(log);
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err(fail(format!("no {want:?} in the log:\n{log}")));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A SIGHUP that moves the bench service onto a running perftest service's
+/// port is refused as a whole, and one whose new listener cannot listen
+/// (its port taken by another program) is undone: every service stays, or
+/// comes back, on the port it served, `dpwarpctl listeners` says so and
+/// `up`, and clients are served there (found by a review: the bench
+/// service took the perftest service's connections, a move back ended the
+/// perftest listener, and a failed listen left the service down).
+fn reload_that_cannot_be_applied() -> Result<(), Failed> {
+    let dir = scratch("reload-refused");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    let config = loopback_config(&dir, tcp_port, metrics, 64);
+    let daemon = Daemon::start(&dir, &config)?;
+    let path = dir.join("dpwarpd.toml");
+    let stats = daemon.ctl("stats").map_err(fail)?;
+    let send_lat = stats["perftest"]
+        .as_array()
+        .and_then(|l| l.iter().find(|p| p["command"] == "ib_send_lat"))
+        .and_then(|p| p["tcp_port"].as_u64())
+        .ok_or_else(|| fail(format!("no ib_send_lat service: {stats:#}")))?
+        as u16;
+    let addr = SocketAddrV4::new([127, 0, 0, 1].into(), tcp_port);
+    // The bench service listening on its port, up (within 10 s: a failed
+    // listen is undone once every core has tried), and clients served.
+    let served = |what: &str| -> Result<(), Failed> {
+        let start = Instant::now();
+        loop {
+            let l = daemon.ctl("listeners").map_err(fail)?;
+            if listener_port(&l, "bench") == Some(tcp_port) && l["listeners"][0]["up"] == true {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err(fail(format!(
+                    "{what}: listeners {l:#}\n{}",
+                    daemon.log_text()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        client(
+            addr,
+            Op::Write,
+            Mode::Bandwidth,
+            4096,
+            1,
+            Stop::Iterations(200),
+        )
+        .map_err(|e| {
+            fail(format!(
+                "{what}: a bench client: {e}\n{}",
+                daemon.log_text()
+            ))
+        })?;
+        let code = perftest_client("ib_send_lat", send_lat);
+        if code != 0 {
+            return Err(fail(format!(
+                "{what}: an ib_send_lat client exited {code}\n{}",
+                daemon.log_text()
+            )));
+        }
+        Ok(())
+    };
+    served("at the start")?;
+    // The bench service onto the perftest service's port (that one moved
+    // away in the file, which perftest services do only with a restart).
+    let elsewhere = free_port();
+    let onto_perftest = config
+        .replace(
+            &format!("tcp_port = {send_lat}\n"),
+            &format!("tcp_port = {elsewhere}\n"),
+        )
+        .replace(
+            &format!("tcp_port = {tcp_port}\n"),
+            &format!("tcp_port = {send_lat}\n"),
+        );
+    std::fs::write(&path, onto_perftest)?;
+    Command::new("kill")
+        .args(["-HUP", &daemon.child.id().to_string()])
+        .status()?;
+    wait_log(&daemon, "SIGHUP: ")?;
+    served("after a reload onto a perftest port")?;
+    wait_log(&daemon, "is a running perftest service's")?;
+    // The bench service onto a port another program listens on.
+    let taken = TcpListener::bind(("127.0.0.1", 0))?;
+    let taken_port = taken.local_addr()?.port();
+    std::fs::write(
+        &path,
+        config.replace(
+            &format!("tcp_port = {tcp_port}\n"),
+            &format!("tcp_port = {taken_port}\n"),
+        ),
+    )?;
+    Command::new("kill")
+        .args(["-HUP", &daemon.child.id().to_string()])
+        .status()?;
+    wait_log(&daemon, "a listener of the reloaded configuration failed")?;
+    served("after a reload onto a taken port")?;
+    wait_log(&daemon, "back on their ports before the reload")?;
+    drop(taken);
+    let mut daemon = daemon;
+    daemon.stop()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
