@@ -545,8 +545,12 @@ where
     Ok(v)
 }
 
+/// The longest `drain_deadline_ms`: the systemd unit's stop timeout
+/// (`TimeoutStopSec`) leaves room for it (a test reads the unit).
+pub const DRAIN_DEADLINE_MAX_MS: u64 = 600_000;
+
 fn drain_deadline<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    ranged(d, 0, 600_000, " milliseconds")
+    ranged(d, 0, DRAIN_DEADLINE_MAX_MS, " milliseconds")
 }
 
 fn idle_limit<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
@@ -631,11 +635,65 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl Config {
-    /// Reads and checks the file at `path`.
+    /// Reads and checks the file at `path`, and what it asks of this
+    /// machine: memory it has ([`Config::check_memory`] against
+    /// `MemTotal`), a control socket where nothing else is.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigError(format!("{}: cannot read it: {e}", path.display())))?;
-        Config::parse(&text, &path.display().to_string())
+        let file = path.display().to_string();
+        let config = Config::parse(&text, &file)?;
+        if let Some(total) = meminfo_mib("MemTotal") {
+            config.check_memory(&text, &file, total, "")?;
+        }
+        if let Some(why) = not_a_socket(&config.daemon.control_socket) {
+            return Err(locate(&text, &file, key_at(&text, "control_socket"), &why));
+        }
+        Ok(config)
+    }
+
+    /// Refuses memory this machine does not have: `memory_mib` and the
+    /// `[[region]]`s' `size_mib`, which the daemon allocates and zeroes
+    /// when it starts, against `have` MiB (`MemTotal`, or `MemAvailable`
+    /// at the start, `what` then saying so: " available now").
+    pub fn check_memory(
+        &self,
+        text: &str,
+        file: &str,
+        have: u64,
+        what: &str,
+    ) -> Result<(), ConfigError> {
+        let mut total = self.rnic.memory_mib as u64;
+        if total > have {
+            return Err(locate(
+                text,
+                file,
+                key_at(text, "memory_mib"),
+                &format!(
+                    "memory_mib = {}: this machine has {have} MiB{what}: give less",
+                    self.rnic.memory_mib
+                ),
+            ));
+        }
+        for r in &self.region {
+            let size = r.get_ref().size_mib;
+            total += size as u64;
+            if total > have {
+                return Err(locate(
+                    text,
+                    file,
+                    r.span().start,
+                    &format!(
+                        "region {:?}: size_mib = {size}, with memory_mib = {} and the regions \
+                         before it {total} MiB in all: this machine has {have} MiB{what}: give \
+                         less",
+                        r.get_ref().name,
+                        self.rnic.memory_mib
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Parses and checks `text`, naming it `file` in errors.
@@ -872,7 +930,60 @@ impl Config {
             }
             names.push(name);
         }
+        if let Err(why) = self.budget() {
+            return err(key_at(text, "memory_mib"), why);
+        }
         Ok(())
+    }
+
+    /// Checks that `memory_mib` holds what the services take of it for
+    /// good when the daemon starts (rping's buffers on every core, each
+    /// perftest service's sessions), as the daemon takes it: the same
+    /// leases, in the same order, the same refusal.
+    fn budget(&self) -> Result<(), String> {
+        let mut leases = bench::lease::Leases::new((self.rnic.memory_mib as u64) << 20);
+        if self.service(ServiceKind::Rping).is_some() {
+            let len = self.rping_memory();
+            for _ in &self.dpdk.lcores {
+                leases.take(len).ok_or_else(|| self.rping_too_little(len))?;
+            }
+        }
+        for (port, p) in self.perftests() {
+            let len = perftest_memory(p);
+            leases
+                .take(len)
+                .ok_or_else(|| self.perftest_too_little(port, p, len))?;
+        }
+        Ok(())
+    }
+
+    /// rping clients each core serves at once.
+    pub fn rping_slots(&self) -> usize {
+        self.rnic.clients_max.min(bench::rping::CONNECTIONS_MAX)
+    }
+
+    /// Octets of `memory_mib` the rping service takes on each core.
+    pub fn rping_memory(&self) -> u64 {
+        bench::rping::RpingService::memory(bench::rping::SIZE_MAX, self.rping_slots()) as u64
+    }
+
+    /// Why `memory_mib` cannot hold rping's `len` octets on a core.
+    pub fn rping_too_little(&self, len: u64) -> String {
+        format!(
+            "[rnic] memory_mib = {}: too little for the rping service's buffers ({len} octets \
+             per core): give more",
+            self.rnic.memory_mib
+        )
+    }
+
+    /// Why `memory_mib` cannot hold the `len` octets of the perftest
+    /// service `p` on TCP port `port`.
+    pub fn perftest_too_little(&self, port: u16, p: &PerftestConfig, len: u64) -> String {
+        format!(
+            "[rnic] memory_mib = {}: too little for the perftest service on TCP port {port} \
+             ({len} octets for {} clients of {:?}): give more, or fewer clients",
+            self.rnic.memory_mib, p.clients_max, p.command.text
+        )
     }
 
     /// The port.
@@ -905,6 +1016,49 @@ impl Config {
     pub fn regions(&self) -> impl Iterator<Item = &RegionConfig> {
         self.region.iter().map(Spanned::get_ref)
     }
+}
+
+/// Octets of `memory_mib` the perftest service `p` takes: its sessions'
+/// buffers, `clients_max` of them.
+pub fn perftest_memory(p: &PerftestConfig) -> u64 {
+    bench::perftest::PerftestService::memory(&p.command.params, p.clients_max) as u64
+}
+
+/// Where `key` is set in `text` (the first line that sets it), for
+/// [`locate`]; the start of the file if nowhere.
+fn key_at(text: &str, key: &str) -> usize {
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim_start();
+        if let Some(rest) = trimmed.strip_prefix(key) {
+            if rest.trim_start().starts_with('=') {
+                return at + (line.len() - trimmed.len());
+            }
+        }
+        at += line.len();
+    }
+    0
+}
+
+/// `key` of `/proc/meminfo` (`MemTotal`, `MemAvailable`) in MiB, if it
+/// can be read.
+pub fn meminfo_mib(key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(key)?.strip_prefix(':')?;
+        let kib: u64 = rest.trim().strip_suffix("kB")?.trim().parse().ok()?;
+        Some(kib / 1024)
+    })
+}
+
+/// Whether `path`, if something is there, is not a socket: why the daemon
+/// will not take it (it replaces a stale socket only, never a file the
+/// path names by mistake).
+pub fn not_a_socket(path: &Path) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    (!meta.file_type().is_socket())
+        .then(|| format!("{} is not a socket: give another path", path.display()))
 }
 
 /// `why`, said of the octet at `at` of `text`: `FILE:LINE:COLUMN: `key`:
@@ -1263,6 +1417,128 @@ mod tests {
             Ipv4Addr::new(10, 0, 0, 2),
             (Ipv4Addr::new(10, 0, 0, 1), 32)
         ));
+    }
+
+    /// `--check` refuses memory that cannot hold what the services take
+    /// of it at the start, with the daemon's own words (found by a review:
+    /// it said "valid", and the daemon then failed to start every 2 s
+    /// under systemd).
+    #[test]
+    fn the_memory_budget_is_checked_as_the_daemon_takes_it() {
+        let e = refused(|t| t.replace("memory_mib = 256", "memory_mib = 1"));
+        let line = line_of(EXAMPLE, "memory_mib = 256");
+        assert!(e.starts_with(&format!("x.toml:{line}:")), "{e}");
+        assert!(
+            e.contains("memory_mib = 1: too little for the rping service's buffers"),
+            "{e}"
+        );
+        // The review's case: no rping, a perftest service of every size on
+        // 16 QPs for 64 clients.
+        let e = refused(|t| {
+            t.replace("memory_mib = 256", "memory_mib = 1")
+                .replace("kind = \"rping\"\nport = \"dpw0\"\ntcp_port = 7174\n", "")
+                .replace("[[service]]\n# rping: rdma-core rping's server (rping -s -P), any number of clients.\n\n", "")
+                .replace(
+                    "command = \"ib_write_bw\"\nunfenced = false\nclients_max = 4",
+                    "command = \"ib_write_bw -a -q 16\"\nunfenced = false\nclients_max = 64",
+                )
+        });
+        assert!(
+            e.contains("memory_mib = 1: too little for the perftest service on TCP port 18521")
+                && e.contains("give more, or fewer clients"),
+            "{e}"
+        );
+        // Enough for every service: valid.
+        let c =
+            Config::parse(&EXAMPLE.replace("memory_mib = 256", "memory_mib = 64"), "x").unwrap();
+        assert!(c.budget().is_ok());
+    }
+
+    /// Memory the machine does not have is refused before the daemon
+    /// allocates it (found by a review: 65536 MiB passed `--check`, then
+    /// the allocation aborted the process).
+    #[test]
+    fn memory_the_machine_lacks_is_refused() {
+        let c = Config::parse(EXAMPLE, "x.toml").unwrap();
+        let e = c.check_memory(EXAMPLE, "x.toml", 100, "").unwrap_err().0;
+        let line = line_of(EXAMPLE, "memory_mib = 256");
+        assert!(e.starts_with(&format!("x.toml:{line}:")), "{e}");
+        assert!(
+            e.contains("memory_mib = 256: this machine has 100 MiB: give less"),
+            "{e}"
+        );
+        // 256 MiB and the 16 MiB region "shared" do not fit in 270.
+        let e = c
+            .check_memory(EXAMPLE, "x.toml", 270, " available now")
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("region \"shared\": size_mib = 16")
+                && e.contains("272 MiB in all: this machine has 270 MiB available now"),
+            "{e}"
+        );
+        assert!(c.check_memory(EXAMPLE, "x.toml", 276, "").is_ok());
+        // This machine's own (MemTotal) is read.
+        assert!(meminfo_mib("MemTotal").is_some_and(|m| m > 0));
+    }
+
+    /// A control socket path that names anything but a socket is refused
+    /// by `--check` (found by a review: the daemon deleted the file).
+    #[test]
+    fn a_control_socket_on_a_file_is_refused() {
+        let dir = std::env::temp_dir().join(format!("dpwarpd-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("precious.txt");
+        std::fs::write(&file, "keep me").unwrap();
+        let why = not_a_socket(&file).expect("a file is no socket");
+        assert_eq!(
+            why,
+            format!("{} is not a socket: give another path", file.display())
+        );
+        assert_eq!(not_a_socket(&dir.join("nothing.sock")), None);
+        let sock = dir.join("live.sock");
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        assert_eq!(not_a_socket(&sock), None);
+        let text = on_kernel(EXAMPLE)
+            .replace("/run/dpwarpd/control.sock", &file.display().to_string())
+            .replace("memory_mib = 256", "memory_mib = 16")
+            .replace("size_mib = 16", "size_mib = 1");
+        let path = dir.join("d.toml");
+        std::fs::write(&path, &text).unwrap();
+        let e = Config::load(&path).unwrap_err().0;
+        let line = line_of(&text, "control_socket =");
+        assert!(
+            e.contains(&format!(":{line}:")) && e.contains("is not a socket: give another path"),
+            "{e}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The systemd unit's stop timeout leaves room for the longest drain
+    /// the file allows and a little more (found by a review: 600 s allowed,
+    /// 30 s before systemd's SIGKILL).
+    #[test]
+    fn the_units_stop_timeout_outlasts_the_longest_drain() {
+        let unit = include_str!("../debian/dpwarpd.service");
+        let secs: u64 = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("TimeoutStopSec="))
+            .expect("TimeoutStopSec in the unit")
+            .trim()
+            .parse()
+            .expect("seconds");
+        assert!(
+            secs * 1000 >= DRAIN_DEADLINE_MAX_MS + 10_000,
+            "TimeoutStopSec={secs} against drain_deadline_ms up to {DRAIN_DEADLINE_MAX_MS}"
+        );
+        let e = refused(|t| {
+            t.replace(
+                "drain_deadline_ms = 5000",
+                &format!("drain_deadline_ms = {}", DRAIN_DEADLINE_MAX_MS + 1),
+            )
+        });
+        assert!(e.contains("out of range: give 0 to 600000"), "{e}");
     }
 
     #[test]

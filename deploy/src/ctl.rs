@@ -10,11 +10,25 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::bounded::{Bounded, Workers};
 use crate::daemon::{drops, SctpShared, Shared};
+
+/// How long a client has to send its command, from its accept.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How long a client has to take its answer, once its command came.
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Requests served at once; a client beyond them is told to try again.
+pub const REQUESTS_AT_ONCE: usize = 8;
+
+/// The longest command line read (a longer one is cut there, and then is
+/// no command).
+const COMMAND_MAX: u64 = 256;
 
 /// The commands, for help texts.
 pub const COMMANDS: &[&str] = &["status", "stats", "listeners", "connections", "drain"];
@@ -374,8 +388,10 @@ pub struct CtlServer {
 
 impl CtlServer {
     /// Makes the socket (and its directory) with permissions 0600 and
-    /// serves until dropped. A stale socket from a daemon that died is
-    /// replaced; a live one (another daemon answering) is refused.
+    /// serves until dropped, each request on a thread of its own within
+    /// its deadlines ([`crate::bounded`]). A stale socket from a daemon
+    /// that died is replaced; a live one (another daemon answering), or
+    /// anything there that is not a socket, is refused.
     pub fn start(shared: Arc<Shared>) -> Result<CtlServer, String> {
         let path = shared.config.daemon.control_socket.clone();
         let shown = path.display();
@@ -387,6 +403,9 @@ impl CtlServer {
                 .create(dir)
                 .map_err(|e| format!("control_socket {shown}: cannot make its directory: {e}"))?;
         }
+        if let Some(why) = crate::config::not_a_socket(&path) {
+            return Err(format!("control_socket {why}"));
+        }
         if path.exists() {
             if UnixStream::connect(&path).is_ok() {
                 return Err(format!(
@@ -394,6 +413,7 @@ impl CtlServer {
                      give this one another socket"
                 ));
             }
+            // A socket no one answers on (`not_a_socket` said it is one).
             std::fs::remove_file(&path)
                 .map_err(|e| format!("control_socket {shown}: cannot replace it: {e}"))?;
         }
@@ -411,14 +431,24 @@ impl CtlServer {
         let thread = std::thread::Builder::new()
             .name("dpwarpd-ctl".into())
             .spawn(move || {
+                let mut workers = Workers::new("dpwarpd-ctl-req", REQUESTS_AT_ONCE);
                 while !flag.load(Ordering::SeqCst) {
                     match listener.accept() {
+                        Ok((stream, _)) if workers.full() => busy(stream),
                         Ok((stream, _)) => {
-                            let _ = serve_one(stream, &shared);
+                            let (shared, stop) = (shared.clone(), flag.clone());
+                            let accepted = Instant::now();
+                            // No thread for it: dropping the work closes
+                            // its connection.
+                            let _ = workers.spawn(move || {
+                                let _ = serve_one(stream, &shared, accepted, stop);
+                            });
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(20)),
                     }
                 }
+                // Each request notices the stop within a slice.
+                workers.join();
             })
             .map_err(|e| e.to_string())?;
         Ok(CtlServer {
@@ -439,17 +469,47 @@ impl Drop for CtlServer {
     }
 }
 
-fn serve_one(stream: UnixStream, shared: &Shared) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
-    let mut line = String::new();
-    BufReader::new((&stream).take(256)).read_line(&mut line)?;
-    let reply = answer(shared, &line);
-    let mut out = &stream;
-    writeln!(out, "{reply}")?;
-    out.flush()
+/// Tells a client beyond [`REQUESTS_AT_ONCE`] to come back, if its socket
+/// takes it at once, and closes its connection.
+fn busy(mut stream: UnixStream) {
+    if stream.set_nonblocking(true).is_ok() {
+        let reply = json!({
+            "error": format!(
+                "dpwarpd answers {REQUESTS_AT_ONCE} other requests now: try again"
+            )
+        });
+        let _ = writeln!(stream, "{reply}");
+    }
 }
+
+/// Serves one request: its command line within [`REQUEST_DEADLINE`] of
+/// `accepted`, the answer taken within [`ANSWER_DEADLINE`] after; cut off
+/// at once when `stop` is set.
+fn serve_one(
+    stream: UnixStream,
+    shared: &Shared,
+    accepted: Instant,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    let mut stream = Bounded::new(stream, accepted + REQUEST_DEADLINE, stop)?;
+    let mut line = Vec::new();
+    BufReader::new((&mut stream).take(COMMAND_MAX)).read_until(b'\n', &mut line)?;
+    stream.set_deadline(Instant::now() + ANSWER_DEADLINE);
+    let reply = match std::str::from_utf8(&line) {
+        Ok(command) => answer(shared, command),
+        Err(_) => json!({
+            "error": format!(
+                "the command is not UTF-8 text: give one of {}",
+                COMMANDS.join(", ")
+            )
+        }),
+    };
+    writeln!(stream, "{reply}")?;
+    stream.flush()
+}
+
+/// How long `dpwarpctl` waits for the daemon's answer.
+pub const CLIENT_WAIT: Duration = Duration::from_secs(5);
 
 /// `dpwarpctl`'s side: sends `command` to the daemon at `socket` and
 /// returns its answer.
@@ -461,12 +521,53 @@ pub fn request(socket: &Path, command: &str) -> Result<Value, String> {
         )
     })?;
     stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
+        .set_read_timeout(Some(CLIENT_WAIT))
         .map_err(|e| e.to_string())?;
-    writeln!(stream, "{command}").map_err(|e| e.to_string())?;
-    let mut text = String::new();
     stream
-        .read_to_string(&mut text)
-        .map_err(|e| format!("no answer from dpwarpd: {e}"))?;
+        .set_write_timeout(Some(CLIENT_WAIT))
+        .map_err(|e| e.to_string())?;
+    let late = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => format!(
+            "dpwarpd did not answer within {} s (at {})",
+            CLIENT_WAIT.as_secs(),
+            socket.display()
+        ),
+        _ => format!("no answer from dpwarpd: {e}"),
+    };
+    writeln!(stream, "{command}").map_err(late)?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text).map_err(late)?;
     serde_json::from_str(&text).map_err(|e| format!("dpwarpd's answer is not JSON: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A daemon that takes the connection and never answers: dpwarpctl
+    /// says so in words, not as an OS error number (found by a review: it
+    /// said "Resource temporarily unavailable (os error 11)").
+    #[test]
+    fn a_silent_daemon_is_reported_in_words() {
+        let dir = std::env::temp_dir().join(format!("dpwarpctl-silent-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("silent.sock");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let holder = std::thread::spawn(move || {
+            let (conn, _) = listener.accept().unwrap();
+            std::thread::sleep(CLIENT_WAIT + Duration::from_secs(1));
+            drop(conn);
+        });
+        let e = request(&path, "status").unwrap_err();
+        assert!(
+            e.starts_with(&format!(
+                "dpwarpd did not answer within {} s",
+                CLIENT_WAIT.as_secs()
+            )),
+            "{e}"
+        );
+        holder.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

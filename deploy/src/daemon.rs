@@ -426,6 +426,18 @@ impl Events {
     }
 }
 
+/// A change of the listeners that the cores are applying.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingReload {
+    /// The ports before it (where a failed reload goes back to).
+    pub before: ListenerPorts,
+    /// The generation of [`Shared::listeners`] it made.
+    pub generation: u64,
+    /// It undoes a reload whose listener failed (and is not undone in
+    /// turn).
+    pub undoing: bool,
+}
+
 /// The TCP ports the services listen on now (SIGHUP may change them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ListenerPorts {
@@ -503,6 +515,10 @@ pub struct Shared {
     pub listeners: Mutex<ListenerPorts>,
     /// Bumped by every change of `listeners`.
     pub listeners_generation: AtomicU64,
+    /// A change of `listeners` (SIGHUP's, or its undoing) not yet applied
+    /// by every core: [`settle_reload`] undoes a reload whose listener
+    /// failed.
+    pub reload_pending: Mutex<Option<PendingReload>>,
     /// A drain was asked for (SIGTERM, `dpwarpctl drain`).
     pub drain: AtomicBool,
     /// When the drain began.
@@ -589,6 +605,20 @@ pub fn drops(c: &CoreCounters) -> u64 {
 /// The daemon's state before its cores run: the host, the memory, the
 /// service's shared state.
 pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, String> {
+    // The memory and the regions are allocated and zeroed below: refused
+    // here if this machine does not have them now (an allocation that
+    // fails aborts the process).
+    if let Some(available) = crate::config::meminfo_mib("MemAvailable") {
+        let text = std::fs::read_to_string(&config_path).unwrap_or_default();
+        config
+            .check_memory(
+                &text,
+                &config_path.display().to_string(),
+                available,
+                " available now",
+            )
+            .map_err(|e| e.to_string())?;
+    }
     let cores = config.dpdk.lcores.len();
     let control = ControlConfig {
         startups_max: config.rnic.startups_max,
@@ -666,21 +696,18 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         .collect();
     // rping's buffers: a slot per client, `clients_max` of them (at most
     // rping's own 64) on every core, taken from the memory for good.
+    // (`Config::check` refused a file whose memory cannot hold them, with
+    // the same words.)
     let rping_origin = match config.service(ServiceKind::Rping) {
         None => vec![None; config.dpdk.lcores.len()],
         Some(_) => {
-            let len =
-                bench::rping::RpingService::memory(bench::rping::SIZE_MAX, rping_slots(&config))
-                    as u64;
+            let len = config.rping_memory();
             (0..config.dpdk.lcores.len())
                 .map(|_| {
-                    serving.reserve(len).map(Some).ok_or_else(|| {
-                        format!(
-                            "[rnic] memory_mib = {}: too little for the rping service's buffers \
-                             ({len} octets per core): give more",
-                            config.rnic.memory_mib
-                        )
-                    })
+                    serving
+                        .reserve(len)
+                        .map(Some)
+                        .ok_or_else(|| config.rping_too_little(len))
                 })
                 .collect::<Result<Vec<_>, String>>()?
         }
@@ -694,14 +721,10 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         .enumerate()
         .map(|(i, (port, p))| {
             let params = p.command.params;
-            let len = bench::perftest::PerftestService::memory(&params, p.clients_max) as u64;
-            let origin = serving.reserve(len).ok_or_else(|| {
-                format!(
-                    "[rnic] memory_mib = {}: too little for the perftest service on TCP port \
-                     {port} ({len} octets for {} clients of {:?}): give more, or fewer clients",
-                    config.rnic.memory_mib, p.clients_max, p.command.text
-                )
-            })?;
+            let len = crate::config::perftest_memory(p);
+            let origin = serving
+                .reserve(len)
+                .ok_or_else(|| config.perftest_too_little(port, p, len))?;
             let lcores = config.dpdk.lcores.len();
             let cores: Vec<usize> = if p.spread {
                 (0..lcores).collect()
@@ -755,14 +778,10 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         listening: AtomicBool::new(false),
         listeners: Mutex::new(ports),
         listeners_generation: AtomicU64::new(0),
+        reload_pending: Mutex::new(None),
         drain: AtomicBool::new(false),
         drain_started: Mutex::new(None),
     }))
-}
-
-/// rping clients each core serves at once.
-fn rping_slots(config: &Config) -> usize {
-    config.rnic.clients_max.min(bench::rping::CONNECTIONS_MAX)
 }
 
 /// STag keys and TCP sequence numbers of this run: not predictable from one
@@ -1164,6 +1183,17 @@ fn run_cores<T: SctpCarrier + Send>(
                     .name(format!("dpwarpd-core{k}"))
                     .spawn_scoped(scope, move || {
                         let me = &shared.cores[k];
+                        // Should this thread panic, the guard passes the
+                        // barriers for it, says it is done and stops the
+                        // other cores: the main thread then sees the panic
+                        // and the daemon exits with an error.
+                        let mut guard = CoreGuard {
+                            k,
+                            me,
+                            failed,
+                            listening: Some(listening),
+                            finished: Some(finished),
+                        };
                         let mut sctp = None;
                         let up = dataplane::lcore::enter(me.cpu, eal).and_then(|pinned| {
                             wait_listening(&mut server, &others)?;
@@ -1175,8 +1205,10 @@ fn run_cores<T: SctpCarrier + Send>(
                             tracing::error!(core = k, cpu = ?me.cpu, why, "core failed to start");
                             failed.store(true, Ordering::SeqCst);
                         }
-                        listening.wait();
+                        guard.listened();
                         if up.is_ok() && !failed.load(Ordering::SeqCst) {
+                            #[cfg(test)]
+                            tests::maybe_panic(&shared, k);
                             core_loop(
                                 &mut server,
                                 sctp.as_mut(),
@@ -1191,8 +1223,7 @@ fn run_cores<T: SctpCarrier + Send>(
                         if let (Some(l), Some(s)) = (sctp.as_ref(), shared.sctp.as_ref()) {
                             publish_sctp(&l.server, &s.cores[k]);
                         }
-                        me.done.store(true, Ordering::SeqCst);
-                        finished.wait();
+                        guard.finished();
                         drop(sctp);
                         drop(up);
                     })
@@ -1208,8 +1239,12 @@ fn run_cores<T: SctpCarrier + Send>(
         };
         listening.wait();
         if failed.load(Ordering::SeqCst) {
+            let mut panicked = false;
             for t in threads {
-                let _ = t.join();
+                panicked |= t.join().is_err();
+            }
+            if panicked {
+                return Err(CORE_PANICKED.into());
             }
             return Err("a core failed to start (see above)".into());
         }
@@ -1225,6 +1260,7 @@ fn run_cores<T: SctpCarrier + Send>(
         );
         while !shared.cores.iter().all(|c| c.done.load(Ordering::SeqCst)) {
             tick(shared);
+            settle_reload(shared);
             shared.serving.reap();
             // Leases runs gave back are zeroed here, off the control-plane
             // thread and the cores.
@@ -1240,10 +1276,60 @@ fn run_cores<T: SctpCarrier + Send>(
             panicked |= t.join().is_err();
         }
         if panicked {
-            return Err("a core's thread panicked".into());
+            return Err(CORE_PANICKED.into());
         }
         Ok(())
     })
+}
+
+/// Why the daemon stops when a core's thread panicked.
+const CORE_PANICKED: &str = "a core's thread panicked: dpwarpd stops (see the panic above)";
+
+/// What a core's thread owes the others however it ends, a panic
+/// included: its place at the `listening` barrier (if it has not reached
+/// it) and at the `finished` one, and its `done`. On a panic it also sets
+/// `failed`, so that the other cores leave their loops and the main thread
+/// (which waits for every core's `done`) sees the panic and ends the
+/// daemon with an error, as it would not if the barriers waited forever.
+struct CoreGuard<'a> {
+    k: usize,
+    me: &'a CoreShared,
+    failed: &'a AtomicBool,
+    listening: Option<&'a std::sync::Barrier>,
+    finished: Option<&'a std::sync::Barrier>,
+}
+
+impl CoreGuard<'_> {
+    /// Waits at the `listening` barrier (the listeners are up, or a core
+    /// failed to start).
+    fn listened(&mut self) {
+        if let Some(b) = self.listening.take() {
+            b.wait();
+        }
+    }
+
+    /// Says the core is done and waits at the `finished` barrier for the
+    /// others.
+    fn finished(&mut self) {
+        self.listened();
+        self.me.done.store(true, Ordering::SeqCst);
+        if let Some(b) = self.finished.take() {
+            b.wait();
+        }
+    }
+}
+
+impl Drop for CoreGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!(
+                core = self.k,
+                "a core's thread panicked: stopping every core"
+            );
+            self.failed.store(true, Ordering::SeqCst);
+        }
+        self.finished();
+    }
 }
 
 /// Core `k`'s endpoint of the bench service's DDP over SCTP listener at the
@@ -1340,7 +1426,7 @@ fn core_loop<T: SctpCarrier>(
     let mut rping = shared.rping_origin[k].map(|origin| {
         bench::rping::RpingService::new(
             bench::rping::SIZE_MAX,
-            rping_slots(&shared.config),
+            shared.config.rping_slots(),
             origin as usize,
             false,
         )
@@ -1827,9 +1913,12 @@ fn relisten<T: CoreTransport>(
 }
 
 /// SIGHUP: reads the configuration file again. A file that does not check
-/// changes nothing; otherwise the services' listeners move to the ports it
-/// names (established connections stay), and what else it changes is
-/// named as needing a restart. Returns what was done, for the log.
+/// changes nothing, nor does one that moves a service onto a running
+/// perftest service's port (those stay until a restart); otherwise the
+/// services' listeners move to the ports it names (established connections
+/// stay), undone as a whole if one of them fails ([`settle_reload`]), and
+/// what else it changes is named as needing a restart. Returns what was
+/// done, for the log.
 pub fn reload(shared: &Shared) -> Result<String, String> {
     let new = Config::load(&shared.config_path).map_err(|e| e.to_string())?;
     let old = &shared.config;
@@ -1878,6 +1967,23 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
         restart.push("a service's urgent");
     }
     let mut ports = ListenerPorts::of(&new);
+    // A perftest service's listener stays where it is until a restart: a
+    // service moved onto its port would take its connections (a second
+    // listen on a port replaces the first's decision), and moving back
+    // would end its listener. Refused as a whole.
+    for (service, port) in [
+        ("bench", ports.bench),
+        ("memory", ports.memory),
+        ("rping", ports.rping),
+    ] {
+        if let Some(port) = port.filter(|&p| shared.perftest.iter().any(|t| t.port == p)) {
+            return Err(format!(
+                "the {service} service's tcp_port {port} is a running perftest service's \
+                 (perftest services keep their ports until a restart): give the {service} \
+                 service another port, or restart dpwarpd"
+            ));
+        }
+    }
     if ports.memory.is_some() && shared.memory.is_none() {
         // Its regions are allocated at the start.
         restart.push("a memory service added");
@@ -1888,11 +1994,27 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
         restart.push("an rping service added");
         ports.rping = None;
     }
+    let mut pending = shared
+        .reload_pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if pending.is_some() {
+        return Err(
+            "the cores are still moving the listeners of the last change: send SIGHUP again \
+             in a moment"
+                .into(),
+        );
+    }
     let mut listeners = shared.listeners.lock().unwrap_or_else(|p| p.into_inner());
     let before = *listeners;
     if ports != before {
         *listeners = ports;
-        shared.listeners_generation.fetch_add(1, Ordering::SeqCst);
+        let generation = shared.listeners_generation.fetch_add(1, Ordering::SeqCst) + 1;
+        *pending = Some(PendingReload {
+            before,
+            generation,
+            undoing: false,
+        });
     }
     let show = |p: Option<u16>| p.map_or("off".to_string(), |p| p.to_string());
     let mut done = format!(
@@ -1911,6 +2033,66 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
         ));
     }
     Ok(done)
+}
+
+/// Once every core has applied the last change of the listeners: if a
+/// listener of it failed on any core (its port taken by another program,
+/// say), the change is undone as a whole, every service back on the port
+/// it listened on before, and the log says why. The main thread calls it
+/// between its ticks.
+pub fn settle_reload(shared: &Shared) {
+    let mut pending = shared
+        .reload_pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let Some(p) = *pending else {
+        return;
+    };
+    let applied = shared
+        .cores
+        .iter()
+        .all(|c| c.listeners_applied.load(Ordering::SeqCst) >= p.generation);
+    if !applied {
+        return;
+    }
+    *pending = None;
+    let errors: Vec<String> = shared
+        .cores
+        .iter()
+        .filter_map(|c| {
+            c.listen_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone()
+        })
+        .collect();
+    if errors.is_empty() {
+        if p.undoing {
+            tracing::info!("SIGHUP: the listeners are back on their ports before the reload");
+        }
+        return;
+    }
+    if p.undoing {
+        tracing::error!(
+            why = errors.join("; "),
+            "SIGHUP: the listeners did not come back on their ports before the reload either"
+        );
+        return;
+    }
+    let mut listeners = shared.listeners.lock().unwrap_or_else(|p| p.into_inner());
+    let failed = *listeners;
+    *listeners = p.before;
+    let generation = shared.listeners_generation.fetch_add(1, Ordering::SeqCst) + 1;
+    *pending = Some(PendingReload {
+        before: failed,
+        generation,
+        undoing: true,
+    });
+    tracing::error!(
+        why = errors.join("; "),
+        "SIGHUP: a listener of the reloaded configuration failed: every service goes back to \
+         the port it listened on before"
+    );
 }
 
 fn publish<T: CoreTransport>(server: &Server<T>, me: &CoreShared) {
@@ -1932,6 +2114,69 @@ fn publish<T: CoreTransport>(server: &Server<T>, me: &CoreShared) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The configuration file of a daemon one of whose cores panics as it
+    /// enters its loop, and which core: set by a test only.
+    static PANIC_IN: Mutex<Option<(PathBuf, usize)>> = Mutex::new(None);
+
+    /// Panics on core `k` of the daemon `PANIC_IN` names.
+    pub(super) fn maybe_panic(shared: &Shared, k: usize) {
+        let hit = PANIC_IN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|(path, core)| *path == shared.config_path && *core == k);
+        if hit {
+            panic!("the test's panic on core {k}");
+        }
+    }
+
+    /// The example on Linux TCP at 127.0.0.1, MPA only, each service on a
+    /// port free now, on `lcores`.
+    fn loopback(lcores: &str) -> Config {
+        let mut text = crate::config::on_kernel(include_str!("../examples/dpwarpd.toml"))
+            .replace("address = \"10.77.0.2/24\"", "address = \"127.0.0.1/8\"")
+            .replace("udp_port = 9899\n", "")
+            .replace("memory_mib = 256", "memory_mib = 64")
+            .replace("lcores = [0]", lcores);
+        for port in [18515, 18516, 7174, 18521, 18522, 18523, 18524, 18525, 18526] {
+            let free = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            text = text.replace(
+                &format!("tcp_port = {port}\n"),
+                &format!("tcp_port = {free}\n"),
+            );
+        }
+        Config::parse(&text, "loopback.toml").expect("the example on loopback")
+    }
+
+    /// A core's thread that panics ends the daemon with an error, its
+    /// other cores stopped, instead of leaving the main thread waiting for
+    /// it forever, even past SIGTERM (found by a review: the panicking
+    /// thread never said it was done nor reached the cores' barrier).
+    #[test]
+    fn a_core_that_panics_ends_the_daemon_with_an_error() {
+        let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+        let (lcores, panics) = if two {
+            ("lcores = [0, 1]", 1)
+        } else {
+            ("lcores = [0]", 0)
+        };
+        let path = PathBuf::from(format!("panicking-core-{}.toml", std::process::id()));
+        let shared = prepare(loopback(lcores), path.clone()).expect("prepared");
+        *PANIC_IN.lock().unwrap() = Some((path, panics));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(serve(&shared, |_| {}));
+        });
+        let result = rx
+            .recv_timeout(StdDuration::from_secs(30))
+            .expect("the daemon hung after a core's thread panicked");
+        let why = result.expect_err("a daemon whose core panicked ended well");
+        assert!(why.starts_with("a core's thread panicked"), "{why}");
+    }
 
     /// A bench run begun over DDP over SCTP has its lease STag in DDP over
     /// SCTP's own PD, with that lower layer's QPs, not in the host's, where

@@ -9,12 +9,15 @@
 //!   the cores write into for it.
 //! * [`ctl`]: the control socket (`status`, `stats`, `listeners`,
 //!   `connections`, `drain`).
+//! * [`bounded`]: how those two serve their clients: a few at once, each
+//!   within a deadline, none holding up the daemon's stop.
 //!
 //! The daemon reads the clock and owns threads; the sans-IO crates it
 //! drives never do.
 #![forbid(unsafe_code)]
 #![allow(clippy::disallowed_methods)]
 
+pub mod bounded;
 pub mod config;
 pub mod ctl;
 pub mod daemon;

@@ -7,8 +7,9 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use crate::bounded::{Bounded, Workers};
 use crate::daemon::{drops, PerftestShared, RpingGate, Shared};
 pub use crate::histogram::{Histogram, SETUP_BUCKETS_US};
 use crate::memory::MemoryService;
@@ -581,7 +582,17 @@ pub fn render(shared: &Shared) -> String {
     out
 }
 
-/// The metrics endpoint: a listener and its thread.
+/// How long a client has to send its request's head, from its accept.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+
+/// How long a client has to take its answer, once the request's head came.
+pub const ANSWER_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Requests served at once; a client beyond them is answered 503 at once.
+pub const REQUESTS_AT_ONCE: usize = 8;
+
+/// The metrics endpoint: a listener and its thread, each request on a
+/// thread of its own within its deadlines ([`crate::bounded`]).
 pub struct MetricsServer {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -602,10 +613,18 @@ impl MetricsServer {
         let thread = std::thread::Builder::new()
             .name("dpwarpd-metrics".into())
             .spawn(move || {
+                let mut workers = Workers::new("dpwarpd-metrics-req", REQUESTS_AT_ONCE);
                 while !flag.load(Ordering::SeqCst) {
                     match listener.accept() {
+                        Ok((stream, _)) if workers.full() => busy(stream),
                         Ok((stream, _)) => {
-                            let _ = answer(stream, &shared);
+                            let (shared, stop) = (shared.clone(), flag.clone());
+                            let accepted = Instant::now();
+                            // No thread for it: dropping the work closes
+                            // its connection.
+                            let _ = workers.spawn(move || {
+                                let _ = answer(stream, &shared, accepted, stop);
+                            });
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                             std::thread::sleep(Duration::from_millis(20));
@@ -613,6 +632,8 @@ impl MetricsServer {
                         Err(_) => std::thread::sleep(Duration::from_millis(20)),
                     }
                 }
+                // Each request notices the stop within a slice.
+                workers.join();
             })
             .map_err(|e| e.to_string())?;
         Ok(MetricsServer {
@@ -624,6 +645,8 @@ impl MetricsServer {
 }
 
 impl Drop for MetricsServer {
+    /// Stops it: the requests being served end within
+    /// [`crate::bounded::SLICE`], answered or not.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
@@ -632,11 +655,29 @@ impl Drop for MetricsServer {
     }
 }
 
-/// Answers one HTTP/1.x request on `stream`, then closes it.
-fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+/// Tells a client beyond [`REQUESTS_AT_ONCE`] to come back (503), if its
+/// socket takes it at once, and closes its connection.
+fn busy(mut stream: TcpStream) {
+    let body = "dpwarpd serves other scrapes now: try again\n";
+    if stream.set_nonblocking(true).is_ok() {
+        let _ = write!(
+            stream,
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    }
+}
+
+/// Answers one HTTP/1.x request on `stream`, then closes it: its head
+/// within [`REQUEST_DEADLINE`] of `accepted`, the answer taken within
+/// [`ANSWER_DEADLINE`] after; cut off at once when `stop` is set.
+fn answer(
+    stream: TcpStream,
+    shared: &Shared,
+    accepted: Instant,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    let mut stream = Bounded::new(stream, accepted + REQUEST_DEADLINE, stop)?;
     // The request head, at most 8 KiB.
     let mut head = Vec::with_capacity(512);
     let mut buf = [0u8; 1024];
@@ -647,6 +688,7 @@ fn answer(mut stream: TcpStream, shared: &Shared) -> std::io::Result<()> {
         }
         head.extend_from_slice(&buf[..n]);
     }
+    stream.set_deadline(Instant::now() + ANSWER_DEADLINE);
     let line = head.split(|&b| b == b'\r').next().unwrap_or(&[]);
     let line = String::from_utf8_lossy(line);
     let mut parts = line.split_whitespace();

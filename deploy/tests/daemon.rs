@@ -117,6 +117,18 @@ fn main() {
             "reflect_dscp_over_linux_tcp_takes_the_class_linux_reflects",
             reflect_dscp_over_linux_tcp,
         ),
+        Trial::test(
+            "check_refuses_what_the_daemon_could_not_start_with",
+            check_what_the_start_needs,
+        ),
+        Trial::test(
+            "slow_operator_clients_hold_up_no_one_and_not_the_stop",
+            slow_operator_clients,
+        ),
+        Trial::test(
+            "a_reload_that_cannot_be_applied_keeps_the_listeners_serving",
+            reload_that_cannot_be_applied,
+        ),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -2834,6 +2846,282 @@ fn reflect_dscp_over_linux_tcp() -> Result<(), Failed> {
         .map_err(|e| fail(format!("{e:?}\n{}", daemon.log_text())))?;
     daemon.stop()?;
     drop(ns);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// `--check` refuses what would stop the daemon at its start, with the
+/// daemon's own words: a memory too small for the services' buffers (found
+/// by a review: "valid", then a start that failed every 2 s under
+/// systemd), more memory than this machine has (the allocation aborted
+/// the process), and a control socket path that names a file (which the
+/// daemon deleted); the file is left as it was, by `--check` and by a
+/// start.
+fn check_what_the_start_needs() -> Result<(), Failed> {
+    let dir = scratch("check-start");
+    let refused = |name: &str, text: String, want: &str| -> Result<(), Failed> {
+        let path = dir.join(name);
+        std::fs::write(&path, text)?;
+        let out = Command::new(DPWARPD).arg("--check").arg(&path).output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() != Some(2) || !stderr.contains(want) {
+            return Err(fail(format!(
+                "{name}: want exit 2 and {want:?}, got {out:?}"
+            )));
+        }
+        Ok(())
+    };
+    let base = loopback_config(&dir, free_port(), free_port(), 16);
+    refused(
+        "small.toml",
+        base.replace("memory_mib = 16", "memory_mib = 1"),
+        "`memory_mib`: [rnic] memory_mib = 1: too little for the rping service's buffers",
+    )?;
+    let total_mib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kib| kib / 1024);
+    match total_mib {
+        Some(total) if total < 65536 => refused(
+            "huge.toml",
+            base.replace("memory_mib = 16", "memory_mib = 65536"),
+            &format!("memory_mib = 65536: this machine has {total} MiB: give less"),
+        )?,
+        _ => println!("check_refuses_what_the_daemon_could_not_start_with: 64 GiB here"),
+    }
+    let file = dir.join("notes.txt");
+    std::fs::write(&file, "the operator's notes")?;
+    let on_file = base.replace(
+        &dir.join("control.sock").display().to_string(),
+        &file.display().to_string(),
+    );
+    let want = format!("{} is not a socket: give another path", file.display());
+    refused("on-file.toml", on_file.clone(), &want)?;
+    // Nor does the daemon start on it, and the file stays.
+    let path = dir.join("on-file.toml");
+    let out = Command::new(DPWARPD).arg(&path).output()?;
+    if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains(&want) {
+        return Err(fail(format!("a daemon on a file's path: {out:?}")));
+    }
+    if std::fs::read_to_string(&file)? != "the operator's notes" {
+        return Err(fail("the file named as control_socket is gone"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// A client of an operator's endpoint that sends one octet every 300 ms,
+/// never finishing its request, for at most `limit`; how long until the
+/// server cut it off (or `limit`).
+fn trickle<S: std::io::Write>(mut stream: S, limit: Duration) -> Duration {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if stream.write_all(b"G").is_err() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    start.elapsed()
+}
+
+/// Clients of the metrics endpoint and the control socket that trickle
+/// their requests hold only their own connection, and only until their
+/// request's deadline (2 s): scrapes and `dpwarpctl` meanwhile are answered
+/// at once, and SIGTERM's stop waits for none of them (found by a review:
+/// each endpoint served one client at a time, each read's timeout restarted
+/// by every octet, and the stop joined the endpoint's thread, so such a
+/// client held `dpwarpctl drain` and the stop for hours). A command that
+/// is not UTF-8 is answered with an error, in JSON.
+fn slow_operator_clients() -> Result<(), Failed> {
+    use std::os::unix::net::UnixStream;
+    let dir = scratch("slow-clients");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    let mut daemon = Daemon::start(&dir, &loopback_config(&dir, tcp_port, metrics, 16))?;
+    let socket = daemon.socket.clone();
+    let slow_metrics = std::net::TcpStream::connect(("127.0.0.1", metrics))?;
+    let slow_ctl = UnixStream::connect(&socket)?;
+    let limit = Duration::from_secs(8);
+    let a = std::thread::spawn(move || trickle(slow_metrics, limit));
+    let b = std::thread::spawn(move || trickle(slow_ctl, limit));
+    std::thread::sleep(Duration::from_millis(200));
+    // Others are answered meanwhile, at once.
+    for _ in 0..3 {
+        let start = Instant::now();
+        scrape(metrics)?;
+        let status = daemon.ctl("status").map_err(fail)?;
+        if status["state"] != "serving" || start.elapsed() > Duration::from_secs(1) {
+            return Err(fail(format!(
+                "status {status} after {:?} beside slow clients",
+                start.elapsed()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    for (what, t) in [("metrics", a), ("control socket", b)] {
+        let held = t.join().map_err(|_| fail("a trickling client panicked"))?;
+        if held > Duration::from_secs(4) {
+            return Err(fail(format!(
+                "a trickling client of the {what} held its connection {held:?}"
+            )));
+        }
+    }
+    // Not UTF-8: an answer that says so.
+    let mut raw = UnixStream::connect(&socket)?;
+    raw.set_read_timeout(Some(Duration::from_secs(5)))?;
+    std::io::Write::write_all(&mut raw, b"\xff\xfe status\n")?;
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut raw, &mut text)?;
+    let answer: Value = serde_json::from_str(&text)
+        .map_err(|e| fail(format!("the answer to a non-UTF-8 command: {e}: {text:?}")))?;
+    if !answer["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("not UTF-8") && e.contains("status"))
+    {
+        return Err(fail(format!("the answer to a non-UTF-8 command: {answer}")));
+    }
+    // SIGTERM with slow clients on both endpoints: the stop waits for
+    // neither (nothing else is open, so the drain itself is at once).
+    let slow_metrics = std::net::TcpStream::connect(("127.0.0.1", metrics))?;
+    let slow_ctl = UnixStream::connect(&socket)?;
+    let a = std::thread::spawn(move || trickle(slow_metrics, limit));
+    let b = std::thread::spawn(move || trickle(slow_ctl, limit));
+    std::thread::sleep(Duration::from_millis(500));
+    let term = Instant::now();
+    Command::new("kill")
+        .args(["-TERM", &daemon.child.id().to_string()])
+        .status()?;
+    let status = daemon.wait_exit(term, "SIGTERM")?;
+    let took = term.elapsed();
+    let _ = (a.join(), b.join());
+    if !status.success() || took > Duration::from_millis(1200) {
+        return Err(fail(format!(
+            "exit {status:?} {took:?} after SIGTERM beside slow clients: {}",
+            daemon.log_text()
+        )));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Waits until the daemon's log says `want`, at most 10 s.
+fn wait_log(daemon: &Daemon, want: &str) -> Result<String, Failed> {
+    let start = Instant::now();
+    loop {
+        let log = daemon.log_text();
+        if log.contains(want) {
+            return Ok(log);
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err(fail(format!("no {want:?} in the log:\n{log}")));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A SIGHUP that moves the bench service onto a running perftest service's
+/// port is refused as a whole, and one whose new listener cannot listen
+/// (its port taken by another program) is undone: every service stays, or
+/// comes back, on the port it served, `dpwarpctl listeners` says so and
+/// `up`, and clients are served there (found by a review: the bench
+/// service took the perftest service's connections, a move back ended the
+/// perftest listener, and a failed listen left the service down).
+fn reload_that_cannot_be_applied() -> Result<(), Failed> {
+    let dir = scratch("reload-refused");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    let config = loopback_config(&dir, tcp_port, metrics, 64);
+    let daemon = Daemon::start(&dir, &config)?;
+    let path = dir.join("dpwarpd.toml");
+    let stats = daemon.ctl("stats").map_err(fail)?;
+    let send_lat = stats["perftest"]
+        .as_array()
+        .and_then(|l| l.iter().find(|p| p["command"] == "ib_send_lat"))
+        .and_then(|p| p["tcp_port"].as_u64())
+        .ok_or_else(|| fail(format!("no ib_send_lat service: {stats:#}")))?
+        as u16;
+    let addr = SocketAddrV4::new([127, 0, 0, 1].into(), tcp_port);
+    // The bench service listening on its port, up (within 10 s: a failed
+    // listen is undone once every core has tried), and clients served.
+    let served = |what: &str| -> Result<(), Failed> {
+        let start = Instant::now();
+        loop {
+            let l = daemon.ctl("listeners").map_err(fail)?;
+            if listener_port(&l, "bench") == Some(tcp_port) && l["listeners"][0]["up"] == true {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err(fail(format!(
+                    "{what}: listeners {l:#}\n{}",
+                    daemon.log_text()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        client(
+            addr,
+            Op::Write,
+            Mode::Bandwidth,
+            4096,
+            1,
+            Stop::Iterations(200),
+        )
+        .map_err(|e| {
+            fail(format!(
+                "{what}: a bench client: {e}\n{}",
+                daemon.log_text()
+            ))
+        })?;
+        let code = perftest_client("ib_send_lat", send_lat);
+        if code != 0 {
+            return Err(fail(format!(
+                "{what}: an ib_send_lat client exited {code}\n{}",
+                daemon.log_text()
+            )));
+        }
+        Ok(())
+    };
+    served("at the start")?;
+    // The bench service onto the perftest service's port (that one moved
+    // away in the file, which perftest services do only with a restart).
+    let elsewhere = free_port();
+    let onto_perftest = config
+        .replace(
+            &format!("tcp_port = {send_lat}\n"),
+            &format!("tcp_port = {elsewhere}\n"),
+        )
+        .replace(
+            &format!("tcp_port = {tcp_port}\n"),
+            &format!("tcp_port = {send_lat}\n"),
+        );
+    std::fs::write(&path, onto_perftest)?;
+    Command::new("kill")
+        .args(["-HUP", &daemon.child.id().to_string()])
+        .status()?;
+    wait_log(&daemon, "SIGHUP: ")?;
+    served("after a reload onto a perftest port")?;
+    wait_log(&daemon, "is a running perftest service's")?;
+    // The bench service onto a port another program listens on.
+    let taken = TcpListener::bind(("127.0.0.1", 0))?;
+    let taken_port = taken.local_addr()?.port();
+    std::fs::write(
+        &path,
+        config.replace(
+            &format!("tcp_port = {tcp_port}\n"),
+            &format!("tcp_port = {taken_port}\n"),
+        ),
+    )?;
+    Command::new("kill")
+        .args(["-HUP", &daemon.child.id().to_string()])
+        .status()?;
+    wait_log(&daemon, "a listener of the reloaded configuration failed")?;
+    served("after a reload onto a taken port")?;
+    wait_log(&daemon, "back on their ports before the reload")?;
+    drop(taken);
+    let mut daemon = daemon;
+    daemon.stop()?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

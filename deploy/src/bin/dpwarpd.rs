@@ -105,7 +105,7 @@ fn reload(shared: &Arc<daemon::Shared>) {
         Ok(done) => tracing::info!(done, "SIGHUP: configuration reloaded"),
         Err(e) => tracing::error!(
             error = e,
-            "SIGHUP: the configuration does not check; keeping the running one"
+            "SIGHUP: the configuration cannot be applied; keeping the running one"
         ),
     }
 }
