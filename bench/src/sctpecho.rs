@@ -285,6 +285,7 @@ struct Echo<'a> {
 impl<'a> Echo<'a> {
     fn new(args: &'a EchoArgs, endpoint: Endpoint) -> Echo<'a> {
         let size = endpoint.config().message_size_max();
+        let inbound = endpoint.config().receive_message_max();
         Echo {
             args,
             endpoint,
@@ -298,7 +299,7 @@ impl<'a> Echo<'a> {
             echoed_octets: 0,
             terminated: None,
             closed: None,
-            message: vec![0; size.max(MESSAGE_LEN_MAX)],
+            message: vec![0; inbound.max(MESSAGE_LEN_MAX)],
             expected: vec![0; size.max(MESSAGE_LEN_MAX)],
         }
     }
@@ -739,7 +740,7 @@ mod tests {
         let udp = KernelUdp::new(*addr.ip(), 1 << 20);
         let mut wire = Wire::bind(udp, addr.port()).unwrap();
         let mut peer = Endpoint::new(Config::default(), std::time::Instant::now()).unwrap();
-        let mut buf = vec![0u8; 2048];
+        let mut buf = vec![0u8; peer.config().receive_message_max()];
         let mut echoed = 0;
         if let Some(remote) = connect {
             peer.connect(now(), SocketAddr::V4(remote)).unwrap();

@@ -181,7 +181,7 @@ fn pump_node(node: &mut Node, now: Instant, peer: SocketAddr, buf: &mut [u8]) {
     assert!(node.endpoint.associations() <= config.associations_max);
     while let Some(r) = node.endpoint.recv(buf) {
         assert!(
-            r.len <= config.message_size_max(),
+            r.len <= config.receive_message_max(),
             "a message of {} octets",
             r.len
         );

@@ -20,8 +20,6 @@ pub const SCTP_COMMON_HEADER_LEN: u32 = 12;
 /// A DATA chunk's header (RFC 9260 §3.3.1).
 pub const DATA_CHUNK_HEADER_LEN: u32 = 16;
 
-/// The overhead below a user message in one IPv4 packet: 1500 - 56 = 1444
-/// octets of message at MTU 1500 (WIRE.md §5).
 /// The smallest [`Config::path_mtu`]: the handshake's largest packet, our
 /// INIT ACK (84 octets: the common header, the chunk with its 32-octet
 /// State Cookie, Supported Extensions and the Adaptation Layer Indication,
@@ -35,6 +33,14 @@ pub const PATH_MTU_MIN: u32 = 128;
 /// [`Config::handshake_timeout_ms`].
 const VALID_COOKIE_LIFE_MS: u64 = 60_000;
 
+/// The largest message taken from a peer, whatever our path MTU: a peer
+/// sizes its messages by its own path MTU (RFC 5043 §9), which may be
+/// larger than ours (IP fragments them, or a jumbo path carries them), and
+/// sctp-proto's own default.
+const RECEIVE_MESSAGE_MAX: u32 = 65_536;
+
+/// The overhead below a user message in one IPv4 packet: 1500 - 56 = 1444
+/// octets of message at MTU 1500 (WIRE.md §5).
 const PER_PACKET_OVERHEAD: u32 =
     IPV4_HEADER_LEN + UDP_HEADER_LEN + SCTP_COMMON_HEADER_LEN + DATA_CHUNK_HEADER_LEN;
 const _: () = assert!(1500 - PER_PACKET_OVERHEAD == 1444);
@@ -143,6 +149,17 @@ impl Config {
     /// UDP, SCTP common and DATA chunk headers (1444 at MTU 1500).
     pub fn message_size_max(&self) -> usize {
         self.path_mtu.saturating_sub(PER_PACKET_OVERHEAD) as usize
+    }
+
+    /// The largest user message taken from a peer: 64 KiB, or the receive
+    /// window if smaller, and at least
+    /// [`message_size_max`](Config::message_size_max). A peer whose path MTU is larger than
+    /// ours sends larger messages (each sizes its own, RFC 5043 §9); taking
+    /// only what we send, an association to a peer at MTU 9000 from one at
+    /// 1500 stalled on its first full message (found by a review). The
+    /// receive window still bounds what an association holds.
+    pub fn receive_message_max(&self) -> usize {
+        (self.receive_window.min(RECEIVE_MESSAGE_MAX) as usize).max(self.message_size_max())
     }
 
     /// The largest SCTP packet (UDP payload) we send: the path MTU less the

@@ -456,13 +456,13 @@ impl Endpoint {
     ///
     /// # Panics
     ///
-    /// If `buf` is shorter than [`Config::message_size_max`].
+    /// If `buf` is shorter than [`Config::receive_message_max`].
     pub fn recv(&mut self, buf: &mut [u8]) -> Option<Received> {
         assert!(
-            buf.len() >= self.config.message_size_max(),
-            "recv: a buffer of {} octets is below message_size_max {}",
+            buf.len() >= self.config.receive_message_max(),
+            "recv: a buffer of {} octets is below receive_message_max {}",
             buf.len(),
-            self.config.message_size_max()
+            self.config.receive_message_max()
         );
         let (received, message) = self.recv_bytes()?;
         buf[..received.len].copy_from_slice(&message);
@@ -472,7 +472,7 @@ impl Endpoint {
     /// [`recv`](Endpoint::recv) without the copy: the next received message
     /// and its octets, which are the DATA chunk's own (a slice of the
     /// packet it came in) when it came in one chunk, as DDP's messages do
-    /// (RFC 5043 §9). At most [`Config::message_size_max`] octets.
+    /// (RFC 5043 §9). At most [`Config::receive_message_max`] octets.
     pub fn recv_bytes(&mut self) -> Option<(Received, Bytes)> {
         while let Some((assoc, stream)) = self.readable.pop_front() {
             let Some(live) = self.live_mut(assoc) else {
@@ -776,7 +776,7 @@ fn transport_config(config: &Config) -> proto::TransportConfig {
         .with_adaptation_layer_indication(config.adaptation_code_point)
         .with_max_receive_buffer_size(config.receive_window)
         .with_max_send_message_size(message_size_max)
-        .with_max_receive_message_size(message_size_max)
+        .with_max_receive_message_size(config.receive_message_max() as u32)
         .with_max_num_outbound_streams(config.streams)
         .with_max_num_inbound_streams(config.streams)
         .with_max_data_retransmits(config.data_retransmits_max)

@@ -53,7 +53,7 @@ fn a_message_before_the_cookie_ack_waits_for_up() {
     for d in sent(&mut b, now) {
         a.handle_datagram(now, addr(2), &d);
     }
-    let mut buf = vec![0u8; Config::default().message_size_max()];
+    let mut buf = vec![0u8; Config::default().receive_message_max()];
     assert!(!a.is_up(assoc_a));
     assert_eq!(a.poll_event(), None);
     assert_eq!(a.recv(&mut buf), None, "no message before Up");

@@ -148,7 +148,7 @@ fn half_open_associations_expire_and_free_their_slots() {
         .expect("send B");
     let mut got_b = None;
     let mut got_a = None;
-    let mut rx = vec![0u8; 1444];
+    let mut rx = vec![0u8; pair.a.config().receive_message_max()];
     pair.drive_until(1000, |p| {
         if let Some(r) = p.b.recv(&mut rx) {
             got_b = Some((r, rx[..r.len].to_vec()));

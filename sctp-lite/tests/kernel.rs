@@ -68,7 +68,7 @@ fn messages_both_ways_over_kernel_udp() {
     let mut a_up = false;
     const MESSAGES: u32 = 500;
     let (mut sent_a, mut sent_b, mut got_a, mut got_b) = (0u32, 0u32, 0u32, 0u32);
-    let mut buf = vec![0u8; 1444];
+    let mut buf = vec![0u8; a.config().receive_message_max()];
     while got_a < MESSAGES || got_b < MESSAGES {
         assert!(
             start.elapsed() < deadline,

@@ -74,7 +74,7 @@ fn transfer(pair: &mut Pair, assocs: (AssocId, AssocId), plan_a: &[Msg], plan_b:
     plan_a.iter().for_each(|m| expect_b.add(m));
     plan_b.iter().for_each(|m| expect_a.add(m));
     let (mut next_a, mut next_b) = (0, 0);
-    let mut buf = vec![0u8; 1444];
+    let mut buf = vec![0u8; pair.a.config().receive_message_max()];
     let mut steps = 0;
     while expect_a.count + expect_b.count > 0 {
         next_a += send_some(pair, Side::A, assocs.0, &plan_a[next_a..]);
@@ -347,7 +347,7 @@ fn a_silent_peer_times_out() {
     }
     // Part of it goes through (and A's RTO falls to RTO.Min with the first
     // SACKs), then the link dies.
-    let mut buf = vec![0u8; 1444];
+    let mut buf = vec![0u8; pair.a.config().receive_message_max()];
     let mut read = 0;
     pair.drive_until(1000, |p| {
         while p.b.recv(&mut buf).is_some() {

@@ -17,11 +17,16 @@ fn addr(host: u8) -> SocketAddr {
 /// Two endpoints with `config` associated in memory; the last datagram A
 /// sent to B.
 fn associated(config: Config) -> (Endpoint, Endpoint, Vec<u8>) {
+    associated_as(config.clone(), config)
+}
+
+/// [`associated`] with A on `config_a` and B on `config_b`.
+fn associated_as(config_a: Config, config_b: Config) -> (Endpoint, Endpoint, Vec<u8>) {
     #[allow(clippy::disallowed_methods)] // Only the origin of sctp-proto's time.
     let epoch = std::time::Instant::now();
-    let mut buf = vec![0u8; config.packet_size_max()];
-    let mut a = Endpoint::new(config.clone(), epoch).unwrap();
-    let mut b = Endpoint::new(config, epoch).unwrap();
+    let mut buf = vec![0u8; config_a.packet_size_max().max(config_b.packet_size_max())];
+    let mut a = Endpoint::new(config_a, epoch).unwrap();
+    let mut b = Endpoint::new(config_b, epoch).unwrap();
     let now = Instant::ZERO;
     let assoc = a.connect(now, addr(2)).unwrap();
     let mut last_from_a = Vec::new();
@@ -119,4 +124,42 @@ fn the_smallest_path_mtu_carries_the_handshake() {
     };
     assert_eq!(config.packet_size_max(), 100);
     associated(config);
+}
+
+/// Each end sizes its messages by its own path MTU (RFC 5043 §9): a peer at
+/// MTU 9000 sends messages of 8,944 octets to one at 1500, which takes
+/// them (up to `receive_message_max`, 64 KiB) where IP fragments them or a
+/// jumbo path carries them. It took only what it sends itself, 1,444, and
+/// the first full message stalled the association.
+#[test]
+fn a_peer_with_a_larger_path_mtu_is_heard() {
+    let jumbo = Config {
+        path_mtu: 9000,
+        ..Config::default()
+    };
+    let (mut a, mut b, _) = associated_as(jumbo.clone(), Config::default());
+    assert_eq!(b.config().receive_message_max(), 65_536);
+    let assoc = a.associations();
+    assert_eq!(assoc, 1);
+    let up = std::iter::from_fn(|| a.poll_event())
+        .find_map(|e| matches!(e.kind, EventKind::Up { .. }).then_some(e.assoc))
+        .expect("A is up");
+    let message: Vec<u8> = (0..jumbo.message_size_max()).map(|i| i as u8).collect();
+    assert_eq!(message.len(), 8944);
+    a.send(up, 0, 16, true, &message).unwrap();
+    let mut buf = vec![0u8; 9000];
+    let mut rx = vec![0u8; b.config().receive_message_max()];
+    let mut got = None;
+    for _ in 0..8 {
+        while let Some(t) = a.poll_transmit(Instant::ZERO, &mut buf) {
+            b.handle_datagram(Instant::ZERO, addr(1), &buf[..t.len]);
+        }
+        while let Some(t) = b.poll_transmit(Instant::ZERO, &mut buf) {
+            a.handle_datagram(Instant::ZERO, addr(2), &buf[..t.len]);
+        }
+        if let Some(r) = b.recv(&mut rx) {
+            got = Some(rx[..r.len].to_vec());
+        }
+    }
+    assert_eq!(got.as_deref(), Some(&message[..]), "B took A's message");
 }

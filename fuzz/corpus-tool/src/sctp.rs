@@ -134,7 +134,7 @@ fn association() -> Vec<(bool, Vec<u8>)> {
     let mut assoc_b = None;
     let mut sent = (false, false);
     let mut log = Vec::new();
-    let mut buf = vec![0u8; 2048];
+    let mut buf = vec![0u8; 65_536];
     for _ in 0..32 {
         // 100 ms a round: the delayed SACKs (RFC 9260 §6.2, 200 ms) go too.
         now += Duration::from_millis(100);
