@@ -797,6 +797,9 @@ impl Args {
                 return Err(format!("{host:?} is not a server address"));
             }
         }
+        if self.flood.is_some() && !matches!(role, Role::Local(_)) {
+            return Err("--flood runs in one process: drop HOST and --server".into());
+        }
         if self.flood.is_some() && !self.cores.iter().any(|&k| k >= 2) {
             return Err(
                 "--flood floods core 0 while the other cores run the workload: give --cores \

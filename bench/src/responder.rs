@@ -12,7 +12,7 @@ use rnic_engine::verbs::{
 };
 
 use std::collections::HashMap;
-use std::net::SocketAddrV4;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration as StdDuration, Instant as StdInstant};
@@ -370,7 +370,7 @@ struct Run {
     llp: &'static str,
     /// The address of the client whose connection began the run: a
     /// connection from another host that names its id is refused.
-    client: Option<std::net::Ipv4Addr>,
+    client: Option<Ipv4Addr>,
     /// Connections accepted (by the control plane), and handed to a core
     /// with a QP.
     admitted: u64,
@@ -942,16 +942,17 @@ impl Serving {
         self.retire(run.pd, &mut runs.retired);
     }
 
-    /// The PD a DDP over SCTP stream of `op` of run `run` joins (asked by
+    /// The PD a DDP over SCTP stream of `op` of run `run` from `peer` joins (asked by
     /// its core once the control plane accepted the stream's Initiate:
     /// `dataplane::SctpUnit::set_pd_for`): its run's own, or `None` for a
     /// run without one (a server that exposes no leases) or one that is
     /// gone.
-    pub fn pd_of(&self, run: u64, op: Op) -> Option<Pd> {
+    /// A run is its client's: a stream from another host gets `None`.
+    pub fn pd_of(&self, run: u64, op: Op, peer: Ipv4Addr) -> Option<Pd> {
         let runs = self.runs();
         runs.by_id
             .get(&(run, lease_access(op)))
-            .filter(|r| r.llp == "sctp")?
+            .filter(|r| r.llp == "sctp" && r.client.is_none_or(|c| c == peer))?
             .pd
     }
 
@@ -1925,10 +1926,22 @@ mod tests {
         assert_eq!(serving.pd_for(peer(4)), None, "nobody's");
         // A stream of the SCTP run joins a PD of its own run's, asked by
         // its run and operation; an MPA run's is not for a stream.
-        let sctp = serving.pd_of(2, Op::Write).expect("run 2's PD");
+        let sctp = serving
+            .pd_of(2, Op::Write, *peer(3).ip())
+            .expect("run 2's PD");
         assert!(sctp != own && sctp != pd);
-        assert_eq!(serving.pd_of(1, Op::Write), None, "an MPA run");
-        assert_eq!(serving.pd_of(2, Op::Read), None, "another run");
+        assert_eq!(
+            serving.pd_of(1, Op::Write, *peer(1).ip()),
+            None,
+            "an MPA run"
+        );
+        assert_eq!(
+            serving.pd_of(2, Op::Read, *peer(3).ip()),
+            None,
+            "another run"
+        );
+        let stranger = [10, 0, 0, 66].into();
+        assert_eq!(serving.pd_of(2, Op::Write, stranger), None, "another host");
         // The run's STag is in its PD: the PD cannot go while it lives.
         assert!(registry.dealloc_pd(own).is_err());
         // Its QPs' own work requests use the run's STag, from its lease; a
@@ -1982,7 +1995,11 @@ mod tests {
         // A connection accepted for a run that ended before it reached a
         // core joins no PD of a run.
         serving.closed(2, Op::Write);
-        assert_eq!(serving.pd_of(2, Op::Write), None, "run 2 ended");
+        assert_eq!(
+            serving.pd_of(2, Op::Write, *peer(3).ip()),
+            None,
+            "run 2 ended"
+        );
         assert_eq!((serving.pds(), registry.pds_in_use()), (0, baseline));
         serving
             .admit(&hello(5, 4096, true), len, Some(("mpa", peer(5))))

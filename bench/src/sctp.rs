@@ -487,14 +487,16 @@ impl SctpServer {
         // Each stream's QP joins its run's PD (where runs have their own:
         // a server that exposes leases) before anything reaches it.
         let runs = serving.clone();
-        ep.core.set_pd_for(Box::new(move |session| {
-            match ClientHello::decode(&session.peer_private_data) {
-                Ok(h) => runs
-                    .pd_of(h.run, h.op)
-                    .map_or(PdChoice::Default, PdChoice::In),
-                // The control plane accepted only hellos that decode.
-                Err(_) => PdChoice::Refuse,
-            }
+        ep.core.set_pd_for(Box::new(move |session, peer| {
+            let (Ok(h), SocketAddr::V4(peer)) =
+                (ClientHello::decode(&session.peer_private_data), peer)
+            else {
+                // The control plane accepted only hellos that decode, over
+                // IPv4 (the transport's only family).
+                return PdChoice::Refuse;
+            };
+            runs.pd_of(h.run, h.op, *peer.ip())
+                .map_or(PdChoice::Default, PdChoice::In)
         }));
         Ok(SctpServer {
             ep,
@@ -635,6 +637,16 @@ impl SctpServer {
                         self.ep.core.close_stream(qp);
                         continue;
                     };
+                    // A run with a PD of its own is served only on a QP
+                    // in it (its core moved the QP there when the stream
+                    // came up; a run given up and begun again meanwhile
+                    // has another).
+                    let peer = a.peers.get(&assoc).copied();
+                    let run_pd = peer.and_then(|p| a.serving.pd_of(h.run, h.op, *p.ip()));
+                    if run_pd.is_some_and(|pd| self.ep.core.rnic().qp_pd(qp) != Ok(pd)) {
+                        self.ep.core.close_stream(qp);
+                        continue;
+                    }
                     // Given up meanwhile: its lease may be another's. (One
                     // run at a time has the whole memory: `bench --server`.)
                     // Where the run has a PD of its own, which the QP

@@ -273,6 +273,21 @@ fn bad_options_are_refused_before_anything_starts() {
         ],
         &["--flood", "--cores"],
     );
+    // A client of another host is told so first, not sent to --cores
+    // (which it would then be refused with).
+    refused(
+        &[
+            "write",
+            "127.0.0.1",
+            "--cores",
+            "1",
+            "-D",
+            "1",
+            "--flood",
+            "5",
+        ],
+        &["--flood", "HOST"],
+    );
     // Atomics move 8 octets: no -a.
     refused(&["fetch_add", "-a", "-n", "10"], &["-a", "fetch_add"]);
 }

@@ -561,8 +561,8 @@ impl<T: MessageTransport> std::ops::DerefMut for SctpCore<T> {
 }
 
 /// Chooses a [`PdChoice`] for a passive stream's QP by the session its
-/// control plane accepted ([`SctpUnit::set_pd_for`]).
-pub type StreamPdFor = Box<dyn FnMut(&Established) -> PdChoice + Send>;
+/// control plane accepted and the peer's address ([`SctpUnit::set_pd_for`]).
+pub type StreamPdFor = Box<dyn FnMut(&Established, SocketAddr) -> PdChoice + Send>;
 
 /// DDP over SCTP over UDP without a transport of its own: the SCTP
 /// endpoint, its UDP socket, the engine and the DDP streams, turned over a
@@ -643,7 +643,8 @@ impl SctpUnit {
     /// From now on the QP of each stream a peer opens joins the protection
     /// domain `choose` picks by the session the control plane accepted
     /// (its Initiate's private data, which a service that lends each
-    /// client memory of its own reads), asked once per stream when it
+    /// client memory of its own reads) and the association's peer, asked
+    /// once per stream when it
     /// comes up, before anything the peer sent reaches the QP; the QP was
     /// made in `qp_init`'s PD when the Initiate arrived, and moves
     /// (`Rnic::move_qp_to_pd`). [`PdChoice::Refuse`], or a PD that is
@@ -1166,12 +1167,15 @@ impl SctpUnit {
         let Some(stream) = self.streams[index].as_mut() else {
             return;
         };
-        let joined = match (&mut self.pd_for, stream.outbound) {
-            (Some(choose), false) => match choose(&session) {
+        let peer = self.endpoint.remote(stream.assoc);
+        let joined = match (&mut self.pd_for, stream.outbound, peer) {
+            (Some(choose), false, Some(peer)) => match choose(&session, peer) {
                 PdChoice::Default => true,
                 PdChoice::In(pd) => self.rnic.move_qp_to_pd(stream.qp, pd).is_ok(),
                 PdChoice::Refuse => false,
             },
+            // Its association is gone: it goes too.
+            (Some(_), false, None) => false,
             _ => true,
         };
         let connection = MessageConnection {

@@ -640,7 +640,8 @@ fn each_stream_joins_the_pd_its_ulp_picks() {
         .rnic()
         .reg_region(own_pd, own_region.clone(), ALL)
         .unwrap();
-    net.b.core.set_pd_for(Box::new(move |session| {
+    net.b.core.set_pd_for(Box::new(move |session, peer| {
+        assert_eq!(peer.ip(), std::net::IpAddr::V4(A_ADDR), "a's association");
         match session.peer_private_data.as_slice() {
             b"own" => PdChoice::In(own_pd),
             b"none" => PdChoice::Refuse,

@@ -659,9 +659,8 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         None => None,
     };
     // The services' memory: each bench run's lease under an STag of its
-    // own, perftest's and rping's buffers reserved beside them. A run with
-    // no PD of its own (one begun over DDP over SCTP; MPA runs have one
-    // each) has its STag in DDP over SCTP's PD.
+    // own, perftest's and rping's buffers reserved beside them; each run's
+    // STag and QPs in a PD of the run's own, over either lower layer.
     let region = Region::new(config.rnic.memory_mib << 20);
     let serving = Serving::exposing(
         slots,

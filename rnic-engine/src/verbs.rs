@@ -770,6 +770,15 @@ impl Rnic {
         Ok(())
     }
 
+    /// The protection domain queue pair `qp` is in.
+    pub fn qp_pd(&self, qp: QpHandle) -> Result<Pd, VerbError> {
+        self.qps
+            .get(qp.0 as usize)
+            .and_then(Option::as_ref)
+            .map(Qp::pd)
+            .ok_or(VerbError::UnknownHandle)
+    }
+
     fn split(&mut self, qp: QpHandle) -> Result<(&mut Qp, Ctx<'_>), VerbError> {
         let qp = self
             .qps

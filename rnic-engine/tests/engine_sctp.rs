@@ -405,10 +405,13 @@ fn an_idle_qp_moves_into_the_pd_its_ulp_picks() {
         sq_size: 4,
         rq_size: 4,
     };
-    let qp = pair.b.rnic.create_qp(init).unwrap();
-    let users = registry.pds_in_use();
+    // Made in a PD of its own, which it leaves: that PD is free to go at
+    // once (the move gave back the QP's hold on it), its new one is not.
+    let first = registry.alloc_pd().unwrap();
+    let qp = pair.b.rnic.create_qp(QpInit { pd: first, ..init }).unwrap();
+    assert_eq!(registry.dealloc_pd(first), Err(VerbError::InUse));
     pair.b.rnic.move_qp_to_pd(qp, new).unwrap();
-    assert_eq!(registry.pds_in_use(), users, "one PD held for another");
+    registry.dealloc_pd(first).unwrap();
     assert_eq!(
         registry.dealloc_pd(new),
         Err(VerbError::InUse),
