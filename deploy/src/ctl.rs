@@ -473,6 +473,11 @@ impl Drop for CtlServer {
 /// takes it at once, and closes its connection.
 fn busy(mut stream: UnixStream) {
     if stream.set_nonblocking(true).is_ok() {
+        // What of the command has come is read first: a socket closed
+        // with octets unread resets the connection, and the client may
+        // see that instead of the answer.
+        let mut command = [0u8; 512];
+        let _ = std::io::Read::read(&mut stream, &mut command);
         let reply = json!({
             "error": format!(
                 "dpwarpd answers {REQUESTS_AT_ONCE} other requests now: try again"

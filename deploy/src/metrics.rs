@@ -686,6 +686,11 @@ impl Drop for MetricsServer {
 fn busy(mut stream: TcpStream) {
     let body = "dpwarpd serves other scrapes now: try again\n";
     if stream.set_nonblocking(true).is_ok() {
+        // What of the request has come is read first: a socket closed with
+        // octets unread sends a reset, which a client may see before the
+        // answer.
+        let mut request = [0u8; 8192];
+        let _ = std::io::Read::read(&mut stream, &mut request);
         let _ = write!(
             stream,
             "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{body}",
