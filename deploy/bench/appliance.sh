@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The appliance's goals, measured in one run on this host (Linux TCP over
-# loopback, so it needs neither root nor DPDK; the same cores as the bare
+# loopback, so it needs neither root nor a DPDK port, though the build needs
+# DPDK's headers, and it uses curl and python3: scripts/lib.sh installs what
+# is missing as root, or says what to install; the same cores as the bare
 # server): deploy/bench/appliance.sh [SECONDS]
 #
 #  1. dpwarpd against the bare `bench --server`: the same client (64 QPs of
@@ -20,17 +22,43 @@
 #  5. Drain: SIGTERM while 64 QPs run, the drain deadline 1 s; the time
 #     from the deadline to the daemon's exit.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/scripts/lib.sh"   # need_*
+cd "$root"
+need_rust
+need_dpdk
+need_apt curl curl
+need_apt python3 python3
 secs=${1:-5}
 cargo build --release --locked -q -p deploy -p bench
 bin=target/release
 tmp=$(mktemp -d /tmp/dpwarp-appliance.XXXXXX)
-pids=()
+pids=() cpids=() dpid="" cpid=""
+# stop PID...: SIGTERM, up to 5 s to exit (dpwarpd drains for its 1 s
+# deadline), then SIGKILL. A client's PID is timeout(1)'s, exec'd in its
+# subshell, which passes SIGTERM on to the client; SIGKILL goes to
+# timeout's process group too, where the client runs.
+stop() {
+    local p live _
+    for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
+    for _ in $(seq 1 50); do
+        live=""
+        for p in "$@"; do kill -0 "$p" 2>/dev/null && live=1; done
+        [ -n "$live" ] || return 0
+        sleep 0.1
+    done
+    for p in "$@"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true; done
+}
 cleanup() {
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+    stop ${dpid:+"$dpid"} ${cpid:+"$cpid"} "${cpids[@]}" "${pids[@]}"
     rm -rf "$tmp"
 }
 trap cleanup EXIT
+fail() {
+    echo "appliance.sh: $*" >&2
+    if [ -s "$tmp/dpwarpd.log" ]; then echo "--- dpwarpd's log:" >&2; cat "$tmp/dpwarpd.log" >&2; fi
+    exit 1
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 bw() { awk '/^ remote / {print $5}' "$1"; }   # MB/s column of bench's table
@@ -45,7 +73,7 @@ sed -e 's/driver = "net_tap"/driver = "kernel"/' -e 's|address = "10.77.0.2/24"|
     -e "s/command = \"ib_write_bw\"/command = \"ib_write_bw -D $(( secs + 10 ))\"/" -e 's/clients_max = 4$/clients_max = 8/' \
     deploy/examples/dpwarpd.toml > "$tmp/dpwarpd.toml"
 client() { # client PORT SECONDS OUT
-    (cd "$tmp" && timeout $(( $2 + 60 )) taskset -c 1 "$OLDPWD/$bin/bench" write 127.0.0.1 -p "$1" \
+    (cd "$tmp" && exec timeout $(( $2 + 60 )) taskset -c 1 "$OLDPWD/$bin/bench" write 127.0.0.1 -p "$1" \
         -q 64 -s 65536 -D "$2" > "$3" 2>&1)
 }
 
@@ -58,11 +86,14 @@ bare=$(bw "$tmp/bare.txt")
 
 start=$(date +%s%N)
 "$bin/dpwarpd" "$tmp/dpwarpd.toml" 2> "$tmp/dpwarpd.log" &
-dpid=$!; pids+=($dpid)
-until "$bin/dpwarpctl" -s "$tmp/control.sock" status 2>/dev/null | grep -q '"serving"'; do
-    kill -0 "$dpid" || { cat "$tmp/dpwarpd.log"; exit 1; }
+dpid=$!
+serving=""
+for _ in $(seq 1 2000); do   # 20 s, and dpwarpctl's own time
+    "$bin/dpwarpctl" -s "$tmp/control.sock" status 2>/dev/null | grep -q '"serving"' && { serving=1; break; }
+    kill -0 "$dpid" 2>/dev/null || fail "dpwarpd exited before serving"
     sleep 0.01
 done
+[ -n "$serving" ] || fail "dpwarpd did not serve within 20 s"
 serving_ms=$(ms "$start")
 tid=$(grep -l '^dpwarpd-metrics$' /proc/$dpid/task/*/comm | head -n1 | xargs dirname | xargs basename)
 # Nanoseconds the metrics endpoint has run: its accept thread (schedstat:
@@ -112,6 +143,7 @@ for _ in $(seq 1 400); do
 done
 failed=0
 for p in "${cpids[@]}"; do wait "$p" || failed=$((failed + 1)); done
+cpids=()
 mixed_ms=$(ms "$m0")
 sleep 0.2   # a core publishes its counters every 50 ms
 rx1=$(fpdu_rx)
@@ -126,15 +158,27 @@ wall_ratio=$(python3 -c "print(f'{$wall / $bare:.2f}')")
 full_ratio=$( [ -n "$full" ] && python3 -c "print(f'{$full / $bare:.2f}')" || echo "-")
 
 echo "5. drain: SIGTERM while 64 QPs run, deadline 1 s"
-client "$port_b" 30 "$tmp/drained.txt" &
-cpid=$!; pids+=($cpid)
-until "$bin/dpwarpctl" -s "$tmp/control.sock" stats | grep -q '"qps": 64'; do sleep 0.05; done
+# As client, in the background: $cpid is timeout's.
+(cd "$tmp" && exec timeout 90 taskset -c 1 "$OLDPWD/$bin/bench" write 127.0.0.1 -p "$port_b" \
+    -q 64 -s 65536 -D 30 > drained.txt 2>&1) &
+cpid=$!
+up=""
+for _ in $(seq 1 600); do   # 30 s, and dpwarpctl's own time
+    "$bin/dpwarpctl" -s "$tmp/control.sock" stats 2>/dev/null | grep -q '"qps": 64' && { up=1; break; }
+    kill -0 "$dpid" 2>/dev/null || fail "dpwarpd exited before the drain"
+    kill -0 "$cpid" 2>/dev/null || fail "the drain's client exited before its 64 QPs were up: $(cat "$tmp/drained.txt")"
+    sleep 0.05
+done
+[ -n "$up" ] || fail "the drain's client had not 64 QPs up after 30 s: $(cat "$tmp/drained.txt")"
 sleep 1
 term=$(date +%s%N)
 kill -TERM "$dpid"
-while kill -0 "$dpid" 2>/dev/null; do sleep 0.005; done
+for _ in $(seq 1 6000); do kill -0 "$dpid" 2>/dev/null || break; sleep 0.005; done   # 30 s
 drain_ms=$(ms "$term")
+! kill -0 "$dpid" 2>/dev/null || fail "dpwarpd did not exit 30 s after SIGTERM (deadline 1 s)"
+dpid=""
 wait "$cpid" 2>/dev/null || true
+cpid=""
 
 ratio=$(python3 -c "print(f'{$daemon / $bare:.2f}')")
 echo
