@@ -9,8 +9,8 @@
 # service: MPA over TCP on tcp_port 18515 and DDP over SCTP over UDP on
 # udp_port 9899, both served by the same core's tcp-lite stack. Printed:
 # 64 KiB Write bandwidth and 64 B Write and Read latency over each, twice,
-# and their ratios. Hugepages are reserved for the run when root has none
-# (and given back).
+# and their ratios. Hugepages are reserved for the run when root has fewer
+# than 1024 (and those given back).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 port=${1:-memif}
@@ -21,16 +21,40 @@ bin=$PWD/target/release
 tmp=$(mktemp -d /tmp/dpwarp-llp.XXXXXX)
 pages=/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages
 pages_before=$(cat "$pages" 2>/dev/null || echo 0)
+added=0   # hugepages this script reserved: the only ones it gives back
+socket=/run/dpwarp/llp-$$.sock
 dpid=""
+# SIGTERM, up to 10 s to exit (it drains for the example's 5 s deadline),
+# then SIGKILL: killed at once, dpwarpd left its DPDK runtime directory,
+# control socket and memif socket behind.
+stop_dpwarpd() {
+    local _
+    kill -TERM "$dpid" 2>/dev/null || return 0
+    for _ in $(seq 1 100); do kill -0 "$dpid" 2>/dev/null || return 0; sleep 0.1; done
+    echo "llp.sh: dpwarpd did not exit 10 s after SIGTERM: killed" >&2
+    kill -KILL "$dpid" 2>/dev/null || true
+}
 cleanup() {
-    [ -n "$dpid" ] && kill -KILL "$dpid" 2>/dev/null || true
-    [ -w "$pages" ] && echo "$pages_before" > "$pages" 2>/dev/null || true
+    if [ -n "$dpid" ]; then stop_dpwarpd; fi
+    rm -f "$socket"
+    if [ "$added" -gt 0 ] && [ -w "$pages" ]; then
+        local now; now=$(cat "$pages")
+        echo $(( now > added ? now - added : 0 )) > "$pages" || true
+    fi
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-[ "$pages_before" -ge 1024 ] || { [ -w "$pages" ] && echo 1024 > "$pages" || true; }
+fail() {
+    echo "llp.sh: $*" >&2
+    if [ -s "$tmp/dpwarpd.log" ]; then echo "--- dpwarpd's log:" >&2; cat "$tmp/dpwarpd.log" >&2; fi
+    exit 1
+}
+if [ "$pages_before" -lt 1024 ] && [ -w "$pages" ]; then
+    echo 1024 > "$pages" || true
+    added=$(( $(cat "$pages") - pages_before ))
+    [ "$added" -ge 0 ] || added=0
+fi
 
-socket=/run/dpwarp/llp-$$.sock
 case $port in
 memif)
     sed -e 's/^driver = "net_tap"/driver = "memif"/' -e "s|^iface = \"dpwarp0\"|memif_socket = \"$socket\"|" \
@@ -49,19 +73,27 @@ net_tap)
 esac
 "$bin/dpwarpd" "$tmp/dpwarpd.toml" 2> "$tmp/dpwarpd.log" &
 dpid=$!
-for _ in $(seq 1 400); do
-    "$bin/dpwarpctl" -s "$tmp/control.sock" status 2>/dev/null | grep -q '"serving"' && break
-    kill -0 "$dpid" 2>/dev/null || { cat "$tmp/dpwarpd.log"; exit 1; }
+serving=""
+for _ in $(seq 1 400); do   # 10 s, and dpwarpctl's own time
+    "$bin/dpwarpctl" -s "$tmp/control.sock" status 2>/dev/null | grep -q '"serving"' && { serving=1; break; }
+    kill -0 "$dpid" 2>/dev/null || fail "dpwarpd exited before serving"
     sleep 0.025
 done
+[ -n "$serving" ] || fail "dpwarpd did not serve within 10 s"
 grep -o 'DPDK[^)]*)' "$tmp/dpwarpd.log" | head -n 1 || true
 
-run() { # run LLP ARGS...: the table row of one client's run
-    local llp=$1 p=18515
+run() { # run LLP ARGS...: the table row of one client's run, or fail with its output
+    local llp=$1 p=18515 out rc row
     shift
     [ "$llp" = sctp ] && p=9899
-    (cd "$tmp" && timeout $(( secs + 60 )) taskset -c 1 "$bin/bench" "$@" "$server" -p "$p" --llp "$llp" \
-        -D "$secs" "${link[@]}" 2>&1 | grep -E '^ remote' | tail -n 1)
+    out=$(cd "$tmp" && timeout $(( secs + 60 )) taskset -c 1 "$bin/bench" "$@" "$server" -p "$p" --llp "$llp" \
+        -D "$secs" "${link[@]}" 2>&1) && rc=0 || rc=$?
+    row=$(grep -E '^ remote' <<< "$out" | tail -n 1) || true
+    [ -n "$row" ] || fail "bench $* --llp $llp gave no result (exit $rc); its output:
+$out"
+    [ "$rc" = 0 ] || fail "bench $* --llp $llp exited $rc; its output:
+$out"
+    echo "$row"
 }
 bw() { awk '{print $(NF-2)}' <<< "$1"; }          # MB/s
 p50() { awk '{print $6 "/" $8}' <<< "$1"; }        # p50/p99, us
@@ -76,6 +108,6 @@ for op in write read; do
     m=$(run mpa "$op" -s 64 --lat); s=$(run sctp "$op" -s 64 --lat)
     printf '%-28s %-22s %-22s\n' "64 B $op p50/p99, us" "$(p50 "$m")" "$(p50 "$s")"
 done
-kill -TERM "$dpid"
+stop_dpwarpd
 wait "$dpid" || true
 dpid=""
