@@ -18,10 +18,23 @@ w="" r="" u=""
 # down unless it was there before.
 made_rundir=""
 [ -d /run/dpwarpd ] || made_rundir=1
+# On any exit: SIGTERM to the clients (each PID is timeout's, exec'd in its
+# subshell, which passes the signal on) and to dpwarpd (which drains, for
+# the installed config's 5 s deadline at most), up to 10 s for them to go,
+# then SIGKILL (to timeout's process group, where its client runs). Killed
+# at once, dpwarpd left its DPDK runtime directory and control socket.
 stop() {
-    for p in $w $r $u; do kill -KILL "$p" 2>/dev/null || true; done
-    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-        kill -KILL "$pid" 2>/dev/null || true
+    local p live="" _
+    local all=($w $r $u $pid)
+    for p in "${all[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for _ in $(seq 1 100); do
+        live=""
+        for p in "${all[@]}"; do kill -0 "$p" 2>/dev/null && live=1; done
+        [ -n "$live" ] || break
+        sleep 0.1
+    done
+    if [ -n "$live" ]; then
+        for p in "${all[@]}"; do kill -KILL -- "-$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null || true; done
     fi
     rm -f "$log"
     [ -n "$out" ] && rm -rf "$out"
@@ -37,7 +50,7 @@ dpwarpd --check "$config" || fail "the installed config does not check"
 
 start=$(date +%s%N)
 # Not under timeout(1): $pid must be dpwarpd itself, for the signals below
-# and for the trap, which kills it on any exit (its own bound).
+# and for the trap, which stops it on any exit (its own bound).
 dpwarpd "$config" 2>"$log" >/dev/null &
 pid=$!
 for _ in $(seq 1 400); do
@@ -53,11 +66,11 @@ echo "appliance smoke: start to serving: $(( ($(date +%s%N) - start) / 1000000 )
 # two over MPA (TCP port 18515), one over DDP over SCTP (UDP port 9899,
 # on the same DPDK port and core).
 out=$(mktemp -d /tmp/dpwarp-smoke-out.XXXXXX)
-(cd "$out" && timeout 60 dpwarp-bench write 10.77.0.2 -p 18515 -s 65536 -D 3 > w.txt 2>&1) &
+(cd "$out" && exec timeout 60 dpwarp-bench write 10.77.0.2 -p 18515 -s 65536 -D 3 > w.txt 2>&1) &
 w=$!
-(cd "$out" && timeout 60 dpwarp-bench read 10.77.0.2 -p 18515 -s 4096 -q 4 -D 3 > r.txt 2>&1) &
+(cd "$out" && exec timeout 60 dpwarp-bench read 10.77.0.2 -p 18515 -s 4096 -q 4 -D 3 > r.txt 2>&1) &
 r=$!
-(cd "$out" && timeout 60 dpwarp-bench write 10.77.0.2 -p 9899 --llp sctp -s 65536 -D 3 > u.txt 2>&1) &
+(cd "$out" && exec timeout 60 dpwarp-bench write 10.77.0.2 -p 9899 --llp sctp -s 65536 -D 3 > u.txt 2>&1) &
 u=$!
 sleep 1.5
 conns=$(dpwarpctl connections | grep -c '"qp"' || true)
