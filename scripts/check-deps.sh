@@ -8,8 +8,10 @@ need_rust
 fail=0
 deps() { cargo tree --locked -q -p "$1" -e normal --prefix none | awk '{print $1}' | sort -u; }
 forbid() { # forbid CRATE PATTERN WHY
-    local hit
-    hit=$(deps "$1" | grep -E "$2" || true)
+    local tree hit
+    # A failing cargo tree must fail the check, not pass it with no crates.
+    tree=$(deps "$1") || { echo "dependency rules: 'cargo tree -p $1' failed" >&2; exit 1; }
+    hit=$(echo "$tree" | grep -E "$2" || true)
     if [ -n "$hit" ]; then
         echo "dependency rule broken: $1 depends on $(echo "$hit" | tr '\n' ' ')($3)" >&2
         fail=1

@@ -41,4 +41,37 @@ need_rust() {
     need_apt cc gcc   # the linker rustc calls
 }
 
+# bounded SECONDS CMD...: runs CMD under `timeout SECONDS` and returns its
+# status. timeout puts CMD in a process group of its own, which a Ctrl-C
+# does not reach, and a SIGTERM to the script would run its EXIT trap while
+# CMD ran on; so CMD runs in the background, and a SIGINT or SIGTERM to the
+# script stops it (SIGTERM, SIGKILL 30 s later) before the script exits
+# (130 or 143) and its EXIT trap runs.
+bounded_pid=
+bounded_sig=0
+bounded() {
+    local secs=$1 rc
+    shift
+    bounded_sig=0
+    trap 'bounded_sig=130; kill -TERM "$bounded_pid" 2>/dev/null || true' INT
+    trap 'bounded_sig=143; kill -TERM "$bounded_pid" 2>/dev/null || true' TERM
+    timeout -k 30 "$secs" "$@" <&0 &
+    bounded_pid=$!
+    while :; do
+        rc=0
+        wait "$bounded_pid" || rc=$?
+        # A caught signal ends wait early (128+N): wait on until CMD is gone.
+        [ "$rc" -gt 128 ] && kill -0 "$bounded_pid" 2>/dev/null || break
+    done
+    bounded_pid=
+    if [ "$bounded_sig" != 0 ]; then
+        # Another signal must not cut the EXIT trap short: caught, dropped
+        # (not ignored, which what the EXIT trap runs would inherit).
+        trap : INT TERM
+        exit "$bounded_sig"
+    fi
+    trap - INT TERM
+    return "$rc"
+}
+
 cd "$(dirname "$0")/.." || exit 1

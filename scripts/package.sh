@@ -8,7 +8,7 @@ need_rust
 need_dpdk
 if ! command -v cargo-deb >/dev/null 2>&1; then
     echo "dpwarp: installing cargo-deb" >&2
-    timeout 1200 cargo install --locked cargo-deb --version 2.9.0
+    bounded 1200 cargo install --locked cargo-deb --version 2.9.0
 fi
 cargo build --release --locked -p deploy -p bench
 cargo deb --locked -p deploy --no-build
