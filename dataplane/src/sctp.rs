@@ -644,8 +644,8 @@ impl SctpUnit {
     /// domain `choose` picks by the session the control plane accepted
     /// (its Initiate's private data, which a service that lends each
     /// client memory of its own reads) and the association's peer, asked
-    /// once per stream when it
-    /// comes up, before anything the peer sent reaches the QP; the QP was
+    /// once per stream when it comes up, before anything the peer sent
+    /// reaches the QP; the QP was
     /// made in `qp_init`'s PD when the Initiate arrived, and moves
     /// (`Rnic::move_qp_to_pd`). [`PdChoice::Refuse`], or a PD that is
     /// gone, ends the stream with a Session Terminate. As
