@@ -317,10 +317,11 @@ fn bad_crc_client(addr: &str) -> bool {
     raw_client(addr, true, 64)
 }
 
-/// An MPA initiator (asking for CRC or not) that sends one rping
-/// advertisement of a buffer of `size` octets; with `crc`, its CRC is
-/// wrong. Whether the server ended the connection within 10 s.
-fn raw_client(addr: &str, crc: bool, size: u32) -> bool {
+/// A TCP connection to `addr` through an MPA revision 2 startup as the
+/// initiator (enhanced, IRD and ORD 1, CRC if `crc`): the Request sent, the
+/// Reply (its 20-octet header and 4 octets of enhanced data) read and
+/// checked. Reads time out after 10 s.
+fn mpa_connect(addr: &str, crc: bool) -> TcpStream {
     use rnic_engine::wire::mpa_rr::{EnhancedRepr, FrameKind, Packet, Repr};
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -344,10 +345,17 @@ fn raw_client(addr: &str, crc: bool, size: u32) -> bool {
     let mut frame = vec![0; request.buffer_len()];
     request.emit(&mut Packet::new_unchecked(&mut frame[..]));
     s.write_all(&frame).unwrap();
-    // The Reply: 20-octet header and 4 octets of enhanced data.
     let mut reply = [0; 24];
     s.read_exact(&mut reply).unwrap();
     assert_eq!(&reply[..16], b"MPA ID Rep Frame");
+    s
+}
+
+/// An MPA initiator (asking for CRC or not) that sends one rping
+/// advertisement of a buffer of `size` octets; with `crc`, its CRC is
+/// wrong. Whether the server ended the connection within 10 s.
+fn raw_client(addr: &str, crc: bool, size: u32) -> bool {
+    let mut s = mpa_connect(addr, crc);
     // An untagged Send (RFC 5041 §4.3: L=1, DV=1; RFC 5040 §4.2: RV=1,
     // opcode 3), QN 0, MSN 1, MO 0, 16 octets, and a CRC that is wrong.
     let mut fpdu = vec![0x00, 34, 0x41, 0x43];
@@ -541,7 +549,6 @@ fn bad_arguments_say_what_to_fix() {
 /// allowed remote Reads, and this read the running client's ping data).
 #[test]
 fn no_client_reads_another_clients_slot() {
-    use rnic_engine::wire::mpa_rr::{EnhancedRepr, FrameKind, Packet, Repr};
     let _serial = serial();
     let p = port();
     let ps = p.to_string();
@@ -556,31 +563,7 @@ fn no_client_reads_another_clients_slot() {
     assert!(served.is_some(), "the good client was not served");
     let host = bench::endpoint::Host::new(1, 7);
     let (_, mr) = host.register(bench::rping::RpingService::memory(64, 64));
-    let mut s = TcpStream::connect(("127.0.0.1", p)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let request = Repr {
-        kind: FrameKind::Request,
-        markers: false,
-        crc: false,
-        reject: false,
-        reserved: 0,
-        revision: 2,
-        enhanced: Some(EnhancedRepr {
-            peer_to_peer: false,
-            rtr_send: false,
-            rtr_write: false,
-            rtr_read: false,
-            ird: 1,
-            ord: 1,
-        }),
-        private_data: b"",
-    };
-    let mut frame = vec![0; request.buffer_len()];
-    request.emit(&mut Packet::new_unchecked(&mut frame[..]));
-    s.write_all(&frame).unwrap();
-    let mut reply = [0; 24];
-    s.read_exact(&mut reply).unwrap();
-    assert_eq!(&reply[..16], b"MPA ID Rep Frame");
+    let mut s = mpa_connect(&format!("127.0.0.1:{p}"), false);
     // A Read Request (RFC 5040 §4.4: untagged, queue 1, MSN 1): 64 octets
     // from the server's STag at slot 0, the good client's.
     let mut u = vec![0x41, 0x41, 0, 0, 0, 0];

@@ -228,16 +228,7 @@ fn listeners(shared: &Shared) -> Value {
         .cores
         .iter()
         .all(|c| c.listeners_applied.load(Ordering::SeqCst) == generation);
-    let errors: Vec<String> = shared
-        .cores
-        .iter()
-        .filter_map(|c| {
-            c.listen_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-        })
-        .collect();
+    let errors = shared.listen_errors();
     let up = shared.listening.load(Ordering::SeqCst)
         && !shared.drain.load(Ordering::SeqCst)
         && applied

@@ -526,6 +526,20 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// Why the cores' last listen commands failed, one line per failing
+    /// core (none: every core listens as told).
+    pub fn listen_errors(&self) -> Vec<String> {
+        self.cores
+            .iter()
+            .filter_map(|c| {
+                c.listen_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone()
+            })
+            .collect()
+    }
+
     /// Asks for a drain: no new connection, those running may finish until
     /// the deadline, then the daemon exits.
     pub fn request_drain(&self) {
@@ -2055,16 +2069,7 @@ pub fn settle_reload(shared: &Shared) {
         return;
     }
     *pending = None;
-    let errors: Vec<String> = shared
-        .cores
-        .iter()
-        .filter_map(|c| {
-            c.listen_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone()
-        })
-        .collect();
+    let errors = shared.listen_errors();
     if errors.is_empty() {
         if p.undoing {
             tracing::info!("SIGHUP: the listeners are back on their ports before the reload");
