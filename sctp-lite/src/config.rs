@@ -40,7 +40,8 @@ const VALID_COOKIE_LIFE_MS: u64 = 60_000;
 const RECEIVE_MESSAGE_MAX: u32 = 65_536;
 
 /// The overhead below a user message in one IPv4 packet: 1500 - 56 = 1444
-/// octets of message at MTU 1500 (WIRE.md §5).
+/// octets of message at MTU 1500 (IPv4 20, UDP 8 as RFC 6951 encapsulates,
+/// the SCTP common header 12 and the DATA chunk header 16, RFC 9260 §3).
 const PER_PACKET_OVERHEAD: u32 =
     IPV4_HEADER_LEN + UDP_HEADER_LEN + SCTP_COMMON_HEADER_LEN + DATA_CHUNK_HEADER_LEN;
 const _: () = assert!(1500 - PER_PACKET_OVERHEAD == 1444);
