@@ -23,6 +23,12 @@
 //! 4. The test's handshakes (each side's buffer as `rkey`/`vaddr`), the
 //!    test, and the last handshakes and reports: see [`Test`]'s variants.
 //!
+//! perftest's connections do not say which they are (its server listens
+//! for one client's data connections only); dpwarp's client says so in its
+//! MPA Requests' private data ([`CONTROL_MARK`], [`DATA_MARK`]), which
+//! perftest's server ignores and dpwarp's many-client server
+//! ([`PerftestService`]) reads.
+//!
 //! `pingpong_dest` is 56 octets, big-endian: `lid`, `out_reads`, `qpn`,
 //! `psn` (u32 each), `rkey` (u32) and 4 octets of padding, `vaddr` (u64),
 //! `gid` (16 octets), `srqn`, `gid_index` (u32 each). A report is five
@@ -61,6 +67,13 @@ use crate::rping::term_text;
 
 /// perftest's port.
 pub const PORT: u16 = 18515;
+/// The private data of dpwarp's client's control connection's MPA Request
+/// (RFC 5044 §7.1; after RFC 6581's IRD/ORD in enhanced mode): a server
+/// of many clients then never takes it for a data connection of another
+/// client on the same host (see [`service`]).
+pub const CONTROL_MARK: &[u8] = b"dpwarp perftest control";
+/// The private data of dpwarp's client's data connections' MPA Requests.
+pub const DATA_MARK: &[u8] = b"dpwarp perftest data";
 /// The perftest protocol we speak (perftest 4.5-0.17's `PACKAGE_VERSION`).
 pub const VERSION: &str = "6.06";
 /// The oldest peer perftest (and so we) work with.
@@ -632,7 +645,7 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
 /// say ([`main_with`]): see the buffer its server offered, or read and
 /// write elsewhere, as a hostile client would (the tests of what a server
 /// lets one session reach of another's; perftest's own client has no way
-/// to).
+/// to), or wait before its data connections, as a slow host's would.
 #[derive(Debug, Default)]
 pub struct Hooks {
     /// Every buffer the server offers taken as this `(STag, address)`
@@ -644,6 +657,9 @@ pub struct Hooks {
     pub offered: std::sync::Mutex<Option<(u32, u64)>>,
     /// Set to why the run failed, as printed.
     pub failed: std::sync::Mutex<Option<String>>,
+    /// How long to wait, once the server answered the handshake, before
+    /// opening the data connections (turning the control connection).
+    pub data_pause: Option<Duration>,
 }
 
 /// [`main`], with `hooks` on a client's run (a server's ignores them).
@@ -765,6 +781,12 @@ fn client<T: CoreTransport>(
             match status {
                 Status::Running => {}
                 Status::Connect => {
+                    let pause = hooks.data_pause.unwrap_or_default();
+                    let begun = Instant::now();
+                    while begun.elapsed() < pause && !stop.load(Ordering::SeqCst) {
+                        turn(ep, &mut m, &mut wcs);
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
                     for _ in 0..p.qps {
                         let qp = connect(ep, args, p, true, stop, &mut m, &mut wcs)?;
                         m.add_data(qp);
@@ -845,7 +867,8 @@ fn connect<T: CoreTransport>(
             }
             std::thread::sleep(CONNECT_PAUSE);
         }
-        let token = ep.control.connect(server, args.startup(p, data), b"");
+        let mark = if data { DATA_MARK } else { CONTROL_MARK };
+        let token = ep.control.connect(server, args.startup(p, data), mark);
         let start = Instant::now();
         let got = loop {
             turn(ep, m, wcs);

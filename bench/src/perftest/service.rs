@@ -10,11 +10,16 @@
 //! whose session waits for data connections is one of them; any other is
 //! a new client's control connection. Of the sessions from one address,
 //! one at a time may answer that handshake (the others wait for it to have
-//! its data connections), so two clients on one host never mix theirs. What
-//! is left: a new client's control connection from the same host in the
-//! instant between that answer and the last data connection is taken for
-//! a data connection (both sessions then fail, costing nothing else);
-//! perftest's server serves one client at a time and cannot meet it.
+//! its data connections), so two clients on one host never mix theirs.
+//!
+//! dpwarp's own client says in its MPA Request which kind each connection
+//! is ([`super::CONTROL_MARK`], [`super::DATA_MARK`]), and is taken at its
+//! word. For perftest's client, which does not, one case is left: a new
+//! client's control connection from the same host in the instant between
+//! that answer and the last data connection is taken for a data connection
+//! (both sessions then fail, costing nothing else); perftest's server
+//! serves one client at a time and cannot meet it. Seen with eight
+//! clients started at once on one host, until they said so.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -31,7 +36,7 @@ use rnic_engine::qp::QpEvent;
 use rnic_engine::verbs::{QpHandle, Registry, VerbError};
 
 use super::machine::{Layout, Machine, SizeOutcome, Status};
-use super::{Params, Test, Verb, HANG_UP_GRACE};
+use super::{Params, Test, Verb, CONTROL_MARK, DATA_MARK, HANG_UP_GRACE};
 use crate::endpoint::Endpoint;
 
 /// How long, after refusing a client's data connection, its retries are
@@ -289,6 +294,12 @@ impl Gate {
 
     fn answer(&self, request: &Request, peer: SocketAddrV4) -> Decision {
         let ip = *peer.ip();
+        // What the client says the connection is, if it says (dpwarp's).
+        let said = match request.private_data.as_slice() {
+            m if m == CONTROL_MARK => Some(Kind::Control),
+            m if m == DATA_MARK => Some(Kind::Data),
+            _ => None,
+        };
         let mut awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
         for a in awaiting.values_mut() {
             if a.refused
@@ -299,7 +310,12 @@ impl Gate {
             }
         }
         awaiting.retain(|_, a| a.count > 0 || a.refused.is_some());
-        if let Some(a) = awaiting.get_mut(&ip) {
+        // A control connection is a new client's, whatever its host's
+        // other clients do.
+        if let Some(a) = awaiting
+            .get_mut(&ip)
+            .filter(|_| said != Some(Kind::Control))
+        {
             if let Some((why, at)) = &mut a.refused {
                 // The refused client's retries, until it has been quiet.
                 *at = Instant::now();
@@ -319,6 +335,15 @@ impl Gate {
                 }
                 return decision;
             }
+        }
+        if said == Some(Kind::Data) {
+            // Not a new client: its session gave up on its data
+            // connections, or never asked for them.
+            eprintln!("bench perftest: refusing {peer}: a data connection no session waits for");
+            return Decision::Reject(
+                format!("dpwarp perftest: no session from {ip} waits for a data connection")
+                    .into_bytes(),
+            );
         }
         if self.draining.load(Ordering::SeqCst) {
             return Decision::Reject(b"dpwarp perftest: draining".to_vec());
@@ -1038,6 +1063,73 @@ mod tests {
         assert!(accepted(&gate, peer(2, 1004)));
         gate.retire(b);
         assert_eq!(gate.pd_for(peer(2, 1004)), PdChoice::Refuse);
+    }
+
+    fn marked(data: bool) -> Request {
+        Request {
+            private_data: if data { DATA_MARK } else { CONTROL_MARK }.to_vec(),
+            ..request()
+        }
+    }
+
+    fn decided(gate: &Gate, request: &Request, from: SocketAddrV4) -> bool {
+        matches!(gate.decide(request, from), Decision::Accept(_))
+    }
+
+    /// Connections that say what they are (dpwarp's client) are taken at
+    /// their word: a new client's control connection from a host whose
+    /// session waits for data connections starts a session and takes none
+    /// of that session's count, even while that host's data connections
+    /// are refused; a data connection no session waits for is refused, not
+    /// served as a new client. Connections that do not say (perftest's)
+    /// are told apart by what their host's sessions wait for, as before.
+    #[test]
+    fn connections_that_say_what_they_are_are_taken_at_their_word() {
+        let gate = Gate::new(write_bw(), false, "--unfenced", false);
+        let host = *peer(1, 0).ip();
+        assert!(decided(&gate, &marked(false), peer(1, 1000)));
+        assert_eq!(gate.take_kind(peer(1, 1000)), Some((Kind::Control, None)));
+        // Its session waits for two data connections; another client on
+        // the same host comes meanwhile, in the middle of them.
+        gate.expect(host, 2, None);
+        assert!(decided(&gate, &marked(true), peer(1, 1001)));
+        assert!(decided(&gate, &marked(false), peer(1, 2000)));
+        assert!(decided(&gate, &marked(true), peer(1, 1002)));
+        assert_eq!(gate.take_kind(peer(1, 1001)), Some((Kind::Data, None)));
+        assert_eq!(gate.take_kind(peer(1, 2000)), Some((Kind::Control, None)));
+        assert_eq!(gate.take_kind(peer(1, 1002)), Some((Kind::Data, None)));
+        // Both came: a third data connection is no one's.
+        let Decision::Reject(why) = gate.decide(&marked(true), peer(1, 1003)) else {
+            panic!("a data connection no session waits for was accepted")
+        };
+        assert!(String::from_utf8_lossy(&why).contains("waits for a data connection"));
+        assert_eq!(gate.take_kind(peer(1, 1003)), None);
+        // perftest's client, which does not say: the same arrival order
+        // takes the second client's control connection for a data
+        // connection (the case the marks close).
+        gate.expect(host, 2, None);
+        assert!(accepted(&gate, peer(1, 1004)));
+        assert!(accepted(&gate, peer(1, 2001)));
+        assert_eq!(gate.take_kind(peer(1, 2001)), Some((Kind::Data, None)));
+        // A host whose data connection was refused (write_lat without an
+        // RTR): its retries are refused, a new client's control connection
+        // that says so is not.
+        let lat = Gate::new(
+            Params {
+                test: Test::WriteLat,
+                ..write_bw()
+            },
+            false,
+            "--unfenced",
+            false,
+        );
+        assert!(decided(&lat, &marked(false), peer(2, 1000)));
+        lat.expect(*peer(2, 0).ip(), 1, None);
+        assert!(!decided(&lat, &marked(true), peer(2, 1001)));
+        assert!(!decided(&lat, &marked(true), peer(2, 1002)), "a retry");
+        assert!(!accepted(&lat, peer(2, 1003)), "a retry that does not say");
+        assert!(decided(&lat, &marked(false), peer(2, 3000)));
+        assert_eq!(lat.take_kind(peer(2, 3000)), Some((Kind::Control, None)));
     }
 
     #[test]
