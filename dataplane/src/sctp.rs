@@ -1208,8 +1208,9 @@ impl SctpUnit {
         }
     }
 
-    /// Ends stream `index`: reported once, its QP's work flushed and the QP
-    /// destroyed; its session's last messages still go out this turn.
+    /// Ends stream `index`: reported once, its QP destroyed with the work
+    /// outstanding on it; its session's last messages still go out this
+    /// turn.
     fn end_stream(&mut self, index: usize, failure: Option<Failure>) {
         let Some(stream) = self.streams[index].as_mut() else {
             return;
@@ -1230,7 +1231,11 @@ impl SctpUnit {
         while let Ok(Some(event)) = self.rnic.poll_event(qp) {
             terminate.get_or_insert(event);
         }
-        // destroy_qp flushes what is outstanding into the CQs.
+        // Its outstanding work requests go with it, uncompleted (as an
+        // ending TCP connection's completions are dropped: `Core::end`);
+        // completions already in its CQ stay there for the consumer,
+        // under a handle that `Rnic::create_qp` hands a new QP only after
+        // every other free one.
         let _ = self.rnic.destroy_qp(qp);
         self.events.push_back(SctpEvent::StreamEnded {
             assoc: stream.assoc,

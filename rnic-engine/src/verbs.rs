@@ -491,6 +491,9 @@ pub struct Rnic {
     registry: Arc<Registry>,
     cqs: Vec<Option<Cq>>,
     qps: Vec<Option<Qp>>,
+    /// Where [`Rnic::create_qp`] looks for a free slot first: the one
+    /// after the last it handed out.
+    next_qp: usize,
     srqs: Vec<Option<Srq>>,
     /// QPs given work from outside the data path since the last
     /// [`Rnic::take_doorbells`], each once (`rung` by QP index).
@@ -538,6 +541,7 @@ impl Rnic {
             registry,
             cqs: (0..config.cqs_max).map(|_| None).collect(),
             qps: (0..config.qps_max).map(|_| None).collect(),
+            next_qp: 0,
             srqs: (0..config.srqs_max).map(|_| None).collect(),
             doorbells: Vec::with_capacity(config.qps_max),
             rung: vec![false; config.qps_max],
@@ -702,7 +706,8 @@ impl Rnic {
         Ok(())
     }
 
-    /// Creates a queue pair in state Idle.
+    /// Creates a queue pair in state Idle. A destroyed QP's handle is
+    /// handed out again only once every other free one has been.
     pub fn create_qp(&mut self, init: QpInit) -> Result<QpHandle, VerbError> {
         self.registry.check_pd(init.pd)?;
         for cq in [init.send_cq, init.recv_cq] {
@@ -718,14 +723,20 @@ impl Rnic {
                 return Err(VerbError::Invalid);
             }
         }
-        let index = self
-            .qps
-            .iter()
-            .position(Option::is_none)
+        // The first free slot from the one after the last handed out,
+        // wrapping: a destroyed QP's handle comes back only after every
+        // other free one, so what still names it (its flushed completions
+        // in a CQ its consumer polls later, its events) is not taken for a
+        // new QP's in the meantime.
+        let n = self.qps.len();
+        let index = (0..n)
+            .map(|k| (self.next_qp + k) % n)
+            .find(|&i| self.qps[i].is_none())
             .ok_or(VerbError::Full)?;
         self.registry.hold_pd(init.pd)?;
         let handle = QpHandle(index as u32);
         self.qps[index] = Some(Qp::new(handle, init));
+        self.next_qp = (index + 1) % n;
         Ok(handle)
     }
 

@@ -1190,3 +1190,61 @@ fn responses_are_timed_from_request_to_last_segment() {
         assert_eq!(a.read_responses.count() + a.atomic_responses.count(), 0);
     }
 }
+
+/// A destroyed QP's handle is handed out again only once every other free
+/// one has been: the receive it had posted completes flushed under its
+/// handle into a CQ its consumer polls later, and a QP made in the
+/// meantime does not share that handle (with the lowest free slot first,
+/// it did, and the flushed completion named the new QP).
+#[test]
+fn a_destroyed_qps_handle_comes_back_last() {
+    use rnic_engine::cq::Wc;
+    use rnic_engine::verbs::{RecvWr, Rnic, RnicConfig};
+    let mut rnic = Rnic::new(RnicConfig {
+        qps_max: 3,
+        ..RnicConfig::default()
+    });
+    let pd = rnic.alloc_pd().unwrap();
+    let cq = rnic.create_cq(16).unwrap();
+    let init = QpInit {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        sq_size: 4,
+        rq_size: 4,
+    };
+    let mr = rnic
+        .reg_region(pd, Region::new(64), Access::LOCAL_WRITE)
+        .unwrap();
+    let a = rnic.create_qp(init).unwrap();
+    let sgl = [sge(&mr, 0, 64)];
+    rnic.post_recv(
+        a,
+        &RecvWr {
+            wr_id: 7,
+            sgl: &sgl,
+        },
+    )
+    .unwrap();
+    rnic.close(a).unwrap();
+    rnic.destroy_qp(a).unwrap();
+    let b = rnic.create_qp(init).unwrap();
+    assert_ne!(a, b, "a destroyed QP's handle handed out at once");
+    let mut wcs = [Wc::EMPTY; 4];
+    assert_eq!(rnic.poll_cq(cq, &mut wcs), Ok(1));
+    assert_eq!(
+        (wcs[0].qp, wcs[0].wr_id, wcs[0].status),
+        (a, 7, WcStatus::Flushed)
+    );
+    // Every other slot taken: then it comes back, and the table is full.
+    let c = rnic.create_qp(init).unwrap();
+    assert!(c != a && c != b);
+    assert_eq!(rnic.create_qp(init), Ok(a));
+    assert_eq!(rnic.create_qp(init), Err(VerbError::Full));
+    // The next after the last handed out, not the lowest free.
+    rnic.destroy_qp(b).unwrap();
+    rnic.destroy_qp(c).unwrap();
+    assert_eq!(rnic.create_qp(init), Ok(b));
+    assert_eq!(rnic.create_qp(init), Ok(c));
+}
