@@ -100,13 +100,13 @@ tid=$(grep -l '^dpwarpd-metrics$' /proc/$dpid/task/*/comm | head -n1 | xargs dir
 # finer than stat's ticks) and its requests' threads, each gone once it has
 # answered, which the daemon sums itself.
 requests_ns() {
-    curl -sf "http://127.0.0.1:$metrics/metrics" |
+    curl -sf --max-time 5 "http://127.0.0.1:$metrics/metrics" |
         awk '/^dpwarp_metrics_request_cpu_seconds_total/ {printf "%.0f", $2 * 1e9}'
 }
 ticks() { echo $(( $(awk '{print $1}' "/proc/$dpid/task/$tid/schedstat") + $(requests_ns) )); }
 echo "   dpwarpd (CPU 0) <- the same client, scraped every second"
 t0=$(ticks); w0=$(date +%s%N)
-( for _ in $(seq 1 $(( secs + 3 ))); do curl -sf "http://127.0.0.1:$metrics/metrics" > /dev/null || true; sleep 1; done ) &
+( for _ in $(seq 1 $(( secs + 3 ))); do curl -sf --max-time 5 "http://127.0.0.1:$metrics/metrics" > /dev/null || true; sleep 1; done ) &
 scraper=$!; pids+=($scraper)
 client "$port_b" "$secs" "$tmp/daemon.txt" || { cat "$tmp/daemon.txt"; exit 1; }
 t1=$(ticks); wall_ms=$(ms "$w0")
@@ -115,7 +115,7 @@ daemon=$(bw "$tmp/daemon.txt")
 metrics_share=$(python3 -c "print(f'{100 * ($t1 - $t0) / 1e9 / ($wall_ms / 1000):.3f}')")
 
 echo "4. dpwarpd (CPU 0) <- 64 clients at once (CPU 1): 48 bench write -q 1, 8 perftest write_bw -D, 8 rping, $(( secs + 10 )) s"
-fpdu_rx() { curl -sf "http://127.0.0.1:$metrics/metrics" | awk '/^dpwarp_core_fpdu_rx_bytes_total/ {s += $2} END {printf "%.0f", s}'; }
+fpdu_rx() { curl -sf --max-time 5 "http://127.0.0.1:$metrics/metrics" | awk '/^dpwarp_core_fpdu_rx_bytes_total/ {s += $2} END {printf "%.0f", s}'; }
 rx0=$(fpdu_rx); m0=$(date +%s%N)
 cpids=()
 for i in $(seq 1 48); do

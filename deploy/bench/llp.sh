@@ -13,9 +13,13 @@
 # than 1024 (and those given back).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/lib.sh   # need_*
 port=${1:-memif}
 secs=${2:-3}
 case $port in memif | net_tap) ;; *) echo "usage: $0 [memif|net_tap] [SECONDS]" >&2; exit 2 ;; esac
+need_rust
+need_dpdk
+need_apt python3 python3
 cargo build --release --locked -q -p deploy -p bench
 bin=$PWD/target/release
 tmp=$(mktemp -d /tmp/dpwarp-llp.XXXXXX)

@@ -1167,13 +1167,13 @@ fn run_cores<T: SctpCarrier + Send>(
         }
     }
     let failed = AtomicBool::new(false);
-    let listening = std::sync::Barrier::new(servers.len() + 1);
+    let listening = Rendezvous::new(servers.len() + 1);
     // Every core's DDP over SCTP endpoint stays (its socket bound) until
     // every core is done: over Linux UDP the cores' sockets share the port
     // (SO_REUSEPORT), and Linux hashes each association over the sockets
     // bound at the time, so a socket closed while others still drain would
     // move their associations to a core that does not have them.
-    let finished = std::sync::Barrier::new(servers.len());
+    let finished = Rendezvous::new(servers.len());
     std::thread::scope(|scope| {
         let threads: Vec<_> = servers
             .into_iter()
@@ -1192,6 +1192,10 @@ fn run_cores<T: SctpCarrier + Send>(
                         .filter(|p| p.cores.contains(&k))
                         .map(|p| Some(p.port)),
                 );
+                #[cfg(test)]
+                if let Some(why) = tests::maybe_fail_spawn(&shared, k) {
+                    return Err(why);
+                }
                 std::thread::Builder::new()
                     .name(format!("dpwarpd-core{k}"))
                     .spawn_scoped(scope, move || {
@@ -1246,7 +1250,12 @@ fn run_cores<T: SctpCarrier + Send>(
         let threads: Vec<_> = match threads.into_iter().collect::<Result<Vec<_>, String>>() {
             Ok(t) => t,
             Err(why) => {
+                // The cores whose threads did start wait at the barriers
+                // for the others: they are let through, see `failed` and
+                // end without serving (the scope joins them).
                 failed.store(true, Ordering::SeqCst);
+                listening.open();
+                finished.open();
                 return Err(why);
             }
         };
@@ -1308,8 +1317,48 @@ struct CoreGuard<'a> {
     k: usize,
     me: &'a CoreShared,
     failed: &'a AtomicBool,
-    listening: Option<&'a std::sync::Barrier>,
-    finished: Option<&'a std::sync::Barrier>,
+    listening: Option<&'a Rendezvous>,
+    finished: Option<&'a Rendezvous>,
+}
+
+/// A barrier that can be opened for everyone: `n` parties meet, or
+/// [`Rendezvous::open`] lets every waiter through, now and later, when
+/// some parties will never come (a core whose thread could not be
+/// started; `std::sync::Barrier` would wait for it forever). Used once.
+struct Rendezvous {
+    n: usize,
+    /// Parties arrived, and whether it is open.
+    state: Mutex<(usize, bool)>,
+    opened: std::sync::Condvar,
+}
+
+impl Rendezvous {
+    fn new(n: usize) -> Rendezvous {
+        Rendezvous {
+            n,
+            state: Mutex::new((0, false)),
+            opened: std::sync::Condvar::new(),
+        }
+    }
+
+    /// Arrives, and waits until all `n` have or it is opened.
+    fn wait(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 += 1;
+        if s.0 >= self.n {
+            s.1 = true;
+            self.opened.notify_all();
+        }
+        while !s.1 {
+            s = self.opened.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Lets every party through, those waiting and those to come.
+    fn open(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.opened.notify_all();
+    }
 }
 
 impl CoreGuard<'_> {
@@ -2123,6 +2172,21 @@ mod tests {
     /// enters its loop, and which core: set by a test only.
     static PANIC_IN: Mutex<Option<(PathBuf, usize)>> = Mutex::new(None);
 
+    /// The configuration file of a daemon whose core's thread cannot be
+    /// started, and which core: set by a test only.
+    static FAIL_SPAWN: Mutex<Option<(PathBuf, usize)>> = Mutex::new(None);
+
+    /// Why core `k`'s thread of the daemon `FAIL_SPAWN` names cannot be
+    /// started, if it is that one.
+    pub(super) fn maybe_fail_spawn(shared: &Shared, k: usize) -> Option<String> {
+        FAIL_SPAWN
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|(path, core)| *path == shared.config_path && *core == k)
+            .then(|| format!("cannot start a core's thread: the test's refusal for core {k}"))
+    }
+
     /// Panics on core `k` of the daemon `PANIC_IN` names.
     pub(super) fn maybe_panic(shared: &Shared, k: usize) {
         let hit = PANIC_IN
@@ -2180,6 +2244,60 @@ mod tests {
             .expect("the daemon hung after a core's thread panicked");
         let why = result.expect_err("a daemon whose core panicked ended well");
         assert!(why.starts_with("a core's thread panicked"), "{why}");
+    }
+
+    /// A core whose thread cannot be started (after another's was) ends
+    /// the daemon with the reason: the core that did start is let past the
+    /// barriers it waits at for the others (with `std::sync::Barrier` it
+    /// waited for ever, and the daemon with it).
+    #[test]
+    fn a_core_that_cannot_start_ends_the_daemon_with_the_reason() {
+        let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+        let (lcores, fails) = if two {
+            ("lcores = [0, 1]", 1)
+        } else {
+            ("lcores = [0]", 0)
+        };
+        let path = PathBuf::from(format!("unstartable-core-{}.toml", std::process::id()));
+        let shared = prepare(loopback(lcores), path.clone()).expect("prepared");
+        *FAIL_SPAWN.lock().unwrap() = Some((path, fails));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(serve(&shared, |_| {}));
+        });
+        let result = rx
+            .recv_timeout(StdDuration::from_secs(30))
+            .expect("the daemon hung after a core's thread could not start");
+        let why = result.expect_err("a daemon missing a core ended well");
+        assert!(why.starts_with("cannot start a core's thread"), "{why}");
+    }
+
+    /// Every party waits for the last, or for the opening.
+    #[test]
+    fn a_rendezvous_waits_for_all_or_for_its_opening() {
+        let met = Arc::new(Rendezvous::new(2));
+        let other = met.clone();
+        let t = std::thread::spawn(move || other.wait());
+        met.wait();
+        t.join().unwrap();
+        let shut = Arc::new(Rendezvous::new(3));
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let r = shut.clone();
+                std::thread::spawn(move || r.wait())
+            })
+            .collect();
+        std::thread::sleep(StdDuration::from_millis(50));
+        assert!(
+            waiters.iter().all(|w| !w.is_finished()),
+            "through before all came"
+        );
+        shut.open();
+        for w in waiters {
+            w.join().unwrap();
+        }
+        // And whoever comes later.
+        shut.wait();
     }
 
     /// A bench run begun over DDP over SCTP has its lease STag in DDP over
