@@ -74,4 +74,6 @@ bounded() {
     return "$rc"
 }
 
-cd "$(dirname "$0")/.." || exit 1
+# The repository's root (this file's directory's parent), wherever the
+# script that sources it was started from.
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1

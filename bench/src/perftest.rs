@@ -7,7 +7,7 @@
 //! runs, with `-R` (rdma_cm; iWARP has no other way to connect a QP):
 //!
 //! 1. A *control* connection to the port (18515): MPA, IRD = ORD = 0, no
-//!    private data. Every message on it is an untagged Send into the peer's
+//!    private data (from perftest's client; see below for ours). Every message on it is an untagged Send into the peer's
 //!    single posted receive of 56 octets. Each exchange is the client's
 //!    message, then the server's answer; so neither side ever has two
 //!    messages in flight, which is all the one receive allows.

@@ -1231,11 +1231,13 @@ impl SctpUnit {
         while let Ok(Some(event)) = self.rnic.poll_event(qp) {
             terminate.get_or_insert(event);
         }
-        // Its outstanding work requests go with it, uncompleted (as an
-        // ending TCP connection's completions are dropped: `Core::end`);
-        // completions already in its CQ stay there for the consumer,
-        // under a handle that `Rnic::create_qp` hands a new QP only after
-        // every other free one.
+        // Its outstanding work requests go with it, uncompleted (the
+        // consumer learns of them from `StreamEnded`); completions already
+        // in its CQ stay there for the consumer, under a handle that
+        // `Rnic::create_qp` hands a new QP only after every other free one
+        // (at once only when every other slot is taken: then one of them
+        // may be taken for the new QP's; `Core::end` instead drops an
+        // ending QP's completions).
         let _ = self.rnic.destroy_qp(qp);
         self.events.push_back(SctpEvent::StreamEnded {
             assoc: stream.assoc,

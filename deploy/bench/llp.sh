@@ -13,7 +13,7 @@
 # than 1024 (and those given back).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-. scripts/lib.sh   # need_*
+. scripts/lib.sh   # need_*; it moves to the repository's root too
 port=${1:-memif}
 secs=${2:-3}
 case $port in memif | net_tap) ;; *) echo "usage: $0 [memif|net_tap] [SECONDS]" >&2; exit 2 ;; esac

@@ -1247,18 +1247,23 @@ fn run_cores<T: SctpCarrier + Send>(
                     .map_err(|e| format!("cannot start a core's thread: {e}"))
             })
             .collect();
-        let threads: Vec<_> = match threads.into_iter().collect::<Result<Vec<_>, String>>() {
-            Ok(t) => t,
-            Err(why) => {
-                // The cores whose threads did start wait at the barriers
-                // for the others: they are let through, see `failed` and
-                // end without serving (the scope joins them).
-                failed.store(true, Ordering::SeqCst);
-                listening.open();
-                finished.open();
-                return Err(why);
+        if let Some(why) = threads.iter().find_map(|t| t.as_ref().err()).cloned() {
+            // The cores whose threads did start wait at the barriers for
+            // the others: they are let through, see `failed` and end
+            // without serving.
+            failed.store(true, Ordering::SeqCst);
+            listening.open();
+            finished.open();
+            let mut panicked = false;
+            for t in threads.into_iter().flatten() {
+                panicked |= t.join().is_err();
             }
-        };
+            if panicked {
+                return Err(CORE_PANICKED.into());
+            }
+            return Err(why);
+        }
+        let threads: Vec<_> = threads.into_iter().flatten().collect();
         listening.wait();
         if failed.load(Ordering::SeqCst) {
             let mut panicked = false;

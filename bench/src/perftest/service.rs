@@ -350,7 +350,8 @@ impl Gate {
         }
         if let Some(single) = &self.single {
             let mut serving = single.lock().unwrap_or_else(|p| p.into_inner());
-            if serving.is_some_and(|c| c != ip) {
+            // Another host's client, or one that says it is a new client.
+            if serving.is_some_and(|c| c != ip || said == Some(Kind::Control)) {
                 eprintln!("bench perftest: refusing {peer}: a run is in progress");
                 return Decision::Reject(
                     b"dpwarp perftest: a run is in progress; one client at a time".to_vec(),
@@ -770,7 +771,10 @@ impl PerftestService {
     /// closed them in turn within [`HANG_UP_GRACE`].
     pub fn tick<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>, finished: &mut Vec<Finished>) {
         // One session per client address at a time has its data
-        // connections coming (see `Machine::wants_window`).
+        // connections coming (see `Machine::wants_window`), and none while
+        // a data connection from there was refused so lately that its
+        // client's retries may still come: those would be taken for the
+        // next session's (and its data connections refused with them).
         for i in 0..self.served.len() {
             let Some(ip) = self.served[i]
                 .as_ref()
@@ -783,7 +787,8 @@ impl PerftestService {
                 .served
                 .iter()
                 .flatten()
-                .any(|o| *o.peer.ip() == ip && o.over.is_none() && o.m.in_window());
+                .any(|o| *o.peer.ip() == ip && o.over.is_none() && o.m.in_window())
+                || self.gate.refusal(ip).is_some();
             if !busy {
                 if let Some(s) = self.served[i].as_mut() {
                     s.m.open_window();
@@ -1130,6 +1135,18 @@ mod tests {
         assert!(!accepted(&lat, peer(2, 1003)), "a retry that does not say");
         assert!(decided(&lat, &marked(false), peer(2, 3000)));
         assert_eq!(lat.take_kind(peer(2, 3000)), Some((Kind::Control, None)));
+        // One client at a time (`bench perftest`'s server): a second
+        // client from the same host that says so is refused, as one from
+        // another host is, not reset later for want of a slot.
+        let one = Gate::new(write_bw(), false, "--unfenced", true);
+        assert!(decided(&one, &marked(false), peer(3, 1000)));
+        one.expect(*peer(3, 0).ip(), 1, None);
+        assert!(decided(&one, &marked(true), peer(3, 1001)));
+        let Decision::Reject(why) = one.decide(&marked(false), peer(3, 2000)) else {
+            panic!("a second client accepted by a one-client server")
+        };
+        assert!(String::from_utf8_lossy(&why).contains("one client at a time"));
+        assert!(!decided(&one, &marked(false), peer(4, 1000)));
     }
 
     #[test]
