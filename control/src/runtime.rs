@@ -141,6 +141,13 @@ const ROUND_COMMANDS_MAX: usize = 64;
 /// silent).
 const PERIOD_LIMIT: Duration = Duration::from_secs(24 * 3600);
 
+/// How long a connection closing after a failed startup may take to end
+/// (its last frame out, the peer's FIN in) before it is reset: a peer that
+/// never closes, trickling octets that keep TCP's user timeout from firing,
+/// must not hold the connection (and its peer's share of startups) for
+/// ever.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(3);
+
 /// Octets a core forwards without the control plane having consumed them:
 /// one frame at most, so nothing past a frame ever leaves TCP for it.
 pub const FORWARD_MAX: usize = HEADER_LEN + PRIVATE_DATA_LEN_MAX;
@@ -605,8 +612,10 @@ pub struct CoreLink {
     listen_results: HashMap<u16, Result<(), ListenError>>,
     /// Connections closing after a failed startup: released once the
     /// transport reports their end (so a Terminate queued before the close
-    /// still goes out).
-    draining: HashSet<ConnId>,
+    /// still goes out), or reset [`DRAIN_LIMIT`] after the first poll that
+    /// saw them. Each still counts against its peer's share and the
+    /// core's startups until then.
+    draining: HashMap<ConnId, Draining>,
     /// Messages the channel had no room for, retried first, in order.
     backlog: VecDeque<ToControl>,
     /// A heartbeat waits for its answer.
@@ -629,6 +638,16 @@ pub struct CoreLink {
     sessions: HashMap<SessionId, (u8, bool, Option<std::net::Ipv4Addr>)>,
     next_session: u64,
     session_actions: VecDeque<SessionAction>,
+}
+
+/// A connection closing after a failed startup.
+#[derive(Debug, Clone, Copy)]
+struct Draining {
+    /// The first poll that saw it.
+    since: Option<Instant>,
+    /// Its peer, whose place in `CoreLink::per_peer` it holds (accepted
+    /// connections).
+    peer: Option<std::net::Ipv4Addr>,
 }
 
 #[derive(Debug, Default)]
@@ -853,7 +872,7 @@ impl CoreLink {
             connecting: HashMap::new(),
             listening: HashSet::new(),
             listen_results: HashMap::new(),
-            draining: HashSet::new(),
+            draining: HashMap::new(),
             backlog: VecDeque::new(),
             alive_owed: false,
             refused: 0,
@@ -912,7 +931,7 @@ impl CoreLink {
     pub fn owns(&self, conn: ConnId) -> bool {
         self.starting.contains_key(&conn)
             || self.connecting.contains_key(&conn)
-            || self.draining.contains(&conn)
+            || self.draining.contains_key(&conn)
     }
 
     /// Whether one more accepted startup fits: the core holds fewer than
@@ -927,8 +946,31 @@ impl CoreLink {
         Some(state)
     }
 
+    /// Takes `conn`'s startup off the books to close it: it drains, its
+    /// peer's place held until it is released.
+    fn start_draining(&mut self, conn: ConnId) -> Option<Starting> {
+        let state = self.starting.remove(&conn);
+        let peer = state.as_ref().and_then(|s| s.ends).map(|(_, p)| *p.ip());
+        self.draining.insert(conn, Draining { since: None, peer });
+        state
+    }
+
+    /// A draining connection is gone: its peer's place goes back.
+    fn stop_draining(&mut self, conn: ConnId) -> bool {
+        match self.draining.remove(&conn) {
+            Some(d) => {
+                if let Some(ip) = d.peer {
+                    self.give_peer_place(ip);
+                }
+                true
+            }
+            None => false,
+        }
+    }
+
     fn has_room(&self) -> bool {
-        let held = self.starting.len() + self.connecting.len() + self.sessions.len();
+        let held =
+            self.starting.len() + self.connecting.len() + self.draining.len() + self.sessions.len();
         !self.dead && held < self.startups_max && self.backlog.len() < self.startups_max
     }
 
@@ -1004,7 +1046,7 @@ impl CoreLink {
     }
 
     fn connection_ended<T: Transport>(&mut self, transport: &mut T, conn: ConnId) -> bool {
-        if self.draining.remove(&conn) {
+        if self.stop_draining(conn) {
             transport.release(conn);
             return true;
         }
@@ -1044,13 +1086,26 @@ impl CoreLink {
         // A connection closing after a failed startup: what the peer still
         // sends is dropped (a bounded amount per poll), so its FIN, and with
         // it the end of the connection, is seen.
-        for &conn in &self.draining {
+        // One that takes longer than `DRAIN_LIMIT` is reset.
+        let mut overdue = Vec::new();
+        for (&conn, d) in self.draining.iter_mut() {
+            let since = *d.since.get_or_insert(now);
+            let waited = now.total_micros().saturating_sub(since.total_micros());
+            if u128::try_from(waited).is_ok_and(|t| t >= DRAIN_LIMIT.as_micros()) {
+                overdue.push(conn);
+                continue;
+            }
             for _ in 0..4 {
                 match transport.recv_with(conn, |data, _| (data.len(), data.len())) {
                     Ok(n) if n > 0 => {}
                     _ => break,
                 }
             }
+        }
+        for conn in overdue {
+            self.stop_draining(conn);
+            let _ = transport.abort(conn);
+            transport.release(conn);
         }
         let conns: Vec<ConnId> = self.starting.keys().copied().collect();
         for conn in conns {
@@ -1135,11 +1190,10 @@ impl CoreLink {
             // frame: its outcome is on the way): now the close. Our side
             // closes too.
             _ if state.peer_closed && state.forwarded == 0 => {
-                if let Some(state) = self.stop_starting(conn) {
+                if let Some(state) = self.start_draining(conn) {
                     self.keep_ends(conn, &state);
                 }
                 let _ = transport.close(conn);
-                self.draining.insert(conn);
                 self.send(ToControl::Closed { conn });
             }
             _ => {}
@@ -1449,8 +1503,7 @@ impl CoreLink {
             // out before the FIN; the slot is released when the transport
             // reports the end.
             let _ = transport.close(conn);
-            self.stop_starting(conn);
-            self.draining.insert(conn);
+            self.start_draining(conn);
         }
     }
 

@@ -468,8 +468,10 @@ pub struct Core<T: CoreTransport> {
     fed: Vec<usize>,
     /// Intermediate polls of TCP left this turn ([`Budgets::tx_polls`]).
     polls_left: usize,
-    /// Rejected connections we are closing (MPA left them to us).
-    closing_raw: Vec<ConnId>,
+    /// Rejected connections we are closing (MPA left them to us), and
+    /// when: one whose peer has not closed its side
+    /// [`control::runtime::DRAIN_LIMIT`] later is reset.
+    closing_raw: Vec<(ConnId, Instant)>,
     /// Events of connections whose handoff waits in the link's queue (past
     /// a turn's handoff budget): neither the link's nor ours yet, so they
     /// are kept, each kind once, and replayed once the handoff is taken
@@ -567,6 +569,7 @@ impl<T: CoreTransport> Core<T> {
         self.link.poll(&mut self.transport, now);
         busy |= self.connections(now);
         busy |= self.new_qps(now);
+        self.reset_overdue_closes(now);
         // The tx burst: TCP sends what this turn queued. A turn that moved
         // nothing queued nothing (the control link's octets, if any, go at
         // the next turn's first poll), so an idle turn polls TCP once.
@@ -576,6 +579,26 @@ impl<T: CoreTransport> Core<T> {
         self.transport.flush();
         self.count_turn(now, busy);
         busy
+    }
+
+    /// Resets rejected connections whose peers have not closed their side
+    /// within [`control::runtime::DRAIN_LIMIT`] of our close: a peer that
+    /// never does, trickling octets that keep TCP's user timeout away,
+    /// must not keep a connection for ever.
+    fn reset_overdue_closes(&mut self, now: Instant) {
+        let limit = control::runtime::DRAIN_LIMIT.as_micros();
+        let mut i = 0;
+        while i < self.closing_raw.len() {
+            let (conn, at) = self.closing_raw[i];
+            let waited = now.total_micros().saturating_sub(at.total_micros());
+            if u128::try_from(waited).is_ok_and(|t| t >= limit) {
+                self.closing_raw.swap_remove(i);
+                let _ = self.transport.abort(conn);
+                self.transport.release(conn);
+            } else {
+                i += 1;
+            }
+        }
     }
 
     /// TCP polls its device; with [`CoreConfig::direct_receive`], octets
@@ -957,7 +980,7 @@ impl<T: CoreTransport> Core<T> {
                 // MPA leaves a rejected connection's TCP to us: close it.
                 (StartupResult::Rejected(_), Some(conn)) => {
                     let _ = self.transport.close(conn);
-                    self.closing_raw.push(conn);
+                    self.closing_raw.push((conn, now));
                     None
                 }
                 _ => None,
@@ -1092,7 +1115,7 @@ impl<T: CoreTransport> Core<T> {
                 EventKind::Closed | EventKind::Reset | EventKind::TimedOut => self.end(i),
                 _ => {}
             }
-        } else if let Some(i) = self.closing_raw.iter().position(|&c| c == conn) {
+        } else if let Some(i) = self.closing_raw.iter().position(|&(c, _)| c == conn) {
             match kind {
                 EventKind::PeerClosed => {
                     let _ = self.transport.close(conn);

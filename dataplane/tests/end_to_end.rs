@@ -748,6 +748,84 @@ fn a_reject_followed_by_fin_is_not_lost() {
     });
 }
 
+/// A peer whose Request the ULP rejected, and which never closes its side
+/// but keeps sending (which keeps TCP's user timeout away), is reset
+/// `DRAIN_LIMIT` after the core closed the connection: it does not keep
+/// the connection for ever (it did: found by a review).
+#[test]
+fn a_rejected_peer_that_never_closes_is_reset() {
+    use control::runtime::DRAIN_LIMIT;
+    use rnic_engine::wire::mpa_rr::{FrameKind, Packet, Repr};
+    use std::io::{ErrorKind, Read, Write};
+    let (mut a, mut b, addr) = kernels();
+    let port = port();
+    b.control.listen(
+        0,
+        port,
+        StartupConfig::default(),
+        Box::new(|_, _| Decision::Reject(b"go away".to_vec())),
+    );
+    std::thread::sleep(StdDuration::from_millis(20));
+    b.step(now());
+    let mut s = std::net::TcpStream::connect(SocketAddrV4::new(addr, port)).unwrap();
+    let request = Repr {
+        kind: FrameKind::Request,
+        markers: false,
+        crc: false,
+        reject: false,
+        reserved: 0,
+        revision: 1,
+        enhanced: None,
+        private_data: b"",
+    };
+    let mut out = vec![0; request.buffer_len()];
+    request.emit(&mut Packet::new_unchecked(&mut out[..]));
+    s.write_all(&out).unwrap();
+    s.set_nonblocking(true).unwrap();
+    let start = StdInstant::now();
+    let (mut reply, mut closed_at, mut last_write) = (Vec::new(), None, start);
+    let mut buf = [0u8; 256];
+    let reset = loop {
+        assert!(
+            start.elapsed() < DRAIN_LIMIT + StdDuration::from_secs(10),
+            "the rejected connection is still open: {} connection(s), our FIN {closed_at:?}",
+            b.core.open_connections()
+        );
+        b.step(now());
+        match s.read(&mut buf) {
+            Ok(0) => {
+                closed_at.get_or_insert(start.elapsed());
+            }
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => break e.kind(),
+        }
+        // An octet now and then, never a FIN.
+        if last_write.elapsed() >= StdDuration::from_millis(200) {
+            last_write = StdInstant::now();
+            if let Err(e) = s.write(&[0]) {
+                if e.kind() != ErrorKind::WouldBlock {
+                    break e.kind();
+                }
+            }
+        }
+        std::thread::sleep(StdDuration::from_millis(1));
+    };
+    assert!(
+        matches!(reset, ErrorKind::ConnectionReset | ErrorKind::BrokenPipe),
+        "{reset:?}"
+    );
+    let took = start.elapsed();
+    assert!(took >= DRAIN_LIMIT, "reset after {took:?}");
+    let packet = Packet::new_checked(&reply[..]).expect("an MPA Reply");
+    let repr = Repr::parse(&packet).expect("an MPA Reply");
+    assert!(repr.reject, "{repr:?}");
+    assert!(closed_at.is_some(), "the core closed its side first");
+    run(&mut a, &mut b, "the connection released", |_, b| {
+        b.core.open_connections() == 0 && b.core.transport().connections() == 0
+    });
+}
+
 /// Stopping the control plane fails the startups in flight: the core closes
 /// them and tells the ULP; nothing hangs.
 #[test]
