@@ -962,6 +962,14 @@ impl SctpUnit {
                         }
                         Input::Segment | Input::Early => machine.terminate(),
                     }
+                    // A message that ended the session ends the stream now:
+                    // the peer may reuse it at once (its DDP-SSNs restart at
+                    // 0, RFC 5043 §6.1), so the next message on it, in this
+                    // batch or later, opens a new stream.
+                    if let Some(Outcome::Failed(failure)) = machine.outcome() {
+                        let failure = failure.clone();
+                        self.end_stream(index, Some(failure));
+                    }
                 }
                 // In establishment: a Segment is held here (the peer may
                 // have sent it behind its acknowledged Initiate, or it
@@ -1220,6 +1228,11 @@ impl SctpUnit {
         }
         stream.ended = true;
         self.counters.streams_ended += 1;
+        // Its key and QP handle are free at once: a message after this one
+        // on the stream opens a new stream, and a new QP may get the handle.
+        // The slot stays until its session's last words went.
+        self.by_key.remove(&(stream.assoc, stream.id));
+        self.by_qp.remove(&stream.qp);
         if let Control::Plane(session) = stream.control {
             // Still in establishment: the control plane lets it go, and
             // anything it still sends about it is dropped.
@@ -1266,9 +1279,8 @@ impl SctpUnit {
                 }
             }
             if stream.ended {
-                // Its session's last words went: the slot is free.
-                self.by_key.remove(&(stream.assoc, stream.id));
-                self.by_qp.remove(&stream.qp);
+                // Its session's last words went: the slot is free (its key
+                // and QP handle went when it ended).
                 self.streams[index] = None;
                 self.free.push(index);
                 continue;

@@ -538,6 +538,47 @@ fn bad_session_traffic_ends_only_its_stream() {
     });
 }
 
+/// The association of a's first `AssociationUp`.
+fn a_assoc(net: &Net) -> sctp_lite::AssocId {
+    net.a
+        .events
+        .iter()
+        .find_map(|e| match e {
+            SctpEvent::AssociationUp { assoc, .. } => Some(*assoc),
+            _ => None,
+        })
+        .unwrap()
+}
+
+/// A peer may reuse a stream once its session ended (the DDP-SSNs start
+/// again at 0, RFC 5043 §6.1): an Initiate right behind the Session
+/// Terminate, in the same packet, reaches the ULP as a new session on the
+/// stream.
+#[test]
+fn an_initiate_right_behind_a_terminate_opens_the_stream_again() {
+    use control::session::FailReason;
+    let mut net = Net::new(|_| {});
+    net.open(1);
+    let assoc = a_assoc(&net);
+    // Both before a turn: one packet, one receive batch at b.
+    net.a
+        .core
+        .inject_message(assoc, 0, 17, &[0, 0, 0, 4])
+        .unwrap();
+    net.a
+        .core
+        .inject_message(assoc, 0, 17, &[0, 0, 0, 1])
+        .unwrap();
+    net.run_until(Duration::from_secs(5), |net| net.b.stream_up().len() == 2);
+    assert!(net.b.stream_up().iter().all(|s| s.0 == 0 && !s.2));
+    let first_end = net.b.events.iter().find_map(|e| match e {
+        SctpEvent::StreamEnded { failure, .. } => Some(failure.clone().map(|f| f.reason)),
+        _ => None,
+    });
+    assert_eq!(first_end, Some(Some(FailReason::PeerTerminated)));
+    assert_eq!(net.b.plane.stats().established, 2);
+}
+
 /// The passive side's ULP decides each stream on its control-plane thread
 /// (RFC 5043 §6.2-§6.3): it sees the initiator's private data and IRD/ORD
 /// and accepts one stream with its own private data and rejects another
