@@ -54,7 +54,7 @@ use std::collections::VecDeque;
 use std::net::{SocketAddr, SocketAddrV4};
 
 use bytes::{Bytes, BytesMut};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use control::runtime::{CoreLink, SessionAction, SessionId, SessionResult};
 use control::session::{
@@ -74,6 +74,10 @@ use crate::transport::MessageTransport;
 
 /// The most a stream's QP writes per batch (and at least one message).
 const BATCH_MAX: usize = 64 << 10;
+
+/// Streams a core remembers as ended or refused (its tombstones), over all
+/// associations; the oldest is forgotten for a new one.
+const TOMBSTONES_MAX: usize = 4096;
 
 /// How an [`SctpCore`] runs.
 #[derive(Debug, Clone)]
@@ -281,15 +285,19 @@ pub struct SctpCounters {
     pub rx_out_of_order: u64,
     /// Segments held until their session was up here.
     pub early_held: u64,
-    /// Messages with no stream to take them, or another PPID (dropped).
+    /// Messages with no stream to take them, or another PPID, and DDP
+    /// Segments on a stream that ended or was refused lately (dropped
+    /// unanswered).
     pub stray: u64,
     /// Streams established.
     pub streams_up: u64,
     /// Streams ended.
     pub streams_ended: u64,
     /// Streams a peer opened that this core answered with a Session
-    /// Terminate itself: no room (`streams_max`, no QP), or its link
-    /// refused them (no one listens, a startup limit).
+    /// Terminate itself: no room (`streams_max`, no QP), its link refused
+    /// them (no one listens, a startup limit), or a DDP Segment came first.
+    /// A stream is answered only while no earlier message of ours on it
+    /// awaits its acknowledgement, and a Segment first only once.
     pub refused_streams: u64,
 }
 
@@ -586,6 +594,15 @@ pub struct SctpUnit {
     by_key: FxHashMap<(AssocId, u16), usize>,
     by_qp: FxHashMap<QpHandle, usize>,
     by_session: FxHashMap<SessionId, usize>,
+    /// Streams that ended here or were refused for a Segment first, oldest
+    /// first, at most [`TOMBSTONES_MAX`]: a DDP Segment on one of them
+    /// (late, or another stray) is dropped unanswered. A Session Terminate
+    /// for it could end the peer's next session on the stream, and one per
+    /// Segment would let a peer that never acknowledges fill the send
+    /// buffer with them.
+    tombstones: VecDeque<(AssocId, u16)>,
+    /// The same, to look up.
+    tombstoned: FxHashSet<(AssocId, u16)>,
     events: VecDeque<SctpEvent>,
     /// The most the engine writes per batch.
     batch_max: usize,
@@ -627,6 +644,8 @@ impl SctpUnit {
             by_key: FxHashMap::default(),
             by_qp: FxHashMap::default(),
             by_session: FxHashMap::default(),
+            tombstones: VecDeque::new(),
+            tombstoned: FxHashSet::default(),
             events: VecDeque::new(),
             counters: SctpCounters::default(),
             last_turn: None,
@@ -910,6 +929,22 @@ impl SctpUnit {
         for index in indices {
             self.end_stream(index, None);
         }
+        self.tombstones.retain(|&(a, _)| a != assoc);
+        self.tombstoned.retain(|&(a, _)| a != assoc);
+    }
+
+    /// Remembers that stream `key` ended or was refused (see
+    /// [`SctpUnit::tombstones`]).
+    fn tombstone(&mut self, key: (AssocId, u16)) {
+        if !self.tombstoned.insert(key) {
+            return;
+        }
+        if self.tombstones.len() >= TOMBSTONES_MAX {
+            if let Some(oldest) = self.tombstones.pop_front() {
+                self.tombstoned.remove(&oldest);
+            }
+        }
+        self.tombstones.push_back(key);
     }
 
     fn receive_messages(&mut self, now: Instant) -> bool {
@@ -1014,8 +1049,13 @@ impl SctpUnit {
     ) {
         if ppid == PPID_DDP_SEGMENT {
             // A Segment first breaks RFC 5043 §6.6 whatever a ULP would
-            // say: the answer (a Session Terminate) is made here.
-            self.counters.refused_streams += 1;
+            // say: the answer (a Session Terminate) is made here, once. A
+            // late Segment of a stream that ended here gets none.
+            if self.tombstoned.contains(&(assoc, id)) {
+                self.counters.stray += 1;
+                return;
+            }
+            self.tombstone((assoc, id));
             return self.refuse_stream(now, (assoc, id), ppid, first);
         }
         let full = self.by_key.len() >= self.config.streams_max;
@@ -1033,7 +1073,6 @@ impl SctpUnit {
             if let Some(qp) = qp {
                 let _ = self.rnic.destroy_qp(qp);
             }
-            self.counters.refused_streams += 1;
             return self.refuse_stream(now, (assoc, id), ppid, first);
         };
         self.insert(Stream {
@@ -1054,7 +1093,11 @@ impl SctpUnit {
 
     /// No room, or a Segment first: a Responder here answers with a Session
     /// Terminate (the non-ULP reject of RFC 5043 §6.4, or the §6.6
-    /// violation), sent once; nothing is kept.
+    /// violation), sent once; nothing is kept. No answer while a message of
+    /// ours on the stream awaits its acknowledgement (the stream's send
+    /// buffer is not empty): a peer that repeats itself without
+    /// acknowledging gets one Terminate, not one per message, each of which
+    /// would cost sctp-proto far more than its 4 octets of send buffer.
     fn refuse_stream(
         &mut self,
         now: Instant,
@@ -1062,6 +1105,11 @@ impl SctpUnit {
         ppid: u32,
         first: &[u8],
     ) {
+        if self.endpoint.send_space(assoc, id) < self.config.endpoint.send_buffer_max {
+            self.counters.stray += 1;
+            return;
+        }
+        self.counters.refused_streams += 1;
         let Ok(mut responder) = Responder::new(self.config.session.clone(), now) else {
             return;
         };
@@ -1231,7 +1279,8 @@ impl SctpUnit {
         // Its key and QP handle are free at once: a message after this one
         // on the stream opens a new stream, and a new QP may get the handle.
         // The slot stays until its session's last words went.
-        self.by_key.remove(&(stream.assoc, stream.id));
+        let key = (stream.assoc, stream.id);
+        self.by_key.remove(&key);
         self.by_qp.remove(&stream.qp);
         if let Control::Plane(session) = stream.control {
             // Still in establishment: the control plane lets it go, and
@@ -1259,6 +1308,8 @@ impl SctpUnit {
             failure,
             terminate,
         });
+        // Its late Segments (unordered delivery, RFC 5043 §8) are dropped.
+        self.tombstone(key);
     }
 
     /// Session messages, then each up QP's DDP Segments, into the endpoint.

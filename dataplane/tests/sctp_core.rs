@@ -579,6 +579,71 @@ fn an_initiate_right_behind_a_terminate_opens_the_stream_again() {
     assert_eq!(net.b.plane.stats().established, 2);
 }
 
+/// DDP Segments on streams with no session (RFC 5043 §6.6 broken) draw
+/// one Session Terminate per stream, not one per Segment: a peer could
+/// otherwise make the core queue a Terminate, and sctp-proto's bookkeeping
+/// of it, for each octet it sends. A late Segment of a stream that ended
+/// here draws none (it could end the peer's next session on the stream).
+#[test]
+fn stray_segments_draw_one_terminate_per_stream() {
+    let mut net = Net::new(|_| {});
+    let qps = net.open(1);
+    let assoc = a_assoc(&net);
+    for stream in [10, 11] {
+        for _ in 0..300 {
+            net.a.core.inject_message(assoc, stream, 16, &[0]).unwrap();
+        }
+    }
+    let before = net.b.core.counters();
+    net.run_until(Duration::from_secs(5), |net| {
+        let c = net.b.core.counters();
+        c.stray + c.refused_streams - before.stray - before.refused_streams == 600
+    });
+    let c = net.b.core.counters();
+    assert_eq!(c.refused_streams - before.refused_streams, 2, "{c:?}");
+    // a ends stream 0; a Segment of it that b receives after its end is
+    // dropped unanswered.
+    net.a.core.close_stream(qps[0].0);
+    net.run_until(Duration::from_secs(5), |net| {
+        net.b
+            .events
+            .iter()
+            .any(|e| matches!(e, SctpEvent::StreamEnded { .. }))
+    });
+    let before = net.b.core.counters();
+    let segment = [0u8, 9, 0xC1, 0x40, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0];
+    net.a.core.inject_message(assoc, 0, 16, &segment).unwrap();
+    net.run_until(Duration::from_secs(5), |net| {
+        net.b.core.counters().stray > before.stray
+    });
+    assert_eq!(
+        net.b.core.counters().refused_streams,
+        before.refused_streams
+    );
+}
+
+/// A core that refuses streams (here: no one listens) answers Initiates
+/// with a Session Terminate only while none of its earlier ones on the
+/// stream awaits acknowledgement: a burst of Initiates on one stream draws
+/// a few Terminates, not one each.
+#[test]
+fn a_burst_of_refused_initiates_draws_few_terminates() {
+    let mut net = Net::with_ulp(|_| {}, None);
+    let assoc = net.associate();
+    for _ in 0..300 {
+        net.a
+            .core
+            .inject_message(assoc, 5, 17, &[0, 0, 0, 1])
+            .unwrap();
+    }
+    net.run_until(Duration::from_secs(5), |net| {
+        let c = net.b.core.counters();
+        c.stray + c.refused_streams == 300
+    });
+    let c = net.b.core.counters();
+    assert!((1..10).contains(&c.refused_streams), "{c:?}");
+}
+
 /// The passive side's ULP decides each stream on its control-plane thread
 /// (RFC 5043 §6.2-§6.3): it sees the initiator's private data and IRD/ORD
 /// and accepts one stream with its own private data and rejects another
