@@ -102,6 +102,11 @@ pub struct SctpCoreConfig {
     /// (they may overtake the Accept: chunks are unordered); one more ends
     /// the session.
     pub early_max: usize,
+    /// Octets of those Segments held per stream at most; one that would
+    /// pass it ends the session, as one beyond `early_max` does. A message
+    /// may be as long as a peer's path MTU makes it (up to 64 KiB), so
+    /// `early_max` alone would let each stream in establishment hold 4 MiB.
+    pub early_octets_max: usize,
     /// Datagrams taken from the transport per turn.
     pub rx_datagrams: usize,
     /// Messages taken from the endpoint per turn.
@@ -109,6 +114,11 @@ pub struct SctpCoreConfig {
     /// The layout of the Terminates our QPs send.
     pub terminate_layout: Encoding,
 }
+
+/// [`SctpCoreConfig::early_octets_max`]'s default: 128 KiB a stream, more
+/// than `early_max` Segments of 1,444 octets (a 1500-octet path MTU, RFC
+/// 5043 §9), and at most 128 MiB a core at `streams_max` 1024.
+pub const EARLY_OCTETS_MAX_DEFAULT: usize = 128 << 10;
 
 /// [`SctpCoreConfig::reorder_budget`]'s default: 64 MiB a core, the
 /// 256 KiB receive window of 256 associations held out of order at once.
@@ -124,6 +134,7 @@ impl SctpCoreConfig {
             reorder: ReorderConfig::default(),
             reorder_budget: REORDER_BUDGET_DEFAULT,
             early_max: 64,
+            early_octets_max: EARLY_OCTETS_MAX_DEFAULT,
             rx_datagrams: 256,
             rx_messages: 1024,
             terminate_layout: Encoding::Rfc5040,
@@ -232,6 +243,8 @@ struct Stream {
     /// DDP Segments that arrived before the session was up here (their
     /// packets' own buffers).
     early: VecDeque<Bytes>,
+    /// Their octets.
+    early_octets: usize,
     /// The DDP-SSN after the last Segment received (to count those that
     /// arrive out of order).
     rx_next_ssn: u16,
@@ -754,6 +767,7 @@ impl SctpUnit {
             up: false,
             ended: false,
             early: VecDeque::new(),
+            early_octets: 0,
             rx_next_ssn: 0,
             ending: false,
             announced: false,
@@ -986,12 +1000,14 @@ impl SctpUnit {
                 let _ = self.rnic.handle_message(stream.qp, &message);
                 continue;
             }
-            let early_room = stream.early.len() < self.config.early_max;
+            let early_room = stream.early.len() < self.config.early_max
+                && stream.early_octets + message.len() <= self.config.early_octets_max;
             match &mut stream.control {
                 Control::Here(machine) => {
                     match machine.handle_message(now, received.ppid, &message) {
                         Input::Taken | Input::Ignored => {}
                         Input::Segment | Input::Early if early_room => {
+                            stream.early_octets += message.len();
                             stream.early.push_back(message);
                             self.counters.early_held += 1;
                         }
@@ -1014,6 +1030,7 @@ impl SctpUnit {
                     let session = *session;
                     if received.ppid == PPID_DDP_SEGMENT {
                         if early_room {
+                            stream.early_octets += message.len();
                             stream.early.push_back(message);
                             self.counters.early_held += 1;
                         } else {
@@ -1084,6 +1101,7 @@ impl SctpUnit {
             up: false,
             ended: false,
             early: VecDeque::new(),
+            early_octets: 0,
             rx_next_ssn: 0,
             ending: false,
             announced: false,
@@ -1257,6 +1275,7 @@ impl SctpUnit {
             outbound: stream.outbound,
             session,
         });
+        stream.early_octets = 0;
         while let Some(segment) = stream.early.pop_front() {
             self.counters.rx_segments += 1;
             self.counters.rx_segment_octets += segment.len() as u64;

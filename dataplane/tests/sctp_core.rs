@@ -644,6 +644,51 @@ fn a_burst_of_refused_initiates_draws_few_terminates() {
     assert!((1..10).contains(&c.refused_streams), "{c:?}");
 }
 
+/// DDP Segments held for a stream in establishment (they may overtake the
+/// Accept, RFC 5043 §8) are bounded in octets as well as in messages: one
+/// that would pass `early_octets_max` ends the stream, which never comes
+/// up, whatever the ULP decides.
+#[test]
+fn a_stream_in_establishment_holds_early_octets_up_to_its_bound() {
+    use std::sync::mpsc;
+    let (release, held) = mpsc::channel::<()>();
+    // The ULP decides only once the test lets it: the stream stays in
+    // establishment meanwhile.
+    let ulp: OnInitiate = Box::new(move |_, _| {
+        let _ = held.recv_timeout(std::time::Duration::from_secs(10));
+        Decision::Accept(Accept::default())
+    });
+    let mut net = Net::with_ulp(|c| c.early_octets_max = 4000, Some(ulp));
+    let assoc = net.associate();
+    net.a
+        .core
+        .inject_message(assoc, 3, 17, &[0, 0, 0, 1])
+        .unwrap();
+    // Four Segments of 1,400 octets: fewer than `early_max`, more octets
+    // than the bound.
+    for ssn in 0..4u8 {
+        let mut segment = vec![0u8; 1400];
+        segment[1] = ssn;
+        net.a.core.inject_message(assoc, 3, 16, &segment).unwrap();
+    }
+    net.run_until(Duration::from_secs(5), |net| {
+        net.b.core.counters().early_held >= 2
+    });
+    let end = net.now + Duration::from_millis(1);
+    net.run_until(Duration::from_secs(1), |net| net.now >= end);
+    release.send(()).unwrap();
+    let on_3 = |net: &Net| {
+        net.b.events.iter().find_map(|e| match e {
+            SctpEvent::StreamUp { stream: 3, .. } => Some(true),
+            SctpEvent::StreamEnded { stream: 3, .. } => Some(false),
+            _ => None,
+        })
+    };
+    net.run_until(Duration::from_secs(5), |net| on_3(net).is_some());
+    assert_eq!(on_3(&net), Some(false), "{:?}", net.b.events);
+    assert_eq!(net.b.core.counters().early_held, 2);
+}
+
 /// The passive side's ULP decides each stream on its control-plane thread
 /// (RFC 5043 §6.2-§6.3): it sees the initiator's private data and IRD/ORD
 /// and accepts one stream with its own private data and rejects another
