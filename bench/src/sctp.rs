@@ -95,6 +95,9 @@ fn core_config(mtu: usize) -> SctpCoreConfig {
         messages: i16::MAX as u16,
         octets: 16 << 20,
     };
+    // A run's streams share one association: it may take the whole
+    // budget, as before associations had shares of their own.
+    config.reorder_association_octets = config.reorder_budget;
     config.streams_max = QPS_MAX + 64;
     config
 }

@@ -52,6 +52,7 @@
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, SocketAddrV4};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -61,7 +62,7 @@ use control::session::{
     Established, Failure, Initiator, Input, Outcome, Rejected, Responder, Session, SessionConfig,
 };
 use rnic_engine::qp::{QpEvent, QpState};
-use rnic_engine::sctp::rx::ReorderConfig;
+use rnic_engine::sctp::rx::{ReorderBudget, ReorderConfig};
 use rnic_engine::sctp::{PPID_DDP_SEGMENT, PPID_SESSION_CONTROL};
 use rnic_engine::verbs::{MessageConnection, QpHandle, QpInit, Rnic};
 use rnic_engine::wire::ddp_session::MESSAGE_LEN_MAX;
@@ -98,6 +99,13 @@ pub struct SctpCoreConfig {
     /// opens hold `reorder.octets`. A hold beyond it fails that stream
     /// (an RDMAP Terminate, as one past its own window's bound).
     pub reorder_budget: usize,
+    /// Octets the reorder windows of one association's streams hold at
+    /// most together, drawn from `reorder_budget`
+    /// ([`Rnic::reorder_budget_within`]): without it one peer could take
+    /// the whole budget (64 streams of 1 MiB each), after which every
+    /// other peer's stream that held one reordered message would fail. A
+    /// hold beyond it fails that stream, as one past the budget does.
+    pub reorder_association_octets: usize,
     /// DDP Segments held per stream while its session is not up here yet
     /// (they may overtake the Accept: chunks are unordered); one more ends
     /// the session.
@@ -114,6 +122,12 @@ pub struct SctpCoreConfig {
     /// The layout of the Terminates our QPs send.
     pub terminate_layout: Encoding,
 }
+
+/// [`SctpCoreConfig::reorder_association_octets`]'s default: 1 MiB, what
+/// one stream's window holds at most by default
+/// ([`ReorderConfig::default`]), so that 64 associations at least share
+/// the default budget.
+pub const REORDER_ASSOCIATION_OCTETS_DEFAULT: usize = 1 << 20;
 
 /// [`SctpCoreConfig::early_octets_max`]'s default: 128 KiB a stream, more
 /// than `early_max` Segments of 1,444 octets (a 1500-octet path MTU, RFC
@@ -133,6 +147,7 @@ impl SctpCoreConfig {
             streams_max: 1024,
             reorder: ReorderConfig::default(),
             reorder_budget: REORDER_BUDGET_DEFAULT,
+            reorder_association_octets: REORDER_ASSOCIATION_OCTETS_DEFAULT,
             early_max: 64,
             early_octets_max: EARLY_OCTETS_MAX_DEFAULT,
             rx_datagrams: 256,
@@ -616,6 +631,10 @@ pub struct SctpUnit {
     tombstones: VecDeque<(AssocId, u16)>,
     /// The same, to look up.
     tombstoned: FxHashSet<(AssocId, u16)>,
+    /// Each association's share of the reorder budget
+    /// ([`SctpCoreConfig::reorder_association_octets`]), made when its
+    /// first stream comes up; its streams' QPs hold it until destroyed.
+    reorder_budgets: FxHashMap<AssocId, Arc<ReorderBudget>>,
     events: VecDeque<SctpEvent>,
     /// The most the engine writes per batch.
     batch_max: usize,
@@ -659,6 +678,7 @@ impl SctpUnit {
             by_session: FxHashMap::default(),
             tombstones: VecDeque::new(),
             tombstoned: FxHashSet::default(),
+            reorder_budgets: FxHashMap::default(),
             events: VecDeque::new(),
             counters: SctpCounters::default(),
             last_turn: None,
@@ -945,6 +965,7 @@ impl SctpUnit {
         }
         self.tombstones.retain(|&(a, _)| a != assoc);
         self.tombstoned.retain(|&(a, _)| a != assoc);
+        self.reorder_budgets.remove(&assoc);
     }
 
     /// Remembers that stream `key` ended or was refused (see
@@ -1259,7 +1280,19 @@ impl SctpUnit {
             reorder: self.config.reorder,
             terminate_layout: self.config.terminate_layout,
         };
-        if !joined || self.rnic.connect_messages(stream.qp, connection).is_err() {
+        let octets = self.config.reorder_association_octets;
+        let rnic = &mut self.rnic;
+        let budget = self
+            .reorder_budgets
+            .entry(stream.assoc)
+            .or_insert_with(|| rnic.reorder_budget_within(octets))
+            .clone();
+        if !joined
+            || self
+                .rnic
+                .connect_messages_within(stream.qp, connection, budget)
+                .is_err()
+        {
             if let Control::Here(machine) = &mut stream.control {
                 machine.fail_local();
             }

@@ -689,6 +689,48 @@ fn a_stream_in_establishment_holds_early_octets_up_to_its_bound() {
     assert_eq!(net.b.core.counters().early_held, 2);
 }
 
+/// The reorder windows of one association's streams hold at most
+/// `reorder_association_octets` together, drawn from the core's budget: a
+/// peer that sends each of its streams messages ahead of their turn (and
+/// never the one in turn) fails its own stream past that share, and leaves
+/// the rest of the core's budget to the other associations' streams.
+#[test]
+fn one_association_holds_at_most_its_share_of_the_reorder_budget() {
+    use dataplane::sctp::REORDER_BUDGET_DEFAULT;
+    use rnic_engine::qp::QpEvent;
+    let mut net = Net::new(|c| c.reorder_association_octets = 3000);
+    net.open(2);
+    let assoc = a_assoc(&net);
+    // An untagged Send (DDP-SSN, DDP and RDMAP control, QN 0, MSN, MO 0),
+    // 1,400 octets: each far within a stream's window of 1 MiB.
+    let early = |ssn: u16| {
+        let mut m = vec![0u8; 1400];
+        m[..2].copy_from_slice(&ssn.to_be_bytes());
+        m[2..4].copy_from_slice(&[0x41, 0x43]);
+        m[15] = ssn as u8 + 1;
+        m
+    };
+    net.a.core.inject_message(assoc, 0, 16, &early(5)).unwrap();
+    net.a.core.inject_message(assoc, 1, 16, &early(5)).unwrap();
+    net.a.core.inject_message(assoc, 1, 16, &early(6)).unwrap();
+    let ended = |net: &Net| {
+        net.b.events.iter().find_map(|e| match e {
+            SctpEvent::StreamEnded {
+                stream, terminate, ..
+            } => Some((*stream, *terminate)),
+            _ => None,
+        })
+    };
+    net.run_until(Duration::from_secs(5), |net| ended(net).is_some());
+    let Some((1, Some(QpEvent::TerminateSent(t)))) = ended(&net) else {
+        panic!("{:?}", ended(&net));
+    };
+    assert_eq!((t.layer, t.etype, t.ecode), (2, 0, 4), "past the share");
+    assert_eq!(net.b.core.open_streams(), 1, "stream 0 holds on");
+    let left = net.b.core.rnic().reorder_budget_left().unwrap();
+    assert_eq!(left, REORDER_BUDGET_DEFAULT - 1398, "stream 0's early Send");
+}
+
 /// The passive side's ULP decides each stream on its control-plane thread
 /// (RFC 5043 §6.2-§6.3): it sees the initiator's private data and IRD/ORD
 /// and accepts one stream with its own private data and rejects another

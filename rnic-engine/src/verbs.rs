@@ -828,6 +828,28 @@ impl Rnic {
         qp.connect_messages(connection, budget)
     }
 
+    /// [`Rnic::connect_messages`], the QP's reorder window drawing on
+    /// `budget` (made by [`Rnic::reorder_budget_within`], so within the
+    /// engine's) instead of on the engine's budget directly: the streams
+    /// of one association share one, and a peer that makes them hold
+    /// messages takes at most that budget's octets of the engine's.
+    pub fn connect_messages_within(
+        &mut self,
+        qp: QpHandle,
+        connection: MessageConnection,
+        budget: Arc<ReorderBudget>,
+    ) -> Result<(), VerbError> {
+        let (qp, _) = self.split(qp)?;
+        qp.connect_messages(connection, Some(budget))
+    }
+
+    /// A budget of `octets` within the engine's
+    /// ([`Rnic::set_reorder_budget`]; on its own without one), for
+    /// [`Rnic::connect_messages_within`].
+    pub fn reorder_budget_within(&self, octets: usize) -> Arc<ReorderBudget> {
+        ReorderBudget::within(octets, self.reorder_budget.clone())
+    }
+
     /// Bounds what the reorder windows of this engine's DDP streams over
     /// SCTP hold together to `octets` (besides each window's own bound),
     /// for QPs connected from now on: held messages leave SCTP's receive

@@ -12,7 +12,9 @@ mod support;
 use rnic_engine::cq::{WcOpcode, WcStatus};
 use rnic_engine::mem::Access;
 use rnic_engine::pair::{self, Link, PairConfig, RnicPair};
-use rnic_engine::sctp::rx::ReorderConfig;
+use std::sync::Arc;
+
+use rnic_engine::sctp::rx::{ReorderBudget, ReorderConfig};
 use rnic_engine::sctp::{self, MESSAGE_MAX_MTU_1500};
 use rnic_engine::verbs::{
     MessageConnection, Mr, QpEvent, QpHandle, QpInit, QpState, SendOp, VerbError,
@@ -216,6 +218,18 @@ fn bad_ddp_ssns_and_runts_get_the_llp_terminate() {
 /// messages and 100 octets, and `receives` receives of 64 octets each in
 /// `inbox` from 64 `first` on.
 fn tight_qp(pair: &mut RnicPair, inbox: &Mr, first: usize, receives: usize) -> QpHandle {
+    tight_qp_within(pair, inbox, first, receives, None)
+}
+
+/// [`tight_qp`], its window drawing on `budget` if given
+/// (`Rnic::connect_messages_within`).
+fn tight_qp_within(
+    pair: &mut RnicPair,
+    inbox: &Mr,
+    first: usize,
+    receives: usize,
+    budget: Option<Arc<ReorderBudget>>,
+) -> QpHandle {
     let qp = pair
         .b
         .rnic
@@ -235,7 +249,11 @@ fn tight_qp(pair: &mut RnicPair, inbox: &Mr, first: usize, receives: usize) -> Q
         },
         ..pair::message_connection(pair.config())
     };
-    pair.b.rnic.connect_messages(qp, tight).unwrap();
+    match budget {
+        Some(budget) => pair.b.rnic.connect_messages_within(qp, tight, budget),
+        None => pair.b.rnic.connect_messages(qp, tight),
+    }
+    .unwrap();
     for i in first..first + receives {
         let sgl = [sge(inbox, 64 * i, 64)];
         pair.b.rnic.post_recv(qp, &recv(i as u64, &sgl)).unwrap();
@@ -288,6 +306,64 @@ fn the_engine_budget_bounds_what_all_windows_hold_together() {
     // The failed QP goes: what it held goes back too.
     pair.b.rnic.destroy_qp(qps[1]).unwrap();
     assert_eq!(pair.b.rnic.reorder_budget_left(), Some(150));
+}
+
+/// The windows of one association's streams draw on a budget within the
+/// engine's (`Rnic::connect_messages_within`): a peer whose streams hold
+/// all of theirs leaves the rest of the engine's budget to the streams of
+/// other associations. Engine 150 octets, each association 100: the first
+/// association's two QPs hold 96 octets, and a third early Send past its
+/// 100 fails its QP; the second association's QP still holds its early
+/// Send and delivers it in its turn (all three QPs drawing on the engine's
+/// budget alone would have left it 6 octets).
+#[test]
+fn one_association_holds_at_most_its_budget_of_the_engines() {
+    let mut pair = pair(messages(Link::Messages));
+    pair.b.rnic.set_reorder_budget(150);
+    let (_, inbox_mr) = pair.b.region(24 * 64, Access::LOCAL_WRITE).unwrap();
+    let (first, second) = (
+        pair.b.rnic.reorder_budget_within(100),
+        pair.b.rnic.reorder_budget_within(100),
+    );
+    let qps = [
+        tight_qp_within(&mut pair, &inbox_mr, 0, 8, Some(first.clone())),
+        tight_qp_within(&mut pair, &inbox_mr, 8, 8, Some(first.clone())),
+        tight_qp_within(&mut pair, &inbox_mr, 16, 8, Some(second.clone())),
+    ];
+    let early = |ssn: u16| message(ssn, &send(u32::from(ssn) + 1, &[7; 30]));
+    for ssn in 1..=2u16 {
+        pair.b.rnic.handle_message(qps[0], &early(ssn)).unwrap();
+    }
+    pair.b.rnic.handle_message(qps[1], &early(1)).unwrap();
+    let mut out = vec![0u8; 4096];
+    let mut lengths = Vec::new();
+    pair.b
+        .rnic
+        .poll_transmit_messages(qps[1], &mut out, &mut lengths)
+        .unwrap();
+    assert_eq!(
+        pair.b.rnic.poll_event(qps[1]).unwrap(),
+        Some(QpEvent::TerminateSent(info((2, 0, 4)))),
+        "past its association's budget"
+    );
+    assert_eq!(
+        (first.left(), pair.b.rnic.reorder_budget_left()),
+        (4, Some(54))
+    );
+    pair.b.rnic.handle_message(qps[2], &early(1)).unwrap();
+    assert_eq!(pair.b.rnic.qp_state(qps[2]).unwrap(), QpState::Rts);
+    assert_eq!(second.left(), 52);
+    pair.b.rnic.handle_message(qps[2], &early(0)).unwrap();
+    let wcs = pair.b.completions();
+    let mine: Vec<_> = wcs.iter().filter(|wc| wc.qp == qps[2]).collect();
+    assert_eq!(mine.len(), 2, "{wcs:?}");
+    assert!(mine
+        .iter()
+        .all(|wc| wc.status == WcStatus::Success && wc.opcode == WcOpcode::Recv));
+    assert_eq!(
+        (second.left(), pair.b.rnic.reorder_budget_left()),
+        (100, Some(54))
+    );
 }
 
 #[test]

@@ -27,7 +27,9 @@
 //! bound never lets a correct peer exceed it). Held messages leave SCTP's
 //! receive window, so one peer could fill the bound on every stream it
 //! opens: the windows of one engine can also draw on a [`ReorderBudget`]
-//! together, which bounds what they hold in all.
+//! together, which bounds what they hold in all, and the windows of one
+//! association on a budget within it ([`ReorderBudget::within`]), so that
+//! one peer cannot take all of the engine's.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,36 +38,60 @@ use std::sync::Arc;
 /// Octets the reorder windows of several DDP streams (one engine's, one
 /// core's) may hold together ([`crate::verbs::Rnic::set_reorder_budget`]):
 /// a window that would take more than is left fails its hold, as one past
-/// its own [`ReorderConfig::octets`] does.
+/// its own [`ReorderConfig::octets`] does. A budget may lie within another
+/// (one association's within its engine's): a hold then takes from both.
 #[derive(Debug)]
 pub struct ReorderBudget {
     left: AtomicUsize,
+    /// The budget this one lies within.
+    parent: Option<Arc<ReorderBudget>>,
 }
 
 impl ReorderBudget {
     /// A budget of `octets`.
     pub fn new(octets: usize) -> Arc<ReorderBudget> {
+        ReorderBudget::within(octets, None)
+    }
+
+    /// A budget of `octets` within `parent`: a hold takes its octets from
+    /// both, and fails when either has fewer left.
+    pub fn within(octets: usize, parent: Option<Arc<ReorderBudget>>) -> Arc<ReorderBudget> {
         Arc::new(ReorderBudget {
             left: AtomicUsize::new(octets),
+            parent,
         })
     }
 
-    /// Octets not held now.
+    /// Octets not held now (in this budget; its parent may have fewer).
     pub fn left(&self) -> usize {
         self.left.load(Ordering::Relaxed)
     }
 
-    /// Takes `n` octets if that many are left.
+    /// Takes `n` octets if that many are left here and in the parent.
     fn take(&self, n: usize) -> bool {
-        self.left
+        let taken = self
+            .left
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
                 left.checked_sub(n)
             })
-            .is_ok()
+            .is_ok();
+        if !taken {
+            return false;
+        }
+        if let Some(parent) = &self.parent {
+            if !parent.take(n) {
+                self.left.fetch_add(n, Ordering::Relaxed);
+                return false;
+            }
+        }
+        true
     }
 
     fn give(&self, n: usize) {
         self.left.fetch_add(n, Ordering::Relaxed);
+        if let Some(parent) = &self.parent {
+            parent.give(n);
+        }
     }
 }
 
@@ -303,6 +329,34 @@ mod tests {
         assert!(!r.hold(2, b"def"), "6 octets held would exceed 5");
         assert!(r.hold(2, b"de"));
         assert_eq!(r.held_octets(), 5);
+    }
+
+    #[test]
+    fn a_budget_within_another_draws_on_both() {
+        let engine = ReorderBudget::new(100);
+        let (a, b) = (
+            ReorderBudget::within(40, Some(engine.clone())),
+            ReorderBudget::within(80, Some(engine.clone())),
+        );
+        let config = ReorderConfig {
+            messages: 8,
+            octets: 1000,
+        };
+        let mut ra = Reorder::with_budget(config, Some(a.clone()));
+        let mut rb = Reorder::with_budget(config, Some(b.clone()));
+        assert!(ra.hold(1, &[1; 30]));
+        assert!(!ra.hold(2, &[2; 20]), "past its own 40, with 70 left above");
+        assert_eq!((a.left(), engine.left()), (10, 70));
+        assert!(rb.hold(1, &[3; 60]));
+        assert!(
+            !rb.hold(2, &[4; 20]),
+            "within its own 80, past the 10 above"
+        );
+        assert_eq!((b.left(), engine.left()), (20, 10));
+        drop(ra);
+        assert_eq!((a.left(), engine.left()), (40, 40));
+        assert!(rb.hold(2, &[4; 20]));
+        assert_eq!((b.left(), engine.left()), (0, 20));
     }
 
     #[test]
