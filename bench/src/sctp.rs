@@ -457,6 +457,10 @@ impl SctpServer {
     ) -> Result<SctpServer, String> {
         let (link, rnic) = host_core(host, core)?;
         let mut config = core_config(listen.mtu);
+        // Many clients, an association each: one may hold what one stream's
+        // window holds, not the whole budget, so that one client cannot
+        // leave none for the others (at least four of them share it).
+        config.reorder_association_octets = config.reorder.octets;
         config.session.ird_max = listen.ird_max;
         config.session.ird = listen.ird_max;
         config.session.ord = listen.ord;
