@@ -1022,3 +1022,58 @@ fn deregistering_under_a_read_response_stops_it() {
     let wcs = pair.a.completions();
     assert_eq!((wcs[0].wr_id, wcs[0].status), (1, WcStatus::RemoteAccess));
 }
+
+/// The result buffer of our atomic invalidated by the peer's Send with
+/// Invalidate (RFC 5040 §6.10), which comes ahead of the response (RFC
+/// 7306 §5.4 lets a response follow later Sends): the response's original
+/// value is not written into the memory the STag no longer names (it was,
+/// through the buffer resolved when the request went out), and the atomic
+/// fails locally, ending the stream (a local catastrophic error, 0/0/0).
+#[test]
+fn an_atomic_result_buffer_the_peer_invalidates_takes_no_octets() {
+    let mut pair = pair(PairConfig::default());
+    let (b_memory, b_mr) = pair.b.region(64, Access::REMOTE_ATOMIC).unwrap();
+    b_memory.write(0, &5u64.to_ne_bytes()).unwrap();
+    let (a_memory, a_mr) = pair
+        .a
+        .region(64, ALL.union(Access::REMOTE_INVALIDATE))
+        .unwrap();
+    let (_, recv_mr) = pair.a.region(16, Access::LOCAL_WRITE).unwrap();
+    pair.a
+        .rnic
+        .post_recv(pair.a.qp, &recv(7, &[sge(&recv_mr, 0, 16)]))
+        .unwrap();
+    let fetch = SendOp::FetchAdd {
+        remote: remote(&b_mr, 0),
+        add: 1,
+        mask: 0,
+    };
+    pair.a
+        .rnic
+        .post_send(pair.a.qp, &wr(1, fetch, &[sge(&a_mr, 0, 8)]))
+        .unwrap();
+    pair.b
+        .rnic
+        .inject_ulpdu(pair.b.qp, &send_with_invalidate(a_mr.stag))
+        .unwrap();
+    pair.run(STEPS);
+    let wcs = pair.a.completions();
+    let receive = wcs.iter().find(|w| w.wr_id == 7).expect("the Send arrived");
+    assert_eq!(receive.invalidated, Some(a_mr.stag));
+    let fetched = wcs.iter().find(|w| w.wr_id == 1).expect("the atomic ended");
+    assert_eq!(fetched.status, WcStatus::LocalProtection, "{wcs:?}");
+    assert_eq!(
+        a_memory.to_vec()[..8],
+        [0u8; 8],
+        "nothing written through the invalidated STag"
+    );
+    assert_eq!(
+        b_memory.to_vec()[..8],
+        6u64.to_ne_bytes(),
+        "the atomic ran at the peer"
+    );
+    assert_eq!(
+        events(&mut pair, true, None),
+        [QpEvent::TerminateSent(info((0, 0, 0)))]
+    );
+}

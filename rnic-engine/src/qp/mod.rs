@@ -482,7 +482,10 @@ enum Orq {
         seq: u64,
         msn: u32,
         id: u32,
-        result: Grants,
+        /// Where the original value goes: its STag is looked up again when
+        /// the response arrives (it may have been invalidated or
+        /// deregistered meanwhile), as a Read's sink is for each segment.
+        result: Sge,
     },
     /// The Read RTR: its zero-length response is the provider's.
     Rtr,

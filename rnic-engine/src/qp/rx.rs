@@ -679,22 +679,45 @@ impl Inner {
         let Header::AtomicResponse(response) = *header else {
             unreachable!("parsed as an Atomic Response")
         };
-        let Some(Orq::Atomic {
+        let Some(&Orq::Atomic {
             seq, id, result, ..
         }) = self.orq.front()
         else {
             return Err(operation(OperationError::Unspecified));
         };
-        if *id != response.original_request_id {
+        if id != response.original_request_id {
             return Err(operation(OperationError::Unspecified));
         }
-        // Returned in the endian format of local memory, as ibverbs does.
-        result.scatter(0, &response.original_remote_value.to_ne_bytes());
-        let seq = *seq;
+        // The result buffer's STag again: one invalidated (a peer's Send
+        // with Invalidate may name it, RFC 5040 §6.10, and may come ahead
+        // of the response, RFC 7306 §5.4) or deregistered while the
+        // request was outstanding names nothing, and takes no octets. The
+        // request then fails locally (as one whose list fails when it is
+        // sent), and the stream with it.
+        let sink = ctx.stags.lookup_cached(
+            &mut self.rx_stag,
+            result.stag,
+            self.pd,
+            Access::LOCAL_WRITE,
+            result.to,
+            8,
+        );
         self.orq.pop_front();
         self.rx_msn[3] = self.rx_msn[3].wrapping_add(1);
-        self.finish_wqe(ctx, seq, WcStatus::Success, 8);
-        Ok(())
+        match sink {
+            Ok((region, offset)) => {
+                // Returned in the endian format of local memory, as
+                // ibverbs does; in bounds: checked against the
+                // registration.
+                let _ = region.write(offset, &response.original_remote_value.to_ne_bytes());
+                self.finish_wqe(ctx, seq, WcStatus::Success, 8);
+                Ok(())
+            }
+            Err(_) => {
+                self.finish_wqe(ctx, seq, WcStatus::LocalProtection, 0);
+                Err((TermCause::LocalCatastrophic, false))
+            }
+        }
     }
 
     /// The peer ended the stream. Its Terminate is read in whichever layout

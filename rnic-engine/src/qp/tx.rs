@@ -759,7 +759,9 @@ impl Inner {
             true,
         );
         self.next_atomic_id = id.wrapping_add(1);
-        let result = self.tx_grants.take().expect("resolved");
+        // Checked when resolved, and again when the response arrives.
+        self.tx_grants = None;
+        let result = self.sq[(seq - self.sq_base) as usize].sgl.entries()[0];
         self.orq.push_back(Orq::Atomic {
             seq,
             msn: self.tx_msn[1],
