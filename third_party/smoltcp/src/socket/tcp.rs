@@ -2850,6 +2850,10 @@ impl<'a> Socket<'a> {
     /// the last segment again, which always draws an ACK.
     #[cfg(feature = "alloc")]
     fn probe_takes_new_data(&self, mss: usize) -> bool {
+        // A full log takes no new segment (see `dispatch`).
+        if !self.recovery.has_room() {
+            return false;
+        }
         let end = self.local_seq_no + self.remote_win_len.min(self.tx_buffer.len());
         if self.remote_last_seq >= end {
             return false;
@@ -3246,6 +3250,10 @@ impl<'a> Socket<'a> {
         let sack = sack_due.then(|| self.sack_blocks(repr.timestamp.is_some()));
 
         let mut is_zero_window_probe = false;
+        // dpwarp: the log of sent segments is full and this segment sends
+        // no retransmission: it carries no new data and no FIN.
+        #[cfg_attr(not(feature = "alloc"), allow(unused_mut))]
+        let mut log_full = false;
         // dpwarp: a retransmission of the logged segment at this start, of
         // this much data.
         #[cfg_attr(not(feature = "alloc"), allow(unused_mut))]
@@ -3414,6 +3422,20 @@ impl<'a> Socket<'a> {
                     } else {
                         self.record_size(self.remote_last_seq, size)
                     };
+                    // dpwarp: a full log holds new data back however the
+                    // socket came to send (an ACK due, a window update, a
+                    // keep-alive), not only when `seq_to_transmit` asks: a
+                    // segment the log left out would never be retransmitted
+                    // (RFC 9293 §3.10.7.4's retransmission queue must hold
+                    // every octet sent). The zero-window probe's octet is
+                    // not counted as sent (the state is left intact below).
+                    #[cfg(feature = "alloc")]
+                    let size = if is_zero_window_probe || self.recovery.has_room() {
+                        size
+                    } else {
+                        log_full = true;
+                        0
+                    };
 
                     let offset = self.flight_size();
                     repr.payload = self.tx_buffer.get_allocated(offset, size);
@@ -3433,7 +3455,7 @@ impl<'a> Socket<'a> {
                 // flags, depending on whether the transmit half of the connection is open.
                 if offset + repr.payload.len() == self.tx_buffer.len() {
                     match self.state {
-                        State::FinWait1 | State::LastAck | State::Closing => {
+                        State::FinWait1 | State::LastAck | State::Closing if !log_full => {
                             repr.control = TcpControl::Fin
                         }
                         State::Established | State::CloseWait if !repr.payload.is_empty() => {
@@ -8619,6 +8641,88 @@ mod test {
             payload: &b"ccc"[..],
             ..RECV_TEMPL
         }));
+    }
+
+    /// An established socket with Nagle off and no congestion control
+    /// whose log of sent segments is full: `SEGMENTS_MAX` one-octet
+    /// segments in flight, none acknowledged.
+    #[cfg(feature = "alloc")]
+    fn socket_with_a_full_log() -> TestSocket {
+        let mut s = socket_established_with_buffer_sizes(recovery::SEGMENTS_MAX + 64, 64);
+        s.set_nagle_enabled(false);
+        s.set_congestion_control(CongestionControl::None);
+        s.remote_win_len = recovery::SEGMENTS_MAX + 64;
+        for i in 0..recovery::SEGMENTS_MAX {
+            s.send_slice(b"x").unwrap();
+            recv(&mut s, Instant::from_millis(0), |r| {
+                let r = r.unwrap();
+                assert_eq!((r.seq_number, r.payload.len()), (LOCAL_SEQ + 1 + i, 1));
+            });
+        }
+        assert_eq!(s.recovery.len(), recovery::SEGMENTS_MAX);
+        assert!(!s.recovery.has_room());
+        recv_nothing!(s, time 0);
+        s
+    }
+
+    /// A full log holds new data (and the FIN) back whatever makes the
+    /// socket send: here the ACK due for the peer's data. Before, the
+    /// ACK carried the queued octet, which the log left out, so no
+    /// retransmission (RACK, the probe, the timeout, which rewinds only an
+    /// empty log) would ever repair its loss.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_a_full_log_holds_new_data_back_from_an_ack() {
+        let mut s = socket_with_a_full_log();
+        let last = s.remote_last_seq;
+        s.send_slice(b"y").unwrap();
+        recv_nothing!(s, time 10);
+        send!(s, time 10, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: u16::MAX,
+            payload: &b"a"[..],
+            ..SEND_TEMPL
+        });
+        recv(&mut s, Instant::from_millis(10), |r| {
+            let r = r.unwrap();
+            assert_eq!(r.payload, b"", "a pure ACK, no new data");
+            assert_eq!(r.seq_number, last);
+            assert_eq!(r.ack_number, Some(REMOTE_SEQ + 2));
+        });
+        assert_eq!(s.remote_last_seq, last);
+        assert_eq!(s.recovery.len(), recovery::SEGMENTS_MAX);
+
+        // Everything sent, then closed: the FIN waits for room too.
+        let mut s = socket_with_a_full_log();
+        s.close();
+        assert_eq!(s.state, State::FinWait1);
+        recv_nothing!(s, time 10);
+        send!(s, time 10, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            window_len: u16::MAX,
+            payload: &b"a"[..],
+            ..SEND_TEMPL
+        });
+        recv(&mut s, Instant::from_millis(10), |r| {
+            let r = r.unwrap();
+            assert_eq!(r.control, TcpControl::None, "no FIN");
+            assert_eq!((r.seq_number, r.payload), (last, &b""[..]));
+        });
+        assert_eq!(s.remote_last_seq, last);
+        // An ACK of one segment makes room: the FIN goes, logged.
+        send!(s, time 20, TcpRepr {
+            seq_number: REMOTE_SEQ + 2,
+            ack_number: Some(LOCAL_SEQ + 2),
+            window_len: u16::MAX,
+            ..SEND_TEMPL
+        });
+        recv(&mut s, Instant::from_millis(20), |r| {
+            let r = r.unwrap();
+            assert_eq!((r.control, r.seq_number), (TcpControl::Fin, last));
+        });
+        assert_eq!(s.recovery.len(), recovery::SEGMENTS_MAX);
     }
 
     /// A retransmission timeout with SACK information resends every
