@@ -68,6 +68,9 @@ const EVER_RETRANS: u8 = 8;
 const FIN: u8 = 16;
 /// It was the loss probe's retransmission (RFC 8985 §7.3).
 const PROBE: u8 = 32;
+/// It was SACKed before the peer reneged (RFC 2018 §8): a block that
+/// covers it again tells nothing new (no progress, no RTT sample).
+const RESACK: u8 = 64;
 
 /// `a - b` in sequence space, signed.
 fn diff(a: TcpSeqNumber, b: TcpSeqNumber) -> i64 {
@@ -130,8 +133,9 @@ pub(super) struct AckOutcome {
 pub struct RecoveryStats {
     /// SACK blocks received and used (RFC 2018).
     pub sack_blocks: u64,
-    /// SACK blocks ignored: outside `[SND.UNA, SND.NXT]`, inverted, or past
-    /// the fourth of an option.
+    /// SACK blocks ignored: not within `(SND.UNA, SND.NXT]` (a block that
+    /// starts at SND.UNA included), inverted, or past the fourth of an
+    /// option.
     pub sack_blocks_ignored: u64,
     /// D-SACK blocks received (RFC 2883): a segment arrived twice.
     pub dsacks: u64,
@@ -530,6 +534,9 @@ impl Recovery {
         // ACK that stops at a SACKed segment says it did (it would otherwise
         // have acknowledged past it): the marks are not to be trusted; the
         // segment goes again, and the blocks below re-mark what it holds.
+        // The segments it had SACKed are remembered (`RESACK`): the blocks
+        // that cover them again are no progress and no RTT sample, so a peer
+        // that reneges on every ACK cannot pass for one making progress.
         if self
             .segs
             .front()
@@ -539,19 +546,25 @@ impl Recovery {
             for i in 0..self.segs.len() {
                 let flags = self.segs[i].flags;
                 if flags & SACKED != 0 {
-                    self.set_flags(i, flags & !SACKED);
+                    self.set_flags(i, (flags & !SACKED) | RESACK);
                 }
             }
             self.mark_lost(0);
         }
 
-        // The SACK blocks (RFC 2018 §3), each within (ACK, SND.NXT].
+        // The SACK blocks (RFC 2018 §3), each within (ACK, SND.NXT]: a block
+        // that starts at the cumulative ACK is not plausible either (the
+        // receiver would have acknowledged what it holds there; RFC 2883
+        // §4's D-SACK, told apart above, is the only block that may report
+        // octets at or below it), and honouring one would mark SACKed the
+        // segment at SND.UNA, which a timeout then never resends (RFC 6675
+        // §5.1, RFC 8985 §6.3 skip SACKed segments).
         for (k, block) in blocks.iter().enumerate() {
             let Some((l, r)) = *block else { continue };
             if k == 0 && first_is_dsack {
                 continue;
             }
-            if diff(l, r) >= 0 || diff(l, ack) < 0 || diff(r, snd_nxt) > 0 {
+            if diff(l, r) >= 0 || diff(l, ack) <= 0 || diff(r, snd_nxt) > 0 {
                 self.stats.sack_blocks_ignored += 1;
                 continue;
             }
@@ -565,7 +578,11 @@ impl Recovery {
                 // Only segments the block covers whole (we never cut a
                 // segment anew, so a peer's blocks end where ours do).
                 if diff(s.start, l) >= 0 && !s.is(SACKED) {
-                    self.set_flags(i, (s.flags | SACKED) & !(LOST | RETRANS));
+                    self.set_flags(i, (s.flags | SACKED) & !(LOST | RETRANS | RESACK));
+                    if s.is(RESACK) {
+                        i += 1;
+                        continue;
+                    }
                     out.sacked += s.len as usize;
                     note(&s, &mut newest);
                     if s.is(PROBE) && !out.dsack {
@@ -933,13 +950,13 @@ mod test {
         // Overlapping and repeated blocks mark each segment once.
         r.on_ack(
             seq(1100),
-            &[block(1100, 1400), block(1200, 1300)],
+            &[block(1200, 1400), block(1200, 1300)],
             nxt,
             at(6),
         );
-        assert_eq!(r.sacked_out(), 300);
-        r.on_ack(seq(1100), &[block(1100, 1400)], nxt, at(7));
-        assert_eq!(r.sacked_out(), 300);
+        assert_eq!(r.sacked_out(), 200);
+        r.on_ack(seq(1100), &[block(1200, 1400)], nxt, at(7));
+        assert_eq!(r.sacked_out(), 200);
         // A block that covers part of a segment marks nothing of it.
         let mut r = sent(2);
         r.on_ack(seq(1000), &[block(1150, 1200)], seq(1200), at(5));
@@ -979,6 +996,48 @@ mod test {
         assert_eq!(r.stats().reneged, 1);
         assert_eq!(r.sacked_out(), 0);
         assert_eq!(r.next_retransmit().unwrap().start, seq(1100));
+    }
+
+    /// A block that starts at SND.UNA is not plausible (the peer would
+    /// have acknowledged it): honoured, it marked the first segment SACKed;
+    /// each repeat of it tripped the renege rule, which marked the segment
+    /// lost, then SACKed it again and counted that as progress (restarting
+    /// the retransmission timer), and a timeout skipped it: never resent.
+    #[test]
+    fn a_block_at_snd_una_is_ignored() {
+        let mut r = sent(3);
+        let nxt = seq(1300);
+        for t in [5, 6] {
+            let out = r.on_ack(seq(1000), &[block(1000, 1100)], nxt, at(t));
+            assert_eq!(out.sacked, 0, "no progress");
+            assert_eq!(r.sacked_out(), 0);
+        }
+        assert_eq!(r.stats().sack_blocks_ignored, 2);
+        assert_eq!(r.stats().reneged, 0);
+        r.on_timeout(nxt);
+        assert_eq!(r.next_retransmit().unwrap().start, seq(1000));
+    }
+
+    /// After a renege (RFC 2018 §8) the blocks that SACK again what the
+    /// peer had SACKed before are no progress; a segment never SACKed
+    /// before is.
+    #[test]
+    fn a_sack_again_after_a_renege_is_no_progress() {
+        let mut r = sent(4);
+        let nxt = seq(1400);
+        let out = r.on_ack(seq(1000), &[block(1100, 1300)], nxt, at(5));
+        assert_eq!(out.sacked, 200);
+        // The ACK stops at 1100, which it SACKed: a renege; its block SACKs
+        // 1200 again.
+        let out = r.on_ack(seq(1100), &[block(1200, 1300)], nxt, at(6));
+        assert_eq!(r.stats().reneged, 1);
+        assert_eq!(out.sacked, 0, "1200 was SACKed before");
+        assert_eq!(out.rtt_sample, Some(6_000), "from 1000, not from 1200");
+        assert_eq!(r.sacked_out(), 100);
+        assert_eq!(r.next_retransmit().unwrap().start, seq(1100));
+        let out = r.on_ack(seq(1100), &[block(1200, 1400)], nxt, at(7));
+        assert_eq!(out.sacked, 100, "1300 is new");
+        assert_eq!(r.stats().reneged, 1);
     }
 
     #[test]
