@@ -93,7 +93,9 @@ pub struct TcpConfig {
     pub keep_alive: Option<Duration>,
     /// A connection that makes no progress for this long (a connect that is
     /// not answered, or queued data that is not acknowledged) is aborted
-    /// with [`EventKind::TimedOut`](crate::EventKind::TimedOut).
+    /// with [`EventKind::TimedOut`](crate::EventKind::TimedOut). Data
+    /// received counts as progress only while nothing of ours awaits an
+    /// acknowledgement (RFC 5482).
     pub user_timeout: Duration,
     /// A passive open whose handshake has not completed this long after
     /// its SYN (SYN-RECEIVED: our SYN-ACK unanswered) is dropped silently,

@@ -106,6 +106,9 @@ struct Slot {
     rx_pos: u64,
     /// Received octets already announced by [`EventKind::Readable`].
     rx_announced: u64,
+    /// Received octets (read, taken from the frame or buffered) a scan has
+    /// looked at for the user timeout.
+    rx_seen: u64,
     /// Stream position where smoltcp starts its next segment, if it sends
     /// whatever is queued at the next poll.
     segment_anchor: u64,
@@ -416,6 +419,7 @@ impl<D: Device> Stack<D> {
             tx_pos: 0,
             rx_pos: 0,
             rx_announced: 0,
+            rx_seen: 0,
             segment_anchor: 0,
             ring_end: None,
             acked: 0,
@@ -691,11 +695,24 @@ impl<D: Device> Stack<D> {
             }
         }
         let received = slot.rx_pos + socket.recv_queue() as u64;
+        if received > slot.rx_seen {
+            slot.rx_seen = received;
+            // Data from the peer is progress only while nothing of ours
+            // waits for its acknowledgement: the user timeout (RFC 5482
+            // §3, RFC 9293 §3.8.3) measures how long sent data stays
+            // unacknowledged, and a peer that trickled data but never
+            // acknowledged ours would otherwise hold the connection and
+            // its buffers for ever. A close we started waits in
+            // FIN-WAIT-2, our FIN acknowledged, while the peer still
+            // sends: that data is progress.
+            let unacknowledged = socket.send_queue() > 0
+                || matches!(state, State::FinWait1 | State::Closing | State::LastAck);
+            if !unacknowledged {
+                slot.progress_at = now;
+            }
+        }
         if received > slot.rx_announced {
             slot.rx_announced = received;
-            // Data from the peer is progress too (a close we started
-            // waits in FIN-WAIT-2 while the peer still sends).
-            slot.progress_at = now;
             self.events.push(conn, EventKind::Readable);
         }
         let acked = slot.tx_pos - socket.send_queue() as u64;
@@ -1128,7 +1145,9 @@ impl<D: Device> Transport for Stack<D> {
                 if taken > 0 {
                     slot.rx_pos += taken as u64;
                     slot.rx_announced = slot.rx_announced.max(slot.rx_pos);
-                    slot.progress_at = now;
+                    // Progress or not, the scan decides (it sees what
+                    // awaits acknowledgement): the socket is among those
+                    // ingress touched.
                     stats.rx_direct_octets += taken as u64;
                 }
                 taken

@@ -58,6 +58,18 @@ impl Raw {
         seq: u32,
         ack: Option<TcpSeqNumber>,
     ) {
+        self.send_data(from, to_port, control, seq, ack, &[]);
+    }
+
+    fn send_data(
+        &mut self,
+        from: SocketAddrV4,
+        to_port: u16,
+        control: TcpControl,
+        seq: u32,
+        ack: Option<TcpSeqNumber>,
+        payload: &[u8],
+    ) {
         let tcp = TcpRepr {
             src_port: from.port(),
             dst_port: to_port,
@@ -70,7 +82,7 @@ impl Raw {
             sack_permitted: false,
             sack_ranges: [None; 4],
             timestamp: None,
-            payload: &[],
+            payload,
         };
         let ip = Ipv4Repr {
             src_addr: *from.ip(),
@@ -96,7 +108,18 @@ impl Raw {
 
     /// Poll, keep the events, and return what the stack sent.
     fn poll(&mut self) -> Vec<Seen> {
-        self.stack.poll(self.now);
+        self.poll_with(false)
+    }
+
+    /// [`poll`](Self::poll); `direct`: with a receiver that takes every
+    /// in-order octet offered (`Transport::poll_direct`).
+    fn poll_with(&mut self, direct: bool) -> Vec<Seen> {
+        if direct {
+            self.stack
+                .poll_direct(self.now, &mut |_, octets, _| octets.len());
+        } else {
+            self.stack.poll(self.now);
+        }
         while let Some(e) = self.stack.next_event() {
             self.events.push(e);
         }
@@ -410,5 +433,128 @@ fn configurations_that_cannot_work_are_refused_with_a_reason() {
         assert!(err.to_string().contains(field), "{err}");
         let (end, _) = link::pair(LinkConfig::ethernet(1500), 1);
         assert!(Stack::new(config, end, Instant::ZERO).is_err());
+    }
+}
+
+/// RFC 5482's user timeout measures how long sent data stays
+/// unacknowledged: a peer that trickles an octet every 100 ms but never
+/// acknowledges ours is no progress, and the connection times out within
+/// the user timeout (before, each octet it sent reset the clock, and the
+/// connection and its buffers lived for ever). Both receive paths: the
+/// buffer, and a receiver that takes every octet from the frame.
+#[test]
+fn a_peer_that_sends_but_never_acknowledges_times_out() {
+    let mut times = Vec::new();
+    for direct in [false, true] {
+        let mut raw = Raw::new(|c| c.tcp.user_timeout = Duration::from_secs(3));
+        raw.stack.listen(80).unwrap();
+        let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 7), 2222);
+        raw.send(peer, 80, TcpControl::Syn, 7000, None);
+        let syn_ack = raw
+            .poll()
+            .into_iter()
+            .find(|s| s.dst == peer && s.control == TcpControl::Syn)
+            .expect("SYN-ACK");
+        let ours = syn_ack.seq + 1;
+        raw.send(peer, 80, TcpControl::None, 7001, Some(ours));
+        raw.poll();
+        let conn = raw
+            .events
+            .iter()
+            .find(|e| matches!(e.kind, EventKind::Accepted(_)))
+            .expect("accepted")
+            .conn;
+        raw.stack.send_with(conn, 5, |b| (5, b.len())).unwrap();
+        raw.poll_with(direct);
+        let sent_at = raw.now;
+        let mut seq = 7001;
+        while raw.now < Instant::from_secs(10)
+            && !raw.events.iter().any(|e| e.kind == EventKind::TimedOut)
+        {
+            raw.now += Duration::from_millis(100);
+            raw.send_data(peer, 80, TcpControl::None, seq, Some(ours), b"x");
+            seq += 1;
+            raw.poll_with(direct);
+            if !direct {
+                while raw
+                    .stack
+                    .recv_with(conn, |d, _| (d.len(), d.len()))
+                    .unwrap_or(0)
+                    > 0
+                {}
+            }
+        }
+        let timed_out = raw
+            .events
+            .iter()
+            .any(|e| e.conn == conn && e.kind == EventKind::TimedOut)
+            .then(|| raw.now - sent_at);
+        times.push((direct, timed_out));
+        assert!(seq > 7001 + 25, "the peer kept sending");
+    }
+    assert!(
+        times
+            .iter()
+            .all(|&(_, t)| t.is_some_and(|t| t <= Duration::from_millis(3_100))),
+        "(direct, timed out after): {times:?}"
+    );
+}
+
+/// A close we started waits in FIN-WAIT-2, our FIN acknowledged, while the
+/// peer still sends: its data is progress there (nothing of ours awaits an
+/// acknowledgement), and the user timeout runs once it falls silent.
+#[test]
+fn a_half_closed_connection_lives_while_the_peer_sends() {
+    for direct in [false, true] {
+        let mut raw = Raw::new(|c| c.tcp.user_timeout = Duration::from_secs(3));
+        raw.stack.listen(80).unwrap();
+        let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 7), 2222);
+        raw.send(peer, 80, TcpControl::Syn, 7000, None);
+        let syn_ack = raw
+            .poll()
+            .into_iter()
+            .find(|s| s.dst == peer && s.control == TcpControl::Syn)
+            .expect("SYN-ACK");
+        raw.send(peer, 80, TcpControl::None, 7001, Some(syn_ack.seq + 1));
+        raw.poll();
+        let conn = raw.events[0].conn;
+        raw.stack.close(conn).unwrap();
+        let fin = raw
+            .poll_with(direct)
+            .into_iter()
+            .find(|s| s.control == TcpControl::Fin)
+            .expect("FIN");
+        let mut seq = 7001;
+        raw.send(peer, 80, TcpControl::None, seq, Some(fin.seq + 1));
+        raw.poll_with(direct);
+        // Six seconds of an octet every 100 ms: twice the user timeout.
+        while raw.now < Instant::from_secs(6) {
+            raw.now += Duration::from_millis(100);
+            raw.send_data(peer, 80, TcpControl::None, seq, Some(fin.seq + 1), b"x");
+            seq += 1;
+            raw.poll_with(direct);
+            if !direct {
+                while raw
+                    .stack
+                    .recv_with(conn, |d, _| (d.len(), d.len()))
+                    .unwrap_or(0)
+                    > 0
+                {}
+            }
+        }
+        assert!(
+            !raw.events.iter().any(|e| e.kind == EventKind::TimedOut),
+            "direct {direct}: {:?}",
+            raw.stack.stats()
+        );
+        // Then silence: the user timeout.
+        while raw.now < Instant::from_secs(10) {
+            raw.now += Duration::from_millis(100);
+            raw.poll_with(direct);
+        }
+        assert!(
+            raw.events.iter().any(|e| e.kind == EventKind::TimedOut),
+            "direct {direct}"
+        );
     }
 }
