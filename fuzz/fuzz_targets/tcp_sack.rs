@@ -150,11 +150,13 @@ impl Peer {
 
     /// The peer acknowledged `[0, ack)`: the sender may forget it, so it
     /// counts as received (a cumulative ACK is binding; SACK blocks are
-    /// not, RFC 2018 §8). smoltcp takes an ACK up to the end of what was
-    /// written, sent or not (it then skips what the peer says it has); one
-    /// beyond is not taken.
-    fn claim(&mut self, ack: usize, written: usize) {
-        if ack <= written {
+    /// not, RFC 2018 §8). The sender takes an ACK up to the end of what it
+    /// sent (the highest offset seen on the wire, a zero-window probe's
+    /// octet included); one beyond, of data queued but not sent or not
+    /// written at all, is answered with an ACK and dropped (RFC 9293
+    /// §3.10.7.4, RFC 5961 §5.2).
+    fn claim(&mut self, ack: usize) {
+        if ack <= self.highest {
             for r in &mut self.received[..ack] {
                 *r = true;
             }
@@ -243,13 +245,13 @@ fuzz_target!(|ops: Vec<Op>| {
                 } else {
                     sack_option(&blocks)
                 };
-                peer.claim(ack, written);
+                peer.claim(ack);
                 let ack = TcpSeqNumber(peer.seq(ack as i64) as i32);
                 peer.segment(now, ack, 0x10, window, &options);
             }
             Op::RawOptions { ack, options } => {
                 let ack = (ack as usize).min(peer.highest);
-                peer.claim(ack, written);
+                peer.claim(ack);
                 let ack = TcpSeqNumber(peer.seq(ack as i64) as i32);
                 peer.segment(now, ack, 0x10, 4096, &options);
             }

@@ -554,6 +554,11 @@ pub struct Socket<'a> {
     /// The last sequence number sent.
     /// I.e. in an idle socket, local_seq_no+tx_buffer.len().
     remote_last_seq: TcpSeqNumber,
+    /// dpwarp: the highest sequence number sent, when it lies beyond
+    /// `remote_last_seq` (a timeout rewound it, or a zero-window probe's
+    /// octet went, which does not move it); `None`: `remote_last_seq`. See
+    /// `snd_max`.
+    snd_max: Option<TcpSeqNumber>,
     /// The last acknowledgement number sent.
     /// I.e. in an idle socket, remote_seq_no+rx_buffer.len().
     remote_last_ack: Option<TcpSeqNumber>,
@@ -695,6 +700,7 @@ impl<'a> Socket<'a> {
             local_seq_no: TcpSeqNumber::default(),
             remote_seq_no: TcpSeqNumber::default(),
             remote_last_seq: TcpSeqNumber::default(),
+            snd_max: None,
             remote_last_ack: None,
             remote_last_win: 0,
             remote_win_len: 0,
@@ -1184,6 +1190,7 @@ impl<'a> Socket<'a> {
         self.local_seq_no = TcpSeqNumber::default();
         self.remote_seq_no = TcpSeqNumber::default();
         self.remote_last_seq = TcpSeqNumber::default();
+        self.snd_max = None;
         self.remote_last_ack = None;
         self.remote_last_win = 0;
         self.remote_win_len = 0;
@@ -1344,6 +1351,7 @@ impl<'a> Socket<'a> {
         let seq = Self::random_seq_no(cx);
         self.local_seq_no = seq;
         self.remote_last_seq = seq;
+        self.snd_max = None;
         Ok(())
     }
 
@@ -2044,7 +2052,12 @@ impl<'a> Socket<'a> {
 
                 // Acceptable ACK range (both inclusive)
                 let mut ack_min = self.local_seq_no;
-                let ack_max = self.local_seq_no + unacknowledged;
+                // dpwarp: no further than what was sent (RFC 9293
+                // §3.10.7.4: "If the ACK acks something not yet sent
+                // (SEG.ACK > SND.NXT), then send an ACK, drop the segment";
+                // RFC 5961 §5.2); smoltcp took an ACK of anything queued,
+                // sent or not, and skipped what the peer claimed to hold.
+                let ack_max = (self.local_seq_no + unacknowledged).min(self.snd_max());
 
                 // If we have sent a SYN, it MUST be acknowledged.
                 if sent_syn {
@@ -2328,6 +2341,7 @@ impl<'a> Socket<'a> {
                 self.local_seq_no = Self::random_seq_no(cx);
                 self.remote_seq_no = repr.seq_number + 1;
                 self.remote_last_seq = self.local_seq_no;
+                self.snd_max = None;
                 self.remote_has_sack = repr.sack_permitted;
                 self.remote_win_scale = repr.window_scale;
                 // Remote doesn't support window scaling, don't do it.
@@ -2589,8 +2603,9 @@ impl<'a> Socket<'a> {
             // Do not attempt to retransmit the latter segments; not only this is pointless
             // in theory but also impossible in practice, since they have been already
             // deallocated from the buffer.
-            // (dpwarp: so can an ACK of data queued but not yet sent, which
-            // smoltcp takes.)
+            // (dpwarp: so can an ACK of what was sent before a timeout
+            // rewound SND.NXT, or of a zero-window probe's octet: up to
+            // `snd_max`.)
             if self.remote_last_seq < self.local_seq_no {
                 self.remote_last_seq = self.local_seq_no
             }
@@ -2859,6 +2874,13 @@ impl<'a> Socket<'a> {
             return false;
         }
         self.record_size(self.remote_last_seq, (end - self.remote_last_seq).min(mss)) > 0
+    }
+
+    /// dpwarp: the highest sequence number sent (SND.MAX; RFC 9293's
+    /// SND.NXT as far as acceptable ACKs go, §3.10.7.4).
+    fn snd_max(&self) -> TcpSeqNumber {
+        self.snd_max
+            .map_or(self.remote_last_seq, |m| m.max(self.remote_last_seq))
     }
 
     /// dpwarp: a lost segment waits and the congestion window (or the
@@ -3134,6 +3156,8 @@ impl<'a> Socket<'a> {
                     // Rewind "last sequence number sent", as if we never
                     // had sent them. This will cause all data in the queue
                     // to be sent again.
+                    // dpwarp: what was sent may still be acknowledged.
+                    self.snd_max = Some(self.snd_max());
                     self.remote_last_seq = self.local_seq_no;
                 }
 
@@ -3549,6 +3573,8 @@ impl<'a> Socket<'a> {
 
         // Leave the rest of the state intact if sending a zero-window probe.
         if is_zero_window_probe {
+            // dpwarp: but its octet was sent, and the peer may acknowledge it.
+            self.snd_max = Some(self.snd_max().max(repr.seq_number + repr.segment_len()));
             self.timer.rewind_zero_window_probe(cx.now());
             return Ok(());
         }
@@ -8619,12 +8645,14 @@ mod test {
         }));
     }
 
-    /// smoltcp takes an ACK of data queued but not yet sent (it skips what
-    /// the peer says it holds): the log of sent segments must not count a
-    /// negative flight then (the fuzz target `tcp_sack` found that panic).
+    /// An ACK of data queued but not yet sent is for something not yet
+    /// sent (RFC 9293 §3.10.7.4, RFC 5961 §5.2): answered with an ACK and
+    /// dropped, SACK blocks and all. smoltcp took it and skipped what the
+    /// peer claimed to hold (the fuzz target `tcp_sack` found that the log
+    /// then counted a negative flight).
     #[test]
     #[cfg(feature = "alloc")]
-    fn test_an_ack_of_queued_unsent_data_is_taken() {
+    fn test_an_ack_of_queued_unsent_data_is_challenged() {
         let mut s = socket_sent_with_sack(&[b"aaa"]);
         s.send_slice(b"BBBccc").unwrap();
         send!(s, time 1050, TcpRepr {
@@ -8632,15 +8660,28 @@ mod test {
             ack_number: Some(LOCAL_SEQ + 1 + 6),
             sack_ranges: [sack_block(20, 30), None, None, None],
             ..SEND_TEMPL
-        });
-        assert_eq!(s.remote_last_seq, LOCAL_SEQ + 1 + 6);
-        assert_eq!(s.recovery.len(), 0);
-        recv!(s, time 1060, Ok(TcpRepr {
-            seq_number: LOCAL_SEQ + 1 + 6,
+        }, Some(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 3,
             ack_number: Some(REMOTE_SEQ + 1),
-            payload: &b"ccc"[..],
             ..RECV_TEMPL
         }));
+        assert_eq!(s.local_seq_no, LOCAL_SEQ + 1);
+        assert_eq!(s.remote_last_seq, LOCAL_SEQ + 1 + 3);
+        assert_eq!(s.recovery.len(), 1);
+        assert_eq!(s.recovery_stats().sack_blocks_ignored, 0, "not looked at");
+        recv!(s, time 1060, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 3,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"BBB"[..],
+            ..RECV_TEMPL
+        }));
+        // An ACK of what was sent is taken.
+        send!(s, time 1070, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 6);
     }
 
     /// An established socket with Nagle off and no congestion control
