@@ -2609,6 +2609,7 @@ impl<'a> Socket<'a> {
             if self.remote_last_seq < self.local_seq_no {
                 self.remote_last_seq = self.local_seq_no
             }
+            self.forget_snd_max();
 
             // dpwarp: after SND.NXT is at least the ACK (the log's view of
             // what is in flight, and the flight size, need it).
@@ -2874,6 +2875,13 @@ impl<'a> Socket<'a> {
             return false;
         }
         self.record_size(self.remote_last_seq, (end - self.remote_last_seq).min(mss)) > 0
+    }
+
+    /// dpwarp: forgets `snd_max` once SND.NXT has reached it.
+    fn forget_snd_max(&mut self) {
+        if self.snd_max.is_some_and(|m| self.remote_last_seq >= m) {
+            self.snd_max = None;
+        }
     }
 
     /// dpwarp: the highest sequence number sent (SND.MAX; RFC 9293's
@@ -3452,7 +3460,8 @@ impl<'a> Socket<'a> {
                     // segment the log left out would never be retransmitted
                     // (RFC 9293 §3.10.7.4's retransmission queue must hold
                     // every octet sent). The zero-window probe's octet is
-                    // not counted as sent (the state is left intact below).
+                    // not logged (the state is left intact below; only
+                    // `snd_max` counts it, so that its ACK is taken).
                     #[cfg(feature = "alloc")]
                     let size = if is_zero_window_probe || self.recovery.has_room() {
                         size
@@ -3591,6 +3600,11 @@ impl<'a> Socket<'a> {
         self.remote_last_seq = self
             .remote_last_seq
             .max(repr.seq_number + repr.segment_len());
+        // dpwarp: SND.MAX is SND.NXT again once SND.NXT reaches it (kept, a
+        // stale SND.MAX would look ahead again 2 GiB later).
+        if self.snd_max.is_some_and(|m| self.remote_last_seq >= m) {
+            self.snd_max = None;
+        }
         self.remote_last_ack = repr.ack_number;
         self.remote_last_win = repr.window_len;
 
@@ -8682,6 +8696,24 @@ mod test {
             ..SEND_TEMPL
         });
         assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 6);
+    }
+
+    /// SND.MAX kept beyond SND.NXT (as a zero-window probe's octet leaves
+    /// it) is forgotten once SND.NXT passes it: kept, it would look ahead
+    /// of SND.NXT again 2 GiB later and let ACKs of unsent data in.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_snd_max_is_forgotten_once_passed() {
+        let mut s = socket_established();
+        s.snd_max = Some(LOCAL_SEQ + 1 + 2);
+        assert_eq!(s.snd_max(), LOCAL_SEQ + 1 + 2);
+        s.send_slice(b"abcdef").unwrap();
+        recv(&mut s, Instant::from_millis(0), |r| {
+            let r = r.unwrap();
+            assert_eq!((r.seq_number, r.payload), (LOCAL_SEQ + 1, &b"abcdef"[..]));
+        });
+        assert_eq!(s.snd_max, None);
+        assert_eq!(s.snd_max(), LOCAL_SEQ + 1 + 6);
     }
 
     /// An established socket with Nagle off and no congestion control

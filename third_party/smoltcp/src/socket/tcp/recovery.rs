@@ -311,7 +311,9 @@ impl Recovery {
         if seg.start != start || seg.is(SACKED) {
             return;
         }
-        self.set_flags(i, seg.flags | RETRANS | EVER_RETRANS);
+        // Sent again: a SACK of it from now on is of this transmission, the
+        // repair of a loss, not the renege's old news (`RESACK`).
+        self.set_flags(i, (seg.flags | RETRANS | EVER_RETRANS) & !RESACK);
         self.segs[i].xmit = now;
         self.stats.retransmits += 1;
         self.stats.retransmitted_octets += seg.len as u64 - u64::from(seg.is(FIN));
@@ -1038,6 +1040,25 @@ mod test {
         let out = r.on_ack(seq(1100), &[block(1200, 1400)], nxt, at(7));
         assert_eq!(out.sacked, 100, "1300 is new");
         assert_eq!(r.stats().reneged, 1);
+    }
+
+    /// A segment SACKed before a renege, then lost and sent again: its
+    /// SACK now is the repair, and counts (it counted nothing while the
+    /// retransmission left the renege's mark on it).
+    #[test]
+    fn a_sack_of_a_segment_sent_again_after_a_renege_is_progress() {
+        let mut r = sent(4);
+        let nxt = seq(1400);
+        r.on_ack(seq(1000), &[block(1100, 1400)], nxt, at(5));
+        // The ACK stops at 1100, which it SACKed: a renege.
+        r.on_ack(seq(1100), &[], nxt, at(6));
+        assert_eq!(r.stats().reneged, 1);
+        r.on_timeout(nxt);
+        while let Some(s) = r.next_retransmit() {
+            r.on_transmit(s.start, s.data_len, false, at(20));
+        }
+        let out = r.on_ack(seq(1100), &[block(1200, 1400)], nxt, at(30));
+        assert_eq!(out.sacked, 200, "the retransmissions' SACK is progress");
     }
 
     #[test]
