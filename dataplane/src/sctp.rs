@@ -845,9 +845,12 @@ impl SctpUnit {
         self.endpoint.associations()
     }
 
-    /// DDP streams open.
+    /// DDP streams open: those whose slots are taken, an ended one's until
+    /// its session's last words went (a turn), so that a caller that waits
+    /// for none to be open has turned the unit past their ends and their
+    /// [`SctpEvent::StreamEnded`]s.
     pub fn open_streams(&self) -> usize {
-        self.by_key.len()
+        self.streams.len() - self.free.len()
     }
 
     /// One turn over `transport` (the one the unit was made on; see the
