@@ -2181,25 +2181,25 @@ mod tests {
     /// started, and which core: set by a test only.
     static FAIL_SPAWN: Mutex<Option<(PathBuf, usize)>> = Mutex::new(None);
 
-    /// Why core `k`'s thread of the daemon `FAIL_SPAWN` names cannot be
-    /// started, if it is that one.
-    pub(super) fn maybe_fail_spawn(shared: &Shared, k: usize) -> Option<String> {
-        FAIL_SPAWN
+    /// Whether `fault` names core `k` of the daemon of `shared`.
+    fn names(fault: &Mutex<Option<(PathBuf, usize)>>, shared: &Shared, k: usize) -> bool {
+        fault
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .is_some_and(|(path, core)| *path == shared.config_path && *core == k)
+    }
+
+    /// Why core `k`'s thread of the daemon `FAIL_SPAWN` names cannot be
+    /// started, if it is that one.
+    pub(super) fn maybe_fail_spawn(shared: &Shared, k: usize) -> Option<String> {
+        names(&FAIL_SPAWN, shared, k)
             .then(|| format!("cannot start a core's thread: the test's refusal for core {k}"))
     }
 
     /// Panics on core `k` of the daemon `PANIC_IN` names.
     pub(super) fn maybe_panic(shared: &Shared, k: usize) {
-        let hit = PANIC_IN
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .is_some_and(|(path, core)| *path == shared.config_path && *core == k);
-        if hit {
+        if names(&PANIC_IN, shared, k) {
             panic!("the test's panic on core {k}");
         }
     }
@@ -2229,25 +2229,32 @@ mod tests {
     /// other cores stopped, instead of leaving the main thread waiting for
     /// it forever, even past SIGTERM (found by a review: the panicking
     /// thread never said it was done nor reached the cores' barrier).
-    #[test]
-    fn a_core_that_panics_ends_the_daemon_with_an_error() {
+    /// Serves a daemon (two cores where the host has two CPUs) whose last
+    /// core `fault` names, under the configuration name `name`, and
+    /// returns why it ended: it must end with an error within 30 s.
+    fn error_with_a_faulty_core(fault: &Mutex<Option<(PathBuf, usize)>>, name: &str) -> String {
         let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
-        let (lcores, panics) = if two {
+        let (lcores, last) = if two {
             ("lcores = [0, 1]", 1)
         } else {
             ("lcores = [0]", 0)
         };
-        let path = PathBuf::from(format!("panicking-core-{}.toml", std::process::id()));
+        let path = PathBuf::from(format!("{name}-{}.toml", std::process::id()));
         let shared = prepare(loopback(lcores), path.clone()).expect("prepared");
-        *PANIC_IN.lock().unwrap() = Some((path, panics));
+        *fault.lock().unwrap() = Some((path, last));
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let _ = tx.send(serve(&shared, |_| {}));
         });
         let result = rx
             .recv_timeout(StdDuration::from_secs(30))
-            .expect("the daemon hung after a core's thread panicked");
-        let why = result.expect_err("a daemon whose core panicked ended well");
+            .unwrap_or_else(|_| panic!("{name}: the daemon hung"));
+        result.expect_err("a daemon with a faulty core ended well")
+    }
+
+    #[test]
+    fn a_core_that_panics_ends_the_daemon_with_an_error() {
+        let why = error_with_a_faulty_core(&PANIC_IN, "panicking-core");
         assert!(why.starts_with("a core's thread panicked"), "{why}");
     }
 
@@ -2257,23 +2264,7 @@ mod tests {
     /// waited for ever, and the daemon with it).
     #[test]
     fn a_core_that_cannot_start_ends_the_daemon_with_the_reason() {
-        let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
-        let (lcores, fails) = if two {
-            ("lcores = [0, 1]", 1)
-        } else {
-            ("lcores = [0]", 0)
-        };
-        let path = PathBuf::from(format!("unstartable-core-{}.toml", std::process::id()));
-        let shared = prepare(loopback(lcores), path.clone()).expect("prepared");
-        *FAIL_SPAWN.lock().unwrap() = Some((path, fails));
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(serve(&shared, |_| {}));
-        });
-        let result = rx
-            .recv_timeout(StdDuration::from_secs(30))
-            .expect("the daemon hung after a core's thread could not start");
-        let why = result.expect_err("a daemon missing a core ended well");
+        let why = error_with_a_faulty_core(&FAIL_SPAWN, "unstartable-core");
         assert!(why.starts_with("cannot start a core's thread"), "{why}");
     }
 

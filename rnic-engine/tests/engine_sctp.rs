@@ -50,6 +50,18 @@ fn terminate_sent(pair: &mut RnicPair) -> Vec<QpEvent> {
     events(pair, false, None)
 }
 
+/// b's QP `qp` sends what it has (its Terminate, if it owes one); then
+/// its next event.
+fn event_after_sending(pair: &mut RnicPair, qp: QpHandle) -> Option<QpEvent> {
+    let mut out = vec![0u8; 4096];
+    let mut lengths = Vec::new();
+    pair.b
+        .rnic
+        .poll_transmit_messages(qp, &mut out, &mut lengths)
+        .unwrap();
+    pair.b.rnic.poll_event(qp).unwrap()
+}
+
 #[test]
 fn the_shuffled_link_reorders_and_everything_still_arrives_in_order() {
     let mut pair = pair(messages(Link::MessagesShuffled));
@@ -287,14 +299,8 @@ fn the_engine_budget_bounds_what_all_windows_hold_together() {
     assert_eq!(pair.b.rnic.qp_state(qps[1]).unwrap(), QpState::Rts);
     assert_eq!(pair.b.rnic.reorder_budget_left(), Some(150 - 96 - 48));
     pair.b.rnic.handle_message(qps[1], &early(2)).unwrap();
-    let mut out = vec![0u8; 4096];
-    let mut lengths = Vec::new();
-    pair.b
-        .rnic
-        .poll_transmit_messages(qps[1], &mut out, &mut lengths)
-        .unwrap();
     assert_eq!(
-        pair.b.rnic.poll_event(qps[1]).unwrap(),
+        event_after_sending(&mut pair, qps[1]),
         Some(QpEvent::TerminateSent(info((2, 0, 4)))),
         "past the budget, as past its window"
     );
@@ -335,14 +341,8 @@ fn one_association_holds_at_most_its_budget_of_the_engines() {
         pair.b.rnic.handle_message(qps[0], &early(ssn)).unwrap();
     }
     pair.b.rnic.handle_message(qps[1], &early(1)).unwrap();
-    let mut out = vec![0u8; 4096];
-    let mut lengths = Vec::new();
-    pair.b
-        .rnic
-        .poll_transmit_messages(qps[1], &mut out, &mut lengths)
-        .unwrap();
     assert_eq!(
-        pair.b.rnic.poll_event(qps[1]).unwrap(),
+        event_after_sending(&mut pair, qps[1]),
         Some(QpEvent::TerminateSent(info((2, 0, 4)))),
         "past its association's budget"
     );
@@ -513,13 +513,7 @@ fn an_idle_qp_moves_into_the_pd_its_ulp_picks() {
         .handle_message(qp, &write(1, theirs_mr.stag))
         .unwrap();
     assert_eq!(&theirs.to_vec()[..16], &[0; 16], "not the old PD's");
-    let mut out = vec![0u8; 4096];
-    let mut lengths = Vec::new();
-    pair.b
-        .rnic
-        .poll_transmit_messages(qp, &mut out, &mut lengths)
-        .unwrap();
-    let Some(QpEvent::TerminateSent(t)) = pair.b.rnic.poll_event(qp).unwrap() else {
+    let Some(QpEvent::TerminateSent(t)) = event_after_sending(&mut pair, qp) else {
         panic!("no Terminate for the old PD's STag");
     };
     // DDP's tagged buffer error "STag not associated with RDMAP Stream"

@@ -13,7 +13,9 @@ use smoltcp::wire::{
 };
 use support::*;
 use tcp_lite::link::{self, Faults, LinkConfig, LinkEnd};
-use tcp_lite::{ConnectError, Duration, Event, EventKind, Instant, Stack, StackConfig, Transport};
+use tcp_lite::{
+    ConnId, ConnectError, Duration, Event, EventKind, Instant, Stack, StackConfig, Transport,
+};
 
 const US: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
 
@@ -104,6 +106,52 @@ impl Raw {
                 &caps,
             );
         });
+    }
+
+    /// A connection from `peer` to port 80 (listened on), its handshake
+    /// done (the peer's ISN 7000): the connection and our next sequence
+    /// number.
+    fn accept_from(&mut self, peer: SocketAddrV4) -> (ConnId, TcpSeqNumber) {
+        self.send(peer, 80, TcpControl::Syn, 7000, None);
+        let syn_ack = self
+            .poll()
+            .into_iter()
+            .find(|s| s.dst == peer && s.control == TcpControl::Syn)
+            .expect("SYN-ACK");
+        let ours = syn_ack.seq + 1;
+        self.send(peer, 80, TcpControl::None, 7001, Some(ours));
+        self.poll();
+        let conn = self
+            .events
+            .iter()
+            .find(|e| matches!(e.kind, EventKind::Accepted(_)))
+            .expect("accepted")
+            .conn;
+        (conn, ours)
+    }
+
+    /// 100 ms on, one octet from `peer` at `seq` acknowledging `ack`, a
+    /// poll (see [`poll_with`](Self::poll_with)), and, through the buffer,
+    /// every octet read.
+    fn trickle(
+        &mut self,
+        peer: SocketAddrV4,
+        conn: ConnId,
+        seq: u32,
+        ack: TcpSeqNumber,
+        direct: bool,
+    ) {
+        self.now += Duration::from_millis(100);
+        self.send_data(peer, 80, TcpControl::None, seq, Some(ack), b"x");
+        self.poll_with(direct);
+        if !direct {
+            while self
+                .stack
+                .recv_with(conn, |d, _| (d.len(), d.len()))
+                .unwrap_or(0)
+                > 0
+            {}
+        }
     }
 
     /// Poll, keep the events, and return what the stack sent.
@@ -449,21 +497,7 @@ fn a_peer_that_sends_but_never_acknowledges_times_out() {
         let mut raw = Raw::new(|c| c.tcp.user_timeout = Duration::from_secs(3));
         raw.stack.listen(80).unwrap();
         let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 7), 2222);
-        raw.send(peer, 80, TcpControl::Syn, 7000, None);
-        let syn_ack = raw
-            .poll()
-            .into_iter()
-            .find(|s| s.dst == peer && s.control == TcpControl::Syn)
-            .expect("SYN-ACK");
-        let ours = syn_ack.seq + 1;
-        raw.send(peer, 80, TcpControl::None, 7001, Some(ours));
-        raw.poll();
-        let conn = raw
-            .events
-            .iter()
-            .find(|e| matches!(e.kind, EventKind::Accepted(_)))
-            .expect("accepted")
-            .conn;
+        let (conn, ours) = raw.accept_from(peer);
         raw.stack.send_with(conn, 5, |b| (5, b.len())).unwrap();
         raw.poll_with(direct);
         let sent_at = raw.now;
@@ -471,18 +505,8 @@ fn a_peer_that_sends_but_never_acknowledges_times_out() {
         while raw.now < Instant::from_secs(10)
             && !raw.events.iter().any(|e| e.kind == EventKind::TimedOut)
         {
-            raw.now += Duration::from_millis(100);
-            raw.send_data(peer, 80, TcpControl::None, seq, Some(ours), b"x");
+            raw.trickle(peer, conn, seq, ours, direct);
             seq += 1;
-            raw.poll_with(direct);
-            if !direct {
-                while raw
-                    .stack
-                    .recv_with(conn, |d, _| (d.len(), d.len()))
-                    .unwrap_or(0)
-                    > 0
-                {}
-            }
         }
         let timed_out = raw
             .events
@@ -509,15 +533,7 @@ fn a_half_closed_connection_lives_while_the_peer_sends() {
         let mut raw = Raw::new(|c| c.tcp.user_timeout = Duration::from_secs(3));
         raw.stack.listen(80).unwrap();
         let peer = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 7), 2222);
-        raw.send(peer, 80, TcpControl::Syn, 7000, None);
-        let syn_ack = raw
-            .poll()
-            .into_iter()
-            .find(|s| s.dst == peer && s.control == TcpControl::Syn)
-            .expect("SYN-ACK");
-        raw.send(peer, 80, TcpControl::None, 7001, Some(syn_ack.seq + 1));
-        raw.poll();
-        let conn = raw.events[0].conn;
+        let (conn, _) = raw.accept_from(peer);
         raw.stack.close(conn).unwrap();
         let fin = raw
             .poll_with(direct)
@@ -529,18 +545,8 @@ fn a_half_closed_connection_lives_while_the_peer_sends() {
         raw.poll_with(direct);
         // Six seconds of an octet every 100 ms: twice the user timeout.
         while raw.now < Instant::from_secs(6) {
-            raw.now += Duration::from_millis(100);
-            raw.send_data(peer, 80, TcpControl::None, seq, Some(fin.seq + 1), b"x");
+            raw.trickle(peer, conn, seq, fin.seq + 1, direct);
             seq += 1;
-            raw.poll_with(direct);
-            if !direct {
-                while raw
-                    .stack
-                    .recv_with(conn, |d, _| (d.len(), d.len()))
-                    .unwrap_or(0)
-                    > 0
-                {}
-            }
         }
         assert!(
             !raw.events.iter().any(|e| e.kind == EventKind::TimedOut),
