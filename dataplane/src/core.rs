@@ -40,7 +40,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 
 use control::runtime::{CoreLink, Handoff, StartupResult};
-use rnic_engine::cq::Wc;
+use rnic_engine::cq::{Wc, WcStatus};
 use rnic_engine::mem::Pd;
 use rnic_engine::qp::{OpStats, QpEvent, QpState};
 use rnic_engine::verbs::{CqHandle, QpHandle, QpInit, Rnic};
@@ -356,6 +356,12 @@ impl<K: Keyed> Places<K> {
     }
 }
 
+/// Whether [`control::runtime::DRAIN_LIMIT`] has passed from `at` to `now`.
+fn past_drain_limit(at: Instant, now: Instant) -> bool {
+    let waited = now.total_micros().saturating_sub(at.total_micros());
+    u128::try_from(waited).is_ok_and(|t| t >= control::runtime::DRAIN_LIMIT.as_micros())
+}
+
 /// A connection in Full Operation and its QP.
 #[derive(Debug, Clone, Copy)]
 struct Live {
@@ -365,6 +371,10 @@ struct Live {
     peer_closed: bool,
     /// We sent FIN.
     closing: bool,
+    /// The application asked to close (the time of the turn before):
+    /// FIN goes once the QP has nothing left to send, or
+    /// [`control::runtime::DRAIN_LIMIT`] later whatever is left.
+    close_asked: Option<Instant>,
     /// No FPDU leaves before this (see [`CoreConfig::settle`]).
     hold_until: Instant,
     /// TCP said octets arrived (Readable) that the engine has not read to
@@ -586,12 +596,10 @@ impl<T: CoreTransport> Core<T> {
     /// never does, trickling octets that keep TCP's user timeout away,
     /// must not keep a connection for ever.
     fn reset_overdue_closes(&mut self, now: Instant) {
-        let limit = control::runtime::DRAIN_LIMIT.as_micros();
         let mut i = 0;
         while i < self.closing_raw.len() {
             let (conn, at) = self.closing_raw[i];
-            let waited = now.total_micros().saturating_sub(at.total_micros());
-            if u128::try_from(waited).is_ok_and(|t| t >= limit) {
+            if past_drain_limit(at, now) {
                 self.closing_raw.swap_remove(i);
                 let _ = self.transport.abort(conn);
                 self.transport.release(conn);
@@ -858,7 +866,10 @@ impl<T: CoreTransport> Core<T> {
             let dead = self.rnic.qp_state(live.qp) == Ok(QpState::Error);
             let drained =
                 live.peer_closed && self.transport.recv_queue(live.conn).unwrap_or(0) == 0;
-            if !live.closing && (dead || drained) {
+            let asked = live.close_asked.is_some_and(|at| {
+                !self.rnic.may_transmit(live.qp).unwrap_or(false) || past_drain_limit(at, now)
+            });
+            if !live.closing && (dead || drained || asked) {
                 let _ = self.transport.close(live.conn);
                 self.live[i].closing = true;
             }
@@ -1037,6 +1048,10 @@ impl<T: CoreTransport> Core<T> {
         let Ok(qp) = self.rnic.create_qp(QpInit { pd, ..self.qp_init }) else {
             return refuse(self);
         };
+        // Completions still kept of an ended QP that had this handle are
+        // the application's to have taken by now (every other free handle
+        // was given out since): never the new QP's.
+        self.pending.retain(|(_, wc)| wc.qp != qp);
         let base = e.connection(self.config.emss, self.config.ulpdu_max);
         let local_port = self
             .transport
@@ -1059,6 +1074,7 @@ impl<T: CoreTransport> Core<T> {
             qp,
             peer_closed: false,
             closing: false,
+            close_asked: None,
             hold_until: if initiator {
                 now + self.config.settle
             } else {
@@ -1148,9 +1164,13 @@ impl<T: CoreTransport> Core<T> {
             self.by_qp.insert(moved.qp, i);
         }
         self.transport.release(live.conn);
-        // Outstanding work completes flushed, then the QP goes; its
-        // completions are dropped here, before a new QP can take its
-        // handle, and the others' kept in order.
+        // Outstanding work completes flushed, then the QP goes. What it
+        // completed before its end is kept for the application with the
+        // others' completions, in order (a Send the peer made just before
+        // it closed is data delivered, however late the CQ is polled);
+        // the flushes, which the end itself made, are dropped: the end is
+        // reported by `next_ended`, and every work request not completed
+        // by then is gone with the QP.
         let _ = self.rnic.close(live.qp);
         while let Ok(Some(event)) = self.rnic.poll_event(live.qp) {
             self.events.push_back((live.qp, event));
@@ -1162,7 +1182,8 @@ impl<T: CoreTransport> Core<T> {
             }
             self.drain_cq(cq);
         }
-        self.pending.retain(|(_, wc)| wc.qp != live.qp);
+        self.pending
+            .retain(|(_, wc)| wc.qp != live.qp || wc.status != WcStatus::Flushed);
         if let Ok(stats) = self.rnic.op_stats(live.qp) {
             self.ended_ops.add(live.local_port, &stats);
         }
@@ -1201,8 +1222,10 @@ impl<T: CoreTransport> Core<T> {
         self.ended.pop_front()
     }
 
-    /// Completions of CQ `cq` into `out`; returns how many. Those of QPs
-    /// that ended were dropped when they ended.
+    /// Completions of CQ `cq` into `out`; returns how many. A QP that
+    /// ended keeps what it completed before (its flushes are dropped) until
+    /// its handle is given to a new QP, which comes last (the engine hands
+    /// handles out in turn).
     pub fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> usize {
         let mut n = 0;
         while n < out.len() {
@@ -1217,13 +1240,25 @@ impl<T: CoreTransport> Core<T> {
         n + self.rnic.poll_cq(cq, &mut out[n..]).unwrap_or(0)
     }
 
-    /// Closes QP `qp`'s connection in order (FIN after what is queued).
+    /// Closes QP `qp`'s connection in order: FIN after what was posted
+    /// to it is sent (a Send posted just before is not lost), or, if that
+    /// cannot go (the peer's window stays shut),
+    /// [`control::runtime::DRAIN_LIMIT`] later after what went.
     pub fn close(&mut self, qp: QpHandle) {
-        if let Some(live) = self.by_qp.get(&qp).map(|&i| &mut self.live[i]) {
-            if !live.closing {
-                let _ = self.transport.close(live.conn);
-                live.closing = true;
-            }
+        let Some(&i) = self.by_qp.get(&qp) else {
+            return;
+        };
+        let live = &mut self.live[i];
+        if live.closing || live.close_asked.is_some() {
+            return;
+        }
+        if self.rnic.may_transmit(qp).unwrap_or(false) {
+            // The next looks send it, then close.
+            live.close_asked = Some(self.last_turn.map_or(Instant::ZERO, |(at, _)| at));
+            self.wake(i);
+        } else {
+            let _ = self.transport.close(live.conn);
+            live.closing = true;
         }
     }
 

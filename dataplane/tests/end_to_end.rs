@@ -477,6 +477,103 @@ on_every_transport!(
     }
 );
 
+on_every_transport!(
+    what_a_qp_completed_before_its_end_is_kept_for_a_late_poll,
+    |a: &mut Host<_>, b: &mut Host<_>, addr| {
+        // a Sends and, once b has read it, closes; neither polls its CQ
+        // before its QP has ended. The Send is data b received: its completion is kept (the
+        // core dropped every completion of an ended QP: found by a
+        // review). b's second receive, flushed by the end, is not
+        // reported: the end is.
+        let (ha, hb) = establish_plain(a, b, addr);
+        let (qa, qb) = (a.qps[&ha.conn.unwrap()], b.qps[&hb.conn.unwrap()]);
+        let data: Vec<u8> = (0..3_000u32).map(|i| (i * 13 + 1) as u8).collect();
+        a.region.write(0, &data).unwrap();
+        for wr_id in [30, 31] {
+            let sgl = [b.sge(8_000 * (wr_id - 29), 8_000)];
+            b.rnic()
+                .post_recv(qb, &rnic_engine::verbs::RecvWr { wr_id, sgl: &sgl })
+                .unwrap();
+        }
+        let sgl = [a.sge(0, 3_000)];
+        a.rnic()
+            .post_send(qa, &SendWr::signaled(40, SendOp::Send, &sgl))
+            .unwrap();
+        run(a, b, "b reads the Send", |_, b| {
+            b.core.rx_octets(qb).is_some_and(|n| n >= 3_000)
+        });
+        a.core.close(qa);
+        let (mut a_ended, mut b_ended) = (false, false);
+        run(a, b, "both QPs end", |a, b| {
+            a_ended |= std::iter::from_fn(|| a.core.next_ended()).any(|q| q == qa);
+            b_ended |= std::iter::from_fn(|| b.core.next_ended()).any(|q| q == qb);
+            a_ended && b_ended
+        });
+        let wb = b.completions();
+        assert_eq!(wb.len(), 1, "{wb:?}");
+        assert_eq!(
+            (wb[0].qp, wb[0].wr_id, wb[0].status, wb[0].byte_len),
+            (qb, 30, rnic_engine::cq::WcStatus::Success, 3_000)
+        );
+        let mut got = vec![0; 3_000];
+        b.region.read(8_000, &mut got).unwrap();
+        assert_eq!(got, data);
+        let wa = a.completions();
+        assert_eq!(wa.len(), 1, "{wa:?}");
+        assert_eq!(
+            (wa[0].qp, wa[0].wr_id, wa[0].status),
+            (qa, 40, rnic_engine::cq::WcStatus::Success)
+        );
+    }
+);
+
+on_every_transport!(
+    a_close_right_after_a_post_sends_what_was_posted_first,
+    |a: &mut Host<_>, b: &mut Host<_>, addr| {
+        // a posts a Send and a Write and closes in the same breath: the
+        // FIN follows them (it went at once, ahead of both, and they were
+        // lost: found by a review).
+        let (ha, hb) = establish_plain(a, b, addr);
+        let (qa, qb) = (a.qps[&ha.conn.unwrap()], b.qps[&hb.conn.unwrap()]);
+        let data: Vec<u8> = (0..6_000u32).map(|i| (i * 29 + 5) as u8).collect();
+        a.region.write(0, &data).unwrap();
+        let sgl = [b.sge(8_000, 8_000)];
+        b.rnic()
+            .post_recv(qb, &rnic_engine::verbs::RecvWr { wr_id: 50, sgl: &sgl })
+            .unwrap();
+        let sgl = [a.sge(0, 3_000)];
+        a.rnic()
+            .post_send(qa, &SendWr::signaled(60, SendOp::Send, &sgl))
+            .unwrap();
+        let sgl = [a.sge(3_000, 3_000)];
+        a.rnic()
+            .post_send(qa, &SendWr::signaled(61, SendOp::Write(b.remote(20_000)), &sgl))
+            .unwrap();
+        a.core.close(qa);
+        let (mut wa, mut wb) = (Vec::new(), Vec::new());
+        let (mut a_ended, mut b_ended) = (false, false);
+        run(a, b, "both QPs end", |a, b| {
+            wa.extend(a.completions());
+            wb.extend(b.completions());
+            a_ended |= std::iter::from_fn(|| a.core.next_ended()).any(|q| q == qa);
+            b_ended |= std::iter::from_fn(|| b.core.next_ended()).any(|q| q == qb);
+            a_ended && b_ended
+        });
+        wa.extend(a.completions());
+        wb.extend(b.completions());
+        let ok = rnic_engine::cq::WcStatus::Success;
+        let a_got: Vec<_> = wa.iter().map(|w| (w.wr_id, w.status)).collect();
+        assert_eq!(a_got, [(60, ok), (61, ok)]);
+        let b_got: Vec<_> = wb.iter().map(|w| (w.wr_id, w.status, w.byte_len)).collect();
+        assert_eq!(b_got, [(50, ok, 3_000)]);
+        let mut got = vec![0; 3_000];
+        b.region.read(8_000, &mut got).unwrap();
+        assert_eq!(got, data[..3_000], "the Send");
+        b.region.read(20_000, &mut got).unwrap();
+        assert_eq!(got, data[3_000..], "the Write");
+    }
+);
+
 /// An urgent QP's segments carry `CoreConfig::urgent_dscp` (EF, 46, by
 /// default) on the in-memory link; none once it is urgent no more.
 #[test]
