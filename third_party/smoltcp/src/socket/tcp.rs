@@ -570,6 +570,10 @@ pub struct Socket<'a> {
     /// The remote window size, relative to local_seq_no
     /// I.e. we're allowed to send octets until local_seq_no+remote_win_len
     remote_win_len: usize,
+    /// dpwarp: the largest window the remote has offered (MAX.SND.WND of
+    /// RFC 5961 §5.2): how far below SND.UNA an ACK may be and still be one
+    /// the peer once sent.
+    remote_win_max: usize,
     /// The receive window scaling factor for remotes which support RFC 1323, None if unsupported.
     remote_win_scale: Option<u8>,
     /// Whether or not the remote supports selective ACK as described in RFC 2018.
@@ -704,6 +708,7 @@ impl<'a> Socket<'a> {
             remote_last_ack: None,
             remote_last_win: 0,
             remote_win_len: 0,
+            remote_win_max: 0,
             remote_win_shift: rx_cap_log2.saturating_sub(16) as u8,
             remote_win_scale: None,
             remote_has_sack: false,
@@ -1194,6 +1199,7 @@ impl<'a> Socket<'a> {
         self.remote_last_ack = None;
         self.remote_last_win = 0;
         self.remote_win_len = 0;
+        self.remote_win_max = 0;
         self.remote_win_scale = None;
         self.remote_win_shift = rx_cap_log2.saturating_sub(16) as u8;
         self.remote_mss = DEFAULT_MSS;
@@ -1954,6 +1960,36 @@ impl<'a> Socket<'a> {
         self.process_with(cx, ip_repr, repr, &mut |_| 0)
     }
 
+    /// dpwarp: `repr` as the rest of `process` should see it if it carries
+    /// data under an ACK below SND.UNA that the peer may once have sent
+    /// (within the largest window it offered): acknowledging SND.UNA, no
+    /// SACK blocks, the window we hold. `None` for any other segment (a
+    /// bare ACK or FIN below SND.UNA is still dropped).
+    fn under_an_old_ack<'r>(&self, repr: &TcpRepr<'r>) -> Option<TcpRepr<'r>> {
+        let synchronized = !matches!(
+            self.state,
+            State::Closed | State::Listen | State::SynSent | State::SynReceived
+        );
+        let ack = repr.ack_number?;
+        let old = ack < self.local_seq_no && self.local_seq_no - ack <= self.remote_win_max;
+        let data = !repr.payload.is_empty()
+            && matches!(
+                repr.control,
+                TcpControl::None | TcpControl::Psh | TcpControl::Fin
+            );
+        if !synchronized || !old || !data {
+            return None;
+        }
+        let scale = self.remote_win_scale.unwrap_or(0);
+        let window_len = (self.remote_win_len >> scale).min(u16::MAX as usize) as u16;
+        Some(TcpRepr {
+            ack_number: Some(self.local_seq_no),
+            sack_ranges: [None; 4],
+            window_len,
+            ..*repr
+        })
+    }
+
     /// dpwarp: [`process`](Self::process), offering the payload of an
     /// in-order segment to `direct` before the receive buffer, when the
     /// buffer is empty and holds nothing out of order: `direct` returns how
@@ -1967,6 +2003,22 @@ impl<'a> Socket<'a> {
         direct: &mut dyn FnMut(&[u8]) -> usize,
     ) -> Option<(IpRepr, TcpRepr<'static>)> {
         debug_assert!(self.accepts(cx, ip_repr, repr));
+
+        // dpwarp: data under an old ACK is still data (RFC 9293
+        // §3.10.7.4: "If the ACK is a duplicate (SEG.ACK < SND.UNA), it can
+        // be ignored", the ACK, not the segment's text; Linux queues such
+        // data too). A segment overtaken by a later one of the peer's (its
+        // ACK already taken) was dropped whole and had to be sent again.
+        // Its ACK, SACK blocks and window are ignored: the segment is
+        // processed as one acknowledging SND.UNA with the window we hold.
+        let aged;
+        let repr = match self.under_an_old_ack(repr) {
+            Some(fresh) => {
+                aged = fresh;
+                &aged
+            }
+            None => repr,
+        };
 
         // Consider how much the sequence number space differs from the transmit buffer space.
         let (sent_syn, sent_fin) = match self.state {
@@ -2491,6 +2543,7 @@ impl<'a> Socket<'a> {
         let new_remote_win_len = (repr.window_len as usize) << (scale as usize);
         let is_window_update = new_remote_win_len != self.remote_win_len;
         self.remote_win_len = new_remote_win_len;
+        self.remote_win_max = self.remote_win_max.max(new_remote_win_len);
 
         self.congestion_controller
             .inner_mut()
@@ -8714,6 +8767,53 @@ mod test {
         });
         assert_eq!(s.snd_max, None);
         assert_eq!(s.snd_max(), LOCAL_SEQ + 1 + 6);
+    }
+
+    /// Data under an ACK below SND.UNA (the peer's segment overtaken by a
+    /// later one whose ACK was taken) is queued; the old ACK's window and
+    /// SACK blocks are ignored. An ACK older than the largest window the
+    /// peer offered is still dropped with its data.
+    #[test]
+    fn test_data_under_an_old_ack_is_taken() {
+        let mut s = socket_established();
+        s.send_slice(b"abcdef").unwrap();
+        recv!(s, time 1000, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"abcdef"[..],
+            ..RECV_TEMPL
+        }));
+        // The later segment (no data) arrives first.
+        send!(s, time 1010, TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + 3,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 6);
+        let window = s.remote_win_len;
+        send!(s, time 1020, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 3),
+            window_len: 5,
+            sack_ranges: [sack_block(3, 5), None, None, None],
+            payload: &b"xyz"[..],
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recv_queue(), 3, "the data is queued");
+        let mut got = [0; 3];
+        assert_eq!(s.recv_slice(&mut got), Ok(3));
+        assert_eq!(&got, b"xyz");
+        assert_eq!(s.local_seq_no, LOCAL_SEQ + 1 + 6, "SND.UNA stays");
+        assert_eq!(s.remote_win_len, window, "the old window is not taken");
+        // Older than any window the peer offered: not an ACK it sent.
+        s.remote_win_max = 2;
+        send!(s, time 1030, TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + 3,
+            ack_number: Some(LOCAL_SEQ + 1 + 3),
+            payload: &b"uvw"[..],
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recv_queue(), 0, "dropped");
     }
 
     /// An established socket with Nagle off and no congestion control
