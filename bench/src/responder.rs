@@ -34,6 +34,12 @@ const STARTUPS_MAX: usize = 4096;
 /// MPA startup's own limit, after which its startup has failed.
 const STARTUP_FORGET: StdDuration = StdDuration::from_secs(20);
 
+/// [`Admission::OneRun`]: a run with no connection accepted for this long
+/// and none open is abandoned when another client's arrives (its client
+/// was killed between sizes, or its only connection failed its startup):
+/// a client moves from one size to the next in milliseconds.
+const ONE_RUN_ABANDONED: StdDuration = StdDuration::from_secs(2);
+
 /// How long a listener may take to come up.
 const SETUP_LIMIT: StdDuration = StdDuration::from_secs(10);
 
@@ -203,6 +209,27 @@ impl Served {
     }
 }
 
+/// The QPs a [`Responder`] step found failed, each with why, in the order
+/// found (each once).
+#[derive(Debug, Default)]
+pub struct Failed(pub Vec<(QpHandle, String)>);
+
+impl Failed {
+    fn names(&self, qp: QpHandle) -> bool {
+        self.0.iter().any(|(q, _)| *q == qp)
+    }
+
+    fn push(&mut self, qp: QpHandle, why: String) {
+        self.0.push((qp, why));
+    }
+
+    /// Every reason, one after the other.
+    pub fn reasons(&self) -> String {
+        let whys: Vec<&str> = self.0.iter().map(|(_, why)| why.as_str()).collect();
+        whys.join("; ")
+    }
+}
+
 /// The served QPs of one server RNIC.
 #[derive(Default)]
 pub struct Responder {
@@ -269,9 +296,10 @@ impl Responder {
         self.served.is_empty()
     }
 
-    /// Reaps completions and answers what arrived. A failure names the QP
-    /// it ends.
-    pub fn step<E: RnicEnd>(&mut self, ep: &mut E) -> Result<(), (QpHandle, String)> {
+    /// Reaps completions and answers what arrived. Each QP that failed is
+    /// named with the reason (the caller ends it); the others' completions
+    /// are all served.
+    pub fn step<E: RnicEnd>(&mut self, ep: &mut E) -> Result<(), Failed> {
         self.step_spilling(ep, &mut |_| {})
     }
 
@@ -281,7 +309,11 @@ impl Responder {
         &mut self,
         ep: &mut E,
         spill: &mut dyn FnMut(&Wc),
-    ) -> Result<(), (QpHandle, String)> {
+    ) -> Result<(), Failed> {
+        // One QP's failure must not cost the others the rest of the batch
+        // (the CQ is the core's: a client's bad Send once left every other
+        // client's receives in it unposted and its pongs unsent).
+        let mut failed = Failed::default();
         self.wcs.clear();
         ep.poll_cq(&mut self.wcs);
         for wc in &self.wcs {
@@ -289,19 +321,27 @@ impl Responder {
                 spill(wc);
                 continue;
             };
+            if failed.names(s.qp) {
+                continue;
+            }
             if wc.status != WcStatus::Success {
-                return Err((
+                failed.push(
                     s.qp,
                     format!("server: work request {} ended {:?}", wc.wr_id, wc.status),
-                ));
+                );
+                continue;
             }
             if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate) {
-                s.post_receive(ep, wc.wr_id).map_err(|e| (s.qp, e))?;
-                s.consumed += 1;
-                s.report_credit(ep).map_err(|e| (s.qp, e))?;
-                if s.mode == Mode::Latency {
-                    s.reply(ep, wc.wr_id, wc.byte_len as usize)
-                        .map_err(|e| (s.qp, e))?;
+                let answered = s.post_receive(ep, wc.wr_id).and_then(|()| {
+                    s.consumed += 1;
+                    s.report_credit(ep)?;
+                    if s.mode == Mode::Latency {
+                        s.reply(ep, wc.wr_id, wc.byte_len as usize)?;
+                    }
+                    Ok(())
+                });
+                if let Err(why) = answered {
+                    failed.push(s.qp, why);
                 }
             }
         }
@@ -309,6 +349,9 @@ impl Responder {
             let Some(s) = self.index.get(qp).map(|&i| &mut self.served[i]) else {
                 continue;
             };
+            if failed.names(s.qp) {
+                continue;
+            }
             let mut last = [0];
             let at = (s.base + s.size as u64 - 1) as usize;
             if ep.region().read(at, &mut last).is_err() || last[0] == 0 || last[0] == s.marker {
@@ -321,10 +364,15 @@ impl Responder {
             let _ = ep
                 .region()
                 .write((s.base + h + s.size as u64 - 1) as usize, &last);
-            s.reply(ep, u64::from(last[0]), s.size)
-                .map_err(|e| (s.qp, e))?;
+            if let Err(why) = s.reply(ep, u64::from(last[0]), s.size) {
+                failed.push(s.qp, why);
+            }
         }
-        Ok(())
+        if failed.0.is_empty() {
+            Ok(())
+        } else {
+            Err(failed)
+        }
     }
 }
 
@@ -471,9 +519,11 @@ pub struct ServingStats {
 /// connection: nothing per packet.
 pub struct Serving {
     admission: Admission,
-    /// [`Admission::OneRun`]: the run being served (set by the accept
-    /// callback, cleared when it is done).
-    active: Mutex<Option<u64>>,
+    /// [`Admission::OneRun`]: the run being served and when it last had
+    /// a connection accepted (set by the accept callback, cleared when it
+    /// is done, or taken over by another client's once it has been idle
+    /// for [`ONE_RUN_ABANDONED`]).
+    active: Mutex<Option<(u64, StdInstant)>>,
     /// [`Admission::Many`]: the runs and their leases.
     runs: Mutex<Runs>,
     /// [`Admission::Many`]: each run's lease under an STag of its own.
@@ -903,9 +953,24 @@ impl Serving {
             .remove(&peer)
             .or_else(|| runs.joined.remove(&peer))
             .map(|(key, _)| key);
-        if let Some(run) = key.and_then(|key| runs.by_id.get_mut(&key)) {
-            if run.admitted > run.handed {
-                run.admitted -= 1;
+        let Some(key) = key else {
+            return;
+        };
+        let Some(run) = runs.by_id.get_mut(&key) else {
+            return;
+        };
+        if run.admitted > run.handed {
+            run.admitted -= 1;
+        }
+        // A run that never had a QP and has nothing on its way ends now:
+        // kept, its lease and slot would wait out the idle limit, shutting
+        // others out, and a client that failed its startup again and again
+        // kept them so.
+        if run.admitted == 0 && run.handed == 0 && run.open == 0 {
+            if let Some(run) = runs.by_id.remove(&key) {
+                runs.dirty.push((run.offset, run.len));
+                self.end_run(&mut runs, key, run);
+                self.runs_done.fetch_add(1, Ordering::SeqCst);
             }
         }
     }
@@ -1017,14 +1082,24 @@ impl Serving {
 
     fn admit_one(&self, hello: &ClientHello) -> Result<Lease, String> {
         let mut run = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        // Open or starting on the cores: the newcomer's own connection at
+        // most, if the active run has none left.
+        let abandoned =
+            |since: StdInstant| since.elapsed() >= ONE_RUN_ABANDONED && self.open() <= 1;
         match *run {
-            Some(r) if r != hello.run => Err(
+            Some((r, since)) if r != hello.run && !abandoned(since) => Err(
                 "this server is serving another client's run: wait for it, or start another \
                  server on another port (-p)"
                     .to_string(),
             ),
-            _ => {
-                *run = Some(hello.run);
+            active => {
+                if active.is_some_and(|(r, _)| r != hello.run) {
+                    // The abandoned run's sizes are forgotten with it.
+                    self.last_seen.store(false, Ordering::SeqCst);
+                    self.last_admitted.store(0, Ordering::SeqCst);
+                    self.last_total.store(0, Ordering::SeqCst);
+                }
+                *run = Some((hello.run, StdInstant::now()));
                 if hello.last {
                     self.last_total
                         .store(u64::from(hello.qps), Ordering::SeqCst);
@@ -1627,11 +1702,13 @@ impl<T: CoreTransport> Server<T> {
                 foreign.wcs.push(*wc);
             }
         });
-        if let Err((qp, why)) = stepped {
+        if let Err(failed) = stepped {
             // One connection's failure ends that connection only.
-            self.responder.remove(qp);
-            self.endpoint.close(qp);
-            return Err(why);
+            for &(qp, _) in &failed.0 {
+                self.responder.remove(qp);
+                self.endpoint.close(qp);
+            }
+            return Err(failed.reasons());
         }
         Ok(())
     }
@@ -1681,6 +1758,7 @@ pub fn check_fits(h: &ClientHello, len: usize) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rnic_engine::verbs::Rnic;
 
     fn hello(run: u64, size: u32, last: bool) -> ClientHello {
         ClientHello {
@@ -1891,6 +1969,90 @@ mod tests {
             .expect("the larger lease");
     }
 
+    /// A new run whose only connection fails its startup ends at once: its
+    /// lease, STag and slot go back (they waited for the idle limit, and a
+    /// client failing its startup over and over kept nearly all the memory
+    /// from others: found by a review).
+    #[test]
+    fn a_run_whose_only_startup_failed_gives_its_lease_back_at_once() {
+        let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
+        let region = Region::new(1 << 20);
+        let serving = Serving::exposing(
+            1,
+            Admission::Many {
+                runs_max: 4,
+                idle: StdDuration::from_secs(3600),
+            },
+            Exposure {
+                registry: registry.clone(),
+                pd: registry.alloc_pd().unwrap(),
+                region: region.clone(),
+            },
+        );
+        let len = region.len();
+        let (stags, pds) = (registry.stags_in_use(), registry.pds_in_use());
+        let greedy = SocketAddrV4::new([10, 0, 0, 66].into(), 1);
+        let most = (len / 2 - 4096) as u32;
+        for _ in 0..3 {
+            serving
+                .admit(&hello(7, most, false), len, Some(("mpa", greedy)))
+                .unwrap();
+            serving.startup_failed(greedy);
+            assert_eq!(serving.stats().runs, 0, "the run ended with its startup");
+            assert!(serving.scrub(&region) > u64::from(most));
+            assert_eq!(serving.stats().leased, 0);
+            assert_eq!(
+                (registry.stags_in_use(), registry.pds_in_use()),
+                (stags, pds)
+            );
+        }
+        let other = SocketAddrV4::new([10, 0, 0, 9].into(), 1);
+        serving
+            .admit(&hello(8, most, true), len, Some(("mpa", other)))
+            .expect("the memory is another client's to have");
+        // A run that had a QP keeps waiting for its next size as before.
+        serving.pd_for(other).unwrap();
+        serving.handed_local(8, Op::Write, Some(other)).unwrap();
+        let second = SocketAddrV4::new([10, 0, 0, 9].into(), 2);
+        serving
+            .admit(&hello(8, most, true), len, Some(("mpa", second)))
+            .unwrap();
+        serving.startup_failed(second);
+        assert_eq!(serving.stats().runs, 1);
+    }
+
+    /// One-run admission: a run whose client vanished (its only connection
+    /// failed its startup, or it was killed between sizes) no longer shuts
+    /// every later client out once it has been idle [`ONE_RUN_ABANDONED`]
+    /// with nothing open (it did for good, with a refusal that blamed a run
+    /// no one was serving: found by a review); a run with a connection open
+    /// keeps the server.
+    #[test]
+    fn an_abandoned_run_gives_a_one_run_server_up() {
+        let serving = Serving::new(1);
+        let len = 1 << 20;
+        serving.admit(&hello(7, 4096, false), len, None).unwrap();
+        serving.publish(0, 0);
+        let busy = serving.admit(&hello(8, 4096, true), len, None);
+        assert!(busy.err().unwrap().contains("another client's run"));
+        std::thread::sleep(ONE_RUN_ABANDONED);
+        serving.publish(0, 2);
+        let busy = serving.admit(&hello(8, 4096, true), len, None);
+        assert!(busy.is_err(), "a connection of run 7 is open");
+        serving.publish(0, 0);
+        serving
+            .admit(&hello(8, 4096, true), len, None)
+            .expect("run 7 abandoned");
+        // Run 8's own sizes count, not run 7's.
+        assert!(serving.admit(&hello(7, 4096, true), len, None).is_err());
+        serving.publish(0, 0);
+        assert_eq!(
+            serving.stats().runs,
+            0,
+            "run 8 done once its last size closed"
+        );
+    }
+
     #[test]
     fn every_run_has_a_pd_of_its_own_that_its_qps_join() {
         use rnic_engine::verbs::{QpInit, Rnic, RnicConfig};
@@ -2008,5 +2170,107 @@ mod tests {
         assert_eq!(serving.reap(), 1, "run 5, with nothing open");
         assert_eq!(serving.pd_for(peer(5)), None);
         assert_eq!((serving.pds(), registry.pds_in_use()), (0, baseline));
+    }
+
+    /// An RNIC end whose CQ yields what the test queued.
+    struct QueuedEnd {
+        rnic: Rnic,
+        region: Arc<Region>,
+        mr: Mr,
+        queued: Vec<Wc>,
+    }
+
+    impl RnicEnd for QueuedEnd {
+        fn rnic(&mut self) -> &mut Rnic {
+            &mut self.rnic
+        }
+        fn sge(&self, offset: u64, len: u32) -> Sge {
+            Sge {
+                stag: self.mr.stag,
+                to: self.mr.base_to + offset,
+                len,
+            }
+        }
+        fn region(&self) -> &Arc<Region> {
+            &self.region
+        }
+        fn poll_cq(&mut self, out: &mut Vec<Wc>) {
+            out.append(&mut self.queued);
+        }
+        fn is_live(&self, _qp: QpHandle) -> bool {
+            true
+        }
+    }
+
+    /// One client's failed work request fails its QP only: the other
+    /// clients' completions polled in the same batch are all served (they
+    /// were dropped with the rest of the batch, their receives never
+    /// posted again: found by a review).
+    #[test]
+    fn one_qps_failure_costs_the_others_none_of_their_completions() {
+        let mut rnic = Rnic::new(rnic_engine::verbs::RnicConfig::default());
+        let pd = rnic.alloc_pd().unwrap();
+        let region = Region::new(1 << 20);
+        let mr = rnic
+            .reg_region(pd, region.clone(), Access::LOCAL_WRITE)
+            .unwrap();
+        let cq = rnic.create_cq(4096).unwrap();
+        let init = rnic_engine::verbs::QpInit {
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            sq_size: 64,
+            rq_size: 64,
+        };
+        let (bad, good, later) = (
+            rnic.create_qp(init).unwrap(),
+            rnic.create_qp(init).unwrap(),
+            rnic.create_qp(init).unwrap(),
+        );
+        let mut ep = QueuedEnd {
+            rnic,
+            region,
+            mr,
+            queued: Vec::new(),
+        };
+        let mut r = Responder::default();
+        let h = ClientHello {
+            op: Op::Send,
+            depth: 8,
+            ..hello(1, 64, false)
+        };
+        let client = RemoteAddr { stag: 1, to: 0 };
+        for qp in [bad, good, later] {
+            r.add(&mut ep, Served::new(qp, &h, client));
+        }
+        let wc = |qp, status| Wc {
+            wr_id: 0,
+            status,
+            opcode: WcOpcode::Recv,
+            qp,
+            byte_len: 64,
+            imm: None,
+            invalidated: None,
+            solicited: false,
+        };
+        ep.queued = vec![
+            wc(good, WcStatus::Success),
+            wc(bad, WcStatus::LocalLength),
+            wc(bad, WcStatus::Success),
+            wc(later, WcStatus::Success),
+            wc(good, WcStatus::Success),
+        ];
+        let failed = r.step(&mut ep).unwrap_err();
+        assert_eq!(failed.0.len(), 1, "{failed:?}");
+        assert_eq!(failed.0[0].0, bad);
+        assert!(
+            failed.reasons().contains("LocalLength"),
+            "{}",
+            failed.reasons()
+        );
+        let consumed = |r: &Responder, qp| r.served[r.index[&qp]].consumed;
+        assert_eq!((consumed(&r, good), consumed(&r, later)), (2, 1));
+        assert_eq!(consumed(&r, bad), 0, "nothing served after its failure");
     }
 }

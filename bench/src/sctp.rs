@@ -602,11 +602,13 @@ impl SctpServer {
     /// The streams' workloads: one that fails is closed (its end comes as
     /// an event) and named; the others run on.
     fn step_workloads(&mut self) -> Result<(), String> {
-        if let Err((qp, why)) = self.responder.step(&mut self.ep) {
-            self.responder.remove(qp);
-            self.ep.core.close_stream(qp);
-            self.failed += 1;
-            return Err(why);
+        if let Err(failed) = self.responder.step(&mut self.ep) {
+            for &(qp, _) in &failed.0 {
+                self.responder.remove(qp);
+                self.ep.core.close_stream(qp);
+                self.failed += 1;
+            }
+            return Err(failed.reasons());
         }
         Ok(())
     }

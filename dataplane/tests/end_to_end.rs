@@ -539,7 +539,13 @@ on_every_transport!(
         a.region.write(0, &data).unwrap();
         let sgl = [b.sge(8_000, 8_000)];
         b.rnic()
-            .post_recv(qb, &rnic_engine::verbs::RecvWr { wr_id: 50, sgl: &sgl })
+            .post_recv(
+                qb,
+                &rnic_engine::verbs::RecvWr {
+                    wr_id: 50,
+                    sgl: &sgl,
+                },
+            )
             .unwrap();
         let sgl = [a.sge(0, 3_000)];
         a.rnic()
@@ -547,7 +553,10 @@ on_every_transport!(
             .unwrap();
         let sgl = [a.sge(3_000, 3_000)];
         a.rnic()
-            .post_send(qa, &SendWr::signaled(61, SendOp::Write(b.remote(20_000)), &sgl))
+            .post_send(
+                qa,
+                &SendWr::signaled(61, SendOp::Write(b.remote(20_000)), &sgl),
+            )
             .unwrap();
         a.core.close(qa);
         let (mut wa, mut wb) = (Vec::new(), Vec::new());
