@@ -491,6 +491,11 @@ pub struct Handoff {
     /// that will not come (a grant the ULP's accept made); `None` for
     /// active opens.
     pub ends: Option<(SocketAddrV4, SocketAddrV4)>,
+    /// The peer had closed its side (FIN) before the handoff: the
+    /// transport tells that once, and it told the link, so the core must
+    /// start the connection knowing it (the octets before the FIN are
+    /// still to be read).
+    pub peer_closed: bool,
 }
 
 /// A request to the control plane from the application.
@@ -1423,6 +1428,7 @@ impl CoreLink {
                 token,
                 result,
                 ends: None,
+                peer_closed: false,
             }),
             // About connections this core never had.
             _ => {}
@@ -1467,6 +1473,7 @@ impl CoreLink {
                 token: 0,
                 result: StartupResult::Failed(local_failure()),
                 ends: state.ends,
+                peer_closed: false,
             });
         }
         for (conn, token) in self.connecting.drain() {
@@ -1477,6 +1484,7 @@ impl CoreLink {
                 token,
                 result: StartupResult::Failed(local_failure()),
                 ends: None,
+                peer_closed: false,
             });
         }
     }
@@ -1558,6 +1566,7 @@ impl CoreLink {
                     token,
                     result,
                     ends: None,
+                    peer_closed: false,
                 });
             }
             ToCore::Done {
@@ -1610,6 +1619,7 @@ impl CoreLink {
     ) {
         let mut result = result;
         let mut handed = Some(conn);
+        let mut peer_closed = false;
         let ends = match self.starting.get(&conn) {
             Some(state) => state.ends,
             None => self.ended_ends.remove(&conn),
@@ -1626,7 +1636,7 @@ impl CoreLink {
                 // connection is the core's.
                 self.flush(transport, conn);
                 match self.stop_starting(conn) {
-                    Some(state) if state.outgoing.is_empty() => {}
+                    Some(state) if state.outgoing.is_empty() => peer_closed = state.peer_closed,
                     // No room in TCP for the frame: the core cannot
                     // take over a half-sent frame.
                     // An abort reports nothing more (no Closed or Reset
@@ -1658,6 +1668,7 @@ impl CoreLink {
             token,
             result,
             ends,
+            peer_closed,
         });
     }
 }

@@ -682,6 +682,60 @@ fn a_reply_that_cannot_be_sent_frees_its_connection() {
     });
 }
 
+/// A peer's FIN that the link reads before the control plane's answer is
+/// applied (a Request and FIN sent at once, the Consume and the Done
+/// arriving together) reaches the core with the handoff: the transport
+/// tells of a FIN once, the link heard it, and without `peer_closed` the
+/// core never closed its side and its QP lived for ever (found by a
+/// review).
+#[test]
+fn a_fin_the_link_heard_during_the_startup_goes_with_the_handoff() {
+    watchdog(WATCHDOG, || {
+        let (control, mut links) = ControlPlane::start(1);
+        let (mut client, s0) = pair(43, 4);
+        let mut core = Core::new(s0, links.remove(0));
+        accept_all(&control, 0, 5000, StartupConfig::default());
+        core.wait_listening(5000);
+        let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 43, 2), 5000);
+        let c = client.connect(target, now()).expect("room");
+        until(Duration::from_secs(5), "the accept", || {
+            client_turn(&mut client);
+            core.step();
+            control.health()[0].startups == 1
+        });
+        // An MPA Request, revision 2, enhanced, IRD and ORD 1, and FIN.
+        let request: [u8; 24] = [
+            0x4d, 0x50, 0x41, 0x20, 0x49, 0x44, 0x20, 0x52, 0x65, 0x71, 0x20, 0x46, 0x72, 0x61,
+            0x6d, 0x65, 0x50, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01,
+        ];
+        client
+            .send_with(c, request.len(), |space| {
+                space.copy_from_slice(&request[..space.len()]);
+                (space.len(), ())
+            })
+            .expect("room to send");
+        client.close(c).expect("close");
+        client.poll(now());
+        // One turn reads both (the FIN's event goes to the link) and
+        // forwards the Request; the control plane answers meanwhile, and
+        // the next turn applies the whole answer at once.
+        core.step();
+        assert!(core.handoffs.is_empty());
+        std::thread::sleep(Duration::from_millis(300));
+        core.step();
+        assert_eq!(core.handoffs.len(), 1, "answered in one poll");
+        let h = &core.handoffs[0];
+        assert!(
+            matches!(h.result, StartupResult::Established(_)),
+            "{:?}",
+            h.result
+        );
+        assert!(h.conn.is_some());
+        assert!(h.peer_closed, "the FIN goes with the handoff");
+        drop(control);
+    });
+}
+
 /// A connection that ends while the control plane is refusing it (its
 /// all-cores limit) leaves nothing behind: the link kept its addresses for
 /// an answer, and the Refuse is that answer (found by a review: one entry

@@ -135,6 +135,9 @@ pub struct CoreConfig {
     /// Connections in Full Operation at once; a handoff beyond it is
     /// refused (its connection reset).
     pub connections_max: usize,
+    /// How long a connection may stay after our FIN before it is reset
+    /// ([`CLOSING_LIMIT`] by default).
+    pub closing_limit: std::time::Duration,
     /// How long an initiator waits after the MPA Reply before its first
     /// FPDU (0 by default). Linux siw (6.1) sends its Reply before it hands
     /// the socket to its receive path, and an FPDU that lands in between
@@ -209,6 +212,7 @@ impl CoreConfig {
             budgets: Budgets::default(),
             pool_sample_turns: 1024,
             direct_receive: true,
+            closing_limit: CLOSING_LIMIT,
         }
     }
 }
@@ -254,6 +258,9 @@ pub struct CoreCounters {
     pub ended: u64,
     /// Handoffs refused for want of a QP or of room (connection reset).
     pub refused: u64,
+    /// Connections reset because their peer had not ended them
+    /// [`CoreConfig::closing_limit`] after our FIN.
+    pub closes_reset: u64,
     /// Accepted connections given the class of their peer's SYN
     /// ([`CoreConfig::reflect_dscp`]; unmarked SYNs not counted).
     pub classes_reflected: u64,
@@ -289,6 +296,7 @@ impl CoreCounters {
             established: self.established - earlier.established,
             ended: self.ended - earlier.ended,
             refused: self.refused - earlier.refused,
+            closes_reset: self.closes_reset - earlier.closes_reset,
             classes_reflected: self.classes_reflected - earlier.classes_reflected,
             looked_at: self.looked_at - earlier.looked_at,
             polls_between_looks: self.polls_between_looks - earlier.polls_between_looks,
@@ -356,11 +364,19 @@ impl<K: Keyed> Places<K> {
     }
 }
 
-/// Whether [`control::runtime::DRAIN_LIMIT`] has passed from `at` to `now`.
-fn past_drain_limit(at: Instant, now: Instant) -> bool {
+/// Whether `limit` has passed from `at` to `now`.
+fn past(limit: std::time::Duration, at: Instant, now: Instant) -> bool {
     let waited = now.total_micros().saturating_sub(at.total_micros());
-    u128::try_from(waited).is_ok_and(|t| t >= control::runtime::DRAIN_LIMIT.as_micros())
+    u128::try_from(waited).is_ok_and(|t| t >= limit.as_micros())
 }
+
+/// How long a connection may stay after our FIN before it is reset: its
+/// peer's FIN (or the ACK of ours, after its FIN) is that late. A peer
+/// that acknowledges our FIN and never sends its own, trickling octets
+/// that keep TCP's user timeout away, must not keep the QP and the
+/// connection for ever; an honest one answers in a round trip or a
+/// moment of its application's (a slow guest's siw included).
+pub const CLOSING_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A connection in Full Operation and its QP.
 #[derive(Debug, Clone, Copy)]
@@ -371,10 +387,13 @@ struct Live {
     peer_closed: bool,
     /// We sent FIN.
     closing: bool,
-    /// The application asked to close (the time of the turn before):
-    /// FIN goes once the QP has nothing left to send, or
-    /// [`control::runtime::DRAIN_LIMIT`] later whatever is left.
-    close_asked: Option<Instant>,
+    /// The application asked to close.
+    close_wanted: bool,
+    /// The first look at which a close was due (asked, or the peer's
+    /// octets all read after its FIN): FIN goes once the QP has nothing
+    /// left to send, or [`control::runtime::DRAIN_LIMIT`] later whatever
+    /// is left.
+    close_from: Option<Instant>,
     /// No FPDU leaves before this (see [`CoreConfig::settle`]).
     hold_until: Instant,
     /// TCP said octets arrived (Readable) that the engine has not read to
@@ -482,6 +501,18 @@ pub struct Core<T: CoreTransport> {
     /// when: one whose peer has not closed its side
     /// [`control::runtime::DRAIN_LIMIT`] later is reset.
     closing_raw: Vec<(ConnId, Instant)>,
+    /// Live connections we sent FIN on, and when: one the peer has not
+    /// ended [`CoreConfig::closing_limit`] later is reset.
+    closing_live: Vec<(QpHandle, Option<Instant>)>,
+    /// Ended QPs kept (in Error, their handles given to no new QP) while
+    /// `pending` holds completions they made before their end: destroyed
+    /// once the application has taken those.
+    zombies: VecDeque<QpHandle>,
+    /// Ends (Closed, Reset, TimedOut) of connections whose handoffs were
+    /// made in the last turn, replayed at the start of this one: the
+    /// application sees the handoff (and posts its receives) before the
+    /// end, which reads what arrived first.
+    deferred_ends: Vec<(ConnId, EventKind)>,
     /// Events of connections whose handoff waits in the link's queue (past
     /// a turn's handoff budget): neither the link's nor ours yet, so they
     /// are kept, each kind once, and replayed once the handoff is taken
@@ -535,10 +566,13 @@ impl<T: CoreTransport> Core<T> {
             fed: Vec::with_capacity(n),
             polls_left: 0,
             closing_raw: Vec::with_capacity(n),
+            closing_live: Vec::with_capacity(n),
+            zombies: VecDeque::new(),
+            deferred_ends: Vec::new(),
             early_events: Vec::new(),
             handoffs: VecDeque::with_capacity(config.budgets.handoffs),
             ended: VecDeque::with_capacity(n),
-            pending: VecDeque::new(),
+            pending: VecDeque::with_capacity(wcs.clamp(64, 4096)),
             events: VecDeque::with_capacity(n),
             wcs: vec![Wc::EMPTY; wcs.clamp(64, 4096)],
             counters: CoreCounters::default(),
@@ -574,7 +608,8 @@ impl<T: CoreTransport> Core<T> {
             self.learning_dscp = self.config.reflect_dscp;
             self.transport.reflect_dscp(self.learning_dscp);
         }
-        let mut busy = self.poll_transport(now);
+        let mut busy = self.replay_deferred_ends();
+        busy |= self.poll_transport(now);
         busy |= self.transport_events();
         self.link.poll(&mut self.transport, now);
         busy |= self.connections(now);
@@ -591,6 +626,20 @@ impl<T: CoreTransport> Core<T> {
         busy
     }
 
+    /// The ends held back from the last turn's handoffs.
+    fn replay_deferred_ends(&mut self) -> bool {
+        if self.deferred_ends.is_empty() {
+            return false;
+        }
+        let mut ends = std::mem::take(&mut self.deferred_ends);
+        for &(conn, kind) in &ends {
+            self.connection_event(conn, kind);
+        }
+        ends.clear();
+        self.deferred_ends = ends;
+        true
+    }
+
     /// Resets rejected connections whose peers have not closed their side
     /// within [`control::runtime::DRAIN_LIMIT`] of our close: a peer that
     /// never does, trickling octets that keep TCP's user timeout away,
@@ -599,12 +648,31 @@ impl<T: CoreTransport> Core<T> {
         let mut i = 0;
         while i < self.closing_raw.len() {
             let (conn, at) = self.closing_raw[i];
-            if past_drain_limit(at, now) {
+            if past(control::runtime::DRAIN_LIMIT, at, now) {
                 self.closing_raw.swap_remove(i);
                 let _ = self.transport.abort(conn);
                 self.transport.release(conn);
             } else {
                 i += 1;
+            }
+        }
+        // Live ones whose peer has not ended them since our FIN (an entry
+        // goes when its QP ends, so each names a live QP).
+        let mut k = 0;
+        while k < self.closing_live.len() {
+            let at = *self.closing_live[k].1.get_or_insert(now);
+            let qp = self.closing_live[k].0;
+            match self.by_qp.get(&qp) {
+                Some(&i) if past(self.config.closing_limit, at, now) => {
+                    let _ = self.transport.abort(self.live[i].conn);
+                    self.counters.closes_reset += 1;
+                    // Takes its entry out.
+                    self.end(i);
+                }
+                Some(_) => k += 1,
+                None => {
+                    self.closing_live.swap_remove(k);
+                }
             }
         }
     }
@@ -863,24 +931,33 @@ impl<T: CoreTransport> Core<T> {
             // or, once a Terminate went either way, the end of the stream
             // (RFC 5040 §6.4.1: the LLP stream is closed after it; ours is
             // queued ahead of the FIN).
+            // What the QP still has to send goes before our FIN (a Send
+            // posted just before the application's close, a Read Response
+            // owed for a Request that came with the peer's FIN), as long as
+            // it can go: DRAIN_LIMIT at most.
             let dead = self.rnic.qp_state(live.qp) == Ok(QpState::Error);
             let drained =
                 live.peer_closed && self.transport.recv_queue(live.conn).unwrap_or(0) == 0;
-            let asked = live.close_asked.is_some_and(|at| {
-                !self.rnic.may_transmit(live.qp).unwrap_or(false) || past_drain_limit(at, now)
-            });
-            if !live.closing && (dead || drained || asked) {
-                let _ = self.transport.close(live.conn);
-                self.live[i].closing = true;
+            if !live.closing && (dead || drained || live.close_wanted) {
+                let from = *self.live[i].close_from.get_or_insert(now);
+                if dead
+                    || !self.rnic.may_transmit(live.qp).unwrap_or(false)
+                    || past(control::runtime::DRAIN_LIMIT, from, now)
+                {
+                    let _ = self.transport.close(live.conn);
+                    self.live[i].closing = true;
+                    self.closing_live.push((live.qp, Some(now)));
+                }
             }
             // Another look next turn: octets left to read, FPDUs left to
-            // send (TCP had no room, or a budget ran out), a hold not over,
-            // or a close to make once the peer's octets are read.
+            // send before our FIN (TCP had no room, or a budget ran out; after
+            // it nothing can go, a Terminate included), a hold not over, or a
+            // close to make once the peer's octets are read.
             let live = self.live[i];
             if live.rx_ready
                 || now < live.hold_until
                 || (live.peer_closed && !live.closing)
-                || self.rnic.may_transmit(live.qp).unwrap_or(false)
+                || (!live.closing && self.rnic.may_transmit(live.qp).unwrap_or(false))
             {
                 self.wake(i);
             }
@@ -986,7 +1063,7 @@ impl<T: CoreTransport> Core<T> {
             let qp = match (&handoff.result, handoff.conn) {
                 (StartupResult::Established(e), Some(conn)) => {
                     let initiator = handoff.token != 0;
-                    self.establish(conn, e, initiator, now)
+                    self.establish(conn, e, initiator, handoff.peer_closed, now)
                 }
                 // MPA leaves a rejected connection's TCP to us: close it.
                 (StartupResult::Rejected(_), Some(conn)) => {
@@ -1006,7 +1083,13 @@ impl<T: CoreTransport> Core<T> {
                         c != conn
                     });
                     for kind in replay {
-                        self.connection_event(conn, kind);
+                        match kind {
+                            // After the application has seen the handoff.
+                            EventKind::Closed | EventKind::Reset | EventKind::TimedOut => {
+                                self.deferred_ends.push((conn, kind))
+                            }
+                            _ => self.connection_event(conn, kind),
+                        }
                     }
                 }
             }
@@ -1022,6 +1105,7 @@ impl<T: CoreTransport> Core<T> {
         conn: ConnId,
         e: &control::mpa::Established,
         initiator: bool,
+        peer_closed: bool,
         now: Instant,
     ) -> Option<QpHandle> {
         let refuse = |core: &mut Core<T>| {
@@ -1045,13 +1129,12 @@ impl<T: CoreTransport> Core<T> {
             PdChoice::In(pd) => pd,
             PdChoice::Refuse => return refuse(self),
         };
+        // No room while ended QPs hold their slots for completions the
+        // application has not taken: the connection is refused, the
+        // completions (data delivered) are not dropped.
         let Ok(qp) = self.rnic.create_qp(QpInit { pd, ..self.qp_init }) else {
             return refuse(self);
         };
-        // Completions still kept of an ended QP that had this handle are
-        // the application's to have taken by now (every other free handle
-        // was given out since): never the new QP's.
-        self.pending.retain(|(_, wc)| wc.qp != qp);
         let base = e.connection(self.config.emss, self.config.ulpdu_max);
         let local_port = self
             .transport
@@ -1072,9 +1155,11 @@ impl<T: CoreTransport> Core<T> {
         self.live.push(Live {
             conn,
             qp,
-            peer_closed: false,
+            // A FIN that came during the startup (told once, to the link).
+            peer_closed,
             closing: false,
-            close_asked: None,
+            close_wanted: false,
+            close_from: None,
             hold_until: if initiator {
                 now + self.config.settle
             } else {
@@ -1187,9 +1272,31 @@ impl<T: CoreTransport> Core<T> {
         if let Ok(stats) = self.rnic.op_stats(live.qp) {
             self.ended_ops.add(live.local_port, &stats);
         }
-        let _ = self.rnic.destroy_qp(live.qp);
+        if live.closing {
+            self.closing_live.retain(|&(qp, _)| qp != live.qp);
+        }
+        // Its handle is not given to another QP while completions of its
+        // are kept for the application.
+        if self.pending.iter().any(|(_, wc)| wc.qp == live.qp) {
+            self.zombies.push_back(live.qp);
+        } else {
+            let _ = self.rnic.destroy_qp(live.qp);
+        }
         self.ended.push_back(live.qp);
         self.counters.ended += 1;
+    }
+
+    /// Destroys the ended QPs none of whose completions are kept any more.
+    fn bury(&mut self) {
+        let pending = &self.pending;
+        let rnic = &mut self.rnic;
+        self.zombies.retain(|&zombie| {
+            let kept = pending.iter().any(|(_, wc)| wc.qp == zombie);
+            if !kept {
+                let _ = rnic.destroy_qp(zombie);
+            }
+            kept
+        });
     }
 
     /// Moves what CQ `cq` holds into `pending`.
@@ -1222,10 +1329,11 @@ impl<T: CoreTransport> Core<T> {
         self.ended.pop_front()
     }
 
-    /// Completions of CQ `cq` into `out`; returns how many. A QP that
-    /// ended keeps what it completed before (its flushes are dropped) until
-    /// its handle is given to a new QP, which comes last (the engine hands
-    /// handles out in turn).
+    /// Completions of CQ `cq` into `out`; returns how many. What a QP
+    /// completed before its end is kept for this (its flushes are
+    /// dropped), its handle given to no new QP meanwhile (its slot in the
+    /// engine stays taken until then: an application that never polls
+    /// leaves new connections refused, `CoreCounters::refused`).
     pub fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> usize {
         let mut n = 0;
         while n < out.len() {
@@ -1237,28 +1345,36 @@ impl<T: CoreTransport> Core<T> {
                 None => break,
             }
         }
+        if n > 0 && !self.zombies.is_empty() {
+            self.bury();
+        }
         n + self.rnic.poll_cq(cq, &mut out[n..]).unwrap_or(0)
     }
 
     /// Closes QP `qp`'s connection in order: FIN after what was posted
     /// to it is sent (a Send posted just before is not lost), or, if that
     /// cannot go (the peer's window stays shut),
-    /// [`control::runtime::DRAIN_LIMIT`] later after what went.
+    /// [`control::runtime::DRAIN_LIMIT`] later after what went. A peer
+    /// that has not ended the connection [`CoreConfig::closing_limit`]
+    /// after our FIN is reset.
+    /// With nothing left to send, the FIN is queued at once (a transport
+    /// that sends by itself, kernel TCP, sends it without another turn).
     pub fn close(&mut self, qp: QpHandle) {
         let Some(&i) = self.by_qp.get(&qp) else {
             return;
         };
-        let live = &mut self.live[i];
-        if live.closing || live.close_asked.is_some() {
+        if self.live[i].closing {
             return;
         }
         if self.rnic.may_transmit(qp).unwrap_or(false) {
             // The next looks send it, then close.
-            live.close_asked = Some(self.last_turn.map_or(Instant::ZERO, |(at, _)| at));
+            self.live[i].close_wanted = true;
             self.wake(i);
         } else {
-            let _ = self.transport.close(live.conn);
-            live.closing = true;
+            let _ = self.transport.close(self.live[i].conn);
+            self.live[i].closing = true;
+            // Timed from the next turn.
+            self.closing_live.push((qp, None));
         }
     }
 

@@ -583,6 +583,124 @@ on_every_transport!(
     }
 );
 
+/// After our FIN, a peer that acknowledges it, never sends its own and
+/// trickles an octet now and then (which keeps TCP's user timeout away)
+/// is reset `CoreConfig::closing_limit` later; meanwhile the QP, past
+/// its FIN, is not looked at every turn (the octets put it in Terminate,
+/// whose message can no longer go: it was, for ever; found by a review).
+#[test]
+fn a_peer_that_never_closes_after_our_fin_is_reset() {
+    use tcp_lite::link::{self, LinkConfig};
+    use tcp_lite::{Stack, StackConfig, Transport};
+    let (end_a, end_b) = link::pair(LinkConfig::ethernet(1500), 5);
+    let (a_addr, b_addr) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    let stack = |mac, addr, end| {
+        Stack::new(StackConfig::new(mac, addr), end, tcp_lite::Instant::ZERO).unwrap()
+    };
+    let (sa, sb) = (
+        stack([2, 0, 0, 0, 0, 1], a_addr, end_a),
+        stack([2, 0, 0, 0, 0, 2], b_addr, end_b),
+    );
+    let mut config = dataplane::CoreConfig::new(sb.emss());
+    config.closing_limit = StdDuration::from_secs(1);
+    let ea = sa.emss();
+    let mut a = Host::new(sa, ea, 1);
+    let mut b = Host::with(sb, config, rnic_engine::verbs::RnicConfig::default(), 2);
+    let (ha, hb) = establish_plain(&mut a, &mut b, b_addr);
+    let (ca, qb) = (ha.conn.unwrap(), b.qps[&hb.conn.unwrap()]);
+    b.core.close(qb);
+    let closed_at = StdInstant::now();
+    let looked = b.core.counters().looked_at;
+    let mut trickled = StdInstant::now();
+    let mut ended = false;
+    // a's core is not run: the test is its peer, on a's stack.
+    while !ended {
+        assert!(
+            closed_at.elapsed() < StdDuration::from_secs(8),
+            "b's QP still live: {:?}",
+            b.core.rnic_ref().qp_state(qb)
+        );
+        b.step(now());
+        let t = a.core.transport_mut();
+        t.poll(now());
+        while t.next_event().is_some() {}
+        if trickled.elapsed() > StdDuration::from_millis(100) {
+            trickled = StdInstant::now();
+            let sent = t.send_with(ca, 1, |buf| {
+                buf[0] = 0xee;
+                (1, ())
+            });
+            assert!(sent.is_ok(), "{sent:?}");
+        }
+        ended = std::iter::from_fn(|| b.core.next_ended()).any(|q| q == qb);
+        std::thread::sleep(StdDuration::from_micros(200));
+    }
+    assert!(closed_at.elapsed() >= StdDuration::from_secs(1));
+    let c = b.core.counters();
+    assert_eq!(c.closes_reset, 1);
+    let looks = c.looked_at - looked;
+    assert!(looks < 200, "looked at {looks} times after its FIN");
+}
+
+/// An ended QP whose completions the application has not taken keeps its
+/// slot: with the engine full, a new connection is refused rather than
+/// the completions dropped (a data delivered Send's among them); once
+/// they are taken, the slot is free again.
+#[test]
+fn a_full_engine_refuses_a_connection_rather_than_drop_kept_completions() {
+    use tcp_lite::link::{self, LinkConfig};
+    use tcp_lite::{Stack, StackConfig};
+    let (end_a, end_b) = link::pair(LinkConfig::ethernet(1500), 5);
+    let (a_addr, b_addr) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    let stack = |mac, addr, end| {
+        Stack::new(StackConfig::new(mac, addr), end, tcp_lite::Instant::ZERO).unwrap()
+    };
+    let (sa, sb) = (
+        stack([2, 0, 0, 0, 0, 1], a_addr, end_a),
+        stack([2, 0, 0, 0, 0, 2], b_addr, end_b),
+    );
+    let (ea, eb) = (sa.emss(), sb.emss());
+    let mut a = Host::new(sa, ea, 1);
+    let one_qp = rnic_engine::verbs::RnicConfig {
+        qps_max: 1,
+        ..rnic_engine::verbs::RnicConfig::default()
+    };
+    let mut b = Host::with(sb, dataplane::CoreConfig::new(eb), one_qp, 2);
+    let (ha, hb) = establish_plain(&mut a, &mut b, b_addr);
+    let (qa, qb) = (a.qps[&ha.conn.unwrap()], b.qps[&hb.conn.unwrap()]);
+    let sgl = [b.sge(8_000, 8_000)];
+    b.rnic()
+        .post_recv(
+            qb,
+            &rnic_engine::verbs::RecvWr {
+                wr_id: 30,
+                sgl: &sgl,
+            },
+        )
+        .unwrap();
+    let sgl = [a.sge(0, 1_000)];
+    a.rnic()
+        .post_send(qa, &SendWr::signaled(40, SendOp::Send, &sgl))
+        .unwrap();
+    run(&mut a, &mut b, "b reads the Send", |_, b| {
+        b.core.rx_octets(qb).is_some_and(|n| n >= 1_000)
+    });
+    a.core.abort(qa);
+    run(&mut a, &mut b, "b's QP ends", |_, b| {
+        std::iter::from_fn(|| b.core.next_ended()).any(|q| q == qb)
+    });
+    // A second connection before b's application polls: no slot.
+    let (_, refused) = establish_plain(&mut a, &mut b, b_addr);
+    assert!(!b.qps.contains_key(&refused.conn.unwrap()), "no QP for it");
+    assert_eq!(b.core.counters().refused, 1);
+    let wb = b.completions();
+    let got: Vec<_> = wb.iter().map(|w| (w.qp, w.wr_id, w.byte_len)).collect();
+    assert_eq!(got, [(qb, 30, 1_000)]);
+    // Taken: the slot is free for the next connection.
+    let (_, third) = establish_plain(&mut a, &mut b, b_addr);
+    assert!(b.qps.contains_key(&third.conn.unwrap()));
+}
+
 /// An urgent QP's segments carry `CoreConfig::urgent_dscp` (EF, 46, by
 /// default) on the in-memory link; none once it is urgent no more.
 #[test]

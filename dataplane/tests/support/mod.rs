@@ -53,10 +53,20 @@ pub struct Host<T: CoreTransport> {
 
 impl<T: CoreTransport> Host<T> {
     pub fn new(transport: T, emss: usize, seed: u64) -> Host<T> {
+        Host::with(
+            transport,
+            CoreConfig::new(emss),
+            RnicConfig::default(),
+            seed,
+        )
+    }
+
+    /// A host with this core's and this engine's configuration.
+    pub fn with(transport: T, config: CoreConfig, rnic: RnicConfig, seed: u64) -> Host<T> {
         let (control, mut links) = ControlPlane::start(1);
         let mut rnic = Rnic::new(RnicConfig {
             stag_seed: seed,
-            ..RnicConfig::default()
+            ..rnic
         });
         let pd = rnic.alloc_pd().unwrap();
         let cq = rnic.create_cq(256).unwrap();
@@ -72,13 +82,7 @@ impl<T: CoreTransport> Host<T> {
             rq_size: 64,
         };
         Host {
-            core: Core::new(
-                CoreConfig::new(emss),
-                transport,
-                links.remove(0),
-                rnic,
-                qp_init,
-            ),
+            core: Core::new(config, transport, links.remove(0), rnic, qp_init),
             control,
             cq,
             qps: HashMap::new(),
