@@ -44,7 +44,8 @@ pub struct DeviceCounters {
     pub rx_packets: u64,
     /// Their octets.
     pub rx_octets: u64,
-    /// Frames given to the port to send.
+    /// Frames the port took to send (not those still staged, nor those
+    /// its prepare step refused: `tx_rejected`).
     pub tx_packets: u64,
     /// Their octets.
     pub tx_octets: u64,
@@ -260,8 +261,6 @@ impl DpdkDevice {
             Some(room) => room.copy_from_slice(frame),
             None => return false,
         }
-        io.counters.tx_packets += 1;
-        io.counters.tx_octets += frame.len() as u64;
         io.staged[io.staged_len] = Some(mbuf);
         io.staged_len += 1;
         true
@@ -439,8 +438,14 @@ impl Io {
         if self.staged_len == 0 {
             return true;
         }
+        let mut lens = [0u16; BURST_MAX];
+        for (len, frame) in lens.iter_mut().zip(&self.staged[..self.staged_len]) {
+            *len = frame.as_ref().map_or(0, |m| m.data().len() as u16);
+        }
         let sent = self.queue.tx_burst(&mut self.staged[..self.staged_len]);
         self.counters.tx_bursts += 1;
+        self.counters.tx_packets += sent as u64;
+        self.counters.tx_octets += lens[..sent].iter().map(|&l| u64::from(l)).sum::<u64>();
         // A frame the driver refused left its slot empty too.
         let left = self.staged[..self.staged_len]
             .iter()
@@ -548,8 +553,6 @@ impl phy::TxToken for TxToken<'_> {
         if let Some(l3_len) = checksum::fill(frame, io.tx_checksum) {
             mbuf.request_tcp_checksum_offload(14, l3_len as u16);
         }
-        io.counters.tx_packets += 1;
-        io.counters.tx_octets += len as u64;
         io.staged[io.staged_len] = Some(mbuf);
         io.staged_len += 1;
         if io.staged_len == BURST_MAX {
