@@ -239,9 +239,17 @@ pub fn tcp_config(lossless: bool) -> TcpConfig {
         } else {
             CongestionControl::Cubic
         },
+        keep_alive: Some(KEEP_ALIVE),
         ..TcpConfig::default()
     }
 }
+
+/// The keep-alive interval of connections on real networks (TAP, DPDK
+/// ports, Linux TCP for `bench --server` and dpwarpd): a peer whose host
+/// vanished while its connection was idle on our side (a Write bandwidth
+/// client's server sends nothing) is found within the user timeout (30 s),
+/// and its QP, lease and slot given back, instead of held for good.
+pub const KEEP_ALIVE: tcp_lite::Duration = tcp_lite::Duration::from_secs(10);
 
 /// tcp-lite on a new TAP device `tap` with our address `ip` (ADDR/PREFIX),
 /// the device moved into namespace `netns` (and made a port of `bridge`

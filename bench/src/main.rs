@@ -353,6 +353,7 @@ fn serve(args: &Args, plan: &Plan, stop: &AtomicBool) -> i32 {
             rx_buffer: 4 << 20,
             tx_buffer: 4 << 20,
             reuse_port: cores > 1,
+            keep_alive: Some(bench::link::KEEP_ALIVE),
             ..Default::default()
         };
         let transports: Result<Vec<_>, String> = (0..cores)

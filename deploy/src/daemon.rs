@@ -841,6 +841,8 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
                     .min(65_536),
                 rx_buffer: 4 << 20,
                 tx_buffer: 4 << 20,
+                // A client whose host vanished gives its QPs and lease back.
+                keep_alive: Some(bench::link::KEEP_ALIVE),
                 reuse_port: cores > 1,
                 // A spread perftest service's listeners (one per core)
                 // take each client host's connections on one of them.

@@ -89,7 +89,14 @@ pub struct TcpConfig {
     /// congestion window admits a whole segment whenever it has room. On
     /// for MPA; off sends as plain smoltcp does.
     pub whole_records: bool,
-    /// TCP keep-alive interval, `None` for off.
+    /// TCP keep-alive interval, `None` for off. On, an idle connection
+    /// probes its peer at this interval, and one whose peer has sent
+    /// nothing, not even the answer to a probe, for `user_timeout` is
+    /// dropped without a word (reported as
+    /// [`EventKind::Reset`](crate::EventKind::Reset)): a peer that vanished
+    /// (its host lost, a cable pulled) while nothing of ours waited for its
+    /// acknowledgement held the connection for ever. At most half the user
+    /// timeout, so that a peer has two probes to answer.
     pub keep_alive: Option<Duration>,
     /// A connection that makes no progress for this long (a connect that is
     /// not answered, or queued data that is not acknowledged) is aborted
@@ -224,6 +231,13 @@ impl StackConfig {
             return Err(ConfigError(
                 "tcp.user_timeout must be above zero and at most 24 hours",
             ));
+        }
+        if let Some(k) = self.tcp.keep_alive {
+            if k == Duration::ZERO || k > self.tcp.user_timeout / 2 {
+                return Err(ConfigError(
+                    "tcp.keep_alive must be above zero and at most half of tcp.user_timeout",
+                ));
+            }
         }
         if self.tcp.handshake_timeout == Duration::ZERO {
             return Err(ConfigError("tcp.handshake_timeout must be above zero"));

@@ -407,6 +407,9 @@ impl<D: Device> Stack<D> {
         // connection's window.
         socket.set_congestion_control(tcp.congestion.to_smoltcp());
         socket.set_keep_alive(tcp.keep_alive);
+        // With keep-alive, a peer silent for the user timeout (probes
+        // unanswered) ends the connection (smoltcp closes it).
+        socket.set_timeout(tcp.keep_alive.map(|_| tcp.user_timeout));
         let generation = self.generations[index as usize].wrapping_add(1);
         self.generations[index as usize] = generation;
         self.slots[index as usize] = Some(Slot {

@@ -717,6 +717,64 @@ fn idleness_before_a_send_is_not_waiting() {
     assert_eq!(net.a.stats().timed_out, 0);
 }
 
+/// With keep-alive, an idle connection whose peer vanished (nothing of
+/// ours waits for an acknowledgement, so the user timeout alone never
+/// ends it) ends once the peer has been silent for the user timeout; one
+/// whose peer answers the probes lives on, idle. Without keep-alive the
+/// vanished peer's connection stays (as `unanswered_connect_and_...`
+/// shows), holding its slot for good.
+#[test]
+fn keep_alive_ends_an_idle_connection_whose_peer_vanished() {
+    let mut net = Net::new(LinkConfig::ethernet(1500), 14, |c| {
+        c.tcp.user_timeout = Duration::from_secs(6);
+        c.tcp.keep_alive = Some(Duration::from_secs(2));
+    });
+    let (client, server) = net.connect(4013);
+    // Idle 30 s, both ends there: the probes are answered.
+    let end = net.now + Duration::from_secs(30);
+    while net.now < end {
+        net.now += Duration::from_millis(250);
+        net.step(Duration::from_millis(250));
+    }
+    assert!(net
+        .a_events
+        .iter()
+        .chain(&net.b_events)
+        .all(|e| !matches!(e.kind, EventKind::Reset | EventKind::TimedOut)));
+    // b's host goes: nothing it would say arrives any more.
+    net.b.device().set_tx_faults(Faults {
+        drop: 1.0,
+        ..Faults::NONE
+    });
+    let start = net.now;
+    net.run_until(Duration::from_secs(20), |net| {
+        has(&net.a_events, client, EventKind::Reset)
+    });
+    let took = net.now - start;
+    assert!(
+        took >= Duration::from_secs(6) && took < Duration::from_secs(9),
+        "ended after {took}"
+    );
+    net.a.release(client);
+    assert_eq!(net.a.connections(), 0, "its slot is free");
+    let _ = server;
+}
+
+#[test]
+fn keep_alive_is_checked_against_the_user_timeout() {
+    for (k, ok) in [(0, false), (1, true), (15, true), (16, false)] {
+        let mut c =
+            tcp_lite::StackConfig::new([2, 0, 0, 0, 0, 1], std::net::Ipv4Addr::new(10, 0, 0, 1));
+        c.tcp.user_timeout = Duration::from_secs(30);
+        c.tcp.keep_alive = Some(Duration::from_secs(k));
+        let checked = c.validate();
+        assert_eq!(checked.is_ok(), ok, "{k} s: {checked:?}");
+        if let Err(e) = checked {
+            assert!(e.to_string().contains("tcp.keep_alive"), "{e}");
+        }
+    }
+}
+
 /// Active opens start at a seed-derived place in the ephemeral range (RFC
 /// 6056 §3.2): two runs with different seeds do not reuse each other's
 /// four-tuple (a peer may still hold the last one in TIME-WAIT); the same

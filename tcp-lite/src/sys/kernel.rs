@@ -87,6 +87,12 @@ pub struct KernelConfig {
     /// A connection that makes no progress for this long is aborted with
     /// [`EventKind::TimedOut`]; also its `TCP_USER_TIMEOUT`.
     pub user_timeout: Duration,
+    /// TCP keep-alive (`SO_KEEPALIVE`, probes this often when idle; at
+    /// most half the user timeout), `None` for off: Linux ends an idle
+    /// connection whose peer has not answered its probes for the user
+    /// timeout (`TCP_USER_TIMEOUT` bounds keep-alive too), as
+    /// [`TcpConfig::keep_alive`](crate::TcpConfig::keep_alive) does.
+    pub keep_alive: Option<Duration>,
     /// `SO_REUSEPORT` on listeners: several transports (one per core) may
     /// listen on one port, and the kernel spreads the connections it
     /// accepts over them by a hash of the addresses and ports (off by
@@ -163,6 +169,7 @@ impl Default for KernelConfig {
             tx_buffer: 256 * 1024,
             nodelay: true,
             user_timeout: Duration::from_secs(30),
+            keep_alive: None,
             reuse_port: false,
             by_host: Vec::new(),
         }
@@ -191,6 +198,13 @@ impl KernelConfig {
             return Err(ConfigError(
                 "user_timeout must be above zero and at most 24 hours",
             ));
+        }
+        if let Some(k) = self.keep_alive {
+            if k < Duration::from_secs(1) || k > self.user_timeout / 2 {
+                return Err(ConfigError(
+                    "keep_alive must be at least 1 s and at most half of user_timeout",
+                ));
+            }
         }
         Ok(())
     }
@@ -323,7 +337,18 @@ fn set_options(socket: &Socket, config: &KernelConfig) -> io::Result<()> {
 
 fn set_user_timeout(socket: &Socket, config: &KernelConfig) -> io::Result<()> {
     let timeout = std::time::Duration::from_micros(config.user_timeout.total_micros());
-    socket.set_tcp_user_timeout(Some(timeout))
+    socket.set_tcp_user_timeout(Some(timeout))?;
+    if let Some(k) = config.keep_alive {
+        // Linux counts keep-alive in whole seconds.
+        let every = std::time::Duration::from_secs(k.total_millis().div_ceil(1000).max(1));
+        let probes = timeout.as_secs().div_ceil(every.as_secs()).clamp(1, 127) as u32;
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(every)
+            .with_interval(every)
+            .with_retries(probes);
+        socket.set_tcp_keepalive(&keepalive)?;
+    }
+    Ok(())
 }
 
 /// One connection and what the transport knows about it.
@@ -1232,6 +1257,39 @@ mod tests {
         ];
         for config in bad {
             assert!(KernelTransport::new(config).is_err());
+        }
+    }
+
+    /// Keep-alive on: every connection's socket probes at the interval
+    /// (Linux ends it once the user timeout passes unanswered); off, none.
+    #[test]
+    fn keep_alive_is_set_on_each_socket() {
+        let on = KernelConfig {
+            keep_alive: Some(Duration::from_secs(10)),
+            ..KernelConfig::default()
+        };
+        assert_eq!(on.validate(), Ok(()));
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        set_user_timeout(&socket, &on).unwrap();
+        assert!(socket.keepalive().unwrap());
+        assert_eq!(
+            socket.tcp_keepalive_time().unwrap(),
+            std::time::Duration::from_secs(10)
+        );
+        assert_eq!(
+            socket.tcp_keepalive_interval().unwrap(),
+            std::time::Duration::from_secs(10)
+        );
+        assert_eq!(socket.tcp_keepalive_retries().unwrap(), 3);
+        let off = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        set_user_timeout(&off, &KernelConfig::default()).unwrap();
+        assert!(!off.keepalive().unwrap());
+        for k in [0, 16] {
+            let bad = KernelConfig {
+                keep_alive: Some(Duration::from_secs(k)),
+                ..KernelConfig::default()
+            };
+            assert!(bad.validate().is_err(), "{k} s");
         }
     }
 }
