@@ -790,6 +790,7 @@ impl Serving {
             by_peer,
             joined,
             retired,
+            reserved,
             ..
         } = &mut *runs;
         // Its QP joins the run's PD when its core asks (`pd_for`); an
@@ -845,7 +846,9 @@ impl Serving {
                         hello.size
                     ));
                 }
-                let (offset, len) = leases.take(need).ok_or_else(|| out_of_memory(leases))?;
+                let Some((offset, len)) = leases.take(need) else {
+                    return Err(out_of_memory(need, leases, *reserved, dirty));
+                };
                 let stag = match self.expose(offset, len, run.access, run.pd) {
                     Ok(stag) => stag,
                     Err(why) => {
@@ -905,7 +908,7 @@ impl Serving {
             _ => None,
         };
         let Some((offset, len)) = leases.take(need) else {
-            let why = out_of_memory(leases);
+            let why = out_of_memory(need, leases, *reserved, dirty);
             self.retire(pd, retired);
             return Err(why);
         };
@@ -1236,12 +1239,26 @@ struct Lease {
     stag: Option<u32>,
 }
 
-fn out_of_memory(leases: &Leases) -> String {
+/// Why a run of `need` octets found no lease, with what holds the memory:
+/// other clients' runs (wait), the server's other services' reserve and
+/// leases being cleared (never the client's), or a run larger than the
+/// service's whole share (no wait helps).
+fn out_of_memory(need: u64, leases: &Leases, reserved: u64, dirty: &[(u64, u64)]) -> String {
+    let clearing: u64 = dirty.iter().map(|&(_, len)| len).sum();
+    let share = leases.len().saturating_sub(reserved);
+    let others = leases.used().saturating_sub(reserved + clearing);
+    if need > share {
+        return format!(
+            "this server has no room for the run: it needs {need} octets and the service's \
+             memory is {share} octets ({reserved} more are reserved for the server's other \
+             services): use smaller messages or fewer QPs (-s, -a, -q), or give the server \
+             more memory (dpwarpd: [rnic] memory_mib)"
+        );
+    }
     format!(
-        "this server has no room for the run: {} of its {} octets of memory are leased to \
-         other clients; try again later or with smaller messages",
-        leases.used(),
-        leases.len()
+        "this server has no room for the run's {need} octets now: {others} of the service's \
+         {share} octets are leased to other clients' runs and {clearing} are being cleared \
+         after runs that ended; try again later or with smaller messages"
     )
 }
 
@@ -2170,6 +2187,46 @@ mod tests {
         assert_eq!(serving.reap(), 1, "run 5, with nothing open");
         assert_eq!(serving.pd_for(peer(5)), None);
         assert_eq!((serving.pds(), registry.pds_in_use()), (0, baseline));
+    }
+
+    /// A run that finds no room is told what holds the memory: with
+    /// nothing leased, a size past the service's share (the rest reserved
+    /// for other services) is told no wait helps, and how to get room;
+    /// one behind other clients' runs is told to try again (both were
+    /// "leased to other clients; try again later", the reserve counted as
+    /// clients': found by a review).
+    #[test]
+    fn a_run_without_room_is_told_what_holds_the_memory() {
+        let serving = Serving::with(
+            1,
+            Admission::Many {
+                runs_max: 4,
+                idle: StdDuration::from_secs(60),
+            },
+            1 << 20,
+        );
+        serving.reserve(512 << 10).unwrap();
+        let len = 1 << 20;
+        let too_big = serving
+            .admit(&hello(8, 300 << 10, true), len, None)
+            .err()
+            .unwrap();
+        assert!(
+            too_big.contains("the service's memory is 524288 octets"),
+            "{too_big}"
+        );
+        assert!(too_big.contains("[rnic] memory_mib"), "{too_big}");
+        assert!(!too_big.contains("try again"), "{too_big}");
+        serving
+            .admit(&hello(1, 200 << 10, true), len, None)
+            .unwrap();
+        let busy = serving
+            .admit(&hello(2, 200 << 10, true), len, None)
+            .err()
+            .unwrap();
+        assert!(busy.contains("leased to other clients' runs"), "{busy}");
+        assert!(busy.contains("try again later"), "{busy}");
+        assert_eq!(serving.stats().runs, 1);
     }
 
     /// An RNIC end whose CQ yields what the test queued.
