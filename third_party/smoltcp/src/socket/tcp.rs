@@ -1105,6 +1105,14 @@ impl<'a> Socket<'a> {
         self.keep_alive
     }
 
+    /// dpwarp: when the remote endpoint last sent an acceptable segment
+    /// (a keep-alive probe's answer included), `None` before any: lets the
+    /// owner end a connection whose peer went silent by its own rules,
+    /// as the [timeout](#method.set_timeout) does by smoltcp's.
+    pub fn remote_last_heard(&self) -> Option<Instant> {
+        self.remote_last_ts
+    }
+
     /// Set the keep-alive interval.
     ///
     /// An idle socket with a keep-alive interval set will transmit a "keep-alive ACK" packet
@@ -1971,7 +1979,11 @@ impl<'a> Socket<'a> {
             State::Closed | State::Listen | State::SynSent | State::SynReceived
         );
         let ack = repr.ack_number?;
-        let old = ack < self.local_seq_no && self.local_seq_no - ack <= self.remote_win_max;
+        // How far below SND.UNA, in the sequence space's own arithmetic:
+        // an ACK half the space away is below by `<` and not by `-`, which
+        // panics (a remote crash: found by a review of this change).
+        let behind = self.local_seq_no.0.wrapping_sub(ack.0);
+        let old = behind > 0 && behind as usize <= self.remote_win_max;
         let data = !repr.payload.is_empty()
             && matches!(
                 repr.control,
@@ -8810,6 +8822,16 @@ mod test {
         send!(s, time 1030, TcpRepr {
             seq_number: REMOTE_SEQ + 1 + 3,
             ack_number: Some(LOCAL_SEQ + 1 + 3),
+            payload: &b"uvw"[..],
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recv_queue(), 0, "dropped");
+        // Half the sequence space away: below SND.UNA by comparison, too
+        // far by any window; dropped, not a panic.
+        s.remote_win_max = 1 << 20;
+        send!(s, time 1040, TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + 3,
+            ack_number: Some(TcpSeqNumber((LOCAL_SEQ + 1 + 6).0.wrapping_add(i32::MIN))),
             payload: &b"uvw"[..],
             ..SEND_TEMPL
         });
