@@ -92,8 +92,8 @@ pub struct TcpConfig {
     /// TCP keep-alive interval, `None` for off. On, an idle connection
     /// probes its peer at this interval, and one whose peer has sent
     /// nothing, not even the answer to a probe, for `user_timeout` is
-    /// dropped without a word (reported as
-    /// [`EventKind::Reset`](crate::EventKind::Reset)): a peer that vanished
+    /// aborted (reported as
+    /// [`EventKind::TimedOut`](crate::EventKind::TimedOut)): a peer that vanished
     /// (its host lost, a cable pulled) while nothing of ours waited for its
     /// acknowledgement held the connection for ever. At most half the user
     /// timeout, so that a peer has two probes to answer.

@@ -407,9 +407,6 @@ impl<D: Device> Stack<D> {
         // connection's window.
         socket.set_congestion_control(tcp.congestion.to_smoltcp());
         socket.set_keep_alive(tcp.keep_alive);
-        // With keep-alive, a peer silent for the user timeout (probes
-        // unanswered) ends the connection (smoltcp closes it).
-        socket.set_timeout(tcp.keep_alive.map(|_| tcp.user_timeout));
         let generation = self.generations[index as usize].wrapping_add(1);
         self.generations[index as usize] = generation;
         self.slots[index as usize] = Some(Slot {
@@ -764,6 +761,24 @@ impl<D: Device> Stack<D> {
                 _ => self.stats.reset += 1,
             }
             self.events.push(conn, kind);
+            return false;
+        }
+        // With keep-alive, an established connection whose peer has sent
+        // nothing for the user timeout, its probes unanswered, is over: a
+        // peer that vanished while nothing of ours waited for it would
+        // hold the connection for ever (RFC 9293 §3.8.4 lets keep-alive
+        // end it; the user timeout below needs something to wait for).
+        let silent = self.config.tcp.keep_alive.is_some()
+            && matches!(state, State::Established | State::CloseWait)
+            && socket
+                .remote_last_heard()
+                .is_some_and(|heard| now >= heard + timeout);
+        if silent {
+            self.sockets.get_mut::<tcp::Socket>(handle).abort();
+            slot.finished = true;
+            slot.rst_pending = true;
+            self.stats.timed_out += 1;
+            self.events.push(conn, EventKind::TimedOut);
             return false;
         }
         // The user timeout: waiting for a handshake, an acknowledgement,

@@ -748,7 +748,7 @@ fn keep_alive_ends_an_idle_connection_whose_peer_vanished() {
     });
     let start = net.now;
     net.run_until(Duration::from_secs(20), |net| {
-        has(&net.a_events, client, EventKind::Reset)
+        has(&net.a_events, client, EventKind::TimedOut)
     });
     let took = net.now - start;
     assert!(
