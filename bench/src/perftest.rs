@@ -972,18 +972,20 @@ fn server<T: CoreTransport>(
             service.ended(qp);
         }
         for (handoff, qp) in ep.take_handoffs() {
-            match (handoff.result, qp) {
+            let client = handoff.ends.map(|(_, peer)| *peer.ip());
+            let served = match (handoff.result, qp) {
                 (StartupResult::Established(_), Some(qp)) => {
                     let peer = handoff
                         .conn
                         .and_then(|c| ep.core.transport().endpoints(c).ok())
                         .map(|(_, peer)| peer);
                     match peer {
-                        Some(peer) => {
-                            service.established(ep, qp, peer);
-                        }
+                        Some(peer) => service.established(ep, qp, peer),
                         // Gone before we could ask: nothing to serve.
-                        None => ep.abort(qp),
+                        None => {
+                            ep.abort(qp);
+                            false
+                        }
                     }
                 }
                 // One that never got as far as MPA costs that connection
@@ -993,8 +995,16 @@ fn server<T: CoreTransport>(
                         "bench perftest: a connection's MPA startup failed: {}",
                         f.reason
                     );
+                    false
                 }
-                _ => {}
+                // Established without a QP (the core had no room).
+                (StartupResult::Established(_), None) => false,
+                _ => true,
+            };
+            // The one client's accepted connection came to no session:
+            // the next client may come.
+            if let (false, Some(ip), true) = (served, client, service.is_empty()) {
+                gate.release_single(ip);
             }
         }
         wcs.clear();

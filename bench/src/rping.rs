@@ -1047,10 +1047,9 @@ fn serve_completion<T: CoreTransport>(
             let want = ping_data(s.ping, s.echo_len);
             if data != want {
                 return Err(format!(
-                    "data mismatch: read {:?}, rping's iteration {} is {:?}",
-                    String::from_utf8_lossy(&data),
+                    "data mismatch in rping's iteration {}: {}",
                     s.ping,
-                    String::from_utf8_lossy(&want)
+                    mismatch(&data, &want)
                 ));
             }
             // rping writes back strlen + 1 octets.
@@ -1073,9 +1072,43 @@ fn serve_completion<T: CoreTransport>(
             s.phase = Phase::ReadAdv;
         }
         (WR_SEND, _) => {}
-        (kind, phase) => return Err(format!("unexpected completion {kind} in {phase:?}")),
+        (kind, phase) => {
+            let what = match kind {
+                WR_RECV0 | WR_RECV1 => "a receive (the client's advertisement)",
+                WR_SEND => "a send",
+                WR_READ => "an RDMA Read",
+                WR_WRITE => "an RDMA Write",
+                _ => "an unknown work request",
+            };
+            return Err(format!(
+                "{what} completed in phase {phase:?}: the client broke rping's order (one \
+                 advertisement at a time, each after our answer to the last)"
+            ));
+        }
     }
     Ok(())
+}
+
+/// Where `got` first differs from `want`, with a few octets of each from
+/// there (a client's whole 64 KiB buffer, twice, in every error line let it
+/// fill the log).
+fn mismatch(got: &[u8], want: &[u8]) -> String {
+    const CONTEXT: usize = 32;
+    let at = got
+        .iter()
+        .zip(want)
+        .position(|(g, w)| g != w)
+        .unwrap_or(got.len().min(want.len()));
+    let piece = |b: &[u8]| {
+        let end = (at + CONTEXT).min(b.len());
+        String::from_utf8_lossy(&b[at.min(end)..end]).into_owned()
+    };
+    format!(
+        "{} octets, first difference at octet {at}: read {:?}..., expected {:?}...",
+        got.len(),
+        piece(got),
+        piece(want)
+    )
 }
 
 fn client<T: CoreTransport>(
@@ -1170,9 +1203,9 @@ fn client<T: CoreTransport>(
             .map_err(|e| format!("{e:?}"))?;
         if echo != data {
             break Err(format!(
-                "iteration {ping}: data mismatch: sent {:?}, the server wrote back {:?}",
-                String::from_utf8_lossy(&data),
-                String::from_utf8_lossy(&echo)
+                "iteration {ping}: data mismatch, what the server wrote back against what \
+                 we sent: {}",
+                mismatch(&echo, &data)
             ));
         }
         outcome.verified += 1;
@@ -1256,5 +1289,25 @@ fn wait_recv<T: CoreTransport>(
                 STALL_LIMIT.as_secs()
             ));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A mismatch names where the data first differs and shows a few
+    /// octets from there, however large the buffers (a client's 64 KiB of
+    /// the wrong pattern put both buffers, escaped, in every error line).
+    #[test]
+    fn a_mismatch_is_told_in_a_line() {
+        let want = ping_data(7, 65_535);
+        let mut got = want.clone();
+        got[40_000] ^= 0x55;
+        let told = mismatch(&got, &want);
+        assert!(told.contains("first difference at octet 40000"), "{told}");
+        assert!(told.len() < 200, "{} octets: {told}", told.len());
+        let short = mismatch(&want[..10], &want);
+        assert!(short.contains("at octet 10"), "{short}");
     }
 }

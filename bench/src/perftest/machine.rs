@@ -574,6 +574,14 @@ impl Machine {
         qp: QpHandle,
     ) -> Result<(), String> {
         self.ctrl = Some(qp);
+        // The slot's control area held the last session's messages (its
+        // QP numbers, STag, addresses, results); a Read test exposes the
+        // whole slot to its client: nothing of another session's is left
+        // there to read.
+        const ZEROS: [u8; DATA_AT as usize] = [0; DATA_AT as usize];
+        ep.region
+            .write(self.l.origin as usize, &ZEROS)
+            .map_err(|e| format!("clearing the session's control area: {e:?}"))?;
         for slot in 0..CTRL_RECVS {
             self.post_ctrl_recv(ep, slot)?;
         }
@@ -1605,7 +1613,7 @@ impl Machine {
                         ep.region
                             .write(post_at as usize, &[run.scnt[0] as u8])
                             .map_err(|e| format!("{e:?}"))?;
-                        run.posted.push(Instant::now());
+                        stamp(&mut run.posted);
                         let local = self.l.local(0);
                         self.post_wr(ep, 0, WR_DATA, SendOp::Write(remote), local, size)?;
                     }
@@ -1645,7 +1653,7 @@ impl Machine {
             stag: self.rem[0].rkey,
             to: self.rem[0].vaddr,
         };
-        run.posted.push(Instant::now());
+        stamp(&mut run.posted);
         let local = self.l.local(0);
         self.post_wr(ep, 0, WR_DATA, SendOp::Read(remote), local, run.size)?;
         run.scnt[0] += 1;
@@ -1690,10 +1698,90 @@ impl Machine {
         };
         if turn && more(run.scnt[0]) {
             run.scnt[0] += 1;
-            run.posted.push(Instant::now());
+            stamp(&mut run.posted);
             let local = self.l.local(0);
             self.post_wr(ep, 0, WR_DATA, SendOp::Send, local, run.size)?;
         }
         Ok(!more(run.scnt[0]) && !more(run.rcnt[0]) && run.ccnt[0] >= run.scnt[0])
+    }
+}
+
+/// Latency samples a run keeps at most: a `-D` run (no iteration count)
+/// is as long as its client says, up to a day, and one timestamp per
+/// iteration grew without bound; past this many the run goes on and its
+/// statistics are those of its first iterations (64 MiB of timestamps).
+const LAT_SAMPLES_MAX: usize = 1 << 22;
+
+/// Notes a latency iteration's start, while there is room.
+fn stamp(posted: &mut Vec<Instant>) {
+    if posted.len() < LAT_SAMPLES_MAX {
+        posted.push(Instant::now());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use rnic_engine::verbs::QpInit;
+    use tcp_lite::link::{self, LinkConfig};
+    use tcp_lite::{Stack, StackConfig};
+
+    use super::*;
+
+    /// A session that takes a slot clears its control area first: a Read
+    /// test exposes the whole slot to its client, and the last session's
+    /// control messages (its QP numbers, STag, addresses) were left there
+    /// for the next client to read (found by a review).
+    #[test]
+    fn a_new_session_leaves_nothing_of_the_last_in_its_slot() {
+        let p = Params {
+            test: Test::ReadBw,
+            client: false,
+            size: 65536,
+            iters: 100,
+            tx_depth: 128,
+            rx_depth: 1,
+            out_reads: 1,
+            all_sizes: false,
+            duration: None,
+            qps: 1,
+            duplex: false,
+        };
+        let (end, _silent) = link::pair(LinkConfig::ethernet(1500), 1);
+        let config = StackConfig::new([2, 0, 0, 0, 0, 1], Ipv4Addr::new(10, 0, 0, 1));
+        let stack = Stack::new(config, end, tcp_lite::Instant::ZERO).expect("a stack");
+        let emss = stack.emss();
+        let mut ep = Endpoint::new(stack, emss, 1, Layout::memory(&p));
+        ep.region.write(0, &[0xab; DATA_AT as usize]).unwrap();
+        let (pd, cq) = (ep.pd(), ep.cq);
+        let qp = ep
+            .rnic()
+            .create_qp(QpInit {
+                pd,
+                send_cq: cq,
+                recv_cq: cq,
+                srq: None,
+                sq_size: 16,
+                rq_size: 16,
+            })
+            .unwrap();
+        let mut m = Machine::new(p, 0, 3, 1);
+        m.set_ctrl(&mut ep, qp).unwrap();
+        let mut area = [0xffu8; DATA_AT as usize];
+        ep.region.read(0, &mut area).unwrap();
+        assert!(
+            area.iter().all(|&o| o == 0),
+            "the last session's octets stay"
+        );
+    }
+
+    #[test]
+    fn latency_samples_stop_at_their_bound() {
+        let mut posted = Vec::new();
+        for _ in 0..LAT_SAMPLES_MAX + 10 {
+            stamp(&mut posted);
+        }
+        assert_eq!(posted.len(), LAT_SAMPLES_MAX);
     }
 }

@@ -446,6 +446,20 @@ impl Gate {
         })
     }
 
+    /// One-client mode: the accepted connection of `ip`'s client came to
+    /// no session (its startup failed, it was gone before we could ask its
+    /// address, or it got no QP), and no session runs: another client may
+    /// come. Kept, the gate refused every other host for good, saying a
+    /// run was in progress (found by a review).
+    pub fn release_single(&self, ip: Ipv4Addr) {
+        if let Some(single) = &self.single {
+            let mut serving = single.lock().unwrap_or_else(|p| p.into_inner());
+            if *serving == Some(ip) {
+                *serving = None;
+            }
+        }
+    }
+
     /// Why a data connection from `ip` was refused, if one was.
     fn refusal(&self, ip: Ipv4Addr) -> Option<String> {
         let awaiting = self.awaiting.lock().unwrap_or_else(|p| p.into_inner());
@@ -1147,6 +1161,24 @@ mod tests {
         };
         assert!(String::from_utf8_lossy(&why).contains("one client at a time"));
         assert!(!decided(&one, &marked(false), peer(4, 1000)));
+    }
+
+    /// One client at a time: a client whose accepted connection came to no
+    /// session (reset before its handoff, no QP) frees the server for the
+    /// next (it refused every other host for good: found by a review); a
+    /// release for another host changes nothing.
+    #[test]
+    fn a_one_client_gate_is_freed_when_its_client_came_to_nothing() {
+        let one = Gate::new(write_bw(), false, "--unfenced", true);
+        assert!(decided(&one, &marked(false), peer(3, 1000)));
+        assert!(!decided(&one, &marked(false), peer(4, 1000)));
+        one.release_single(*peer(4, 0).ip());
+        assert!(
+            !decided(&one, &marked(false), peer(4, 1001)),
+            "not 4's to free"
+        );
+        one.release_single(*peer(3, 0).ip());
+        assert!(decided(&one, &marked(false), peer(4, 1002)));
     }
 
     #[test]
