@@ -472,7 +472,8 @@ impl<T: CoreTransport> Endpoint<T> {
         std::iter::from_fn(|| self.core.next_event()).collect()
     }
 
-    /// QPs whose connections ended since the last call (already destroyed).
+    /// QPs whose connections ended since the last call (destroyed, or in
+    /// Error until their last completions are polled: `Core::next_ended`).
     pub fn take_ended(&mut self) -> Vec<QpHandle> {
         std::iter::from_fn(|| self.core.next_ended()).collect()
     }

@@ -538,6 +538,10 @@ pub struct Serving {
     /// core's before another core's have even begun.
     last_admitted: AtomicU64,
     last_total: AtomicU64,
+    /// [`Admission::OneRun`]: the active run's connections (MPA or DDP
+    /// over SCTP streams) on every core, from their QPs' handing over to
+    /// their ends: a run with some is never abandoned.
+    one_run_open: AtomicUsize,
     /// Each core's connections open or in MPA startup, as of its last turn.
     open: Vec<AtomicUsize>,
     /// Connections each core served to the end.
@@ -590,6 +594,7 @@ impl Serving {
             last_seen: AtomicBool::new(false),
             last_admitted: AtomicU64::new(0),
             last_total: AtomicU64::new(0),
+            one_run_open: AtomicUsize::new(0),
             open: (0..cores).map(|_| AtomicUsize::new(0)).collect(),
             served: (0..cores).map(|_| AtomicU64::new(0)).collect(),
             runs_done: AtomicU64::new(0),
@@ -1085,10 +1090,11 @@ impl Serving {
 
     fn admit_one(&self, hello: &ClientHello) -> Result<Lease, String> {
         let mut run = self.active.lock().unwrap_or_else(|p| p.into_inner());
-        // Open or starting on the cores: the newcomer's own connection at
-        // most, if the active run has none left.
-        let abandoned =
-            |since: StdInstant| since.elapsed() >= ONE_RUN_ABANDONED && self.open() <= 1;
+        // Nothing of the active run open on any core, and none of its
+        // connections accepted for a while.
+        let abandoned = |since: StdInstant| {
+            since.elapsed() >= ONE_RUN_ABANDONED && self.one_run_open.load(Ordering::SeqCst) == 0
+        };
         match *run {
             Some((r, since)) if r != hello.run && !abandoned(since) => Err(
                 "this server is serving another client's run: wait for it, or start another \
@@ -1147,6 +1153,20 @@ impl Serving {
         r.open += 1;
         r.quiet_since = None;
         Some((r.offset, r.stag.filter(|_| r.pd.is_some())))
+    }
+
+    /// [`Admission::OneRun`]: a connection of the active run was handed to
+    /// a core with its QP.
+    pub(crate) fn one_run_opened(&self) {
+        self.one_run_open.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// [`Admission::OneRun`]: a connection [`one_run_opened`](Self::one_run_opened)
+    /// counted ended.
+    pub(crate) fn one_run_closed(&self) {
+        let _ = self
+            .one_run_open
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
     }
 
     /// [`Admission::Many`]: a connection of run `run` ended on a core. The
@@ -1588,6 +1608,8 @@ impl<T: CoreTransport> Server<T> {
                 self.generation += 1;
                 if many {
                     self.serving.closed(c.run, c.op);
+                } else {
+                    self.serving.one_run_closed();
                 }
                 if let Some(hook) = &self.events {
                     hook(ServerEvent::Closed {
@@ -1659,6 +1681,7 @@ impl<T: CoreTransport> Server<T> {
                     }
                 }
             } else {
+                self.serving.one_run_opened();
                 (0, None)
             };
             if h.urgent {
@@ -2052,11 +2075,14 @@ mod tests {
         serving.publish(0, 0);
         let busy = serving.admit(&hello(8, 4096, true), len, None);
         assert!(busy.err().unwrap().contains("another client's run"));
+        // Run 7's one connection is open (however idle, and whatever the
+        // cores last published): it keeps the server.
+        serving.one_run_opened();
         std::thread::sleep(ONE_RUN_ABANDONED);
-        serving.publish(0, 2);
+        serving.publish(0, 1);
         let busy = serving.admit(&hello(8, 4096, true), len, None);
         assert!(busy.is_err(), "a connection of run 7 is open");
-        serving.publish(0, 0);
+        serving.one_run_closed();
         serving
             .admit(&hello(8, 4096, true), len, None)
             .expect("run 7 abandoned");

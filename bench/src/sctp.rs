@@ -663,6 +663,7 @@ impl SctpServer {
                     let lease = if a.serving.many() {
                         a.serving.handed_local(h.run, h.op, None)
                     } else {
+                        a.serving.one_run_opened();
                         Some((0, None))
                     };
                     let Some((offset, local)) = lease else {
@@ -719,7 +720,11 @@ impl SctpServer {
                         continue;
                     };
                     a.generation += 1;
-                    a.serving.closed(connection.run, connection.op);
+                    if a.serving.many() {
+                        a.serving.closed(connection.run, connection.op);
+                    } else {
+                        a.serving.one_run_closed();
+                    }
                     a.serving.count_served(a.slot);
                     if let Some(hook) = &a.events {
                         if let Some(event) = terminate {

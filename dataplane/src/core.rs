@@ -375,8 +375,11 @@ fn past(limit: std::time::Duration, at: Instant, now: Instant) -> bool {
 /// that acknowledges our FIN and never sends its own, trickling octets
 /// that keep TCP's user timeout away, must not keep the QP and the
 /// connection for ever; an honest one answers in a round trip or a
-/// moment of its application's (a slow guest's siw included).
-pub const CLOSING_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// moment of its application's (a slow guest's siw included). Counted
+/// from when the FIN was queued, behind what TCP still had to send (up to
+/// its send buffer, 4 MiB on the real transports): the default, TCP's
+/// user timeout, leaves that tail room to go to a slow peer.
+pub const CLOSING_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A connection in Full Operation and its QP.
 #[derive(Debug, Clone, Copy)]
@@ -1324,7 +1327,9 @@ impl<T: CoreTransport> Core<T> {
         self.events.pop_front()
     }
 
-    /// The next QP whose connection ended (already destroyed).
+    /// The next QP whose connection ended: destroyed, or, while
+    /// completions it made before its end wait in [`poll_cq`](Core::poll_cq),
+    /// in Error (work posted to it fails) until they are taken.
     pub fn next_ended(&mut self) -> Option<QpHandle> {
         self.ended.pop_front()
     }
