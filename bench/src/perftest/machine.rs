@@ -67,6 +67,8 @@ const DATA_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
 const GONE_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 /// Octets a session's buffers are filled by at a time.
 const FILL_CHUNK: usize = 4096;
+/// Octets of a session's buffers filled a poll at most.
+const FILL_PER_POLL: u64 = 1 << 20;
 /// The data buffers: each QP's local one, then each QP's target.
 const DATA_AT: u64 = 4096;
 
@@ -410,6 +412,8 @@ pub struct Machine {
     progressed: bool,
     /// Its buffers were filled.
     prepared: bool,
+    /// Octets of the data buffers filled so far (`prepare`).
+    filled: u64,
     /// Its slot as its peer addresses it, from its data connections on
     /// until it ends.
     exposed: Option<Exposed>,
@@ -478,6 +482,7 @@ impl Machine {
             progressed: false,
             gone_seen: None,
             prepared: false,
+            filled: 0,
             exposed: None,
             script,
             p,
@@ -546,7 +551,13 @@ impl Machine {
     /// A session does it when its data connections are due (after the
     /// client proved it speaks perftest, so a connection that says nothing
     /// costs no fill of a slot), in chunks of [`FILL_CHUNK`].
-    fn prepare<T: CoreTransport>(&self, ep: &mut Endpoint<T>) -> Result<(), String> {
+    ///
+    /// At most [`FILL_PER_POLL`] octets a call (a poll is a core's turn):
+    /// returns whether the buffers are all filled. A session's buffers
+    /// (256 MiB for `-a -q 16`) took one turn of about 30 ms, which every
+    /// other connection on the core waited out, as often as a client
+    /// cared to open a session (found by a review).
+    fn prepare<T: CoreTransport>(&mut self, ep: &mut Endpoint<T>) -> Result<bool, String> {
         let (at, len) = self.l.data();
         let mut chunk = [0u8; FILL_CHUNK];
         if self.p.test != Test::WriteLat {
@@ -555,15 +566,15 @@ impl Machine {
                 *o = (i % 251) as u8;
             }
         }
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(FILL_CHUNK as u64) as usize;
+        let stop = len.min(self.filled + FILL_PER_POLL);
+        while self.filled < stop {
+            let n = (stop - self.filled).min(FILL_CHUNK as u64) as usize;
             ep.region
-                .write((at + done) as usize, &chunk[..n])
+                .write((at + self.filled) as usize, &chunk[..n])
                 .map_err(|e| format!("the session's buffers: {e:?}"))?;
-            done += n as u64;
+            self.filled += n as u64;
         }
-        Ok(())
+        Ok(self.filled >= len)
     }
 
     /// Its control connection: the receives are posted at once (before
@@ -801,7 +812,12 @@ impl Machine {
                 Step::Xchg(msg) => self.exchange(ep, msg)?,
                 Step::Data => {
                     if !self.prepared {
-                        self.prepare(ep)?;
+                        if !self.prepare(ep)? {
+                            // The rest at the next polls: our own work,
+                            // not a stall.
+                            self.progressed = true;
+                            return Ok(Status::Running);
+                        }
                         let pd = self.own.as_ref().map_or(ep.pd(), |o| o.pd);
                         self.exposed = Some(Exposed::register(ep, &self.p, &self.l, pd)?);
                         self.prepared = true;
@@ -855,7 +871,25 @@ impl Machine {
             self.progressed = false;
             self.since = Instant::now();
         }
+        // Our answer waits for another session from the client's host to
+        // open its data connections (one at a time: `wants_window`); that
+        // one may take its whole data limit. A client waiting for the
+        // answer before its data connections may be waiting for the same.
+        let queued = self.wants_window()
+            || (self.p.client
+                && self.at + 1 == self.data_at()
+                && self.x.send_done
+                && self.x.got.is_none());
         let waiting_for = || match self.script.get(self.at) {
+            Some(Step::Xchg(_)) if queued && !self.p.client => {
+                "another session from the client's host to open its data connections \
+                 (a host's sessions take turns)"
+                    .to_string()
+            }
+            Some(Step::Xchg(m)) if queued => format!(
+                "the server's answer to our {m:?} message (a server may answer a host's \
+                 sessions in turn)"
+            ),
             Some(Step::Xchg(m)) => format!("the peer's {m:?} message"),
             Some(Step::Data) => "the data connections".into(),
             Some(Step::Run) => format!("the run of {} octets", self.sizes[self.size_index]),
@@ -888,7 +922,11 @@ impl Machine {
         // The data connections may take longer: perftest's own server waits
         // for them without a limit, and a siw client among five others in
         // a loaded guest took 10.5 s to open its one (CI, net_tap).
-        let limit = if self.script.get(self.at) == Some(&Step::Data) {
+        let limit = if queued {
+            // Its turn comes once the other's data connections came or its
+            // limit passed.
+            DATA_WAIT_LIMIT + STALL_LIMIT
+        } else if self.script.get(self.at) == Some(&Step::Data) {
             DATA_WAIT_LIMIT
         } else {
             STALL_LIMIT
@@ -1774,6 +1812,42 @@ mod tests {
             area.iter().all(|&o| o == 0),
             "the last session's octets stay"
         );
+    }
+
+    /// A session's buffers are filled a bounded piece a poll (a core's
+    /// turn), not all in one.
+    #[test]
+    fn a_sessions_buffers_are_filled_a_piece_a_poll() {
+        let p = Params {
+            test: Test::WriteBw,
+            client: false,
+            size: 1 << 20,
+            iters: 100,
+            tx_depth: 128,
+            rx_depth: 1,
+            out_reads: 1,
+            all_sizes: false,
+            duration: None,
+            qps: 4,
+            duplex: false,
+        };
+        let (end, _silent) = link::pair(LinkConfig::ethernet(1500), 1);
+        let config = StackConfig::new([2, 0, 0, 0, 0, 1], Ipv4Addr::new(10, 0, 0, 1));
+        let stack = Stack::new(config, end, tcp_lite::Instant::ZERO).expect("a stack");
+        let emss = stack.emss();
+        let mut ep = Endpoint::new(stack, emss, 1, Layout::memory(&p));
+        let mut m = Machine::new(p, 0, 3, 1);
+        let (at, len) = m.l.data();
+        assert!(len > 2 * FILL_PER_POLL, "{len}");
+        let mut polls = 0;
+        while !m.prepare(&mut ep).unwrap() {
+            polls += 1;
+            assert_eq!(m.filled, polls * FILL_PER_POLL);
+        }
+        assert_eq!(polls + 1, len.div_ceil(FILL_PER_POLL));
+        let mut last = [0u8; 1];
+        ep.region.read((at + len - 1) as usize, &mut last).unwrap();
+        assert_eq!(last[0], ((len - 1) % FILL_CHUNK as u64 % 251) as u8);
     }
 
     #[test]
