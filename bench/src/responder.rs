@@ -1162,11 +1162,20 @@ impl Serving {
     }
 
     /// [`Admission::OneRun`]: a connection [`one_run_opened`](Self::one_run_opened)
-    /// counted ended.
+    /// counted ended. The run's last connection restarts its quiet time:
+    /// it is given up [`ONE_RUN_ABANDONED`] after that, not after its last
+    /// admission (a client between two sizes, the first longer than that,
+    /// could be taken over in the moment between them: found by a review).
     pub(crate) fn one_run_closed(&self) {
-        let _ = self
+        let before = self
             .one_run_open
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if before == Ok(1) {
+            let mut run = self.active.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((_, since)) = run.as_mut() {
+                *since = StdInstant::now();
+            }
+        }
     }
 
     /// [`Admission::Many`]: a connection of run `run` ended on a core. The
@@ -2083,6 +2092,10 @@ mod tests {
         let busy = serving.admit(&hello(8, 4096, true), len, None);
         assert!(busy.is_err(), "a connection of run 7 is open");
         serving.one_run_closed();
+        // Its last connection just closed: a client between two sizes.
+        let busy = serving.admit(&hello(8, 4096, true), len, None);
+        assert!(busy.is_err(), "run 7 quiet for a moment only");
+        std::thread::sleep(ONE_RUN_ABANDONED);
         serving
             .admit(&hello(8, 4096, true), len, None)
             .expect("run 7 abandoned");

@@ -663,13 +663,15 @@ impl SctpServer {
                     let lease = if a.serving.many() {
                         a.serving.handed_local(h.run, h.op, None)
                     } else {
-                        a.serving.one_run_opened();
                         Some((0, None))
                     };
                     let Some((offset, local)) = lease else {
                         self.ep.core.close_stream(qp);
                         continue;
                     };
+                    if !a.serving.many() {
+                        a.serving.one_run_opened();
+                    }
                     let client = RemoteAddr {
                         stag: h.stag,
                         to: h.to,
