@@ -559,33 +559,32 @@ impl<T: CoreTransport> Endpoint<T> {
     }
 }
 
+/// An RNIC core with `memory` octets registered, on the in-memory link
+/// whose other end is silent: every turn after the first finds nothing to
+/// do (for unit tests of what runs on a core).
+#[cfg(test)]
+pub(crate) fn idle_endpoint(memory: usize) -> Endpoint<tcp_lite::Stack<tcp_lite::link::LinkEnd>> {
+    use tcp_lite::link::{self, LinkConfig};
+    let (end, _silent) = link::pair(LinkConfig::ethernet(1500), 1);
+    let addr = std::net::Ipv4Addr::new(10, 0, 0, 1);
+    let config = tcp_lite::StackConfig::new([2, 0, 0, 0, 0, 1], addr);
+    let stack = tcp_lite::Stack::new(config, end, Instant::from_micros(0)).expect("a stack");
+    let emss = stack.emss();
+    Endpoint::new(stack, emss, 1, memory)
+}
+
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
-
-    use tcp_lite::link::{self, LinkConfig};
-    use tcp_lite::{Stack, StackConfig};
-
     use super::*;
-
-    /// An RNIC core on the in-memory link whose other end is silent: every
-    /// turn after the first finds nothing to do.
-    fn idle_endpoint() -> Endpoint<Stack<link::LinkEnd>> {
-        let (end, _silent) = link::pair(LinkConfig::ethernet(1500), 1);
-        let config = StackConfig::new([2, 0, 0, 0, 0, 1], Ipv4Addr::new(10, 0, 0, 1));
-        let stack = Stack::new(config, end, Instant::from_micros(0)).expect("a stack");
-        let emss = stack.emss();
-        Endpoint::new(stack, emss, 1, 4096)
-    }
 
     #[test]
     fn a_paced_core_naps_once_idle_past_its_spin_and_an_unpaced_one_never() {
-        let mut paced = idle_endpoint();
+        let mut paced = idle_endpoint(4096);
         paced.set_pacing(Some(Pacer::new(
             Duration::from_micros(100),
             Duration::from_micros(1),
         )));
-        let mut spinning = idle_endpoint();
+        let mut spinning = idle_endpoint(4096);
         // Turns every 50 us of the core's clock for 1 ms.
         for t in 0..20 {
             paced.step(Instant::from_micros(50 * t));

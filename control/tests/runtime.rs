@@ -603,6 +603,39 @@ fn client_turn(client: &mut Stack<LinkEnd>) -> Vec<(ConnId, EventKind)> {
     seen
 }
 
+/// A connection from `client` to `target` (port 5000 of `core`, which
+/// accepts every Request), accepted: a startup on the control plane.
+fn accepted_connection(
+    control: &ControlPlane,
+    core: &mut Core,
+    client: &mut Stack<LinkEnd>,
+    target: SocketAddrV4,
+) -> ConnId {
+    accept_all(control, 0, target.port(), StartupConfig::default());
+    core.wait_listening(target.port());
+    let c = client.connect(target, now()).expect("room");
+    until(Duration::from_secs(5), "the accept", || {
+        client_turn(client);
+        core.step();
+        control.health()[0].startups == 1
+    });
+    c
+}
+
+/// Sends an MPA Request (revision 2, enhanced, IRD and ORD 1) on `c`.
+fn send_request(client: &mut Stack<LinkEnd>, c: ConnId) {
+    let request: [u8; 24] = [
+        0x4d, 0x50, 0x41, 0x20, 0x49, 0x44, 0x20, 0x52, 0x65, 0x71, 0x20, 0x46, 0x72, 0x61, 0x6d,
+        0x65, 0x50, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01,
+    ];
+    client
+        .send_with(c, request.len(), |space| {
+            space.copy_from_slice(&request[..space.len()]);
+            (space.len(), ())
+        })
+        .expect("room to send");
+}
+
 /// A Reply the link cannot hand over whole (the peer reset, and the core
 /// had not read the reset yet: its event budget ran out) makes the link
 /// abort the connection. An abort reports nothing more, so the link
@@ -615,26 +648,9 @@ fn a_reply_that_cannot_be_sent_frees_its_connection() {
         // Room for one connection on the server.
         let (mut client, s0) = pair(42, 1);
         let mut core = Core::new(s0, links.remove(0));
-        accept_all(&control, 0, 5000, StartupConfig::default());
-        core.wait_listening(5000);
         let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 42, 2), 5000);
-        let c = client.connect(target, now()).expect("room");
-        until(Duration::from_secs(5), "the accept", || {
-            client_turn(&mut client);
-            core.step();
-            control.health()[0].startups == 1
-        });
-        // An MPA Request, revision 2, enhanced, IRD and ORD 1.
-        let request: [u8; 24] = [
-            0x4d, 0x50, 0x41, 0x20, 0x49, 0x44, 0x20, 0x52, 0x65, 0x71, 0x20, 0x46, 0x72, 0x61,
-            0x6d, 0x65, 0x50, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01,
-        ];
-        client
-            .send_with(c, request.len(), |space| {
-                space.copy_from_slice(&request[..space.len()]);
-                (space.len(), ())
-            })
-            .expect("room to send");
+        let c = accepted_connection(&control, &mut core, &mut client, target);
+        send_request(&mut client, c);
         client.poll(now());
         // The Request goes to the control plane; then the peer resets.
         core.step();
@@ -694,26 +710,9 @@ fn a_fin_the_link_heard_during_the_startup_goes_with_the_handoff() {
         let (control, mut links) = ControlPlane::start(1);
         let (mut client, s0) = pair(43, 4);
         let mut core = Core::new(s0, links.remove(0));
-        accept_all(&control, 0, 5000, StartupConfig::default());
-        core.wait_listening(5000);
         let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 43, 2), 5000);
-        let c = client.connect(target, now()).expect("room");
-        until(Duration::from_secs(5), "the accept", || {
-            client_turn(&mut client);
-            core.step();
-            control.health()[0].startups == 1
-        });
-        // An MPA Request, revision 2, enhanced, IRD and ORD 1, and FIN.
-        let request: [u8; 24] = [
-            0x4d, 0x50, 0x41, 0x20, 0x49, 0x44, 0x20, 0x52, 0x65, 0x71, 0x20, 0x46, 0x72, 0x61,
-            0x6d, 0x65, 0x50, 0x02, 0x00, 0x04, 0x00, 0x01, 0x00, 0x01,
-        ];
-        client
-            .send_with(c, request.len(), |space| {
-                space.copy_from_slice(&request[..space.len()]);
-                (space.len(), ())
-            })
-            .expect("room to send");
+        let c = accepted_connection(&control, &mut core, &mut client, target);
+        send_request(&mut client, c);
         client.close(c).expect("close");
         client.poll(now());
         // One turn reads both (the FIN's event goes to the link) and

@@ -590,22 +590,8 @@ on_every_transport!(
 /// whose message can no longer go: it was, for ever; found by a review).
 #[test]
 fn a_peer_that_never_closes_after_our_fin_is_reset() {
-    use tcp_lite::link::{self, LinkConfig};
-    use tcp_lite::{Stack, StackConfig, Transport};
-    let (end_a, end_b) = link::pair(LinkConfig::ethernet(1500), 5);
-    let (a_addr, b_addr) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-    let stack = |mac, addr, end| {
-        Stack::new(StackConfig::new(mac, addr), end, tcp_lite::Instant::ZERO).unwrap()
-    };
-    let (sa, sb) = (
-        stack([2, 0, 0, 0, 0, 1], a_addr, end_a),
-        stack([2, 0, 0, 0, 0, 2], b_addr, end_b),
-    );
-    let mut config = dataplane::CoreConfig::new(sb.emss());
-    config.closing_limit = StdDuration::from_secs(1);
-    let ea = sa.emss();
-    let mut a = Host::new(sa, ea, 1);
-    let mut b = Host::with(sb, config, rnic_engine::verbs::RnicConfig::default(), 2);
+    let (mut a, mut b, b_addr) =
+        stacks_with(|core, _| core.closing_limit = StdDuration::from_secs(1));
     let (ha, hb) = establish_plain(&mut a, &mut b, b_addr);
     let (ca, qb) = (ha.conn.unwrap(), b.qps[&hb.conn.unwrap()]);
     b.core.close(qb);
@@ -648,24 +634,7 @@ fn a_peer_that_never_closes_after_our_fin_is_reset() {
 /// they are taken, the slot is free again.
 #[test]
 fn a_full_engine_refuses_a_connection_rather_than_drop_kept_completions() {
-    use tcp_lite::link::{self, LinkConfig};
-    use tcp_lite::{Stack, StackConfig};
-    let (end_a, end_b) = link::pair(LinkConfig::ethernet(1500), 5);
-    let (a_addr, b_addr) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-    let stack = |mac, addr, end| {
-        Stack::new(StackConfig::new(mac, addr), end, tcp_lite::Instant::ZERO).unwrap()
-    };
-    let (sa, sb) = (
-        stack([2, 0, 0, 0, 0, 1], a_addr, end_a),
-        stack([2, 0, 0, 0, 0, 2], b_addr, end_b),
-    );
-    let (ea, eb) = (sa.emss(), sb.emss());
-    let mut a = Host::new(sa, ea, 1);
-    let one_qp = rnic_engine::verbs::RnicConfig {
-        qps_max: 1,
-        ..rnic_engine::verbs::RnicConfig::default()
-    };
-    let mut b = Host::with(sb, dataplane::CoreConfig::new(eb), one_qp, 2);
+    let (mut a, mut b, b_addr) = stacks_with(|_, rnic| rnic.qps_max = 1);
     let (ha, hb) = establish_plain(&mut a, &mut b, b_addr);
     let (qa, qb) = (a.qps[&ha.conn.unwrap()], b.qps[&hb.conn.unwrap()]);
     let sgl = [b.sge(8_000, 8_000)];

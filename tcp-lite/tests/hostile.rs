@@ -251,20 +251,7 @@ fn an_accepted_connection_names_its_own_peer_not_an_earlier_reset_one() {
     raw.send(ghost, 80, TcpControl::Rst, 5001, None);
     raw.poll();
     let real = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 7), 2222);
-    raw.send(real, 80, TcpControl::Syn, 7000, None);
-    let syn_ack = raw
-        .poll()
-        .into_iter()
-        .find(|s| s.dst == real && s.control == TcpControl::Syn)
-        .expect("SYN-ACK");
-    raw.send(real, 80, TcpControl::None, 7001, Some(syn_ack.seq + 1));
-    raw.poll();
-    let accepted = raw
-        .events
-        .iter()
-        .find(|e| matches!(e.kind, EventKind::Accepted(_)))
-        .expect("accepted")
-        .conn;
+    let (accepted, _) = raw.accept_from(real);
     let (local, peer) = raw.stack.endpoints(accepted).unwrap();
     assert_eq!((local, peer), (SocketAddrV4::new(US, 80), real));
 }

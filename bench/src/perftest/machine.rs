@@ -1759,13 +1759,26 @@ fn stamp(posted: &mut Vec<Instant>) {
 
 #[cfg(test)]
 mod tests {
-    use std::net::Ipv4Addr;
-
     use rnic_engine::verbs::QpInit;
-    use tcp_lite::link::{self, LinkConfig};
-    use tcp_lite::{Stack, StackConfig};
 
     use super::*;
+
+    /// A server's parameters for `test` of `size` octets on `qps` QPs.
+    fn server(test: Test, size: u64, qps: u16) -> Params {
+        Params {
+            test,
+            client: false,
+            size,
+            iters: 100,
+            tx_depth: 128,
+            rx_depth: 1,
+            out_reads: 1,
+            all_sizes: false,
+            duration: None,
+            qps,
+            duplex: false,
+        }
+    }
 
     /// A session that takes a slot clears its control area first: a Read
     /// test exposes the whole slot to its client, and the last session's
@@ -1773,24 +1786,8 @@ mod tests {
     /// for the next client to read (found by a review).
     #[test]
     fn a_new_session_leaves_nothing_of_the_last_in_its_slot() {
-        let p = Params {
-            test: Test::ReadBw,
-            client: false,
-            size: 65536,
-            iters: 100,
-            tx_depth: 128,
-            rx_depth: 1,
-            out_reads: 1,
-            all_sizes: false,
-            duration: None,
-            qps: 1,
-            duplex: false,
-        };
-        let (end, _silent) = link::pair(LinkConfig::ethernet(1500), 1);
-        let config = StackConfig::new([2, 0, 0, 0, 0, 1], Ipv4Addr::new(10, 0, 0, 1));
-        let stack = Stack::new(config, end, tcp_lite::Instant::ZERO).expect("a stack");
-        let emss = stack.emss();
-        let mut ep = Endpoint::new(stack, emss, 1, Layout::memory(&p));
+        let p = server(Test::ReadBw, 65536, 1);
+        let mut ep = crate::endpoint::idle_endpoint(Layout::memory(&p));
         ep.region.write(0, &[0xab; DATA_AT as usize]).unwrap();
         let (pd, cq) = (ep.pd(), ep.cq);
         let qp = ep
@@ -1818,24 +1815,8 @@ mod tests {
     /// turn), not all in one.
     #[test]
     fn a_sessions_buffers_are_filled_a_piece_a_poll() {
-        let p = Params {
-            test: Test::WriteBw,
-            client: false,
-            size: 1 << 20,
-            iters: 100,
-            tx_depth: 128,
-            rx_depth: 1,
-            out_reads: 1,
-            all_sizes: false,
-            duration: None,
-            qps: 4,
-            duplex: false,
-        };
-        let (end, _silent) = link::pair(LinkConfig::ethernet(1500), 1);
-        let config = StackConfig::new([2, 0, 0, 0, 0, 1], Ipv4Addr::new(10, 0, 0, 1));
-        let stack = Stack::new(config, end, tcp_lite::Instant::ZERO).expect("a stack");
-        let emss = stack.emss();
-        let mut ep = Endpoint::new(stack, emss, 1, Layout::memory(&p));
+        let p = server(Test::WriteBw, 1 << 20, 4);
+        let mut ep = crate::endpoint::idle_endpoint(Layout::memory(&p));
         let mut m = Machine::new(p, 0, 3, 1);
         let (at, len) = m.l.data();
         assert!(len > 2 * FILL_PER_POLL, "{len}");

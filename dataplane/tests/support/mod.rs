@@ -285,6 +285,13 @@ pub fn traffic<T: CoreTransport, U: CoreTransport>(
 }
 
 pub fn stacks() -> (Host<Stack<LinkEnd>>, Host<Stack<LinkEnd>>, Ipv4Addr) {
+    stacks_with(|_, _| {})
+}
+
+/// [`stacks`], b's core and engine configured by `configure_b` first.
+pub fn stacks_with(
+    configure_b: impl FnOnce(&mut CoreConfig, &mut RnicConfig),
+) -> (Host<Stack<LinkEnd>>, Host<Stack<LinkEnd>>, Ipv4Addr) {
     let (end_a, end_b) = link::pair(LinkConfig::ethernet(1500), 5);
     let (a_addr, b_addr) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
     let a = Stack::new(
@@ -300,7 +307,9 @@ pub fn stacks() -> (Host<Stack<LinkEnd>>, Host<Stack<LinkEnd>>, Ipv4Addr) {
     )
     .unwrap();
     let (ea, eb) = (a.emss(), b.emss());
-    (Host::new(a, ea, 1), Host::new(b, eb, 2), b_addr)
+    let (mut core, mut rnic) = (CoreConfig::new(eb), RnicConfig::default());
+    configure_b(&mut core, &mut rnic);
+    (Host::new(a, ea, 1), Host::with(b, core, rnic, 2), b_addr)
 }
 
 pub fn kernels() -> (Host<KernelTransport>, Host<KernelTransport>, Ipv4Addr) {
