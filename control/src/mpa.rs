@@ -160,8 +160,13 @@ impl StartupConfig {
         if self.request_timeout == Duration::ZERO || self.startup_timeout == Duration::ZERO {
             return Err(ConfigError("timeouts must be above zero"));
         }
+        // Added to the clock: unbounded, they overflowed it (a panic with
+        // overflow checks, a timeout at once without; found by a review).
         if self.startup_timeout > Duration::from_secs(24 * 3600) {
             return Err(ConfigError("startup_timeout must be at most 24 hours"));
+        }
+        if self.request_timeout > Duration::from_secs(24 * 3600) {
+            return Err(ConfigError("request_timeout must be at most 24 hours"));
         }
         Ok(())
     }

@@ -251,17 +251,20 @@ pub fn respond(request: &EnhancedRepr, local: &ResponderLocal) -> Response {
     let reply_ird = if request.ord == NO_NEGOTIATION {
         NO_NEGOTIATION
     } else {
-        // Our IRD left to the ULP (0x3FFF) goes out as is: RFC 6581 §9.1
-        // allows it ("automatic negotiation ... is not desired"), and the
-        // QP gets QP_DEPTH_MAX, above any ORD an initiator may hold.
-        if ird != NO_NEGOTIATION {
+        // Our IRD left to the ULP (0x3FFF) is the most we queue: the reply
+        // states "the actual value that the responder sets for its local
+        // IRD", since an initiator keeps its ORD for a responder IRD of
+        // 0x3FFF, and a foreign one may hold more than a QP queues.
+        if ird == NO_NEGOTIATION {
+            ird = local.ird_max;
+        } else {
             ird = ird.max(request.ord).min(local.ird_max);
-            if rtr_accept.read && ird == 0 {
-                if local.ird_max >= 1 {
-                    ird = 1;
-                } else if rtr_accept.write || rtr_accept.send {
-                    rtr_accept.read = false;
-                }
+        }
+        if rtr_accept.read && ird == 0 {
+            if local.ird_max >= 1 {
+                ird = 1;
+            } else if rtr_accept.write || rtr_accept.send {
+                rtr_accept.read = false;
             }
         }
         ird

@@ -213,12 +213,12 @@ fn rfc6581_9_1_table() {
             reply: (NO_NEGOTIATION, 3),
         },
         Row {
-            sentence: "The initiator MUST leave its local endpoint ORD value unchanged upon receiving a responder IRD value of 0x3FFF.",
+            sentence: "The responder IRD is the actual value that the responder sets for its local IRD. (Ours left to the ULP, 0x3FFF: the most it queues, ird_max; the initiator's rule for a responder IRD of 0x3FFF is checked with a crafted Reply.)",
             init: enhanced(4, 9),
             resp: enhanced(NO_NEGOTIATION, 3),
             accept: Accept::default(),
-            want: (4, 9, NO_NEGOTIATION, 3),
-            reply: (NO_NEGOTIATION, 3),
+            want: (4, 9, 64, 3),
+            reply: (64, 3),
         },
         Row {
             sentence: "The responder MUST respond to an initiator IRD value of 0x3FFF by leaving its local endpoint ORD value unchanged, and setting ORD to 0x3FFF in its reply message.",
@@ -273,6 +273,85 @@ fn rfc6581_9_1_initiator_keeps_its_ird_for_a_responder_ord_of_0x3fff() {
     assert_eq!(init.handle_input(&reply, T0), reply.len());
     let e = established(&init.outcome().cloned()).clone();
     assert_eq!((e.ird, e.ord), (6, 2));
+}
+
+#[test]
+fn rfc6581_9_1_a_responder_ird_left_to_the_ulp_states_the_depth_its_qp_gets() {
+    // The responder IRD is "the actual value that the responder sets for its
+    // local IRD", and "the initiator MUST leave its local endpoint ORD value
+    // unchanged upon receiving a responder IRD value of 0x3FFF". A foreign
+    // initiator may ask an ORD above the QP_DEPTH_MAX reads a QP queues
+    // (14 bits allow 16,383): answered with 0x3FFF, it kept its ORD and
+    // overran the responder's IRRQ (found by a review).
+    use control::negotiate::{respond, ResponderLocal, Response, QP_DEPTH_MAX};
+    let answer = |ord: u16, ird_max: u16| {
+        let local = ResponderLocal {
+            ird: NO_NEGOTIATION,
+            ord: NO_NEGOTIATION,
+            ord_required: None,
+            ird_max,
+            rtr: RtrSet::NONE,
+        };
+        let request = EnhancedRepr {
+            ird: 4,
+            ord,
+            ..Default::default()
+        };
+        match respond(&request, &local) {
+            Response::Accept(v) => (v.ird, v.reply.ird),
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(answer(200, QP_DEPTH_MAX), (QP_DEPTH_MAX, QP_DEPTH_MAX));
+    assert_eq!(answer(3, QP_DEPTH_MAX), (QP_DEPTH_MAX, QP_DEPTH_MAX));
+    assert_eq!(answer(200, 16), (16, 16), "at most what it can queue");
+    // An initiator ORD of 0x3FFF still gets 0x3FFF (the RFC's MUST), and
+    // the QP the depth it always had.
+    assert_eq!(answer(NO_NEGOTIATION, 16), (NO_NEGOTIATION, NO_NEGOTIATION));
+}
+
+#[test]
+fn timeouts_beyond_a_day_are_refused_not_added_to_the_clock() {
+    // `now + request_timeout` overflowed the clock for the largest
+    // duration: the startup panicked (found by a review).
+    let huge = Duration::from_micros(i64::MAX as u64);
+    let config = StartupConfig {
+        request_timeout: huge,
+        ..enhanced(4, 4)
+    };
+    let e = Responder::new(config, T0)
+        .err()
+        .expect("a request_timeout of 292,000 years");
+    assert!(
+        format!("{e:?}").contains("request_timeout must be at most 24 hours"),
+        "{e:?}"
+    );
+    let config = StartupConfig {
+        startup_timeout: huge,
+        ..enhanced(4, 4)
+    };
+    assert!(Initiator::new(config, b"", T0).is_err());
+}
+
+#[test]
+fn rfc6581_9_1_initiator_keeps_its_ord_for_a_responder_ird_of_0x3fff() {
+    // "The initiator MUST leave its local endpoint ORD value unchanged upon
+    // receiving a responder IRD value of 0x3FFF." (Our responder states its
+    // actual IRD, so the Reply is crafted.)
+    let mut init = Initiator::new(enhanced(4, 9), b"", T0).unwrap();
+    drain(&mut Vec::new(), |b| init.poll_transmit(b));
+    let reply = reply_frame(
+        Some(EnhancedRepr {
+            ird: NO_NEGOTIATION,
+            ord: 3,
+            ..Default::default()
+        }),
+        2,
+        true,
+    );
+    assert_eq!(init.handle_input(&reply, T0), reply.len());
+    let e = established(&init.outcome().cloned()).clone();
+    assert_eq!((e.ird, e.ord), (4, 9));
 }
 
 #[test]
