@@ -398,6 +398,13 @@ pub struct PerftestConfig {
     /// Clients served at once (1 to 64); each takes its test's buffers.
     #[serde(deserialize_with = "perftest_clients")]
     pub clients_max: usize,
+    /// Clients one host may have served at once (1 to `clients_max`; by
+    /// default `clients_max`): a host whose sessions trickle their work
+    /// cannot hold every slot. Its next client's MPA Request is rejected,
+    /// saying so. A benchmark that runs many clients from one host needs
+    /// it as large as they are.
+    #[serde(default, deserialize_with = "perftest_clients_per_host")]
+    pub clients_per_host: Option<usize>,
     /// Serve its clients on every core, each client host's on one (the
     /// core its address, ours and the service's port hash to; a DPDK port
     /// steers them there; over Linux TCP every core listens and the
@@ -506,6 +513,17 @@ pub fn parse_perftest(text: &str) -> Result<PerftestCommand, String> {
 
 fn perftest_clients<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     ranged(d, 1, 64, "")
+}
+
+fn perftest_clients_per_host<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    ranged(d, 1, 64, " (and at most clients_max)").map(Some)
+}
+
+impl PerftestConfig {
+    /// Clients one host may have served at once.
+    pub fn per_host(&self) -> usize {
+        self.clients_per_host.unwrap_or(self.clients_max)
+    }
 }
 
 /// `[[service]] kind`.
@@ -824,11 +842,36 @@ impl Config {
                 )?,
             }
             if let Some(h) = &port.host_address {
-                if parse_address(h).is_none() {
+                let Some(host) = parse_address(h) else {
                     return err(
                         at,
                         format!(
                             "host_address {h:?}: give an IPv4 address and prefix, e.g. \"10.77.0.1/24\""
+                        ),
+                    );
+                };
+                // The kernel side answers for its own address: ours there
+                // took our clients, and one in another network reached
+                // none of them (found by a review).
+                let ours = port.address;
+                if host.0 == ours.0 {
+                    return err(
+                        at,
+                        format!(
+                            "host_address {h:?} is the port's own address {}: give the kernel \
+                             side another address in its network",
+                            ours.0
+                        ),
+                    );
+                }
+                if !in_network(host.0, ours) || !in_network(ours.0, host) {
+                    return err(
+                        at,
+                        format!(
+                            "host_address {h:?} and address {}/{} are not in one network: give \
+                             the kernel side an address in the port's (e.g. the port \
+                             10.77.0.2/24, the kernel side 10.77.0.1/24)",
+                            ours.0, ours.1
                         ),
                     );
                 }
@@ -885,7 +928,20 @@ impl Config {
                             .into(),
                     )
                 }
-                (ServiceKind::Perftest, Some(_)) => continue,
+                (ServiceKind::Perftest, Some(p)) => {
+                    if p.per_host() > p.clients_max {
+                        return err(
+                            s.span().start,
+                            format!(
+                                "[service.perftest] clients_per_host = {} is more than its \
+                                 clients_max = {}: give at most clients_max",
+                                p.per_host(),
+                                p.clients_max
+                            ),
+                        );
+                    }
+                    continue;
+                }
                 (_, Some(_)) => {
                     return err(
                         s.span().start,
@@ -1239,6 +1295,23 @@ mod tests {
         assert!(e.contains("`lcores`: CPU 1 is listed twice"), "{e}");
         let e = refused(|t| t.replace("address = \"10.77.0.2/24\"", "address = \"10.77.0.2\""));
         assert!(e.contains("`address`") && e.contains("prefix"), "{e}");
+        // The TAP's kernel side: not our own address, and in our network.
+        let e = refused(|t| {
+            t.replace(
+                "host_address = \"10.77.0.1/24\"",
+                "host_address = \"10.77.0.2/24\"",
+            )
+        });
+        assert!(e.contains("is the port's own address 10.77.0.2"), "{e}");
+        for other in ["10.78.0.1/24", "10.77.1.1/16"] {
+            let e = refused(|t| {
+                t.replace(
+                    "host_address = \"10.77.0.1/24\"",
+                    &format!("host_address = {other:?}"),
+                )
+            });
+            assert!(e.contains("are not in one network"), "{other}: {e}");
+        }
         let e = refused(|t| t.replace("tcp_port = 18515", "tcp_port = 0"));
         assert!(e.contains("`tcp_port`: 0 is out of range"), "{e}");
     }
@@ -1303,6 +1376,28 @@ mod tests {
         }
         let e = refused(|t| t.replace("clients_max = 4\n", "clients_max = 0\n"));
         assert!(e.contains("`clients_max`"), "{e}");
+        let e = refused(|t| {
+            t.replacen(
+                "clients_max = 4\n",
+                "clients_max = 4\nclients_per_host = 5\n",
+                1,
+            )
+        });
+        assert!(
+            e.contains("clients_per_host = 5 is more than its clients_max = 4"),
+            "{e}"
+        );
+        let e = refused(|t| {
+            t.replacen(
+                "clients_max = 4\n",
+                "clients_max = 4\nclients_per_host = 0\n",
+                1,
+            )
+        });
+        assert!(
+            e.contains("`clients_per_host`") && e.contains("give 1 to 64"),
+            "{e}"
+        );
         let e = refused(|t| t.replace("unfenced = false\n", ""));
         assert!(e.contains("missing field `unfenced`"), "{e}");
         let e = refused(|t| {
