@@ -360,12 +360,13 @@ impl Outbox {
         slot.1 = len;
     }
 
-    /// Queues the stream's first DDP segment, an RDMAP Terminate: DDP-SSN 0
-    /// (RFC 5043 §6.1), then the engine's Terminate ULPDU (MSN 1).
-    fn terminate_segment(&mut self, cause: TermCause) {
+    /// Queues an RDMAP Terminate as the stream's DDP segment numbered
+    /// `ssn` (RFC 5043 §6.1: per stream and direction, from 0), then the
+    /// engine's Terminate ULPDU (MSN 1: a stream's only Terminate).
+    fn terminate_segment(&mut self, ssn: u16, cause: TermCause) {
         const _: () = assert!(2 + TERMINATE_ULPDU_LEN_MAX <= MESSAGE_LEN_MAX);
         let slot = self.slot();
-        slot.2[..2].copy_from_slice(&0u16.to_be_bytes());
+        slot.2[..2].copy_from_slice(&ssn.to_be_bytes());
         let len = 2 + Terminate::bare(cause, 1).emit_ulpdu(&mut slot.2[2..]);
         slot.0 = PPID_DDP_SEGMENT;
         slot.1 = len;
@@ -443,6 +444,10 @@ struct Core {
     deadline: Instant,
     phase: Phase,
     outcome: Option<Outcome>,
+    /// The DDP-SSN of the stream's next DDP segment from this side: 0 until
+    /// the QP has sent segments, then as its owner says
+    /// ([`Session::set_next_segment_ssn`]).
+    segment_ssn: u16,
 }
 
 impl Core {
@@ -453,6 +458,7 @@ impl Core {
             outbox: Outbox::new(),
             phase: Phase::Opening,
             outcome: None,
+            segment_ssn: 0,
         }
     }
 
@@ -460,7 +466,7 @@ impl Core {
     /// this side, an RDMAP Terminate with `term` goes first.
     fn fail(&mut self, reason: FailReason, term: Option<TermCause>, peer: Option<PeerValues>) {
         if let (Phase::Up, Some(cause)) = (self.phase, term) {
-            self.outbox.terminate_segment(cause);
+            self.outbox.terminate_segment(self.segment_ssn, cause);
         }
         self.outbox.control(FunctionCode::Terminate, None, &[]);
         self.end(reason, term, peer, false);
@@ -1037,6 +1043,19 @@ pub enum Session {
 }
 
 impl Session {
+    /// The DDP-SSN the stream's next DDP segment from this side takes: an
+    /// RDMAP Terminate this machine sends once the stream's QP has sent
+    /// segments must follow them (RFC 5043 §6.1); with 0, the stream's
+    /// first, a peer took a later one for a segment out of sequence and
+    /// never saw the error (found by a review). Its owner tells it before
+    /// each input that may end the session.
+    pub fn set_next_segment_ssn(&mut self, ssn: u16) {
+        match self {
+            Session::Initiator(s) => s.core.segment_ssn = ssn,
+            Session::Responder(s) => s.core.segment_ssn = ssn,
+        }
+    }
+
     /// Takes one message of the stream with its PPID.
     pub fn handle_message(&mut self, now: Instant, ppid: u32, message: &[u8]) -> Input {
         match self {

@@ -4,7 +4,8 @@
 //! violations, and arbitrary input to both roles.
 
 use control::session::{
-    Accept, FailReason, Initiator, Input, Outcome, Responder, SessionConfig, Transmit, Violation,
+    Accept, FailReason, Initiator, Input, Outcome, Responder, Session, SessionConfig, Transmit,
+    Violation,
 };
 use proptest::prelude::*;
 use rnic_engine::qp::term::{EstablishmentError, TermCause};
@@ -241,7 +242,12 @@ fn enhanced_reject_for_insufficient_ird() {
 /// The DDP segment a failure sends before its Session Terminate: DDP-SSN 0
 /// and an RDMAP Terminate with the layer/type/code.
 fn terminate_code(segment: &[u8]) -> (u8, u8, u8) {
-    assert_eq!(&segment[..2], &[0, 0]);
+    terminate_code_at(segment, 0)
+}
+
+/// [`terminate_code`] of a segment numbered `ssn`.
+fn terminate_code_at(segment: &[u8], ssn: u16) -> (u8, u8, u8) {
+    assert_eq!(&segment[..2], &ssn.to_be_bytes());
     let packet = ddp::Packet::new_checked(&segment[2..]).unwrap();
     let repr = rdmap::Repr::parse(&packet).unwrap();
     let rdmap::Header::Terminate(t) = repr.header else {
@@ -568,6 +574,29 @@ fn a_second_initiate() {
         failure(i.outcome()).0,
         FailReason::Violation(Violation::InitiatorInitiator)
     );
+}
+
+/// Once the stream's QP has sent segments, an RDMAP Terminate the machine
+/// sends takes the DDP-SSN after theirs (RFC 5043 §6.1), not 0, which a
+/// peer took for a segment out of sequence (its own error instead of
+/// ours; found by a review); before any, it is the stream's first, 0.
+#[test]
+fn a_terminate_after_the_qps_segments_follows_them() {
+    let initiate = control_message(FunctionCode::Initiate, None, b"");
+    for (sent_before, want) in [(None, 0), (Some(7), 7), (Some(0xFFFF), 0xFFFF)] {
+        let (_, mut r) = opened(plain(), plain(), b"");
+        r.accept(&Accept::default()).unwrap();
+        from_responder(&mut r);
+        let mut s = Session::Responder(r);
+        if let Some(next) = sent_before {
+            s.set_next_segment_ssn(next);
+        }
+        s.handle_message(T0, PPID_SESSION_CONTROL, &initiate);
+        let sent = drain(&mut |b| s.poll_transmit(b));
+        assert_eq!(sent[0].0, PPID_DDP_SEGMENT);
+        assert_eq!(terminate_code_at(&sent[0].1, want), (2, 0, 4));
+        assert_eq!(function(&sent[1]), FunctionCode::Terminate);
+    }
 }
 
 #[test]

@@ -263,6 +263,9 @@ struct Stream {
     /// The DDP-SSN after the last Segment received (to count those that
     /// arrive out of order).
     rx_next_ssn: u16,
+    /// The DDP-SSN after the last Segment its QP sent: the session's own
+    /// RDMAP Terminate takes it (RFC 5043 §6.1).
+    tx_next_ssn: u16,
     /// In establishment: its end was asked of the control plane (closed
     /// here, or too many early Segments); whatever comes back ends it.
     ending: bool,
@@ -789,6 +792,7 @@ impl SctpUnit {
             early: VecDeque::new(),
             early_octets: 0,
             rx_next_ssn: 0,
+            tx_next_ssn: 0,
             ending: false,
             announced: false,
             window: BytesMut::new(),
@@ -1028,6 +1032,7 @@ impl SctpUnit {
                 && stream.early_octets + message.len() <= self.config.early_octets_max;
             match &mut stream.control {
                 Control::Here(machine) => {
+                    machine.set_next_segment_ssn(stream.tx_next_ssn);
                     match machine.handle_message(now, received.ppid, &message) {
                         Input::Taken | Input::Ignored => {}
                         Input::Segment | Input::Early if early_room => {
@@ -1127,6 +1132,7 @@ impl SctpUnit {
             early: VecDeque::new(),
             early_octets: 0,
             rx_next_ssn: 0,
+            tx_next_ssn: 0,
             ending: false,
             announced: false,
             window: BytesMut::new(),
@@ -1443,6 +1449,14 @@ impl SctpUnit {
                     );
                     self.counters.tx_refused += u64::from(sent.is_err());
                     at += len;
+                }
+                // Each message starts with its DDP-SSN (RFC 5043 §6.1); the
+                // batch's last is the QP's last.
+                if let Some(&len) = self.lengths.last() {
+                    let last = &batch[n - usize::from(len)..];
+                    if let Some((ssn, _)) = rnic_engine::sctp::split(last) {
+                        stream.tx_next_ssn = ssn.wrapping_add(1);
+                    }
                 }
                 self.counters.tx_segments += self.lengths.len() as u64;
                 self.counters.tx_segment_octets += n as u64;

@@ -538,6 +538,55 @@ fn bad_session_traffic_ends_only_its_stream() {
     });
 }
 
+/// A session that a bad message ends after its QP has sent DDP Segments:
+/// the RDMAP Terminate goes as the Segment after the QP's last (RFC 5043
+/// §6.1), so the peer's QP takes it as a Terminate (2/0/4 for the bad
+/// session control) and reports it received. Sent as DDP-SSN 0, the
+/// stream's first, it was out of sequence there: the peer's QP sent its own
+/// Terminate instead and never heard why (found by a review).
+#[test]
+fn a_terminate_after_the_qps_segments_reaches_the_peer_in_sequence() {
+    use rnic_engine::qp::{QpEvent, TermInfo};
+    let mut net = Net::new(|_| {});
+    let qps = net.open(1);
+    let assoc = a_assoc(&net);
+    // b sends Read Responses and Sends' completions: Segments of its own.
+    let mut now = net.now;
+    exercise(&mut net.a, &mut net.b, &qps, 5000, |a, b, done| {
+        let end = now + Duration::from_secs(10);
+        while !done(a, b) {
+            assert!(now < end);
+            a.turn(now);
+            b.turn(now);
+            now += Duration::from_micros(10);
+        }
+    });
+    net.now = now;
+    assert!(net.b.core.counters().tx_segments > 0);
+    // A PPID no session knows, on the open stream: b ends it.
+    net.a.core.inject_message(assoc, 0, 99, b"hello").unwrap();
+    let terminate = |side: &Side<Stack<LinkEnd>>| {
+        side.events.iter().find_map(|e| match e {
+            SctpEvent::StreamEnded {
+                stream: 0,
+                terminate,
+                ..
+            } => Some(*terminate),
+            _ => None,
+        })
+    };
+    net.run_until(Duration::from_secs(5), |net| terminate(&net.a).is_some());
+    let code = TermInfo {
+        layer: 2,
+        etype: 0,
+        ecode: 4,
+    };
+    assert_eq!(
+        terminate(&net.a),
+        Some(Some(QpEvent::TerminateReceived(code)))
+    );
+}
+
 /// The association of a's first `AssociationUp`.
 fn a_assoc(net: &Net) -> sctp_lite::AssocId {
     net.a
