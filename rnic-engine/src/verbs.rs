@@ -24,7 +24,8 @@ pub use crate::qp::{Connection, MessageConnection, QpEvent, QpState, Segments, T
 pub struct RnicConfig {
     /// Protection domains.
     pub pds_max: usize,
-    /// STags (memory registrations, fast-registration STags).
+    /// STags (memory registrations, fast-registration STags); at most
+    /// [`STAGS_MAX`](crate::mem::STAGS_MAX) - 2, a larger number is cut to it.
     pub stags_max: usize,
     /// Completion queues.
     pub cqs_max: usize,

@@ -689,49 +689,120 @@ fn the_terminate_echoes_the_failed_segment() {
             .rnic
             .inject_ulpdu(pair.a.qp, &send(7, 9, 0, b"x"))
             .unwrap();
-        let mut wire = vec![0u8; 1448];
-        let n = pair.a.rnic.poll_transmit(pair.a.qp, &mut wire).unwrap();
-        assert_eq!(pair.b.rnic.handle_stream(pair.b.qp, &wire[..n]).unwrap(), n);
-        let n = pair.b.rnic.poll_transmit(pair.b.qp, &mut wire).unwrap();
-        let mut deframer = Deframer::new(RxConfig {
-            crc: true,
-            markers: false,
-            ulpdu_max: 65535,
-        });
-        let (used, poll) = deframer.poll(&wire[..n]);
-        assert_eq!(used, n, "one FPDU");
-        let Poll::Ulpdu(ulpdu) = poll else {
-            panic!("{poll:?}")
-        };
-        let packet = ddp::Packet::new_checked(ulpdu).unwrap();
-        assert_eq!(
-            (packet.qn(), packet.msn(), packet.last()),
-            (ddp::qn::TERMINATE, 1, true)
-        );
-        let message = rdmap::Repr::parse(&packet).unwrap();
-        let Header::Terminate(term) = message.header else {
-            panic!("{message:?}")
-        };
+        a_to_b(&mut pair);
+        let ulpdu = b_terminate(&mut pair);
+        let term = assert_echoes(&ulpdu, &segment, rdma_header);
         assert_eq!(term.encoding, term::Encoding::Rfc5040);
-        assert!(term.segment_length_valid);
-        assert_eq!(
-            usize::from(term.ddp_segment_length),
-            segment.len(),
-            "the DDP segment's length"
-        );
-        let ddp_len = ddp::Packet::new_checked(&segment[..]).unwrap().header_len();
-        assert_eq!(term.ddp_header, Some(&segment[..ddp_len]));
-        if rdma_header {
-            assert_eq!(term.rdma_header, Some(&segment[ddp_len..ddp_len + 28]));
-        } else {
-            assert_eq!(term.rdma_header, None);
-        }
+        let mut wire = vec![0u8; 1448];
         assert_eq!(
             pair.b.rnic.poll_transmit(pair.b.qp, &mut wire).unwrap(),
             0,
             "one Terminate per stream"
         );
     }
+}
+
+/// A Read or atomic request that fails only when its turn to be answered
+/// comes (its STag invalidated by the peer's Send with Invalidate, RFC 5040
+/// §6.10, or deregistered while it waited in the IRRQ) is echoed as if it
+/// had failed on arrival: M with its whole segment's length (an atomic's
+/// 18 + 52 octets, not its DDP header's 18) and D with its DDP header; R
+/// and its header for a Read only (draft-ietf-storm-rdmap-ext-00 §8.1).
+#[test]
+fn a_request_failing_when_answered_echoes_its_whole_segment() {
+    for (atomic_request, invalidate) in [(true, true), (true, false), (false, true), (false, false)]
+    {
+        let (mut pair, _, _) = setup(PairConfig::default(), true);
+        let rights = if atomic_request {
+            Access::REMOTE_ATOMIC
+        } else {
+            Access::REMOTE_READ
+        };
+        let (_, mr) = pair
+            .b
+            .region(64, rights.union(Access::REMOTE_INVALIDATE))
+            .unwrap();
+        let segment = if atomic_request {
+            atomic(&mr, 8, AtomicOpcode::FetchAdd)
+        } else {
+            read_request(1, mr.stag, 0, 8)
+        };
+        let name = format!("atomic: {atomic_request}, invalidated: {invalidate}");
+        pair.a.rnic.inject_ulpdu(pair.a.qp, &segment).unwrap();
+        if invalidate {
+            pair.a
+                .rnic
+                .inject_ulpdu(pair.a.qp, &send_with_invalidate(mr.stag))
+                .unwrap();
+        }
+        // b takes the request (valid then) into its IRRQ, and answers it
+        // only when it next transmits.
+        a_to_b(&mut pair);
+        if !invalidate {
+            pair.b.rnic.dereg_mr(mr.stag).unwrap();
+        }
+        let ulpdu = b_terminate(&mut pair);
+        let term = assert_echoes(&ulpdu, &segment, !atomic_request);
+        assert_eq!(
+            (term.layer, term.etype, term.ecode),
+            (term::Layer::Rdmap, 1, 0),
+            "{name}: a remote protection error, invalid STag"
+        );
+    }
+}
+
+/// Hands b, in one call, what a sends next (the segments injected into it).
+fn a_to_b(pair: &mut RnicPair) {
+    let mut wire = vec![0u8; 1448];
+    let n = pair.a.rnic.poll_transmit(pair.a.qp, &mut wire).unwrap();
+    assert_eq!(pair.b.rnic.handle_stream(pair.b.qp, &wire[..n]).unwrap(), n);
+}
+
+/// The ULPDU of the one FPDU b sends next (its Terminate).
+fn b_terminate(pair: &mut RnicPair) -> Vec<u8> {
+    let mut wire = vec![0u8; 1448];
+    let n = pair.b.rnic.poll_transmit(pair.b.qp, &mut wire).unwrap();
+    let mut deframer = Deframer::new(RxConfig {
+        crc: true,
+        markers: false,
+        ulpdu_max: 65535,
+    });
+    let (used, poll) = deframer.poll(&wire[..n]);
+    assert_eq!(used, n, "one FPDU");
+    let Poll::Ulpdu(ulpdu) = poll else {
+        panic!("{poll:?}")
+    };
+    ulpdu.to_vec()
+}
+
+/// Checks that `ulpdu` is a stream's first Terminate and that it echoes
+/// the failed `segment` (RFC 5040 §4.8): M with its length, D with its DDP
+/// header, and R with its 28-octet Read Request header if `rdma_header`
+/// (none otherwise). Returns the Terminate.
+fn assert_echoes<'a>(ulpdu: &'a [u8], segment: &[u8], rdma_header: bool) -> term::Repr<'a> {
+    let packet = ddp::Packet::new_checked(ulpdu).unwrap();
+    assert_eq!(
+        (packet.qn(), packet.msn(), packet.last()),
+        (ddp::qn::TERMINATE, 1, true)
+    );
+    let message = rdmap::Repr::parse(&packet).unwrap();
+    let Header::Terminate(term) = message.header else {
+        panic!("{message:?}")
+    };
+    assert!(term.segment_length_valid);
+    assert_eq!(
+        usize::from(term.ddp_segment_length),
+        segment.len(),
+        "the DDP segment's length"
+    );
+    let ddp_len = ddp::Packet::new_checked(segment).unwrap().header_len();
+    assert_eq!(term.ddp_header, Some(&segment[..ddp_len]));
+    if rdma_header {
+        assert_eq!(term.rdma_header, Some(&segment[ddp_len..ddp_len + 28]));
+    } else {
+        assert_eq!(term.rdma_header, None);
+    }
+    term
 }
 
 /// A Terminate that echoes one of our Read or atomic requests completes that

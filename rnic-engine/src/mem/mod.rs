@@ -308,12 +308,15 @@ pub(crate) struct StagCache {
     cache: Option<arc_swap::Cache<SlotRef, Option<Arc<Entry>>>>,
 }
 
-/// The most STags one RNIC holds (the index is 24 bits).
+/// The number of STag indexes (the index is the STag's upper 24 bits). One
+/// RNIC holds two fewer STags: indexes 0 and 1 are never handed out.
 pub const STAGS_MAX: usize = 1 << 24;
 
 impl StagTable {
     pub(crate) fn new(capacity: usize, seed: u64) -> StagTable {
-        let capacity = capacity.min(STAGS_MAX - 1);
+        // Indexes run 2..capacity + 2, and each must fit the STag's 24 bits
+        // (`index << 8` drops any above): at most STAGS_MAX - 2 of them.
+        let capacity = capacity.min(STAGS_MAX - 2);
         // Index 0 is never used: STag 0 is commonly special, and siw's RTR
         // uses STag 1, so the first real index is 2.
         let slots = (0..capacity + 2).map(|_| Slot::empty()).collect();
@@ -341,6 +344,12 @@ impl StagTable {
         while Some(key) == allocator.last_key[index as usize] {
             key = (allocator.rng.next_u32() & 0xFF) as u8;
         }
+        // `index << 8` keeps 24 bits of it: a larger one would name
+        // another slot (`new` bounds the table so none is).
+        debug_assert!(
+            (index as usize) < STAGS_MAX,
+            "STag index {index} exceeds 24 bits"
+        );
         self.slots[index as usize].store(Some(Arc::new(Entry { key, state })));
         Some(index << 8 | u32::from(key))
     }
@@ -705,6 +714,35 @@ mod tests {
             );
         }
         assert!(seen.len() > 200, "keys vary: {} distinct", seen.len());
+    }
+
+    /// A table of the largest size hands out its last index too: the STag
+    /// made of it (`index << 8 | key`) must still name its slot, which it
+    /// did not when the index reached 2^24 (the STag named slot 0: every
+    /// access was refused and the STag could not be freed).
+    #[test]
+    fn the_last_index_of_a_full_size_table_makes_a_usable_stag() {
+        let table = StagTable::new(STAGS_MAX, 1);
+        let last = {
+            let mut allocator = table.allocator();
+            // The free list is in reverse: its first entry goes out last.
+            let last = *allocator.free.first().unwrap();
+            allocator.free = vec![last];
+            last
+        };
+        let pd = Pd(1);
+        let stag = table
+            .register(registration(pd, 64, Access::REMOTE_WRITE))
+            .expect("registered");
+        assert_eq!(stag >> 8, last, "STag {stag:#x} names its index");
+        assert!(
+            table
+                .check(stag, pd, Access::REMOTE_WRITE, 0x1000, 8)
+                .is_ok(),
+            "STag {stag:#x} names nothing"
+        );
+        assert_eq!(table.free(stag), Ok(pd));
+        assert_eq!(table.allocator().free, vec![last], "the index came back");
     }
 
     #[test]

@@ -889,7 +889,7 @@ impl Inner {
                 let lease = match target {
                     Ok(lease) => lease,
                     Err(cause) => {
-                        self.fail_request(cause, msn, Header::None);
+                        self.fail_request(cause, msn, Header::AtomicRequest(request));
                         return Some(0);
                     }
                 };
@@ -917,18 +917,31 @@ impl Inner {
     }
 
     /// Fails an inbound Read or Atomic Request while answering it: the
-    /// Terminate echoes the request's DDP header (queue 1, its MSN), and
-    /// for a Read its RDMA header, as if it had failed on arrival, so that
-    /// the requester can tell which request failed.
+    /// Terminate echoes the request as if it had failed on arrival, so that
+    /// the requester can tell which request failed. The request's segment
+    /// is rebuilt whole, its DDP header (queue 1, its MSN) and its RDMAP
+    /// header (`header`): the request arrived as exactly that segment
+    /// (`rdmap::Repr::parse` takes no other length), so the Terminate's
+    /// DDP Segment Length, which M says is valid (RFC 5040 §4.8), is the
+    /// one the segment had: 18 + 28 octets for a Read, 18 + 52 for an
+    /// atomic, not its DDP header's 18. The DDP header is echoed, and a
+    /// Read's RDMA header; an atomic's is not (draft-ietf-storm-rdmap-ext-00
+    /// §8.1, RFC 7306: for an incoming Atomic Request "the Terminated RDMA
+    /// Header field is set to zero"), as on arrival.
     fn fail_request(&mut self, cause: TermCause, msn: u32, header: Header<'_>) {
-        let opcode = match header {
-            Header::ReadRequest(_) => Opcode::RdmaReadRequest,
-            _ => Opcode::AtomicRequest,
+        let read = matches!(header, Header::ReadRequest(_));
+        debug_assert!(
+            read || matches!(header, Header::AtomicRequest(_)),
+            "only Read and Atomic Requests wait in the IRRQ: {header:?}"
+        );
+        let opcode = if read {
+            Opcode::RdmaReadRequest
+        } else {
+            Opcode::AtomicRequest
         };
         let ddp = untagged(opcode, ddp::qn::READ_REQUEST, msn, 0, true, 0);
-        let rdma_header = matches!(header, Header::ReadRequest(_));
         let segment = HeaderBuf::new(ddp, header);
-        self.fail(cause, Some(segment.octets()), rdma_header);
+        self.fail(cause, Some(segment.octets()), read);
     }
 
     /// Sends the Terminate this side owes, then moves to Error. Returns the
