@@ -319,9 +319,7 @@ fn timeouts_beyond_a_day_are_refused_not_added_to_the_clock() {
         request_timeout: huge,
         ..enhanced(4, 4)
     };
-    let e = Responder::new(config, T0)
-        .err()
-        .expect("a request_timeout of 292,000 years");
+    let e = Responder::new(config, T0).expect_err("a request_timeout of 292,000 years");
     assert!(
         format!("{e:?}").contains("request_timeout must be at most 24 hours"),
         "{e:?}"
