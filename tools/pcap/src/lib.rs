@@ -95,6 +95,12 @@ impl<R: Read> Session<R> {
                     self.events
                         .drain(..)
                         .for_each(|e| self.decoder.handle_event(&e));
+                    self.decoder.note_reassembly(
+                        record.frame,
+                        &segment,
+                        self.reassembler.stats(),
+                        &self.reassembler.limits(),
+                    );
                     self.decoder
                         .handle_segment(record.frame, record.ts_ns, &segment);
                 } else if let Ok(packet) = packet::parse_sctp(record.linktype, record.data) {

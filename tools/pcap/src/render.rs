@@ -435,6 +435,14 @@ pub fn summary(summary: &Summary) -> String {
         summary.markers_bad,
         summary.problems
     );
+    if summary.ignored_segments > 0 || summary.conflicting_bytes > 0 {
+        let _ = write!(
+            line,
+            "; reassembly: {} segment(s) not taken (too many open connections), {} octet(s) \
+             retransmitted with different values",
+            summary.ignored_segments, summary.conflicting_bytes
+        );
+    }
     if summary.sctp_packets > 0 {
         let _ = write!(
             line,

@@ -1045,3 +1045,343 @@ fn an_fpdu_cut_by_a_reset_is_not_a_problem() {
         "{found:?}"
     );
 }
+
+impl Capture {
+    /// A capture of one connection that starts after its handshake: no SYN, no MPA
+    /// startup, as when tcpdump starts while traffic flows.
+    fn mid_connection() -> Capture {
+        Capture {
+            writer: Writer::new(Vec::new(), linktype::ETHERNET).unwrap(),
+            ends: [CLIENT.parse().unwrap(), SERVER.parse().unwrap()],
+            next_seq: [1001, 5_000_001],
+            ts_ns: 1_000_000_000,
+        }
+    }
+
+    /// Continues `writer` with one more connection, from `client`, with a handshake.
+    fn after(writer: Writer<Vec<u8>>, ts_ns: u64, client: SocketAddrV4) -> Capture {
+        let mut capture = Capture {
+            writer,
+            ends: [client, SERVER.parse().unwrap()],
+            next_seq: [1000, 5_000_000],
+            ts_ns,
+        };
+        capture.segment(0, TcpFlags::SYN, &[]);
+        capture.segment(1, TcpFlags::SYN | TcpFlags::ACK, &[]);
+        capture.next_seq = [1001, 5_000_001];
+        capture
+    }
+}
+
+/// The MPA startup of a CRC connection and FPDUs of `ulpdus` from the client; the
+/// client's stream after the startup.
+fn crc_connection(capture: &mut Capture, ulpdus: &[Vec<u8>]) -> Vec<u8> {
+    capture.send(
+        0,
+        &mpa_frame(mpa_rr::FrameKind::Request, false, true, None, b""),
+        &[],
+    );
+    capture.send(
+        1,
+        &mpa_frame(mpa_rr::FrameKind::Reply, false, true, None, b""),
+        &[],
+    );
+    frame_stream(0, ulpdus, false, true)
+}
+
+/// `count` short connections to port 80 (SYN, SYN-ACK, then FIN both ways, or an RST
+/// from the server for odd ones, or nothing more with `open`), written to a new capture;
+/// the writer and the next time stamp.
+fn many_connections(count: u32, open: bool) -> (Writer<Vec<u8>>, u64) {
+    let mut writer = Writer::new(Vec::new(), linktype::ETHERNET).unwrap();
+    let mut ts_ns = 1_000_000_000;
+    let server: SocketAddrV4 = "10.9.0.2:80".parse().unwrap();
+    for i in 0..count {
+        let ip = std::net::Ipv4Addr::new(10, 8, (i >> 15) as u8 + 1, 1);
+        let client = SocketAddrV4::new(ip, (i & 0x7fff) as u16 + 1);
+        let mut frame = |src, dst, seq, ack, flags| {
+            let bytes = build_tcp_frame(src, dst, seq, ack, flags, &[]);
+            writer.write_record(ts_ns, &bytes).unwrap();
+            ts_ns += 1000;
+        };
+        frame(client, server, 1000, 0, TcpFlags::SYN);
+        frame(server, client, 7000, 1001, TcpFlags::SYN | TcpFlags::ACK);
+        if open {
+            continue;
+        }
+        if i % 2 == 0 {
+            frame(client, server, 1001, 7001, TcpFlags::FIN | TcpFlags::ACK);
+            frame(server, client, 7001, 1002, TcpFlags::FIN | TcpFlags::ACK);
+        } else {
+            frame(server, client, 7001, 1001, TcpFlags::RST);
+        }
+    }
+    (writer, ts_ns)
+}
+
+/// A long capture: more short connections than the reassembler tracks at once, all
+/// ended, then an iWARP connection with a bad CRC. The ended ones must not crowd it out.
+#[test]
+fn ended_connections_do_not_crowd_out_later_ones() {
+    let count = dpwarp_capture::reassembly::CONNECTIONS_MAX as u32;
+    let (writer, ts_ns) = many_connections(count, false);
+    let mut capture = Capture::after(writer, ts_ns, CLIENT.parse().unwrap());
+    let mut stream = crc_connection(&mut capture, &[send(1, &[5; 100])]);
+    stream[30] ^= 1;
+    capture.send(0, &stream, &[]);
+    let (messages, summary, _) = decode_capture(Cursor::new(capture.close()), Options::default());
+    assert_eq!(summary.iwarp_connections, 1);
+    assert_eq!(summary.other_connections, u64::from(count));
+    assert_eq!((summary.fpdus, summary.crc_bad), (1, 1), "{summary:?}");
+    assert_eq!(fpdus(&messages)[0].1.crc, CrcVerdict::Bad);
+}
+
+/// Segments reassembly cannot take (every tracked connection still open) are not
+/// decoded; that is a problem, so `--strict` fails rather than pass a capture it did
+/// not read.
+#[test]
+fn segments_beyond_the_connection_limit_are_a_problem() {
+    let count = dpwarp_capture::reassembly::CONNECTIONS_MAX as u32;
+    let (writer, ts_ns) = many_connections(count, true);
+    let mut capture = Capture::after(writer, ts_ns, CLIENT.parse().unwrap());
+    let stream = crc_connection(&mut capture, &[send(1, &[5; 100])]);
+    capture.send(0, &stream, &[]);
+    let (messages, summary, _) = decode_capture(Cursor::new(capture.close()), Options::default());
+    assert_eq!(summary.fpdus, 0, "the connection was never reassembled");
+    let found = problems(&messages);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("65536 connections"), "{found:?}");
+    assert_eq!(summary.problems, 1);
+    assert!(summary.ignored_segments >= 4, "{summary:?}");
+    assert!(render::summary(&summary).contains("not taken"));
+}
+
+/// A retransmission that carries different octets than the first copy: reassembly keeps
+/// the first, and the decoder says the capture disagrees with itself.
+#[test]
+fn a_retransmission_with_different_octets_is_a_problem() {
+    let mut capture = Capture::new();
+    let stream = crc_connection(&mut capture, &[send(1, &[5; 100])]);
+    capture.send(0, &stream, &[]);
+    let mut changed = stream.clone();
+    changed[40] ^= 0xff;
+    capture.next_seq[0] = capture.next_seq[0].wrapping_sub(stream.len() as u32);
+    capture.send(0, &changed, &[]);
+    let bytes = capture.close();
+    let messages = decode(&bytes);
+    assert_eq!(
+        fpdus(&messages)[0].1.crc,
+        CrcVerdict::Good,
+        "first copy wins"
+    );
+    let found = problems(&messages);
+    assert!(
+        found.len() == 1 && found[0].contains("retransmission"),
+        "{found:?}"
+    );
+    let (_, summary, _) = decode_capture(Cursor::new(bytes), Options::default());
+    assert_eq!((summary.conflicting_bytes, summary.problems), (1, 1));
+}
+
+/// `--port` on a capture that starts inside an FPDU: the direction looks for the first
+/// plausible FPDU at a segment start instead of reading a length out of the middle of one.
+#[test]
+fn a_named_port_finds_the_first_fpdu_of_a_capture_that_starts_inside_one() {
+    // The skipped octets read as a short ULPDU_Length (0x0101), then as one
+    // longer than the capture holds (0xc8c8), which must not stall the search.
+    for fill in [1u8, 0xc8] {
+        starts_inside_an_fpdu(fill);
+    }
+}
+
+fn starts_inside_an_fpdu(fill: u8) {
+    let mut ulpdus: Vec<Vec<u8>> = (1..=5).map(|i| send(i, &[i as u8; 300])).collect();
+    ulpdus[0] = send(1, &[fill; 300]);
+    let stream = frame_stream(0, &ulpdus, false, true);
+    let fpdu_len = stream.len() / 5;
+    let mut capture = Capture::mid_connection();
+    // The last 100 octets of FPDU 1, then FPDUs 2-5 one per segment.
+    capture.send(0, &stream[fpdu_len - 100..fpdu_len], &[]);
+    for k in 1..5 {
+        capture.send(0, &stream[k * fpdu_len..(k + 1) * fpdu_len], &[]);
+    }
+    let options = Options {
+        ports: vec![7174],
+        ..Options::default()
+    };
+    let (messages, summary, _) = decode_capture(Cursor::new(capture.close()), options);
+    let decoded: Vec<_> = fpdus(&messages)
+        .iter()
+        .map(|(_, f)| f.ulpdu.clone())
+        .collect();
+    assert_eq!(decoded, &ulpdus[1..]);
+    assert_eq!((summary.crc_good, summary.crc_bad), (4, 0), "{summary:?}");
+    let found = problems(&messages);
+    assert!(
+        found.len() == 1 && found[0].contains("100 octets"),
+        "the skipped octets are reported: {found:?}"
+    );
+}
+
+/// With `--port` the CRC is auto-detected; bad CRCs found that way also make the
+/// direction stop trusting ULPDU_Length and resynchronise.
+#[test]
+fn auto_detected_bad_crcs_resynchronise() {
+    let ulpdus = vec![
+        send(1, &[7; 100]),
+        send(2, &[1; 1000]),
+        send(3, &[8; 100]),
+        send(4, &[9; 100]),
+    ];
+    let mut stream = frame_stream(0, &ulpdus, false, true);
+    let first = mpa_fpdu_len(&ulpdus[0]);
+    let second = mpa_fpdu_len(&ulpdus[1]);
+    // FPDU 2 claims a 20-octet ULPDU: the next length is read from its 0x01 payload.
+    stream[first..first + 2].copy_from_slice(&20u16.to_be_bytes());
+    let mut capture = Capture::mid_connection();
+    let mut at = 0;
+    for len in [first, second, stream.len() - first - second] {
+        capture.send(0, &stream[at..at + len], &[]);
+        at += len;
+    }
+    let options = Options {
+        ports: vec![7174],
+        ..Options::default()
+    };
+    let (messages, _, _) = decode_capture(Cursor::new(capture.close()), options);
+    let good: Vec<_> = fpdus(&messages)
+        .iter()
+        .filter(|(_, f)| f.crc == CrcVerdict::Good)
+        .map(|(_, f)| f.ulpdu.clone())
+        .collect();
+    assert_eq!(good, [&ulpdus[..1], &ulpdus[2..]].concat());
+    assert!(
+        problems(&messages)
+            .iter()
+            .any(|p| p.contains("bad CRCs in a row")),
+        "{:?}",
+        problems(&messages)
+    );
+}
+
+fn mpa_fpdu_len(ulpdu: &[u8]) -> usize {
+    rnic_engine::wire::mpa_fpdu::fpdu_len(ulpdu.len())
+}
+
+/// A segment lost before a reset: the reset does not hide the gap, and the FPDUs that
+/// followed the gap still decode.
+#[test]
+fn a_gap_before_a_reset_is_reported() {
+    let ulpdus: Vec<Vec<u8>> = (1..=3).map(|i| send(i, &[i as u8; 100])).collect();
+    let mut capture = Capture::new();
+    let stream = crc_connection(&mut capture, &ulpdus);
+    let len = stream.len() / 3;
+    capture.send(0, &stream[..len], &[]);
+    capture.lose(0, len);
+    capture.send(0, &stream[2 * len..], &[]);
+    let (messages, summary, _) = decode_capture(Cursor::new(capture.reset(0)), Options::default());
+    let gaps: Vec<_> = messages
+        .iter()
+        .filter(|m| matches!(m.body, Body::Gap { .. }))
+        .collect();
+    assert_eq!(gaps.len(), 1, "{messages:?}");
+    let decoded: Vec<_> = fpdus(&messages)
+        .iter()
+        .map(|(_, f)| f.ulpdu.clone())
+        .collect();
+    assert_eq!(decoded, [&ulpdus[..1], &ulpdus[2..]].concat());
+    assert!(summary.problems >= 1, "--strict fails: {summary:?}");
+}
+
+/// Octets captured after the reset that belong before it (the capture reordered them):
+/// they decode, bad CRC and all.
+#[test]
+fn octets_captured_after_a_reset_decode() {
+    let mut capture = Capture::new();
+    let ulpdus = vec![send(1, &[1; 100]), send(2, &[2; 100])];
+    let mut stream = crc_connection(&mut capture, &ulpdus);
+    let len = stream.len() / 2;
+    stream[len + 20] ^= 1;
+    capture.send(0, &stream[..len], &[]);
+    let seq = capture.next_seq[0];
+    capture.next_seq[0] = seq.wrapping_add(len as u32);
+    capture.segment(0, TcpFlags::RST | TcpFlags::ACK, &[]);
+    capture.next_seq[0] = seq;
+    capture.send(0, &stream[len..], &[]);
+    let (messages, summary, _) = decode_capture(
+        Cursor::new(capture.writer.into_inner().unwrap()),
+        Options::default(),
+    );
+    assert_eq!((summary.fpdus, summary.crc_bad), (2, 1), "{summary:?}");
+    assert_eq!(problems(&messages), Vec::<String>::new());
+}
+
+/// The client resets while the server's FPDUs are on their way: those captured after
+/// the RST decode, and the one the capture ends inside is cut, not a problem.
+#[test]
+fn fpdus_in_flight_when_the_peer_resets_decode() {
+    let mut capture = Capture::new();
+    let ulpdus: Vec<Vec<u8>> = (1..=3).map(|i| send(i, &[i as u8; 100])).collect();
+    crc_connection(&mut capture, &[]);
+    let server = frame_stream(0, &ulpdus, false, true);
+    let len = server.len() / 3;
+    capture.send(1, &server[..len], &[]);
+    capture.segment(0, TcpFlags::RST, &[]);
+    capture.send(1, &server[len..server.len() - 10], &[len]);
+    let (messages, summary, _) = decode_capture(
+        Cursor::new(capture.writer.into_inner().unwrap()),
+        Options::default(),
+    );
+    let decoded: Vec<_> = fpdus(&messages)
+        .iter()
+        .map(|(_, f)| f.ulpdu.clone())
+        .collect();
+    assert_eq!(decoded, &ulpdus[..2]);
+    assert_eq!(problems(&messages), Vec::<String>::new());
+    assert_eq!(summary.problems, 0);
+    let cuts: Vec<_> = messages
+        .iter()
+        .filter(|m| matches!(m.body, Body::Cut { .. }))
+        .collect();
+    assert_eq!(cuts.len(), 1, "{messages:?}");
+}
+
+/// A capture of one side only (or one where the other side's startup frame is lost):
+/// the direction stops waiting for the frame that will never come and decodes with
+/// CRC auto-detected, as it would past PENDING_BYTES_MAX.
+#[test]
+fn fpdus_decode_without_the_other_sides_startup_frame() {
+    let ulpdus: Vec<Vec<u8>> = (1..=3).map(|i| send(i, &[i as u8; 100])).collect();
+    let request = mpa_frame(mpa_rr::FrameKind::Request, false, true, None, b"");
+    let reply = mpa_frame(mpa_rr::FrameKind::Reply, false, true, None, b"");
+    for lost_reply in [false, true] {
+        let mut capture = Capture::new();
+        capture.send(0, &request, &[]);
+        if lost_reply {
+            capture.lose(1, reply.len());
+            capture.segment(1, TcpFlags::ACK, &[]);
+        }
+        capture.send(0, &frame_stream(0, &ulpdus, false, true), &[]);
+        let messages = decode(&capture.close());
+        let decoded: Vec<_> = fpdus(&messages)
+            .iter()
+            .map(|(_, f)| (f.ulpdu.clone(), f.crc))
+            .collect();
+        let want: Vec<_> = ulpdus
+            .iter()
+            .map(|u| (u.clone(), CrcVerdict::Good))
+            .collect();
+        assert_eq!(decoded, want, "reply lost: {lost_reply}");
+        let found = problems(&messages);
+        assert!(
+            found
+                .iter()
+                .any(|p| p.contains("other side's MPA frame is not in the capture")),
+            "{found:?}"
+        );
+        assert!(
+            !found.iter().any(|p| p.contains("cannot complete")),
+            "{found:?}"
+        );
+    }
+}

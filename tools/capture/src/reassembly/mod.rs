@@ -19,6 +19,14 @@
 //! * Out-of-order data waits in a per-direction buffer. When a limit in [`Limits`] is
 //!   exceeded, the hole in front of the buffer is declared lost with an [`Event::Gap`] and
 //!   delivery resumes after it; [`Reassembler::finish`] does the same for every buffer.
+//! * An RST aborts the connection (RFC 9293 §3.10.7.4): no retransmission will fill a
+//!   hole in either direction any more, so both buffers are delivered, holes as gaps,
+//!   before the [`Event::Rst`].
+//! * A connection that ended (both FINs delivered, or reset) stays tracked, so that
+//!   segments captured after the end (the last ACK, a retransmitted FIN, data the
+//!   capture reordered behind the RST) still belong to it, but only until its place is
+//!   needed: when [`Limits::connections_max`] are tracked, the one that ended first is
+//!   flushed and forgotten to make room. Only open connections can fill the table.
 //!
 //! # Which frame an event names
 //!
@@ -64,7 +72,8 @@ pub struct Limits {
     /// Out-of-order payload bytes buffered over all connections. When it is exceeded, the
     /// direction that just received data gives up its holes.
     pub buffered_bytes_total_max: usize,
-    /// Connections tracked at once. Segments that would open another are ignored and
+    /// Connections tracked at once. Connections that ended make room for new ones;
+    /// segments that would open another while this many are open are ignored and
     /// counted in [`Stats::ignored_segments`].
     pub connections_max: usize,
     /// Delivered bytes remembered per direction to check retransmissions against. 0
@@ -148,7 +157,8 @@ pub enum Event {
         frame: u64,
     },
     /// The sender in `dir` reset the connection; emitted once per direction, as soon as
-    /// the RST is seen.
+    /// the RST is seen, after everything either direction had buffered (holes as gaps).
+    /// Segments captured after it may still deliver bytes of the connection.
     Rst {
         /// The connection.
         conn: ConnId,
@@ -187,6 +197,11 @@ pub struct Reassembler {
     /// Open connections by address pair, the smaller address first.
     conns: BTreeMap<(SocketAddr, SocketAddr), Conn>,
     next_id: u32,
+    /// Connections that ended, by when they ended: the first to go when the table is
+    /// full.
+    ended: BTreeMap<u64, (SocketAddr, SocketAddr)>,
+    /// Connections that ended so far; orders `ended`.
+    ended_count: u64,
     /// Out-of-order payload bytes buffered over all connections.
     buffered_total: usize,
     stats: Stats,
@@ -201,7 +216,11 @@ struct Conn {
     client_isn: Option<u32>,
     /// A FIN or RST was seen in either direction.
     closed: bool,
+    /// An RST was seen: both directions have been flushed once.
+    reset: bool,
     rst_reported: [bool; 2],
+    /// Its key in [`Reassembler::ended`], once it ended.
+    ended_at: Option<u64>,
 }
 
 /// What a direction needs to report events and keep within limits.
@@ -250,6 +269,8 @@ impl Reassembler {
             limits,
             conns: BTreeMap::new(),
             next_id: 0,
+            ended: BTreeMap::new(),
+            ended_count: 0,
             buffered_total: 0,
             stats: Stats::default(),
         }
@@ -284,12 +305,41 @@ impl Reassembler {
         let mut ctx = Ctx {
             conn: conn.info.id,
             dir,
-            out,
+            out: &mut *out,
             stats: &mut self.stats,
             buffered_total: &mut self.buffered_total,
             limits: &self.limits,
         };
         conn.segment(frame, ts_ns, seg, &mut ctx);
+        if seg.rst {
+            if !conn.reset {
+                conn.reset = true;
+                flush_halves(
+                    conn,
+                    out,
+                    &mut self.stats,
+                    &mut self.buffered_total,
+                    &self.limits,
+                );
+            }
+            let reported = &mut conn.rst_reported[dir.index()];
+            if !*reported {
+                *reported = true;
+                out.push(Event::Rst {
+                    conn: conn.info.id,
+                    dir,
+                    frame,
+                });
+            }
+        }
+        if conn.ended_at.is_none() && conn.ended() {
+            conn.ended_at = Some(self.ended_count);
+            self.ended.insert(self.ended_count, key);
+            self.ended_count += 1;
+            // Nothing will be delivered any more that a retransmission could be checked
+            // against; an ended connection holds its place cheaply.
+            conn.halves.iter_mut().for_each(Half::release);
+        }
     }
 
     /// Ends the capture: every buffered byte is delivered, with a [`Event::Gap`] for
@@ -300,6 +350,7 @@ impl Reassembler {
     /// whose ids continue the count.
     pub fn finish(&mut self, out: &mut Vec<Event>) {
         let mut conns: Vec<Conn> = core::mem::take(&mut self.conns).into_values().collect();
+        self.ended.clear();
         conns.sort_by_key(|conn| conn.info.id);
         for conn in conns {
             self.close(conn, out);
@@ -332,6 +383,14 @@ impl Reassembler {
                 self.close(old, out);
             }
         }
+        if self.conns.len() >= self.limits.connections_max {
+            // An ended connection only waits for stragglers; a new one matters more.
+            if let Some((_, oldest)) = self.ended.pop_first() {
+                if let Some(old) = self.conns.remove(&oldest) {
+                    self.close(old, out);
+                }
+            }
+        }
         if self.conns.len() >= self.limits.connections_max || self.next_id == u32::MAX {
             return false;
         }
@@ -352,17 +411,37 @@ impl Reassembler {
 
     /// Flushes both directions of a connection that is going away.
     fn close(&mut self, mut conn: Conn, out: &mut Vec<Event>) {
-        for dir in [Dir::ClientToServer, Dir::ServerToClient] {
-            let mut ctx = Ctx {
-                conn: conn.info.id,
-                dir,
-                out: &mut *out,
-                stats: &mut self.stats,
-                buffered_total: &mut self.buffered_total,
-                limits: &self.limits,
-            };
-            conn.halves[dir.index()].flush(&mut ctx);
+        if let Some(at) = conn.ended_at {
+            self.ended.remove(&at);
         }
+        flush_halves(
+            &mut conn,
+            out,
+            &mut self.stats,
+            &mut self.buffered_total,
+            &self.limits,
+        );
+    }
+}
+
+/// Delivers everything both directions of `conn` buffered, declaring each hole a gap.
+fn flush_halves(
+    conn: &mut Conn,
+    out: &mut Vec<Event>,
+    stats: &mut Stats,
+    buffered_total: &mut usize,
+    limits: &Limits,
+) {
+    for dir in [Dir::ClientToServer, Dir::ServerToClient] {
+        let mut ctx = Ctx {
+            conn: conn.info.id,
+            dir,
+            out: &mut *out,
+            stats: &mut *stats,
+            buffered_total: &mut *buffered_total,
+            limits,
+        };
+        conn.halves[dir.index()].flush(&mut ctx);
     }
 }
 
@@ -373,8 +452,15 @@ impl Conn {
             halves: [Half::default(), Half::default()],
             client_isn: None,
             closed: false,
+            reset: false,
             rst_reported: [false; 2],
+            ended_at: None,
         }
+    }
+
+    /// Whether the connection is over: reset, or both FINs delivered.
+    fn ended(&self) -> bool {
+        self.reset || self.halves.iter().all(Half::fin_delivered)
     }
 
     /// Whether `seg` is the SYN of a new connection on this address pair.
@@ -407,15 +493,6 @@ impl Conn {
         };
         half.segment(&input, ctx);
         self.closed |= seg.fin || seg.rst;
-        let reported = &mut self.rst_reported[ctx.dir.index()];
-        if seg.rst && !*reported {
-            *reported = true;
-            ctx.out.push(Event::Rst {
-                conn: ctx.conn,
-                dir: ctx.dir,
-                frame,
-            });
-        }
     }
 }
 

@@ -17,14 +17,30 @@
 //!    ([`rnic_engine::wire::mpa_marker`] states the layout this project
 //!    reads). A Reply with R=1 ends MPA: later bytes belong to the ULP.
 //!
-//! Losing sync: a gap in the capture, or a bad CRC on a connection that
-//! negotiated CRC, makes the direction resynchronise at the start of a later
+//! Losing sync: a gap in the capture, or bad CRCs (negotiated or
+//! auto-detected), makes the direction resynchronise at the start of a later
 //! TCP segment whose octets look like an FPDU (Linux siw and dpwarp align
-//! FPDUs to segments, as RFC 5044 asks senders to).
+//! FPDUs to segments, as RFC 5044 asks senders to). A direction read as
+//! FPDUs because of `--port` starts out that way too: the capture may start
+//! inside an FPDU.
 //!
 //! Every buffer is bounded: a direction buffers at most one FPDU (64 KiB
 //! plus markers) or one startup frame, plus [`PENDING_BYTES_MAX`] while it
-//! waits for the other side's frame.
+//! waits for the other side's frame. It stops waiting sooner when that frame
+//! can no longer come (the other direction ended, is not decoded, or lost its
+//! frame in a gap) or the direction itself ends, and then decodes with CRC
+//! auto-detected and no markers.
+//!
+//! Connection ends: a connection whose both directions sent a FIN is
+//! dropped. A reset one is kept, so that octets captured after the RST (the
+//! capture reordered them, or the peer's data was on its way) still decode;
+//! what it leaves unfinished is reported as cut when it is dropped: when its
+//! address pair opens a new connection, when more than
+//! [`RESET_CONNECTIONS_KEPT`] reset connections are kept, or at the end.
+//!
+//! Reassembly's own findings are problems too: segments it could not take
+//! (too many open connections) and retransmissions whose octets differ from
+//! the first copy ([`Decoder::note_reassembly`]).
 //!
 //! DDP over SCTP (RFC 5043) needs no reassembly: [`Decoder::handle_sctp`]
 //! turns every chunk of an SCTP packet into a [`Body::Sctp`] message as the
@@ -34,11 +50,11 @@ mod conn;
 mod fpdu;
 mod sctp;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use dpwarp_capture::packet::{SctpPacket, TcpSegment};
-use dpwarp_capture::reassembly::{ConnId, Dir, Event};
+use dpwarp_capture::reassembly::{ConnId, Dir, Event, Limits, Stats, CONNECTIONS_MAX};
 use rnic_engine::wire::{mpa_fpdu, mpa_marker, mpa_rr};
 
 use self::conn::{index, Conn, Span};
@@ -52,6 +68,15 @@ pub use self::sctp::{
 /// startup frame (which fixes CRC and markers) has not been seen. Beyond
 /// this the direction is decoded without knowing: CRC "auto", no markers.
 pub const PENDING_BYTES_MAX: usize = 256 << 10;
+/// Reset connections kept for octets captured after their RST. As many as
+/// reassembly tracks at once: it forgets ended connections oldest first
+/// when it needs room, so it never delivers octets for a reset connection
+/// older than the newest this many.
+pub const RESET_CONNECTIONS_KEPT: usize = CONNECTIONS_MAX;
+/// The connection named by a [`Message`] about a segment that reassembly did
+/// not take, so that belongs to no connection. Reassembly never hands out
+/// this id.
+pub const UNTRACKED: ConnId = ConnId(u32::MAX);
 /// Largest stream extent of one FPDU: the longest ULPDU, PAD, CRC and the
 /// markers that can fall inside it.
 pub const FPDU_STREAM_LEN_MAX: usize = 70_000;
@@ -278,8 +303,15 @@ pub struct Summary {
     /// Markers whose FPDUPTR is wrong.
     pub markers_bad: u64,
     /// Problems reported (invalid frames, lost sync, gaps, malformed SCTP
-    /// chunks and DDP messages).
+    /// chunks and DDP messages, what reassembly could not take or found
+    /// inconsistent).
     pub problems: u64,
+    /// TCP segments reassembly ignored because it tracked as many open
+    /// connections as it may: they were not decoded.
+    pub ignored_segments: u64,
+    /// Octets of TCP retransmissions that differ from the first copy, which
+    /// is the one decoded.
+    pub conflicting_bytes: u64,
     /// SCTP packets (over IP or UDP port 9899).
     pub sctp_packets: u64,
     /// SCTP associations: address pairs, and a new one for each INIT after
@@ -305,6 +337,12 @@ pub struct Decoder {
     /// Capture time of the record being read.
     now_ns: u64,
     sctp: sctp::Associations,
+    /// Reset connections kept, by when they were reset.
+    reset_conns: BTreeMap<u64, ConnId>,
+    /// Connections reset so far; orders `reset_conns`.
+    reset_count: u64,
+    /// Reassembly's counters as last seen by [`Decoder::note_reassembly`].
+    reassembly: Stats,
 }
 
 impl Decoder {
@@ -318,6 +356,9 @@ impl Decoder {
             summary: Summary::default(),
             now_ns: 0,
             sctp: sctp::Associations::default(),
+            reset_conns: BTreeMap::new(),
+            reset_count: 0,
+            reassembly: Stats::default(),
         }
     }
 
@@ -402,6 +443,10 @@ impl Decoder {
                     .ports
                     .iter()
                     .any(|p| *p == info.client.port() || *p == info.server.port());
+                // Reassembly is done with the pair's previous connection.
+                if let Some(&old) = self.by_addr.get(&addr_key(info.client, info.server)) {
+                    self.drop_conn(old);
+                }
                 self.by_addr
                     .insert(addr_key(info.client, info.server), *conn);
                 self.conns.insert(*conn, Conn::new(*info, forced));
@@ -442,9 +487,12 @@ impl Decoder {
         }
     }
 
-    /// A direction ended. A connection whose both directions ended (or that
-    /// was reset) is done: it is dropped, so a long capture of many short
-    /// connections holds only the open ones.
+    /// A direction ended. A connection whose both directions sent a FIN is
+    /// done: it is dropped, so a long capture of many short connections
+    /// holds only the open ones. A reset one is kept: reassembly delivers
+    /// what it buffered before the RST, but octets captured after the RST
+    /// (reordered by the capture, or the peer's, on their way when it
+    /// reset) still come, and decode as the connection's.
     fn end(&mut self, id: ConnId, dir: Dir, frame: u64, event: TcpEvent) {
         let mut sink = Sink {
             out: &mut self.out,
@@ -457,51 +505,127 @@ impl Decoder {
         };
         conn.tcp_end(dir, frame, event, &mut sink);
         conn.ended[index(dir)] = true;
-        if event == TcpEvent::Rst || conn.ended == [true, true] {
-            let other = dir.reverse();
-            conn.flush_incomplete(other, Some(frame), event == TcpEvent::Rst, &mut sink);
-            if conn.iwarp != Some(true) {
-                sink.summary.other_connections += 1;
+        // The other side may have waited for a startup frame from this one.
+        conn.wake(dir.reverse(), &mut sink);
+        if conn.reset.is_some() {
+            if conn.reset_key.is_none() {
+                conn.reset_key = Some(self.reset_count);
+                self.reset_conns.insert(self.reset_count, id);
+                self.reset_count += 1;
             }
-            if sink.all {
-                std::mem::take(&mut conn.held)
-                    .into_iter()
-                    .for_each(|m| sink.push(m));
+            if self.reset_conns.len() > RESET_CONNECTIONS_KEPT {
+                if let Some((_, oldest)) = self.reset_conns.pop_first() {
+                    self.drop_conn(oldest);
+                }
             }
-            let info = conn.info;
-            self.conns.remove(&id);
-            if self.by_addr.get(&addr_key(info.client, info.server)) == Some(&id) {
-                self.by_addr.remove(&addr_key(info.client, info.server));
-            }
+        } else if conn.ended == [true, true] {
+            self.drop_conn(id);
         }
     }
 
-    /// Ends the capture: reports what is left incomplete, in connection order.
-    pub fn finish(&mut self) {
+    /// Reports what a connection leaves unfinished (cut, if it was reset),
+    /// counts it, and forgets it.
+    fn drop_conn(&mut self, id: ConnId) {
         let mut sink = Sink {
             out: &mut self.out,
             summary: &mut self.summary,
             all: self.options.all,
             now_ns: self.now_ns,
         };
+        let Some(mut conn) = self.conns.remove(&id) else {
+            return;
+        };
+        for dir in [Dir::ClientToServer, Dir::ServerToClient] {
+            conn.flush_incomplete(dir, conn.reset, conn.reset.is_some(), &mut sink);
+        }
+        if conn.iwarp != Some(true) {
+            sink.summary.other_connections += 1;
+        }
+        if sink.all {
+            std::mem::take(&mut conn.held)
+                .into_iter()
+                .for_each(|m| sink.push(m));
+        }
+        if let Some(key) = conn.reset_key {
+            self.reset_conns.remove(&key);
+        }
+        let pair = addr_key(conn.info.client, conn.info.server);
+        if self.by_addr.get(&pair) == Some(&id) {
+            self.by_addr.remove(&pair);
+        }
+    }
+
+    /// Ends the capture: reports what is left incomplete, in connection order.
+    pub fn finish(&mut self) {
         let mut ids: Vec<ConnId> = self.conns.keys().copied().collect();
         ids.sort();
         for id in ids {
-            let Some(conn) = self.conns.get_mut(&id) else {
-                continue;
-            };
-            for dir in [Dir::ClientToServer, Dir::ServerToClient] {
-                conn.flush_incomplete(dir, None, false, &mut sink);
-            }
-            if conn.iwarp != Some(true) {
-                sink.summary.other_connections += 1;
-            }
-            if sink.all {
-                std::mem::take(&mut conn.held)
-                    .into_iter()
-                    .for_each(|m| sink.push(m));
-            }
+            self.drop_conn(id);
         }
+    }
+
+    /// Takes reassembly's counters after `seg` (captured in `frame`) was
+    /// pushed, and reports what they say went wrong with it: the segment
+    /// was ignored because `limits.connections_max` connections were open
+    /// (reported once: every later segment of an untracked connection is
+    /// only counted), or it retransmitted octets with different values.
+    /// Either means the decode does not show what was sent, so both are
+    /// problems.
+    pub fn note_reassembly(
+        &mut self,
+        frame: u64,
+        seg: &TcpSegment<'_>,
+        stats: Stats,
+        limits: &Limits,
+    ) {
+        let before = std::mem::replace(&mut self.reassembly, stats);
+        self.summary.ignored_segments = stats.ignored_segments;
+        self.summary.conflicting_bytes = stats.conflicting_bytes;
+        let mut sink = Sink {
+            out: &mut self.out,
+            summary: &mut self.summary,
+            all: self.options.all,
+            now_ns: self.now_ns,
+        };
+        if stats.ignored_segments > before.ignored_segments && before.ignored_segments == 0 {
+            let text = format!(
+                "segment not reassembled: {} connections are open, as many as reassembly \
+                 tracks; segments of connections opened from now on are not decoded (counted in \
+                 the summary)",
+                limits.connections_max
+            );
+            sink.push(Message {
+                frame,
+                first_frame: frame,
+                ts_ns: self.now_ns,
+                conn: UNTRACKED,
+                dir: Dir::ClientToServer,
+                src: seg.src,
+                dst: seg.dst,
+                offset: 0,
+                tcp_seq: seg.seq,
+                segment_start: true,
+                body: Body::Problem(text),
+            });
+        }
+        let differing = stats
+            .conflicting_bytes
+            .saturating_sub(before.conflicting_bytes);
+        if differing == 0 {
+            return;
+        }
+        let Some(conn) = self
+            .by_addr
+            .get(&addr_key(seg.src, seg.dst))
+            .and_then(|id| self.conns.get_mut(id))
+        else {
+            return;
+        };
+        let text = format!(
+            "retransmission differs from the first copy in {differing} octets (the first copy \
+             is decoded)"
+        );
+        conn.retransmission_problem(frame, seg, text, &mut sink);
     }
 
     fn emit_tcp(&mut self, id: ConnId, message: Message) {
@@ -520,8 +644,8 @@ impl Decoder {
 /// Most TCP lines held back while a connection is not yet known to be
 /// iWARP (its SYN, SYN-ACK and a FIN or RST at most).
 const HELD_MAX: usize = 8;
-/// Consecutive bad CRCs on a CRC connection after which the decoder stops
-/// trusting ULPDU_Length and resynchronises.
+/// Consecutive bad CRCs (negotiated or auto-detected) after which the
+/// decoder stops trusting ULPDU_Length and resynchronises.
 const BAD_CRC_RESYNC: u32 = 2;
 
 fn addr_key(a: SocketAddr, b: SocketAddr) -> (SocketAddr, SocketAddr) {
