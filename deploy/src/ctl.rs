@@ -142,6 +142,7 @@ fn stats(shared: &Shared) -> Value {
                 },
                 "cores": p.cores,
                 "slots_taken": p.slots.taken(),
+                "clients_per_host": p.slots.per_host(),
                 "accepted": p.gate.accepted.load(Ordering::Relaxed),
                 "refused": p.gate.refused.load(Ordering::Relaxed),
                 "sessions_done": c.done,

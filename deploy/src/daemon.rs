@@ -738,6 +738,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
             let origin = serving
                 .reserve(len)
                 .ok_or_else(|| config.perftest_too_little(port, p, len))?;
+            let slots = bench::perftest::Slots::capped(p.clients_max, p.per_host());
             let lcores = config.dpdk.lcores.len();
             let cores: Vec<usize> = if p.spread {
                 (0..lcores).collect()
@@ -750,19 +751,23 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
                 cores,
                 config: p.clone(),
                 // Each session in a PD of its own, the service holding
-                // at most its share of the host's.
-                gate: bench::perftest::Gate::isolating(
-                    bench::perftest::Gate::new(
-                        params,
-                        p.unfenced,
-                        "`unfenced = true` in the service's [service.perftest]",
-                        false,
+                // at most its share of the host's; a client host at most
+                // `clients_per_host` of its slots.
+                gate: bench::perftest::Gate::limited_by(
+                    bench::perftest::Gate::isolating(
+                        bench::perftest::Gate::new(
+                            params,
+                            p.unfenced,
+                            "`unfenced = true` in the service's [service.perftest]",
+                            false,
+                        ),
+                        host.registry().clone(),
+                        (PERFTEST_PDS_PER_CLIENT * p.clients_max) as u64,
                     ),
-                    host.registry().clone(),
-                    (PERFTEST_PDS_PER_CLIENT * p.clients_max) as u64,
+                    slots.clone(),
                 ),
                 origin,
-                slots: bench::perftest::Slots::new(p.clients_max),
+                slots,
                 closed: AtomicU64::new(0),
             })
         })

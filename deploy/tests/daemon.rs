@@ -102,6 +102,10 @@ fn main() {
             perftest_services_on_two_cores,
         ),
         Trial::test(
+            "a_perftest_host_holds_at_most_clients_per_host_sessions",
+            perftest_clients_per_host,
+        ),
+        Trial::test(
             "a_spread_perftest_service_serves_each_client_host_on_one_core",
             || perftest_spread(true),
         ),
@@ -1915,6 +1919,102 @@ fn perftest_intruder(args: &str, port: u16, theirs: (u32, u64)) -> (i32, Option<
         .unwrap_or_else(|p| p.into_inner())
         .take();
     (code, why)
+}
+
+/// A perftest service with `clients_per_host = 1` of its four slots: a
+/// second client from a host whose first runs is refused at its MPA
+/// Request (counted as refused; the first completes), and the host's next
+/// client, once the first is done, is served. `dpwarpctl stats` names the
+/// limit.
+fn perftest_clients_per_host() -> Result<(), Failed> {
+    let dir = scratch("perftest-per-host");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    const ARGS: &str = "ib_write_bw -D 3 -s 65536";
+    let config = loopback_config(&dir, tcp_port, metrics, 64).replacen(
+        "[service.perftest]\ncommand = \"ib_write_bw\"\nunfenced = false\nclients_max = 4\n",
+        &format!(
+            "[service.perftest]\ncommand = \"{ARGS}\"\nunfenced = false\nclients_max = 4\n\
+             clients_per_host = 1\n"
+        ),
+        1,
+    );
+    let daemon = Daemon::start(&dir, &config)?;
+    let service = |s: &Value| -> Option<Value> {
+        s["perftest"]
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["command"] == ARGS).cloned())
+    };
+    let stats = daemon.ctl("stats").map_err(fail)?;
+    let s = service(&stats).ok_or_else(|| fail(format!("no {ARGS}: {stats:#}")))?;
+    if s["clients_per_host"] != 1 || s["slots_taken"] != 0 {
+        return Err(fail(format!("clients_per_host 1, nothing taken: {s:#}")));
+    }
+    let port = s["tcp_port"].as_u64().unwrap_or(0) as u16;
+    let refused = s["refused"].as_u64().unwrap_or(0);
+    let first = std::thread::spawn(move || perftest_client(ARGS, port));
+    daemon
+        .wait_stats(Duration::from_secs(10), |s| {
+            service(s).is_some_and(|p| p["slots_taken"] == 1)
+        })
+        .map_err(|e| {
+            fail(format!(
+                "{e:?}: the first client's session\n{}",
+                daemon.log_text()
+            ))
+        })?;
+    let second = perftest_client(ARGS, port);
+    let during = daemon.ctl("stats").map_err(fail)?;
+    let first = first
+        .join()
+        .map_err(|_| fail("the first client panicked"))?;
+    if second == 0 || first != 0 {
+        return Err(fail(format!(
+            "the second client (same host, while the first ran) exit {second}, the first \
+             {first}: want refused and served\n{}",
+            daemon.log_text()
+        )));
+    }
+    let p = service(&during).unwrap_or_default();
+    if p["refused"].as_u64() != Some(refused + 1) || p["slots_taken"] != 1 {
+        return Err(fail(format!(
+            "the second client refused at its Request, the first's slot held: {p:#}"
+        )));
+    }
+    if !daemon.log_text().contains("clients_per_host") {
+        return Err(fail(format!(
+            "the refusal's reason in the log\n{}",
+            daemon.log_text()
+        )));
+    }
+    daemon
+        .wait_stats(Duration::from_secs(10), |s| {
+            service(s).is_some_and(|p| p["slots_taken"] == 0 && p["sessions_done"] == 1)
+        })
+        .map_err(|e| {
+            fail(format!(
+                "{e:?}: the first session's end\n{}",
+                daemon.log_text()
+            ))
+        })?;
+    let third = perftest_client(ARGS, port);
+    if third != 0 {
+        return Err(fail(format!(
+            "the host's next client, its first done: exit {third}\n{}",
+            daemon.log_text()
+        )));
+    }
+    daemon
+        .wait_stats(Duration::from_secs(10), |s| {
+            service(s).is_some_and(|p| p["slots_taken"] == 0 && p["sessions_done"] == 2)
+        })
+        .map_err(|e| {
+            fail(format!(
+                "{e:?}: the third session's end\n{}",
+                daemon.log_text()
+            ))
+        })?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }
 
 /// perftest's servers as services, one per test, configured with

@@ -104,6 +104,9 @@ pub struct Gate {
     held_max: u64,
     /// One client at a time (`bench perftest`'s server): the one it serves.
     single: Option<Mutex<Option<Ipv4Addr>>>,
+    /// The service's slots, when one host may hold only some of them
+    /// ([`Gate::limited_by`]).
+    slots: Option<Arc<Slots>>,
     /// Refuse every new connection (a drain).
     pub draining: AtomicBool,
     /// Connections accepted and refused here.
@@ -130,6 +133,7 @@ impl Gate {
             held: AtomicU64::new(0),
             held_max: 0,
             single: single.then(|| Mutex::new(None)),
+            slots: None,
             draining: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -145,6 +149,16 @@ impl Gate {
         let g = Arc::get_mut(&mut gate).expect("a gate is made isolating before it is shared");
         g.registry = Some(registry);
         g.held_max = held_max;
+        gate
+    }
+
+    /// The same gate, refusing a new client's control connection, with the
+    /// reason, while its host holds as many of `slots` as one host may
+    /// ([`Slots::capped`]); the core still refuses one that comes past it
+    /// meanwhile (two at once), by a reset. Before it is shared.
+    pub fn limited_by(mut gate: Arc<Gate>, slots: Arc<Slots>) -> Arc<Gate> {
+        let g = Arc::get_mut(&mut gate).expect("a gate is limited before it is shared");
+        g.slots = Some(slots);
         gate
     }
 
@@ -359,6 +373,20 @@ impl Gate {
             }
             *serving = Some(ip);
         }
+        if let Some(slots) = self.slots.as_ref().filter(|s| s.host_full(ip)) {
+            eprintln!(
+                "bench perftest: refusing {peer}: {ip} has {} sessions already \
+                 (the service's clients_per_host)",
+                slots.per_host()
+            );
+            return Decision::Reject(
+                format!(
+                    "dpwarp perftest: {ip} has {} sessions already, as many as one host may",
+                    slots.per_host()
+                )
+                .into_bytes(),
+            );
+        }
         // A control connection: no Reads on it.
         self.kind_of(peer, Kind::Control, None);
         Decision::Accept(Accept {
@@ -514,22 +542,70 @@ pub type Client = (u32, String, String);
 /// serve its clients (a service spread over several cores by client host):
 /// a session takes one as it starts and gives it back once its QPs are
 /// gone, on whichever core it was, so the service's `slots` clients at
-/// once are its limit however they fall on the cores. A lock is taken per
-/// session, never per packet.
+/// once are its limit however they fall on the cores; one client host
+/// holds at most `per_host` of them. A lock is taken per session, never
+/// per packet.
 #[derive(Debug)]
 pub struct Slots {
-    /// The free ones, and whether each is taken.
-    free: Mutex<(Vec<usize>, Vec<bool>)>,
+    held: Mutex<Held>,
     len: usize,
+    per_host: usize,
+}
+
+/// What [`Slots`] keeps under its lock.
+#[derive(Debug)]
+struct Held {
+    /// The free slots.
+    free: Vec<usize>,
+    /// The host holding each slot, if taken.
+    by: Vec<Option<Ipv4Addr>>,
+    /// How many slots each host holds (hosts holding none are not kept).
+    hosts: HashMap<Ipv4Addr, usize>,
+}
+
+/// Why [`Slots`] had none for a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoSlot {
+    /// Every slot is taken.
+    All(usize),
+    /// The client's host holds as many as one host may.
+    Host(usize),
+}
+
+impl std::fmt::Display for NoSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoSlot::All(n) => write!(f, "{n} clients already"),
+            NoSlot::Host(n) => write!(f, "its host has {n} sessions already (clients_per_host)"),
+        }
+    }
 }
 
 impl Slots {
-    /// `len` slots, all free.
+    /// `len` slots, all free, any host taking all of them.
     pub fn new(len: usize) -> Arc<Slots> {
+        Slots::capped(len, len)
+    }
+
+    /// `len` slots, all free, one client host taking at most `per_host`
+    /// (a host whose sessions trickle their work cannot keep every other
+    /// host out). Many clients on one host (a benchmark's) need it as
+    /// large as `len`, so it is a setting (`clients_per_host`).
+    pub fn capped(len: usize, per_host: usize) -> Arc<Slots> {
         Arc::new(Slots {
-            free: Mutex::new(((0..len).rev().collect(), vec![false; len])),
+            held: Mutex::new(Held {
+                free: (0..len).rev().collect(),
+                by: vec![None; len],
+                hosts: HashMap::new(),
+            }),
             len,
+            per_host: per_host.clamp(1, len.max(1)),
         })
+    }
+
+    /// At most how many one host holds.
+    pub fn per_host(&self) -> usize {
+        self.per_host
     }
 
     /// How many there are.
@@ -544,30 +620,49 @@ impl Slots {
 
     /// How many are taken now.
     pub fn taken(&self) -> usize {
-        self.len - self.lock().0.len()
+        self.len - self.lock().free.len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, (Vec<usize>, Vec<bool>)> {
-        self.free.lock().unwrap_or_else(|p| p.into_inner())
+    /// Whether `host` holds as many as one host may (its next client is
+    /// refused at its MPA Request, with the reason: [`Gate::limited_by`]).
+    pub fn host_full(&self, host: Ipv4Addr) -> bool {
+        self.lock().hosts.get(&host).copied().unwrap_or(0) >= self.per_host
     }
 
-    fn take(&self) -> Option<usize> {
-        let (free, taken) = &mut *self.lock();
-        let slot = free.pop()?;
-        taken[slot] = true;
-        Some(slot)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self, host: Ipv4Addr) -> Result<usize, NoSlot> {
+        let held = &mut *self.lock();
+        if held.free.is_empty() {
+            return Err(NoSlot::All(self.len));
+        }
+        let count = held.hosts.get(&host).copied().unwrap_or(0);
+        if count >= self.per_host {
+            return Err(NoSlot::Host(self.per_host));
+        }
+        let slot = held.free.pop().ok_or(NoSlot::All(self.len))?;
+        held.by[slot] = Some(host);
+        held.hosts.insert(host, count + 1);
+        Ok(slot)
     }
 
     /// Gives back a slot taken before: a slot given twice would be served
     /// twice at once, so that is refused (and loud in debug builds).
     fn give(&self, slot: usize) {
-        let (free, taken) = &mut *self.lock();
-        match taken.get_mut(slot) {
-            Some(t @ true) => {
-                *t = false;
-                free.push(slot);
+        let held = &mut *self.lock();
+        match held.by.get_mut(slot).and_then(Option::take) {
+            Some(host) => {
+                held.free.push(slot);
+                if let Some(n) = held.hosts.get_mut(&host) {
+                    *n -= 1;
+                    if *n == 0 {
+                        held.hosts.remove(&host);
+                    }
+                }
             }
-            _ => debug_assert!(false, "slot {slot} given back but not taken"),
+            None => debug_assert!(false, "slot {slot} given back but not taken"),
         }
     }
 }
@@ -680,15 +775,17 @@ impl PerftestService {
         }
         let pd = taken.and_then(|(_, pd)| pd);
         let without_pd = pd.is_none() && self.gate.isolates();
-        let slot = if without_pd { None } else { self.slots.take() };
+        let slot = if without_pd {
+            None
+        } else {
+            self.slots
+                .take(*peer.ip())
+                .inspect_err(|why| eprintln!("bench perftest: {why}; resetting {peer}"))
+                .ok()
+        };
         let Some(slot) = slot else {
             if without_pd {
                 eprintln!("bench perftest: {peer}: a session without its PD; resetting it");
-            } else {
-                eprintln!(
-                    "bench perftest: {} clients already; resetting {peer}",
-                    self.slots.len()
-                );
             }
             // Reset, as above.
             ep.abort(qp);
@@ -1184,16 +1281,59 @@ mod tests {
     #[test]
     fn slots_are_taken_once_and_given_back_once() {
         let slots = Slots::new(2);
-        let (a, b) = (slots.take().unwrap(), slots.take().unwrap());
+        let host = *peer(1, 0).ip();
+        let (a, b) = (slots.take(host).unwrap(), slots.take(host).unwrap());
         assert_ne!(a, b);
-        assert_eq!(slots.take(), None, "two slots, two sessions");
+        assert_eq!(
+            slots.take(host),
+            Err(NoSlot::All(2)),
+            "two slots, two sessions"
+        );
+        assert_eq!(slots.take(*peer(2, 0).ip()), Err(NoSlot::All(2)));
         assert_eq!(slots.taken(), 2);
         slots.give(a);
         assert_eq!(slots.taken(), 1);
-        assert_eq!(slots.take(), Some(a), "the one given back serves again");
+        assert_eq!(slots.take(host), Ok(a), "the one given back serves again");
         slots.give(b);
         slots.give(a);
         assert_eq!(slots.taken(), 0);
+    }
+
+    /// One host holds at most `per_host` slots: its next client is refused
+    /// (by the gate with the reason, by the slots if it came past the gate
+    /// meanwhile) while other hosts still get theirs, and a slot it gives
+    /// back lets its next client in.
+    #[test]
+    fn one_host_holds_at_most_its_share_of_the_slots() {
+        let slots = Slots::capped(4, 2);
+        let (one, two) = (*peer(1, 0).ip(), *peer(2, 0).ip());
+        let a = slots.take(one).unwrap();
+        let _b = slots.take(one).unwrap();
+        assert!(slots.host_full(one));
+        assert_eq!(slots.take(one), Err(NoSlot::Host(2)));
+        assert!(!slots.host_full(two));
+        slots.take(two).unwrap();
+        let gate = Gate::limited_by(
+            Gate::new(write_bw(), false, "--unfenced", false),
+            slots.clone(),
+        );
+        let Decision::Reject(why) = gate.decide(&marked(false), peer(1, 3000)) else {
+            panic!("a host holding its share was let start a third session")
+        };
+        let why = String::from_utf8_lossy(&why);
+        assert!(why.contains("2 sessions already"), "{why}");
+        assert_eq!(gate.take_kind(peer(1, 3000)), None);
+        assert!(
+            decided(&gate, &marked(false), peer(2, 3000)),
+            "another host's"
+        );
+        slots.give(a);
+        assert!(!slots.host_full(one));
+        assert!(decided(&gate, &marked(false), peer(1, 3001)));
+        assert_eq!(slots.take(one).map(|s| s == a), Ok(true));
+        // A host holding none is not kept; the cap never exceeds the slots.
+        assert_eq!(Slots::capped(2, 9).per_host(), 2);
+        assert_eq!(Slots::capped(2, 0).per_host(), 1);
     }
 
     /// Without a registry (`bench perftest`'s one client) nothing changes:
