@@ -1183,6 +1183,36 @@ fn a_retransmission_with_different_octets_is_a_problem() {
     assert_eq!((summary.conflicting_bytes, summary.problems), (1, 1));
 }
 
+/// The same on a connection that is not iWARP: its line is shown only with `--all`,
+/// but the problem counts either way, so `--all` changes only what is printed (the
+/// `pcap_decode` fuzz target found the count differing).
+#[test]
+fn a_retransmission_that_differs_counts_on_any_connection() {
+    let mut capture = Capture::new();
+    let stream = b"GET / HTTP/1.0\r\n\r\n".to_vec();
+    capture.send(0, &stream, &[]);
+    let mut changed = stream.clone();
+    changed[3] ^= 0xff;
+    capture.next_seq[0] = capture.next_seq[0].wrapping_sub(stream.len() as u32);
+    capture.send(0, &changed, &[]);
+    let bytes = capture.close();
+    let all = Options {
+        all: true,
+        ..Options::default()
+    };
+    let (_, plain, _) = decode_capture(Cursor::new(bytes.clone()), Options::default());
+    let (_, with_all, _) = decode_capture(Cursor::new(bytes), all);
+    assert_eq!(plain, with_all);
+    assert_eq!(
+        (
+            plain.iwarp_connections,
+            plain.conflicting_bytes,
+            plain.problems
+        ),
+        (0, 1, 1)
+    );
+}
+
 /// `--port` on a capture that starts inside an FPDU: the direction looks for the first
 /// plausible FPDU at a segment start instead of reading a length out of the middle of one.
 #[test]

@@ -237,6 +237,8 @@ impl Conn {
         let held = std::mem::take(&mut self.held);
         if iwarp || sink.all {
             held.into_iter().for_each(|m| sink.push(m));
+        } else {
+            held.iter().for_each(|m| not_shown(m, sink));
         }
     }
 
@@ -244,9 +246,8 @@ impl Conn {
         match self.iwarp {
             Some(true) => sink.push(message),
             Some(false) if sink.all => sink.push(message),
-            Some(false) => {}
             None if self.held.len() < HELD_MAX => self.held.push(message),
-            None => {}
+            Some(false) | None => not_shown(&message, sink),
         }
     }
 
@@ -774,5 +775,14 @@ mod tests {
         assert_eq!(&d.bytes()[d.len() - 2..], &[1, 2]);
         d.clear();
         assert!(d.is_empty() && d.buf.is_empty());
+    }
+}
+
+/// A line of a connection that is not shown (not iWARP, without `--all`): a
+/// problem in it (a retransmission that differs) still counts, so that
+/// `--all` changes only what is printed, and `--strict` sees it.
+pub(super) fn not_shown(message: &Message, sink: &mut Sink<'_>) {
+    if matches!(message.body, Body::Problem(_)) {
+        sink.summary.problems += 1;
     }
 }

@@ -541,10 +541,11 @@ impl Decoder {
         if conn.iwarp != Some(true) {
             sink.summary.other_connections += 1;
         }
+        let held = std::mem::take(&mut conn.held);
         if sink.all {
-            std::mem::take(&mut conn.held)
-                .into_iter()
-                .for_each(|m| sink.push(m));
+            held.into_iter().for_each(|m| sink.push(m));
+        } else {
+            held.iter().for_each(|m| conn::not_shown(m, &mut sink));
         }
         if let Some(key) = conn.reset_key {
             self.reset_conns.remove(&key);
