@@ -751,6 +751,15 @@ impl Conn {
     }
 }
 
+/// A line of a connection that is not shown (not iWARP, without `--all`): a
+/// problem in it (a retransmission that differs) still counts, so that
+/// `--all` changes only what is printed, and `--strict` sees it.
+pub(super) fn not_shown(message: &Message, sink: &mut Sink<'_>) {
+    if matches!(message.body, Body::Problem(_)) {
+        sink.summary.problems += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -775,14 +784,5 @@ mod tests {
         assert_eq!(&d.bytes()[d.len() - 2..], &[1, 2]);
         d.clear();
         assert!(d.is_empty() && d.buf.is_empty());
-    }
-}
-
-/// A line of a connection that is not shown (not iWARP, without `--all`): a
-/// problem in it (a retransmission that differs) still counts, so that
-/// `--all` changes only what is printed, and `--strict` sees it.
-pub(super) fn not_shown(message: &Message, sink: &mut Sink<'_>) {
-    if matches!(message.body, Body::Problem(_)) {
-        sink.summary.problems += 1;
     }
 }
