@@ -170,6 +170,22 @@ struct Net {
 }
 
 impl Net {
+    /// [`exercise`] on `qps` in the net's virtual time, 10 us a turn, done
+    /// within 10 s of it.
+    fn exercise(&mut self, qps: &[(QpHandle, QpHandle)], len: usize) {
+        let mut now = self.now;
+        exercise(&mut self.a, &mut self.b, qps, len, |a, b, done| {
+            let end = now + Duration::from_secs(10);
+            while !done(a, b) {
+                assert!(now < end, "transfer not done in 10 s of virtual time");
+                a.turn(now);
+                b.turn(now);
+                now += Duration::from_micros(10);
+            }
+        });
+        self.now = now;
+    }
+
     fn new(tweak_b: impl Fn(&mut SctpCoreConfig)) -> Net {
         let accept = |_: &_, _| Decision::Accept(Accept::default());
         Net::with_ulp(tweak_b, Some(Box::new(accept)))
@@ -361,17 +377,7 @@ fn rdma_over_sctp_on_the_in_memory_link() {
         _ => None,
     });
     assert_eq!(peer_pd.as_deref(), Some(&b"hello"[..]));
-    let mut now = net.now;
-    exercise(&mut net.a, &mut net.b, &qps, 200_000, |a, b, done| {
-        let end = now + Duration::from_secs(10);
-        while !done(a, b) {
-            assert!(now < end, "transfer not done in 10 s of virtual time");
-            a.turn(now);
-            b.turn(now);
-            now += Duration::from_micros(10);
-        }
-    });
-    net.now = now;
+    net.exercise(&qps, 200_000);
     // One message per DDP segment, every one delivered once: a's Writes in
     // segments of 1,444 - 2 (DDP-SSN) - 14 (tagged DDP header) octets.
     let (ca, cb) = (net.a.core.counters(), net.b.core.counters());
@@ -388,16 +394,7 @@ fn rdma_over_sctp_on_the_in_memory_link() {
             .any(|e| matches!(e, SctpEvent::StreamEnded { qp: Some(qp), .. } if *qp == qps[0].1))
     });
     assert_eq!(net.b.core.open_streams(), 3);
-    let mut now = net.now;
-    exercise(&mut net.a, &mut net.b, &qps[1..], 1000, |a, b, done| {
-        let end = now + Duration::from_secs(10);
-        while !done(a, b) {
-            assert!(now < end);
-            a.turn(now);
-            b.turn(now);
-            now += Duration::from_micros(10);
-        }
-    });
+    net.exercise(&qps[1..], 1000);
 }
 
 #[test]
@@ -526,16 +523,7 @@ fn bad_session_traffic_ends_only_its_stream() {
         .iter()
         .any(|e| matches!(e, SctpEvent::AssociationEnded { .. })));
     // Stream 0 still carries RDMA.
-    let mut now = net.now;
-    exercise(&mut net.a, &mut net.b, &qps[..1], 5000, |a, b, done| {
-        let end = now + Duration::from_secs(10);
-        while !done(a, b) {
-            assert!(now < end);
-            a.turn(now);
-            b.turn(now);
-            now += Duration::from_micros(10);
-        }
-    });
+    net.exercise(&qps[..1], 5000);
 }
 
 /// A session that a bad message ends after its QP has sent DDP Segments:
@@ -551,17 +539,7 @@ fn a_terminate_after_the_qps_segments_reaches_the_peer_in_sequence() {
     let qps = net.open(1);
     let assoc = a_assoc(&net);
     // b sends Read Responses and Sends' completions: Segments of its own.
-    let mut now = net.now;
-    exercise(&mut net.a, &mut net.b, &qps, 5000, |a, b, done| {
-        let end = now + Duration::from_secs(10);
-        while !done(a, b) {
-            assert!(now < end);
-            a.turn(now);
-            b.turn(now);
-            now += Duration::from_micros(10);
-        }
-    });
-    net.now = now;
+    net.exercise(&qps, 5000);
     assert!(net.b.core.counters().tx_segments > 0);
     // A PPID no session knows, on the open stream: b ends it.
     net.a.core.inject_message(assoc, 0, 99, b"hello").unwrap();
