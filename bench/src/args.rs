@@ -474,7 +474,10 @@ impl Args {
         if self.idle > 0 && !(self.lat && matches!(self.op, Some(OpArg::Write))) {
             return Err("--idle goes with a Write latency run: bench write --lat --idle N".into());
         }
-        if self.qps + self.beside().0 > crate::endpoint::QPS_MAX {
+        // Checked before it is added to: `--active` or `--idle` near
+        // usize::MAX overflowed the sum (a panic; wrapped to 0 without
+        // overflow checks, which passed; found by a review).
+        if self.qps.saturating_add(self.beside().0) > crate::endpoint::QPS_MAX {
             return Err(format!(
                 "-q {} and {} QPs beside: give at most {} QPs in all",
                 self.qps,
@@ -513,6 +516,16 @@ impl Args {
             (None, true) => Role::Server,
             (None, false) => Role::Local(self.transport.unwrap_or(TransportArg::Embedded)),
         };
+        // Kernel TCP in this process listens next to the run's port.
+        let kernel_here = matches!(role, Role::Local(TransportArg::Kernel))
+            || self
+                .compare
+                .contains(&Compare::Transport(TransportArg::Kernel));
+        if kernel_here && self.port == u16::MAX {
+            return Err(
+                "-p 65535: the kernel TCP run listens on -p + 1; give -p 65534 or less".into(),
+            );
+        }
         match (&role, self.transport) {
             (Role::Local(TransportArg::Pci), _) => {
                 return Err(

@@ -44,7 +44,10 @@ fn main() {
     // The CPUs we may use, read before any thread is pinned.
     let _ = dataplane::lcore::cpus();
     let args = Args::parse();
-    let plan = match args.plan() {
+    let plan = match args
+        .plan()
+        .and_then(|plan| check_outputs(&args, &plan).map(|()| plan))
+    {
         Ok(plan) => plan,
         Err(why) => {
             eprintln!("bench: {why}");
@@ -157,6 +160,10 @@ fn main() {
                     llp.name()
                 );
                 print_tables(&args, &plan, &reports);
+                // What was measured before is kept.
+                if let Err(why) = write_files(&args, &plan, &reports) {
+                    eprintln!("bench: {why}");
+                }
                 std::process::exit(1);
             }
         }
@@ -1286,6 +1293,32 @@ fn print_tables(args: &Args, plan: &Plan, reports: &[Report]) {
             }
         }
     }
+}
+
+/// Where the results go, checked before anything runs: an unwritable
+/// `--json` or `--out` was found only after the whole run (found by a
+/// review). A `--json` file that did not exist is not left behind.
+fn check_outputs(args: &Args, plan: &Plan) -> Result<(), String> {
+    if plan.mode == Mode::Latency && plan.role != Role::Server {
+        std::fs::create_dir_all(&args.out).map_err(|e| {
+            format!(
+                "--out {}: {e}: give a directory to write",
+                args.out.display()
+            )
+        })?;
+    }
+    if let Some(path) = &args.json {
+        let existed = path.exists();
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("--json {}: {e}: give a file to write", path.display()))?;
+        if !existed {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    Ok(())
 }
 
 fn write_files(args: &Args, plan: &Plan, reports: &[Report]) -> Result<(), String> {

@@ -235,6 +235,13 @@ impl RpingArgs {
         if self.count == Some(0) {
             return Err("-C 0: give at least one iteration (or leave -C out)".into());
         }
+        // Longer looks like a hang (and overflowed the clock far above).
+        if self.settle_ms > 10_000 {
+            return Err(format!(
+                "--settle-ms {}: give at most 10000 ms",
+                self.settle_ms
+            ));
+        }
         if self.server && self.p2p.is_some() {
             return Err("--p2p is the client's choice (a server takes any RTR)".into());
         }
@@ -1309,5 +1316,20 @@ mod tests {
         assert!(told.len() < 200, "{} octets: {told}", told.len());
         let short = mismatch(&want[..10], &want);
         assert!(short.contains("at octet 10"), "{short}");
+    }
+
+    /// A settle time beyond 10 s is refused (100,000,000 ms waited a day
+    /// after the Reply, larger overflowed the clock; found by a review).
+    #[test]
+    fn a_settle_time_is_bounded() {
+        let args = |ms: &str| {
+            RpingArgs::try_parse_from(["rping", "-c", "-a", "10.0.0.1", "--settle-ms", ms]).unwrap()
+        };
+        assert!(args("10000").check().is_ok());
+        let why = args("100000000").check().unwrap_err();
+        assert!(
+            why.contains("--settle-ms 100000000: give at most 10000"),
+            "{why}"
+        );
     }
 }

@@ -140,6 +140,13 @@ impl EchoArgs {
         if self.count == 0 || self.count > COUNT_MAX {
             return Err(format!("--count must be 1 to {COUNT_MAX}"));
         }
+        // A day at most: larger overflowed the clock.
+        if !(1..=86_400).contains(&self.timeout) {
+            return Err(format!(
+                "--timeout {}: give 1 to 86400 seconds",
+                self.timeout
+            ));
+        }
         if self.transport != PeerTransport::Kernel && self.link.ip.is_none() {
             return Err(format!("--transport {} needs --ip", self.transport.name()));
         }
@@ -717,6 +724,21 @@ mod tests {
         assert_eq!(lengths.last(), Some(&SEGMENT_LEN_MAX));
         // The largest message fills one packet at MTU 1500 over UDP.
         assert_eq!(SEGMENT_LEN_MAX + SSN_LEN, 1500 - 56);
+    }
+
+    /// `--timeout` is 1 s to a day (larger overflowed the clock, 0 failed
+    /// at once; found by a review).
+    #[test]
+    fn the_timeout_is_bounded() {
+        let args = |t: &str| {
+            EchoArgs::try_parse_from(["sctp-echo", "--connect", "127.0.0.2", "--timeout", t])
+                .unwrap()
+        };
+        assert!(args("60").check().is_ok());
+        for t in ["0", "86401", "18000000000000"] {
+            let why = args(t).check().unwrap_err();
+            assert!(why.contains("give 1 to 86400 seconds"), "{t}: {why}");
+        }
     }
 
     #[test]

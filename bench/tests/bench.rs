@@ -108,6 +108,21 @@ fn bad_arguments_say_what_to_fix() {
         ("bench write --transport memif -l x", "-l x"),
         ("bench write --transport kernel --rx-buffered", "drop it"),
         ("bench write --llp sctp --rx-buffered", "drop it"),
+        // Found by a review: the sum overflowed (a panic), and the kernel
+        // run listened on port 1.
+        (
+            "bench write --lat --active 18446744073709551615",
+            "QPs in all",
+        ),
+        (
+            "bench write --lat --idle 18446744073709551615",
+            "QPs in all",
+        ),
+        ("bench write -p 65535 --compare kernel", "-p 65534 or less"),
+        (
+            "bench write -p 65535 --transport kernel",
+            "-p 65534 or less",
+        ),
     ];
     for (line, want) in bad {
         let err = match parse(line) {
@@ -188,6 +203,22 @@ fn bad_options_are_refused_before_anything_starts() {
     assert!(!r.stderr.contains("--active"), "{}", r.stderr);
     // A duration too short to complete a message.
     refused(&["write", "-D", "0.0000001"], &["-D 0.0000001", "0.01"]);
+    // Where the results go, checked before the run, not after it (found by
+    // a review: a -D 3600 sweep ran and then failed on its --json).
+    refused(
+        &[
+            "write",
+            "-D",
+            "3600",
+            "--json",
+            "/nonexistent/dpwarp/r.json",
+        ],
+        &["--json /nonexistent/dpwarp/r.json", "give a file to write"],
+    );
+    refused(
+        &["write", "--lat", "-D", "3600", "--out", "/proc/dpwarp-nope"],
+        &["--out /proc/dpwarp-nope", "give a directory to write"],
+    );
     // A lossy run against a lossless baseline.
     refused(
         &["write", "--loss", "1", "--compare", "sctp"],
