@@ -193,7 +193,8 @@ impl Endpoint {
     }
 
     /// Handle one received SCTP packet (a UDP datagram's payload) from
-    /// `remote`. A malformed packet, or one for no association, is dropped.
+    /// `remote`. A malformed packet, one for no association, or one for an
+    /// association with another peer address, is dropped.
     pub fn handle_datagram(&mut self, now: Instant, remote: SocketAddr, datagram: &[u8]) {
         let at = now;
         let now = self.std_instant(now);
@@ -205,6 +206,15 @@ impl Endpoint {
             Some((handle, proto::DatagramEvent::AssociationEvent(event))) => {
                 if let Some(&index) = self.by_handle.get(&handle) {
                     if let Some(live) = self.slots[index as usize].live.as_mut() {
+                        // sctp-proto finds the association by the
+                        // verification tag alone; a packet from another
+                        // address is not its peer's (single-homed), and one
+                        // that guessed the tag could end it with an ABORT
+                        // (found by a review). The UDP port may differ: a
+                        // NAT may have moved it (RFC 6951 §5.4).
+                        if live.remote.ip() != remote.ip() {
+                            return;
+                        }
                         live.assoc.handle_event(event);
                     }
                     self.service(index);
@@ -218,7 +228,7 @@ impl Endpoint {
                     let deadline = self.handshake_deadline(at);
                     self.install(index, handle, assoc, remote, false, Some(deadline));
                 } else {
-                    self.refuse_beyond_max(now, handle, assoc);
+                    self.refuse_beyond_max(now, handle, assoc, remote, datagram);
                 }
             }
         }
@@ -571,19 +581,26 @@ impl Endpoint {
     }
 
     /// An incoming association with every slot taken: abort it at once and
-    /// send its ABORT; it never gets a handle.
+    /// answer its INIT (`init`, from `remote`) with an ABORT; it never gets
+    /// a handle. Before its COOKIE ECHO the fork's association is still
+    /// CLOSED, so its own abort sends nothing, and what it queued is its
+    /// INIT ACK, which only drew a COOKIE ECHO we drop: the peer waited out
+    /// its T1-cookie instead of hearing no (found by a review).
     fn refuse_beyond_max(
         &mut self,
         now: StdInstant,
         handle: proto::AssociationHandle,
         mut assoc: proto::Association,
+        remote: SocketAddr,
+        init: &[u8],
     ) {
         assoc.abort(ABORT_REASON_FULL);
         while let Some(event) = assoc.poll_endpoint_event() {
             let _ = self.inner.handle_event(handle, event);
         }
-        while let Some(transmit) = assoc.poll_transmit(now) {
-            self.queue_transmit(transmit);
+        while assoc.poll_transmit(now).is_some() {}
+        if let Some(abort) = abort_for_init(init) {
+            self.pending.push_back((remote, abort));
         }
     }
 
@@ -838,4 +855,29 @@ errors! {
         TooLarge => "the message is above message_size_max",
         Full => "the stream's send buffer would pass send_buffer_max",
     }
+}
+
+/// The ABORT that answers `init`, an SCTP packet whose first chunk is an
+/// INIT that cannot be processed: RFC 9260 §8.4 (3), its Verification Tag
+/// the INIT's Initiate Tag and its T bit 0, the ports swapped, with one
+/// "Out of Resource" error cause (§3.3.10.4, cause code 4). `None` if
+/// `init` is not that.
+fn abort_for_init(init: &[u8]) -> Option<Bytes> {
+    const INIT: u8 = 1;
+    let (ports, tag) = (init.get(0..4)?, init.get(16..20)?);
+    if init.get(12) != Some(&INIT) {
+        return None;
+    }
+    let mut packet = Vec::with_capacity(20);
+    packet.extend_from_slice(&ports[2..4]);
+    packet.extend_from_slice(&ports[0..2]);
+    packet.extend_from_slice(tag);
+    packet.extend_from_slice(&[0; 4]);
+    // ABORT (6), flags 0 (T clear), length 8; the cause: code 4, length 4.
+    packet.extend_from_slice(&[6, 0, 0, 8, 0, 4, 0, 4]);
+    // RFC 9260 §6.8: the CRC32c over the packet, its field zero, stored
+    // least significant octet first (as the fork stores it).
+    let crc = crc32c::crc32c(&packet);
+    packet[8..12].copy_from_slice(&crc.to_le_bytes());
+    Some(Bytes::from(packet))
 }

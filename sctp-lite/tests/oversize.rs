@@ -4,7 +4,8 @@
 //! which `poll_transmit` wrote into a buffer of `packet_size_max` octets
 //! and panicked (found by the `sctp_datagram` fuzz target's assertion that
 //! no packet sent exceeds `packet_size_max`); and the smallest path MTU
-//! still carries the handshake.
+//! still carries the handshake. Also: a packet with the association's tag
+//! from another address is not its peer's.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -48,13 +49,20 @@ fn associated_as(config_a: Config, config_b: Config) -> (Endpoint, Endpoint, Vec
 /// Information, in a packet with `header`'s ports and verification tag,
 /// its CRC32c (RFC 9260 §6.8) right.
 fn heartbeat(header: &[u8], info_len: usize) -> Vec<u8> {
-    let mut packet = header[..12].to_vec();
     let param_len = 4 + info_len;
-    packet.extend_from_slice(&[4, 0]);
-    packet.extend_from_slice(&((4 + param_len) as u16).to_be_bytes());
-    packet.extend_from_slice(&1u16.to_be_bytes());
-    packet.extend_from_slice(&(param_len as u16).to_be_bytes());
-    packet.extend((0..info_len).map(|i| i as u8));
+    let mut chunk = vec![4, 0];
+    chunk.extend_from_slice(&((4 + param_len) as u16).to_be_bytes());
+    chunk.extend_from_slice(&1u16.to_be_bytes());
+    chunk.extend_from_slice(&(param_len as u16).to_be_bytes());
+    chunk.extend((0..info_len).map(|i| i as u8));
+    with_chunk(header, &chunk)
+}
+
+/// A packet with `header`'s ports and verification tag carrying `chunk`,
+/// its CRC32c (RFC 9260 §6.8) right.
+fn with_chunk(header: &[u8], chunk: &[u8]) -> Vec<u8> {
+    let mut packet = header[..12].to_vec();
+    packet.extend_from_slice(chunk);
     while !packet.len().is_multiple_of(4) {
         packet.push(0);
     }
@@ -162,4 +170,56 @@ fn a_peer_with_a_larger_path_mtu_is_heard() {
         }
     }
     assert_eq!(got.as_deref(), Some(&message[..]), "B took A's message");
+}
+
+/// A packet that carries the association's verification tag but comes from
+/// another address is not the peer's: an ABORT from a stranger who guessed
+/// the tag ends nothing (sctp-proto finds associations by the tag alone;
+/// found by a review). The same ABORT from the peer's address ends it.
+#[test]
+fn a_packet_from_another_address_is_not_the_peers() {
+    let (_a, mut b, from_a) = associated(Config::default());
+    while b.poll_event().is_some() {}
+    let abort = with_chunk(&from_a, &[6, 0, 0, 4]);
+    let stranger = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 7), 40000));
+    let mut buf = vec![0u8; 65_536];
+    b.handle_datagram(Instant::ZERO, stranger, &abort);
+    while b.poll_transmit(Instant::ZERO, &mut buf).is_some() {}
+    assert!(
+        b.poll_event().is_none(),
+        "an ABORT from {stranger} ended it"
+    );
+    assert_eq!(b.associations(), 1);
+    b.handle_datagram(Instant::ZERO, addr(1), &abort);
+    while b.poll_transmit(Instant::ZERO, &mut buf).is_some() {}
+    assert!(std::iter::from_fn(|| b.poll_event()).any(|e| matches!(e.kind, EventKind::Closed(_))));
+}
+
+/// An INIT beyond the server's `associations_max` is answered with an
+/// ABORT (RFC 9260 §8.4 (3): its tag the INIT's Initiate Tag), which ends
+/// the attempt at once; an INIT ACK went out before, and the attempt
+/// waited out its T1-cookie (found by a review).
+#[test]
+fn an_init_beyond_associations_max_is_aborted() {
+    let full = Config {
+        associations_max: 1,
+        ..Config::default()
+    };
+    let (mut a, mut b, _) = associated_as(Config::default(), full);
+    while a.poll_event().is_some() {}
+    let now = Instant::ZERO;
+    let second = a.connect(now, addr(2)).unwrap();
+    let mut buf = vec![0u8; 65_536];
+    for _ in 0..4 {
+        while let Some(t) = a.poll_transmit(now, &mut buf) {
+            b.handle_datagram(now, addr(1), &buf[..t.len]);
+        }
+        while let Some(t) = b.poll_transmit(now, &mut buf) {
+            assert_ne!(buf[12], 2, "an INIT ACK for an association with no room");
+            a.handle_datagram(now, addr(2), &buf[..t.len]);
+        }
+    }
+    assert!(std::iter::from_fn(|| a.poll_event())
+        .any(|e| e.assoc == second && matches!(e.kind, EventKind::Closed(_))));
+    assert_eq!(b.associations(), 1);
 }
