@@ -5943,6 +5943,71 @@ fn test_shutdown_complete_reports_closed_by_peer() {
     assert_eq!(b.state(), AssociationState::Established);
 }
 
+// dpwarp: RFC 9260 §9.2: after the peer's SHUTDOWN, our SHUTDOWN ACK is resent on each
+// T2-shutdown expiry at most Association.Max.Retrans times (`max_data_retransmits`); then the
+// association is closed and reported timed out. It used to be resent for ever, with no event.
+// Also the side that sent SHUTDOWN (state SHUTDOWN-SENT) to a silent peer.
+#[test]
+fn test_t2_shutdown_retransmissions_are_limited() {
+    let max_retransmits = 3;
+    for we_began in [false, true] {
+        let mut a = create_association(
+            TransportConfig::default()
+                .with_max_data_retransmits(Some(max_retransmits))
+                .with_rto_initial_ms(100)
+                .with_rto_min_ms(100)
+                .with_rto_max_ms(400),
+        );
+        a.set_state(AssociationState::Established);
+        // A client made by hand: its INIT is not for this test.
+        a.timers.stop(Timer::T1Init);
+        while a.poll_transmit(Instant::now()).is_some() {}
+        if we_began {
+            a.shutdown().unwrap();
+            assert_eq!(a.state(), AssociationState::ShutdownSent);
+        } else {
+            a.handle_shutdown(&ChunkShutdown {
+                cumulative_tsn_ack: 0,
+            })
+            .unwrap();
+            assert_eq!(a.state(), AssociationState::ShutdownAckSent);
+        }
+        let start = Instant::now();
+        let mut sent = 0;
+        while a.poll_transmit(start).is_some() {
+            sent += 1;
+        }
+        assert_eq!(sent, 1, "SHUTDOWN or SHUTDOWN ACK");
+        let mut now = start;
+        let mut expiries = 0;
+        while let Some(t) = a.poll_timeout() {
+            now = t;
+            a.handle_timeout(now);
+            expiries += 1;
+            while a.poll_transmit(now).is_some() {
+                sent += 1;
+            }
+            assert!(expiries <= max_retransmits + 1, "T2-shutdown keeps running");
+        }
+        assert_eq!(expiries, max_retransmits + 1, "we_began {we_began}");
+        assert_eq!(sent, 1 + max_retransmits, "the first and 3 retransmissions");
+        // 100 + 200 + 400 + 400 ms of backed-off RTO, capped at RTO.Max.
+        assert_eq!(now - start, Duration::from_millis(1100));
+        assert_eq!(a.state(), AssociationState::Closed);
+        let lost = core::iter::from_fn(|| a.events.pop_front())
+            .find(|e| matches!(e, Event::AssociationLost { .. }));
+        assert!(
+            matches!(
+                lost,
+                Some(Event::AssociationLost {
+                    reason: AssociationError::TimedOut
+                })
+            ),
+            "we_began {we_began}: {lost:?}"
+        );
+    }
+}
+
 /// dpwarp: an association that has negotiated `streams` each way, one stream
 /// open, and expects TSN 1 next, with a receive window of `window` octets.
 fn established_receiver(streams: u16, window: u32) -> Association {
@@ -6038,5 +6103,61 @@ fn test_data_held_above_a_gap_is_bounded() -> Result<()> {
     // The gap filled, the cumulative TSN passes what was held.
     a.handle_data(&data(1, 0, b"gap"))?;
     assert_eq!(a.peer_last_tsn, 2);
+    Ok(())
+}
+
+/// dpwarp: a DATA chunk that waits in a reassembly queue for other chunks (a
+/// fragment, or a whole ordered message behind a missing one) holds a copy
+/// of its own octets, not the packet it came in: 1-octet fragments that
+/// never complete, each in a full packet, used to keep every packet alive
+/// while the receive window counted one octet each. A whole message
+/// readable at once still lends the packet's own memory.
+#[test]
+fn test_waiting_chunks_hold_copies_not_their_packets() -> Result<()> {
+    let mut a = established_receiver(4, 256 * 1024);
+    let packets: Vec<Bytes> = (0..4).map(|_| Bytes::from(vec![7u8; 1472])).collect();
+    let inside = |b: &Bytes, p: &Bytes| {
+        let (start, end) = (p.as_ptr() as usize, p.as_ptr() as usize + p.len());
+        (start..end).contains(&(b.as_ptr() as usize))
+    };
+    let chunk = |tsn: u32, unordered, b, e, ssn, packet: &Bytes| ChunkPayloadData {
+        tsn,
+        stream_identifier: 0,
+        stream_sequence_number: ssn,
+        unordered,
+        beginning_fragment: b,
+        ending_fragment: e,
+        user_data: packet.slice(100..101),
+        ..Default::default()
+    };
+    // Unordered first fragments (B, not E) that never complete.
+    a.handle_data(&chunk(1, true, true, false, 0, &packets[0]))?;
+    a.handle_data(&chunk(2, true, true, false, 0, &packets[1]))?;
+    // An ordered whole message behind the missing SSN 0.
+    a.handle_data(&chunk(3, false, true, true, 1, &packets[2]))?;
+    assert_eq!(a.peer_last_tsn, 3);
+    let queue = &a.streams[&0].reassembly_queue;
+    assert_eq!(queue.unordered_chunks.len(), 2);
+    for (held, packet) in queue.unordered_chunks.values().zip(&packets) {
+        assert_eq!(&held.user_data[..], &[7]);
+        assert!(
+            !inside(&held.user_data, packet),
+            "fragment holds its packet"
+        );
+    }
+    let behind = &queue.ordered[0].chunks[0].user_data;
+    assert_eq!(&behind[..], &[7]);
+    assert!(
+        !inside(behind, &packets[2]),
+        "waiting message holds its packet"
+    );
+    assert_eq!(queue.get_num_bytes(), 3);
+    // A whole unordered message: read at once, the packet's own memory.
+    a.handle_data(&chunk(4, true, true, true, 0, &packets[3]))?;
+    let message = a.stream(0)?.read()?.expect("readable at once");
+    assert!(
+        inside(&message.to_bytes(), &packets[3]),
+        "zero-copy path kept"
+    );
     Ok(())
 }

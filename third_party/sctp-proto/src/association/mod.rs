@@ -2373,7 +2373,7 @@ impl Association {
             .iter()
             .chain(&queue.unordered)
             .flat_map(|chunks| chunks.chunks.iter())
-            .chain(queue.unordered_chunks.iter())
+            .chain(queue.unordered_chunks.values())
             .map(|chunk| chunk.tsn)
             .collect();
         self.deferred_reset_data
@@ -4620,7 +4620,12 @@ impl Association {
             }
 
             Timer::T2Shutdown => {
+                // dpwarp: RFC 9260 §9.2: past Association.Max.Retrans retransmissions of
+                // SHUTDOWN or SHUTDOWN ACK the peer is unreachable; the TCB is destroyed and
+                // the upper layer told (`TimedOut`, as for T3-rtx). This only logged, and
+                // the timer has no limit unless one is set (`max_data_retransmits`).
                 error!("[{}] retransmission failure: T2-shutdown", self.side);
+                let _ = self.close_with_reason(AssociationError::TimedOut);
             }
 
             Timer::T3RTX => {

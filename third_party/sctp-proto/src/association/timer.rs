@@ -62,7 +62,11 @@ impl TimerTable {
             max_retrans: [
                 max_init_retransmits, //T1Init
                 max_init_retransmits, //T1Cookie
-                None,                 //T2Shutdown (unlimited)
+                // dpwarp: RFC 9260 §9.2: SHUTDOWN and SHUTDOWN ACK are resent at most
+                // Association.Max.Retrans times (here `max_data_retransmits`, as for T3-rtx,
+                // RFC 9260 §8.1); it had no limit, so a peer silent after its SHUTDOWN was
+                // sent SHUTDOWN ACKs for ever.
+                max_data_retransmits, //T2Shutdown
                 max_data_retransmits, //T3RTX
                 max_init_retransmits, //Reconfig
                 None,                 //Ack (unlimited)

@@ -3,7 +3,7 @@ use crate::chunk::chunk_payload_data::{ChunkPayloadData, PayloadProtocolIdentifi
 use crate::error::{Error, Result};
 use crate::util::*;
 
-use alloc::collections::VecDeque;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 use bytes::{Bytes, BytesMut};
 use core::cmp::Ordering;
@@ -219,7 +219,16 @@ pub(crate) struct ReassemblyQueue {
     /// expected SSN for next ordered chunk
     pub(crate) ordered: VecDeque<Chunks>,
     pub(crate) unordered: VecDeque<Chunks>,
-    pub(crate) unordered_chunks: Vec<ChunkPayloadData>,
+    /// dpwarp: the fragments of unordered messages not yet complete, by TSN
+    /// (a `Vec` sorted again and scanned whole on every push, before).
+    pub(crate) unordered_chunks: BTreeMap<u32, ChunkPayloadData>,
+    /// dpwarp: the runs of `unordered_chunks` that may make one message (TSNs
+    /// in sequence, a beginning fragment only first, an ending one only
+    /// last): first TSN to last TSN and octets, and last TSN to first TSN. A
+    /// new fragment joins the run ending just before it and the one starting
+    /// just after it, so a push looks at its two neighbours only.
+    unordered_runs: BTreeMap<u32, (u32, usize)>,
+    unordered_run_firsts: BTreeMap<u32, u32>,
     pub(crate) n_bytes: usize,
     pub(crate) max_message_size: u32,
 }
@@ -236,70 +245,165 @@ impl ReassemblyQueue {
             next_ssn: 0, // From RFC 4960 Sec 6.5:
             ordered: VecDeque::new(),
             unordered: VecDeque::new(),
-            unordered_chunks: vec![],
+            unordered_chunks: BTreeMap::new(),
+            unordered_runs: BTreeMap::new(),
+            unordered_run_firsts: BTreeMap::new(),
             n_bytes: 0,
             max_message_size,
         }
     }
 
-    pub(crate) fn push(&mut self, chunk: ChunkPayloadData) -> Result<bool> {
+    pub(crate) fn push(&mut self, mut chunk: ChunkPayloadData) -> Result<bool> {
         if chunk.stream_identifier != self.si {
             return Ok(false);
         }
 
+        // dpwarp: a chunk that is a whole message readable at once (unordered,
+        // or the next ordered one) keeps its octets where they came, a slice
+        // of the received packet (`Chunks::to_bytes`). Any other waits for
+        // other chunks, for as long as the peer likes: it is held as a copy
+        // of its own octets, or a 1-octet fragment would keep its whole
+        // packet alive while the receive window counts one octet.
+        let whole = chunk.beginning_fragment && chunk.ending_fragment;
+        let readable_at_once =
+            whole && (chunk.unordered || chunk.stream_sequence_number == self.next_ssn);
+
         if chunk.unordered {
-            // Check if adding this chunk would exceed limit for unordered
-            let projected_size = self.calculate_unordered_message_size(&chunk);
-            if projected_size > self.max_message_size as usize {
-                return Err(Error::ErrInboundPacketTooLarge);
-            }
-
-            // First, insert into unordered_chunks array
-            //atomic.AddUint64(&r.n_bytes, uint64(len(chunk.userData)))
-            self.n_bytes += chunk.user_data.len();
-            self.unordered_chunks.push(chunk);
-            sort_chunks_by_tsn(&mut self.unordered_chunks);
-
-            // Scan unordered_chunks that are contiguous (in TSN)
-            // If found, append the complete set to the unordered array
-            if let Some(cset) = self.find_complete_unordered_chunk_set() {
-                self.unordered.push_back(cset);
+            if whole {
+                if chunk.user_data.len() > self.max_message_size as usize {
+                    return Err(Error::ErrInboundPacketTooLarge);
+                }
+                self.n_bytes += chunk.user_data.len();
+                self.unordered
+                    .push_back(Chunks::new(0, chunk.payload_type, vec![chunk]));
                 return Ok(true);
             }
-
-            Ok(false)
-        } else {
-            // Check if adding this chunk would exceed limit for ordered
-            let projected_size = self.calculate_ordered_message_size(&chunk);
-            if projected_size > self.max_message_size as usize {
-                return Err(Error::ErrInboundPacketTooLarge);
-            }
-
-            // This is an ordered chunk
-            if sna16lt(chunk.stream_sequence_number, self.next_ssn) {
-                return Ok(false);
-            }
-
-            self.n_bytes += chunk.user_data.len();
-
-            // Check if a chunkSet with the SSN already exists
-            for s in &mut self.ordered {
-                if s.ssn == chunk.stream_sequence_number {
-                    return Ok(s.push(chunk));
-                }
-            }
-
-            // If not found, create a new chunkSet
-            let mut cset = Chunks::new(chunk.stream_sequence_number, chunk.payload_type, vec![]);
-            let unordered = chunk.unordered;
-            let ok = cset.push(chunk);
-            self.ordered.push_back(cset);
-            if !unordered {
-                sort_chunks_by_ssn(self.ordered.make_contiguous());
-            }
-
-            Ok(ok)
+            return self.push_unordered_fragment(chunk);
         }
+
+        // Check if adding this chunk would exceed limit for ordered
+        let projected_size = self.calculate_ordered_message_size(&chunk);
+        if projected_size > self.max_message_size as usize {
+            return Err(Error::ErrInboundPacketTooLarge);
+        }
+
+        // This is an ordered chunk
+        if sna16lt(chunk.stream_sequence_number, self.next_ssn) {
+            return Ok(false);
+        }
+
+        if !readable_at_once {
+            chunk.user_data = Bytes::copy_from_slice(&chunk.user_data);
+        }
+        self.n_bytes += chunk.user_data.len();
+
+        // Check if a chunkSet with the SSN already exists
+        for s in &mut self.ordered {
+            if s.ssn == chunk.stream_sequence_number {
+                return Ok(s.push(chunk));
+            }
+        }
+
+        // If not found, create a new chunkSet
+        let mut cset = Chunks::new(chunk.stream_sequence_number, chunk.payload_type, vec![]);
+        let ok = cset.push(chunk);
+        self.ordered.push_back(cset);
+        sort_chunks_by_ssn(self.ordered.make_contiguous());
+
+        Ok(ok)
+    }
+
+    /// dpwarp: an unordered fragment (not a whole message) joins the run of
+    /// fragments before it and the one after it, if it continues them; when
+    /// the run then goes from a beginning to an ending fragment, it is a
+    /// message, moved to `unordered`. The cost is the two neighbours' lookups
+    /// and, once, the message's own chunks.
+    fn push_unordered_fragment(&mut self, mut chunk: ChunkPayloadData) -> Result<bool> {
+        let tsn = chunk.tsn;
+        if self.unordered_chunks.contains_key(&tsn) {
+            return Ok(false);
+        }
+
+        let before = tsn.wrapping_sub(1);
+        let left = if chunk.beginning_fragment {
+            None
+        } else {
+            match self.unordered_chunks.get(&before) {
+                // The fragment before, with no successor held, ends its run.
+                Some(c) if !c.ending_fragment => self.unordered_run_firsts.get(&before).copied(),
+                _ => None,
+            }
+        };
+        let after = tsn.wrapping_add(1);
+        let right = if chunk.ending_fragment {
+            None
+        } else {
+            match self.unordered_chunks.get(&after) {
+                // The fragment after, with no predecessor held, starts its run.
+                Some(c) if !c.beginning_fragment => Some(after),
+                _ => None,
+            }
+        };
+        let left_run = left.and_then(|first| Some((first, *self.unordered_runs.get(&first)?)));
+        let right_run = right.and_then(|first| Some((first, *self.unordered_runs.get(&first)?)));
+
+        // The message this fragment would be part of must not exceed the limit.
+        let octets = left_run.map_or(0, |(_, (_, n))| n)
+            + chunk.user_data.len()
+            + right_run.map_or(0, |(_, (_, n))| n);
+        if octets > self.max_message_size as usize {
+            return Err(Error::ErrInboundPacketTooLarge);
+        }
+
+        let first = match left_run {
+            Some((first, (last, _))) => {
+                self.unordered_runs.remove(&first);
+                self.unordered_run_firsts.remove(&last);
+                first
+            }
+            None => tsn,
+        };
+        let last = match right_run {
+            Some((right_first, (last, _))) => {
+                self.unordered_runs.remove(&right_first);
+                self.unordered_run_firsts.remove(&last);
+                last
+            }
+            None => tsn,
+        };
+
+        chunk.user_data = Bytes::copy_from_slice(&chunk.user_data);
+        self.n_bytes += chunk.user_data.len();
+        self.unordered_chunks.insert(tsn, chunk);
+
+        let complete = self
+            .unordered_chunks
+            .get(&first)
+            .is_some_and(|c| c.beginning_fragment)
+            && self
+                .unordered_chunks
+                .get(&last)
+                .is_some_and(|c| c.ending_fragment);
+        if !complete {
+            self.unordered_runs.insert(first, (last, octets));
+            self.unordered_run_firsts.insert(last, first);
+            return Ok(false);
+        }
+
+        let mut chunks = Vec::new();
+        let mut t = first;
+        loop {
+            if let Some(c) = self.unordered_chunks.remove(&t) {
+                chunks.push(c);
+            }
+            if t == last {
+                break;
+            }
+            t = t.wrapping_add(1);
+        }
+        self.unordered
+            .push_back(Chunks::new(0, chunks[0].payload_type, chunks));
+        Ok(true)
     }
 
     fn calculate_ordered_message_size(&self, new_chunk: &ChunkPayloadData) -> usize {
@@ -311,121 +415,6 @@ impl ReassemblyQueue {
             .map(|s| s.len())
             .unwrap_or(0);
         existing + new_chunk.user_data.len()
-    }
-
-    fn calculate_unordered_message_size(&self, new_chunk: &ChunkPayloadData) -> usize {
-        // For unordered, calculate size of contiguous chunk set this belongs to
-        // This is more complex - need to find the message boundary
-
-        // first find the set of TSNs that preceeds this chunk
-        let prefix = if new_chunk.beginning_fragment {
-            0
-        } else if let Some(mut p) = self
-            .unordered_chunks
-            .iter()
-            .rposition(|f| f.tsn == new_chunk.tsn.wrapping_sub(1))
-        {
-            let mut cnt = 0;
-            let mut tsn = new_chunk.tsn;
-            loop {
-                if self.unordered_chunks[p].tsn == tsn.wrapping_sub(1) {
-                    cnt += self.unordered_chunks[p].user_data.len();
-                    tsn = self.unordered_chunks[p].tsn;
-                } else {
-                    break;
-                }
-
-                if self.unordered_chunks[p].beginning_fragment || (p == 0) {
-                    break;
-                }
-                p -= 1;
-            }
-            cnt
-        } else {
-            0
-        };
-
-        // next find the set of TSNs that succeeds this chunk
-        let suffix = if new_chunk.ending_fragment {
-            0
-        } else if let Some(mut p) = self
-            .unordered_chunks
-            .iter()
-            .rposition(|f| f.tsn == new_chunk.tsn.wrapping_add(1))
-        {
-            let mut cnt = 0;
-            let mut tsn = new_chunk.tsn;
-            while p < self.unordered_chunks.len() {
-                if self.unordered_chunks[p].tsn == tsn.wrapping_add(1) {
-                    cnt += self.unordered_chunks[p].user_data.len();
-                    tsn = self.unordered_chunks[p].tsn;
-                } else {
-                    break;
-                }
-
-                if self.unordered_chunks[p].ending_fragment {
-                    break;
-                }
-                p += 1;
-            }
-            cnt
-        } else {
-            0
-        };
-
-        // now sum the lengths together
-        prefix + new_chunk.user_data.len() + suffix
-    }
-
-    pub(crate) fn find_complete_unordered_chunk_set(&mut self) -> Option<Chunks> {
-        let mut start_idx = -1isize;
-        let mut n_chunks = 0usize;
-        let mut last_tsn = 0u32;
-        let mut found = false;
-
-        for (i, c) in self.unordered_chunks.iter().enumerate() {
-            // seek beginning
-            if c.beginning_fragment {
-                start_idx = i as isize;
-                n_chunks = 1;
-                last_tsn = c.tsn;
-
-                if c.ending_fragment {
-                    found = true;
-                    break;
-                }
-                continue;
-            }
-
-            if start_idx < 0 {
-                continue;
-            }
-
-            // Check if contiguous in TSN
-            if c.tsn != last_tsn.wrapping_add(1) {
-                start_idx = -1;
-                continue;
-            }
-
-            last_tsn = c.tsn;
-            n_chunks += 1;
-
-            if c.ending_fragment {
-                found = true;
-                break;
-            }
-        }
-
-        if !found {
-            return None;
-        }
-
-        // Extract the range of chunks
-        let chunks: Vec<ChunkPayloadData> = self
-            .unordered_chunks
-            .drain(start_idx as usize..(start_idx as usize) + n_chunks)
-            .collect();
-        Some(Chunks::new(0, chunks[0].payload_type, chunks))
     }
 
     pub(crate) fn is_readable(&self) -> bool {
@@ -620,18 +609,48 @@ impl ReassemblyQueue {
     /// Just remove chunks that are equal to or older than new_cumulative_tsn
     /// from the unordered_chunks
     pub(crate) fn forward_tsn_for_unordered(&mut self, new_cumulative_tsn: u32) {
-        let mut last_idx: isize = -1;
-        for (i, c) in self.unordered_chunks.iter().enumerate() {
-            if sna32gt(c.tsn, new_cumulative_tsn) {
-                break;
-            }
-            last_idx = i as isize;
+        // dpwarp: `unordered_chunks` is a map by TSN (in u32 order, not
+        // serial order), and its runs are cut at the new cumulative TSN.
+        let stale: Vec<u32> = self
+            .unordered_chunks
+            .keys()
+            .copied()
+            .filter(|&tsn| sna32lte(tsn, new_cumulative_tsn))
+            .collect();
+        if stale.is_empty() {
+            return;
         }
-        if last_idx >= 0 {
-            for i in 0..(last_idx + 1) as usize {
-                self.subtract_num_bytes(self.unordered_chunks[i].user_data.len());
+        for tsn in stale {
+            if let Some(c) = self.unordered_chunks.remove(&tsn) {
+                self.subtract_num_bytes(c.user_data.len());
             }
-            self.unordered_chunks.drain(..(last_idx + 1) as usize);
+        }
+        let cut: Vec<(u32, u32)> = self
+            .unordered_runs
+            .iter()
+            .filter(|&(&first, _)| sna32lte(first, new_cumulative_tsn))
+            .map(|(&first, &(last, _))| (first, last))
+            .collect();
+        for (first, last) in cut {
+            self.unordered_runs.remove(&first);
+            self.unordered_run_firsts.remove(&last);
+            if sna32gt(last, new_cumulative_tsn) {
+                let first = new_cumulative_tsn.wrapping_add(1);
+                let mut octets = 0;
+                let mut t = first;
+                loop {
+                    octets += self
+                        .unordered_chunks
+                        .get(&t)
+                        .map_or(0, |c| c.user_data.len());
+                    if t == last {
+                        break;
+                    }
+                    t = t.wrapping_add(1);
+                }
+                self.unordered_runs.insert(first, (last, octets));
+                self.unordered_run_firsts.insert(last, first);
+            }
         }
     }
 
