@@ -146,6 +146,18 @@ pub(super) fn plausible_fpdu(position: u64, buf: &[u8], params: Params) -> Optio
             None
         };
     }
+    // The versions first, where no marker can sit among the headers: a
+    // start they rule out costs no CRC over up to 64 KiB (resynchronising
+    // over many segment starts judged each one so; the verdict is the
+    // same, as it needs both versions anyway).
+    if !params.markers {
+        if let Ok(segment) = ddp::Packet::new_checked(&buf[2..cut.stream_len]) {
+            let rdmap_version = rdmap::Control::from_octet(segment.rsvd_ulp()).version;
+            if segment.version() != ddp::VERSION || rdmap_version != rdmap::VERSION {
+                return Some(false);
+            }
+        }
+    }
     let fpdu = cut.decode(position, &buf[..cut.stream_len], params.crc);
     if fpdu.crc == CrcVerdict::Bad || fpdu.markers.iter().any(|m| !m.ok()) {
         return Some(false);
