@@ -631,9 +631,17 @@ impl Conn {
             })
         };
         let mut found: Option<u64> = None;
-        let keep = |found: &mut Option<u64>, offset: u64| {
-            if found.is_none_or(|f| offset < f) {
-                *found = Some(offset);
+        // Judges the start at `offset`: the earliest FPDU found is kept,
+        // one not judgeable yet waits for what it needs.
+        let file = |d: &mut Direction, found: &mut Option<u64>, offset: u64| {
+            d.resync_judged += 1;
+            match judge(d, offset) {
+                Ok(true) if found.is_none_or(|f| offset < f) => *found = Some(offset),
+                Ok(_) => {}
+                Err(need) => {
+                    d.resync_undecided.insert((need, offset));
+                    d.resync_offsets.insert(offset);
+                }
             }
         };
         // Starts that could not be judged before and now can; those the
@@ -647,30 +655,14 @@ impl Conn {
             if offset < base {
                 continue;
             }
-            d.resync_judged += 1;
-            match judge(d, offset) {
-                Ok(true) => keep(&mut found, offset),
-                Ok(false) => {}
-                Err(need) => {
-                    d.resync_undecided.insert((need, offset));
-                    d.resync_offsets.insert(offset);
-                }
-            }
+            file(d, &mut found, offset);
         }
         // Starts not looked at yet.
         let from = d.resync_scanned.max(base);
         let first_new = d.spans.partition_point(|s| s.offset < from);
-        let new: Vec<u64> = d.spans.range(first_new..).map(|s| s.offset).collect();
-        for offset in new {
-            d.resync_judged += 1;
-            match judge(d, offset) {
-                Ok(true) => keep(&mut found, offset),
-                Ok(false) => {}
-                Err(need) => {
-                    d.resync_undecided.insert((need, offset));
-                    d.resync_offsets.insert(offset);
-                }
-            }
+        for k in first_new..d.spans.len() {
+            let offset = d.spans[k].offset;
+            file(d, &mut found, offset);
         }
         d.resync_scanned = end;
         // The first start that may yet begin one (a later episode's
