@@ -223,7 +223,8 @@ pub enum SctpEvent {
 pub enum OpenError {
     /// The association is not up.
     NotUp,
-    /// The stream is open already, or beyond the endpoint's streams.
+    /// The stream is open already, or beyond the streams of the association
+    /// (ours, or fewer if the peer offered fewer inbound streams).
     Stream,
     /// `streams_max` streams are open.
     TooManyStreams,
@@ -759,7 +760,11 @@ impl SctpUnit {
         if !self.endpoint.is_up(assoc) {
             return Err(OpenError::NotUp);
         }
-        if stream >= self.config.endpoint.streams || self.by_key.contains_key(&(assoc, stream)) {
+        // Beyond the streams the peer takes (RFC 9260 §5.1.1) as well as
+        // ours: it would discard the messages (§6.5).
+        if stream >= self.endpoint.outbound_streams(assoc)
+            || self.by_key.contains_key(&(assoc, stream))
+        {
             return Err(OpenError::Stream);
         }
         if self.by_key.len() >= self.config.streams_max {

@@ -8,7 +8,7 @@
 //! truncated, grown) with the CRC32c put right again (RFC 9260 §6.8), so
 //! that the damage reaches the chunk parsers. The input also injects raw
 //! datagrams from the peer's address or from strangers (new INITs beyond
-//! `associations_max`), sends messages of any PPID, aborts and reconnects,
+//! `associations_max`), sends messages of any PPID, aborts, shuts down and reconnects,
 //! and moves time. sctp-proto draws verification tags and cookies at
 //! random, so the same input need not replay the same association: the
 //! mutations are chosen relative to the datagrams, not their contents.
@@ -262,6 +262,12 @@ fn run_op(world: &mut World, op: u8, rest: &mut &[u8]) {
             if op & 16 == 0 {
                 if let Some(assoc) = node.assoc {
                     let _ = node.endpoint.abort(assoc);
+                }
+            } else if op & 32 != 0 {
+                // A graceful close (RFC 9260 §9.2): what was received before
+                // it is still read, then `Closed`.
+                if let Some(assoc) = node.assoc {
+                    let _ = node.endpoint.shutdown(assoc);
                 }
             } else if side == Side::A {
                 node.assoc = node.endpoint.connect(now, addr(2)).ok().or(node.assoc);

@@ -32,6 +32,8 @@ pub const PATH_MTU_MIN: u32 = 128;
 /// RFC 9260 §16 Valid.Cookie.Life, 60 s: the longest
 /// [`Config::handshake_timeout_ms`].
 const VALID_COOKIE_LIFE_MS: u64 = 60_000;
+/// The longest [`Config::heartbeat_interval_ms`]: a day.
+const HEARTBEAT_INTERVAL_MAX_MS: u64 = 86_400_000;
 
 /// The largest message taken from a peer, whatever our path MTU: a peer
 /// sizes its messages by its own path MTU (RFC 5043 §9), which may be
@@ -122,6 +124,18 @@ pub struct Config {
     /// 256 a second at the defaults; the timeout only ends each burst's
     /// hold.
     pub handshake_timeout_ms: u64,
+    /// RFC 9260 §8.3 HB.interval in milliseconds: an association that has
+    /// sent no DATA for this long plus one RTO sends the peer a HEARTBEAT;
+    /// after [`data_retransmits_max`](Config::data_retransmits_max)
+    /// HEARTBEATs in a row unanswered (with no DATA acknowledged) the peer
+    /// is unreachable and the association ends in
+    /// [`CloseReason::TimedOut`](crate::CloseReason::TimedOut). Without
+    /// them an idle association whose peer vanished was never ended (only
+    /// a send would have found it dead). `None` sends none. 1 to
+    /// 86,400,000. Default 30,000, RFC 9260 §16's (Linux's too): with the
+    /// defaults a vanished idle peer is found 11 × (30 s + the RTO) after
+    /// its last answer, 5.7 minutes where no RTT was measured (RTO.Initial).
+    pub heartbeat_interval_ms: Option<u64>,
 }
 
 impl Default for Config {
@@ -141,6 +155,7 @@ impl Default for Config {
             rto_max_ms: 10_000,
             data_retransmits_max: Some(10),
             handshake_timeout_ms: 4000,
+            heartbeat_interval_ms: Some(30_000),
         }
     }
 }
@@ -202,6 +217,12 @@ impl Config {
         {
             return Err(ConfigError::BadHandshakeTimeout);
         }
+        if self
+            .heartbeat_interval_ms
+            .is_some_and(|ms| ms == 0 || ms > HEARTBEAT_INTERVAL_MAX_MS)
+        {
+            return Err(ConfigError::BadHeartbeatInterval);
+        }
         Ok(())
     }
 }
@@ -224,6 +245,8 @@ pub enum ConfigError {
     /// `handshake_timeout_ms` is not above `rto_initial_ms`, or above
     /// 60,000 (RFC 9260 §16 Valid.Cookie.Life).
     BadHandshakeTimeout,
+    /// `heartbeat_interval_ms` is 0 or above a day.
+    BadHeartbeatInterval,
 }
 
 impl fmt::Display for ConfigError {
@@ -237,6 +260,9 @@ impl fmt::Display for ConfigError {
             ConfigError::BadRto => "RTOs must satisfy 0 < min <= initial <= max",
             ConfigError::BadHandshakeTimeout => {
                 "handshake_timeout_ms must be above rto_initial_ms and at most 60000"
+            }
+            ConfigError::BadHeartbeatInterval => {
+                "heartbeat_interval_ms must be 1 to 86400000 (a day), or none"
             }
         })
     }
@@ -260,6 +286,8 @@ mod tests {
         assert_eq!(config.data_retransmits_max, Some(10));
         // Above RTO.Initial: two lost handshake packets are repaired.
         assert_eq!(config.handshake_timeout_ms, 4000);
+        // RFC 9260 §16: HB.interval 30 s.
+        assert_eq!(config.heartbeat_interval_ms, Some(30_000));
     }
 
     #[test]
@@ -337,6 +365,20 @@ mod tests {
                     ..Config::default()
                 },
                 ConfigError::NoAssociations,
+            ),
+            (
+                Config {
+                    heartbeat_interval_ms: Some(0),
+                    ..Config::default()
+                },
+                ConfigError::BadHeartbeatInterval,
+            ),
+            (
+                Config {
+                    heartbeat_interval_ms: Some(86_400_001),
+                    ..Config::default()
+                },
+                ConfigError::BadHeartbeatInterval,
             ),
         ];
         for (config, error) in bad {

@@ -66,6 +66,14 @@ enum State {
     Handshaking,
     /// Up: messages flow.
     Up,
+    /// Shutting down at our request ([`Endpoint::shutdown`]): what was
+    /// queued still goes out and messages still come in; nothing new is
+    /// sent.
+    Closing,
+    /// Closed gracefully (RFC 9260 §9.2, begun by either side) with
+    /// messages received and not read yet: they stay readable, and its
+    /// `Closed` event, held here, follows the last of them.
+    Draining(CloseReason),
     /// Refused or closed and reported: its last packets (an ABORT) go out,
     /// then the slot is freed.
     Gone,
@@ -416,6 +424,11 @@ impl Endpoint {
         if live.state != State::Up {
             return Err(SendError::InvalidState);
         }
+        if stream >= live.assoc.num_outbound_streams() {
+            // The peer offered fewer inbound streams than we have (RFC
+            // 9260 §5.1.1): it would discard the message (§6.5).
+            return Err(SendError::InvalidStream);
+        }
         let ppi = proto::PayloadProtocolIdentifier::from(ppid);
         if live.assoc.stream(stream).is_err() {
             live.assoc
@@ -448,7 +461,7 @@ impl Endpoint {
         let Some(live) = self.live_mut(assoc) else {
             return 0;
         };
-        if live.state != State::Up {
+        if live.state != State::Up || stream >= live.assoc.num_outbound_streams() {
             return 0;
         }
         let buffered = match live.assoc.stream(stream) {
@@ -462,7 +475,10 @@ impl Endpoint {
     /// Copy the next received message into `buf`. Messages of one stream
     /// come in the order SCTP delivers them (arrival order for unordered
     /// ones); streams take turns. Data stays in the association's receive
-    /// window until read here, so a slow reader closes the window.
+    /// window until read here, so a slow reader closes the window. After a
+    /// graceful close (RFC 9260 §9.2, either side's) the messages received
+    /// before it are still given out here, and the association's `Closed`
+    /// event comes after the last of them; it holds its slot until then.
     ///
     /// # Panics
     ///
@@ -494,6 +510,18 @@ impl Endpoint {
             };
             let Some(chunks) = message else {
                 live.queued.remove(&stream);
+                if let State::Draining(why) = live.state {
+                    if live.queued.is_empty() {
+                        // The last message read: now the held `Closed`.
+                        live.state = State::Gone;
+                        let remote = live.remote;
+                        self.events.push_back(Event {
+                            assoc,
+                            remote,
+                            kind: EventKind::Closed(why),
+                        });
+                    }
+                }
                 continue;
             };
             // At most message_size_max: sctp-proto refuses larger messages
@@ -516,7 +544,37 @@ impl Endpoint {
     /// [`CloseReason::Local`]. Queued and unread messages are dropped.
     pub fn abort(&mut self, assoc: AssocId) -> Result<(), SendError> {
         let live = self.live_mut(assoc).ok_or(SendError::InvalidAssociation)?;
+        // Unread messages go too: no `Draining` after an abort.
+        live.queued.clear();
+        if let State::Draining(_) = live.state {
+            // Closed already (nothing goes to the peer); its held event
+            // becomes ours.
+            live.state = State::Gone;
+            let remote = live.remote;
+            self.events.push_back(Event {
+                assoc,
+                remote,
+                kind: EventKind::Closed(CloseReason::Local),
+            });
+            return Ok(());
+        }
         live.assoc.abort(b"");
+        self.service(assoc.index);
+        Ok(())
+    }
+
+    /// Shut `assoc` down gracefully (RFC 9260 §9.2): the messages already
+    /// queued are still sent, then SHUTDOWN; once the peer has acknowledged
+    /// them all, [`CloseReason::Shutdown`]. Messages that arrive meanwhile
+    /// are read as usual (and stay readable after the close). Nothing new
+    /// can be sent from now on ([`SendError::InvalidState`]).
+    pub fn shutdown(&mut self, assoc: AssocId) -> Result<(), SendError> {
+        let live = self.live_mut(assoc).ok_or(SendError::InvalidAssociation)?;
+        if live.state != State::Up {
+            return Err(SendError::InvalidState);
+        }
+        live.assoc.shutdown().map_err(|_| SendError::InvalidState)?;
+        live.state = State::Closing;
         self.service(assoc.index);
         Ok(())
     }
@@ -531,6 +589,17 @@ impl Endpoint {
     /// The peer's address, while the association exists.
     pub fn remote(&self, assoc: AssocId) -> Option<SocketAddr> {
         self.live(assoc).map(|live| live.remote)
+    }
+
+    /// The streams [`send`](Endpoint::send) takes on `assoc`: `0..` this,
+    /// the smaller of [`Config::streams`] and the inbound streams the peer
+    /// offered (RFC 9260 §5.1.1); 0 while it is not up.
+    pub fn outbound_streams(&self, assoc: AssocId) -> u16 {
+        self.live(assoc)
+            .filter(|live| live.state == State::Up)
+            .map_or(0, |live| {
+                live.assoc.num_outbound_streams().min(self.config.streams)
+            })
     }
 
     /// Whether `assoc` is up (its `Up` event was reported and no `Closed`).
@@ -665,13 +734,34 @@ impl Endpoint {
                 }
                 proto::Event::HandshakeFailed { reason }
                 | proto::Event::AssociationLost { reason } => {
-                    if live.state != State::Gone {
-                        live.state = State::Gone;
-                        self.events.push_back(Event {
-                            assoc: id,
-                            remote: live.remote,
-                            kind: EventKind::Closed(CloseReason::from_sctp(&reason)),
-                        });
+                    // RFC 9260 §9.2: a graceful end, begun by the peer or
+                    // by our `shutdown`, follows the acknowledgement of
+                    // every DATA chunk; the fork keeps the messages not
+                    // read yet (its change 19), and so do we: `Closed`
+                    // waits for the last of them.
+                    let graceful = match (&reason, live.state) {
+                        (
+                            proto::AssociationError::ApplicationClosed,
+                            State::Up | State::Closing,
+                        ) => Some(CloseReason::ShutdownByPeer),
+                        (proto::AssociationError::LocallyClosed, State::Closing) => {
+                            Some(CloseReason::Shutdown)
+                        }
+                        _ => None,
+                    };
+                    match graceful {
+                        Some(why) if !live.queued.is_empty() => live.state = State::Draining(why),
+                        _ if matches!(live.state, State::Gone | State::Draining(_)) => {}
+                        _ => {
+                            live.state = State::Gone;
+                            self.events.push_back(Event {
+                                assoc: id,
+                                remote: live.remote,
+                                kind: EventKind::Closed(
+                                    graceful.unwrap_or_else(|| CloseReason::from_sctp(&reason)),
+                                ),
+                            });
+                        }
                     }
                     // Releases it from the sctp-proto endpoint (fork change
                     // 3); sends ABORT only if it was not closed already.
@@ -692,7 +782,7 @@ impl Endpoint {
                     // from an association before its `Up` event, nor from
                     // one the DDP check refuses.
                     let fresh = live.state != State::Gone && live.queued.insert(stream);
-                    if fresh && live.state == State::Up {
+                    if fresh && matches!(live.state, State::Up | State::Closing) {
                         self.readable.push_back((id, stream));
                     }
                 }
@@ -797,6 +887,7 @@ fn transport_config(config: &Config) -> proto::TransportConfig {
         .with_max_num_outbound_streams(config.streams)
         .with_max_num_inbound_streams(config.streams)
         .with_max_data_retransmits(config.data_retransmits_max)
+        .with_heartbeat_interval_ms(config.heartbeat_interval_ms)
         .with_rto_initial_ms(config.rto_initial_ms)
         .with_rto_min_ms(config.rto_min_ms)
         .with_rto_max_ms(config.rto_max_ms)
@@ -850,7 +941,7 @@ errors! {
     SendError {
         InvalidAssociation => "the association handle is stale or never existed",
         InvalidState => "the association is not up",
-        InvalidStream => "the stream is beyond the configured number of streams",
+        InvalidStream => "the stream is beyond the configured number of streams, or the number the peer takes",
         Empty => "a message has at least one octet",
         TooLarge => "the message is above message_size_max",
         Full => "the stream's send buffer would pass send_buffer_max",

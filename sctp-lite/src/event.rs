@@ -81,6 +81,9 @@ pub enum CloseReason {
     ReceiveBufferExhausted,
     /// We closed it ([`Endpoint::abort`](crate::Endpoint::abort)).
     Local,
+    /// We shut it down gracefully ([`Endpoint::shutdown`](crate::Endpoint::shutdown))
+    /// and the peer acknowledged everything we sent (RFC 9260 §9.2).
+    Shutdown,
 }
 
 impl CloseReason {

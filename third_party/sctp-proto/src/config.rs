@@ -79,6 +79,14 @@ pub struct TransportConfig {
     ///
     /// Default: `None`
     adaptation_layer_indication: Option<u32>,
+
+    /// dpwarp: RFC 9260 §8.3 HB.interval in milliseconds: an established association that
+    /// has sent no DATA for this long plus one RTO sends a HEARTBEAT; past
+    /// `max_data_retransmits` HEARTBEATs in a row unanswered (and no DATA acknowledged) it
+    /// closes with `AssociationError::TimedOut`. `None` sends none.
+    ///
+    /// Default: `None`
+    heartbeat_interval_ms: Option<u64>,
 }
 
 impl Default for TransportConfig {
@@ -97,6 +105,7 @@ impl Default for TransportConfig {
             local_port: DEFAULT_SCTP_PORT,
             remote_port: DEFAULT_SCTP_PORT,
             adaptation_layer_indication: None,
+            heartbeat_interval_ms: None,
         }
     }
 }
@@ -167,6 +176,17 @@ impl TransportConfig {
     pub fn with_max_init_retransmits(mut self, value: Option<usize>) -> Self {
         self.max_init_retransmits = value;
         self
+    }
+
+    /// dpwarp: set RFC 9260 §8.3 HB.interval in milliseconds (`None`: no HEARTBEATs, the
+    /// default); see the field's documentation.
+    pub fn with_heartbeat_interval_ms(mut self, value: Option<u64>) -> Self {
+        self.heartbeat_interval_ms = value;
+        self
+    }
+
+    pub(crate) fn heartbeat_interval_ms(&self) -> Option<u64> {
+        self.heartbeat_interval_ms
     }
 
     /// Set maximum DATA retransmissions. `None` means unlimited.

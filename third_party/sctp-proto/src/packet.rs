@@ -6,6 +6,7 @@ use crate::chunk::chunk_error::ChunkError;
 use crate::chunk::chunk_forward_tsn::ChunkForwardTsn;
 use crate::chunk::chunk_header::*;
 use crate::chunk::chunk_heartbeat::ChunkHeartbeat;
+use crate::chunk::chunk_heartbeat_ack::ChunkHeartbeatAck;
 use crate::chunk::chunk_i_forward_tsn::ChunkIForwardTsn;
 use crate::chunk::chunk_init::ChunkInit;
 use crate::chunk::chunk_payload_data::ChunkPayloadData;
@@ -155,6 +156,9 @@ impl PartialDecode {
                 CT_HEARTBEAT => {
                     Box::new(ChunkHeartbeat::unmarshal(&self.remaining.slice(offset..))?)
                 }
+                CT_HEARTBEAT_ACK => Box::new(ChunkHeartbeatAck::unmarshal(
+                    &self.remaining.slice(offset..),
+                )?),
                 CT_PAYLOAD_DATA => Box::new(ChunkPayloadData::unmarshal(
                     &self.remaining.slice(offset..),
                 )?),
@@ -253,6 +257,9 @@ impl Packet {
                 CT_COOKIE_ECHO => Box::new(ChunkCookieEcho::unmarshal(&raw.slice(offset..))?),
                 CT_COOKIE_ACK => Box::new(ChunkCookieAck::unmarshal(&raw.slice(offset..))?),
                 CT_HEARTBEAT => Box::new(ChunkHeartbeat::unmarshal(&raw.slice(offset..))?),
+                // dpwarp: the answer to our HEARTBEATs (RFC 9260 §3.3.6); its packets were
+                // dropped whole as of an unknown chunk type.
+                CT_HEARTBEAT_ACK => Box::new(ChunkHeartbeatAck::unmarshal(&raw.slice(offset..))?),
                 CT_PAYLOAD_DATA => Box::new(ChunkPayloadData::unmarshal(&raw.slice(offset..))?),
                 CT_SACK => Box::new(ChunkSelectiveAck::unmarshal(&raw.slice(offset..))?),
                 CT_RECONFIG => Box::new(ChunkReconfig::unmarshal(&raw.slice(offset..))?),

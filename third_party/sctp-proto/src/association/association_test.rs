@@ -6161,3 +6161,191 @@ fn test_waiting_chunks_hold_copies_not_their_packets() -> Result<()> {
     );
     Ok(())
 }
+
+// dpwarp: RFC 9260 §9.2: a peer's SHUTDOWN waits for what this side has outstanding, data it
+// queued and has not sent yet included (RFC 9260 §11.1: queued user data is delivered): that
+// data goes out, and the SHUTDOWN ACK only once it is acknowledged. Only data in flight
+// counted, so the SHUTDOWN ACK went at once and the queued data never.
+#[test]
+fn test_shutdown_received_sends_queued_data_first() {
+    let mut a = create_association(TransportConfig::default());
+    a.set_state(AssociationState::Established);
+    // A client made by hand: its INIT is not for this test.
+    a.timers.stop(Timer::T1Init);
+    let now = Instant::now();
+    while a.poll_transmit(now).is_some() {}
+    a.open_stream(1, PayloadProtocolIdentifier::Binary).unwrap();
+    a.stream(1)
+        .unwrap()
+        .write_sctp(
+            &Bytes::from_static(b"queued"),
+            PayloadProtocolIdentifier::Binary,
+        )
+        .unwrap();
+    a.handle_shutdown(&ChunkShutdown {
+        cumulative_tsn_ack: 0,
+    })
+    .unwrap();
+    assert_eq!(a.state(), AssociationState::ShutdownReceived);
+    let (mut data, mut shutdown_acks) = (0, 0);
+    while let Some(transmit) = a.poll_transmit(now) {
+        let Payload::RawEncode(packets) = transmit.payload else {
+            continue;
+        };
+        for raw in packets {
+            for chunk in Packet::unmarshal(&raw).unwrap().chunks {
+                data += chunk.as_any().downcast_ref::<ChunkPayloadData>().is_some() as usize;
+                shutdown_acks +=
+                    chunk.as_any().downcast_ref::<ChunkShutdownAck>().is_some() as usize;
+            }
+        }
+    }
+    assert_eq!(
+        (data, shutdown_acks),
+        (1, 0),
+        "the queued DATA, no SHUTDOWN ACK yet"
+    );
+    assert_eq!(a.state(), AssociationState::ShutdownReceived);
+}
+
+// dpwarp: RFC 9260 §3.3.10: an ERROR chunk is "not considered fatal in and of itself". The
+// one a peer answers DATA on a stream it does not have with (Invalid Stream Identifier,
+// §6.5) closed the whole association; it is now counted and the association goes on. A
+// Stale Cookie error still ends a handshake in COOKIE-ECHOED.
+#[test]
+fn test_an_error_chunk_does_not_end_the_association() -> Result<()> {
+    let mut a = established_receiver(4, 64 * 1024);
+    assert_eq!(a.num_outbound_streams(), 4);
+    (a.source_port, a.destination_port) = (5000, 5001);
+    let (ports, tag) = ((a.destination_port, a.source_port), a.my_verification_tag);
+    let error = |code| Packet {
+        common_header: CommonHeader {
+            source_port: ports.0,
+            destination_port: ports.1,
+            verification_tag: tag,
+        },
+        chunks: vec![Box::new(ChunkError {
+            error_causes: vec![crate::chunk::ErrorCause {
+                code,
+                raw: Bytes::from_static(&[0, 9, 0, 0]),
+            }],
+        })],
+    };
+    a.handle_inbound(error(INVALID_STREAM_IDENTIFIER), Instant::now())?;
+    assert_eq!(a.state(), AssociationState::Established);
+    assert_eq!(a.stats().get_num_peer_errors(), 1);
+    assert!(
+        !core::iter::from_fn(|| a.poll()).any(|e| matches!(e, Event::AssociationLost { .. })),
+        "not lost"
+    );
+    a.handle_data(&data(1, 0, b"after it"))?;
+    assert!(a.stream(0)?.read()?.is_some(), "DATA still delivered");
+
+    let mut b = established_receiver(4, 64 * 1024);
+    (b.source_port, b.destination_port) = (5000, 5001);
+    b.set_state(AssociationState::CookieEchoed);
+    assert!(
+        b.handle_inbound(error(crate::chunk::STALE_COOKIE_ERROR), Instant::now())
+            .is_err()
+    );
+    Ok(())
+}
+
+// dpwarp: RFC 9260 §8.3: with a heartbeat interval an established association sends a
+// HEARTBEAT each HB.interval plus RTO; past `max_data_retransmits` expiries without its
+// HEARTBEAT ACK it closes TimedOut and sends nothing more. An answered HEARTBEAT (the ACK
+// carrying its nonce) clears the count; an ACK with another nonce does not. There was no
+// heartbeat timer, and a HEARTBEAT ACK, an unknown chunk here, closed the association.
+#[test]
+fn test_heartbeats_find_a_silent_peer_and_answers_keep_it() {
+    let heartbeats_in = |a: &mut Association, now: Instant| -> Vec<Bytes> {
+        let mut infos = vec![];
+        while let Some(transmit) = a.poll_transmit(now) {
+            let Payload::RawEncode(packets) = transmit.payload else {
+                continue;
+            };
+            for raw in packets {
+                for chunk in Packet::unmarshal(&raw).unwrap().chunks {
+                    if let Some(hb) = chunk.as_any().downcast_ref::<ChunkHeartbeat>() {
+                        let info = hb.params[0]
+                            .as_any()
+                            .downcast_ref::<ParamHeartbeatInfo>()
+                            .unwrap();
+                        infos.push(info.heartbeat_information.clone());
+                    }
+                }
+            }
+        }
+        infos
+    };
+    let ack = |a: &mut Association, info: Bytes, now: Instant| {
+        let packet = Packet {
+            common_header: CommonHeader {
+                source_port: 5001,
+                destination_port: 5000,
+                verification_tag: a.my_verification_tag,
+            },
+            chunks: vec![Box::new(ChunkHeartbeatAck {
+                params: vec![Box::new(ParamHeartbeatInfo {
+                    heartbeat_information: info,
+                })],
+            })],
+        };
+        // Through the parser, as from the wire.
+        let packet = Packet::unmarshal(&packet.marshal().unwrap()).unwrap();
+        a.handle_inbound(packet, now).unwrap();
+    };
+    let max_retransmits = 3;
+    for answered in [false, true] {
+        let mut a = create_association(
+            TransportConfig::default()
+                .with_max_data_retransmits(Some(max_retransmits))
+                .with_heartbeat_interval_ms(Some(1000))
+                .with_rto_initial_ms(100)
+                .with_rto_min_ms(100)
+                .with_rto_max_ms(400),
+        );
+        (a.source_port, a.destination_port) = (5000, 5001);
+        a.set_state(AssociationState::Established);
+        a.timers.stop(Timer::T1Init);
+        let start = Instant::now();
+        assert!(heartbeats_in(&mut a, start).is_empty(), "none at once");
+        let mut now = start;
+        let mut sent = 0;
+        for _ in 0..20 {
+            let Some(t) = a.poll_timeout() else { break };
+            now = t;
+            a.handle_timeout(now);
+            let infos = heartbeats_in(&mut a, now);
+            sent += infos.len();
+            if answered {
+                assert_eq!(infos.len(), 1, "one HEARTBEAT each expiry");
+                // An ACK with another nonce counts for nothing; the right one clears.
+                ack(&mut a, Bytes::from_static(b"not ours"), now);
+                ack(&mut a, infos[0].clone(), now);
+            }
+        }
+        if answered {
+            assert_eq!(sent, 20);
+            assert_eq!(a.state(), AssociationState::Established);
+            assert_eq!(now - start, Duration::from_millis(20 * 1100));
+        } else {
+            assert_eq!(sent, max_retransmits, "then the peer is unreachable");
+            assert_eq!(a.state(), AssociationState::Closed);
+            assert_eq!(a.poll_timeout(), None);
+            // HB.interval plus RTO, four times: the fourth expiry ends it.
+            assert_eq!(now - start, Duration::from_millis(4 * 1100));
+            let lost = core::iter::from_fn(|| a.events.pop_front())
+                .find(|e| matches!(e, Event::AssociationLost { .. }));
+            assert!(
+                matches!(
+                    lost,
+                    Some(Event::AssociationLost {
+                        reason: AssociationError::TimedOut
+                    })
+                ),
+                "{lost:?}"
+            );
+        }
+    }
+}

@@ -216,7 +216,6 @@ pub struct Association {
     handshake_completed: bool,
     max_send_message_size: u32,
     max_receive_message_size: u32,
-    inflight_queue_length: usize,
     will_send_shutdown: bool,
     next_stream_generation: u64,
     bytes_received: usize,
@@ -236,7 +235,6 @@ pub struct Association {
     will_retransmit_reconfig: bool,
 
     will_send_shutdown_ack: bool,
-    will_send_shutdown_complete: bool,
 
     // Reconfig
     my_next_rsn: u32,
@@ -300,6 +298,10 @@ pub struct Association {
     use_forward_tsn: bool,
     // dpwarp: RFC 5061 §4.2.6, the Adaptation Code Points we send and the peer sent.
     my_adaptation_layer_indication: Option<u32>,
+    /// dpwarp: RFC 9260 §8.3 HB.interval in milliseconds, `None` for no HEARTBEATs.
+    heartbeat_interval_ms: Option<u64>,
+    /// dpwarp: the nonce of the last HEARTBEAT sent, until its HEARTBEAT ACK comes back.
+    heartbeat_nonce: Option<u64>,
     peer_adaptation_layer_indication: Option<u32>,
     // dpwarp: `abort` told the endpoint (once) that the association is gone.
     abort_drained: bool,
@@ -347,7 +349,6 @@ impl Default for Association {
             handshake_completed: false,
             max_send_message_size: 0,
             max_receive_message_size: 0,
-            inflight_queue_length: 0,
             will_send_shutdown: false,
             next_stream_generation: 0,
             bytes_received: 0,
@@ -365,7 +366,6 @@ impl Default for Association {
             will_retransmit_reconfig: false,
 
             will_send_shutdown_ack: false,
-            will_send_shutdown_complete: false,
 
             // Reconfig
             my_next_rsn: 0,
@@ -406,6 +406,8 @@ impl Default for Association {
             advanced_peer_tsn_ack_point: 0,
             use_forward_tsn: false,
             my_adaptation_layer_indication: None,
+            heartbeat_interval_ms: None,
+            heartbeat_nonce: None,
             peer_adaptation_layer_indication: None,
             abort_drained: false,
 
@@ -494,6 +496,8 @@ impl Association {
             source_port: config.local_port(),
             destination_port: config.remote_port(),
             my_adaptation_layer_indication: config.adaptation_layer_indication(),
+            heartbeat_interval_ms: config.heartbeat_interval_ms(),
+            heartbeat_nonce: None,
 
             my_verification_tag: verification_tag,
             my_next_tsn: initial_tsn,
@@ -801,6 +805,8 @@ impl Association {
 
             if timer == Timer::Ack {
                 self.on_ack_timeout();
+            } else if timer == Timer::Heartbeat {
+                self.on_heartbeat_timeout(now, failure);
             } else if failure {
                 self.on_retransmission_failure(timer);
             } else {
@@ -966,11 +972,18 @@ impl Association {
         self.peer_adaptation_layer_indication
     }
 
-    /// Shutdown initiates the shutdown sequence. The method blocks until the
-    /// shutdown sequence is completed and the association is closed, or until the
-    /// passed context is done, in which case the context's error is returned.
+    /// Begin a graceful shutdown (RFC 9260 §9.2): the association enters SHUTDOWN-PENDING,
+    /// sends what the application queued before (RFC 9260 §11.1: "Any locally queued user
+    /// data will be delivered to the peer"), and sends SHUTDOWN once all of it is acknowledged;
+    /// the peer's SHUTDOWN ACK closes it with [`AssociationError::LocallyClosed`]. Messages
+    /// received and not yet read stay readable after that (see `close_as`).
+    ///
+    /// dpwarp: the shutdown sent SHUTDOWN at once whatever was outstanding (it tested a
+    /// counter nothing updated), never sent data still queued, removed the association from
+    /// its endpoint at once (so the peer's SHUTDOWN ACK found no association), and never
+    /// closed it.
     pub fn shutdown(&mut self) -> Result<()> {
-        debug!("[{}] closing association..", self.side);
+        debug!("[{}] shutting down association..", self.side);
 
         let state = self.state();
         if state != AssociationState::Established {
@@ -980,16 +993,20 @@ impl Association {
         // Attempt a graceful shutdown.
         self.set_state(AssociationState::ShutdownPending);
 
-        if self.inflight_queue_length == 0 {
+        if !self.data_outstanding() {
             // No more outstanding, send shutdown.
             self.will_send_shutdown = true;
-            self.awake_write_loop();
             self.set_state(AssociationState::ShutdownSent);
         }
-
-        self.endpoint_events.push_back(EndpointEventInner::Drained);
+        self.awake_write_loop();
 
         Ok(())
+    }
+
+    /// dpwarp: DATA sent and not acknowledged, or queued and not sent yet: what SHUTDOWN and
+    /// SHUTDOWN ACK wait for (RFC 9260 §9.2).
+    fn data_outstanding(&self) -> bool {
+        self.outbound_queue.inflight_len() != 0 || self.outbound_queue.pending_len() != 0
     }
 
     /// dpwarp: abort the association (RFC 9260 §9.1): send the peer an ABORT with a
@@ -1030,6 +1047,12 @@ impl Association {
     }
 
     fn close_with_reason(&mut self, reason: AssociationError) -> Result<()> {
+        self.close_as(reason, false)
+    }
+
+    /// dpwarp: close the association, reporting `reason`; with `keep_readable` (a graceful
+    /// end) its unread messages stay readable.
+    fn close_as(&mut self, reason: AssociationError, keep_readable: bool) -> Result<()> {
         if self.state() != AssociationState::Closed {
             self.set_state(AssociationState::Closed);
 
@@ -1037,8 +1060,23 @@ impl Association {
 
             self.close_all_timers();
 
+            // dpwarp: a graceful end (RFC 9260 §9.2, begun by either side) comes after every
+            // DATA chunk was acknowledged: what was received and not yet read stays readable,
+            // as a socket reads what came before a FIN. Every stream holding a readable
+            // message is kept, receive-only; the rest go. An abort or a failure drops them all.
             for si in self.streams.keys().cloned().collect::<Vec<u16>>() {
-                self.unregister_stream(si, false);
+                let keep = keep_readable
+                    && self
+                        .streams
+                        .get(&si)
+                        .is_some_and(|s| s.reassembly_queue.is_readable());
+                if keep {
+                    if let Some(s) = self.streams.get_mut(&si) {
+                        s.state = RecvSendState::Readable;
+                    }
+                } else {
+                    self.unregister_stream(si, false);
+                }
             }
 
             // AssociationLost stops any pending  ResetComplete.
@@ -1131,6 +1169,14 @@ impl Association {
                 association: self,
             })
         }
+    }
+
+    /// dpwarp: the streams this side may send on, `0..num_outbound_streams()`: the smaller of
+    /// its own outbound count and the peer's inbound one (RFC 9260 §5.1.1), once the INIT or
+    /// INIT ACK came. DATA on a stream beyond it is discarded by the peer (§6.5, with an ERROR
+    /// chunk), so an application checks a stream against this before sending on it.
+    pub fn num_outbound_streams(&self) -> u16 {
+        self.my_max_num_outbound_streams
     }
 
     /// stream_ids returns a list of all active stream identifiers
@@ -1752,13 +1798,31 @@ impl Association {
             }
             return Err(Error::ErrAbortChunk(err_str));
         } else if let Some(c) = chunk_any.downcast_ref::<ChunkError>() {
+            // dpwarp: RFC 9260 §3.3.10: "An Operation Error is not considered fatal in and of
+            // itself": the association goes on. Every ERROR chunk closed it, silently (the peer
+            // was sent nothing): an Invalid Stream Identifier (§6.5) for one message ended
+            // everything. A Stale Cookie error still ends a handshake in COOKIE-ECHOED (this
+            // crate makes no new INIT for it, §5.2.6).
             let mut err_str = String::new();
             for e in &c.error_causes {
                 err_str += &format!("({})", e);
             }
-            return Err(Error::ErrAbortChunk(err_str));
+            let stale_cookie = c
+                .error_causes
+                .iter()
+                .any(|e| e.code == crate::chunk::STALE_COOKIE_ERROR);
+            if stale_cookie && self.state() == AssociationState::CookieEchoed {
+                return Err(Error::ErrAbortChunk(err_str));
+            }
+            warn!("[{}] ERROR chunk from the peer: {}", self.side, err_str);
+            self.stats.inc_peer_errors();
+            vec![]
         } else if let Some(c) = chunk_any.downcast_ref::<ChunkHeartbeat>() {
             self.handle_heartbeat(c)?
+        } else if let Some(c) = chunk_any.downcast_ref::<ChunkHeartbeatAck>() {
+            // dpwarp: it was an unhandled chunk type, which closed the association.
+            self.handle_heartbeat_ack(c);
+            vec![]
         } else if let Some(c) = chunk_any.downcast_ref::<ChunkCookieEcho>() {
             self.handle_cookie_echo(c)?
         } else if chunk_any.downcast_ref::<ChunkCookieAck>().is_some() {
@@ -1939,6 +2003,57 @@ impl Association {
             Ok(vec![])
         } else {
             Err(Error::ErrInitAckNoCookie)
+        }
+    }
+
+    /// dpwarp: RFC 9260 §8.3: the heartbeat timer expired. Past `max_data_retransmits`
+    /// expiries with no HEARTBEAT ACK and no DATA acknowledged (`failure`) the peer is
+    /// unreachable: the association closes `TimedOut`, as after T3-rtx's limit, and sends
+    /// nothing. Otherwise a HEARTBEAT goes out (its Heartbeat Information a fresh random nonce,
+    /// checked on its HEARTBEAT ACK) and the timer restarts. Only while ESTABLISHED: during a
+    /// shutdown T2-shutdown watches the peer.
+    fn on_heartbeat_timeout(&mut self, now: Instant, failure: bool) {
+        if self.state() != AssociationState::Established {
+            self.timers.stop(Timer::Heartbeat);
+            return;
+        }
+        if failure {
+            error!("[{}] retransmission failure: heartbeat", self.side);
+            let _ = self.close_with_reason(AssociationError::TimedOut);
+            return;
+        }
+        let Some(interval) = self.heartbeat_interval_ms else {
+            return;
+        };
+        let nonce = random::<u64>();
+        self.heartbeat_nonce = Some(nonce);
+        let heartbeat = ChunkHeartbeat {
+            params: vec![Box::new(ParamHeartbeatInfo {
+                heartbeat_information: Bytes::copy_from_slice(&nonce.to_be_bytes()),
+            })],
+        };
+        self.control_queue
+            .push_back(self.create_packet(vec![Box::new(heartbeat)]));
+        self.timers.start(
+            Timer::Heartbeat,
+            now,
+            interval.saturating_add(self.rto_mgr.get_rto()),
+        );
+    }
+
+    /// dpwarp: RFC 9260 §8.3: a HEARTBEAT ACK carrying the nonce of our last HEARTBEAT clears
+    /// the error count; any other is ignored.
+    fn handle_heartbeat_ack(&mut self, c: &ChunkHeartbeatAck) {
+        let info = c
+            .params
+            .first()
+            .and_then(|p| p.as_any().downcast_ref::<ParamHeartbeatInfo>());
+        let Some(nonce) = self.heartbeat_nonce else {
+            return;
+        };
+        if info.is_some_and(|i| i.heartbeat_information[..] == nonce.to_be_bytes()) {
+            self.heartbeat_nonce = None;
+            self.timers.reset_retrans(Timer::Heartbeat);
         }
     }
 
@@ -2912,8 +3027,11 @@ impl Association {
     fn handle_shutdown(&mut self, _: &ChunkShutdown) -> Result<Vec<Packet>> {
         let state = self.state();
 
-        if state == AssociationState::Established {
-            if self.outbound_queue.inflight_len() != 0 {
+        // dpwarp: RFC 9260 §9.2: the SHUTDOWN receiver sends what it has outstanding first,
+        // data it queued and has not sent included (only what was in flight counted), and an
+        // endpoint in SHUTDOWN-PENDING that receives a SHUTDOWN does the same (it was ignored).
+        if state == AssociationState::Established || state == AssociationState::ShutdownPending {
+            if self.data_outstanding() {
                 self.set_state(AssociationState::ShutdownReceived);
             } else {
                 // No more outstanding, send shutdown ack.
@@ -2938,8 +3056,15 @@ impl Association {
         let state = self.state();
         if state == AssociationState::ShutdownSent || state == AssociationState::ShutdownAckSent {
             self.timers.stop(Timer::T2Shutdown);
-            self.will_send_shutdown_complete = true;
-
+            // dpwarp: RFC 9260 §9.2: "send a SHUTDOWN COMPLETE chunk to its peer, and remove
+            // all record of the association". It sent the SHUTDOWN COMPLETE and stayed in
+            // SHUTDOWN-SENT for ever. Closing clears the control queue, so the SHUTDOWN
+            // COMPLETE is queued after it (as `abort` queues its ABORT); the association
+            // leaves its endpoint when the owner releases it (`abort`, which sends nothing
+            // more once closed).
+            self.close_as(AssociationError::LocallyClosed, true)?;
+            let complete = self.create_packet(vec![Box::new(ChunkShutdownComplete {})]);
+            self.control_queue.push_back(complete);
             self.awake_write_loop();
         }
 
@@ -2952,7 +3077,7 @@ impl Association {
             self.timers.stop(Timer::T2Shutdown);
             // dpwarp: the peer's graceful shutdown (RFC 9260 §9.2) is
             // complete: "closed by peer", not "aborted by peer" (`close`).
-            self.close_with_reason(AssociationError::ApplicationClosed)?;
+            self.close_as(AssociationError::ApplicationClosed, true)?;
         }
 
         Ok(vec![])
@@ -3295,6 +3420,8 @@ impl Association {
         // Local retirement and duplicate SACKs are not new peer progress.
         if newly_acked_data {
             self.timers.reset_retrans(Timer::T3RTX);
+            // dpwarp: RFC 9260 §8.3: an acknowledged TSN clears the error count.
+            self.timers.reset_retrans(Timer::Heartbeat);
             // dpwarp: the rest of the marked chunks go as cwnd allows (RFC 9260 §6.3.3).
             self.t3_rtx_packet_sent = None;
         }
@@ -3461,6 +3588,8 @@ impl Association {
             trace!("[{}] T3-rtx timer start (pt3)", self.side);
             self.timers
                 .restart_if_stale(Timer::T3RTX, now, self.rto_mgr.get_rto());
+        } else if self.outbound_queue.pending_len() != 0 {
+            // dpwarp: queued data goes before SHUTDOWN or SHUTDOWN ACK (RFC 9260 §9.2).
         } else if state == AssociationState::ShutdownPending {
             // No more outstanding, send shutdown.
             should_awake_write_loop = true;
@@ -3688,6 +3817,13 @@ impl Association {
         let state = self.state();
         match state {
             AssociationState::Established => {
+                if let Some(interval) = self.heartbeat_interval_ms {
+                    // dpwarp: from the first poll in ESTABLISHED on (RFC 9260 §8.3).
+                    if self.timers.get(Timer::Heartbeat).is_none() {
+                        let interval = interval.saturating_add(self.rto_mgr.get_rto());
+                        self.timers.start(Timer::Heartbeat, now, interval);
+                    }
+                }
                 raw_packets = self.gather_data_packets_to_retransmit(raw_packets, now);
                 // Decide fast-recovery abandonment before selecting any pending tail.
                 raw_packets = self.gather_outbound_fast_retransmission_packets(raw_packets, now);
@@ -3704,6 +3840,11 @@ impl Association {
             | AssociationState::ShutdownReceived => {
                 raw_packets = self.gather_data_packets_to_retransmit(raw_packets, now);
                 raw_packets = self.gather_outbound_fast_retransmission_packets(raw_packets, now);
+                if state != AssociationState::ShutdownSent {
+                    // dpwarp: data queued before the shutdown still goes out (RFC 9260 §9.2,
+                    // §11.1); it stayed queued for ever.
+                    raw_packets = self.gather_outbound_data_packets(raw_packets, now);
+                }
                 raw_packets = self.gather_outbound_sack_packets(raw_packets);
                 raw_packets = self.gather_outbound_forward_tsn_packets(raw_packets);
                 self.gather_outbound_shutdown_packets(raw_packets, now)
@@ -3802,15 +3943,22 @@ impl Association {
         raw_packets
     }
 
-    fn gather_outbound_data_and_reconfig_packets(
+    /// Unsent data chunks from the pending queue, as many as cwnd and rwnd allow.
+    fn gather_outbound_data_packets(
         &mut self,
         mut raw_packets: Vec<Bytes>,
         now: Instant,
     ) -> Vec<Bytes> {
-        // Pop unsent data chunks from the pending queue to send as much as
-        // cwnd and rwnd allow.
         let chunks = self.pop_pending_data_chunks_to_send(now);
         if !chunks.is_empty() {
+            if let Some(interval) = self.heartbeat_interval_ms {
+                // dpwarp: RFC 9260 §8.3: HEARTBEATs go to an idle path only, one that has
+                // not been sent DATA within the heartbeat period.
+                if self.timers.get(Timer::Heartbeat).is_some() {
+                    let interval = interval.saturating_add(self.rto_mgr.get_rto());
+                    self.timers.start(Timer::Heartbeat, now, interval);
+                }
+            }
             // Start timer. (noop if already started)
             trace!("[{}] T3-rtx timer start (pt1)", self.side);
             self.timers
@@ -3824,6 +3972,15 @@ impl Association {
                 }
             }
         }
+        raw_packets
+    }
+
+    fn gather_outbound_data_and_reconfig_packets(
+        &mut self,
+        raw_packets: Vec<Bytes>,
+        now: Instant,
+    ) -> Vec<Bytes> {
+        let mut raw_packets = self.gather_outbound_data_packets(raw_packets, now);
 
         if self.will_retransmit_reconfig {
             self.will_retransmit_reconfig = false;
@@ -4061,8 +4218,6 @@ impl Association {
         mut raw_packets: Vec<Bytes>,
         now: Instant,
     ) -> (Vec<Bytes>, bool) {
-        let mut ok = true;
-
         if self.will_send_shutdown {
             self.will_send_shutdown = false;
 
@@ -4089,26 +4244,9 @@ impl Association {
             } else {
                 warn!("[{}] failed to serialize a ShutdownAck packet", self.side);
             }
-        } else if self.will_send_shutdown_complete {
-            self.will_send_shutdown_complete = false;
-
-            let shutdown_complete = ChunkShutdownComplete {};
-
-            if let Ok(raw) = self
-                .create_packet(vec![Box::new(shutdown_complete)])
-                .marshal()
-            {
-                raw_packets.push(raw);
-                ok = false;
-            } else {
-                warn!(
-                    "[{}] failed to serialize a ShutdownComplete packet",
-                    self.side
-                );
-            }
         }
 
-        (raw_packets, ok)
+        (raw_packets, true)
     }
 
     /// get_data_packets_to_retransmit is called when T3-rtx is timed

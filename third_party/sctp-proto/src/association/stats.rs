@@ -6,6 +6,8 @@ pub struct AssociationStats {
     n_t3timeouts: u64,
     n_ack_timeouts: u64,
     n_fast_retrans: u64,
+    /// dpwarp: ERROR chunks received (RFC 9260 §3.3.10), which do not end the association.
+    n_peer_errors: u64,
 }
 
 impl AssociationStats {
@@ -49,11 +51,22 @@ impl AssociationStats {
         self.n_fast_retrans
     }
 
+    /// dpwarp: one more ERROR chunk from the peer.
+    pub fn inc_peer_errors(&mut self) {
+        self.n_peer_errors += 1;
+    }
+
+    /// dpwarp: ERROR chunks received from the peer.
+    pub fn get_num_peer_errors(&self) -> u64 {
+        self.n_peer_errors
+    }
+
     pub fn reset(&mut self) {
         self.n_datas = 0;
         self.n_sacks = 0;
         self.n_t3timeouts = 0;
         self.n_ack_timeouts = 0;
         self.n_fast_retrans = 0;
+        self.n_peer_errors = 0;
     }
 }

@@ -4,7 +4,7 @@ use std::time::Instant;
 use crate::config::{RTO_INITIAL, RTO_MAX, RTO_MIN};
 
 pub(crate) const ACK_INTERVAL: u64 = 200;
-const TIMER_COUNT: usize = 6;
+const TIMER_COUNT: usize = 7;
 
 #[derive(Debug, Copy, Clone, Ord, PartialOrd, Eq, PartialEq)]
 pub(crate) enum Timer {
@@ -14,6 +14,8 @@ pub(crate) enum Timer {
     T3RTX = 3,
     Reconfig = 4,
     Ack = 5,
+    /// dpwarp: RFC 9260 §8.3, HB.interval plus an RTO after the last DATA or HEARTBEAT sent.
+    Heartbeat = 6,
 }
 
 impl Timer {
@@ -24,6 +26,7 @@ impl Timer {
         Timer::T3RTX,
         Timer::Reconfig,
         Timer::Ack,
+        Timer::Heartbeat,
     ];
 }
 
@@ -70,6 +73,9 @@ impl TimerTable {
                 max_data_retransmits, //T3RTX
                 max_init_retransmits, //Reconfig
                 None,                 //Ack (unlimited)
+                // dpwarp: HEARTBEATs unanswered in a row before the peer is unreachable
+                // (RFC 9260 §8.3, counted toward Association.Max.Retrans as T3-rtx's are).
+                max_data_retransmits, //Heartbeat
             ],
             rto_max,
             ..Default::default()
@@ -89,7 +95,8 @@ impl TimerTable {
     }
 
     pub fn start(&mut self, timer: Timer, now: Instant, interval: u64) {
-        let interval = if timer == Timer::Ack {
+        // dpwarp: the heartbeat's interval is given whole (HB.interval plus the RTO).
+        let interval = if timer == Timer::Ack || timer == Timer::Heartbeat {
             interval
         } else {
             calculate_next_timeout(interval, self.retrans[timer as usize], self.rto_max)

@@ -4463,3 +4463,92 @@ fn test_assoc_write_bytes_with_ppi_takes_the_buffer() -> Result<()> {
     assert!(batch.is_unique(), "released once acknowledged");
     Ok(())
 }
+
+// dpwarp: a graceful shutdown (RFC 9260 §9.2, §11.1) sends the messages queued before it,
+// completes on both sides (the SHUTDOWN ACK reaches the side that began it, which sends
+// SHUTDOWN COMPLETE and closes), and leaves what each side received and had not read yet
+// readable after the close. The shutdown used to send SHUTDOWN at once, leaving the queued
+// messages unsent, removed its association from the endpoint so the SHUTDOWN ACK found none,
+// and never closed; the side that received SHUTDOWN dropped its unread messages on closing.
+#[test]
+fn test_graceful_shutdown_delivers_queued_and_keeps_unread_messages() -> Result<()> {
+    let si: u16 = 1;
+    let (mut pair, client_ch, server_ch) = create_association_pair(AckMode::NoDelay, 0)?;
+    establish_session_pair(&mut pair, client_ch, server_ch, si)?;
+    while pair.client_conn_mut(client_ch).poll().is_some() {}
+    while pair.server_conn_mut(server_ch).poll().is_some() {}
+
+    // The server's messages reach the client, which does not read them yet.
+    for m in [&b"s0"[..], b"s1", b"s2"] {
+        pair.server_stream(server_ch, si)?.write_sctp(
+            &Bytes::copy_from_slice(m),
+            PayloadProtocolIdentifier::Binary,
+        )?;
+    }
+    pair.drive();
+    // The client queues three and shuts down before any of them is sent.
+    for m in [&b"c0"[..], b"c1", b"c2"] {
+        pair.client_stream(client_ch, si)?.write_sctp(
+            &Bytes::copy_from_slice(m),
+            PayloadProtocolIdentifier::Binary,
+        )?;
+    }
+    pair.client_conn_mut(client_ch).shutdown()?;
+    assert!(
+        pair.client_stream(client_ch, si)?
+            .write_sctp(
+                &Bytes::from_static(b"late"),
+                PayloadProtocolIdentifier::Binary
+            )
+            .is_err(),
+        "no new data after the shutdown"
+    );
+    // Bounded: without the fix the SHUTDOWN went out again for ever (it settles in a few steps).
+    let mut steps = 0;
+    while pair.step() {
+        steps += 1;
+        assert!(steps < 200, "the shutdown does not settle");
+    }
+
+    let lost = |conn: &mut Association| {
+        let mut lost = None;
+        while let Some(event) = conn.poll() {
+            if let Event::AssociationLost { reason } = event {
+                lost = Some(reason);
+            }
+        }
+        lost
+    };
+    let client = pair.client_conn_mut(client_ch);
+    assert!(
+        client.is_closed(),
+        "the SHUTDOWN ACK closes the side that began"
+    );
+    assert_eq!(lost(client), Some(crate::AssociationError::LocallyClosed));
+    assert_eq!(client.poll_timeout(), None);
+    let server = pair.server_conn_mut(server_ch);
+    assert!(server.is_closed(), "the SHUTDOWN COMPLETE closes the other");
+    assert_eq!(
+        lost(server),
+        Some(crate::AssociationError::ApplicationClosed)
+    );
+    assert_eq!(server.poll_timeout(), None);
+
+    let read_all = |conn: &mut Association| -> Vec<Bytes> {
+        let mut s = conn
+            .stream(si)
+            .expect("a stream with unread messages stays");
+        core::iter::from_fn(|| s.read_sctp().ok().flatten().map(|c| c.to_bytes())).collect()
+    };
+    assert_eq!(
+        read_all(pair.server_conn_mut(server_ch)),
+        [&b"c0"[..], b"c1", b"c2"],
+        "queued before the shutdown, sent, and readable after the close"
+    );
+    assert_eq!(
+        read_all(pair.client_conn_mut(client_ch)),
+        [&b"s0"[..], b"s1", b"s2"],
+        "received before the shutdown and readable after the close"
+    );
+    Ok(())
+}
