@@ -6349,3 +6349,111 @@ fn test_heartbeats_find_a_silent_peer_and_answers_keep_it() {
         }
     }
 }
+
+// dpwarp: DATA held until a stream's reset completes (`deferred_reset_data`) is a copy of its
+// octets, not a slice of the packet it came in: a 1-octet chunk kept its whole packet alive
+// while the receive window counted one octet (change 17 did this for the reassembly queues).
+#[test]
+fn test_deferred_reset_data_holds_a_copy_not_its_packet() -> Result<()> {
+    let mut a = association_with_retiring_boundary_data()?;
+    let packet = Bytes::from(vec![7u8; 1472]);
+    let mut chunk = receive_capacity_fragment(2, true, false);
+    chunk.user_data = packet.slice(100..101);
+    a.handle_data(&chunk)?;
+    let held = &a.deferred_reset_data.get(&2).expect("deferred").user_data;
+    assert_eq!(&held[..], &[7]);
+    let (start, end) = (
+        packet.as_ptr() as usize,
+        packet.as_ptr() as usize + packet.len(),
+    );
+    assert!(
+        !(start..end).contains(&(held.as_ptr() as usize)),
+        "the deferred chunk holds its packet"
+    );
+    Ok(())
+}
+
+// dpwarp: RFC 9260 §9.2: DATA received in SHUTDOWN-SENT is answered with SHUTDOWN at once and
+// restarts T2-shutdown, its count included: the peer is alive, sending what it had
+// outstanding. With change 18's limit the count went on and the association could end
+// `TimedOut` while the peer was still sending.
+#[test]
+fn test_data_in_shutdown_sent_restarts_t2_shutdown() {
+    let max_retransmits = 3;
+    let mut a = create_association(
+        TransportConfig::default()
+            .with_max_data_retransmits(Some(max_retransmits))
+            .with_rto_initial_ms(100)
+            .with_rto_min_ms(100)
+            .with_rto_max_ms(400),
+    );
+    (a.source_port, a.destination_port) = (5000, 5001);
+    a.set_state(AssociationState::Established);
+    a.timers.stop(Timer::T1Init);
+    a.peer_last_tsn = 0;
+    let start = Instant::now();
+    while a.poll_transmit(start).is_some() {}
+    let shutdowns = |a: &mut Association, now: Instant| -> usize {
+        let mut n = 0;
+        while let Some(transmit) = a.poll_transmit(now) {
+            let Payload::RawEncode(packets) = transmit.payload else {
+                continue;
+            };
+            for raw in packets {
+                n += Packet::unmarshal(&raw)
+                    .unwrap()
+                    .chunks
+                    .iter()
+                    .filter(|c| c.as_any().downcast_ref::<ChunkShutdown>().is_some())
+                    .count();
+            }
+        }
+        n
+    };
+    a.shutdown().unwrap();
+    assert_eq!(a.state(), AssociationState::ShutdownSent);
+    assert_eq!(shutdowns(&mut a, start), 1);
+    let mut now = start;
+    // The limit's worth of retransmissions.
+    for _ in 0..max_retransmits {
+        now = a.timers.get(Timer::T2Shutdown).expect("T2-shutdown runs");
+        a.handle_timeout(now);
+        assert_eq!(shutdowns(&mut a, now), 1);
+    }
+    // The peer is still sending: its DATA gets a SHUTDOWN at once, and T2-shutdown starts over.
+    let data = Packet {
+        common_header: CommonHeader {
+            source_port: 5001,
+            destination_port: 5000,
+            verification_tag: a.my_verification_tag,
+        },
+        chunks: vec![Box::new(ChunkPayloadData {
+            tsn: 1,
+            stream_identifier: 0,
+            unordered: true,
+            beginning_fragment: true,
+            ending_fragment: true,
+            user_data: Bytes::from_static(b"late"),
+            ..Default::default()
+        })],
+    };
+    a.handle_inbound(data, now).unwrap();
+    assert_eq!(shutdowns(&mut a, now), 1, "SHUTDOWN at once");
+    for _ in 0..max_retransmits {
+        now = a.timers.get(Timer::T2Shutdown).expect("T2-shutdown runs");
+        a.handle_timeout(now);
+        assert_eq!(
+            a.state(),
+            AssociationState::ShutdownSent,
+            "the count started over"
+        );
+        assert_eq!(shutdowns(&mut a, now), 1);
+    }
+    now = a.timers.get(Timer::T2Shutdown).expect("T2-shutdown runs");
+    a.handle_timeout(now);
+    assert_eq!(
+        a.state(),
+        AssociationState::Closed,
+        "then the limit ends it"
+    );
+}

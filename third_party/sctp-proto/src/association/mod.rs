@@ -1751,6 +1751,21 @@ impl Association {
 
         self.handle_chunk_end(now);
 
+        // dpwarp: RFC 9260 §9.2: "While in the SHUTDOWN-SENT state, the SHUTDOWN sender MUST
+        // immediately respond to each received packet containing one or more DATA chunks with
+        // a SHUTDOWN chunk and restart the T2-shutdown timer": the peer is there, sending what
+        // it had outstanding. T2-shutdown's count went on, so a peer with much left to send
+        // could see the association end `TimedOut` under it (since change 18's limit).
+        if self.state() == AssociationState::ShutdownSent
+            && p.chunks
+                .iter()
+                .any(|c| c.as_any().downcast_ref::<ChunkPayloadData>().is_some())
+        {
+            self.timers.stop(Timer::T2Shutdown);
+            self.will_send_shutdown = true;
+            self.awake_write_loop();
+        }
+
         Ok(())
     }
 
@@ -2738,7 +2753,13 @@ impl Association {
                 .payload_queue
                 .push(Self::received_held(d), self.peer_last_tsn)
             {
-                self.deferred_reset_data.insert(d.tsn, d.clone());
+                // dpwarp: held until the stream's reset completes, for as long as the peer
+                // likes: a copy of its own octets, not a slice that keeps its whole packet
+                // alive while the receive window counts only the octets (as change 17 does
+                // for the reassembly queues).
+                let mut held = d.clone();
+                held.user_data = Bytes::copy_from_slice(&d.user_data);
+                self.deferred_reset_data.insert(d.tsn, held);
             }
         } else if stream_handle_data {
             if let Some(s) = self.streams.get_mut(&d.stream_identifier) {
