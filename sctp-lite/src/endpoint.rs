@@ -210,7 +210,16 @@ impl Endpoint {
         // until they are read: one copy into a reference-counted buffer.
         let data = Bytes::copy_from_slice(datagram);
         match self.inner.handle(now, remote, None, None, data) {
-            None => {}
+            None => {
+                // RFC 9260 §8.4 (5): a SHUTDOWN ACK for no association
+                // (ours closed at its first SHUTDOWN ACK, and our SHUTDOWN
+                // COMPLETE was lost) is answered with a SHUTDOWN COMPLETE,
+                // or the peer resends it until it gives up and reports a
+                // time-out (found by a review).
+                if let Some(complete) = shutdown_complete_for(datagram) {
+                    self.pending.push_back((remote, complete));
+                }
+            }
             Some((handle, proto::DatagramEvent::AssociationEvent(event))) => {
                 if let Some(&index) = self.by_handle.get(&handle) {
                     if let Some(live) = self.slots[index as usize].live.as_mut() {
@@ -478,7 +487,9 @@ impl Endpoint {
     /// window until read here, so a slow reader closes the window. After a
     /// graceful close (RFC 9260 §9.2, either side's) the messages received
     /// before it are still given out here, and the association's `Closed`
-    /// event comes after the last of them; it holds its slot until then.
+    /// event comes after the last of them (queued by the call that finds no
+    /// more: read until `None`, then poll the events); it holds its slot
+    /// until then.
     ///
     /// # Panics
     ///
@@ -546,6 +557,13 @@ impl Endpoint {
         let live = self.live_mut(assoc).ok_or(SendError::InvalidAssociation)?;
         // Unread messages go too: no `Draining` after an abort.
         live.queued.clear();
+        if live.state == State::Closing {
+            // An abort ends the shutdown too: the close is ours, `Local`,
+            // not the shutdown's (the fork reports both as locally closed;
+            // found by a review: queued data thrown away was reported
+            // acknowledged).
+            live.state = State::Up;
+        }
         if let State::Draining(_) = live.state {
             // Closed already (nothing goes to the peer); its held event
             // becomes ours.
@@ -782,7 +800,12 @@ impl Endpoint {
                     // from an association before its `Up` event, nor from
                     // one the DDP check refuses.
                     let fresh = live.state != State::Gone && live.queued.insert(stream);
-                    if fresh && matches!(live.state, State::Up | State::Closing) {
+                    // Draining too: a stream in `queued` is one `recv`
+                    // will look at, or `Closed` would never come (the fork
+                    // takes no DATA once closed; this is the second lock).
+                    if fresh
+                        && matches!(live.state, State::Up | State::Closing | State::Draining(_))
+                    {
                         self.readable.push_back((id, stream));
                     }
                 }
@@ -946,6 +969,33 @@ errors! {
         TooLarge => "the message is above message_size_max",
         Full => "the stream's send buffer would pass send_buffer_max",
     }
+}
+
+/// The SHUTDOWN COMPLETE that answers `packet`, an SCTP packet for no
+/// association whose first chunk is a SHUTDOWN ACK: RFC 9260 §8.4 (5), its
+/// Verification Tag the packet's own, reflected (T bit set), the ports
+/// swapped. `None` if `packet` is not that, or its CRC32c is wrong.
+fn shutdown_complete_for(packet: &[u8]) -> Option<Bytes> {
+    const SHUTDOWN_ACK: u8 = 8;
+    const SHUTDOWN_COMPLETE: u8 = 14;
+    const T_BIT: u8 = 1;
+    if packet.len() < 16 || packet[12] != SHUTDOWN_ACK {
+        return None;
+    }
+    let mut zeroed = packet.to_vec();
+    zeroed[8..12].fill(0);
+    if crc32c::crc32c(&zeroed).to_le_bytes() != packet[8..12] {
+        return None;
+    }
+    let mut out = Vec::with_capacity(16);
+    out.extend_from_slice(&packet[2..4]);
+    out.extend_from_slice(&packet[0..2]);
+    out.extend_from_slice(&packet[4..8]);
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&[SHUTDOWN_COMPLETE, T_BIT, 0, 4]);
+    let crc = crc32c::crc32c(&out);
+    out[8..12].copy_from_slice(&crc.to_le_bytes());
+    Some(Bytes::from(out))
 }
 
 /// The ABORT that answers `init`, an SCTP packet whose first chunk is an

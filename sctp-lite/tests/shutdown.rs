@@ -132,3 +132,108 @@ fn an_abort_while_unread_messages_wait_drops_them() {
     assert_eq!(p.b.associations(), 0);
     assert_eq!(closed(&p.events_a), [CloseReason::Shutdown]);
 }
+
+fn addr(host: u8) -> std::net::SocketAddr {
+    std::net::SocketAddr::from((std::net::Ipv4Addr::new(10, 0, 0, host), 9899))
+}
+
+fn sent(endpoint: &mut sctp_lite::Endpoint, now: sctp_lite::Instant) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; sctp_lite::Config::default().packet_size_max()];
+    std::iter::from_fn(|| {
+        endpoint
+            .poll_transmit(now, &mut buf)
+            .map(|t| buf[..t.len].to_vec())
+    })
+    .collect()
+}
+
+/// The first chunk's type and flags of an SCTP packet.
+fn first_chunk(packet: &[u8]) -> (u8, u8) {
+    (packet[12], packet[13])
+}
+
+/// A's SHUTDOWN COMPLETE is lost (found by a review): B, in SHUTDOWN-ACK-SENT
+/// with a message unread, sends its SHUTDOWN ACK again. A, closed already,
+/// answers it as RFC 9260 §8.4 (5) says, with a SHUTDOWN COMPLETE carrying
+/// the tag it came with and the T bit. The fork's endpoint finds
+/// associations by our own tag only, so B does not take that one; its
+/// T2-shutdown runs out instead, and as everything was exchanged before its
+/// SHUTDOWN ACK that is the peer's graceful close: B's message is read, then
+/// `ShutdownByPeer`. It was `TimedOut`, the message dropped.
+#[test]
+fn a_lost_shutdown_complete_still_ends_gracefully() {
+    #[allow(clippy::disallowed_methods)] // Only the origin of sctp-proto's time.
+    let epoch = std::time::Instant::now();
+    let mut a = sctp_lite::Endpoint::new(sctp_lite::Config::default(), epoch).unwrap();
+    let mut b = sctp_lite::Endpoint::new(sctp_lite::Config::default(), epoch).unwrap();
+    let mut now = sctp_lite::Instant::ZERO;
+    let assoc_a = a.connect(now, addr(2)).unwrap();
+    let mut lost_complete = false;
+    let mut answers = 0;
+    let mut events_b = Vec::new();
+    let mut shut_at = None;
+    for round in 0..400 {
+        if round == 10 {
+            a.send(assoc_a, 0, 16, true, b"for b").unwrap();
+        }
+        if round == 20 {
+            a.shutdown(assoc_a).unwrap();
+            shut_at = Some(now);
+        }
+        for d in sent(&mut a, now) {
+            match first_chunk(&d) {
+                // SHUTDOWN COMPLETE: the first is lost.
+                (14, 0) if !lost_complete => lost_complete = true,
+                (14, 1) => {
+                    answers += 1;
+                    b.handle_datagram(now, addr(1), &d);
+                }
+                _ => b.handle_datagram(now, addr(1), &d),
+            }
+        }
+        for d in sent(&mut b, now) {
+            a.handle_datagram(now, addr(2), &d);
+        }
+        events_b.extend(std::iter::from_fn(|| b.poll_event()));
+        if round > 20 {
+            now += sctp_lite::Duration::from_millis(500);
+            a.handle_timeout(now);
+            b.handle_timeout(now);
+        }
+        if b.associations() == 1 && b.poll_timeout().is_none() && round > 20 {
+            break;
+        }
+    }
+    assert!(lost_complete);
+    assert!(
+        answers >= 1,
+        "A answered the SHUTDOWN ACK it had no association for"
+    );
+    assert_eq!(closed(&events_b), [], "B holds a message unread");
+    assert_eq!(
+        read_all(&mut b),
+        [(0, b"for b".to_vec())],
+        "B's message, kept"
+    );
+    assert_eq!(
+        b.poll_event().map(|e| e.kind),
+        Some(EventKind::Closed(CloseReason::ShutdownByPeer))
+    );
+    // T2-shutdown's eleven tries, RTO.Initial 1 s doubling to RTO.Max 10 s.
+    let took = now - shut_at.unwrap();
+    assert!(took < sctp_lite::Duration::from_secs(120), "{took}");
+}
+
+#[test]
+fn an_abort_during_a_shutdown_is_ours() {
+    let mut p = Pair::ddp();
+    let (a, _) = p.connect();
+    p.a.send(a, 0, 16, true, b"thrown away").unwrap();
+    p.a.shutdown(a).unwrap();
+    p.a.abort(a).unwrap();
+    assert_eq!(
+        p.a.poll_event().map(|e| e.kind),
+        Some(EventKind::Closed(CloseReason::Local)),
+        "not Shutdown: nothing queued was acknowledged"
+    );
+}

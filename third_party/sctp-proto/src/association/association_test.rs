@@ -5966,9 +5966,12 @@ fn test_t2_shutdown_retransmissions_are_limited() {
             a.shutdown().unwrap();
             assert_eq!(a.state(), AssociationState::ShutdownSent);
         } else {
-            a.handle_shutdown(&ChunkShutdown {
-                cumulative_tsn_ack: 0,
-            })
+            a.handle_shutdown(
+                &ChunkShutdown {
+                    cumulative_tsn_ack: 0,
+                },
+                Instant::now(),
+            )
             .unwrap();
             assert_eq!(a.state(), AssociationState::ShutdownAckSent);
         }
@@ -5996,13 +5999,16 @@ fn test_t2_shutdown_retransmissions_are_limited() {
         assert_eq!(a.state(), AssociationState::Closed);
         let lost = core::iter::from_fn(|| a.events.pop_front())
             .find(|e| matches!(e, Event::AssociationLost { .. }));
+        // Our SHUTDOWN unanswered: the peer is unreachable. Our SHUTDOWN ACK unanswered: the
+        // peer's shutdown, everything exchanged but its SHUTDOWN COMPLETE: closed by the peer
+        // (what was received stays readable, change 19).
+        let expected = if we_began {
+            AssociationError::TimedOut
+        } else {
+            AssociationError::ApplicationClosed
+        };
         assert!(
-            matches!(
-                lost,
-                Some(Event::AssociationLost {
-                    reason: AssociationError::TimedOut
-                })
-            ),
+            matches!(&lost, Some(Event::AssociationLost { reason }) if *reason == expected),
             "we_began {we_began}: {lost:?}"
         );
     }
@@ -6182,9 +6188,12 @@ fn test_shutdown_received_sends_queued_data_first() {
             PayloadProtocolIdentifier::Binary,
         )
         .unwrap();
-    a.handle_shutdown(&ChunkShutdown {
-        cumulative_tsn_ack: 0,
-    })
+    a.handle_shutdown(
+        &ChunkShutdown {
+            cumulative_tsn_ack: 0,
+        },
+        now,
+    )
     .unwrap();
     assert_eq!(a.state(), AssociationState::ShutdownReceived);
     let (mut data, mut shutdown_acks) = (0, 0);
@@ -6296,7 +6305,9 @@ fn test_heartbeats_find_a_silent_peer_and_answers_keep_it() {
         a.handle_inbound(packet, now).unwrap();
     };
     let max_retransmits = 3;
-    for answered in [false, true] {
+    // Unanswered; answered with another nonce only (which must count for nothing: found by a
+    // review, the test sent it just before the right one); answered.
+    for (answered, wrong_nonce) in [(false, false), (false, true), (true, false)] {
         let mut a = create_association(
             TransportConfig::default()
                 .with_max_data_retransmits(Some(max_retransmits))
@@ -6318,10 +6329,11 @@ fn test_heartbeats_find_a_silent_peer_and_answers_keep_it() {
             a.handle_timeout(now);
             let infos = heartbeats_in(&mut a, now);
             sent += infos.len();
+            if wrong_nonce && !infos.is_empty() {
+                ack(&mut a, Bytes::from_static(b"not ours"), now);
+            }
             if answered {
                 assert_eq!(infos.len(), 1, "one HEARTBEAT each expiry");
-                // An ACK with another nonce counts for nothing; the right one clears.
-                ack(&mut a, Bytes::from_static(b"not ours"), now);
                 ack(&mut a, infos[0].clone(), now);
             }
         }
@@ -6330,7 +6342,10 @@ fn test_heartbeats_find_a_silent_peer_and_answers_keep_it() {
             assert_eq!(a.state(), AssociationState::Established);
             assert_eq!(now - start, Duration::from_millis(20 * 1100));
         } else {
-            assert_eq!(sent, max_retransmits, "then the peer is unreachable");
+            assert_eq!(
+                sent, max_retransmits,
+                "then the peer is unreachable (wrong nonce: {wrong_nonce})"
+            );
             assert_eq!(a.state(), AssociationState::Closed);
             assert_eq!(a.poll_timeout(), None);
             // HB.interval plus RTO, four times: the fourth expiry ends it.
@@ -6456,4 +6471,81 @@ fn test_data_in_shutdown_sent_restarts_t2_shutdown() {
         AssociationState::Closed,
         "then the limit ends it"
     );
+}
+
+// dpwarp (found by a review of changes 19-21): a chunk after the one that closes the
+// association is not handled: DATA bundled after a SHUTDOWN COMPLETE made a stream and a
+// message on the closed association, which its owner then waited on for ever.
+#[test]
+fn test_nothing_is_taken_after_the_chunk_that_closes() -> Result<()> {
+    let mut a = established_receiver(4, 64 * 1024);
+    (a.source_port, a.destination_port) = (5000, 5001);
+    a.handle_data(&data(1, 0, b"before"))?;
+    a.set_state(AssociationState::ShutdownAckSent);
+    let packet = Packet {
+        common_header: CommonHeader {
+            source_port: 5001,
+            destination_port: 5000,
+            verification_tag: a.my_verification_tag,
+        },
+        chunks: vec![
+            Box::new(ChunkShutdownComplete {}),
+            Box::new(data(2, 1, b"after the close")),
+        ],
+    };
+    a.handle_inbound(packet, Instant::now())?;
+    assert!(a.is_closed());
+    assert_eq!(a.peer_last_tsn, 1, "the DATA after it not taken");
+    assert!(!a.streams.contains_key(&1), "no stream made");
+    // What came before stays readable (change 19), and only that.
+    assert!(a.stream(0)?.read_sctp()?.is_some());
+    assert!(a.stream(0)?.read_sctp()?.is_none());
+    Ok(())
+}
+
+// dpwarp (found by the same review): RFC 9260 §9.2: a SHUTDOWN's Cumulative TSN Ack
+// acknowledges our DATA, as a SACK does: a peer in SHUTDOWN-SENT may answer DATA with
+// SHUTDOWNs only. With the DATA acknowledged by it the SHUTDOWN ACK goes; one acknowledging a
+// TSN never sent is not taken.
+#[test]
+fn test_a_shutdowns_cumulative_tsn_ack_acknowledges() {
+    let mut a = create_association(TransportConfig::default());
+    (a.source_port, a.destination_port) = (5000, 5001);
+    a.set_state(AssociationState::Established);
+    a.timers.stop(Timer::T1Init);
+    let now = Instant::now();
+    while a.poll_transmit(now).is_some() {}
+    a.open_stream(1, PayloadProtocolIdentifier::Binary).unwrap();
+    a.stream(1)
+        .unwrap()
+        .write_sctp(
+            &Bytes::from_static(b"sent"),
+            PayloadProtocolIdentifier::Binary,
+        )
+        .unwrap();
+    while a.poll_transmit(now).is_some() {}
+    assert_eq!(a.outbound_queue.inflight_len(), 1);
+    let sent = a.my_next_tsn.wrapping_sub(1);
+    // A TSN beyond what was sent: ignored (not an error that ends the association).
+    a.handle_shutdown(
+        &ChunkShutdown {
+            cumulative_tsn_ack: sent.wrapping_add(10),
+        },
+        now,
+    )
+    .unwrap();
+    assert_eq!(
+        a.state(),
+        AssociationState::ShutdownReceived,
+        "still in flight"
+    );
+    a.handle_shutdown(
+        &ChunkShutdown {
+            cumulative_tsn_ack: sent,
+        },
+        now,
+    )
+    .unwrap();
+    assert_eq!(a.outbound_queue.inflight_len(), 0);
+    assert_eq!(a.state(), AssociationState::ShutdownAckSent);
 }

@@ -305,6 +305,9 @@ pub struct Association {
     peer_adaptation_layer_indication: Option<u32>,
     // dpwarp: `abort` told the endpoint (once) that the association is gone.
     abort_drained: bool,
+    /// dpwarp: closed (`close_as`), as against CLOSED before the handshake (the state a
+    /// server's association is in until the COOKIE ECHO): nothing more is taken.
+    ended: bool,
 
     pub(crate) rto_mgr: RtoManager,
     timers: TimerTable,
@@ -410,6 +413,7 @@ impl Default for Association {
             heartbeat_nonce: None,
             peer_adaptation_layer_indication: None,
             abort_drained: false,
+            ended: false,
 
             rto_mgr: RtoManager::default(),
             timers: TimerTable::default(),
@@ -1055,6 +1059,7 @@ impl Association {
     fn close_as(&mut self, reason: AssociationError, keep_readable: bool) -> Result<()> {
         if self.state() != AssociationState::Closed {
             self.set_state(AssociationState::Closed);
+            self.ended = true;
 
             debug!("[{}] closing association..", self.side);
 
@@ -1746,6 +1751,14 @@ impl Association {
         self.handle_chunk_start();
 
         for c in &p.chunks {
+            // dpwarp: a chunk after the one that closed the association (a SHUTDOWN
+            // COMPLETE or SHUTDOWN ACK bundled with DATA) is for no association: DATA there
+            // made a stream and a message on a closed association, which its owner, waiting
+            // for the messages kept from before the close, would wait on for ever (found by
+            // a review).
+            if self.ended {
+                break;
+            }
             self.handle_chunk(&p, c, now)?;
         }
 
@@ -1829,7 +1842,8 @@ impl Association {
             if stale_cookie && self.state() == AssociationState::CookieEchoed {
                 return Err(Error::ErrAbortChunk(err_str));
             }
-            warn!("[{}] ERROR chunk from the peer: {}", self.side, err_str);
+            // debug!, not warn!: a peer decides how many it sends.
+            debug!("[{}] ERROR chunk from the peer: {}", self.side, err_str);
             self.stats.inc_peer_errors();
             vec![]
         } else if let Some(c) = chunk_any.downcast_ref::<ChunkHeartbeat>() {
@@ -1853,7 +1867,7 @@ impl Association {
         } else if let Some(c) = chunk_any.downcast_ref::<ChunkIForwardTsn>() {
             self.handle_i_forward_tsn(c)?
         } else if let Some(c) = chunk_any.downcast_ref::<ChunkShutdown>() {
-            self.handle_shutdown(c)?
+            self.handle_shutdown(c, now)?
         } else if let Some(c) = chunk_any.downcast_ref::<ChunkShutdownAck>() {
             self.handle_shutdown_ack(c)?
         } else if let Some(c) = chunk_any.downcast_ref::<ChunkShutdownComplete>() {
@@ -2645,6 +2659,10 @@ impl Association {
             d.user_data.len()
         );
         self.stats.inc_datas();
+        if self.ended {
+            // dpwarp: nothing is taken on a closed association (see `handle_inbound`).
+            return Ok(vec![]);
+        }
 
         // dpwarp: a TSN further ahead of the cumulative TSN than the receive
         // window's worth of chunks is dropped unacknowledged (the peer sends
@@ -3045,7 +3063,29 @@ impl Association {
         Ok(reply)
     }
 
-    fn handle_shutdown(&mut self, _: &ChunkShutdown) -> Result<Vec<Packet>> {
+    fn handle_shutdown(&mut self, c: &ChunkShutdown, now: Instant) -> Result<Vec<Packet>> {
+        // dpwarp: RFC 9260 §9.2: the SHUTDOWN's Cumulative TSN Ack acknowledges our DATA as a
+        // SACK's does ("verify, by checking the Cumulative TSN Ack field of the chunk, that all
+        // its outstanding DATA chunks have been received"): a peer in SHUTDOWN-SENT may answer
+        // our DATA with SHUTDOWNs only, and we sent again what it had (found by a review). Our
+        // view of its window stays as it was; a TSN we never sent is not taken.
+        if matches!(
+            self.state(),
+            AssociationState::Established
+                | AssociationState::ShutdownPending
+                | AssociationState::ShutdownReceived
+        ) && sna32gt(c.cumulative_tsn_ack, self.cumulative_tsn_ack_point)
+            && sna32lt(c.cumulative_tsn_ack, self.my_next_tsn)
+        {
+            let in_flight = self.outbound_queue.inflight_bytes() as u32;
+            let sack = ChunkSelectiveAck {
+                cumulative_tsn_ack: c.cumulative_tsn_ack,
+                advertised_receiver_window_credit: self.rwnd.saturating_add(in_flight),
+                gap_ack_blocks: vec![],
+                duplicate_tsn: vec![],
+            };
+            self.handle_sack(&sack, now)?;
+        }
         let state = self.state();
 
         // dpwarp: RFC 9260 §9.2: the SHUTDOWN receiver sends what it has outstanding first,
@@ -4784,7 +4824,15 @@ impl Association {
                 // the upper layer told (`TimedOut`, as for T3-rtx). This only logged, and
                 // the timer has no limit unless one is set (`max_data_retransmits`).
                 error!("[{}] retransmission failure: T2-shutdown", self.side);
-                let _ = self.close_with_reason(AssociationError::TimedOut);
+                if self.state() == AssociationState::ShutdownAckSent {
+                    // dpwarp: the peer's shutdown, with every DATA chunk both ways
+                    // acknowledged before our SHUTDOWN ACK; only its SHUTDOWN COMPLETE did not
+                    // come. A graceful end of the peer's, unread messages kept (found by a
+                    // review: one lost SHUTDOWN COMPLETE dropped them).
+                    let _ = self.close_as(AssociationError::ApplicationClosed, true);
+                } else {
+                    let _ = self.close_with_reason(AssociationError::TimedOut);
+                }
             }
 
             Timer::T3RTX => {

@@ -241,7 +241,12 @@ impl<'a> Stream<'a> {
 
         // A DATA chunk may exceed the last few bytes of receive credit. Reading
         // the final complete message can therefore leave a full partial message.
-        if message.is_some() && self.association.receive_capacity_exhausted() {
+        // dpwarp: not on a closed association (a stream kept readable after a graceful close,
+        // change 19): there is nobody to send an ABORT to.
+        if message.is_some()
+            && !self.association.is_closed()
+            && self.association.receive_capacity_exhausted()
+        {
             self.association.abort_receive_capacity();
         }
 
