@@ -6549,3 +6549,87 @@ fn test_a_shutdowns_cumulative_tsn_ack_acknowledges() {
     assert_eq!(a.outbound_queue.inflight_len(), 0);
     assert_eq!(a.state(), AssociationState::ShutdownAckSent);
 }
+
+// dpwarp: a peer's chunks that wait for others are bounded in number, not only in octets:
+// 1-octet first fragments that never complete, their TSNs in sequence, each cost a few hundred
+// octets while the window counted one (about 60 MB at a 256 KiB window). Past
+// `held_chunks_max` such a chunk beyond every TSN received is dropped unacknowledged; a whole
+// unordered message still passes, and so does a chunk filling a gap, which releases the
+// ordered messages held behind it.
+#[test]
+fn test_held_chunks_are_bounded() -> Result<()> {
+    let mut a = established_receiver(4, 64 * 1024);
+    let max = a.held_chunks_max() as u32;
+    assert_eq!(max, 1024);
+    let fragment = |tsn: u32| ChunkPayloadData {
+        tsn,
+        stream_identifier: 0,
+        unordered: true,
+        beginning_fragment: true,
+        ending_fragment: false,
+        user_data: Bytes::from_static(b"x"),
+        ..Default::default()
+    };
+    for tsn in 1..=max {
+        a.handle_data(&fragment(tsn))?;
+    }
+    assert_eq!(a.peer_last_tsn, max, "all taken");
+    assert_eq!(a.streams[&0].reassembly_queue.held_chunks(), max as usize);
+    a.handle_data(&fragment(max + 1))?;
+    assert_eq!(a.peer_last_tsn, max, "dropped unacknowledged");
+    assert_eq!(a.streams[&0].reassembly_queue.held_chunks(), max as usize);
+    a.handle_data(&data(max + 1, 0, b"whole"))?;
+    assert_eq!(a.peer_last_tsn, max + 1, "a whole unordered message passes");
+    assert!(a.stream(0)?.read()?.is_some());
+
+    // Ordered messages behind an SSN the peer skipped (TSNs in sequence): held up to the bound,
+    // then dropped.
+    let ordered = |tsn: u32, ssn: u16| ChunkPayloadData {
+        tsn,
+        stream_identifier: 0,
+        stream_sequence_number: ssn,
+        unordered: false,
+        beginning_fragment: true,
+        ending_fragment: true,
+        user_data: Bytes::from_static(b"o"),
+        ..Default::default()
+    };
+    let mut b = established_receiver(4, 64 * 1024);
+    for tsn in 1..=max {
+        b.handle_data(&ordered(tsn, tsn as u16))?;
+    }
+    assert_eq!(b.streams[&0].reassembly_queue.held_chunks(), max as usize);
+    b.handle_data(&ordered(max + 1, max as u16 + 1))?;
+    assert_eq!(b.peer_last_tsn, max, "beyond the bound: dropped");
+
+    // At the bound, a lost message's retransmission (below the highest TSN received) passes
+    // and releases the ordered ones held behind it. TSN 1: a fragment that never completes,
+    // on stream 1; TSN 2 (SSN 0) lost; TSNs 3.. (SSN 1..) held behind it.
+    let mut c = established_receiver(4, 64 * 1024);
+    assert!(
+        c.create_stream(1, false, PayloadProtocolIdentifier::Unknown(16))
+            .is_some()
+    );
+    let mut first = fragment(1);
+    first.stream_identifier = 1;
+    c.handle_data(&first)?;
+    for tsn in 3..=max + 1 {
+        c.handle_data(&ordered(tsn, tsn as u16 - 2))?;
+    }
+    let held = |c: &Association| -> usize {
+        c.streams
+            .values()
+            .map(|s| s.reassembly_queue.held_chunks())
+            .sum()
+    };
+    assert_eq!(held(&c), max as usize, "at the bound");
+    c.handle_data(&ordered(2, 0))?;
+    assert_eq!(c.peer_last_tsn, max + 1, "the gap filled");
+    let mut read = 0;
+    while c.stream(0)?.read()?.is_some() {
+        read += 1;
+    }
+    assert_eq!(read, max, "SSN 0 and the ones behind it");
+    assert_eq!(held(&c), 1, "the fragment on stream 1");
+    Ok(())
+}

@@ -231,6 +231,8 @@ pub(crate) struct ReassemblyQueue {
     unordered_run_firsts: BTreeMap<u32, u32>,
     pub(crate) n_bytes: usize,
     pub(crate) max_message_size: u32,
+    /// dpwarp: the chunks in `ordered` (see `held_chunks`).
+    ordered_chunks: usize,
 }
 
 impl ReassemblyQueue {
@@ -250,6 +252,7 @@ impl ReassemblyQueue {
             unordered_run_firsts: BTreeMap::new(),
             n_bytes: 0,
             max_message_size,
+            ordered_chunks: 0,
         }
     }
 
@@ -300,13 +303,17 @@ impl ReassemblyQueue {
         // Check if a chunkSet with the SSN already exists
         for s in &mut self.ordered {
             if s.ssn == chunk.stream_sequence_number {
-                return Ok(s.push(chunk));
+                let before = s.chunks.len();
+                let complete = s.push(chunk);
+                self.ordered_chunks += s.chunks.len() - before;
+                return Ok(complete);
             }
         }
 
         // If not found, create a new chunkSet
         let mut cset = Chunks::new(chunk.stream_sequence_number, chunk.payload_type, vec![]);
         let ok = cset.push(chunk);
+        self.ordered_chunks += 1;
         self.ordered.push_back(cset);
         sort_chunks_by_ssn(self.ordered.make_contiguous());
 
@@ -450,7 +457,9 @@ impl ReassemblyQueue {
             if chunks.ssn == self.next_ssn {
                 self.next_ssn = self.next_ssn.wrapping_add(1);
             }
-            self.ordered.pop_front()?
+            let chunks = self.ordered.pop_front()?;
+            self.ordered_chunks = self.ordered_chunks.saturating_sub(chunks.chunks.len());
+            chunks
         } else {
             return None;
         };
@@ -474,6 +483,7 @@ impl ReassemblyQueue {
 
         self.ordered
             .retain(|s| !sna16lte(s.ssn, last_ssn) || s.is_complete());
+        self.count_ordered_chunks();
 
         // Finally, forward next_ssn
         if sna16lte(self.next_ssn, last_ssn) {
@@ -529,6 +539,7 @@ impl ReassemblyQueue {
                 || chunks.is_complete()
                 || !chunks.is_missing_tsn_at_or_before(new_cumulative_tsn)
         });
+        self.count_ordered_chunks();
 
         let next_ssn = first_unaffected_ssn.unwrap_or_else(|| last_ssn.wrapping_add(1));
         if sna16lt(self.next_ssn, next_ssn) {
@@ -652,6 +663,20 @@ impl ReassemblyQueue {
                 self.unordered_run_firsts.insert(last, first);
             }
         }
+    }
+
+    /// dpwarp: chunks held here waiting for others: unordered fragments of
+    /// messages not complete yet, and every chunk of the ordered queue (a
+    /// message behind a missing one, or its fragments). Each costs a few
+    /// hundred octets of bookkeeping beside its own octets, which are all
+    /// the receive window counts; the association bounds their number
+    /// (`Association::held_chunks_max`).
+    pub(crate) fn held_chunks(&self) -> usize {
+        self.unordered_chunks.len() + self.ordered_chunks
+    }
+
+    fn count_ordered_chunks(&mut self) {
+        self.ordered_chunks = self.ordered.iter().map(|s| s.chunks.len()).sum();
     }
 
     pub(crate) fn subtract_num_bytes(&mut self, n_bytes: usize) {
