@@ -170,6 +170,8 @@ fn a_lost_shutdown_complete_still_ends_gracefully() {
     let assoc_a = a.connect(now, addr(2)).unwrap();
     let mut lost_complete = false;
     let mut answers = 0;
+    // B's last SHUTDOWN ACK: what A's answer must reflect.
+    let mut shutdown_ack: Option<Vec<u8>> = None;
     let mut events_b = Vec::new();
     let mut shut_at = None;
     for round in 0..400 {
@@ -185,6 +187,16 @@ fn a_lost_shutdown_complete_still_ends_gracefully() {
                 // SHUTDOWN COMPLETE: the first is lost.
                 (14, 0) if !lost_complete => lost_complete = true,
                 (14, 1) => {
+                    // RFC 9260 §8.4 (5): the SHUTDOWN ACK's own tag, the T
+                    // bit, the ports swapped, length 4, a right CRC32c.
+                    let ack = shutdown_ack.as_ref().expect("after a SHUTDOWN ACK");
+                    assert_eq!(d.len(), 16);
+                    assert_eq!(&d[4..8], &ack[4..8], "the tag reflected");
+                    assert_eq!((&d[0..2], &d[2..4]), (&ack[2..4], &ack[0..2]), "ports");
+                    assert_eq!(&d[14..16], &[0, 4]);
+                    let mut zeroed = d.clone();
+                    zeroed[8..12].fill(0);
+                    assert_eq!(crc32c::crc32c(&zeroed).to_le_bytes(), d[8..12], "CRC32c");
                     answers += 1;
                     b.handle_datagram(now, addr(1), &d);
                 }
@@ -192,6 +204,9 @@ fn a_lost_shutdown_complete_still_ends_gracefully() {
             }
         }
         for d in sent(&mut b, now) {
+            if first_chunk(&d).0 == 8 {
+                shutdown_ack = Some(d.clone());
+            }
             a.handle_datagram(now, addr(2), &d);
         }
         events_b.extend(std::iter::from_fn(|| b.poll_event()));

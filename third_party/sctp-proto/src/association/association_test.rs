@@ -6633,3 +6633,99 @@ fn test_held_chunks_are_bounded() -> Result<()> {
     assert_eq!(held(&c), 1, "the fragment on stream 1");
     Ok(())
 }
+
+// dpwarp (found by a review of change 25): DATA deferred for a stream reset waits for others
+// too, and each chunk added is validated against the others of its stream; those chunks did
+// not count toward the bound (2,000 of them took 31 s of validation in a debug build). They
+// now have a bound of their own, `DEFERRED_CHUNKS_MAX`.
+#[test]
+fn test_deferred_reset_data_is_bounded() -> Result<()> {
+    let mut a = association_with_retiring_boundary_data()?;
+    for tsn in 2..=DEFERRED_CHUNKS_MAX as u32 + 100 {
+        let mut chunk = receive_capacity_fragment(tsn, tsn == 2, false);
+        chunk.user_data = Bytes::from_static(b"x");
+        a.handle_data(&chunk)?;
+    }
+    assert_eq!(a.deferred_reset_data.len(), DEFERRED_CHUNKS_MAX);
+    assert_eq!(
+        a.peer_last_tsn,
+        1 + DEFERRED_CHUNKS_MAX as u32,
+        "the rest dropped unacknowledged"
+    );
+    Ok(())
+}
+
+// dpwarp (found by a review of change 24): our SHUTDOWN's Cumulative TSN Ack is the last of
+// the peer's TSNs received in sequence (RFC 9260 §3.3.8). It carried our own acknowledgement
+// point, the peer's acknowledgement of our DATA, which Linux discards or aborts on.
+#[test]
+fn test_our_shutdown_acknowledges_the_peers_data() {
+    let mut a = create_association(TransportConfig::default());
+    (a.source_port, a.destination_port) = (5000, 5001);
+    a.set_state(AssociationState::Established);
+    a.timers.stop(Timer::T1Init);
+    a.peer_last_tsn = 100;
+    let now = Instant::now();
+    while a.poll_transmit(now).is_some() {}
+    a.shutdown().unwrap();
+    let mut acks = vec![];
+    while let Some(transmit) = a.poll_transmit(now) {
+        let Payload::RawEncode(packets) = transmit.payload else {
+            continue;
+        };
+        for raw in packets {
+            for chunk in Packet::unmarshal(&raw).unwrap().chunks {
+                if let Some(c) = chunk.as_any().downcast_ref::<ChunkShutdown>() {
+                    acks.push(c.cumulative_tsn_ack);
+                }
+            }
+        }
+    }
+    assert_eq!(acks, [100]);
+}
+
+// dpwarp (found by a review of change 24): in SHUTDOWN-PENDING, a peer's SHUTDOWN that
+// acknowledges all our DATA is answered with a SHUTDOWN ACK only; the acknowledgement moved
+// the association to SHUTDOWN-SENT first, and a SHUTDOWN went out as well.
+#[test]
+fn test_a_shutdown_in_shutdown_pending_is_answered_with_a_shutdown_ack_only() {
+    let mut a = create_association(TransportConfig::default());
+    (a.source_port, a.destination_port) = (5000, 5001);
+    a.set_state(AssociationState::Established);
+    a.timers.stop(Timer::T1Init);
+    let now = Instant::now();
+    while a.poll_transmit(now).is_some() {}
+    a.open_stream(1, PayloadProtocolIdentifier::Binary).unwrap();
+    a.stream(1)
+        .unwrap()
+        .write_sctp(
+            &Bytes::from_static(b"sent"),
+            PayloadProtocolIdentifier::Binary,
+        )
+        .unwrap();
+    while a.poll_transmit(now).is_some() {}
+    a.shutdown().unwrap();
+    assert_eq!(a.state(), AssociationState::ShutdownPending);
+    let sent = a.my_next_tsn.wrapping_sub(1);
+    a.handle_shutdown(
+        &ChunkShutdown {
+            cumulative_tsn_ack: sent,
+        },
+        now,
+    )
+    .unwrap();
+    assert_eq!(a.state(), AssociationState::ShutdownAckSent);
+    let (mut shutdowns, mut acks) = (0, 0);
+    while let Some(transmit) = a.poll_transmit(now) {
+        let Payload::RawEncode(packets) = transmit.payload else {
+            continue;
+        };
+        for raw in packets {
+            for chunk in Packet::unmarshal(&raw).unwrap().chunks {
+                shutdowns += chunk.as_any().downcast_ref::<ChunkShutdown>().is_some() as usize;
+                acks += chunk.as_any().downcast_ref::<ChunkShutdownAck>().is_some() as usize;
+            }
+        }
+    }
+    assert_eq!((shutdowns, acks), (0, 1));
+}
