@@ -197,6 +197,12 @@ impl Pair {
         }
     }
 
+    /// The slots each side holds (its associations, closed ones included
+    /// until their last packets went).
+    pub(crate) fn slots(&self) -> (usize, usize) {
+        (self.a.associations(), self.b.associations())
+    }
+
     /// Connect A to B and wait for both `Up` events.
     pub(crate) fn connect(&mut self) -> (AssocId, AssocId) {
         let a = self.a.connect(self.now, self.b_addr).expect("connect");
@@ -235,6 +241,17 @@ impl Loss {
         z ^= z >> 31;
         z % 1_000_000 < self.per_million
     }
+}
+
+/// The reasons of the `Closed` events among `events`, in order.
+pub(crate) fn closed(events: &[Event]) -> Vec<sctp_lite::CloseReason> {
+    events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Closed(why) => Some(why),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The association of the first `Up` event.
