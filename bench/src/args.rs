@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 
-use crate::link::{LinkArgs, PeerTransport};
+use crate::link::{HugepagesArg, LinkArgs, PeerTransport};
 use crate::spec::{Mode, Op, Stop};
 
 /// dpwarp's benchmark: two software RNICs, perftest-style bandwidth and
@@ -302,6 +302,19 @@ pub enum TransportArg {
 }
 
 impl TransportArg {
+    /// Whether it runs on a DPDK port (EAL's memory, the port's checksum
+    /// offloads).
+    pub fn is_dpdk(self) -> bool {
+        matches!(
+            self,
+            TransportArg::Memif
+                | TransportArg::Ring
+                | TransportArg::NetTap
+                | TransportArg::AfPacket
+                | TransportArg::Pci
+        )
+    }
+
     /// The single-RNIC transport of a --server or HOST run, if this is one.
     pub fn peer(self) -> Option<PeerTransport> {
         match self {
@@ -645,6 +658,34 @@ impl Args {
                 "--compare pci: a baseline runs both ends in this process, and pci joins this \
                  host to another; compare embedded, kernel, tap, memif, ring, net_tap or \
                  af_packet"
+                    .into(),
+            );
+        }
+        // DPDK's memory and tcp-lite's checksums where no run would use
+        // them: refused, not ignored. The transports of this invocation: the
+        // run's own and its --compare baselines'.
+        let run_on = match &role {
+            Role::Local(t) => *t,
+            Role::Client(_) | Role::Server => self.transport.unwrap_or(TransportArg::Kernel),
+        };
+        let transports: Vec<TransportArg> = std::iter::once(run_on)
+            .chain(self.compare.iter().filter_map(|c| match c {
+                Compare::Transport(t) => Some(*t),
+                Compare::Llp(_) => None,
+            }))
+            .collect();
+        let dpdk = transports.iter().any(|t| t.is_dpdk());
+        if self.link.hugepages != HugepagesArg::Auto && !dpdk {
+            return Err(
+                "--hugepages is EAL's memory, and no run here is on a DPDK port (memif, ring, \
+                 net_tap, af_packet or pci): drop it"
+                    .into(),
+            );
+        }
+        if self.link.sw_checksums && !dpdk && !transports.contains(&TransportArg::Embedded) {
+            return Err(
+                "--sw-checksums is tcp-lite's on a DPDK port or the embedded link; kernel TCP \
+                 and the TAP device do their own: drop it"
                     .into(),
             );
         }

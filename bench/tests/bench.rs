@@ -241,6 +241,44 @@ fn bad_options_are_refused_before_anything_starts() {
     assert!(!r.stderr.contains("  "), "a run of spaces: {:?}", r.stderr);
     // Link options the transport would ignore.
     refused(&["--server", "--ip", "10.0.0.1/24"], &["--ip", "kernel"]);
+    // DPDK's memory with no run on a DPDK port; software checksums where
+    // the kernel or the TAP device computes them.
+    refused(
+        &["write", "--hugepages", "on", "-n", "10"],
+        &["--hugepages"],
+    );
+    refused(
+        &[
+            "write",
+            "--transport",
+            "kernel",
+            "--hugepages",
+            "off",
+            "-n",
+            "10",
+        ],
+        &["--hugepages"],
+    );
+    refused(
+        &["write", "127.0.0.1", "--hugepages", "on"],
+        &["--hugepages"],
+    );
+    refused(
+        &[
+            "write",
+            "--transport",
+            "kernel",
+            "--sw-checksums",
+            "-n",
+            "10",
+        ],
+        &["--sw-checksums"],
+    );
+    refused(
+        &["write", "--transport", "tap", "--sw-checksums", "-n", "10"],
+        &["--sw-checksums"],
+    );
+    refused(&["--server", "--sw-checksums"], &["--sw-checksums"]);
     refused(&["write", "127.0.0.1", "--pci", "0000:01:00.0"], &["--pci"]);
     refused(
         &["write", "127.0.0.1", "--memif-socket", "/run/dpwarp/x.sock"],
@@ -339,6 +377,12 @@ fn options_are_taken_where_they_are_used() {
         "bench write --transport memif --rx-buffered",
         "bench write 10.0.0.1 --transport memif --ip 10.0.0.1/24 --rx-buffered",
         "bench write --loss 1",
+        "bench write --sw-checksums",
+        "bench write --transport kernel --compare embedded --sw-checksums",
+        "bench write --transport memif --hugepages off --sw-checksums",
+        "bench write --compare ring --hugepages on",
+        "bench write --server --transport memif --ip 10.0.0.2/24 --hugepages off",
+        "bench write --hugepages auto",
     ] {
         let plan = parse(ok).and_then(|a| a.plan());
         assert!(plan.is_ok(), "{ok}: {plan:?}");
