@@ -7,23 +7,10 @@
 //! the message out before any `Up` event (and before the DDP check of RFC
 //! 5043 §7.1 had run); now it waits for `Up`.
 
-use std::net::{Ipv4Addr, SocketAddr};
+mod support;
 
 use sctp_lite::{Config, Duration, Endpoint, EventKind, Instant};
-
-fn addr(host: u8) -> SocketAddr {
-    SocketAddr::from((Ipv4Addr::new(10, 0, 0, host), 9899))
-}
-
-fn sent(endpoint: &mut Endpoint, now: Instant) -> Vec<Vec<u8>> {
-    let mut buf = vec![0u8; Config::default().packet_size_max()];
-    std::iter::from_fn(|| {
-        endpoint
-            .poll_transmit(now, &mut buf)
-            .map(|t| buf[..t.len].to_vec())
-    })
-    .collect()
-}
+use support::{addr, sent};
 
 #[test]
 fn a_message_before_the_cookie_ack_waits_for_up() {

@@ -7,13 +7,12 @@
 //! still carries the handshake. Also: a packet with the association's tag
 //! from another address is not its peer's.
 
+mod support;
+
 use std::net::{Ipv4Addr, SocketAddr};
 
 use sctp_lite::{Config, Endpoint, EventKind, Instant};
-
-fn addr(host: u8) -> SocketAddr {
-    SocketAddr::from((Ipv4Addr::new(10, 0, 0, host), 9899))
-}
+use support::addr;
 
 /// Two endpoints with `config` associated in memory; the last datagram A
 /// sent to B.

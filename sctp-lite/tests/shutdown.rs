@@ -9,7 +9,7 @@
 mod support;
 
 use sctp_lite::{CloseReason, EventKind, SendError};
-use support::{closed, Pair};
+use support::{addr, closed, sent, Pair};
 
 /// Every message `endpoint` has to read, as (stream, octets).
 fn read_all(endpoint: &mut sctp_lite::Endpoint) -> Vec<(u16, Vec<u8>)> {
@@ -117,20 +117,6 @@ fn an_abort_while_unread_messages_wait_drops_them() {
     p.settle(100);
     assert_eq!(p.b.associations(), 0);
     assert_eq!(closed(&p.events_a), [CloseReason::Shutdown]);
-}
-
-fn addr(host: u8) -> std::net::SocketAddr {
-    std::net::SocketAddr::from((std::net::Ipv4Addr::new(10, 0, 0, host), 9899))
-}
-
-fn sent(endpoint: &mut sctp_lite::Endpoint, now: sctp_lite::Instant) -> Vec<Vec<u8>> {
-    let mut buf = vec![0u8; sctp_lite::Config::default().packet_size_max()];
-    std::iter::from_fn(|| {
-        endpoint
-            .poll_transmit(now, &mut buf)
-            .map(|t| buf[..t.len].to_vec())
-    })
-    .collect()
 }
 
 /// The first chunk's type and flags of an SCTP packet.

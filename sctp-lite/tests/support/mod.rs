@@ -243,6 +243,23 @@ impl Loss {
     }
 }
 
+/// Host `host` of 10.0.0.0/24 on RFC 6951's UDP port, for tests that move
+/// datagrams between two endpoints by hand.
+pub(crate) fn addr(host: u8) -> SocketAddr {
+    SocketAddr::from((Ipv4Addr::new(10, 0, 0, host), PORT))
+}
+
+/// Every packet `endpoint` has to send at `now`.
+pub(crate) fn sent(endpoint: &mut Endpoint, now: Instant) -> Vec<Vec<u8>> {
+    let mut buf = vec![0u8; Config::default().packet_size_max()];
+    std::iter::from_fn(|| {
+        endpoint
+            .poll_transmit(now, &mut buf)
+            .map(|t| buf[..t.len].to_vec())
+    })
+    .collect()
+}
+
 /// The reasons of the `Closed` events among `events`, in order.
 pub(crate) fn closed(events: &[Event]) -> Vec<sctp_lite::CloseReason> {
     events

@@ -2055,9 +2055,9 @@ impl Association {
             let _ = self.close_with_reason(AssociationError::TimedOut);
             return;
         }
-        let Some(interval) = self.heartbeat_interval_ms else {
+        if self.heartbeat_interval_ms.is_none() {
             return;
-        };
+        }
         let nonce = random::<u64>();
         self.heartbeat_nonce = Some(nonce);
         let heartbeat = ChunkHeartbeat {
@@ -2067,11 +2067,16 @@ impl Association {
         };
         self.control_queue
             .push_back(self.create_packet(vec![Box::new(heartbeat)]));
-        self.timers.start(
-            Timer::Heartbeat,
-            now,
-            interval.saturating_add(self.rto_mgr.get_rto()),
-        );
+        self.start_heartbeat_timer(now);
+    }
+
+    /// dpwarp: (re)starts the heartbeat timer for HB.interval plus the RTO (RFC 9260 §8.3),
+    /// if heartbeats are on; its error count is kept.
+    fn start_heartbeat_timer(&mut self, now: Instant) {
+        if let Some(interval) = self.heartbeat_interval_ms {
+            let period = interval.saturating_add(self.rto_mgr.get_rto());
+            self.timers.start(Timer::Heartbeat, now, period);
+        }
     }
 
     /// dpwarp: RFC 9260 §8.3: a HEARTBEAT ACK carrying the nonce of our last HEARTBEAT clears
@@ -2699,13 +2704,16 @@ impl Association {
         // received: a lost message is what releases the ordered ones held
         // behind it (those chunks are bounded by the TSNs ahead, above).
         let whole_unordered = d.unordered && d.beginning_fragment && d.ending_fragment;
-        let highest = self
-            .payload_queue
-            .get_last_tsn_received()
-            .copied()
-            .filter(|&t| sna32gt(t, self.peer_last_tsn))
-            .unwrap_or(self.peer_last_tsn);
-        if !whole_unordered && sna32gt(d.tsn, highest) {
+        let beyond_every_tsn_received = |a: &Self| {
+            let highest = a
+                .payload_queue
+                .get_last_tsn_received()
+                .copied()
+                .filter(|&t| sna32gt(t, a.peer_last_tsn))
+                .unwrap_or(a.peer_last_tsn);
+            sna32gt(d.tsn, highest)
+        };
+        if !whole_unordered && beyond_every_tsn_received(self) {
             // Chunks deferred for a stream reset wait too, and each costs a
             // validation over the others of its stream: they have a smaller
             // bound of their own (found by a review: 2,000 of them passed
@@ -3937,12 +3945,9 @@ impl Association {
         let state = self.state();
         match state {
             AssociationState::Established => {
-                if let Some(interval) = self.heartbeat_interval_ms {
-                    // dpwarp: from the first poll in ESTABLISHED on (RFC 9260 §8.3).
-                    if self.timers.get(Timer::Heartbeat).is_none() {
-                        let interval = interval.saturating_add(self.rto_mgr.get_rto());
-                        self.timers.start(Timer::Heartbeat, now, interval);
-                    }
+                // dpwarp: from the first poll in ESTABLISHED on (RFC 9260 §8.3).
+                if self.timers.get(Timer::Heartbeat).is_none() {
+                    self.start_heartbeat_timer(now);
                 }
                 raw_packets = self.gather_data_packets_to_retransmit(raw_packets, now);
                 // Decide fast-recovery abandonment before selecting any pending tail.
@@ -4071,13 +4076,10 @@ impl Association {
     ) -> Vec<Bytes> {
         let chunks = self.pop_pending_data_chunks_to_send(now);
         if !chunks.is_empty() {
-            if let Some(interval) = self.heartbeat_interval_ms {
-                // dpwarp: RFC 9260 §8.3: HEARTBEATs go to an idle path only, one that has
-                // not been sent DATA within the heartbeat period.
-                if self.timers.get(Timer::Heartbeat).is_some() {
-                    let interval = interval.saturating_add(self.rto_mgr.get_rto());
-                    self.timers.start(Timer::Heartbeat, now, interval);
-                }
+            // dpwarp: RFC 9260 §8.3: HEARTBEATs go to an idle path only, one that has not been
+            // sent DATA within the heartbeat period.
+            if self.timers.get(Timer::Heartbeat).is_some() {
+                self.start_heartbeat_timer(now);
             }
             // Start timer. (noop if already started)
             trace!("[{}] T3-rtx timer start (pt1)", self.side);
