@@ -1988,10 +1988,12 @@ fn test_deferred_forward_tsn_discards_partial_missing_pre_cumulative_tsn() -> Re
         }],
     })?;
 
+    // dpwarp: "old" and "next" remain, each charged `CHUNK_WINDOW_CHARGE` octets of the
+    // window (it was their 3 + 4 octets).
     assert_eq!(
         a.get_my_receiver_window_credit(),
-        a.max_receive_buffer_size - 3 - 4,
-        "the partial message missing TSN 2 must release its six bytes immediately"
+        a.max_receive_buffer_size - 2 * CHUNK_WINDOW_CHARGE as u32,
+        "the partial message missing TSN 2 must release its charge immediately"
     );
     let old = a.stream(1)?.read()?.unwrap();
     let mut payload = [0; 3];
@@ -2669,11 +2671,9 @@ fn test_i_forward_tsn_discards_deferred_unordered_fragment() -> Result<()> {
 #[test]
 fn test_forward_tsn_releases_abandoned_deferred_fragment_credit_immediately() -> Result<()> {
     let mut a = association_with_deferred_unordered_fragment()?;
-    let old_generation_bytes = a
-        .streams
-        .get(&1)
-        .unwrap()
-        .get_num_bytes_in_reassembly_queue() as u32;
+    // dpwarp: what the old generation's queue takes of the window (`window_charge`; it was its
+    // octets).
+    let old_generation_bytes = a.streams.get(&1).unwrap().reassembly_queue.window_charge() as u32;
 
     a.handle_forward_tsn(&ChunkForwardTsn {
         new_cumulative_tsn: 3,
@@ -6552,10 +6552,13 @@ fn test_a_shutdowns_cumulative_tsn_ack_acknowledges() {
 
 // dpwarp: a peer's chunks that wait for others are bounded in number, not only in octets:
 // 1-octet first fragments that never complete, their TSNs in sequence, each cost a few hundred
-// octets while the window counted one (about 60 MB at a 256 KiB window). Past
-// `held_chunks_max` such a chunk beyond every TSN received is dropped unacknowledged; a whole
-// unordered message still passes, and so does a chunk filling a gap, which releases the
-// ordered messages held behind it.
+// octets while the window counted one (about 60 MB at a 256 KiB window). Each chunk now takes
+// at least `CHUNK_WINDOW_CHARGE` octets of the window, so the window is full by
+// `held_chunks_max` chunks (the bound past which such a chunk beyond every TSN received is
+// dropped unacknowledged, now a backstop for a peer that ignores the window). Full of chunks
+// that can never be read, with no gap a retransmission could fill, the association ends
+// (upstream's receive-capacity check); a chunk filling a gap still passes a full window and
+// releases the ordered messages held behind it.
 #[test]
 fn test_held_chunks_are_bounded() -> Result<()> {
     let mut a = established_receiver(4, 64 * 1024);
@@ -6570,20 +6573,23 @@ fn test_held_chunks_are_bounded() -> Result<()> {
         user_data: Bytes::from_static(b"x"),
         ..Default::default()
     };
-    for tsn in 1..=max {
+    for tsn in 1..max {
         a.handle_data(&fragment(tsn))?;
     }
-    assert_eq!(a.peer_last_tsn, max, "all taken");
+    assert_eq!(a.peer_last_tsn, max - 1, "all taken");
+    assert_eq!(
+        a.get_my_receiver_window_credit(),
+        CHUNK_WINDOW_CHARGE as u32,
+        "room for one more"
+    );
+    assert_eq!(
+        a.handle_data(&fragment(max)).unwrap_err(),
+        Error::ErrReceiveBufferExhausted,
+        "the window full of what cannot be read"
+    );
     assert_eq!(a.streams[&0].reassembly_queue.held_chunks(), max as usize);
-    a.handle_data(&fragment(max + 1))?;
-    assert_eq!(a.peer_last_tsn, max, "dropped unacknowledged");
-    assert_eq!(a.streams[&0].reassembly_queue.held_chunks(), max as usize);
-    a.handle_data(&data(max + 1, 0, b"whole"))?;
-    assert_eq!(a.peer_last_tsn, max + 1, "a whole unordered message passes");
-    assert!(a.stream(0)?.read()?.is_some());
 
-    // Ordered messages behind an SSN the peer skipped (TSNs in sequence): held up to the bound,
-    // then dropped.
+    // Ordered messages behind an SSN the peer skipped (TSNs in sequence) likewise.
     let ordered = |tsn: u32, ssn: u16| ChunkPayloadData {
         tsn,
         stream_identifier: 0,
@@ -6595,12 +6601,14 @@ fn test_held_chunks_are_bounded() -> Result<()> {
         ..Default::default()
     };
     let mut b = established_receiver(4, 64 * 1024);
-    for tsn in 1..=max {
+    for tsn in 1..max {
         b.handle_data(&ordered(tsn, tsn as u16))?;
     }
+    assert_eq!(
+        b.handle_data(&ordered(max, max as u16)).unwrap_err(),
+        Error::ErrReceiveBufferExhausted
+    );
     assert_eq!(b.streams[&0].reassembly_queue.held_chunks(), max as usize);
-    b.handle_data(&ordered(max + 1, max as u16 + 1))?;
-    assert_eq!(b.peer_last_tsn, max, "beyond the bound: dropped");
 
     // At the bound, a lost message's retransmission (below the highest TSN received) passes
     // and releases the ordered ones held behind it. TSN 1: a fragment that never completes,
@@ -6634,6 +6642,49 @@ fn test_held_chunks_are_bounded() -> Result<()> {
     Ok(())
 }
 
+// dpwarp: a reader that falls behind on messages of a few octets. Each readable message it has
+// not read used to count toward the held-chunk bound but only its octets toward the window, so
+// past the bound (1,024 chunks at 64 KiB) the peer's next DATA was dropped while the window it
+// saw was still nearly all open (1 KiB used of 64), and it had to wait for T3-rtx. Each chunk
+// now takes at least `CHUNK_WINDOW_CHARGE` octets of the window: the window closes by the time
+// the bound is reached, and every chunk sent while it is open is taken.
+#[test]
+fn test_tiny_messages_close_the_window_before_the_bound() -> Result<()> {
+    let ordered = |tsn: u32| ChunkPayloadData {
+        tsn,
+        stream_identifier: 0,
+        stream_sequence_number: (tsn - 1) as u16,
+        unordered: false,
+        beginning_fragment: true,
+        ending_fragment: true,
+        user_data: Bytes::from_static(b"o"),
+        ..Default::default()
+    };
+    let unordered = |tsn: u32| data(tsn, 0, b"u");
+    for message in [ordered as fn(u32) -> ChunkPayloadData, unordered] {
+        let mut a = established_receiver(4, 64 * 1024);
+        let max = a.held_chunks_max() as u32;
+        let mut tsn = 1;
+        // As a peer keeping to the advertised window sends (RFC 9260 §6.1, rule B).
+        while a.get_my_receiver_window_credit() > 0 {
+            a.handle_data(&message(tsn))?;
+            assert_eq!(a.peer_last_tsn, tsn, "taken while the window is open");
+            tsn += 1;
+            assert!(tsn <= 2 * max, "the window never closed");
+        }
+        assert!(tsn - 1 <= max, "{} messages in a window", tsn - 1);
+        // Read one: the window opens by one message's charge, and the next is taken.
+        assert!(a.stream(0)?.read()?.is_some());
+        assert_eq!(
+            a.get_my_receiver_window_credit(),
+            CHUNK_WINDOW_CHARGE as u32
+        );
+        a.handle_data(&message(tsn))?;
+        assert_eq!(a.peer_last_tsn, tsn);
+    }
+    Ok(())
+}
+
 // dpwarp (found by a review of change 25): DATA deferred for a stream reset waits for others
 // too, and each chunk added is validated against the others of its stream; those chunks did
 // not count toward the bound (2,000 of them took 31 s of validation in a debug build). They
@@ -6641,6 +6692,8 @@ fn test_held_chunks_are_bounded() -> Result<()> {
 #[test]
 fn test_deferred_reset_data_is_bounded() -> Result<()> {
     let mut a = association_with_retiring_boundary_data()?;
+    // A window that stays open past the bound (each chunk takes `CHUNK_WINDOW_CHARGE` of it).
+    a.max_receive_buffer_size = 1 << 20;
     for tsn in 2..=DEFERRED_CHUNKS_MAX as u32 + 100 {
         let mut chunk = receive_capacity_fragment(tsn, tsn == 2, false);
         chunk.user_data = Bytes::from_static(b"x");

@@ -33,7 +33,7 @@ use crate::param::param_state_cookie::ParamStateCookie;
 use crate::param::param_supported_extensions::ParamSupportedExtensions;
 use crate::queue::outbound_queue::OutboundQueue;
 use crate::queue::payload_queue::PayloadQueue;
-use crate::queue::reassembly_queue::ReassemblyQueue;
+use crate::queue::reassembly_queue::{CHUNK_WINDOW_CHARGE, ReassemblyQueue};
 use crate::shared::{AssociationEventInner, AssociationId, EndpointEvent, EndpointEventInner};
 use crate::util::{sna16lt, sna32gt, sna32gte, sna32lt, sna32lte};
 use crate::{AssociationEvent, Payload, Side, Transmit};
@@ -2703,6 +2703,10 @@ impl Association {
         // passes, and so does a chunk filling a gap below the highest TSN
         // received: a lost message is what releases the ordered ones held
         // behind it (those chunks are bounded by the TSNs ahead, above).
+        // Since each queued chunk takes at least `CHUNK_WINDOW_CHARGE`
+        // octets of the window (`ReassemblyQueue::window_charge`), the
+        // window is full by this bound: it stops a peer that ignores the
+        // window.
         let whole_unordered = d.unordered && d.beginning_fragment && d.ending_fragment;
         let beyond_every_tsn_received = |a: &Self| {
             let highest = a
@@ -3926,12 +3930,14 @@ impl Association {
     }
 
     pub(crate) fn get_my_receiver_window_credit(&self) -> u32 {
+        // dpwarp: each chunk is charged at least `CHUNK_WINDOW_CHARGE`
+        // octets (`ReassemblyQueue::window_charge`).
         let mut bytes_queued = 0;
         for s in self.streams.values() {
-            bytes_queued += s.get_num_bytes_in_reassembly_queue() as u32;
+            bytes_queued += s.reassembly_queue.window_charge() as u32;
         }
         for chunk in self.deferred_reset_data.values() {
-            bytes_queued += chunk.user_data.len() as u32;
+            bytes_queued += chunk.user_data.len().max(CHUNK_WINDOW_CHARGE) as u32;
         }
 
         self.max_receive_buffer_size.saturating_sub(bytes_queued)

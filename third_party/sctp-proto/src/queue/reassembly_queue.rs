@@ -233,7 +233,14 @@ pub(crate) struct ReassemblyQueue {
     pub(crate) max_message_size: u32,
     /// dpwarp: the chunks in `ordered` (see `held_chunks`).
     ordered_chunks: usize,
+    /// dpwarp: the chunks of the whole messages in `unordered`, readable
+    /// and not read yet (see `window_charge`).
+    unordered_ready_chunks: usize,
 }
+
+/// dpwarp: the fewest octets of the receive window a queued chunk is
+/// charged, whatever its length (`ReassemblyQueue::window_charge`).
+pub(crate) const CHUNK_WINDOW_CHARGE: usize = 64;
 
 impl ReassemblyQueue {
     /// From RFC 4960 Sec 6.5:
@@ -253,6 +260,7 @@ impl ReassemblyQueue {
             n_bytes: 0,
             max_message_size,
             ordered_chunks: 0,
+            unordered_ready_chunks: 0,
         }
     }
 
@@ -277,6 +285,7 @@ impl ReassemblyQueue {
                     return Err(Error::ErrInboundPacketTooLarge);
                 }
                 self.n_bytes += chunk.user_data.len();
+                self.unordered_ready_chunks += 1;
                 self.unordered
                     .push_back(Chunks::new(0, chunk.payload_type, vec![chunk]));
                 return Ok(true);
@@ -408,6 +417,7 @@ impl ReassemblyQueue {
             }
             t = t.wrapping_add(1);
         }
+        self.unordered_ready_chunks += chunks.len();
         self.unordered
             .push_back(Chunks::new(0, chunks[0].payload_type, chunks));
         Ok(true)
@@ -444,7 +454,11 @@ impl ReassemblyQueue {
     pub(crate) fn read(&mut self) -> Option<Chunks> {
         // Check unordered first
         let chunks = if !self.unordered.is_empty() {
-            self.unordered.pop_front()?
+            let chunks = self.unordered.pop_front()?;
+            self.unordered_ready_chunks = self
+                .unordered_ready_chunks
+                .saturating_sub(chunks.chunks.len());
+            chunks
         } else if !self.ordered.is_empty() {
             // Now, check ordered
             let chunks = &self.ordered[0];
@@ -673,6 +687,23 @@ impl ReassemblyQueue {
     /// (`Association::held_chunks_max`).
     pub(crate) fn held_chunks(&self) -> usize {
         self.unordered_chunks.len() + self.ordered_chunks
+    }
+
+    /// dpwarp: the octets of the receive window this queue takes: its
+    /// octets, but at least [`CHUNK_WINDOW_CHARGE`] for each chunk it holds,
+    /// readable or not. A chunk costs a few hundred octets of bookkeeping
+    /// beside its own; counted by its octets only, a peer sending messages
+    /// of a few octets to a reader that falls behind saw the window open
+    /// while the association held as many chunks as it would
+    /// (`Association::held_chunks_max`), and had its next DATA dropped.
+    /// Charged so, the window closes first, and the peer waits for it (RFC
+    /// 9260 §6.1, rule B) instead of sending what will be dropped. (Linux
+    /// likewise charges each received message's whole buffer against its
+    /// receive buffer.) Messages of 64 octets or more on average are
+    /// charged their octets, as before.
+    pub(crate) fn window_charge(&self) -> usize {
+        let chunks = self.held_chunks() + self.unordered_ready_chunks;
+        self.n_bytes.max(CHUNK_WINDOW_CHARGE * chunks)
     }
 
     fn count_ordered_chunks(&mut self) {
