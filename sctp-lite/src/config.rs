@@ -125,7 +125,9 @@ pub struct Config {
     /// hold.
     pub handshake_timeout_ms: u64,
     /// RFC 9260 §8.3 HB.interval in milliseconds: an association that has
-    /// sent no DATA for this long plus one RTO sends the peer a HEARTBEAT;
+    /// sent no DATA for this long plus one RTO (jittered by ±50%, and
+    /// doubled for each HEARTBEAT before the last left unanswered, up to
+    /// [`rto_max_ms`](Config::rto_max_ms)) sends the peer a HEARTBEAT;
     /// after [`data_retransmits_max`](Config::data_retransmits_max)
     /// HEARTBEATs in a row unanswered (with no DATA acknowledged) the peer
     /// is unreachable and the association ends in
@@ -133,8 +135,9 @@ pub struct Config {
     /// them an idle association whose peer vanished was never ended (only
     /// a send would have found it dead). `None` sends none. 1 to
     /// 86,400,000. Default 30,000, RFC 9260 §16's (Linux's too): with the
-    /// defaults a vanished idle peer is found 11 × (30 s + the RTO) after
-    /// its last answer, 5.7 minutes where no RTT was measured (RTO.Initial).
+    /// defaults a vanished idle peer is found 11 × 30 s plus the RTOs after
+    /// its last answer, 6 to 7.5 minutes where no RTT was measured
+    /// (RTO.Initial 1 s, doubled to RTO.Max 10 s).
     pub heartbeat_interval_ms: Option<u64>,
 }
 

@@ -6323,8 +6323,10 @@ fn test_heartbeats_find_a_silent_peer_and_answers_keep_it() {
         assert!(heartbeats_in(&mut a, start).is_empty(), "none at once");
         let mut now = start;
         let mut sent = 0;
+        let mut gaps = vec![];
         for _ in 0..20 {
             let Some(t) = a.poll_timeout() else { break };
+            gaps.push((t - now).as_millis() as u64);
             now = t;
             a.handle_timeout(now);
             let infos = heartbeats_in(&mut a, now);
@@ -6337,10 +6339,15 @@ fn test_heartbeats_find_a_silent_peer_and_answers_keep_it() {
                 ack(&mut a, infos[0].clone(), now);
             }
         }
+        // HB.interval plus the RTO jittered by ±50% (RFC 9260 §8.3); the RTO doubled, up to
+        // RTO.Max, for each HEARTBEAT unanswered before the last sent.
+        let within = |gap: u64, rto: u64| (1000 + rto / 2..=1000 + rto / 2 + rto).contains(&gap);
         if answered {
             assert_eq!(sent, 20);
             assert_eq!(a.state(), AssociationState::Established);
-            assert_eq!(now - start, Duration::from_millis(20 * 1100));
+            assert!(gaps.iter().all(|&g| within(g, 100)), "{gaps:?}");
+            // Twenty gaps drawn from 101 values: all equal once in 101^19.
+            assert!(gaps.iter().any(|&g| g != gaps[0]), "jittered: {gaps:?}");
         } else {
             assert_eq!(
                 sent, max_retransmits,
@@ -6348,8 +6355,12 @@ fn test_heartbeats_find_a_silent_peer_and_answers_keep_it() {
             );
             assert_eq!(a.state(), AssociationState::Closed);
             assert_eq!(a.poll_timeout(), None);
-            // HB.interval plus RTO, four times: the fourth expiry ends it.
-            assert_eq!(now - start, Duration::from_millis(4 * 1100));
+            // Four expiries, the fourth ends it: the first HEARTBEAT waited for after the RTO,
+            // the second too, the third after twice the RTO, the last after four times (RTO.Max).
+            assert_eq!(gaps.len(), 4, "{gaps:?}");
+            for (gap, rto) in gaps.iter().zip([100, 100, 200, 400]) {
+                assert!(within(*gap, rto), "{gaps:?}");
+            }
             let lost = core::iter::from_fn(|| a.events.pop_front())
                 .find(|e| matches!(e, Event::AssociationLost { .. }));
             assert!(

@@ -2071,11 +2071,18 @@ impl Association {
     }
 
     /// dpwarp: (re)starts the heartbeat timer for HB.interval plus the RTO (RFC 9260 §8.3),
-    /// if heartbeats are on; its error count is kept.
+    /// if heartbeats are on; its error count is kept. As §8.3 recommends, the RTO is doubled
+    /// (up to RTO.Max) for each HEARTBEAT before the last that went unanswered, so a silent
+    /// peer is probed less and less often, and jittered by ±50%, so that associations started
+    /// together do not send their HEARTBEATs together.
     fn start_heartbeat_timer(&mut self, now: Instant) {
         if let Some(interval) = self.heartbeat_interval_ms {
-            let period = interval.saturating_add(self.rto_mgr.get_rto());
-            self.timers.start(Timer::Heartbeat, now, period);
+            let rto = self
+                .timers
+                .backed_off_before_last(Timer::Heartbeat, self.rto_mgr.get_rto());
+            let jittered = rto / 2 + random::<u64>() % (rto + 1);
+            self.timers
+                .start(Timer::Heartbeat, now, interval.saturating_add(jittered));
         }
     }
 

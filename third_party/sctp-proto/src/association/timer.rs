@@ -124,6 +124,14 @@ impl TimerTable {
     }
 
     /// Clear peer error accounting without changing the recovery deadline.
+    /// dpwarp: `rto` doubled once for each expiry of `timer` counted before the last (up to
+    /// RTO.Max), as `start` backs off the retransmission timers: the heartbeat's RTO, backed
+    /// off for each HEARTBEAT unanswered before the one just sent (RFC 9260 §8.3).
+    pub fn backed_off_before_last(&self, timer: Timer, rto: u64) -> u64 {
+        let unanswered = self.retrans[timer as usize].saturating_sub(1);
+        calculate_next_timeout(rto, unanswered, self.rto_max)
+    }
+
     pub fn reset_retrans(&mut self, timer: Timer) {
         self.retrans[timer as usize] = 0;
     }
