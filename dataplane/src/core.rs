@@ -32,7 +32,8 @@
 //! Every step has a named budget ([`Budgets`]); nothing in a turn allocates
 //! once connections are set up (the core's queues are sized at start), as
 //! long as the application takes the completions, handoffs and events the
-//! core keeps for it (those queues grow while it does not).
+//! core keeps for it (those queues grow while it does not; what it keeps of
+//! a CQ, no further than the CQ's capacity: `CoreCounters::completions_lost`).
 //! The core is generic over tcp-lite's [`Transport`](tcp_lite::Transport), so the in-memory
 //! link, kernel TCP, the TAP fd and DPDK ports all run through it.
 
@@ -271,6 +272,12 @@ pub struct CoreCounters {
     /// Polls of TCP (and flushes of the device) a turn made between its
     /// looks at connections ([`Budgets::looks_per_poll`]).
     pub polls_between_looks: u64,
+    /// Completions lost because the application had not polled: an end
+    /// reads its QP's CQs out into the core's keeping, which holds at
+    /// most a CQ's capacity of each CQ's completions; past that the
+    /// newest are dropped, as a full CQ drops them (`Cq::overflowed`; an
+    /// ibverbs CQ overflows, it does not grow).
+    pub completions_lost: u64,
     /// Turns run while an urgent connection lived ([`Core::set_urgent`]).
     pub turns_beside_urgent: u64,
     /// Connections other than the urgent ones those turns looked at (at
@@ -300,6 +307,7 @@ impl CoreCounters {
             classes_reflected: self.classes_reflected - earlier.classes_reflected,
             looked_at: self.looked_at - earlier.looked_at,
             polls_between_looks: self.polls_between_looks - earlier.polls_between_looks,
+            completions_lost: self.completions_lost - earlier.completions_lost,
             turns_beside_urgent: self.turns_beside_urgent - earlier.turns_beside_urgent,
             looked_at_beside_urgent: self.looked_at_beside_urgent - earlier.looked_at_beside_urgent,
             device: self.device.since(&earlier.device),
@@ -526,7 +534,8 @@ pub struct Core<T: CoreTransport> {
     handoffs: VecDeque<(Handoff, Option<QpHandle>)>,
     /// QPs whose connection ended (destroyed), not yet taken.
     ended: VecDeque<QpHandle>,
-    /// Completions of live QPs read while a QP was torn down, by CQ.
+    /// Completions of live QPs read while a QP was torn down, by CQ: at
+    /// most a CQ's capacity of each CQ's (`drain_cq`).
     pending: VecDeque<(CqHandle, Wc)>,
     /// QP events (Terminates sent and received), not yet taken.
     events: VecDeque<(QpHandle, QpEvent)>,
@@ -1268,7 +1277,7 @@ impl<T: CoreTransport> Core<T> {
             if k == 1 && cq == cqs[0] {
                 break;
             }
-            self.drain_cq(cq);
+            self.drain_cq(cq, live.qp);
         }
         self.pending
             .retain(|(_, wc)| wc.qp != live.qp || wc.status != WcStatus::Flushed);
@@ -1302,12 +1311,34 @@ impl<T: CoreTransport> Core<T> {
         });
     }
 
-    /// Moves what CQ `cq` holds into `pending`.
-    fn drain_cq(&mut self, cq: CqHandle) {
+    /// Moves what CQ `cq` holds into `pending`, but for the flushes of
+    /// QP `ending` (its end is reported instead). `pending` keeps at most
+    /// the CQ's capacity of its completions, the newest past that lost
+    /// and counted: each read-out empties the ring, which the live QPs
+    /// may fill again, so without a bound an application that posts and
+    /// never polls made every end (a peer's reset) keep another ring's
+    /// worth, without end. An application that sizes its CQ for every
+    /// request that can complete, as it must, never loses one here: what
+    /// it has not polled, kept or in the ring, is within the capacity.
+    fn drain_cq(&mut self, cq: CqHandle, ending: QpHandle) {
+        let Ok(ring) = self.rnic.cq(cq) else {
+            return;
+        };
+        let capacity = ring.capacity();
+        let mut kept = self.pending.iter().filter(|(c, _)| *c == cq).count();
         loop {
             let n = self.rnic.poll_cq(cq, &mut self.wcs).unwrap_or(0);
-            self.pending
-                .extend(self.wcs[..n].iter().map(|wc| (cq, *wc)));
+            for wc in &self.wcs[..n] {
+                if wc.qp == ending && wc.status == WcStatus::Flushed {
+                    continue;
+                }
+                if kept >= capacity {
+                    self.counters.completions_lost += 1;
+                    continue;
+                }
+                self.pending.push_back((cq, *wc));
+                kept += 1;
+            }
             if n < self.wcs.len() {
                 return;
             }
@@ -1338,7 +1369,10 @@ impl<T: CoreTransport> Core<T> {
     /// completed before its end is kept for this (its flushes are
     /// dropped), its handle given to no new QP meanwhile (its slot in the
     /// engine stays taken until then: an application that never polls
-    /// leaves new connections refused, `CoreCounters::refused`).
+    /// leaves new connections refused, `CoreCounters::refused`, once
+    /// [`RnicConfig::qps_max`](rnic_engine::verbs::RnicConfig::qps_max)
+    /// slots are live or kept so). What is kept of a CQ is bounded by its
+    /// capacity (`CoreCounters::completions_lost`).
     pub fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> usize {
         let mut n = 0;
         while n < out.len() {

@@ -670,6 +670,78 @@ fn a_full_engine_refuses_a_connection_rather_than_drop_kept_completions() {
     assert!(b.qps.contains_key(&third.conn.unwrap()));
 }
 
+/// What the core keeps of a CQ for its application, when a QP ends, is
+/// bounded by the CQ's capacity, as the CQ itself is: an application that
+/// keeps posting signaled work on a live QP and never polls made every
+/// end (a peer's connection reset, here three) move the whole ring into
+/// the core's keeping, and the ring fill again, without bound (found by a
+/// review of "a QP whose application never polls its CQ is never
+/// freed"). Past the bound the newest are lost, as a full ring loses
+/// them, and counted.
+#[test]
+fn completions_kept_past_ends_are_bounded_by_the_cq() {
+    let (mut a, mut b, b_addr) = stacks();
+    let cq = b.cq;
+    let capacity = b.rnic().cq(cq).unwrap().capacity();
+    let (ha, hb) = establish_plain(&mut a, &mut b, b_addr);
+    let (qa, qb) = (a.qps[&ha.conn.unwrap()], b.qps[&hb.conn.unwrap()]);
+    // a's first FPDU lets b's (the fenced responder's) go.
+    let sgl = [a.sge(0, 1)];
+    let into_b = b.remote(100);
+    a.rnic()
+        .post_send(qa, &SendWr::signaled(1, SendOp::Write(into_b), &sgl))
+        .unwrap();
+    let into_a = a.remote(100);
+    let mut posted = 0u64;
+    const ROUNDS: usize = 3;
+    for round in 0..ROUNDS {
+        // b's Writes on its live QP fill its CQ's ring; b never polls.
+        let mut left = capacity;
+        run(&mut a, &mut b, "b's CQ fills", |_, b| {
+            while left > 0 {
+                let sgl = [b.sge(0, 1)];
+                let wr = SendWr::signaled(posted, SendOp::Write(into_a), &sgl);
+                if b.rnic().post_send(qb, &wr).is_err() {
+                    break;
+                }
+                posted += 1;
+                left -= 1;
+            }
+            b.rnic().cq(cq).unwrap().len() == capacity
+        });
+        // A peer's connection that comes and goes: its end at b reads the
+        // ring out.
+        let (hc, _) = establish_plain(&mut a, &mut b, b_addr);
+        let qc = a.qps[&hc.conn.unwrap()];
+        a.core.abort(qc);
+        let ended = b.core.counters().ended;
+        run(&mut a, &mut b, "the peer's connection ends at b", |_, b| {
+            b.core.counters().ended > ended
+        });
+        assert!(b.core.is_live(qb), "round {round}");
+    }
+    let mut got = Vec::new();
+    loop {
+        let batch = b.completions();
+        if batch.is_empty() {
+            break;
+        }
+        got.extend(batch);
+    }
+    assert_eq!(posted, (ROUNDS * capacity) as u64);
+    assert!(
+        got.len() <= 2 * capacity,
+        "{} completions held for a CQ of {capacity}",
+        got.len()
+    );
+    // Each completion was kept or counted lost; the oldest are kept, in
+    // order.
+    let lost = b.core.counters().completions_lost;
+    assert_eq!(got.len() as u64 + lost, posted);
+    let ids: Vec<u64> = got.iter().map(|w| w.wr_id).collect();
+    assert_eq!(ids, (0..got.len() as u64).collect::<Vec<_>>());
+}
+
 /// An urgent QP's segments carry `CoreConfig::urgent_dscp` (EF, 46, by
 /// default) on the in-memory link; none once it is urgent no more.
 #[test]
