@@ -961,23 +961,47 @@ impl Serving {
             .remove(&peer)
             .or_else(|| runs.joined.remove(&peer))
             .map(|(key, _)| key);
-        let Some(key) = key else {
-            return;
-        };
+        if let Some(key) = key {
+            self.not_coming(&mut runs, key);
+        }
+    }
+
+    /// [`Admission::Many`]: a DDP over SCTP stream of `op` of run `run`
+    /// that this server admitted (the control plane accepted its Initiate)
+    /// ended before it came up on its core (its association ended before
+    /// the Accept reached the core: `dataplane::SctpEvent::AcceptedNeverUp`,
+    /// told once per stream): its run no longer waits for it, as
+    /// [`startup_failed`](Self::startup_failed) for an MPA connection.
+    pub(crate) fn stream_never_up(&self, run: u64, op: Op) {
+        let key = (run, lease_access(op));
+        let mut runs = self.runs();
+        // An MPA run's connections are taken back by their address.
+        if runs.by_id.get(&key).is_some_and(|r| r.llp == "sctp") {
+            self.not_coming(&mut runs, key);
+        }
+    }
+
+    /// A connection run `key` admitted will not reach a core: `admitted`
+    /// is taken back (never below what was handed), and the run ends if
+    /// that leaves it nothing: a run that never had a QP and has nothing on
+    /// its way (kept, its lease and slot would wait out the idle limit,
+    /// shutting others out, and a client that failed its startup again and
+    /// again kept them so), or, as [`closed`](Self::closed) ends it, one
+    /// whose last size was seen with nothing of it open or on its way (its
+    /// last close may have come before this).
+    fn not_coming(&self, runs: &mut Runs, key: RunKey) {
         let Some(run) = runs.by_id.get_mut(&key) else {
             return;
         };
         if run.admitted > run.handed {
             run.admitted -= 1;
         }
-        // A run that never had a QP and has nothing on its way ends now:
-        // kept, its lease and slot would wait out the idle limit, shutting
-        // others out, and a client that failed its startup again and again
-        // kept them so.
-        if run.admitted == 0 && run.handed == 0 && run.open == 0 {
+        let unused = run.admitted == 0 && run.handed == 0;
+        let done = run.last_seen && run.admitted == run.handed;
+        if run.open == 0 && (unused || done) {
             if let Some(run) = runs.by_id.remove(&key) {
                 runs.dirty.push((run.offset, run.len));
-                self.end_run(&mut runs, key, run);
+                self.end_run(runs, key, run);
                 self.runs_done.fetch_add(1, Ordering::SeqCst);
             }
         }
@@ -2068,6 +2092,82 @@ mod tests {
             .unwrap();
         serving.startup_failed(second);
         assert_eq!(serving.stats().runs, 1);
+    }
+
+    /// A DDP over SCTP stream whose Initiate the control plane accepted but
+    /// that never came up on its core (its association ended before the
+    /// Accept reached the core) is taken back as an MPA startup that failed
+    /// is: a run it was the only stream of ends at once, its lease, STag
+    /// and PD back; a run whose other streams were served may take a larger
+    /// lease (it was refused one, the stream counted as on its way, until
+    /// the idle reaper ended the run), or, at its last size, ends whichever
+    /// comes first, its last close or the report.
+    #[test]
+    fn a_run_whose_only_stream_never_came_up_gives_its_lease_back_at_once() {
+        let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
+        let region = Region::new(1 << 20);
+        let serving = Serving::exposing(
+            1,
+            Admission::Many {
+                runs_max: 4,
+                idle: StdDuration::from_secs(3600),
+            },
+            Exposure {
+                registry: registry.clone(),
+                pd: registry.alloc_pd().unwrap(),
+                region: region.clone(),
+            },
+        );
+        let len = region.len();
+        let (stags, pds) = (registry.stags_in_use(), registry.pds_in_use());
+        let client = Some(("sctp", SocketAddrV4::new([10, 0, 0, 66].into(), 9899)));
+        let most = (len / 2 - 4096) as u32;
+        for _ in 0..3 {
+            serving.admit(&hello(7, most, false), len, client).unwrap();
+            serving.stream_never_up(7, Op::Write);
+            assert_eq!(serving.stats().runs, 0, "the run ended with its stream");
+            assert!(serving.scrub(&region) > u64::from(most));
+            assert_eq!(serving.stats().leased, 0);
+            assert_eq!(
+                (registry.stags_in_use(), registry.pds_in_use()),
+                (stags, pds)
+            );
+        }
+        // Run 8's first stream came up and closed; its second never came up.
+        serving.admit(&hello(8, 4096, false), len, client).unwrap();
+        serving.admit(&hello(8, 4096, false), len, client).unwrap();
+        serving.handed_local(8, Op::Write, None).unwrap();
+        serving.closed(8, Op::Write);
+        let early = serving.admit(&hello(8, 1 << 16, true), len, client);
+        assert!(early.err().unwrap().contains("larger lease"));
+        serving.stream_never_up(8, Op::Write);
+        assert_eq!(serving.stats().runs, 1, "between sizes: its client goes on");
+        serving
+            .admit(&hello(8, 1 << 16, true), len, client)
+            .expect("nothing of the smaller size is on its way");
+        // At the last size, the report before the last close or after it.
+        for report_first in [true, false] {
+            serving.admit(&hello(9, 4096, true), len, client).unwrap();
+            serving.admit(&hello(9, 4096, true), len, client).unwrap();
+            serving.handed_local(9, Op::Write, None).unwrap();
+            if report_first {
+                serving.stream_never_up(9, Op::Write);
+                assert_eq!(serving.stats().runs, 2, "its served stream is open");
+                serving.closed(9, Op::Write);
+            } else {
+                serving.closed(9, Op::Write);
+                assert_eq!(serving.stats().runs, 2, "its other stream is on its way");
+                serving.stream_never_up(9, Op::Write);
+            }
+            assert_eq!(serving.stats().runs, 1, "run 9 done");
+        }
+        // An MPA run's connections are taken back by their address only.
+        let mpa = SocketAddrV4::new([10, 0, 0, 9].into(), 1);
+        serving
+            .admit(&hello(10, 4096, true), len, Some(("mpa", mpa)))
+            .unwrap();
+        serving.stream_never_up(10, Op::Write);
+        assert_eq!(serving.stats().runs, 2, "no stream of run 10 was accepted");
     }
 
     /// One-run admission: a run whose client vanished (its only connection

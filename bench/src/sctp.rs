@@ -742,6 +742,15 @@ impl SctpServer {
                         });
                     }
                 }
+                // A stream its run was admitted that never comes up (told
+                // once per stream): the run no longer waits for it, as for
+                // an MPA startup that failed after its Accept
+                // (`Server::step`).
+                SctpEvent::AcceptedNeverUp { session } if a.serving.many() => {
+                    if let Ok(h) = ClientHello::decode(&session.peer_private_data) {
+                        a.serving.stream_never_up(h.run, h.op);
+                    }
+                }
                 _ => {}
             }
         }
@@ -1525,6 +1534,8 @@ fn connect_on<C: MessageTransport, S: MessageTransport>(
                         }
                     }
                 }
+                // The client opens every stream: it accepts none.
+                SctpEvent::AcceptedNeverUp { .. } => {}
             }
         }
         // A stream up on both ends: the association goes (ABORT).
@@ -1572,4 +1583,200 @@ fn connect_on<C: MessageTransport, S: MessageTransport>(
         interrupted: end < deadline,
         llp: "sctp",
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Condvar, Mutex};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::responder::Admission;
+    use crate::spec::{Mode, Op};
+
+    /// A client's RNIC and an appliance's DDP over SCTP listener on the
+    /// embedded link, turned on this thread.
+    struct Ends {
+        client: SctpEndpoint,
+        carrier: Stack<LinkEnd>,
+        server: SctpServer,
+        transport: Stack<LinkEnd>,
+    }
+
+    impl Ends {
+        /// Turns both until `done`, failing after 10 s.
+        fn until(&mut self, what: &str, mut done: impl FnMut(&mut Ends) -> bool) {
+            let start = StdInstant::now();
+            while !done(self) {
+                assert!(start.elapsed() < SETUP_LIMIT, "{what}: not within 10 s");
+                self.client.turn(&mut self.carrier);
+                let _ = self.server.step(&mut self.transport);
+            }
+        }
+
+        /// An association from the client, up at both ends.
+        fn associate(&mut self) -> AssocId {
+            let to = self.server.local(&self.transport).unwrap();
+            let assoc = self.client.core.connect(now(), to).unwrap();
+            self.until("the association", |e| {
+                let up = |ev: &SctpEvent| matches!(ev, SctpEvent::AssociationUp { assoc: a, .. } if *a == assoc);
+                e.client.events.iter().any(up)
+                    && e.server.serving.as_ref().unwrap().peers.len() == 1
+            });
+            self.client.events.clear();
+            assoc
+        }
+
+        /// Stream `stream` of `assoc` for QP `qi` of `qps` of run 7's
+        /// Writes of `size` octets.
+        fn open(
+            &mut self,
+            assoc: AssocId,
+            stream: u16,
+            (qi, qps): (u16, u16),
+            size: u32,
+            last: bool,
+        ) -> QpHandle {
+            let hello = ClientHello {
+                op: Op::Write,
+                mode: Mode::Bandwidth,
+                size,
+                depth: 4,
+                qi,
+                qps,
+                last,
+                urgent: false,
+                stag: self.client.mr.stag,
+                to: self.client.mr.base_to,
+                run: 7,
+            };
+            self.client
+                .core
+                .open_stream(now(), assoc, stream, &hello.encode())
+                .unwrap()
+        }
+    }
+
+    /// A DDP over SCTP stream the control plane accepted for a client's
+    /// run, whose association ended before the Accept reached the stream's
+    /// core, never came up: its run takes it back, once, as it takes back
+    /// an MPA connection whose startup failed after its Accept. It was
+    /// counted as on its way for good, so the run refused a larger size
+    /// (its smaller one's streams not all done) until the idle reaper gave
+    /// the whole run up. The control plane's thread holds the second
+    /// stream's Accept here until the association is gone, as a busy
+    /// control plane may by itself.
+    #[test]
+    fn a_stream_whose_association_ended_before_its_accept_arrived_is_not_waited_for() {
+        let config = RigConfig {
+            crc: false,
+            markers: false,
+            mtu: 1500,
+            memory: 1 << 20,
+            port: 0,
+            sw_checksums: false,
+            loss: 0.0,
+            direct_receive: true,
+        };
+        let (mut carrier, mut transport) = embedded_stacks(&config).unwrap();
+        let host = Host::new(1, 2);
+        let (region, mr) = host.register(config.memory);
+        let idle = Duration::from_secs(3600);
+        let serving = Serving::with(
+            1,
+            Admission::Many { runs_max: 4, idle },
+            config.memory as u64,
+        );
+        // Accepts so far, and whether the second may go back to the core.
+        let gate = Arc::new((Mutex::new((0u32, false)), Condvar::new()));
+        let hook: EventHook = {
+            let gate = gate.clone();
+            Arc::new(move |event| {
+                if !matches!(event, ServerEvent::Accepted { .. }) {
+                    return;
+                }
+                let (lock, opened) = &*gate;
+                let mut g = lock.lock().unwrap();
+                g.0 += 1;
+                let start = StdInstant::now();
+                while g.0 == 2 && !g.1 && start.elapsed() < SETUP_LIMIT {
+                    g = opened.wait_timeout(g, Duration::from_millis(10)).unwrap().0;
+                }
+            })
+        };
+        let listen = SctpListen::bench(SERVER_UDP_PORT, config.mtu);
+        let server = SctpServer::serving(
+            &mut transport,
+            &listen,
+            &host,
+            (0, 0),
+            region,
+            mr,
+            &serving,
+            Some(hook),
+        )
+        .unwrap();
+        let client =
+            SctpEndpoint::new(&mut carrier, 0, config.mtu, config.memory, 11, false).unwrap();
+        let mut ends = Ends {
+            client,
+            carrier,
+            server,
+            transport,
+        };
+        let assoc = ends.associate();
+        // Run 7's first stream comes up.
+        let first = ends.open(assoc, 0, (0, 2), 4096, false);
+        ends.until("the first stream", |e| {
+            e.client.live.contains(&first) && e.server.connections().count() == 1
+        });
+        // Its second is accepted, and its Accept held.
+        ends.open(assoc, 1, (1, 2), 4096, false);
+        ends.until("the second stream's Accept", |_| {
+            gate.0.lock().unwrap().0 == 2
+        });
+        ends.client.core.abort(assoc);
+        ends.until("the association's end at the server", |e| {
+            e.server.serving.as_ref().unwrap().peers.is_empty() && e.server.open().1 == 0
+        });
+        assert_eq!(ends.server.served(), 1, "the second stream never came up");
+        gate.0.lock().unwrap().1 = true;
+        gate.1.notify_all();
+        // A larger size of the run: refused while the second stream counts
+        // as on its way, admitted once the core heard of its Accept.
+        let assoc = ends.associate();
+        let mut stream = 0;
+        let larger = loop {
+            let qp = ends.open(assoc, stream, (0, 1), 1 << 16, true);
+            stream += 1;
+            ends.until("the larger size's answer", |e| {
+                e.client.live.contains(&qp)
+                    || e.client
+                        .events
+                        .iter()
+                        .any(|ev| matches!(ev, SctpEvent::StreamRejected { .. }))
+            });
+            if ends.client.live.contains(&qp) {
+                break qp;
+            }
+            let why = ends.client.events.iter().find_map(|ev| match ev {
+                SctpEvent::StreamRejected { rejected, .. } => {
+                    Some(crate::hello::decode_reject(&rejected.private_data))
+                }
+                _ => None,
+            });
+            assert!(
+                stream < 50,
+                "the larger size is still refused: {}",
+                why.unwrap_or_default()
+            );
+            ends.client.events.clear();
+        };
+        // The run ends with its last size's stream: nothing else of it is
+        // counted as on its way (its second stream was taken back once).
+        ends.client.core.close_stream(larger);
+        ends.until("the run's end", |e| e.server.open().1 == 0);
+        assert_eq!(serving.stats().runs, 0, "{:?}", serving.stats());
+        assert_eq!(serving.runs_done(), 1);
+    }
 }

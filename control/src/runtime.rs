@@ -84,7 +84,9 @@
 //! [`crate::session::OUTBOX_MESSAGES_MAX`] messages and its end, so the
 //! startups bound both backlogs as above. A stream whose end the core asks
 //! while its result is already on the way comes back with that result,
-//! which the core then ends itself (a Session Terminate).
+//! which the core then ends itself (a Session Terminate); one gone with its
+//! association comes back only if the peer opened it and its result was
+//! `Established` (the ULP accepted a stream that never comes up).
 //!
 //! This module is the crate's one exception to sans-IO (STYLE.md §1.1): it
 //! starts a thread and reads the clock. The state machines it drives are in
@@ -1310,7 +1312,11 @@ impl CoreLink {
     /// its establishment had ended already: then its result is on the way
     /// (possibly `Established`), and the core must end the stream itself
     /// when it arrives. Asked once; again is a no-op. Without `terminate`,
-    /// the stream is gone with its association and nothing more comes back.
+    /// the stream is gone with its association and nothing more comes back,
+    /// but for a stream the peer opened whose establishment had ended
+    /// `Established` already: that `Done` still comes (without its
+    /// messages), for the ULP that accepted it may hold something the core
+    /// gives back then.
     pub fn end_session(&mut self, id: SessionId, terminate: bool) {
         let Some((_, ending, _)) = self.sessions.get_mut(&id) else {
             return;
@@ -1395,6 +1401,20 @@ impl CoreLink {
                         let action = SessionAction::Send { id, ppid, message };
                         self.session_actions.push_back(action);
                     }
+                    self.session_actions
+                        .push_back(SessionAction::Done { id, result });
+                } else if matches!(
+                    &result,
+                    SessionResult::Established { machine, .. }
+                        if matches!(**machine, Session::Responder(_))
+                ) {
+                    // A stream the peer opened, whose association ended
+                    // here (`end_session` without `terminate`) after the ULP
+                    // had accepted it (RFC 5043 §6.2-§6.3): the core hears
+                    // so, once, to give back what the ULP set aside for it
+                    // (a client run's admission waited for a stream that
+                    // never comes up). Its last messages have no association
+                    // to go on.
                     self.session_actions
                         .push_back(SessionAction::Done { id, result });
                 }

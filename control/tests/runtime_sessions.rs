@@ -367,6 +367,55 @@ fn an_end_asked_after_establishment_ended_leaves_the_result_to_the_core() {
     assert!(plane.listen_sessions(0, bad, refuse).is_err());
 }
 
+/// A stream the peer opened that goes with its association while the
+/// control plane's answer is on its way (the core ends it without a Session
+/// Terminate): nothing comes back for it but an Accept's `Established`,
+/// once and without its messages. The ULP that accepted may hold something
+/// for the stream (a client run's admission), which the core gives back
+/// only once it hears.
+#[test]
+fn a_peer_opened_stream_gone_with_its_association_comes_back_only_if_accepted() {
+    let (plane, mut links) = ControlPlane::start(1);
+    let _seen = listen(&plane, 0);
+    let link = &mut links[0];
+    until_listening(link);
+    // Each decided before the core ends it: its answer is on the way.
+    let decided = |plane: &ControlPlane, n: u64| {
+        let start = StdInstant::now();
+        while plane.stats().established + plane.stats().rejected < n {
+            assert!(start.elapsed() < LIMIT);
+            std::thread::yield_now();
+        }
+    };
+    let (_, (ppid, initiate)) = initiator(b"maybe");
+    let rejected = link.initiated_session(peer(), ppid, &initiate).unwrap();
+    decided(&plane, 1);
+    link.end_session(rejected, false);
+    let (_, (ppid, initiate)) = initiator(b"yes");
+    let accepted = link.initiated_session(peer(), ppid, &initiate).unwrap();
+    decided(&plane, 2);
+    link.end_session(accepted, false);
+    assert_eq!(link.sessions_in_establishment(), 0);
+    // The Reject's end, first on the way, would be an action for another
+    // stream.
+    let (sent, result) = until_done(link, accepted);
+    assert!(
+        sent.is_empty(),
+        "its Enhanced Accept has nowhere to go: {sent:?}"
+    );
+    let SessionResult::Established { session, .. } = result else {
+        panic!("{result:?}");
+    };
+    assert_eq!(session.peer_private_data, b"yes");
+    let start = StdInstant::now();
+    while start.elapsed() < StdDuration::from_millis(50) {
+        link.poll_sessions();
+        assert!(link.next_session_action().is_none(), "once");
+    }
+    let stats = plane.stop();
+    assert_eq!((stats.established, stats.rejected), (1, 1));
+}
+
 /// One peer's address holds at most `startups_per_peer_max` of a core's
 /// places for streams in establishment (as for MPA startups; a review
 /// found streams counted only per core, so one peer could hold them all),

@@ -216,6 +216,18 @@ pub enum SctpEvent {
         /// The RDMAP Terminate the QP sent or received, if one ended it.
         terminate: Option<QpEvent>,
     },
+    /// A stream the peer opened, whose Initiate the ULP accepted (RFC 5043
+    /// §6.2-§6.3), ended before it came up here: no `StreamUp` came or comes
+    /// for it (its association ended before the control plane's answer
+    /// reached this core, it was ending meanwhile, or its QP could not join
+    /// its PD or be connected). Once per such stream, after its
+    /// `StreamEnded`, so that a ULP that set something aside when it
+    /// accepted (a client run's admission) gives it back.
+    AcceptedNeverUp {
+        /// What the control plane established: the peer's private data
+        /// says what the ULP accepted.
+        session: Established,
+    },
 }
 
 /// Why [`SctpCore::open_stream`] refused.
@@ -1195,6 +1207,13 @@ impl SctpUnit {
                 }
                 SessionAction::Done { id, result } => {
                     let Some(index) = self.by_session.remove(&id) else {
+                        // It ended here with its association, in
+                        // establishment: the link hands on only a stream the
+                        // peer opened and the ULP accepted.
+                        if let SessionResult::Established { session, .. } = result {
+                            self.events
+                                .push_back(SctpEvent::AcceptedNeverUp { session });
+                        }
                         continue;
                     };
                     self.handed_back(index, result);
@@ -1237,12 +1256,20 @@ impl SctpUnit {
             return;
         }
         match result {
-            SessionResult::Established { mut machine, .. } if stream.ending => {
+            SessionResult::Established {
+                session,
+                mut machine,
+            } if stream.ending => {
                 // Up at the control plane just as the core asked to end it:
                 // the stream ends here, with a Session Terminate.
                 machine.terminate();
                 stream.control = Control::Here(machine);
+                let passive = !stream.outbound;
                 self.end_stream(index, None);
+                if passive {
+                    self.events
+                        .push_back(SctpEvent::AcceptedNeverUp { session });
+                }
             }
             SessionResult::Established { session, machine } => {
                 stream.control = Control::Here(machine);
@@ -1310,7 +1337,12 @@ impl SctpUnit {
             if let Control::Here(machine) = &mut stream.control {
                 machine.fail_local();
             }
+            let passive = !stream.outbound;
             self.end_stream(index, None);
+            if passive {
+                self.events
+                    .push_back(SctpEvent::AcceptedNeverUp { session });
+            }
             return;
         }
         stream.up = true;
@@ -1365,7 +1397,7 @@ impl SctpUnit {
         // `Rnic::create_qp` hands a new QP only after every other free one
         // (at once only when every other slot is taken: then one of them
         // may be taken for the new QP's; `Core::end` instead drops an
-        // ending QP's completions).
+        // ending QP's flushes and keeps it until the rest are polled).
         let _ = self.rnic.destroy_qp(qp);
         self.events.push_back(SctpEvent::StreamEnded {
             assoc: stream.assoc,

@@ -944,3 +944,99 @@ fn each_stream_joins_the_pd_its_ulp_picks() {
     net.b.region.read(0, &mut got).unwrap();
     assert_eq!(got, [0x3C; 64], "nothing from the other stream");
 }
+
+/// A stream the peer opened whose Initiate the ULP accepted, but that never
+/// came up here, is told once (`SctpEvent::AcceptedNeverUp`, with what the
+/// ULP accepted), so that the ULP gives back what it set aside for it (a
+/// client run's admission): one whose QP the PD choice refused, one that
+/// ended in establishment (more early octets than it may hold) before the
+/// Accept arrived, and one whose association ended before the Accept
+/// arrived (the link dropped that Accept: nobody heard of it). A stream
+/// that came up, and the initiator's streams, are not told.
+#[test]
+fn an_accepted_stream_that_never_came_up_is_told_once() {
+    use dataplane::PdChoice;
+    use std::sync::mpsc;
+    let (entered, held_at) = mpsc::channel::<()>();
+    let (release, held) = mpsc::channel::<()>();
+    // The ULP answers a "held" stream once the test lets it: the stream
+    // stays in establishment meanwhile.
+    let ulp: OnInitiate = Box::new(move |request, _| {
+        if request.private_data.starts_with(b"held") {
+            let _ = entered.send(());
+            let _ = held.recv_timeout(std::time::Duration::from_secs(10));
+        }
+        Decision::Accept(Accept::default())
+    });
+    let mut net = Net::with_ulp(|c| c.early_octets_max = 4000, Some(ulp));
+    net.b.core.set_pd_for(Box::new(|session, _| {
+        match session.peer_private_data.as_slice() {
+            b"none" => PdChoice::Refuse,
+            _ => PdChoice::Default,
+        }
+    }));
+    let never_up = |side: &Side<Stack<LinkEnd>>| -> Vec<Vec<u8>> {
+        let told = side.events.iter().filter_map(|e| match e {
+            SctpEvent::AcceptedNeverUp { session } => Some(session.peer_private_data.clone()),
+            _ => None,
+        });
+        told.collect()
+    };
+    let assoc = net.associate();
+    for (stream, hello) in [(0, &b"up"[..]), (1, b"none")] {
+        net.a
+            .core
+            .open_stream(net.now, assoc, stream, hello)
+            .unwrap();
+    }
+    net.run_until(Duration::from_secs(5), |net| {
+        net.b.stream_up().len() == 1 && !never_up(&net.b).is_empty()
+    });
+    // An Initiate (unenhanced, RFC 5043 §6.2) and four Segments of 1,400
+    // octets behind it: more octets than the bound.
+    let initiate = |hello: &[u8]| [&[0, 0, 0, 1][..], hello].concat();
+    net.a
+        .core
+        .inject_message(assoc, 2, 17, &initiate(b"held: early"))
+        .unwrap();
+    for ssn in 0..4u8 {
+        let mut segment = vec![0u8; 1400];
+        segment[1] = ssn;
+        net.a.core.inject_message(assoc, 2, 16, &segment).unwrap();
+    }
+    net.run_until(Duration::from_secs(5), |net| {
+        net.b.core.counters().early_held >= 2
+    });
+    let end = net.now + Duration::from_millis(1);
+    net.run_until(Duration::from_secs(1), |net| net.now >= end);
+    held_at
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .unwrap();
+    release.send(()).unwrap();
+    net.run_until(Duration::from_secs(5), |net| never_up(&net.b).len() == 2);
+    // The association ends while the ULP holds its answer to stream 4.
+    net.a
+        .core
+        .inject_message(assoc, 4, 17, &initiate(b"held: gone"))
+        .unwrap();
+    net.run_until(Duration::from_secs(5), |_| held_at.try_recv().is_ok());
+    net.a.core.abort(assoc);
+    net.run_until(Duration::from_secs(5), |net| {
+        net.b
+            .events
+            .iter()
+            .any(|e| matches!(e, SctpEvent::AssociationEnded { .. }))
+    });
+    release.send(()).unwrap();
+    net.run_until(Duration::from_secs(5), |net| never_up(&net.b).len() == 3);
+    let end = net.now + Duration::from_millis(10);
+    net.run_until(Duration::from_secs(1), |net| net.now >= end);
+    assert_eq!(
+        never_up(&net.b),
+        [&b"none"[..], b"held: early", b"held: gone"],
+        "{:?}",
+        net.b.events
+    );
+    assert!(never_up(&net.a).is_empty(), "{:?}", net.a.events);
+    assert_eq!(net.b.plane.stats().established, 4);
+}
