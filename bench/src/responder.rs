@@ -1907,14 +1907,16 @@ mod tests {
     /// A server of one core and up to 4 runs at once over 1 MiB that
     /// exposes each run's lease (no idle limit), its registry and memory.
     fn exposing_serving() -> (Arc<Serving>, Arc<Registry>, Arc<Region>) {
+        exposing_serving_idle(StdDuration::ZERO)
+    }
+
+    /// [`exposing_serving`] with an idle limit of `idle`.
+    fn exposing_serving_idle(idle: StdDuration) -> (Arc<Serving>, Arc<Registry>, Arc<Region>) {
         let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
         let region = Region::new(1 << 20);
         let serving = Serving::exposing(
             1,
-            Admission::Many {
-                runs_max: 4,
-                idle: StdDuration::ZERO,
-            },
+            Admission::Many { runs_max: 4, idle },
             Exposure {
                 registry: registry.clone(),
                 pd: registry.alloc_pd().unwrap(),
@@ -2048,20 +2050,7 @@ mod tests {
     /// from others: found by a review).
     #[test]
     fn a_run_whose_only_startup_failed_gives_its_lease_back_at_once() {
-        let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
-        let region = Region::new(1 << 20);
-        let serving = Serving::exposing(
-            1,
-            Admission::Many {
-                runs_max: 4,
-                idle: StdDuration::from_secs(3600),
-            },
-            Exposure {
-                registry: registry.clone(),
-                pd: registry.alloc_pd().unwrap(),
-                region: region.clone(),
-            },
-        );
+        let (serving, registry, region) = exposing_serving_idle(StdDuration::from_secs(3600));
         let len = region.len();
         let (stags, pds) = (registry.stags_in_use(), registry.pds_in_use());
         let greedy = SocketAddrV4::new([10, 0, 0, 66].into(), 1);
@@ -2104,20 +2093,7 @@ mod tests {
     /// comes first, its last close or the report.
     #[test]
     fn a_run_whose_only_stream_never_came_up_gives_its_lease_back_at_once() {
-        let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
-        let region = Region::new(1 << 20);
-        let serving = Serving::exposing(
-            1,
-            Admission::Many {
-                runs_max: 4,
-                idle: StdDuration::from_secs(3600),
-            },
-            Exposure {
-                registry: registry.clone(),
-                pd: registry.alloc_pd().unwrap(),
-                region: region.clone(),
-            },
-        );
+        let (serving, registry, region) = exposing_serving_idle(StdDuration::from_secs(3600));
         let len = region.len();
         let (stags, pds) = (registry.stags_in_use(), registry.pds_in_use());
         let client = Some(("sctp", SocketAddrV4::new([10, 0, 0, 66].into(), 9899)));
