@@ -6621,6 +6621,28 @@ fn test_held_chunks_are_bounded() -> Result<()> {
     );
     assert_eq!(b.streams[&0].reassembly_queue.held_chunks(), max as usize);
 
+    // Zero-length fragments take the window the same way, and end it the same way (they closed
+    // it for good, the association not ended: found by a review). A window not a multiple of 64
+    // is full at the bound too (it showed up to 63 octets open there).
+    for window in [64 * 1024, 64 * 1024 + 63] {
+        let mut z = established_receiver(4, window);
+        let max = z.held_chunks_max() as u32;
+        let mut empty = fragment(0);
+        empty.user_data = Bytes::new();
+        for tsn in 1..max {
+            empty.tsn = tsn;
+            z.handle_data(&empty)?;
+        }
+        assert!(z.get_my_receiver_window_credit() > 0, "{window}");
+        empty.tsn = max;
+        assert_eq!(
+            z.handle_data(&empty).unwrap_err(),
+            Error::ErrReceiveBufferExhausted,
+            "{window}"
+        );
+        assert_eq!(z.get_my_receiver_window_credit(), 0, "{window}");
+    }
+
     // At the bound, a lost message's retransmission (below the highest TSN received) passes
     // and releases the ordered ones held behind it. TSN 1: a fragment that never completes,
     // on stream 1; TSN 2 (SSN 0) lost; TSNs 3.. (SSN 1..) held behind it.
@@ -6693,6 +6715,58 @@ fn test_tiny_messages_close_the_window_before_the_bound() -> Result<()> {
         a.handle_data(&message(tsn))?;
         assert_eq!(a.peer_last_tsn, tsn);
     }
+    Ok(())
+}
+
+// dpwarp: the sending side of change 27: each chunk takes at least `CHUNK_WINDOW_CHARGE` octets
+// of the peer's window, as our receiver charges it. Counted by their octets, one-octet messages
+// overran such a receiver's window 64 times over (a window of 640 octets took 10 of them; 20
+// were sent), and the receiver dropped the rest.
+#[test]
+fn test_tiny_messages_are_sent_within_the_window_the_receiver_charges() -> Result<()> {
+    let window = 10 * CHUNK_WINDOW_CHARGE as u32;
+    let mut a = Association {
+        state: AssociationState::Established,
+        my_next_tsn: 1,
+        cumulative_tsn_ack_point: 0,
+        max_send_message_size: 100,
+        max_payload_size: 1200,
+        cwnd: 1 << 20,
+        rwnd: window,
+        mtu: 1400,
+        ..Default::default()
+    };
+    a.create_stream(1, false, PayloadProtocolIdentifier::Binary)
+        .unwrap();
+    let mut stream = a.stream(1)?;
+    stream.set_reliability_params(true, ReliabilityType::Reliable, 0)?;
+    for _ in 0..20 {
+        stream.write(b"x")?;
+    }
+    let now = Instant::now();
+    let sent = a.pop_pending_data_chunks_to_send(now);
+    assert_eq!(sent.len(), 10, "as many as the receiver takes");
+    assert_eq!(a.rwnd, 0);
+    // A SACK acknowledging none of them, with the window the receiver had: nothing more fits.
+    a.handle_sack(
+        &ChunkSelectiveAck {
+            cumulative_tsn_ack: 0,
+            advertised_receiver_window_credit: window,
+            ..Default::default()
+        },
+        now,
+    )?;
+    assert_eq!(a.rwnd, 0, "ten chunks in flight take the window");
+    // Acknowledged and read there: the rest go.
+    a.handle_sack(
+        &ChunkSelectiveAck {
+            cumulative_tsn_ack: 10,
+            advertised_receiver_window_credit: window,
+            ..Default::default()
+        },
+        now,
+    )?;
+    assert_eq!(a.pop_pending_data_chunks_to_send(now).len(), 10);
     Ok(())
 }
 

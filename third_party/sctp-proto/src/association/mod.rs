@@ -872,12 +872,15 @@ impl Association {
     }
 
     fn receive_capacity_exhausted(&self) -> bool {
+        // dpwarp: any chunk held counts, of any length (`window_charge`):
+        // zero-length chunks, which take the window too (change 27), closed
+        // it for good without ending anything (found by a review).
         self.get_my_receiver_window_credit() == 0
             && (!self.deferred_reset_data.is_empty()
                 || self
                     .streams
                     .values()
-                    .any(|s| s.get_num_bytes_in_reassembly_queue() > 0))
+                    .any(|s| s.reassembly_queue.window_charge() > 0))
             && self.payload_queue.is_empty()
             && !self.streams.values().any(|s| {
                 matches!(
@@ -2935,7 +2938,14 @@ impl Association {
         //       TSN Ack and the Gap Ack Blocks.
 
         // bytes acked were already subtracted by markAsAcked() method
-        let bytes_outstanding = self.outbound_queue.inflight_bytes() as u32;
+        // dpwarp: each chunk in flight counted as at least
+        // `CHUNK_WINDOW_CHARGE` octets, as our receiver charges it
+        // (change 27; chunks gap-acknowledged count too, which errs on
+        // the safe side).
+        let bytes_outstanding =
+            self.outbound_queue
+                .inflight_bytes()
+                .max(CHUNK_WINDOW_CHARGE * self.outbound_queue.inflight_len()) as u32;
         if bytes_outstanding >= d.advertised_receiver_window_credit {
             self.rwnd = 0;
         } else {
@@ -3910,7 +3920,13 @@ impl Association {
     /// of DDP's smallest, a header and a few octets, with the DATA chunk's
     /// own header), at least 1,024.
     fn receive_tsns_ahead_max(&self) -> u32 {
-        (self.max_receive_buffer_size / 64).max(1024)
+        // Rounded up, so that at the held-chunk bound the chunks' charge
+        // (change 27) fills the window whatever its size: rounded down, a
+        // window not a multiple of 64 still showed up to 63 octets open
+        // there (found by a review).
+        self.max_receive_buffer_size
+            .div_ceil(CHUNK_WINDOW_CHARGE as u32)
+            .max(1024)
     }
 
     /// dpwarp: the most chunks the streams' reassembly queues and the deferred reset data hold waiting
@@ -4516,11 +4532,17 @@ impl Association {
                     break; // would exceeds cwnd
                 }
 
-                if data_len > self.rwnd as usize {
+                // dpwarp: a chunk takes at least `CHUNK_WINDOW_CHARGE`
+                // octets of the peer's window, as our receiver charges it
+                // (change 27): counted by its octets, messages of a few
+                // octets overran such a receiver's window, which dropped
+                // them and had them sent again.
+                let charge = data_len.max(CHUNK_WINDOW_CHARGE);
+                if charge > self.rwnd as usize {
                     break; // no more rwnd
                 }
 
-                self.rwnd -= data_len as u32;
+                self.rwnd -= charge as u32;
 
                 if let Some(chunk) = self.send_next_data_chunk(now) {
                     chunks.push(chunk);

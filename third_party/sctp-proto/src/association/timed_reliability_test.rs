@@ -9,7 +9,9 @@ fn timed_fixture(unordered: bool) -> Association {
         max_receive_message_size: 100,
         max_payload_size: 4,
         cwnd: 100,
-        rwnd: 100,
+        // dpwarp: room for the fixture's 4-octet chunks, each of which takes
+        // `CHUNK_WINDOW_CHARGE` octets of the peer's window (change 27).
+        rwnd: 100 * CHUNK_WINDOW_CHARGE as u32,
         mtu: 1400,
         ..Default::default()
     };

@@ -123,7 +123,6 @@ impl TimerTable {
         self.no_error_count[timer as usize] = false;
     }
 
-    /// Clear peer error accounting without changing the recovery deadline.
     /// dpwarp: `rto` doubled once for each expiry of `timer` counted before the last (up to
     /// RTO.Max), as `start` backs off the retransmission timers: the heartbeat's RTO, backed
     /// off for each HEARTBEAT unanswered before the one just sent (RFC 9260 §8.3).
@@ -132,6 +131,7 @@ impl TimerTable {
         calculate_next_timeout(rto, unanswered, self.rto_max)
     }
 
+    /// Clear peer error accounting without changing the recovery deadline.
     pub fn reset_retrans(&mut self, timer: Timer) {
         self.retrans[timer as usize] = 0;
     }
