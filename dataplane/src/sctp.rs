@@ -1208,11 +1208,16 @@ impl SctpUnit {
                 SessionAction::Done { id, result } => {
                     let Some(index) = self.by_session.remove(&id) else {
                         // It ended here with its association, in
-                        // establishment: the link hands on only a stream the
-                        // peer opened and the ULP accepted.
-                        if let SessionResult::Established { session, .. } = result {
-                            self.events
-                                .push_back(SctpEvent::AcceptedNeverUp { session });
+                        // establishment. Only a stream the peer opened and
+                        // the ULP accepted is told: the link hands on such a
+                        // Done after the end, but one it had taken before
+                        // (in this turn, ahead of the ABORT) may be any
+                        // stream's, ours too (found by a review).
+                        if let SessionResult::Established { session, machine } = result {
+                            if matches!(*machine, Session::Responder(_)) {
+                                self.events
+                                    .push_back(SctpEvent::AcceptedNeverUp { session });
+                            }
                         }
                         continue;
                     };

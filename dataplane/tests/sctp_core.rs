@@ -945,6 +945,61 @@ fn each_stream_joins_the_pd_its_ulp_picks() {
     assert_eq!(got, [0x3C; 64], "nothing from the other stream");
 }
 
+/// A stream this side opened whose association ends in the turn its
+/// control plane's Done (Established) is taken: the stream ends with its
+/// association, and is not told as an accepted stream that never came up
+/// (that is for streams the peer opened; found by a review: the initiator's
+/// Done, taken by the link as any, was told so).
+#[test]
+fn an_opened_stream_ended_with_its_association_is_not_told_accepted() {
+    let mut net = Net::new(|_| {});
+    let assoc = net.associate();
+    let theirs = net
+        .b
+        .events
+        .iter()
+        .find_map(|e| match e {
+            SctpEvent::AssociationUp { assoc, .. } => Some(*assoc),
+            _ => None,
+        })
+        .expect("b's association");
+    net.a.core.open_stream(net.now, assoc, 0, b"mine").unwrap();
+    // Turns until a's control plane has established the stream (its Done on
+    // the way to a's core, not taken: that takes a turn of a's), with time
+    // for the plane's thread between turns.
+    let start = std::time::Instant::now();
+    while net.a.plane.stats().established == 0 {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10));
+        net.a.turn(net.now);
+        net.b.turn(net.now);
+        net.now += Duration::from_micros(10);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(net.a.stream_up().is_empty(), "the Done is not taken yet");
+    // b ends the association; its ABORT reaches a, which then turns once:
+    // the Done and the ABORT in the same turn.
+    net.b.core.abort(theirs);
+    for _ in 0..100 {
+        net.b.turn(net.now);
+        net.now += Duration::from_micros(10);
+    }
+    net.a.turn(net.now);
+    net.run_until(Duration::from_secs(1), |net| {
+        net.a
+            .events
+            .iter()
+            .any(|e| matches!(e, SctpEvent::AssociationEnded { .. }))
+    });
+    assert!(
+        !net.a
+            .events
+            .iter()
+            .any(|e| matches!(e, SctpEvent::AcceptedNeverUp { .. })),
+        "{:?}",
+        net.a.events
+    );
+}
+
 /// A stream the peer opened whose Initiate the ULP accepted, but that never
 /// came up here, is told once (`SctpEvent::AcceptedNeverUp`, with what the
 /// ULP accepted), so that the ULP gives back what it set aside for it (a
