@@ -275,8 +275,9 @@ pub struct CoreCounters {
     /// Completions lost because the application had not polled: an end
     /// reads its QP's CQs out into the core's keeping, which holds at
     /// most a CQ's capacity of each CQ's completions; past that the
-    /// newest are dropped, as a full CQ drops them (`Cq::overflowed`; an
-    /// ibverbs CQ overflows, it does not grow).
+    /// newest are dropped, as a full CQ drops them, and the CQ says so as
+    /// a full one does (`Cq::overflowed`; an ibverbs CQ overflows, it does
+    /// not grow).
     pub completions_lost: u64,
     /// Turns run while an urgent connection lived ([`Core::set_urgent`]).
     pub turns_beside_urgent: u64,
@@ -1334,6 +1335,9 @@ impl<T: CoreTransport> Core<T> {
                 }
                 if kept >= capacity {
                     self.counters.completions_lost += 1;
+                    if let Ok(ring) = self.rnic.cq(cq) {
+                        ring.note_overflow();
+                    }
                     continue;
                 }
                 self.pending.push_back((cq, *wc));

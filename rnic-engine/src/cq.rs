@@ -146,6 +146,14 @@ impl Cq {
         self.overflowed
     }
 
+    /// Remembers that a completion read out of this queue was lost before
+    /// its consumer took it, as one pushed to a full ring is: for a
+    /// consumer-side keeper of completions with a bound of its own (the
+    /// data plane's core keeps a CQ's completions across a QP's end).
+    pub fn note_overflow(&mut self) {
+        self.overflowed = true;
+    }
+
     /// Adds a completion; false (and remembered) when the ring is full.
     pub(crate) fn push(&mut self, wc: Wc) -> bool {
         if self.len == self.ring.len() {
