@@ -886,6 +886,10 @@ fn run_sctp(
     stop: &AtomicBool,
 ) -> Result<Vec<Report>, String> {
     let config = rig_config(args, plan);
+    // Both RNICs run on this thread: `-l`'s first CPU (it was ignored).
+    if let Some(cpus) = args.link.cpus()? {
+        dataplane::lcore::enter_for_life(cpus.first().copied(), None)?;
+    }
     let mut reports = match transport {
         TransportKind::Embedded => sweep(
             &mut bench::sctp::embedded(&config)?,
@@ -966,8 +970,16 @@ fn run_transport(
     let place = |cores: &[usize]| -> (Option<usize>, Option<usize>) {
         (cores.first().copied(), cores.get(1).copied())
     };
+    // `-l` where both RNICs share this thread: its first CPU.
+    let pinned = args.link.lcores.is_some();
     match transport {
-        TransportKind::Embedded => sweep(&mut rig::embedded(&config)?, args, plan, transport, stop),
+        TransportKind::Embedded => {
+            let mut rig = rig::embedded(&config)?;
+            if pinned {
+                rig.pin(cpus.first().copied(), None)?;
+            }
+            sweep(&mut rig, args, plan, transport, stop)
+        }
         TransportKind::Kernel => {
             // Next to a TAP or embedded run's port, never the same.
             config.port = args.port.wrapping_add(1).max(1);
@@ -975,6 +987,8 @@ fn run_transport(
             if split {
                 let (c, s) = place(&cpus);
                 rig.split(c, s, None)?;
+            } else if pinned {
+                rig.pin(cpus.first().copied(), None)?;
             }
             sweep(&mut rig, args, plan, transport, stop)
         }
@@ -984,6 +998,8 @@ fn run_transport(
             if split {
                 let (c, s) = place(&cpus);
                 rig.split(c, s, Some(info.eal))?;
+            } else if pinned {
+                rig.pin(cpus.first().copied(), Some(info.eal))?;
             }
             say_dpdk(&info, &rig);
             sweep(&mut rig, args, plan, transport, stop)
@@ -999,18 +1015,15 @@ fn run_transport(
             };
             let server = server_addr(host, args.port)?;
             if peer == PeerTransport::Kernel {
-                return sweep(
-                    &mut rig::remote(&config, server)?,
-                    args,
-                    plan,
-                    transport,
-                    stop,
-                );
+                let mut rig = rig::remote(&config, server)?;
+                if pinned {
+                    rig.pin(cpus.first().copied(), None)?;
+                }
+                return sweep(&mut rig, args, plan, transport, stop);
             }
             let (mut rig, info) = rig::remote_dpdk(&config, &args.link, peer, server)?;
-            let (c, _) = place(&cpus);
-            if args.link.lcores.is_some() {
-                dataplane::lcore::enter_for_life(c, Some(info.eal))?;
+            if pinned {
+                rig.pin(cpus.first().copied(), Some(info.eal))?;
             }
             say_dpdk(&info, &rig);
             let reports = sweep(&mut rig, args, plan, transport, stop);
@@ -1041,6 +1054,8 @@ fn namespace_run(
             let (mut rig, netns) = rig::tap(config)?;
             if split {
                 rig.split(c, s, None)?;
+            } else if args.link.lcores.is_some() {
+                rig.pin(c, None)?;
             }
             sweep_in(rig, netns, args, plan, transport, stop)
         }
@@ -1050,6 +1065,8 @@ fn namespace_run(
             info.memory = memory;
             if split {
                 rig.split(c, s, Some(eal))?;
+            } else if args.link.lcores.is_some() {
+                rig.pin(c, Some(eal))?;
             }
             say_dpdk(&info, &rig);
             sweep_in(rig, netns, args, plan, transport, stop)

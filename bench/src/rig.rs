@@ -325,6 +325,16 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
         Ok(())
     }
 
+    /// Pins this thread, on which both RNICs run (a server in this
+    /// process stays on it), to `cpu`; with `eal`, it becomes an EAL
+    /// thread. For `-l` without a core each (`--shared-core`, the
+    /// embedded link): it was ignored there.
+    pub fn pin(&mut self, cpu: Option<usize>, eal: Option<Eal>) -> Result<(), String> {
+        dataplane::lcore::enter_for_life(cpu, eal)?;
+        self.client_cpu = cpu;
+        Ok(())
+    }
+
     /// Every core's counters: the client's, and the in-process server's.
     pub fn core_reports(&self) -> Vec<CoreReport> {
         let mut out = vec![CoreReport {

@@ -946,3 +946,36 @@ fn ddp_over_sctp_over_dpdk_memif_and_ring() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `-l` where both RNICs share one thread (the embedded link, and kernel
+/// TCP with `--shared-core`) pins that thread to its first CPU, which the
+/// report names for each core (it was ignored: no core was pinned, and the
+/// report named none).
+#[test]
+fn lcores_pin_a_shared_thread() {
+    let _serial = serial();
+    let dir = std::env::temp_dir().join(format!("dpwarp-bench-lcores-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cpu = *dataplane::lcore::cpus().last().expect("a CPU");
+    let list = cpu.to_string();
+    let p = port().to_string();
+    for extra in [
+        &["--transport", "embedded"][..],
+        &["--transport", "kernel", "--shared-core"],
+    ] {
+        let json = dir.join("lcores.json");
+        let mut args = vec!["write", "-n", "300", "-l", &list, "-p", &p, "--json"];
+        args.push(json.to_str().unwrap());
+        args.extend(extra);
+        let out = finish(spawn(&args), "the run");
+        assert!(out.status.success(), "{extra:?}: {}", text(&out));
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let cores = doc["results"][0]["per_core"].as_array().unwrap().clone();
+        assert_eq!(cores.len(), 2, "{extra:?}");
+        for core in cores {
+            assert_eq!(core["cpu"], cpu, "{extra:?}: {core}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
