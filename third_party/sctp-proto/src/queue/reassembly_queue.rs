@@ -697,9 +697,9 @@ impl ReassemblyQueue {
     /// while the association held as many chunks as it would
     /// (`Association::held_chunks_max`), and had its next DATA dropped.
     /// Charged so, the window closes first, and the peer waits for it (RFC
-    /// 9260 §6.1, rule B) instead of sending what will be dropped. (Linux
-    /// likewise charges each received message's whole buffer against its
-    /// receive buffer.) Messages of 64 octets or more on average are
+    /// 9260 §6.1, rule B) instead of sending what will be dropped. (Linux's
+    /// TCP likewise counts each received buffer's overhead when it sizes
+    /// the window it offers.) Messages of 64 octets or more on average are
     /// charged their octets, as before.
     pub(crate) fn window_charge(&self) -> usize {
         let chunks = self.held_chunks() + self.unordered_ready_chunks;
