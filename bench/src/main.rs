@@ -967,9 +967,6 @@ fn run_transport(
     let cpus = args.link.cpus()?.unwrap_or_else(dataplane::lcore::cpus);
     // One pinned core per RNIC, where there are two CPUs and it is asked.
     let split = !args.shared_core && cpus.len() >= 2;
-    let place = |cores: &[usize]| -> (Option<usize>, Option<usize>) {
-        (cores.first().copied(), cores.get(1).copied())
-    };
     // `-l` where both RNICs share this thread: its first CPU.
     let pinned = args.link.lcores.is_some();
     match transport {
@@ -984,23 +981,13 @@ fn run_transport(
             // Next to a TAP or embedded run's port, never the same.
             config.port = args.port.wrapping_add(1).max(1);
             let mut rig = rig::kernel(&config)?;
-            if split {
-                let (c, s) = place(&cpus);
-                rig.split(c, s, None)?;
-            } else if pinned {
-                rig.pin(cpus.first().copied(), None)?;
-            }
+            rig.place(&cpus, split, pinned, None)?;
             sweep(&mut rig, args, plan, transport, stop)
         }
         TransportKind::Memif | TransportKind::Ring => {
             let memif = transport == TransportKind::Memif;
             let (mut rig, info) = rig::dpdk_pair(&config, &args.link, memif)?;
-            if split {
-                let (c, s) = place(&cpus);
-                rig.split(c, s, Some(info.eal))?;
-            } else if pinned {
-                rig.pin(cpus.first().copied(), Some(info.eal))?;
-            }
+            rig.place(&cpus, split, pinned, Some(info.eal))?;
             say_dpdk(&info, &rig);
             sweep(&mut rig, args, plan, transport, stop)
         }
@@ -1048,26 +1035,17 @@ fn namespace_run(
     cpus: &[usize],
     stop: &AtomicBool,
 ) -> Result<Vec<Report>, String> {
-    let (c, s) = (cpus.first().copied(), cpus.get(1).copied());
     match (transport, eal) {
         (TransportKind::Tap, _) => {
             let (mut rig, netns) = rig::tap(config)?;
-            if split {
-                rig.split(c, s, None)?;
-            } else if args.link.lcores.is_some() {
-                rig.pin(c, None)?;
-            }
+            rig.place(cpus, split, args.link.lcores.is_some(), None)?;
             sweep_in(rig, netns, args, plan, transport, stop)
         }
         (_, Some((eal, memory))) => {
             let af_packet = transport == TransportKind::AfPacket;
             let (mut rig, netns, mut info) = rig::dpdk_kernel(config, &args.link, eal, af_packet)?;
             info.memory = memory;
-            if split {
-                rig.split(c, s, Some(eal))?;
-            } else if args.link.lcores.is_some() {
-                rig.pin(c, Some(eal))?;
-            }
+            rig.place(cpus, split, args.link.lcores.is_some(), Some(eal))?;
             say_dpdk(&info, &rig);
             sweep_in(rig, netns, args, plan, transport, stop)
         }

@@ -325,6 +325,29 @@ impl<C: CoreTransport, S: CoreTransport> Rig<C, S> {
         Ok(())
     }
 
+    /// Where the RNICs run: with `split`, a core each on `cpus`' first two
+    /// ([`split`](Self::split)); else, with `pin` (`-l` given), this
+    /// thread on the first ([`pin`](Self::pin)); else where they are.
+    pub fn place(
+        &mut self,
+        cpus: &[usize],
+        split: bool,
+        pin: bool,
+        eal: Option<Eal>,
+    ) -> Result<(), String>
+    where
+        S: Send + 'static,
+    {
+        let (c, s) = (cpus.first().copied(), cpus.get(1).copied());
+        if split {
+            self.split(c, s, eal)
+        } else if pin {
+            self.pin(c, eal)
+        } else {
+            Ok(())
+        }
+    }
+
     /// Pins this thread, on which both RNICs run (a server in this
     /// process stays on it), to `cpu`; with `eal`, it becomes an EAL
     /// thread. For `-l` without a core each (`--shared-core`, the
