@@ -10,7 +10,7 @@ use core::fmt;
 use std::collections::{HashSet, VecDeque};
 
 use rustc_hash::FxHashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration as StdDuration, Instant as StdInstant};
 
@@ -36,6 +36,12 @@ const ABORT_REASON_FULL: &[u8] = b"too many associations";
 /// left CLOSED, which the fork's server side does not before the COOKIE
 /// ECHO).
 const ABORT_REASON_HANDSHAKE_EXPIRED: &[u8] = b"no COOKIE ECHO in time";
+
+/// The most answers to packets for no association (RFC 9260 §8.4) waiting to
+/// be sent: a flood of such packets between two calls of
+/// [`Endpoint::poll_transmit`] makes at most this many (the rest are counted
+/// and go unanswered, which §8.4 allows: its answers are SHOULDs).
+const OUT_OF_THE_BLUE_ANSWERS_MAX: usize = 64;
 
 /// An SCTP packet [`Endpoint::poll_transmit`] wrote into the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +99,9 @@ struct Live {
     handshake_deadline: Option<Instant>,
     /// Streams in the endpoint's readable queue.
     queued: HashSet<u16>,
+    /// The peer's verification tag, once known and entered in
+    /// `Endpoint::by_peer_tag`.
+    peer_tag: Option<u32>,
 }
 
 struct Slot {
@@ -129,6 +138,12 @@ pub struct Endpoint {
     transmit_next: usize,
     /// Incoming associations dropped at their handshake deadline.
     handshakes_expired: u64,
+    /// The associations by their peer's address and verification tag: where
+    /// a packet with the T bit set goes (RFC 9260 §8.5.1 (B), (C)), which
+    /// carries the tag the peer received from us, not its own.
+    by_peer_tag: FxHashMap<(IpAddr, u32), u32>,
+    /// Packets for no association (RFC 9260 §8.4), answered or not.
+    out_of_the_blue: u64,
 }
 
 impl Endpoint {
@@ -171,6 +186,11 @@ impl Endpoint {
             readable: VecDeque::new(),
             transmit_next: 0,
             handshakes_expired: 0,
+            by_peer_tag: FxHashMap::with_capacity_and_hasher(
+                config.associations_max,
+                Default::default(),
+            ),
+            out_of_the_blue: 0,
             epoch,
             config,
         })
@@ -201,25 +221,38 @@ impl Endpoint {
     }
 
     /// Handle one received SCTP packet (a UDP datagram's payload) from
-    /// `remote`. A malformed packet, one for no association, or one for an
-    /// association with another peer address, is dropped.
+    /// `remote`. A malformed packet, or one for an association with another
+    /// peer address, is dropped. One for no association is answered as RFC
+    /// 9260 §8.4 says (see [`out_of_the_blue`](Self::out_of_the_blue)).
     pub fn handle_datagram(&mut self, now: Instant, remote: SocketAddr, datagram: &[u8]) {
         let at = now;
         let now = self.std_instant(now);
         // sctp-proto keeps slices of the packet (its DATA chunks' user data)
         // until they are read: one copy into a reference-counted buffer.
         let data = Bytes::copy_from_slice(datagram);
-        match self.inner.handle(now, remote, None, None, data) {
-            None => {
-                // RFC 9260 §8.4 (5): a SHUTDOWN ACK for no association
-                // (ours closed at its first SHUTDOWN ACK, and our SHUTDOWN
-                // COMPLETE was lost) is answered with a SHUTDOWN COMPLETE,
-                // or the peer resends it until it gives up and reports a
-                // time-out (found by a review).
-                if let Some(complete) = shutdown_complete_for(datagram) {
-                    self.pending.push_back((remote, complete));
+        let mut routed = self.inner.handle(now, remote, None, None, data);
+        if routed.is_none() {
+            match out_of_the_blue(datagram) {
+                OutOfTheBlue::Drop => self.out_of_the_blue += 1,
+                OutOfTheBlue::Answer(answer) => {
+                    self.out_of_the_blue += 1;
+                    if self.pending.len() < OUT_OF_THE_BLUE_ANSWERS_MAX {
+                        self.pending.push_back((remote, answer));
+                    }
+                }
+                OutOfTheBlue::Reflected(tag) => {
+                    // sctp-proto finds associations by our tag only: the
+                    // packet goes to it again with our tag in place of the
+                    // peer's, which it carried (the T bit) instead.
+                    match self.reflected_to(remote, tag, datagram) {
+                        Some(packet) => routed = self.inner.handle(now, remote, None, None, packet),
+                        None => self.out_of_the_blue += 1,
+                    }
                 }
             }
+        }
+        match routed {
+            None => {}
             Some((handle, proto::DatagramEvent::AssociationEvent(event))) => {
                 if let Some(&index) = self.by_handle.get(&handle) {
                     if let Some(live) = self.slots[index as usize].live.as_mut() {
@@ -638,6 +671,35 @@ impl Endpoint {
         self.handshakes_expired
     }
 
+    /// Packets received for no association (RFC 9260 §8.4: each was
+    /// dropped or answered as that section says: a SHUTDOWN ACK with a
+    /// SHUTDOWN COMPLETE, most others with an ABORT, both with the packet's
+    /// own tag reflected and the T bit set, so that a peer whose
+    /// association we no longer have ends its own at once), and packets
+    /// with the T bit set for no association of ours.
+    pub fn out_of_the_blue(&self) -> u64 {
+        self.out_of_the_blue
+    }
+
+    /// `packet`, an ABORT or SHUTDOWN COMPLETE with the T bit from
+    /// `remote` carrying `tag` (RFC 9260 §8.5.1 (B), (C)), with our tag in
+    /// place of `tag` if `tag` is the peer's tag of an association with
+    /// `remote`: its first chunk alone (nothing may come before either, and
+    /// nothing after an ABORT is acted on), under a new CRC32c. `None` if
+    /// there is no such association.
+    fn reflected_to(&self, remote: SocketAddr, tag: u32, packet: &[u8]) -> Option<Bytes> {
+        let &index = self.by_peer_tag.get(&(remote.ip(), tag))?;
+        let live = self.slots[index as usize].live.as_ref()?;
+        let (ours, _) = live.assoc.verification_tags();
+        let chunk_len = usize::from(u16::from_be_bytes([packet[14], packet[15]]));
+        let mut out = packet[..12 + chunk_len].to_vec();
+        out[4..8].copy_from_slice(&ours.to_be_bytes());
+        out[8..12].fill(0);
+        let crc = crc32c::crc32c(&out);
+        out[8..12].copy_from_slice(&crc.to_le_bytes());
+        Some(Bytes::from(out))
+    }
+
     fn install(
         &mut self,
         index: u32,
@@ -657,6 +719,7 @@ impl Endpoint {
             state: State::Handshaking,
             handshake_deadline,
             queued: HashSet::new(),
+            peer_tag: None,
         });
         self.occupied.push(index);
         self.by_handle.insert(handle, index);
@@ -696,8 +759,8 @@ impl Endpoint {
     /// drops one: `abort` releases it from the sctp-proto endpoint, and
     /// sends nothing (before the COOKIE ECHO the fork's association is
     /// still CLOSED, RFC 9260 §4: the state a stateless server would be
-    /// in). A COOKIE ECHO arriving later is out of the blue and dropped;
-    /// the peer's T1-cookie ends its side (§5.1 C). No event: the user
+    /// in). A COOKIE ECHO arriving later is out of the blue and answered
+    /// with an ABORT (§8.4 (8)), which ends the peer's side. No event: the user
     /// never heard of an association before its `Up`. The slot goes back
     /// to the free list at the next [`poll_transmit`](Self::poll_transmit),
     /// as every `Gone` association's does.
@@ -817,6 +880,15 @@ impl Endpoint {
                 live.assoc.handle_event(event);
             }
         }
+        // The peer's tag is known from its INIT (incoming) or INIT ACK
+        // (ours) on, and does not change (the fork restarts no association).
+        if live.peer_tag.is_none() {
+            let (_, peer) = live.assoc.verification_tags();
+            if peer != 0 {
+                live.peer_tag = Some(peer);
+                self.by_peer_tag.insert((live.remote.ip(), peer), index);
+            }
+        }
     }
 
     fn free_slot(&mut self, index: u32) {
@@ -827,6 +899,14 @@ impl Endpoint {
             // association's mapping stays.
             if self.by_handle.get(&live.handle) == Some(&index) {
                 self.by_handle.remove(&live.handle);
+            }
+            // Another association of the same peer may have the same tag
+            // (unlikely, but a peer picks its tags): its mapping stays.
+            if let Some(peer) = live.peer_tag {
+                let key = (live.remote.ip(), peer);
+                if self.by_peer_tag.get(&key) == Some(&index) {
+                    self.by_peer_tag.remove(&key);
+                }
             }
             slot.generation = slot.generation.wrapping_add(1);
             self.free.push(index);
@@ -971,31 +1051,114 @@ errors! {
     }
 }
 
-/// The SHUTDOWN COMPLETE that answers `packet`, an SCTP packet for no
-/// association whose first chunk is a SHUTDOWN ACK: RFC 9260 §8.4 (5), its
-/// Verification Tag the packet's own, reflected (T bit set), the ports
-/// swapped. `None` if `packet` is not that, or its CRC32c is wrong.
-fn shutdown_complete_for(packet: &[u8]) -> Option<Bytes> {
+/// What to do with an SCTP packet sctp-proto found no association for.
+#[derive(Debug, PartialEq, Eq)]
+enum OutOfTheBlue {
+    /// Nothing: malformed, a wrong CRC32c, or a packet RFC 9260 §8.4 says to
+    /// discard.
+    Drop,
+    /// Send this back.
+    Answer(Bytes),
+    /// An ABORT or SHUTDOWN COMPLETE with the T bit set, carrying this tag:
+    /// for the association whose peer's tag it is, if any (§8.5.1 (B),
+    /// (C)).
+    Reflected(u32),
+}
+
+/// RFC 9260 §8.4, for `packet`, an SCTP packet for no association of ours
+/// (its Verification Tag is none of ours, and it is no INIT sctp-proto
+/// took), in the section's order:
+/// - (2) one holding an ABORT is discarded, (6) one holding a SHUTDOWN
+///   COMPLETE likewise, unless the chunk is the first and has the T bit
+///   set: then the tag is the peer's of an association of ours (§8.5.1);
+/// - (3) an INIT sctp-proto did not take is dropped (the endpoint takes no
+///   associations, or no more);
+/// - (5) one holding a SHUTDOWN ACK (the peer's SHUTDOWN COMPLETE to it was
+///   lost, and ours is closed) is answered with a SHUTDOWN COMPLETE, or the
+///   peer resends it until it gives up (found by a review);
+/// - (7) one holding a COOKIE ACK or an ERROR with a Stale Cookie cause is
+///   discarded;
+/// - (8) anything else, a COOKIE ECHO included ((4): sctp-proto keeps
+///   state from the INIT on, so a COOKIE ECHO it does not know is one whose
+///   handshake we dropped), is answered with an ABORT, so that a peer whose
+///   association we lost (restarted, or ended it) ends its own at once
+///   instead of retransmitting until it gives up.
+///
+/// Both answers carry the packet's own Verification Tag with the T bit set
+/// (reflected), the ports swapped; a packet with tag 0 (only an INIT may
+/// have it) gets none, as no peer could take it.
+fn out_of_the_blue(packet: &[u8]) -> OutOfTheBlue {
+    const INIT: u8 = 1;
+    const ABORT: u8 = 6;
+    const ERROR: u8 = 9;
+    const COOKIE_ACK: u8 = 11;
     const SHUTDOWN_ACK: u8 = 8;
     const SHUTDOWN_COMPLETE: u8 = 14;
     const T_BIT: u8 = 1;
-    if packet.len() < 16 || packet[12] != SHUTDOWN_ACK {
-        return None;
+    /// §3.3.10.3: the Stale Cookie error cause.
+    const STALE_COOKIE: u16 = 3;
+    if packet.len() < 16 {
+        return OutOfTheBlue::Drop;
     }
     let mut zeroed = packet.to_vec();
     zeroed[8..12].fill(0);
     if crc32c::crc32c(&zeroed).to_le_bytes() != packet[8..12] {
-        return None;
+        return OutOfTheBlue::Drop;
     }
+    let be16 = |at: usize| u16::from_be_bytes([packet[at], packet[at + 1]]);
+    // The chunks (§3.2), each at least its 4-octet header and within the
+    // packet, padded to 4 octets (the last one's padding may be absent).
+    let mut types = Vec::new();
+    let mut stale_cookie = false;
+    let mut at = 12;
+    while at < packet.len() {
+        if packet.len() - at < 4 {
+            return OutOfTheBlue::Drop;
+        }
+        let (typ, len) = (packet[at], usize::from(be16(at + 2)));
+        if len < 4 || len > packet.len() - at {
+            return OutOfTheBlue::Drop;
+        }
+        if typ == ERROR {
+            // Its causes (§3.3.10): code, length, value padded.
+            let mut c = at + 4;
+            while c + 4 <= at + len {
+                let cause_len = usize::from(be16(c + 2));
+                stale_cookie |= be16(c) == STALE_COOKIE;
+                if cause_len < 4 {
+                    break;
+                }
+                c += cause_len.next_multiple_of(4);
+            }
+        }
+        types.push(typ);
+        at += len.next_multiple_of(4);
+    }
+    let (first, first_flags) = (packet[12], packet[13]);
+    let tag = u32::from_be_bytes([packet[4], packet[5], packet[6], packet[7]]);
+    let has = |t: u8| types.contains(&t);
+    if (first == ABORT || first == SHUTDOWN_COMPLETE) && first_flags & T_BIT != 0 {
+        return OutOfTheBlue::Reflected(tag);
+    }
+    if has(ABORT) || has(SHUTDOWN_COMPLETE) || first == INIT || tag == 0 {
+        return OutOfTheBlue::Drop;
+    }
+    let answer = if has(SHUTDOWN_ACK) {
+        SHUTDOWN_COMPLETE
+    } else if has(COOKIE_ACK) || stale_cookie {
+        return OutOfTheBlue::Drop;
+    } else {
+        ABORT
+    };
     let mut out = Vec::with_capacity(16);
     out.extend_from_slice(&packet[2..4]);
     out.extend_from_slice(&packet[0..2]);
     out.extend_from_slice(&packet[4..8]);
     out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&[SHUTDOWN_COMPLETE, T_BIT, 0, 4]);
+    out.extend_from_slice(&[answer, T_BIT, 0, 4]);
     let crc = crc32c::crc32c(&out);
     out[8..12].copy_from_slice(&crc.to_le_bytes());
-    Some(Bytes::from(out))
+    OutOfTheBlue::Answer(Bytes::from(out))
 }
 
 /// The ABORT that answers `init`, an SCTP packet whose first chunk is an

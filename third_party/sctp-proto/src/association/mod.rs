@@ -1020,6 +1020,16 @@ impl Association {
         self.outbound_queue.inflight_len() != 0 || self.outbound_queue.pending_len() != 0
     }
 
+    /// dpwarp: the association's verification tags, ours and the peer's (RFC 9260 §8.5): the
+    /// tag the peer puts on its packets to us, by which an [`Endpoint`](crate::Endpoint) finds
+    /// the association, and the tag we put on ours, 0 while the peer's INIT or INIT ACK has not
+    /// come. A caller that routes packets with the T bit set (an ABORT or SHUTDOWN COMPLETE from
+    /// a peer with no association, which reflects the tag it received: §8.4 (5) and (8), §8.5.1
+    /// (B) and (C)) looks for the peer's tag, which the endpoint does not.
+    pub fn verification_tags(&self) -> (u32, u32) {
+        (self.my_verification_tag, self.peer_verification_tag)
+    }
+
     /// dpwarp: abort the association (RFC 9260 §9.1): send the peer an ABORT with a
     /// User-Initiated Abort cause (RFC 9260 §3.3.10.12) carrying `upper_layer_reason` (which
     /// may be empty), close it locally with [`AssociationError::LocallyClosed`], and emit the
