@@ -145,6 +145,7 @@ fn core_json(c: &CoreReport) -> Value {
         "rx_steered_in": d.rx_steered_in,
         "rx_arp_shared": d.rx_arp_shared,
         "rx_steer_dropped": d.rx_steer_dropped,
+        "rx_arp_share_failed": d.rx_arp_share_failed,
     });
     if let (Some(share), Some(map)) = (&c.share, out.as_object_mut()) {
         map.insert("messages".into(), json!(share.messages));

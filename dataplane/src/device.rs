@@ -37,6 +37,15 @@ use crate::checksum::{self, RxChecksum, TxChecksum};
 use crate::dpdk::{ChecksumVerdict, Mbuf, Pool, Queue, BURST_MAX, RX_IP_CHECKSUM, RX_L4_CHECKSUM};
 use crate::steer::{Kind, Steer, SteerPoint};
 
+/// The most received frames one poll of the stack may drop or hand to
+/// another core before [`DpdkDevice`]'s receive says there is nothing more
+/// for now: a flow of frames that are not ours (another host's traffic on
+/// a promiscuous port, runts, bad checksums) must not keep the core's turn
+/// from its timers, its control link and its transmits. tcp-lite takes at
+/// most [`tcp_lite::RX_BURST_PACKETS_MAX`] frames a poll; these are on top.
+/// What is left waits in the ring for the next poll.
+pub const RX_SKIPPED_PER_POLL_MAX: usize = 256;
+
 /// Counters of a device (one queue pair of a port).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DeviceCounters {
@@ -71,7 +80,9 @@ pub struct DeviceCounters {
     pub rx_bad_checksum: u64,
     /// Chained frames copied into their first mbuf before smoltcp read them.
     pub rx_linearized: u64,
-    /// Times smoltcp was refused a transmit token (ring full or pool empty).
+    /// Times smoltcp was refused a transmit token (ring full or pool
+    /// empty). A reply to a received frame made without room is
+    /// `tx_reply_dropped`, not this.
     pub tx_backpressure: u64,
     /// Frames the port's transmit prepare step refused (dropped).
     pub tx_rejected: u64,
@@ -88,9 +99,12 @@ pub struct DeviceCounters {
     pub rx_steered_in: u64,
     /// Copies of received ARP frames handed to the other cores.
     pub rx_arp_shared: u64,
-    /// Frames for another core dropped: its handoff ring was full, or no
-    /// mbuf was free for a copy of an ARP frame.
+    /// Frames for another core dropped: its handoff ring was full.
     pub rx_steer_dropped: u64,
+    /// Copies of a received ARP frame another core did not get: no mbuf
+    /// was free for the copy, or its handoff ring was full (the frame
+    /// itself went on to this core's stack).
+    pub rx_arp_share_failed: u64,
 }
 
 impl DeviceCounters {
@@ -120,10 +134,12 @@ impl DeviceCounters {
             rx_steered_in: self.rx_steered_in - earlier.rx_steered_in,
             rx_arp_shared: self.rx_arp_shared - earlier.rx_arp_shared,
             rx_steer_dropped: self.rx_steer_dropped - earlier.rx_steer_dropped,
+            rx_arp_share_failed: self.rx_arp_share_failed - earlier.rx_arp_share_failed,
         }
     }
 
-    /// Frames dropped on receive, over every reason.
+    /// Frames dropped on receive, over every reason (those for another
+    /// core whose handoff ring was full included).
     pub fn rx_dropped(&self) -> u64 {
         self.rx_runt
             + self.rx_oversized
@@ -132,6 +148,7 @@ impl DeviceCounters {
             + self.rx_malformed
             + self.rx_fragment
             + self.rx_bad_checksum
+            + self.rx_steer_dropped
     }
 }
 
@@ -174,6 +191,9 @@ pub struct DpdkDevice {
     rx: [Option<Mbuf>; BURST_MAX],
     rx_next: usize,
     rx_len: usize,
+    /// Frames dropped or handed on since receive last said there was
+    /// nothing more ([`RX_SKIPPED_PER_POLL_MAX`]).
+    rx_skipped: usize,
     mac: [u8; 6],
     rx_checksum: RxChecksum,
     /// The other cores of the port, when it has several.
@@ -207,6 +227,7 @@ impl DpdkDevice {
             rx: Default::default(),
             rx_next: 0,
             rx_len: 0,
+            rx_skipped: 0,
             mac: config.mac,
             rx_checksum: config.rx_checksum,
             steer: None,
@@ -281,7 +302,10 @@ impl DpdkDevice {
     }
 
     /// Takes the next acceptable frame, refilling from the port; frames
-    /// that fail a check are dropped and counted.
+    /// that fail a check are dropped and counted. `None` when the port has
+    /// nothing more, or when [`RX_SKIPPED_PER_POLL_MAX`] frames were
+    /// dropped or handed on since the last `None` (a poll ends at a
+    /// `None`): the rest wait in the ring.
     fn next_frame(&mut self) -> Option<Mbuf> {
         // What other cores handed over (checked where it arrived) first.
         if let Some(mbuf) = self.steer.as_ref().and_then(SteerPoint::take) {
@@ -289,10 +313,15 @@ impl DpdkDevice {
             return Some(mbuf);
         }
         loop {
+            if self.rx_skipped >= RX_SKIPPED_PER_POLL_MAX {
+                self.rx_skipped = 0;
+                return None;
+            }
             if self.rx_next == self.rx_len {
                 self.rx_next = 0;
                 self.rx_len = self.io.queue.rx_burst(&mut self.rx);
                 if self.rx_len == 0 {
+                    self.rx_skipped = 0;
                     return None;
                 }
                 self.io.counters.rx_bursts += 1;
@@ -302,6 +331,7 @@ impl DpdkDevice {
                 .expect("received slots hold mbufs");
             self.rx_next += 1;
             if !self.accept(&mut mbuf) {
+                self.rx_skipped += 1;
                 continue;
             }
             let Some(steer) = &self.steer else {
@@ -316,6 +346,7 @@ impl DpdkDevice {
                     } else {
                         c.rx_steer_dropped += 1;
                     }
+                    self.rx_skipped += 1;
                 }
                 Kind::Everyone => {
                     for other in steer.others() {
@@ -326,7 +357,7 @@ impl DpdkDevice {
                         if copy.is_some_and(|m| steer.hand(other, m)) {
                             c.rx_arp_shared += 1;
                         } else {
-                            c.rx_steer_dropped += 1;
+                            c.rx_arp_share_failed += 1;
                         }
                     }
                     return Some(mbuf);
@@ -338,8 +369,10 @@ impl DpdkDevice {
     /// Whether smoltcp should see this frame; counts why not.
     fn accept(&mut self, mbuf: &mut Mbuf) -> bool {
         let c = &mut self.io.counters;
-        if mbuf.pkt_len() > self.io.frame_max + 4 {
-            // 4: a VLAN tag a switch may leave on.
+        // A tagged frame is dropped below (not IPv4), so no allowance for
+        // a VLAN tag: past the MTU is oversized (found by a review: 4
+        // octets more let untagged frames past it).
+        if mbuf.pkt_len() > self.io.frame_max {
             c.rx_oversized += 1;
             return false;
         }
@@ -416,7 +449,6 @@ impl Io {
             // A flush that sent some of the frames frees their slots.
             self.flush();
             if self.staged_len == BURST_MAX {
-                self.counters.tx_backpressure += 1;
                 return false;
             }
         }
@@ -427,7 +459,6 @@ impl Io {
                 self.spare[0] = Some(m);
                 self.spare_len = 1;
             } else {
-                self.counters.tx_backpressure += 1;
                 return false;
             }
         }
@@ -481,6 +512,11 @@ impl phy::Device for DpdkDevice {
 
     fn transmit(&mut self, _timestamp: Instant) -> Option<TxToken<'_>> {
         if !self.io.ready() {
+            // Counted here only: a receive without room is not a refusal
+            // (its reply, if smoltcp makes one, is `tx_reply_dropped`; a
+            // review found every frame received while the ring was full
+            // counted here).
+            self.io.counters.tx_backpressure += 1;
             return None;
         }
         Some(TxToken {
