@@ -1095,3 +1095,106 @@ fn an_accepted_stream_that_never_came_up_is_told_once() {
     assert!(never_up(&net.a).is_empty(), "{:?}", net.a.events);
     assert_eq!(net.b.plane.stats().established, 4);
 }
+
+/// Heap octets allocated and not yet freed by each thread: the cores run
+/// on the test's thread (other tests and the control-plane thread, on
+/// theirs, do not count).
+mod live {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Const-initialised, so reading it never allocates.
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+    }
+
+    fn add(octets: isize) {
+        // `try_with`: a thread's last frees come after its locals are gone.
+        let _ = LIVE.try_with(|n| n.set(n.get() + octets));
+    }
+
+    /// This thread's live heap octets.
+    pub(super) fn octets() -> isize {
+        LIVE.with(Cell::get)
+    }
+
+    struct Counting;
+
+    // SAFETY: forwards to the system allocator unchanged; only counts.
+    #[allow(unsafe_code)]
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            add(layout.size() as isize);
+            // SAFETY: the caller's contract is passed through.
+            unsafe { System.alloc(layout) }
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            add(-(layout.size() as isize));
+            // SAFETY: the caller's contract is passed through.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            add(new_size as isize - layout.size() as isize);
+            // SAFETY: the caller's contract is passed through.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: Counting = Counting;
+}
+
+/// `early_octets_max` bounds the memory a stream in establishment holds,
+/// not only the octets it counts: 60 Segments of 16 octets (960 counted,
+/// under a bound of 4,000), each bundled by the peer in one packet with a
+/// 1,380-octet message B drops as stray, must not keep those packets
+/// alive (found by a review: 90,820 heap octets held).
+#[test]
+fn early_segments_hold_their_octets_not_their_packets() {
+    use std::sync::mpsc;
+    let (release, held) = mpsc::channel::<()>();
+    let ulp: OnInitiate = Box::new(move |_, _| {
+        let _ = held.recv_timeout(std::time::Duration::from_secs(20));
+        Decision::Accept(Accept::default())
+    });
+    let mut net = Net::with_ulp(|c| c.early_octets_max = 4000, Some(ulp));
+    let assoc = net.associate();
+    net.a
+        .core
+        .inject_message(assoc, 3, 17, &[0, 0, 0, 1])
+        .unwrap();
+    net.run_until(Duration::from_secs(5), |net| net.b.core.open_streams() == 1);
+    let settle = |net: &mut Net| {
+        let end = net.now + Duration::from_secs(1);
+        net.run_until(Duration::from_secs(2), |net| net.now >= end);
+    };
+    settle(&mut net);
+    let before = live::octets();
+    let n = 60u16;
+    for ssn in 0..n {
+        let mut segment = [0u8; 16];
+        segment[..2].copy_from_slice(&ssn.to_be_bytes());
+        net.a.core.inject_message(assoc, 3, 16, &segment).unwrap();
+        net.a
+            .core
+            .inject_message(assoc, 5, 0, &[0x55; 1380])
+            .unwrap();
+        let held = net.b.core.counters().early_held;
+        net.run_until(Duration::from_secs(1), |net| {
+            net.b.core.counters().early_held > held
+        });
+    }
+    settle(&mut net);
+    let grew = live::octets() - before;
+    let c = net.b.core.counters();
+    release.send(()).unwrap();
+    assert_eq!(c.early_held, u64::from(n), "{c:?}");
+    assert_eq!(net.b.core.open_streams(), 1, "960 octets held, under 4,000");
+    assert!(
+        grew < 2 * 4000,
+        "a stream in establishment holding {} counted octets keeps {grew} heap octets alive",
+        16 * n
+    );
+}
