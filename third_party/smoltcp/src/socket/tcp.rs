@@ -2330,6 +2330,27 @@ impl<'a> Socket<'a> {
         let mut control = repr.control;
         control = control.quash_psh();
 
+        // dpwarp: RFC 9293 §3.10.7.4 checks the FIN bit after the text is
+        // trimmed to the receive window: a segment whose text ran past the
+        // window's right edge lost its tail, and its FIN with it (the peer
+        // sends both again). Taking the FIN acknowledged an octet never
+        // stored and closed the stream short of its tail, which the peer's
+        // retransmission, arriving in CLOSE-WAIT, no longer delivered.
+        // (The edge moves back by up to 2^shift - 1 octets when a scaled
+        // window is rounded down, so an honest peer's last segment can
+        // cross it.) Found by a review.
+        if control == TcpControl::Fin
+            && !matches!(self.state, State::Listen | State::SynSent)
+            && segment_end > window_end
+        {
+            tcp_trace!(
+                "ignoring FIN: its segment ran past the receive window. segment_end={} window_end={}",
+                segment_end,
+                window_end
+            );
+            control = TcpControl::None;
+        }
+
         // If a FIN is received at the end of the current segment, but
         // we have a hole in the assembler before the current segment, disregard this FIN.
         if control == TcpControl::Fin && window_start < segment_start {
@@ -12052,5 +12073,111 @@ mod test {
         s.send_slice(b"def").unwrap();
         recv_nothing!(s);
         assert_eq!(s.state, State::Closed);
+    }
+
+    /// dpwarp: RFC 9293 §3.10.7.4 checks the FIN bit after the text is
+    /// trimmed to the window: a segment whose text runs past the receive
+    /// window loses its tail, and its FIN with it. The FIN was taken: the
+    /// socket acknowledged one octet past the window's end (never stored),
+    /// went to CLOSE-WAIT and dropped the peer's retransmission of the
+    /// tail, so the application read a stream cut short, then EOF. Found by
+    /// a review.
+    #[test]
+    fn test_a_fin_past_the_receive_window_is_not_taken() {
+        let mut s = socket_established();
+        s.rx_buffer = SocketBuffer::new(vec![0; 6]);
+        s.remote_last_win = s.scaled_window();
+        s.ack_delay = None;
+        let stream = &b"abcdefghi"[..];
+        send(
+            &mut s,
+            Instant::from_millis(0),
+            &TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                control: TcpControl::Fin,
+                payload: stream,
+                ..SEND_TEMPL
+            },
+        );
+        assert_eq!(s.state, State::Established, "the FIN was past the window");
+        let mut got = std::vec::Vec::new();
+        let _ = s.recv(|d| {
+            got.extend_from_slice(d);
+            (d.len(), ())
+        });
+        // The peer sends what we have not acknowledged again, with its FIN,
+        // until we acknowledge it.
+        for t in 1..=3 {
+            let acked = s.remote_seq_no + s.rx_buffer.len();
+            let from = acked - (REMOTE_SEQ + 1);
+            send(
+                &mut s,
+                Instant::from_millis(10 * t),
+                &TcpRepr {
+                    seq_number: acked,
+                    ack_number: Some(LOCAL_SEQ + 1),
+                    control: TcpControl::Fin,
+                    payload: &stream[from..],
+                    ..SEND_TEMPL
+                },
+            );
+            while let Ok(n) = s.recv(|d| {
+                got.extend_from_slice(d);
+                (d.len(), d.len())
+            }) {
+                if n == 0 {
+                    break;
+                }
+            }
+            if s.state == State::CloseWait {
+                break;
+            }
+        }
+        assert_eq!(&got[..], stream, "the whole stream (state {})", s.state);
+        assert_eq!(s.state, State::CloseWait);
+    }
+
+    /// dpwarp: the same with an honest peer. A scaled window (shift 2) is
+    /// rounded down, so our ACK of one octet (not read yet) moves the right
+    /// edge back by 3 octets; the peer's next segment, sent to the edge
+    /// offered before that ACK, carries the FIN and runs past the new edge:
+    /// the FIN is not taken (the peer sends the tail again).
+    #[test]
+    fn test_a_fin_past_a_rounded_down_window_is_not_taken() {
+        let mut s = socket_established_with_buffer_sizes(64, 1 << 17);
+        s.remote_win_scale = Some(0);
+        s.ack_delay = None;
+        s.remote_last_win = s.scaled_window();
+        let edge = REMOTE_SEQ + 1 + ((s.remote_last_win as usize) << s.remote_win_shift);
+        assert_eq!(s.remote_win_shift, 2);
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"a"[..],
+            ..SEND_TEMPL
+        });
+        let mut new_edge = None;
+        recv(&mut s, Instant::from_millis(1), |r| {
+            let r = r.unwrap();
+            new_edge = Some(r.ack_number.unwrap() + ((r.window_len as usize) << 2));
+        });
+        assert_eq!(new_edge, Some(edge - 3), "the edge moved back");
+        let body = std::vec![b'x'; edge - (REMOTE_SEQ + 2)];
+        send!(s, time 2, TcpRepr {
+            seq_number: REMOTE_SEQ + 2,
+            ack_number: Some(LOCAL_SEQ + 1),
+            control: TcpControl::Fin,
+            payload: &body,
+            ..SEND_TEMPL
+        });
+        assert_eq!(
+            s.state,
+            State::Established,
+            "FIN taken with {} of {} octets",
+            s.rx_buffer.len(),
+            1 + body.len()
+        );
+        assert_eq!(s.rx_buffer.len(), 1 + body.len() - 3);
     }
 }
