@@ -3710,7 +3710,7 @@ impl<'a> Socket<'a> {
                 }
                 if self.probe_due {
                     match resent {
-                        Some((start, _)) => self.recovery.on_probe(start, self.remote_last_seq),
+                        Some(_) => self.recovery.on_probe(self.remote_last_seq),
                         None => self.recovery.on_probe_new_data(self.remote_last_seq),
                     }
                 } else if resent.is_none()
@@ -8523,6 +8523,110 @@ mod test {
         recv_nothing!(s, time 2000);
         assert_eq!(s.recovery_stats().timeouts, 0);
         assert_eq!(s.recovery_stats().dsacks, 1);
+    }
+
+    /// dpwarp: RFC 8985 §7.4.2: a probe went because the original's ACK
+    /// was late, not lost. The original's ACK arrives first (at the probe's
+    /// end, no D-SACK), then the probe's with a D-SACK: nothing was lost,
+    /// and no congestion response is due. The first was taken for the
+    /// probe repairing a loss, and the window cut (found by a review; with
+    /// a 2 ms probe floor and a real path's jitter, common).
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_a_late_ack_of_the_original_after_a_probe_is_no_loss() {
+        let mut s = socket_sent_with_sack(&[b"aaa"]);
+        s.set_rto_min(Duration::from_millis(5));
+        send!(s, time 1001, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 3),
+            ..SEND_TEMPL
+        });
+        s.send_slice(b"BBB").unwrap();
+        recv!(s, time 1010, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 3,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"BBB"[..],
+            ..RECV_TEMPL
+        }));
+        recv!(s, time 1015, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 3,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"BBB"[..],
+            ..RECV_TEMPL
+        }));
+        let cwnd = s.congestion_controller.inner().window();
+        // The original's ACK, late.
+        send!(s, time 1016, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            ..SEND_TEMPL
+        });
+        assert!(s.recovery.probe_outstanding(), "it does not tell yet");
+        // The probe's: a D-SACK.
+        send!(s, time 1017, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            sack_ranges: [sack_block(3, 6), None, None, None],
+            ..SEND_TEMPL
+        });
+        let stats = s.recovery_stats();
+        assert_eq!(
+            stats.recoveries, 0,
+            "a congestion response for no loss: {stats:?}"
+        );
+        assert!(!s.recovery.probe_outstanding());
+        assert!(s.congestion_controller.inner().window() >= cwnd);
+    }
+
+    /// dpwarp: the same probe when the original was lost: the probe's ACK
+    /// comes at its end, which does not tell either; the next ACK beyond
+    /// it, with no D-SACK between, says the peer lacked what the probe
+    /// resent: one congestion response (RFC 8985 §7.4.2).
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_a_probe_that_repaired_a_loss_draws_one_congestion_response() {
+        let mut s = socket_sent_with_sack(&[b"aaa"]);
+        s.set_rto_min(Duration::from_millis(5));
+        send!(s, time 1001, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 3),
+            ..SEND_TEMPL
+        });
+        s.send_slice(b"BBB").unwrap();
+        recv!(s, time 1010, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 3,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"BBB"[..],
+            ..RECV_TEMPL
+        }));
+        recv!(s, time 1015, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 3,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"BBB"[..],
+            ..RECV_TEMPL
+        }));
+        // The probe's ACK (the original was lost).
+        send!(s, time 1016, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            ..SEND_TEMPL
+        });
+        assert_eq!(s.recovery_stats().recoveries, 0);
+        s.send_slice(b"ccc").unwrap();
+        recv!(s, time 1017, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"ccc"[..],
+            ..RECV_TEMPL
+        }));
+        send!(s, time 1018, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 9),
+            ..SEND_TEMPL
+        });
+        let stats = s.recovery_stats();
+        assert_eq!(stats.recoveries, 1, "{stats:?}");
+        assert!(!s.recovery.probe_outstanding());
     }
 
     /// Record segmentation: records sized with `record_room` fill 10-octet

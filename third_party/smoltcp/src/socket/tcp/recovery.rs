@@ -66,8 +66,6 @@ const RETRANS: u8 = 4;
 const EVER_RETRANS: u8 = 8;
 /// It carries the FIN (the last sequence number of its range).
 const FIN: u8 = 16;
-/// It was the loss probe's retransmission (RFC 8985 §7.3).
-const PROBE: u8 = 32;
 /// It was SACKed before the peer reneged (RFC 2018 §8): a block that
 /// covers it again tells nothing new (no progress, no RTT sample).
 const RESACK: u8 = 64;
@@ -120,8 +118,9 @@ pub(super) struct AckOutcome {
     pub rtt_sample: Option<u32>,
     /// It carried a D-SACK (RFC 2883).
     pub dsack: bool,
-    /// It delivered a segment the loss probe retransmitted (RFC 8985 §7.4:
-    /// the probe repaired a loss).
+    /// The loss probe's retransmission repaired a loss (RFC 8985 §7.4.2):
+    /// the cumulative ACK passed the probe's end with no D-SACK saying the
+    /// original had arrived too.
     pub probe_repaired: bool,
 }
 
@@ -202,8 +201,11 @@ pub(super) struct Recovery {
     recovery_point: Option<TcpSeqNumber>,
     /// The third-duplicate-ACK rule has marked the first segment (no SACK).
     dupack_marked: bool,
-    /// RFC 8985 §7: a loss probe is outstanding (SND.NXT when it was sent).
+    /// RFC 8985 §7: a loss probe is outstanding (SND.NXT when it was sent,
+    /// TLP.end_seq).
     probe_end: Option<TcpSeqNumber>,
+    /// It was a retransmission (TLP.is_retrans), not new data.
+    probe_retrans: bool,
     stats: RecoveryStats,
 }
 
@@ -235,6 +237,7 @@ impl Recovery {
             recovery_point: None,
             dupack_marked: false,
             probe_end: None,
+            probe_retrans: false,
             stats: RecoveryStats::default(),
         }
     }
@@ -417,19 +420,17 @@ impl Recovery {
         })
     }
 
-    /// Marks the loss probe's retransmission of the segment at `start`.
-    pub fn on_probe(&mut self, start: TcpSeqNumber, snd_nxt: TcpSeqNumber) {
+    /// The loss probe retransmitted a segment; SND.NXT is `snd_nxt`.
+    pub fn on_probe(&mut self, snd_nxt: TcpSeqNumber) {
         self.probe_end = Some(snd_nxt);
+        self.probe_retrans = true;
         self.stats.probes += 1;
-        if let Some(i) = self.find(start) {
-            let flags = self.segs[i].flags | PROBE;
-            self.set_flags(i, flags);
-        }
     }
 
     /// A loss probe of new data was sent; it ends at `snd_nxt`.
     pub fn on_probe_new_data(&mut self, snd_nxt: TcpSeqNumber) {
         self.probe_end = Some(snd_nxt);
+        self.probe_retrans = false;
         self.stats.probes += 1;
     }
 
@@ -495,19 +496,19 @@ impl Recovery {
         }
 
         // The cumulative ACK.
+        let mut advanced = false;
         while let Some(front) = self.segs.front().copied() {
             if diff(front.end(), ack) <= 0 {
                 self.segs.pop_front();
                 self.uncount(&front);
+                advanced = true;
                 if !front.is(SACKED) {
                     note(&front, &mut newest);
-                    if front.is(PROBE) && !out.dsack {
-                        out.probe_repaired = true;
-                    }
                 }
                 continue;
             }
             if diff(front.start, ack) < 0 {
+                advanced = true;
                 // Part of it: the peer took fewer octets than were sent
                 // (an MSS or window cut on its side, or a probe). The rest
                 // stays, with its flags.
@@ -587,9 +588,6 @@ impl Recovery {
                     }
                     out.sacked += s.len as usize;
                     note(&s, &mut newest);
-                    if s.is(PROBE) && !out.dsack {
-                        out.probe_repaired = true;
-                    }
                 }
                 i += 1;
             }
@@ -637,8 +635,29 @@ impl Recovery {
                 self.dupack_marked = false;
             }
         }
+        // RFC 8985 §7.4.2 (as Linux's `tcp_process_tlp_ack`): whether the
+        // probe repaired a loss. An ACK at its end does not tell: it may be
+        // the original's, late (a delayed ACK, jitter past the probe
+        // timeout), so the probe's own ACK, a D-SACK or a duplicate, is
+        // waited for; an ACK beyond the end says the peer lacked what the
+        // probe resent (found by a review: the late original's ACK cut the
+        // congestion window for no loss). SACK feedback below the end hands
+        // the losses to RACK.
         if let Some(end) = self.probe_end {
-            if diff(ack, end) >= 0 || out.sacked > 0 {
+            let past = diff(ack, end);
+            let over = if !self.probe_retrans {
+                past >= 0 || out.sacked > 0
+            } else if out.dsack {
+                true
+            } else if past > 0 {
+                out.probe_repaired = true;
+                true
+            } else if past == 0 {
+                !advanced && out.sacked == 0
+            } else {
+                out.sacked > 0
+            };
+            if over {
                 self.probe_end = None;
             }
         }
