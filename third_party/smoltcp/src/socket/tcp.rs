@@ -2751,7 +2751,19 @@ impl<'a> Socket<'a> {
         }
         if self.remote_win_len != 0 && self.timer.is_zero_window_probe() {
             tcp_trace!("stopping zero-window-probe timer");
-            self.timer.set_for_idle(cx.now(), self.keep_alive);
+            if self.remote_last_seq != self.local_seq_no {
+                // dpwarp: data sent before the window shut is still
+                // unacknowledged (a peer that shrank its window may have
+                // dropped it): the retransmission timer runs again, or
+                // nothing would ever resend it (RFC 9293 §3.8.6.2.1,
+                // MUST-34: robust against a shrinking window). Found by a
+                // review: the timer went idle, and against a peer without
+                // SACK the connection stalled until the user timeout.
+                let delay = self.rtte.retransmission_timeout();
+                self.timer.set_for_retransmit(cx.now(), delay);
+            } else {
+                self.timer.set_for_idle(cx.now(), self.keep_alive);
+            }
         }
 
         let payload_len = payload.len();
@@ -12177,6 +12189,70 @@ mod test {
         s.send_slice(b"def").unwrap();
         recv_nothing!(s);
         assert_eq!(s.state, State::Closed);
+    }
+
+    /// dpwarp: the peer shrinks its window to zero while BBB and ccc are in
+    /// flight (it drops them), then opens it again: the retransmission
+    /// timer runs again and BBB is resent at its expiry, with SACK or
+    /// without (RFC 9293 §3.8.6.2.1, MUST-34). The zero-window probe timer
+    /// had taken the retransmission timer's place, and the window update
+    /// left no timer at all: without SACK nothing was ever resent. Found by
+    /// a review.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_data_in_flight_when_the_window_shut_is_resent_when_it_opens() {
+        for sack in [false, true] {
+            let mut s = socket_established_with_buffer_sizes(64, 64);
+            s.remote_mss = 3;
+            s.remote_has_sack = sack;
+            s.set_congestion_control(CongestionControl::None);
+            send!(s, time 0, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                ..SEND_TEMPL
+            });
+            let segs: [&'static [u8]; 3] = [b"aaa", b"BBB", b"ccc"];
+            for seg in segs {
+                s.send_slice(seg).unwrap();
+            }
+            for (i, seg) in segs.iter().enumerate() {
+                recv!(s, time 1000 + 5 * i as i64, Ok(TcpRepr {
+                    seq_number: LOCAL_SEQ + 1 + 3 * i,
+                    ack_number: Some(REMOTE_SEQ + 1),
+                    payload: seg,
+                    ..RECV_TEMPL
+                }));
+            }
+            // aaa is acknowledged with a zero window: BBB and ccc dropped.
+            send!(s, time 1020, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1 + 3),
+                window_len: 0,
+                ..SEND_TEMPL
+            });
+            // The window opens again.
+            send!(s, time 1030, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1 + 3),
+                window_len: 256,
+                ..SEND_TEMPL
+            });
+            assert!(s.timer.is_retransmit(), "sack {sack}: {:?}", s.timer);
+            // Within the RTO (1 s), whatever else goes first (with SACK, a
+            // loss probe of ccc), BBB goes again.
+            let mut resent = false;
+            for t in (1030..=2100).step_by(10) {
+                s.cx.set_now(Instant::from_millis(t));
+                let _ = s.socket.dispatch(&mut s.cx, |_, _, (_, repr)| {
+                    resent |= repr.seq_number == LOCAL_SEQ + 1 + 3 && !repr.payload.is_empty();
+                    Ok::<(), ()>(())
+                });
+                if resent {
+                    break;
+                }
+            }
+            assert!(resent, "sack {sack}: BBB resent; {:?}", s.recovery_stats());
+        }
     }
 
     /// dpwarp: RFC 9293 §3.10.7.4 checks the FIN bit after the text is
