@@ -2902,6 +2902,11 @@ impl<'a> Socket<'a> {
             // the congestion response is due.
             self.loss_found(now);
         }
+        if !self.remote_has_sack && self.recovery.on_partial_ack(ack_number, out.advanced) {
+            net_debug!("partial ACK: the next segment lost too");
+            // Within the episode: no second congestion response.
+            self.loss_found(now);
+        }
         out.sacked > 0
     }
 
@@ -12189,6 +12194,72 @@ mod test {
         s.send_slice(b"def").unwrap();
         recv_nothing!(s);
         assert_eq!(s.state, State::Closed);
+    }
+
+    /// dpwarp: a peer without SACK loses aaa and ccc of six segments. The
+    /// third duplicate ACK resends aaa; the ACK it draws stops at ccc (a
+    /// partial ACK, RFC 6582 §3.2 step 5), which goes at once, not at the
+    /// RTO with everything after it (DDD, eee and FFF, which the peer
+    /// holds). Found by a review: ccc went a second later, by timeout.
+    #[test]
+    #[cfg(feature = "alloc")]
+    fn test_without_sack_a_partial_ack_resends_the_next_hole() {
+        let mut s = socket_established_with_buffer_sizes(64, 64);
+        s.remote_mss = 3;
+        s.set_congestion_control(CongestionControl::None);
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            ..SEND_TEMPL
+        });
+        let segs: [&'static [u8]; 6] = [b"aaa", b"BBB", b"ccc", b"DDD", b"eee", b"FFF"];
+        for seg in segs {
+            s.send_slice(seg).unwrap();
+        }
+        for (i, seg) in segs.iter().enumerate() {
+            recv!(s, time 1000 + 5 * i as i64, Ok(TcpRepr {
+                seq_number: LOCAL_SEQ + 1 + 3 * i,
+                ack_number: Some(REMOTE_SEQ + 1),
+                payload: seg,
+                ..RECV_TEMPL
+            }));
+        }
+        // BBB, DDD, eee, FFF arrive: four duplicate ACKs.
+        for i in 0..4 {
+            send!(s, time 1050 + i, TcpRepr {
+                seq_number: REMOTE_SEQ + 1,
+                ack_number: Some(LOCAL_SEQ + 1),
+                ..SEND_TEMPL
+            });
+        }
+        recv!(s, time 1055, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"aaa"[..],
+            ..RECV_TEMPL
+        }));
+        // aaa arrives: the peer acknowledges aaa and BBB.
+        send!(s, time 1075, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 6),
+            ..SEND_TEMPL
+        });
+        recv!(s, time 1075, Ok(TcpRepr {
+            seq_number: LOCAL_SEQ + 1 + 6,
+            ack_number: Some(REMOTE_SEQ + 1),
+            payload: &b"ccc"[..],
+            ..RECV_TEMPL
+        }));
+        send!(s, time 1095, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1 + 18),
+            ..SEND_TEMPL
+        });
+        recv_nothing!(s, time 5000);
+        let stats = s.recovery_stats();
+        assert_eq!((stats.timeouts, stats.retransmits), (0, 2), "{stats:?}");
+        assert_eq!((stats.lost_dupack, stats.recoveries), (2, 1), "{stats:?}");
+        assert!(s.tx_buffer.is_empty());
     }
 
     /// dpwarp: the peer shrinks its window to zero while BBB and ccc are in

@@ -118,6 +118,8 @@ pub(super) struct AckOutcome {
     pub rtt_sample: Option<u32>,
     /// It carried a D-SACK (RFC 2883).
     pub dsack: bool,
+    /// The cumulative ACK advanced SND.UNA.
+    pub advanced: bool,
     /// The loss probe's retransmission repaired a loss (RFC 8985 §7.4.2):
     /// the cumulative ACK passed the probe's end with no D-SACK saying the
     /// original had arrived too.
@@ -141,7 +143,8 @@ pub struct RecoveryStats {
     /// Segments deemed lost by RACK (RFC 8985 §6.2), whether the reordering
     /// timer or an ACK found them.
     pub lost_rack: u64,
-    /// Segments deemed lost by the third duplicate ACK (no SACK).
+    /// Segments deemed lost by the third duplicate ACK, or by a partial
+    /// ACK in the episode it began (no SACK: RFC 5681 §3.2, RFC 6582).
     pub lost_dupack: u64,
     /// Segments deemed lost by a retransmission timeout.
     pub lost_timeout: u64,
@@ -635,6 +638,7 @@ impl Recovery {
                 self.dupack_marked = false;
             }
         }
+        out.advanced = advanced;
         // RFC 8985 §7.4.2 (as Linux's `tcp_process_tlp_ack`): whether the
         // probe repaired a loss. An ACK at its end does not tell: it may be
         // the original's, late (a delayed ACK, jitter past the probe
@@ -729,6 +733,34 @@ impl Recovery {
         }
         self.dupack_marked = true;
         if self.segs[0].is(LOST) && !self.segs[0].is(RETRANS) {
+            return false;
+        }
+        self.mark_lost(0);
+        self.stats.lost_dupack += 1;
+        true
+    }
+
+    /// Without SACK, in an episode the third duplicate ACK began: an ACK
+    /// that advanced SND.UNA (`advanced`) to `ack`, short of the episode's
+    /// end, is a partial ACK (RFC 6582 §3.2 step 5, NewReno): the segment it
+    /// stops at was lost too, and goes at once. Returns whether it marked
+    /// it. (Without it, a second loss in the window waited for the RTO:
+    /// RACK has nothing to compare without SACK, the third-duplicate-ACK
+    /// rule fires once an episode, and the probe needs SACK. Found by a
+    /// review.)
+    pub fn on_partial_ack(&mut self, ack: TcpSeqNumber, advanced: bool) -> bool {
+        let Some(point) = self.recovery_point else {
+            return false;
+        };
+        let Some(front) = self.segs.front() else {
+            return false;
+        };
+        if !advanced || !self.dupack_marked || diff(ack, point) >= 0 {
+            return false;
+        }
+        // Already lost and waiting, or resent in this episode (RACK or the
+        // RTO repair a retransmission that is lost again).
+        if front.is(LOST) || front.is(RETRANS) {
             return false;
         }
         self.mark_lost(0);
