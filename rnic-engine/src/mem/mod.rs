@@ -450,7 +450,10 @@ impl StagTable {
     }
 
     /// [`StagTable::lookup`] through a QP's cache: the region, borrowed
-    /// from the cache, and the octet offset.
+    /// from the cache, and the octet offset. The region comes as its `Arc`,
+    /// so that a caller holding a [`Grant`] can tell whether the STag still
+    /// names the same memory (`Arc::ptr_eq`) without touching the
+    /// reference count.
     pub(crate) fn lookup_cached<'c>(
         self: &Arc<Self>,
         cache: &'c mut StagCache,
@@ -459,7 +462,7 @@ impl StagTable {
         access: Access,
         to: u64,
         len: usize,
-    ) -> Result<(&'c Region, usize), AccessError> {
+    ) -> Result<(&'c Arc<Region>, usize), AccessError> {
         let entry = self.cached(cache, stag).ok_or(AccessError::InvalidStag)?;
         let (r, offset) = Self::grant(Some(entry), pd, access, to, len)?;
         Ok((&r.region, offset))

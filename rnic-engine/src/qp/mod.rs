@@ -306,7 +306,10 @@ impl SgList {
         pd: Pd,
         access: Access,
     ) -> Result<Grants, AccessError> {
-        let mut grants = Grants::default();
+        let mut grants = Grants {
+            fresh: true,
+            ..Grants::default()
+        };
         for (slot, sge) in grants.entries.iter_mut().zip(self.entries()) {
             *slot = Some((
                 stags.check_cached(cache, sge.stag, pd, access, sge.to, sge.len as usize)?,
@@ -321,9 +324,69 @@ impl SgList {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Grants {
     entries: [Option<(Grant, usize)>; SGE_MAX],
+    /// Resolved in this turn and not rechecked yet (see `recheck`).
+    fresh: bool,
 }
 
 impl Grants {
+    /// Checks again the entries of `sgl` (the list these grants were
+    /// resolved from, with `access`) that the list's `octets` lie in, each
+    /// whole, as [`SgList::resolve`] checked it: before each segment placed
+    /// into a receive buffer, and each FPDU sent from a request's list. A
+    /// resolved list holds its regions' memory, not their registrations:
+    /// without this, an STag invalidated (RFC 5040 §6.10, by a peer's Send
+    /// with Invalidate or a local invalidate) or deregistered after the
+    /// first segment kept taking or giving octets for the rest of the
+    /// message, which the STag table promises no access does (RFC 5040
+    /// §7.1 checks STags per DDP segment).
+    ///
+    /// One cached lookup per entry touched (almost always one), no
+    /// allocation; the first call after `resolve`, in the same turn, checks
+    /// nothing (`resolve` just did). An entry whose STag was bound again
+    /// meanwhile (fast registration after an invalidation) follows it to
+    /// the memory it names now, as a hardware RNIC translates the STag at
+    /// each DMA: no octet moves through memory the STag no longer names.
+    /// Nothing is copied before every entry touched has passed.
+    fn recheck(
+        &mut self,
+        sgl: &SgList,
+        stags: &Arc<StagTable>,
+        cache: &mut StagCache,
+        pd: Pd,
+        access: Access,
+        octets: std::ops::Range<usize>,
+    ) -> Result<(), AccessError> {
+        if std::mem::take(&mut self.fresh) {
+            return Ok(());
+        }
+        let (mut offset, mut len) = (octets.start, octets.len());
+        for (slot, sge) in self.entries.iter_mut().zip(sgl.entries()) {
+            if len == 0 {
+                break;
+            }
+            // Resolved whole, so every entry of the list has its grant.
+            let Some((grant, entry_len)) = slot else {
+                break;
+            };
+            if offset >= *entry_len {
+                offset -= *entry_len;
+                continue;
+            }
+            let (region, at) =
+                stags.lookup_cached(cache, sge.stag, pd, access, sge.to, *entry_len)?;
+            if at != grant.offset || !Arc::ptr_eq(region, &grant.region) {
+                // Bound again: rare, so the reference count is paid here.
+                *grant = Grant {
+                    region: region.clone(),
+                    offset: at,
+                };
+            }
+            len -= (*entry_len - offset).min(len);
+            offset = 0;
+        }
+        Ok(())
+    }
+
     /// Copies the list's octets from `offset` into `dst`.
     fn gather(&self, mut offset: usize, mut dst: &mut [u8]) {
         for (grant, len) in self.entries.iter().flatten() {
@@ -335,7 +398,8 @@ impl Grants {
                 continue;
             }
             let n = (len - offset).min(dst.len());
-            // Checked against the registration when resolved.
+            // Checked against the registration when resolved, and again
+            // for this FPDU (`recheck`).
             let _ = grant.region.read(grant.offset + offset, &mut dst[..n]);
             dst = &mut dst[n..];
             offset = 0;
@@ -361,7 +425,8 @@ impl Grants {
                 continue;
             }
             let take = (entry_len - offset).min(len);
-            // Checked against the registration when resolved.
+            // Checked against the registration when resolved, and again
+            // for this FPDU (`recheck`).
             let Ok(octets) = grant.region.shared(grant.offset + offset, take) else {
                 break;
             };
@@ -373,7 +438,8 @@ impl Grants {
         n
     }
 
-    /// Copies `src` into the list from `offset`.
+    /// Copies `src` into the list from `offset` (checked for this segment
+    /// by `recheck`, or by `resolve` just before).
     fn scatter(&self, mut offset: usize, mut src: &[u8]) {
         for (grant, len) in self.entries.iter().flatten() {
             if src.is_empty() {
@@ -532,6 +598,8 @@ struct PendingTerm {
 #[derive(Debug, Clone)]
 struct Receiving {
     wqe: RecvWqe,
+    /// Its list, resolved at the first segment and checked again for
+    /// every later one (`Grants::recheck`).
     grants: Grants,
     capacity: usize,
     /// Octets placed (the highest MO + length seen).
@@ -771,9 +839,16 @@ impl OpStats {
 pub(crate) struct Inner {
     handle: QpHandle,
     pd: Pd,
-    /// The STags this QP checked last: for placement of what it receives,
-    /// and for the SGLs of its work requests.
+    /// The STags this QP checked last: for tagged placement of what it
+    /// receives (Writes, Read Responses, atomic results), for the lists of
+    /// its receives, and for the lists of its work requests.
     rx_stag: StagCache,
+    /// Receives have their own, as each of their segments is checked
+    /// (`Grants::recheck`): a Send's segments may arrive between the
+    /// segments of a Read Response (the peer interleaves its responses
+    /// with its send queue), and one cache for both would reload at every
+    /// segment.
+    recv_stag: StagCache,
     tx_stag: StagCache,
     send_cq: CqHandle,
     recv_cq: CqHandle,
@@ -786,7 +861,8 @@ pub(crate) struct Inner {
     sq_base: u64,
     /// Sequence number of the next request to transmit.
     tx_next: u64,
-    /// The resolved SGL of the request being transmitted.
+    /// The resolved SGL of the request being transmitted, checked again
+    /// for every FPDU after the first (`Grants::recheck`).
     tx_grants: Option<Grants>,
     rq: VecDeque<RecvWqe>,
     rq_size: usize,
@@ -840,6 +916,7 @@ impl Qp {
         // Nothing was checked yet; and no STag checked in the old PD may
         // stand for the new one.
         i.rx_stag = StagCache::default();
+        i.recv_stag = StagCache::default();
         i.tx_stag = StagCache::default();
         Ok(())
     }
@@ -852,6 +929,7 @@ impl Qp {
             stats: OpStats::default(),
             pd: init.pd,
             rx_stag: StagCache::default(),
+            recv_stag: StagCache::default(),
             tx_stag: StagCache::default(),
             send_cq: init.send_cq,
             recv_cq: init.recv_cq,

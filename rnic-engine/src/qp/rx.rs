@@ -479,7 +479,7 @@ impl Inner {
                 .ok_or(untagged(UntaggedError::NoBuffer))?;
             match wqe
                 .sgl
-                .resolve(ctx.stags, &mut self.rx_stag, self.pd, Access::LOCAL_WRITE)
+                .resolve(ctx.stags, &mut self.recv_stag, self.pd, Access::LOCAL_WRITE)
             {
                 Ok(grants) => {
                     let capacity = wqe.sgl.total();
@@ -490,14 +490,7 @@ impl Inner {
                         len: 0,
                     });
                 }
-                Err(_) => {
-                    let wc = RecvCompletion {
-                        status: WcStatus::LocalProtection,
-                        ..RecvCompletion::flushed()
-                    };
-                    self.complete_recv(ctx, &wqe, wc);
-                    return Err((TermCause::LocalCatastrophic, false));
-                }
+                Err(_) => return Err(self.receive_unprotected(ctx, &wqe)),
             }
         }
         let receiving = self.receiving.as_mut().expect("set above");
@@ -516,6 +509,25 @@ impl Inner {
             };
             self.complete_recv(ctx, &receiving.wqe, wc);
             return Err(untagged(UntaggedError::TooLong));
+        }
+        // The buffer's STags again for every segment after the first (the
+        // first resolved the list whole just now), as a Write's and a Read
+        // Response's are (RFC 5040 §7.1 checks each DDP segment): one
+        // invalidated meanwhile (a peer's Send with Invalidate may name it
+        // on any QP, RFC 5040 §6.10, or a local invalidate) or
+        // deregistered takes no further placement, and the receive fails
+        // as one whose list fails at its first segment.
+        let checked = receiving.grants.recheck(
+            &receiving.wqe.sgl,
+            ctx.stags,
+            &mut self.recv_stag,
+            self.pd,
+            Access::LOCAL_WRITE,
+            mo..mo + payload.len(),
+        );
+        if checked.is_err() {
+            let receiving = self.receiving.take().expect("set");
+            return Err(self.receive_unprotected(ctx, &receiving.wqe));
         }
         receiving.grants.scatter(mo, payload);
         receiving.len = mo + payload.len();
@@ -551,6 +563,22 @@ impl Inner {
         }
         self.complete_recv(ctx, &receiving.wqe, wc);
         failure.map_or(Ok(()), Err)
+    }
+
+    /// A receive whose list failed its STag check, at the first segment
+    /// or a later one: it completes with Local Protection, and the QP
+    /// fails with RDMAP's local catastrophic error (0/0/0, RFC 5040 §4.8):
+    /// the fault is this side's buffer, not the peer's message, so no
+    /// DDP or remote protection code fits. One path for both, so that a
+    /// buffer gone before the first segment and one gone after it end
+    /// the same way.
+    fn receive_unprotected(&mut self, ctx: &mut Ctx<'_>, wqe: &super::RecvWqe) -> Failure {
+        let wc = RecvCompletion {
+            status: WcStatus::LocalProtection,
+            ..RecvCompletion::flushed()
+        };
+        self.complete_recv(ctx, wqe, wc);
+        (TermCause::LocalCatastrophic, false)
     }
 
     fn receive_immediate(

@@ -12,6 +12,7 @@
 //! ([`crate::mpa::tx::Framer::ulpdu_len_max`]), and transmission stops before any other
 //! FPDU that does not fit, until TCP has sent the short segment.
 
+use std::ops::Range;
 use std::sync::atomic::AtomicU8;
 
 use crate::atomics;
@@ -430,6 +431,8 @@ impl Inner {
         out: &mut [u8],
         cut: bool,
     ) -> Option<usize> {
+        // The list is checked whole at the request's first FPDU, and again
+        // for the entries each later FPDU reads (`source_checked`).
         if self.tx_grants.is_none() {
             let wqe = &self.sq[(seq - self.sq_base) as usize];
             let access = if wqe.needs_ord() {
@@ -443,9 +446,7 @@ impl Inner {
             {
                 Ok(grants) => self.tx_grants = Some(grants),
                 Err(_) => {
-                    self.tx_next += 1;
-                    self.finish_wqe(ctx, seq, WcStatus::LocalProtection, 0);
-                    self.fail(TermCause::LocalCatastrophic, None, false);
+                    self.source_failed(ctx, seq);
                     return Some(0);
                 }
             }
@@ -479,6 +480,49 @@ impl Inner {
             Next::Read(remote) => self.emit_read_request(framer, seq, remote, out),
             Next::Atomic => self.emit_atomic_request(framer, seq, out),
         }
+    }
+
+    /// A request whose list failed its STag check, at its first FPDU or a
+    /// later one: it completes with Local Protection and the QP fails with
+    /// RDMAP's local catastrophic Terminate (0/0/0, RFC 5040 §4.8), one
+    /// path for both so that a source gone before the first FPDU and one
+    /// gone after it end the same way.
+    #[inline(never)] // Off the data path.
+    fn source_failed(&mut self, ctx: &mut Ctx<'_>, seq: u64) {
+        self.tx_grants = None;
+        self.tx_next += 1;
+        self.finish_wqe(ctx, seq, WcStatus::LocalProtection, 0);
+        self.fail(TermCause::LocalCatastrophic, None, false);
+    }
+
+    /// Checks again the source entries that `octets` of request `seq` (a
+    /// Send or Write: its list is read) come from, before the FPDU that
+    /// carries them is framed (`Grants::recheck`; nothing at the first
+    /// FPDU, whose list was checked whole just now). The request's grants
+    /// keep its regions' memory, not their registrations: without this an
+    /// STag invalidated or deregistered after the first FPDU left was read
+    /// for the rest of the message, though `dereg_mr` promises that
+    /// nothing reads from it once it returns (RFC 5040 §7.1 checks every
+    /// DDP segment's STag; a Read Response's source is checked per segment
+    /// in `emit_response` likewise). One cached lookup per entry the FPDU
+    /// reads, no allocation. `false` when one fails: the request has then
+    /// failed (`source_failed`).
+    #[inline(always)] // Into both copies of the path: see `Cuts`.
+    fn source_checked(&mut self, ctx: &mut Ctx<'_>, seq: u64, octets: Range<usize>) -> bool {
+        let sgl = &self.sq[(seq - self.sq_base) as usize].sgl;
+        let grants = self.tx_grants.as_mut().expect("resolved before framing");
+        let checked = grants.recheck(
+            sgl,
+            ctx.stags,
+            &mut self.tx_stag,
+            self.pd,
+            Access::LOCAL_READ,
+            octets,
+        );
+        if checked.is_err() {
+            self.source_failed(ctx, seq);
+        }
+        checked.is_ok()
     }
 
     /// Frames a DDP header and `len` payload octets of the current request
@@ -532,6 +576,9 @@ impl Inner {
             last,
             invalidate,
         );
+        if !self.source_checked(ctx, seq, sent..sent + n) {
+            return Some(0);
+        }
         let written = self.frame_payload(framer, &ddp, sent, n, out, ctx.one_pass)?;
         self.stats.sent(opcode, n, last);
         self.sq[(seq - self.sq_base) as usize].sent += n;
@@ -561,6 +608,9 @@ impl Inner {
             remote.to.wrapping_add(sent as u64),
             last,
         );
+        if !self.source_checked(ctx, seq, sent..sent + n) {
+            return Some(0);
+        }
         let written = self.frame_payload(framer, &ddp, sent, n, out, ctx.one_pass)?;
         self.stats.sent(Opcode::RdmaWrite, n, last);
         let wqe = &mut self.sq[(seq - self.sq_base) as usize];
