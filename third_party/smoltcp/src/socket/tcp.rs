@@ -1880,9 +1880,17 @@ impl<'a> Socket<'a> {
 
     fn ack_reply(&mut self, ip_repr: &IpRepr, repr: &TcpRepr) -> (IpRepr, TcpRepr<'static>) {
         let (mut ip_reply_repr, mut reply_repr) = Self::reply(ip_repr, repr);
-        reply_repr.timestamp = repr
-            .timestamp
-            .and_then(|tcp_ts| tcp_ts.generate_reply(self.tsval_generator));
+        // dpwarp: the echo is TS.Recent (RFC 7323 §4.3), not the TSval of
+        // the segment answered (one held out of order, or an unacceptable
+        // one), once TS.Recent is set.
+        reply_repr.timestamp = repr.timestamp.and_then(|tcp_ts| {
+            let echo = if self.remote_last_ack.is_some() {
+                self.last_remote_tsval
+            } else {
+                tcp_ts.tsval
+            };
+            TcpTimestampRepr::generate_reply_with_tsval(self.tsval_generator, echo)
+        });
 
         // From RFC 793:
         // [...] an empty acknowledgment segment containing the current send-sequence number
@@ -2706,8 +2714,23 @@ impl<'a> Socket<'a> {
         }
 
         // update last remote tsval
+        // dpwarp: as RFC 7323 §4.3 says (TS.Recent): only from a segment
+        // at or below the last ACK we sent (not one held out of order, whose
+        // echo would shorten the peer's RTT samples), and never backwards
+        // (an older segment, which change 17 now takes, or one reordered).
+        // Found by a review: every acceptable segment set it.
         if let Some(timestamp) = repr.timestamp {
-            self.last_remote_tsval = timestamp.tsval;
+            let update = match self.remote_last_ack {
+                // Nothing acknowledged yet: the SYN's or SYN-ACK's.
+                None => true,
+                Some(last_ack) => {
+                    repr.seq_number <= last_ack
+                        && timestamp.tsval.wrapping_sub(self.last_remote_tsval) as i32 >= 0
+                }
+            };
+            if update {
+                self.last_remote_tsval = timestamp.tsval;
+            }
         }
 
         // update timers.
@@ -11982,6 +12005,70 @@ mod test {
             }
         );
         assert_eq!(s.tx_buffer.len(), 0);
+    }
+
+    /// dpwarp: RFC 7323 §4.3: TS.Recent follows only segments at or below
+    /// the last ACK sent, and never goes back: a segment held out of order
+    /// and an older one leave the echo as it was. Found by a review (every
+    /// acceptable segment set it).
+    #[test]
+    fn test_ts_recent_follows_in_order_segments_and_never_goes_back() {
+        let mut s = socket_established();
+        s.set_tsval_generator(Some(|| 1));
+        s.ack_delay = None;
+        let echo = |s: &mut TestSocket, t: i64| {
+            let mut tsecr = None;
+            recv(s, Instant::from_millis(t), |r| {
+                tsecr = r.unwrap().timestamp.map(|ts| ts.tsecr);
+            });
+            tsecr
+        };
+        send!(s, time 0, TcpRepr {
+            seq_number: REMOTE_SEQ + 1,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"abc"[..],
+            timestamp: Some(TcpTimestampRepr::new(500, 1)),
+            ..SEND_TEMPL
+        });
+        assert_eq!(echo(&mut s, 1), Some(500));
+        // Held out of order (a hole at 3..6): its TSval is not echoed.
+        send!(s, time 2, TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + 6,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"ghi"[..],
+            timestamp: Some(TcpTimestampRepr::new(700, 1)),
+            ..SEND_TEMPL
+        }, Some(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1 + 3),
+            window_len: 61,
+            timestamp: Some(TcpTimestampRepr::new(1, 500)),
+            ..RECV_TEMPL
+        }));
+        // The hole filled, by a segment sent before the one held (an
+        // older TSval): the echo does not go back.
+        send!(s, time 3, TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + 3,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"def"[..],
+            timestamp: Some(TcpTimestampRepr::new(400, 1)),
+            ..SEND_TEMPL
+        }, Some(TcpRepr {
+            seq_number: LOCAL_SEQ + 1,
+            ack_number: Some(REMOTE_SEQ + 1 + 9),
+            window_len: 55,
+            timestamp: Some(TcpTimestampRepr::new(1, 500)),
+            ..RECV_TEMPL
+        }));
+        // The next in order, newer: echoed.
+        send!(s, time 5, TcpRepr {
+            seq_number: REMOTE_SEQ + 1 + 9,
+            ack_number: Some(LOCAL_SEQ + 1),
+            payload: &b"jkl"[..],
+            timestamp: Some(TcpTimestampRepr::new(800, 1)),
+            ..SEND_TEMPL
+        });
+        assert_eq!(echo(&mut s, 6), Some(800));
     }
 
     #[test]
