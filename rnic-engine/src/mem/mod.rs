@@ -28,9 +28,7 @@
 
 mod dma;
 
-#[cfg(test)]
-use std::sync::atomic::Ordering;
-use std::sync::atomic::{AtomicU64, AtomicU8};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwapOption;
@@ -251,6 +249,11 @@ struct Allocator {
 pub(crate) struct StagTable {
     slots: Box<[Slot]>,
     allocator: Mutex<Allocator>,
+    /// Changes of any slot so far (bind, invalidate, free; not
+    /// registration, which changes no STag a list holds): a list resolved
+    /// when this read `n` still names what it named while it reads `n`
+    /// (see [`StagTable::changes`]).
+    changes: AtomicU64,
 }
 
 /// A granted range: the region and the octet offset the TO maps to.
@@ -323,6 +326,7 @@ impl StagTable {
         let free = (2..capacity as u32 + 2).rev().collect();
         StagTable {
             slots,
+            changes: AtomicU64::new(0),
             allocator: Mutex::new(Allocator {
                 free,
                 rng: ChaCha8Rng::seed_from_u64(seed),
@@ -405,10 +409,23 @@ impl StagTable {
                 _ => false,
             };
             if same {
+                // After the slot: a reader that sees the count unchanged
+                // started its access before this change (SeqCst both
+                // sides), as one that loaded the old entry did.
+                self.changes.fetch_add(1, Ordering::SeqCst);
                 return Ok(());
             }
             // Another change came first: check again against it.
         }
+    }
+
+    /// How many times a slot has changed (bound, invalidated or freed).
+    /// One load of a line every core only reads, unless a change wrote it:
+    /// what lets a resolved list be checked again per segment at the cost
+    /// of a compare while nothing changes.
+    #[inline]
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
     }
 
     /// The live entry `stag` names, through `cache`.

@@ -510,8 +510,7 @@ impl Inner {
             self.complete_recv(ctx, &receiving.wqe, wc);
             return Err(untagged(UntaggedError::TooLong));
         }
-        // The buffer's STags again for every segment after the first (the
-        // first resolved the list whole just now), as a Write's and a Read
+        // The buffer's STags again for every segment, as a Write's and a Read
         // Response's are (RFC 5040 §7.1 checks each DDP segment): one
         // invalidated meanwhile (a peer's Send with Invalidate may name it
         // on any QP, RFC 5040 §6.10, or a local invalidate) or

@@ -497,15 +497,14 @@ impl Inner {
 
     /// Checks again the source entries that `octets` of request `seq` (a
     /// Send or Write: its list is read) come from, before the FPDU that
-    /// carries them is framed (`Grants::recheck`; nothing at the first
-    /// FPDU, whose list was checked whole just now). The request's grants
+    /// carries them is framed (`Grants::recheck`). The request's grants
     /// keep its regions' memory, not their registrations: without this an
     /// STag invalidated or deregistered after the first FPDU left was read
     /// for the rest of the message, though `dereg_mr` promises that
     /// nothing reads from it once it returns (RFC 5040 §7.1 checks every
     /// DDP segment's STag; a Read Response's source is checked per segment
-    /// in `emit_response` likewise). One cached lookup per entry the FPDU
-    /// reads, no allocation. `false` when one fails: the request has then
+    /// in `emit_response` likewise). A compare while no STag changed
+    /// anywhere, no allocation. `false` when one fails: the request has then
     /// failed (`source_failed`).
     #[inline(always)] // Into both copies of the path: see `Cuts`.
     fn source_checked(&mut self, ctx: &mut Ctx<'_>, seq: u64, octets: Range<usize>) -> bool {
