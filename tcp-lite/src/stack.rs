@@ -670,6 +670,25 @@ impl<D: Device> Stack<D> {
             self.free_slot(index);
             return true;
         }
+        // A handshake reset and the next SYN in one poll: smoltcp puts the
+        // socket back to LISTEN and it takes that SYN before this scan, so
+        // the state is the same and the peer another. Until the connection
+        // is reported it is whoever its socket talks to now (found by a
+        // review: the first peer's address was reported for the second's
+        // connection, so per-peer limits and address checks saw the wrong
+        // peer). The first one's handshake counts as dropped.
+        if !slot.open_reported && slot.endpoints.is_some() {
+            let ends = endpoints(socket);
+            if ends.is_some() && ends != slot.endpoints {
+                self.stats.half_open_dropped += 1;
+                if let (Some((local, remote)), true) = (slot.endpoints, self.marks.len() > 0) {
+                    let flow = (*local.ip(), local.port(), *remote.ip(), remote.port());
+                    self.marks.forget(flow, index);
+                }
+                slot.endpoints = ends;
+                slot.progress_at = now;
+            }
+        }
         if state != slot.state {
             slot.state = state;
             slot.progress_at = now;

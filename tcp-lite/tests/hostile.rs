@@ -256,6 +256,25 @@ fn an_accepted_connection_names_its_own_peer_not_an_earlier_reset_one() {
     assert_eq!((local, peer), (SocketAddrV4::new(US, 80), real));
 }
 
+/// The same when the reset and the next peer's SYN come in one poll:
+/// smoltcp puts the socket back to LISTEN and it takes the SYN before the
+/// stack looks at it again, in the same state (found by a review: the
+/// connection was reported with the first peer's address).
+#[test]
+fn a_syn_right_behind_a_reset_names_its_own_peer() {
+    let mut raw = Raw::new(|c| c.backlog = 1);
+    raw.stack.listen(80).unwrap();
+    let ghost = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 1111);
+    raw.send(ghost, 80, TcpControl::Syn, 5000, None);
+    raw.poll();
+    raw.send(ghost, 80, TcpControl::Rst, 5001, None);
+    let real = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 7), 2222);
+    let (accepted, _) = raw.accept_from(real);
+    let (local, peer) = raw.stack.endpoints(accepted).unwrap();
+    assert_eq!((local, peer), (SocketAddrV4::new(US, 80), real));
+    assert_eq!(raw.stack.stats().half_open_dropped, 1);
+}
+
 #[test]
 fn a_half_open_handshake_times_out_silently_and_frees_its_slot() {
     let mut raw = Raw::new(|c| {
