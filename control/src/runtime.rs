@@ -1719,8 +1719,9 @@ struct Startup {
     machine: Machine,
     token: u64,
     peer: SocketAddrV4,
-    /// The listener's port (responders).
-    port: u16,
+    /// The listen that accepted it (`Listener::generation`; responders,
+    /// 0 for initiators): its decision, and no later listen's on the port.
+    listener: u64,
     /// Initiators: the configuration and private data, for an unenhanced
     /// retry (RFC 6581 §10).
     retry: Option<(StartupConfig, Vec<u8>, u8)>,
@@ -1729,6 +1730,9 @@ struct Startup {
 struct Listener {
     core: CoreId,
     port: u16,
+    /// Which listen this is (from 1): a startup it accepted is decided by
+    /// it, and fails once it is gone (unlistened or replaced).
+    generation: u64,
     config: StartupConfig,
     on_request: OnRequest,
 }
@@ -1872,6 +1876,8 @@ struct Worker {
     /// The core served first in the next round (round-robin).
     next_core: usize,
     listeners: Vec<Listener>,
+    /// Listens made so far (`Listener::generation`).
+    listens: u64,
     /// Active opens by token: their startup, private data, peer and DSCP.
     pending_connects: HashMap<u64, (StartupConfig, Vec<u8>, SocketAddrV4, u8)>,
     startups: HashMap<(CoreId, ConnId), Startup>,
@@ -1905,6 +1911,7 @@ impl Worker {
             cores,
             next_core: 0,
             listeners: Vec::new(),
+            listens: 0,
             pending_connects: HashMap::new(),
             startups: HashMap::new(),
             per_peer: HashMap::new(),
@@ -2201,11 +2208,14 @@ impl Worker {
                 on_request,
             } => {
                 self.send_to(core, ToCore::Listen { port });
-                // A second listen on a port replaces the first's decision.
+                // A second listen on a port replaces the first's decision
+                // (for connections it accepts from now on).
                 self.listeners.retain(|l| (l.core, l.port) != (core, port));
+                self.listens += 1;
                 self.listeners.push(Listener {
                     core,
                     port,
+                    generation: self.listens,
                     config,
                     on_request,
                 });
@@ -2492,14 +2502,14 @@ impl Worker {
             .listeners
             .iter()
             .find(|l| l.core == core && l.port == listener.0)
-            .map(|l| l.config.clone());
-        match config.and_then(|c| Responder::new(c, now).ok()) {
-            Some(m) => {
+            .map(|l| (l.config.clone(), l.generation));
+        match config.and_then(|(c, generation)| Some((Responder::new(c, now).ok()?, generation))) {
+            Some((m, generation)) => {
                 let startup = Startup {
                     machine: Machine::Responder(m),
                     token: 0,
                     peer,
-                    port: listener.0,
+                    listener: generation,
                     retry: None,
                 };
                 self.hold((core, conn), startup);
@@ -2526,7 +2536,7 @@ impl Worker {
                     machine: Machine::Initiator(m),
                     token,
                     peer: remote,
-                    port: 0,
+                    listener: 0,
                     retry,
                 };
                 self.hold((core, conn), startup);
@@ -2614,18 +2624,25 @@ impl Worker {
         // The ULP's decision on a Request.
         if let Machine::Responder(m) = &mut s.machine {
             if let Some(request) = m.request().cloned() {
-                let (peer, port) = (s.peer, s.port);
+                let (peer, generation) = (s.peer, s.listener);
+                // Only the listen that accepted the connection decides: once
+                // it is gone (unlistened, or replaced by a later listen on
+                // the port), the startup fails, its decision gone, as
+                // `ControlPlane::unlisten` says (found by a review: the
+                // port's next listener decided it, with the old one's
+                // configuration, or with none an MPA Reject went out in the
+                // ULP's name).
                 let decision = self
                     .listeners
                     .iter_mut()
-                    .find(|l| l.core == core && l.port == port)
-                    .map(|l| (l.on_request)(&request, peer))
-                    .unwrap_or(Decision::Reject(Vec::new()));
+                    .find(|l| l.generation == generation)
+                    .map(|l| (l.on_request)(&request, peer));
                 let ok = match decision {
-                    Decision::Accept(accept) => m.accept(&accept),
-                    Decision::Reject(pd) => m.reject(&pd),
+                    Some(Decision::Accept(accept)) => m.accept(&accept).is_ok(),
+                    Some(Decision::Reject(pd)) => m.reject(&pd).is_ok(),
+                    None => false,
                 };
-                if ok.is_err() {
+                if !ok {
                     m.fail_local();
                 }
             }

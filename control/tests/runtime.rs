@@ -957,6 +957,87 @@ fn unlistening_refuses_new_connections_and_keeps_established_ones() {
     });
 }
 
+/// A connection in its MPA startup when its listener is unlistened, and
+/// a new listen made on the port, is not decided by the new listener: the
+/// old one's decision is gone and the startup fails (found by a review: the
+/// new listener decided it, with the old one's configuration).
+#[test]
+fn a_startup_of_an_unlistened_listener_is_not_decided_by_its_successor() {
+    watchdog(WATCHDOG, || {
+        let (control, mut links) = ControlPlane::start(1);
+        let (mut client, s0) = pair(44, 4);
+        let mut core = Core::new(s0, links.remove(0));
+        let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 44, 2), 5000);
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<&str>::new()));
+        let ask = |name: &'static str| -> control::runtime::OnRequest {
+            let asked = asked.clone();
+            Box::new(move |_, _| {
+                asked.lock().unwrap().push(name);
+                Decision::Accept(Accept::default())
+            })
+        };
+        control.listen(0, 5000, StartupConfig::default(), ask("old"));
+        core.wait_listening(5000);
+        let c = client.connect(target, now()).expect("room");
+        until(Duration::from_secs(5), "the accept", || {
+            client_turn(&mut client);
+            core.step();
+            control.health()[0].startups == 1
+        });
+        control.unlisten(0, 5000);
+        core.link.forget_listen_status(5000);
+        control.listen(0, 5000, StartupConfig::default(), ask("new"));
+        core.wait_listening(5000);
+        send_request(&mut client, c);
+        until(Duration::from_secs(5), "a handoff", || {
+            client_turn(&mut client);
+            core.step();
+            !core.handoffs.is_empty()
+        });
+        assert_eq!(
+            *asked.lock().unwrap(),
+            Vec::<&str>::new(),
+            "nobody decided it"
+        );
+        assert!(
+            matches!(core.handoffs[0].result, StartupResult::Failed(_)),
+            "{:?}",
+            core.handoffs[0].result
+        );
+        drop(control);
+    });
+}
+
+/// The same with no listener on the port any more: the startup fails (no
+/// Reply), rather than an MPA Reject going out in the ULP's name.
+#[test]
+fn a_startup_of_an_unlistened_listener_fails_rather_than_being_rejected() {
+    watchdog(WATCHDOG, || {
+        let (control, mut links) = ControlPlane::start(1);
+        let (mut client, s0) = pair(45, 4);
+        let mut core = Core::new(s0, links.remove(0));
+        let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 45, 2), 5000);
+        let c = accepted_connection(&control, &mut core, &mut client, target);
+        control.unlisten(0, 5000);
+        until(Duration::from_secs(5), "the listener gone", || {
+            core.step();
+            core.stack.listening_sockets() == 0
+        });
+        send_request(&mut client, c);
+        until(Duration::from_secs(5), "a handoff", || {
+            client_turn(&mut client);
+            core.step();
+            !core.handoffs.is_empty()
+        });
+        assert!(
+            matches!(core.handoffs[0].result, StartupResult::Failed(_)),
+            "{:?}",
+            core.handoffs[0].result
+        );
+        drop(control);
+    });
+}
+
 #[test]
 fn one_peer_holds_at_most_its_share_of_startups_and_gets_it_back() {
     const PER_PEER: usize = 12;
