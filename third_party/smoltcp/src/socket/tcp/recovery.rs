@@ -20,9 +20,23 @@
 //! * A retransmission timeout marks every segment not SACKed lost (RFC 8985
 //!   §6.3): they go again, once each, and what the peer holds does not.
 //!
-//! Work per ACK is bounded by the log's length, which is bounded by
-//! [`SEGMENTS_MAX`]: at most that many segments are in flight, whatever a
-//! peer's SACK blocks say.
+//! The log's length is bounded by [`SEGMENTS_MAX`]: at most that many
+//! segments are in flight, whatever a peer's SACK blocks say. Work per ACK
+//! follows what the ACK changes, not the log's length (found by a review: a
+//! peer that repeated four blocks over the whole log cost a walk of every
+//! segment four times per ACK, and a single hole's recovery was quadratic):
+//!
+//! * a SACK block skips the segments already SACKed (`skip`, a
+//!   path-compressed "next segment not SACKed" pointer per segment, by
+//!   segment number, which popping the front does not change), so it
+//!   visits the segments it newly SACKs and O(1) others, amortized;
+//! * RACK's candidates (segments neither SACKed nor lost and waiting) are
+//!   queued in transmission-time order (`rack_queue`, with lazy deletion),
+//!   and loss detection walks it from the oldest: the segments it marks,
+//!   the stale entries it drops, and the one it stops at.
+//!
+//! A renege (which drops every SACK mark) and a retransmission timeout
+//! (which marks every segment) still walk the whole log.
 
 use alloc::collections::VecDeque;
 
@@ -85,6 +99,32 @@ struct Sent {
     /// When it was last (re)transmitted.
     xmit: Instant,
     flags: u8,
+    /// When SACKED: the number of a later segment such that every segment
+    /// from this one up to it is SACKED (the skip structure; not read
+    /// otherwise).
+    skip: u64,
+    /// Which transmission this was (`Recovery::tx_count`): an entry of
+    /// `rack_queue` with another is stale.
+    tx: u64,
+}
+
+/// An entry of RACK's queue: a transmission of segment number `id` at
+/// `xmit`, the `tx`-th.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+struct Cand {
+    xmit: Instant,
+    id: u64,
+    tx: u64,
+}
+
+impl Cand {
+    /// Its place in the queue: by transmission time, then by segment (the
+    /// order of RACK's "sent before" test, RFC 8985 §6.2, which breaks a
+    /// tie of times by the end sequence number).
+    fn key(&self) -> (Instant, u64) {
+        (self.xmit, self.id)
+    }
 }
 
 impl Sent {
@@ -169,6 +209,20 @@ pub struct RecoveryStats {
 #[derive(Debug)]
 pub(super) struct Recovery {
     segs: VecDeque<Sent>,
+    /// Segments popped from the log's front so far: `segs[i]` is segment
+    /// number `popped + i`.
+    popped: u64,
+    /// RACK's candidates, the segments neither SACKed nor lost and waiting,
+    /// as an entry per transmission, sorted by `Cand::key`; an entry whose
+    /// segment is gone, is no longer a candidate, or was sent again since
+    /// (another `tx`) is stale, and is dropped when met (or when stale
+    /// entries outnumber the log: `enqueue`).
+    rack_queue: VecDeque<Cand>,
+    /// Transmissions recorded.
+    tx_count: u64,
+    /// Segments and entries the walks visited (the cost test).
+    #[cfg(test)]
+    visits: u64,
     /// Octets of segments SACKed.
     sacked_out: usize,
     /// Octets of segments deemed lost.
@@ -222,6 +276,11 @@ impl Recovery {
     pub fn new() -> Recovery {
         Recovery {
             segs: VecDeque::new(),
+            popped: 0,
+            rack_queue: VecDeque::new(),
+            tx_count: 0,
+            #[cfg(test)]
+            visits: 0,
             sacked_out: 0,
             lost_out: 0,
             retrans_out: 0,
@@ -302,12 +361,17 @@ impl Recovery {
             if !self.has_room() {
                 return;
             }
+            let id = self.popped + self.segs.len() as u64;
             self.segs.push_back(Sent {
                 start,
                 len: len as u32,
                 xmit: now,
                 flags: if fin { FIN } else { 0 },
+                skip: id,
+                tx: self.tx_count,
             });
+            self.tx_count += 1;
+            self.enqueue(self.segs.len() - 1);
             return;
         }
         let Some(i) = self.find(start) else {
@@ -321,6 +385,9 @@ impl Recovery {
         // repair of a loss, not the renege's old news (`RESACK`).
         self.set_flags(i, (seg.flags | RETRANS | EVER_RETRANS) & !RESACK);
         self.segs[i].xmit = now;
+        self.segs[i].tx = self.tx_count;
+        self.tx_count += 1;
+        self.enqueue(i);
         self.stats.retransmits += 1;
         self.stats.retransmitted_octets += seg.len as u64 - u64::from(seg.is(FIN));
         if diff(self.retransmit_hint, seg.end()) < 0 {
@@ -380,6 +447,118 @@ impl Recovery {
         }
         let i = self.segs.partition_point(|s| diff(s.end(), seq) <= 0);
         (i < self.segs.len() && diff(self.segs[i].start, seq) <= 0).then_some(i)
+    }
+
+    /// Whether `s` is one of RACK's candidates: neither SACKed nor lost and
+    /// waiting for its retransmission.
+    fn is_candidate(s: &Sent) -> bool {
+        !s.is(SACKED) && !(s.is(LOST) && !s.is(RETRANS))
+    }
+
+    /// The index of the segment of queue entry `c`, if the entry is not
+    /// stale.
+    fn live(&self, c: &Cand) -> Option<usize> {
+        let i = usize::try_from(c.id.checked_sub(self.popped)?).ok()?;
+        let s = self.segs.get(i)?;
+        (s.tx == c.tx && Self::is_candidate(s)).then_some(i)
+    }
+
+    /// Queues segment `i`'s latest transmission in RACK's queue.
+    fn enqueue(&mut self, i: usize) {
+        let s = self.segs[i];
+        let c = Cand {
+            xmit: s.xmit,
+            id: self.popped + i as u64,
+            tx: s.tx,
+        };
+        if self.rack_queue.back().is_none_or(|b| b.key() <= c.key()) {
+            // New data, or a retransmission later than every entry: the
+            // usual case.
+            self.rack_queue.push_back(c);
+        } else {
+            // A retransmission at the instant of a later segment's (or an
+            // earlier instant: a clock that went back).
+            let at = self.rack_queue.partition_point(|e| e.key() <= c.key());
+            self.rack_queue.insert(at, c);
+        }
+        // Stale entries that no walk reached: dropped once they outnumber
+        // the log (at most one entry per segment is live), which keeps the
+        // queue within 2 entries a segment, at O(1) amortized a
+        // transmission.
+        if self.rack_queue.len() > 2 * self.segs.len() + 16 {
+            self.compact();
+        }
+    }
+
+    /// Drops RACK's stale entries.
+    fn compact(&mut self) {
+        #[cfg(test)]
+        {
+            self.visits += self.rack_queue.len() as u64;
+        }
+        let mut q = core::mem::take(&mut self.rack_queue);
+        q.retain(|c| self.live(c).is_some());
+        self.rack_queue = q;
+    }
+
+    /// Drops the stale entries at the front of RACK's queue.
+    fn trim(&mut self) {
+        while let Some(c) = self.rack_queue.front() {
+            #[cfg(test)]
+            {
+                self.visits += 1;
+            }
+            if self.live(c).is_some() {
+                break;
+            }
+            self.rack_queue.pop_front();
+        }
+    }
+
+    /// Rebuilds RACK's queue from the log (after a renege, which made the
+    /// segments it unmarked candidates again).
+    fn rebuild_queue(&mut self) {
+        #[cfg(test)]
+        {
+            self.visits += self.segs.len() as u64;
+        }
+        self.rack_queue.clear();
+        for (i, s) in self.segs.iter().enumerate() {
+            if Self::is_candidate(s) {
+                self.rack_queue.push_back(Cand {
+                    xmit: s.xmit,
+                    id: self.popped + i as u64,
+                    tx: s.tx,
+                });
+            }
+        }
+        self.rack_queue
+            .make_contiguous()
+            .sort_unstable_by_key(Cand::key);
+    }
+
+    /// The index of the first segment at or after index `i` that is not
+    /// SACKed (the log's length if none), compressing the skip pointers
+    /// it follows.
+    fn next_unsacked(&mut self, i: usize) -> usize {
+        let base = self.popped;
+        let n = self.segs.len();
+        let mut j = i;
+        while j < n && self.segs[j].is(SACKED) {
+            #[cfg(test)]
+            {
+                self.visits += 1;
+            }
+            j = (self.segs[j].skip - base) as usize;
+        }
+        let root = base + j as u64;
+        let mut k = i;
+        while k < j {
+            let next = (self.segs[k].skip - base) as usize;
+            self.segs[k].skip = root;
+            k = next;
+        }
+        j
     }
 
     /// The next segment to retransmit: the first deemed lost whose
@@ -503,6 +682,7 @@ impl Recovery {
         while let Some(front) = self.segs.front().copied() {
             if diff(front.end(), ack) <= 0 {
                 self.segs.pop_front();
+                self.popped += 1;
                 self.uncount(&front);
                 advanced = true;
                 if !front.is(SACKED) {
@@ -555,6 +735,7 @@ impl Recovery {
                     self.set_flags(i, (flags & !SACKED) | RESACK);
                 }
             }
+            self.rebuild_queue();
             self.mark_lost(0);
         }
 
@@ -576,15 +757,27 @@ impl Recovery {
             }
             self.stats.sack_blocks += 1;
             let Some(mut i) = self.find(l) else { continue };
-            while i < self.segs.len() {
+            loop {
+                // The segments already SACKed are skipped: they would be
+                // left as they are, and where one ends past the block, so
+                // does every later one.
+                i = self.next_unsacked(i);
+                if i >= self.segs.len() {
+                    break;
+                }
+                #[cfg(test)]
+                {
+                    self.visits += 1;
+                }
                 let s = self.segs[i];
                 if diff(s.end(), r) > 0 {
                     break;
                 }
                 // Only segments the block covers whole (we never cut a
                 // segment anew, so a peer's blocks end where ours do).
-                if diff(s.start, l) >= 0 && !s.is(SACKED) {
+                if diff(s.start, l) >= 0 {
                     self.set_flags(i, (s.flags | SACKED) & !(LOST | RETRANS | RESACK));
+                    self.segs[i].skip = self.popped + i as u64 + 1;
                     if s.is(RESACK) {
                         i += 1;
                         continue;
@@ -668,6 +861,11 @@ impl Recovery {
         if diff(ack, self.retransmit_hint) > 0 {
             self.retransmit_hint = ack;
         }
+        if advanced {
+            // What the cumulative ACK delivered, at the queue's front when
+            // nothing was lost or reordered.
+            self.trim();
+        }
         out
     }
 
@@ -703,23 +901,35 @@ impl Recovery {
         let rtt = Duration::from_micros(u64::from(self.rack_rtt));
         let mut timer: Option<Instant> = None;
         let mut marked = 0;
-        for i in 0..self.segs.len() {
-            let s = self.segs[i];
-            if s.is(SACKED) || (s.is(LOST) && !s.is(RETRANS)) {
-                continue;
+        // The candidates oldest first (by time, then sequence): "sent
+        // before" RACK's segment holds for a prefix of them, and so does a
+        // deadline that has passed (it grows with the time sent). The walk
+        // marks the candidates in both prefixes and stops at the first
+        // that is not: the earliest deadline still to come, or none.
+        while let Some(c) = self.rack_queue.front().copied() {
+            #[cfg(test)]
+            {
+                self.visits += 1;
             }
+            let Some(i) = self.live(&c) else {
+                self.rack_queue.pop_front();
+                continue;
+            };
+            let s = self.segs[i];
             let before =
                 s.xmit < rack_xmit || (s.xmit == rack_xmit && diff(s.end(), self.rack_end) < 0);
             if !before {
-                continue;
+                break;
             }
             let deadline = s.xmit + rtt + reo_wnd;
             if deadline <= now {
                 self.mark_lost(i);
+                self.rack_queue.pop_front();
                 self.stats.lost_rack += 1;
                 marked += 1;
             } else {
-                timer = Some(timer.map_or(deadline, |t| t.min(deadline)));
+                timer = Some(deadline);
+                break;
             }
         }
         (timer, marked)
@@ -780,6 +990,8 @@ impl Recovery {
                 self.mark_lost(i);
             }
         }
+        // Every segment is SACKed or lost and waiting: none is RACK's.
+        self.rack_queue.clear();
         self.probe_end = None;
         // The timeout is its own congestion response (RFC 5681 §3.1):
         // losses of this window start no episode.
@@ -823,6 +1035,74 @@ impl Recovery {
         Some(pto.min(rto))
     }
 
+    /// The state the reference model has too (the equivalence test).
+    #[cfg(test)]
+    fn common(&self) -> alloc::string::String {
+        let segs: alloc::vec::Vec<_> = self
+            .segs
+            .iter()
+            .map(|s| (s.start, s.len, s.xmit, s.flags))
+            .collect();
+        alloc::format!(
+            "segs {:?} sacked_out {} lost_out {} retrans_out {} sacked_segments {} waiting {} \
+             hint {:?} rack {:?} {:?} {} fack {:?} reo {} {} {} dsack_round {:?} min_rtt {:?} \
+             point {:?} dupack {} probe {:?} {} stats {:?}",
+            segs,
+            self.sacked_out,
+            self.lost_out,
+            self.retrans_out,
+            self.sacked_segments,
+            self.waiting,
+            self.retransmit_hint,
+            self.rack_xmit,
+            self.rack_end,
+            self.rack_rtt,
+            self.fack,
+            self.reordering_seen,
+            self.reo_wnd_mult,
+            self.recoveries_without_dsack,
+            self.dsack_round_end,
+            self.min_rtt,
+            self.recovery_point,
+            self.dupack_marked,
+            self.probe_end,
+            self.probe_retrans,
+            self.stats,
+        )
+    }
+
+    /// The skip pointers and RACK's queue are what they claim to be.
+    #[cfg(test)]
+    fn check_invariants(&self) {
+        let n = self.segs.len() as u64;
+        for (i, s) in self.segs.iter().enumerate() {
+            let id = self.popped + i as u64;
+            if s.is(SACKED) {
+                assert!(s.skip > id && s.skip <= self.popped + n, "{i}: {s:?}");
+                for k in i..(s.skip - self.popped) as usize {
+                    assert!(self.segs[k].is(SACKED), "skip of {i} passes {k}");
+                }
+            }
+        }
+        let keys: alloc::vec::Vec<_> = self.rack_queue.iter().map(Cand::key).collect();
+        assert!(keys.windows(2).all(|w| w[0] <= w[1]), "sorted");
+        let mut live = alloc::collections::BTreeSet::new();
+        for c in &self.rack_queue {
+            if let Some(i) = self.live(c) {
+                assert_eq!(c.xmit, self.segs[i].xmit);
+                assert!(live.insert(i), "one live entry per segment");
+            }
+        }
+        for (i, s) in self.segs.iter().enumerate() {
+            assert_eq!(
+                Self::is_candidate(s),
+                live.contains(&i),
+                "{i}: {s:?} is queued iff a candidate"
+            );
+        }
+        assert!(self.rack_queue.len() <= 2 * self.segs.len() + 17);
+    }
+
     #[cfg(test)]
     fn flags_of(&self, start: u32) -> u8 {
         self.segs
@@ -835,6 +1115,628 @@ impl Recovery {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// The algorithm as it was before the walks followed what changes
+    /// (a copy, comments dropped): the model the equivalence test holds
+    /// the new one to.
+    #[allow(dead_code)]
+    mod reference {
+        use alloc::collections::VecDeque;
+
+        use super::super::{
+            AckOutcome, DUP_THRESH, MIN_RTT_WINDOW, PTO_MIN, REO_WND_MULT_MAX,
+            REO_WND_RESET_RECOVERIES, RecoveryStats, Retransmit, SEGMENTS_MAX,
+        };
+        use crate::time::{Duration, Instant};
+        use crate::wire::TcpSeqNumber;
+
+        const SACKED: u8 = 1;
+        const LOST: u8 = 2;
+        const RETRANS: u8 = 4;
+        const EVER_RETRANS: u8 = 8;
+        const FIN: u8 = 16;
+        const RESACK: u8 = 64;
+
+        fn diff(a: TcpSeqNumber, b: TcpSeqNumber) -> i64 {
+            a.0.wrapping_sub(b.0) as i64
+        }
+
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        struct Sent {
+            start: TcpSeqNumber,
+            len: u32,
+            xmit: Instant,
+            flags: u8,
+        }
+
+        impl Sent {
+            fn end(&self) -> TcpSeqNumber {
+                TcpSeqNumber(self.start.0.wrapping_add(self.len as i32))
+            }
+
+            fn is(&self, flag: u8) -> bool {
+                self.flags & flag != 0
+            }
+        }
+
+        #[derive(Debug)]
+        pub(super) struct Recovery {
+            segs: VecDeque<Sent>,
+            sacked_out: usize,
+            lost_out: usize,
+            retrans_out: usize,
+            sacked_segments: usize,
+            waiting: usize,
+            retransmit_hint: TcpSeqNumber,
+            rack_xmit: Option<Instant>,
+            rack_end: TcpSeqNumber,
+            rack_rtt: u32,
+            fack: TcpSeqNumber,
+            reordering_seen: bool,
+            reo_wnd_mult: u16,
+            recoveries_without_dsack: u16,
+            dsack_round_end: Option<TcpSeqNumber>,
+            min_rtt: Option<(u32, Instant)>,
+            recovery_point: Option<TcpSeqNumber>,
+            dupack_marked: bool,
+            probe_end: Option<TcpSeqNumber>,
+            probe_retrans: bool,
+            stats: RecoveryStats,
+        }
+
+        impl Default for Recovery {
+            fn default() -> Self {
+                Recovery::new()
+            }
+        }
+
+        impl Recovery {
+            pub fn new() -> Recovery {
+                Recovery {
+                    segs: VecDeque::new(),
+                    sacked_out: 0,
+                    lost_out: 0,
+                    retrans_out: 0,
+                    sacked_segments: 0,
+                    waiting: 0,
+                    retransmit_hint: TcpSeqNumber(0),
+                    rack_xmit: None,
+                    rack_end: TcpSeqNumber(0),
+                    rack_rtt: 0,
+                    fack: TcpSeqNumber(0),
+                    reordering_seen: false,
+                    reo_wnd_mult: 1,
+                    recoveries_without_dsack: 0,
+                    dsack_round_end: None,
+                    min_rtt: None,
+                    recovery_point: None,
+                    dupack_marked: false,
+                    probe_end: None,
+                    probe_retrans: false,
+                    stats: RecoveryStats::default(),
+                }
+            }
+
+            pub fn clear(&mut self) {
+                let stats = self.stats;
+                *self = Recovery::new();
+                self.stats = stats;
+            }
+
+            pub fn stats(&self) -> RecoveryStats {
+                self.stats
+            }
+
+            pub fn len(&self) -> usize {
+                self.segs.len()
+            }
+
+            pub fn has_room(&self) -> bool {
+                self.segs.len() < SEGMENTS_MAX
+            }
+
+            pub fn pipe(&self, flight: usize) -> usize {
+                (flight + self.retrans_out).saturating_sub(self.sacked_out + self.lost_out)
+            }
+
+            pub fn sacked_out(&self) -> usize {
+                self.sacked_out
+            }
+
+            pub fn in_recovery(&self) -> bool {
+                self.recovery_point.is_some()
+            }
+
+            pub fn probe_outstanding(&self) -> bool {
+                self.probe_end.is_some()
+            }
+
+            pub fn on_transmit(
+                &mut self,
+                start: TcpSeqNumber,
+                len: usize,
+                fin: bool,
+                now: Instant,
+            ) {
+                if len == 0 {
+                    return;
+                }
+                let end = self.segs.back().map(Sent::end);
+                if end.is_none_or(|end| diff(start, end) >= 0) {
+                    if !self.has_room() {
+                        return;
+                    }
+                    self.segs.push_back(Sent {
+                        start,
+                        len: len as u32,
+                        xmit: now,
+                        flags: if fin { FIN } else { 0 },
+                    });
+                    return;
+                }
+                let Some(i) = self.find(start) else {
+                    return;
+                };
+                let seg = self.segs[i];
+                if seg.start != start || seg.is(SACKED) {
+                    return;
+                }
+                self.set_flags(i, (seg.flags | RETRANS | EVER_RETRANS) & !RESACK);
+                self.segs[i].xmit = now;
+                self.stats.retransmits += 1;
+                self.stats.retransmitted_octets += seg.len as u64 - u64::from(seg.is(FIN));
+                if diff(self.retransmit_hint, seg.end()) < 0 {
+                    self.retransmit_hint = seg.end();
+                }
+            }
+
+            fn count(&mut self, s: &Sent) {
+                let len = s.len as usize;
+                if s.is(SACKED) {
+                    self.sacked_out += len;
+                    self.sacked_segments += 1;
+                }
+                if s.is(LOST) {
+                    self.lost_out += len;
+                }
+                if s.is(RETRANS) {
+                    self.retrans_out += len;
+                }
+                if s.is(LOST) && !s.is(RETRANS) && !s.is(SACKED) {
+                    self.waiting += 1;
+                }
+            }
+
+            fn uncount(&mut self, s: &Sent) {
+                let len = s.len as usize;
+                if s.is(SACKED) {
+                    self.sacked_out -= len;
+                    self.sacked_segments -= 1;
+                }
+                if s.is(LOST) {
+                    self.lost_out -= len;
+                }
+                if s.is(RETRANS) {
+                    self.retrans_out -= len;
+                }
+                if s.is(LOST) && !s.is(RETRANS) && !s.is(SACKED) {
+                    self.waiting -= 1;
+                }
+            }
+
+            fn set_flags(&mut self, i: usize, flags: u8) {
+                let old = self.segs[i];
+                self.uncount(&old);
+                self.segs[i].flags = flags;
+                let new = self.segs[i];
+                self.count(&new);
+            }
+
+            fn find(&self, seq: TcpSeqNumber) -> Option<usize> {
+                let first = self.segs.front()?;
+                if diff(seq, first.start) < 0 {
+                    return None;
+                }
+                let i = self.segs.partition_point(|s| diff(s.end(), seq) <= 0);
+                (i < self.segs.len() && diff(self.segs[i].start, seq) <= 0).then_some(i)
+            }
+
+            pub fn next_retransmit(&mut self) -> Option<Retransmit> {
+                if self.waiting == 0 {
+                    return None;
+                }
+                let from = self.find(self.retransmit_hint).unwrap_or(0);
+                let at = self
+                    .segs
+                    .iter()
+                    .skip(from)
+                    .position(|s| s.is(LOST) && !s.is(RETRANS) && !s.is(SACKED))
+                    .map(|p| p + from)
+                    .or_else(|| {
+                        self.segs
+                            .iter()
+                            .take(from)
+                            .position(|s| s.is(LOST) && !s.is(RETRANS) && !s.is(SACKED))
+                    })?;
+                let s = self.segs[at];
+                self.retransmit_hint = s.start;
+                Some(Retransmit {
+                    start: s.start,
+                    data_len: s.len as usize - usize::from(s.is(FIN)),
+                    fin: s.is(FIN),
+                })
+            }
+
+            pub fn probe_segment(&self) -> Option<Retransmit> {
+                let s = self.segs.iter().rev().find(|s| !s.is(SACKED))?;
+                Some(Retransmit {
+                    start: s.start,
+                    data_len: s.len as usize - usize::from(s.is(FIN)),
+                    fin: s.is(FIN),
+                })
+            }
+
+            pub fn on_probe(&mut self, snd_nxt: TcpSeqNumber) {
+                self.probe_end = Some(snd_nxt);
+                self.probe_retrans = true;
+                self.stats.probes += 1;
+            }
+
+            pub fn on_probe_new_data(&mut self, snd_nxt: TcpSeqNumber) {
+                self.probe_end = Some(snd_nxt);
+                self.probe_retrans = false;
+                self.stats.probes += 1;
+            }
+
+            fn mark_lost(&mut self, i: usize) {
+                let s = self.segs[i];
+                if s.is(SACKED) {
+                    return;
+                }
+                self.set_flags(i, (s.flags | LOST) & !RETRANS);
+                if diff(s.start, self.retransmit_hint) < 0 {
+                    self.retransmit_hint = s.start;
+                }
+            }
+
+            pub fn on_ack(
+                &mut self,
+                ack: TcpSeqNumber,
+                sack: &[Option<(u32, u32)>],
+                snd_nxt: TcpSeqNumber,
+                now: Instant,
+            ) -> AckOutcome {
+                let mut out = AckOutcome::default();
+                let mut newest: Option<Sent> = None;
+                let note = |s: &Sent, newest: &mut Option<Sent>| {
+                    if newest.is_none_or(|n| {
+                        s.xmit > n.xmit || (s.xmit == n.xmit && diff(s.end(), n.end()) > 0)
+                    }) {
+                        *newest = Some(*s);
+                    }
+                };
+
+                let blocks: [Option<(TcpSeqNumber, TcpSeqNumber)>; 4] = {
+                    let mut b = [None; 4];
+                    for (slot, r) in b.iter_mut().zip(sack.iter()) {
+                        *slot = r.map(|(l, r)| (TcpSeqNumber(l as i32), TcpSeqNumber(r as i32)));
+                    }
+                    b
+                };
+                let mut first_is_dsack = false;
+                if let Some((l, r)) = blocks[0] {
+                    let below = diff(r, ack) <= 0 && diff(l, r) < 0;
+                    let within = blocks[1].is_some_and(|(l2, r2)| {
+                        diff(l, l2) >= 0 && diff(r, r2) <= 0 && diff(l, r) < 0
+                    });
+                    if below || within {
+                        first_is_dsack = true;
+                        out.dsack = true;
+                        self.stats.dsacks += 1;
+                        if self.dsack_round_end.is_none_or(|end| diff(ack, end) >= 0) {
+                            self.reo_wnd_mult = (self.reo_wnd_mult + 1).min(REO_WND_MULT_MAX);
+                            self.dsack_round_end = Some(snd_nxt);
+                            self.recoveries_without_dsack = 0;
+                        }
+                    }
+                }
+
+                let mut advanced = false;
+                while let Some(front) = self.segs.front().copied() {
+                    if diff(front.end(), ack) <= 0 {
+                        self.segs.pop_front();
+                        self.uncount(&front);
+                        advanced = true;
+                        if !front.is(SACKED) {
+                            note(&front, &mut newest);
+                        }
+                        continue;
+                    }
+                    if diff(front.start, ack) < 0 {
+                        advanced = true;
+                        let cut = diff(ack, front.start) as u32;
+                        self.uncount(&front);
+                        let seg = self.segs.front_mut().expect("front");
+                        seg.start = ack;
+                        seg.len -= cut;
+                        let trimmed = *seg;
+                        self.count(&trimmed);
+                        note(&front, &mut newest);
+                    }
+                    break;
+                }
+                debug_assert!(
+                    !self.segs.is_empty()
+                        || (
+                            self.lost_out,
+                            self.retrans_out,
+                            self.sacked_out,
+                            self.waiting
+                        ) == (0, 0, 0, 0)
+                );
+
+                if self
+                    .segs
+                    .front()
+                    .is_some_and(|f| f.start == ack && f.is(SACKED))
+                {
+                    self.stats.reneged += 1;
+                    for i in 0..self.segs.len() {
+                        let flags = self.segs[i].flags;
+                        if flags & SACKED != 0 {
+                            self.set_flags(i, (flags & !SACKED) | RESACK);
+                        }
+                    }
+                    self.mark_lost(0);
+                }
+
+                for (k, block) in blocks.iter().enumerate() {
+                    let Some((l, r)) = *block else { continue };
+                    if k == 0 && first_is_dsack {
+                        continue;
+                    }
+                    if diff(l, r) >= 0 || diff(l, ack) <= 0 || diff(r, snd_nxt) > 0 {
+                        self.stats.sack_blocks_ignored += 1;
+                        continue;
+                    }
+                    self.stats.sack_blocks += 1;
+                    let Some(mut i) = self.find(l) else { continue };
+                    while i < self.segs.len() {
+                        let s = self.segs[i];
+                        if diff(s.end(), r) > 0 {
+                            break;
+                        }
+                        if diff(s.start, l) >= 0 && !s.is(SACKED) {
+                            self.set_flags(i, (s.flags | SACKED) & !(LOST | RETRANS | RESACK));
+                            if s.is(RESACK) {
+                                i += 1;
+                                continue;
+                            }
+                            out.sacked += s.len as usize;
+                            note(&s, &mut newest);
+                        }
+                        i += 1;
+                    }
+                }
+                if blocks.len() < sack.len() {
+                    self.stats.sack_blocks_ignored += (sack.len() - blocks.len()) as u64;
+                }
+
+                if let Some(n) = newest {
+                    let rtt = (now - n.xmit).total_micros().min(u32::MAX as u64) as u32;
+                    let ambiguous =
+                        n.is(EVER_RETRANS) && self.min_rtt.is_some_and(|(min, _)| rtt < min);
+                    if !ambiguous {
+                        if self.rack_xmit.is_none_or(|x| {
+                            n.xmit > x || (n.xmit == x && diff(n.end(), self.rack_end) > 0)
+                        }) {
+                            self.rack_xmit = Some(n.xmit);
+                            self.rack_end = n.end();
+                        }
+                        self.rack_rtt = rtt;
+                        if !n.is(EVER_RETRANS) {
+                            out.rtt_sample = Some(rtt);
+                            match self.min_rtt {
+                                Some((min, at)) if rtt >= min && now - at < MIN_RTT_WINDOW => {}
+                                _ => self.min_rtt = Some((rtt, now)),
+                            }
+                        }
+                    }
+                    if !n.is(EVER_RETRANS) && diff(n.end(), self.fack) < 0 {
+                        self.reordering_seen = true;
+                    }
+                    if diff(n.end(), self.fack) > 0 {
+                        self.fack = n.end();
+                    }
+                }
+                if diff(ack, self.fack) > 0 {
+                    self.fack = ack;
+                }
+
+                if let Some(point) = self.recovery_point {
+                    if diff(ack, point) >= 0 {
+                        self.recovery_point = None;
+                        self.dupack_marked = false;
+                    }
+                }
+                out.advanced = advanced;
+                if let Some(end) = self.probe_end {
+                    let past = diff(ack, end);
+                    let over = if !self.probe_retrans {
+                        past >= 0 || out.sacked > 0
+                    } else if out.dsack {
+                        true
+                    } else if past > 0 {
+                        out.probe_repaired = true;
+                        true
+                    } else if past == 0 {
+                        !advanced && out.sacked == 0
+                    } else {
+                        out.sacked > 0
+                    };
+                    if over {
+                        self.probe_end = None;
+                    }
+                }
+                if diff(ack, self.retransmit_hint) > 0 {
+                    self.retransmit_hint = ack;
+                }
+                out
+            }
+
+            fn reo_wnd(&self, srtt: u32) -> u32 {
+                if !self.reordering_seen
+                    && (self.in_recovery() || self.sacked_segments >= usize::from(DUP_THRESH))
+                {
+                    return 0;
+                }
+                let min = self.min_rtt.map_or(0, |(m, _)| m);
+                let wnd = u32::from(self.reo_wnd_mult).saturating_mul(min) / 4;
+                if srtt == 0 { wnd } else { wnd.min(srtt) }
+            }
+
+            pub fn detect_loss(&mut self, now: Instant, srtt: u32) -> (Option<Instant>, usize) {
+                let Some(rack_xmit) = self.rack_xmit else {
+                    return (None, 0);
+                };
+                if self.sacked_out == 0 && self.retrans_out == 0 && self.lost_out == 0 {
+                    return (None, 0);
+                }
+                let reo_wnd = Duration::from_micros(u64::from(self.reo_wnd(srtt)));
+                let rtt = Duration::from_micros(u64::from(self.rack_rtt));
+                let mut timer: Option<Instant> = None;
+                let mut marked = 0;
+                for i in 0..self.segs.len() {
+                    let s = self.segs[i];
+                    if s.is(SACKED) || (s.is(LOST) && !s.is(RETRANS)) {
+                        continue;
+                    }
+                    let before = s.xmit < rack_xmit
+                        || (s.xmit == rack_xmit && diff(s.end(), self.rack_end) < 0);
+                    if !before {
+                        continue;
+                    }
+                    let deadline = s.xmit + rtt + reo_wnd;
+                    if deadline <= now {
+                        self.mark_lost(i);
+                        self.stats.lost_rack += 1;
+                        marked += 1;
+                    } else {
+                        timer = Some(timer.map_or(deadline, |t| t.min(deadline)));
+                    }
+                }
+                (timer, marked)
+            }
+
+            pub fn on_third_dupack(&mut self) -> bool {
+                if self.dupack_marked || self.segs.is_empty() {
+                    return false;
+                }
+                self.dupack_marked = true;
+                if self.segs[0].is(LOST) && !self.segs[0].is(RETRANS) {
+                    return false;
+                }
+                self.mark_lost(0);
+                self.stats.lost_dupack += 1;
+                true
+            }
+
+            pub fn on_partial_ack(&mut self, ack: TcpSeqNumber, advanced: bool) -> bool {
+                let Some(point) = self.recovery_point else {
+                    return false;
+                };
+                let Some(front) = self.segs.front() else {
+                    return false;
+                };
+                if !advanced || !self.dupack_marked || diff(ack, point) >= 0 {
+                    return false;
+                }
+                if front.is(LOST) || front.is(RETRANS) {
+                    return false;
+                }
+                self.mark_lost(0);
+                self.stats.lost_dupack += 1;
+                true
+            }
+
+            pub fn on_timeout(&mut self, snd_nxt: TcpSeqNumber) {
+                self.stats.timeouts += 1;
+                for i in 0..self.segs.len() {
+                    if !self.segs[i].is(SACKED) {
+                        if !(self.segs[i].is(LOST) && !self.segs[i].is(RETRANS)) {
+                            self.stats.lost_timeout += 1;
+                        }
+                        self.mark_lost(i);
+                    }
+                }
+                self.probe_end = None;
+                self.recovery_point = Some(snd_nxt);
+            }
+
+            pub fn start_episode(&mut self, snd_nxt: TcpSeqNumber) -> bool {
+                if self.recovery_point.is_some() {
+                    return false;
+                }
+                self.recovery_point = Some(snd_nxt);
+                self.stats.recoveries += 1;
+                self.recoveries_without_dsack = self.recoveries_without_dsack.saturating_add(1);
+                if self.recoveries_without_dsack >= REO_WND_RESET_RECOVERIES {
+                    self.reo_wnd_mult = 1;
+                    self.recoveries_without_dsack = 0;
+                }
+                true
+            }
+
+            pub fn has_lost(&self) -> bool {
+                self.waiting > 0
+            }
+
+            pub fn pto(&self, srtt: u32, delayed_ack: Duration, rto: Duration) -> Option<Duration> {
+                if srtt == 0 {
+                    return None;
+                }
+                let mut pto = Duration::from_micros(2 * u64::from(srtt)).max(PTO_MIN);
+                if self.segs.len() == 1 {
+                    pto += delayed_ack;
+                }
+                Some(pto.min(rto))
+            }
+
+            pub(in super::super) fn common(&self) -> alloc::string::String {
+                let segs: alloc::vec::Vec<_> = self
+                    .segs
+                    .iter()
+                    .map(|s| (s.start, s.len, s.xmit, s.flags))
+                    .collect();
+                alloc::format!(
+                    "segs {:?} sacked_out {} lost_out {} retrans_out {} sacked_segments {} waiting {} \
+                     hint {:?} rack {:?} {:?} {} fack {:?} reo {} {} {} dsack_round {:?} min_rtt {:?} \
+                     point {:?} dupack {} probe {:?} {} stats {:?}",
+                    segs,
+                    self.sacked_out,
+                    self.lost_out,
+                    self.retrans_out,
+                    self.sacked_segments,
+                    self.waiting,
+                    self.retransmit_hint,
+                    self.rack_xmit,
+                    self.rack_end,
+                    self.rack_rtt,
+                    self.fack,
+                    self.reordering_seen,
+                    self.reo_wnd_mult,
+                    self.recoveries_without_dsack,
+                    self.dsack_round_end,
+                    self.min_rtt,
+                    self.recovery_point,
+                    self.dupack_marked,
+                    self.probe_end,
+                    self.probe_retrans,
+                    self.stats,
+                )
+            }
+        }
+    }
 
     const MSS: usize = 100;
 
@@ -1196,5 +2098,394 @@ mod test {
             r.pto(1_000, Duration::from_millis(40), rto),
             Some(Duration::from_millis(2))
         );
+    }
+
+    /// SplitMix64: the random tests' generator, seeded for repeatable runs.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+
+        fn chance(&mut self, percent: u64) -> bool {
+            self.below(100) < percent
+        }
+    }
+
+    fn u(s: TcpSeqNumber) -> u32 {
+        s.0 as u32
+    }
+
+    /// Both logs took the same transmission.
+    fn transmit(
+        a: &mut Recovery,
+        b: &mut reference::Recovery,
+        start: TcpSeqNumber,
+        len: usize,
+        fin: bool,
+        now: Instant,
+    ) {
+        a.on_transmit(start, len, fin, now);
+        b.on_transmit(start, len, fin, now);
+    }
+
+    /// A SACK block as a peer might send one, honest or not.
+    fn random_block(
+        rng: &mut Rng,
+        bounds: &[TcpSeqNumber],
+        ack: TcpSeqNumber,
+        nxt: TcpSeqNumber,
+    ) -> Option<(u32, u32)> {
+        // Mostly our segments' edges above the ACK (what an honest peer
+        // sends).
+        let above: alloc::vec::Vec<TcpSeqNumber> = bounds
+            .iter()
+            .copied()
+            .filter(|&b| diff(b, ack) > 0)
+            .chain(core::iter::once(nxt))
+            .collect();
+        let pick = |rng: &mut Rng| -> TcpSeqNumber {
+            if !bounds.is_empty() && rng.chance(5) {
+                bounds[rng.below(bounds.len() as u64) as usize]
+            } else if rng.chance(10) || bounds.is_empty() {
+                let span = diff(nxt, ack).max(0) as u64;
+                ack + rng.below(span + 1) as usize
+            } else {
+                above[rng.below(above.len() as u64) as usize]
+            }
+        };
+        match rng.below(100) {
+            0..=4 => None,
+            5..=11 => {
+                // Below the cumulative ACK: a D-SACK when first.
+                let hi = rng.below(400) as i32;
+                let lo = hi + 1 + rng.below(300) as i32;
+                Some((
+                    u(ack).wrapping_sub(lo as u32),
+                    u(ack).wrapping_sub(hi as u32),
+                ))
+            }
+            12..=14 => {
+                let (l, r) = (pick(rng), pick(rng));
+                let (l, r) = if diff(l, r) <= 0 { (l, r) } else { (r, l) };
+                Some((u(r), u(l)))
+            }
+            15..=17 => Some((u(pick(rng)), u(nxt).wrapping_add(1 + rng.below(200) as u32))),
+            18..=20 => Some((u(ack), u(pick(rng)))),
+            _ => {
+                let (l, r) = (pick(rng), pick(rng));
+                let (l, r) = if diff(l, r) <= 0 { (l, r) } else { (r, l) };
+                Some((u(l), u(r)))
+            }
+        }
+    }
+
+    fn assert_same(a: &Recovery, b: &reference::Recovery, flight: usize, srtt: u32, ctx: &str) {
+        assert_eq!(a.common(), b.common(), "{ctx}");
+        assert_eq!(a.pipe(flight), b.pipe(flight), "{ctx}");
+        assert_eq!(a.sacked_out(), b.sacked_out(), "{ctx}");
+        assert_eq!(a.has_lost(), b.has_lost(), "{ctx}");
+        assert_eq!(a.in_recovery(), b.in_recovery(), "{ctx}");
+        assert_eq!(a.probe_outstanding(), b.probe_outstanding(), "{ctx}");
+        assert_eq!(a.stats(), b.stats(), "{ctx}");
+        assert_eq!((a.len(), a.has_room()), (b.len(), b.has_room()), "{ctx}");
+        assert_eq!(a.probe_segment(), b.probe_segment(), "{ctx}");
+        let (d, rto) = (Duration::from_millis(40), Duration::from_millis(200));
+        assert_eq!(a.pto(srtt, d, rto), b.pto(srtt, d, rto), "{ctx}");
+        a.check_invariants();
+    }
+
+    /// Drives the log and the reference model (the algorithm before the
+    /// walks followed what changes) with one random sequence of calls and
+    /// holds every result and every segment's flags equal after each.
+    fn equivalence(seed: u64, steps: usize) {
+        let mut rng = Rng(seed);
+        let mut a = Recovery::new();
+        let mut b = reference::Recovery::new();
+        // Some runs wrap the sequence space.
+        let isn = if seed % 4 == 0 {
+            u32::MAX - rng.below(20_000) as u32
+        } else {
+            rng.next() as u32
+        };
+        let mut una = seq(isn);
+        let mut nxt = una;
+        let mut now = Instant::from_micros(1_000_000 + rng.below(1_000_000) as i64);
+        let cap = 2 + rng.below(if seed % 8 == 1 { 600 } else { 80 }) as usize;
+        let mut fin_sent = false;
+        let mut advanced = false;
+        let mut srtt = 0;
+        let mut max_len = 0;
+        // Half the runs renege and time out rarely: the structures live
+        // long between the walks that rebuild them.
+        let quiet = seed % 2 == 1;
+        for step in 0..steps {
+            let ctx = alloc::format!("seed {seed} step {step}");
+            if rng.chance(55) {
+                let max = if rng.chance(15) { 30_000 } else { 600 };
+                now += Duration::from_micros(1 + rng.below(max));
+            } else if rng.chance(2) {
+                // A clock that went back: the order still holds.
+                now -= Duration::from_micros(1 + rng.below(300));
+            }
+            if rng.chance(10) {
+                srtt = if rng.chance(20) {
+                    0
+                } else {
+                    100 + rng.below(5_000) as u32
+                };
+            }
+            if fin_sent && a.len() == 0 {
+                // The FIN was delivered: as if a next connection went on.
+                fin_sent = false;
+            }
+            let bounds: alloc::vec::Vec<TcpSeqNumber> = a.segs.iter().map(|s| s.start).collect();
+            match rng.below(100) {
+                // New data.
+                0..=23 => {
+                    assert_eq!(a.has_room(), b.has_room(), "{ctx}");
+                    for _ in 0..1 + rng.below(6) {
+                        if a.len() >= cap || fin_sent || !a.has_room() {
+                            break;
+                        }
+                        let len = if rng.chance(3) {
+                            0
+                        } else {
+                            {
+                                let max = if rng.chance(70) { 100 } else { 400 };
+                                1 + rng.below(max) as usize
+                            }
+                        };
+                        let fin = len > 0 && rng.chance(2);
+                        transmit(&mut a, &mut b, nxt, len, fin, now);
+                        nxt = nxt + len;
+                        fin_sent |= fin;
+                        if len > 0 && rng.chance(5) {
+                            a.on_probe_new_data(nxt);
+                            b.on_probe_new_data(nxt);
+                        }
+                    }
+                }
+                // What recovery retransmits.
+                24..=35 => {
+                    let (x, y) = (a.next_retransmit(), b.next_retransmit());
+                    assert_eq!(x, y, "{ctx}");
+                    if let Some(r) = x {
+                        if rng.chance(90) {
+                            let len = r.data_len + usize::from(r.fin);
+                            transmit(&mut a, &mut b, r.start, len, r.fin, now);
+                        }
+                    }
+                }
+                // A loss probe's retransmission.
+                36..=39 => {
+                    let (x, y) = (a.probe_segment(), b.probe_segment());
+                    assert_eq!(x, y, "{ctx}");
+                    if let Some(r) = x {
+                        let len = r.data_len + usize::from(r.fin);
+                        transmit(&mut a, &mut b, r.start, len, r.fin, now);
+                        a.on_probe(nxt);
+                        b.on_probe(nxt);
+                    }
+                }
+                // Any segment sent again (or a start inside one, ignored).
+                40..=42 => {
+                    if !bounds.is_empty() {
+                        let mut start = bounds[rng.below(bounds.len() as u64) as usize];
+                        if rng.chance(10) && diff(start + 1, nxt) < 0 {
+                            start = start + 1;
+                        }
+                        transmit(&mut a, &mut b, start, 1, false, now);
+                    }
+                }
+                // An ACK.
+                43..=74 => {
+                    let first_sacked = a.segs.iter().find(|s| s.is(SACKED)).map(|s| s.start);
+                    let span = diff(nxt, una).max(0) as u64;
+                    let ack = match rng.below(100) {
+                        0..=39 => una,
+                        40..=49 if quiet => una,
+                        40..=49 if first_sacked.is_some() => first_sacked.unwrap(),
+                        _ if rng.chance(10) || bounds.is_empty() => {
+                            una + rng.below(span + 1) as usize
+                        }
+                        _ => {
+                            let mut all = bounds.clone();
+                            all.push(nxt);
+                            let k = if rng.chance(80) {
+                                rng.below(all.len().min(3) as u64)
+                            } else {
+                                rng.below(all.len() as u64)
+                            };
+                            all[k as usize]
+                        }
+                    };
+                    let renege = a.segs.iter().any(|s| s.start == ack && s.is(SACKED));
+                    let ack = if quiet && renege && !rng.chance(5) {
+                        una
+                    } else {
+                        ack
+                    };
+                    let n = if rng.chance(5) {
+                        5 + rng.below(2)
+                    } else {
+                        rng.below(5)
+                    };
+                    let mut sack: alloc::vec::Vec<Option<(u32, u32)>> = (0..n)
+                        .map(|_| random_block(&mut rng, &bounds, ack, nxt))
+                        .collect();
+                    if sack.len() >= 2 && rng.chance(15) {
+                        // A D-SACK within the second block.
+                        sack[0] = sack[1];
+                    }
+                    let (x, y) = (
+                        a.on_ack(ack, &sack, nxt, now),
+                        b.on_ack(ack, &sack, nxt, now),
+                    );
+                    assert_eq!(x, y, "{ctx}: ack {ack:?} {sack:?}");
+                    advanced = x.advanced;
+                    una = ack;
+                }
+                // RACK.
+                75..=86 => {
+                    let (x, y) = (a.detect_loss(now, srtt), b.detect_loss(now, srtt));
+                    assert_eq!(x, y, "{ctx}");
+                }
+                87..=88 if !quiet || rng.chance(5) => {
+                    a.on_timeout(nxt);
+                    b.on_timeout(nxt);
+                }
+                89..=91 => assert_eq!(a.on_third_dupack(), b.on_third_dupack(), "{ctx}"),
+                92..=94 => assert_eq!(
+                    a.on_partial_ack(una, advanced),
+                    b.on_partial_ack(una, advanced),
+                    "{ctx}"
+                ),
+                95..=97 => assert_eq!(a.start_episode(nxt), b.start_episode(nxt), "{ctx}"),
+                _ => {
+                    if rng.chance(5) {
+                        a.clear();
+                        b.clear();
+                        una = nxt;
+                        fin_sent = false;
+                    }
+                }
+            }
+            assert!(diff(nxt, una) >= 0, "{ctx}: una {una:?} nxt {nxt:?}");
+            let flight = diff(nxt, una) as usize;
+            assert_same(&a, &b, flight, srtt, &ctx);
+            max_len = max_len.max(a.len());
+        }
+        std::println!("seed {seed}: longest log {max_len}, {:?}", a.stats());
+    }
+
+    /// The log and the reference model agree on every result and every
+    /// flag, over random calls (many seeds, thousands of steps each).
+    #[test]
+    fn the_log_does_what_the_reference_model_does() {
+        for seed in 0..96 {
+            equivalence(0x5eed_0000 + seed, 4_000);
+        }
+    }
+
+    /// A full log, all but its first segment SACKed by the first ACK.
+    fn full_log_hostile() -> (Recovery, [Option<(u32, u32)>; 4], TcpSeqNumber) {
+        let n = SEGMENTS_MAX;
+        let r = sent(n);
+        let nxt = 1000 + (n * MSS) as u32;
+        let blocks = [
+            block(1100, nxt),
+            block(1200, nxt),
+            block(1300, nxt),
+            block(1400, nxt),
+        ];
+        (r, blocks, seq(nxt))
+    }
+
+    /// Found by a review: a peer that repeats four blocks over the whole
+    /// log made every ACK walk it four times; an honest recovery of one
+    /// hole walked the growing block on every ACK. Segments visited now
+    /// follow what changes.
+    #[test]
+    fn acks_visit_what_they_change_not_the_log() {
+        let (mut r, blocks, nxt) = full_log_hostile();
+        let n = SEGMENTS_MAX as i64;
+        r.on_ack(seq(1000), &blocks, nxt, at(n + 10));
+        r.detect_loss(at(n + 10), 10_000);
+        r.visits = 0;
+        let acks = 2_000;
+        for k in 0..acks {
+            let now = at(n + 11 + k);
+            r.on_ack(seq(1000), &blocks, nxt, now);
+            r.detect_loss(now, 10_000);
+            while let Some(s) = r.next_retransmit() {
+                r.on_transmit(s.start, s.data_len, false, now);
+            }
+        }
+        let per_ack = r.visits / acks as u64;
+        std::println!("hostile: {} visits, {per_ack} per ACK", r.visits);
+        assert!(per_ack <= 64, "{} visits over {acks} ACKs", r.visits);
+
+        // One hole, the block above it growing by a segment per ACK.
+        let mut r = sent(SEGMENTS_MAX);
+        for k in 1..SEGMENTS_MAX {
+            let now = at(n + k as i64);
+            let right = 1000 + ((k + 1) * MSS) as u32;
+            r.on_ack(seq(1000), &[block(1100, right)], nxt, now);
+            r.detect_loss(now, 10_000);
+            while let Some(s) = r.next_retransmit() {
+                r.on_transmit(s.start, s.data_len, false, now);
+            }
+        }
+        assert_eq!(r.stats().retransmits, 1);
+        r.on_ack(nxt, &[], nxt, at(3 * n));
+        assert_eq!(r.len(), 0);
+        std::println!("honest: {} visits for {} segments", r.visits, SEGMENTS_MAX);
+        // Per ACK: the block's first segment (a skip to the end of what
+        // it SACKed), the segment it newly SACKs, the one past its end, and
+        // RACK's front entry, which waits; each stale entry once.
+        assert!(r.visits <= 8 * SEGMENTS_MAX as u64, "{} visits", r.visits);
+    }
+
+    /// Nanoseconds per hostile ACK, before and after (for the README; run
+    /// with `--release --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn hostile_ack_cost() {
+        let acks = 2_000i64;
+        let n = SEGMENTS_MAX as i64;
+        let (_, blocks, nxt) = full_log_hostile();
+        let mut old = reference::Recovery::new();
+        for i in 0..SEGMENTS_MAX {
+            old.on_transmit(seq(1000 + (i * MSS) as u32), MSS, false, at(i as i64));
+        }
+        old.on_ack(seq(1000), &blocks, nxt, at(n + 10));
+        old.detect_loss(at(n + 10), 10_000);
+        let t = std::time::Instant::now();
+        for k in 0..acks {
+            old.on_ack(seq(1000), &blocks, nxt, at(n + 11 + k));
+            old.detect_loss(at(n + 11 + k), 10_000);
+        }
+        let before = t.elapsed().as_nanos() / acks as u128;
+        let (mut new, ..) = full_log_hostile();
+        new.on_ack(seq(1000), &blocks, nxt, at(n + 10));
+        new.detect_loss(at(n + 10), 10_000);
+        let t = std::time::Instant::now();
+        for k in 0..acks {
+            new.on_ack(seq(1000), &blocks, nxt, at(n + 11 + k));
+            new.detect_loss(at(n + 11 + k), 10_000);
+        }
+        let after = t.elapsed().as_nanos() / acks as u128;
+        assert_eq!(old.common(), new.common());
+        std::println!("hostile ACK over a full log: {before} ns before, {after} ns after");
     }
 }
