@@ -2459,7 +2459,7 @@ mod test {
     /// Nanoseconds per hostile ACK, before and after (for the README; run
     /// with `--release --ignored --nocapture`).
     #[test]
-    #[ignore]
+    #[ignore = "prints a timing; run by hand with --release -- --ignored --nocapture"]
     fn hostile_ack_cost() {
         let acks = 2_000i64;
         let n = SEGMENTS_MAX as i64;
