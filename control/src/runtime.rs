@@ -668,6 +668,9 @@ struct Starting {
     closing: bool,
     /// The peer sent FIN: forward what is left, then tell the control plane.
     peer_closed: bool,
+    /// The control plane was told of the FIN (`ToControl::Closed`); the
+    /// connection stays here until its answer.
+    told_closed: bool,
 }
 
 impl ControlPlane {
@@ -1193,14 +1196,16 @@ impl CoreLink {
                 self.send(ToControl::Input { conn, octets });
             }
             // Everything before the peer's FIN was forwarded and taken
-            // by the state machine (what it has not taken is past its
-            // frame: its outcome is on the way): now the close. Our side
-            // closes too.
-            _ if state.peer_closed && state.forwarded == 0 => {
-                if let Some(state) = self.start_draining(conn) {
-                    self.keep_ends(conn, &state);
-                }
-                let _ = transport.close(conn);
+            // by the state machine: the control plane is told of the
+            // close, and the connection stays until its answer, which may
+            // be on the way already (a Reply and the handoff, for a
+            // Request the machine took whole): a Failed answer closes it,
+            // any other goes out before the handoff (which carries the
+            // FIN). Closing here dropped a Reply that came after the
+            // Consume in its own message (found by a review: with a
+            // shallow channel, an accepted startup ended Failed).
+            _ if state.peer_closed && state.forwarded == 0 && !state.told_closed => {
+                state.told_closed = true;
                 self.send(ToControl::Closed { conn });
             }
             _ => {}

@@ -738,6 +738,69 @@ fn a_fin_the_link_heard_during_the_startup_goes_with_the_handoff() {
     });
 }
 
+/// The same with channels one message deep: the Consume of the Request
+/// and the Reply come in messages of their own, and the link, reading the
+/// Consume first, had everything before the FIN taken: it closed the
+/// connection then, dropped the Reply that came next, and the startup the
+/// ULP accepted ended Failed (found by a review). The connection now
+/// waits for the control plane's answer.
+#[test]
+fn a_fin_after_the_request_does_not_lose_the_reply_with_shallow_channels() {
+    watchdog(WATCHDOG, || {
+        let config = ControlConfig {
+            channel_depth: 1,
+            heartbeat: Duration::from_secs(10),
+            stall_after: Duration::from_secs(20),
+            ..ControlConfig::default()
+        };
+        let (control, mut links) = ControlPlane::start_with(config, 1).unwrap();
+        let (mut client, s0) = pair(46, 4);
+        let mut core = Core::new(s0, links.remove(0));
+        let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 46, 2), 5000);
+        let c = accepted_connection(&control, &mut core, &mut client, target);
+        send_request(&mut client, c);
+        client.close(c).expect("close");
+        client.poll(now());
+        let mut reply = 0;
+        until(Duration::from_secs(10), "a handoff", || {
+            client.poll(now());
+            while let Ok(n) = client.recv_with(c, |data, _| (data.len(), data.len())) {
+                if n == 0 {
+                    break;
+                }
+                reply += n;
+            }
+            while client.next_event().is_some() {}
+            core.step();
+            std::thread::sleep(Duration::from_millis(1));
+            !core.handoffs.is_empty()
+        });
+        let h = &core.handoffs[0];
+        assert!(
+            matches!(h.result, StartupResult::Established(_)),
+            "{:?}, stats {:?}",
+            h.result,
+            control.stats()
+        );
+        assert!(h.conn.is_some());
+        assert!(h.peer_closed, "the FIN goes with the handoff");
+        // The Reply reached the client (an enhanced Reply: 24 octets).
+        until(Duration::from_secs(5), "the Reply", || {
+            client.poll(now());
+            core.step();
+            while let Ok(n) = client.recv_with(c, |data, _| (data.len(), data.len())) {
+                if n == 0 {
+                    break;
+                }
+                reply += n;
+            }
+            reply >= 24
+        });
+        assert_eq!(reply, 24);
+        drop(control);
+    });
+}
+
 /// A connection that ends while the control plane is refusing it (its
 /// all-cores limit) leaves nothing behind: the link kept its addresses for
 /// an answer, and the Refuse is that answer (found by a review: one entry
