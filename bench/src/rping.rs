@@ -845,7 +845,7 @@ impl RpingService {
     pub fn clients(&self) -> Vec<(u32, String)> {
         self.served
             .iter()
-            .map(|s| (s.qp.0, s.peer.clone()))
+            .map(|s| (s.qp.index() as u32, s.peer.clone()))
             .collect()
     }
 

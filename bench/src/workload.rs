@@ -354,7 +354,7 @@ fn bandwidth<R: BenchRig>(
     // cores").
     let mut qi_of = Vec::new();
     for (qi, pair) in pairs.iter().enumerate() {
-        let h = pair.qp.0 as usize;
+        let h = pair.qp.index();
         if qi_of.len() <= h {
             qi_of.resize(h + 1, usize::MAX);
         }
@@ -426,7 +426,7 @@ fn bandwidth<R: BenchRig>(
         for wc in &wcs {
             check(wc)?;
             let qi = qi_of
-                .get(wc.qp.0 as usize)
+                .get(wc.qp.index())
                 .copied()
                 .filter(|&qi| qi != usize::MAX)
                 .ok_or("completion on an unknown QP")?;

@@ -324,7 +324,7 @@ trait Keyed: Copy + Eq {
 
 impl Keyed for QpHandle {
     fn index(self) -> usize {
-        self.0 as usize
+        QpHandle::index(self)
     }
 }
 
@@ -948,7 +948,10 @@ impl<T: CoreTransport> Core<T> {
             // posted just before the application's close, a Read Response
             // owed for a Request that came with the peer's FIN), as long as
             // it can go: DRAIN_LIMIT at most.
-            let dead = self.rnic.qp_state(live.qp) == Ok(QpState::Error);
+            // Dead too: a QP the application destroyed itself (its
+            // handle names nothing now, and no octet of this connection
+            // reaches another QP: found by a review).
+            let dead = !matches!(self.rnic.qp_state(live.qp), Ok(s) if s != QpState::Error);
             let drained =
                 live.peer_closed && self.transport.recv_queue(live.conn).unwrap_or(0) == 0;
             if !live.closing && (dead || drained || live.close_wanted) {

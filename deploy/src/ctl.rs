@@ -286,7 +286,7 @@ fn connections(shared: &Shared) -> Value {
         {
             list.push(json!({
                 "core": k,
-                "qp": c.qp.0,
+                "qp": c.qp.index(),
                 "peer": c.peer.map(|p| p.to_string()),
                 "service": "bench",
                 "llp": c.llp,
@@ -314,7 +314,7 @@ fn connections(shared: &Shared) -> Value {
             // Core k's thread turns it; its QPs are its own.
             list.push(json!({
                 "core": k,
-                "qp": c.qp.0,
+                "qp": c.qp.index(),
                 "peer": c.peer.map(|p| p.to_string()),
                 "service": "bench",
                 "llp": "sctp",
@@ -359,7 +359,7 @@ fn connections(shared: &Shared) -> Value {
         for l in m.lendings() {
             list.push(json!({
                 "core": l.core,
-                "qp": l.qp.0,
+                "qp": l.qp.index(),
                 "peer": l.peer.to_string(),
                 "service": "memory",
                 "state": "rts",

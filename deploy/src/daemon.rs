@@ -402,7 +402,7 @@ impl Events {
                     core,
                     llp = connection.llp,
                     peer = %connection.peer.map_or("-".to_string(), |p| p.to_string()),
-                    qp = connection.qp.0,
+                    qp = connection.qp.index(),
                     direction,
                     layer = t.layer,
                     r#type = t.etype,
@@ -417,7 +417,7 @@ impl Events {
                     core,
                     llp = connection.llp,
                     peer = %connection.peer.map_or("-".to_string(), |p| p.to_string()),
-                    qp = connection.qp.0,
+                    qp = connection.qp.index(),
                     run = connection.run,
                     "connection closed"
                 );
@@ -1844,7 +1844,7 @@ fn others<T: CoreTransport>(
         tracing::warn!(
             service,
             core = k,
-            qp = qp.0,
+            qp = qp.index(),
             direction,
             layer = t.layer,
             r#type = t.etype,
@@ -1885,7 +1885,7 @@ fn others<T: CoreTransport>(
             tracing::info!(
                 service = "rping",
                 core = k,
-                qp = qp.0,
+                qp = qp.index(),
                 ?ended,
                 "connection closed"
             );

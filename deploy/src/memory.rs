@@ -478,7 +478,7 @@ impl MemoryService {
         if let Some(g) = peer.and_then(|p| grants.remove(&p)) {
             self.revoke(&g);
             drop(grants);
-            tracing::info!(service = "memory", peer = %peer.map_or_else(String::new, |p| p.to_string()), core, qp = qp.0, "connection closed");
+            tracing::info!(service = "memory", peer = %peer.map_or_else(String::new, |p| p.to_string()), core, qp = qp.index(), "connection closed");
         }
     }
 

@@ -51,9 +51,26 @@ impl Default for RnicConfig {
     }
 }
 
-/// A queue pair handle.
+/// A queue pair handle: the QP's slot in its RNIC ([`QpHandle::index`]) in
+/// the low 32 bits, how many QPs the slot held before it (16 bits) and
+/// which RNIC of its registry made it (16 bits) above. A handle whose QP
+/// was destroyed, or another RNIC's, names nothing
+/// ([`VerbError::UnknownHandle`]), even once its slot holds another QP
+/// (found by a review: a stale handle reached the slot's next QP, and a
+/// QP destroyed behind `dataplane::Core`'s back had its peer's octets fed
+/// to the next connection's). The first QP of each slot of a registry's
+/// first RNIC has the handle its index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct QpHandle(pub u32);
+pub struct QpHandle(pub u64);
+
+impl QpHandle {
+    /// The slot it names in its RNIC: below [`RnicConfig::qps_max`], and
+    /// unique among the RNIC's live QPs (a dense index for a caller's
+    /// tables).
+    pub fn index(self) -> usize {
+        (self.0 & 0xFFFF_FFFF) as usize
+    }
+}
 
 /// A completion queue handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -333,6 +350,8 @@ pub struct Registry {
     /// those is made or goes, never per segment.
     pds: std::sync::Mutex<Pds>,
     stags: Arc<StagTable>,
+    /// RNICs made over it so far: each one's number tags its QP handles.
+    rnics: std::sync::atomic::AtomicU16,
 }
 
 impl Registry {
@@ -348,6 +367,7 @@ impl Registry {
                 }
             }),
             stags: Arc::new(StagTable::new(config.stags_max, config.stag_seed)),
+            rnics: std::sync::atomic::AtomicU16::new(0),
         })
     }
 
@@ -492,6 +512,10 @@ pub struct Rnic {
     registry: Arc<Registry>,
     cqs: Vec<Option<Cq>>,
     qps: Vec<Option<Qp>>,
+    /// QPs each slot has held (its next QP's generation, wrapping).
+    qp_generations: Vec<u16>,
+    /// This RNIC's number in its registry, in place in a handle.
+    qp_tag: u64,
     /// Where [`Rnic::create_qp`] looks for a free slot first: the one
     /// after the last it handed out.
     next_qp: usize,
@@ -537,11 +561,18 @@ impl Rnic {
     /// An RNIC (one core's) over a shared `registry`: `config`'s CQ, QP and
     /// SRQ sizes apply; its PD and STag sizes and seed are the registry's.
     pub fn with_registry(config: RnicConfig, registry: Arc<Registry>) -> Rnic {
+        let qp_tag = u64::from(
+            registry
+                .rnics
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        ) << 48;
         Rnic {
             config,
             registry,
             cqs: (0..config.cqs_max).map(|_| None).collect(),
             qps: (0..config.qps_max).map(|_| None).collect(),
+            qp_generations: vec![0; config.qps_max],
+            qp_tag,
             next_qp: 0,
             srqs: (0..config.srqs_max).map(|_| None).collect(),
             doorbells: Vec::with_capacity(config.qps_max),
@@ -575,7 +606,10 @@ impl Rnic {
     /// Notes that QP `qp` was given work to send (a hardware RNIC's
     /// doorbell).
     fn ring(&mut self, qp: QpHandle) {
-        if let Some(rung) = self.rung.get_mut(qp.0 as usize) {
+        if self.qp(qp).is_none() {
+            return;
+        }
+        if let Some(rung) = self.rung.get_mut(qp.index()) {
             if !*rung {
                 *rung = true;
                 self.doorbells.push(qp);
@@ -592,7 +626,7 @@ impl Rnic {
     /// QPs looks at the others only when TCP says so.
     pub fn take_doorbells(&mut self, out: &mut Vec<QpHandle>) {
         for qp in self.doorbells.drain(..) {
-            if let Some(rung) = self.rung.get_mut(qp.0 as usize) {
+            if let Some(rung) = self.rung.get_mut(qp.index()) {
                 *rung = false;
             }
             out.push(qp);
@@ -735,7 +769,8 @@ impl Rnic {
             .find(|&i| self.qps[i].is_none())
             .ok_or(VerbError::Full)?;
         self.registry.hold_pd(init.pd)?;
-        let handle = QpHandle(index as u32);
+        let generation = u64::from(self.qp_generations[index]) << 32;
+        let handle = QpHandle(self.qp_tag | generation | index as u64);
         self.qps[index] = Some(Qp::new(handle, init));
         self.next_qp = (index + 1) % n;
         Ok(handle)
@@ -743,13 +778,27 @@ impl Rnic {
 
     /// Destroys a queue pair.
     pub fn destroy_qp(&mut self, qp: QpHandle) -> Result<(), VerbError> {
-        let slot = self
-            .qps
-            .get_mut(qp.0 as usize)
-            .ok_or(VerbError::UnknownHandle)?;
-        let qp = slot.take().ok_or(VerbError::UnknownHandle)?;
+        self.qp_mut(qp).ok_or(VerbError::UnknownHandle)?;
+        let index = qp.index();
+        let qp = self.qps[index].take().expect("looked up");
+        self.qp_generations[index] = self.qp_generations[index].wrapping_add(1);
         self.registry.release_pd(qp.pd());
         Ok(())
+    }
+
+    /// The QP `qp` names, if it is this RNIC's and live.
+    fn qp(&self, qp: QpHandle) -> Option<&Qp> {
+        self.qps
+            .get(qp.index())
+            .and_then(Option::as_ref)
+            .filter(|q| q.handle() == qp)
+    }
+
+    fn qp_mut(&mut self, qp: QpHandle) -> Option<&mut Qp> {
+        self.qps
+            .get_mut(qp.index())
+            .and_then(Option::as_mut)
+            .filter(|q| q.handle() == qp)
     }
 
     /// Moves queue pair `qp` into protection domain `pd`: only a QP that
@@ -765,8 +814,9 @@ impl Rnic {
     pub fn move_qp_to_pd(&mut self, qp: QpHandle, pd: Pd) -> Result<(), VerbError> {
         let q = self
             .qps
-            .get_mut(qp.0 as usize)
+            .get_mut(qp.index())
             .and_then(Option::as_mut)
+            .filter(|q| q.handle() == qp)
             .ok_or(VerbError::UnknownHandle)?;
         let old = q.pd();
         if old == pd {
@@ -785,8 +835,9 @@ impl Rnic {
     /// The protection domain queue pair `qp` is in.
     pub fn qp_pd(&self, qp: QpHandle) -> Result<Pd, VerbError> {
         self.qps
-            .get(qp.0 as usize)
+            .get(qp.index())
             .and_then(Option::as_ref)
+            .filter(|q| q.handle() == qp)
             .map(Qp::pd)
             .ok_or(VerbError::UnknownHandle)
     }
@@ -794,8 +845,9 @@ impl Rnic {
     fn split(&mut self, qp: QpHandle) -> Result<(&mut Qp, Ctx<'_>), VerbError> {
         let qp = self
             .qps
-            .get_mut(qp.0 as usize)
+            .get_mut(qp.index())
             .and_then(Option::as_mut)
+            .filter(|q| q.handle() == qp)
             .ok_or(VerbError::UnknownHandle)?;
         Ok((
             qp,
@@ -909,8 +961,9 @@ impl Rnic {
     /// The QP's traffic by RDMAP opcode, each way.
     pub fn op_stats(&self, qp: QpHandle) -> Result<crate::qp::OpStats, VerbError> {
         self.qps
-            .get(qp.0 as usize)
+            .get(qp.index())
             .and_then(Option::as_ref)
+            .filter(|q| q.handle() == qp)
             .map(Qp::op_stats)
             .ok_or(VerbError::UnknownHandle)
     }
@@ -918,8 +971,9 @@ impl Rnic {
     /// The QP's state.
     pub fn qp_state(&self, qp: QpHandle) -> Result<QpState, VerbError> {
         self.qps
-            .get(qp.0 as usize)
+            .get(qp.index())
             .and_then(Option::as_ref)
+            .filter(|q| q.handle() == qp)
             .map(Qp::state)
             .ok_or(VerbError::UnknownHandle)
     }
@@ -1028,8 +1082,9 @@ impl Rnic {
     /// has and calls again will get more.
     pub fn transmit_short(&self, qp: QpHandle) -> Result<bool, VerbError> {
         self.qps
-            .get(qp.0 as usize)
+            .get(qp.index())
             .and_then(Option::as_ref)
+            .filter(|q| q.handle() == qp)
             .map(Qp::transmit_short)
             .ok_or(VerbError::UnknownHandle)
     }
@@ -1040,8 +1095,9 @@ impl Rnic {
     /// wait for an ORD credit).
     pub fn may_transmit(&self, qp: QpHandle) -> Result<bool, VerbError> {
         self.qps
-            .get(qp.0 as usize)
+            .get(qp.index())
             .and_then(Option::as_ref)
+            .filter(|q| q.handle() == qp)
             .map(Qp::may_transmit)
             .ok_or(VerbError::UnknownHandle)
     }

@@ -649,7 +649,7 @@ fn shared_receive_queue_feeds_several_qps_in_arrival_order() {
         pair.run(STEPS);
     }
     let wcs = pair.b.completions();
-    let got: Vec<(u64, u32)> = wcs.iter().map(|wc| (wc.wr_id, wc.qp.0)).collect();
+    let got: Vec<(u64, u64)> = wcs.iter().map(|wc| (wc.wr_id, wc.qp.0)).collect();
     assert_eq!(
         got,
         [(0, links[1].1 .0), (1, links[0].1 .0), (2, links[1].1 .0)]
@@ -1240,11 +1240,14 @@ fn a_destroyed_qps_handle_comes_back_last() {
     // Every other slot taken: then it comes back, and the table is full.
     let c = rnic.create_qp(init).unwrap();
     assert!(c != a && c != b);
-    assert_eq!(rnic.create_qp(init), Ok(a));
+    // Its slot, under a new handle: the old one names nothing.
+    let again = rnic.create_qp(init).unwrap();
+    assert_eq!(again.index(), a.index());
+    assert_ne!(again, a);
     assert_eq!(rnic.create_qp(init), Err(VerbError::Full));
     // The next after the last handed out, not the lowest free.
     rnic.destroy_qp(b).unwrap();
     rnic.destroy_qp(c).unwrap();
-    assert_eq!(rnic.create_qp(init), Ok(b));
-    assert_eq!(rnic.create_qp(init), Ok(c));
+    assert_eq!(rnic.create_qp(init).map(|q| q.index()), Ok(b.index()));
+    assert_eq!(rnic.create_qp(init).map(|q| q.index()), Ok(c.index()));
 }

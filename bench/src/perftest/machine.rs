@@ -1098,7 +1098,7 @@ impl Machine {
             .map_or((0, 0), |e| (e.mr.stag, e.mr.base_to + (at - self.l.origin)));
         Dest {
             out_reads: u32::from(self.p.out_reads),
-            qpn: self.data.get(i).map_or(0, |q| q.0),
+            qpn: self.data.get(i).map_or(0, |q| q.index() as u32),
             psn: self.psn,
             rkey,
             vaddr,

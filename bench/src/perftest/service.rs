@@ -993,7 +993,7 @@ impl PerftestService {
             .flatten()
             .map(|s| {
                 (
-                    s.m.qps().next().map_or(0, |q| q.0),
+                    s.m.qps().next().map_or(0, |q| q.index() as u32),
                     s.peer.to_string(),
                     s.m.phase(),
                 )

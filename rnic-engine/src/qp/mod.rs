@@ -931,6 +931,11 @@ impl Qp {
         self.inner.pd
     }
 
+    /// Its handle.
+    pub(crate) fn handle(&self) -> QpHandle {
+        self.inner.handle
+    }
+
     /// Joins `pd` instead (see `Rnic::move_qp_to_pd`): only while Idle,
     /// with nothing posted and no SRQ. The caller holds `pd` and releases
     /// the old one.
