@@ -41,7 +41,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddrV4;
 
 use control::runtime::{CoreLink, Handoff, StartupResult};
-use rnic_engine::cq::{Wc, WcStatus};
+use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::mem::Pd;
 use rnic_engine::qp::{OpStats, QpEvent, QpState};
 use rnic_engine::verbs::{CqHandle, QpHandle, QpInit, Rnic};
@@ -1283,8 +1283,8 @@ impl<T: CoreTransport> Core<T> {
             }
             self.drain_cq(cq, live.qp);
         }
-        self.pending
-            .retain(|(_, wc)| wc.qp != live.qp || wc.status != WcStatus::Flushed);
+        let srq = self.qp_init.srq.is_some();
+        self.pending.retain(|(_, wc)| !ends_with(wc, live.qp, srq));
         if let Ok(stats) = self.rnic.op_stats(live.qp) {
             self.ended_ops.add(live.local_port, &stats);
         }
@@ -1333,7 +1333,7 @@ impl<T: CoreTransport> Core<T> {
         loop {
             let n = self.rnic.poll_cq(cq, &mut self.wcs).unwrap_or(0);
             for wc in &self.wcs[..n] {
-                if wc.qp == ending && wc.status == WcStatus::Flushed {
+                if ends_with(wc, ending, self.qp_init.srq.is_some()) {
                     continue;
                 }
                 if kept >= capacity {
@@ -1528,4 +1528,16 @@ impl<T: CoreTransport> Core<T> {
         c.device = self.transport.device_counters();
         c
     }
+}
+
+/// Whether completion `wc` goes with QP `ending`'s end (not kept for the
+/// application): the flushes the end made, of the QP's own queues. A
+/// receive taken from a shared receive queue (`srq`: the QPs have one) is
+/// the SRQ's buffer, not the QP's: its flush is kept, or the application
+/// never learns that the buffer left the SRQ (found by a review: repeated
+/// resets drained an SRQ until the other QPs had no buffer).
+fn ends_with(wc: &Wc, ending: QpHandle, srq: bool) -> bool {
+    wc.qp == ending
+        && wc.status == WcStatus::Flushed
+        && !(srq && matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvImmediate))
 }

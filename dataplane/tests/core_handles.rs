@@ -7,10 +7,18 @@
 
 mod support;
 
-use rnic_engine::verbs::{RecvWr, SendOp, SendWr};
+use std::net::Ipv4Addr;
+
+use control::runtime::ControlPlane;
+use dataplane::{Core, CoreConfig};
+use rnic_engine::cq::{Wc, WcStatus};
+use rnic_engine::mem::{Access, Region};
+use rnic_engine::verbs::{QpInit, RecvWr, Rnic, RnicConfig, SendOp, SendWr};
+use rnic_engine::wire::ddp;
+use rnic_engine::wire::rdmap::{self, Control, Header, Opcode};
 use support::*;
-use tcp_lite::link::LinkEnd;
-use tcp_lite::Stack;
+use tcp_lite::link::{self, LinkConfig, LinkEnd};
+use tcp_lite::{Instant, Stack, StackConfig};
 
 fn steps(a: &mut Host<Stack<LinkEnd>>, b: &mut Host<Stack<LinkEnd>>, n: usize) {
     for _ in 0..n {
@@ -89,4 +97,114 @@ fn an_ended_qps_handle_is_not_reused_before_its_end_is_taken() {
         "next_ended says {qb:?} ended, yet is_live({qb:?}) = {}",
         b.core.is_live(qb)
     );
+}
+
+/// A host whose QPs receive from a shared receive queue.
+fn srq_host(
+    end: LinkEnd,
+    addr: Ipv4Addr,
+    mac: u8,
+    seed: u64,
+) -> (Host<Stack<LinkEnd>>, rnic_engine::verbs::SrqHandle) {
+    let stack = Stack::new(
+        StackConfig::new([2, 0, 0, 0, 0, mac], addr),
+        end,
+        Instant::ZERO,
+    )
+    .unwrap();
+    let emss = stack.emss();
+    let (control, mut links) = ControlPlane::start(1);
+    let mut rnic = Rnic::new(RnicConfig {
+        stag_seed: seed,
+        ..RnicConfig::default()
+    });
+    let pd = rnic.alloc_pd().unwrap();
+    let cq = rnic.create_cq(256).unwrap();
+    let region = Region::new(64 * 1024);
+    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let mr = rnic.reg_region(pd, region.clone(), access).unwrap();
+    let srq = rnic.create_srq(pd, 16).unwrap();
+    let qp_init = QpInit {
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: Some(srq),
+        sq_size: 64,
+        rq_size: 0,
+    };
+    let host = Host {
+        core: Core::new(CoreConfig::new(emss), stack, links.remove(0), rnic, qp_init),
+        control,
+        cq,
+        qps: Default::default(),
+        handoffs: Vec::new(),
+        region,
+        mr,
+    };
+    (host, srq)
+}
+
+/// A receive the QP took from the SRQ (a Send in progress) when its
+/// connection is reset: the engine flushes it, and the core kept none of
+/// its QP's flushes, so the application never heard of the buffer again,
+/// although it was no longer in the SRQ (found by a review). The flush is
+/// kept; the SRQ's other buffer stays in the SRQ, unreported.
+#[test]
+fn an_srq_receive_in_progress_at_a_connections_end_is_reported() {
+    let (end_a, end_b) = link::pair(LinkConfig::ethernet(1500), 5);
+    let (a_addr, b_addr) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    let stack = Stack::new(
+        StackConfig::new([2, 0, 0, 0, 0, 1], a_addr),
+        end_a,
+        Instant::ZERO,
+    )
+    .unwrap();
+    let emss = stack.emss();
+    let mut a = Host::new(stack, emss, 1);
+    let (mut b, srq) = srq_host(end_b, b_addr, 2, 2);
+    let (ha, _hb) = establish_plain(&mut a, &mut b, b_addr);
+    let qa = a.qps[&ha.conn.unwrap()];
+    for wr_id in [100, 101] {
+        let sgl = [b.sge((wr_id - 100) * 1000, 1000)];
+        b.rnic()
+            .post_srq_recv(srq, &RecvWr { wr_id, sgl: &sgl })
+            .unwrap();
+    }
+    // The first DDP segment of a Send (MSN 1, MO 0, not the last).
+    let segment = {
+        let repr = rdmap::Repr {
+            ddp: ddp::Repr {
+                last: false,
+                reserved: 0,
+                version: ddp::VERSION,
+                rsvd_ulp: Control::new(Opcode::Send).to_octet(),
+                buffer: ddp::Buffer::Untagged {
+                    rsvd_ulp: 0,
+                    qn: 0,
+                    msn: 1,
+                    mo: 0,
+                },
+            },
+            header: Header::None,
+            payload: &[0xAB; 100],
+        };
+        let mut out = vec![0u8; repr.buffer_len()];
+        repr.emit(&mut ddp::Packet::new_unchecked(&mut out[..]));
+        out
+    };
+    a.rnic().inject_ulpdu(qa, &segment).unwrap();
+    steps(&mut a, &mut b, 50);
+    let qb = b.qps[&_hb.conn.unwrap()];
+    assert_eq!(b.core.rx_octets(qb), Some(124), "the first segment is in");
+    a.core.abort(qa);
+    run(&mut a, &mut b, "b's QP ends", |_, b| {
+        b.core.counters().ended > 0
+    });
+    let wcs: Vec<Wc> = b.completions();
+    assert!(
+        wcs.iter()
+            .any(|w| w.wr_id == 100 && w.status == WcStatus::Flushed),
+        "SRQ buffer 100 was consumed by the ended QP and never reported: {wcs:?}"
+    );
+    assert!(!wcs.iter().any(|w| w.wr_id == 101), "{wcs:?}");
 }

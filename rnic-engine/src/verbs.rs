@@ -51,6 +51,17 @@ impl Default for RnicConfig {
     }
 }
 
+/// The most entries a completion queue may have: 4 Mi (mlx5 allows about
+/// as many); a larger [`Rnic::create_cq`] is refused with
+/// [`VerbError::Invalid`] (it panicked, or aborted the process on the
+/// allocation, found by a review).
+pub const CQ_ENTRIES_MAX: usize = 1 << 22;
+
+/// The most entries a send, receive or shared receive queue may have: 1 Mi
+/// ([`Rnic::create_qp`], [`Rnic::create_srq`] refuse more with
+/// [`VerbError::Invalid`]).
+pub const WQ_ENTRIES_MAX: usize = 1 << 20;
+
 /// A queue pair handle: the QP's slot in its RNIC ([`QpHandle::index`]) in
 /// the low 32 bits, how many QPs the slot held before it (16 bits) and
 /// which RNIC of its registry made it (16 bits) above. A handle whose QP
@@ -309,23 +320,42 @@ pub(crate) struct Srq {
 struct Pds {
     /// By index: the users of an allocated PD (`None`: free), and the
     /// generation its handle carries now.
-    users: Vec<(Option<u32>, u8)>,
+    users: Vec<(Option<u32>, u32)>,
     /// Free indices, the longest free first.
     free: std::collections::VecDeque<u32>,
+    /// The bits of a handle its index takes (as few as `pds_max` needs).
+    index_bits: u32,
 }
 
-/// A PD handle is its index and, in the top octet, the generation of the
-/// index: a handle kept past its PD's [`Registry::dealloc_pd`] names
+/// A PD handle is its index and, in the bits above it, the generation of
+/// the index: a handle kept past its PD's [`Registry::dealloc_pd`] names
 /// nothing, even once the index is handed out again (a QP made from a
-/// stale handle must not join the next owner's PD).
+/// stale handle must not join the next owner's PD). The index takes as few
+/// bits as the table needs, at most this many, so the generation has at
+/// least 8 (24 at the default 256 PDs: it wrapped after 256 reuses of an
+/// index when it had 8 whatever the table's size, found by a review).
 const PD_INDEX_BITS: u32 = 24;
 
 impl Pds {
+    fn new(n: usize) -> Pds {
+        let n = n.min(1 << PD_INDEX_BITS);
+        let index_bits = (usize::BITS - n.saturating_sub(1).leading_zeros()).max(1);
+        Pds {
+            users: vec![(None, 0); n],
+            free: (0..n as u32).collect(),
+            index_bits,
+        }
+    }
+
+    fn index(&self, pd: Pd) -> u32 {
+        pd.0 & ((1 << self.index_bits) - 1)
+    }
+
     /// The users of the PD `pd` names, if it is allocated and the handle
     /// is of its generation.
     fn get_mut(&mut self, pd: Pd) -> Option<&mut Option<u32>> {
-        let index = (pd.0 & ((1 << PD_INDEX_BITS) - 1)) as usize;
-        let generation = (pd.0 >> PD_INDEX_BITS) as u8;
+        let index = self.index(pd) as usize;
+        let generation = pd.0 >> self.index_bits;
         match self.users.get_mut(index) {
             Some((users, g)) if *g == generation => Some(users),
             _ => None,
@@ -359,13 +389,7 @@ impl Registry {
     /// `stag_seed`.
     pub fn new(config: &RnicConfig) -> Arc<Registry> {
         Arc::new(Registry {
-            pds: std::sync::Mutex::new({
-                let n = config.pds_max.min(1 << PD_INDEX_BITS);
-                Pds {
-                    users: vec![(None, 0); n],
-                    free: (0..n as u32).collect(),
-                }
-            }),
+            pds: std::sync::Mutex::new(Pds::new(config.pds_max)),
             stags: Arc::new(StagTable::new(config.stags_max, config.stag_seed)),
             rnics: std::sync::atomic::AtomicU16::new(0),
         })
@@ -380,9 +404,10 @@ impl Registry {
     pub fn alloc_pd(&self) -> Result<Pd, VerbError> {
         let mut pds = self.pds();
         let index = pds.free.pop_front().ok_or(VerbError::Full)?;
+        let bits = pds.index_bits;
         let (users, generation) = &mut pds.users[index as usize];
         *users = Some(0);
-        Ok(Pd(index | u32::from(*generation) << PD_INDEX_BITS))
+        Ok(Pd(index | *generation << bits))
     }
 
     /// Frees a protection domain, which another [`Registry::alloc_pd`] may
@@ -395,9 +420,10 @@ impl Registry {
         match pds.get_mut(pd) {
             Some(slot @ Some(0)) => {
                 *slot = None;
-                let index = pd.0 & ((1 << PD_INDEX_BITS) - 1);
+                let index = pds.index(pd);
+                let bits = pds.index_bits;
                 let generation = &mut pds.users[index as usize].1;
-                *generation = generation.wrapping_add(1);
+                *generation = generation.wrapping_add(1) & (u32::MAX >> bits);
                 pds.free.push_back(index);
                 Ok(())
             }
@@ -685,6 +711,9 @@ impl Rnic {
 
     /// Creates a completion queue of `capacity` entries.
     pub fn create_cq(&mut self, capacity: usize) -> Result<CqHandle, VerbError> {
+        if capacity > CQ_ENTRIES_MAX {
+            return Err(VerbError::Invalid);
+        }
         take_slot(&mut self.cqs, Cq::new(capacity))
             .map(CqHandle)
             .ok_or(VerbError::Full)
@@ -711,6 +740,9 @@ impl Rnic {
 
     /// Creates a shared receive queue.
     pub fn create_srq(&mut self, pd: Pd, capacity: usize) -> Result<SrqHandle, VerbError> {
+        if capacity > WQ_ENTRIES_MAX {
+            return Err(VerbError::Invalid);
+        }
         self.registry.check_pd(pd)?;
         if !self.srqs.iter().any(Option::is_none) {
             return Err(VerbError::Full);
@@ -744,6 +776,9 @@ impl Rnic {
     /// Creates a queue pair in state Idle. A destroyed QP's handle is
     /// handed out again only once every other free one has been.
     pub fn create_qp(&mut self, init: QpInit) -> Result<QpHandle, VerbError> {
+        if init.sq_size > WQ_ENTRIES_MAX || init.rq_size > WQ_ENTRIES_MAX {
+            return Err(VerbError::Invalid);
+        }
         self.registry.check_pd(init.pd)?;
         for cq in [init.send_cq, init.recv_cq] {
             self.cq(cq)?;

@@ -91,3 +91,113 @@ fn a_foreign_qp_handle_is_refused() {
     assert_ne!(core1.qp_state(q1), Ok(QpState::Error), "core 1's QP lives");
     assert_eq!(core0.qp_state(q1), Err(VerbError::UnknownHandle));
 }
+
+/// Queue sizes are the caller's: one past the limit is refused with
+/// `Invalid`, not a panic (`capacity overflow`) or an abort of the process
+/// on the allocation (found by a review: `create_cq(1 << 42)` asked for
+/// 175 TB).
+#[test]
+fn oversized_queues_are_refused() {
+    use rnic_engine::verbs::{CQ_ENTRIES_MAX, WQ_ENTRIES_MAX};
+    let (mut rnic, init, _) = setup(4);
+    for capacity in [CQ_ENTRIES_MAX + 1, 1 << 42, usize::MAX] {
+        assert_eq!(rnic.create_cq(capacity), Err(VerbError::Invalid));
+    }
+    for capacity in [WQ_ENTRIES_MAX + 1, usize::MAX] {
+        assert_eq!(rnic.create_srq(init.pd, capacity), Err(VerbError::Invalid));
+        assert_eq!(
+            rnic.create_qp(QpInit {
+                sq_size: capacity,
+                ..init
+            }),
+            Err(VerbError::Invalid)
+        );
+        assert_eq!(
+            rnic.create_qp(QpInit {
+                rq_size: capacity,
+                ..init
+            }),
+            Err(VerbError::Invalid)
+        );
+    }
+    // Refused before the PD was held: it can still be freed.
+    let registry = rnic.registry().clone();
+    let pd = registry.alloc_pd().unwrap();
+    let _ = rnic.create_qp(QpInit {
+        pd,
+        sq_size: usize::MAX,
+        ..init
+    });
+    assert_eq!(registry.dealloc_pd(pd), Ok(()));
+}
+
+/// A PD handle kept past `dealloc_pd` names nothing, even after its index
+/// was handed out again many times (found by a review: the generation had
+/// 8 bits, and after 256 reuses the stale handle named the new owner's PD).
+#[test]
+fn a_stale_pd_handle_names_nothing_after_many_reuses() {
+    let registry = Registry::new(&RnicConfig {
+        pds_max: 1,
+        ..RnicConfig::default()
+    });
+    let stale = registry.alloc_pd().unwrap();
+    registry.dealloc_pd(stale).unwrap();
+    for _ in 0..100_000 {
+        let pd = registry.alloc_pd().unwrap();
+        assert_ne!(pd, stale);
+        registry.dealloc_pd(pd).unwrap();
+    }
+    let _owner = registry.alloc_pd().unwrap();
+    assert_eq!(
+        registry
+            .reg_region(stale, Region::new(8), Access::REMOTE_WRITE)
+            .map(|_| ()),
+        Err(VerbError::UnknownHandle)
+    );
+}
+
+/// An atomic whose remote address is not 8-aligned can never succeed (RFC
+/// 7306: a naturally aligned word): refused at post, not sent to draw the
+/// peer's Terminate and end the connection (found by a review).
+#[test]
+fn a_misaligned_atomic_is_refused_at_post() {
+    use rnic_engine::pair::{PairConfig, RnicPair};
+    use rnic_engine::verbs::{RemoteAddr, SendOp, SendWr};
+    let mut pair = RnicPair::new(PairConfig::default()).unwrap();
+    let (_ra, mra) = pair.a.region(64, Access::LOCAL_WRITE).unwrap();
+    let (_rb, mrb) = pair
+        .b
+        .region(64, Access::REMOTE_ATOMIC | Access::LOCAL_WRITE)
+        .unwrap();
+    let sgl = [Sge {
+        stag: mra.stag,
+        to: mra.base_to,
+        len: 8,
+    }];
+    let qp = pair.a.qp;
+    for to in [mrb.base_to + 4, mrb.base_to + 1] {
+        let op = SendOp::FetchAdd {
+            remote: RemoteAddr { stag: mrb.stag, to },
+            add: 1,
+            mask: 0,
+        };
+        assert_eq!(
+            pair.a.rnic.post_send(qp, &SendWr::signaled(1, op, &sgl)),
+            Err(VerbError::Invalid)
+        );
+    }
+    let op = SendOp::FetchAdd {
+        remote: RemoteAddr {
+            stag: mrb.stag,
+            to: mrb.base_to + 8,
+        },
+        add: 1,
+        mask: 0,
+    };
+    assert_eq!(
+        pair.a.rnic.post_send(qp, &SendWr::signaled(2, op, &sgl)),
+        Ok(())
+    );
+    pair.run(10_000);
+    assert_eq!(pair.a.rnic.qp_state(qp), Ok(QpState::Rts));
+}

@@ -1143,8 +1143,13 @@ impl Inner {
         let sgl = SgList::new(wr.sgl)?;
         let sink_ok = match wr.op {
             SendOp::Read(_) => sgl.len == 1,
-            SendOp::FetchAdd { .. } | SendOp::CmpSwap { .. } | SendOp::Swap { .. } => {
-                sgl.len == 1 && sgl.entries[0].len == 8
+            // RFC 7306: the target is a naturally aligned 8-octet
+            // word; a misaligned one could only end in the peer's
+            // Terminate and the connection with it (found by a review).
+            SendOp::FetchAdd { remote, .. }
+            | SendOp::CmpSwap { remote, .. }
+            | SendOp::Swap { remote, .. } => {
+                sgl.len == 1 && sgl.entries[0].len == 8 && remote.to % 8 == 0
             }
             _ => true,
         };
