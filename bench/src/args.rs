@@ -622,6 +622,17 @@ impl Args {
                     ));
                 }
             }
+            // Counts in rising order, each once: the scaling line compares
+            // each with the first (found by a review: `--cores 2,1`
+            // printed the inverse of the scaling, `--cores 1,1` ran the
+            // one-core run twice).
+            if self.cores.windows(2).any(|w| w[0] >= w[1]) {
+                let list: Vec<String> = self.cores.iter().map(|k| k.to_string()).collect();
+                return Err(format!(
+                    "--cores {}: give each count once, in rising order (e.g. --cores 1,2)",
+                    list.join(",")
+                ));
+            }
             for &k in &self.cores {
                 if k == 0 || k > cpus.len() {
                     return Err(format!(

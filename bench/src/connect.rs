@@ -196,9 +196,12 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
         }
     }
     print_table(&reports);
-    // A failure, or a connection left behind, fails the run.
-    let unhealthy =
-        |r: &ConnectReport| r.failed() > 0 || r.left_open != [0, 0] || r.left_in_startup != [0, 0];
+    // A failure, a connection left behind, or none measured (found by a
+    // review: a run shorter than one establishment reported a rate of 0
+    // with status 0) fails the run.
+    let unhealthy = |r: &ConnectReport| {
+        r.failed() > 0 || r.left_open != [0, 0] || r.left_in_startup != [0, 0] || r.connects == 0
+    };
     if reports.iter().any(unhealthy) {
         code = 1;
     }
@@ -220,9 +223,11 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
 
 /// The arguments as settings, or what to fix.
 fn check(args: &ConnectArgs) -> Result<Settings, String> {
-    if !(args.duration > 0.0 && args.duration <= 3600.0) {
+    let min = crate::args::DURATION_MIN;
+    if !(min..=3600.0).contains(&args.duration) {
         return Err(format!(
-            "-D {}: give a duration in seconds, above 0 and at most 3600",
+            "-D {}: give a duration in seconds from {min} to 3600 (a shorter one \
+             measures no connection)",
             args.duration
         ));
     }

@@ -1295,12 +1295,22 @@ fn print_tables(args: &Args, plan: &Plan, reports: &[Report]) {
 /// review). A `--json` file that did not exist is not left behind.
 fn check_outputs(args: &Args, plan: &Plan) -> Result<(), String> {
     if plan.mode == Mode::Latency && plan.role != Role::Server {
-        std::fs::create_dir_all(&args.out).map_err(|e| {
+        let refused = |e: std::io::Error| {
             format!(
                 "--out {}: {e}: give a directory to write",
                 args.out.display()
             )
-        })?;
+        };
+        std::fs::create_dir_all(&args.out).map_err(refused)?;
+        // A directory that exists may still refuse files (`/`, for a user;
+        // `/proc` even for root): write one and take it back (found by a
+        // review: the run's files, and the JSON report after them, were
+        // lost at the end).
+        let probe = args
+            .out
+            .join(format!(".bench-out-probe-{}", std::process::id()));
+        std::fs::write(&probe, b"").map_err(refused)?;
+        let _ = std::fs::remove_file(&probe);
     }
     if let Some(path) = &args.json {
         let existed = path.exists();
@@ -1317,6 +1327,15 @@ fn check_outputs(args: &Args, plan: &Plan) -> Result<(), String> {
 }
 
 fn write_files(args: &Args, plan: &Plan, reports: &[Report]) -> Result<(), String> {
+    // The JSON report first: a histogram file that cannot be written
+    // (the directory changed during the run) loses no more than itself.
+    if let Some(path) = &args.json {
+        let doc =
+            serde_json::json!({ "results": reports.iter().map(Report::json).collect::<Vec<_>>() });
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("JSON report: {}", path.display());
+    }
     if plan.mode == Mode::Latency && !reports.is_empty() {
         std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
         for r in reports {
@@ -1347,13 +1366,6 @@ fn write_files(args: &Args, plan: &Plan, reports: &[Report]) -> Result<(), Strin
             "\nhistograms (.hgrm), interval logs (.hlog) and plots (.svg) in {}",
             args.out.display()
         );
-    }
-    if let Some(path) = &args.json {
-        let doc =
-            serde_json::json!({ "results": reports.iter().map(Report::json).collect::<Vec<_>>() });
-        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-        println!("JSON report: {}", path.display());
     }
     Ok(())
 }

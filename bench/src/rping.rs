@@ -248,6 +248,15 @@ impl RpingArgs {
         if self.mpa_rev == 1 && self.p2p.is_some() {
             return Err("--p2p needs --mpa-rev 2 (RTRs are RFC 6581's)".into());
         }
+        // rping's server reads the client's buffer (RDMA Read) every
+        // iteration: it needs an ORD, its client an IRD (found by a review:
+        // 0 was taken and every iteration failed with a QP error).
+        if self.server && self.ord == 0 {
+            return Err("--ord 0: the server issues RDMA Reads; give at least 1".into());
+        }
+        if self.client && self.ird == 0 {
+            return Err("--ird 0: the server reads from the client; give at least 1".into());
+        }
         if self.client && self.reject.is_some() {
             return Err("--reject is the server's (a client cannot reject)".into());
         }

@@ -181,6 +181,16 @@ fn bad_options_are_refused_before_anything_starts() {
         &["--server", "-a", "-q", "1024", "-t", "64"],
         &["-q 1024", "-a"],
     );
+    // Core counts each once, rising (found by a review: 2,1 printed the
+    // inverse of the scaling, 1,1 ran one core twice).
+    refused(
+        &["write", "--cores", "2,1", "-q", "2"],
+        &["--cores 2,1", "rising"],
+    );
+    refused(
+        &["write", "--cores", "1,1", "-q", "2"],
+        &["--cores 1,1", "rising"],
+    );
     // A flood past a core's connections, which used to panic.
     refused(
         &[
@@ -218,6 +228,12 @@ fn bad_options_are_refused_before_anything_starts() {
     refused(
         &["write", "--lat", "-D", "3600", "--out", "/proc/dpwarp-nope"],
         &["--out /proc/dpwarp-nope", "give a directory to write"],
+    );
+    // A directory that exists but takes no files (found by a review: the
+    // run's files and its JSON report were lost at the end).
+    refused(
+        &["write", "--lat", "-D", "3600", "--out", "/proc"],
+        &["--out /proc", "give a directory to write"],
     );
     // A lossy run against a lossless baseline.
     refused(

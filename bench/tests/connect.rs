@@ -181,8 +181,13 @@ fn bad_arguments_get_one_line() {
     }
     // What the refusal says: the option, and what to give.
     for (args, says) in [
-        // -D 0 is refused: the range says so.
-        (&["-D", "0"][..], &["-D 0", "above 0"][..]),
+        // -D 0 is refused: the range says so; and one too short to
+        // measure a connection (found by a review: 0 connects, status 0).
+        (&["-D", "0"][..], &["-D 0", "0.01 to 3600"][..]),
+        (
+            &["-D", "0.000001"][..],
+            &["-D 0.000001", "0.01 to 3600"][..],
+        ),
         // MPA's and TCP's options where DDP over SCTP runs neither.
         (&["--llp", "sctp", "--no-crc"], &["--no-crc"]),
         (&["--llp", "sctp", "--tcp-buffer", "64"], &["--tcp-buffer"]),

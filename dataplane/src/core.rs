@@ -1271,7 +1271,8 @@ impl<T: CoreTransport> Core<T> {
         // it closed is data delivered, however late the CQ is polled);
         // the flushes, which the end itself made, are dropped: the end is
         // reported by `next_ended`, and every work request not completed
-        // by then is gone with the QP.
+        // by then is gone with the QP (but for a receive it had taken from
+        // a shared receive queue: the SRQ's buffer, reported flushed).
         let _ = self.rnic.close(live.qp);
         while let Ok(Some(event)) = self.rnic.poll_event(live.qp) {
             self.events.push_back((live.qp, event));

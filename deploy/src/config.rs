@@ -711,6 +711,36 @@ impl Config {
                 ));
             }
         }
+        // The perftest services' sessions keep a timestamp per iteration
+        // (iteration mode) on the heap, beside their registered memory:
+        // counted here too (found by a review: `ib_write_bw -b -n
+        // 10000000` for 64 clients passed, and its sessions could take
+        // about 20 GB).
+        for s in self.services() {
+            let Some(p) = s.perftest.as_ref() else {
+                continue;
+            };
+            let stamps = bench::perftest::PerftestService::timestamps_memory(
+                &p.command.params,
+                p.clients_max,
+            ) as u64;
+            let mib = stamps.div_ceil(1 << 20);
+            total += mib;
+            if total > have {
+                return Err(locate(
+                    text,
+                    file,
+                    key_at(text, "command"),
+                    &format!(
+                        "the perftest service on TCP port {}: {:?} for {} clients keeps up to \
+                         {mib} MiB of timestamps (16 octets an iteration), {total} MiB in all \
+                         with memory_mib and the regions: this machine has {have} MiB{what}: \
+                         give fewer iterations (-n) or clients, or run for a time (-D)",
+                        s.tcp_port, p.command.text, p.clients_max
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -1572,7 +1602,43 @@ mod tests {
                 && e.contains("272 MiB in all: this machine has 270 MiB available now"),
             "{e}"
         );
-        assert!(c.check_memory(EXAMPLE, "x.toml", 276, "").is_ok());
+        // With the perftest services' timestamps (a MiB each, rounded up,
+        // for the example's iteration counts) beside 256 and two regions of
+        // 16 and 4.
+        let stamps: u64 = c
+            .perftests()
+            .map(|(_, p)| {
+                (bench::perftest::PerftestService::timestamps_memory(
+                    &p.command.params,
+                    p.clients_max,
+                ) as u64)
+                    .div_ceil(1 << 20)
+            })
+            .sum();
+        assert!(stamps > 0);
+        assert!(c.check_memory(EXAMPLE, "x.toml", 276 + stamps, "").is_ok());
+        assert!(c
+            .check_memory(EXAMPLE, "x.toml", 276 + stamps - 1, "")
+            .unwrap_err()
+            .0
+            .contains("timestamps"));
+        // A service whose sessions' timestamps the machine cannot hold
+        // (found by a review: `ib_write_bw -b -n 10000000` for 64 clients,
+        // about 20 GB, passed).
+        let big = EXAMPLE.replacen(
+            "command = \"ib_write_bw\"",
+            "command = \"ib_write_bw -b -n 10000000\"",
+            1,
+        );
+        let c = Config::parse(&big, "x.toml").unwrap();
+        // 4 clients of 320 MB (two kinds of 10 million), beside 276 MiB.
+        let e = c.check_memory(&big, "x.toml", 1024, "").unwrap_err().0;
+        assert!(
+            e.contains("the perftest service on TCP port")
+                && e.contains("timestamps")
+                && e.contains("give fewer iterations (-n) or clients"),
+            "{e}"
+        );
         // This machine's own (MemTotal) is read.
         assert!(meminfo_mib("MemTotal").is_some_and(|m| m > 0));
     }

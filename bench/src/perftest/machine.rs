@@ -460,6 +460,32 @@ pub struct Machine {
     own: Option<Own>,
 }
 
+/// The timestamps a run of `p` keeps: how many per kind, whether of its
+/// sends (posted, and completed in bandwidth tests) and whether of its
+/// arrivals (a one-way send_bw server's), in iteration mode only.
+fn timestamps(p: &Params) -> (usize, bool, bool) {
+    let n = if p.duration.is_some() {
+        0
+    } else {
+        (p.iters as usize)
+            .saturating_mul(usize::from(p.qps))
+            .min(1 << 24)
+    };
+    let bw = p.test.is_bw();
+    let sends = p.client || p.duplex || !bw;
+    (n, sends, bw && !sends)
+}
+
+/// Heap octets a run of `p` takes for its timestamps at most: what a
+/// service must count per session beside its registered memory (16 octets
+/// an `Instant`; up to 16 Mi of each kind: 512 MiB for a duplex
+/// bandwidth test of 10 million iterations).
+pub fn timestamps_memory(p: &Params) -> usize {
+    let (n, sends, arrives) = timestamps(p);
+    let kinds = usize::from(sends) + usize::from(sends && p.test.is_bw()) + usize::from(arrives);
+    n * kinds * std::mem::size_of::<Instant>()
+}
+
 impl Machine {
     /// A session of `p` (its `client` says which side) in the registered
     /// memory at `origin` ([`Layout::memory`] octets); `ib_mtu` is the
@@ -1375,16 +1401,8 @@ impl Machine {
 
     fn new_run(&self, size: u64) -> Run {
         let qps = usize::from(self.p.qps);
-        // Timestamps only where this side keeps them: its sends', or its
-        // arrivals' (a one-way send_bw server), in iteration mode.
-        let n = if self.p.duration.is_some() {
-            0
-        } else {
-            (self.p.iters as usize).saturating_mul(qps).min(1 << 24)
-        };
+        let (n, sends, arrives) = timestamps(&self.p);
         let bw = self.p.test.is_bw();
-        let sends = self.p.client || self.p.duplex || !bw;
-        let arrives = bw && !sends;
         Run {
             size,
             begun: Instant::now(),

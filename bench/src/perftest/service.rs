@@ -694,6 +694,13 @@ impl PerftestService {
         Layout::memory(p).next_multiple_of(4096) * slots
     }
 
+    /// Heap octets `slots` sessions of `p` take for their timestamps at
+    /// most (iteration mode: 16 octets per iteration and QP, per kind a
+    /// session keeps), beside [`PerftestService::memory`].
+    pub fn timestamps_memory(p: &Params, slots: usize) -> usize {
+        super::machine::timestamps_memory(p).saturating_mul(slots)
+    }
+
     /// A service of `p` (the server's parameters) for `slots` clients at
     /// once, in the registered memory from `origin` on
     /// ([`PerftestService::memory`] octets of it); `ib_mtu` is the IB MTU
