@@ -694,10 +694,7 @@ impl Endpoint {
         let chunk_len = usize::from(u16::from_be_bytes([packet[14], packet[15]]));
         let mut out = packet[..12 + chunk_len].to_vec();
         out[4..8].copy_from_slice(&ours.to_be_bytes());
-        out[8..12].fill(0);
-        let crc = crc32c::crc32c(&out);
-        out[8..12].copy_from_slice(&crc.to_le_bytes());
-        Some(Bytes::from(out))
+        Some(sealed(out))
     }
 
     fn install(
@@ -1100,9 +1097,7 @@ fn out_of_the_blue(packet: &[u8]) -> OutOfTheBlue {
     if packet.len() < 16 {
         return OutOfTheBlue::Drop;
     }
-    let mut zeroed = packet.to_vec();
-    zeroed[8..12].fill(0);
-    if crc32c::crc32c(&zeroed).to_le_bytes() != packet[8..12] {
+    if checksum(packet).to_le_bytes() != packet[8..12] {
         return OutOfTheBlue::Drop;
     }
     let be16 = |at: usize| u16::from_be_bytes([packet[at], packet[at + 1]]);
@@ -1156,9 +1151,23 @@ fn out_of_the_blue(packet: &[u8]) -> OutOfTheBlue {
     out.extend_from_slice(&packet[4..8]);
     out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(&[answer, T_BIT, 0, 4]);
-    let crc = crc32c::crc32c(&out);
-    out[8..12].copy_from_slice(&crc.to_le_bytes());
-    OutOfTheBlue::Answer(Bytes::from(out))
+    OutOfTheBlue::Answer(sealed(out))
+}
+
+/// RFC 9260 §6.8: the CRC32c of `packet` (at least its 12-octet common
+/// header) with its checksum field taken as zero.
+fn checksum(packet: &[u8]) -> u32 {
+    let crc = crc32c::crc32c(&packet[..8]);
+    let crc = crc32c::crc32c_append(crc, &[0; 4]);
+    crc32c::crc32c_append(crc, &packet[12..])
+}
+
+/// `packet` with its checksum field filled in, stored least significant
+/// octet first (as the fork stores it).
+fn sealed(mut packet: Vec<u8>) -> Bytes {
+    let crc = checksum(&packet);
+    packet[8..12].copy_from_slice(&crc.to_le_bytes());
+    Bytes::from(packet)
 }
 
 /// The ABORT that answers `init`, an SCTP packet whose first chunk is an
@@ -1179,9 +1188,5 @@ fn abort_for_init(init: &[u8]) -> Option<Bytes> {
     packet.extend_from_slice(&[0; 4]);
     // ABORT (6), flags 0 (T clear), length 8; the cause: code 4, length 4.
     packet.extend_from_slice(&[6, 0, 0, 8, 0, 4, 0, 4]);
-    // RFC 9260 §6.8: the CRC32c over the packet, its field zero, stored
-    // least significant octet first (as the fork stores it).
-    let crc = crc32c::crc32c(&packet);
-    packet[8..12].copy_from_slice(&crc.to_le_bytes());
-    Some(Bytes::from(packet))
+    Some(sealed(packet))
 }
