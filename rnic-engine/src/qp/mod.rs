@@ -869,16 +869,9 @@ impl OpStats {
 pub(crate) struct Inner {
     handle: QpHandle,
     pd: Pd,
-    /// The STags this QP checked last: for tagged placement of what it
-    /// receives (Writes, Read Responses, atomic results), for the lists of
-    /// its receives, and for the lists of its work requests.
+    /// The STags this QP checked last: for placement of what it receives,
+    /// and for the SGLs of its work requests.
     rx_stag: StagCache,
-    /// Receives have their own, as each of their segments is checked
-    /// (`Grants::recheck`): a Send's segments may arrive between the
-    /// segments of a Read Response (the peer interleaves its responses
-    /// with its send queue), and one cache for both would reload at every
-    /// segment.
-    recv_stag: StagCache,
     tx_stag: StagCache,
     send_cq: CqHandle,
     recv_cq: CqHandle,
@@ -951,7 +944,6 @@ impl Qp {
         // Nothing was checked yet; and no STag checked in the old PD may
         // stand for the new one.
         i.rx_stag = StagCache::default();
-        i.recv_stag = StagCache::default();
         i.tx_stag = StagCache::default();
         Ok(())
     }
@@ -964,7 +956,6 @@ impl Qp {
             stats: OpStats::default(),
             pd: init.pd,
             rx_stag: StagCache::default(),
-            recv_stag: StagCache::default(),
             tx_stag: StagCache::default(),
             send_cq: init.send_cq,
             recv_cq: init.recv_cq,

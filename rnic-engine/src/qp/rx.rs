@@ -479,7 +479,7 @@ impl Inner {
                 .ok_or(untagged(UntaggedError::NoBuffer))?;
             match wqe
                 .sgl
-                .resolve(ctx.stags, &mut self.recv_stag, self.pd, Access::LOCAL_WRITE)
+                .resolve(ctx.stags, &mut self.rx_stag, self.pd, Access::LOCAL_WRITE)
             {
                 Ok(grants) => {
                     let capacity = wqe.sgl.total();
@@ -519,7 +519,7 @@ impl Inner {
         let checked = receiving.grants.recheck(
             &receiving.wqe.sgl,
             ctx.stags,
-            &mut self.recv_stag,
+            &mut self.rx_stag,
             self.pd,
             Access::LOCAL_WRITE,
             mo..mo + payload.len(),
