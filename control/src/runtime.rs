@@ -183,8 +183,11 @@ pub struct ControlConfig {
 
 impl Default for ControlConfig {
     /// Channels of [`CHANNEL_DEPTH`], a heartbeat every 100 ms, a stall
-    /// after 1 s, 4096 startups per core and 16384 in all, from any one
-    /// peer too.
+    /// after 1 s, 4096 startups per core and 16384 in all, 1024 of them
+    /// from any one peer address: as many as a `bench` client opens at once
+    /// (its most QPs), and a quarter of a core's, so a peer that never
+    /// sends its Requests leaves the rest to others (found by a review: the
+    /// default let one peer hold every place).
     fn default() -> Self {
         ControlConfig {
             channel_depth: CHANNEL_DEPTH,
@@ -192,7 +195,7 @@ impl Default for ControlConfig {
             stall_after: Duration::from_secs(1),
             startups_max_per_core: 4096,
             startups_max: 16384,
-            startups_per_peer_max: 16384,
+            startups_per_peer_max: 1024,
         }
     }
 }
@@ -590,6 +593,8 @@ pub struct ControlPlane {
     next_token: u64,
     published: Arc<Mutex<Published>>,
     config: ControlConfig,
+    /// The cores it serves: `CoreId`s `0..cores`.
+    cores: u16,
 }
 
 /// A core's end of the control plane. Give it to the core's thread.
@@ -719,6 +724,7 @@ impl ControlPlane {
             next_token: 1,
             published,
             config,
+            cores,
         };
         Ok((plane, links))
     }
@@ -728,9 +734,30 @@ impl ControlPlane {
         &self.config
     }
 
+    /// The cores it serves, `CoreId`s `0..cores()`.
+    pub fn cores(&self) -> u16 {
+        self.cores
+    }
+
+    /// Refuses a core it does not serve: its commands were dropped, and a
+    /// connect's result never reached anyone (found by a review).
+    fn served(&self, core: CoreId) {
+        assert!(
+            core < self.cores,
+            "core {core} is not served by this control plane: it serves cores 0..{}",
+            self.cores
+        );
+    }
+
     /// Listens on `port` of `core`'s transport: every accepted connection
-    /// runs a responder with `config`, and `on_request` decides.
+    /// runs a responder with `config`, and `on_request` decides. A second
+    /// listen on the port replaces the first's `config` and `on_request`
+    /// for connections accepted from then on.
+    ///
+    /// # Panics
+    /// If this control plane serves no core `core`.
     pub fn listen(&self, core: CoreId, port: u16, config: StartupConfig, on_request: OnRequest) {
+        self.served(core);
         let _ = self.commands.send(Command::Listen {
             core,
             port,
@@ -743,12 +770,20 @@ impl ControlPlane {
     /// accepted stay (established ones are the core's; those in their MPA
     /// startup fail, their listener's decision gone); a later
     /// [`listen`](Self::listen) on the port starts afresh.
+    ///
+    /// # Panics
+    /// If this control plane serves no core `core`.
     pub fn unlisten(&self, core: CoreId, port: u16) {
+        self.served(core);
         let _ = self.commands.send(Command::Unlisten { core, port });
     }
 
     /// Opens a connection from `core` to `remote` and runs an initiator with
     /// `config` and `private_data`; the handoff carries the returned token.
+    ///
+    /// # Panics
+    /// If this control plane serves no core `core` (no core would ever
+    /// hand the result over).
     pub fn connect(
         &mut self,
         core: CoreId,
@@ -768,7 +803,8 @@ impl ControlPlane {
     /// urgent class urgent once established (`dataplane::CoreConfig::urgent_dscp`).
     ///
     /// # Panics
-    /// If `dscp` is above 63 (a TOS octet given where its DSCP belongs).
+    /// If `dscp` is above 63 (a TOS octet given where its DSCP belongs), or
+    /// this control plane serves no core `core`.
     pub fn connect_marked(
         &mut self,
         core: CoreId,
@@ -778,6 +814,7 @@ impl ControlPlane {
         dscp: u8,
     ) -> u64 {
         assert!(dscp < 64, "a DSCP is six bits: {dscp}");
+        self.served(core);
         let token = self.next_token;
         self.next_token += 1;
         let _ = self.commands.send(Command::Connect {
@@ -795,12 +832,16 @@ impl ControlPlane {
     /// runs a responder with `config` (RFC 5043 §6, RFC 6581 §7) here, and
     /// `on_initiate` decides. Without it, a core answers every Initiate with
     /// a Session Terminate (no ULP, RFC 5043 §6.4).
+    ///
+    /// # Panics
+    /// If this control plane serves no core `core`.
     pub fn listen_sessions(
         &self,
         core: CoreId,
         config: SessionConfig,
         on_initiate: OnInitiate,
     ) -> Result<(), crate::mpa::ConfigError> {
+        self.served(core);
         config.validate()?;
         let _ = self.commands.send(Command::ListenSessions {
             core,
@@ -1550,7 +1591,15 @@ impl CoreLink {
         };
         match message {
             ToCore::Listen { port } => {
-                let result = transport.listen(port).map(|_| ());
+                // A second listen on a port replaces the decision at the
+                // control plane; the transport's listener stays (found by a
+                // review: the listen was reported `PortInUse` and went on
+                // working).
+                let result = if self.listening.contains(&port) {
+                    Ok(())
+                } else {
+                    transport.listen(port).map(|_| ())
+                };
                 if result.is_ok() {
                     self.listening.insert(port);
                     self.unlistened.remove(&port);

@@ -1177,3 +1177,104 @@ fn one_peer_holds_at_most_its_share_of_startups_and_gets_it_back() {
         drop(control);
     });
 }
+
+/// A second listen on a port replaces the first's decision and reports
+/// success (found by a review: the core's transport refused a second
+/// listener, so the status said `PortInUse` while the listen went on
+/// working with the new decision).
+#[test]
+fn a_second_listen_on_a_port_replaces_the_decision_and_reports_success() {
+    watchdog(WATCHDOG, || {
+        let (mut control, mut links) = ControlPlane::start(2);
+        let (s0, s1) = pair(33, 16);
+        let mut server = Core::new(s0, links.remove(0));
+        let mut client = Core::new(s1, links.remove(0));
+        let addr = SocketAddrV4::new(Ipv4Addr::new(10, 0, 33, 1), 5102);
+        accept_all(&control, 0, 5102, StartupConfig::default());
+        server.wait_listening(5102);
+        server.link.forget_listen_status(5102);
+        control.listen(
+            0,
+            5102,
+            StartupConfig::default(),
+            Box::new(|_, _| Decision::Reject(b"replaced".to_vec())),
+        );
+        // Asserts the status is `Ok`.
+        server.wait_listening(5102);
+        assert_eq!(server.stack.listening_sockets(), 1);
+        let token = control.connect(1, addr, StartupConfig::default(), b"");
+        let mut out = None;
+        until(Duration::from_secs(10), "the client's handoff", || {
+            server.step();
+            client.step();
+            if let Some(i) = client.handoffs.iter().position(|h| h.token == token) {
+                out = Some(client.handoffs.remove(i));
+            }
+            out.is_some()
+        });
+        let handoff = out.unwrap();
+        match &handoff.result {
+            StartupResult::Rejected(r) => assert_eq!(r.private_data, b"replaced"),
+            other => panic!("not rejected by the second listen: {other:?}"),
+        }
+    });
+}
+
+/// A command for a core the control plane does not serve is refused at
+/// once with a message naming it (found by a review: a connect's result
+/// was handed to no one and the application waited forever).
+#[test]
+fn a_connect_from_a_core_that_does_not_exist_is_refused() {
+    let (mut control, _links) = ControlPlane::start(2);
+    assert_eq!(control.cores(), 2);
+    let remote = SocketAddrV4::new(Ipv4Addr::new(10, 0, 34, 1), 5103);
+    let refused = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        control.connect(2, remote, StartupConfig::default(), b"")
+    }))
+    .expect_err("a connect from core 2 of two");
+    let message = refused
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("core 2 is not served") && message.contains("0..2"),
+        "{message}"
+    );
+    let listen = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        accept_all(&control, 7, 5103, StartupConfig::default())
+    }));
+    assert!(listen.is_err(), "a listen on core 7 of two");
+    // The plane still serves its own cores.
+    control.connect(1, remote, StartupConfig::default(), b"");
+}
+
+/// By default one peer address holds at most 1024 startups, a quarter of a
+/// core's places (found by a review: the default was every place there
+/// is, so one silent peer could hold them all).
+#[test]
+fn by_default_one_peer_holds_a_quarter_of_a_cores_startups() {
+    const OPENED: usize = 1030;
+    watchdog(WATCHDOG, || {
+        let config = ControlConfig::default();
+        let share = config.startups_per_peer_max;
+        assert_eq!(share, 1024);
+        assert!(share * 4 <= config.startups_max_per_core);
+        let (control, mut links) = ControlPlane::start_with(config, 1).unwrap();
+        let (flood_stack, s0) = pair(35, OPENED + 8);
+        let mut core = Core::new(s0, links.remove(0));
+        accept_all(&control, 0, 5104, StartupConfig::default());
+        core.wait_listening(5104);
+        let mut flood = Flood::new(
+            flood_stack,
+            SocketAddrV4::new(Ipv4Addr::new(10, 0, 35, 2), 5104),
+        );
+        until(Duration::from_secs(20), "the peer's share", || {
+            flood.open(OPENED, OPENED);
+            flood.step();
+            core.step();
+            flood.reset == OPENED - share && core.link.in_startup() == share
+        });
+        assert_eq!(core.link.refused_startups(), (OPENED - share) as u64);
+        drop(control);
+    });
+}
