@@ -42,6 +42,8 @@ const ABORT_REASON_HANDSHAKE_EXPIRED: &[u8] = b"no COOKIE ECHO in time";
 /// [`Endpoint::poll_transmit`] makes at most this many (the rest are counted
 /// and go unanswered, which §8.4 allows: its answers are SHOULDs).
 const OUT_OF_THE_BLUE_ANSWERS_MAX: usize = 64;
+/// RFC 9260 §3.3.10.4: the "Out of Resource" error cause.
+const CAUSE_OUT_OF_RESOURCE: u16 = 4;
 
 /// An SCTP packet [`Endpoint::poll_transmit`] wrote into the caller's buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -746,7 +748,7 @@ impl Endpoint {
             let _ = self.inner.handle_event(handle, event);
         }
         while assoc.poll_transmit(now).is_some() {}
-        if let Some(abort) = abort_for_init(init) {
+        if let Some(abort) = abort_for_init(init, Some(CAUSE_OUT_OF_RESOURCE)) {
             self.pending.push_back((remote, abort));
         }
     }
@@ -1068,8 +1070,13 @@ enum OutOfTheBlue {
 /// - (2) one holding an ABORT is discarded, (6) one holding a SHUTDOWN
 ///   COMPLETE likewise, unless the chunk is the first and has the T bit
 ///   set: then the tag is the peer's of an association of ours (§8.5.1);
-/// - (3) an INIT sctp-proto did not take is dropped (the endpoint takes no
-///   associations, or no more);
+/// - (3) an INIT sctp-proto did not take (the endpoint takes no
+///   associations) is answered with an ABORT whose tag is the INIT's
+///   Initiate Tag, T bit clear, so the peer gives up at once rather than
+///   retransmitting its INIT until it fails, as Linux answers an INIT to a
+///   port without a listener (found by a review: it was dropped); an INIT
+///   not alone in its packet (§6.10), with a tag, or with Initiate Tag 0
+///   (§3.3.2) is dropped;
 /// - (5) one holding a SHUTDOWN ACK (the peer's SHUTDOWN COMPLETE to it was
 ///   lost, and ours is closed) is answered with a SHUTDOWN COMPLETE, or the
 ///   peer resends it until it gives up (found by a review);
@@ -1135,7 +1142,14 @@ fn out_of_the_blue(packet: &[u8]) -> OutOfTheBlue {
     if (first == ABORT || first == SHUTDOWN_COMPLETE) && first_flags & T_BIT != 0 {
         return OutOfTheBlue::Reflected(tag);
     }
-    if has(ABORT) || has(SHUTDOWN_COMPLETE) || first == INIT || tag == 0 {
+    if first == INIT {
+        let lone = types.len() == 1 && tag == 0;
+        return match abort_for_init(packet, None) {
+            Some(abort) if lone && abort[4..8] != [0; 4] => OutOfTheBlue::Answer(abort),
+            _ => OutOfTheBlue::Drop,
+        };
+    }
+    if has(ABORT) || has(SHUTDOWN_COMPLETE) || tag == 0 {
         return OutOfTheBlue::Drop;
     }
     let answer = if has(SHUTDOWN_ACK) {
@@ -1172,21 +1186,28 @@ fn sealed(mut packet: Vec<u8>) -> Bytes {
 
 /// The ABORT that answers `init`, an SCTP packet whose first chunk is an
 /// INIT that cannot be processed: RFC 9260 §8.4 (3), its Verification Tag
-/// the INIT's Initiate Tag and its T bit 0, the ports swapped, with one
-/// "Out of Resource" error cause (§3.3.10.4, cause code 4). `None` if
-/// `init` is not that.
-fn abort_for_init(init: &[u8]) -> Option<Bytes> {
+/// the INIT's Initiate Tag and its T bit 0, the ports swapped, with an
+/// error cause of code `cause` (length 4) if given, e.g. 4 "Out of
+/// Resource" (§3.3.10.4). `None` if `init` is not that.
+fn abort_for_init(init: &[u8], cause: Option<u16>) -> Option<Bytes> {
     const INIT: u8 = 1;
     let (ports, tag) = (init.get(0..4)?, init.get(16..20)?);
     if init.get(12) != Some(&INIT) {
         return None;
     }
-    let mut packet = Vec::with_capacity(20);
+    let mut packet = Vec::with_capacity(24);
     packet.extend_from_slice(&ports[2..4]);
     packet.extend_from_slice(&ports[0..2]);
     packet.extend_from_slice(tag);
     packet.extend_from_slice(&[0; 4]);
-    // ABORT (6), flags 0 (T clear), length 8; the cause: code 4, length 4.
-    packet.extend_from_slice(&[6, 0, 0, 8, 0, 4, 0, 4]);
+    // ABORT (6), flags 0 (T clear), its length; the cause: code, length 4.
+    match cause {
+        Some(code) => {
+            packet.extend_from_slice(&[6, 0, 0, 8]);
+            packet.extend_from_slice(&code.to_be_bytes());
+            packet.extend_from_slice(&[0, 4]);
+        }
+        None => packet.extend_from_slice(&[6, 0, 0, 4]),
+    }
     Some(sealed(packet))
 }

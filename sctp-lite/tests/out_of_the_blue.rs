@@ -283,3 +283,64 @@ fn a_cookie_echo_after_the_handshake_deadline_is_aborted() {
     assert_eq!(closed(&events), [CloseReason::AbortedByPeer], "{events:?}");
     assert!(!p.a.is_up(a));
 }
+
+/// §8.4 (3): an INIT to an endpoint that takes no associations is answered
+/// with an ABORT whose tag is the INIT's Initiate Tag, T bit clear, so
+/// the peer gives up at once (found by a review: it was dropped, and the
+/// peer retransmitted its INIT until its handshake timed out). An INIT
+/// with a tag, beside another chunk, or with Initiate Tag 0 is dropped.
+#[test]
+fn an_init_to_an_endpoint_that_takes_none_is_aborted() {
+    const INIT: u8 = 1;
+    let closed_config = || Config {
+        accept: false,
+        ..Config::default()
+    };
+    let mut p = Pair::new(Config::default(), closed_config());
+    let start = p.now;
+    let a = p.a.connect(start, p.b_addr).unwrap();
+    p.drive_until(1_000, |p| !closed(&p.events_a).is_empty());
+    assert_eq!(p.b.out_of_the_blue(), 1, "the INIT, counted");
+    assert_eq!(p.b.associations(), 0);
+    let ended = p.events_a.iter().find(|e| e.assoc == a).expect("A's end");
+    assert!(
+        matches!(ended.kind, sctp_lite::EventKind::Closed(_)),
+        "{ended:?}"
+    );
+    assert!(
+        p.now.total_micros() - start.total_micros() < 1_000,
+        "at once, not after INIT retransmissions: {} us",
+        p.now.total_micros() - start.total_micros()
+    );
+
+    // The answer itself: ABORT, tag = Initiate Tag, T clear, no cause.
+    #[allow(clippy::disallowed_methods)] // Only the origin of sctp-proto's time.
+    let mut e = Endpoint::new(closed_config(), std::time::Instant::now()).unwrap();
+    let now = Instant::ZERO;
+    // Initiate Tag, a_rwnd, outbound and inbound streams, initial TSN.
+    let init_value: &[u8] = &[0xCA, 0xFE, 0xF0, 0x0D, 0, 1, 0, 0, 0, 10, 0, 10, 0, 0, 0, 1];
+    e.handle_datagram(now, addr(1), &packet(0, &[(INIT, 0, init_value)]));
+    let out = sent(&mut e, now);
+    assert_eq!(out.len(), 1, "one answer");
+    let abort = &out[0];
+    assert_eq!(abort.len(), 16);
+    assert_eq!(tag_of(abort), 0xCAFE_F00D, "the Initiate Tag");
+    assert_eq!(&abort[12..16], &[ABORT, 0, 0, 4], "T bit clear, no cause");
+    let mut zeroed = abort.to_vec();
+    zeroed[8..12].fill(0);
+    assert_eq!(crc32c::crc32c(&zeroed).to_le_bytes(), abort[8..12]);
+    let mut no_tag = init_value.to_vec();
+    no_tag[..4].fill(0);
+    for (what, bad) in [
+        ("a tag", packet(7, &[(INIT, 0, init_value)])),
+        (
+            "another chunk",
+            packet(0, &[(INIT, 0, init_value), (DATA, 3, DATA_VALUE)]),
+        ),
+        ("Initiate Tag 0", packet(0, &[(INIT, 0, &no_tag)])),
+    ] {
+        e.handle_datagram(now, addr(1), &bad);
+        assert_eq!(sent(&mut e, now), Vec::<Vec<u8>>::new(), "{what}");
+    }
+    assert_eq!(e.out_of_the_blue(), 4, "every one counted");
+}
