@@ -24,8 +24,10 @@
 //!   order, and a request beyond IRD is a protocol error (RFC 5040 §6.4:
 //!   the peer broke the negotiated ORD).
 //! * Responses and the SQ share the link fairly: at most
-//!   [`RESPONSE_BURST_FPDUS_MAX`] response FPDUs in a row while the SQ has
-//!   work, as siw's `SIW_IRQ_MAXBURST_SQ_ACTIVE` does.
+//!   [`RESPONSE_BURST_FPDUS_MAX`] response FPDUs in a row written while the
+//!   SQ has work, as siw's `SIW_IRQ_MAXBURST_SQ_ACTIVE` does; but a message
+//!   is never started in the middle of another of its kind, tagged (Writes,
+//!   Read Responses) or untagged (as siw's receiver requires).
 
 mod rx;
 pub mod term;

@@ -252,7 +252,17 @@ impl Qp {
                 Job::Request(seq) => inner.emit_request::<C>(ctx, framer, seq, room, cut),
             };
             match written {
-                Some(n) => at += n,
+                Some(n) => {
+                    at += n;
+                    // Counted when written: a job whose FPDU did not fit
+                    // took no turn (found by a review: counted when
+                    // picked, a send queue whose FPDU never fitted the rest
+                    // of the room lost its turn to every response burst).
+                    inner.burst = match job {
+                        Job::Response => inner.burst.saturating_add(1),
+                        Job::Request(_) => 0,
+                    };
+                }
                 None => return (at, true),
             }
         }
@@ -339,20 +349,51 @@ fn payload_len<C: Cuts>(
 impl Inner {
     /// Runs local operations at the head of transmission and picks what
     /// sends next, giving the send queue a turn after at most
-    /// [`RESPONSE_BURST_FPDUS_MAX`] responses.
+    /// [`RESPONSE_BURST_FPDUS_MAX`] responses, but never starting a message
+    /// in the middle of another of its kind (tagged or untagged).
+    ///
+    /// A tagged DDP message is its segments up to the one with L (RFC 5041
+    /// §4: no MSN names it), so a Write's segments between a Read
+    /// Response's leave the receiver two tagged messages open at once;
+    /// Linux siw refuses that as an intersection and terminates (found by
+    /// a review). siw takes one tagged and one untagged message under way
+    /// together, each finished before the next of its kind: so a Send may
+    /// still go between a Read Response's segments, and a Read Response
+    /// between a Send's.
     #[inline(always)] // Into both copies of the path: see `Cuts`.
     fn next_job(&mut self, ctx: &mut Ctx<'_>) -> Option<Job> {
         let request = self.next_request(ctx);
-        let response = !self.irrq.is_empty();
+        let response = self.irrq.front().map(|r| match r {
+            // (tagged, under way)
+            Irrq::Read { sent, .. } => (true, *sent > 0),
+            // One segment.
+            Irrq::Atomic { .. } => (false, false),
+        });
         let job = match (response, request) {
-            (true, Some(seq)) if self.burst >= RESPONSE_BURST_FPDUS_MAX => Job::Request(seq),
-            (true, _) => Job::Response,
-            (false, Some(seq)) => Job::Request(seq),
-            (false, None) => return None,
-        };
-        self.burst = match job {
-            Job::Response => self.burst.saturating_add(1),
-            Job::Request(_) => 0,
+            (Some((tagged, open)), Some(seq)) => {
+                let wqe = &self.sq[(seq - self.sq_base) as usize];
+                let (request_tagged, request_open) = match wqe.op {
+                    SendOp::Write(_) => (true, wqe.sent > 0),
+                    SendOp::WriteWithImmediate(..) if !wqe.write_done => (true, wqe.sent > 0),
+                    SendOp::Send | SendOp::SendWithInvalidate(_) => (false, wqe.sent > 0),
+                    // Immediate Data, the Immediate after a Write, Read and
+                    // atomic requests: one segment each.
+                    _ => (false, false),
+                };
+                let same_kind = tagged == request_tagged;
+                if same_kind && request_open {
+                    Job::Request(seq)
+                } else if same_kind && open {
+                    Job::Response
+                } else if self.burst >= RESPONSE_BURST_FPDUS_MAX {
+                    Job::Request(seq)
+                } else {
+                    Job::Response
+                }
+            }
+            (Some(_), None) => Job::Response,
+            (None, Some(seq)) => Job::Request(seq),
+            (None, None) => return None,
         };
         Some(job)
     }
