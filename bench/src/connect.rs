@@ -257,6 +257,9 @@ fn check(args: &ConnectArgs) -> Result<Settings, String> {
     if args.port == 0 {
         return Err("-p 0: give the listener a port".into());
     }
+    if let Some(path) = &args.json {
+        crate::report::check_json_output(path)?;
+    }
     if let Some(cpu) = args.cpu {
         let allowed = dataplane::lcore::cpus();
         if !allowed.contains(&cpu) {

@@ -428,6 +428,14 @@ impl PerftestArgs {
         if !(1..=2).contains(&self.mpa_rev) {
             return Err(format!("--mpa-rev {}: give 1 or 2", self.mpa_rev));
         }
+        // Found by a review: ignored on a client.
+        if self.unfenced && self.server.is_some() {
+            return Err(
+                "--unfenced is the server's (it sends before the client's first FPDU): drop it \
+                 on the client"
+                    .into(),
+            );
+        }
         if self.transport != PeerTransport::Kernel {
             if self.link.ip.is_none() {
                 return Err(format!(

@@ -77,8 +77,17 @@ pub fn main(argv: Vec<String>, stop: &AtomicBool) -> i32 {
         return 2;
     }
     if !(args.duration > 0.0 && args.duration <= 60.0) {
-        eprintln!("bench port: -D {}: give 0 to 60 seconds", args.duration);
+        eprintln!(
+            "bench port: -D {}: give a duration above 0 and at most 60 seconds",
+            args.duration
+        );
         return 2;
+    }
+    if let Some(path) = &args.json {
+        if let Err(why) = crate::report::check_json_output(path) {
+            eprintln!("bench port: {why}");
+            return 2;
+        }
     }
     let result = run(&args, stop);
     if let Some(eal) = Eal::running() {

@@ -116,6 +116,22 @@ impl Report {
 }
 
 /// One core's counters in the JSON report.
+/// Checks before a run that `--json PATH` can be written, saying what to
+/// fix: an unwritable path was found only after the whole run (found by a
+/// review). A file that did not exist is not left behind.
+pub fn check_json_output(path: &Path) -> Result<(), String> {
+    let existed = path.exists();
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("--json {}: {e}: give a file to write", path.display()))?;
+    if !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
 fn core_json(c: &CoreReport) -> Value {
     let k = &c.counters;
     let d = &k.device;

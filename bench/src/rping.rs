@@ -252,6 +252,14 @@ impl RpingArgs {
         if self.mpa_rev == 1 && self.p2p.is_some() {
             return Err("--p2p needs --mpa-rev 2 (RTRs are RFC 6581's)".into());
         }
+        // Found by a review: ignored on a client.
+        if self.client && self.persistent {
+            return Err(
+                "-P is the server's (persistent: it serves clients one after another): drop it \
+                 on the client"
+                    .into(),
+            );
+        }
         if self.client && self.reject.is_some() {
             return Err("--reject is the server's (a client cannot reject)".into());
         }

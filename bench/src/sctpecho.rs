@@ -140,6 +140,15 @@ impl EchoArgs {
         if self.count == 0 || self.count > COUNT_MAX {
             return Err(format!("--count must be 1 to {COUNT_MAX}"));
         }
+        // Both ends use the same UDP port, so an ephemeral one (0) is
+        // no port the peer could know, and was printed as 0 (found by a
+        // review); SCTP's port 0 is not used (RFC 9260 §3.1).
+        if self.udp_port == 0 {
+            return Err("--udp-port 0: give the UDP port both ends use, 1 to 65535".into());
+        }
+        if self.port == 0 {
+            return Err("--port 0: give an SCTP port, 1 to 65535".into());
+        }
         // A day at most: larger overflowed the clock.
         if !(1..=86_400).contains(&self.timeout) {
             return Err(format!(
@@ -876,5 +885,10 @@ mod tests {
         assert!(a.check().is_ok());
         let a = EchoArgs::try_parse_from(["sctp-echo", "--listen", "--count", "0"]).unwrap();
         assert!(a.check().is_err());
+        for (option, says) in [("--udp-port", "--udp-port 0"), ("--port", "--port 0")] {
+            let a = EchoArgs::try_parse_from(["sctp-echo", "--listen", option, "0"]).unwrap();
+            let why = a.check().unwrap_err();
+            assert!(why.contains(says), "{why}");
+        }
     }
 }

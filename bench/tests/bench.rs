@@ -226,6 +226,18 @@ fn bad_options_are_refused_before_anything_starts() {
         &["--json /nonexistent/dpwarp/r.json", "give a file to write"],
     );
     refused(
+        &["port", "-D", "60", "--json", "/nonexistent/dpwarp/p.json"],
+        &["--json /nonexistent/dpwarp/p.json", "give a file to write"],
+    );
+    // -D 0 is refused, and the message does not offer it.
+    let r = common::run_refused(BENCH, &["port", "-D", "0"]);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("-D 0") && !r.stderr.contains("give 0"),
+        "{}",
+        r.stderr
+    );
+    refused(
         &["write", "--lat", "-D", "3600", "--out", "/proc/dpwarp-nope"],
         &["--out /proc/dpwarp-nope", "give a directory to write"],
     );
@@ -964,4 +976,19 @@ fn loss_is_the_embedded_links_only() {
     assert!(why("bench write --loss 1 --compare kernel").contains("embedded link"));
     assert!(why("bench write --loss 1 --llp sctp").contains("embedded link"));
     assert!(why("bench write --loss 80").contains("from 0 to 50"));
+}
+
+/// A run at a loss TCP cannot get through in time fails saying so, and what
+/// to give instead (found by a review: at 45% it failed with only "took
+/// more than 10 s").
+#[test]
+fn a_run_that_loss_stops_says_to_lower_the_loss() {
+    let r = common::run_refused(BENCH, &["write", "-s", "65536", "-D", "1", "--loss", "50"]);
+    assert_eq!(r.code, Some(1), "{}", r.stderr);
+    assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("50% of frames lost") && r.stderr.contains("give a lower --loss"),
+        "{}",
+        r.stderr
+    );
 }

@@ -191,6 +191,12 @@ fn bad_arguments_get_one_line() {
         // MPA's and TCP's options where DDP over SCTP runs neither.
         (&["--llp", "sctp", "--no-crc"], &["--no-crc"]),
         (&["--llp", "sctp", "--tcp-buffer", "64"], &["--tcp-buffer"]),
+        // Where the JSON report goes, checked before the run (found by a
+        // review: an hour's loop ran and then failed on its --json).
+        (
+            &["-D", "3600", "--json", "/nonexistent/dpwarp/c.json"],
+            &["--json /nonexistent/dpwarp/c.json", "give a file to write"],
+        ),
     ] {
         let mut argv = vec!["connect"];
         argv.extend_from_slice(args);

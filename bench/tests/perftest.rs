@@ -614,6 +614,9 @@ fn bad_arguments_exit_2_and_say_why() {
         ),
         // -l is checked against the CPUs this process may use.
         (&["write_bw", "-l", "4000000000"], "-l 4000000000"),
+        // A server's option on a client (`client` gives the server's
+        // address), which it ignored.
+        (&["write_lat", "--unfenced"], "--unfenced is the server's"),
     ] {
         let c = client(args, port());
         assert_eq!(c.code, Some(2), "{args:?}: {}", c.said());

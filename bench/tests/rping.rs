@@ -519,6 +519,7 @@ fn bad_arguments_say_what_to_fix() {
         (&["-c", "-a", "127.0.0.1", "--transport", "tap"], "--ip"),
         (&["-a", "127.0.0.1"], "-s"),
         (&["-c", "-a", "127.0.0.1", "--reject", "no"], "--reject"),
+        (&["-c", "-a", "127.0.0.1", "-P"], "-P is the server's"),
     ] {
         let out = finish(spawn(args), "bench rping");
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));

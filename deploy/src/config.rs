@@ -667,7 +667,30 @@ impl Config {
         if let Some(why) = not_a_socket(&config.daemon.control_socket) {
             return Err(locate(&text, &file, key_at(&text, "control_socket"), &why));
         }
+        config.check_cpus(&text, &file, &dataplane::lcore::cpus())?;
         Ok(config)
+    }
+
+    /// Refuses `lcores` this process may not run on (`allowed`, the CPUs
+    /// of its affinity mask; found by a review: `--check` passed a CPU the
+    /// machine does not have, and the daemon failed only when it pinned
+    /// its cores). An empty `allowed` (the mask unreadable) checks nothing.
+    pub fn check_cpus(&self, text: &str, file: &str, allowed: &[usize]) -> Result<(), ConfigError> {
+        if allowed.is_empty() {
+            return Ok(());
+        }
+        match self.dpdk.lcores.iter().find(|cpu| !allowed.contains(cpu)) {
+            None => Ok(()),
+            Some(cpu) => Err(locate(
+                text,
+                file,
+                key_at(text, "lcores"),
+                &format!(
+                    "lcores: CPU {cpu} is not one this process may run on (it may use \
+                     {allowed:?}): give those"
+                ),
+            )),
+        }
     }
 
     /// Refuses memory this machine does not have: `memory_mib` and the
@@ -1323,6 +1346,17 @@ mod tests {
         );
         let e = refused(|t| t.replace("lcores = [0]", "lcores = [1, 1]"));
         assert!(e.contains("`lcores`: CPU 1 is listed twice"), "{e}");
+        // CPUs this process may not run on (found by a review: --check
+        // passed them).
+        let text = EXAMPLE.replace("lcores = [0]", "lcores = [0, 7]");
+        let c = Config::parse(&text, "x.toml").expect("parses");
+        assert!(c.check_cpus(&text, "x.toml", &[0, 7]).is_ok());
+        let e = c.check_cpus(&text, "x.toml", &[0, 1]).unwrap_err().0;
+        assert!(
+            e.contains("x.toml:") && e.contains("CPU 7 is not one this process may run on"),
+            "{e}"
+        );
+        assert!(e.contains("[0, 1]"), "{e}");
         let e = refused(|t| t.replace("address = \"10.77.0.2/24\"", "address = \"10.77.0.2\""));
         assert!(e.contains("`address`") && e.contains("prefix"), "{e}");
         // The TAP's kernel side: not our own address, and in our network.
