@@ -14,6 +14,8 @@ use crate::rss::Steering;
 
 /// Most connections a stack may be configured for.
 pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 20;
+/// Most datagrams a UDP socket may be configured to hold per direction.
+pub const UDP_DATAGRAMS_LIMIT: usize = 1 << 20;
 /// Most listening sockets per listener.
 pub const BACKLOG_LIMIT: usize = 64;
 /// Longest user timeout (smoltcp's time arithmetic wraps beyond `i64` µs;
@@ -198,6 +200,29 @@ impl StackConfig {
 
     /// Check the configuration, saying what to fix.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        // smoltcp panics on an address that is not unicast (found by a
+        // review); a frame from a group or zero MAC address is one a
+        // switch drops (IEEE 802: the group bit is the first octet's low
+        // bit).
+        let unicast = |a: Ipv4Addr| !(a.is_multicast() || a.is_broadcast() || a.is_unspecified());
+        if !unicast(self.addr) {
+            return Err(ConfigError(
+                "addr must be a unicast address (not multicast, broadcast or 0.0.0.0)",
+            ));
+        }
+        if self.gateway.is_some_and(|g| !unicast(g)) {
+            return Err(ConfigError(
+                "gateway must be a unicast address (not multicast, broadcast or 0.0.0.0)",
+            ));
+        }
+        if let Some(mac) = self.mac {
+            if mac[0] & 1 != 0 || mac == [0; 6] {
+                return Err(ConfigError(
+                    "mac must be a unicast Ethernet address (the first octet's low bit clear, \
+                     not all zeros)",
+                ));
+            }
+        }
         if self.prefix_len > 32 {
             return Err(ConfigError("prefix_len must be 0..=32"));
         }
@@ -248,6 +273,15 @@ impl StackConfig {
             return Err(ConfigError(
                 "tcp.rto_min must be between 100 us and 60 s (RFC 6298's upper bound)",
             ));
+        }
+        // Each UDP socket allocates both directions' buffers at once (found
+        // by a review: usize::MAX passed and `udp_bind` panicked; 0
+        // datagrams passed and every send said "full" for ever).
+        if !(1024..=1 << 30).contains(&self.udp_buffer) {
+            return Err(ConfigError("udp_buffer must be 1 KiB..=1 GiB"));
+        }
+        if !(1..=UDP_DATAGRAMS_LIMIT).contains(&self.udp_datagrams) {
+            return Err(ConfigError("udp_datagrams must be 1..=1048576"));
         }
         if let Some(steering) = &self.steering {
             if !steering.reta().contains(steering.queue()) {

@@ -37,7 +37,7 @@ mod transport;
 
 pub use config::{
     ConfigError, CongestionControl, StackConfig, TcpConfig, BACKLOG_LIMIT, MAX_CONNECTIONS_LIMIT,
-    USER_TIMEOUT_LIMIT,
+    UDP_DATAGRAMS_LIMIT, USER_TIMEOUT_LIMIT,
 };
 pub use event::{ConnId, Event, EventKind, ListenerId};
 pub use fault::{Lossy, LossyStats};

@@ -883,6 +883,26 @@ impl<D: Device> Transport for Stack<D> {
             for index in l.listening {
                 self.free_slot(index);
             }
+            // Its handshakes not yet reported are reset, as Linux resets
+            // the connections a closed listener had not handed out (found
+            // by a review: one completed afterwards and was reported as
+            // accepted by the listener that was gone).
+            for i in 0..self.live.len() {
+                let index = self.live[i];
+                let Some(slot) = self.slots[index as usize].as_mut() else {
+                    continue;
+                };
+                if slot.role == Role::Accepted(listener.0) && !slot.open_reported && !slot.finished
+                {
+                    slot.finished = true;
+                    slot.releasing = true;
+                    slot.rst_pending = true;
+                    let handle = slot.handle;
+                    self.sockets.get_mut::<tcp::Socket>(handle).abort();
+                    self.stats.half_open_dropped += 1;
+                    self.mark(index);
+                }
+            }
         }
     }
 
@@ -900,12 +920,18 @@ impl<D: Device> Transport for Stack<D> {
         let span = u32::from(last - first) + 1;
         let local_addr = self.config.addr;
         let mut port = None;
-        // RFC 6056 §3.3.1 (Algorithm 1) walks the range from a random start
-        // until `check_suitable_port()`, which "checks whether the resulting
-        // port number is acceptable as an ephemeral port", holds. Ours holds
-        // for a port that is free and, with steering, whose reply traffic
+        // The walk of RFC 6056 §3.3.1 (Algorithm 1) until
+        // `check_suitable_port()`, which "checks whether the resulting port
+        // number is acceptable as an ephemeral port", holds. Ours holds for
+        // a port that is free and, with steering, whose reply traffic
         // (remote to us) hashes to our queue: about one port in `queues`, so
         // the walk takes about `queues` candidates, bounded by the range.
+        // Unlike Algorithm 1 the start is drawn once per stack (`seed`), not
+        // per connection, and each walk goes on from where the last ended:
+        // consecutive connections take consecutive ports, so a four-tuple
+        // comes back as late as the range allows (a peer may still hold the
+        // last one in TIME-WAIT), at the price of ports an observer can
+        // predict; the initial sequence numbers (seeded) stay unpredictable.
         for _ in 0..span {
             let candidate = self.next_port;
             self.next_port = if candidate >= last {
@@ -1238,7 +1264,13 @@ impl<D: Device> Transport for Stack<D> {
         for &index in &self.live {
             if let Some(slot) = &self.slots[index as usize] {
                 if slot.waiting && !slot.finished && !slot.releasing {
-                    let deadline = slot.progress_at + wait_limit(&self.config.tcp, slot);
+                    // A waiting connection is looked at by the full scans
+                    // (`scan`): its deadline is seen by the first at or
+                    // after it (found by a review: a deadline passed
+                    // before that scan was named again and again, and a
+                    // caller sleeping until `poll_at` spun).
+                    let deadline = (slot.progress_at + wait_limit(&self.config.tcp, slot))
+                        .max(self.full_scan_at);
                     at = Some(at.map_or(deadline, |at| at.min(deadline)));
                 }
             }
