@@ -183,11 +183,12 @@ pub struct ControlConfig {
 
 impl Default for ControlConfig {
     /// Channels of [`CHANNEL_DEPTH`], a heartbeat every 100 ms, a stall
-    /// after 1 s, 4096 startups per core and 16384 in all, 1024 of them
-    /// from any one peer address: as many as a `bench` client opens at once
-    /// (its most QPs), and a quarter of a core's, so a peer that never
-    /// sends its Requests leaves the rest to others (found by a review: the
-    /// default let one peer hold every place).
+    /// after 1 s, 4096 startups per core and 16384 in all, 2048 of them
+    /// from any one peer address: twice what a `bench` client opens at once
+    /// (its most QPs; a run's connections may still be closing when the
+    /// next opens), and half a core's, so a peer that never sends its
+    /// Requests leaves the rest to others (found by a review: the default
+    /// let one peer hold every place).
     fn default() -> Self {
         ControlConfig {
             channel_depth: CHANNEL_DEPTH,
@@ -195,7 +196,7 @@ impl Default for ControlConfig {
             stall_after: Duration::from_secs(1),
             startups_max_per_core: 4096,
             startups_max: 16384,
-            startups_per_peer_max: 1024,
+            startups_per_peer_max: 2048,
         }
     }
 }

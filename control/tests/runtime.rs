@@ -1248,17 +1248,17 @@ fn a_connect_from_a_core_that_does_not_exist_is_refused() {
     control.connect(1, remote, StartupConfig::default(), b"");
 }
 
-/// By default one peer address holds at most 1024 startups, a quarter of a
+/// By default one peer address holds at most 2048 startups, half of a
 /// core's places (found by a review: the default was every place there
 /// is, so one silent peer could hold them all).
 #[test]
-fn by_default_one_peer_holds_a_quarter_of_a_cores_startups() {
-    const OPENED: usize = 1030;
+fn by_default_one_peer_holds_half_of_a_cores_startups() {
+    const OPENED: usize = 2054;
     watchdog(WATCHDOG, || {
         let config = ControlConfig::default();
         let share = config.startups_per_peer_max;
-        assert_eq!(share, 1024);
-        assert!(share * 4 <= config.startups_max_per_core);
+        assert_eq!(share, 2048);
+        assert!(share * 2 <= config.startups_max_per_core);
         let (control, mut links) = ControlPlane::start_with(config, 1).unwrap();
         let (flood_stack, s0) = pair(35, OPENED + 8);
         let mut core = Core::new(s0, links.remove(0));
