@@ -372,6 +372,9 @@ struct Exchange {
 #[derive(Debug)]
 struct Run {
     size: u64,
+    /// Latency iterations stamped at most: every one of a counted run (`-n`
+    /// bounds them), [`LAT_SAMPLES_MAX`] of a `-D` run.
+    samples_max: usize,
     begun: Instant,
     /// Duration mode: the sender's end, and the receiver's (from its
     /// first message).
@@ -476,11 +479,25 @@ fn timestamps(p: &Params) -> (usize, bool, bool) {
     (n, sends, bw && !sends)
 }
 
-/// Heap octets a run of `p` takes for its timestamps at most: what a
+/// Heap octets a session of `p` takes for its timestamps at most: what a
 /// service must count per session beside its registered memory (16 octets
 /// an `Instant`; up to 16 Mi of each kind: 512 MiB for a duplex
-/// bandwidth test of 10 million iterations).
+/// bandwidth test of 10 million iterations). A latency session keeps the
+/// live run's stamps (up to [`LAT_SAMPLES_MAX`] for `-D`), and every
+/// size's latencies (8 octets each) twice: its results, and their copy
+/// handed out when it finishes (found by a review: `-D` counted nothing,
+/// though it keeps up to 96 MiB, and `-a` one size's of 23).
 pub fn timestamps_memory(p: &Params) -> usize {
+    if !p.test.is_bw() {
+        let stamps = if p.duration.is_some() {
+            LAT_SAMPLES_MAX
+        } else {
+            (p.iters as usize).saturating_mul(usize::from(p.qps))
+        };
+        let sizes = if p.all_sizes { ALL_SIZES.count() } else { 1 };
+        let per_stamp = std::mem::size_of::<Instant>() + 2 * sizes * std::mem::size_of::<f64>();
+        return stamps.saturating_mul(per_stamp);
+    }
     let (n, sends, arrives) = timestamps(p);
     let kinds = usize::from(sends) + usize::from(sends && p.test.is_bw()) + usize::from(arrives);
     n * kinds * std::mem::size_of::<Instant>()
@@ -1405,6 +1422,11 @@ impl Machine {
         let bw = self.p.test.is_bw();
         Run {
             size,
+            samples_max: if self.p.duration.is_some() {
+                LAT_SAMPLES_MAX
+            } else {
+                usize::MAX
+            },
             begun: Instant::now(),
             end: None,
             rx_end: None,
@@ -1669,7 +1691,7 @@ impl Machine {
                         ep.region
                             .write(post_at as usize, &[run.scnt[0] as u8])
                             .map_err(|e| format!("{e:?}"))?;
-                        stamp(&mut run.posted);
+                        stamp(&mut run.posted, run.samples_max);
                         let local = self.l.local(0);
                         self.post_wr(ep, 0, WR_DATA, SendOp::Write(remote), local, size)?;
                     }
@@ -1709,7 +1731,7 @@ impl Machine {
             stag: self.rem[0].rkey,
             to: self.rem[0].vaddr,
         };
-        stamp(&mut run.posted);
+        stamp(&mut run.posted, run.samples_max);
         let local = self.l.local(0);
         self.post_wr(ep, 0, WR_DATA, SendOp::Read(remote), local, run.size)?;
         run.scnt[0] += 1;
@@ -1754,7 +1776,7 @@ impl Machine {
         };
         if turn && more(run.scnt[0]) {
             run.scnt[0] += 1;
-            stamp(&mut run.posted);
+            stamp(&mut run.posted, run.samples_max);
             let local = self.l.local(0);
             self.post_wr(ep, 0, WR_DATA, SendOp::Send, local, run.size)?;
         }
@@ -1762,15 +1784,17 @@ impl Machine {
     }
 }
 
-/// Latency samples a run keeps at most: a `-D` run (no iteration count)
+/// Latency samples a `-D` run keeps at most: it has no iteration count,
 /// is as long as its client says, up to a day, and one timestamp per
 /// iteration grew without bound; past this many the run goes on and its
-/// statistics are those of its first iterations (64 MiB of timestamps).
+/// statistics are those of its first iterations (64 MiB of timestamps). A
+/// counted run keeps every iteration's (found by a review: this bound cut
+/// a `-n 5000000` run's report to its first 4,194,304).
 const LAT_SAMPLES_MAX: usize = 1 << 22;
 
-/// Notes a latency iteration's start, while there is room.
-fn stamp(posted: &mut Vec<Instant>) {
-    if posted.len() < LAT_SAMPLES_MAX {
+/// Notes a latency iteration's start, while fewer than `max` are noted.
+fn stamp(posted: &mut Vec<Instant>, max: usize) {
+    if posted.len() < max {
         posted.push(Instant::now());
     }
 }
@@ -1849,11 +1873,91 @@ mod tests {
         assert_eq!(last[0], ((len - 1) % FILL_CHUNK as u64 % 251) as u8);
     }
 
+    /// What a latency session keeps of its samples is within what
+    /// `timestamps_memory` says it takes (the appliance's configuration
+    /// check adds that to the memory the machine must have): a `-D` run's
+    /// samples (up to `LAT_SAMPLES_MAX` stamps, then as many deltas) and
+    /// every size's deltas under `-a` (found by a review).
+    #[test]
+    fn a_latency_sessions_samples_are_within_its_counted_memory() {
+        let mut over = Vec::new();
+        for (all_sizes, duration) in [
+            (false, Some(std::time::Duration::from_secs(60))),
+            (true, None),
+        ] {
+            let p = Params {
+                all_sizes,
+                duration,
+                iters: 100_000,
+                size: if all_sizes { super::super::SIZE_MAX } else { 2 },
+                ..server(Test::WriteLat, 2, 1)
+            };
+            let mut m = Machine::new(p, 0, 3, 1);
+            // Every size run to its end, each iteration stamped as
+            // `run_write_lat` stamps it (a -D run of a day has more than
+            // LAT_SAMPLES_MAX of them).
+            let per_run = match duration {
+                Some(_) => LAT_SAMPLES_MAX + 1,
+                None => p.iters as usize,
+            };
+            for size in m.sizes.clone() {
+                let mut run = m.new_run(size);
+                for _ in 0..per_run {
+                    stamp(&mut run.posted, run.samples_max);
+                }
+                m.finish_run(&run);
+                m.run = Some(run);
+            }
+            let results = m
+                .results
+                .iter()
+                .map(|r| r.lat.capacity() * std::mem::size_of::<f64>())
+                .sum::<usize>();
+            // The results, their copy when the session finishes, and the
+            // live run's stamps.
+            let kept = 2 * results
+                + m.run
+                    .as_ref()
+                    .map_or(0, |r| r.posted.capacity() * std::mem::size_of::<Instant>());
+            if kept > timestamps_memory(&p) {
+                over.push(format!(
+                    "-a {all_sizes} -D {duration:?}: the session keeps {kept} octets of \
+                     samples, counted {}",
+                    timestamps_memory(&p)
+                ));
+            }
+        }
+        assert!(over.is_empty(), "{over:#?}");
+    }
+
+    /// An iteration-mode latency run of more than `LAT_SAMPLES_MAX`
+    /// iterations (`-n` allows up to `ITERS_MAX`) reports every iteration,
+    /// as perftest does: the bound is for `-D` runs, which have no count
+    /// (found by a review).
+    #[test]
+    fn an_iteration_mode_latency_run_keeps_every_iteration() {
+        let p = Params {
+            iters: 5_000_000,
+            size: 2,
+            ..server(Test::WriteLat, 2, 1)
+        };
+        assert!(p.iters <= super::super::ITERS_MAX);
+        let mut m = Machine::new(p, 0, 3, 1);
+        let mut run = m.new_run(2);
+        // Each ping-pong stamped as `run_write_lat` stamps it.
+        for _ in 0..p.iters {
+            stamp(&mut run.posted, run.samples_max);
+        }
+        m.finish_run(&run);
+        // `print_results`' #iterations column: the samples and one.
+        assert_eq!(m.results[0].lat.len() as u64 + 1, p.iters);
+    }
+
     #[test]
     fn latency_samples_stop_at_their_bound() {
         let mut posted = Vec::new();
         for _ in 0..LAT_SAMPLES_MAX + 10 {
-            stamp(&mut posted);
+            stamp(&mut posted, LAT_SAMPLES_MAX);
         }
         assert_eq!(posted.len(), LAT_SAMPLES_MAX);
     }
