@@ -5,7 +5,9 @@
 use std::io::Cursor;
 use std::net::SocketAddrV4;
 
-use dpwarp_capture::packet::{build_tcp_frame, TcpFlags};
+use dpwarp_capture::packet::{
+    build_sctp_chunk, build_sctp_frame, build_tcp_frame, SctpOver, TcpFlags,
+};
 use dpwarp_capture::pcap::{linktype, Writer};
 use dpwarp_pcap::decode::{Body, CrcVerdict, Message, Options};
 use dpwarp_pcap::decode_capture;
@@ -183,4 +185,45 @@ fn half_open_recovery_keeps_the_servers_stream() {
     assert_eq!(replies, 2, "each connection's MPA Reply");
     let sends: Vec<Vec<u8>> = (1..=3).map(send_ulpdu).collect();
     assert_eq!(server_fpdus(&messages), [sends.clone(), sends].concat());
+}
+
+/// RFC 9260 §5.1: an endpoint whose INIT ACK was lost retransmits its INIT
+/// when T1-init expires. The INIT ACK the capture saw used to mark the
+/// association set up, so the second INIT started another one.
+#[test]
+fn an_init_retransmitted_after_a_lost_init_ack_is_the_same_association() {
+    let ends: [SocketAddrV4; 2] = [
+        "10.9.0.1:5001".parse().unwrap(),
+        "10.9.0.2:5002".parse().unwrap(),
+    ];
+    // INIT (1) or INIT ACK (2): Initiate Tag, a_rwnd, 4 streams each way,
+    // Initial TSN, and the Adaptation Layer Indication for DDP.
+    let init = |kind: u8, init_tag: u32, init_tsn: u32| {
+        let mut value = init_tag.to_be_bytes().to_vec();
+        value.extend_from_slice(&65536u32.to_be_bytes());
+        value.extend_from_slice(&[0, 4, 0, 4]);
+        value.extend_from_slice(&init_tsn.to_be_bytes());
+        value.extend_from_slice(&[0xc0, 0x06, 0, 8, 0, 0, 0, 1]);
+        build_sctp_chunk(kind, 0, &value)
+    };
+    let mut writer = Writer::new(Vec::new(), linktype::ETHERNET).unwrap();
+    let mut ts_ns = 1_000_000_000u64;
+    let mut packet = |from: usize, vtag: u32, chunk: Vec<u8>| {
+        let frame = build_sctp_frame(ends[from], ends[1 - from], SctpOver::Udp, vtag, &chunk);
+        writer.write_record(ts_ns, &frame).unwrap();
+        ts_ns += 1_000_000;
+    };
+    packet(0, 0, init(1, 0x1111_2222, 100));
+    packet(1, 0x1111_2222, init(2, 0x3333_4444, 900));
+    packet(0, 0, init(1, 0x1111_2222, 100));
+    packet(1, 0x1111_2222, init(2, 0x3333_4444, 900));
+    // COOKIE ECHO, COOKIE ACK.
+    packet(0, 0x3333_4444, build_sctp_chunk(10, 0, &[0xc0; 24]));
+    packet(1, 0x1111_2222, build_sctp_chunk(11, 0, &[]));
+    let bytes = writer.into_inner().unwrap();
+    let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
+    assert!(failure.is_none());
+    let assocs: Vec<u32> = messages.iter().map(|m| m.conn.0).collect();
+    assert_eq!(assocs, [0; 6], "one association, every chunk of it");
+    assert_eq!(summary.sctp_associations, 1);
 }

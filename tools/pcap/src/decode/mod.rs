@@ -315,7 +315,8 @@ pub struct Summary {
     /// SCTP packets (over IP or UDP port 9899).
     pub sctp_packets: u64,
     /// SCTP associations: address pairs, and a new one for each INIT after
-    /// an association was set up.
+    /// an association was set up (a chunk other than INIT and INIT ACK was
+    /// seen: INITs retransmitted during the handshake are one association).
     pub sctp_associations: u64,
     /// SCTP chunks decoded (a chunk with a problem about it counts once).
     pub sctp_chunks: u64,
