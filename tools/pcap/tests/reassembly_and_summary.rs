@@ -4,13 +4,14 @@
 
 use std::io::Cursor;
 use std::net::SocketAddrV4;
+use std::path::{Path, PathBuf};
 
 use dpwarp_capture::packet::{
     build_sctp_chunk, build_sctp_frame, build_tcp_frame, SctpOver, TcpFlags,
 };
 use dpwarp_capture::pcap::{linktype, Writer};
 use dpwarp_pcap::decode::{Body, CrcVerdict, Message, Options};
-use dpwarp_pcap::decode_capture;
+use dpwarp_pcap::{decode_capture, run, Config};
 use rnic_engine::mpa::crc;
 use rnic_engine::wire::{
     mpa_rr, rdmap, DdpBuffer, DdpPacket, DdpRepr, MpaPacket, MpaRepr, RdmapHeader, RdmapOpcode,
@@ -144,6 +145,12 @@ fn server_fpdus(messages: &[Message]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+fn golden(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data/golden")
+        .join(name)
+}
+
 /// RFC 5961 §4 (RFC 9293 §3.10.7.3): a client that lost its connection
 /// sends a new SYN; the server, still in the old connection, answers with a
 /// challenge ACK from the old sequence space; the client resets that, sends
@@ -226,4 +233,40 @@ fn an_init_retransmitted_after_a_lost_init_ack_is_the_same_association() {
     let assocs: Vec<u32> = messages.iter().map(|m| m.conn.0).collect();
     assert_eq!(assocs, [0; 6], "one association, every chunk of it");
     assert_eq!(summary.sctp_associations, 1);
+}
+
+/// Wireshark's relative sequence numbers: the SYN is 0 (it occupies the
+/// ISN, RFC 9293 §3.4), the first data octet 1. The SYN and SYN-ACK lines
+/// said 1.
+#[test]
+fn a_syns_relative_sequence_number_is_zero() {
+    let bytes = std::fs::read(golden("rping_v2_crc.pcap")).unwrap();
+    let config = Config {
+        json: true,
+        ..Config::default()
+    };
+    let mut out = Vec::new();
+    run(Cursor::new(&bytes), &mut out, &config).unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // tshark: frame 1 (SYN) tcp.seq 0, tcp.seq_raw 1525777200; frame 2
+    // (SYN-ACK) tcp.seq 0, tcp.seq_raw 2870843928; the MPA Request (frame
+    // 4) tcp.seq 1.
+    for (event, raw) in [("syn", 1_525_777_200u64), ("syn_ack", 2_870_843_928)] {
+        let line = lines.iter().find(|o| o["event"] == event).unwrap();
+        assert_eq!(line["tcp_seq"], raw);
+        assert_eq!(line["seq"], 0, "{line}");
+    }
+    let request = lines.iter().find(|o| o["kind"] == "mpa_req").unwrap();
+    assert_eq!(request["tcp_seq"], 1_525_777_201u64);
+    assert_eq!(request["seq"], 1, "{request}");
+    let text = Config::default();
+    let mut out = Vec::new();
+    run(Cursor::new(&bytes), &mut out, &text).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let syn = text.lines().find(|l| l.ends_with(" SYN")).unwrap();
+    assert!(syn.contains(" seq=0 "), "{syn}");
 }

@@ -277,9 +277,15 @@ pub struct Message {
 }
 
 impl Message {
-    /// Relative sequence number, as Wireshark shows it (1 = first octet).
+    /// Relative sequence number, as Wireshark shows it: 0 for a SYN or
+    /// SYN-ACK, which occupies the initial sequence number (RFC 9293 §3.4),
+    /// and 1 for the first data octet. (Found by a review: a SYN's line said
+    /// 1, the number of the octet after it.)
     pub fn seq_rel(&self) -> u64 {
-        self.offset + 1
+        match self.body {
+            Body::Tcp(TcpEvent::Syn | TcpEvent::SynAck) => 0,
+            _ => self.offset + 1,
+        }
     }
 }
 
