@@ -5,12 +5,15 @@
 use std::io::Cursor;
 use std::net::SocketAddrV4;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use dpwarp_capture::packet::{
     build_sctp_chunk, build_sctp_frame, build_tcp_frame, SctpOver, TcpFlags,
 };
 use dpwarp_capture::pcap::{linktype, Writer};
-use dpwarp_pcap::decode::{Body, CrcVerdict, Message, Options};
+use dpwarp_pcap::decode::{
+    Body, CrcVerdict, Decoder, Message, Options, UNSUPPORTED_LINKTYPES_MAX, UNTRACKED,
+};
 use dpwarp_pcap::{decode_capture, run, Config};
 use rnic_engine::mpa::crc;
 use rnic_engine::wire::{
@@ -269,4 +272,88 @@ fn a_syns_relative_sequence_number_is_zero() {
     let text = String::from_utf8(out).unwrap();
     let syn = text.lines().find(|l| l.ends_with(" SYN")).unwrap();
     assert!(syn.contains(" seq=0 "), "{syn}");
+}
+
+/// A capture of a link-layer type the reader does not know (105, IEEE
+/// 802.11) decoded nothing and said nothing: no line, an empty summary,
+/// exit status 0 even with `--strict`.
+#[test]
+fn an_unsupported_link_type_is_said_and_fails_strict() {
+    let mut bytes = std::fs::read(golden("rping_v2_crc.pcap")).unwrap();
+    // The classic pcap header's LinkType field, in the file's byte order.
+    bytes[20..24].copy_from_slice(&105u32.to_le_bytes());
+    let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
+    assert!(failure.is_none());
+    let problems: Vec<&Message> = messages
+        .iter()
+        .filter(|m| matches!(m.body, Body::Problem(_)))
+        .collect();
+    assert_eq!(problems.len(), 1, "one problem per link-layer type");
+    assert_eq!(problems[0].conn, UNTRACKED);
+    assert_eq!(problems[0].frame, 1, "the first frame of the type");
+    assert_eq!(
+        problems[0].body,
+        Body::Problem(
+            "link-layer type 105 is not supported (only Ethernet, Linux cooked v1 and v2, raw IP \
+             and BSD loopback are): 37 frames not decoded"
+                .into()
+        )
+    );
+    assert_eq!(summary.unsupported_frames, 37);
+    assert_eq!(summary.problems, 1);
+
+    let path = std::env::temp_dir().join(format!("dpwarp-pcap-lt105-{}.pcap", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dpwarp-pcap"))
+        .arg("--strict")
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("link-layer type 105 is not supported") && stdout.contains("37 frames"),
+        "nothing says why nothing was decoded: {stdout}"
+    );
+    assert!(
+        stderr.contains("37 frame(s) of unsupported link-layer types not decoded"),
+        "{stderr}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "--strict passed a capture it could not read"
+    );
+}
+
+/// Each unsupported link-layer type is a problem, up to
+/// `UNSUPPORTED_LINKTYPES_MAX` of them (a pcapng file gives each interface a
+/// type); frames of more types are counted all the same.
+#[test]
+fn unsupported_link_types_are_reported_within_a_bound() {
+    let mut decoder = Decoder::new(Options::default());
+    let types = UNSUPPORTED_LINKTYPES_MAX as u32 + 6;
+    for frame in 1..=u64::from(types) * 2 {
+        decoder.note_unsupported_linktype(frame, frame * 1000, 1000 + (frame as u32 - 1) % types);
+    }
+    decoder.finish();
+    let messages: Vec<Message> = decoder.drain().collect();
+    assert_eq!(messages.len(), UNSUPPORTED_LINKTYPES_MAX);
+    assert_eq!(
+        messages[0].body,
+        Body::Problem(
+            "link-layer type 1000 is not supported (only Ethernet, Linux cooked v1 and v2, raw \
+             IP and BSD loopback are): 2 frames not decoded"
+                .into()
+        )
+    );
+    let frames: Vec<u64> = messages.iter().map(|m| m.frame).collect();
+    assert_eq!(
+        frames,
+        (1..=UNSUPPORTED_LINKTYPES_MAX as u64).collect::<Vec<_>>()
+    );
+    let summary = decoder.summary();
+    assert_eq!(summary.unsupported_frames, u64::from(types) * 2);
+    assert_eq!(summary.problems, UNSUPPORTED_LINKTYPES_MAX as u64);
 }
