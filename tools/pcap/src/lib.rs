@@ -88,7 +88,11 @@ impl<R: Read> Session<R> {
         match self.reader.next_record() {
             Some(Ok(record)) => {
                 self.t0_ns.get_or_insert(record.ts_ns);
-                if let Ok(segment) = packet::parse_tcp(record.linktype, record.data) {
+                let parsed = packet::parse_tcp(record.linktype, record.data);
+                if let Err(packet::Skip::UnsupportedLinktype(linktype)) = parsed {
+                    self.decoder
+                        .note_unsupported_linktype(record.frame, record.ts_ns, linktype);
+                } else if let Ok(segment) = parsed {
                     self.decoder.begin_record(record.ts_ns);
                     self.reassembler
                         .push(record.frame, record.ts_ns, &segment, &mut self.events);

@@ -443,6 +443,13 @@ pub fn summary(summary: &Summary) -> String {
             summary.ignored_segments, summary.conflicting_bytes
         );
     }
+    if summary.unsupported_frames > 0 {
+        let _ = write!(
+            line,
+            "; {} frame(s) of unsupported link-layer types not decoded",
+            summary.unsupported_frames
+        );
+    }
     if summary.sctp_packets > 0 {
         let _ = write!(
             line,

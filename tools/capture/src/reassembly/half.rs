@@ -65,13 +65,34 @@ enum Piece<'a> {
 }
 
 impl Half {
-    /// A SYN fixes the stream start at ISN + 1, unless data was seen first.
-    pub(super) fn note_syn(&mut self, isn: u32) {
-        self.base_seq.get_or_insert(isn.wrapping_add(1));
+    /// A SYN fixes the stream start at ISN + 1, unless data was seen first. A SYN known to
+    /// be the connection's own (`own`: a SYN-ACK that acknowledges the client's SYN) also
+    /// replaces a start that an earlier SYN fixed while nothing of the direction has been
+    /// delivered: that SYN answered another (RFC 9293 §3.5, Figure 8: an old duplicate
+    /// SYN's SYN-ACK, then the SYN-ACK of the connection, with another ISN). Found by a
+    /// review: the data after the second SYN-ACK was placed behind a gap.
+    pub(super) fn note_syn(&mut self, isn: u32, own: bool) {
+        let start = isn.wrapping_add(1);
+        if own && self.untouched() {
+            self.base_seq = Some(start);
+        } else {
+            self.base_seq.get_or_insert(start);
+        }
     }
 
     /// Takes in a segment and delivers whatever became contiguous.
     pub(super) fn segment(&mut self, seg: &SegmentIn<'_>, ctx: &mut Ctx<'_>) {
+        // A segment with neither data nor FIN occupies no sequence number (RFC 9293
+        // §3.4), so it need not fix where the stream starts, and it may come from
+        // another sequence space: RFC 5961 §4 answers a SYN for a connection the
+        // receiver thinks established with a challenge ACK from the old connection, and
+        // the sender of the SYN resets that one (RFC 9293 §3.10.7.3) before its SYN is
+        // answered. Found by a review: such an ACK, captured before the SYN-ACK, fixed
+        // the start of the new connection's stream, which then began with a gap of
+        // millions of octets that took its MPA Reply and FPDUs.
+        if self.base_seq.is_none() && seg.wire_len == 0 && !seg.fin {
+            return;
+        }
         let base = *self.base_seq.get_or_insert(seg.seq);
         let start = self.offset_of(base, seg.seq);
         let end = start + seg.wire_len as i128;
@@ -102,6 +123,12 @@ impl Half {
             }
             self.report_fin(ctx);
         }
+    }
+
+    /// Whether nothing of the direction has been delivered or buffered, nor its end
+    /// seen: its start may still move.
+    fn untouched(&self) -> bool {
+        self.next == 0 && self.pending.is_empty() && self.fin.is_none()
     }
 
     /// Whether the stream's FIN has been delivered.

@@ -7,8 +7,13 @@
 //! its two directions is reassembled on its own:
 //!
 //! * Stream offset 0 is the byte after the SYN (ISN + 1), or, if no SYN was captured for
-//!   that direction, the sequence number of the first segment seen in it. Bytes before
-//!   that point cannot be placed and are counted in [`Stats::dropped_bytes`].
+//!   that direction, the sequence number of the first segment seen in it that carries
+//!   data or a FIN: a bare ACK or RST occupies no sequence number and may come from an
+//!   older connection (a challenge ACK, RFC 5961 §4). A SYN-ACK that acknowledges the
+//!   client's SYN replaces the start an earlier SYN-ACK (one that answered an old
+//!   duplicate SYN, RFC 9293 §3.5) fixed, as long as nothing of the direction has been
+//!   delivered. Bytes before the start cannot be placed and are counted in
+//!   [`Stats::dropped_bytes`].
 //! * Offsets are `u64`; sequence numbers are unwrapped relative to the next expected
 //!   byte, so wrap-around at 2^32 is seamless as long as no segment lands more than 2 GiB
 //!   from where the stream is, which TCP's window rules out.
@@ -477,7 +482,12 @@ impl Conn {
     fn segment(&mut self, frame: u64, ts_ns: u64, seg: &TcpSegment<'_>, ctx: &mut Ctx<'_>) {
         let half = &mut self.halves[ctx.dir.index()];
         if seg.syn {
-            half.note_syn(seg.seq);
+            // The SYN-ACK of this connection acknowledges the client's SYN (RFC 9293 §3.5).
+            let own = seg.ack_flag
+                && self
+                    .client_isn
+                    .is_some_and(|isn| seg.ack == isn.wrapping_add(1));
+            half.note_syn(seg.seq, own);
             if ctx.dir == Dir::ClientToServer && !seg.ack_flag {
                 self.client_isn.get_or_insert(seg.seq);
             }

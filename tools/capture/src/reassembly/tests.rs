@@ -592,3 +592,92 @@ fn segments_after_rst_stay_with_their_connection() {
     );
     assert_eq!(stats.ignored_segments, 0);
 }
+
+/// `seg` with an acknowledgment number.
+fn acking(segment: TcpSegment<'_>, ack: u32) -> TcpSegment<'_> {
+    TcpSegment { ack, ..segment }
+}
+
+/// RFC 5961 §4: a SYN on an address pair whose server thinks the old connection is
+/// still up draws a challenge ACK from the old sequence space, which the client resets
+/// (RFC 9293 §3.10.7.3) before its SYN is answered. The ACK and the RST carry no data
+/// and occupy no sequence number: they fix no stream's start (found by a review: the
+/// server's stream started at the challenge ACK, and its data came after a gap).
+#[test]
+fn a_bare_ack_or_rst_fixes_no_streams_start() {
+    let (events, stats) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 3_000_000, SYN, b""),
+            acking(seg(S, C, 7000, NONE, b""), 5000),
+            seg(C, S, 5000, RST, b""),
+            seg(C, S, 3_000_000, SYN, b""),
+            acking(seg(S, C, 9_000_000, SYN_ACK, b""), 3_000_001),
+            seg(S, C, 9_000_001, NONE, b"reply"),
+            seg(C, S, 3_000_001, NONE, b"req"),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            rst(0, C2S, 3),
+            data(0, S2C, 6, 9_000_001, 0, b"reply"),
+            data(0, C2S, 7, 3_000_001, 0, b"req"),
+        ]
+    );
+    assert_eq!(stats.gap_bytes, 0);
+    assert_eq!(stats.dropped_bytes, 0);
+}
+
+/// RFC 9293 §3.5, Figure 8, captured at TCP Peer A: A's SYN (100); B's SYN-ACK (300)
+/// to an old duplicate SYN (90), acknowledging 91; A's RST; then B's SYN-ACK (400) to
+/// A's SYN. The second SYN-ACK acknowledges the client's SYN, so its ISN is where the
+/// server's stream starts, whichever SYN-ACK came first (found by a review: the first
+/// one's start stood, and the server's data came after a gap of 100 octets).
+#[test]
+fn the_syn_ack_that_answers_the_clients_syn_fixes_the_start() {
+    let figure_8 = [
+        seg(C, S, 100, SYN, b""),
+        acking(seg(S, C, 300, SYN_ACK, b""), 91),
+        seg(C, S, 91, RST, b""),
+        acking(seg(S, C, 400, SYN_ACK, b""), 101),
+        acking(seg(C, S, 101, NONE, b"req"), 401),
+        seg(S, C, 401, NONE, b"reply"),
+    ];
+    let (events, stats) = run(Limits::default(), &figure_8);
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            rst(0, C2S, 3),
+            data(0, C2S, 5, 101, 0, b"req"),
+            data(0, S2C, 6, 401, 0, b"reply"),
+        ]
+    );
+    assert_eq!(stats.gap_bytes, 0);
+    // The old duplicate's SYN-ACK after the connection's own moves nothing.
+    let [syn, stray, reset, own, request, reply] = figure_8;
+    let (events, stats) = run(Limits::default(), &[syn, own, stray, reset, request, reply]);
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            rst(0, C2S, 4),
+            data(0, C2S, 5, 101, 0, b"req"),
+            data(0, S2C, 6, 401, 0, b"reply"),
+        ]
+    );
+    assert_eq!(stats.gap_bytes, 0);
+    // Once the direction delivered an octet, a SYN-ACK moves its start no more.
+    let (events, _) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 100, SYN, b""),
+            acking(seg(S, C, 300, SYN_ACK, b""), 101),
+            seg(S, C, 301, NONE, b"x"),
+            acking(seg(S, C, 400, SYN_ACK, b""), 101),
+        ],
+    );
+    assert_eq!(events, [open(0, C, S), data(0, S2C, 3, 301, 0, b"x")]);
+}

@@ -77,6 +77,11 @@ pub const RESET_CONNECTIONS_KEPT: usize = CONNECTIONS_MAX;
 /// not take, so that belongs to no connection. Reassembly never hands out
 /// this id.
 pub const UNTRACKED: ConnId = ConnId(u32::MAX);
+/// Link-layer types the decoder reports one by one as problems; frames of
+/// further unsupported types are only counted
+/// ([`Summary::unsupported_frames`]). A pcapng file may give each interface
+/// a type of its own.
+pub const UNSUPPORTED_LINKTYPES_MAX: usize = 64;
 /// Largest stream extent of one FPDU: the longest ULPDU, PAD, CRC and the
 /// markers that can fall inside it.
 pub const FPDU_STREAM_LEN_MAX: usize = 70_000;
@@ -277,9 +282,15 @@ pub struct Message {
 }
 
 impl Message {
-    /// Relative sequence number, as Wireshark shows it (1 = first octet).
+    /// Relative sequence number, as Wireshark shows it: 0 for a SYN or
+    /// SYN-ACK, which occupies the initial sequence number (RFC 9293 §3.4),
+    /// and 1 for the first data octet. (Found by a review: a SYN's line said
+    /// 1, the number of the octet after it.)
     pub fn seq_rel(&self) -> u64 {
-        self.offset + 1
+        match self.body {
+            Body::Tcp(TcpEvent::Syn | TcpEvent::SynAck) => 0,
+            _ => self.offset + 1,
+        }
     }
 }
 
@@ -312,10 +323,15 @@ pub struct Summary {
     /// Octets of TCP retransmissions that differ from the first copy, which
     /// is the one decoded.
     pub conflicting_bytes: u64,
+    /// Frames of a link-layer type the reader does not know (not Ethernet,
+    /// Linux cooked, raw IP or BSD loopback): not decoded. Each such type is
+    /// also a problem, once ([`Decoder::note_unsupported_linktype`]).
+    pub unsupported_frames: u64,
     /// SCTP packets (over IP or UDP port 9899).
     pub sctp_packets: u64,
     /// SCTP associations: address pairs, and a new one for each INIT after
-    /// an association was set up.
+    /// an association was set up (a chunk other than INIT and INIT ACK was
+    /// seen: INITs retransmitted during the handshake are one association).
     pub sctp_associations: u64,
     /// SCTP chunks decoded (a chunk with a problem about it counts once).
     pub sctp_chunks: u64,
@@ -343,6 +359,17 @@ pub struct Decoder {
     reset_count: u64,
     /// Reassembly's counters as last seen by [`Decoder::note_reassembly`].
     reassembly: Stats,
+    /// Link-layer types that could not be decoded: the first frame of each
+    /// and how many there were.
+    unsupported: BTreeMap<u32, Unsupported>,
+}
+
+/// Frames of one link-layer type the reader does not know.
+#[derive(Debug, Clone, Copy)]
+struct Unsupported {
+    frame: u64,
+    ts_ns: u64,
+    frames: u64,
 }
 
 impl Decoder {
@@ -359,6 +386,7 @@ impl Decoder {
             reset_conns: BTreeMap::new(),
             reset_count: 0,
             reassembly: Stats::default(),
+            unsupported: BTreeMap::new(),
         }
     }
 
@@ -562,6 +590,65 @@ impl Decoder {
         ids.sort();
         for id in ids {
             self.drop_conn(id);
+        }
+        self.report_unsupported();
+    }
+
+    /// Counts a frame (captured in `frame` at `ts_ns`) of a link-layer type
+    /// the reader does not know. Each such type is reported at the end, as
+    /// a problem that says how many of its frames were not decoded. (Found
+    /// by a review: a capture of one said nothing, and `--strict` passed
+    /// it.)
+    pub fn note_unsupported_linktype(&mut self, frame: u64, ts_ns: u64, linktype: u32) {
+        self.summary.unsupported_frames += 1;
+        if let Some(seen) = self.unsupported.get_mut(&linktype) {
+            seen.frames += 1;
+        } else if self.unsupported.len() < UNSUPPORTED_LINKTYPES_MAX {
+            let first = Unsupported {
+                frame,
+                ts_ns,
+                frames: 1,
+            };
+            self.unsupported.insert(linktype, first);
+        }
+    }
+
+    /// One problem for each link-layer type that could not be decoded, in
+    /// the order their first frames came. Its frames' addresses are not
+    /// known: `src` and `dst` are `0.0.0.0:0`, `conn` is [`UNTRACKED`].
+    fn report_unsupported(&mut self) {
+        let mut types: Vec<(u32, Unsupported)> =
+            std::mem::take(&mut self.unsupported).into_iter().collect();
+        types.sort_by_key(|(_, seen)| seen.frame);
+        let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
+        let mut sink = Sink {
+            out: &mut self.out,
+            summary: &mut self.summary,
+            all: self.options.all,
+            now_ns: self.now_ns,
+        };
+        for (linktype, seen) in types {
+            let frames = match seen.frames {
+                1 => "1 frame".to_string(),
+                n => format!("{n} frames"),
+            };
+            let text = format!(
+                "link-layer type {linktype} is not supported (only Ethernet, Linux cooked v1 \
+                 and v2, raw IP and BSD loopback are): {frames} not decoded"
+            );
+            sink.push(Message {
+                frame: seen.frame,
+                first_frame: seen.frame,
+                ts_ns: seen.ts_ns,
+                conn: UNTRACKED,
+                dir: Dir::ClientToServer,
+                src: nowhere,
+                dst: nowhere,
+                offset: 0,
+                tcp_seq: 0,
+                segment_start: false,
+                body: Body::Problem(text),
+            });
         }
     }
 

@@ -338,7 +338,8 @@ pub(super) struct Assoc {
     id: u32,
     /// The sender of the INIT, or of the first packet seen.
     initiator: SocketAddr,
-    /// A chunk other than INIT was seen: a later INIT starts another association.
+    /// A chunk other than INIT and INIT ACK was seen: a later INIT starts another
+    /// association.
     established: bool,
 }
 
@@ -353,10 +354,16 @@ impl Associations {
     /// The association of a packet, which may start a new one.
     fn lookup(&mut self, packet: &SctpPacket<'_>, sink: &mut Sink<'_>) -> Assoc {
         let key = super::addr_key(packet.src, packet.dst);
-        let starts = packet.chunks.first() == Some(&chunk_type::INIT);
+        let first = packet.chunks.first().copied();
+        let starts = first == Some(chunk_type::INIT);
+        // RFC 9260 §5.1: an endpoint whose INIT ACK was lost retransmits its INIT when
+        // T1-init expires, so an INIT after an INIT ACK is still the same handshake. Found
+        // by a review: the INIT ACK set the association up, and the retransmitted INIT
+        // started another.
+        let handshake = starts || first == Some(chunk_type::INIT_ACK);
         match self.by_addr.get_mut(&key) {
             Some(assoc) if !(starts && assoc.established) => {
-                assoc.established |= !starts;
+                assoc.established |= !handshake;
                 return *assoc;
             }
             _ => {}
@@ -372,7 +379,7 @@ impl Associations {
         let assoc = Assoc {
             id: self.next_id,
             initiator: packet.src,
-            established: !starts,
+            established: !handshake,
         };
         self.next_id = self.next_id.wrapping_add(1);
         sink.summary.sctp_associations += 1;

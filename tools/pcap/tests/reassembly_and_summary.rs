@@ -1,0 +1,359 @@
+//! Defects a review found in dpwarp-pcap and in the reassembly under it:
+//! how connections and associations are told apart, what a capture it cannot
+//! read says, how sequence numbers print. Each test failed before its fix.
+
+use std::io::Cursor;
+use std::net::SocketAddrV4;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use dpwarp_capture::packet::{
+    build_sctp_chunk, build_sctp_frame, build_tcp_frame, SctpOver, TcpFlags,
+};
+use dpwarp_capture::pcap::{linktype, Writer};
+use dpwarp_pcap::decode::{
+    Body, CrcVerdict, Decoder, Message, Options, UNSUPPORTED_LINKTYPES_MAX, UNTRACKED,
+};
+use dpwarp_pcap::{decode_capture, run, Config};
+use rnic_engine::mpa::crc;
+use rnic_engine::wire::{
+    mpa_rr, rdmap, DdpBuffer, DdpPacket, DdpRepr, MpaPacket, MpaRepr, RdmapHeader, RdmapOpcode,
+    RdmapRepr,
+};
+
+const CLIENT: &str = "10.9.0.1:40000";
+const SERVER: &str = "10.9.0.2:7174";
+
+/// Writes a synthetic capture of one address pair's connections.
+struct Capture {
+    writer: Writer<Vec<u8>>,
+    ends: [SocketAddrV4; 2],
+    next_seq: [u32; 2],
+    ts_ns: u64,
+}
+
+impl Capture {
+    /// A capture that starts with a handshake from the initial sequence
+    /// numbers `isn` (client, server).
+    fn new(isn: [u32; 2]) -> Capture {
+        let mut capture = Capture {
+            writer: Writer::new(Vec::new(), linktype::ETHERNET).unwrap(),
+            ends: [CLIENT.parse().unwrap(), SERVER.parse().unwrap()],
+            next_seq: isn,
+            ts_ns: 1_000_000_000,
+        };
+        capture.segment(0, TcpFlags::SYN, &[]);
+        capture.segment(1, TcpFlags::SYN | TcpFlags::ACK, &[]);
+        capture.next_seq = [isn[0].wrapping_add(1), isn[1].wrapping_add(1)];
+        capture
+    }
+
+    /// A segment from side `from` (0 client, 1 server) with sequence number
+    /// `seq`, acknowledging what the other side sent so far.
+    fn at(&mut self, from: usize, seq: u32, flags: TcpFlags, payload: &[u8]) {
+        let (src, dst) = (self.ends[from], self.ends[1 - from]);
+        let ack = self.next_seq[1 - from];
+        let frame = build_tcp_frame(src, dst, seq, ack, flags, payload);
+        self.writer.write_record(self.ts_ns, &frame).unwrap();
+        self.ts_ns += 1000;
+    }
+
+    fn segment(&mut self, from: usize, flags: TcpFlags, payload: &[u8]) {
+        let seq = self.next_seq[from];
+        self.at(from, seq, flags, payload);
+        self.next_seq[from] = seq.wrapping_add(payload.len() as u32);
+    }
+
+    fn send(&mut self, from: usize, bytes: &[u8]) {
+        self.segment(from, TcpFlags::ACK | TcpFlags::PSH, bytes);
+    }
+
+    fn close(mut self) -> Vec<u8> {
+        self.segment(0, TcpFlags::FIN | TcpFlags::ACK, &[]);
+        self.next_seq[0] = self.next_seq[0].wrapping_add(1);
+        self.segment(1, TcpFlags::FIN | TcpFlags::ACK, &[]);
+        self.writer.into_inner().unwrap()
+    }
+}
+
+fn mpa_frame(kind: mpa_rr::FrameKind) -> Vec<u8> {
+    let repr = MpaRepr {
+        kind,
+        markers: false,
+        crc: true,
+        reject: false,
+        reserved: 0,
+        revision: 1,
+        enhanced: None,
+        private_data: b"",
+    };
+    let mut out = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut MpaPacket::new_unchecked(&mut out[..]));
+    out
+}
+
+/// An untagged Send of 100 octets, each `msn`.
+fn send_ulpdu(msn: u32) -> Vec<u8> {
+    let payload = vec![msn as u8; 100];
+    let repr = RdmapRepr {
+        ddp: DdpRepr {
+            last: true,
+            reserved: 0,
+            version: 1,
+            rsvd_ulp: rdmap::Control::new(RdmapOpcode::Send).to_octet(),
+            buffer: DdpBuffer::Untagged {
+                rsvd_ulp: 0,
+                qn: 0,
+                msn,
+                mo: 0,
+            },
+        },
+        header: RdmapHeader::None,
+        payload: &payload,
+    };
+    let mut out = vec![0u8; repr.buffer_len()];
+    repr.emit(&mut DdpPacket::new_unchecked(&mut out[..]));
+    out
+}
+
+/// An FPDU with CRC and no markers.
+fn fpdu(ulpdu: &[u8]) -> Vec<u8> {
+    let mut content = (ulpdu.len() as u16).to_be_bytes().to_vec();
+    content.extend_from_slice(ulpdu);
+    content.resize(content.len().next_multiple_of(4), 0);
+    let value = crc::crc32c(&content).to_le_bytes();
+    content.extend_from_slice(&value);
+    content
+}
+
+/// MPA Request and Reply, then three Sends each way.
+fn iwarp_exchange(capture: &mut Capture) {
+    capture.send(0, &mpa_frame(mpa_rr::FrameKind::Request));
+    capture.send(1, &mpa_frame(mpa_rr::FrameKind::Reply));
+    for msn in 1..=3 {
+        capture.send(0, &fpdu(&send_ulpdu(msn)));
+        capture.send(1, &fpdu(&send_ulpdu(msn)));
+    }
+}
+
+/// The ULPDUs of the server's FPDUs with a good CRC.
+fn server_fpdus(messages: &[Message]) -> Vec<Vec<u8>> {
+    messages
+        .iter()
+        .filter(|m| m.src.to_string() == SERVER)
+        .filter_map(|m| match &m.body {
+            Body::Fpdu(f) if f.crc == CrcVerdict::Good => Some(f.ulpdu.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn golden(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data/golden")
+        .join(name)
+}
+
+/// RFC 5961 §4 (RFC 9293 §3.10.7.3): a client that lost its connection
+/// sends a new SYN; the server, still in the old connection, answers with a
+/// challenge ACK from the old sequence space; the client resets that, sends
+/// its SYN again and the new connection is set up. The challenge ACK,
+/// captured before the server's SYN-ACK, used to fix the start of the new
+/// connection's server stream: the SYN-ACK's ISN came millions of octets
+/// later, a gap, and the MPA Reply and FPDUs were lost.
+#[test]
+fn half_open_recovery_keeps_the_servers_stream() {
+    let mut capture = Capture::new([1000, 2000]);
+    iwarp_exchange(&mut capture);
+    let old = capture.next_seq;
+    capture.next_seq[0] = 3_000_000;
+    capture.segment(0, TcpFlags::SYN, &[]);
+    capture.next_seq[0] = old[0];
+    // The challenge ACK: the old connection's sequence numbers both ways.
+    capture.segment(1, TcpFlags::ACK, &[]);
+    capture.at(0, old[0], TcpFlags::RST, &[]);
+    capture.next_seq = [3_000_000, 9_000_000];
+    capture.segment(0, TcpFlags::SYN, &[]);
+    capture.segment(1, TcpFlags::SYN | TcpFlags::ACK, &[]);
+    capture.next_seq = [3_000_001, 9_000_001];
+    iwarp_exchange(&mut capture);
+    let bytes = capture.close();
+    let (messages, _, failure) = decode_capture(Cursor::new(&bytes), Options::default());
+    assert!(failure.is_none());
+    let gaps: Vec<&Message> = messages
+        .iter()
+        .filter(|m| matches!(m.body, Body::Gap { .. }))
+        .collect();
+    assert!(
+        gaps.is_empty(),
+        "no octet is missing from the capture: {gaps:?}"
+    );
+    let replies = messages
+        .iter()
+        .filter(|m| matches!(&m.body, Body::Mpa(f) if f.kind == mpa_rr::FrameKind::Reply))
+        .count();
+    assert_eq!(replies, 2, "each connection's MPA Reply");
+    let sends: Vec<Vec<u8>> = (1..=3).map(send_ulpdu).collect();
+    assert_eq!(server_fpdus(&messages), [sends.clone(), sends].concat());
+}
+
+/// RFC 9260 §5.1: an endpoint whose INIT ACK was lost retransmits its INIT
+/// when T1-init expires. The INIT ACK the capture saw used to mark the
+/// association set up, so the second INIT started another one.
+#[test]
+fn an_init_retransmitted_after_a_lost_init_ack_is_the_same_association() {
+    let ends: [SocketAddrV4; 2] = [
+        "10.9.0.1:5001".parse().unwrap(),
+        "10.9.0.2:5002".parse().unwrap(),
+    ];
+    // INIT (1) or INIT ACK (2): Initiate Tag, a_rwnd, 4 streams each way,
+    // Initial TSN, and the Adaptation Layer Indication for DDP.
+    let init = |kind: u8, init_tag: u32, init_tsn: u32| {
+        let mut value = init_tag.to_be_bytes().to_vec();
+        value.extend_from_slice(&65536u32.to_be_bytes());
+        value.extend_from_slice(&[0, 4, 0, 4]);
+        value.extend_from_slice(&init_tsn.to_be_bytes());
+        value.extend_from_slice(&[0xc0, 0x06, 0, 8, 0, 0, 0, 1]);
+        build_sctp_chunk(kind, 0, &value)
+    };
+    let mut writer = Writer::new(Vec::new(), linktype::ETHERNET).unwrap();
+    let mut ts_ns = 1_000_000_000u64;
+    let mut packet = |from: usize, vtag: u32, chunk: Vec<u8>| {
+        let frame = build_sctp_frame(ends[from], ends[1 - from], SctpOver::Udp, vtag, &chunk);
+        writer.write_record(ts_ns, &frame).unwrap();
+        ts_ns += 1_000_000;
+    };
+    packet(0, 0, init(1, 0x1111_2222, 100));
+    packet(1, 0x1111_2222, init(2, 0x3333_4444, 900));
+    packet(0, 0, init(1, 0x1111_2222, 100));
+    packet(1, 0x1111_2222, init(2, 0x3333_4444, 900));
+    // COOKIE ECHO, COOKIE ACK.
+    packet(0, 0x3333_4444, build_sctp_chunk(10, 0, &[0xc0; 24]));
+    packet(1, 0x1111_2222, build_sctp_chunk(11, 0, &[]));
+    let bytes = writer.into_inner().unwrap();
+    let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
+    assert!(failure.is_none());
+    let assocs: Vec<u32> = messages.iter().map(|m| m.conn.0).collect();
+    assert_eq!(assocs, [0; 6], "one association, every chunk of it");
+    assert_eq!(summary.sctp_associations, 1);
+}
+
+/// Wireshark's relative sequence numbers: the SYN is 0 (it occupies the
+/// ISN, RFC 9293 §3.4), the first data octet 1. The SYN and SYN-ACK lines
+/// said 1.
+#[test]
+fn a_syns_relative_sequence_number_is_zero() {
+    let bytes = std::fs::read(golden("rping_v2_crc.pcap")).unwrap();
+    let config = Config {
+        json: true,
+        ..Config::default()
+    };
+    let mut out = Vec::new();
+    run(Cursor::new(&bytes), &mut out, &config).unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    // tshark: frame 1 (SYN) tcp.seq 0, tcp.seq_raw 1525777200; frame 2
+    // (SYN-ACK) tcp.seq 0, tcp.seq_raw 2870843928; the MPA Request (frame
+    // 4) tcp.seq 1.
+    for (event, raw) in [("syn", 1_525_777_200u64), ("syn_ack", 2_870_843_928)] {
+        let line = lines.iter().find(|o| o["event"] == event).unwrap();
+        assert_eq!(line["tcp_seq"], raw);
+        assert_eq!(line["seq"], 0, "{line}");
+    }
+    let request = lines.iter().find(|o| o["kind"] == "mpa_req").unwrap();
+    assert_eq!(request["tcp_seq"], 1_525_777_201u64);
+    assert_eq!(request["seq"], 1, "{request}");
+    let text = Config::default();
+    let mut out = Vec::new();
+    run(Cursor::new(&bytes), &mut out, &text).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let syn = text.lines().find(|l| l.ends_with(" SYN")).unwrap();
+    assert!(syn.contains(" seq=0 "), "{syn}");
+}
+
+/// A capture of a link-layer type the reader does not know (105, IEEE
+/// 802.11) decoded nothing and said nothing: no line, an empty summary,
+/// exit status 0 even with `--strict`.
+#[test]
+fn an_unsupported_link_type_is_said_and_fails_strict() {
+    let mut bytes = std::fs::read(golden("rping_v2_crc.pcap")).unwrap();
+    // The classic pcap header's LinkType field, in the file's byte order.
+    bytes[20..24].copy_from_slice(&105u32.to_le_bytes());
+    let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
+    assert!(failure.is_none());
+    let problems: Vec<&Message> = messages
+        .iter()
+        .filter(|m| matches!(m.body, Body::Problem(_)))
+        .collect();
+    assert_eq!(problems.len(), 1, "one problem per link-layer type");
+    assert_eq!(problems[0].conn, UNTRACKED);
+    assert_eq!(problems[0].frame, 1, "the first frame of the type");
+    assert_eq!(
+        problems[0].body,
+        Body::Problem(
+            "link-layer type 105 is not supported (only Ethernet, Linux cooked v1 and v2, raw IP \
+             and BSD loopback are): 37 frames not decoded"
+                .into()
+        )
+    );
+    assert_eq!(summary.unsupported_frames, 37);
+    assert_eq!(summary.problems, 1);
+
+    let path = std::env::temp_dir().join(format!("dpwarp-pcap-lt105-{}.pcap", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dpwarp-pcap"))
+        .arg("--strict")
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("link-layer type 105 is not supported") && stdout.contains("37 frames"),
+        "nothing says why nothing was decoded: {stdout}"
+    );
+    assert!(
+        stderr.contains("37 frame(s) of unsupported link-layer types not decoded"),
+        "{stderr}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "--strict passed a capture it could not read"
+    );
+}
+
+/// Each unsupported link-layer type is a problem, up to
+/// `UNSUPPORTED_LINKTYPES_MAX` of them (a pcapng file gives each interface a
+/// type); frames of more types are counted all the same.
+#[test]
+fn unsupported_link_types_are_reported_within_a_bound() {
+    let mut decoder = Decoder::new(Options::default());
+    let types = UNSUPPORTED_LINKTYPES_MAX as u32 + 6;
+    for frame in 1..=u64::from(types) * 2 {
+        decoder.note_unsupported_linktype(frame, frame * 1000, 1000 + (frame as u32 - 1) % types);
+    }
+    decoder.finish();
+    let messages: Vec<Message> = decoder.drain().collect();
+    assert_eq!(messages.len(), UNSUPPORTED_LINKTYPES_MAX);
+    assert_eq!(
+        messages[0].body,
+        Body::Problem(
+            "link-layer type 1000 is not supported (only Ethernet, Linux cooked v1 and v2, raw \
+             IP and BSD loopback are): 2 frames not decoded"
+                .into()
+        )
+    );
+    let frames: Vec<u64> = messages.iter().map(|m| m.frame).collect();
+    assert_eq!(
+        frames,
+        (1..=UNSUPPORTED_LINKTYPES_MAX as u64).collect::<Vec<_>>()
+    );
+    let summary = decoder.summary();
+    assert_eq!(summary.unsupported_frames, u64::from(types) * 2);
+    assert_eq!(summary.problems, UNSUPPORTED_LINKTYPES_MAX as u64);
+}
