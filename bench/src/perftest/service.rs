@@ -47,6 +47,16 @@ const REFUSAL_QUIET: Duration = Duration::from_secs(2);
 /// core to ask (well past the MPA startup's own limit).
 const KIND_KEPT: Duration = Duration::from_secs(30);
 
+/// How often at most the gate looks for decisions older than
+/// [`KIND_KEPT`] (found by a review: a look on every accept walked every
+/// decision kept, so a flood of startups that never reach a core made each
+/// accept on the control-plane thread cost what the flood had left).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Decisions the gate keeps at most for connections on their way to a
+/// core; a new client's connection beyond is refused until they go.
+const KINDS_MAX: usize = 65_536;
+
 /// Every how many of a service's ticks (a core's turns) the gate's retired
 /// PDs and stale connections are looked at.
 const SWEEP_TICKS: u64 = 1024;
@@ -90,6 +100,10 @@ pub struct Gate {
     /// the PD its QP was made in: the core serves it so (the gate's word
     /// is the only one).
     kinds: Mutex<HashMap<SocketAddrV4, Accepted>>,
+    /// When `kinds` was last swept of stale decisions, and how many
+    /// sweeps there have been.
+    swept: Mutex<Instant>,
+    sweeps: AtomicU64,
     /// Where sessions' PDs come from, if each session has one of its own
     /// ([`Gate::isolating`]).
     registry: Option<Arc<Registry>>,
@@ -127,6 +141,8 @@ impl Gate {
             unfence_how,
             awaiting: Mutex::new(HashMap::new()),
             kinds: Mutex::new(HashMap::new()),
+            swept: Mutex::new(Instant::now()),
+            sweeps: AtomicU64::new(0),
             registry: None,
             retired: Mutex::new(Vec::new()),
             retired_count: AtomicU64::new(0),
@@ -271,9 +287,12 @@ impl Gate {
 
     /// Forgets connections accepted so long ago ([`KIND_KEPT`]) that they
     /// never reached a core (their QP refused), retiring their PDs: done
-    /// on every accept, and by the core now and then, so that one left
-    /// while nothing else is accepted (a drain) goes too.
+    /// on an accept at most every [`SWEEP_EVERY`], and by the core now and
+    /// then, so that one left while nothing else is accepted (a drain)
+    /// goes too.
     pub fn forget_stale(&self) {
+        *self.swept.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        self.sweeps.fetch_add(1, Ordering::Relaxed);
         let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
         let mut stale = Vec::new();
         kinds.retain(|_, (kind, pd, at)| {
@@ -289,6 +308,20 @@ impl Gate {
         for pd in stale {
             self.retire(pd);
         }
+    }
+
+    /// Sweeps for stale decisions so far ([`forget_stale`](Self::forget_stale)).
+    pub fn sweeps(&self) -> u64 {
+        self.sweeps.load(Ordering::Relaxed)
+    }
+
+    /// Whether the last sweep was [`SWEEP_EVERY`] ago or more.
+    fn sweep_due(&self) -> bool {
+        self.swept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .elapsed()
+            >= SWEEP_EVERY
     }
 
     /// PDs retired and not yet free.
@@ -387,6 +420,19 @@ impl Gate {
                 .into_bytes(),
             );
         }
+        // Its decision is kept until the core asks for it: at most
+        // KINDS_MAX of them, a flood of startups that never reach a core
+        // (each reset after its Request) refused beyond.
+        let full = || self.kinds.lock().unwrap_or_else(|p| p.into_inner()).len() >= KINDS_MAX;
+        if full() {
+            self.forget_stale();
+        }
+        if full() {
+            eprintln!("bench perftest: refusing {peer}: {KINDS_MAX} connections on their way");
+            return Decision::Reject(
+                b"dpwarp perftest: too many connections starting; try again later".to_vec(),
+            );
+        }
         // A control connection: no Reads on it.
         self.kind_of(peer, Kind::Control, None);
         Decision::Accept(Accept {
@@ -444,7 +490,9 @@ impl Gate {
     /// core asks when it is established. Decisions older than
     /// [`KIND_KEPT`] belong to startups that never finished and go.
     fn kind_of(&self, peer: SocketAddrV4, kind: Kind, pd: Option<Pd>) {
-        self.forget_stale();
+        if self.sweep_due() {
+            self.forget_stale();
+        }
         let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
         // The same peer again before its last connection reached the core.
         let replaced = kinds.insert(peer, (kind, pd, Instant::now()));
@@ -1186,6 +1234,40 @@ mod tests {
         assert!(accepted(&gate, peer(2, 1004)));
         gate.retire(b);
         assert_eq!(gate.pd_for(peer(2, 1004)), PdChoice::Refuse);
+    }
+
+    /// Connections whose startups never reach a core (reset after their
+    /// Request) leave their decisions for `KIND_KEPT`: the gate sweeps
+    /// them at most every `SWEEP_EVERY`, not on every accept (found by a
+    /// review: each accept walked them all), and keeps at most
+    /// `KINDS_MAX`, refusing a new client's connection beyond.
+    #[test]
+    fn decisions_for_startups_that_never_arrive_are_bounded_and_swept_rarely() {
+        let gate = Gate::new(write_bw(), false, "--unfenced", false);
+        let start = Instant::now();
+        let mut refused = 0;
+        for k in 0..=KINDS_MAX {
+            let from = SocketAddrV4::new(Ipv4Addr::from(0x0a00_0000 + k as u32), 4000);
+            if !accepted(&gate, from) {
+                refused += 1;
+            }
+        }
+        assert_eq!(refused, 1, "the one beyond KINDS_MAX");
+        let sweeps = gate.sweeps();
+        // One for the refusal, and at most one a second besides.
+        assert!(
+            sweeps <= start.elapsed().as_secs() + 2,
+            "{sweeps} sweeps in {:?}",
+            start.elapsed()
+        );
+        let Decision::Reject(why) = gate.decide(&request(), peer(9, 9)) else {
+            panic!("accepted beyond KINDS_MAX");
+        };
+        assert!(String::from_utf8_lossy(&why).contains("too many connections starting"));
+        // One reaching its core makes room.
+        let first = SocketAddrV4::new(Ipv4Addr::from(0x0a00_0000), 4000);
+        assert_eq!(gate.take_kind(first), Some((Kind::Control, None)));
+        assert!(accepted(&gate, peer(9, 9)));
     }
 
     fn marked(data: bool) -> Request {
