@@ -739,7 +739,8 @@ impl Config {
         // counted here too (found by a review: `ib_write_bw -b -n
         // 10000000` for 64 clients passed, and its sessions could take
         // about 20 GB).
-        for s in self.services() {
+        for spanned in &self.service {
+            let s = spanned.get_ref();
             let Some(p) = s.perftest.as_ref() else {
                 continue;
             };
@@ -750,10 +751,12 @@ impl Config {
             let mib = stamps.div_ceil(1 << 20);
             total += mib;
             if total > have {
+                // Its own `command` (found by a review: the first perftest
+                // service's was named, whichever service it was).
                 return Err(locate(
                     text,
                     file,
-                    key_at(text, "command"),
+                    key_in_service(text, spanned.span().start, "command"),
                     &format!(
                         "the perftest service on TCP port {}: {:?} for {} clients keeps up to \
                          {mib} MiB of timestamps (16 octets an iteration), {total} MiB in all \
@@ -1147,6 +1150,28 @@ fn key_at(text: &str, key: &str) -> usize {
         at += line.len();
     }
     0
+}
+
+/// Where `key` is set in the `[[service]]` that begins at `start` (its
+/// own lines and its `[service.perftest]`'s, up to the next table of
+/// another kind or the next `[[service]]`), for [`locate`]; `start` if
+/// nowhere.
+fn key_in_service(text: &str, start: usize, key: &str) -> usize {
+    let start = start.min(text.len());
+    let mut at = start;
+    for (k, line) in text[start..].split_inclusive('\n').enumerate() {
+        let trimmed = line.trim_start();
+        if k > 0 && trimmed.starts_with('[') && !trimmed.starts_with("[service.") {
+            break;
+        }
+        if let Some(rest) = trimmed.strip_prefix(key) {
+            if rest.trim_start().starts_with('=') {
+                return at + (line.len() - trimmed.len());
+            }
+        }
+        at += line.len();
+    }
+    start
 }
 
 /// `key` of `/proc/meminfo` (`MemTotal`, `MemAvailable`) in MiB, if it
@@ -1675,6 +1700,29 @@ mod tests {
         );
         // This machine's own (MemTotal) is read.
         assert!(meminfo_mib("MemTotal").is_some_and(|m| m > 0));
+    }
+
+    /// A perftest service whose timestamps the machine cannot hold is
+    /// pointed at by its own `command` line, not the first perftest
+    /// service's (found by a review: `key_at(text, "command")` found the
+    /// first).
+    #[test]
+    fn a_perftest_services_timestamps_point_at_its_own_command() {
+        // The third perftest service (ib_send_bw, TCP port 18523) too big.
+        let big = EXAMPLE.replace(
+            "command = \"ib_send_bw\"",
+            "command = \"ib_send_bw -n 10000000\"",
+        );
+        let c = Config::parse(&big, "x.toml").unwrap();
+        // 276 MiB, a MiB of timestamps for each of the first two services:
+        // the third's 611 MiB do not fit in 800.
+        let e = c.check_memory(&big, "x.toml", 800, "").unwrap_err().0;
+        assert!(e.contains("TCP port 18523"), "{e}");
+        let line = line_of(&big, "command = \"ib_send_bw -n 10000000\"");
+        assert!(
+            e.starts_with(&format!("x.toml:{line}:")),
+            "want line {line} (the service's own command): {e}"
+        );
     }
 
     /// A control socket path that names anything but a socket is refused
