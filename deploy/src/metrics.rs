@@ -338,10 +338,11 @@ pub fn render(shared: &Shared) -> String {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .iter()
-        .map(|(&(service, dir, layer, etype, code), &n)| {
+        .map(|(&(service, dir, class), &n)| {
             (
                 format!(
-                    "service=\"{service}\",direction=\"{dir}\",layer=\"{layer}\",type=\"{etype}\",code=\"{code}\""
+                    "service=\"{service}\",direction=\"{dir}\",{}",
+                    class.labels()
                 ),
                 n as f64,
             )
@@ -350,7 +351,7 @@ pub fn render(shared: &Shared) -> String {
     family(
         "dpwarp_service_terminates_total",
         "counter",
-        "Terminates sent and received (RFC 5040 layer, type and code).",
+        "Terminates sent and received by RFC 5040 layer, type and code: those the IANA RDDP registry (RFC 6580) lists (code \"all\" where it takes every code of the type); each service's others counted as layer, type and code \"other\" (the log has their values).",
         &terminates,
     );
     family(
