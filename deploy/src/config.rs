@@ -159,6 +159,12 @@ pub struct Daemon {
     pub reflect_dscp: bool,
 }
 
+/// Why `reflect_dscp = true` cannot be served with driver `kernel` here.
+pub const REFLECT_DSCP_UNHONOURED: &str = "`reflect_dscp = true` with driver \"kernel\": Linux \
+     tells a listener its client's class only while it reflects each SYN's TOS; set \
+     net.ipv4.tcp_reflect_tos = 1 in dpwarpd's network namespace (sysctl -w \
+     net.ipv4.tcp_reflect_tos=1), or use a DPDK port";
+
 fn expedited_forwarding() -> u8 {
     46
 }
@@ -668,7 +674,30 @@ impl Config {
             return Err(locate(&text, &file, key_at(&text, "control_socket"), &why));
         }
         config.check_cpus(&text, &file, &dataplane::lcore::cpus())?;
+        config.check_reflect_dscp(&text, &file, tcp_lite::sys::kernel::linux_reflects_tos())?;
         Ok(config)
+    }
+
+    /// Refuses `reflect_dscp = true` on driver `kernel` where Linux does
+    /// not reflect a SYN's TOS (`reflects`: `net.ipv4.tcp_reflect_tos` is
+    /// 1 in this network namespace), which the daemon refuses to start
+    /// with (found by a review: `--check`, the unit's ExecStartPre, passed
+    /// it). The daemon checks again when it starts.
+    pub fn check_reflect_dscp(
+        &self,
+        text: &str,
+        file: &str,
+        reflects: bool,
+    ) -> Result<(), ConfigError> {
+        if self.daemon.reflect_dscp && self.port().driver == Driver::Kernel && !reflects {
+            return Err(locate(
+                text,
+                file,
+                key_at(text, "reflect_dscp"),
+                REFLECT_DSCP_UNHONOURED,
+            ));
+        }
+        Ok(())
     }
 
     /// Refuses `lcores` this process may not run on (`allowed`, the CPUs
@@ -1293,6 +1322,29 @@ mod tests {
         );
         let e = refused(|t| t.replace("reflect_dscp = false", "reflect_dscp = \"yes\""));
         assert!(e.contains("reflect_dscp"), "{e}");
+    }
+
+    /// `reflect_dscp = true` with driver "kernel" where Linux does not
+    /// reflect a SYN's TOS is refused where it is set, as the daemon
+    /// refuses to start with it (found by a review: `--check` passed it).
+    #[test]
+    fn reflect_dscp_linux_will_not_honour_is_refused() {
+        let on = EXAMPLE.replace("reflect_dscp = false", "reflect_dscp = true");
+        let kernel = on_kernel(&on);
+        let c = Config::parse(&kernel, "k.toml").unwrap();
+        let e = c
+            .check_reflect_dscp(&kernel, "k.toml", false)
+            .unwrap_err()
+            .0;
+        let line = line_of(&kernel, "reflect_dscp = true");
+        assert!(
+            e.starts_with(&format!("k.toml:{line}:")) && e.contains("net.ipv4.tcp_reflect_tos = 1"),
+            "{e}"
+        );
+        assert!(c.check_reflect_dscp(&kernel, "k.toml", true).is_ok());
+        // A DPDK port reflects the class itself.
+        let c = Config::parse(&on, "t.toml").unwrap();
+        assert!(c.check_reflect_dscp(&on, "t.toml", false).is_ok());
     }
 
     #[test]

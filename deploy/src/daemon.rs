@@ -891,14 +891,10 @@ pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result
             // Linux reflects a SYN's class into the connection, and so
             // tells it, only where it is asked to (host-wide in the
             // namespace).
+            // `Config::load` refused it too (`--check`); the sysctl may
+            // have changed since.
             if config.daemon.reflect_dscp && !tcp_lite::sys::kernel::linux_reflects_tos() {
-                return Err(
-                    "`reflect_dscp = true` with driver \"kernel\": Linux tells a listener its \
-                     client's class only while it reflects each SYN's TOS; set \
-                     net.ipv4.tcp_reflect_tos = 1 in dpwarpd's network namespace (sysctl -w \
-                     net.ipv4.tcp_reflect_tos=1), or use a DPDK port"
-                        .into(),
-                );
+                return Err(crate::config::REFLECT_DSCP_UNHONOURED.into());
             }
             let kc = tcp_lite::sys::kernel::KernelConfig {
                 bind: port.address.0,
