@@ -1001,6 +1001,18 @@ impl Config {
                 );
             }
         }
+        if let Some(s) = self.metrics_on_a_service() {
+            return err(
+                key_at(text, "metrics_listen"),
+                format!(
+                    "metrics_listen {} is the {} service's TCP port on driver kernel (Linux \
+                     TCP listens for both on {}): give the metrics endpoint another port",
+                    self.daemon.metrics_listen,
+                    s.kind.name(),
+                    port.address.0
+                ),
+            );
+        }
         let mut kinds = Vec::new();
         for s in &self.service {
             let kind = s.get_ref().kind;
@@ -1075,6 +1087,38 @@ impl Config {
             return err(key_at(text, "memory_mib"), why);
         }
         Ok(())
+    }
+
+    /// The service whose TCP port the metrics endpoint would take from it:
+    /// over Linux TCP (driver `kernel`) the endpoint and the services'
+    /// listeners are sockets of one host, bound first by the endpoint, and
+    /// the service's core then failed to listen (found by a review:
+    /// `--check` passed it). On a DPDK port the services' TCP is not the
+    /// host's.
+    fn metrics_on_a_service(&self) -> Option<&Service> {
+        use std::net::IpAddr;
+        let port = self.port();
+        let metrics = self.daemon.metrics_listen;
+        if port.driver != Driver::Kernel || metrics.port() == 0 {
+            return None;
+        }
+        // An IPv6 wildcard socket takes IPv4 too (Linux's default,
+        // net.ipv6.bindv6only = 0).
+        let overlaps = match metrics.ip() {
+            IpAddr::V4(ip) => {
+                ip.is_unspecified() || port.address.0.is_unspecified() || ip == port.address.0
+            }
+            IpAddr::V6(ip) => {
+                ip.is_unspecified()
+                    || ip.to_ipv4_mapped().is_some_and(|v4| {
+                        v4.is_unspecified()
+                            || port.address.0.is_unspecified()
+                            || v4 == port.address.0
+                    })
+            }
+        };
+        self.services()
+            .find(|s| overlaps && s.tcp_port == metrics.port())
     }
 
     /// Checks that `memory_mib` holds what the services take of it for
@@ -1634,6 +1678,37 @@ mod tests {
         assert!(e.contains("a second service on TCP port 18515"), "{e}");
         let e = refused(|t| t.replacen("[[service]]", "[[services]]", 1));
         assert!(e.contains("unknown field `services`"), "{e}");
+    }
+
+    /// The metrics endpoint on a service's TCP port over Linux TCP is
+    /// refused (the service's core could not listen); on a DPDK port, or
+    /// on another address, it is not (found by a review).
+    #[test]
+    fn metrics_on_a_services_port_is_refused_over_linux_tcp() {
+        let kernel =
+            on_kernel(EXAMPLE).replace("address = \"10.77.0.2/24\"", "address = \"127.0.0.1/8\"");
+        for metrics in ["127.0.0.1:18516", "0.0.0.0:18516", "[::]:18516"] {
+            let text = kernel.replace("127.0.0.1:9464", metrics);
+            let e = Config::parse(&text, "k.toml").unwrap_err().0;
+            let line = line_of(&text, "metrics_listen =");
+            assert!(
+                e.starts_with(&format!("k.toml:{line}:"))
+                    && e.contains("is the memory service's TCP port"),
+                "{metrics}: {e}"
+            );
+        }
+        for (text, why) in [
+            (
+                kernel.replace("127.0.0.1:9464", "127.0.0.2:18516"),
+                "another address",
+            ),
+            (
+                EXAMPLE.replace("127.0.0.1:9464", "127.0.0.1:18516"),
+                "a DPDK port",
+            ),
+        ] {
+            assert!(Config::parse(&text, "x.toml").is_ok(), "{why}");
+        }
     }
 
     #[test]

@@ -137,3 +137,21 @@ fn check_refuses_reflect_dscp_that_linux_will_not_honour() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The metrics endpoint and a service on one TCP port over Linux TCP: the
+/// daemon binds the metrics first and then its core cannot listen ("a core
+/// failed to start", exit 1), so `--check` refuses it, naming
+/// `metrics_listen` (found by a review: `--check` passed it).
+#[test]
+fn check_refuses_metrics_on_a_services_port() {
+    let dir = scratch("metrics");
+    let bench = free_port();
+    let text = loopback(&dir, bench, bench);
+    let out = check(&dir, "metrics.toml", &text);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.code() == Some(2) && stderr.contains("metrics_listen"),
+        "--check passed metrics_listen on the bench service's port: {out:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
