@@ -389,6 +389,10 @@ pub enum Admission {
     Many {
         /// Client runs served at once.
         runs_max: usize,
+        /// Of those, how many one client host may have begun (a run's
+        /// connections all come from the host that began it; runs whose
+        /// host is unknown are not counted).
+        runs_per_host: usize,
         /// How long a run may have no connection before it is given up.
         idle: StdDuration,
     },
@@ -781,7 +785,12 @@ impl Serving {
             return Err("the server is draining: it takes no new connections".into());
         }
         check_fits(hello, len)?;
-        let Admission::Many { runs_max, .. } = self.admission else {
+        let Admission::Many {
+            runs_max,
+            runs_per_host,
+            ..
+        } = self.admission
+        else {
             return self.admit_one(hello);
         };
         let need = memory_for(hello.qps as usize, hello.size as usize) as u64;
@@ -888,6 +897,20 @@ impl Serving {
                 offset: run.offset,
                 stag: run.stag,
             });
+        }
+        // One host's share (dpwarpd's `clients_per_host`): a host that
+        // began runs under ever new ids, and kept their connections open,
+        // held every place, and every other host was refused (found by a
+        // review).
+        if let Some((_, peer)) = client {
+            let ip = *peer.ip();
+            let held = by_id.values().filter(|r| r.client == Some(ip)).count();
+            if held >= runs_per_host {
+                return Err(format!(
+                    "{ip} has {held} client runs here at once, as many as one client host may: \
+                     try again later"
+                ));
+            }
         }
         if by_id.len() >= runs_max {
             return Err(format!(
@@ -1856,6 +1879,7 @@ mod tests {
             1,
             Admission::Many {
                 runs_max: 2,
+                runs_per_host: 2,
                 idle: StdDuration::from_secs(60),
             },
             1 << 20,
@@ -1904,6 +1928,51 @@ mod tests {
         assert!(late.contains("draining"), "{late}");
     }
 
+    /// One client host has begun at most `runs_per_host` of the runs
+    /// served at once: its next run is refused, naming the host, while
+    /// another host's is admitted and its own runs take more connections
+    /// (found by a review: one host could hold every place).
+    #[test]
+    fn one_client_host_holds_at_most_runs_per_host_runs() {
+        let serving = Serving::with(
+            1,
+            Admission::Many {
+                runs_max: 4,
+                runs_per_host: 2,
+                idle: StdDuration::from_secs(60),
+            },
+            1 << 20,
+        );
+        let len = 1 << 20;
+        let from = |host: u8, port| {
+            Some((
+                "mpa",
+                SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, host), port),
+            ))
+        };
+        for run in [1, 2] {
+            serving
+                .admit(&hello(run, 4096, true), len, from(1, 4000 + run as u16))
+                .unwrap();
+        }
+        let third = serving
+            .admit(&hello(3, 4096, true), len, from(1, 4003))
+            .err()
+            .unwrap();
+        assert!(
+            third.contains("10.1.1.1 has 2 client runs here at once"),
+            "{third}"
+        );
+        // Its runs' further connections are not new runs.
+        serving
+            .admit(&hello(1, 4096, true), len, from(1, 4010))
+            .unwrap();
+        // Another host's run is admitted.
+        serving
+            .admit(&hello(4, 4096, true), len, from(2, 4000))
+            .unwrap();
+    }
+
     /// A server of one core and up to 4 runs at once over 1 MiB that
     /// exposes each run's lease (no idle limit), its registry and memory.
     fn exposing_serving() -> (Arc<Serving>, Arc<Registry>, Arc<Region>) {
@@ -1916,7 +1985,11 @@ mod tests {
         let region = Region::new(1 << 20);
         let serving = Serving::exposing(
             1,
-            Admission::Many { runs_max: 4, idle },
+            Admission::Many {
+                runs_max: 4,
+                runs_per_host: 4,
+                idle,
+            },
             Exposure {
                 registry: registry.clone(),
                 pd: registry.alloc_pd().unwrap(),
@@ -2316,6 +2389,7 @@ mod tests {
             1,
             Admission::Many {
                 runs_max: 4,
+                runs_per_host: 4,
                 idle: StdDuration::from_secs(60),
             },
             1 << 20,

@@ -1684,7 +1684,11 @@ mod tests {
         let idle = Duration::from_secs(3600);
         let serving = Serving::with(
             1,
-            Admission::Many { runs_max: 4, idle },
+            Admission::Many {
+                runs_max: 4,
+                runs_per_host: 4,
+                idle,
+            },
             config.memory as u64,
         );
         // Accepts so far, and whether the second may go back to the core.

@@ -65,10 +65,12 @@ bw() { awk '/^ remote / {print $5}' "$1"; }   # MB/s column of bench's table
 
 port_a=$(free_port); port_b=$(free_port); metrics=$(free_port)
 port_pt=$(free_port); port_rping=$(free_port)
+# Phase 4's 48 bench clients all run on this host: the bench service's
+# clients_per_host (half of clients_max, 32, by default) is all 64.
 sed -e 's/driver = "net_tap"/driver = "kernel"/' -e 's|address = "10.77.0.2/24"|address = "127.0.0.1/8"|' \
     -e '/^iface/d' -e '/^host_address/d' -e '/^udp_port/d' -e 's/^mtu = 1500/mtu = 9000/' \
     -e "s|/run/dpwarpd/control.sock|$tmp/control.sock|" -e "s/127.0.0.1:9464/127.0.0.1:$metrics/" \
-    -e "s/tcp_port = 18515/tcp_port = $port_b/" -e 's/drain_deadline_ms = 5000/drain_deadline_ms = 1000/' \
+    -e "s/tcp_port = 18515/tcp_port = $port_b\nclients_per_host = 64/" -e 's/drain_deadline_ms = 5000/drain_deadline_ms = 1000/' \
     -e "s/tcp_port = 18521/tcp_port = $port_pt/" -e "s/tcp_port = 7174/tcp_port = $port_rping/" \
     -e "s/command = \"ib_write_bw\"/command = \"ib_write_bw -D $(( secs + 10 ))\"/" -e 's/clients_max = 4$/clients_max = 8/' \
     deploy/examples/dpwarpd.toml > "$tmp/dpwarpd.toml"

@@ -375,6 +375,16 @@ pub struct Service {
     /// A `perftest` service's test (only there).
     #[serde(default)]
     pub perftest: Option<PerftestConfig>,
+    /// A `memory` or `bench` service: how many of `[rnic] clients_max` one
+    /// client host may hold at once (the memory service's grants, the
+    /// bench service's client runs; 1 to `clients_max`; half of
+    /// `clients_max`, rounded up, when left out), so that a host that
+    /// opens connections and keeps them cannot hold every one. Its next
+    /// client is refused at its MPA Request, saying so. A benchmark that
+    /// runs many clients from one host needs it as large as they are. (A
+    /// perftest service's is in its `[service.perftest]`.)
+    #[serde(default, deserialize_with = "clients_per_host")]
+    pub clients_per_host: Option<usize>,
     /// Its connections are urgent on their core (false by default): each
     /// turn looks at them first, TCP sends their segments first, and while
     /// one lives a turn looks at one other connection only, so that a
@@ -599,6 +609,10 @@ fn memory<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
 
 fn mtu<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
     ranged(d, 1280, 9000, "")
+}
+
+fn clients_per_host<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    ranged(d, 1, 65_536, " (and at most [rnic] clients_max)").map(Some)
 }
 
 fn tcp_port<'de, D: Deserializer<'de>>(d: D) -> Result<u16, D::Error> {
@@ -990,6 +1004,32 @@ impl Config {
                 );
             }
             ports.push(service.tcp_port);
+            if let Some(n) = service.clients_per_host {
+                let why = match service.kind {
+                    ServiceKind::Memory | ServiceKind::Bench if n > self.rnic.clients_max => {
+                        Some(format!(
+                            "clients_per_host = {n} is more than [rnic] clients_max = {}: give at \
+                             most clients_max",
+                            self.rnic.clients_max
+                        ))
+                    }
+                    ServiceKind::Memory | ServiceKind::Bench => None,
+                    ServiceKind::Perftest => Some(
+                        "a perftest service's `clients_per_host` is in its [service.perftest]: \
+                         move it there"
+                            .into(),
+                    ),
+                    ServiceKind::Rping => Some(
+                        "`clients_per_host` means nothing to a rping service: remove it".into(),
+                    ),
+                };
+                if let Some(why) = why {
+                    return err(
+                        key_in_service(text, s.span().start, "clients_per_host"),
+                        why,
+                    );
+                }
+            }
             if service.udp_port.is_some() && service.kind != ServiceKind::Bench {
                 return err(
                     s.span().start,
@@ -1179,6 +1219,15 @@ impl Config {
     /// The services.
     pub fn services(&self) -> impl Iterator<Item = &Service> {
         self.service.iter().map(Spanned::get_ref)
+    }
+
+    /// How many of `[rnic] clients_max` one client host may hold at once
+    /// on the service of `kind` (memory grants, bench client runs): its
+    /// `clients_per_host`, or half of `clients_max` rounded up.
+    pub fn clients_per_host(&self, kind: ServiceKind) -> usize {
+        self.service(kind)
+            .and_then(|s| s.clients_per_host)
+            .unwrap_or(self.rnic.clients_max.div_ceil(2))
     }
 
     /// The bench service's UDP port for DDP over SCTP, if it has one.
@@ -1604,6 +1653,46 @@ mod tests {
             )
         });
         assert!(e.contains("means nothing to a rping service"), "{e}");
+    }
+
+    /// The memory and bench services' `clients_per_host`: half of
+    /// `[rnic] clients_max` by default, at most all of it, refused where it
+    /// means nothing (found by a review: one host could hold every memory
+    /// grant).
+    #[test]
+    fn clients_per_host_is_the_memory_and_bench_services() {
+        let c = Config::parse(EXAMPLE, "x.toml").unwrap();
+        assert_eq!(c.clients_per_host(ServiceKind::Memory), 32);
+        assert_eq!(c.clients_per_host(ServiceKind::Bench), 32);
+        let odd = EXAMPLE.replace("clients_max = 64", "clients_max = 1");
+        let c = Config::parse(&odd, "x.toml").unwrap();
+        assert_eq!(c.clients_per_host(ServiceKind::Memory), 1);
+        let memory = "kind = \"memory\"\nport = \"dpw0\"\ntcp_port = 18516\n";
+        let with = |n: &str| EXAMPLE.replace(memory, &format!("{memory}clients_per_host = {n}\n"));
+        let c = Config::parse(&with("64"), "x.toml").unwrap();
+        assert_eq!(c.clients_per_host(ServiceKind::Memory), 64);
+        assert_eq!(c.clients_per_host(ServiceKind::Bench), 32);
+        let text = with("65");
+        let e = Config::parse(&text, "x.toml").unwrap_err().0;
+        let line = line_of(&text, "clients_per_host = 65");
+        assert!(
+            e.starts_with(&format!("x.toml:{line}:"))
+                && e.contains("clients_per_host = 65 is more than [rnic] clients_max = 64"),
+            "{e}"
+        );
+        let e = refused(|_| with("0"));
+        assert!(e.contains("`clients_per_host`: 0 is out of range"), "{e}");
+        let rping = "kind = \"rping\"\nport = \"dpw0\"\ntcp_port = 7174\n";
+        let e = refused(|t| t.replace(rping, &format!("{rping}clients_per_host = 2\n")));
+        assert!(e.contains("means nothing to a rping service"), "{e}");
+        let e = refused(|t| {
+            t.replacen(
+                "tcp_port = 18521\n",
+                "tcp_port = 18521\nclients_per_host = 2\n",
+                1,
+            )
+        });
+        assert!(e.contains("is in its [service.perftest]"), "{e}");
     }
 
     #[test]

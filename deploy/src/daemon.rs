@@ -742,6 +742,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         slots,
         Admission::Many {
             runs_max: config.rnic.clients_max,
+            runs_per_host: config.clients_per_host(ServiceKind::Bench),
             idle: StdDuration::from_millis(config.daemon.client_idle_ms),
         },
         Exposure {
@@ -755,6 +756,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
             config.regions().cloned(),
             host.registry().clone(),
             config.rnic.clients_max,
+            config.clients_per_host(ServiceKind::Memory),
             // Twice the MPA startup's own limit: a grant unclaimed so long
             // belongs to a startup that gave up.
             StdDuration::from_micros(2 * StartupConfig::default().startup_timeout.total_micros()),
@@ -2097,6 +2099,12 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
     };
     if urgent(old) != urgent(&new) {
         restart.push("a service's urgent");
+    }
+    // The memory and bench services' limits are set at the start.
+    let per_host =
+        |c: &Config| [ServiceKind::Memory, ServiceKind::Bench].map(|kind| c.clients_per_host(kind));
+    if per_host(old) != per_host(&new) {
+        restart.push("a service's clients_per_host");
     }
     let mut ports = ListenerPorts::of(&new);
     // A perftest service's listener stays where it is until a restart: a

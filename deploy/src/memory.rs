@@ -28,7 +28,8 @@
 //!
 //! Integers big-endian; access bits 1 remote read, 2 remote write, 4
 //! remote atomic; reject codes 1 malformed, 2 no such region, 3 not from
-//! this network, 4 a limit.
+//! this network, 4 a limit (grants at once, in all or to the client's
+//! host, or the service drains).
 
 use std::collections::HashMap;
 use std::net::SocketAddrV4;
@@ -61,7 +62,8 @@ pub enum RejectCode {
     NoSuchRegion = 2,
     /// The region is not lent to the client's network.
     NotAllowed = 3,
-    /// Too many grants at once, or the service drains.
+    /// Too many grants at once (in all, or to the client's host), or the
+    /// service drains.
     Limit = 4,
 }
 
@@ -212,6 +214,8 @@ pub struct MemoryService {
     /// The ports it listens on ([`MemoryService::listen_on`]).
     ports: Mutex<Ports>,
     grants_max: usize,
+    /// Of those, how many one client host may hold.
+    per_host: usize,
     /// A grant whose connection never reached a core is revoked after this
     /// long (the startup gave up).
     unclaimed_after: Duration,
@@ -229,11 +233,12 @@ impl MemoryService {
     /// The service lending `regions` (allocated here, zeroed), registering
     /// them in `registry`, each connection's in a PD of its own; at most
     /// `grants_max` connections at once (the registry needs as many PDs
-    /// free).
+    /// free), `per_host` of them from one client host.
     pub fn new(
         regions: impl IntoIterator<Item = RegionConfig>,
         registry: Arc<Registry>,
         grants_max: usize,
+        per_host: usize,
         unclaimed_after: Duration,
     ) -> MemoryService {
         let regions = regions
@@ -266,6 +271,7 @@ impl MemoryService {
             retired: Mutex::new(Vec::new()),
             ports: Mutex::new(Ports::default()),
             grants_max,
+            per_host: per_host.clamp(1, grants_max.max(1)),
             unclaimed_after,
             draining: AtomicBool::new(false),
             accepted: AtomicU64::new(0),
@@ -343,6 +349,21 @@ impl MemoryService {
             // The same address and port again: the old connection is gone
             // (and its grant does not count against the limit).
             self.revoke(&old);
+        }
+        // One host's share, as the perftest services' `clients_per_host`:
+        // a host that opens connections from many source ports and keeps
+        // them (or never finishes their startups) held every grant, and
+        // every other host was refused (found by a review).
+        let ip = *peer.ip();
+        let held = grants.keys().filter(|p| *p.ip() == ip).count();
+        if held >= self.per_host {
+            return Err((
+                RejectCode::Limit,
+                format!(
+                    "{ip} holds {held} regions lent at once, as many as one client host may \
+                     (clients_per_host): try again later"
+                ),
+            ));
         }
         if grants.len() >= self.grants_max {
             return Err((
@@ -620,6 +641,7 @@ mod tests {
             ],
             registry,
             2,
+            1,
             Duration::from_secs(10),
         )
     }
@@ -635,6 +657,37 @@ mod tests {
         match d {
             Decision::Accept(_) => panic!("accepted"),
             Decision::Reject(pd) => Grant::decode(&pd).unwrap_err().0,
+        }
+    }
+
+    /// One client host opens connections from as many source ports as
+    /// there are grants and never finishes them (or keeps them open): it
+    /// held every grant, and every other host was refused "a limit" until
+    /// its startups timed out, when it opened them again (found by a
+    /// review: the perftest services bound a host's share,
+    /// `clients_per_host`, the memory service did not, and
+    /// startups_per_client_max, 128 in the example, is above its
+    /// clients_max, 64). A host now holds at most `per_host` grants: its
+    /// next connection is refused as a limit, naming the host.
+    #[test]
+    fn one_client_host_cannot_hold_every_grant() {
+        let s = service();
+        let hog = |port| SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), port);
+        granted(s.decide(&encode_request("shared"), hog(4000)));
+        // `service()`'s host holds one of its two.
+        let Decision::Reject(pd) = s.decide(&encode_request("shared"), hog(4001)) else {
+            panic!("one host granted every region lent at once");
+        };
+        let (code, why) = Grant::decode(&pd).unwrap_err();
+        assert_eq!(code, RejectCode::Limit as u8, "{why}");
+        assert!(why.contains("10.1.1.1"), "the host is named: {why}");
+        let other = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 2), 4000);
+        match s.decide(&encode_request("shared"), other) {
+            Decision::Accept(_) => {}
+            Decision::Reject(pd) => panic!(
+                "another host refused while one host holds every grant: {:?}",
+                Grant::decode(&pd)
+            ),
         }
     }
 
@@ -727,6 +780,7 @@ mod tests {
                 allow: vec![(Ipv4Addr::UNSPECIFIED, 0)],
             }],
             registry,
+            4,
             4,
             Duration::ZERO,
         );
