@@ -684,7 +684,9 @@ impl Config {
         if let Some(total) = meminfo_mib("MemTotal") {
             config.check_memory(&text, &file, total, "")?;
         }
-        if let Some(why) = not_a_socket(&config.daemon.control_socket) {
+        if let Some(why) = not_a_socket(&config.daemon.control_socket)
+            .or_else(|| no_socket_there(&config.daemon.control_socket))
+        {
             return Err(locate(&text, &file, key_at(&text, "control_socket"), &why));
         }
         config.check_cpus(&text, &file, &dataplane::lcore::cpus())?;
@@ -1315,6 +1317,39 @@ pub fn not_a_socket(path: &Path) -> Option<String> {
     let meta = std::fs::symlink_metadata(path).ok()?;
     (!meta.file_type().is_socket())
         .then(|| format!("{} is not a socket: give another path", path.display()))
+}
+
+/// The longest path a Unix socket's address takes: `sun_path`'s 108
+/// octets, less the terminating NUL (unix(7)).
+pub const SOCKET_PATH_MAX: usize = 107;
+
+/// Why no socket can be made at `path`, if none can: a path longer than a
+/// Unix socket address takes, or a directory for it that is something
+/// else (found by a review: `--check` passed both, then the start failed).
+pub fn no_socket_there(path: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let len = path.as_os_str().as_bytes().len();
+    if len > SOCKET_PATH_MAX {
+        return Some(format!(
+            "{}: {len} octets, longer than a Unix socket's address takes ({SOCKET_PATH_MAX}): \
+             give a shorter path",
+            path.display()
+        ));
+    }
+    // The nearest of its directories that is there is a directory.
+    let there = path
+        .ancestors()
+        .skip(1)
+        .filter(|d| !d.as_os_str().is_empty())
+        .find_map(|d| std::fs::metadata(d).ok().map(|m| (d, m)));
+    match there {
+        Some((dir, meta)) if !meta.is_dir() => Some(format!(
+            "{}: {} is not a directory: give another path",
+            path.display(),
+            dir.display()
+        )),
+        _ => None,
+    }
 }
 
 /// `why`, said of the octet at `at` of `text`: `FILE:LINE:COLUMN: `key`:
@@ -1971,6 +2006,45 @@ mod tests {
             "{e}"
         );
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A control socket path no socket can be made at is refused where it
+    /// is set: longer than a Unix socket's address takes, or under a file
+    /// (found by a review: `--check` passed them).
+    #[test]
+    fn a_control_socket_no_socket_can_be_made_at_is_refused() {
+        let dir = std::env::temp_dir().join(format!("dpwarpd-config-path-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("plain.txt");
+        std::fs::write(&file, "not a directory").unwrap();
+        // 107 octets is the most.
+        let fits = dir.join("x".repeat(SOCKET_PATH_MAX - dir.as_os_str().len() - 1));
+        assert_eq!(fits.as_os_str().len(), SOCKET_PATH_MAX);
+        assert_eq!(no_socket_there(&fits), None);
+        let long = dir.join("x".repeat(SOCKET_PATH_MAX - dir.as_os_str().len()));
+        let why = no_socket_there(&long).expect("108 octets");
+        assert!(why.contains("108 octets, longer than"), "{why}");
+        let why = no_socket_there(&file.join("sub").join("control.sock")).expect("under a file");
+        assert!(
+            why.contains(&format!("{} is not a directory", file.display())),
+            "{why}"
+        );
+        assert_eq!(no_socket_there(&dir.join("new").join("control.sock")), None);
+        for (path, what) in [
+            (long, "longer than a Unix socket's address takes"),
+            (file.join("control.sock"), "is not a directory"),
+        ] {
+            let text = on_kernel(EXAMPLE)
+                .replace("/run/dpwarpd/control.sock", &path.display().to_string())
+                .replace("memory_mib = 256", "memory_mib = 16")
+                .replace("size_mib = 16", "size_mib = 1");
+            let conf = dir.join("d.toml");
+            std::fs::write(&conf, &text).unwrap();
+            let e = Config::load(&conf).unwrap_err().0;
+            let line = line_of(&text, "control_socket =");
+            assert!(e.contains(&format!(":{line}:")) && e.contains(what), "{e}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

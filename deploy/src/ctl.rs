@@ -386,38 +386,7 @@ impl CtlServer {
     /// anything there that is not a socket, is refused.
     pub fn start(shared: Arc<Shared>) -> Result<CtlServer, String> {
         let path = shared.config.daemon.control_socket.clone();
-        let shown = path.display();
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            // Only root's, as systemd's RuntimeDirectoryMode=0700 makes it.
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(dir)
-                .map_err(|e| format!("control_socket {shown}: cannot make its directory: {e}"))?;
-        }
-        if let Some(why) = crate::config::not_a_socket(&path) {
-            return Err(format!("control_socket {why}"));
-        }
-        if path.exists() {
-            if UnixStream::connect(&path).is_ok() {
-                return Err(format!(
-                    "control_socket {shown}: another dpwarpd answers there: stop it first, or \
-                     give this one another socket"
-                ));
-            }
-            // A socket no one answers on (`not_a_socket` said it is one).
-            std::fs::remove_file(&path)
-                .map_err(|e| format!("control_socket {shown}: cannot replace it: {e}"))?;
-        }
-        // 0600 from its first moment (no window between bind and chmod).
-        let mask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
-        let bound = UnixListener::bind(&path);
-        nix::sys::stat::umask(mask);
-        let listener =
-            bound.map_err(|e| format!("control_socket {shown}: cannot listen there: {e}"))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| format!("control_socket {shown}: cannot make it 0600: {e}"))?;
-        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let listener = bind(&path)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::Builder::new()
@@ -448,6 +417,90 @@ impl CtlServer {
             thread: Some(thread),
             path,
         })
+    }
+}
+
+/// The control socket at `path`, listening, non-blocking, 0600, its
+/// directory made (0700) if it had none. A stale socket from a daemon that
+/// died is replaced; a live one (another daemon answering), or anything
+/// there that is not a socket, is refused. When it fails it leaves nothing
+/// behind: neither the directories it made nor a socket file it bound
+/// (found by a review: a failed bind left the directory, and a failure
+/// after the bind the socket).
+fn bind(path: &Path) -> Result<UnixListener, String> {
+    let shown = path.display();
+    // The directories this call makes, the deepest first.
+    let mut made = Vec::new();
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        made = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err())
+            .map(Path::to_path_buf)
+            .collect();
+        // Only root's, as systemd's RuntimeDirectoryMode=0700 makes it.
+        if let Err(e) = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+        {
+            remove_dirs(&made);
+            return Err(format!(
+                "control_socket {shown}: cannot make its directory: {e}"
+            ));
+        }
+    }
+    let bound = bind_in_place(path);
+    if bound.is_err() {
+        remove_dirs(&made);
+    }
+    bound
+}
+
+/// Removes the directories `made` (the deepest first), each only if empty.
+fn remove_dirs(made: &[PathBuf]) {
+    for dir in made {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+/// [`bind`] in a directory that exists: a socket file it bound is removed
+/// again if it fails after the bind.
+fn bind_in_place(path: &Path) -> Result<UnixListener, String> {
+    let shown = path.display();
+    if let Some(why) = crate::config::not_a_socket(path) {
+        return Err(format!("control_socket {why}"));
+    }
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            return Err(format!(
+                "control_socket {shown}: another dpwarpd answers there: stop it first, or \
+                 give this one another socket"
+            ));
+        }
+        // A socket no one answers on (`not_a_socket` said it is one).
+        std::fs::remove_file(path)
+            .map_err(|e| format!("control_socket {shown}: cannot replace it: {e}"))?;
+    }
+    // 0600 from its first moment (no window between bind and chmod).
+    let mask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(mask);
+    let listener =
+        bound.map_err(|e| format!("control_socket {shown}: cannot listen there: {e}"))?;
+    let ready = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("control_socket {shown}: cannot make it 0600: {e}"))
+        .and_then(|()| {
+            listener
+                .set_nonblocking(true)
+                .map_err(|e| format!("control_socket {shown}: {e}"))
+        });
+    match ready {
+        Ok(()) => Ok(listener),
+        Err(why) => {
+            drop(listener);
+            let _ = std::fs::remove_file(path);
+            Err(why)
+        }
     }
 }
 
@@ -540,6 +593,33 @@ pub fn request(socket: &Path, command: &str) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket that cannot be bound (its path longer than a Unix socket
+    /// address takes) leaves behind none of the directories made for it,
+    /// and none it did not make is removed (found by a review: the start
+    /// failed and left the directory); one that can is bound 0600.
+    #[test]
+    fn a_socket_that_cannot_be_bound_leaves_no_directory() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = std::env::temp_dir().join(format!("dpwarpd-ctl-bind-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let deep = dir.join("a").join("d".repeat(110));
+        let e = bind(&deep.join("control.sock")).unwrap_err();
+        assert!(e.contains("cannot listen there"), "{e}");
+        assert!(
+            !dir.join("a").exists(),
+            "a failed bind left its directories"
+        );
+        assert!(dir.is_dir(), "a directory that was there stays");
+        let path = dir.join("b").join("control.sock");
+        let listener = bind(&path).unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        drop(listener);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// A daemon that takes the connection and never answers: dpwarpctl
     /// says so in words, not as an OS error number (found by a review: it

@@ -155,3 +155,31 @@ fn check_refuses_metrics_on_a_services_port() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A control socket path longer than a Unix socket address takes (107
+/// octets) is refused by `--check`, and a start with it makes no directory
+/// for it (found by a review: `--check` passed it, then the start failed,
+/// "path must be shorter than SUN_LEN", and left the directory it made).
+#[test]
+fn check_refuses_a_control_socket_path_too_long_for_a_socket() {
+    let dir = scratch("long");
+    let sub = dir.join("d".repeat(110));
+    let text = loopback(&dir, free_port(), free_port()).replace(
+        &dir.join("control.sock").display().to_string(),
+        &sub.join("control.sock").display().to_string(),
+    );
+    let out = check(&dir, "long.toml", &text);
+    let checked = out.status.code();
+    let (child, exited) = start(&dir, &text);
+    let made = sub.exists();
+    if exited.is_none() {
+        stop(child);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        checked,
+        Some(2),
+        "--check passed a control_socket no socket can be bound at: {out:?}"
+    );
+    assert!(!made, "a failed start left the control socket's directory");
+}
