@@ -29,6 +29,8 @@ pub trait Timed: Read + Write {
     fn write_timeout(&self, t: Duration) -> io::Result<()>;
     /// Makes it blocking or not (as `TcpStream::set_nonblocking`).
     fn nonblocking(&self, on: bool) -> io::Result<()>;
+    /// Shuts its sending side (as `TcpStream::shutdown(Shutdown::Write)`).
+    fn shutdown_write(&self) -> io::Result<()>;
 }
 
 impl Timed for TcpStream {
@@ -41,6 +43,9 @@ impl Timed for TcpStream {
     fn nonblocking(&self, on: bool) -> io::Result<()> {
         self.set_nonblocking(on)
     }
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(std::net::Shutdown::Write)
+    }
 }
 
 impl Timed for UnixStream {
@@ -52,6 +57,34 @@ impl Timed for UnixStream {
     }
     fn nonblocking(&self, on: bool) -> io::Result<()> {
         self.set_nonblocking(on)
+    }
+    fn shutdown_write(&self) -> io::Result<()> {
+        self.shutdown(std::net::Shutdown::Write)
+    }
+}
+
+/// The most octets a client's connection is drained of once answered
+/// ([`Bounded::finish`], [`drain_now`]); a client that sends more is reset.
+pub const DRAIN_MAX: usize = 64 << 10;
+
+/// How long an answered client's connection is drained at most (within its
+/// deadline), waiting for the client to close its end: one that keeps its
+/// connection open holds its thread no longer.
+pub const DRAIN_WAIT: Duration = Duration::from_secs(1);
+
+/// Reads and drops what the non-blocking `stream` has received, at most
+/// `max` octets: until nothing more is there, the client's end, or an
+/// error. Waits for nothing.
+pub fn drain_now(stream: &mut impl Read, max: usize) {
+    let mut buf = [0u8; 4096];
+    let mut left = max;
+    while left > 0 {
+        match stream.read(&mut buf[..left.min(4096)]) {
+            Ok(0) => return,
+            Ok(n) => left -= n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
     }
 }
 
@@ -79,6 +112,30 @@ impl<S: Timed> Bounded<S> {
     /// Moves the deadline (e.g. from the request's to the answer's).
     pub fn set_deadline(&mut self, deadline: Instant) {
         self.deadline = deadline;
+    }
+
+    /// Ends the answer written: sends it, shuts the sending side (the
+    /// client reads the answer's end), then reads and drops what the
+    /// client sent beyond its request, until the client closes its end,
+    /// [`DRAIN_MAX`] octets, [`DRAIN_WAIT`], the deadline or the stop. A socket closed with
+    /// received octets unread resets the connection (RFC 1122 §4.2.2.13:
+    /// "its TCP SHOULD send a RST to show that data was lost"; a Unix
+    /// socket's peer reads ECONNRESET), and the client may lose the answer
+    /// (found by a review: a command line longer than the control socket
+    /// reads was answered, then reset).
+    pub fn finish(&mut self) -> io::Result<()> {
+        self.flush()?;
+        self.stream.shutdown_write()?;
+        self.deadline = self.deadline.min(Instant::now() + DRAIN_WAIT);
+        let mut buf = [0u8; 4096];
+        let mut left = DRAIN_MAX;
+        while left > 0 {
+            match self.read(&mut buf[..left.min(4096)]) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left -= n,
+            }
+        }
+        Ok(())
     }
 
     /// How long the next attempt may wait, or why there is none.
@@ -272,6 +329,38 @@ mod tests {
         assert_eq!(e.kind(), io::ErrorKind::Other);
         assert!(start.elapsed() < Duration::from_millis(600));
         stopper.join().unwrap();
+    }
+
+    /// A finished answer leaves nothing of the client's unread, so the
+    /// client reads the whole answer and its end, not a reset (found by a
+    /// review).
+    #[test]
+    fn a_finished_answer_ends_without_a_reset() {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut conn = Bounded::new(ours, Instant::now() + Duration::from_secs(5), stop).unwrap();
+        theirs.write_all(&[b'x'; 3000]).unwrap();
+        let mut head = [0u8; 256];
+        conn.read_exact(&mut head).unwrap();
+        let server = std::thread::spawn(move || {
+            conn.write_all(b"the answer\n").unwrap();
+            conn.finish().unwrap();
+        });
+        let mut answer = String::new();
+        theirs.read_to_string(&mut answer).unwrap();
+        assert_eq!(answer, "the answer\n");
+        drop(theirs);
+        server.join().unwrap();
+        // Without waiting: what is there is read.
+        let (mut ours, mut theirs) = UnixStream::pair().unwrap();
+        theirs.write_all(&[b'y'; 5000]).unwrap();
+        ours.set_nonblocking(true).unwrap();
+        drain_now(&mut ours, DRAIN_MAX);
+        ours.write_all(b"busy\n").unwrap();
+        drop(ours);
+        let mut answer = String::new();
+        theirs.read_to_string(&mut answer).unwrap();
+        assert_eq!(answer, "busy\n");
     }
 
     /// No more than `max` requests at once; a finished one gives its place
