@@ -210,3 +210,74 @@ fn a_long_command_is_answered_without_a_reset() {
         "{text}"
     );
 }
+
+/// The systemd unit's capability bounding set lets dpwarpd bind the ports
+/// its configuration may name: `tcp_port` takes 1 to 65535 and passes
+/// `--check` (found by a review: without CAP_NET_BIND_SERVICE in the unit a
+/// port below 1024 could not be bound, and the log said only "the
+/// operating system refused the listening socket"). Root and setpriv
+/// needed.
+#[test]
+fn the_units_capabilities_bind_every_port_the_config_takes() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    let setpriv = Command::new("setpriv").arg("--version").output().is_ok();
+    if !root || !setpriv {
+        println!("needs root and setpriv: skipped");
+        return;
+    }
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("debian/dpwarpd.service"),
+    )
+    .unwrap();
+    let caps: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .unwrap()
+        .split_whitespace()
+        .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    let dir = scratch("caps");
+    // A port below 1024 that no one listens on.
+    let low = (900..1000)
+        .find(|&p| TcpListener::bind(("127.0.0.1", p)).is_ok())
+        .unwrap();
+    let text = loopback(&dir, low, free_port());
+    let path = dir.join("dpwarpd.toml");
+    std::fs::write(&path, &text).unwrap();
+    assert!(check(&dir, "dpwarpd.toml", &text).status.success());
+    let mut child = Command::new("setpriv")
+        .arg(format!("--bounding-set=-all,{}", caps.join(",")))
+        .arg("--no-new-privs")
+        .arg(DPWARPD)
+        .arg(&path)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("dpwarpd.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut served = false;
+    while start.elapsed() < Duration::from_secs(20) {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if let Ok(s) = deploy::ctl::request(&dir.join("control.sock"), "status") {
+            if s["state"] == "serving" {
+                served = true;
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(dir.join("dpwarpd.log")).unwrap_or_default();
+    if child.try_wait().unwrap().is_none() {
+        stop(child);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        served,
+        "under the unit's capabilities dpwarpd could not serve tcp_port {low}:\n{log}"
+    );
+}

@@ -256,6 +256,8 @@ errors! {
         PortInUse => "the port already has a listener",
         Unaddressable => "port 0 cannot be listened on",
         Io => "the operating system refused the listening socket",
+        Denied => "the operating system refused the listening socket: permission denied (EACCES: \
+                   a port below 1024 needs CAP_NET_BIND_SERVICE)",
     }
 }
 

@@ -879,8 +879,12 @@ impl Transport for KernelTransport {
         }
         set_options(&socket, &self.config).map_err(|_| ListenError::Io)?;
         let local = SockAddr::from(SocketAddrV4::new(self.config.bind, port));
+        // The OS's reason where it is the operator's to fix (found by a
+        // review: a port below 1024 without CAP_NET_BIND_SERVICE said only
+        // that the socket was refused).
         socket.bind(&local).map_err(|e| match e.kind() {
             ErrorKind::AddrInUse => ListenError::PortInUse,
+            ErrorKind::PermissionDenied => ListenError::Denied,
             _ => ListenError::Io,
         })?;
         // The kernel caps the backlog at net.core.somaxconn.

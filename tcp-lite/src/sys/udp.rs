@@ -89,6 +89,7 @@ impl Datagrams for KernelUdp {
             .bind(&SocketAddr::V4(SocketAddrV4::new(self.addr, port)).into())
             .map_err(|e| match e.kind() {
                 ErrorKind::AddrInUse => ListenError::PortInUse,
+                ErrorKind::PermissionDenied => ListenError::Denied,
                 _ => ListenError::Io,
             })?;
         socket.set_nonblocking(true).map_err(|_| ListenError::Io)?;
