@@ -2074,6 +2074,25 @@ mod tests {
         assert!(e.contains("out of range: give 0 to 600000"), "{e}");
     }
 
+    /// `systemctl reload` checks the file before it sends SIGHUP, so a
+    /// reload of a file the daemon would refuse fails and says why (from a
+    /// review: it sent SIGHUP alone and reported success).
+    #[test]
+    fn the_units_reload_checks_the_file_first() {
+        let unit = include_str!("../debian/dpwarpd.service");
+        let reload: Vec<&str> = unit
+            .lines()
+            .filter_map(|l| l.strip_prefix("ExecReload="))
+            .collect();
+        assert_eq!(
+            reload,
+            [
+                "/usr/bin/dpwarpd --check /etc/dpwarp/dpwarpd.toml",
+                "/bin/kill -HUP $MAINPID"
+            ]
+        );
+    }
+
     #[test]
     fn broken_toml_points_at_the_line() {
         let e = refused(|t| t.replace("memory_mib = 256", "memory_mib = = 256"));
