@@ -339,8 +339,9 @@ pub enum TermClass {
     /// 5044, RFC 6581 §8). The code is `None` where the registry takes
     /// every code of the type ("ALL": a Local Catastrophic Error's code is
     /// the implementation's own). RFC 7306's messages add no codes (its
-    /// draft, seed 004 §8: "In addition to error processing described in
-    /// section 7 of RFC 5040"; §10: no IANA action).
+    /// draft, draft-ietf-storm-rdmap-ext-00, §8: "In addition to error
+    /// processing described in section 7 of RFC 5040"; §10: no IANA
+    /// action).
     Registered {
         /// Layer.
         layer: u8,

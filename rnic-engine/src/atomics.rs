@@ -1,7 +1,7 @@
 //! The atomic unit: RFC 7306 (draft-ietf-storm-rdmap-ext-00) §5.1 operations on
 //! registered memory.
 //!
-//! Seed 004 §5.3: "Atomicity of the RMW on the responder's node by the
+//! draft-ietf-storm-rdmap-ext-00 §5.3: "Atomicity of the RMW on the responder's node by the
 //! Atomic Operation SHALL be assured in the presence of concurrent atomic
 //! accesses by other QPs on the same RNIC." Every operation here is one
 //! compare-and-swap loop on the target's `AtomicU64` word ([`Region::word`]),
@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Seed 004 §5.1.1 masked FetchAdd: fields end at set bits of `mask` (a
+/// draft-ietf-storm-rdmap-ext-00 §5.1.1 masked FetchAdd: fields end at set bits of `mask` (a
 /// carry out of a bit whose mask bit is set is dropped); mask 0 is a plain
 /// 64-bit add. Computed a word at a time: with each field's top bit
 /// cleared no carry can cross into the next field, and the top bits are
@@ -26,7 +26,7 @@ pub const fn masked_add(original: u64, add: u64, mask: u64) -> u64 {
     low ^ ((original ^ add) & mask)
 }
 
-/// Seed 004 §5.1.3 masked CmpSwap: when the masked compare matches, the
+/// draft-ietf-storm-rdmap-ext-00 §5.1.3 masked CmpSwap: when the masked compare matches, the
 /// masked swap bits replace the original's.
 pub const fn masked_cmp_swap(
     original: u64,
@@ -76,7 +76,7 @@ pub fn swap(word: &AtomicU64, value: u64) -> u64 {
 mod tests {
     use super::*;
 
-    /// Seed 004 §5.1.1's pseudo-code, bit by bit, as written.
+    /// draft-ietf-storm-rdmap-ext-00 §5.1.1's pseudo-code, bit by bit, as written.
     fn pseudo_code_add(original: u64, add: u64, mask: u64) -> u64 {
         let mut bit_location = 1u64;
         let mut carry = 0u64;

@@ -273,7 +273,7 @@ fn immediate_data_and_write_with_immediate() {
                 assert_wc(wc, id, WcOpcode::RecvImmediate, 0);
                 assert_eq!((wc.imm, wc.solicited), (Some(imm), se));
             }
-            // Seed 004 §7: the Write is placed before the Immediate Data's
+            // draft-ietf-storm-rdmap-ext-00 §7: the Write is placed before the Immediate Data's
             // completion is visible.
             assert_eq!(
                 &b_region.to_vec()[4..4 + len],

@@ -682,7 +682,7 @@ impl Inner {
             )
             .map_err(TermCause::protection)?;
         if lease.region().word(lease.offset).is_err() {
-            // Seed 004 §5.1: "naturally aligned"; an unaligned target has
+            // draft-ietf-storm-rdmap-ext-00 §5.1: "naturally aligned"; an unaligned target has
             // no registered code, so: unspecified.
             return Err(TermCause::Operation(OperationError::Unspecified));
         }

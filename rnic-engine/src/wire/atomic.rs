@@ -3,7 +3,7 @@
 //!
 //! Both follow the untagged DDP header: the Request on QN 1 (sharing the
 //! ORD/IRD credits of RDMA Read Requests, draft-ietf-storm-rdmap-ext-00 §5.2),
-//! the Response on QN 3 (§5.2.2 item 3). Seed 004 §5.2.1, Figure 4:
+//! the Response on QN 3 (§5.2.2 item 3). draft-ietf-storm-rdmap-ext-00 §5.2.1, Figure 4:
 //!
 //! ```text
 //! Reserved (28) | AOpCode (4)
@@ -26,7 +26,7 @@
 //! swap mask all ones, which RFC 7306 peers execute as a swap; a received
 //! AOpCode 1 is the seed's Swap.
 //!
-//! Seed 004's Figure 2 lists QN 1 for Immediate Data with SE and for the
+//! draft-ietf-storm-rdmap-ext-00's Figure 2 lists QN 1 for Immediate Data with SE and for the
 //! Atomic Response, but its normative text says QN 0 (§6.3) and QN 3
 //! (§5.2.2); the text wins here and in [`super::rdmap::Opcode::info`].
 //!
