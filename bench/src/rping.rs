@@ -724,11 +724,13 @@ impl RpingService {
         peer: String,
     ) -> bool {
         let Some(slot) = self.free.pop() else {
+            // Reset, not closed: a peer that never closes its side held
+            // the QP until the closing limit (found by a review).
             eprintln!(
-                "bench rping: {} clients already; closing {peer}",
+                "bench rping: {} clients already; resetting {peer}",
                 self.served.len()
             );
-            ep.close(qp);
+            ep.abort(qp);
             return false;
         };
         let l = self.layout;
@@ -740,7 +742,7 @@ impl RpingService {
         if let Err(why) = posted {
             eprintln!("bench rping: {peer}: {why}");
             self.free.push(slot);
-            ep.close(qp);
+            ep.abort(qp);
             return false;
         }
         self.served.push(Served {
