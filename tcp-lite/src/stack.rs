@@ -156,6 +156,11 @@ pub struct Stack<D: Device> {
     /// again (`listen` and `connect` reset a closed socket).
     spare: Vec<SocketHandle>,
     slots: Vec<Option<Slot>>,
+    /// The most slots: connections and every listener's backlog. The
+    /// tables sized by it (`events` among them) hold no more (found by a
+    /// review: the bound was `slots`' capacity, which `Vec` may make
+    /// larger than asked).
+    slots_max: usize,
     /// Generation of each slot index, kept while it is free.
     generations: Vec<u32>,
     free: Vec<u32>,
@@ -244,6 +249,7 @@ impl<D: Device> Stack<D> {
             },
             events: EventQueue::with_capacity(slots_max),
             slots: Vec::with_capacity(slots_max),
+            slots_max,
             generations: Vec::with_capacity(slots_max),
             free: Vec::new(),
             live: Vec::with_capacity(config.max_connections),
@@ -383,7 +389,7 @@ impl<D: Device> Stack<D> {
     fn new_slot(&mut self, role: Role, now: Instant) -> Option<u32> {
         let index = match self.free.pop() {
             Some(index) => index,
-            None if self.slots.len() < self.slots.capacity() => {
+            None if self.slots.len() < self.slots_max => {
                 self.slots.push(None);
                 self.generations.push(0);
                 (self.slots.len() - 1) as u32
