@@ -697,7 +697,7 @@ pub fn core_rows(report: &Report, report_gbits: bool) -> Vec<String> {
         } else {
             format!(
                 "{:.2} MB/s",
-                share.octets as f64 / share.seconds.max(1e-9) / 1e6
+                share.octets as f64 / share.seconds.max(1e-9) / crate::report::MB
             )
         };
         // TCP frames that reached this core's queues but belonged to

@@ -1350,7 +1350,11 @@ fn write_files(args: &Args, plan: &Plan, reports: &[Report]) -> Result<(), Strin
             let hgrm = base.with_extension("hgrm");
             std::fs::write(&hgrm, report::hgrm(&r.measured.latency))
                 .map_err(|e| format!("{}: {e}", hgrm.display()))?;
-            report::write_interval_log(&base.with_extension("hlog"), &r.measured.intervals)?;
+            report::write_interval_log(
+                &base.with_extension("hlog"),
+                &r.measured.intervals,
+                r.measured.elapsed,
+            )?;
         }
         // One plot per size, every transport on it.
         let mut sizes: Vec<usize> = reports.iter().map(|r| r.size).collect();

@@ -839,12 +839,14 @@ fn the_histogram_files_read_back() {
     let dir = std::env::temp_dir().join(format!("dpwarp-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("x.hlog");
-    report::write_interval_log(&path, &r.measured.intervals).unwrap();
+    report::write_interval_log(&path, &r.measured.intervals, r.measured.elapsed).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let mut total = 0;
+    let mut logged = std::time::Duration::ZERO;
     let mut deserializer = hdrhistogram::serialization::Deserializer::new();
     for entry in hdrhistogram::serialization::interval_log::IntervalLogIterator::new(&bytes) {
         if let Ok(hdrhistogram::serialization::interval_log::LogEntry::Interval(i)) = entry {
+            logged += i.duration();
             let decoded = base64_decode(i.encoded_histogram());
             let hist: hdrhistogram::Histogram<u64> =
                 deserializer.deserialize(&mut &decoded[..]).unwrap();
@@ -852,6 +854,14 @@ fn the_histogram_files_read_back() {
         }
     }
     assert_eq!(total, h.len(), "every sample is in the interval log");
+    // The intervals' lengths are the run's (each said 1 s before; found by
+    // a review), to the log's millisecond.
+    let run = r.measured.elapsed.as_secs_f64();
+    assert!(
+        (logged.as_secs_f64() - run).abs() < 0.002 * r.measured.intervals.len() as f64,
+        "the intervals add to {logged:?}, the run took {:?}",
+        r.measured.elapsed
+    );
     // The plot is SVG with one line per series.
     let svg = report::svg("t", &[("embedded", h)]);
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
