@@ -46,7 +46,24 @@ need_rust() {
 # does not reach, and a SIGTERM to the script would run its EXIT trap while
 # CMD ran on; so CMD runs in the background, and a SIGINT or SIGTERM to the
 # script stops it (SIGTERM, SIGKILL 30 s later) before the script exits
-# (130 or 143) and its EXIT trap runs.
+# (130 or 143) and its EXIT trap runs. CMD runs in a session of its own
+# (setsid: its id is timeout's PID), and whatever is left in that session
+# when CMD ends is ended too: a `timeout` inside CMD makes a process group
+# of its own, which timeout's signal to its group does not reach (found by
+# a review: such commands, apt-get and fuzzers among them, ran on after
+# CI's EXIT trap had cleaned up). A process that starts a session of its
+# own (a QEMU guest, a nested `bounded`) is its starter's to stop.
+bounded_end_session() { # bounded_end_session SID
+    command -v pgrep >/dev/null 2>&1 || return 0
+    pgrep -s "$1" >/dev/null 2>&1 || return 0
+    pkill -TERM -s "$1" 2>/dev/null || true
+    local i
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+        pgrep -s "$1" >/dev/null 2>&1 || return 0
+        sleep 0.5
+    done
+    pkill -KILL -s "$1" 2>/dev/null || true
+}
 bounded_pid=
 bounded_sig=0
 bounded() {
@@ -55,7 +72,10 @@ bounded() {
     bounded_sig=0
     trap 'bounded_sig=130; kill -TERM "$bounded_pid" 2>/dev/null || true' INT
     trap 'bounded_sig=143; kill -TERM "$bounded_pid" 2>/dev/null || true' TERM
-    timeout -k 30 "$secs" "$@" <&0 &
+    # A background job of a script is no process group leader, so setsid
+    # makes the session without forking: $! is timeout's PID and the
+    # session's id.
+    setsid timeout -k 30 "$secs" "$@" <&0 &
     bounded_pid=$!
     while :; do
         rc=0
@@ -63,6 +83,7 @@ bounded() {
         # A caught signal ends wait early (128+N): wait on until CMD is gone.
         [ "$rc" -gt 128 ] && kill -0 "$bounded_pid" 2>/dev/null || break
     done
+    bounded_end_session "$bounded_pid"
     bounded_pid=
     if [ "$bounded_sig" != 0 ]; then
         # Another signal must not cut the EXIT trap short: caught, dropped

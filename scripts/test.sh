@@ -6,6 +6,11 @@ need_rust
 need_dpdk
 need_apt ip iproute2   # the TAP tests build network namespaces
 need_apt ethtool ethtool   # the AF_PACKET tests: Linux completes its checksums on a veth
+# dpwarp-pcap's and the SCTP core's captures are compared with tshark's
+# reading; required here, so that a missing tshark fails them instead of
+# skipping the comparison (found by a review).
+need_apt tshark tshark
+export DPWARP_REQUIRE_TSHARK=1
 scripts/check-deps.sh
 cargo test --workspace --locked --all-targets
 cargo test --workspace --locked --doc

@@ -416,11 +416,22 @@ fn check_segments(net: &Net, lines: &[Value]) {
 /// dpwarp-pcap prints them) and PPIDs per frame equal dpwarp-pcap's.
 /// Skipped, saying so, without tshark.
 fn compare_with_tshark(pcap: &[u8], lines: &[Value]) {
+    // scripts/test.sh requires it (DPWARP_REQUIRE_TSHARK): there a missing
+    // tshark fails the test rather than skipping the comparison.
+    let required = std::env::var_os("DPWARP_REQUIRE_TSHARK").is_some();
     let Ok(version) = Command::new("tshark").arg("--version").output() else {
+        assert!(
+            !required,
+            "tshark is not installed (DPWARP_REQUIRE_TSHARK is set)"
+        );
         println!("tshark comparison skipped: tshark is not installed");
         return;
     };
     if !version.status.success() {
+        assert!(
+            !required,
+            "tshark --version failed (DPWARP_REQUIRE_TSHARK is set)"
+        );
         println!("tshark comparison skipped: tshark --version failed");
         return;
     }

@@ -724,11 +724,22 @@ fn mutated_sctp_captures_never_panic() {
 /// a message) when tshark is not installed.
 #[test]
 fn tshark_sees_the_same_chunks() {
+    // scripts/test.sh requires it (DPWARP_REQUIRE_TSHARK): there a missing
+    // tshark fails the test rather than skipping the comparison.
+    let required = std::env::var_os("DPWARP_REQUIRE_TSHARK").is_some();
     let Ok(version) = Command::new("tshark").arg("--version").output() else {
+        assert!(
+            !required,
+            "tshark is not installed (DPWARP_REQUIRE_TSHARK is set)"
+        );
         println!("skipped: tshark is not installed");
         return;
     };
     if !version.status.success() {
+        assert!(
+            !required,
+            "tshark --version failed (DPWARP_REQUIRE_TSHARK is set)"
+        );
         println!("skipped: tshark --version failed");
         return;
     }
