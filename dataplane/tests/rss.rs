@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use dataplane::dpdk::{Eal, EalConfig, Pool, Port, PortConfig, Rss};
+use dataplane::dpdk::{Eal, EalConfig, Mbuf, Pool, Port, PortConfig, Rss};
 use tcp_lite::rss::{Reta, SYMMETRIC_KEY};
 
 fn started(eal: Eal, name: &str, queues: u16, key: Option<[u8; 40]>) -> Port {
@@ -67,4 +67,35 @@ fn a_port_with_rss_hashes_by_our_key_into_our_table() {
     // One queue: nothing to spread.
     let single = started(eal, "net_null2", 1, Some(SYMMETRIC_KEY));
     assert_eq!(single.rss(), &Rss::Off);
+}
+
+/// A received frame's octets never reach past its mbuf's buffer, whatever
+/// length the driver wrote: `net_null` with `size=1024` fills 64-octet
+/// buffers with 1,024-octet frames, and `Mbuf::data` handed out slices
+/// over the next mbufs of the pool (found by a review).
+#[test]
+fn a_frame_the_driver_made_longer_than_its_buffer_stays_in_its_buffer() {
+    let eal = Eal::init(&EalConfig::no_huge(512)).unwrap();
+    let pool = Pool::new(eal, 512, 0, 64).unwrap();
+    let mut port = Port::vdev(eal, "net_null7", "size=1024").unwrap();
+    let mut config = PortConfig::new(50);
+    config.rx_descriptors = 64;
+    config.tx_descriptors = 64;
+    port.start(&config, &[pool]).unwrap();
+    let mut q = port.queue(0).unwrap();
+    let mut out: [Option<Mbuf>; 4] = Default::default();
+    let n = q.rx_burst(&mut out);
+    assert!(n > 0, "net_null always has a frame");
+    for m in out[..n].iter_mut().map(|m| m.as_mut().unwrap()) {
+        assert_eq!(m.pkt_len(), 1024, "the driver's length");
+        let room = m.room();
+        assert!(room <= 64, "{room}");
+        assert!(
+            m.data().len() <= room,
+            "{} octets in {room}",
+            m.data().len()
+        );
+        let len = m.data_mut().len();
+        assert!(len <= room);
+    }
 }

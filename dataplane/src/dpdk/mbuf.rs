@@ -184,26 +184,29 @@ impl Mbuf {
     /// The first segment's octets (the whole frame when it is one segment).
     pub fn data(&self) -> &[u8] {
         let m = self.raw();
-        // SAFETY: data_off + data_len lies inside the buffer DPDK gave the
+        let (off, len) = Self::within(m);
+        // SAFETY: `within` keeps off + len inside the buffer DPDK gave the
         // mbuf (buf_len octets at buf_addr); we own it.
-        unsafe {
-            std::slice::from_raw_parts(
-                m.buf_addr.cast::<u8>().add(usize::from(m.data_off)),
-                usize::from(m.data_len),
-            )
-        }
+        unsafe { std::slice::from_raw_parts(m.buf_addr.cast::<u8>().add(off), len) }
     }
 
     /// The first segment's octets, writable.
     pub fn data_mut(&mut self) -> &mut [u8] {
         let m = self.raw_mut();
+        let (off, len) = Self::within(m);
         // SAFETY: as in `data`, and the access is exclusive.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                m.buf_addr.cast::<u8>().add(usize::from(m.data_off)),
-                usize::from(m.data_len),
-            )
-        }
+        unsafe { std::slice::from_raw_parts_mut(m.buf_addr.cast::<u8>().add(off), len) }
+    }
+
+    /// The first segment's data offset and length, the length cut to the
+    /// buffer: a driver sets `data_len`, and one may set it past the buffer
+    /// (found by a review: `net_null` with `size=1024` into 64-octet
+    /// buffers gave slices over the next mbufs of the pool, their headers
+    /// too). The offset is at most the buffer's length.
+    fn within(m: &sys::rte_mbuf) -> (usize, usize) {
+        let buf_len = usize::from(m.buf_len);
+        let off = usize::from(m.data_off).min(buf_len);
+        (off, usize::from(m.data_len).min(buf_len - off))
     }
 
     /// The frame's length over all segments.
@@ -219,7 +222,7 @@ impl Mbuf {
     /// Octets this (single-segment) mbuf can hold from its data offset.
     pub fn room(&self) -> usize {
         let m = self.raw();
-        usize::from(m.buf_len) - usize::from(m.data_off)
+        usize::from(m.buf_len).saturating_sub(usize::from(m.data_off))
     }
 
     /// Makes the frame `len` octets long (one segment) and returns it to
