@@ -439,16 +439,7 @@ fn roles_follow_perftest() {
 }
 
 fn config(memory: usize) -> RigConfig {
-    RigConfig {
-        crc: true,
-        markers: false,
-        mtu: 9000,
-        memory,
-        port: 7000,
-        sw_checksums: true,
-        loss: 0.0,
-        direct_receive: true,
-    }
+    common::rig_config(memory)
 }
 
 fn spec(op: Op, mode: Mode, size: usize, qps: usize) -> Spec {

@@ -5,22 +5,12 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use bench::report::{self, Report};
-use bench::rig::{self, RigConfig};
+use bench::rig;
 use bench::spec::{memory_for, Measured, Mode, Op, Spec, Stop};
 use bench::workload;
 
-fn config(memory: usize) -> RigConfig {
-    RigConfig {
-        crc: true,
-        markers: false,
-        mtu: 9000,
-        memory,
-        port: 7000,
-        sw_checksums: true,
-        loss: 0.0,
-        direct_receive: true,
-    }
-}
+mod common;
+use common::rig_config as config;
 
 fn spec(mode: Mode, stop: Stop) -> Spec {
     Spec {

@@ -73,3 +73,18 @@ pub(crate) fn assert_refused(bench: &str, args: &[&str], says: &[&str]) {
         );
     }
 }
+
+/// An embedded rig's configuration with `memory` octets registered: CRC on,
+/// markers off, MTU 9000, listening on port 7000.
+pub(crate) fn rig_config(memory: usize) -> bench::rig::RigConfig {
+    bench::rig::RigConfig {
+        crc: true,
+        markers: false,
+        mtu: 9000,
+        memory,
+        port: 7000,
+        sw_checksums: true,
+        loss: 0.0,
+        direct_receive: true,
+    }
+}
