@@ -868,7 +868,10 @@ impl<D: Device> Transport for Stack<D> {
         if port == 0 {
             return Err(ListenError::Unaddressable);
         }
-        if self.listeners.iter().any(|l| l.port == port) {
+        // A port an active open holds is in use too, as bind(2) says
+        // EADDRINUSE for it: a listener there would share the port with a
+        // connection it did not accept (found by a review).
+        if self.listeners.iter().any(|l| l.port == port) || self.port_used(port) {
             return Err(ListenError::PortInUse);
         }
         if self.listeners.len() >= LISTENERS_MAX {

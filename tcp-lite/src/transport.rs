@@ -253,7 +253,7 @@ macro_rules! errors {
 errors! {
     /// Why [`Transport::listen`] failed.
     ListenError {
-        PortInUse => "the port already has a listener",
+        PortInUse => "the port is in use: it has a listener, or a connection of ours took it",
         Unaddressable => "port 0 cannot be listened on",
         Io => "the operating system refused the listening socket",
         Denied => "the operating system refused the listening socket: permission denied (EACCES: \

@@ -181,3 +181,25 @@ fn unlisten_resets_its_half_open_handshakes() {
         net.a_events
     );
 }
+
+/// A port an active open holds cannot be listened on, as bind(2) refuses
+/// it with EADDRINUSE; it can once the connection has let it go. Before,
+/// the listener took it and shared the port with a connection it had not
+/// accepted.
+#[test]
+fn a_port_a_connection_holds_is_not_listened_on() {
+    let mut net = Net::new(LinkConfig::ethernet(1500), 5, |_| {});
+    let (a_conn, _) = net.connect(4000);
+    let (local, _) = net.a.endpoints(a_conn).unwrap();
+    assert_eq!(
+        net.a.listen(local.port()),
+        Err(tcp_lite::ListenError::PortInUse)
+    );
+    net.a.abort(a_conn).unwrap();
+    net.a.release(a_conn);
+    for _ in 0..50 {
+        net.step(Duration::from_millis(10));
+    }
+    assert_eq!(net.a.connections(), 0, "the connection is gone");
+    assert!(net.a.listen(local.port()).is_ok());
+}

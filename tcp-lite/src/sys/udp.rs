@@ -76,6 +76,10 @@ pub fn route_to(to: SocketAddrV4) -> std::io::Result<(SocketAddrV4, usize)> {
     Ok((local, usize::try_from(mtu).unwrap_or(0)))
 }
 
+/// How many errors in a row one `udp_recv_with` passes over before it
+/// reports nothing received.
+const RECV_ERRORS_SKIPPED_MAX: usize = 4;
+
 impl Datagrams for KernelUdp {
     fn udp_bind(&mut self, port: u16) -> Result<UdpId, ListenError> {
         let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))
@@ -137,11 +141,20 @@ impl Datagrams for KernelUdp {
         take: impl FnOnce(&[u8], SocketAddrV4) -> R,
     ) -> Option<R> {
         let sock = self.sockets.get(socket.0 as usize)?;
-        // Errors (ICMP port unreachable reported on the socket, say) read
-        // as nothing received; the next call tries again.
-        match sock.recv_from(&mut self.scratch) {
-            Ok((n, SocketAddr::V4(from))) => Some(take(&self.scratch[..n], from)),
-            _ => None,
+        // A pending error (an ICMP error queued on the socket; Linux queues
+        // them on an unconnected socket only with IP_RECVERR, which we do
+        // not set, so this is defence) is consumed by the call that reports
+        // it, and datagrams may wait behind it: try again rather than read
+        // it as "nothing received", which ends the caller's drain. Bounded,
+        // so a socket that fails every time cannot hold the caller.
+        for _ in 0..RECV_ERRORS_SKIPPED_MAX {
+            match sock.recv_from(&mut self.scratch) {
+                Ok((n, SocketAddr::V4(from))) => return Some(take(&self.scratch[..n], from)),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return None,
+                // An IPv6 source cannot reach an IPv4 socket; skip it.
+                Ok(_) | Err(_) => continue,
+            }
         }
+        None
     }
 }
