@@ -176,7 +176,12 @@ pub enum SendOp {
     FastRegister(FastRegistration),
 }
 
-/// The window a fast registration binds.
+/// The window a fast registration binds. A window [`Registry::reg_mr`]
+/// would refuse (outside the region, wrapping Tagged Offsets, remote
+/// atomic access with `base_to` and `offset` apart modulo 8) is not bound:
+/// its work request completes with [`WcStatus::LocalProtection`].
+///
+/// [`WcStatus::LocalProtection`]: crate::cq::WcStatus::LocalProtection
 #[derive(Debug, Clone)]
 pub struct FastRegistration {
     /// The STag from [`Rnic::alloc_fast_reg_stag`].
@@ -466,7 +471,11 @@ impl Registry {
     }
 
     /// Registers `len` octets of `region` from `offset`, addressed by Tagged
-    /// Offsets from `base_to`.
+    /// Offsets from `base_to`. [`VerbError::Invalid`] for a window outside
+    /// the region, whose Tagged Offsets wrap, or that allows
+    /// [`Access::REMOTE_ATOMIC`] while `base_to` and `offset` differ
+    /// modulo 8 (an 8-aligned Tagged Offset, which RFC 7306 atomics need,
+    /// would name a misaligned word).
     pub fn reg_mr(
         &self,
         pd: Pd,
@@ -477,20 +486,19 @@ impl Registry {
         access: Access,
     ) -> Result<Mr, VerbError> {
         self.check_pd(pd)?;
-        if offset.checked_add(len).is_none_or(|end| end > region.len())
-            || base_to.checked_add(len as u64).is_none()
-        {
-            return Err(VerbError::Invalid);
-        }
-        self.hold_pd(pd)?;
-        let stag = self.stags.register(Registration {
+        let registration = Registration {
             pd,
             region,
             offset,
             len,
             base_to,
             access,
-        });
+        };
+        if !registration.is_valid() {
+            return Err(VerbError::Invalid);
+        }
+        self.hold_pd(pd)?;
+        let stag = self.stags.register(registration);
         let Some(stag) = stag else {
             self.release_pd(pd);
             return Err(VerbError::Full);

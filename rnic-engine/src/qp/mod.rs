@@ -1136,9 +1136,12 @@ impl Inner {
         let sgl = SgList::new(wr.sgl)?;
         let sink_ok = match wr.op {
             SendOp::Read(_) => sgl.len == 1,
-            // RFC 7306: the target is a naturally aligned 8-octet
-            // word; a misaligned one could only end in the peer's
-            // Terminate and the connection with it (found by a review).
+            // RFC 7306 (draft-ietf-storm-rdmap-ext-00 §5.1.1-§5.1.3):
+            // the target is a naturally aligned 8-octet word, and on the
+            // wire its address is the Remote Tagged Offset, which the
+            // responder checks; a misaligned one could only end in the
+            // peer's Terminate and the connection with it (found by a
+            // review).
             SendOp::FetchAdd { remote, .. }
             | SendOp::CmpSwap { remote, .. }
             | SendOp::Swap { remote, .. } => {

@@ -721,10 +721,25 @@ impl Inner {
                 8,
             )
             .map_err(TermCause::protection)?;
+        // RFC 7306 (draft-ietf-storm-rdmap-ext-00 §5.1.1-§5.1.3): the
+        // operation acts on a 64-bit value "at a naturally aligned buffer
+        // address", and the address on the wire is the Remote Tagged
+        // Offset: the TO is checked, as the requester checks it when the
+        // work request is posted. The draft gives a misaligned target no
+        // Terminate code (it says only that the result "is unknown"), and
+        // none is in the registry this engine encodes (`wire::term`, RFC
+        // 6580's), so: remote operation error, unspecified (0/2/0xFF), the
+        // code an RDMAP responder has for a request it cannot carry out.
+        let misaligned = || TermCause::Operation(OperationError::Unspecified);
+        if !request.remote_to.is_multiple_of(8) {
+            return Err(misaligned());
+        }
+        // The word the TO maps to is then aligned too: a registration that
+        // allows remote atomics maps aligned TOs to aligned words
+        // (`Registration::is_valid`). Checked all the same, so that a
+        // broken invariant refuses the request instead of splitting it.
         if lease.region().word(lease.offset).is_err() {
-            // draft-ietf-storm-rdmap-ext-00 §5.1: "naturally aligned"; an unaligned target has
-            // no registered code, so: unspecified.
-            return Err(TermCause::Operation(OperationError::Unspecified));
+            return Err(misaligned());
         }
         let msn = self.rx_msn[1];
         self.rx_msn[1] = msn.wrapping_add(1);
