@@ -26,6 +26,11 @@ pub enum WcStatus {
     RemoteOperation,
     /// The invalidation a Send with Invalidate asked for failed.
     RemoteInvalidate,
+    /// The peer's response does not match the request: a Read Response
+    /// longer or shorter than the Read asked for (RFC 5040 §5.2.2), or
+    /// aimed at another STag or TO (ibverbs' `IBV_WC_BAD_RESP_ERR`; Linux
+    /// siw reports these as a general error).
+    BadResponse,
 }
 
 /// What completed (ibverbs' `ibv_wc_opcode`).

@@ -27,11 +27,13 @@ pub struct RnicConfig {
     /// STags (memory registrations, fast-registration STags); at most
     /// [`STAGS_MAX`](crate::mem::STAGS_MAX) - 2, a larger number is cut to it.
     pub stags_max: usize,
-    /// Completion queues.
+    /// Completion queues; at most [`CQS_MAX`], a larger number is cut to
+    /// it.
     pub cqs_max: usize,
     /// Queue pairs.
     pub qps_max: usize,
-    /// Shared receive queues.
+    /// Shared receive queues; at most [`SRQS_MAX`], a larger number is cut
+    /// to it.
     pub srqs_max: usize,
     /// Seed of the STag keys: give it entropy (the data plane seeds it from
     /// the OS) so that a peer cannot predict STags.
@@ -83,13 +85,61 @@ impl QpHandle {
     }
 }
 
-/// A completion queue handle.
+/// The bits of a [`CqHandle`] or [`SrqHandle`] that name its slot; the 16
+/// above count the CQs (SRQs) the slot held before it.
+const SLOT_BITS: u32 = 16;
+
+/// The most completion queues an RNIC has (the slots a [`CqHandle`] can
+/// name).
+pub const CQS_MAX: usize = 1 << SLOT_BITS;
+
+/// The most shared receive queues an RNIC has (the slots an [`SrqHandle`]
+/// can name).
+pub const SRQS_MAX: usize = 1 << SLOT_BITS;
+
+/// A completion queue handle: the CQ's slot in its RNIC
+/// ([`CqHandle::index`]) in the low 16 bits, how many CQs the slot held
+/// before it (wrapping) in the 16 above. A handle kept past
+/// [`Rnic::destroy_cq`] names nothing ([`VerbError::UnknownHandle`]),
+/// even once its slot holds another CQ (until the slot has held 65,536
+/// more). The first CQ of each slot has the handle its index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CqHandle(pub u32);
 
-/// A shared receive queue handle.
+impl CqHandle {
+    /// The slot it names in its RNIC: below [`RnicConfig::cqs_max`], and
+    /// unique among the RNIC's live CQs.
+    pub fn index(self) -> usize {
+        (self.0 & ((1 << SLOT_BITS) - 1)) as usize
+    }
+
+    fn generation(self) -> u16 {
+        (self.0 >> SLOT_BITS) as u16
+    }
+}
+
+/// A shared receive queue handle, made as a [`CqHandle`] is: a handle kept
+/// past [`Rnic::destroy_srq`] names nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SrqHandle(pub u32);
+
+impl SrqHandle {
+    /// The slot it names in its RNIC: below [`RnicConfig::srqs_max`], and
+    /// unique among the RNIC's live SRQs.
+    pub fn index(self) -> usize {
+        (self.0 & ((1 << SLOT_BITS) - 1)) as usize
+    }
+
+    fn generation(self) -> u16 {
+        (self.0 >> SLOT_BITS) as u16
+    }
+}
+
+/// The handle of slot `index` holding its `generation`th occupant.
+fn slot_handle(index: usize, generation: u16) -> u32 {
+    debug_assert!(index < 1 << SLOT_BITS, "tables are cut to fit");
+    u32::from(generation) << SLOT_BITS | index as u32
+}
 
 /// A memory registration: `lkey` and `rkey` are both its STag, as on
 /// iWARP RNICs.
@@ -176,7 +226,12 @@ pub enum SendOp {
     FastRegister(FastRegistration),
 }
 
-/// The window a fast registration binds.
+/// The window a fast registration binds. A window [`Registry::reg_mr`]
+/// would refuse (outside the region, wrapping Tagged Offsets, remote
+/// atomic access with `base_to` and `offset` apart modulo 8) is not bound:
+/// its work request completes with [`WcStatus::LocalProtection`].
+///
+/// [`WcStatus::LocalProtection`]: crate::cq::WcStatus::LocalProtection
 #[derive(Debug, Clone)]
 pub struct FastRegistration {
     /// The STag from [`Rnic::alloc_fast_reg_stag`].
@@ -283,7 +338,9 @@ pub enum VerbError {
     Invalid,
     /// The STag is invalid or in use.
     Stag,
-    /// The protection domain still has registrations, STags, QPs or SRQs.
+    /// Still in use (ibverbs' `EBUSY`): a protection domain that still has
+    /// registrations, STags, QPs or SRQs; a completion queue a QP completes
+    /// to; a shared receive queue a QP receives from.
     InUse,
 }
 
@@ -296,7 +353,10 @@ impl core::fmt::Display for VerbError {
             VerbError::State => "not allowed in the queue pair's state",
             VerbError::Invalid => "invalid argument for the operation",
             VerbError::Stag => "invalid or busy STag",
-            VerbError::InUse => "the protection domain is still in use",
+            VerbError::InUse => {
+                "still in use (by a queue pair; a protection domain also by a registration, \
+                 an STag or an SRQ)"
+            }
         })
     }
 }
@@ -466,7 +526,11 @@ impl Registry {
     }
 
     /// Registers `len` octets of `region` from `offset`, addressed by Tagged
-    /// Offsets from `base_to`.
+    /// Offsets from `base_to`. [`VerbError::Invalid`] for a window outside
+    /// the region, whose Tagged Offsets wrap, or that allows
+    /// [`Access::REMOTE_ATOMIC`] while `base_to` and `offset` differ
+    /// modulo 8 (an 8-aligned Tagged Offset, which RFC 7306 atomics need,
+    /// would name a misaligned word).
     pub fn reg_mr(
         &self,
         pd: Pd,
@@ -477,20 +541,19 @@ impl Registry {
         access: Access,
     ) -> Result<Mr, VerbError> {
         self.check_pd(pd)?;
-        if offset.checked_add(len).is_none_or(|end| end > region.len())
-            || base_to.checked_add(len as u64).is_none()
-        {
-            return Err(VerbError::Invalid);
-        }
-        self.hold_pd(pd)?;
-        let stag = self.stags.register(Registration {
+        let registration = Registration {
             pd,
             region,
             offset,
             len,
             base_to,
             access,
-        });
+        };
+        if !registration.is_valid() {
+            return Err(VerbError::Invalid);
+        }
+        self.hold_pd(pd)?;
+        let stag = self.stags.register(registration);
         let Some(stag) = stag else {
             self.release_pd(pd);
             return Err(VerbError::Full);
@@ -537,6 +600,8 @@ pub struct Rnic {
     config: RnicConfig,
     registry: Arc<Registry>,
     cqs: Vec<Option<Cq>>,
+    /// CQs each slot has held (its next CQ's generation, wrapping).
+    cq_generations: Vec<u16>,
     qps: Vec<Option<Qp>>,
     /// QPs each slot has held (its next QP's generation, wrapping).
     qp_generations: Vec<u16>,
@@ -546,6 +611,8 @@ pub struct Rnic {
     /// after the last it handed out.
     next_qp: usize,
     srqs: Vec<Option<Srq>>,
+    /// SRQs each slot has held (its next SRQ's generation, wrapping).
+    srq_generations: Vec<u16>,
     /// QPs given work from outside the data path since the last
     /// [`Rnic::take_doorbells`], each once (`rung` by QP index).
     doorbells: Vec<QpHandle>,
@@ -558,10 +625,12 @@ pub struct Rnic {
     reorder_budget: Option<Arc<ReorderBudget>>,
 }
 
-fn take_slot<T>(slots: &mut [Option<T>], value: T) -> Option<u32> {
+/// Puts `value` in the first free slot; returns its handle (the slot and
+/// its generation).
+fn take_slot<T>(slots: &mut [Option<T>], generations: &[u16], value: T) -> Option<u32> {
     let index = slots.iter().position(Option::is_none)?;
     slots[index] = Some(value);
-    Some(index as u32)
+    Some(slot_handle(index, generations[index]))
 }
 
 impl Drop for Rnic {
@@ -592,15 +661,19 @@ impl Rnic {
                 .rnics
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         ) << 48;
+        let cqs_max = config.cqs_max.min(CQS_MAX);
+        let srqs_max = config.srqs_max.min(SRQS_MAX);
         Rnic {
             config,
             registry,
-            cqs: (0..config.cqs_max).map(|_| None).collect(),
+            cqs: (0..cqs_max).map(|_| None).collect(),
+            cq_generations: vec![0; cqs_max],
             qps: (0..config.qps_max).map(|_| None).collect(),
             qp_generations: vec![0; config.qps_max],
             qp_tag,
             next_qp: 0,
-            srqs: (0..config.srqs_max).map(|_| None).collect(),
+            srqs: (0..srqs_max).map(|_| None).collect(),
+            srq_generations: vec![0; srqs_max],
             doorbells: Vec::with_capacity(config.qps_max),
             rung: vec![false; config.qps_max],
             now_us: 0,
@@ -714,17 +787,35 @@ impl Rnic {
         if capacity > CQ_ENTRIES_MAX {
             return Err(VerbError::Invalid);
         }
-        take_slot(&mut self.cqs, Cq::new(capacity))
+        take_slot(&mut self.cqs, &self.cq_generations, Cq::new(capacity))
             .map(CqHandle)
             .ok_or(VerbError::Full)
     }
 
     /// A completion queue, to poll or arm.
     pub fn cq(&mut self, cq: CqHandle) -> Result<&mut Cq, VerbError> {
-        self.cqs
-            .get_mut(cq.0 as usize)
-            .and_then(Option::as_mut)
-            .ok_or(VerbError::UnknownHandle)
+        let index = cq.index();
+        if self.cq_generations.get(index) != Some(&cq.generation()) {
+            return Err(VerbError::UnknownHandle);
+        }
+        self.cqs[index].as_mut().ok_or(VerbError::UnknownHandle)
+    }
+
+    /// Destroys a completion queue (ibverbs' `ibv_destroy_cq`): refused
+    /// with [`VerbError::InUse`] while a QP of this RNIC completes to it
+    /// (as its send or receive CQ; `ibv_destroy_cq` fails with `EBUSY`),
+    /// since that QP's completions would have nowhere to go. Completions
+    /// still in it are dropped with it. Its slot is free for the next
+    /// [`Rnic::create_cq`], and its handle names nothing from now on.
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), VerbError> {
+        self.cq(cq)?;
+        if self.qps.iter().flatten().any(|qp| qp.uses_cq(cq)) {
+            return Err(VerbError::InUse);
+        }
+        let index = cq.index();
+        self.cqs[index] = None;
+        self.cq_generations[index] = self.cq_generations[index].wrapping_add(1);
+        Ok(())
     }
 
     /// Moves completions into `out` (ibverbs' `poll_cq`).
@@ -753,19 +844,43 @@ impl Rnic {
             ring: std::collections::VecDeque::with_capacity(capacity),
             capacity,
         };
-        take_slot(&mut self.srqs, srq)
+        take_slot(&mut self.srqs, &self.srq_generations, srq)
             .map(SrqHandle)
             .ok_or(VerbError::Full)
+    }
+
+    /// The SRQ `srq` names, if it is live.
+    fn srq_mut(&mut self, srq: SrqHandle) -> Result<&mut Srq, VerbError> {
+        let index = srq.index();
+        if self.srq_generations.get(index) != Some(&srq.generation()) {
+            return Err(VerbError::UnknownHandle);
+        }
+        self.srqs[index].as_mut().ok_or(VerbError::UnknownHandle)
+    }
+
+    /// Destroys a shared receive queue (ibverbs' `ibv_destroy_srq`):
+    /// refused with [`VerbError::InUse`] while a QP of this RNIC receives
+    /// from it (`ibv_destroy_srq` fails with `EBUSY`). The receives still
+    /// posted to it go with it, without completions (they belong to no
+    /// QP). It leaves its protection domain, its slot is free for the
+    /// next [`Rnic::create_srq`], and its handle names nothing from now
+    /// on.
+    pub fn destroy_srq(&mut self, srq: SrqHandle) -> Result<(), VerbError> {
+        self.srq_mut(srq)?;
+        if self.qps.iter().flatten().any(|qp| qp.uses_srq(srq)) {
+            return Err(VerbError::InUse);
+        }
+        let index = srq.index();
+        let gone = self.srqs[index].take().expect("looked up");
+        self.srq_generations[index] = self.srq_generations[index].wrapping_add(1);
+        self.registry.release_pd(gone.pd);
+        Ok(())
     }
 
     /// Posts a receive to a shared receive queue.
     pub fn post_srq_recv(&mut self, srq: SrqHandle, wr: &RecvWr<'_>) -> Result<(), VerbError> {
         let wqe = crate::qp::RecvWqe::new(wr)?;
-        let srq = self
-            .srqs
-            .get_mut(srq.0 as usize)
-            .and_then(Option::as_mut)
-            .ok_or(VerbError::UnknownHandle)?;
+        let srq = self.srq_mut(srq)?;
         if srq.ring.len() == srq.capacity {
             return Err(VerbError::Full);
         }
@@ -784,11 +899,7 @@ impl Rnic {
             self.cq(cq)?;
         }
         if let Some(srq) = init.srq {
-            let srq = self
-                .srqs
-                .get(srq.0 as usize)
-                .and_then(Option::as_ref)
-                .ok_or(VerbError::UnknownHandle)?;
+            let srq = self.srq_mut(srq)?;
             if srq.pd != init.pd {
                 return Err(VerbError::Invalid);
             }

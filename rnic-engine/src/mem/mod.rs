@@ -189,6 +189,43 @@ pub(crate) struct Registration {
     pub(crate) access: Access,
 }
 
+impl Registration {
+    /// Whether the window may be registered (by `reg_mr` or a fast
+    /// registration): inside its region, with Tagged Offsets that do not
+    /// wrap, and, if it allows remote atomics, mapping every 8-aligned
+    /// Tagged Offset to an 8-aligned word of the region.
+    ///
+    /// RFC 7306 (draft-ietf-storm-rdmap-ext-00 §5.1.1-§5.1.3) has each
+    /// atomic act on a 64-bit value "at a naturally aligned buffer
+    /// address", and the address a peer names is the Remote Tagged Offset:
+    /// the wire rule is on the TO (the requester checks it at post time,
+    /// the responder on arrival). The atomic unit acts on one `AtomicU64`
+    /// of the region ([`Region::word`]), which is what keeps an atomic
+    /// whole against other QPs' atomics and the application's
+    /// (draft-ietf-storm-rdmap-ext-00 §5.3). A window whose `base_to` and
+    /// `offset` differ modulo 8 would put every aligned TO on a value
+    /// that straddles two words, where no single atomic instruction
+    /// reaches; doing it as two, or under a lock, would no longer be
+    /// atomic against those other accessors. So such a window is refused
+    /// remote atomic access here, the one place a TO and memory can part
+    /// (on hardware RNICs the TO is the virtual address, so they never
+    /// do), and for every window a remote atomic can reach an aligned TO
+    /// and an aligned word are the same thing. Without remote atomic
+    /// access any alignment is fine.
+    pub(crate) fn is_valid(&self) -> bool {
+        let fits = self
+            .offset
+            .checked_add(self.len)
+            .is_some_and(|end| end <= self.region.len())
+            && self.base_to.checked_add(self.len as u64).is_some();
+        let atomic_aligned = !self.access.contains(Access::REMOTE_ATOMIC)
+            || (self.offset as u64)
+                .wrapping_sub(self.base_to)
+                .is_multiple_of(8);
+        fits && atomic_aligned
+    }
+}
+
 /// What a live STag names.
 #[derive(Debug)]
 pub(crate) enum State {

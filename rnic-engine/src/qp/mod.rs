@@ -265,7 +265,9 @@ pub(crate) struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn complete(&mut self, cq: CqHandle, wc: Wc) {
-        if let Some(Some(cq)) = self.cqs.get_mut(cq.0 as usize) {
+        // A QP's CQs outlive it (`Rnic::destroy_cq` refuses a CQ a QP
+        // uses), so its handles name the CQs in their slots.
+        if let Some(Some(cq)) = self.cqs.get_mut(cq.index()) {
             // A full CQ loses the completion and marks itself overflowed.
             let _ = cq.push(wc);
         }
@@ -931,6 +933,16 @@ impl Qp {
         self.inner.handle
     }
 
+    /// Whether it completes work to `cq` (as its send or receive CQ).
+    pub(crate) fn uses_cq(&self, cq: CqHandle) -> bool {
+        self.inner.send_cq == cq || self.inner.recv_cq == cq
+    }
+
+    /// Whether it receives from `srq`.
+    pub(crate) fn uses_srq(&self, srq: SrqHandle) -> bool {
+        self.inner.srq == Some(srq)
+    }
+
     /// Joins `pd` instead (see `Rnic::move_qp_to_pd`): only while Idle,
     /// with nothing posted and no SRQ. The caller holds `pd` and releases
     /// the old one.
@@ -1136,9 +1148,12 @@ impl Inner {
         let sgl = SgList::new(wr.sgl)?;
         let sink_ok = match wr.op {
             SendOp::Read(_) => sgl.len == 1,
-            // RFC 7306: the target is a naturally aligned 8-octet
-            // word; a misaligned one could only end in the peer's
-            // Terminate and the connection with it (found by a review).
+            // RFC 7306 (draft-ietf-storm-rdmap-ext-00 §5.1.1-§5.1.3):
+            // the target is a naturally aligned 8-octet word, and on the
+            // wire its address is the Remote Tagged Offset, which the
+            // responder checks; a misaligned one could only end in the
+            // peer's Terminate and the connection with it (found by a
+            // review).
             SendOp::FetchAdd { remote, .. }
             | SendOp::CmpSwap { remote, .. }
             | SendOp::Swap { remote, .. } => {
@@ -1218,7 +1233,8 @@ impl Inner {
     /// The next posted receive: from the SRQ or the QP's own queue.
     fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<RecvWqe> {
         match self.srq {
-            Some(srq) => ctx.srqs.get_mut(srq.0 as usize)?.as_mut()?.ring.pop_front(),
+            // Its SRQ outlives it too (`Rnic::destroy_srq`).
+            Some(srq) => ctx.srqs.get_mut(srq.index())?.as_mut()?.ring.pop_front(),
             None => self.rq.pop_front(),
         }
     }

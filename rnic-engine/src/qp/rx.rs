@@ -400,56 +400,96 @@ impl Inner {
             self.orq.pop_front();
             return Ok(());
         }
-        let Some(Orq::Read {
+        let Some(&Orq::Read {
             seq,
             sink_stag,
             sink_to,
             len,
             placed,
             ..
-        }) = self.orq.front_mut()
+        }) = self.orq.front()
         else {
             return Err(operation(OperationError::Unspecified));
         };
-        if packet.stag() != *sink_stag {
-            return Err((TermCause::Tagged(TaggedError::InvalidStag), false));
-        }
-        let to = packet.tagged_offset();
-        let expected = sink_to.wrapping_add(*placed as u64);
-        if to != expected || *placed + payload.len() > *len {
-            return Err((TermCause::Tagged(TaggedError::BaseBounds), false));
+        // The response must be the one the Read at the head of the ORQ
+        // expects: to its sink STag, each segment at the TO where the last
+        // ended, and RFC 5040 §5.2.2's length, the Read Request's RDMARDSZ:
+        // no more (checked per segment) and no fewer (at the Last flag).
+        // DDP finds a segment outside the tagged buffer it expects, so
+        // these are RFC 5041 §7.2's tagged buffer errors: invalid STag for
+        // another STag, base or bounds violation for the rest. (RFC 5040
+        // has no code for a response of the wrong size; Linux siw's
+        // `siw_rresp_check_ntoh` sends the same codes for the same cases,
+        // so a siw peer reads ours as it reads its own.)
+        let end = placed + payload.len();
+        let mismatch = if packet.stag() != sink_stag {
+            Some(TaggedError::InvalidStag)
+        } else if packet.tagged_offset() != sink_to.wrapping_add(placed as u64)
+            || end > len
+            || (packet.last() && end != len)
+        {
+            Some(TaggedError::BaseBounds)
+        } else {
+            None
+        };
+        if let Some(error) = mismatch {
+            let cause = TermCause::Tagged(error);
+            return Err(self.read_failed(ctx, seq, WcStatus::BadResponse, cause));
         }
         if !payload.is_empty() {
             // The sink STag again for every segment, as a Write's (RFC 5040
             // §6.6: a Read Response is a tagged message to it): one
             // invalidated (a peer's Send with Invalidate names it, RFC
             // 5040 §6.10) or deregistered while the Read is outstanding
-            // takes no more octets, and the Read fails.
-            let (region, offset) = ctx
-                .stags
-                .lookup_cached(
-                    &mut self.rx_stag,
-                    *sink_stag,
-                    self.pd,
-                    Access::LOCAL_WRITE,
-                    to,
-                    payload.len(),
-                )
-                .map_err(|e| (TermCause::tagged(e), false))?;
-            // In bounds: checked against the registration.
-            let _ = region.write(offset, payload);
+            // takes no more octets, and the Read fails: with local
+            // protection, as siw's `siw_proc_rresp` fails it, since the
+            // fault is our own buffer's.
+            let placement = ctx.stags.lookup_cached(
+                &mut self.rx_stag,
+                sink_stag,
+                self.pd,
+                Access::LOCAL_WRITE,
+                packet.tagged_offset(),
+                payload.len(),
+            );
+            match placement {
+                // In bounds: checked against the registration.
+                Ok((region, offset)) => {
+                    let _ = region.write(offset, payload);
+                }
+                Err(error) => {
+                    let cause = TermCause::tagged(error);
+                    return Err(self.read_failed(ctx, seq, WcStatus::LocalProtection, cause));
+                }
+            }
         }
-        *placed += payload.len();
         if !packet.last() {
+            if let Some(Orq::Read { placed, .. }) = self.orq.front_mut() {
+                *placed = end;
+            }
             return Ok(());
         }
-        if *placed != *len {
-            return Err(operation(OperationError::Unspecified));
-        }
-        let (seq, len) = (*seq, *len as u32);
         self.orq.pop_front();
-        self.finish_wqe(ctx, seq, WcStatus::Success, len);
+        self.finish_wqe(ctx, seq, WcStatus::Success, len as u32);
         Ok(())
+    }
+
+    /// The Read at the head of the ORQ (`seq`) ends with `status` and
+    /// leaves the ORQ; its completion is reported now, in posting order,
+    /// and what was posted after it is flushed once the Terminate for
+    /// `cause` (which the caller returns) has gone out. Only the first
+    /// error of a stream counts (`fail`), and the Read is out of the ORQ,
+    /// so nothing later completes it again.
+    fn read_failed(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        seq: u64,
+        status: WcStatus,
+        cause: TermCause,
+    ) -> Failure {
+        self.orq.pop_front();
+        self.finish_wqe(ctx, seq, status, 0);
+        (cause, false)
     }
 
     /// Checks the MSN of a message on an untagged queue.
@@ -681,10 +721,25 @@ impl Inner {
                 8,
             )
             .map_err(TermCause::protection)?;
+        // RFC 7306 (draft-ietf-storm-rdmap-ext-00 §5.1.1-§5.1.3): the
+        // operation acts on a 64-bit value "at a naturally aligned buffer
+        // address", and the address on the wire is the Remote Tagged
+        // Offset: the TO is checked, as the requester checks it when the
+        // work request is posted. The draft gives a misaligned target no
+        // Terminate code (it says only that the result "is unknown"), and
+        // none is in the registry this engine encodes (`wire::term`, RFC
+        // 6580's), so: remote operation error, unspecified (0/2/0xFF), the
+        // code an RDMAP responder has for a request it cannot carry out.
+        let misaligned = || TermCause::Operation(OperationError::Unspecified);
+        if !request.remote_to.is_multiple_of(8) {
+            return Err(misaligned());
+        }
+        // The word the TO maps to is then aligned too: a registration that
+        // allows remote atomics maps aligned TOs to aligned words
+        // (`Registration::is_valid`). Checked all the same, so that a
+        // broken invariant refuses the request instead of splitting it.
         if lease.region().word(lease.offset).is_err() {
-            // draft-ietf-storm-rdmap-ext-00 §5.1: "naturally aligned"; an unaligned target has
-            // no registered code, so: unspecified.
-            return Err(TermCause::Operation(OperationError::Unspecified));
+            return Err(misaligned());
         }
         let msn = self.rx_msn[1];
         self.rx_msn[1] = msn.wrapping_add(1);

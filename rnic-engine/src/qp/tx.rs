@@ -422,14 +422,10 @@ impl Inner {
                         base_to: fr.base_to,
                         access: fr.access,
                     };
-                    // As `reg_mr` checks: inside the region, and Tagged
-                    // Offsets that do not wrap.
-                    let fits = fr
-                        .offset
-                        .checked_add(fr.len)
-                        .is_some_and(|end| end <= fr.region.len())
-                        && fr.base_to.checked_add(fr.len as u64).is_some();
-                    if fits {
+                    // As `reg_mr` checks: inside the region, Tagged
+                    // Offsets that do not wrap, and aligned TOs on
+                    // aligned words if it allows remote atomics.
+                    if registration.is_valid() {
                         self.status(ctx.stags.bind(fr.stag, registration))
                     } else {
                         WcStatus::LocalProtection
