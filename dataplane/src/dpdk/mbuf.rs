@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dpdk_sys as sys;
 
-use super::eal::{counted, errno, error_text, make, released, Eal, EalError};
+use super::eal::{counted, errno, error_text, make, pool_dropped, pool_made, Eal, EalError};
 
 /// Octets DPDK keeps free in front of every packet (`RTE_PKTMBUF_HEADROOM`).
 pub const HEADROOM: usize = sys::RTE_PKTMBUF_HEADROOM as usize;
@@ -66,6 +66,7 @@ impl Pool {
                 ))
             })?;
             counted();
+            pool_made(pool, mbufs, &name);
             Ok(Arc::new(Pool {
                 pool,
                 capacity: mbufs,
@@ -136,26 +137,12 @@ impl Pool {
 }
 
 impl Drop for Pool {
+    /// Hands the mempool over to EAL, which frees it once every mbuf is
+    /// provably home, at the latest at [`Eal::cleanup`]: mbufs hold no
+    /// handle of their pool, and one may still be out, or being freed on
+    /// another thread (see `eal::pool_dropped` for why a count cannot tell).
     fn drop(&mut self) {
-        let free = self.available();
-        if free < self.capacity {
-            // An mbuf still out (a bug: every Mbuf owner frees it, ports
-            // release theirs when closed) would point into freed memory:
-            // keep the memory instead, still counted live, so EAL is not
-            // cleaned up under that mbuf either.
-            eprintln!(
-                "dataplane: pool {} dropped with {} of {} mbufs in use: its memory is kept \
-                 (and EAL cannot be cleaned up)",
-                self.name,
-                self.capacity - free,
-                self.capacity
-            );
-            return;
-        }
-        // SAFETY: every mbuf is back in the pool, and the pool is not
-        // referenced elsewhere (ports and devices hold an Arc of it).
-        unsafe { sys::rte_mempool_free(self.pool.as_ptr()) };
-        released();
+        pool_dropped(self.pool);
     }
 }
 
