@@ -241,7 +241,34 @@ impl Mbuf {
     /// frame (`RTE_MBUF_F_TX_IPV4 | IP_CKSUM | TCP_CKSUM`, with the header
     /// lengths the port needs). The TCP checksum field must hold the
     /// pseudo-header sum, as DPDK specifies.
-    pub fn request_tcp_checksum_offload(&mut self, l2_len: u8, l3_len: u16) {
+    ///
+    /// Refused, with nothing set, unless `l3_len` is an IPv4 header's length
+    /// (20 to 60 octets; RFC 791 §3.1, IHL, 4 bits: "Internet Header Length
+    /// is the length of the internet header in 32 bit words ... Note that
+    /// the minimum value for a correct header is 5.") and the first segment
+    /// holds the Ethernet, IPv4 and a minimal TCP header (RFC 9293 §3.1:
+    /// the fixed fields, Source Port to Urgent Pointer, are 20 octets). A
+    /// driver's prepare step (`rte_net_intel_cksum_prepare`) and the port
+    /// read the headers at `l2_len` and `l2_len + l3_len` and write the TCP
+    /// checksum field there, trusting these lengths: a shorter frame would
+    /// be read and written past its end. `l2_len` must fit `rte_mbuf`'s
+    /// 7-bit `l2_len` field (`RTE_MBUF_L2_LEN_BITS`).
+    pub fn request_tcp_checksum_offload(
+        &mut self,
+        l2_len: u8,
+        l3_len: u16,
+    ) -> Result<(), ChecksumOffloadError> {
+        if u32::from(l2_len) >= 1 << sys::RTE_MBUF_L2_LEN_BITS {
+            return Err(ChecksumOffloadError::L2TooLong { l2_len });
+        }
+        if !(IPV4_HEADER_LEN_MIN..=IPV4_HEADER_LEN_MAX).contains(&l3_len) {
+            return Err(ChecksumOffloadError::NotAnIpv4Header { l3_len });
+        }
+        let needed = usize::from(l2_len) + usize::from(l3_len) + TCP_HEADER_LEN_MIN;
+        let data_len = self.data().len();
+        if needed > data_len {
+            return Err(ChecksumOffloadError::FrameTooShort { needed, data_len });
+        }
         let m = self.raw_mut();
         m.ol_flags |=
             sys::RTE_MBUF_F_TX_IPV4 | sys::RTE_MBUF_F_TX_IP_CKSUM | sys::RTE_MBUF_F_TX_TCP_CKSUM;
@@ -252,6 +279,7 @@ impl Mbuf {
             fields.set_l2_len(u64::from(l2_len));
             fields.set_l3_len(u64::from(l3_len));
         }
+        Ok(())
     }
 
     /// The raw pointer, lent (ownership stays with `self`).
@@ -282,6 +310,57 @@ impl Drop for Mbuf {
         unsafe { sys::dpw_pktmbuf_free(self.0.as_ptr()) };
     }
 }
+
+/// RFC 791 §3.1: the Internet Header Length is at least 5 32-bit words.
+const IPV4_HEADER_LEN_MIN: u16 = 20;
+/// RFC 791 §3.1: the Internet Header Length field has 4 bits (15 words).
+const IPV4_HEADER_LEN_MAX: u16 = 60;
+/// RFC 9293 §3.1: a TCP header's fixed fields (Source Port to Urgent
+/// Pointer) take 20 octets; options only add to them.
+const TCP_HEADER_LEN_MIN: usize = 20;
+
+/// Why [`Mbuf::request_tcp_checksum_offload`] refused: the lengths it was
+/// given would have the port read or write outside the frame's headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChecksumOffloadError {
+    /// `l2_len` does not fit `rte_mbuf`'s 7-bit `l2_len` field.
+    L2TooLong {
+        /// The length asked for.
+        l2_len: u8,
+    },
+    /// `l3_len` is not an IPv4 header's length (20 to 60 octets).
+    NotAnIpv4Header {
+        /// The length asked for.
+        l3_len: u16,
+    },
+    /// The first segment is shorter than the Ethernet, IPv4 and minimal
+    /// (20-octet) TCP headers.
+    FrameTooShort {
+        /// `l2_len + l3_len + 20`.
+        needed: usize,
+        /// The first segment's length (`data_len`).
+        data_len: usize,
+    },
+}
+
+impl std::fmt::Display for ChecksumOffloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            ChecksumOffloadError::L2TooLong { l2_len } => {
+                write!(f, "an L2 header of {l2_len} octets does not fit rte_mbuf's l2_len (at most 127)")
+            }
+            ChecksumOffloadError::NotAnIpv4Header { l3_len } => {
+                write!(f, "an L3 header of {l3_len} octets is not an IPv4 header (20 to 60 octets)")
+            }
+            ChecksumOffloadError::FrameTooShort { needed, data_len } => write!(
+                f,
+                "a frame of {data_len} octets is shorter than its headers and a minimal TCP header ({needed} octets)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ChecksumOffloadError {}
 
 /// bindgen's layout of `struct rte_mbuf` against the C compiler's, for the
 /// fields this module reads: `Ok` or the first field that differs.

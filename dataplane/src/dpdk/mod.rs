@@ -22,7 +22,8 @@ pub use eal::{
     ThreadRegistration,
 };
 pub use mbuf::{
-    check_layout, ChecksumVerdict, Mbuf, Pool, HEADROOM, RX_IP_CHECKSUM, RX_L4_CHECKSUM,
+    check_layout, ChecksumOffloadError, ChecksumVerdict, Mbuf, Pool, HEADROOM, RX_IP_CHECKSUM,
+    RX_L4_CHECKSUM,
 };
 pub use memif_gate::counters as memif_gate_counters;
 pub use port::{Link, Port, PortConfig, PortInfo, PortStats, Queue, BURST_MAX};
