@@ -91,6 +91,10 @@ pub struct DeviceCounters {
     /// receiving never waits for room to send, or two ports whose
     /// transmit rings are both full would each wait for the other.
     pub tx_reply_dropped: u64,
+    /// Frames whose checksums were to be offloaded but that the mbuf's
+    /// offload request refused (headers longer than the frame, or not an
+    /// IPv4 header): checksummed here instead and sent.
+    pub tx_checksum_software: u64,
     /// Fewest free mbufs in the pool seen by [`DpdkDevice::sample_pool`].
     pub pool_low_water: u32,
     /// Received frames another core owns, handed to it ([`crate::steer`]).
@@ -129,6 +133,7 @@ impl DeviceCounters {
             tx_backpressure: self.tx_backpressure - earlier.tx_backpressure,
             tx_rejected: self.tx_rejected - earlier.tx_rejected,
             tx_reply_dropped: self.tx_reply_dropped - earlier.tx_reply_dropped,
+            tx_checksum_software: self.tx_checksum_software - earlier.tx_checksum_software,
             pool_low_water: self.pool_low_water,
             rx_steered_out: self.rx_steered_out - earlier.rx_steered_out,
             rx_steered_in: self.rx_steered_in - earlier.rx_steered_in,
@@ -544,6 +549,9 @@ impl phy::Device for DpdkDevice {
     }
 }
 
+/// An Ethernet II header: destination and source addresses, EtherType.
+const ETHERNET_HEADER_LEN: u8 = 14;
+
 /// A received frame, lent to smoltcp in its mbuf; freed after.
 pub struct RxToken {
     mbuf: Mbuf,
@@ -587,7 +595,16 @@ impl phy::TxToken for TxToken<'_> {
             .expect("smoltcp sends at most max_transmission_unit octets, which fit an mbuf");
         let result = f(frame);
         if let Some(l3_len) = checksum::fill(frame, io.tx_checksum) {
-            mbuf.request_tcp_checksum_offload(14, l3_len as u16);
+            let l3_len = u16::try_from(l3_len).unwrap_or(u16::MAX);
+            if mbuf
+                .request_tcp_checksum_offload(ETHERNET_HEADER_LEN, l3_len)
+                .is_err()
+            {
+                // The port would read or write past the frame: it goes
+                // out checksummed here instead (fill rewrites both fields).
+                io.counters.tx_checksum_software += 1;
+                checksum::fill(mbuf.data_mut(), TxChecksum::Software);
+            }
         }
         io.staged[io.staged_len] = Some(mbuf);
         io.staged_len += 1;

@@ -10,8 +10,12 @@
 //! 3. frames one `net_ring` port sent that the other never read go back to
 //!    their pool after both ports close, whichever closes first, while the
 //!    other is still in use;
-//! 4. cleanup is refused while a pool, port, queue or thread registration
-//!    lives, and after it every constructor says DPDK is gone.
+//! 4. a dropped pool's memory stays while an mbuf of it is out or may sit
+//!    in a thread's mempool cache, and is freed once they are all home: at
+//!    the drop, when a registered thread leaves, at the latest at cleanup;
+//! 5. cleanup is refused while a pool, port, queue or thread registration
+//!    lives, or an mbuf of a dropped pool is out, and after it every
+//!    constructor says DPDK is gone.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -23,7 +27,7 @@ type Step = (&'static str, fn(Eal));
 
 fn main() {
     let eal = Eal::init(&EalConfig::no_huge(256)).expect("EAL starts without hugepages");
-    let steps: [Step; 4] = [
+    let steps: [Step; 5] = [
         (
             "a_failed_bulk_allocation_hands_out_nothing",
             failed_bulk_allocation,
@@ -35,6 +39,10 @@ fn main() {
         (
             "unread_ring_frames_go_back_after_both_ports_close",
             unread_ring_frames,
+        ),
+        (
+            "a_dropped_pool_keeps_its_memory_until_its_mbufs_are_home",
+            dropped_pool_with_mbufs_out,
         ),
         (
             "cleanup_waits_for_every_object_and_is_final",
@@ -158,11 +166,79 @@ fn unread_ring_frames(eal: Eal) {
     }
 }
 
+fn dropped_pool_with_mbufs_out(eal: Eal) {
+    let start = eal.pools();
+    // Every mbuf home, none cached: freed at the drop.
+    drop(Pool::new(eal, 64, 0, 256).unwrap());
+    assert_eq!(eal.pools().freed, start.freed + 1, "an idle pool is freed");
+    assert_eq!(eal.pools().retired, start.retired);
+
+    // Dropped with an mbuf out: the mbuf's memory stays the pool's.
+    let pool = Pool::new(eal, 64, 0, 256).unwrap();
+    let mut out = frame(&pool, 7);
+    drop(pool);
+    assert_eq!(eal.pools().retired, start.retired + 1, "kept for its mbuf");
+    assert_eq!(eal.pools().freed, start.freed + 1);
+    out.data_mut().fill(9);
+    assert!(
+        out.data().iter().all(|&b| b == 9),
+        "the mbuf is still usable"
+    );
+    // Freed on a thread with no lcore id: straight into the pool's ring,
+    // where the next look (any pool's drop, here the core's) finds it.
+    std::thread::spawn(move || drop(out)).join().unwrap();
+
+    // A registered thread (a poll-mode core) drops the last handle while
+    // it still holds mbufs, then frees them into its own mempool cache:
+    // the memory stays until the thread leaves and its cache goes home.
+    let (dropped_tx, dropped_rx) = std::sync::mpsc::channel();
+    let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
+    let core = std::thread::spawn(move || {
+        let registration = register_thread(eal).expect("an lcore id");
+        let pool = Pool::new(eal, 64, 32, 256).unwrap();
+        let held: Vec<Mbuf> = (0..10).map(|i| frame(&pool, i)).collect();
+        drop(pool);
+        drop(held);
+        dropped_tx.send(()).unwrap();
+        leave_rx.recv().unwrap();
+        drop(registration);
+    });
+    dropped_rx.recv().unwrap();
+    let cached = eal.pools();
+    assert_eq!(
+        cached.freed,
+        start.freed + 2,
+        "the first one's mbuf came home"
+    );
+    assert_eq!(
+        cached.retired,
+        start.retired + 1,
+        "a pool whose mbufs sit in a live thread's cache is kept"
+    );
+    leave_tx.send(()).unwrap();
+    core.join().unwrap();
+    let after = eal.pools();
+    assert_eq!(after.retired, start.retired, "freed as the thread left");
+    assert_eq!(after.freed, start.freed + 3);
+    assert_eq!(after.live, start.live, "no live pool was counted or lost");
+}
+
 fn cleanup_is_final(eal: Eal) {
     let pool = Pool::new(eal, 64, 0, 256).unwrap();
     let refused = eal.cleanup().expect_err("a pool lives");
     assert!(refused.to_string().contains("still exist"), "{refused}");
     drop(pool);
+    // A dropped pool with an mbuf out: the mbuf would dangle after cleanup.
+    let pool = Pool::new(eal, 64, 32, 256).unwrap();
+    let out = frame(&pool, 1);
+    drop(pool);
+    let refused = eal.cleanup().expect_err("an mbuf of a dropped pool is out");
+    assert!(refused.to_string().contains("still in use"), "{refused}");
+    // Freed into this (the main lcore's) mempool cache: cleanup, on this
+    // thread, sends it home and frees the pool.
+    drop(out);
+    let retired = eal.pools();
+    assert_eq!(retired.retired, 1, "kept while its mbuf sits in a cache");
     // A thread registration counts too.
     let (registered_tx, registered_rx) = std::sync::mpsc::channel();
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -178,6 +254,9 @@ fn cleanup_is_final(eal: Eal) {
     release_tx.send(()).unwrap();
     thread.join().unwrap();
     eal.cleanup().expect("nothing of DPDK's lives");
+    let cleaned = eal.pools();
+    assert_eq!(cleaned.retired, 0, "cleanup freed the dropped pool");
+    assert_eq!(cleaned.freed, retired.freed + 1);
     let after = |what: &str, e: String| {
         assert!(e.contains("cleaned up"), "{what} after cleanup: {e}");
     };

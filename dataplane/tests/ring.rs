@@ -8,7 +8,7 @@
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use dataplane::dpdk::{check_layout, Eal, EalConfig, Pool, Port, PortConfig};
+use dataplane::dpdk::{check_layout, ChecksumOffloadError, Eal, EalConfig, Pool, Port, PortConfig};
 use dataplane::{DeviceConfig, DeviceCounters, DpdkDevice, RxChecksum, TxChecksum};
 use tcp_lite::{ConnId, EventKind, Instant, Stack, StackConfig, TcpConfig, Transport};
 
@@ -212,6 +212,49 @@ fn bindgen_layout_of_rte_mbuf_matches_c() {
     let _g = serial();
     eal();
     check_layout().unwrap();
+}
+
+/// The offload flags a TCP checksum request sets (rte_mbuf_core.h, 22.11:
+/// `RTE_MBUF_F_TX_TCP_CKSUM` bit 52, `_IP_CKSUM` bit 54, `_IPV4` bit 55).
+const TCP_CHECKSUM_OFFLOAD_FLAGS: u64 = (1 << 52) | (1 << 54) | (1 << 55);
+
+/// A port's prepare step and the port itself read and write the headers
+/// at the lengths the request gives: a frame shorter than its Ethernet,
+/// IPv4 and minimal TCP headers, or an L3 length that is no IPv4 header,
+/// is refused and leaves the mbuf's flags alone.
+#[test]
+fn a_checksum_offload_request_past_the_frame_is_refused() {
+    let _g = serial();
+    let pool = Pool::new(eal(), 64, 0, 256).unwrap();
+    let mut m = pool.alloc().unwrap();
+    // 14 + 20 + 20 = 54 octets are needed; 53 are there.
+    m.set_len(53).unwrap();
+    let refused = m.request_tcp_checksum_offload(14, 20);
+    assert_eq!(m.ol_flags() & TCP_CHECKSUM_OFFLOAD_FLAGS, 0, "{refused:?}");
+    assert_eq!(
+        refused,
+        Err(ChecksumOffloadError::FrameTooShort {
+            needed: 54,
+            data_len: 53
+        })
+    );
+    m.set_len(54).unwrap();
+    for l3_len in [0, 19, 61] {
+        assert_eq!(
+            m.request_tcp_checksum_offload(14, l3_len),
+            Err(ChecksumOffloadError::NotAnIpv4Header { l3_len })
+        );
+    }
+    assert_eq!(
+        m.request_tcp_checksum_offload(128, 20),
+        Err(ChecksumOffloadError::L2TooLong { l2_len: 128 })
+    );
+    assert_eq!(m.ol_flags() & TCP_CHECKSUM_OFFLOAD_FLAGS, 0);
+    assert_eq!(m.request_tcp_checksum_offload(14, 20), Ok(()));
+    assert_eq!(
+        m.ol_flags() & TCP_CHECKSUM_OFFLOAD_FLAGS,
+        TCP_CHECKSUM_OFFLOAD_FLAGS
+    );
 }
 
 #[test]

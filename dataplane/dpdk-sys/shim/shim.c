@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* fopencookie */
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "shim.h"
 
@@ -36,6 +37,26 @@ int dpw_pktmbuf_linearize(struct rte_mbuf *m) { return rte_pktmbuf_linearize(m);
 uint16_t dpw_pktmbuf_data_room_size(struct rte_mempool *pool)
 {
     return rte_pktmbuf_data_room_size(pool);
+}
+
+void dpw_mempool_cache_flush_own(struct rte_mempool *pool)
+{
+    /* NULL: the cache of rte_lcore_id(), none for a thread without one. */
+    rte_mempool_cache_flush(NULL, pool);
+}
+
+int64_t dpw_mempool_ring_count(const struct rte_mempool *pool)
+{
+    const struct rte_mempool_ops *ops = rte_mempool_get_ops(pool->ops_index);
+    if (strcmp(ops->name, "ring_mp_mc") != 0)
+        return -1;
+    const struct rte_ring *ring = pool->pool_data;
+    /* As rte_ring_count, with acquire loads: an enqueue copies the objects
+     * in, then publishes them by a release store of prod.tail. */
+    uint32_t prod = __atomic_load_n(&ring->prod.tail, __ATOMIC_ACQUIRE);
+    uint32_t cons = __atomic_load_n(&ring->cons.tail, __ATOMIC_ACQUIRE);
+    uint32_t count = (prod - cons) & ring->mask;
+    return count > ring->capacity ? ring->capacity : count;
 }
 
 unsigned int dpw_ring_dequeue_burst(struct rte_ring *ring, void **objects, unsigned int n)

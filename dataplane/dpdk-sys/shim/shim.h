@@ -38,6 +38,14 @@ int dpw_pktmbuf_alloc_bulk(struct rte_mempool *pool, struct rte_mbuf **mbufs, un
 void dpw_pktmbuf_free(struct rte_mbuf *m);
 int dpw_pktmbuf_linearize(struct rte_mbuf *m);
 uint16_t dpw_pktmbuf_data_room_size(struct rte_mempool *pool);
+/* Empties the calling thread's own cache of `pool` into the pool's ring
+ * (rte_mempool_cache_flush); nothing if the thread has no lcore id or the
+ * pool no cache. */
+void dpw_mempool_cache_flush_own(struct rte_mempool *pool);
+/* Objects in the ring behind `pool` (its caches not counted), by acquire
+ * loads of the ring's tails, so what they count was copied in before; -1
+ * if the pool's driver is not DPDK's default "ring_mp_mc". */
+int64_t dpw_mempool_ring_count(const struct rte_mempool *pool);
 
 unsigned int dpw_ring_dequeue_burst(struct rte_ring *ring, void **objects, unsigned int n);
 

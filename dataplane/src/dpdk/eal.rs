@@ -14,8 +14,9 @@
 
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 use dpdk_sys as sys;
 
@@ -152,6 +153,131 @@ pub(super) fn released() {
     LIVE_OBJECTS.fetch_sub(1, Ordering::SeqCst);
 }
 
+/// A mempool made for a [`Pool`](super::Pool), from its making until EAL
+/// frees it. A pool's drop does not free its mempool (see [`pool_dropped`]).
+struct PoolEntry {
+    mempool: NonNull<sys::rte_mempool>,
+    /// Mbufs in the mempool when none is out.
+    capacity: u32,
+    /// Its name in DPDK, for cleanup's error.
+    name: String,
+    /// The `Pool` is gone: the mempool is EAL's, freed once provably idle.
+    retired: bool,
+}
+
+// SAFETY: the pointer is used only under POOLS's lock, by DPDK calls any
+// thread may make (mempools are shared by every lcore).
+unsafe impl Send for PoolEntry {}
+
+/// Every mempool not yet freed, live or retired. Its lock orders every
+/// `rte_mempool_free` after anything done to a mempool under it.
+static POOLS: Mutex<Vec<PoolEntry>> = Mutex::new(Vec::new());
+/// Mempools freed so far (retired ones whose mbufs were all home).
+static POOLS_FREED: AtomicU64 = AtomicU64::new(0);
+
+/// How many pools there are, and what became of the dropped ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolCounts {
+    /// Pools whose [`Pool`](super::Pool) handle lives.
+    pub live: usize,
+    /// Pools dropped whose memory EAL still holds, because an mbuf of theirs
+    /// is out or may sit in a thread's mempool cache; freed when their mbufs
+    /// are provably home, at the latest by [`Eal::cleanup`].
+    pub retired: usize,
+    /// Pools whose memory was freed (`rte_mempool_free`), in total.
+    pub freed: u64,
+}
+
+fn pools() -> MutexGuard<'static, Vec<PoolEntry>> {
+    POOLS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A mempool was made for a pool: called inside [`make`], with [`counted`].
+pub(super) fn pool_made(mempool: NonNull<sys::rte_mempool>, capacity: u32, name: &str) {
+    pools().push(PoolEntry {
+        mempool,
+        capacity,
+        name: name.to_owned(),
+        retired: false,
+    });
+}
+
+/// The pool of `mempool` was dropped: EAL takes its mempool over, and frees
+/// it now only if every mbuf is provably home ([`idle`]), else later.
+///
+/// Freeing it whenever `rte_mempool_avail_count` reached the capacity would
+/// not be sound: DPDK 22.11's `rte_mempool_do_generic_put` raises the
+/// lcore cache's `len` before it copies the pointer in (`cache->len += n;`
+/// then `rte_memcpy(cache_objs, obj_table, ...)`), so a thread freeing the
+/// last mbuf may still write into the mempool's cache after the count says
+/// every mbuf is back. Mbufs hold no handle of their pool, so a pool may
+/// also be dropped with mbufs still out; they stay usable and go home later.
+pub(super) fn pool_dropped(mempool: NonNull<sys::rte_mempool>) {
+    let mut pools = pools();
+    let entry = pools
+        .iter_mut()
+        .find(|e| e.mempool == mempool)
+        .expect("every pool's mempool is listed until it is retired and freed");
+    assert!(!entry.retired, "a pool is dropped once");
+    entry.retired = true;
+    // SAFETY: the mempool is not freed (listed, under the lock); the call
+    // touches only the calling thread's own cache, which no other thread
+    // uses.
+    unsafe { sys::dpw_mempool_cache_flush_own(mempool.as_ptr()) };
+    reclaim(&mut pools);
+    drop(pools);
+    released();
+}
+
+/// Empties the calling thread's own cache of every mempool into the
+/// mempool's ring (called before the thread gives its lcore id back, so no
+/// mbuf stays where no thread will flush it), then frees the retired
+/// mempools that became idle.
+fn flush_own_caches() {
+    let mut pools = pools();
+    for entry in pools.iter() {
+        // SAFETY: as in `pool_dropped`: listed under the lock, so not
+        // freed; only this thread's own cache is touched.
+        unsafe { sys::dpw_mempool_cache_flush_own(entry.mempool.as_ptr()) };
+    }
+    reclaim(&mut pools);
+}
+
+/// Frees every retired mempool that is [`idle`].
+fn reclaim(pools: &mut Vec<PoolEntry>) {
+    pools.retain(|entry| {
+        if !entry.retired || !idle(entry) {
+            return true;
+        }
+        // SAFETY: the mempool is idle (every mbuf in its ring, so nobody
+        // holds one, nobody is putting one back, and no Pool handle exists
+        // to take one); it is removed from the list under the lock, so
+        // nothing else touches it after this.
+        unsafe { sys::rte_mempool_free(entry.mempool.as_ptr()) };
+        POOLS_FREED.fetch_add(1, Ordering::Relaxed);
+        false
+    });
+}
+
+/// Every mbuf of a retired mempool is in its ring: none is out, none in an
+/// lcore cache, so no thread holds one and no thread is putting one back.
+/// The ring counts an object only after it was copied in: a ring enqueue
+/// copies the pointers, then publishes them by a release store of
+/// `prod.tail` (`__rte_ring_update_tail`), which the count reads with
+/// acquire. That store is the putter's last write to the mempool
+/// (`rte_mempool_ops_enqueue_bulk` returns right after it, the statistics
+/// being off in this build of DPDK: `RTE_LIBRTE_MEMPOOL_STATS` is not set
+/// in its `rte_config.h`). A cache is flushed into the ring only by a put
+/// (or by [`flush_own_caches`] under POOLS's lock), and a put is of an
+/// mbuf its putter holds, which is then not in the ring: the ring is not
+/// full while a put is under way.
+fn idle(entry: &PoolEntry) -> bool {
+    // SAFETY: the mempool is not freed (listed, under the lock); the call
+    // reads its driver's name and its ring's two tails.
+    let in_ring = unsafe { sys::dpw_mempool_ring_count(entry.mempool.as_ptr()) };
+    in_ring >= i64::from(entry.capacity)
+}
+
 impl Eal {
     /// Starts EAL with `config`, or returns the running one if it started
     /// with the same configuration. A second, different configuration, a
@@ -190,8 +316,12 @@ impl Eal {
 
     /// Releases EAL's resources (`rte_eal_cleanup`: hugepage memory, the
     /// interrupt thread). Every pool, port, queue and thread registration
-    /// must be gone; after it, DPDK cannot be used in this process again
-    /// (every constructor says so).
+    /// must be gone, and every mbuf of a dropped pool freed; the memory of
+    /// the dropped pools EAL still holds is freed first. Call it on the
+    /// thread that started EAL: mbufs that thread freed sit in its own
+    /// mempool caches, which only it can send home (another thread's
+    /// cleanup is refused while they do). After it, DPDK cannot be used in
+    /// this process again (every constructor says so).
     pub fn cleanup(self) -> Result<(), EalError> {
         let _started = STARTED.lock().unwrap_or_else(|p| p.into_inner());
         let live = LIVE_OBJECTS.load(Ordering::SeqCst);
@@ -201,9 +331,11 @@ impl Eal {
                  drop them before cleanup"
             )));
         }
-        if CLEANED.swap(true, Ordering::SeqCst) {
+        if CLEANED.load(Ordering::SeqCst) {
             return Ok(());
         }
+        free_retired_pools()?;
+        CLEANED.store(true, Ordering::SeqCst);
         // SAFETY: EAL runs (an `Eal` exists) and nothing of ours uses DPDK
         // any more (no live objects); CLEANED, set under the lock every
         // constructor takes, stops any later use.
@@ -222,11 +354,65 @@ impl Eal {
         Ok(())
     }
 
+    /// The pools there are: live, retired (dropped, their memory kept until
+    /// every mbuf is provably home) and freed so far.
+    pub fn pools(self) -> PoolCounts {
+        let pools = pools();
+        let retired = pools.iter().filter(|e| e.retired).count();
+        PoolCounts {
+            live: pools.len() - retired,
+            retired,
+            freed: POOLS_FREED.load(Ordering::Relaxed),
+        }
+    }
+
     /// TSC ticks per second, as EAL measured at start.
     pub fn tsc_hz(self) -> u64 {
         // SAFETY: EAL runs; the call reads a value EAL set at start.
         unsafe { sys::rte_get_tsc_hz() }
     }
+}
+
+/// Frees every retired pool for [`Eal::cleanup`] (every pool is retired
+/// then: a live one is a live object), or says which still has mbufs out.
+/// Registered threads are gone (they are live objects) and flushed their
+/// caches when they left; what the calling thread cached goes home here. So
+/// only the main lcore's cache, if another thread is the main lcore, can
+/// still hold mbufs, and that thread may be putting one into it: such a
+/// pool is not freed, and cleanup is refused.
+fn free_retired_pools() -> Result<(), EalError> {
+    flush_own_caches();
+    let pools = pools();
+    let Some(entry) = pools.first() else {
+        return Ok(());
+    };
+    // SAFETY: the mempool is not freed (listed, under the lock); the call
+    // only reads counts.
+    let free = unsafe { sys::rte_mempool_avail_count(entry.mempool.as_ptr()) };
+    // SAFETY: as above; the call reads the driver's name.
+    let ring = unsafe { sys::dpw_mempool_ring_count(entry.mempool.as_ptr()) };
+    let why = if ring < 0 {
+        format!(
+            "pool {} has a mempool driver other than ring_mp_mc, whose idleness this \
+             wrapper cannot tell: its memory is kept, and EAL not cleaned up",
+            entry.name
+        )
+    } else if free < entry.capacity {
+        format!(
+            "{} of the {} mbufs of pool {} are still in use: drop them before cleanup",
+            entry.capacity - free,
+            entry.capacity,
+            entry.name
+        )
+    } else {
+        format!(
+            "mbufs of pool {} sit in the mempool cache of the thread that started EAL, \
+             which may still be freeing one: call cleanup on that thread, which flushes \
+             its own cache before cleanup",
+            entry.name
+        )
+    };
+    Err(EalError(why))
 }
 
 /// This process's EAL file prefix: `dpwarp-PID`.
@@ -350,6 +536,9 @@ impl ThreadRegistration {
 
 impl Drop for ThreadRegistration {
     fn drop(&mut self) {
+        // What this lcore's caches hold goes home while it is still this
+        // thread's: no thread would flush them after it is given back.
+        flush_own_caches();
         // SAFETY: this thread registered (a ThreadRegistration is not Send,
         // so it is dropped by the thread that made it), and EAL still runs
         // (the registration is counted live, so cleanup waits for it).

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dpdk_sys as sys;
 
-use super::eal::{counted, errno, error_text, make, released, Eal, EalError};
+use super::eal::{counted, errno, error_text, make, pool_dropped, pool_made, Eal, EalError};
 
 /// Octets DPDK keeps free in front of every packet (`RTE_PKTMBUF_HEADROOM`).
 pub const HEADROOM: usize = sys::RTE_PKTMBUF_HEADROOM as usize;
@@ -66,6 +66,7 @@ impl Pool {
                 ))
             })?;
             counted();
+            pool_made(pool, mbufs, &name);
             Ok(Arc::new(Pool {
                 pool,
                 capacity: mbufs,
@@ -136,26 +137,12 @@ impl Pool {
 }
 
 impl Drop for Pool {
+    /// Hands the mempool over to EAL, which frees it once every mbuf is
+    /// provably home, at the latest at [`Eal::cleanup`]: mbufs hold no
+    /// handle of their pool, and one may still be out, or being freed on
+    /// another thread (see `eal::pool_dropped` for why a count cannot tell).
     fn drop(&mut self) {
-        let free = self.available();
-        if free < self.capacity {
-            // An mbuf still out (a bug: every Mbuf owner frees it, ports
-            // release theirs when closed) would point into freed memory:
-            // keep the memory instead, still counted live, so EAL is not
-            // cleaned up under that mbuf either.
-            eprintln!(
-                "dataplane: pool {} dropped with {} of {} mbufs in use: its memory is kept \
-                 (and EAL cannot be cleaned up)",
-                self.name,
-                self.capacity - free,
-                self.capacity
-            );
-            return;
-        }
-        // SAFETY: every mbuf is back in the pool, and the pool is not
-        // referenced elsewhere (ports and devices hold an Arc of it).
-        unsafe { sys::rte_mempool_free(self.pool.as_ptr()) };
-        released();
+        pool_dropped(self.pool);
     }
 }
 
@@ -254,7 +241,34 @@ impl Mbuf {
     /// frame (`RTE_MBUF_F_TX_IPV4 | IP_CKSUM | TCP_CKSUM`, with the header
     /// lengths the port needs). The TCP checksum field must hold the
     /// pseudo-header sum, as DPDK specifies.
-    pub fn request_tcp_checksum_offload(&mut self, l2_len: u8, l3_len: u16) {
+    ///
+    /// Refused, with nothing set, unless `l3_len` is an IPv4 header's length
+    /// (20 to 60 octets; RFC 791 §3.1, IHL, 4 bits: "Internet Header Length
+    /// is the length of the internet header in 32 bit words ... Note that
+    /// the minimum value for a correct header is 5.") and the first segment
+    /// holds the Ethernet, IPv4 and a minimal TCP header (RFC 9293 §3.1:
+    /// the fixed fields, Source Port to Urgent Pointer, are 20 octets). A
+    /// driver's prepare step (`rte_net_intel_cksum_prepare`) and the port
+    /// read the headers at `l2_len` and `l2_len + l3_len` and write the TCP
+    /// checksum field there, trusting these lengths: a shorter frame would
+    /// be read and written past its end. `l2_len` must fit `rte_mbuf`'s
+    /// 7-bit `l2_len` field (`RTE_MBUF_L2_LEN_BITS`).
+    pub fn request_tcp_checksum_offload(
+        &mut self,
+        l2_len: u8,
+        l3_len: u16,
+    ) -> Result<(), ChecksumOffloadError> {
+        if u32::from(l2_len) >= 1 << sys::RTE_MBUF_L2_LEN_BITS {
+            return Err(ChecksumOffloadError::L2TooLong { l2_len });
+        }
+        if !(IPV4_HEADER_LEN_MIN..=IPV4_HEADER_LEN_MAX).contains(&l3_len) {
+            return Err(ChecksumOffloadError::NotAnIpv4Header { l3_len });
+        }
+        let needed = usize::from(l2_len) + usize::from(l3_len) + TCP_HEADER_LEN_MIN;
+        let data_len = self.data().len();
+        if needed > data_len {
+            return Err(ChecksumOffloadError::FrameTooShort { needed, data_len });
+        }
         let m = self.raw_mut();
         m.ol_flags |=
             sys::RTE_MBUF_F_TX_IPV4 | sys::RTE_MBUF_F_TX_IP_CKSUM | sys::RTE_MBUF_F_TX_TCP_CKSUM;
@@ -265,6 +279,7 @@ impl Mbuf {
             fields.set_l2_len(u64::from(l2_len));
             fields.set_l3_len(u64::from(l3_len));
         }
+        Ok(())
     }
 
     /// The raw pointer, lent (ownership stays with `self`).
@@ -295,6 +310,57 @@ impl Drop for Mbuf {
         unsafe { sys::dpw_pktmbuf_free(self.0.as_ptr()) };
     }
 }
+
+/// RFC 791 §3.1: the Internet Header Length is at least 5 32-bit words.
+const IPV4_HEADER_LEN_MIN: u16 = 20;
+/// RFC 791 §3.1: the Internet Header Length field has 4 bits (15 words).
+const IPV4_HEADER_LEN_MAX: u16 = 60;
+/// RFC 9293 §3.1: a TCP header's fixed fields (Source Port to Urgent
+/// Pointer) take 20 octets; options only add to them.
+const TCP_HEADER_LEN_MIN: usize = 20;
+
+/// Why [`Mbuf::request_tcp_checksum_offload`] refused: the lengths it was
+/// given would have the port read or write outside the frame's headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChecksumOffloadError {
+    /// `l2_len` does not fit `rte_mbuf`'s 7-bit `l2_len` field.
+    L2TooLong {
+        /// The length asked for.
+        l2_len: u8,
+    },
+    /// `l3_len` is not an IPv4 header's length (20 to 60 octets).
+    NotAnIpv4Header {
+        /// The length asked for.
+        l3_len: u16,
+    },
+    /// The first segment is shorter than the Ethernet, IPv4 and minimal
+    /// (20-octet) TCP headers.
+    FrameTooShort {
+        /// `l2_len + l3_len + 20`.
+        needed: usize,
+        /// The first segment's length (`data_len`).
+        data_len: usize,
+    },
+}
+
+impl std::fmt::Display for ChecksumOffloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            ChecksumOffloadError::L2TooLong { l2_len } => {
+                write!(f, "an L2 header of {l2_len} octets does not fit rte_mbuf's l2_len (at most 127)")
+            }
+            ChecksumOffloadError::NotAnIpv4Header { l3_len } => {
+                write!(f, "an L3 header of {l3_len} octets is not an IPv4 header (20 to 60 octets)")
+            }
+            ChecksumOffloadError::FrameTooShort { needed, data_len } => write!(
+                f,
+                "a frame of {data_len} octets is shorter than its headers and a minimal TCP header ({needed} octets)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ChecksumOffloadError {}
 
 /// bindgen's layout of `struct rte_mbuf` against the C compiler's, for the
 /// fields this module reads: `Ok` or the first field that differs.

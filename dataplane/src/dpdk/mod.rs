@@ -5,7 +5,8 @@
 //! wrapper over `dpdk-sys` is one of the workspace's three places for it),
 //! each block with its `SAFETY` comment; everything it exports is safe to
 //! use. Ownership carries DPDK's rules: an [`Mbuf`] frees itself, a pool
-//! outlives its mbufs (it keeps its memory rather than free it under one),
+//! outlives its mbufs (a dropped pool's memory goes to EAL, which frees it
+//! once every mbuf is provably home, at the latest at [`Eal::cleanup`]),
 //! a port keeps its pools, a [`Queue`] is taken once and bursts only through
 //! `&mut`, and the last handle of a port stops, closes and removes it.
 #![allow(unsafe_code)]
@@ -17,10 +18,12 @@ mod port;
 mod rss;
 
 pub use eal::{
-    current_lcore, register_thread, Eal, EalConfig, EalError, Memory, ThreadRegistration,
+    current_lcore, register_thread, Eal, EalConfig, EalError, Memory, PoolCounts,
+    ThreadRegistration,
 };
 pub use mbuf::{
-    check_layout, ChecksumVerdict, Mbuf, Pool, HEADROOM, RX_IP_CHECKSUM, RX_L4_CHECKSUM,
+    check_layout, ChecksumOffloadError, ChecksumVerdict, Mbuf, Pool, HEADROOM, RX_IP_CHECKSUM,
+    RX_L4_CHECKSUM,
 };
 pub use memif_gate::counters as memif_gate_counters;
 pub use port::{Link, Port, PortConfig, PortInfo, PortStats, Queue, BURST_MAX};
