@@ -357,3 +357,62 @@ fn unsupported_link_types_are_reported_within_a_bound() {
     assert_eq!(summary.unsupported_frames, u64::from(types) * 2);
     assert_eq!(summary.problems, UNSUPPORTED_LINKTYPES_MAX as u64);
 }
+
+/// A capture of many FPDUs whose last segment is lost: a gap, a problem
+/// that only the end of the capture shows.
+fn long_capture_with_a_late_problem() -> Vec<u8> {
+    let mut capture = Capture::new([1000, 2000]);
+    capture.send(0, &mpa_frame(mpa_rr::FrameKind::Request));
+    capture.send(1, &mpa_frame(mpa_rr::FrameKind::Reply));
+    // Some 300 KiB of text lines, far more than a pipe holds.
+    for msn in 1..=3000 {
+        capture.send(0, &fpdu(&send_ulpdu(msn)));
+    }
+    capture.next_seq[0] = capture.next_seq[0].wrapping_add(100);
+    capture.send(0, &fpdu(&send_ulpdu(3001)));
+    capture.close()
+}
+
+/// Runs the binary on `bytes` with `args`, reads one line of its output and
+/// closes the pipe (`dpwarp-pcap --strict F | head -1`); returns its status.
+fn status_after_one_line(bytes: &[u8], args: &[&str], name: &str) -> std::process::ExitStatus {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let path = std::env::temp_dir().join(format!("dpwarp-pcap-{name}-{}.pcap", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dpwarp-pcap"))
+        .args(args)
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    assert!(line.contains("SYN") || line.contains("\"syn\""), "{line}");
+    drop(reader);
+    let out = child.wait_with_output().unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    out.status
+}
+
+/// `dpwarp-pcap --strict F | head -1`: the reader leaves after one line. The
+/// strict verdict was lost: a broken pipe exited 0 before the problem at the
+/// end of the capture was decoded. The rest is now decoded unprinted and the
+/// status is 3; without `--strict` a reader that leaves is no failure.
+#[test]
+fn strict_keeps_its_verdict_when_the_reader_leaves() {
+    let bytes = long_capture_with_a_late_problem();
+    let (_, summary, _) = decode_capture(Cursor::new(&bytes), Options::default());
+    assert_eq!(summary.fpdus, 3001);
+    assert!(summary.problems > 0, "the lost segment is a gap");
+    let strict = status_after_one_line(&bytes, &["--strict"], "epipe-strict");
+    assert_eq!(strict.code(), Some(3), "--strict | head -1: {strict:?}");
+    let json = status_after_one_line(&bytes, &["--strict", "--json"], "epipe-json");
+    assert_eq!(json.code(), Some(3), "--strict --json | head -1: {json:?}");
+    let plain = status_after_one_line(&bytes, &[], "epipe-plain");
+    assert_eq!(plain.code(), Some(0), "| head -1: {plain:?}");
+}
