@@ -435,12 +435,13 @@ pub fn summary(summary: &Summary) -> String {
         summary.markers_bad,
         summary.problems
     );
-    if summary.ignored_segments > 0 || summary.conflicting_bytes > 0 {
+    if summary.ignored_segments > 0 || summary.conflicting_bytes > 0 || summary.dropped_bytes > 0 {
         let _ = write!(
             line,
             "; reassembly: {} segment(s) not taken (too many open connections), {} octet(s) \
-             retransmitted with different values",
-            summary.ignored_segments, summary.conflicting_bytes
+             retransmitted with different values, {} octet(s) dropped before the start of their \
+             stream",
+            summary.ignored_segments, summary.conflicting_bytes, summary.dropped_bytes
         );
     }
     if summary.unsupported_frames > 0 {

@@ -416,3 +416,57 @@ fn strict_keeps_its_verdict_when_the_reader_leaves() {
     let plain = status_after_one_line(&bytes, &[], "epipe-plain");
     assert_eq!(plain.code(), Some(0), "| head -1: {plain:?}");
 }
+
+/// Reassembly counted octets it could not place (here a retransmission of
+/// octets before the first one captured, in a capture that starts after
+/// the handshake) in `dropped_bytes`, but nothing reported them: no
+/// problem, no word in the summary, and `--strict` passed.
+#[test]
+fn octets_dropped_before_the_stream_start_are_reported() {
+    let mut capture = Capture::new([1000, 2000]);
+    // Start the capture after the handshake: a fresh writer.
+    capture.writer = Writer::new(Vec::new(), linktype::ETHERNET).unwrap();
+    capture.next_seq = [5000, 8000];
+    iwarp_exchange(&mut capture);
+    let behind = fpdu(&send_ulpdu(9));
+    capture.at(0, 5000 - behind.len() as u32, TcpFlags::ACK, &behind);
+    let bytes = capture.close();
+    let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
+    assert!(failure.is_none());
+    assert_eq!(summary.dropped_bytes, behind.len() as u64);
+    let expected = format!(
+        "{} octets lie before the start of the stream (the octet after the SYN, or the first one \
+         captured): not decoded",
+        behind.len()
+    );
+    let problems: Vec<&Message> = messages
+        .iter()
+        .filter(|m| matches!(&m.body, Body::Problem(text) if *text == expected))
+        .collect();
+    assert_eq!(problems.len(), 1, "{messages:#?}");
+    assert_eq!(summary.problems, 1);
+    let line = dpwarp_pcap::render::summary(&summary);
+    assert!(
+        line.contains(&format!(
+            "{} octet(s) dropped before the start of their stream",
+            behind.len()
+        )),
+        "{line}"
+    );
+
+    let path =
+        std::env::temp_dir().join(format!("dpwarp-pcap-dropped-{}.pcap", std::process::id()));
+    std::fs::write(&path, &bytes).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_dpwarp-pcap"))
+        .arg("--strict")
+        .arg(&path)
+        .output()
+        .unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("octet(s) dropped before the start"),
+        "{stdout}"
+    );
+    assert_eq!(out.status.code(), Some(3), "--strict passed dropped octets");
+}

@@ -323,6 +323,10 @@ pub struct Summary {
     /// Octets of TCP retransmissions that differ from the first copy, which
     /// is the one decoded.
     pub conflicting_bytes: u64,
+    /// Octets reassembly could not place because they lie before the start
+    /// of their stream (the octet after the SYN, or the first one captured):
+    /// not decoded. Each segment that carried some is also a problem.
+    pub dropped_bytes: u64,
     /// Frames of a link-layer type the reader does not know (not Ethernet,
     /// Linux cooked, raw IP or BSD loopback): not decoded. Each such type is
     /// also a problem, once ([`Decoder::note_unsupported_linktype`]).
@@ -656,9 +660,11 @@ impl Decoder {
     /// pushed, and reports what they say went wrong with it: the segment
     /// was ignored because `limits.connections_max` connections were open
     /// (reported once: every later segment of an untracked connection is
-    /// only counted), or it retransmitted octets with different values.
-    /// Either means the decode does not show what was sent, so both are
-    /// problems.
+    /// only counted), it retransmitted octets with different values, or
+    /// octets of it lay before the start of its stream and were dropped.
+    /// Each means the decode does not show what was sent, so all are
+    /// problems. (Found by a review: dropped octets were counted by
+    /// reassembly, but neither reported nor seen by `--strict`.)
     pub fn note_reassembly(
         &mut self,
         frame: u64,
@@ -669,6 +675,7 @@ impl Decoder {
         let before = std::mem::replace(&mut self.reassembly, stats);
         self.summary.ignored_segments = stats.ignored_segments;
         self.summary.conflicting_bytes = stats.conflicting_bytes;
+        self.summary.dropped_bytes = stats.dropped_bytes;
         let mut sink = Sink {
             out: &mut self.out,
             summary: &mut self.summary,
@@ -699,7 +706,8 @@ impl Decoder {
         let differing = stats
             .conflicting_bytes
             .saturating_sub(before.conflicting_bytes);
-        if differing == 0 {
+        let dropped = stats.dropped_bytes.saturating_sub(before.dropped_bytes);
+        if differing == 0 && dropped == 0 {
             return;
         }
         let Some(conn) = self
@@ -709,11 +717,20 @@ impl Decoder {
         else {
             return;
         };
-        let text = format!(
-            "retransmission differs from the first copy in {differing} octets (the first copy \
-             is decoded)"
-        );
-        conn.retransmission_problem(frame, seg, text, &mut sink);
+        if differing > 0 {
+            let text = format!(
+                "retransmission differs from the first copy in {differing} octets (the first \
+                 copy is decoded)"
+            );
+            conn.segment_problem(frame, seg, text, &mut sink);
+        }
+        if dropped > 0 {
+            let text = format!(
+                "{dropped} octets lie before the start of the stream (the octet after the SYN, \
+                 or the first one captured): not decoded"
+            );
+            conn.segment_problem(frame, seg, text, &mut sink);
+        }
     }
 
     fn emit_tcp(&mut self, id: ConnId, message: Message) {
