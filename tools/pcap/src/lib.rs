@@ -20,6 +20,11 @@ use std::io::{self, Read, Write};
 use dpwarp_capture::reassembly::{Limits, Reassembler};
 use dpwarp_capture::{packet, pcap};
 
+/// IP protocols whose fragments are counted as not decoded
+/// ([`decode::Summary::fragments`]): TCP, UDP (SCTP over UDP, RFC 6951) and
+/// SCTP. Fragments of others (ICMP, say) carry nothing this tool decodes.
+const FRAGMENTED_PROTOCOLS: [u8; 3] = [6, 17, packet::IP_PROTOCOL_SCTP];
+
 /// What `dpwarp-pcap` was asked to do.
 #[derive(Debug, Clone, Default)]
 pub struct Config {
@@ -92,6 +97,13 @@ impl<R: Read> Session<R> {
                 if let Err(packet::Skip::UnsupportedLinktype(linktype)) = parsed {
                     self.decoder
                         .note_unsupported_linktype(record.frame, record.ts_ns, linktype);
+                } else if let Err(packet::Skip::Fragment { protocol }) = parsed {
+                    // Only the first fragment holds the TCP or UDP header,
+                    // so a UDP fragment may be SCTP over UDP or not: it
+                    // counts all the same.
+                    if FRAGMENTED_PROTOCOLS.contains(&protocol) {
+                        self.decoder.note_fragment(record.frame, record.ts_ns);
+                    }
                 } else if let Ok(segment) = parsed {
                     self.decoder.begin_record(record.ts_ns);
                     self.reassembler

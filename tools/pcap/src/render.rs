@@ -451,6 +451,13 @@ pub fn summary(summary: &Summary) -> String {
             summary.unsupported_frames
         );
     }
+    if summary.fragments > 0 {
+        let _ = write!(
+            line,
+            "; {} IP fragment(s) not reassembled, not decoded",
+            summary.fragments
+        );
+    }
     if summary.sctp_packets > 0 {
         let _ = write!(
             line,

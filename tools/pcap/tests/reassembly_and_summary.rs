@@ -470,3 +470,72 @@ fn octets_dropped_before_the_stream_start_are_reported() {
     );
     assert_eq!(out.status.code(), Some(3), "--strict passed dropped octets");
 }
+
+/// Splits the IPv4 packet of an Ethernet frame into two fragments, the
+/// first carrying `first_len` octets (a multiple of 8) of its payload (RFC
+/// 791 §3.2). Header checksums are left as they are: nothing checks them.
+fn fragments(frame: &[u8], first_len: usize) -> [Vec<u8>; 2] {
+    const ETHERNET: usize = 14;
+    const IP_HEADER: usize = 20;
+    let header = &frame[..ETHERNET + IP_HEADER];
+    let payload = &frame[ETHERNET + IP_HEADER..];
+    let piece = |bytes: &[u8], offset_words: u16, more: bool| {
+        let mut out = header.to_vec();
+        out.extend_from_slice(bytes);
+        let total = (IP_HEADER + bytes.len()) as u16;
+        out[ETHERNET + 2..ETHERNET + 4].copy_from_slice(&total.to_be_bytes());
+        let flags = offset_words | if more { 0x2000 } else { 0 };
+        out[ETHERNET + 6..ETHERNET + 8].copy_from_slice(&flags.to_be_bytes());
+        out
+    };
+    [
+        piece(&payload[..first_len], 0, true),
+        piece(&payload[first_len..], (first_len / 8) as u16, false),
+    ]
+}
+
+/// An FPDU sent in two IPv4 fragments: they were skipped without a word,
+/// and showed only as a gap in the stream, as if the capture had lost the
+/// segment. They are counted and said (one problem), so `--strict` knows
+/// why; fragments of protocols the tool does not decode (ICMP) are not.
+#[test]
+fn ip_fragments_are_counted_and_said() {
+    let mut capture = Capture::new([1000, 2000]);
+    iwarp_exchange(&mut capture);
+    let ulpdu = fpdu(&send_ulpdu(4));
+    let (src, dst) = (capture.ends[0], capture.ends[1]);
+    let (seq, ack) = (capture.next_seq[0], capture.next_seq[1]);
+    let frame = build_tcp_frame(src, dst, seq, ack, TcpFlags::ACK | TcpFlags::PSH, &ulpdu);
+    let [first, second] = fragments(&frame, 64);
+    let mut icmp = second.clone();
+    icmp[14 + 9] = 1;
+    for piece in [&first, &second, &icmp] {
+        capture.writer.write_record(capture.ts_ns, piece).unwrap();
+        capture.ts_ns += 1000;
+    }
+    capture.next_seq[0] = seq.wrapping_add(ulpdu.len() as u32);
+    capture.send(0, &fpdu(&send_ulpdu(5)));
+    let bytes = capture.close();
+    let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
+    assert!(failure.is_none());
+    assert_eq!(summary.fragments, 2, "the ICMP fragment is not counted");
+    let said: Vec<&Message> = messages
+        .iter()
+        .filter(|m| matches!(&m.body, Body::Problem(text) if text.contains("IP fragment")))
+        .collect();
+    assert_eq!(said.len(), 1, "{messages:#?}");
+    assert_eq!(
+        said[0].body,
+        Body::Problem(
+            "2 IP fragments of TCP, UDP or SCTP not decoded (IP fragments are not reassembled): \
+             what they carried is missing (a gap in a TCP stream, a lost SCTP packet)"
+                .into()
+        )
+    );
+    assert_eq!(said[0].frame, 11, "the first fragment's frame");
+    let line = dpwarp_pcap::render::summary(&summary);
+    assert!(
+        line.contains("; 2 IP fragment(s) not reassembled, not decoded"),
+        "{line}"
+    );
+}
