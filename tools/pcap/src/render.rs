@@ -444,6 +444,13 @@ pub fn summary(summary: &Summary) -> String {
             summary.ignored_segments, summary.conflicting_bytes, summary.dropped_bytes
         );
     }
+    if summary.stray_segments > 0 {
+        let _ = write!(
+            line,
+            "; {} TCP segment(s) of older connections left out",
+            summary.stray_segments
+        );
+    }
     if summary.unsupported_frames > 0 {
         let _ = write!(
             line,

@@ -539,3 +539,56 @@ fn ip_fragments_are_counted_and_said() {
         "{line}"
     );
 }
+
+/// A connection, closed; a new one on the same address pair, whose SYN is
+/// followed by a retransmission of the old connection's last server FPDU
+/// (its sequence and acknowledgment numbers) before the new SYN-ACK. The
+/// stray segment fixed where the new server stream starts: the SYN-ACK
+/// moved it no more, and the new MPA Reply and FPDUs were lost behind a
+/// gap. It is left out and counted instead.
+#[test]
+fn an_old_connections_segment_after_a_new_syn_is_left_out() {
+    let mut capture = Capture::new([1000, 2000]);
+    iwarp_exchange(&mut capture);
+    let old = capture.next_seq;
+    let last = fpdu(&send_ulpdu(3));
+    capture.segment(0, TcpFlags::FIN | TcpFlags::ACK, &[]);
+    capture.next_seq[0] = capture.next_seq[0].wrapping_add(1);
+    capture.segment(1, TcpFlags::FIN | TcpFlags::ACK, &[]);
+    capture.next_seq[1] = capture.next_seq[1].wrapping_add(1);
+    let stale = capture.next_seq;
+    capture.next_seq = [3_000_000, 9_000_000];
+    capture.segment(0, TcpFlags::SYN, &[]);
+    // The old server's retransmission of its last FPDU.
+    capture.next_seq[0] = stale[0];
+    capture.at(
+        1,
+        old[1].wrapping_sub(last.len() as u32),
+        TcpFlags::ACK,
+        &last,
+    );
+    capture.next_seq = [3_000_001, 9_000_000];
+    capture.segment(1, TcpFlags::SYN | TcpFlags::ACK, &[]);
+    capture.next_seq = [3_000_001, 9_000_001];
+    iwarp_exchange(&mut capture);
+    let bytes = capture.close();
+    let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
+    assert!(failure.is_none());
+    let gaps: Vec<&Message> = messages
+        .iter()
+        .filter(|m| matches!(m.body, Body::Gap { .. }))
+        .collect();
+    assert!(
+        gaps.is_empty(),
+        "no octet of either connection is missing: {gaps:?}"
+    );
+    let replies = messages
+        .iter()
+        .filter(|m| matches!(&m.body, Body::Mpa(f) if f.kind == mpa_rr::FrameKind::Reply))
+        .count();
+    assert_eq!(replies, 2, "each connection's MPA Reply");
+    let sends: Vec<Vec<u8>> = (1..=3).map(send_ulpdu).collect();
+    assert_eq!(server_fpdus(&messages), [sends.clone(), sends].concat());
+    assert_eq!(summary.stray_segments, 1);
+    assert_eq!(summary.problems, 0);
+}

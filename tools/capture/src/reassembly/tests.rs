@@ -455,8 +455,8 @@ fn without_syn_the_first_segment_decides() {
         &[
             seg(S, C, 5000, SYN_ACK, b""),
             seg(S, C, 5001, NONE, b"banner"),
-            seg(C, S, 300, NONE, b"mid"),
-            seg(C, S, 290, NONE, b"0123456789abc"),
+            acking(seg(C, S, 300, NONE, b"mid"), 5007),
+            acking(seg(C, S, 290, NONE, b"0123456789abc"), 5007),
         ],
     );
     assert_eq!(
@@ -520,7 +520,7 @@ fn ended_connections_make_room_for_new_ones() {
         &[
             seg(C, S, 0, SYN, b""),
             seg(C, S, 1, FIN, b""),
-            seg(S, C, 0, FIN, b""),
+            acking(seg(S, C, 0, FIN, b""), 2),
             seg(C + 1, S, 0, SYN, b""),
             seg(C + 1, S, 1, NONE, b"x"),
             seg(S, C + 1, 0, RST, b""),
@@ -554,8 +554,8 @@ fn rst_comes_after_what_was_buffered() {
             seg(C, S, 0, SYN, b""),
             seg(C, S, 1, NONE, b"ab"),
             seg(C, S, 5, NONE, b"ef"),
-            seg(S, C, 100, NONE, b"r"),
-            seg(S, C, 103, NONE, b"t"),
+            acking(seg(S, C, 100, NONE, b"r"), 3),
+            acking(seg(S, C, 103, NONE, b"t"), 3),
             seg(S, C, 0, RST, b""),
         ],
     );
@@ -680,4 +680,37 @@ fn the_syn_ack_that_answers_the_clients_syn_fixes_the_start() {
         ],
     );
     assert_eq!(events, [open(0, C, S), data(0, S2C, 3, 301, 0, b"x")]);
+}
+
+/// Segments of the address pair's previous connection, captured after the new
+/// connection's SYN: a retransmission from each side, with the old connection's sequence
+/// and acknowledgment numbers. Before the SYN-ACK the server's fixed where the server's
+/// stream starts (the SYN-ACK then moved it no more, and the reply came after a gap of
+/// millions of octets); the client's, before the new ISN, was counted as dropped. Only
+/// the handshake fixes the start; they are stray (RFC 9293 §3.10.7.3 and §3.10.7.4:
+/// an unacceptable ACK, a sequence number outside the window).
+#[test]
+fn an_old_connections_data_fixes_no_streams_start() {
+    let (events, stats) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 3_000_000, SYN, b""),
+            acking(seg(S, C, 7000, NONE, b"old reply"), 5000),
+            acking(seg(C, S, 5000, NONE, b"old req"), 7009),
+            acking(seg(S, C, 9_000_000, SYN_ACK, b""), 3_000_001),
+            acking(seg(S, C, 7000, NONE, b"old reply"), 5000),
+            acking(seg(C, S, 3_000_001, NONE, b"req"), 9_000_001),
+            acking(seg(S, C, 9_000_001, NONE, b"reply"), 3_000_004),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            data(0, C2S, 6, 3_000_001, 0, b"req"),
+            data(0, S2C, 7, 9_000_001, 0, b"reply"),
+        ]
+    );
+    assert_eq!(stats.stray_segments, 3);
+    assert_eq!((stats.gap_bytes, stats.dropped_bytes), (0, 0));
 }

@@ -331,6 +331,11 @@ pub struct Summary {
     /// Linux cooked, raw IP or BSD loopback): not decoded. Each such type is
     /// also a problem, once ([`Decoder::note_unsupported_linktype`]).
     pub unsupported_frames: u64,
+    /// TCP segments reassembly judged to be of an older connection on the same
+    /// address pair (outside the connection's windows, RFC 9293 §3.10.7.4,
+    /// RFC 5961 §3) and left out. Not a problem: they were sent, but not as
+    /// part of the connection decoded.
+    pub stray_segments: u64,
     /// IPv4 fragments (MF set or a Fragment Offset) and IPv6 packets with a
     /// Fragment header: not reassembled (RFC 791 §3.2, RFC 8200 §4.5), so
     /// not decoded. What they carried is missing from its stream (a gap);
@@ -739,6 +744,7 @@ impl Decoder {
         self.summary.ignored_segments = stats.ignored_segments;
         self.summary.conflicting_bytes = stats.conflicting_bytes;
         self.summary.dropped_bytes = stats.dropped_bytes;
+        self.summary.stray_segments = stats.stray_segments;
         let mut sink = Sink {
             out: &mut self.out,
             summary: &mut self.summary,
