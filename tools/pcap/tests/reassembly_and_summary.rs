@@ -12,7 +12,7 @@ use dpwarp_capture::packet::{
 };
 use dpwarp_capture::pcap::{linktype, Writer};
 use dpwarp_pcap::decode::{
-    Body, CrcVerdict, Decoder, Message, Options, UNSUPPORTED_LINKTYPES_MAX, UNTRACKED,
+    Body, CrcVerdict, Decoder, Message, Options, TcpEvent, UNSUPPORTED_LINKTYPES_MAX, UNTRACKED,
 };
 use dpwarp_pcap::{decode_capture, run, Config};
 use rnic_engine::mpa::crc;
@@ -589,6 +589,46 @@ fn an_old_connections_segment_after_a_new_syn_is_left_out() {
     assert_eq!(replies, 2, "each connection's MPA Reply");
     let sends: Vec<Vec<u8>> = (1..=3).map(send_ulpdu).collect();
     assert_eq!(server_fpdus(&messages), [sends.clone(), sends].concat());
+    assert_eq!(summary.stray_segments, 1);
+    assert_eq!(summary.problems, 0);
+}
+
+/// A late RST of the address pair's previous connection (its sequence and
+/// acknowledgment numbers), captured in the middle of the new one, marked
+/// the new connection reset: an RST line, and what it left unfinished a
+/// cut. RFC 5961 §3.2 drops an RST outside the receive window.
+#[test]
+fn an_old_connections_late_rst_resets_nothing() {
+    let mut capture = Capture::new([1000, 2000]);
+    iwarp_exchange(&mut capture);
+    let old = capture.next_seq;
+    capture.segment(0, TcpFlags::FIN | TcpFlags::ACK, &[]);
+    capture.next_seq[0] = capture.next_seq[0].wrapping_add(1);
+    capture.segment(1, TcpFlags::FIN | TcpFlags::ACK, &[]);
+    capture.next_seq = [3_000_000, 9_000_000];
+    capture.segment(0, TcpFlags::SYN, &[]);
+    capture.segment(1, TcpFlags::SYN | TcpFlags::ACK, &[]);
+    capture.next_seq = [3_000_001, 9_000_001];
+    capture.send(0, &mpa_frame(mpa_rr::FrameKind::Request));
+    let new = capture.next_seq;
+    capture.next_seq[0] = old[0];
+    capture.at(1, old[1], TcpFlags::RST | TcpFlags::ACK, &[]);
+    capture.next_seq = new;
+    capture.send(1, &mpa_frame(mpa_rr::FrameKind::Reply));
+    capture.send(0, &fpdu(&send_ulpdu(1)));
+    let bytes = capture.close();
+    let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
+    assert!(failure.is_none());
+    let resets: Vec<&Message> = messages
+        .iter()
+        .filter(|m| matches!(m.body, Body::Tcp(TcpEvent::Rst)))
+        .collect();
+    assert!(resets.is_empty(), "{resets:?}");
+    let fins = messages
+        .iter()
+        .filter(|m| m.conn.0 == 1 && matches!(m.body, Body::Tcp(TcpEvent::Fin)))
+        .count();
+    assert_eq!(fins, 2, "the new connection closes with its FINs");
     assert_eq!(summary.stray_segments, 1);
     assert_eq!(summary.problems, 0);
 }

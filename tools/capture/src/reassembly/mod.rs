@@ -25,6 +25,10 @@
 //!   numbers). The window is [`WINDOW_BYTES_MAX`] either side of the next byte to
 //!   deliver: the capture does not say the window scale. A direction whose start the
 //!   first data fixed (no SYN captured) takes every segment, as before.
+//! * An RST resets the connection only if it is acceptable (RFC 5961 §3.2, RFC 9293
+//!   §3.10.7.4): its sequence number inside the window of a direction whose start is
+//!   known, or, while it is not, with an ACK of the other side's SYN (§3.10.7.3). A late
+//!   RST of the address pair's previous connection is stray, like its data.
 //! * Offsets are `u64`; sequence numbers are unwrapped relative to the next expected
 //!   byte, so wrap-around at 2^32 is seamless as long as no segment lands more than 2 GiB
 //!   from where the stream is, which TCP's window rules out.
@@ -502,9 +506,9 @@ impl Conn {
     }
 
     /// Whether `seg`, in direction `dir`, may belong to this connection: the
-    /// acceptability tests of RFC 9293 §3.10.7.4, as an observer can make them (see the
-    /// module documentation). A SYN is judged by [`Conn::starts_new`]; a bare ACK or an
-    /// RST changes no stream, so it is taken.
+    /// acceptability tests of RFC 9293 §3.10.7.4 and RFC 5961 §3, as an observer can
+    /// make them (see the module documentation). A SYN is judged by
+    /// [`Conn::starts_new`]; a bare ACK changes nothing, so it is taken.
     fn acceptable(&self, seg: &TcpSegment<'_>, dir: Dir) -> bool {
         if seg.syn {
             return true;
@@ -512,7 +516,15 @@ impl Conn {
         let half = &self.halves[dir.index()];
         let other = &self.halves[dir.reverse().index()];
         let occupied = seg.payload_wire_len.max(seg.payload.len()) + usize::from(seg.fin);
-        if occupied == 0 {
+        if seg.rst {
+            // RFC 5961 §3.2: "If the RST bit is set and the sequence number is outside
+            // the current receive window, silently drop the segment." Inside it, an RST
+            // that is not exactly RCV.NXT draws a challenge ACK; the observer cannot tell
+            // RCV.NXT (what the receiver has), so it takes every RST inside.
+            if let Some(inside) = half.in_window(seg.seq, 0) {
+                return inside;
+            }
+        } else if occupied == 0 {
             return true;
         } else if half.synced() {
             // Only the handshake fixes where the stream starts once it has been seen.
@@ -521,8 +533,11 @@ impl Conn {
             return true;
         }
         // The start is unknown. After the other side's SYN only a segment that
-        // acknowledges it may fix the start: RFC 9293 §3.10.7.3 (SYN-SENT) drops a
-        // segment without an acceptable ACK.
+        // acknowledges it may fix the start or reset: RFC 9293 §3.10.7.3 (SYN-SENT)
+        // drops a segment without an acceptable ACK, and "If the RST bit is set [...]
+        // If the ACK was acceptable, then signal to the user "error: connection reset",
+        // drop the segment, enter CLOSED state [...] Otherwise (no ACK), drop the
+        // segment and return."
         match other.acknowledges(seg.ack) {
             None => true,
             Some(inside) => seg.ack_flag && inside,
