@@ -2,137 +2,41 @@
 //! how connections and associations are told apart, what a capture it cannot
 //! read says, how sequence numbers print. Each test failed before its fix.
 
+mod common;
+
 use std::io::Cursor;
-use std::net::SocketAddrV4;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use dpwarp_capture::packet::{
-    build_sctp_chunk, build_sctp_frame, build_tcp_frame, SctpOver, TcpFlags,
-};
+use dpwarp_capture::packet::{build_sctp_chunk, build_tcp_frame, SctpOver, TcpFlags};
 use dpwarp_capture::pcap::{linktype, Writer};
 use dpwarp_pcap::decode::{
     Body, CrcVerdict, Decoder, Message, Options, TcpEvent, UNSUPPORTED_LINKTYPES_MAX, UNTRACKED,
 };
 use dpwarp_pcap::{decode_capture, run, Config};
-use rnic_engine::mpa::crc;
-use rnic_engine::wire::{
-    mpa_rr, rdmap, DdpBuffer, DdpPacket, DdpRepr, MpaPacket, MpaRepr, RdmapHeader, RdmapOpcode,
-    RdmapRepr,
+use rnic_engine::wire::mpa_rr;
+
+use common::{
+    fpdu, golden, init, send, Capture, SctpCapture, COOKIE_ACK, COOKIE_ECHO, INIT, INIT_ACK, SERVER,
 };
-
-const CLIENT: &str = "10.9.0.1:40000";
-const SERVER: &str = "10.9.0.2:7174";
-
-/// Writes a synthetic capture of one address pair's connections.
-struct Capture {
-    writer: Writer<Vec<u8>>,
-    ends: [SocketAddrV4; 2],
-    next_seq: [u32; 2],
-    ts_ns: u64,
-}
-
-impl Capture {
-    /// A capture that starts with a handshake from the initial sequence
-    /// numbers `isn` (client, server).
-    fn new(isn: [u32; 2]) -> Capture {
-        let mut capture = Capture {
-            writer: Writer::new(Vec::new(), linktype::ETHERNET).unwrap(),
-            ends: [CLIENT.parse().unwrap(), SERVER.parse().unwrap()],
-            next_seq: isn,
-            ts_ns: 1_000_000_000,
-        };
-        capture.segment(0, TcpFlags::SYN, &[]);
-        capture.segment(1, TcpFlags::SYN | TcpFlags::ACK, &[]);
-        capture.next_seq = [isn[0].wrapping_add(1), isn[1].wrapping_add(1)];
-        capture
-    }
-
-    /// A segment from side `from` (0 client, 1 server) with sequence number
-    /// `seq`, acknowledging what the other side sent so far.
-    fn at(&mut self, from: usize, seq: u32, flags: TcpFlags, payload: &[u8]) {
-        let (src, dst) = (self.ends[from], self.ends[1 - from]);
-        let ack = self.next_seq[1 - from];
-        let frame = build_tcp_frame(src, dst, seq, ack, flags, payload);
-        self.writer.write_record(self.ts_ns, &frame).unwrap();
-        self.ts_ns += 1000;
-    }
-
-    fn segment(&mut self, from: usize, flags: TcpFlags, payload: &[u8]) {
-        let seq = self.next_seq[from];
-        self.at(from, seq, flags, payload);
-        self.next_seq[from] = seq.wrapping_add(payload.len() as u32);
-    }
-
-    fn send(&mut self, from: usize, bytes: &[u8]) {
-        self.segment(from, TcpFlags::ACK | TcpFlags::PSH, bytes);
-    }
-
-    fn close(mut self) -> Vec<u8> {
-        self.segment(0, TcpFlags::FIN | TcpFlags::ACK, &[]);
-        self.next_seq[0] = self.next_seq[0].wrapping_add(1);
-        self.segment(1, TcpFlags::FIN | TcpFlags::ACK, &[]);
-        self.writer.into_inner().unwrap()
-    }
-}
-
-fn mpa_frame(kind: mpa_rr::FrameKind) -> Vec<u8> {
-    let repr = MpaRepr {
-        kind,
-        markers: false,
-        crc: true,
-        reject: false,
-        reserved: 0,
-        revision: 1,
-        enhanced: None,
-        private_data: b"",
-    };
-    let mut out = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut MpaPacket::new_unchecked(&mut out[..]));
-    out
-}
 
 /// An untagged Send of 100 octets, each `msn`.
 fn send_ulpdu(msn: u32) -> Vec<u8> {
-    let payload = vec![msn as u8; 100];
-    let repr = RdmapRepr {
-        ddp: DdpRepr {
-            last: true,
-            reserved: 0,
-            version: 1,
-            rsvd_ulp: rdmap::Control::new(RdmapOpcode::Send).to_octet(),
-            buffer: DdpBuffer::Untagged {
-                rsvd_ulp: 0,
-                qn: 0,
-                msn,
-                mo: 0,
-            },
-        },
-        header: RdmapHeader::None,
-        payload: &payload,
-    };
-    let mut out = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut DdpPacket::new_unchecked(&mut out[..]));
-    out
+    send(msn, &[msn as u8; 100])
 }
 
-/// An FPDU with CRC and no markers.
-fn fpdu(ulpdu: &[u8]) -> Vec<u8> {
-    let mut content = (ulpdu.len() as u16).to_be_bytes().to_vec();
-    content.extend_from_slice(ulpdu);
-    content.resize(content.len().next_multiple_of(4), 0);
-    let value = crc::crc32c(&content).to_le_bytes();
-    content.extend_from_slice(&value);
-    content
+/// A CRC connection's MPA Request or Reply, without markers or private
+/// data.
+fn mpa_frame(kind: mpa_rr::FrameKind) -> Vec<u8> {
+    common::mpa_frame(kind, false, true, None, b"")
 }
 
 /// MPA Request and Reply, then three Sends each way.
 fn iwarp_exchange(capture: &mut Capture) {
-    capture.send(0, &mpa_frame(mpa_rr::FrameKind::Request));
-    capture.send(1, &mpa_frame(mpa_rr::FrameKind::Reply));
+    capture.send(0, &mpa_frame(mpa_rr::FrameKind::Request), &[]);
+    capture.send(1, &mpa_frame(mpa_rr::FrameKind::Reply), &[]);
     for msn in 1..=3 {
-        capture.send(0, &fpdu(&send_ulpdu(msn)));
-        capture.send(1, &fpdu(&send_ulpdu(msn)));
+        capture.send(0, &fpdu(&send_ulpdu(msn)), &[]);
+        capture.send(1, &fpdu(&send_ulpdu(msn)), &[]);
     }
 }
 
@@ -148,12 +52,6 @@ fn server_fpdus(messages: &[Message]) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn golden(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/data/golden")
-        .join(name)
-}
-
 /// RFC 5961 §4 (RFC 9293 §3.10.7.3): a client that lost its connection
 /// sends a new SYN; the server, still in the old connection, answers with a
 /// challenge ACK from the old sequence space; the client resets that, sends
@@ -163,7 +61,7 @@ fn golden(name: &str) -> PathBuf {
 /// later, a gap, and the MPA Reply and FPDUs were lost.
 #[test]
 fn half_open_recovery_keeps_the_servers_stream() {
-    let mut capture = Capture::new([1000, 2000]);
+    let mut capture = Capture::with_isn([1000, 2000]);
     iwarp_exchange(&mut capture);
     let old = capture.next_seq;
     capture.next_seq[0] = 3_000_000;
@@ -202,35 +100,20 @@ fn half_open_recovery_keeps_the_servers_stream() {
 /// association set up, so the second INIT started another one.
 #[test]
 fn an_init_retransmitted_after_a_lost_init_ack_is_the_same_association() {
-    let ends: [SocketAddrV4; 2] = [
-        "10.9.0.1:5001".parse().unwrap(),
-        "10.9.0.2:5002".parse().unwrap(),
-    ];
-    // INIT (1) or INIT ACK (2): Initiate Tag, a_rwnd, 4 streams each way,
-    // Initial TSN, and the Adaptation Layer Indication for DDP.
-    let init = |kind: u8, init_tag: u32, init_tsn: u32| {
-        let mut value = init_tag.to_be_bytes().to_vec();
-        value.extend_from_slice(&65536u32.to_be_bytes());
-        value.extend_from_slice(&[0, 4, 0, 4]);
-        value.extend_from_slice(&init_tsn.to_be_bytes());
-        value.extend_from_slice(&[0xc0, 0x06, 0, 8, 0, 0, 0, 1]);
-        build_sctp_chunk(kind, 0, &value)
-    };
-    let mut writer = Writer::new(Vec::new(), linktype::ETHERNET).unwrap();
-    let mut ts_ns = 1_000_000_000u64;
-    let mut packet = |from: usize, vtag: u32, chunk: Vec<u8>| {
-        let frame = build_sctp_frame(ends[from], ends[1 - from], SctpOver::Udp, vtag, &chunk);
-        writer.write_record(ts_ns, &frame).unwrap();
-        ts_ns += 1_000_000;
-    };
-    packet(0, 0, init(1, 0x1111_2222, 100));
-    packet(1, 0x1111_2222, init(2, 0x3333_4444, 900));
-    packet(0, 0, init(1, 0x1111_2222, 100));
-    packet(1, 0x1111_2222, init(2, 0x3333_4444, 900));
-    // COOKIE ECHO, COOKIE ACK.
-    packet(0, 0x3333_4444, build_sctp_chunk(10, 0, &[0xc0; 24]));
-    packet(1, 0x1111_2222, build_sctp_chunk(11, 0, &[]));
-    let bytes = writer.into_inner().unwrap();
+    // INIT and INIT ACK carry the Adaptation Layer Indication for DDP.
+    let mut capture = SctpCapture::new(SctpOver::Udp, true);
+    let mut packet = |from: usize, vtag: u32, chunk: Vec<u8>| capture.packet(from, vtag, &[chunk]);
+    packet(0, 0, init(INIT, 0x1111_2222, 100, Some(1)));
+    packet(1, 0x1111_2222, init(INIT_ACK, 0x3333_4444, 900, Some(1)));
+    packet(0, 0, init(INIT, 0x1111_2222, 100, Some(1)));
+    packet(1, 0x1111_2222, init(INIT_ACK, 0x3333_4444, 900, Some(1)));
+    packet(
+        0,
+        0x3333_4444,
+        build_sctp_chunk(COOKIE_ECHO, 0, &[0xc0; 24]),
+    );
+    packet(1, 0x1111_2222, build_sctp_chunk(COOKIE_ACK, 0, &[]));
+    let bytes = capture.bytes();
     let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
     assert!(failure.is_none());
     let assocs: Vec<u32> = messages.iter().map(|m| m.conn.0).collect();
@@ -361,15 +244,15 @@ fn unsupported_link_types_are_reported_within_a_bound() {
 /// A capture of many FPDUs whose last segment is lost: a gap, a problem
 /// that only the end of the capture shows.
 fn long_capture_with_a_late_problem() -> Vec<u8> {
-    let mut capture = Capture::new([1000, 2000]);
-    capture.send(0, &mpa_frame(mpa_rr::FrameKind::Request));
-    capture.send(1, &mpa_frame(mpa_rr::FrameKind::Reply));
+    let mut capture = Capture::with_isn([1000, 2000]);
+    capture.send(0, &mpa_frame(mpa_rr::FrameKind::Request), &[]);
+    capture.send(1, &mpa_frame(mpa_rr::FrameKind::Reply), &[]);
     // Some 300 KiB of text lines, far more than a pipe holds.
     for msn in 1..=3000 {
-        capture.send(0, &fpdu(&send_ulpdu(msn)));
+        capture.send(0, &fpdu(&send_ulpdu(msn)), &[]);
     }
     capture.next_seq[0] = capture.next_seq[0].wrapping_add(100);
-    capture.send(0, &fpdu(&send_ulpdu(3001)));
+    capture.send(0, &fpdu(&send_ulpdu(3001)), &[]);
     capture.close()
 }
 
@@ -423,7 +306,7 @@ fn strict_keeps_its_verdict_when_the_reader_leaves() {
 /// problem, no word in the summary, and `--strict` passed.
 #[test]
 fn octets_dropped_before_the_stream_start_are_reported() {
-    let mut capture = Capture::new([1000, 2000]);
+    let mut capture = Capture::with_isn([1000, 2000]);
     // Start the capture after the handshake: a fresh writer.
     capture.writer = Writer::new(Vec::new(), linktype::ETHERNET).unwrap();
     capture.next_seq = [5000, 8000];
@@ -500,7 +383,7 @@ fn fragments(frame: &[u8], first_len: usize) -> [Vec<u8>; 2] {
 /// why; fragments of protocols the tool does not decode (ICMP) are not.
 #[test]
 fn ip_fragments_are_counted_and_said() {
-    let mut capture = Capture::new([1000, 2000]);
+    let mut capture = Capture::with_isn([1000, 2000]);
     iwarp_exchange(&mut capture);
     let ulpdu = fpdu(&send_ulpdu(4));
     let (src, dst) = (capture.ends[0], capture.ends[1]);
@@ -514,7 +397,7 @@ fn ip_fragments_are_counted_and_said() {
         capture.ts_ns += 1000;
     }
     capture.next_seq[0] = seq.wrapping_add(ulpdu.len() as u32);
-    capture.send(0, &fpdu(&send_ulpdu(5)));
+    capture.send(0, &fpdu(&send_ulpdu(5)), &[]);
     let bytes = capture.close();
     let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
     assert!(failure.is_none());
@@ -548,7 +431,7 @@ fn ip_fragments_are_counted_and_said() {
 /// gap. It is left out and counted instead.
 #[test]
 fn an_old_connections_segment_after_a_new_syn_is_left_out() {
-    let mut capture = Capture::new([1000, 2000]);
+    let mut capture = Capture::with_isn([1000, 2000]);
     iwarp_exchange(&mut capture);
     let old = capture.next_seq;
     let last = fpdu(&send_ulpdu(3));
@@ -599,7 +482,7 @@ fn an_old_connections_segment_after_a_new_syn_is_left_out() {
 /// cut. RFC 5961 §3.2 drops an RST outside the receive window.
 #[test]
 fn an_old_connections_late_rst_resets_nothing() {
-    let mut capture = Capture::new([1000, 2000]);
+    let mut capture = Capture::with_isn([1000, 2000]);
     iwarp_exchange(&mut capture);
     let old = capture.next_seq;
     capture.segment(0, TcpFlags::FIN | TcpFlags::ACK, &[]);
@@ -609,13 +492,13 @@ fn an_old_connections_late_rst_resets_nothing() {
     capture.segment(0, TcpFlags::SYN, &[]);
     capture.segment(1, TcpFlags::SYN | TcpFlags::ACK, &[]);
     capture.next_seq = [3_000_001, 9_000_001];
-    capture.send(0, &mpa_frame(mpa_rr::FrameKind::Request));
+    capture.send(0, &mpa_frame(mpa_rr::FrameKind::Request), &[]);
     let new = capture.next_seq;
     capture.next_seq[0] = old[0];
     capture.at(1, old[1], TcpFlags::RST | TcpFlags::ACK, &[]);
     capture.next_seq = new;
-    capture.send(1, &mpa_frame(mpa_rr::FrameKind::Reply));
-    capture.send(0, &fpdu(&send_ulpdu(1)));
+    capture.send(1, &mpa_frame(mpa_rr::FrameKind::Reply), &[]);
+    capture.send(0, &fpdu(&send_ulpdu(1)), &[]);
     let bytes = capture.close();
     let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
     assert!(failure.is_none());
