@@ -458,6 +458,13 @@ pub fn summary(summary: &Summary) -> String {
             summary.unsupported_frames
         );
     }
+    if summary.datagrams_reassembled > 0 {
+        let _ = write!(
+            line,
+            "; {} IP datagram(s) reassembled from fragments",
+            summary.datagrams_reassembled
+        );
+    }
     if summary.fragments > 0 {
         let _ = write!(
             line,

@@ -377,31 +377,60 @@ fn fragments(frame: &[u8], first_len: usize) -> [Vec<u8>; 2] {
     ]
 }
 
-/// An FPDU sent in two IPv4 fragments: they were skipped without a word,
-/// and showed only as a gap in the stream, as if the capture had lost the
-/// segment. They are counted and said (one problem), so `--strict` knows
-/// why; fragments of protocols the tool does not decode (ICMP) are not.
+/// FPDUs sent in IPv4 fragments were skipped without a word and showed only
+/// as gaps in the stream, as if the capture had lost the segments. Fragments
+/// are reassembled (RFC 791 §3.2): a datagram whose fragments all came (in
+/// any order) decodes; one whose last fragment is missing is counted and
+/// said (one problem), so `--strict` knows what the gap is. Fragments of
+/// protocols the tool does not decode (ICMP) are neither.
 #[test]
-fn ip_fragments_are_counted_and_said() {
+fn ip_fragments_are_reassembled_or_counted_and_said() {
     let mut capture = Capture::with_isn([1000, 2000]);
     iwarp_exchange(&mut capture);
-    let ulpdu = fpdu(&send_ulpdu(4));
-    let (src, dst) = (capture.ends[0], capture.ends[1]);
-    let (seq, ack) = (capture.next_seq[0], capture.next_seq[1]);
-    let frame = build_tcp_frame(src, dst, seq, ack, TcpFlags::ACK | TcpFlags::PSH, &ulpdu);
-    let [first, second] = fragments(&frame, 64);
-    let mut icmp = second.clone();
-    icmp[14 + 9] = 1;
-    for piece in [&first, &second, &icmp] {
-        capture.writer.write_record(capture.ts_ns, piece).unwrap();
-        capture.ts_ns += 1000;
-    }
-    capture.next_seq[0] = seq.wrapping_add(ulpdu.len() as u32);
-    capture.send(0, &fpdu(&send_ulpdu(5)), &[]);
+    let fragmented = |capture: &mut Capture, msn: u32, keep_last: bool| {
+        let ulpdu = fpdu(&send_ulpdu(msn));
+        let (src, dst) = (capture.ends[0], capture.ends[1]);
+        let (seq, ack) = (capture.next_seq[0], capture.next_seq[1]);
+        let flags = TcpFlags::ACK | TcpFlags::PSH;
+        let mut frame = build_tcp_frame(src, dst, seq, ack, flags, &ulpdu);
+        // Each datagram its own Identification.
+        frame[14 + 5] = msn as u8;
+        let [first, second] = fragments(&frame, 64);
+        let mut icmp = second.clone();
+        icmp[14 + 9] = 1;
+        // The last fragment first: any order.
+        let pieces = if keep_last {
+            vec![second, icmp, first]
+        } else {
+            vec![icmp, first]
+        };
+        for piece in pieces {
+            capture.writer.write_record(capture.ts_ns, &piece).unwrap();
+            capture.ts_ns += 1000;
+        }
+        capture.next_seq[0] = seq.wrapping_add(ulpdu.len() as u32);
+    };
+    fragmented(&mut capture, 4, true);
+    fragmented(&mut capture, 5, false);
+    capture.send(0, &fpdu(&send_ulpdu(6)), &[]);
     let bytes = capture.close();
     let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
     assert!(failure.is_none());
-    assert_eq!(summary.fragments, 2, "the ICMP fragment is not counted");
+    let client_sends: Vec<u32> = messages
+        .iter()
+        .filter(|m| m.src.to_string() != SERVER)
+        .filter_map(|m| match &m.body {
+            Body::Fpdu(f) if f.crc == CrcVerdict::Good => f.ulpdu.last().map(|&b| u32::from(b)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        client_sends,
+        [1, 2, 3, 4, 6],
+        "the reassembled FPDU decodes"
+    );
+    assert_eq!(summary.datagrams_reassembled, 1);
+    assert_eq!(summary.fragments, 1, "neither ICMP fragment counts");
     let said: Vec<&Message> = messages
         .iter()
         .filter(|m| matches!(&m.body, Body::Problem(text) if text.contains("IP fragment")))
@@ -410,15 +439,25 @@ fn ip_fragments_are_counted_and_said() {
     assert_eq!(
         said[0].body,
         Body::Problem(
-            "2 IP fragments of TCP, UDP or SCTP not decoded (IP fragments are not reassembled): \
-             what they carried is missing (a gap in a TCP stream, a lost SCTP packet)"
+            "1 IP fragment of TCP, UDP or SCTP not decoded (IPv6 fragments are not reassembled, \
+             nor IPv4 datagrams whose fragments did not all come within 30 s, or while 64 \
+             others waited): what they carried is missing (a gap in a TCP stream, a lost SCTP \
+             packet)"
                 .into()
         )
     );
-    assert_eq!(said[0].frame, 11, "the first fragment's frame");
+    assert_eq!(said[0].frame, 15, "the frame of the fragment not decoded");
+    let gaps = messages
+        .iter()
+        .filter(|m| matches!(m.body, Body::Gap { .. }))
+        .count();
+    assert_eq!(gaps, 1, "where the incomplete datagram's segment was");
     let line = dpwarp_pcap::render::summary(&summary);
     assert!(
-        line.contains("; 2 IP fragment(s) not reassembled, not decoded"),
+        line.contains(
+            "; 1 IP datagram(s) reassembled from fragments; 1 IP fragment(s) not reassembled, \
+             not decoded"
+        ),
         "{line}"
     );
 }

@@ -16,6 +16,7 @@
 //! those packets.
 
 mod build;
+pub mod defrag;
 mod ip;
 mod link;
 mod sctp;
@@ -57,8 +58,8 @@ pub enum Skip {
         /// The IPv4 protocol or final IPv6 next-header value (17 for UDP on other ports).
         protocol: u8,
     },
-    /// The IP packet is a fragment; its TCP header may be in another fragment, and
-    /// reassembling IP fragments is out of scope.
+    /// The IP packet is a fragment; its TCP header may be in another fragment. The
+    /// parsers do not reassemble: [`defrag::Defragmenter`] does, for IPv4.
     Fragment {
         /// The upper-layer protocol the fragment is part of: the IPv4 Protocol, which
         /// every fragment carries (RFC 791 §3.2), or the Next Header of the IPv6

@@ -32,8 +32,8 @@ OPTIONS:
     -a, --all        also print TCP events of connections that are not iWARP
     -x, --payload    show the first 64 octets of each payload
     --strict         exit with status 3 if any CRC, marker or framing problem
-                     was found, or frames or segments were left undecoded (for
-                     scripts that check interop captures)
+                     was found, or frames, segments, octets or IP fragments were
+                     left undecoded (for scripts that check interop captures)
     --no-summary     leave out the closing summary line of text output
     -h, --help       this text
     -V, --version    the version

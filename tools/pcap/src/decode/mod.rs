@@ -53,7 +53,7 @@ mod sctp;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
-use dpwarp_capture::packet::{SctpPacket, TcpSegment};
+use dpwarp_capture::packet::{defrag, SctpPacket, TcpSegment};
 use dpwarp_capture::reassembly::{ConnId, Dir, Event, Limits, Stats, CONNECTIONS_MAX};
 use rnic_engine::wire::{mpa_fpdu, mpa_marker, mpa_rr};
 
@@ -336,11 +336,15 @@ pub struct Summary {
     /// RFC 5961 §3) and left out. Not a problem: they were sent, but not as
     /// part of the connection decoded.
     pub stray_segments: u64,
-    /// IPv4 fragments (MF set or a Fragment Offset) and IPv6 packets with a
-    /// Fragment header: not reassembled (RFC 791 §3.2, RFC 8200 §4.5), so
-    /// not decoded. What they carried is missing from its stream (a gap);
-    /// they are also a problem, once ([`Decoder::note_fragment`]).
+    /// IP fragments of TCP, UDP or SCTP not reassembled, so not decoded:
+    /// IPv6 ones (RFC 8200 §4.5), and IPv4 ones (RFC 791 §3.2) whose datagram
+    /// did not complete in time or in the memory allowed
+    /// (`dpwarp_capture::packet::defrag`). What they carried is missing from
+    /// its stream (a gap); they are also a problem, once
+    /// ([`Decoder::note_fragments`]).
     pub fragments: u64,
+    /// IPv4 datagrams reassembled from their fragments, and decoded.
+    pub datagrams_reassembled: u64,
     /// SCTP packets (over IP or UDP port 9899).
     pub sctp_packets: u64,
     /// SCTP associations: address pairs, and a new one for each INIT after
@@ -612,21 +616,24 @@ impl Decoder {
         self.report_fragments();
     }
 
-    /// Counts an IP fragment, captured in `frame` at `ts_ns`. IP fragments
-    /// are not reassembled: the part of a TCP segment or SCTP packet in
-    /// them is missing, a TCP gap. They are reported at the end, as one
-    /// problem that says how many there were, so that such a gap is not
-    /// taken for a capture's loss, and `--strict` fails. (Found by a review:
-    /// fragments were skipped without a word and showed only as gaps.)
-    ///
-    /// Reassembly (RFC 791 §3.2) is left out: iWARP stacks send segments
-    /// that fit the path MTU (TCP's MSS, RFC 9293 §3.7.1; SCTP's PMTU, RFC
-    /// 9260 §7.3), so fragments in an iWARP capture are rare, and a
-    /// reassembler bounded in memory and time is more than their count
-    /// needs.
-    pub fn note_fragment(&mut self, frame: u64, ts_ns: u64) {
-        self.summary.fragments += 1;
-        self.first_fragment.get_or_insert((frame, ts_ns));
+    /// Counts `count` IP fragments that were not reassembled, the first of
+    /// them captured in `frame` at `ts_ns`: the part of a TCP segment or
+    /// SCTP packet in them is missing, a TCP gap. They are reported at the
+    /// end, as one problem that says how many there were, so that such a gap
+    /// is not taken for a capture's loss, and `--strict` fails. (Found by a
+    /// review: fragments were skipped without a word and showed only as
+    /// gaps.)
+    pub fn note_fragments(&mut self, count: u64, frame: u64, ts_ns: u64) {
+        self.summary.fragments += count;
+        let first = self
+            .first_fragment
+            .map_or((frame, ts_ns), |seen| seen.min((frame, ts_ns)));
+        self.first_fragment = Some(first);
+    }
+
+    /// Takes the count of IPv4 datagrams reassembled from fragments so far.
+    pub fn note_datagrams_reassembled(&mut self, datagrams: u64) {
+        self.summary.datagrams_reassembled = datagrams;
     }
 
     /// One problem for all IP fragments, at the first one. Their addresses
@@ -641,8 +648,12 @@ impl Decoder {
             n => format!("{n} IP fragments"),
         };
         let text = format!(
-            "{fragments} of TCP, UDP or SCTP not decoded (IP fragments are not reassembled): \
-             what they carried is missing (a gap in a TCP stream, a lost SCTP packet)"
+            "{fragments} of TCP, UDP or SCTP not decoded (IPv6 fragments are not reassembled, \
+             nor IPv4 datagrams whose fragments did not all come within {} s, or while {} \
+             others waited): what they carried is missing (a gap in a TCP stream, a lost SCTP \
+             packet)",
+            defrag::TIMEOUT_NS / 1_000_000_000,
+            defrag::DATAGRAMS_MAX
         );
         let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
         let mut sink = Sink {
