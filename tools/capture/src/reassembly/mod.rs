@@ -23,7 +23,9 @@
 //!   window (RFC 9293 §3.10.7.3: in SYN-SENT "If SND.UNA < SEG.ACK =< SND.NXT, then the
 //!   ACK is acceptable"; the old connection's segments acknowledge its own sequence
 //!   numbers). The window is [`WINDOW_BYTES_MAX`] either side of the next byte to
-//!   deliver: the capture does not say the window scale. A direction whose start the
+//!   deliver: the capture does not say the window scale. A segment outside it that
+//!   acknowledges the other direction inside that one's window is taken all the same:
+//!   the capture lost more than a window of the direction. A direction whose start the
 //!   first data fixed (no SYN captured) takes every segment, as before.
 //! * An RST resets the connection only if it is acceptable (RFC 5961 §3.2, RFC 9293
 //!   §3.10.7.4): its sequence number inside the window of a direction whose start is
@@ -528,7 +530,15 @@ impl Conn {
             return true;
         } else if half.synced() {
             // Only the handshake fixes where the stream starts once it has been seen.
-            return half.in_window(seg.seq, occupied) != Some(false);
+            if half.in_window(seg.seq, occupied) != Some(false) {
+                return true;
+            }
+            // Outside the window as the observer knows it, but acknowledging the other
+            // side inside its window: this connection's all the same, after the capture
+            // lost more than a window of the direction. (Found in review of the window
+            // test: the rest of such a connection was all stray.) An older
+            // connection's segment acknowledges its own sequence numbers.
+            return seg.ack_flag && other.acknowledges(seg.ack) == Some(true);
         } else if half.has_start() {
             return true;
         }

@@ -771,3 +771,30 @@ fn before_the_syn_ack_an_rst_needs_an_ack_of_the_syn() {
     assert_eq!(events, [open(0, C, S), rst(0, S2C, 4)]);
     assert_eq!(stats.stray_segments, 2);
 }
+
+/// The capture lost more than [`WINDOW_BYTES_MAX`] of a direction (tcpdump dropped
+/// packets): the next segment is outside the window as the observer knows it, but it
+/// acknowledges the other side inside its window, so it is the connection's: a gap, then
+/// its octets. Without the acknowledgment it is taken for an older connection's.
+#[test]
+fn a_segment_past_a_window_of_capture_loss_that_acknowledges_the_other_side_is_taken() {
+    let far = 1 + WINDOW_BYTES_MAX as u32 + 1000;
+    let (events, stats) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 0, SYN, b""),
+            acking(seg(S, C, 7000, SYN_ACK, b""), 1),
+            acking(seg(C, S, far, NONE, b"stray"), 0),
+            acking(seg(C, S, far, NONE, b"later"), 7001),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            gap(0, C2S, 4, 0, u64::from(far - 1)),
+            data(0, C2S, 4, far, u64::from(far - 1), b"later"),
+        ]
+    );
+    assert_eq!(stats.stray_segments, 1);
+}
