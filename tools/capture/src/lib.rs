@@ -9,7 +9,8 @@
 //!   malformed file ends in an [`pcap::Error`] that says what is wrong and at which byte.
 //! * [`packet`] turns a captured frame into a [`packet::TcpSegment`], going through
 //!   `smoltcp::wire` views created with `new_checked`, or says why it cannot
-//!   ([`packet::Skip`]).
+//!   ([`packet::Skip`]). [`packet::defrag`] reassembles IPv4 fragments first, within
+//!   bounds of memory and capture time.
 //! * [`reassembly`] orders each TCP direction into a byte stream, the way Wireshark's
 //!   "Follow TCP Stream" does, but streaming and with bounded buffers: data that cannot
 //!   be placed within the limits becomes an explicit [`reassembly::Event::Gap`].

@@ -17,8 +17,15 @@ pub mod render;
 use std::fmt;
 use std::io::{self, Read, Write};
 
+use dpwarp_capture::packet::defrag::{Defrag, Defragmenter};
 use dpwarp_capture::reassembly::{Limits, Reassembler};
 use dpwarp_capture::{packet, pcap};
+
+/// IP protocols whose IPv4 fragments are reassembled, and whose fragments
+/// not reassembled are counted as not decoded ([`decode::Summary::fragments`]):
+/// TCP, UDP (SCTP over UDP, RFC 6951) and SCTP. Fragments of others (ICMP,
+/// say) carry nothing this tool decodes.
+const FRAGMENTED_PROTOCOLS: [u8; 3] = [6, 17, packet::IP_PROTOCOL_SCTP];
 
 /// What `dpwarp-pcap` was asked to do.
 #[derive(Debug, Clone, Default)]
@@ -56,6 +63,9 @@ impl std::error::Error for RunError {}
 /// A capture being decoded record by record.
 pub struct Session<R: Read> {
     reader: pcap::Reader<R>,
+    defragmenter: Defragmenter,
+    /// The defragmenter's dropped fragments already told to the decoder.
+    fragments_dropped: u64,
     reassembler: Reassembler,
     decoder: decode::Decoder,
     events: Vec<dpwarp_capture::reassembly::Event>,
@@ -69,6 +79,8 @@ impl<R: Read> Session<R> {
     pub fn new(input: R, options: decode::Options) -> Result<Self, pcap::Error> {
         Ok(Session {
             reader: pcap::Reader::new(input)?,
+            defragmenter: Defragmenter::new(&FRAGMENTED_PROTOCOLS),
+            fragments_dropped: 0,
             reassembler: Reassembler::new(Limits::default()),
             decoder: decode::Decoder::new(options),
             events: Vec::new(),
@@ -88,10 +100,40 @@ impl<R: Read> Session<R> {
         match self.reader.next_record() {
             Some(Ok(record)) => {
                 self.t0_ns.get_or_insert(record.ts_ns);
-                let parsed = packet::parse_tcp(record.linktype, record.data);
+                // IPv4 fragments (RFC 791 §3.2) wait for the rest of their
+                // datagram; the frame that completes it carries it whole.
+                let defrag = self.defragmenter.push(
+                    record.frame,
+                    record.ts_ns,
+                    record.linktype,
+                    record.data,
+                );
+                Self::note_fragments_dropped(
+                    &self.defragmenter,
+                    &mut self.fragments_dropped,
+                    &mut self.decoder,
+                );
+                let datagram;
+                let (linktype, data) = match defrag {
+                    Defrag::Whole => (record.linktype, record.data),
+                    Defrag::Held => return true,
+                    Defrag::Complete(whole) => {
+                        datagram = whole;
+                        (pcap::linktype::RAW, &datagram[..])
+                    }
+                };
+                let parsed = packet::parse_tcp(linktype, data);
                 if let Err(packet::Skip::UnsupportedLinktype(linktype)) = parsed {
                     self.decoder
                         .note_unsupported_linktype(record.frame, record.ts_ns, linktype);
+                } else if let Err(packet::Skip::Fragment { protocol }) = parsed {
+                    // An IPv6 fragment, or an IPv4 one the capture cut. Only
+                    // the first fragment holds the TCP or UDP header, so a
+                    // UDP fragment may be SCTP over UDP or not: it counts
+                    // all the same.
+                    if FRAGMENTED_PROTOCOLS.contains(&protocol) {
+                        self.decoder.note_fragments(1, record.frame, record.ts_ns);
+                    }
                 } else if let Ok(segment) = parsed {
                     self.decoder.begin_record(record.ts_ns);
                     self.reassembler
@@ -107,7 +149,7 @@ impl<R: Read> Session<R> {
                     );
                     self.decoder
                         .handle_segment(record.frame, record.ts_ns, &segment);
-                } else if let Ok(packet) = packet::parse_sctp(record.linktype, record.data) {
+                } else if let Ok(packet) = packet::parse_sctp(linktype, data) {
                     self.decoder.begin_record(record.ts_ns);
                     self.decoder
                         .handle_sctp(record.frame, record.ts_ns, &packet);
@@ -116,6 +158,12 @@ impl<R: Read> Session<R> {
             }
             end => {
                 self.failure = end.and_then(Result::err);
+                self.defragmenter.finish();
+                Self::note_fragments_dropped(
+                    &self.defragmenter,
+                    &mut self.fragments_dropped,
+                    &mut self.decoder,
+                );
                 self.reassembler.finish(&mut self.events);
                 self.events
                     .drain(..)
@@ -125,6 +173,22 @@ impl<R: Read> Session<R> {
                 false
             }
         }
+    }
+
+    /// Tells the decoder of the fragments the defragmenter gave up since it
+    /// last did, and how many datagrams it reassembled.
+    fn note_fragments_dropped(
+        defragmenter: &Defragmenter,
+        told: &mut u64,
+        decoder: &mut decode::Decoder,
+    ) {
+        let stats = defragmenter.stats();
+        decoder.note_datagrams_reassembled(stats.datagrams);
+        let dropped = stats.fragments_dropped - *told;
+        if let (true, Some((frame, ts_ns))) = (dropped > 0, stats.first_dropped) {
+            decoder.note_fragments(dropped, frame, ts_ns);
+        }
+        *told = stats.fragments_dropped;
     }
 
     /// Takes the messages decoded so far.

@@ -435,12 +435,20 @@ pub fn summary(summary: &Summary) -> String {
         summary.markers_bad,
         summary.problems
     );
-    if summary.ignored_segments > 0 || summary.conflicting_bytes > 0 {
+    if summary.ignored_segments > 0 || summary.conflicting_bytes > 0 || summary.dropped_bytes > 0 {
         let _ = write!(
             line,
             "; reassembly: {} segment(s) not taken (too many open connections), {} octet(s) \
-             retransmitted with different values",
-            summary.ignored_segments, summary.conflicting_bytes
+             retransmitted with different values, {} octet(s) dropped before the start of their \
+             stream",
+            summary.ignored_segments, summary.conflicting_bytes, summary.dropped_bytes
+        );
+    }
+    if summary.stray_segments > 0 {
+        let _ = write!(
+            line,
+            "; {} TCP segment(s) of older connections left out",
+            summary.stray_segments
         );
     }
     if summary.unsupported_frames > 0 {
@@ -448,6 +456,20 @@ pub fn summary(summary: &Summary) -> String {
             line,
             "; {} frame(s) of unsupported link-layer types not decoded",
             summary.unsupported_frames
+        );
+    }
+    if summary.datagrams_reassembled > 0 {
+        let _ = write!(
+            line,
+            "; {} IP datagram(s) reassembled from fragments",
+            summary.datagrams_reassembled
+        );
+    }
+    if summary.fragments > 0 {
+        let _ = write!(
+            line,
+            "; {} IP fragment(s) not reassembled, not decoded",
+            summary.fragments
         );
     }
     if summary.sctp_packets > 0 {

@@ -7,98 +7,30 @@
 //! 5061 §4.2.6 (the Adaptation Layer Indication), independently of the
 //! decoder, as the tests' oracle.
 
+mod common;
+
 use std::io::Cursor;
-use std::net::SocketAddrV4;
 use std::path::Path;
 use std::process::Command;
 
-use dpwarp_capture::packet::{build_sctp_chunk, build_sctp_frame, SctpOver};
+use dpwarp_capture::packet::{build_sctp_chunk, SctpOver};
 use dpwarp_capture::pcap::{linktype, Writer};
-use dpwarp_pcap::decode::{Body, Message, Options, SctpBody};
+use dpwarp_pcap::decode::{Body, Options, SctpBody};
 use dpwarp_pcap::{decode_capture, render, run, Config};
 use rnic_engine::wire::{
     mpa_rr, rdmap, DdpBuffer, DdpPacket, DdpRepr, RdmapHeader, RdmapOpcode, RdmapRepr,
 };
 use serde_json::Value;
 
-const ACTIVE: &str = "10.9.0.1:5001";
-const PASSIVE: &str = "10.9.0.2:5002";
+use common::{
+    decode, init, SctpCapture, ABORT, COOKIE_ACK, COOKIE_ECHO, DATA, INIT, INIT_ACK, PASSIVE, SACK,
+};
+
 const TAG_ACTIVE: u32 = 0x1111_2222;
 const TAG_PASSIVE: u32 = 0x3333_4444;
 
-const DATA: u8 = 0;
-const INIT: u8 = 1;
-const INIT_ACK: u8 = 2;
-const SACK: u8 = 3;
-const ABORT: u8 = 6;
-const COOKIE_ECHO: u8 = 10;
-const COOKIE_ACK: u8 = 11;
 /// DATA flags (RFC 9260 §3.3.1): U, B, E.
 const UNORDERED_WHOLE: u8 = 0x07;
-
-/// Writes a synthetic capture of SCTP packets between two hosts.
-struct Capture {
-    writer: Writer<Vec<u8>>,
-    over: SctpOver,
-    ethernet: bool,
-    ends: [SocketAddrV4; 2],
-    ts_ns: u64,
-}
-
-impl Capture {
-    fn new(over: SctpOver, ethernet: bool) -> Capture {
-        let link = if ethernet {
-            linktype::ETHERNET
-        } else {
-            linktype::RAW
-        };
-        Capture {
-            writer: Writer::new(Vec::new(), link).unwrap(),
-            over,
-            ethernet,
-            ends: [ACTIVE.parse().unwrap(), PASSIVE.parse().unwrap()],
-            ts_ns: 2_000_000_000,
-        }
-    }
-
-    /// One packet from side `from` (0 active, 1 passive) bundling `chunks`.
-    fn packet(&mut self, from: usize, vtag: u32, chunks: &[Vec<u8>]) {
-        self.raw(from, vtag, &chunks.concat());
-    }
-
-    /// One packet whose chunk bytes are exactly `chunks`.
-    fn raw(&mut self, from: usize, vtag: u32, chunks: &[u8]) {
-        let (src, dst) = (self.ends[from], self.ends[1 - from]);
-        let frame = build_sctp_frame(src, dst, self.over, vtag, chunks);
-        let frame = if self.ethernet {
-            &frame[..]
-        } else {
-            &frame[14..]
-        };
-        self.writer.write_record(self.ts_ns, frame).unwrap();
-        self.ts_ns += 1000;
-    }
-
-    fn bytes(self) -> Vec<u8> {
-        self.writer.into_inner().unwrap()
-    }
-}
-
-/// INIT or INIT ACK (RFC 9260 §3.3.2): Initiate Tag, a_rwnd 65536, 4 streams
-/// each way, Initial TSN; then a Supported Extensions parameter (0x8008, 5
-/// octets: padding follows) and, if given, the Adaptation Layer Indication.
-fn init(kind: u8, init_tag: u32, init_tsn: u32, adaptation: Option<u32>) -> Vec<u8> {
-    let mut value = init_tag.to_be_bytes().to_vec();
-    value.extend_from_slice(&65536u32.to_be_bytes());
-    value.extend_from_slice(&[0, 4, 0, 4]);
-    value.extend_from_slice(&init_tsn.to_be_bytes());
-    value.extend_from_slice(&[0x80, 0x08, 0, 5, 0xc1, 0, 0, 0]);
-    if let Some(code) = adaptation {
-        value.extend_from_slice(&[0xc0, 0x06, 0, 8]);
-        value.extend_from_slice(&code.to_be_bytes());
-    }
-    build_sctp_chunk(kind, 0, &value)
-}
 
 /// DATA (RFC 9260 §3.3.1).
 fn data(flags: u8, tsn: u32, sid: u16, stream_seq: u16, ppid: u32, user: &[u8]) -> Vec<u8> {
@@ -195,7 +127,7 @@ const ENHANCED: mpa_rr::EnhancedRepr = mpa_rr::EnhancedRepr {
 
 /// An association set up, DDP messages both ways in bundles, then ABORT.
 fn association(over: SctpOver, ethernet: bool) -> Vec<u8> {
-    let mut capture = Capture::new(over, ethernet);
+    let mut capture = SctpCapture::new(over, ethernet);
     capture.packet(0, 0, &[init(INIT, TAG_ACTIVE, 100, Some(1))]);
     capture.packet(1, TAG_ACTIVE, &[init(INIT_ACK, TAG_PASSIVE, 900, Some(1))]);
     capture.packet(
@@ -469,7 +401,7 @@ fn word_hex(e: mpa_rr::EnhancedRepr) -> String {
 
 #[test]
 fn an_init_without_adaptation_says_null() {
-    let mut capture = Capture::new(SctpOver::Ip, false);
+    let mut capture = SctpCapture::new(SctpOver::Ip, false);
     capture.packet(0, 0, &[init(INIT, TAG_ACTIVE, 1, None)]);
     capture.packet(
         1,
@@ -494,12 +426,6 @@ fn an_init_without_adaptation_says_null() {
     assert!(text.ends_with("adaptation=1 (DDP)"), "{text}");
 }
 
-fn decode(bytes: &[u8]) -> Vec<Message> {
-    let (messages, _, failure) = decode_capture(Cursor::new(bytes), Options::default());
-    assert!(failure.is_none(), "{failure:?}");
-    messages
-}
-
 fn problems(lines: &[Value]) -> Vec<String> {
     lines
         .iter()
@@ -510,7 +436,7 @@ fn problems(lines: &[Value]) -> Vec<String> {
 
 #[test]
 fn malformed_chunks_are_problems_and_the_walk_stops() {
-    let mut capture = Capture::new(SctpOver::Udp, true);
+    let mut capture = SctpCapture::new(SctpOver::Udp, true);
     // A Length below the header, after a good chunk: the good one still prints.
     capture.raw(0, 1, &[&sack(5)[..], &[DATA, 3, 0, 2]].concat());
     // A Length past the end of the packet.
@@ -625,7 +551,7 @@ fn malformed_chunks_are_problems_and_the_walk_stops() {
 
 #[test]
 fn too_many_chunks_in_one_packet_are_cut_off() {
-    let mut capture = Capture::new(SctpOver::Ip, true);
+    let mut capture = SctpCapture::new(SctpOver::Ip, true);
     let many: Vec<Vec<u8>> = (0..300)
         .map(|_| build_sctp_chunk(COOKIE_ACK, 0, &[]))
         .collect();

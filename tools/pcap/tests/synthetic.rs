@@ -3,6 +3,8 @@
 //! data, lost segments, captures that start mid-connection, and hostile or
 //! truncated files, through the library and through the binary.
 
+mod common;
+
 use std::io::Cursor;
 use std::net::SocketAddrV4;
 use std::process::Command;
@@ -12,178 +14,11 @@ use dpwarp_capture::pcap::{linktype, Writer};
 use dpwarp_pcap::decode::{Body, CrcVerdict, Fpdu, Message, Options};
 use dpwarp_pcap::{decode_capture, render, run, Config, RunError};
 use proptest::prelude::*;
-use rnic_engine::mpa::crc;
+
+use common::{decode, frame_stream, golden, mpa_frame, segment, send, untagged, Capture, CLIENT};
 use rnic_engine::wire::{
-    atomic, ddp, mpa_marker, mpa_rr, rdmap, term, DdpBuffer, DdpPacket, DdpRepr, MpaPacket,
-    MpaRepr, RdmapHeader, RdmapOpcode, RdmapRepr,
+    atomic, ddp, mpa_marker, mpa_rr, rdmap, term, RdmapHeader, RdmapOpcode, RdmapRepr,
 };
-
-const CLIENT: &str = "10.9.0.1:40000";
-const SERVER: &str = "10.9.0.2:7174";
-
-/// Writes a synthetic capture of one connection.
-struct Capture {
-    writer: Writer<Vec<u8>>,
-    ends: [SocketAddrV4; 2],
-    next_seq: [u32; 2],
-    ts_ns: u64,
-}
-
-impl Capture {
-    fn new() -> Capture {
-        let writer = Writer::new(Vec::new(), linktype::ETHERNET).unwrap();
-        let ends = [CLIENT.parse().unwrap(), SERVER.parse().unwrap()];
-        let mut capture = Capture {
-            writer,
-            ends,
-            next_seq: [1000, 5_000_000],
-            ts_ns: 1_000_000_000,
-        };
-        capture.segment(0, TcpFlags::SYN, &[]);
-        capture.segment(1, TcpFlags::SYN | TcpFlags::ACK, &[]);
-        capture.next_seq = [1001, 5_000_001];
-        capture
-    }
-
-    fn segment(&mut self, from: usize, flags: TcpFlags, payload: &[u8]) {
-        let (src, dst) = (self.ends[from], self.ends[1 - from]);
-        let ack = self.next_seq[1 - from];
-        let frame = build_tcp_frame(src, dst, self.next_seq[from], ack, flags, payload);
-        self.writer.write_record(self.ts_ns, &frame).unwrap();
-        self.ts_ns += 1000;
-        self.next_seq[from] = self.next_seq[from].wrapping_add(payload.len() as u32);
-    }
-
-    /// Sends `bytes` from side `from` (0 client, 1 server) in segments of
-    /// the given sizes (the last one takes what is left).
-    fn send(&mut self, from: usize, bytes: &[u8], cuts: &[usize]) {
-        let mut rest = bytes;
-        for &cut in cuts {
-            if rest.is_empty() {
-                break;
-            }
-            let (now, later) = rest.split_at(cut.clamp(1, rest.len()));
-            self.segment(from, TcpFlags::ACK | TcpFlags::PSH, now);
-            rest = later;
-        }
-        for chunk in rest.chunks(1448) {
-            self.segment(from, TcpFlags::ACK | TcpFlags::PSH, chunk);
-        }
-    }
-
-    /// Skips `len` octets of side `from`'s stream: a segment lost before the capture saw it.
-    fn lose(&mut self, from: usize, len: usize) {
-        self.next_seq[from] = self.next_seq[from].wrapping_add(len as u32);
-    }
-
-    /// Ends the capture with a reset from side `from`.
-    fn reset(mut self, from: usize) -> Vec<u8> {
-        self.segment(from, TcpFlags::RST, &[]);
-        self.writer.into_inner().unwrap()
-    }
-
-    fn close(mut self) -> Vec<u8> {
-        self.segment(0, TcpFlags::FIN | TcpFlags::ACK, &[]);
-        self.segment(1, TcpFlags::FIN | TcpFlags::ACK, &[]);
-        self.writer.into_inner().unwrap()
-    }
-}
-
-fn mpa_frame(
-    kind: mpa_rr::FrameKind,
-    markers: bool,
-    crc: bool,
-    enhanced: Option<mpa_rr::EnhancedRepr>,
-    pd: &[u8],
-) -> Vec<u8> {
-    let repr = MpaRepr {
-        kind,
-        markers,
-        crc,
-        reject: false,
-        reserved: 0,
-        revision: if enhanced.is_some() { 2 } else { 1 },
-        enhanced,
-        private_data: pd,
-    };
-    let mut out = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut MpaPacket::new_unchecked(&mut out[..]));
-    out
-}
-
-/// Frames ULPDUs into a stream of FPDUs starting at Full Operation
-/// position `position`, inserting markers the way `mpa_marker` documents
-/// (one at every multiple of 512, FPDUPTR back to the FPDU's start) and
-/// computing each CRC over every octet of the FPDU but its CRC, markers
-/// included. Written independently of the decoder, as the test's oracle.
-fn frame_stream(mut position: u64, ulpdus: &[Vec<u8>], markers: bool, crc_on: bool) -> Vec<u8> {
-    let mut raw = Vec::new();
-    for ulpdu in ulpdus {
-        let start = position;
-        let mut content = (ulpdu.len() as u16).to_be_bytes().to_vec();
-        content.extend_from_slice(ulpdu);
-        content.resize(content.len() + (4 - content.len() % 4) % 4, 0);
-        content.extend_from_slice(&[0; 4]);
-        let crc_from = content.len() - 4;
-        let mut fpdu_raw = Vec::new();
-        let mut crc_at = Vec::new();
-        for (i, byte) in content.iter().enumerate() {
-            if markers && position.is_multiple_of(512) {
-                let ptr = (position - start) as u16;
-                fpdu_raw.extend_from_slice(&[0, 0, (ptr >> 8) as u8, ptr as u8]);
-                position += 4;
-            }
-            if i >= crc_from {
-                crc_at.push(fpdu_raw.len());
-            }
-            fpdu_raw.push(*byte);
-            position += 1;
-        }
-        if crc_on {
-            let covered: Vec<u8> = fpdu_raw
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !crc_at.contains(i))
-                .map(|(_, b)| *b)
-                .collect();
-            let value = crc::crc32c(&covered).to_le_bytes();
-            for (k, at) in crc_at.iter().enumerate() {
-                fpdu_raw[*at] = value[k];
-            }
-        }
-        raw.extend_from_slice(&fpdu_raw);
-    }
-    raw
-}
-
-fn segment(repr: &RdmapRepr<'_>) -> Vec<u8> {
-    let mut out = vec![0u8; repr.buffer_len()];
-    repr.emit(&mut DdpPacket::new_unchecked(&mut out[..]));
-    out
-}
-
-fn untagged(opcode: RdmapOpcode, qn: u32, msn: u32, mo: u32, last: bool) -> DdpRepr {
-    DdpRepr {
-        last,
-        reserved: 0,
-        version: 1,
-        rsvd_ulp: rdmap::Control::new(opcode).to_octet(),
-        buffer: DdpBuffer::Untagged {
-            rsvd_ulp: 0,
-            qn,
-            msn,
-            mo,
-        },
-    }
-}
-
-fn send(msn: u32, payload: &[u8]) -> Vec<u8> {
-    segment(&RdmapRepr {
-        ddp: untagged(RdmapOpcode::Send, 0, msn, 0, true),
-        header: RdmapHeader::None,
-        payload,
-    })
-}
 
 fn fpdus(messages: &[Message]) -> Vec<(&Message, &Fpdu)> {
     messages
@@ -193,12 +28,6 @@ fn fpdus(messages: &[Message]) -> Vec<(&Message, &Fpdu)> {
             _ => None,
         })
         .collect()
-}
-
-fn decode(bytes: &[u8]) -> Vec<Message> {
-    let (messages, _, failure) = decode_capture(Cursor::new(bytes), Options::default());
-    assert!(failure.is_none(), "{failure:?}");
-    messages
 }
 
 /// A connection with markers both ways (both frames set M) and CRC, whose
@@ -614,9 +443,7 @@ fn terminates_in_both_layouts_report_the_same_code() {
 }
 
 fn golden_bytes(name: &str) -> Vec<u8> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../../tests/data/golden/{name}.pcap"));
-    std::fs::read(path).unwrap()
+    std::fs::read(golden(&format!("{name}.pcap"))).unwrap()
 }
 
 #[test]
@@ -1044,33 +871,6 @@ fn an_fpdu_cut_by_a_reset_is_not_a_problem() {
         found.len() == 1 && found[0].contains("stream ends inside an FPDU"),
         "{found:?}"
     );
-}
-
-impl Capture {
-    /// A capture of one connection that starts after its handshake: no SYN, no MPA
-    /// startup, as when tcpdump starts while traffic flows.
-    fn mid_connection() -> Capture {
-        Capture {
-            writer: Writer::new(Vec::new(), linktype::ETHERNET).unwrap(),
-            ends: [CLIENT.parse().unwrap(), SERVER.parse().unwrap()],
-            next_seq: [1001, 5_000_001],
-            ts_ns: 1_000_000_000,
-        }
-    }
-
-    /// Continues `writer` with one more connection, from `client`, with a handshake.
-    fn after(writer: Writer<Vec<u8>>, ts_ns: u64, client: SocketAddrV4) -> Capture {
-        let mut capture = Capture {
-            writer,
-            ends: [client, SERVER.parse().unwrap()],
-            next_seq: [1000, 5_000_000],
-            ts_ns,
-        };
-        capture.segment(0, TcpFlags::SYN, &[]);
-        capture.segment(1, TcpFlags::SYN | TcpFlags::ACK, &[]);
-        capture.next_seq = [1001, 5_000_001];
-        capture
-    }
 }
 
 /// The MPA startup of a CRC connection and FPDUs of `ulpdus` from the client; the

@@ -73,7 +73,9 @@ fn parse_ipv4(data: &[u8]) -> Result<IpPayload<'_>, Skip> {
     copy[ipv4::TOTAL_LEN].copy_from_slice(&(header_len as u16).to_be_bytes());
     let view = Ipv4Packet::new_checked(&copy[..]).map_err(|_| Skip::BadHeader)?;
     if view.more_frags() || view.frag_offset() != 0 {
-        return Err(Skip::Fragment);
+        return Err(Skip::Fragment {
+            protocol: u8::from(view.next_header()),
+        });
     }
     let end = match total_len {
         // TCP segmentation offload: the stack handed the NIC one large segment whose
@@ -130,7 +132,13 @@ fn parse_ipv6(data: &[u8]) -> Result<IpPayload<'_>, Skip> {
 fn skip_extension_headers(mut ip: IpPayload<'_>) -> Result<IpPayload<'_>, Skip> {
     for _ in 0..IPV6_EXTENSION_HEADERS_MAX {
         match ip.protocol {
-            IpProtocol::Ipv6Frag => return Err(Skip::Fragment),
+            IpProtocol::Ipv6Frag => {
+                // RFC 8200 §4.5: the Fragment header's first octet is Next Header.
+                let protocol = ip.payload.first().copied();
+                return Err(Skip::Fragment {
+                    protocol: protocol.unwrap_or(u8::from(IpProtocol::Ipv6Frag)),
+                });
+            }
             IpProtocol::HopByHop | IpProtocol::Ipv6Route | IpProtocol::Ipv6Opts => {}
             _ => return Ok(ip),
         }

@@ -16,6 +16,7 @@
 //! those packets.
 
 mod build;
+pub mod defrag;
 mod ip;
 mod link;
 mod sctp;
@@ -57,9 +58,15 @@ pub enum Skip {
         /// The IPv4 protocol or final IPv6 next-header value (17 for UDP on other ports).
         protocol: u8,
     },
-    /// The IP packet is a fragment; its TCP header may be in another fragment, and
-    /// reassembling IP fragments is out of scope.
-    Fragment,
+    /// The IP packet is a fragment; its TCP header may be in another fragment. The
+    /// parsers do not reassemble: [`defrag::Defragmenter`] does, for IPv4.
+    Fragment {
+        /// The upper-layer protocol the fragment is part of: the IPv4 Protocol, which
+        /// every fragment carries (RFC 791 §3.2), or the Next Header of the IPv6
+        /// Fragment header (RFC 8200 §4.5); 44 (the Fragment header's own number) if
+        /// the capture cut it.
+        protocol: u8,
+    },
     /// The capture cut the frame before the end of the TCP header.
     Truncated,
     /// A header field is impossible: an IPv4 IHL below 5, a TCP data offset below 5, a
@@ -192,7 +199,13 @@ impl fmt::Display for Skip {
                 "not SCTP or UDP port {UDP_ENCAPSULATION_PORT}: IP protocol {}",
                 IpProtocol::from(*protocol)
             ),
-            Skip::Fragment => f.write_str("IP fragment"),
+            Skip::Fragment { protocol } => {
+                write!(
+                    f,
+                    "IP fragment of IP protocol {}",
+                    IpProtocol::from(*protocol)
+                )
+            }
             Skip::Truncated => f.write_str("truncated before the end of the TCP header"),
             Skip::BadHeader => f.write_str("malformed IP or TCP header"),
             Skip::UnsupportedLinktype(linktype) => {

@@ -217,7 +217,10 @@ fn ipv6_extension_headers_are_skipped() {
     assert_eq!(seg.payload_wire_len, 4);
     let fragment = (44u8, vec![0, 0, 0, 1, 0, 0, 0, 7]);
     let packet = ipv6_packet(&[hop_by_hop, fragment], 6, &tcp_bytes(b"frag"));
-    assert_eq!(parse_tcp(linktype::RAW, &packet), Err(Skip::Fragment));
+    assert_eq!(
+        parse_tcp(linktype::RAW, &packet),
+        Err(Skip::Fragment { protocol: 6 })
+    );
     let packet = ipv6_packet(&[], 17, &[0; 8]);
     assert_eq!(
         parse_tcp(linktype::RAW, &packet),
@@ -239,13 +242,13 @@ fn ipv4_fragments_are_skipped() {
     more_fragments[6] |= 0x20;
     assert_eq!(
         parse_tcp(linktype::RAW, &more_fragments),
-        Err(Skip::Fragment)
+        Err(Skip::Fragment { protocol: 6 })
     );
     let mut later_fragment = ipv4_packet(b"frag");
     later_fragment[7] = 1;
     assert_eq!(
         parse_tcp(linktype::RAW, &later_fragment),
-        Err(Skip::Fragment)
+        Err(Skip::Fragment { protocol: 6 })
     );
 }
 

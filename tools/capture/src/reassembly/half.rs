@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Ctx, Event};
+use super::{Ctx, Event, WINDOW_BYTES_MAX};
 
 /// One direction's reassembly state.
 ///
@@ -13,6 +13,8 @@ use super::{Ctx, Event};
 pub(super) struct Half {
     /// Sequence number of stream offset 0, once known.
     base_seq: Option<u32>,
+    /// `base_seq` is ISN + 1 of a SYN (the handshake), not the first data seen.
+    synced: bool,
     /// Stream offset of the next byte to deliver.
     next: u64,
     /// Bytes that arrived ahead of `next`, by stream offset.
@@ -78,6 +80,53 @@ impl Half {
         } else {
             self.base_seq.get_or_insert(start);
         }
+        self.synced = self.base_seq == Some(start);
+    }
+
+    /// Whether the stream's start is known.
+    pub(super) fn has_start(&self) -> bool {
+        self.base_seq.is_some()
+    }
+
+    /// Whether a SYN (the handshake) fixed the stream's start.
+    pub(super) fn synced(&self) -> bool {
+        self.synced
+    }
+
+    /// RFC 9293 §3.10.7.4's acceptability test, as an observer can make it: whether
+    /// the `len` sequence numbers from `seq` (just `seq` if `len` is 0, as for an RST)
+    /// touch the receive window, taken as [`WINDOW_BYTES_MAX`] either side of the next
+    /// octet to deliver (behind it too: a retransmission of octets the receiver has,
+    /// which the observer cannot tell from one it lacks) and never before offset 0.
+    /// `None` while the start is unknown.
+    pub(super) fn in_window(&self, seq: u32, len: usize) -> Option<bool> {
+        let base = self.base_seq?;
+        let start = self.offset_of(base, seq);
+        let (low, high) = self.window();
+        Some(if len == 0 {
+            low <= start && start < high
+        } else {
+            start < high && start + len as i128 > low
+        })
+    }
+
+    /// Whether `ack` acknowledges octets of this direction inside its window: RFC
+    /// 9293 §3.10.7.3 (SYN-SENT) accepts an ACK only if "SND.UNA < SEG.ACK =<
+    /// SND.NXT", so nothing before ISN + 1. `None` unless a SYN fixed the start: an
+    /// ACK can then be judged against it.
+    pub(super) fn acknowledges(&self, ack: u32) -> Option<bool> {
+        let base = self.base_seq.filter(|_| self.synced)?;
+        let offset = self.offset_of(base, ack);
+        let (low, high) = self.window();
+        // A FIN occupies the sequence number after the last octet: its ACK is one more.
+        Some(low <= offset && offset <= high)
+    }
+
+    /// The stream offsets an observer takes as inside the receive window.
+    fn window(&self) -> (i128, i128) {
+        let next = i128::from(self.next);
+        let window = WINDOW_BYTES_MAX as i128;
+        ((next - window).max(0), next + window)
     }
 
     /// Takes in a segment and delivers whatever became contiguous.

@@ -14,6 +14,23 @@
 //!   duplicate SYN, RFC 9293 §3.5) fixed, as long as nothing of the direction has been
 //!   delivered. Bytes before the start cannot be placed and are counted in
 //!   [`Stats::dropped_bytes`].
+//! * Once the handshake fixed a direction's start, only it does: a segment of the
+//!   address pair's previous connection, captured after the new SYN, must not. A segment
+//!   with data or a FIN is stray, counted in [`Stats::stray_segments`] and otherwise
+//!   ignored, if its sequence numbers lie outside the direction's receive window (RFC
+//!   9293 §3.10.7.4) or before its start, or, while the direction's start is not known
+//!   yet, if it does not acknowledge the other direction's SYN within that direction's
+//!   window (RFC 9293 §3.10.7.3: in SYN-SENT "If SND.UNA < SEG.ACK =< SND.NXT, then the
+//!   ACK is acceptable"; the old connection's segments acknowledge its own sequence
+//!   numbers). The window is [`WINDOW_BYTES_MAX`] either side of the next byte to
+//!   deliver: the capture does not say the window scale. A segment outside it that
+//!   acknowledges the other direction inside that one's window is taken all the same:
+//!   the capture lost more than a window of the direction. A direction whose start the
+//!   first data fixed (no SYN captured) takes every segment, as before.
+//! * An RST resets the connection only if it is acceptable (RFC 5961 §3.2, RFC 9293
+//!   §3.10.7.4): its sequence number inside the window of a direction whose start is
+//!   known, or, while it is not, with an ACK of the other side's SYN (§3.10.7.3). A late
+//!   RST of the address pair's previous connection is stray, like its data.
 //! * Offsets are `u64`; sequence numbers are unwrapped relative to the next expected
 //!   byte, so wrap-around at 2^32 is seamless as long as no segment lands more than 2 GiB
 //!   from where the stream is, which TCP's window rules out.
@@ -65,6 +82,14 @@ pub const BUFFERED_BYTES_TOTAL_MAX: usize = 256 << 20;
 pub const CONNECTIONS_MAX: usize = 65_536;
 /// Default for [`Limits::history_bytes_max`]: 64 KiB, an unscaled TCP window.
 pub const HISTORY_BYTES_MAX: usize = 64 << 10;
+/// The receive window an observer assumes when it judges whether a segment belongs to
+/// a connection (RFC 9293 §3.10.7.4, RFC 5961 §3): octets this far either side of the
+/// next octet to deliver. The capture holds no window scale, so this is not the
+/// advertised window but a bound above what Linux autotunes to by default, as for
+/// [`BUFFERED_BYTES_MAX`]: a segment of an older connection on the same address pair,
+/// whose sequence numbers are unrelated to this one's, lands inside it with a
+/// probability of 2 * 16 MiB / 4 GiB, under 1%.
+pub const WINDOW_BYTES_MAX: usize = BUFFERED_BYTES_MAX;
 
 /// Bounds on the memory a [`Reassembler`] uses, whatever the capture holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,6 +215,9 @@ pub struct Stats {
     pub gap_bytes: u64,
     /// Payload bytes before the start of their stream, which cannot be placed.
     pub dropped_bytes: u64,
+    /// Segments outside the connection's windows, taken to be an older connection's on
+    /// the same address pair, and ignored (see the module documentation).
+    pub stray_segments: u64,
     /// Segments ignored because [`Limits::connections_max`] connections were open, or
     /// because 2^32 - 1 connection ids had been handed out.
     pub ignored_segments: u64,
@@ -315,8 +343,8 @@ impl Reassembler {
             buffered_total: &mut self.buffered_total,
             limits: &self.limits,
         };
-        conn.segment(frame, ts_ns, seg, &mut ctx);
-        if seg.rst {
+        let accepted = conn.segment(frame, ts_ns, seg, &mut ctx);
+        if seg.rst && accepted {
             if !conn.reset {
                 conn.reset = true;
                 flush_halves(
@@ -479,7 +507,60 @@ impl Conn {
         }
     }
 
-    fn segment(&mut self, frame: u64, ts_ns: u64, seg: &TcpSegment<'_>, ctx: &mut Ctx<'_>) {
+    /// Whether `seg`, in direction `dir`, may belong to this connection: the
+    /// acceptability tests of RFC 9293 §3.10.7.4 and RFC 5961 §3, as an observer can
+    /// make them (see the module documentation). A SYN is judged by
+    /// [`Conn::starts_new`]; a bare ACK changes nothing, so it is taken.
+    fn acceptable(&self, seg: &TcpSegment<'_>, dir: Dir) -> bool {
+        if seg.syn {
+            return true;
+        }
+        let half = &self.halves[dir.index()];
+        let other = &self.halves[dir.reverse().index()];
+        let occupied = seg.payload_wire_len.max(seg.payload.len()) + usize::from(seg.fin);
+        if seg.rst {
+            // RFC 5961 §3.2: "If the RST bit is set and the sequence number is outside
+            // the current receive window, silently drop the segment." Inside it, an RST
+            // that is not exactly RCV.NXT draws a challenge ACK; the observer cannot tell
+            // RCV.NXT (what the receiver has), so it takes every RST inside.
+            if let Some(inside) = half.in_window(seg.seq, 0) {
+                return inside;
+            }
+        } else if occupied == 0 {
+            return true;
+        } else if half.synced() {
+            // Only the handshake fixes where the stream starts once it has been seen.
+            if half.in_window(seg.seq, occupied) != Some(false) {
+                return true;
+            }
+            // Outside the window as the observer knows it, but acknowledging the other
+            // side inside its window: this connection's all the same, after the capture
+            // lost more than a window of the direction. (Found in review of the window
+            // test: the rest of such a connection was all stray.) An older
+            // connection's segment acknowledges its own sequence numbers.
+            return seg.ack_flag && other.acknowledges(seg.ack) == Some(true);
+        } else if half.has_start() {
+            return true;
+        }
+        // The start is unknown. After the other side's SYN only a segment that
+        // acknowledges it may fix the start or reset: RFC 9293 §3.10.7.3 (SYN-SENT)
+        // drops a segment without an acceptable ACK, and "If the RST bit is set [...]
+        // If the ACK was acceptable, then signal to the user "error: connection reset",
+        // drop the segment, enter CLOSED state [...] Otherwise (no ACK), drop the
+        // segment and return."
+        match other.acknowledges(seg.ack) {
+            None => true,
+            Some(inside) => seg.ack_flag && inside,
+        }
+    }
+
+    /// Takes in a segment; `false` if it was judged stray ([`Conn::acceptable`]) and
+    /// ignored.
+    fn segment(&mut self, frame: u64, ts_ns: u64, seg: &TcpSegment<'_>, ctx: &mut Ctx<'_>) -> bool {
+        if !self.acceptable(seg, ctx.dir) {
+            ctx.stats.stray_segments += 1;
+            return false;
+        }
         let half = &mut self.halves[ctx.dir.index()];
         if seg.syn {
             // The SYN-ACK of this connection acknowledges the client's SYN (RFC 9293 §3.5).
@@ -503,6 +584,7 @@ impl Conn {
         };
         half.segment(&input, ctx);
         self.closed |= seg.fin || seg.rst;
+        true
     }
 }
 

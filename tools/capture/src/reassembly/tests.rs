@@ -48,6 +48,12 @@ const RST: Flags = Flags {
     fin: false,
     rst: true,
 };
+const RST_ACK: Flags = Flags {
+    syn: false,
+    ack: true,
+    fin: false,
+    rst: true,
+};
 
 fn seg(from: u16, to: u16, seq: u32, flags: Flags, payload: &[u8]) -> TcpSegment<'_> {
     TcpSegment {
@@ -429,8 +435,9 @@ fn rst_is_reported_once_per_direction_and_closes() {
         Limits::default(),
         &[
             seg(C, S, 0, SYN, b""),
-            seg(S, C, 0, RST, b""),
-            seg(S, C, 0, RST, b""),
+            // RFC 9293 §3.10.7.1: <SEQ=0><ACK=SEG.SEQ+SEG.LEN><CTL=RST,ACK>.
+            acking(seg(S, C, 0, RST_ACK, b""), 1),
+            acking(seg(S, C, 0, RST_ACK, b""), 1),
             seg(C, S, 0, SYN, b""),
         ],
     );
@@ -455,8 +462,8 @@ fn without_syn_the_first_segment_decides() {
         &[
             seg(S, C, 5000, SYN_ACK, b""),
             seg(S, C, 5001, NONE, b"banner"),
-            seg(C, S, 300, NONE, b"mid"),
-            seg(C, S, 290, NONE, b"0123456789abc"),
+            acking(seg(C, S, 300, NONE, b"mid"), 5007),
+            acking(seg(C, S, 290, NONE, b"0123456789abc"), 5007),
         ],
     );
     assert_eq!(
@@ -520,10 +527,10 @@ fn ended_connections_make_room_for_new_ones() {
         &[
             seg(C, S, 0, SYN, b""),
             seg(C, S, 1, FIN, b""),
-            seg(S, C, 0, FIN, b""),
+            acking(seg(S, C, 0, FIN, b""), 2),
             seg(C + 1, S, 0, SYN, b""),
             seg(C + 1, S, 1, NONE, b"x"),
-            seg(S, C + 1, 0, RST, b""),
+            acking(seg(S, C + 1, 0, RST_ACK, b""), 2),
             seg(C + 2, S, 0, SYN, b""),
             seg(C + 2, S, 1, NONE, b"y"),
         ],
@@ -554,9 +561,9 @@ fn rst_comes_after_what_was_buffered() {
             seg(C, S, 0, SYN, b""),
             seg(C, S, 1, NONE, b"ab"),
             seg(C, S, 5, NONE, b"ef"),
-            seg(S, C, 100, NONE, b"r"),
-            seg(S, C, 103, NONE, b"t"),
-            seg(S, C, 0, RST, b""),
+            acking(seg(S, C, 100, NONE, b"r"), 3),
+            acking(seg(S, C, 103, NONE, b"t"), 3),
+            acking(seg(S, C, 104, RST_ACK, b""), 3),
         ],
     );
     assert_eq!(
@@ -602,7 +609,9 @@ fn acking(segment: TcpSegment<'_>, ack: u32) -> TcpSegment<'_> {
 /// still up draws a challenge ACK from the old sequence space, which the client resets
 /// (RFC 9293 §3.10.7.3) before its SYN is answered. The ACK and the RST carry no data
 /// and occupy no sequence number: they fix no stream's start (found by a review: the
-/// server's stream started at the challenge ACK, and its data came after a gap).
+/// server's stream started at the challenge ACK, and its data came after a gap). The RST
+/// is the old connection's, outside the new one's window: it resets nothing (RFC 5961
+/// §3.2; found by a later review, the new connection was reset).
 #[test]
 fn a_bare_ack_or_rst_fixes_no_streams_start() {
     let (events, stats) = run(
@@ -621,20 +630,23 @@ fn a_bare_ack_or_rst_fixes_no_streams_start() {
         events,
         [
             open(0, C, S),
-            rst(0, C2S, 3),
             data(0, S2C, 6, 9_000_001, 0, b"reply"),
             data(0, C2S, 7, 3_000_001, 0, b"req"),
         ]
     );
     assert_eq!(stats.gap_bytes, 0);
     assert_eq!(stats.dropped_bytes, 0);
+    // The RST; the challenge ACK changes nothing, so it is not judged.
+    assert_eq!(stats.stray_segments, 1);
 }
 
 /// RFC 9293 §3.5, Figure 8, captured at TCP Peer A: A's SYN (100); B's SYN-ACK (300)
 /// to an old duplicate SYN (90), acknowledging 91; A's RST; then B's SYN-ACK (400) to
 /// A's SYN. The second SYN-ACK acknowledges the client's SYN, so its ISN is where the
 /// server's stream starts, whichever SYN-ACK came first (found by a review: the first
-/// one's start stood, and the server's data came after a gap of 100 octets).
+/// one's start stood, and the server's data came after a gap of 100 octets). A's RST
+/// (sequence number 91, from the ACK it answers) is before A's stream: it is B's
+/// half-open connection's, and does not reset A's (RFC 5961 §3.2).
 #[test]
 fn the_syn_ack_that_answers_the_clients_syn_fixes_the_start() {
     let figure_8 = [
@@ -650,7 +662,6 @@ fn the_syn_ack_that_answers_the_clients_syn_fixes_the_start() {
         events,
         [
             open(0, C, S),
-            rst(0, C2S, 3),
             data(0, C2S, 5, 101, 0, b"req"),
             data(0, S2C, 6, 401, 0, b"reply"),
         ]
@@ -663,7 +674,6 @@ fn the_syn_ack_that_answers_the_clients_syn_fixes_the_start() {
         events,
         [
             open(0, C, S),
-            rst(0, C2S, 4),
             data(0, C2S, 5, 101, 0, b"req"),
             data(0, S2C, 6, 401, 0, b"reply"),
         ]
@@ -680,4 +690,111 @@ fn the_syn_ack_that_answers_the_clients_syn_fixes_the_start() {
         ],
     );
     assert_eq!(events, [open(0, C, S), data(0, S2C, 3, 301, 0, b"x")]);
+}
+
+/// Segments of the address pair's previous connection, captured after the new
+/// connection's SYN: a retransmission from each side, with the old connection's sequence
+/// and acknowledgment numbers. Before the SYN-ACK the server's fixed where the server's
+/// stream starts (the SYN-ACK then moved it no more, and the reply came after a gap of
+/// millions of octets); the client's, before the new ISN, was counted as dropped. Only
+/// the handshake fixes the start; they are stray (RFC 9293 §3.10.7.3 and §3.10.7.4:
+/// an unacceptable ACK, a sequence number outside the window).
+#[test]
+fn an_old_connections_data_fixes_no_streams_start() {
+    let (events, stats) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 3_000_000, SYN, b""),
+            acking(seg(S, C, 7000, NONE, b"old reply"), 5000),
+            acking(seg(C, S, 5000, NONE, b"old req"), 7009),
+            acking(seg(S, C, 9_000_000, SYN_ACK, b""), 3_000_001),
+            acking(seg(S, C, 7000, NONE, b"old reply"), 5000),
+            acking(seg(C, S, 3_000_001, NONE, b"req"), 9_000_001),
+            acking(seg(S, C, 9_000_001, NONE, b"reply"), 3_000_004),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            data(0, C2S, 6, 3_000_001, 0, b"req"),
+            data(0, S2C, 7, 9_000_001, 0, b"reply"),
+        ]
+    );
+    assert_eq!(stats.stray_segments, 3);
+    assert_eq!((stats.gap_bytes, stats.dropped_bytes), (0, 0));
+}
+
+/// RSTs of the address pair's previous connection, captured during the new one: the
+/// server's (its old sequence and acknowledgment numbers) and the client's (no ACK). They
+/// reset the new connection. RFC 5961 §3.2: an RST outside the receive window is
+/// dropped. The connection's own RST, inside it, still resets.
+#[test]
+fn an_old_connections_rst_resets_nothing() {
+    let (events, stats) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 3_000_000, SYN, b""),
+            acking(seg(S, C, 9_000_000, SYN_ACK, b""), 3_000_001),
+            acking(seg(C, S, 3_000_001, NONE, b"req"), 9_000_001),
+            acking(seg(S, C, 7000, RST_ACK, b""), 5000),
+            seg(C, S, 5000, RST, b""),
+            acking(seg(S, C, 9_000_001, NONE, b"reply"), 3_000_004),
+            acking(seg(C, S, 3_000_004, RST_ACK, b""), 9_000_006),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            data(0, C2S, 3, 3_000_001, 0, b"req"),
+            data(0, S2C, 6, 9_000_001, 0, b"reply"),
+            rst(0, C2S, 7),
+        ]
+    );
+    assert_eq!(stats.stray_segments, 2);
+}
+
+/// In SYN-SENT an RST counts only with an ACK of the SYN (RFC 9293 §3.10.7.3): a
+/// server's refusal does, an RST without ACK does not.
+#[test]
+fn before_the_syn_ack_an_rst_needs_an_ack_of_the_syn() {
+    let (events, stats) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 3_000_000, SYN, b""),
+            seg(S, C, 7000, RST, b""),
+            acking(seg(S, C, 7000, RST_ACK, b""), 5000),
+            acking(seg(S, C, 0, RST_ACK, b""), 3_000_001),
+        ],
+    );
+    assert_eq!(events, [open(0, C, S), rst(0, S2C, 4)]);
+    assert_eq!(stats.stray_segments, 2);
+}
+
+/// The capture lost more than [`WINDOW_BYTES_MAX`] of a direction (tcpdump dropped
+/// packets): the next segment is outside the window as the observer knows it, but it
+/// acknowledges the other side inside its window, so it is the connection's: a gap, then
+/// its octets. Without the acknowledgment it is taken for an older connection's.
+#[test]
+fn a_segment_past_a_window_of_capture_loss_that_acknowledges_the_other_side_is_taken() {
+    let far = 1 + WINDOW_BYTES_MAX as u32 + 1000;
+    let (events, stats) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 0, SYN, b""),
+            acking(seg(S, C, 7000, SYN_ACK, b""), 1),
+            acking(seg(C, S, far, NONE, b"stray"), 0),
+            acking(seg(C, S, far, NONE, b"later"), 7001),
+        ],
+    );
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            gap(0, C2S, 4, 0, u64::from(far - 1)),
+            data(0, C2S, 4, far, u64::from(far - 1), b"later"),
+        ]
+    );
+    assert_eq!(stats.stray_segments, 1);
 }

@@ -32,8 +32,8 @@ OPTIONS:
     -a, --all        also print TCP events of connections that are not iWARP
     -x, --payload    show the first 64 octets of each payload
     --strict         exit with status 3 if any CRC, marker or framing problem
-                     was found, or frames or segments were left undecoded (for
-                     scripts that check interop captures)
+                     was found, or frames, segments, octets or IP fragments were
+                     left undecoded (for scripts that check interop captures)
     --no-summary     leave out the closing summary line of text output
     -h, --help       this text
     -V, --version    the version
@@ -41,7 +41,9 @@ OPTIONS:
 EXIT STATUS:
     0 decoded; 1 the file is unreadable, truncated or not a capture (what was
     decoded before the problem is printed first); 2 bad arguments; 3 --strict
-    and problems found
+    and problems found. When standard output closes early (| head), output
+    stops; with --strict the rest of the capture is still decoded, unprinted,
+    and the status is as above, otherwise the status is 0
 ";
 
 struct Args {
@@ -60,11 +62,13 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<Args>, St
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "-h" | "--help" => {
-                print!("{HELP}");
+                // Not `print!`, which panics when the reader has gone.
+                let _ = io::stdout().write_all(HELP.as_bytes());
                 return Ok(None);
             }
             "-V" | "--version" => {
-                println!("dpwarp-pcap {}", env!("CARGO_PKG_VERSION"));
+                let version = format!("dpwarp-pcap {}\n", env!("CARGO_PKG_VERSION"));
+                let _ = io::stdout().write_all(version.as_bytes());
                 return Ok(None);
             }
             "--json" => config.json = true,
@@ -116,11 +120,18 @@ fn main() -> ExitCode {
             }
         }
     };
-    let stdout = io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
+    let stdout = Stdout {
+        inner: io::stdout().lock(),
+        closed: false,
+        keep_decoding: args.strict,
+    };
+    let mut out = BufWriter::new(stdout);
     let result = run(input, &mut out, &args.config);
     let flushed = out.flush();
     match (result, flushed) {
+        // A reader that stopped early (`| head`) without `--strict` wants no
+        // more: nothing went wrong. With `--strict` the pipe's end never
+        // reaches here: `Stdout` kept the decode going to its verdict.
         (Err(RunError::Output(e)), _) | (_, Err(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
             ExitCode::SUCCESS
         }
@@ -133,6 +144,54 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
         (Ok(summary), Ok(())) => exit_status(&summary, args.strict),
+    }
+}
+
+/// Standard output that may be a pipe whose reader leaves early
+/// (`dpwarp-pcap --strict F | head -1`).
+///
+/// The standard library ignores SIGPIPE, so a write to a closed pipe fails
+/// with `BrokenPipe` instead of ending the process. Without `--strict` that
+/// error ends the run, with status 0, as the reader wanted no more. With
+/// `--strict` the status is the point: the rest of the capture is still
+/// decoded, its lines dropped, so that a problem after what the reader saw
+/// still exits with status 3. (Found by a review: the strict verdict was lost
+/// and the exit status was 0.)
+struct Stdout<W: Write> {
+    inner: W,
+    /// The reader has gone: nothing is written any more.
+    closed: bool,
+    /// Decode on after the reader has gone (`--strict`).
+    keep_decoding: bool,
+}
+
+impl<W: Write> Stdout<W> {
+    fn note(&mut self, result: io::Result<usize>, len: usize) -> io::Result<usize> {
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe && self.keep_decoding => {
+                self.closed = true;
+                Ok(len)
+            }
+            other => other,
+        }
+    }
+}
+
+impl<W: Write> Write for Stdout<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
+        let result = self.inner.write(buf);
+        self.note(result, buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let result = self.inner.flush().map(|()| 0);
+        self.note(result, 0).map(|_| ())
     }
 }
 

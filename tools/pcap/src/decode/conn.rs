@@ -272,8 +272,9 @@ impl Conn {
     }
 
     /// A problem with the segment `seg` of this connection, which reassembly
-    /// found in `frame`: a retransmission that disagrees with the first copy.
-    pub(super) fn retransmission_problem(
+    /// found in `frame`: a retransmission that disagrees with the first copy,
+    /// or octets before the start of the stream.
+    pub(super) fn segment_problem(
         &mut self,
         frame: u64,
         seg: &TcpSegment<'_>,
