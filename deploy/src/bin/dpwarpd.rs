@@ -73,6 +73,13 @@ fn run(config: Config, path: PathBuf) -> Result<(), String> {
             tracing::warn!(soft, hard, "could not raise the open-files limit");
         }
     }
+    // A stop that came this early ends the daemon before its memory is
+    // taken; one that comes later, before `serve`'s first tick, before its
+    // port opens.
+    if term.load(Ordering::SeqCst) {
+        tracing::info!("SIGTERM before the start: dpwarpd exits without serving");
+        return Ok(());
+    }
     let shared = daemon::prepare(config, path)?;
     // The operator's endpoints first: a daemon that cannot be watched or
     // stopped does not start.
