@@ -590,6 +590,9 @@ pub struct Shared {
     pub drain: AtomicBool,
     /// When the drain began.
     pub drain_started: Mutex<Option<StdInstant>>,
+    /// The drain's deadline was brought to now (a second SIGTERM or
+    /// SIGINT): the connections left are ended at once.
+    pub forced: AtomicBool,
 }
 
 impl Shared {
@@ -627,8 +630,18 @@ impl Shared {
         }
     }
 
-    /// Whether the drain's deadline has passed.
+    /// Drains, its deadline now: the cores end the connections left at
+    /// their next look and leave (a second SIGTERM or SIGINT).
+    pub fn force_stop(&self) {
+        self.request_drain();
+        self.forced.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the drain's deadline has passed (or was forced).
     fn drain_overdue(&self) -> bool {
+        if self.forced.load(Ordering::SeqCst) {
+            return true;
+        }
         let started = *self.drain_started.lock().unwrap_or_else(|p| p.into_inner());
         started.is_some_and(|t| {
             t.elapsed() >= StdDuration::from_millis(self.config.daemon.drain_deadline_ms)
@@ -868,6 +881,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         reload_pending: Mutex::new(None),
         drain: AtomicBool::new(false),
         drain_started: Mutex::new(None),
+        forced: AtomicBool::new(false),
     }))
 }
 

@@ -133,6 +133,10 @@ fn main() {
             "a_reload_that_cannot_be_applied_keeps_the_listeners_serving",
             reload_that_cannot_be_applied,
         ),
+        Trial::test(
+            "a_second_sigint_during_the_drain_forces_the_exit",
+            second_sigint_forces_the_exit,
+        ),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -3280,6 +3284,65 @@ fn reload_that_cannot_be_applied() -> Result<(), Failed> {
     drop(taken);
     let mut daemon = daemon;
     daemon.stop()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Ctrl-C drains; a second Ctrl-C while the drain waits for a client ends
+/// the daemon at once, with a non-zero status and a log line that says it
+/// was forced, its control socket removed (found by a review: the second
+/// SIGINT changed nothing, and the drain ran on to its deadline).
+fn second_sigint_forces_the_exit() -> Result<(), Failed> {
+    let dir = scratch("second-sigint");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    // A drain that would wait a minute for the client below.
+    let config = loopback_config(&dir, tcp_port, metrics, 16)
+        .replace("drain_deadline_ms = 1500", "drain_deadline_ms = 60000");
+    let mut daemon = Daemon::start(&dir, &config)?;
+    let addr = SocketAddrV4::new([127, 0, 0, 1].into(), tcp_port);
+    // A client that writes for two minutes unless killed.
+    let mut child = Command::new(std::env::current_exe()?)
+        .env("DPWARPD_TEST_CLIENT", addr.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let outcome = (|| {
+        daemon.wait_stats(Duration::from_secs(20), |s| s["qps"] == 1)?;
+        let sigint = || {
+            Command::new("kill")
+                .args(["-INT", &daemon.child.id().to_string()])
+                .status()
+        };
+        sigint()?;
+        wait_log(&daemon, "draining")?;
+        let second = Instant::now();
+        sigint()?;
+        let status = loop {
+            if let Some(status) = daemon.child.try_wait()? {
+                break status;
+            }
+            if second.elapsed() > Duration::from_secs(5) {
+                return Err(fail(format!(
+                    "no exit 5 s after the second SIGINT: {}",
+                    daemon.log_text()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let log = daemon.log_text();
+        if status.success() || !log.contains("forced") {
+            return Err(fail(format!(
+                "want a non-zero exit and a log line saying it was forced, got {status:?}: {log}"
+            )));
+        }
+        if daemon.socket.exists() {
+            return Err(fail("the forced exit left the control socket"));
+        }
+        Ok(())
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    outcome?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
