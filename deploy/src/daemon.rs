@@ -1204,7 +1204,7 @@ fn run_cores<T: SctpCarrier + Send>(
             server.endpoint.control().listen(
                 port,
                 startup.clone(),
-                memory_listener(memory, shared.setup.clone()),
+                memory_listener(memory, port, shared.setup.clone()),
             );
         }
     }
@@ -1911,13 +1911,15 @@ fn ib_mtu(mtu: u16) -> u8 {
     e
 }
 
-/// The memory service's listener callback, its accepts timed.
+/// The memory service's listener callback on our TCP port `port`, its
+/// accepts timed.
 fn memory_listener(
     memory: Arc<MemoryService>,
+    port: u16,
     setup: Arc<SetupClock>,
 ) -> control::runtime::OnRequest {
     Box::new(move |request, peer| {
-        let decision = memory.decide(&request.private_data, peer);
+        let decision = memory.decide(&request.private_data, port, peer);
         if matches!(decision, control::runtime::Decision::Accept(_)) {
             setup.decided(peer);
         }
@@ -2027,17 +2029,18 @@ fn others<T: CoreTransport>(
                 continue;
             }
         }
-        let claimed = match (&shared.memory, ports.memory) {
-            (Some(m), Some(port)) if local.port() == port => {
-                let claimed = m.established(k, qp, peer);
-                if claimed {
-                    shared.setup.established(ServiceKind::Memory, peer);
-                }
-                claimed
-            }
-            _ => false,
-        };
-        if !claimed {
+        // The memory service's by its grant for this four-tuple: on the
+        // port it listens on, or on one it listened on before a reload (a
+        // startup under way there when it moved, its QP already in the
+        // grant's PD; such a connection was ended here, its grant left
+        // until `reap`).
+        let claimed = shared
+            .memory
+            .as_ref()
+            .is_some_and(|m| m.established(k, qp, local, peer));
+        if claimed {
+            shared.setup.established(ServiceKind::Memory, peer);
+        } else {
             // No service of ours (or a grant revoked meanwhile): its
             // memory is not reachable, end it at once.
             server.endpoint.abort(qp);
@@ -2095,7 +2098,7 @@ fn relisten<T: CoreTransport>(
             server.endpoint.control().listen(
                 port,
                 startup.clone(),
-                memory_listener(memory.clone(), shared.setup.clone()),
+                memory_listener(memory.clone(), port, shared.setup.clone()),
             );
         }
     }
