@@ -11,6 +11,8 @@
 
 #![allow(clippy::disallowed_methods)]
 
+mod common;
+
 use std::net::{SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -31,6 +33,8 @@ use rnic_engine::cq::WcStatus;
 use rnic_engine::verbs::{QpEvent, QpHandle, RemoteAddr, SendOp, SendWr};
 use serde_json::Value;
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
+
+use common::{example, free_port};
 
 const DPWARPD: &str = env!("CARGO_BIN_EXE_dpwarpd");
 const DPWARPCTL: &str = env!("CARGO_BIN_EXE_dpwarpctl");
@@ -152,32 +156,6 @@ fn fail(why: impl Into<String>) -> Failed {
     Failed::from(why.into())
 }
 
-/// A TCP port on loopback no one listens on, and none this process handed
-/// out before: below Linux's ephemeral range (32768 on), so that no connection's local
-/// end (the 10,000 idle connections of one test, running beside the
-/// others) takes it meanwhile, as a port the kernel gave out and took back
-/// could be (two services of one test were once given the same one).
-fn free_port() -> u16 {
-    use std::sync::atomic::AtomicU32;
-    const FIRST: u32 = 20_000;
-    const SPAN: u32 = 12_000;
-    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    // Each process starts somewhere else in the span.
-    let _ = NEXT.compare_exchange(
-        u32::MAX,
-        std::process::id() % SPAN,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    for _ in 0..SPAN {
-        let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
-}
-
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("dpwarpd-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -185,40 +163,11 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn example() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/dpwarpd.toml"))
-        .expect("the example config")
-}
-
 /// The example, on Linux TCP at 127.0.0.1, with its sockets in `dir`, MPA
-/// only.
+/// only, jumbo frames, a short drain and a short idle limit.
 fn loopback_config(dir: &Path, tcp_port: u16, metrics: u16, memory_mib: usize) -> String {
-    example()
-        .replace("driver = \"net_tap\"", "driver = \"kernel\"")
-        .replace("address = \"10.77.0.2/24\"", "address = \"127.0.0.1/8\"")
+    common::loopback(dir, tcp_port, metrics, memory_mib)
         .replace("mtu = 1500", "mtu = 9000")
-        .lines()
-        // MPA only: a test that wants DDP over SCTP gives a free UDP port.
-        .filter(|l| {
-            !l.starts_with("iface") && !l.starts_with("host_address") && !l.starts_with("udp_port")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace(
-            "/run/dpwarpd/control.sock",
-            &dir.join("control.sock").display().to_string(),
-        )
-        .replace("127.0.0.1:9464", &format!("127.0.0.1:{metrics}"))
-        .replace("tcp_port = 18515", &format!("tcp_port = {tcp_port}"))
-        .replace("tcp_port = 18516", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 7174", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18521", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18522", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18523", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18524", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18525", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18526", &format!("tcp_port = {}", free_port()))
-        .replace("memory_mib = 256", &format!("memory_mib = {memory_mib}"))
         .replace("drain_deadline_ms = 5000", "drain_deadline_ms = 1500")
         .replace("client_idle_ms = 10000", "client_idle_ms = 1000")
 }
