@@ -12,7 +12,7 @@
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -85,6 +85,69 @@ pub fn drain_now(stream: &mut impl Read, max: usize) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return,
         }
+    }
+}
+
+/// The clients an endpoint turned away because it served as many requests
+/// as it may at once ([`turn_away`]): those that read the answer, and
+/// those that had left before it (their connection closed or reset, the
+/// write failing with `EPIPE` or `ECONNRESET`), which are no error of the
+/// daemon's. The first is logged, the rest only counted (the metrics'
+/// `dpwarp_operator_turned_away_total`), so that a client that opens
+/// connections in a loop fills no log.
+#[derive(Debug)]
+pub struct TurnedAway {
+    /// The endpoint's name in the log and the metrics.
+    pub endpoint: &'static str,
+    /// Turned away with the answer written.
+    pub answered: AtomicU64,
+    /// Turned away after they had left.
+    pub gone: AtomicU64,
+    logged: AtomicBool,
+}
+
+impl TurnedAway {
+    /// None yet.
+    pub const fn new(endpoint: &'static str) -> TurnedAway {
+        TurnedAway {
+            endpoint,
+            answered: AtomicU64::new(0),
+            gone: AtomicU64::new(0),
+            logged: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Tells a client beyond the requests served at once `answer`, if its
+/// socket takes it at once, and closes its connection; waits for nothing
+/// (the accept thread's). What of the request has come is read first, and
+/// again once answered: a socket closed with octets unread resets the
+/// connection, and the client may see that instead of the answer
+/// ([`Bounded::finish`]; what comes later still resets it). A client that
+/// closed first makes the write fail (`EPIPE`): no signal is raised (the
+/// standard library sends with `MSG_NOSIGNAL` on TCP and Unix sockets
+/// alike, and ignores SIGPIPE), the failure is counted in `counts`.
+pub fn turn_away<S: Timed>(mut stream: S, answer: &[u8], counts: &TurnedAway) {
+    let answered = stream.nonblocking(true).is_ok() && {
+        drain_now(&mut stream, DRAIN_MAX);
+        let sent = stream.write_all(answer);
+        let _ = stream.shutdown_write();
+        drain_now(&mut stream, DRAIN_MAX);
+        sent.is_ok()
+    };
+    let count = if answered {
+        &counts.answered
+    } else {
+        &counts.gone
+    };
+    count.fetch_add(1, Ordering::Relaxed);
+    if !counts.logged.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            endpoint = counts.endpoint,
+            answered,
+            "a client was turned away: as many requests as the endpoint serves at once were \
+             being served (the next are counted in dpwarp_operator_turned_away_total, not logged)"
+        );
     }
 }
 

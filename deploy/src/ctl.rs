@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::bounded::{Bounded, Workers};
+use crate::bounded::{Bounded, TurnedAway, Workers};
 use crate::daemon::{drops, SctpShared, Shared};
 
 /// How long a client has to send its command, from its accept.
@@ -514,25 +514,20 @@ impl Drop for CtlServer {
     }
 }
 
+/// The control socket's clients turned away ([`busy`]).
+pub static TURNED_AWAY: TurnedAway = TurnedAway::new("control");
+
 /// Tells a client beyond [`REQUESTS_AT_ONCE`] to come back, if its socket
 /// takes it at once, and closes its connection; waits for nothing (the
-/// accept thread's).
-fn busy(mut stream: UnixStream) {
-    if stream.set_nonblocking(true).is_ok() {
-        // What of the command has come is read first, and again once
-        // answered: a socket closed with octets unread resets the
-        // connection, and the client may see that instead of the answer
-        // (`Bounded::finish`; what comes later still resets it).
-        crate::bounded::drain_now(&mut stream, crate::bounded::DRAIN_MAX);
-        let reply = json!({
-            "error": format!(
-                "dpwarpd answers {REQUESTS_AT_ONCE} other requests now: try again"
-            )
-        });
-        let _ = writeln!(stream, "{reply}");
-        let _ = stream.shutdown(std::net::Shutdown::Write);
-        crate::bounded::drain_now(&mut stream, crate::bounded::DRAIN_MAX);
-    }
+/// accept thread's). One that left first is counted as gone
+/// ([`crate::bounded::turn_away`]).
+fn busy(stream: UnixStream) {
+    let reply = json!({
+        "error": format!(
+            "dpwarpd answers {REQUESTS_AT_ONCE} other requests now: try again"
+        )
+    });
+    crate::bounded::turn_away(stream, format!("{reply}\n").as_bytes(), &TURNED_AWAY);
 }
 
 /// Serves one request: its command line within [`REQUEST_DEADLINE`] of
@@ -650,6 +645,50 @@ mod tests {
         let mut answer = String::new();
         theirs.read_to_string(&mut answer).unwrap();
         assert!(answer.contains("other requests now: try again"), "{answer}");
+    }
+
+    /// A client beyond the requests served at once that closes its end
+    /// before the busy answer is written: the write fails (EPIPE), raises
+    /// no SIGPIPE, whatever the process does with that signal, and the
+    /// client is counted as gone (from a review's suspicion of a race:
+    /// the failure was dropped unseen; a `write(2)` of its own, instead of
+    /// the standard library's send with `MSG_NOSIGNAL`, would raise the
+    /// signal, which only Rust's runtime ignoring SIGPIPE keeps from
+    /// ending the process). SIGPIPE is blocked on the thread that answers,
+    /// so that one raised stays pending there for the test to see instead
+    /// of being ignored.
+    #[test]
+    fn a_client_that_left_before_the_busy_answer_is_counted_and_raises_no_sigpipe() {
+        use nix::sys::signal::{SigSet, Signal};
+        let gone = TURNED_AWAY.gone.load(Ordering::Relaxed);
+        let raised = std::thread::spawn(|| {
+            let mut pipe = SigSet::empty();
+            pipe.add(Signal::SIGPIPE);
+            pipe.thread_block().unwrap();
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            drop(theirs);
+            busy(ours);
+            // SigPnd: the signals pending for this thread alone, in hex.
+            let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+            let pending = status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigPnd:"))
+                .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+                .unwrap();
+            let raised = pending & (1 << (Signal::SIGPIPE as u64 - 1)) != 0;
+            if raised {
+                // Taken here, so that it is never delivered.
+                pipe.wait().unwrap();
+            }
+            raised
+        })
+        .join()
+        .unwrap();
+        assert!(
+            !raised,
+            "the busy answer to a client that left raised SIGPIPE"
+        );
+        assert_eq!(TURNED_AWAY.gone.load(Ordering::Relaxed), gone + 1);
     }
 
     /// A daemon that takes the connection and never answers: dpwarpctl

@@ -38,6 +38,10 @@ use std::collections::HashMap;
 /// How often a core publishes its counters and connections.
 pub const PUBLISH_EVERY: StdDuration = StdDuration::from_millis(50);
 
+/// How often the main thread ticks ([`serve`]'s `tick`): signals and the
+/// operator's requests wait for it at most this long.
+pub const TICK: StdDuration = StdDuration::from_millis(100);
+
 /// How long the cores keep turning after a drain's deadline ended the
 /// last connections (their resets and Terminates go out).
 const FLUSH_AFTER_ABORT: StdDuration = StdDuration::from_millis(100);
@@ -586,6 +590,9 @@ pub struct Shared {
     pub drain: AtomicBool,
     /// When the drain began.
     pub drain_started: Mutex<Option<StdInstant>>,
+    /// The drain's deadline was brought to now (a second SIGTERM or
+    /// SIGINT): the connections left are ended at once.
+    pub forced: AtomicBool,
 }
 
 impl Shared {
@@ -623,8 +630,18 @@ impl Shared {
         }
     }
 
-    /// Whether the drain's deadline has passed.
+    /// Drains, its deadline now: the cores end the connections left at
+    /// their next look and leave (a second SIGTERM or SIGINT).
+    pub fn force_stop(&self) {
+        self.request_drain();
+        self.forced.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the drain's deadline has passed (or was forced).
     fn drain_overdue(&self) -> bool {
+        if self.forced.load(Ordering::SeqCst) {
+            return true;
+        }
         let started = *self.drain_started.lock().unwrap_or_else(|p| p.into_inner());
         started.is_some_and(|t| {
             t.elapsed() >= StdDuration::from_millis(self.config.daemon.drain_deadline_ms)
@@ -864,6 +881,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         reload_pending: Mutex::new(None),
         drain: AtomicBool::new(false),
         drain_started: Mutex::new(None),
+        forced: AtomicBool::new(false),
     }))
 }
 
@@ -882,10 +900,21 @@ fn seed() -> u64 {
 }
 
 /// Runs the daemon until it has drained: opens the port, serves on every
-/// core, and calls `tick` on this thread every 100 ms meanwhile (signals,
-/// the operator's requests). Returns once every core has left its loop and
-/// the port is closed.
+/// core, and calls `tick` on this thread every [`TICK`] meanwhile
+/// (signals, the operator's requests), from before the port opens: a
+/// drain `tick` asks for then (a SIGTERM that came while the daemon
+/// started) ends it at once, without serving, and one asked for while the
+/// cores start is seen by them as they begin. Returns once every core has
+/// left its loop and the port is closed.
 pub fn serve(shared: &Arc<Shared>, mut tick: impl FnMut(&Arc<Shared>)) -> Result<(), String> {
+    // The first tick before anything opens: a signal that came during the
+    // start (the memory's allocation, the EAL's) waited for the cores'
+    // listeners before (found by a review).
+    tick(shared);
+    if shared.drain.load(Ordering::SeqCst) {
+        tracing::info!("a drain was asked for before the port opened: dpwarpd does not serve");
+        return Ok(());
+    }
     let config = &shared.config;
     let port = config.port();
     let cores = config.dpdk.lcores.len();
@@ -1175,7 +1204,7 @@ fn run_cores<T: SctpCarrier + Send>(
             server.endpoint.control().listen(
                 port,
                 startup.clone(),
-                memory_listener(memory, shared.setup.clone()),
+                memory_listener(memory, port, shared.setup.clone()),
             );
         }
     }
@@ -1332,7 +1361,9 @@ fn run_cores<T: SctpCarrier + Send>(
             return Err(why);
         }
         let threads: Vec<_> = threads.into_iter().flatten().collect();
-        listening.wait();
+        // The cores may take seconds to listen (a DPDK port's queues, the
+        // control plane's answers): ticks meanwhile.
+        listening.wait_ticking(TICK, || tick(shared));
         if failed.load(Ordering::SeqCst) {
             let mut panicked = false;
             for t in threads {
@@ -1364,7 +1395,7 @@ fn run_cores<T: SctpCarrier + Send>(
                 m.reap();
             }
             shared.setup.forget_older_than(StdDuration::from_secs(30));
-            std::thread::sleep(StdDuration::from_millis(100));
+            std::thread::sleep(TICK);
         }
         let mut panicked = false;
         for t in threads {
@@ -1424,6 +1455,29 @@ impl Rendezvous {
         }
         while !s.1 {
             s = self.opened.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Arrives, and waits as [`Rendezvous::wait`] does, calling `tick`
+    /// every `every` meanwhile (the lock not held).
+    fn wait_ticking(&self, every: StdDuration, mut tick: impl FnMut()) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 += 1;
+        if s.0 >= self.n {
+            s.1 = true;
+            self.opened.notify_all();
+        }
+        while !s.1 {
+            s = self
+                .opened
+                .wait_timeout(s, every)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            if !s.1 {
+                drop(s);
+                tick();
+                s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            }
         }
     }
 
@@ -1857,13 +1911,15 @@ fn ib_mtu(mtu: u16) -> u8 {
     e
 }
 
-/// The memory service's listener callback, its accepts timed.
+/// The memory service's listener callback on our TCP port `port`, its
+/// accepts timed.
 fn memory_listener(
     memory: Arc<MemoryService>,
+    port: u16,
     setup: Arc<SetupClock>,
 ) -> control::runtime::OnRequest {
     Box::new(move |request, peer| {
-        let decision = memory.decide(&request.private_data, peer);
+        let decision = memory.decide(&request.private_data, port, peer);
         if matches!(decision, control::runtime::Decision::Accept(_)) {
             setup.decided(peer);
         }
@@ -1973,17 +2029,18 @@ fn others<T: CoreTransport>(
                 continue;
             }
         }
-        let claimed = match (&shared.memory, ports.memory) {
-            (Some(m), Some(port)) if local.port() == port => {
-                let claimed = m.established(k, qp, peer);
-                if claimed {
-                    shared.setup.established(ServiceKind::Memory, peer);
-                }
-                claimed
-            }
-            _ => false,
-        };
-        if !claimed {
+        // The memory service's by its grant for this four-tuple: on the
+        // port it listens on, or on one it listened on before a reload (a
+        // startup under way there when it moved, its QP already in the
+        // grant's PD; such a connection was ended here, its grant left
+        // until `reap`).
+        let claimed = shared
+            .memory
+            .as_ref()
+            .is_some_and(|m| m.established(k, qp, local, peer));
+        if claimed {
+            shared.setup.established(ServiceKind::Memory, peer);
+        } else {
             // No service of ours (or a grant revoked meanwhile): its
             // memory is not reachable, end it at once.
             server.endpoint.abort(qp);
@@ -2041,7 +2098,7 @@ fn relisten<T: CoreTransport>(
             server.endpoint.control().listen(
                 port,
                 startup.clone(),
-                memory_listener(memory.clone(), shared.setup.clone()),
+                memory_listener(memory.clone(), port, shared.setup.clone()),
             );
         }
     }
@@ -2398,6 +2455,45 @@ mod tests {
         );
     }
 
+    /// A stop asked for before the daemon serves (SIGTERM or SIGINT
+    /// while it starts) is acted on before the port opens: the first tick
+    /// comes before the start-up, sees the drain asked for and ends the
+    /// daemon without serving (found by a review: the first tick came
+    /// once every listener was up, however long the start took, and the
+    /// signal waited for it).
+    #[test]
+    fn a_stop_asked_for_before_the_start_ends_the_daemon_before_it_serves() {
+        let path = PathBuf::from(format!("stop-before-start-{}.toml", std::process::id()));
+        let shared = prepare(loopback("lcores = [0]"), path).expect("prepared");
+        let listening_at_first_tick = Arc::new(Mutex::new(None));
+        let seen = listening_at_first_tick.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let theirs = shared.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(serve(&theirs, |shared| {
+                let mut seen = seen.lock().unwrap();
+                if seen.is_none() {
+                    *seen = Some(shared.listening.load(Ordering::SeqCst));
+                    // The signal that came before the start.
+                    shared.request_drain();
+                }
+            }));
+        });
+        let result = rx
+            .recv_timeout(StdDuration::from_secs(30))
+            .expect("the daemon did not end");
+        assert_eq!(result, Ok(()));
+        assert_eq!(
+            *listening_at_first_tick.lock().unwrap(),
+            Some(false),
+            "the first tick came only once the daemon served"
+        );
+        assert!(
+            !shared.listening.load(Ordering::SeqCst),
+            "served after a stop asked for before the start"
+        );
+    }
+
     /// Every party waits for the last, or for the opening.
     #[test]
     fn a_rendezvous_waits_for_all_or_for_its_opening() {
@@ -2424,6 +2520,18 @@ mod tests {
         }
         // And whoever comes later.
         shut.wait();
+        // A party that ticks while it waits (the main thread, while the
+        // cores start) ticks until the last comes.
+        let late = Arc::new(Rendezvous::new(2));
+        let other = late.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(StdDuration::from_millis(300));
+            other.wait();
+        });
+        let mut ticks = 0;
+        late.wait_ticking(StdDuration::from_millis(50), || ticks += 1);
+        t.join().unwrap();
+        assert!(ticks >= 2, "{ticks} ticks in 300 ms");
     }
 
     /// A bench run begun over DDP over SCTP has its lease STag in DDP over

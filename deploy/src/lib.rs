@@ -11,6 +11,8 @@
 //!   `connections`, `drain`).
 //! * [`bounded`]: how those two serve their clients: a few at once, each
 //!   within a deadline, none holding up the daemon's stop.
+//! * [`signals`]: SIGTERM and SIGINT drain, a second one forces the exit;
+//!   SIGHUP reloads.
 //!
 //! The daemon reads the clock and owns threads; the sans-IO crates it
 //! drives never do.
@@ -24,3 +26,4 @@ pub mod daemon;
 pub mod histogram;
 pub mod memory;
 pub mod metrics;
+pub mod signals;

@@ -165,6 +165,21 @@ struct Lent {
     bits: u8,
 }
 
+/// One client's connection, as the service knows it from its Request on:
+/// our TCP port and the client's address and port (its four-tuple: the
+/// daemon has one address). The client's address and port alone name no
+/// connection: once a reload has moved the service to another port, a
+/// client may open a connection from the same address and port to the new
+/// port while its first runs on the old one, and the two are two clients
+/// (a review found the new one's Request revoked the running one's grant).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Conn {
+    /// Our TCP port it reached.
+    port: u16,
+    /// The client's address and port.
+    peer: SocketAddrV4,
+}
+
 /// A registration made for one client's connection.
 #[derive(Debug, Clone)]
 struct Registration {
@@ -206,8 +221,8 @@ pub struct Lending {
 pub struct MemoryService {
     regions: Vec<Lent>,
     registry: Arc<Registry>,
-    /// Registrations by the client's address (one per live connection).
-    grants: Mutex<HashMap<SocketAddrV4, Registration>>,
+    /// Registrations by the client's connection (one per live connection).
+    grants: Mutex<HashMap<Conn, Registration>>,
     /// Ended clients' PDs not yet freed: a QP still in one (its core has
     /// not yet destroyed it) keeps it until a later try.
     retired: Mutex<Vec<Pd>>,
@@ -280,7 +295,7 @@ impl MemoryService {
         }
     }
 
-    fn grants(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddrV4, Registration>> {
+    fn grants(&self) -> std::sync::MutexGuard<'_, HashMap<Conn, Registration>> {
         self.grants.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -289,9 +304,11 @@ impl MemoryService {
         self.draining.store(true, Ordering::SeqCst);
     }
 
-    /// The control-plane thread's decision on a Request from `peer`.
-    pub fn decide(&self, private_data: &[u8], peer: SocketAddrV4) -> Decision {
-        let decision = self.try_grant(private_data, peer);
+    /// The control-plane thread's decision on a Request from `peer` to our
+    /// TCP port `port` (one the service listens on: each listener's
+    /// callback knows its own).
+    pub fn decide(&self, private_data: &[u8], port: u16, peer: SocketAddrV4) -> Decision {
+        let decision = self.try_grant(private_data, Conn { port, peer });
         match &decision {
             Ok(_) => {
                 self.accepted.fetch_add(1, Ordering::Relaxed);
@@ -316,8 +333,9 @@ impl MemoryService {
     fn try_grant(
         &self,
         private_data: &[u8],
-        peer: SocketAddrV4,
+        conn: Conn,
     ) -> Result<(Grant, String), (RejectCode, String)> {
+        let peer = conn.peer;
         if self.draining.load(Ordering::SeqCst) {
             return Err((RejectCode::Limit, "the service is draining".into()));
         }
@@ -345,9 +363,9 @@ impl MemoryService {
             ));
         }
         let mut grants = self.grants();
-        if let Some(old) = grants.remove(&peer) {
-            // The same address and port again: the old connection is gone
-            // (and its grant does not count against the limit).
+        if let Some(old) = grants.remove(&conn) {
+            // The same four-tuple again: the old connection is gone (and
+            // its grant does not count against the limit).
             self.revoke(&old);
         }
         // One host's share, as the perftest services' `clients_per_host`:
@@ -355,7 +373,7 @@ impl MemoryService {
         // them (or never finishes their startups) held every grant, and
         // every other host was refused (found by a review).
         let ip = *peer.ip();
-        let held = grants.keys().filter(|p| *p.ip() == ip).count();
+        let held = grants.keys().filter(|c| *c.peer.ip() == ip).count();
         if held >= self.per_host {
             return Err((
                 RejectCode::Limit,
@@ -390,7 +408,7 @@ impl MemoryService {
             }
         };
         grants.insert(
-            peer,
+            conn,
             Registration {
                 stag: mr.stag,
                 pd,
@@ -465,7 +483,11 @@ impl MemoryService {
                 local.port() == ports.now,
             )
         };
-        match self.grants().get(&peer) {
+        let conn = Conn {
+            port: local.port(),
+            peer,
+        };
+        match self.grants().get(&conn) {
             Some(g) if ours && g.qp.is_none() => PdChoice::In(g.pd),
             _ if now => PdChoice::Refuse,
             _ => PdChoice::Default,
@@ -477,10 +499,22 @@ impl MemoryService {
         self.grants().len() + self.retired().len()
     }
 
-    /// Core `core` runs the connection from `peer` as QP `qp`. A connection
-    /// without a grant (revoked meanwhile) is the caller's to end.
-    pub fn established(&self, core: usize, qp: QpHandle, peer: SocketAddrV4) -> bool {
-        match self.grants().get_mut(&peer) {
+    /// Core `core` runs the connection from `peer` to `local` as QP `qp`:
+    /// whether it is one the service granted (on the port it listens on,
+    /// or one it listened on before a reload). A connection without a
+    /// grant (revoked meanwhile, or none) is the caller's to end.
+    pub fn established(
+        &self,
+        core: usize,
+        qp: QpHandle,
+        local: SocketAddrV4,
+        peer: SocketAddrV4,
+    ) -> bool {
+        let conn = Conn {
+            port: local.port(),
+            peer,
+        };
+        match self.grants().get_mut(&conn) {
             Some(g) if g.qp.is_none() => {
                 g.qp = Some((core, qp));
                 true
@@ -492,14 +526,14 @@ impl MemoryService {
     /// QP `qp` of core `core` ended: its STag is deregistered.
     pub fn ended(&self, core: usize, qp: QpHandle) {
         let mut grants = self.grants();
-        let peer = grants
+        let conn = grants
             .iter()
             .find(|(_, g)| g.qp == Some((core, qp)))
-            .map(|(&p, _)| p);
-        if let Some(g) = peer.and_then(|p| grants.remove(&p)) {
+            .map(|(&c, _)| c);
+        if let Some((conn, g)) = conn.and_then(|c| Some((c, grants.remove(&c)?))) {
             self.revoke(&g);
             drop(grants);
-            tracing::info!(service = "memory", peer = %peer.map_or_else(String::new, |p| p.to_string()), core, qp = qp.index(), "connection closed");
+            tracing::info!(service = "memory", peer = %conn.peer, tcp_port = conn.port, core, qp = qp.index(), "connection closed");
         }
     }
 
@@ -513,11 +547,15 @@ impl MemoryService {
         if !self.ports().ever.contains(&local.port()) {
             return false;
         }
+        let conn = Conn {
+            port: local.port(),
+            peer,
+        };
         let mut grants = self.grants();
-        if grants.get(&peer).is_none_or(|g| g.qp.is_some()) {
+        if grants.get(&conn).is_none_or(|g| g.qp.is_some()) {
             return false;
         }
-        if let Some(g) = grants.remove(&peer) {
+        if let Some(g) = grants.remove(&conn) {
             self.revoke(&g);
         }
         drop(grants);
@@ -529,13 +567,13 @@ impl MemoryService {
     /// many.
     pub fn reap(&self) -> usize {
         let mut grants = self.grants();
-        let stale: Vec<SocketAddrV4> = grants
+        let stale: Vec<Conn> = grants
             .iter()
             .filter(|(_, g)| g.qp.is_none() && g.since.elapsed() >= self.unclaimed_after)
-            .map(|(&p, _)| p)
+            .map(|(&c, _)| c)
             .collect();
-        for p in &stale {
-            if let Some(g) = grants.remove(p) {
+        for c in &stale {
+            if let Some(g) = grants.remove(c) {
                 self.revoke(&g);
             }
         }
@@ -548,10 +586,10 @@ impl MemoryService {
     pub fn lendings(&self) -> Vec<Lending> {
         self.grants()
             .iter()
-            .filter_map(|(&peer, g)| {
+            .filter_map(|(conn, g)| {
                 let (core, qp) = g.qp?;
                 Some(Lending {
-                    peer,
+                    peer: conn.peer,
                     region: self.regions[g.region].config.name.clone(),
                     core,
                     qp,
@@ -586,6 +624,9 @@ impl MemoryService {
 mod tests {
     use super::*;
     use std::net::Ipv4Addr;
+
+    /// The service's address and port in the tests.
+    const LOCAL: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 7000);
 
     #[test]
     fn requests_and_replies_round_trip_and_bad_ones_are_named() {
@@ -673,16 +714,16 @@ mod tests {
     fn one_client_host_cannot_hold_every_grant() {
         let s = service();
         let hog = |port| SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), port);
-        granted(s.decide(&encode_request("shared"), hog(4000)));
+        granted(s.decide(&encode_request("shared"), 7000, hog(4000)));
         // `service()`'s host holds one of its two.
-        let Decision::Reject(pd) = s.decide(&encode_request("shared"), hog(4001)) else {
+        let Decision::Reject(pd) = s.decide(&encode_request("shared"), 7000, hog(4001)) else {
             panic!("one host granted every region lent at once");
         };
         let (code, why) = Grant::decode(&pd).unwrap_err();
         assert_eq!(code, RejectCode::Limit as u8, "{why}");
         assert!(why.contains("10.1.1.1"), "the host is named: {why}");
         let other = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 2), 4000);
-        match s.decide(&encode_request("shared"), other) {
+        match s.decide(&encode_request("shared"), 7000, other) {
             Decision::Accept(_) => {}
             Decision::Reject(pd) => panic!(
                 "another host refused while one host holds every grant: {:?}",
@@ -696,14 +737,14 @@ mod tests {
         let s = service();
         let a = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), 4000);
         let b = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 2), 4000);
-        let ga = granted(s.decide(&encode_request("shared"), a));
-        let gb = granted(s.decide(&encode_request("shared"), b));
+        let ga = granted(s.decide(&encode_request("shared"), 7000, a));
+        let gb = granted(s.decide(&encode_request("shared"), 7000, b));
         assert_ne!(ga.stag, gb.stag);
         assert_eq!((ga.len, ga.access), (1 << 20, 3));
         // The limit: two at once.
         let c = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 3), 4000);
-        assert_eq!(refused(s.decide(&encode_request("ro"), c)), 4);
-        assert!(s.established(0, QpHandle(7), a));
+        assert_eq!(refused(s.decide(&encode_request("ro"), 7000, c)), 4);
+        assert!(s.established(0, QpHandle(7), LOCAL, a));
         s.ended(0, QpHandle(7));
         assert_eq!(s.grants_live(), 1);
         assert_eq!(s.closed.load(Ordering::Relaxed), 1);
@@ -720,8 +761,8 @@ mod tests {
         let other_port = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 7001);
         let a = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), 4000);
         let b = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 2), 4000);
-        let ga = granted(s.decide(&encode_request("shared"), a));
-        let gb = granted(s.decide(&encode_request("shared"), b));
+        let ga = granted(s.decide(&encode_request("shared"), 7000, a));
+        let gb = granted(s.decide(&encode_request("shared"), 7000, b));
         // Another service's failed startup from the same address and port
         // is not this grant's.
         assert!(!s.unclaimed(other_port, a));
@@ -733,15 +774,15 @@ mod tests {
         assert_eq!(s.grants_live(), 1);
         assert!(!s.unclaimed(memory, a), "once");
         // A claimed grant stays: its connection runs.
-        assert!(s.established(0, QpHandle(3), b));
+        assert!(s.established(0, QpHandle(3), LOCAL, b));
         assert!(!s.unclaimed(memory, b));
         assert_eq!(s.grants_live(), 1);
         // At the limit, a client again from the same address and port
         // replaces its own grant instead of being refused.
         let c = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 3), 4000);
-        granted(s.decide(&encode_request("ro"), c));
+        granted(s.decide(&encode_request("ro"), 7000, c));
         assert_eq!(s.grants_live(), 2);
-        let gc = granted(s.decide(&encode_request("ro"), c));
+        let gc = granted(s.decide(&encode_request("ro"), 7000, c));
         assert_eq!(s.grants_live(), 2);
         assert!(s.registry.dereg_mr(gb.stag).is_ok(), "b's still live");
         // Every grant that went counts as closed: accepted - closed live.
@@ -758,13 +799,19 @@ mod tests {
     fn unknown_names_foreign_networks_and_garbage_are_refused() {
         let s = service();
         let outside = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 1), 1);
-        assert_eq!(refused(s.decide(&encode_request("shared"), outside)), 3);
-        assert_eq!(refused(s.decide(&encode_request("nope"), outside)), 2);
-        assert_eq!(refused(s.decide(b"hello", outside)), 1);
-        assert_eq!(granted(s.decide(&encode_request("ro"), outside)).access, 1);
+        assert_eq!(
+            refused(s.decide(&encode_request("shared"), 7000, outside)),
+            3
+        );
+        assert_eq!(refused(s.decide(&encode_request("nope"), 7000, outside)), 2);
+        assert_eq!(refused(s.decide(b"hello", 7000, outside)), 1);
+        assert_eq!(
+            granted(s.decide(&encode_request("ro"), 7000, outside)).access,
+            1
+        );
         s.drain();
         let other = SocketAddrV4::new(Ipv4Addr::new(192, 0, 2, 2), 1);
-        assert_eq!(refused(s.decide(&encode_request("ro"), other)), 4);
+        assert_eq!(refused(s.decide(&encode_request("ro"), 7000, other)), 4);
         assert_eq!(s.refused.load(Ordering::Relaxed), 4);
         assert_eq!(s.grants_live(), 1);
     }
@@ -785,7 +832,7 @@ mod tests {
             Duration::ZERO,
         );
         let p = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9);
-        let g = granted(s.decide(&encode_request("r"), p));
+        let g = granted(s.decide(&encode_request("r"), 7000, p));
         assert_eq!((s.pds_live(), s.registry.pds_in_use()), (1, 1));
         assert_eq!(s.reap(), 1);
         assert!(s.registry.dereg_mr(g.stag).is_err(), "revoked");
@@ -795,9 +842,59 @@ mod tests {
             "its PD freed"
         );
         assert!(
-            !s.established(0, QpHandle(1), p),
+            !s.established(0, QpHandle(1), LOCAL, p),
             "a revoked grant is not claimed"
         );
+    }
+
+    /// A reload moves the service to another port; a client's connection
+    /// to the old port runs on. A new connection from the same address and
+    /// port to the new port is another connection (another four-tuple):
+    /// it gets a grant of its own and the running one keeps its lending
+    /// until its own end (found by a review: grants were keyed by the
+    /// client's address and port alone, so the new Request revoked the
+    /// running connection's STag, and that connection's end then found
+    /// no grant of its own to revoke).
+    #[test]
+    fn a_reload_leaves_a_running_lending_to_the_same_address_and_port_alone() {
+        let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
+        let s = MemoryService::new(
+            [RegionConfig {
+                name: "r".into(),
+                size_mib: 1,
+                access: vec![AccessRight::RemoteRead],
+                allow: vec![(Ipv4Addr::UNSPECIFIED, 0)],
+            }],
+            registry,
+            4,
+            4,
+            Duration::from_secs(10),
+        );
+        s.listen_on(7000);
+        let a = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), 4000);
+        let first = granted(s.decide(&encode_request("r"), 7000, a));
+        assert!(s.established(0, QpHandle(7), LOCAL, a));
+        // SIGHUP: the service moves to 7002; the first connection runs on.
+        s.listen_on(7002);
+        let second = granted(s.decide(&encode_request("r"), 7002, a));
+        assert_ne!(first.stag, second.stag);
+        assert_eq!(s.grants_live(), 2, "the running lending was revoked");
+        let moved = SocketAddrV4::new(*LOCAL.ip(), 7002);
+        assert!(s.established(0, QpHandle(8), moved, a));
+        assert_eq!(s.lendings().len(), 2);
+        // The first connection ends: its grant goes, the second's stays.
+        s.ended(0, QpHandle(7));
+        assert_eq!(s.grants_live(), 1);
+        assert!(s.registry.dereg_mr(first.stag).is_err(), "revoked");
+        assert!(
+            s.registry.dereg_mr(second.stag).is_ok(),
+            "the second's live"
+        );
+        let (accepted, closed) = (
+            s.accepted.load(Ordering::Relaxed),
+            s.closed.load(Ordering::Relaxed),
+        );
+        assert_eq!((accepted, closed), (2, 1));
     }
 
     /// Each client's STag and QP are in a PD of its own, which goes once
@@ -813,8 +910,8 @@ mod tests {
         let b = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 2), 4000);
         let c = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 3), 4000);
         let baseline = s.registry.pds_in_use();
-        granted(s.decide(&encode_request("shared"), a));
-        granted(s.decide(&encode_request("shared"), b));
+        granted(s.decide(&encode_request("shared"), 7000, a));
+        granted(s.decide(&encode_request("shared"), 7000, b));
         let (PdChoice::In(pa), PdChoice::In(pb)) = (s.pd_for(local, a), s.pd_for(local, b)) else {
             panic!(
                 "no PD of their own: {:?}",
@@ -849,7 +946,7 @@ mod tests {
             rq_size: 4,
         };
         let qa = rnic.create_qp(init(pa)).unwrap();
-        assert!(s.established(0, qa, a));
+        assert!(s.established(0, qa, LOCAL, a));
         assert_eq!(s.pd_for(local, a), PdChoice::Refuse, "claimed once");
         rnic.destroy_qp(qa).unwrap();
         s.ended(0, qa);
@@ -858,7 +955,7 @@ mod tests {
         // b's grant is revoked (a new connection from its address) while a
         // QP is still in its PD: the PD waits for the QP.
         let qb = rnic.create_qp(init(pb)).unwrap();
-        granted(s.decide(&encode_request("shared"), b));
+        granted(s.decide(&encode_request("shared"), 7000, b));
         assert_eq!(s.pds_live(), 2, "b's old PD waits, its new one lives");
         assert_eq!(s.registry.pds_in_use(), baseline + 2);
         rnic.destroy_qp(qb).unwrap();

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::bounded::{Bounded, Workers};
+use crate::bounded::{Bounded, TurnedAway, Workers};
 use crate::daemon::{drops, PerftestShared, RpingGate, Shared};
 pub use crate::histogram::{Histogram, SETUP_BUCKETS_US};
 use crate::memory::MemoryService;
@@ -70,6 +70,12 @@ pub fn render(shared: &Shared) -> String {
             String::new(),
             REQUEST_CPU_NS.load(Ordering::Relaxed) as f64 / 1e9,
         )],
+    );
+    family(
+        "dpwarp_operator_turned_away_total",
+        "counter",
+        "Clients of the metrics endpoint and the control socket turned away because as many requests as each serves at once were being served: answered (503, or the control socket's error), or gone before the answer.",
+        &turned_away(),
     );
     family(
         "dpwarp_uptime_seconds",
@@ -682,24 +688,35 @@ impl Drop for MetricsServer {
     }
 }
 
+/// The samples of `dpwarp_operator_turned_away_total`: each endpoint's
+/// clients turned away, answered and gone.
+fn turned_away() -> Vec<(String, f64)> {
+    [&TURNED_AWAY, &crate::ctl::TURNED_AWAY]
+        .iter()
+        .flat_map(|t| {
+            [("answered", &t.answered), ("gone", &t.gone)].map(|(client, n)| {
+                (
+                    format!("endpoint=\"{}\",client=\"{client}\"", t.endpoint),
+                    n.load(Ordering::Relaxed) as f64,
+                )
+            })
+        })
+        .collect()
+}
+
+/// The metrics endpoint's clients turned away ([`busy`]).
+pub static TURNED_AWAY: TurnedAway = TurnedAway::new("metrics");
+
 /// Tells a client beyond [`REQUESTS_AT_ONCE`] to come back (503), if its
-/// socket takes it at once, and closes its connection.
-fn busy(mut stream: TcpStream) {
+/// socket takes it at once, and closes its connection. One that left first
+/// is counted as gone ([`crate::bounded::turn_away`]).
+fn busy(stream: TcpStream) {
     let body = "dpwarpd serves other scrapes now: try again\n";
-    if stream.set_nonblocking(true).is_ok() {
-        // What of the request has come is read first, and again once
-        // answered: a socket closed with octets unread sends a reset,
-        // which a client may see before the answer (`Bounded::finish`;
-        // what comes later still resets it).
-        crate::bounded::drain_now(&mut stream, crate::bounded::DRAIN_MAX);
-        let _ = write!(
-            stream,
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let _ = stream.shutdown(std::net::Shutdown::Write);
-        crate::bounded::drain_now(&mut stream, crate::bounded::DRAIN_MAX);
-    }
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    crate::bounded::turn_away(stream, answer.as_bytes(), &TURNED_AWAY);
 }
 
 /// Answers one HTTP/1.x request on `stream` (the metrics `render` makes
@@ -824,8 +841,35 @@ mod tests {
         client.write_all(&[b'y'; 20_000]).unwrap();
         // Its octets reach the server's end before it looks.
         std::thread::sleep(Duration::from_millis(50));
+        let answered = TURNED_AWAY.answered.load(Ordering::Relaxed);
         busy(server);
         let text = answer_of(client).unwrap();
         assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+        assert!(TURNED_AWAY.answered.load(Ordering::Relaxed) > answered);
+    }
+
+    /// A client beyond the scrapes served at once that reset its
+    /// connection before the 503 is written: the write fails (EPIPE or
+    /// ECONNRESET), which is no error of the daemon's, and the client is
+    /// counted as gone in the metrics, not lost unseen (from a review's
+    /// suspicion of a race in `busy`).
+    #[test]
+    fn a_client_that_reset_before_the_busy_answer_is_counted_as_gone() {
+        let (server, client) = pair();
+        socket2::SockRef::from(&client)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(client);
+        // The reset reaches the server's end before it answers.
+        std::thread::sleep(Duration::from_millis(50));
+        let gone = TURNED_AWAY.gone.load(Ordering::Relaxed);
+        busy(server);
+        assert_eq!(TURNED_AWAY.gone.load(Ordering::Relaxed), gone + 1);
+        let samples = turned_away();
+        let label = "endpoint=\"metrics\",client=\"gone\"";
+        assert!(
+            samples.iter().any(|(l, n)| l == label && *n >= 1.0),
+            "{samples:?}"
+        );
     }
 }

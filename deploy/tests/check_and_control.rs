@@ -5,6 +5,8 @@
 
 #![allow(clippy::disallowed_methods)]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
@@ -12,15 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const DPWARPD: &str = env!("CARGO_BIN_EXE_dpwarpd");
+use common::free_port;
 
-fn free_port() -> u16 {
-    TcpListener::bind(("127.0.0.1", 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+const DPWARPD: &str = env!("CARGO_BIN_EXE_dpwarpd");
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("dpwarpd-check-{}-{name}", std::process::id()));
@@ -31,36 +27,10 @@ fn scratch(name: &str) -> PathBuf {
 
 /// The example on Linux TCP at 127.0.0.1, its control socket in `dir`,
 /// metrics on `metrics`, the bench service on `bench`, every other service
-/// on a free port.
+/// on a free port, a short drain.
 fn loopback(dir: &Path, bench: u16, metrics: u16) -> String {
-    let example = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/dpwarpd.toml"),
-    )
-    .unwrap();
-    let mut text = example
-        .replace("driver = \"net_tap\"", "driver = \"kernel\"")
-        .replace("address = \"10.77.0.2/24\"", "address = \"127.0.0.1/8\"")
-        .lines()
-        .filter(|l| {
-            !l.starts_with("iface") && !l.starts_with("host_address") && !l.starts_with("udp_port")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace(
-            "/run/dpwarpd/control.sock",
-            &dir.join("control.sock").display().to_string(),
-        )
-        .replace("127.0.0.1:9464", &format!("127.0.0.1:{metrics}"))
-        .replace("tcp_port = 18515", &format!("tcp_port = {bench}"))
-        .replace("memory_mib = 256", "memory_mib = 64")
-        .replace("drain_deadline_ms = 5000", "drain_deadline_ms = 500");
-    for port in [18516, 7174, 18521, 18522, 18523, 18524, 18525, 18526] {
-        text = text.replace(
-            &format!("tcp_port = {port}"),
-            &format!("tcp_port = {}", free_port()),
-        );
-    }
-    text
+    common::loopback(dir, bench, metrics, 64)
+        .replace("drain_deadline_ms = 5000", "drain_deadline_ms = 500")
 }
 
 fn check(dir: &Path, name: &str, text: &str) -> Output {

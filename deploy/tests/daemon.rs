@@ -11,6 +11,8 @@
 
 #![allow(clippy::disallowed_methods)]
 
+mod common;
+
 use std::net::{SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -31,6 +33,8 @@ use rnic_engine::cq::WcStatus;
 use rnic_engine::verbs::{QpEvent, QpHandle, RemoteAddr, SendOp, SendWr};
 use serde_json::Value;
 use tcp_lite::sys::kernel::{KernelConfig, KernelTransport};
+
+use common::{example, free_port};
 
 const DPWARPD: &str = env!("CARGO_BIN_EXE_dpwarpd");
 const DPWARPCTL: &str = env!("CARGO_BIN_EXE_dpwarpctl");
@@ -133,6 +137,10 @@ fn main() {
             "a_reload_that_cannot_be_applied_keeps_the_listeners_serving",
             reload_that_cannot_be_applied,
         ),
+        Trial::test(
+            "a_second_sigint_during_the_drain_forces_the_exit",
+            second_sigint_forces_the_exit,
+        ),
     ];
     libtest_mimic::run(&args, trials).exit();
 }
@@ -148,32 +156,6 @@ fn fail(why: impl Into<String>) -> Failed {
     Failed::from(why.into())
 }
 
-/// A TCP port on loopback no one listens on, and none this process handed
-/// out before: below Linux's ephemeral range (32768 on), so that no connection's local
-/// end (the 10,000 idle connections of one test, running beside the
-/// others) takes it meanwhile, as a port the kernel gave out and took back
-/// could be (two services of one test were once given the same one).
-fn free_port() -> u16 {
-    use std::sync::atomic::AtomicU32;
-    const FIRST: u32 = 20_000;
-    const SPAN: u32 = 12_000;
-    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
-    // Each process starts somewhere else in the span.
-    let _ = NEXT.compare_exchange(
-        u32::MAX,
-        std::process::id() % SPAN,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
-    for _ in 0..SPAN {
-        let port = (FIRST + NEXT.fetch_add(1, Ordering::SeqCst) % SPAN) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
-}
-
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("dpwarpd-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -181,40 +163,11 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn example() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/dpwarpd.toml"))
-        .expect("the example config")
-}
-
 /// The example, on Linux TCP at 127.0.0.1, with its sockets in `dir`, MPA
-/// only.
+/// only, jumbo frames, a short drain and a short idle limit.
 fn loopback_config(dir: &Path, tcp_port: u16, metrics: u16, memory_mib: usize) -> String {
-    example()
-        .replace("driver = \"net_tap\"", "driver = \"kernel\"")
-        .replace("address = \"10.77.0.2/24\"", "address = \"127.0.0.1/8\"")
+    common::loopback(dir, tcp_port, metrics, memory_mib)
         .replace("mtu = 1500", "mtu = 9000")
-        .lines()
-        // MPA only: a test that wants DDP over SCTP gives a free UDP port.
-        .filter(|l| {
-            !l.starts_with("iface") && !l.starts_with("host_address") && !l.starts_with("udp_port")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-        .replace(
-            "/run/dpwarpd/control.sock",
-            &dir.join("control.sock").display().to_string(),
-        )
-        .replace("127.0.0.1:9464", &format!("127.0.0.1:{metrics}"))
-        .replace("tcp_port = 18515", &format!("tcp_port = {tcp_port}"))
-        .replace("tcp_port = 18516", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 7174", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18521", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18522", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18523", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18524", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18525", &format!("tcp_port = {}", free_port()))
-        .replace("tcp_port = 18526", &format!("tcp_port = {}", free_port()))
-        .replace("memory_mib = 256", &format!("memory_mib = {memory_mib}"))
         .replace("drain_deadline_ms = 5000", "drain_deadline_ms = 1500")
         .replace("client_idle_ms = 10000", "client_idle_ms = 1000")
 }
@@ -3280,6 +3233,65 @@ fn reload_that_cannot_be_applied() -> Result<(), Failed> {
     drop(taken);
     let mut daemon = daemon;
     daemon.stop()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Ctrl-C drains; a second Ctrl-C while the drain waits for a client ends
+/// the daemon at once, with a non-zero status and a log line that says it
+/// was forced, its control socket removed (found by a review: the second
+/// SIGINT changed nothing, and the drain ran on to its deadline).
+fn second_sigint_forces_the_exit() -> Result<(), Failed> {
+    let dir = scratch("second-sigint");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    // A drain that would wait a minute for the client below.
+    let config = loopback_config(&dir, tcp_port, metrics, 16)
+        .replace("drain_deadline_ms = 1500", "drain_deadline_ms = 60000");
+    let mut daemon = Daemon::start(&dir, &config)?;
+    let addr = SocketAddrV4::new([127, 0, 0, 1].into(), tcp_port);
+    // A client that writes for two minutes unless killed.
+    let mut child = Command::new(std::env::current_exe()?)
+        .env("DPWARPD_TEST_CLIENT", addr.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let outcome = (|| {
+        daemon.wait_stats(Duration::from_secs(20), |s| s["qps"] == 1)?;
+        let sigint = || {
+            Command::new("kill")
+                .args(["-INT", &daemon.child.id().to_string()])
+                .status()
+        };
+        sigint()?;
+        wait_log(&daemon, "draining")?;
+        let second = Instant::now();
+        sigint()?;
+        let status = loop {
+            if let Some(status) = daemon.child.try_wait()? {
+                break status;
+            }
+            if second.elapsed() > Duration::from_secs(5) {
+                return Err(fail(format!(
+                    "no exit 5 s after the second SIGINT: {}",
+                    daemon.log_text()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let log = daemon.log_text();
+        if status.success() || !log.contains("forced") {
+            return Err(fail(format!(
+                "want a non-zero exit and a log line saying it was forced, got {status:?}: {log}"
+            )));
+        }
+        if daemon.socket.exists() {
+            return Err(fail("the forced exit left the control socket"));
+        }
+        Ok(())
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    outcome?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -1,14 +1,14 @@
 //! `dpwarpd`: the dpwarp appliance's daemon. `dpwarpd --check CONFIG`
 //! validates a configuration without starting; `dpwarpd CONFIG` serves
-//! until SIGTERM (or `dpwarpctl drain`) has drained it.
+//! until SIGTERM, SIGINT (or `dpwarpctl drain`) has drained it, or a
+//! second SIGTERM or SIGINT forces its exit ([`deploy::signals`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use clap::Parser;
 use deploy::config::Config;
+use deploy::signals::{self, Signals};
 use deploy::{ctl, daemon, metrics};
 
 #[global_allocator]
@@ -58,20 +58,20 @@ fn main() -> ExitCode {
 }
 
 fn run(config: Config, path: PathBuf) -> Result<(), String> {
-    let term = Arc::new(AtomicBool::new(false));
-    let hup = Arc::new(AtomicBool::new(false));
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, term.clone())
-            .map_err(|e| format!("cannot take signal {signal}: {e}"))?;
-    }
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
-        .map_err(|e| format!("cannot take SIGHUP: {e}"))?;
+    let mut signals = Signals::take()?;
     // A connection over Linux TCP is a socket: as many as the system allows.
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
             tracing::warn!(soft, hard, "could not raise the open-files limit");
         }
+    }
+    // A stop that came this early ends the daemon before its memory is
+    // taken; one that comes later, before `serve`'s first tick, before its
+    // port opens.
+    if signals.stop_asked() {
+        tracing::info!("SIGTERM or SIGINT before the start: dpwarpd exits without serving");
+        return Ok(());
     }
     let shared = daemon::prepare(config, path)?;
     // The operator's endpoints first: a daemon that cannot be watched or
@@ -80,16 +80,29 @@ fn run(config: Config, path: PathBuf) -> Result<(), String> {
     let ctl = ctl::CtlServer::start(shared.clone())?;
     tracing::info!(metrics = %metrics.addr, control_socket = %shared.config.daemon.control_socket.display(), "operator endpoints up");
     let result = daemon::serve(&shared, |shared| {
-        if term.swap(false, Ordering::SeqCst) {
-            tracing::info!("SIGTERM: draining");
-            shared.request_drain();
-        }
-        if hup.swap(false, Ordering::SeqCst) {
-            reload(shared);
+        signals.tick(shared);
+        if signals.forced_overdue() {
+            // A core that does not leave (its turn stuck) does not keep
+            // the process: what must go goes, the rest with the process.
+            let socket = &shared.config.daemon.control_socket;
+            let _ = std::fs::remove_file(socket);
+            tracing::error!(
+                wait_s = signals::FORCED_EXIT_WAIT.as_secs(),
+                "forced exit: the cores did not leave in time; dpwarpd exits without them"
+            );
+            std::process::exit(1);
         }
     });
     drop(ctl);
     drop(metrics);
+    if signals.forced() {
+        result?;
+        return Err(
+            "forced exit by a second SIGTERM or SIGINT during the drain: the connections \
+             left were ended"
+                .into(),
+        );
+    }
     if result.is_ok() {
         tracing::info!(
             served = shared.serving.stats().served,
@@ -97,15 +110,4 @@ fn run(config: Config, path: PathBuf) -> Result<(), String> {
         );
     }
     result
-}
-
-/// SIGHUP: reads the configuration again ([`daemon::reload`]).
-fn reload(shared: &Arc<daemon::Shared>) {
-    match daemon::reload(shared) {
-        Ok(done) => tracing::info!(done, "SIGHUP: configuration reloaded"),
-        Err(e) => tracing::error!(
-            error = e,
-            "SIGHUP: the configuration cannot be applied; keeping the running one"
-        ),
-    }
 }
