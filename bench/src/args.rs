@@ -13,7 +13,17 @@ use crate::spec::{Mode, Op, Stop};
 /// dpwarp's benchmark: two software RNICs, perftest-style bandwidth and
 /// latency, with HDR latency histograms, plots and a same-run baseline.
 #[derive(Debug, Parser)]
-#[command(name = "bench", version, about, long_about = None)]
+#[command(
+    name = "bench",
+    version,
+    about,
+    long_about = None,
+    after_help = "Tools, each with its own --help: `bench rping` (rping against any rping \
+                  peer), `bench perftest` (perftest's six RC tests, as server or client), \
+                  `bench connect` (MPA establishments per second), `bench port` (the device \
+                  layer's cost per packet), `bench sctp-echo` (DDP over SCTP against an \
+                  echoing peer)."
+)]
 pub struct Args {
     /// The operation: write, read, send, write_imm (RDMA Write with
     /// Immediate Data), fetch_add or cmp_swap (RFC 7306 atomics, 8 octets).
@@ -23,11 +33,13 @@ pub struct Args {
 
     /// Run as the client of the `bench --server` at this address (IPv4
     /// address or host name; perftest's `ib_write_bw HOST`), over kernel
-    /// TCP. Without it, and without --server, both RNICs run in this process.
+    /// TCP or the --transport given (memif, net_tap, af_packet, pci).
+    /// Without it, and without --server, both RNICs run in this process.
     pub host: Option<String>,
 
     /// Run as a server for a `bench ... HOST` client in another process or
-    /// on another host (perftest's side without a HOST), over kernel TCP,
+    /// on another host (perftest's side without a HOST), over kernel TCP
+    /// or the --transport given (memif, net_tap, af_packet, pci),
     /// listening on -p. Each connection brings its client's workload; the
     /// server exits when its client is done. -s/-a and -q size its memory
     /// (at least 16 MiB).
@@ -124,7 +136,8 @@ pub struct Args {
     /// default) or `sctp` (DDP over SCTP over UDP encapsulation, RFC 5043
     /// and RFC 6951; on the embedded link, kernel UDP, memif, ring, TAP,
     /// net_tap and af_packet with both RNICs on one core, or between two
-    /// processes, `--server` and HOST, over Linux UDP).
+    /// processes, `--server` and HOST, over Linux UDP, memif, net_tap,
+    /// af_packet or pci).
     #[arg(long, value_enum, default_value = "mpa")]
     pub llp: LlpArg,
 

@@ -84,6 +84,7 @@ const RTR_FPDU_LEN: u64 = mpa_fpdu::fpdu_len(ddp::TAGGED_HEADER_LEN) as u64;
 #[derive(Debug, Parser)]
 #[command(
     name = "bench connect",
+    bin_name = "bench connect",
     about = "connection establishment: the TCP handshake and RFC 6581's enhanced MPA startup \
              to Full Operation on both ends, then a close, in a loop"
 )]

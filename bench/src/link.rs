@@ -120,8 +120,10 @@ pub struct LinkArgs {
     #[arg(short = 'l', long = "lcores")]
     pub lcores: Option<String>,
 
-    /// DPDK ports: compute TCP/IP checksums in software even where the
-    /// port could offload them or the wire (memif) needs none.
+    /// Compute TCP/IP checksums in software: on the embedded link (which
+    /// offloads them by default, as a NIC does) and on DPDK ports that
+    /// could offload them or need none (memif, ring). Not with kernel TCP
+    /// or the TAP device, which compute their own.
     #[arg(long = "sw-checksums")]
     pub sw_checksums: bool,
 

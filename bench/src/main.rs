@@ -526,12 +526,13 @@ fn serve_until_done<T: CoreTransport + Send>(
             if !failed.load(Ordering::SeqCst) {
                 println!(
                 "bench server: listening on port {} (MPA CRC {}, markers {}, {} MiB of memory, \
-                 {cores} core(s)); run `bench <op> THIS_HOST -p {}` on the client",
+                 {cores} core(s)); run `bench <op> THIS_HOST -p {}{}` on the client",
                 args.port,
                 if args.no_crc { "off" } else { "on" },
                 if args.markers { "on" } else { "off" },
                 config.memory >> 20,
                 args.port,
+                client_options(args),
             );
             }
             bench::cores::joined(threads)
@@ -590,6 +591,18 @@ fn serve_until_done<T: CoreTransport + Send>(
         }
     }
     code
+}
+
+/// What a client needs besides its HOST and port to reach this server
+/// over a DPDK port: the transport, and an address of its own beside ours
+/// (`--ip`); nothing over kernel TCP.
+fn client_options(args: &Args) -> String {
+    match args.transport.and_then(|t| t.peer()) {
+        Some(t) if t != bench::link::PeerTransport::Kernel => {
+            format!(" --transport {} --ip CLIENT_ADDR/PREFIX", t.name())
+        }
+        _ => String::new(),
+    }
 }
 
 /// A client that vanished mid-run (killed, Ctrl-C) is given up on after
@@ -741,10 +754,11 @@ fn serve_sctp_on<T: dataplane::MessageTransport + Send>(
             println!(
                 "bench server: listening on port {} (UDP: DDP over SCTP, RFC 5043, over UDP, RFC \
                  6951; {} MiB of memory, {cores} core(s)); run `bench <op> THIS_HOST -p {} --llp \
-                 sctp` on the client",
+                 sctp{}` on the client",
                 args.port,
                 config.memory >> 20,
                 args.port,
+                client_options(args),
             );
         }
         bench::cores::joined(threads)

@@ -180,6 +180,7 @@ impl Test {
 #[derive(Debug, Parser)]
 #[command(
     name = "bench perftest",
+    bin_name = "bench perftest",
     about = "perftest (ib_write_bw, ib_read_bw, ib_send_bw, ib_write_lat, ib_read_lat, \
              ib_send_lat with -R) over dpwarp, as server (no SERVER given) or client; exit \
              status 0 only when every work request completed and the exchanges parsed"

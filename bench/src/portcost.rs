@@ -27,6 +27,7 @@ use crate::link::HugepagesArg;
 #[derive(Debug, Parser)]
 #[command(
     name = "bench port",
+    bin_name = "bench port",
     about = "the smoltcp device layer's cost per packet beside a raw DPDK loop, same ports, same run"
 )]
 pub struct PortArgs {

@@ -54,6 +54,7 @@ const STALL_LIMIT: Duration = Duration::from_secs(10);
 #[derive(Debug, Parser)]
 #[command(
     name = "bench rping",
+    bin_name = "bench rping",
     about = "rping (rdma-core) over dpwarp: ping-pong RDMA Read/Write/Send with any rping peer, \
              data verified; exit status 0 only when every iteration verified"
 )]

@@ -87,6 +87,7 @@ const RX_BURST: usize = 64;
 #[derive(Debug, Parser)]
 #[command(
     name = "bench sctp-echo",
+    bin_name = "bench sctp-echo",
     about = "DDP over SCTP (RFC 5043, RFC 6581 §7) against a peer that echoes DDP segments: \
              association with DDP's adaptation code point, Enhanced Initiate/Accept, N \
              segments echoed and checked octet for octet, Session Terminate"
@@ -126,8 +127,9 @@ pub struct EchoArgs {
     pub timeout: u64,
     /// What carries UDP: `kernel` (Linux UDP sockets), `tap` (tcp-lite on a
     /// TAP device's fd) or `net_tap` (tcp-lite on DPDK's TAP driver); the
-    /// last two need --ip and root.
-    #[arg(long, value_enum, default_value_t = PeerTransport::Kernel)]
+    /// last two need --ip and root. (The other transports are refused:
+    /// their possible values are not listed.)
+    #[arg(long, value_enum, default_value_t = PeerTransport::Kernel, hide_possible_values = true)]
     pub transport: PeerTransport,
     /// The link (TAP and DPDK options; the TAP interface defaults to
     /// dpwsctp0).
