@@ -953,8 +953,18 @@ impl Machine {
                 if data_live && since.elapsed() < GONE_GRACE {
                     return Ok(());
                 }
+                // perftest's parameters are exchanged, not negotiated: a
+                // server whose own command differs (another -n, -s, -q or
+                // test) ends the exchange, which is all the client sees.
+                let hint = if matches!(self.script.get(self.at), Some(Step::Xchg(_))) {
+                    " (a perftest server closes the exchange when its command differs from \
+                     the client's: run the same test with the same -s, -n or -D, -q and -a on \
+                     both sides)"
+                } else {
+                    ""
+                };
                 return Err(format!(
-                    "the peer closed a {name} connection while we waited for {}",
+                    "the peer closed a {name} connection while we waited for {}{hint}",
                     waiting_for()
                 ));
             }
