@@ -17,8 +17,10 @@
 //! the server the pattern of the iteration it expects), and the exit status
 //! is 0 only when every iteration verified.
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
@@ -633,6 +635,8 @@ enum Phase {
 struct Served {
     qp: QpHandle,
     slot: usize,
+    /// The client host whose place in [`HostCap`] it holds.
+    host: Option<Ipv4Addr>,
     phase: Phase,
     /// Iterations done (the next one expected).
     ping: u64,
@@ -677,6 +681,66 @@ pub struct RpingService {
     free: Vec<usize>,
     outcome: Outcome,
     opts: ServeOpts,
+    /// What one client host may hold, over every core that shares it
+    /// ([`RpingService::limited_by`]); none: as many as the slots.
+    hosts: Option<Arc<HostCap>>,
+}
+
+/// How many connections one client host holds of a service whose cores
+/// each have an [`RpingService`], and at most how many it may: a host that
+/// opens connections from as many source ports as it likes and keeps each
+/// one just alive would otherwise take every slot of every core from the
+/// other hosts (as a review found of the appliance's memory and bench
+/// services). Taken once per connection at its establishment, not per
+/// packet.
+#[derive(Debug)]
+pub struct HostCap {
+    per_host: usize,
+    held: Mutex<HashMap<Ipv4Addr, usize>>,
+}
+
+impl HostCap {
+    /// One host holds at most `per_host` (at least 1) connections.
+    pub fn new(per_host: usize) -> Arc<HostCap> {
+        Arc::new(HostCap {
+            per_host: per_host.max(1),
+            held: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// At most how many connections one host holds.
+    pub fn per_host(&self) -> usize {
+        self.per_host
+    }
+
+    /// Connections `host` holds now.
+    pub fn held_by(&self, host: Ipv4Addr) -> usize {
+        self.lock().get(&host).copied().unwrap_or(0)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Ipv4Addr, usize>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self, host: Ipv4Addr) -> bool {
+        let mut held = self.lock();
+        let n = held.entry(host).or_default();
+        if *n >= self.per_host {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn give(&self, host: Ipv4Addr) {
+        let mut held = self.lock();
+        if let Some(n) = held.get_mut(&host) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&host);
+            }
+        }
+    }
 }
 
 impl RpingService {
@@ -707,7 +771,15 @@ impl RpingService {
             free: (0..slots).rev().collect(),
             outcome: Outcome::default(),
             opts,
+            hosts: None,
         }
+    }
+
+    /// The service with one client host held to `hosts`' share, which the
+    /// other cores' services of the same service share.
+    pub fn limited_by(mut self, hosts: Arc<HostCap>) -> RpingService {
+        self.hosts = Some(hosts);
+        self
     }
 
     /// Iterations verified and connections failed so far.
@@ -722,9 +794,29 @@ impl RpingService {
         &mut self,
         ep: &mut Endpoint<T>,
         qp: QpHandle,
-        peer: String,
+        from: Option<SocketAddrV4>,
     ) -> bool {
+        let peer = from.map_or("a client".to_string(), |p| p.to_string());
+        let host = from.map(|p| *p.ip());
+        if let (Some(hosts), Some(ip)) = (&self.hosts, host) {
+            if !hosts.take(ip) {
+                eprintln!(
+                    "bench rping: {ip} holds {} connections already, as many as one host \
+                     may; resetting {peer}",
+                    hosts.per_host()
+                );
+                ep.abort(qp);
+                return false;
+            }
+        }
+        // The host's place, given back if the connection is not served.
+        let give_back = |hosts: &Option<Arc<HostCap>>| {
+            if let (Some(hosts), Some(ip)) = (hosts, host) {
+                hosts.give(ip);
+            }
+        };
         let Some(slot) = self.free.pop() else {
+            give_back(&self.hosts);
             // Reset, not closed: a peer that never closes its side held
             // the QP until the closing limit (found by a review).
             eprintln!(
@@ -743,12 +835,14 @@ impl RpingService {
         if let Err(why) = posted {
             eprintln!("bench rping: {peer}: {why}");
             self.free.push(slot);
+            give_back(&self.hosts);
             ep.abort(qp);
             return false;
         }
         self.served.push(Served {
             qp,
             slot,
+            host: host.filter(|_| self.hosts.is_some()),
             phase: Phase::ReadAdv,
             ping: 0,
             echo_len: 0,
@@ -779,6 +873,9 @@ impl RpingService {
         // Only now, with the QP gone, may the slot serve another.
         let s = self.served.swap_remove(i);
         self.free.push(s.slot);
+        if let (Some(hosts), Some(ip)) = (&self.hosts, s.host) {
+            hosts.give(ip);
+        }
         if s.failed {
             // Counted and reported when it failed.
             Some(Ended::Failed)
@@ -936,7 +1033,7 @@ fn server<T: CoreTransport>(
                     let peer = handoff
                         .conn
                         .and_then(|c| ep.core.transport().endpoints(c).ok())
-                        .map_or("a client".to_string(), |(_, p)| p.to_string());
+                        .map(|(_, p)| p);
                     if service.established(ep, qp, peer) {
                         connections += 1;
                     }
@@ -1346,5 +1443,24 @@ mod tests {
             why.contains("--settle-ms 100000000: give at most 10000"),
             "{why}"
         );
+    }
+
+    /// A host holds at most its share, gets a place back when one of its
+    /// connections goes, and holds nothing of another host's.
+    #[test]
+    fn a_host_cap_counts_each_host_apart() {
+        let cap = HostCap::new(2);
+        let (a, b) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+        assert!(cap.take(a) && cap.take(a));
+        assert!(!cap.take(a), "a third from the same host");
+        assert_eq!(cap.held_by(a), 2);
+        assert!(cap.take(b), "another host is not held back");
+        cap.give(a);
+        assert!(cap.take(a), "a place back once one went");
+        for _ in 0..3 {
+            cap.give(b);
+        }
+        assert_eq!(cap.held_by(b), 0, "never below nothing");
+        assert_eq!(HostCap::new(0).per_host(), 1);
     }
 }

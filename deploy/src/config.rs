@@ -375,12 +375,13 @@ pub struct Service {
     /// A `perftest` service's test (only there).
     #[serde(default)]
     pub perftest: Option<PerftestConfig>,
-    /// A `memory` or `bench` service: how many of `[rnic] clients_max` one
-    /// client host may hold at once (the memory service's grants, the
-    /// bench service's client runs; 1 to `clients_max`; half of
-    /// `clients_max`, rounded up, when left out), so that a host that
-    /// opens connections and keeps them cannot hold every one. Its next
-    /// client is refused at its MPA Request, saying so. A benchmark that
+    /// A `memory`, `bench` or `rping` service: how many of `[rnic]
+    /// clients_max` one client host may hold at once (the memory service's
+    /// grants, the bench service's client runs, rping's connections over
+    /// all cores; 1 to `clients_max`; half of `clients_max`, rounded up,
+    /// when left out), so that a host that opens connections and keeps
+    /// them cannot hold every one. Its next client is refused at its MPA
+    /// Request, saying so. A benchmark that
     /// runs many clients from one host needs it as large as they are. (A
     /// perftest service's is in its `[service.perftest]`.)
     #[serde(default, deserialize_with = "clients_per_host")]
@@ -1008,21 +1009,20 @@ impl Config {
             ports.push(service.tcp_port);
             if let Some(n) = service.clients_per_host {
                 let why = match service.kind {
-                    ServiceKind::Memory | ServiceKind::Bench if n > self.rnic.clients_max => {
+                    ServiceKind::Memory | ServiceKind::Bench | ServiceKind::Rping
+                        if n > self.rnic.clients_max =>
+                    {
                         Some(format!(
                             "clients_per_host = {n} is more than [rnic] clients_max = {}: give at \
                              most clients_max",
                             self.rnic.clients_max
                         ))
                     }
-                    ServiceKind::Memory | ServiceKind::Bench => None,
+                    ServiceKind::Memory | ServiceKind::Bench | ServiceKind::Rping => None,
                     ServiceKind::Perftest => Some(
                         "a perftest service's `clients_per_host` is in its [service.perftest]: \
                          move it there"
                             .into(),
-                    ),
-                    ServiceKind::Rping => Some(
-                        "`clients_per_host` means nothing to a rping service: remove it".into(),
                     ),
                 };
                 if let Some(why) = why {
@@ -1224,7 +1224,8 @@ impl Config {
     }
 
     /// How many of `[rnic] clients_max` one client host may hold at once
-    /// on the service of `kind` (memory grants, bench client runs): its
+    /// on the service of `kind` (memory grants, bench client runs, rping
+    /// connections): its
     /// `clients_per_host`, or half of `clients_max` rounded up.
     pub fn clients_per_host(&self, kind: ServiceKind) -> usize {
         self.service(kind)
@@ -1690,12 +1691,12 @@ mod tests {
         assert!(e.contains("means nothing to a rping service"), "{e}");
     }
 
-    /// The memory and bench services' `clients_per_host`: half of
+    /// The memory, bench and rping services' `clients_per_host`: half of
     /// `[rnic] clients_max` by default, at most all of it, refused where it
     /// means nothing (found by a review: one host could hold every memory
     /// grant).
     #[test]
-    fn clients_per_host_is_the_memory_and_bench_services() {
+    fn clients_per_host_is_the_memory_bench_and_rping_services() {
         let c = Config::parse(EXAMPLE, "x.toml").unwrap();
         assert_eq!(c.clients_per_host(ServiceKind::Memory), 32);
         assert_eq!(c.clients_per_host(ServiceKind::Bench), 32);
@@ -1717,9 +1718,17 @@ mod tests {
         );
         let e = refused(|_| with("0"));
         assert!(e.contains("`clients_per_host`: 0 is out of range"), "{e}");
+        // rping's: its connections over every core (a later session).
+        assert_eq!(c.clients_per_host(ServiceKind::Rping), 32);
         let rping = "kind = \"rping\"\nport = \"dpw0\"\ntcp_port = 7174\n";
-        let e = refused(|t| t.replace(rping, &format!("{rping}clients_per_host = 2\n")));
-        assert!(e.contains("means nothing to a rping service"), "{e}");
+        let c = Config::parse(
+            &EXAMPLE.replace(rping, &format!("{rping}clients_per_host = 2\n")),
+            "x.toml",
+        )
+        .unwrap();
+        assert_eq!(c.clients_per_host(ServiceKind::Rping), 2);
+        let e = refused(|t| t.replace(rping, &format!("{rping}clients_per_host = 65\n")));
+        assert!(e.contains("is more than [rnic] clients_max"), "{e}");
         let e = refused(|t| {
             t.replacen(
                 "tcp_port = 18521\n",

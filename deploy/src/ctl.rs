@@ -122,6 +122,7 @@ fn stats(shared: &Shared) -> Value {
             "closed": shared.rping.closed.load(Ordering::Relaxed),
             "verified": verified,
             "failed": failed,
+            "clients_per_host": shared.rping.hosts.as_ref().map(|h| h.per_host()),
         })
     });
     let perftest: Vec<Value> = shared

@@ -235,6 +235,10 @@ pub struct RpingGate {
     pub closed: AtomicU64,
     /// Connection set-up times (the daemon's).
     pub setup: Arc<SetupClock>,
+    /// What one client host may hold of the service over every core (its
+    /// `clients_per_host`), shared by the cores' services; none without a
+    /// rping service.
+    pub hosts: Option<Arc<bench::rping::HostCap>>,
 }
 
 impl RpingGate {
@@ -246,6 +250,30 @@ impl RpingGate {
                 gate.refused.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(service = "rping", %peer, "connection refused: draining");
                 return control::runtime::Decision::Reject(b"dpwarpd is draining".to_vec());
+            }
+            // A host at its share is told so here; the core's service
+            // holds the count (taken at establishment, so one host's
+            // startups in flight at once may still pass this, and the core
+            // resets those beyond).
+            if let Some(hosts) = gate.hosts.as_ref() {
+                if hosts.held_by(*peer.ip()) >= hosts.per_host() {
+                    gate.refused.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        service = "rping",
+                        %peer,
+                        per_host = hosts.per_host(),
+                        "connection refused: its host holds its clients_per_host"
+                    );
+                    return control::runtime::Decision::Reject(
+                        format!(
+                            "dpwarpd: {} holds {} rping connections already, as many as one \
+                             host may",
+                            peer.ip(),
+                            hosts.per_host()
+                        )
+                        .into_bytes(),
+                    );
+                }
             }
             gate.accepted.fetch_add(1, Ordering::Relaxed);
             gate.setup.decided(peer);
@@ -793,6 +821,9 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
     // rping's own 64) on every core, taken from the memory for good.
     // (`Config::check` refused a file whose memory cannot hold them, with
     // the same words.)
+    let rping_hosts = config
+        .service(ServiceKind::Rping)
+        .map(|_| bench::rping::HostCap::new(config.clients_per_host(ServiceKind::Rping)));
     let rping_origin = match config.service(ServiceKind::Rping) {
         None => vec![None; config.dpdk.lcores.len()],
         Some(_) => {
@@ -866,6 +897,7 @@ pub fn prepare(config: Config, config_path: PathBuf) -> Result<Arc<Shared>, Stri
         memory,
         rping: Arc::new(RpingGate {
             setup: events.setup.clone(),
+            hosts: rping_hosts,
             ..RpingGate::default()
         }),
         rping_origin,
@@ -1613,12 +1645,16 @@ fn core_loop<T: SctpCarrier>(
     let me = &shared.cores[k];
     let mut found = Foreign::default();
     let mut rping = shared.rping_origin[k].map(|origin| {
-        bench::rping::RpingService::new(
+        let service = bench::rping::RpingService::new(
             bench::rping::SIZE_MAX,
             shared.config.rping_slots(),
             origin as usize,
             false,
-        )
+        );
+        match &shared.rping.hosts {
+            Some(hosts) => service.limited_by(hosts.clone()),
+            None => service,
+        }
     });
     // The sessions of the perftest services this core serves.
     let mut perftests: Vec<PerftestCore> = shared
@@ -2023,7 +2059,7 @@ fn others<T: CoreTransport>(
         if let (Some(r), Some(port)) = (rping.as_deref_mut(), ports.rping) {
             if local.port() == port {
                 // It closes what it cannot serve.
-                if r.established(&mut server.endpoint, qp, peer.to_string()) {
+                if r.established(&mut server.endpoint, qp, Some(peer)) {
                     shared.setup.established(ServiceKind::Rping, peer);
                 }
                 continue;

@@ -100,6 +100,10 @@ fn main() {
         ),
         Trial::test("bench_clients_reach_their_own_lease_only", bench_leases),
         Trial::test("rping_service_serves_clients_at_once", rping_service),
+        Trial::test(
+            "an_rping_host_holds_at_most_clients_per_host_connections",
+            rping_clients_per_host,
+        ),
         Trial::test("perftest_services_serve_clients_at_once", perftest_services),
         Trial::test(
             "perftest_services_take_the_cores_in_turn",
@@ -1872,6 +1876,84 @@ fn perftest_intruder(args: &str, port: u16, theirs: (u32, u64)) -> (i32, Option<
         .unwrap_or_else(|p| p.into_inner())
         .take();
     (code, why)
+}
+
+/// The rping service with `clients_per_host = 1`: a second client from a
+/// host whose first is being served is refused at its MPA Request (counted
+/// as refused, the reason logged) while the first goes on, and the host's
+/// next client, once the first has gone, is served. Before, one host could
+/// hold every slot of every core.
+fn rping_clients_per_host() -> Result<(), Failed> {
+    let dir = scratch("rping-per-host");
+    let (tcp_port, metrics) = (free_port(), free_port());
+    let rping = "kind = \"rping\"\n";
+    let config = loopback_config(&dir, tcp_port, metrics, 32).replacen(
+        rping,
+        &format!("{rping}clients_per_host = 1\n"),
+        1,
+    );
+    let daemon = Daemon::start(&dir, &config)?;
+    let port = daemon.port_of("rping")?;
+    let stats = daemon.ctl("stats").map_err(fail)?;
+    if stats["rping"]["clients_per_host"] != 1 {
+        return Err(fail(format!("clients_per_host 1: {stats:#}")));
+    }
+    let rping_client = |count: &str, stop: &AtomicBool| {
+        let argv = format!("rping -c -a 127.0.0.1 -p {port} -C {count} -S 64");
+        bench::rping::main(argv.split(' ').map(String::from).collect(), stop)
+    };
+    let stop_first = AtomicBool::new(false);
+    std::thread::scope(|s| -> Result<(), Failed> {
+        // The first: as many iterations as it takes, until stopped.
+        let first = s.spawn(|| rping_client("100000000", &stop_first));
+        let served = daemon.wait_stats(Duration::from_secs(10), |s| {
+            s["rping"]["accepted"] == 1 && s["qps"] == 1
+        });
+        let never = AtomicBool::new(false);
+        let second = served.is_ok().then(|| rping_client("5", &never));
+        let during = daemon.ctl("stats").map_err(fail);
+        stop_first.store(true, Ordering::SeqCst);
+        let _ = first.join();
+        served?;
+        let during = during?;
+        if second == Some(0) {
+            return Err(fail(format!(
+                "the second client (same host, while the first ran) was served
+{}",
+                daemon.log_text()
+            )));
+        }
+        let r = &during["rping"];
+        if r["refused"] != 1 || r["accepted"] != 1 {
+            return Err(fail(format!(
+                "the second client refused at its Request, the first served: {during:#}"
+            )));
+        }
+        Ok(())
+    })?;
+    if !daemon.log_text().contains("clients_per_host") {
+        return Err(fail(format!(
+            "the refusal's reason in the log\n{}",
+            daemon.log_text()
+        )));
+    }
+    daemon
+        .wait_stats(Duration::from_secs(10), |s| s["qps"] == 0)
+        .map_err(|e| {
+            fail(format!(
+                "{e:?}: the first client's end\n{}",
+                daemon.log_text()
+            ))
+        })?;
+    let never = AtomicBool::new(false);
+    let third = rping_client("5", &never);
+    if third != 0 {
+        return Err(fail(format!(
+            "the host's next client, its first gone: exit {third}\n{}",
+            daemon.log_text()
+        )));
+    }
+    Ok(())
 }
 
 /// A perftest service with `clients_per_host = 1` of its four slots: a
