@@ -577,6 +577,22 @@ fn serve_until_done<T: CoreTransport + Send>(
             );
         }
     }
+    // Connections that ended by the client's reset or TCP's timeout, not
+    // by its orderly close: a client killed mid-run (its run still ends
+    // once its connections are gone) or a path that failed.
+    let abrupt: u64 = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .map(|(_, c)| c.ended_abruptly)
+        .sum();
+    if code == 0 && abrupt > 0 {
+        eprintln!(
+            "bench server: the client's run ended with {abrupt} of {} connection(s) reset or \
+             timed out, not closed: the client was killed or its path failed",
+            serving.served()
+        );
+        code = 1;
+    }
     if code == 0 {
         if serving.runs_done() > 0 {
             println!(

@@ -979,3 +979,37 @@ fn lcores_pin_a_shared_thread() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client killed in the middle of its run (its Read Responses unread, so
+/// Linux resets its connections) is not reported as done: the server says
+/// how many connections were reset and exits 1. Before, its run ended once
+/// the connections were gone and the server said "client done" with 0.
+#[test]
+fn a_client_killed_mid_run_is_not_done() {
+    let _serial = serial();
+    let p = port().to_string();
+    let server = server(&["-p", &p]);
+    let mut client = spawn(&[
+        "read",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "-s",
+        "65536",
+        "-q",
+        "4",
+        "-D",
+        "30",
+    ]);
+    // Its connections are up and the run under way (set-up takes
+    // milliseconds; the run, 30 s).
+    std::thread::sleep(Duration::from_millis(1500));
+    client.kill().expect("the client is killed");
+    let _ = client.wait();
+    let (ok, said) = server.finish();
+    assert!(!ok, "the server exited 0: {said}");
+    assert!(
+        said.contains("reset or timed out") && !said.contains("client done"),
+        "{said}"
+    );
+}

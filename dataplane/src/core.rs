@@ -262,6 +262,10 @@ pub struct CoreCounters {
     /// Connections reset because their peer had not ended them
     /// [`CoreConfig::closing_limit`] after our FIN.
     pub closes_reset: u64,
+    /// Connections in Full Operation that ended by the peer's reset (RST)
+    /// or by TCP's user timeout, not by an orderly close: a peer that
+    /// crashed, was killed or became unreachable.
+    pub ended_abruptly: u64,
     /// Accepted connections given the class of their peer's SYN
     /// ([`CoreConfig::reflect_dscp`]; unmarked SYNs not counted).
     pub classes_reflected: u64,
@@ -305,6 +309,7 @@ impl CoreCounters {
             ended: self.ended - earlier.ended,
             refused: self.refused - earlier.refused,
             closes_reset: self.closes_reset - earlier.closes_reset,
+            ended_abruptly: self.ended_abruptly - earlier.ended_abruptly,
             classes_reflected: self.classes_reflected - earlier.classes_reflected,
             looked_at: self.looked_at - earlier.looked_at,
             polls_between_looks: self.polls_between_looks - earlier.polls_between_looks,
@@ -1229,7 +1234,11 @@ impl<T: CoreTransport> Core<T> {
                     self.live[i].rx_ready = true;
                     self.wake(i);
                 }
-                EventKind::Closed | EventKind::Reset | EventKind::TimedOut => self.end(i),
+                EventKind::Closed => self.end(i),
+                EventKind::Reset | EventKind::TimedOut => {
+                    self.counters.ended_abruptly += 1;
+                    self.end(i);
+                }
                 _ => {}
             }
         } else if let Some(i) = self.closing_raw.iter().position(|&(c, _)| c == conn) {
