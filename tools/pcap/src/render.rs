@@ -451,6 +451,13 @@ pub fn summary(summary: &Summary) -> String {
             summary.stray_segments
         );
     }
+    if summary.resynced > 0 {
+        let _ = write!(
+            line,
+            "; {} direction(s) taken back after the capture lost more than a window",
+            summary.resynced
+        );
+    }
     if summary.unsupported_frames > 0 {
         let _ = write!(
             line,

@@ -11,10 +11,14 @@
 //! between them have come. The first copy of an octet wins, as in TCP reassembly.
 //!
 //! Bounds: at most [`DATAGRAMS_MAX`] datagrams are reassembled at once, each at most
-//! 65,535 octets long, so memory stays under 4 MiB whatever the capture holds. A
-//! datagram still incomplete [`TIMEOUT_NS`] after its first fragment, by the capture's
-//! clock, is given up, as is the oldest one when a new one needs room; their fragments
-//! are counted in [`DefragStats::fragments_dropped`].
+//! 65,535 octets long in at most [`RANGES_MAX`] separate pieces, so memory stays near
+//! 4 MiB and the work per fragment small whatever the capture holds. A datagram still
+//! incomplete [`TIMEOUT_NS`] after its first fragment, by the capture's clock, is given
+//! up, as is the oldest one when a new one needs room, or one in more pieces; their
+//! fragments are counted in [`DefragStats::fragments_dropped`]. A fragment of a
+//! datagram completed less than [`DUPLICATE_WINDOW_NS`] before (a copy the network or
+//! the capture duplicated) is counted in [`DefragStats::duplicates`], not taken for the
+//! start of another datagram that never completes.
 //!
 //! IPv6 fragments (RFC 8200 §4.5) are not reassembled here.
 
@@ -33,6 +37,21 @@ pub const TIMEOUT_NS: u64 = 30_000_000_000;
 
 /// The largest IPv4 datagram: Total Length is 16 bits.
 const DATAGRAM_LEN_MAX: usize = u16::MAX as usize;
+
+/// Separate pieces one datagram may be in while it waits for the rest: beyond, it is
+/// given up (a sender's fragments are in order or nearly; a capture of one-octet
+/// fragments in a scattered order would otherwise make every fragment re-sort and
+/// re-merge thousands of ranges).
+pub const RANGES_MAX: usize = 64;
+
+/// How long after a datagram completed a fragment of it is taken for a duplicate
+/// (capture time): a copy the network or a span port made comes within this; a new
+/// datagram reusing the identification (RFC 6864) does not, at any rate that
+/// fragments.
+pub const DUPLICATE_WINDOW_NS: u64 = 1_000_000_000;
+
+/// Completed datagrams remembered for [`DUPLICATE_WINDOW_NS`], at most.
+const COMPLETED_MAX: usize = 4 * DATAGRAMS_MAX;
 
 mod field {
     use core::ops::Range;
@@ -78,6 +97,8 @@ pub struct DefragStats {
     pub fragments_dropped: u64,
     /// The frame and capture time of the first fragment given up.
     pub first_dropped: Option<(u64, u64)>,
+    /// Fragments of a datagram completed just before: copies, left out.
+    pub duplicates: u64,
 }
 
 /// Reassembles IPv4 datagrams from their fragments. See the module documentation.
@@ -86,6 +107,9 @@ pub struct Defragmenter {
     /// The IP protocols whose fragments are reassembled.
     protocols: Vec<u8>,
     datagrams: BTreeMap<Key, Partial>,
+    /// Datagrams completed in the last [`DUPLICATE_WINDOW_NS`], oldest first, with
+    /// when.
+    completed: std::collections::VecDeque<(Key, u64)>,
     stats: DefragStats,
 }
 
@@ -132,6 +156,7 @@ impl Defragmenter {
         Defragmenter {
             protocols: protocols.to_vec(),
             datagrams: BTreeMap::new(),
+            completed: std::collections::VecDeque::new(),
             stats: DefragStats::default(),
         }
     }
@@ -150,6 +175,19 @@ impl Defragmenter {
             return Defrag::Whole;
         }
         self.stats.fragments += 1;
+        while self
+            .completed
+            .front()
+            .is_some_and(|&(_, at)| ts_ns.saturating_sub(at) > DUPLICATE_WINDOW_NS)
+        {
+            self.completed.pop_front();
+        }
+        if !self.datagrams.contains_key(&fragment.key)
+            && self.completed.iter().any(|&(key, _)| key == fragment.key)
+        {
+            self.stats.duplicates += 1;
+            return Defrag::Held;
+        }
         if !self.datagrams.contains_key(&fragment.key) && self.datagrams.len() >= DATAGRAMS_MAX {
             let oldest = self
                 .datagrams
@@ -182,6 +220,10 @@ impl Defragmenter {
         };
         self.datagrams.remove(&fragment.key);
         self.stats.datagrams += 1;
+        if self.completed.len() >= COMPLETED_MAX {
+            self.completed.pop_front();
+        }
+        self.completed.push_back((fragment.key, ts_ns));
         Defrag::Complete(whole)
     }
 
@@ -244,6 +286,16 @@ impl Partial {
         if start == 0 {
             self.header.get_or_insert_with(|| fragment.header.to_vec());
         }
+        // The first fragment's header and the last one's end make the datagram: each
+        // fragment was checked against its own header's length, and a long first
+        // header with a far last fragment can still pass 65,535 (found by a review:
+        // Total Length wrapped, and the datagram vanished at parsing).
+        if let (Some(header), Some(len)) = (&self.header, self.len) {
+            if header.len() + len > DATAGRAM_LEN_MAX {
+                self.broken = true;
+                return;
+            }
+        }
         if self.data.len() < end {
             self.data.resize(end, 0);
         }
@@ -271,6 +323,9 @@ impl Partial {
             }
         }
         self.have = merged;
+        if self.have.len() > RANGES_MAX {
+            self.broken = true;
+        }
     }
 
     /// The datagram, unfragmented, once every octet of it has come.
@@ -463,6 +518,94 @@ mod tests {
             Defrag::Held
         );
         assert_eq!(defrag.stats().fragments_dropped, 2);
+        assert!(defrag.datagrams.is_empty());
+    }
+
+    /// A copy of a fragment after its datagram completed (the network or a span
+    /// port duplicated it) is a duplicate, not the start of a datagram that never
+    /// completes (found by a review: it was counted as dropped, and dpwarp-pcap said
+    /// data was missing). Past [`DUPLICATE_WINDOW_NS`] the same identification starts
+    /// a new datagram.
+    #[test]
+    fn a_fragment_again_after_its_datagram_is_a_duplicate() {
+        let whole = frame(7, &payload());
+        let end = whole.len() - ETHERNET - HEADER;
+        let (a, b) = (piece(&whole, 0, 64, true), piece(&whole, 64, end, false));
+        let mut defrag = Defragmenter::new(&[TCP]);
+        assert_eq!(defrag.push(1, 0, linktype::ETHERNET, &a), Defrag::Held);
+        assert!(matches!(
+            defrag.push(2, 10, linktype::ETHERNET, &b),
+            Defrag::Complete(_)
+        ));
+        assert_eq!(defrag.push(3, 20, linktype::ETHERNET, &b), Defrag::Held);
+        defrag.finish();
+        let stats = defrag.stats();
+        assert_eq!((stats.duplicates, stats.fragments_dropped), (1, 0));
+        // Much later: a new datagram with the identification again.
+        let later = 20 + DUPLICATE_WINDOW_NS + 1;
+        assert_eq!(defrag.push(4, later, linktype::ETHERNET, &a), Defrag::Held);
+        assert!(matches!(
+            defrag.push(5, later, linktype::ETHERNET, &b),
+            Defrag::Complete(_)
+        ));
+        assert_eq!(defrag.stats().duplicates, 1);
+    }
+
+    /// A first fragment with a 60-octet header and a last one (20-octet header)
+    /// ending at 65,515 pass each on its own, but make 65,575 octets: given up, not
+    /// put together with a Total Length that wrapped.
+    #[test]
+    fn a_datagram_past_65535_octets_with_its_first_header_is_given_up() {
+        let long_first = {
+            let whole = frame(9, &payload());
+            let mut p = piece(&whole, 0, 64, true);
+            // IHL 15: 40 octets of options (NOPs) after the 20.
+            p[ETHERNET] = 0x4f;
+            let mut out = p[..ETHERNET + HEADER].to_vec();
+            out.extend_from_slice(&[1; 40]);
+            out.extend_from_slice(&p[ETHERNET + HEADER..]);
+            let total = (60 + 64) as u16;
+            out[ETHERNET + 2..ETHERNET + 4].copy_from_slice(&total.to_be_bytes());
+            out
+        };
+        let last = {
+            let whole = frame(9, &payload());
+            let mut out = whole[..ETHERNET + HEADER].to_vec();
+            out.extend_from_slice(&[2; 16]);
+            let total = (HEADER + 16) as u16;
+            out[ETHERNET + 2..ETHERNET + 4].copy_from_slice(&total.to_be_bytes());
+            // Offset 65,496 (8,187 units), MF clear: it ends at 65,512.
+            let flags = 8187u16;
+            out[ETHERNET + 6..ETHERNET + 8].copy_from_slice(&flags.to_be_bytes());
+            out
+        };
+        let mut defrag = Defragmenter::new(&[TCP]);
+        assert_eq!(defrag.push(1, 0, linktype::ETHERNET, &last), Defrag::Held);
+        assert_eq!(
+            defrag.push(2, 0, linktype::ETHERNET, &long_first),
+            Defrag::Held
+        );
+        assert_eq!(defrag.stats().fragments_dropped, 2);
+        assert!(defrag.datagrams.is_empty());
+    }
+
+    /// A datagram in more than [`RANGES_MAX`] separate pieces is given up.
+    #[test]
+    fn a_datagram_in_too_many_pieces_is_given_up() {
+        let big = frame(11, &[7u8; 2000]);
+        let mut defrag = Defragmenter::new(&[TCP]);
+        // Every other 8-octet piece: separate ranges.
+        for k in 0..=RANGES_MAX {
+            let from = 16 * k + 8;
+            let held = defrag.push(
+                k as u64 + 1,
+                0,
+                linktype::ETHERNET,
+                &piece(&big, from, from + 8, true),
+            );
+            assert_eq!(held, Defrag::Held);
+        }
+        assert_eq!(defrag.stats().fragments_dropped, RANGES_MAX as u64 + 1);
         assert!(defrag.datagrams.is_empty());
     }
 }

@@ -162,15 +162,21 @@ impl Half {
 
     /// Delivers everything buffered, declaring each hole a gap, then the FIN if one came.
     pub(super) fn flush(&mut self, ctx: &mut Ctx<'_>) {
-        while !self.pending.is_empty() {
-            self.skip_hole(ctx);
-            self.deliver(ctx);
-        }
+        self.give_up_holes(ctx);
         if let Some(fin) = self.fin {
             if fin.offset > self.next && !self.fin_reported {
                 self.report_gap(fin.frame, fin.offset - self.next, ctx);
             }
             self.report_fin(ctx);
+        }
+    }
+
+    /// Delivers everything buffered now, declaring each hole a gap (the FIN, if one
+    /// came, waits for [`Half::flush`]).
+    pub(super) fn give_up_holes(&mut self, ctx: &mut Ctx<'_>) {
+        while !self.pending.is_empty() {
+            self.skip_hole(ctx);
+            self.deliver(ctx);
         }
     }
 

@@ -25,8 +25,12 @@
 //!   numbers). The window is [`WINDOW_BYTES_MAX`] either side of the next byte to
 //!   deliver: the capture does not say the window scale. A segment outside it that
 //!   acknowledges the other direction inside that one's window is taken all the same:
-//!   the capture lost more than a window of the direction. A direction whose start the
-//!   first data fixed (no SYN captured) takes every segment, as before.
+//!   the capture lost more than a window of the direction. So is the fourth of stray
+//!   data segments in a row that each start where the last ended
+//!   ([`STRAY_RUN_RESYNC`]): the capture lost more than a window of both directions (or
+//!   of one whose other side's SYN-ACK it lacks); what lies before is a gap at once. A
+//!   direction whose start the first data fixed (no SYN captured) takes every segment,
+//!   as before.
 //! * An RST resets the connection only if it is acceptable (RFC 5961 §3.2, RFC 9293
 //!   §3.10.7.4): its sequence number inside the window of a direction whose start is
 //!   known, or, while it is not, with an ACK of the other side's SYN (§3.10.7.3). A late
@@ -218,6 +222,10 @@ pub struct Stats {
     /// Segments outside the connection's windows, taken to be an older connection's on
     /// the same address pair, and ignored (see the module documentation).
     pub stray_segments: u64,
+    /// Directions taken back after [`STRAY_RUN_RESYNC`] stray data segments in a
+    /// row that followed on from each other: the capture had lost more than a
+    /// window of them (what was lost shows as a gap).
+    pub resynced: u64,
     /// Segments ignored because [`Limits::connections_max`] connections were open, or
     /// because 2^32 - 1 connection ids had been handed out.
     pub ignored_segments: u64,
@@ -254,7 +262,21 @@ struct Conn {
     rst_reported: [bool; 2],
     /// Its key in [`Reassembler::ended`], once it ended.
     ended_at: Option<u64>,
+    /// Per direction, the stray data segments in a row that followed on from
+    /// each other: the sequence number the next would start at, and how many
+    /// ([`STRAY_RUN_RESYNC`]).
+    stray_runs: [Option<(u32, u8)>; 2],
 }
+
+/// Stray data segments in a row, each starting where the last ended, after
+/// which a direction is taken to have lost more than a window from the capture
+/// and the next such segment is taken (a gap, then its octets). An older
+/// connection that still sends new data after the new connection's SYN does
+/// not happen (its four-tuple is the new one's); the capture losing more than
+/// [`WINDOW_BYTES_MAX`] of both directions at once, or of one whose other side's
+/// SYN-ACK was not captured, does (found by a review: the rest of such a
+/// connection was left out as stray, without a gap or a problem).
+pub const STRAY_RUN_RESYNC: u8 = 3;
 
 /// What a direction needs to report events and keep within limits.
 struct Ctx<'a> {
@@ -488,6 +510,7 @@ impl Conn {
             reset: false,
             rst_reported: [false; 2],
             ended_at: None,
+            stray_runs: [None; 2],
         }
     }
 
@@ -557,9 +580,32 @@ impl Conn {
     /// Takes in a segment; `false` if it was judged stray ([`Conn::acceptable`]) and
     /// ignored.
     fn segment(&mut self, frame: u64, ts_ns: u64, seg: &TcpSegment<'_>, ctx: &mut Ctx<'_>) -> bool {
-        if !self.acceptable(seg, ctx.dir) {
+        let occupied = seg.payload_wire_len.max(seg.payload.len()) + usize::from(seg.fin);
+        let acceptable = self.acceptable(seg, ctx.dir);
+        let run = &mut self.stray_runs[ctx.dir.index()];
+        let mut resync = false;
+        if acceptable {
+            *run = None;
+        } else if seg.rst || seg.syn || occupied == 0 {
             ctx.stats.stray_segments += 1;
             return false;
+        } else {
+            let follows = run.is_some_and(|(next, _)| next == seg.seq);
+            let count = if follows {
+                run.map_or(1, |(_, n)| n + 1)
+            } else {
+                1
+            };
+            let next = seg.seq.wrapping_add(occupied as u32);
+            if count <= STRAY_RUN_RESYNC {
+                *run = Some((next, count));
+                ctx.stats.stray_segments += 1;
+                return false;
+            }
+            // The capture lost more than a window of this direction: take it.
+            *run = None;
+            ctx.stats.resynced += 1;
+            resync = true;
         }
         let half = &mut self.halves[ctx.dir.index()];
         if seg.syn {
@@ -583,6 +629,11 @@ impl Conn {
             fin: seg.fin,
         };
         half.segment(&input, ctx);
+        if resync {
+            // What lay between is not coming: the gap now, so that the window follows
+            // the direction from here.
+            half.give_up_holes(ctx);
+        }
         self.closed |= seg.fin || seg.rst;
         true
     }

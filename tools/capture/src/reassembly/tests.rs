@@ -727,7 +727,7 @@ fn an_old_connections_data_fixes_no_streams_start() {
 
 /// RSTs of the address pair's previous connection, captured during the new one: the
 /// server's (its old sequence and acknowledgment numbers) and the client's (no ACK). They
-/// reset the new connection. RFC 5961 §3.2: an RST outside the receive window is
+/// reset the new connection before they were judged; RFC 5961 §3.2: an RST outside the receive window is
 /// dropped. The connection's own RST, inside it, still resets.
 #[test]
 fn an_old_connections_rst_resets_nothing() {
@@ -797,4 +797,52 @@ fn a_segment_past_a_window_of_capture_loss_that_acknowledges_the_other_side_is_t
         ]
     );
     assert_eq!(stats.stray_segments, 1);
+}
+
+/// The capture lost more than [`WINDOW_BYTES_MAX`] of both directions at once (a
+/// 100 Gbit/s transfer both ways, tcpdump dropping): no segment after it is in the
+/// window as the observer knows it, nor acknowledges the other side inside its window.
+/// After [`STRAY_RUN_RESYNC`] stray segments in a row, each following on from the last,
+/// the direction is taken back: a gap, then its octets, and the connection's RST counts.
+/// (Found by a review: the rest of such a connection was all stray, without a gap, and
+/// `--strict` passed.)
+#[test]
+fn a_capture_that_lost_a_window_of_both_directions_takes_them_back() {
+    let w = WINDOW_BYTES_MAX as u32;
+    let (fc, fs) = (2 + w + 1000, 7002 + w + 1000);
+    let (events, stats) = run(
+        Limits::default(),
+        &[
+            seg(C, S, 0, SYN, b""),
+            acking(seg(S, C, 7000, SYN_ACK, b""), 1),
+            acking(seg(C, S, 1, NONE, b"a"), 7001),
+            acking(seg(S, C, 7001, NONE, b"b"), 2),
+            acking(seg(C, S, fc, NONE, b"c1"), fs),
+            acking(seg(S, C, fs, NONE, b"s1"), fc + 2),
+            acking(seg(C, S, fc + 2, NONE, b"c2"), fs + 2),
+            acking(seg(S, C, fs + 2, NONE, b"s2"), fc + 4),
+            acking(seg(C, S, fc + 4, NONE, b"c3"), fs + 4),
+            acking(seg(S, C, fs + 4, NONE, b"s3"), fc + 6),
+            acking(seg(C, S, fc + 6, NONE, b"c4"), fs + 6),
+            acking(seg(S, C, fs + 6, NONE, b"s4"), fc + 8),
+            acking(seg(C, S, fc + 8, RST_ACK, b""), fs + 8),
+        ],
+    );
+    let (oc, os) = (u64::from(fc + 6 - 1), u64::from(fs + 6 - 7001));
+    assert_eq!(
+        events,
+        [
+            open(0, C, S),
+            data(0, C2S, 3, 1, 0, b"a"),
+            data(0, S2C, 4, 7001, 0, b"b"),
+            gap(0, C2S, 11, 1, oc - 1),
+            data(0, C2S, 11, fc + 6, oc, b"c4"),
+            gap(0, S2C, 12, 1, os - 1),
+            data(0, S2C, 12, fs + 6, os, b"s4"),
+            rst(0, C2S, 13),
+        ]
+    );
+    // The client's direction taken back, the server's fourth segment acknowledges it
+    // inside its new window, and is taken as such.
+    assert_eq!((stats.stray_segments, stats.resynced), (6, 1));
 }

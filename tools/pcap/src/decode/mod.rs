@@ -334,8 +334,13 @@ pub struct Summary {
     /// TCP segments reassembly judged to be of an older connection on the same
     /// address pair (outside the connection's windows, RFC 9293 §3.10.7.4,
     /// RFC 5961 §3) and left out. Not a problem: they were sent, but not as
-    /// part of the connection decoded.
+    /// part of the connection decoded. (A direction whose segments after a
+    /// capture loss of more than the window were judged so, three in a row
+    /// following on from each other, is taken back: `resynced`.)
     pub stray_segments: u64,
+    /// Directions taken back after the capture lost more than the window of
+    /// them (the loss is a gap, which is a problem).
+    pub resynced: u64,
     /// IP fragments of TCP, UDP or SCTP not reassembled, so not decoded:
     /// IPv6 ones (RFC 8200 §4.5), and IPv4 ones (RFC 791 §3.2) whose datagram
     /// did not complete in time or in the memory allowed
@@ -756,6 +761,7 @@ impl Decoder {
         self.summary.conflicting_bytes = stats.conflicting_bytes;
         self.summary.dropped_bytes = stats.dropped_bytes;
         self.summary.stray_segments = stats.stray_segments;
+        self.summary.resynced = stats.resynced;
         let mut sink = Sink {
             out: &mut self.out,
             summary: &mut self.summary,
