@@ -697,6 +697,10 @@ pub struct RpingService {
 pub struct HostCap {
     per_host: usize,
     held: Mutex<HashMap<Ipv4Addr, usize>>,
+    /// Connections reset at establishment because their host held its share
+    /// (a burst whose startups all passed a gate that checks the count
+    /// before any is established).
+    turned_away: std::sync::atomic::AtomicU64,
 }
 
 impl HostCap {
@@ -705,12 +709,18 @@ impl HostCap {
         Arc::new(HostCap {
             per_host: per_host.max(1),
             held: Mutex::new(HashMap::new()),
+            turned_away: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
     /// At most how many connections one host holds.
     pub fn per_host(&self) -> usize {
         self.per_host
+    }
+
+    /// Connections reset at establishment because their host held its share.
+    pub fn turned_away(&self) -> u64 {
+        self.turned_away.load(Ordering::Relaxed)
     }
 
     /// Connections `host` holds now.
@@ -726,6 +736,7 @@ impl HostCap {
         let mut held = self.lock();
         let n = held.entry(host).or_default();
         if *n >= self.per_host {
+            self.turned_away.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         *n += 1;

@@ -101,7 +101,8 @@ pub struct TurnedAway {
     pub endpoint: &'static str,
     /// Turned away with the answer written.
     pub answered: AtomicU64,
-    /// Turned away after they had left.
+    /// Turned away without the answer: they had left (closed or reset), or
+    /// their socket took none of it at once (a client that reads nothing).
     pub gone: AtomicU64,
     logged: AtomicBool,
 }

@@ -381,7 +381,9 @@ pub struct Service {
     /// all cores; 1 to `clients_max`; half of `clients_max`, rounded up,
     /// when left out), so that a host that opens connections and keeps
     /// them cannot hold every one. Its next client is refused at its MPA
-    /// Request, saying so. A benchmark that
+    /// Request, saying so (rping's, from the count of its established
+    /// connections: of a burst of startups that all pass, those beyond are
+    /// reset by their core, counted in `dpwarpctl stats`). A benchmark that
     /// runs many clients from one host needs it as large as they are. (A
     /// perftest service's is in its `[service.perftest]`.)
     #[serde(default, deserialize_with = "clients_per_host")]

@@ -123,6 +123,8 @@ fn stats(shared: &Shared) -> Value {
             "verified": verified,
             "failed": failed,
             "clients_per_host": shared.rping.hosts.as_ref().map(|h| h.per_host()),
+            // Past the gate in a burst, reset by their core at establishment.
+            "reset_over_per_host": shared.rping.hosts.as_ref().map_or(0, |h| h.turned_away()),
         })
     });
     let perftest: Vec<Value> = shared

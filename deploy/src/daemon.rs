@@ -2194,9 +2194,12 @@ pub fn reload(shared: &Shared) -> Result<String, String> {
     if urgent(old) != urgent(&new) {
         restart.push("a service's urgent");
     }
-    // The memory and bench services' limits are set at the start.
-    let per_host =
-        |c: &Config| [ServiceKind::Memory, ServiceKind::Bench].map(|kind| c.clients_per_host(kind));
+    // The memory, bench and rping services' limits are set at the start (a
+    // review found rping's left out: a reload that changed it said nothing).
+    let per_host = |c: &Config| {
+        [ServiceKind::Memory, ServiceKind::Bench, ServiceKind::Rping]
+            .map(|kind| c.clients_per_host(kind))
+    };
     if per_host(old) != per_host(&new) {
         restart.push("a service's clients_per_host");
     }

@@ -74,7 +74,7 @@ pub fn render(shared: &Shared) -> String {
     family(
         "dpwarp_operator_turned_away_total",
         "counter",
-        "Clients of the metrics endpoint and the control socket turned away because as many requests as each serves at once were being served: answered (503, or the control socket's error), or gone before the answer.",
+        "Clients of the metrics endpoint and the control socket turned away because as many requests as each serves at once were being served: answered (503, or the control socket's error), or gone (closed, reset, or reading nothing) before the answer.",
         &turned_away(),
     );
     family(

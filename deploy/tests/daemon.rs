@@ -1953,6 +1953,27 @@ fn rping_clients_per_host() -> Result<(), Failed> {
             daemon.log_text()
         )));
     }
+    // A reload that changes it says that only a restart applies it.
+    let path = dir.join("dpwarpd.toml");
+    let text = std::fs::read_to_string(&path)?;
+    std::fs::write(
+        &path,
+        text.replacen("clients_per_host = 1\n", "clients_per_host = 2\n", 1),
+    )?;
+    daemon.reload(&[])?;
+    let start = Instant::now();
+    while !daemon
+        .log_text()
+        .contains("applied only by a restart: a service's clients_per_host")
+    {
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err(fail(format!(
+                "the reload named no restart for clients_per_host\n{}",
+                daemon.log_text()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     Ok(())
 }
 
