@@ -1883,6 +1883,11 @@ mod tests {
         let e = refused(|t| {
             t.replace("memory_mib = 256", "memory_mib = 1")
                 .replace("kind = \"rping\"\nport = \"dpw0\"\ntcp_port = 7174\n", "")
+                .replace(
+                    "# clients_per_host: as the bench service's (here rping connections one\n\
+                     # client host has at once over all cores; half of clients_max by default).\n",
+                    "",
+                )
                 .replace("[[service]]\n# rping: rdma-core rping's server (rping -s -P), any number of clients.\n\n", "")
                 .replace(
                     "command = \"ib_write_bw\"\nunfenced = false\nclients_max = 4",
