@@ -660,6 +660,12 @@ impl Decoder {
             defrag::TIMEOUT_NS / 1_000_000_000,
             defrag::DATAGRAMS_MAX
         );
+        self.untracked_problem(frame, ts_ns, text);
+    }
+
+    /// A problem of no connection: its frames' addresses are not known, so
+    /// `src` and `dst` are `0.0.0.0:0` and `conn` is [`UNTRACKED`].
+    fn untracked_problem(&mut self, frame: u64, ts_ns: u64, text: String) {
         let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
         let mut sink = Sink {
             out: &mut self.out,
@@ -708,13 +714,6 @@ impl Decoder {
         let mut types: Vec<(u32, Unsupported)> =
             std::mem::take(&mut self.unsupported).into_iter().collect();
         types.sort_by_key(|(_, seen)| seen.frame);
-        let nowhere = SocketAddr::from(([0, 0, 0, 0], 0));
-        let mut sink = Sink {
-            out: &mut self.out,
-            summary: &mut self.summary,
-            all: self.options.all,
-            now_ns: self.now_ns,
-        };
         for (linktype, seen) in types {
             let frames = match seen.frames {
                 1 => "1 frame".to_string(),
@@ -724,19 +723,7 @@ impl Decoder {
                 "link-layer type {linktype} is not supported (only Ethernet, Linux cooked v1 \
                  and v2, raw IP and BSD loopback are): {frames} not decoded"
             );
-            sink.push(Message {
-                frame: seen.frame,
-                first_frame: seen.frame,
-                ts_ns: seen.ts_ns,
-                conn: UNTRACKED,
-                dir: Dir::ClientToServer,
-                src: nowhere,
-                dst: nowhere,
-                offset: 0,
-                tcp_seq: 0,
-                segment_start: false,
-                body: Body::Problem(text),
-            });
+            self.untracked_problem(seen.frame, seen.ts_ns, text);
         }
     }
 
