@@ -414,6 +414,13 @@ fn ip_fragments_are_reassembled_or_counted_and_said() {
     fragmented(&mut capture, 5, false);
     capture.send(0, &fpdu(&send_ulpdu(6)), &[]);
     let bytes = capture.close();
+    // With `DPWARP_FRAGMENT_CORPUS=DIR` set, the capture is written to DIR as a
+    // seed of the fuzz target `pcap_decode` (`fuzz/make-corpus.sh`), so that the
+    // fuzzer starts from fragments the defragmenter puts together and gives up.
+    if let Ok(dir) = std::env::var("DPWARP_FRAGMENT_CORPUS") {
+        let path = std::path::Path::new(&dir).join("seed-synthetic-ip-fragments");
+        std::fs::write(path, &bytes).unwrap();
+    }
     let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
     assert!(failure.is_none());
     let client_sends: Vec<u32> = messages
