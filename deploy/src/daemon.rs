@@ -1477,14 +1477,20 @@ impl Rendezvous {
         }
     }
 
-    /// Arrives, and waits until all `n` have or it is opened.
-    fn wait(&self) {
+    /// Arrives (the last of `n` opens it); the state, locked.
+    fn arrive(&self) -> std::sync::MutexGuard<'_, (usize, bool)> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.0 += 1;
         if s.0 >= self.n {
             s.1 = true;
             self.opened.notify_all();
         }
+        s
+    }
+
+    /// Arrives, and waits until all `n` have or it is opened.
+    fn wait(&self) {
+        let mut s = self.arrive();
         while !s.1 {
             s = self.opened.wait(s).unwrap_or_else(|p| p.into_inner());
         }
@@ -1493,12 +1499,7 @@ impl Rendezvous {
     /// Arrives, and waits as [`Rendezvous::wait`] does, calling `tick`
     /// every `every` meanwhile (the lock not held).
     fn wait_ticking(&self, every: StdDuration, mut tick: impl FnMut()) {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        s.0 += 1;
-        if s.0 >= self.n {
-            s.1 = true;
-            self.opened.notify_all();
-        }
+        let mut s = self.arrive();
         while !s.1 {
             s = self
                 .opened

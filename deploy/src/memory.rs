@@ -687,6 +687,24 @@ mod tests {
         )
     }
 
+    /// One region `r` of 1 MiB, readable by anyone, four grants (four a
+    /// host), never-claimed grants reaped after `unclaimed`.
+    fn open_region(unclaimed: Duration) -> MemoryService {
+        let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
+        MemoryService::new(
+            [RegionConfig {
+                name: "r".into(),
+                size_mib: 1,
+                access: vec![AccessRight::RemoteRead],
+                allow: vec![(Ipv4Addr::UNSPECIFIED, 0)],
+            }],
+            registry,
+            4,
+            4,
+            unclaimed,
+        )
+    }
+
     fn granted(d: Decision) -> Grant {
         match d {
             Decision::Accept(a) => Grant::decode(&a.private_data).unwrap(),
@@ -818,19 +836,7 @@ mod tests {
 
     #[test]
     fn a_grant_never_claimed_is_revoked() {
-        let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
-        let s = MemoryService::new(
-            [RegionConfig {
-                name: "r".into(),
-                size_mib: 1,
-                access: vec![AccessRight::RemoteRead],
-                allow: vec![(Ipv4Addr::UNSPECIFIED, 0)],
-            }],
-            registry,
-            4,
-            4,
-            Duration::ZERO,
-        );
+        let s = open_region(Duration::ZERO);
         let p = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9);
         let g = granted(s.decide(&encode_request("r"), 7000, p));
         assert_eq!((s.pds_live(), s.registry.pds_in_use()), (1, 1));
@@ -857,19 +863,7 @@ mod tests {
     /// no grant of its own to revoke).
     #[test]
     fn a_reload_leaves_a_running_lending_to_the_same_address_and_port_alone() {
-        let registry = Registry::new(&rnic_engine::verbs::RnicConfig::default());
-        let s = MemoryService::new(
-            [RegionConfig {
-                name: "r".into(),
-                size_mib: 1,
-                access: vec![AccessRight::RemoteRead],
-                allow: vec![(Ipv4Addr::UNSPECIFIED, 0)],
-            }],
-            registry,
-            4,
-            4,
-            Duration::from_secs(10),
-        );
+        let s = open_region(Duration::from_secs(10));
         s.listen_on(7000);
         let a = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), 4000);
         let first = granted(s.decide(&encode_request("r"), 7000, a));

@@ -55,9 +55,10 @@ fn two_reads_outstanding() -> (RnicPair, Mr) {
 }
 
 /// Sends `segments` from b as the response to a's first Read and checks
-/// the outcome.
+/// the outcome: the Read fails, the next flushes, and the Terminate is
+/// `code` (layer, type, code).
 #[track_caller]
-fn check(name: &str, segments: impl Fn(&Mr) -> Vec<Vec<u8>>) {
+fn check(name: &str, code: (u8, u8, u8), segments: impl Fn(&Mr) -> Vec<Vec<u8>>) {
     let (mut pair, a_mr) = two_reads_outstanding();
     for segment in segments(&a_mr) {
         pair.b.rnic.inject_ulpdu(pair.b.qp, &segment).unwrap();
@@ -74,8 +75,7 @@ fn check(name: &str, segments: impl Fn(&Mr) -> Vec<Vec<u8>>) {
         [(1, WcStatus::BadResponse), (2, WcStatus::Flushed)],
         "{name}"
     );
-    // RFC 5041 §7.2: DDP, tagged buffer error, base or bounds violation.
-    let code = info((1, 1, 1));
+    let code = info(code);
     assert_eq!(
         events(&mut pair, true, None),
         [QpEvent::TerminateSent(code)],
@@ -89,18 +89,25 @@ fn check(name: &str, segments: impl Fn(&Mr) -> Vec<Vec<u8>>) {
     assert_eq!(pair.a.rnic.qp_state(pair.a.qp).unwrap(), QpState::Error);
 }
 
+/// [`check`] with RFC 5041 §7.2's DDP tagged buffer error, base or bounds
+/// violation (1/1/1).
+#[track_caller]
+fn check_bb(name: &str, segments: impl Fn(&Mr) -> Vec<Vec<u8>>) {
+    check(name, (1, 1, 1), segments);
+}
+
 #[test]
 fn a_read_response_longer_than_the_read_is_a_base_or_bounds_error() {
-    check("one segment, one octet too many", |mr| {
+    check_bb("one segment, one octet too many", |mr| {
         vec![response(mr, 0, &[7; READ_LEN + 1], true)]
     });
-    check("the last segment goes past the end", |mr| {
+    check_bb("the last segment goes past the end", |mr| {
         vec![
             response(mr, 0, &[7; 10], false),
             response(mr, 10, &[7; 10], true),
         ]
     });
-    check("a segment after the Read was whole", |mr| {
+    check_bb("a segment after the Read was whole", |mr| {
         vec![
             response(mr, 0, &[7; READ_LEN], false),
             response(mr, READ_LEN, &[7; 4], true),
@@ -110,16 +117,16 @@ fn a_read_response_longer_than_the_read_is_a_base_or_bounds_error() {
 
 #[test]
 fn a_read_response_shorter_than_the_read_is_a_base_or_bounds_error() {
-    check("one segment, one octet short", |mr| {
+    check_bb("one segment, one octet short", |mr| {
         vec![response(mr, 0, &[7; READ_LEN - 1], true)]
     });
-    check("two segments, short together", |mr| {
+    check_bb("two segments, short together", |mr| {
         vec![
             response(mr, 0, &[7; 4], false),
             response(mr, 4, &[7; 4], true),
         ]
     });
-    check("a zero-length response", |mr| {
+    check_bb("a zero-length response", |mr| {
         vec![response(mr, 0, &[], true)]
     });
 }
@@ -132,29 +139,12 @@ fn a_read_response_aimed_elsewhere_ends_the_read_with_an_error() {
         ("another STag", (1, 1, 0), 0x100u32),
         ("a TO past the start", (1, 1, 1), 0),
     ] {
-        let (mut pair, a_mr) = two_reads_outstanding();
-        let mut target = a_mr;
-        target.stag = target.stag.wrapping_add(aim);
-        let offset = if aim == 0 { 4 } else { 0 };
-        let segment = response(&target, offset, &[7; READ_LEN], true);
-        pair.b.rnic.inject_ulpdu(pair.b.qp, &segment).unwrap();
-        pair.run(STEPS);
-        let got: Vec<_> = pair
-            .a
-            .completions()
-            .iter()
-            .map(|wc| (wc.wr_id, wc.status))
-            .collect();
-        assert_eq!(
-            got,
-            [(1, WcStatus::BadResponse), (2, WcStatus::Flushed)],
-            "{name}"
-        );
-        assert_eq!(
-            events(&mut pair, true, None),
-            [QpEvent::TerminateSent(info(code))],
-            "{name}"
-        );
+        check(name, code, |mr| {
+            let mut target = *mr;
+            target.stag = target.stag.wrapping_add(aim);
+            let offset = if aim == 0 { 4 } else { 0 };
+            vec![response(&target, offset, &[7; READ_LEN], true)]
+        });
     }
 }
 

@@ -52,6 +52,27 @@ fn server_fpdus(messages: &[Message]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// Two connections of [`iwarp_exchange`] on one address pair decoded whole:
+/// no gap, each one's MPA Reply, and the server's three Sends of each.
+#[track_caller]
+fn both_connections_whole(messages: &[Message]) {
+    let gaps: Vec<&Message> = messages
+        .iter()
+        .filter(|m| matches!(m.body, Body::Gap { .. }))
+        .collect();
+    assert!(
+        gaps.is_empty(),
+        "no octet of either connection is missing: {gaps:?}"
+    );
+    let replies = messages
+        .iter()
+        .filter(|m| matches!(&m.body, Body::Mpa(f) if f.kind == mpa_rr::FrameKind::Reply))
+        .count();
+    assert_eq!(replies, 2, "each connection's MPA Reply");
+    let sends: Vec<Vec<u8>> = (1..=3).map(send_ulpdu).collect();
+    assert_eq!(server_fpdus(messages), [sends.clone(), sends].concat());
+}
+
 /// RFC 5961 §4 (RFC 9293 §3.10.7.3): a client that lost its connection
 /// sends a new SYN; the server, still in the old connection, answers with a
 /// challenge ACK from the old sequence space; the client resets that, sends
@@ -78,21 +99,7 @@ fn half_open_recovery_keeps_the_servers_stream() {
     let bytes = capture.close();
     let (messages, _, failure) = decode_capture(Cursor::new(&bytes), Options::default());
     assert!(failure.is_none());
-    let gaps: Vec<&Message> = messages
-        .iter()
-        .filter(|m| matches!(m.body, Body::Gap { .. }))
-        .collect();
-    assert!(
-        gaps.is_empty(),
-        "no octet is missing from the capture: {gaps:?}"
-    );
-    let replies = messages
-        .iter()
-        .filter(|m| matches!(&m.body, Body::Mpa(f) if f.kind == mpa_rr::FrameKind::Reply))
-        .count();
-    assert_eq!(replies, 2, "each connection's MPA Reply");
-    let sends: Vec<Vec<u8>> = (1..=3).map(send_ulpdu).collect();
-    assert_eq!(server_fpdus(&messages), [sends.clone(), sends].concat());
+    both_connections_whole(&messages);
 }
 
 /// RFC 9260 §5.1: an endpoint whose INIT ACK was lost retransmits its INIT
@@ -503,21 +510,7 @@ fn an_old_connections_segment_after_a_new_syn_is_left_out() {
     let bytes = capture.close();
     let (messages, summary, failure) = decode_capture(Cursor::new(&bytes), Options::default());
     assert!(failure.is_none());
-    let gaps: Vec<&Message> = messages
-        .iter()
-        .filter(|m| matches!(m.body, Body::Gap { .. }))
-        .collect();
-    assert!(
-        gaps.is_empty(),
-        "no octet of either connection is missing: {gaps:?}"
-    );
-    let replies = messages
-        .iter()
-        .filter(|m| matches!(&m.body, Body::Mpa(f) if f.kind == mpa_rr::FrameKind::Reply))
-        .count();
-    assert_eq!(replies, 2, "each connection's MPA Reply");
-    let sends: Vec<Vec<u8>> = (1..=3).map(send_ulpdu).collect();
-    assert_eq!(server_fpdus(&messages), [sends.clone(), sends].concat());
+    both_connections_whole(&messages);
     assert_eq!(summary.stray_segments, 1);
     assert_eq!(summary.problems, 0);
 }
