@@ -11,6 +11,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -31,9 +32,25 @@ pub trait Timed: Read + Write {
     fn nonblocking(&self, on: bool) -> io::Result<()>;
     /// Shuts its sending side (as `TcpStream::shutdown(Shutdown::Write)`).
     fn shutdown_write(&self) -> io::Result<()>;
+    /// Writes what the socket takes of `buf` with `send(2)`'s
+    /// `MSG_NOSIGNAL`: a client that has gone makes it fail with `EPIPE`
+    /// and raises no SIGPIPE, whatever the process does with that signal
+    /// and whatever the standard library's `write` does (it sends with
+    /// `MSG_NOSIGNAL` on a `UnixStream` only since 2025, later than some
+    /// toolchains this crate builds with).
+    fn send(&self, buf: &[u8]) -> io::Result<usize>;
+}
+
+/// [`Timed::send`] for any socket.
+fn send_nosignal(socket: &impl AsRawFd, buf: &[u8]) -> io::Result<usize> {
+    use nix::sys::socket::{send, MsgFlags};
+    send(socket.as_raw_fd(), buf, MsgFlags::MSG_NOSIGNAL).map_err(io::Error::from)
 }
 
 impl Timed for TcpStream {
+    fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        send_nosignal(self, buf)
+    }
     fn read_timeout(&self, t: Duration) -> io::Result<()> {
         self.set_read_timeout(Some(t))
     }
@@ -49,6 +66,9 @@ impl Timed for TcpStream {
 }
 
 impl Timed for UnixStream {
+    fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        send_nosignal(self, buf)
+    }
     fn read_timeout(&self, t: Duration) -> io::Result<()> {
         self.set_read_timeout(Some(t))
     }
@@ -125,13 +145,12 @@ impl TurnedAway {
 /// again once answered: a socket closed with octets unread resets the
 /// connection, and the client may see that instead of the answer
 /// ([`Bounded::finish`]; what comes later still resets it). A client that
-/// closed first makes the write fail (`EPIPE`): no signal is raised (the
-/// standard library sends with `MSG_NOSIGNAL` on TCP and Unix sockets
-/// alike, and ignores SIGPIPE), the failure is counted in `counts`.
+/// closed first makes the write fail (`EPIPE`): no signal is raised
+/// ([`Timed::send`]), the failure is counted in `counts`.
 pub fn turn_away<S: Timed>(mut stream: S, answer: &[u8], counts: &TurnedAway) {
     let answered = stream.nonblocking(true).is_ok() && {
         drain_now(&mut stream, DRAIN_MAX);
-        let sent = stream.write_all(answer);
+        let sent = send_all(&stream, answer);
         let _ = stream.shutdown_write();
         drain_now(&mut stream, DRAIN_MAX);
         sent.is_ok()
@@ -150,6 +169,20 @@ pub fn turn_away<S: Timed>(mut stream: S, answer: &[u8], counts: &TurnedAway) {
              being served (the next are counted in dpwarp_operator_turned_away_total, not logged)"
         );
     }
+}
+
+/// Sends all of `buf` through [`Timed::send`], as `write_all` does
+/// through `write`.
+fn send_all<S: Timed>(stream: &S, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match stream.send(buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A client's connection, read and written until its deadline or the
@@ -245,7 +278,7 @@ impl<S: Timed> Write for Bounded<S> {
         loop {
             let wait = self.next_wait()?;
             self.stream.write_timeout(wait)?;
-            match self.stream.write(buf) {
+            match self.stream.send(buf) {
                 Err(e) if timed_out(&e) || e.kind() == io::ErrorKind::Interrupted => {}
                 r => return r,
             }

@@ -654,10 +654,10 @@ mod tests {
     /// before the busy answer is written: the write fails (EPIPE), raises
     /// no SIGPIPE, whatever the process does with that signal, and the
     /// client is counted as gone (from a review's suspicion of a race:
-    /// the failure was dropped unseen; a `write(2)` of its own, instead of
-    /// the standard library's send with `MSG_NOSIGNAL`, would raise the
-    /// signal, which only Rust's runtime ignoring SIGPIPE keeps from
-    /// ending the process). SIGPIPE is blocked on the thread that answers,
+    /// the failure was dropped unseen; a `write(2)`, which the standard
+    /// library used on a `UnixStream` before 2025, would raise the signal,
+    /// which only Rust's runtime ignoring SIGPIPE keeps from ending the
+    /// process: `Timed::send`). SIGPIPE is blocked on the thread that answers,
     /// so that one raised stays pending there for the test to see instead
     /// of being ignored.
     #[test]
