@@ -732,7 +732,7 @@ fn serve_sctp_on<T: dataplane::MessageTransport + Send>(
     let failed = AtomicBool::new(false);
     // Each core: how it ended, its streams that failed, and its device's
     // counters.
-    type CoreEnd = (Served, u64, dataplane::DeviceCounters);
+    type CoreEnd = (Served, u64, u64, dataplane::DeviceCounters);
     let results: Vec<Result<CoreEnd, String>> = std::thread::scope(|scope| {
         let threads: Vec<_> = transports
             .into_iter()
@@ -761,7 +761,12 @@ fn serve_sctp_on<T: dataplane::MessageTransport + Send>(
                     listening.wait();
                     let (_pinned, mut server) = up?;
                     let served = serve_sctp_core(&mut server, &mut udp, serving, failed, stop)?;
-                    Ok((served, server.failed(), udp.device_counters()))
+                    Ok((
+                        served,
+                        server.failed(),
+                        server.ended_abruptly(),
+                        udp.device_counters(),
+                    ))
                 })
             })
             .collect();
@@ -781,14 +786,16 @@ fn serve_sctp_on<T: dataplane::MessageTransport + Send>(
     });
     let mut code = 0;
     let mut failed_streams = 0;
+    let mut abrupt = 0;
     for (k, result) in results.iter().enumerate() {
         match result {
             Err(why) => {
                 eprintln!("bench server: core {k}: {why}");
                 code = 1;
             }
-            Ok((served, failed, _)) => {
+            Ok((served, failed, ended_abruptly, _)) => {
                 failed_streams += failed;
+                abrupt += ended_abruptly;
                 if matches!(served, Served::Idle) && code == 0 {
                     eprintln!(
                         "bench server: no client for {} s ({} stream(s) served, {} refused)",
@@ -807,7 +814,7 @@ fn serve_sctp_on<T: dataplane::MessageTransport + Send>(
             // another core's association: 0 when the client steers as we
             // do (a dpwarp client on as many cores).
             let steering = match &results[k] {
-                Ok((_, _, d)) => format!(
+                Ok((_, _, _, d)) => format!(
                     "; datagrams handed to their core: {} ({} dropped)",
                     d.rx_steered_out, d.rx_steer_dropped
                 ),
@@ -819,6 +826,18 @@ fn serve_sctp_on<T: dataplane::MessageTransport + Send>(
                 serving.served_by(k)
             );
         }
+    }
+    // Associations that ended by the client's silence (no answer to ten
+    // retransmissions or HEARTBEATs in a row) or a protocol error, not by
+    // its ABORT once its streams were closed: a client killed mid-run (its
+    // run still ends once its streams are gone) or a path that failed.
+    if code == 0 && abrupt > 0 {
+        eprintln!(
+            "bench server: the client's run ended with {abrupt} association(s) timed out or \
+             broken, not closed ({} stream(s) served): the client was killed or its path failed",
+            serving.served()
+        );
+        code = 1;
     }
     if code == 0 {
         if failed_streams > 0 {

@@ -89,6 +89,7 @@ fn core_config(mtu: usize) -> SctpCoreConfig {
         ..sctp_lite::Config::default()
     };
     let mut config = SctpCoreConfig::new(endpoint);
+    quick_liveness(&mut config.endpoint);
     // Messages overtaken by a retransmission wait in the QP's reorder
     // window: room for what the peer can send meanwhile.
     config.reorder = ReorderConfig {
@@ -101,6 +102,43 @@ fn core_config(mtu: usize) -> SctpCoreConfig {
     config.streams_max = QPS_MAX + 64;
     config
 }
+
+/// A benchmark's peer that vanished (killed, or its path gone) is found in
+/// seconds, not in RFC 9260 §16's minutes: an idle association (one that
+/// only receives, as a Write's server does) sends a HEARTBEAT every
+/// [`BENCH_HEARTBEAT_MS`] (§8.3), and a retransmission, of DATA or of a
+/// HEARTBEAT, waits at most [`BENCH_RTO_MAX_MS`] (§6.3.3's doubling capped
+/// by RTO.Max), so that the ten unanswered in a row that end the
+/// association (§8.1) take about 10 s while receiving and 5 s while
+/// sending. Over UDP encapsulation nothing else would tell: a killed
+/// process sends no ABORT, and RFC 6951 §5.5 forbids relying on the ICMP
+/// its port then draws. A benchmark's paths are a LAN's or a host's own
+/// (an RTT of microseconds, the RTO at RTO.Min), so the cap changes no
+/// timer of a live association.
+fn quick_liveness(endpoint: &mut sctp_lite::Config) {
+    endpoint.heartbeat_interval_ms = Some(BENCH_HEARTBEAT_MS);
+    endpoint.rto_initial_ms = endpoint.rto_initial_ms.min(BENCH_RTO_MAX_MS);
+    endpoint.rto_max_ms = BENCH_RTO_MAX_MS;
+}
+
+/// Whether an association that ended for `reason` ended before its
+/// client was done: it stopped answering ([`quick_liveness`]; a killed
+/// process sends no ABORT) or broke the protocol. A bench client ends its
+/// association with an ABORT (RFC 9260 §9.1) once its streams are closed,
+/// so that its server hears at once that it is gone: an ABORT is its
+/// normal end.
+fn abrupt(reason: Option<sctp_lite::CloseReason>) -> bool {
+    use sctp_lite::CloseReason as R;
+    matches!(
+        reason,
+        Some(R::TimedOut | R::ProtocolError | R::ReceiveBufferExhausted)
+    )
+}
+
+/// [`quick_liveness`]'s HB.interval.
+const BENCH_HEARTBEAT_MS: u64 = 500;
+/// [`quick_liveness`]'s RTO.Max (and RTO.Initial).
+const BENCH_RTO_MAX_MS: u64 = 500;
 
 /// Core `core`'s end of `host`'s control plane, and an engine on the
 /// host's registry for its streams' QPs.
@@ -340,6 +378,8 @@ pub struct SctpServer {
     /// Streams that ended with an RDMAP Terminate, or whose workload
     /// failed here.
     failed: u64,
+    /// Associations that ended before their client was done ([`abrupt`]).
+    ended_abruptly: u64,
     /// An appliance's bench service: admission, leases and events shared
     /// with its MPA cores.
     serving: Option<Appliance>,
@@ -362,6 +402,10 @@ pub struct SctpListen {
     /// The protection domain of its streams' QPs (and of the registration
     /// it is given for their local work); `None` for the host's.
     pub pd: Option<Pd>,
+    /// Whether a vanished peer is found in seconds, as a benchmark's
+    /// ([`quick_liveness`]); otherwise RFC 9260's defaults (an appliance's
+    /// client that went silent is found in 6 to 7.5 minutes).
+    pub quick_liveness: bool,
 }
 
 impl SctpListen {
@@ -376,6 +420,7 @@ impl SctpListen {
             ird_max: session.ird_max,
             ord: session.ord,
             pd: None,
+            quick_liveness: true,
         }
     }
 }
@@ -411,6 +456,7 @@ impl SctpServer {
             responder: Responder::default(),
             served: 0,
             failed: 0,
+            ended_abruptly: 0,
             serving: None,
         })
     }
@@ -431,6 +477,7 @@ impl SctpServer {
             responder: Responder::default(),
             served: 0,
             failed: 0,
+            ended_abruptly: 0,
             serving: None,
         })
     }
@@ -457,6 +504,12 @@ impl SctpServer {
     ) -> Result<SctpServer, String> {
         let (link, rnic) = host_core(host, core)?;
         let mut config = core_config(listen.mtu);
+        if !listen.quick_liveness {
+            let defaults = sctp_lite::Config::default();
+            config.endpoint.heartbeat_interval_ms = defaults.heartbeat_interval_ms;
+            config.endpoint.rto_initial_ms = defaults.rto_initial_ms;
+            config.endpoint.rto_max_ms = defaults.rto_max_ms;
+        }
         // Many clients, an association each: one may hold what one stream's
         // window holds, not the whole budget, so that one client cannot
         // leave none for the others (at least four of them share it).
@@ -510,6 +563,7 @@ impl SctpServer {
             responder: Responder::default(),
             served: 0,
             failed: 0,
+            ended_abruptly: 0,
             serving: Some(Appliance {
                 serving: serving.clone(),
                 slot: usize::from(core),
@@ -593,6 +647,11 @@ impl SctpServer {
                         self.failed += 1;
                     }
                 }
+                SctpEvent::AssociationEnded {
+                    refused: None,
+                    reason,
+                    ..
+                } if abrupt(reason) => self.ended_abruptly += 1,
                 _ => {}
             }
         }
@@ -630,8 +689,10 @@ impl SctpServer {
                 } => {
                     a.peers.insert(assoc, peer);
                 }
-                SctpEvent::AssociationEnded { assoc, .. } => {
-                    a.peers.remove(&assoc);
+                SctpEvent::AssociationEnded { assoc, reason, .. } => {
+                    if a.peers.remove(&assoc).is_some() && abrupt(reason) {
+                        self.ended_abruptly += 1;
+                    }
                 }
                 SctpEvent::StreamUp {
                     assoc,
@@ -763,6 +824,12 @@ impl SctpServer {
     /// here).
     pub fn failed(&self) -> u64 {
         self.failed
+    }
+
+    /// Associations that ended before their client was done so far
+    /// ([`abrupt`]).
+    pub fn ended_abruptly(&self) -> u64 {
+        self.ended_abruptly
     }
 
     /// Streams served so far.
@@ -919,6 +986,7 @@ impl<C: MessageTransport, S: MessageTransport> SctpRig<C, S> {
                 assoc: a,
                 refused,
                 reason,
+                ..
             } if *a == assoc => Some(format!("refused {refused:?}, closed {reason:?}")),
             _ => None,
         });

@@ -1013,3 +1013,41 @@ fn a_client_killed_mid_run_is_not_done() {
         "{said}"
     );
 }
+
+/// The same over DDP over SCTP: a killed client sends no ABORT, and over
+/// UDP nothing tells its server it went, so its association ends only when
+/// its HEARTBEATs go unanswered (a benchmark's come every half second, its
+/// retransmissions wait at most half a second: about 10 s here, where RFC
+/// 9260's defaults would have kept the server 6 to 7.5 minutes), and the
+/// server says so and fails instead of calling the run done.
+#[test]
+fn an_sctp_client_killed_mid_run_is_not_done() {
+    let _serial = serial();
+    let p = port().to_string();
+    let server = server(&["-p", &p, "--llp", "sctp"]);
+    let mut client = spawn(&[
+        "write",
+        "127.0.0.1",
+        "-p",
+        &p,
+        "--llp",
+        "sctp",
+        "-s",
+        "4096",
+        "-q",
+        "2",
+        "-D",
+        "60",
+    ]);
+    // Its streams are up and the run under way (set-up takes
+    // milliseconds; the run, a minute).
+    std::thread::sleep(Duration::from_millis(2500));
+    client.kill().expect("the client is killed");
+    let _ = client.wait();
+    let (ok, said) = server.finish();
+    assert!(!ok, "the server exited 0: {said}");
+    assert!(
+        said.contains("timed out or broken") && !said.contains("client done"),
+        "{said}"
+    );
+}

@@ -1576,6 +1576,8 @@ fn sctp_listener<T: SctpCarrier>(
         mtu: usize::from(port.mtu),
         ird_max: shared.config.rnic.ird_max,
         ord: shared.config.rnic.ord,
+        // A client that went silent is found by RFC 9260's defaults.
+        quick_liveness: false,
     };
     SctpServer::serving(
         T::udp(core.endpoint.core.transport_mut(), &mut own),
