@@ -186,7 +186,7 @@ impl StartupConfig {
 }
 
 /// A configuration that cannot work; the message says what to fix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ConfigError(pub &'static str);
 
 impl fmt::Display for ConfigError {
@@ -246,6 +246,11 @@ pub enum FailReason {
     PeerClosed,
     /// The ULP or the provider failed locally (TERM 2/0/5).
     Local,
+    /// The ULP's answer to the Request could not be sent: its Accept or
+    /// Reject broke a rule ([`Responder::accept`]'s and
+    /// [`Responder::reject`]'s errors), which the error names. The startup
+    /// fails as with [`FailReason::Local`].
+    InvalidDecision(ConfigError),
     /// The TCP connection of an active open could not be made (refused,
     /// reset or timed out before the handshake).
     Unreachable,
@@ -278,6 +283,9 @@ impl fmt::Display for FailReason {
                 write!(f, "the peer closed the connection during MPA startup")
             }
             FailReason::Local => write!(f, "local failure"),
+            FailReason::InvalidDecision(e) => {
+                write!(f, "the ULP's answer to the MPA Request is invalid: {}", e.0)
+            }
             FailReason::Unreachable => write!(f, "the TCP connection could not be opened"),
         }
     }
@@ -1095,13 +1103,25 @@ impl Responder {
     /// before it, the connection just closes (no FPDU mode yet). A startup
     /// that already failed or was rejected stays as it ended.
     pub fn fail_local(&mut self) {
+        self.fail_local_because(FailReason::Local);
+    }
+
+    /// The ULP's answer was refused with `error` ([`Responder::accept`],
+    /// [`Responder::reject`]) and it has no other: the startup fails as
+    /// with [`Responder::fail_local`], its reason
+    /// [`FailReason::InvalidDecision`], so that the ULP learns what to fix.
+    pub fn fail_decision(&mut self, error: ConfigError) {
+        self.fail_local_because(FailReason::InvalidDecision(error));
+    }
+
+    fn fail_local_because(&mut self, reason: FailReason) {
         match &self.outcome {
             Some(Outcome::Established(e)) => {
                 let term = (TermCode::LocalCatastrophic, e.crc, e.markers_tx);
-                self.fail(FailReason::Local, Some(term));
+                self.fail(reason, Some(term));
             }
             Some(_) => {}
-            None => self.fail(FailReason::Local, None),
+            None => self.fail(reason, None),
         }
     }
 }

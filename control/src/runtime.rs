@@ -2457,8 +2457,10 @@ impl Worker {
                         Ok(())
                     }
                 };
-                if ok.is_err() {
-                    m.fail_local();
+                // The ULP hears what was wrong with its answer, not just
+                // that the session failed.
+                if let Err(error) = ok {
+                    m.fail_decision(error);
                 }
             }
         }
@@ -2692,13 +2694,18 @@ impl Worker {
                     .iter_mut()
                     .find(|l| l.generation == generation)
                     .map(|l| (l.on_request)(&request, peer));
-                let ok = match decision {
-                    Some(Decision::Accept(accept)) => m.accept(&accept).is_ok(),
-                    Some(Decision::Reject(pd)) => m.reject(&pd).is_ok(),
-                    None => false,
+                let answered = match decision {
+                    Some(Decision::Accept(accept)) => m.accept(&accept),
+                    Some(Decision::Reject(pd)) => m.reject(&pd),
+                    None => {
+                        m.fail_local();
+                        Ok(())
+                    }
                 };
-                if !ok {
-                    m.fail_local();
+                // The ULP hears what was wrong with its answer, not just
+                // that the startup failed.
+                if let Err(error) = answered {
+                    m.fail_decision(error);
                 }
             }
         }

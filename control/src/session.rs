@@ -196,6 +196,11 @@ pub enum FailReason {
     PeerTerminated,
     /// The ULP or the provider failed (TERM 2/0/5, RFC 6581 §9.3).
     Local,
+    /// The ULP's answer to the Initiate could not be sent: its Accept or
+    /// Reject broke a rule ([`Responder::accept`]'s and
+    /// [`Responder::reject`]'s errors), which the error names. The session
+    /// fails as with [`FailReason::Local`].
+    InvalidDecision(ConfigError),
 }
 
 impl fmt::Display for FailReason {
@@ -212,6 +217,9 @@ impl fmt::Display for FailReason {
             FailReason::Violation(v) => write!(f, "DDP session protocol violation: {v:?}"),
             FailReason::PeerTerminated => f.write_str("the peer terminated the DDP session"),
             FailReason::Local => f.write_str("local failure"),
+            FailReason::InvalidDecision(e) => {
+                write!(f, "the ULP's answer to the Initiate is invalid: {}", e.0)
+            }
         }
     }
 }
@@ -525,10 +533,10 @@ impl Core {
         }
     }
 
-    fn fail_local(&mut self) {
+    fn fail_local(&mut self, reason: FailReason) {
         if self.phase != Phase::Done {
             let term = TermCause::Establishment(EstablishmentError::LocalCatastrophic);
-            self.fail(FailReason::Local, Some(term), None);
+            self.fail(reason, Some(term), None);
         }
     }
 
@@ -702,7 +710,7 @@ impl Initiator {
     /// The ULP or the provider failed: TERM 2/0/5 (RFC 6581 §9.3) in an
     /// RDMAP Terminate once established, then a Session Terminate.
     pub fn fail_local(&mut self) {
-        self.core.fail_local();
+        self.core.fail_local(FailReason::Local);
     }
 
     /// Ends an established session (or abandons an opening one) with a
@@ -993,7 +1001,16 @@ impl Responder {
     /// RDMAP Terminate once accepted, then a Session Terminate.
     pub fn fail_local(&mut self) {
         self.request = None;
-        self.core.fail_local();
+        self.core.fail_local(FailReason::Local);
+    }
+
+    /// The ULP's answer was refused with `error` ([`Responder::accept`],
+    /// [`Responder::reject`]) and it has no other: the session fails as
+    /// with [`Responder::fail_local`], its reason
+    /// [`FailReason::InvalidDecision`], so that the ULP learns what to fix.
+    pub fn fail_decision(&mut self, error: ConfigError) {
+        self.request = None;
+        self.core.fail_local(FailReason::InvalidDecision(error));
     }
 
     /// Ends an established session with a Session Terminate.

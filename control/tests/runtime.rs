@@ -1071,6 +1071,54 @@ fn a_startup_of_an_unlistened_listener_is_not_decided_by_its_successor() {
     });
 }
 
+/// A listener's Accept that breaks a rule (509 octets of private data to
+/// an enhanced Request: the Reply's 512 octets of private data hold the 4
+/// of its IRD/ORD and 508 of the ULP's) fails the startup with the rule it
+/// broke, so that the ULP learns what to fix (it was a bare local
+/// failure).
+#[test]
+fn an_invalid_accept_fails_the_startup_with_what_was_wrong() {
+    watchdog(WATCHDOG, || {
+        let (control, mut links) = ControlPlane::start(1);
+        let (mut client, s0) = pair(47, 4);
+        let mut core = Core::new(s0, links.remove(0));
+        let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 47, 2), 5000);
+        let accept = Accept {
+            private_data: vec![7; 509],
+            ..Accept::default()
+        };
+        control.listen(
+            0,
+            5000,
+            StartupConfig::default(),
+            Box::new(move |_, _| Decision::Accept(accept.clone())),
+        );
+        core.wait_listening(5000);
+        let c = client.connect(target, now()).expect("room");
+        until(Duration::from_secs(5), "the accept", || {
+            client_turn(&mut client);
+            core.step();
+            control.health()[0].startups == 1
+        });
+        send_request(&mut client, c);
+        until(Duration::from_secs(5), "a handoff", || {
+            client_turn(&mut client);
+            core.step();
+            !core.handoffs.is_empty()
+        });
+        let StartupResult::Failed(failure) = &core.handoffs[0].result else {
+            panic!("{:?}", core.handoffs[0].result)
+        };
+        let FailReason::InvalidDecision(error) = failure.reason else {
+            panic!("{failure:?}")
+        };
+        assert!(error.0.contains("508"), "{error}");
+        assert!(failure.reason.to_string().contains("508"));
+        assert_eq!(failure.term, None, "no Reply went out, so no Terminate");
+        drop(control);
+    });
+}
+
 /// The same with no listener on the port any more: the startup fails (no
 /// Reply), rather than an MPA Reject going out in the ULP's name.
 #[test]

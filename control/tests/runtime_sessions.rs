@@ -367,6 +367,53 @@ fn an_end_asked_after_establishment_ended_leaves_the_result_to_the_core() {
     assert!(plane.listen_sessions(0, bad, refuse).is_err());
 }
 
+/// A listener's Accept that breaks a rule (509 octets of private data in
+/// an Enhanced Accept, which has room for 508) fails the session with the
+/// rule it broke, so that the ULP learns what to fix (it was a bare local
+/// failure); the peer hears a Session Terminate.
+#[test]
+fn an_invalid_accept_fails_the_session_with_what_was_wrong() {
+    let (plane, mut links) = ControlPlane::start(1);
+    let listened = plane.listen_sessions(
+        0,
+        SessionConfig::default(),
+        Box::new(|_: &session::Request, _| {
+            Decision::Accept(Accept {
+                private_data: vec![7; 509],
+                ..Accept::default()
+            })
+        }),
+    );
+    listened.unwrap();
+    let link = &mut links[0];
+    until_listening(link);
+    let (mut peer_machine, (ppid, initiate)) = initiator(b"yes");
+    let id = link.initiated_session(peer(), ppid, &initiate).unwrap();
+    let (sent, result) = until_done(link, id);
+    let SessionResult::Failed {
+        failure,
+        told: true,
+    } = &result
+    else {
+        panic!("{result:?}");
+    };
+    let FailReason::InvalidDecision(error) = failure.reason else {
+        panic!("{failure:?}");
+    };
+    assert!(error.0.contains("508"), "{error}");
+    assert!(failure.reason.to_string().contains("508"));
+    // A Session Terminate, which the initiator reads as no ULP's answer.
+    for (ppid, message) in &sent {
+        peer_machine.handle_message(now(), *ppid, message);
+    }
+    assert!(
+        matches!(peer_machine.outcome(), Some(Outcome::Failed(f)) if f.reason == FailReason::NonUlpRejected),
+        "{:?}",
+        peer_machine.outcome()
+    );
+    drop(plane);
+}
+
 /// A stream the peer opened that goes with its association while the
 /// control plane's answer is on its way (the core ends it without a Session
 /// Terminate): nothing comes back for it but an Accept's `Established`,

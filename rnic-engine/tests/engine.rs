@@ -894,6 +894,41 @@ fn verbs_refuse_bad_requests_without_harming_the_qp() {
     assert_eq!(pair.a.rnic.qp_state(qp).unwrap(), QpState::Rts);
 }
 
+/// A receive larger than 4 GiB is refused, to a QP's queue and to an SRQ,
+/// as a send request's list is: the Message Offset is 32 bits (RFC 5041
+/// §4.3) and so is a completion's length, so a Send ending past 2^32
+/// octets of it would complete with its length cut. A list of exactly
+/// `u32::MAX` octets is taken.
+#[test]
+fn a_receive_larger_than_4_gib_is_refused() {
+    let mut pair = pair(PairConfig::default());
+    let srq = pair.b.rnic.create_srq(pair.b.pd, 8).unwrap();
+    // Posting checks no STag (a receive's list is checked when a Send
+    // lands in it), and a registration needs memory behind every octet:
+    // a small region stands in for a large one.
+    let (_, mr) = pair.b.region(64, Access::LOCAL_WRITE).unwrap();
+    let large = [sge(&mr, 0, 0x6000_0000); 3];
+    let qp = pair.b.qp;
+    assert_eq!(
+        pair.b.rnic.post_recv(qp, &recv(1, &large)),
+        Err(VerbError::Invalid)
+    );
+    assert_eq!(
+        pair.b.rnic.post_srq_recv(srq, &recv(2, &large)),
+        Err(VerbError::Invalid)
+    );
+    let over = [sge(&mr, 0, 0x8000_0000), sge(&mr, 0, 0x8000_0000)];
+    assert_eq!(
+        pair.b.rnic.post_recv(qp, &recv(3, &over)),
+        Err(VerbError::Invalid),
+        "2^32 octets"
+    );
+    let most = [sge(&mr, 0, 0x8000_0000), sge(&mr, 0, 0x7fff_ffff)];
+    pair.b.rnic.post_recv(qp, &recv(4, &most)).unwrap();
+    pair.b.rnic.post_srq_recv(srq, &recv(5, &most)).unwrap();
+    assert_eq!(pair.b.rnic.qp_state(qp).unwrap(), QpState::Rts);
+}
+
 /// A local protection error on a send request completes it in error and
 /// ends the connection with a local catastrophic Terminate.
 #[test]

@@ -863,6 +863,80 @@ fn a_refused_read_completes_with_a_remote_access_error() {
     );
 }
 
+/// Linux siw, for a Read Request it rejects while responding, echoes the
+/// read size where the Read Request's MSN goes (the siw captures): its
+/// Terminate names the Read whose Read Request it echoes (RFC 5040 §4.8,
+/// R), not the one whose MSN is that size.
+#[test]
+fn a_siw_terminate_names_the_read_its_echoed_read_request_names() {
+    let mut pair = pair(PairConfig::default());
+    let (_, b_mr, _, a_mr) = regions(&mut pair, 64, Access::REMOTE_READ);
+    let qp = pair.a.qp;
+    for (wr_id, len) in [(1, 2), (2, 64)] {
+        pair.a
+            .rnic
+            .post_send(
+                qp,
+                &wr(wr_id, SendOp::Read(remote(&b_mr, 0)), &[sge(&a_mr, 0, len)]),
+            )
+            .unwrap();
+    }
+    // Both requests leave a (MSN 1 of 2 octets, MSN 2 of 64) and are
+    // lost: b's Terminate comes first.
+    let mut wire = vec![0u8; 1448];
+    let n = pair.a.rnic.poll_transmit(qp, &mut wire).unwrap();
+    let mut deframer = Deframer::new(RxConfig {
+        crc: true,
+        markers: false,
+        ulpdu_max: 65535,
+    });
+    let (used, poll) = deframer.poll(&wire[..n]);
+    let Poll::Ulpdu(first) = poll else {
+        panic!("{poll:?}")
+    };
+    let first = first.to_vec();
+    assert_eq!(deframer.poll(&wire[used..n]).0, n - used, "two requests");
+    let packet = ddp::Packet::new_checked(&first[..]).unwrap();
+    assert_eq!((packet.qn(), packet.msn()), (ddp::qn::READ_REQUEST, 1));
+    // siw's echo of the first: its MSN field holds the read size, 2, the
+    // second Read's MSN.
+    let ddp_len = packet.header_len();
+    let mut ddp_header = first[..ddp_len].to_vec();
+    ddp::Packet::new_unchecked(&mut ddp_header[..]).set_msn(2);
+    let repr = term::Repr {
+        encoding: term::Encoding::SiwBitfield,
+        layer: term::Layer::Rdmap,
+        etype: 1,
+        ecode: 0,
+        reserved: 0,
+        segment_length_valid: true,
+        ddp_segment_length: 0,
+        ddp_header: Some(&ddp_header),
+        rdma_header: Some(&first[ddp_len..ddp_len + 28]),
+    };
+    let terminate = untagged(
+        Opcode::Terminate,
+        ddp::qn::TERMINATE,
+        1,
+        0,
+        Header::Terminate(repr),
+        &[],
+    );
+    pair.b.rnic.inject_ulpdu(pair.b.qp, &terminate).unwrap();
+    pair.run(STEPS);
+    let got: Vec<_> = pair
+        .a
+        .completions()
+        .iter()
+        .map(|wc| (wc.wr_id, wc.status))
+        .collect();
+    assert_eq!(got, [(1, WcStatus::RemoteAccess), (2, WcStatus::Flushed)]);
+    assert_eq!(
+        events(&mut pair, true, None),
+        [QpEvent::TerminateReceived(info((0, 1, 0)))]
+    );
+}
+
 /// A Terminate from Linux siw (its bit-swapped control word, as in the
 /// captures) is understood: the same layer/type/code reaches the application.
 #[test]

@@ -37,10 +37,13 @@ const ABORT_REASON_FULL: &[u8] = b"too many associations";
 /// ECHO).
 const ABORT_REASON_HANDSHAKE_EXPIRED: &[u8] = b"no COOKIE ECHO in time";
 
-/// The most answers to packets for no association (RFC 9260 §8.4) waiting to
-/// be sent: a flood of such packets between two calls of
-/// [`Endpoint::poll_transmit`] makes at most this many (the rest are counted
-/// and go unanswered, which §8.4 allows: its answers are SHOULDs).
+/// The most answers to packets for no association (RFC 9260 §8.4), and
+/// ABORTs to INITs beyond `associations_max`, waiting to be sent: a flood
+/// of such packets between two calls of [`Endpoint::poll_transmit`] makes
+/// at most this many. The rest go unanswered (packets for no association
+/// are still counted, [`Endpoint::out_of_the_blue`]), which §8.4 allows:
+/// its answers are SHOULDs; the peer of an unanswered INIT retransmits it,
+/// as when it is lost.
 const OUT_OF_THE_BLUE_ANSWERS_MAX: usize = 64;
 /// RFC 9260 §3.3.10.4: the "Out of Resource" error cause.
 const CAUSE_OUT_OF_RESOURCE: u16 = 4;
@@ -734,7 +737,10 @@ impl Endpoint {
     /// a handle. Before its COOKIE ECHO the fork's association is still
     /// CLOSED, so its own abort sends nothing, and what it queued is its
     /// INIT ACK, which only drew a COOKIE ECHO we drop: the peer waited out
-    /// its T1-cookie instead of hearing no (found by a review).
+    /// its T1-cookie instead of hearing no (found by a review). The ABORT
+    /// is queued only while fewer than [`OUT_OF_THE_BLUE_ANSWERS_MAX`]
+    /// packets wait, as an answer to a packet for no association is: a
+    /// flood of INITs queued one each, without bound (found by an audit).
     fn refuse_beyond_max(
         &mut self,
         now: StdInstant,
@@ -748,6 +754,9 @@ impl Endpoint {
             let _ = self.inner.handle_event(handle, event);
         }
         while assoc.poll_transmit(now).is_some() {}
+        if self.pending.len() >= OUT_OF_THE_BLUE_ANSWERS_MAX {
+            return;
+        }
         if let Some(abort) = abort_for_init(init, Some(CAUSE_OUT_OF_RESOURCE)) {
             self.pending.push_back((remote, abort));
         }

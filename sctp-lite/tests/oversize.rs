@@ -12,7 +12,7 @@ mod support;
 use std::net::{Ipv4Addr, SocketAddr};
 
 use sctp_lite::{Config, Endpoint, EventKind, Instant};
-use support::addr;
+use support::{addr, sent};
 
 /// Two endpoints with `config` associated in memory; the last datagram A
 /// sent to B.
@@ -220,5 +220,45 @@ fn an_init_beyond_associations_max_is_aborted() {
     }
     assert!(std::iter::from_fn(|| a.poll_event())
         .any(|e| e.assoc == second && matches!(e.kind, EventKind::Closed(_))));
+    assert_eq!(b.associations(), 1);
+}
+
+/// A flood of INITs beyond `associations_max` between two calls of
+/// `poll_transmit` queues a bounded number of ABORTs, as a flood of
+/// packets for no association does (found by an audit: every INIT's ABORT
+/// was queued, 10,000 of them here).
+#[test]
+fn aborts_for_a_flood_of_inits_beyond_associations_max_are_bounded() {
+    const INIT: u8 = 1;
+    const ABORT: u8 = 6;
+    let full = Config {
+        associations_max: 1,
+        ..Config::default()
+    };
+    let (_a, mut b, from_a) = associated_as(Config::default(), full);
+    while b.poll_event().is_some() {}
+    let now = Instant::ZERO;
+    // RFC 9260 §8.5.1 (A): an INIT's Verification Tag is 0.
+    let mut header = from_a[..12].to_vec();
+    header[4..8].fill(0);
+    let flood = 10_000u32;
+    for k in 0..flood {
+        // Initiate Tag, a_rwnd, outbound and inbound streams, initial TSN.
+        let mut init = vec![INIT, 0, 0, 20];
+        init.extend_from_slice(&(1 + k).to_be_bytes());
+        init.extend_from_slice(&[0, 1, 0, 0, 0, 10, 0, 10, 0, 0, 0, 1]);
+        let port = 1024 + (k % 50_000) as u16;
+        let from = SocketAddr::from((Ipv4Addr::new(192, 0, 2, 1 + (k / 50_000) as u8), port));
+        b.handle_datagram(now, from, &with_chunk(&header, &init));
+    }
+    let out = sent(&mut b, now);
+    assert!(
+        !out.is_empty() && out.len() <= 64,
+        "{} packets queued",
+        out.len()
+    );
+    for abort in &out {
+        assert_eq!(abort[12], ABORT, "{abort:?}");
+    }
     assert_eq!(b.associations(), 1);
 }

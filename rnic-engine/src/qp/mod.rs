@@ -499,10 +499,19 @@ pub(crate) struct RecvWqe {
 }
 
 impl RecvWqe {
+    /// Refuses a list of more than `u32::MAX` octets, as `post_send`
+    /// does: the Message Offset is 32 bits (RFC 5041 §4.3), and so is a
+    /// completion's length, so a Send running past 2^32 octets of such a
+    /// buffer would complete with its length cut to 32 bits.
     pub(crate) fn new(wr: &RecvWr<'_>) -> Result<RecvWqe, VerbError> {
+        let sgl = SgList::new(wr.sgl)?;
+        // Message offsets and completion lengths are 32 bits.
+        if sgl.total() > u32::MAX as usize {
+            return Err(VerbError::Invalid);
+        }
         Ok(RecvWqe {
             wr_id: wr.wr_id,
-            sgl: SgList::new(wr.sgl)?,
+            sgl,
         })
     }
 }

@@ -806,8 +806,8 @@ impl Inner {
     /// fits (Linux siw writes the control word bit-swapped, as the siw captures
     /// show), and even a malformed one ends the QP: never answered with a
     /// Terminate. When it echoes the DDP header of one of our Read or Atomic
-    /// Requests (queue 1, by MSN), that request completes with the remote
-    /// error; everything else outstanding is flushed.
+    /// Requests (queue 1; see `terminated_request`), that request completes
+    /// with the remote error; everything else outstanding is flushed.
     fn receive_terminate(&mut self, ctx: &mut Ctx<'_>, packet: &ddp::Packet<&[u8]>) {
         use crate::wire::term;
         let mut info = TermInfo {
@@ -836,22 +836,18 @@ impl Inner {
                 etype: control.etype,
                 ecode: control.ecode,
             };
-            let echoed = term::Repr::parse(&body, encoding)
-                .ok()
-                .and_then(|repr| repr.ddp_header);
+            let repr = term::Repr::parse(&body, encoding).ok();
+            let echoed = repr.and_then(|repr| repr.ddp_header);
             if let Some(header) = echoed.and_then(|h| ddp::Packet::new_checked(h).ok()) {
                 if !header.tagged() && header.qn() == ddp::qn::READ_REQUEST {
-                    let failed = self
-                        .orq
-                        .iter()
-                        .filter_map(Orq::seq_msn)
-                        .find(|(_, msn)| *msn == header.msn());
+                    let rdma_header = repr.and_then(|repr| repr.rdma_header);
+                    let failed = self.terminated_request(header.msn(), rdma_header);
                     let status = match (info.layer, info.etype) {
                         // RDMAP remote protection, DDP tagged buffer.
                         (0, 1) | (1, 1) => WcStatus::RemoteAccess,
                         _ => WcStatus::RemoteOperation,
                     };
-                    if let Some(wqe) = failed.and_then(|(seq, _)| self.wqe_mut(seq)) {
+                    if let Some(wqe) = failed.and_then(|seq| self.wqe_mut(seq)) {
                         wqe.done = Some(status);
                     }
                 }
@@ -859,5 +855,59 @@ impl Inner {
         }
         self.push_event(QpEvent::TerminateReceived(info));
         self.enter_error(ctx);
+    }
+
+    /// The SQ sequence number of the outstanding Read or atomic request a
+    /// peer's Terminate names, from the MSN of the DDP header it echoes on
+    /// queue 1 and the RDMA header it echoes with R (RFC 5040 §4.8: a Read
+    /// Request's). A Read is named by its echoed Read Request, whose fields
+    /// are ours verbatim, and by the MSN only where that echoes none or no
+    /// outstanding Read matches it: Linux siw, for a Read Request it
+    /// rejects while responding, echoes the read size in the MSN field
+    /// (siw captures), which may be another outstanding Read's MSN. Of two
+    /// Reads alike in every field the echoed MSN picks, or the older one.
+    fn terminated_request(&self, msn: u32, rdma_header: Option<&[u8]>) -> Option<u64> {
+        let echoed = rdma_header
+            .and_then(|octets| rdmap::ReadRequestPacket::new_checked(octets).ok())
+            .and_then(|packet| rdmap::ReadRequestRepr::parse(&packet).ok());
+        let sent = |seq: u64, sink_stag: u32, sink_to: u64, len: usize| {
+            let wqe = self.sq.get(seq.checked_sub(self.sq_base)? as usize)?;
+            let crate::verbs::SendOp::Read(source) = wqe.op else {
+                return None;
+            };
+            // As `emit_read_request` wrote it.
+            Some(rdmap::ReadRequestRepr {
+                sink_stag,
+                sink_to,
+                read_size: len as u32,
+                source_stag: source.stag,
+                source_to: source.to,
+            })
+        };
+        let mut named = self.orq.iter().filter_map(|orq| match *orq {
+            Orq::Read {
+                seq,
+                msn,
+                sink_stag,
+                sink_to,
+                len,
+                ..
+            } if echoed.is_some() && sent(seq, sink_stag, sink_to, len) == echoed => {
+                Some((seq, msn))
+            }
+            _ => None,
+        });
+        let oldest = named.next();
+        let by_msn = oldest
+            .into_iter()
+            .chain(named)
+            .find(|&(_, read_msn)| read_msn == msn);
+        by_msn.or(oldest).map(|(seq, _)| seq).or_else(|| {
+            self.orq
+                .iter()
+                .filter_map(Orq::seq_msn)
+                .find(|&(_, request_msn)| request_msn == msn)
+                .map(|(seq, _)| seq)
+        })
     }
 }

@@ -30,6 +30,15 @@
 //! together, which bounds what they hold in all, and the windows of one
 //! association on a budget within it ([`ReorderBudget::within`]), so that
 //! one peer cannot take all of the engine's.
+//!
+//! The bounds count the octets of the messages held. The memory behind
+//! them is at most twice that (a held message's buffer is one kept from an
+//! earlier message only when it is no more than twice as large), and a
+//! window keeps at most [`SPARE_OCTETS_MAX`] octets of buffers for reuse
+//! besides, so that messages of the usual sizes reordered again and again
+//! take buffers already there instead of new ones: a peer that has many
+//! large messages held and delivered leaves no more than that behind on
+//! every stream it opens.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -140,6 +149,15 @@ enum Slot {
 /// Buffers of delivered held messages kept for reuse, at most.
 const SPARES_MAX: usize = 16;
 
+/// Octets of capacity the buffers a window keeps for reuse have together,
+/// at most: 32 KiB, 16 messages at a path MTU of 1500
+/// ([`crate::sctp::MESSAGE_MAX_MTU_1500`]), 32 MiB for a core's 1,024
+/// streams. They are outside [`ReorderConfig::octets`] and the
+/// [`ReorderBudget`] (nothing is held in them), and a window lives as long
+/// as its queue pair: without this bound a peer that had 16 messages of
+/// 64 KiB held once left 1 MiB behind on every stream (found by an audit).
+pub const SPARE_OCTETS_MAX: usize = 32 << 10;
+
 /// The receive order of one DDP stream over SCTP.
 #[derive(Debug)]
 pub struct Reorder {
@@ -151,7 +169,10 @@ pub struct Reorder {
     slots: VecDeque<Slot>,
     /// Octets held in `slots`.
     held: usize,
+    /// Buffers of delivered held messages, for the next holds.
     spares: Vec<Vec<u8>>,
+    /// The capacity of `spares` together (at most [`SPARE_OCTETS_MAX`]).
+    spare_octets: usize,
     /// What `held` draws on besides the window's own bound.
     budget: Option<Arc<ReorderBudget>>,
 }
@@ -182,6 +203,7 @@ impl Reorder {
             slots: VecDeque::new(),
             held: 0,
             spares: Vec::new(),
+            spare_octets: 0,
             budget,
         }
     }
@@ -232,8 +254,9 @@ impl Reorder {
                 return false;
             }
         }
-        let mut buffer = self.spares.pop().unwrap_or_default();
-        buffer.clear();
+        let mut buffer = self
+            .take_spare(segment.len())
+            .unwrap_or_else(|| Vec::with_capacity(segment.len()));
         buffer.extend_from_slice(segment);
         self.held += segment.len();
         *self.slot(k) = Slot::Held(buffer);
@@ -264,11 +287,28 @@ impl Reorder {
         }
     }
 
-    /// Gives back the buffer of a delivered held message.
+    /// Gives back the buffer of a delivered held message: kept for reuse
+    /// while the window's spares stay within 16 buffers and
+    /// [`SPARE_OCTETS_MAX`] octets, freed otherwise.
     pub fn recycle(&mut self, buffer: Vec<u8>) {
-        if self.spares.len() < SPARES_MAX {
+        let capacity = buffer.capacity();
+        if self.spares.len() < SPARES_MAX && self.spare_octets + capacity <= SPARE_OCTETS_MAX {
+            self.spare_octets += capacity;
             self.spares.push(buffer);
         }
+    }
+
+    /// An empty spare buffer that takes `len` octets without growing and
+    /// is at most twice as large: a larger one would hold more memory than
+    /// the octets counted for the message, and a peer could have every
+    /// message of its window held in one.
+    fn take_spare(&mut self, len: usize) -> Option<Vec<u8>> {
+        let fits = |buffer: &Vec<u8>| (len..=len.saturating_mul(2)).contains(&buffer.capacity());
+        let index = self.spares.iter().position(fits)?;
+        let mut buffer = self.spares.swap_remove(index);
+        self.spare_octets -= buffer.capacity();
+        buffer.clear();
+        Some(buffer)
     }
 
     fn slot(&mut self, k: u16) -> &mut Slot {
@@ -357,6 +397,64 @@ mod tests {
         assert_eq!((a.left(), engine.left()), (40, 40));
         assert!(rb.hold(2, &[4; 20]));
         assert_eq!((b.left(), engine.left()), (0, 20));
+    }
+
+    /// Delivers, in DDP-SSN order, `sizes.len()` early messages of those
+    /// sizes held behind the expected one, and that one.
+    fn hold_and_deliver(r: &mut Reorder, sizes: &[usize]) {
+        for (k, &len) in (1u16..).zip(sizes) {
+            assert_eq!(r.arrival(r.expected().wrapping_add(k)), Arrival::Early(k));
+            assert!(r.hold(k, &vec![k as u8; len]));
+        }
+        assert_eq!(r.arrival(r.expected()), Arrival::Next);
+        r.advance();
+        while let Some(held) = r.next_ready() {
+            r.recycle(held.expect("held, not placed"));
+        }
+        assert_eq!(r.held_octets(), 0);
+    }
+
+    fn spare_capacity(r: &Reorder) -> usize {
+        r.spares.iter().map(Vec::capacity).sum()
+    }
+
+    #[test]
+    fn delivered_large_messages_leave_at_most_the_spare_bound_behind() {
+        let mut r = Reorder::new(ReorderConfig::default());
+        hold_and_deliver(&mut r, &[64 << 10; SPARES_MAX]);
+        assert!(
+            spare_capacity(&r) <= SPARE_OCTETS_MAX,
+            "{} octets kept",
+            spare_capacity(&r)
+        );
+        assert_eq!(r.spare_octets, spare_capacity(&r));
+        // Messages of the usual size are kept, and reused.
+        hold_and_deliver(&mut r, &[crate::sctp::MESSAGE_MAX_MTU_1500; SPARES_MAX]);
+        assert_eq!(r.spares.len(), SPARES_MAX);
+        assert!(spare_capacity(&r) <= SPARE_OCTETS_MAX);
+        let buffers = |r: &Reorder| {
+            let mut at: Vec<_> = r.spares.iter().map(|b| b.as_ptr()).collect();
+            at.sort();
+            at
+        };
+        let before = buffers(&r);
+        hold_and_deliver(&mut r, &[crate::sctp::MESSAGE_MAX_MTU_1500; SPARES_MAX]);
+        assert_eq!(buffers(&r), before, "the same buffers again");
+    }
+
+    #[test]
+    fn a_small_message_is_not_held_in_a_large_spare() {
+        let mut r = Reorder::new(ReorderConfig::default());
+        hold_and_deliver(&mut r, &[16 << 10]);
+        assert_eq!(r.spares.len(), 1);
+        assert!(r.hold(1, b"small"));
+        let Slot::Held(buffer) = &r.slots[1] else {
+            panic!("held");
+        };
+        assert!(buffer.capacity() <= 10, "{} octets", buffer.capacity());
+        assert_eq!(r.spares.len(), 1, "the spare stays");
+        assert!(r.hold(2, &[2; 10 << 10]));
+        assert!(r.spares.is_empty(), "a message half its size takes it");
     }
 
     #[test]
