@@ -366,8 +366,12 @@ impl Partial {
 /// The fragment in an IPv4 packet, or `None` if it is not one (or is too malformed to
 /// be placed: the parser will say why).
 fn parse(packet: &[u8]) -> Option<Fragment<'_>> {
-    let header_len = usize::from(*packet.get(field::VER_IHL)? & 0x0f) * 4;
-    if header_len < field::HEADER_LEN_MIN {
+    let ver_ihl = *packet.get(field::VER_IHL)?;
+    let header_len = usize::from(ver_ihl & 0x0f) * 4;
+    // A link layer that says IPv4 over a header of another version (RFC 791 §3.1:
+    // "The Version field indicates the format of the internet header") is a bad
+    // header to the parser; put together, it would be read as raw IP of that version.
+    if ver_ihl >> 4 != 4 || header_len < field::HEADER_LEN_MIN {
         return None;
     }
     let header = packet.get(..header_len)?;
@@ -524,6 +528,33 @@ mod tests {
         icmp[ETHERNET + field::PROTOCOL] = 1;
         assert_eq!(defrag.push(2, 0, linktype::ETHERNET, &icmp), Defrag::Whole);
         assert_eq!(defrag.stats(), DefragStats::default());
+    }
+
+    /// An Ethernet frame of type IPv4 whose header says version 6 (or 5) is a bad
+    /// header to `parse_tcp`, fragment fields or not. It used to be reassembled with
+    /// its like into a datagram that, as raw IP, read as IPv6 (or not IP).
+    #[test]
+    fn a_fragment_whose_version_is_not_4_is_left_to_the_parser() {
+        let whole = frame(7, &payload());
+        let end = whole.len() - ETHERNET - HEADER;
+        for version in [5u8, 6] {
+            let mut defrag = Defragmenter::new(&[TCP]);
+            for (k, mut fragment) in [piece(&whole, 0, 64, true), piece(&whole, 64, end, false)]
+                .into_iter()
+                .enumerate()
+            {
+                fragment[ETHERNET] = version << 4 | 5;
+                assert_eq!(
+                    defrag.push(k as u64 + 1, 0, linktype::ETHERNET, &fragment),
+                    Defrag::Whole
+                );
+                assert_eq!(
+                    parse_tcp(linktype::ETHERNET, &fragment),
+                    Err(crate::packet::Skip::BadHeader)
+                );
+            }
+            assert_eq!(defrag.stats(), DefragStats::default());
+        }
     }
 
     /// A datagram waits [`TIMEOUT_NS`] of capture time for its fragments; then, or at
