@@ -34,12 +34,14 @@ fi
 # raw IP without Ethernet), written by a test of dpwarp-pcap.
 DPWARP_SCTP_CORPUS="$corpus/pcap_decode" timeout 900 cargo test --quiet \
     --manifest-path "$here/../Cargo.toml" -p dpwarp-pcap --test sctp fuzz_corpus_captures_decode_cleanly
-# pcap_decode: a synthetic capture with IPv4 fragments of FPDUs, one datagram
-# whole in any order and one given up (its last fragment missing), written by
-# a test of dpwarp-pcap.
-DPWARP_FRAGMENT_CORPUS="$corpus/pcap_decode" timeout 900 cargo test --quiet \
-    --manifest-path "$here/../Cargo.toml" -p dpwarp-pcap --test reassembly_and_summary \
-    ip_fragments_are_reassembled_or_counted_and_said
+# pcap_decode and pcap_reader: a synthetic capture with IPv4 fragments of
+# FPDUs, one datagram whole in any order and one given up (its last fragment
+# missing), written by a test of dpwarp-pcap.
+for target in pcap_decode pcap_reader; do
+    DPWARP_FRAGMENT_CORPUS="$corpus/$target" timeout 900 cargo test --quiet \
+        --manifest-path "$here/../Cargo.toml" -p dpwarp-pcap --test reassembly_and_summary \
+        ip_fragments_are_reassembled_or_counted_and_said
+done
 
 # deframer: Full Operation streams of three captures (MPA frames cut off),
 # behind the target's 4-octet header: CRC and marker bits, ULPDU limit

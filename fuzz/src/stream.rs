@@ -26,7 +26,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use dpwarp_capture::packet::TcpSegment;
+use dpwarp_capture::packet::{TcpSegment, WindowScale};
 use dpwarp_capture::reassembly::{ConnId, ConnInfo, Dir, Event};
 use dpwarp_pcap::decode::{Decoder, Message, Options, Summary};
 
@@ -305,6 +305,7 @@ pub fn drive(script: &Script<'_>, cutting: Cutting) -> Outcome {
                     rst: false,
                     psh: false,
                     window: 65_535,
+                    window_scale: WindowScale::Absent,
                     payload: &[],
                     payload_wire_len: 0,
                     payload_truncated: false,

@@ -3,7 +3,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
-use dpwarp_capture::packet::TcpSegment;
+use dpwarp_capture::packet::{TcpSegment, WindowScale};
 use dpwarp_capture::reassembly::{ConnId, Dir, Event, Limits, Reassembler, Stats};
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -29,6 +29,7 @@ fn segment(seq: u32, syn: bool, fin: bool, payload: &[u8]) -> TcpSegment<'_> {
         rst: false,
         psh: false,
         window: 1000,
+        window_scale: WindowScale::Absent,
         payload,
         payload_wire_len: payload.len(),
         payload_truncated: false,

@@ -422,8 +422,9 @@ fn ip_fragments_are_reassembled_or_counted_and_said() {
     capture.send(0, &fpdu(&send_ulpdu(6)), &[]);
     let bytes = capture.close();
     // With `DPWARP_FRAGMENT_CORPUS=DIR` set, the capture is written to DIR as a
-    // seed of the fuzz target `pcap_decode` (`fuzz/make-corpus.sh`), so that the
-    // fuzzer starts from fragments the defragmenter puts together and gives up.
+    // seed of the fuzz targets `pcap_decode` and `pcap_reader`
+    // (`fuzz/make-corpus.sh`), so that the fuzzer starts from fragments the
+    // defragmenter puts together and gives up.
     if let Ok(dir) = std::env::var("DPWARP_FRAGMENT_CORPUS") {
         let path = std::path::Path::new(&dir).join("seed-synthetic-ip-fragments");
         std::fs::write(path, &bytes).unwrap();

@@ -20,10 +20,18 @@
 //! the capture duplicated) is counted in [`DefragStats::duplicates`], not taken for the
 //! start of another datagram that never completes.
 //!
+//! The fragments' header checksums are not verified, as no checksum is in
+//! [`crate::packet`]: a capture on the sending host holds headers from before checksum
+//! offload filled them in (dpwarp's own DPDK ports leave the IPv4 header checksum to the
+//! NIC), and a corrupt header is no likelier in a fragment than in a whole packet. The
+//! datagram put together gets a header checksum of its own ([`Defrag::Complete`]).
+//!
 //! IPv6 fragments (RFC 8200 §4.5) are not reassembled here.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+
+use smoltcp::wire::Ipv4Packet;
 
 use super::link::{be16, network_layer, Network};
 
@@ -80,7 +88,11 @@ pub enum Defrag {
     /// A fragment, held until the rest of its datagram comes.
     Held,
     /// The fragment completed its datagram: this IPv4 packet (link type
-    /// [`crate::pcap::linktype::RAW`]) holds it, unfragmented.
+    /// [`crate::pcap::linktype::RAW`]) holds it, unfragmented. Its header is the first
+    /// fragment's with the fields reassembly changes made consistent, as a receiver's
+    /// reassembly makes them: Total Length the whole datagram's, More Fragments and
+    /// Fragment Offset clear (Don't Fragment as the first fragment had it), and the
+    /// Header Checksum recomputed.
     Complete(Vec<u8>),
 }
 
@@ -340,6 +352,12 @@ impl Partial {
         out[field::TOTAL_LEN].copy_from_slice(&total.to_be_bytes());
         let flags = be16(header, field::FLAGS_OFFSET.start).unwrap_or(0) & field::DF;
         out[field::FLAGS_OFFSET].copy_from_slice(&flags.to_be_bytes());
+        // RFC 791 §3.1, Header Checksum: "Since some header fields change (e.g., time
+        // to live), this is recomputed and verified at each point that the internet
+        // header is processed." Total Length and the fragment fields just changed.
+        // `header` is the IHL's length, at least 20 octets ([`parse`]), so the view's
+        // checksum stays within it.
+        Ipv4Packet::new_unchecked(&mut out[..]).fill_checksum();
         out.extend_from_slice(&self.data[..len]);
         Some(out)
     }
@@ -348,8 +366,12 @@ impl Partial {
 /// The fragment in an IPv4 packet, or `None` if it is not one (or is too malformed to
 /// be placed: the parser will say why).
 fn parse(packet: &[u8]) -> Option<Fragment<'_>> {
-    let header_len = usize::from(*packet.get(field::VER_IHL)? & 0x0f) * 4;
-    if header_len < field::HEADER_LEN_MIN {
+    let ver_ihl = *packet.get(field::VER_IHL)?;
+    let header_len = usize::from(ver_ihl & 0x0f) * 4;
+    // A link layer that says IPv4 over a header of another version (RFC 791 §3.1:
+    // "The Version field indicates the format of the internet header") is a bad
+    // header to the parser; put together, it would be read as raw IP of that version.
+    if ver_ihl >> 4 != 4 || header_len < field::HEADER_LEN_MIN {
         return None;
     }
     let header = packet.get(..header_len)?;
@@ -401,7 +423,8 @@ mod tests {
         frame
     }
 
-    /// The octets `from..to` of `frame`'s IP payload as a fragment (RFC 791 §3.2).
+    /// The octets `from..to` of `frame`'s IP payload as a fragment (RFC 791 §3.2),
+    /// with a valid header checksum.
     fn piece(frame: &[u8], from: usize, to: usize, more: bool) -> Vec<u8> {
         let mut out = frame[..ETHERNET + HEADER].to_vec();
         out.extend_from_slice(&frame[ETHERNET + HEADER + from..ETHERNET + HEADER + to]);
@@ -409,6 +432,7 @@ mod tests {
         out[ETHERNET + 2..ETHERNET + 4].copy_from_slice(&total.to_be_bytes());
         let flags = (from / 8) as u16 | if more { field::MF } else { 0 };
         out[ETHERNET + 6..ETHERNET + 8].copy_from_slice(&flags.to_be_bytes());
+        Ipv4Packet::new_unchecked(&mut out[ETHERNET..]).fill_checksum();
         out
     }
 
@@ -445,6 +469,7 @@ mod tests {
         let mut expected = whole[ETHERNET..].to_vec();
         // The frame's DF flag: a fragment has none, and it is all that is kept.
         expected[field::FLAGS_OFFSET].fill(0);
+        Ipv4Packet::new_unchecked(&mut expected[..]).fill_checksum();
         expected[HEADER + 56..HEADER + 64].fill(0xee);
         assert_eq!(datagram[..], expected[..]);
         let segment = parse_tcp(linktype::RAW, datagram).unwrap();
@@ -453,6 +478,45 @@ mod tests {
         let stats = defrag.stats();
         assert_eq!((stats.fragments, stats.datagrams), (4, 1));
         assert_eq!(stats.fragments_dropped, 0);
+    }
+
+    /// The datagram's header is what a receiver's reassembly makes of the first
+    /// fragment's: Total Length of the whole, More Fragments and Fragment Offset clear,
+    /// Don't Fragment as the first fragment had it, and a Header Checksum that
+    /// verifies (RFC 791 §3.1: "recomputed and verified at each point that the
+    /// internet header is processed"). It used to keep the first fragment's checksum,
+    /// wrong for the header it was in.
+    #[test]
+    fn the_datagram_has_a_consistent_header() {
+        let whole = frame(7, &payload());
+        let end = whole.len() - ETHERNET - HEADER;
+        for dont_fragment in [false, true] {
+            let mut first = piece(&whole, 0, 64, true);
+            if dont_fragment {
+                let mut ip = Ipv4Packet::new_unchecked(&mut first[ETHERNET..]);
+                ip.set_dont_frag(true);
+                ip.fill_checksum();
+            }
+            let last = piece(&whole, 64, end, false);
+            for fragment in [&first, &last] {
+                assert!(Ipv4Packet::new_checked(&fragment[ETHERNET..])
+                    .unwrap()
+                    .verify_checksum());
+            }
+            let mut defrag = Defragmenter::new(&[TCP]);
+            assert_eq!(defrag.push(1, 0, linktype::ETHERNET, &first), Defrag::Held);
+            let Defrag::Complete(datagram) = defrag.push(2, 0, linktype::ETHERNET, &last) else {
+                panic!("the datagram is whole");
+            };
+            let ip = Ipv4Packet::new_checked(&datagram[..]).unwrap();
+            assert_eq!(datagram.len(), whole.len() - ETHERNET);
+            assert_eq!(usize::from(ip.total_len()), datagram.len());
+            assert!(!ip.more_frags());
+            assert_eq!(ip.frag_offset(), 0);
+            assert_eq!(ip.dont_frag(), dont_fragment);
+            assert!(ip.verify_checksum(), "DF {dont_fragment}");
+            assert_eq!(ip.payload(), &whole[ETHERNET + HEADER..]);
+        }
     }
 
     #[test]
@@ -464,6 +528,33 @@ mod tests {
         icmp[ETHERNET + field::PROTOCOL] = 1;
         assert_eq!(defrag.push(2, 0, linktype::ETHERNET, &icmp), Defrag::Whole);
         assert_eq!(defrag.stats(), DefragStats::default());
+    }
+
+    /// An Ethernet frame of type IPv4 whose header says version 6 (or 5) is a bad
+    /// header to `parse_tcp`, fragment fields or not. It used to be reassembled with
+    /// its like into a datagram that, as raw IP, read as IPv6 (or not IP).
+    #[test]
+    fn a_fragment_whose_version_is_not_4_is_left_to_the_parser() {
+        let whole = frame(7, &payload());
+        let end = whole.len() - ETHERNET - HEADER;
+        for version in [5u8, 6] {
+            let mut defrag = Defragmenter::new(&[TCP]);
+            for (k, mut fragment) in [piece(&whole, 0, 64, true), piece(&whole, 64, end, false)]
+                .into_iter()
+                .enumerate()
+            {
+                fragment[ETHERNET] = version << 4 | 5;
+                assert_eq!(
+                    defrag.push(k as u64 + 1, 0, linktype::ETHERNET, &fragment),
+                    Defrag::Whole
+                );
+                assert_eq!(
+                    parse_tcp(linktype::ETHERNET, &fragment),
+                    Err(crate::packet::Skip::BadHeader)
+                );
+            }
+            assert_eq!(defrag.stats(), DefragStats::default());
+        }
     }
 
     /// A datagram waits [`TIMEOUT_NS`] of capture time for its fragments; then, or at

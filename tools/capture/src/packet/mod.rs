@@ -2,7 +2,8 @@
 //! IPv6, then TCP ([`parse_tcp`]), or SCTP directly or over UDP ([`parse_sctp`]).
 //!
 //! Reading list: RFC 791 (IPv4: IHL, Total Length, fragmentation fields), RFC 8200
-//! (IPv6 extension header order and the Fragment header), RFC 9293 (the TCP header).
+//! (IPv6 extension header order and the Fragment header), RFC 9293 (the TCP header),
+//! RFC 7323 §2 (the Window Scale option).
 //! For the link layers: IEEE 802.1Q for VLAN tags and the tcpdump.org pages for
 //! `LINKTYPE_LINUX_SLL`, `LINKTYPE_LINUX_SLL2` and `LINKTYPE_NULL`.
 //!
@@ -25,7 +26,7 @@ use core::fmt;
 use core::ops::BitOr;
 use std::net::SocketAddr;
 
-use smoltcp::wire::{IpProtocol, TcpPacket};
+use smoltcp::wire::{IpProtocol, TcpOption, TcpPacket};
 
 pub use self::build::{
     build_sctp_chunk, build_sctp_frame, build_tcp_frame, SctpOver, BUILD_CHUNKS_LEN_MAX,
@@ -77,6 +78,21 @@ pub enum Skip {
     UnsupportedLinktype(u32),
 }
 
+/// What a TCP segment's options say of window scaling: the Window Scale option (RFC
+/// 7323 §2.2, kind 3), which counts only in a SYN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowScale {
+    /// The options were read to their end and hold no Window Scale option.
+    Absent,
+    /// The option's shift count, as sent: RFC 7323 §2.3 has the receiver use 14 for a
+    /// larger one, and so does [`crate::reassembly`].
+    Shift(u8),
+    /// An option before any Window Scale option is malformed (a length that is too
+    /// short or overruns the header, a Window Scale or other known option of the wrong
+    /// length), so whether the segment offered scaling cannot be told.
+    Unknown,
+}
+
 /// TCP flag bits for [`build_tcp_frame`], combinable with `|`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TcpFlags(u8);
@@ -104,6 +120,8 @@ pub struct TcpSegment<'a> {
     pub psh: bool,
     /// Window field, unscaled.
     pub window: u16,
+    /// The Window Scale option, if any (meaningful only if `syn`).
+    pub window_scale: WindowScale,
     /// The captured payload bytes: all of them, or a prefix if `payload_truncated`.
     /// Link-layer padding (Ethernet pads short frames to 60 bytes) is never included.
     pub payload: &'a [u8],
@@ -153,10 +171,27 @@ pub fn parse_tcp(linktype: u32, data: &[u8]) -> Result<TcpSegment<'_>, Skip> {
         rst: tcp.rst(),
         psh: tcp.psh(),
         window: tcp.window_len(),
+        window_scale: window_scale(&tcp),
         payload,
         payload_wire_len,
         payload_truncated: payload.len() < payload_wire_len,
     })
+}
+
+/// Finds the Window Scale option among `tcp`'s options. `TcpPacket::new_checked` has
+/// checked that the header, options included, is in the buffer; each option parsed
+/// moves on by at least one octet, so the walk ends within the 40 octets of options.
+fn window_scale(tcp: &TcpPacket<&[u8]>) -> WindowScale {
+    let mut options = tcp.options();
+    while !options.is_empty() {
+        match TcpOption::parse(options) {
+            Ok((_, TcpOption::EndOfList)) => break,
+            Ok((_, TcpOption::WindowScale(shift))) => return WindowScale::Shift(shift),
+            Ok((rest, _)) => options = rest,
+            Err(_) => return WindowScale::Unknown,
+        }
+    }
+    WindowScale::Absent
 }
 
 impl TcpFlags {

@@ -86,6 +86,49 @@ fn built_frame_has_valid_checksums() {
     assert!(tcp.verify_checksum(&src, &dst));
 }
 
+/// A built SYN frame with `options` (a multiple of four octets) after its TCP header.
+fn syn_with_options(options: &[u8]) -> Vec<u8> {
+    let mut data = build_tcp_frame(client(), server(), 1000, 0, TcpFlags::SYN, b"");
+    let tcp = ETHERNET_LEN + IPV4_LEN;
+    data.splice(tcp + 20..tcp + 20, options.iter().copied());
+    data[tcp + 12] = (((20 + options.len()) / 4) << 4) as u8;
+    let total = (IPV4_LEN + 20 + options.len()) as u16;
+    data[ETHERNET_LEN + 2..ETHERNET_LEN + 4].copy_from_slice(&total.to_be_bytes());
+    data
+}
+
+/// The Window Scale option (RFC 7323 §2.2: kind 3, length 3, shift.cnt) is read
+/// wherever it is among the options; options that end before it, or one malformed
+/// before it, say there is none or that it cannot be told.
+#[test]
+fn the_window_scale_option_is_read() {
+    let cases: [(&[u8], WindowScale); 7] = [
+        (&[], WindowScale::Absent),
+        // MSS 1460, NOP, Window Scale 7: Linux's order without SACK or timestamps.
+        (&[2, 4, 0x05, 0xb4, 1, 3, 3, 7], WindowScale::Shift(7)),
+        // A shift count above 14 as sent: the reassembler uses 14 (RFC 7323 §2.3).
+        (&[3, 3, 20, 0], WindowScale::Shift(20)),
+        // End of Option List before it.
+        (&[0, 3, 3, 7], WindowScale::Absent),
+        (&[2, 4, 0x05, 0xb4], WindowScale::Absent),
+        // A length of 1, and a Window Scale option of length 4.
+        (&[8, 1, 3, 3, 7, 1, 1, 1], WindowScale::Unknown),
+        (&[3, 4, 7, 0], WindowScale::Unknown),
+    ];
+    for (options, expected) in cases {
+        let data = syn_with_options(options);
+        let seg = parse_tcp(linktype::ETHERNET, &data).unwrap();
+        assert!(seg.syn);
+        assert_eq!(seg.window_scale, expected, "{options:?}");
+    }
+    assert_eq!(
+        parse_tcp(linktype::ETHERNET, &frame(b"x"))
+            .unwrap()
+            .window_scale,
+        WindowScale::Absent
+    );
+}
+
 #[test]
 fn flags_map_one_to_one() {
     for (flags, expect) in [

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Ctx, Event, WINDOW_BYTES_MAX};
+use super::{Ctx, Event};
 
 /// One direction's reassembly state.
 ///
@@ -73,7 +73,10 @@ impl Half {
     /// delivered: that SYN answered another (RFC 9293 §3.5, Figure 8: an old duplicate
     /// SYN's SYN-ACK, then the SYN-ACK of the connection, with another ISN). Found by a
     /// review: the data after the second SYN-ACK was placed behind a gap.
-    pub(super) fn note_syn(&mut self, isn: u32, own: bool) {
+    ///
+    /// Returns whether the stream starts after this SYN: the handshake's SYN, whose
+    /// options count.
+    pub(super) fn note_syn(&mut self, isn: u32, own: bool) -> bool {
         let start = isn.wrapping_add(1);
         if own && self.untouched() {
             self.base_seq = Some(start);
@@ -81,6 +84,7 @@ impl Half {
             self.base_seq.get_or_insert(start);
         }
         self.synced = self.base_seq == Some(start);
+        self.synced
     }
 
     /// Whether the stream's start is known.
@@ -95,14 +99,14 @@ impl Half {
 
     /// RFC 9293 §3.10.7.4's acceptability test, as an observer can make it: whether
     /// the `len` sequence numbers from `seq` (just `seq` if `len` is 0, as for an RST)
-    /// touch the receive window, taken as [`WINDOW_BYTES_MAX`] either side of the next
-    /// octet to deliver (behind it too: a retransmission of octets the receiver has,
-    /// which the observer cannot tell from one it lacks) and never before offset 0.
-    /// `None` while the start is unknown.
-    pub(super) fn in_window(&self, seq: u32, len: usize) -> Option<bool> {
+    /// touch the receive window, taken as `window_bytes` either side of the next octet
+    /// to deliver (behind it too: a retransmission of octets the receiver has, which
+    /// the observer cannot tell from one it lacks) and never before offset 0. `None`
+    /// while the start is unknown.
+    pub(super) fn in_window(&self, seq: u32, len: usize, window_bytes: usize) -> Option<bool> {
         let base = self.base_seq?;
         let start = self.offset_of(base, seq);
-        let (low, high) = self.window();
+        let (low, high) = self.window(window_bytes);
         Some(if len == 0 {
             low <= start && start < high
         } else {
@@ -112,20 +116,22 @@ impl Half {
 
     /// Whether `ack` acknowledges octets of this direction inside its window: RFC
     /// 9293 §3.10.7.3 (SYN-SENT) accepts an ACK only if "SND.UNA < SEG.ACK =<
-    /// SND.NXT", so nothing before ISN + 1. `None` unless a SYN fixed the start: an
-    /// ACK can then be judged against it.
-    pub(super) fn acknowledges(&self, ack: u32) -> Option<bool> {
+    /// SND.NXT", so nothing before ISN + 1; the window is `window_bytes` either side
+    /// of the next octet to deliver, as for [`Half::in_window`]. `None` unless a SYN
+    /// fixed the start: an ACK can then be judged against it.
+    pub(super) fn acknowledges(&self, ack: u32, window_bytes: usize) -> Option<bool> {
         let base = self.base_seq.filter(|_| self.synced)?;
         let offset = self.offset_of(base, ack);
-        let (low, high) = self.window();
+        let (low, high) = self.window(window_bytes);
         // A FIN occupies the sequence number after the last octet: its ACK is one more.
         Some(low <= offset && offset <= high)
     }
 
-    /// The stream offsets an observer takes as inside the receive window.
-    fn window(&self) -> (i128, i128) {
+    /// The stream offsets an observer takes as inside a receive window of
+    /// `window_bytes`.
+    fn window(&self, window_bytes: usize) -> (i128, i128) {
         let next = i128::from(self.next);
-        let window = WINDOW_BYTES_MAX as i128;
+        let window = window_bytes as i128;
         ((next - window).max(0), next + window)
     }
 

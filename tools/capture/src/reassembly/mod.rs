@@ -1,6 +1,7 @@
 //! TCP stream reassembly: Wireshark's "Follow TCP Stream", streaming and bounded.
 //!
-//! Reading list: RFC 9293 (sequence space; SYN and FIN each occupy one sequence number).
+//! Reading list: RFC 9293 (sequence space; SYN and FIN each occupy one sequence number),
+//! RFC 7323 §2 (window scaling), RFC 5961 §3 (which RST to believe).
 //!
 //! Segments go in with [`Reassembler::push`] in capture order; [`Event`]s come out as soon
 //! as they are known. Each connection is keyed by its unordered address pair, and each of
@@ -22,8 +23,10 @@
 //!   yet, if it does not acknowledge the other direction's SYN within that direction's
 //!   window (RFC 9293 §3.10.7.3: in SYN-SENT "If SND.UNA < SEG.ACK =< SND.NXT, then the
 //!   ACK is acceptable"; the old connection's segments acknowledge its own sequence
-//!   numbers). The window is [`WINDOW_BYTES_MAX`] either side of the next byte to
-//!   deliver: the capture does not say the window scale. A segment outside it that
+//!   numbers). The window is what the receiver advertised, scaled as its SYN said
+//!   (RFC 7323 §2.2), times [`KNOWN_WINDOW_MARGIN`], either side of the next byte to
+//!   deliver, when the capture holds both SYNs; without them the window scale is not
+//!   known, and it is [`WINDOW_BYTES_MAX`]. A segment outside it that
 //!   acknowledges the other direction inside that one's window is taken all the same:
 //!   the capture lost more than a window of the direction. So is the fourth of stray
 //!   data segments in a row that each start where the last ended
@@ -71,7 +74,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use self::half::{Half, SegmentIn};
-use crate::packet::TcpSegment;
+use crate::packet::{TcpSegment, WindowScale};
 
 /// Default for [`Limits::buffered_bytes_max`]: 16 MiB, several times the largest TCP
 /// window Linux autotunes to by default (`tcp_rmem` max 6 MiB), so reordering within a
@@ -87,13 +90,34 @@ pub const CONNECTIONS_MAX: usize = 65_536;
 /// Default for [`Limits::history_bytes_max`]: 64 KiB, an unscaled TCP window.
 pub const HISTORY_BYTES_MAX: usize = 64 << 10;
 /// The receive window an observer assumes when it judges whether a segment belongs to
-/// a connection (RFC 9293 §3.10.7.4, RFC 5961 §3): octets this far either side of the
-/// next octet to deliver. The capture holds no window scale, so this is not the
-/// advertised window but a bound above what Linux autotunes to by default, as for
-/// [`BUFFERED_BYTES_MAX`]: a segment of an older connection on the same address pair,
-/// whose sequence numbers are unrelated to this one's, lands inside it with a
-/// probability of 2 * 16 MiB / 4 GiB, under 1%.
+/// a connection (RFC 9293 §3.10.7.4, RFC 5961 §3) and the capture lacks a SYN of it,
+/// so the window scale is not known: octets this far either side of the next octet to
+/// deliver. Not an advertised window but a bound above what Linux autotunes to by
+/// default, as for [`BUFFERED_BYTES_MAX`]: a segment of an older connection on the
+/// same address pair, whose sequence numbers are unrelated to this one's, lands inside
+/// it with a probability of 2 * 16 MiB / 4 GiB, under 1%.
 pub const WINDOW_BYTES_MAX: usize = BUFFERED_BYTES_MAX;
+/// With both SYNs captured, the observer's window is the largest window the receiver
+/// advertised (scaled, RFC 7323 §2.2) times this: the capture may have missed the
+/// window updates that let the sender go further (a receiver that autotunes its buffer
+/// can double its window in a round trip), and the observer's next octet to deliver
+/// may lag behind the receiver's while a hole waits.
+pub const KNOWN_WINDOW_MARGIN: usize = 4;
+/// The smallest window the observer assumes with both SYNs captured: 64 KiB, about
+/// the largest window without scaling, so that a zero window (RFC 9293 §3.8.6.1: the
+/// sender probes it with new octets) or a tiny one does not make the connection's own
+/// segments stray; an older connection's lands inside with a probability of
+/// 2 * 64 KiB / 4 GiB.
+pub const KNOWN_WINDOW_BYTES_MIN: usize = 64 << 10;
+/// The largest window the observer assumes with both SYNs captured: RFC 7323 §2.3,
+/// "the shift count MUST be limited to 14 (which allows windows of 2^30 = 1 GiB)". It
+/// keeps the window within the 2^31 octets either side of the next one that sequence
+/// numbers unwrap to.
+pub const KNOWN_WINDOW_BYTES_MAX: usize = 1 << 30;
+/// RFC 7323 §2.3: "If a Window Scale option is received with a shift.cnt value larger
+/// than 14, the TCP SHOULD log the error but MUST use 14 instead of the specified
+/// value."
+pub const WINDOW_SCALE_SHIFT_MAX: u8 = 14;
 
 /// Bounds on the memory a [`Reassembler`] uses, whatever the capture holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -266,6 +290,22 @@ struct Conn {
     /// each other: the sequence number the next would start at, and how many
     /// ([`STRAY_RUN_RESYNC`]).
     stray_runs: [Option<(u32, u8)>; 2],
+    /// Per direction, what its sender advertised of its own receive window.
+    advertised: [Advertised; 2],
+}
+
+/// What the sender of one direction advertised of its receive window (the window of
+/// the other direction), as far as the capture shows.
+#[derive(Debug, Clone, Copy, Default)]
+struct Advertised {
+    /// The Window Scale option of the SYN after which the direction's stream starts,
+    /// once captured.
+    syn_scale: Option<WindowScale>,
+    /// That SYN's window field: RFC 7323 §2.2, "The window field in a segment where
+    /// the SYN bit is set (i.e., a <SYN> or <SYN,ACK>) MUST NOT be scaled."
+    syn_window: u16,
+    /// The largest window field of the direction's other segments taken, unscaled.
+    window_max: u16,
 }
 
 /// Stray data segments in a row, each starting where the last ended, after
@@ -273,7 +313,7 @@ struct Conn {
 /// and the next such segment is taken (a gap, then its octets). An older
 /// connection that still sends new data after the new connection's SYN does
 /// not happen (its four-tuple is the new one's); the capture losing more than
-/// [`WINDOW_BYTES_MAX`] of both directions at once, or of one whose other side's
+/// the window of both directions at once, or of one whose other side's
 /// SYN-ACK was not captured, does (found by a review: the rest of such a
 /// connection was left out as stray, without a gap or a problem).
 pub const STRAY_RUN_RESYNC: u8 = 3;
@@ -511,6 +551,48 @@ impl Conn {
             rst_reported: [false; 2],
             ended_at: None,
             stray_runs: [None; 2],
+            advertised: [Advertised::default(); 2],
+        }
+    }
+
+    /// The receive window an observer assumes for the receiver of `dir`: what it
+    /// advertised, scaled, with a margin ([`KNOWN_WINDOW_MARGIN`], between
+    /// [`KNOWN_WINDOW_BYTES_MIN`] and [`KNOWN_WINDOW_BYTES_MAX`]) if the capture holds
+    /// both SYNs, and [`WINDOW_BYTES_MAX`] if not. RFC 7323 §2.2: "This option is an
+    /// offer, not a promise; both sides MUST send Window Scale options in their <SYN>
+    /// segments to enable window scaling in either direction." The scale of the
+    /// receiver's windows is the shift count of its own SYN.
+    fn window_bytes(&self, dir: Dir) -> usize {
+        let sender = &self.advertised[dir.index()];
+        let receiver = &self.advertised[dir.reverse().index()];
+        let shift = match (sender.syn_scale, receiver.syn_scale) {
+            (Some(WindowScale::Shift(_)), Some(WindowScale::Shift(shift))) => {
+                shift.min(WINDOW_SCALE_SHIFT_MAX)
+            }
+            (Some(WindowScale::Absent), Some(WindowScale::Absent | WindowScale::Shift(_)))
+            | (Some(WindowScale::Shift(_)), Some(WindowScale::Absent)) => 0,
+            // A SYN not captured, or whose options could not be read: the scale is
+            // not known.
+            (None | Some(WindowScale::Unknown), _) | (_, None | Some(WindowScale::Unknown)) => {
+                return WINDOW_BYTES_MAX
+            }
+        };
+        let advertised =
+            (usize::from(receiver.window_max) << shift).max(usize::from(receiver.syn_window));
+        advertised
+            .saturating_mul(KNOWN_WINDOW_MARGIN)
+            .clamp(KNOWN_WINDOW_BYTES_MIN, KNOWN_WINDOW_BYTES_MAX)
+    }
+
+    /// Notes the window `seg`, taken in direction `dir`, advertises; `own_syn` if it
+    /// is the SYN after which the direction's stream starts.
+    fn note_window(&mut self, seg: &TcpSegment<'_>, dir: Dir, own_syn: bool) {
+        let advertised = &mut self.advertised[dir.index()];
+        if own_syn {
+            advertised.syn_scale = Some(seg.window_scale);
+            advertised.syn_window = seg.window;
+        } else if !seg.syn {
+            advertised.window_max = advertised.window_max.max(seg.window);
         }
     }
 
@@ -546,14 +628,14 @@ impl Conn {
             // the current receive window, silently drop the segment." Inside it, an RST
             // that is not exactly RCV.NXT draws a challenge ACK; the observer cannot tell
             // RCV.NXT (what the receiver has), so it takes every RST inside.
-            if let Some(inside) = half.in_window(seg.seq, 0) {
+            if let Some(inside) = half.in_window(seg.seq, 0, self.window_bytes(dir)) {
                 return inside;
             }
         } else if occupied == 0 {
             return true;
         } else if half.synced() {
             // Only the handshake fixes where the stream starts once it has been seen.
-            if half.in_window(seg.seq, occupied) != Some(false) {
+            if half.in_window(seg.seq, occupied, self.window_bytes(dir)) != Some(false) {
                 return true;
             }
             // Outside the window as the observer knows it, but acknowledging the other
@@ -561,7 +643,8 @@ impl Conn {
             // lost more than a window of the direction. (Found in review of the window
             // test: the rest of such a connection was all stray.) An older
             // connection's segment acknowledges its own sequence numbers.
-            return seg.ack_flag && other.acknowledges(seg.ack) == Some(true);
+            let other_window = self.window_bytes(dir.reverse());
+            return seg.ack_flag && other.acknowledges(seg.ack, other_window) == Some(true);
         } else if half.has_start() {
             return true;
         }
@@ -571,7 +654,7 @@ impl Conn {
         // If the ACK was acceptable, then signal to the user "error: connection reset",
         // drop the segment, enter CLOSED state [...] Otherwise (no ACK), drop the
         // segment and return."
-        match other.acknowledges(seg.ack) {
+        match other.acknowledges(seg.ack, self.window_bytes(dir.reverse())) {
             None => true,
             Some(inside) => seg.ack_flag && inside,
         }
@@ -608,13 +691,14 @@ impl Conn {
             resync = true;
         }
         let half = &mut self.halves[ctx.dir.index()];
+        let mut own_syn = false;
         if seg.syn {
             // The SYN-ACK of this connection acknowledges the client's SYN (RFC 9293 §3.5).
             let own = seg.ack_flag
                 && self
                     .client_isn
                     .is_some_and(|isn| seg.ack == isn.wrapping_add(1));
-            half.note_syn(seg.seq, own);
+            own_syn = half.note_syn(seg.seq, own);
             if ctx.dir == Dir::ClientToServer && !seg.ack_flag {
                 self.client_isn.get_or_insert(seg.seq);
             }
@@ -634,6 +718,7 @@ impl Conn {
             // the direction from here.
             half.give_up_holes(ctx);
         }
+        self.note_window(seg, ctx.dir, own_syn);
         self.closed |= seg.fin || seg.rst;
         true
     }

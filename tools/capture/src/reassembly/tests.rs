@@ -67,6 +67,7 @@ fn seg(from: u16, to: u16, seq: u32, flags: Flags, payload: &[u8]) -> TcpSegment
         rst: flags.rst,
         psh: false,
         window: 1000,
+        window_scale: WindowScale::Absent,
         payload,
         payload_wire_len: payload.len(),
         payload_truncated: false,
@@ -845,4 +846,105 @@ fn a_capture_that_lost_a_window_of_both_directions_takes_them_back() {
     // The client's direction taken back, the server's fourth segment acknowledges it
     // inside its new window, and is taken as such.
     assert_eq!((stats.stray_segments, stats.resynced), (6, 1));
+}
+
+/// `seg` with a window field and a Window Scale option.
+fn advertising(segment: TcpSegment<'_>, window: u16, scale: WindowScale) -> TcpSegment<'_> {
+    TcpSegment {
+        window,
+        window_scale: scale,
+        ..segment
+    }
+}
+
+/// Whether a client data segment `far` octets past the client's next octet, with an
+/// ACK of nothing the server sent, is stray after a handshake whose SYN carried
+/// `client_scale` and whose SYN-ACK (if captured) carried `server_scale` and
+/// `syn_ack_window`, then a bare ACK of the server's advertising `window`.
+fn stray_after(
+    client_scale: WindowScale,
+    server: Option<(WindowScale, u16)>,
+    window: u16,
+    far: u32,
+) -> bool {
+    let mut segments = vec![advertising(seg(C, S, 0, SYN, b""), 1000, client_scale)];
+    if let Some((scale, syn_ack_window)) = server {
+        let syn_ack = acking(seg(S, C, 7000, SYN_ACK, b""), 1);
+        segments.push(advertising(syn_ack, syn_ack_window, scale));
+    }
+    segments.extend([
+        advertising(
+            acking(seg(S, C, 7001, NONE, b""), 1),
+            window,
+            WindowScale::Absent,
+        ),
+        seg(C, S, 1 + far, NONE, b"old"),
+    ]);
+    let (_, stats) = run(Limits::default(), &segments);
+    assert!(stats.stray_segments <= 1);
+    stats.stray_segments == 1
+}
+
+/// With both SYNs captured the window an observer judges a segment by is the one the
+/// receiver advertised, scaled by the shift count of its SYN (RFC 7323 §2.2) and
+/// never more than 14 (§2.3), times [`KNOWN_WINDOW_MARGIN`], within
+/// [`KNOWN_WINDOW_BYTES_MIN`]..[`KNOWN_WINDOW_BYTES_MAX`]; without the SYN-ACK, the
+/// scale unknown, it is [`WINDOW_BYTES_MAX`]. (It used to be [`WINDOW_BYTES_MAX`]
+/// always: a segment of an older connection 1 MiB from this one's next octet was
+/// taken though the server's window was 125 KiB, and a connection's own segment
+/// 20 MiB ahead, in a 256 MiB window, was stray.)
+#[test]
+fn the_window_is_the_advertised_one_when_both_syns_are_captured() {
+    use WindowScale::{Absent, Shift, Unknown};
+    const MIB: u32 = 1 << 20;
+    // A window of 1000 << 7 = 125 KiB (500 KiB with the margin).
+    assert!(stray_after(Shift(7), Some((Shift(7), 1000)), 1000, MIB));
+    assert!(!stray_after(
+        Shift(7),
+        Some((Shift(7), 1000)),
+        1000,
+        400 << 10
+    ));
+    // The same without the SYN-ACK, or with a SYN whose options were unreadable:
+    // the scale is not known.
+    assert!(!stray_after(Shift(7), None, 1000, MIB));
+    assert!(!stray_after(Shift(7), Some((Unknown, 1000)), 1000, MIB));
+    assert!(stray_after(
+        Shift(7),
+        None,
+        1000,
+        WINDOW_BYTES_MAX as u32 + 1
+    ));
+    // 65535 << 12 = 256 MiB: a segment 20 MiB ahead is the connection's own.
+    assert!(!stray_after(
+        Shift(12),
+        Some((Shift(12), 1000)),
+        u16::MAX,
+        20 * MIB
+    ));
+    assert!(stray_after(
+        Shift(12),
+        Some((Shift(12), 1000)),
+        u16::MAX,
+        1100 * MIB
+    ));
+    // Scaling needs both SYNs' options: without the client's, 65535 is 64 KiB.
+    assert!(stray_after(Absent, Some((Shift(12), 1000)), u16::MAX, MIB));
+    // A shift count of 20 is 14: 1 << 14, 64 KiB with the margin.
+    assert!(stray_after(Shift(20), Some((Shift(20), 1000)), 1, MIB));
+    assert!(!stray_after(
+        Shift(20),
+        Some((Shift(20), 1000)),
+        1,
+        60 << 10
+    ));
+    // The SYN-ACK's window is not scaled: 65535, 256 KiB with the margin (the bare
+    // ACK's window 0 is no wider).
+    assert!(stray_after(Shift(14), Some((Shift(14), u16::MAX)), 0, MIB));
+    assert!(!stray_after(
+        Shift(14),
+        Some((Shift(14), u16::MAX)),
+        0,
+        200 << 10
+    ));
 }
