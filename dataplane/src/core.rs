@@ -44,7 +44,7 @@ use control::runtime::{CoreLink, Handoff, StartupResult};
 use rnic_engine::cq::{Wc, WcOpcode, WcStatus};
 use rnic_engine::mem::Pd;
 use rnic_engine::qp::{OpStats, QpEvent, QpState};
-use rnic_engine::verbs::{CqHandle, QpHandle, QpInit, Rnic};
+use rnic_engine::verbs::{CqHandle, QpHandle, QpInit, Rnic, VerbError};
 use rnic_engine::wire::term::Encoding;
 use tcp_lite::{ConnId, Duration, EventKind, Instant};
 
@@ -541,7 +541,9 @@ pub struct Core<T: CoreTransport> {
     /// QPs whose connection ended (destroyed), not yet taken.
     ended: VecDeque<QpHandle>,
     /// Completions of live QPs read while a QP was torn down, by CQ: at
-    /// most a CQ's capacity of each CQ's (`drain_cq`).
+    /// most a CQ's capacity of each CQ's (`drain_cq`). Only `qp_init`'s
+    /// CQs are drained, so only theirs are here; a destroyed CQ's go
+    /// (`forget_cq`).
     pending: VecDeque<(CqHandle, Wc)>,
     /// QP events (Terminates sent and received), not yet taken.
     events: VecDeque<(QpHandle, QpEvent)>,
@@ -626,6 +628,7 @@ impl<T: CoreTransport> Core<T> {
             self.learning_dscp = self.config.reflect_dscp;
             self.transport.reflect_dscp(self.learning_dscp);
         }
+        self.forget_destroyed_cqs();
         let mut busy = self.replay_deferred_ends();
         busy |= self.poll_transport(now);
         busy |= self.transport_events();
@@ -1335,6 +1338,11 @@ impl<T: CoreTransport> Core<T> {
     /// request that can complete, as it must, never loses one here: what
     /// it has not polled, kept or in the ring, is within the capacity.
     fn drain_cq(&mut self, cq: CqHandle, ending: QpHandle) {
+        debug_assert!(
+            cq == self.qp_init.send_cq || cq == self.qp_init.recv_cq,
+            "only the core's CQs are kept (forget_destroyed_cqs looks at those)"
+        );
+        self.forget_destroyed_cqs();
         let Ok(ring) = self.rnic.cq(cq) else {
             return;
         };
@@ -1391,6 +1399,7 @@ impl<T: CoreTransport> Core<T> {
     /// slots are live or kept so). What is kept of a CQ is bounded by its
     /// capacity (`CoreCounters::completions_lost`).
     pub fn poll_cq(&mut self, cq: CqHandle, out: &mut [Wc]) -> usize {
+        self.forget_destroyed_cqs();
         let mut n = 0;
         while n < out.len() {
             match self.pending.iter().position(|(c, _)| *c == cq) {
@@ -1405,6 +1414,49 @@ impl<T: CoreTransport> Core<T> {
             self.bury();
         }
         n + self.rnic.poll_cq(cq, &mut out[n..]).unwrap_or(0)
+    }
+
+    /// Destroys completion queue `cq` ([`Rnic::destroy_cq`], refused as it
+    /// refuses) with the completions the core kept of it for
+    /// [`poll_cq`](Core::poll_cq): an application destroys a CQ through
+    /// this. The kept completions are of QPs that no longer use it (the
+    /// engine refuses a CQ a QP completes to), and go with its ring, as
+    /// `ibv_destroy_cq` drops what was not polled: none is handed out for
+    /// another CQ, even one that gets the same handle later, and none
+    /// counts against another CQ's bound. (One destroyed through
+    /// [`Core::rnic`] instead is found at the next turn or poll; its
+    /// completions go then.)
+    pub fn destroy_cq(&mut self, cq: CqHandle) -> Result<(), VerbError> {
+        self.rnic.destroy_cq(cq)?;
+        self.forget_cq(cq);
+        Ok(())
+    }
+
+    /// Drops what `pending` holds of CQ `cq`, which the engine no longer
+    /// has, and destroys the ended QPs that kept their handles only for
+    /// those completions.
+    fn forget_cq(&mut self, cq: CqHandle) {
+        let before = self.pending.len();
+        self.pending.retain(|(c, _)| *c != cq);
+        if self.pending.len() < before && !self.zombies.is_empty() {
+            self.bury();
+        }
+    }
+
+    /// `forget_cq` for the core's CQs the engine no longer has: an
+    /// application may destroy one through [`Core::rnic`] (found by a
+    /// review: its completions stayed in `pending`, were still handed out
+    /// for its handle, and counted against the bound of the next CQ given
+    /// that handle). Two lookups, so every turn and poll may look.
+    fn forget_destroyed_cqs(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        for cq in [self.qp_init.send_cq, self.qp_init.recv_cq] {
+            if self.rnic.cq(cq).is_err() {
+                self.forget_cq(cq);
+            }
+        }
     }
 
     /// Closes QP `qp`'s connection in order: FIN after what was posted

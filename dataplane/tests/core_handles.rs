@@ -3,7 +3,10 @@
 //! application has heard of it; in neither case does another connection's
 //! QP take its place (found by a review: the first connection's octets were
 //! fed to the next connection's QP, which had the same handle, and
-//! `next_ended` named a live QP of another connection).
+//! `next_ended` named a live QP of another connection). And a CQ the
+//! application destroys takes the completions the core kept of it along
+//! (found by a review: they were handed out for it after its end, and for
+//! the next CQ given its handle).
 
 mod support;
 
@@ -13,7 +16,7 @@ use control::runtime::ControlPlane;
 use dataplane::{Core, CoreConfig};
 use rnic_engine::cq::{Wc, WcStatus};
 use rnic_engine::mem::{Access, Region};
-use rnic_engine::verbs::{QpInit, RecvWr, Rnic, RnicConfig, SendOp, SendWr};
+use rnic_engine::verbs::{CqHandle, QpInit, RecvWr, Rnic, RnicConfig, SendOp, SendWr};
 use rnic_engine::wire::ddp;
 use rnic_engine::wire::rdmap::{self, Control, Header, Opcode};
 use support::*;
@@ -97,6 +100,92 @@ fn an_ended_qps_handle_is_not_reused_before_its_end_is_taken() {
         "next_ended says {qb:?} ended, yet is_live({qb:?}) = {}",
         b.core.is_live(qb)
     );
+}
+
+/// Two connections; b receives a Send on the second and does not poll, and
+/// the first ends, so b's core moves the Send's completion out of the CQ
+/// and keeps it for `Core::poll_cq`. Then the application tears down: it
+/// destroys the second connection's QP through the engine, which leaves
+/// the CQ used by no QP.
+fn a_kept_completion_of_an_unused_cq() -> (Host<Stack<LinkEnd>>, Host<Stack<LinkEnd>>) {
+    let (mut a, mut b, b_addr) = stacks();
+    let (ha1, _) = establish_plain(&mut a, &mut b, b_addr);
+    let (ha2, hb2) = establish_plain(&mut a, &mut b, b_addr);
+    let qa1 = a.qps[&ha1.conn.unwrap()];
+    let (qa2, qb2) = (a.qps[&ha2.conn.unwrap()], b.qps[&hb2.conn.unwrap()]);
+    let sgl = [b.sge(0, 100)];
+    b.rnic()
+        .post_recv(
+            qb2,
+            &RecvWr {
+                wr_id: 7,
+                sgl: &sgl,
+            },
+        )
+        .unwrap();
+    let sgl = [a.sge(1000, 10)];
+    a.rnic()
+        .post_send(qa2, &SendWr::signaled(1, SendOp::Send, &sgl))
+        .unwrap();
+    let cq = b.cq;
+    run(&mut a, &mut b, "the Send completes at b", |_, b| {
+        !b.rnic().cq(cq).unwrap().is_empty()
+    });
+    a.core.abort(qa1);
+    run(&mut a, &mut b, "the first connection ends at b", |_, b| {
+        b.core.counters().ended > 0
+    });
+    let mut wcs = [Wc::EMPTY; 4];
+    assert_eq!(
+        b.rnic().poll_cq(cq, &mut wcs),
+        Ok(0),
+        "the core took the Send's completion out of the CQ"
+    );
+    b.rnic().destroy_qp(qb2).unwrap();
+    (a, b)
+}
+
+/// The next CQ of `b`'s engine made in `cq`'s slot that gets `cq`'s handle
+/// again, once the slot's generation has wrapped (the slot is the first
+/// free one, so each new CQ takes it).
+fn the_same_handle_again(b: &mut Host<Stack<LinkEnd>>, cq: CqHandle) -> CqHandle {
+    for _ in 0..=u16::MAX {
+        let next = b.rnic().create_cq(4).unwrap();
+        if next == cq {
+            return next;
+        }
+        b.rnic().destroy_cq(next).unwrap();
+    }
+    panic!("the slot never gave {cq:?} again")
+}
+
+/// The application destroys the CQ through the engine (`Core::rnic`): the
+/// completion the core kept of it is not handed out for it afterwards,
+/// nor for the CQ that gets its handle next.
+#[test]
+fn a_cq_destroyed_through_the_engine_takes_its_kept_completions_along() {
+    let (_a, mut b) = a_kept_completion_of_an_unused_cq();
+    let cq = b.cq;
+    b.rnic().destroy_cq(cq).unwrap();
+    let mut wcs = [Wc::EMPTY; 4];
+    let n = b.core.poll_cq(cq, &mut wcs);
+    assert_eq!(n, 0, "from a destroyed CQ: {:?}", &wcs[..n]);
+    let reused = the_same_handle_again(&mut b, cq);
+    let n = b.core.poll_cq(reused, &mut wcs);
+    assert_eq!(n, 0, "from a new CQ: {:?}", &wcs[..n]);
+}
+
+/// `Core::destroy_cq` drops the kept completions at once: even a CQ that
+/// gets the handle before the core's next turn or poll has none of them.
+#[test]
+fn core_destroy_cq_drops_the_kept_completions_at_once() {
+    let (_a, mut b) = a_kept_completion_of_an_unused_cq();
+    let cq = b.cq;
+    b.core.destroy_cq(cq).unwrap();
+    let reused = the_same_handle_again(&mut b, cq);
+    let mut wcs = [Wc::EMPTY; 4];
+    let n = b.core.poll_cq(reused, &mut wcs);
+    assert_eq!(n, 0, "from a new CQ: {:?}", &wcs[..n]);
 }
 
 /// A host whose QPs receive from a shared receive queue.

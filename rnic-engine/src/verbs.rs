@@ -81,64 +81,82 @@ impl QpHandle {
     /// unique among the RNIC's live QPs (a dense index for a caller's
     /// tables).
     pub fn index(self) -> usize {
-        (self.0 & 0xFFFF_FFFF) as usize
+        slot_index(self.0)
     }
 }
 
-/// The bits of a [`CqHandle`] or [`SrqHandle`] that name its slot; the 16
-/// above count the CQs (SRQs) the slot held before it.
-const SLOT_BITS: u32 = 16;
+/// The bits of a queue handle ([`QpHandle`], [`CqHandle`], [`SrqHandle`])
+/// that name its slot.
+const SLOT_MASK: u64 = 0xFFFF_FFFF;
 
-/// The most completion queues an RNIC has (the slots a [`CqHandle`] can
-/// name).
-pub const CQS_MAX: usize = 1 << SLOT_BITS;
+/// Where a queue handle's generation starts: the 16 bits above the slot
+/// count the queues of its kind the slot held before it (wrapping).
+const GENERATION_SHIFT: u32 = 32;
 
-/// The most shared receive queues an RNIC has (the slots an [`SrqHandle`]
-/// can name).
-pub const SRQS_MAX: usize = 1 << SLOT_BITS;
+/// Where a queue handle's RNIC number starts: the top 16 bits say which
+/// RNIC of its registry made it.
+const RNIC_SHIFT: u32 = 48;
 
-/// A completion queue handle: the CQ's slot in its RNIC
-/// ([`CqHandle::index`]) in the low 16 bits, how many CQs the slot held
-/// before it (wrapping) in the 16 above. A handle kept past
-/// [`Rnic::destroy_cq`] names nothing ([`VerbError::UnknownHandle`]),
-/// even once its slot holds another CQ (until the slot has held 65,536
-/// more). The first CQ of each slot has the handle its index.
+/// The most completion queues an RNIC has: a bound on its table (the
+/// handle could name more slots).
+pub const CQS_MAX: usize = 1 << 16;
+
+/// The most shared receive queues an RNIC has: a bound on its table.
+pub const SRQS_MAX: usize = 1 << 16;
+
+/// A completion queue handle, laid out as a [`QpHandle`] is: the CQ's
+/// slot in its RNIC ([`CqHandle::index`]) in the low 32 bits, how many CQs
+/// the slot held before it (16 bits, wrapping) and which RNIC of its
+/// registry made it (16 bits) above. A handle kept past
+/// [`Rnic::destroy_cq`] names nothing ([`VerbError::UnknownHandle`]), even
+/// once its slot holds another CQ (until the slot has held 65,536 more);
+/// nor does another RNIC's (found by a review: one core's CQ handle named
+/// the CQ in the same slot of another core's RNIC, to poll, destroy or
+/// make a QP complete to). The first CQ of each slot of a registry's first
+/// RNIC has the handle its index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CqHandle(pub u32);
+pub struct CqHandle(pub u64);
 
 impl CqHandle {
     /// The slot it names in its RNIC: below [`RnicConfig::cqs_max`], and
     /// unique among the RNIC's live CQs.
     pub fn index(self) -> usize {
-        (self.0 & ((1 << SLOT_BITS) - 1)) as usize
-    }
-
-    fn generation(self) -> u16 {
-        (self.0 >> SLOT_BITS) as u16
+        slot_index(self.0)
     }
 }
 
 /// A shared receive queue handle, made as a [`CqHandle`] is: a handle kept
-/// past [`Rnic::destroy_srq`] names nothing.
+/// past [`Rnic::destroy_srq`], or another RNIC's, names nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SrqHandle(pub u32);
+pub struct SrqHandle(pub u64);
 
 impl SrqHandle {
     /// The slot it names in its RNIC: below [`RnicConfig::srqs_max`], and
     /// unique among the RNIC's live SRQs.
     pub fn index(self) -> usize {
-        (self.0 & ((1 << SLOT_BITS) - 1)) as usize
-    }
-
-    fn generation(self) -> u16 {
-        (self.0 >> SLOT_BITS) as u16
+        slot_index(self.0)
     }
 }
 
-/// The handle of slot `index` holding its `generation`th occupant.
-fn slot_handle(index: usize, generation: u16) -> u32 {
-    debug_assert!(index < 1 << SLOT_BITS, "tables are cut to fit");
-    u32::from(generation) << SLOT_BITS | index as u32
+/// The slot a queue handle names.
+fn slot_index(handle: u64) -> usize {
+    (handle & SLOT_MASK) as usize
+}
+
+/// The handle of slot `index` of the RNIC numbered `rnic` (in place,
+/// [`Rnic`]'s `tag`) holding its `generation`th occupant.
+fn slot_handle(rnic: u64, index: usize, generation: u16) -> u64 {
+    debug_assert!(index as u64 <= SLOT_MASK, "tables are smaller");
+    debug_assert_eq!(rnic & !(u64::MAX << RNIC_SHIFT), 0, "a number in place");
+    rnic | u64::from(generation) << GENERATION_SHIFT | index as u64
+}
+
+/// The slot `handle` names, if it is of the RNIC numbered `rnic` and of
+/// the slot's current `generations` (the slot may be empty).
+fn live_slot(generations: &[u16], rnic: u64, handle: u64) -> Option<usize> {
+    let index = slot_index(handle);
+    let generation = *generations.get(index)?;
+    (slot_handle(rnic, index, generation) == handle).then_some(index)
 }
 
 /// A memory registration: `lkey` and `rkey` are both its STag, as on
@@ -440,7 +458,8 @@ pub struct Registry {
     /// those is made or goes, never per segment.
     pds: std::sync::Mutex<Pds>,
     stags: Arc<StagTable>,
-    /// RNICs made over it so far: each one's number tags its QP handles.
+    /// RNICs made over it so far: each one's number tags its QP, CQ and
+    /// SRQ handles.
     rnics: std::sync::atomic::AtomicU16,
 }
 
@@ -605,8 +624,9 @@ pub struct Rnic {
     qps: Vec<Option<Qp>>,
     /// QPs each slot has held (its next QP's generation, wrapping).
     qp_generations: Vec<u16>,
-    /// This RNIC's number in its registry, in place in a handle.
-    qp_tag: u64,
+    /// This RNIC's number in its registry, in place in a QP, CQ or SRQ
+    /// handle.
+    tag: u64,
     /// Where [`Rnic::create_qp`] looks for a free slot first: the one
     /// after the last it handed out.
     next_qp: usize,
@@ -625,12 +645,12 @@ pub struct Rnic {
     reorder_budget: Option<Arc<ReorderBudget>>,
 }
 
-/// Puts `value` in the first free slot; returns its handle (the slot and
-/// its generation).
-fn take_slot<T>(slots: &mut [Option<T>], generations: &[u16], value: T) -> Option<u32> {
+/// Puts `value` in the first free slot; returns its handle (the RNIC
+/// numbered `rnic`, the slot and its generation).
+fn take_slot<T>(slots: &mut [Option<T>], generations: &[u16], rnic: u64, value: T) -> Option<u64> {
     let index = slots.iter().position(Option::is_none)?;
     slots[index] = Some(value);
-    Some(slot_handle(index, generations[index]))
+    Some(slot_handle(rnic, index, generations[index]))
 }
 
 impl Drop for Rnic {
@@ -656,11 +676,11 @@ impl Rnic {
     /// An RNIC (one core's) over a shared `registry`: `config`'s CQ, QP and
     /// SRQ sizes apply; its PD and STag sizes and seed are the registry's.
     pub fn with_registry(config: RnicConfig, registry: Arc<Registry>) -> Rnic {
-        let qp_tag = u64::from(
+        let tag = u64::from(
             registry
                 .rnics
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-        ) << 48;
+        ) << RNIC_SHIFT;
         let cqs_max = config.cqs_max.min(CQS_MAX);
         let srqs_max = config.srqs_max.min(SRQS_MAX);
         Rnic {
@@ -670,7 +690,7 @@ impl Rnic {
             cq_generations: vec![0; cqs_max],
             qps: (0..config.qps_max).map(|_| None).collect(),
             qp_generations: vec![0; config.qps_max],
-            qp_tag,
+            tag,
             next_qp: 0,
             srqs: (0..srqs_max).map(|_| None).collect(),
             srq_generations: vec![0; srqs_max],
@@ -787,17 +807,20 @@ impl Rnic {
         if capacity > CQ_ENTRIES_MAX {
             return Err(VerbError::Invalid);
         }
-        take_slot(&mut self.cqs, &self.cq_generations, Cq::new(capacity))
-            .map(CqHandle)
-            .ok_or(VerbError::Full)
+        take_slot(
+            &mut self.cqs,
+            &self.cq_generations,
+            self.tag,
+            Cq::new(capacity),
+        )
+        .map(CqHandle)
+        .ok_or(VerbError::Full)
     }
 
     /// A completion queue, to poll or arm.
     pub fn cq(&mut self, cq: CqHandle) -> Result<&mut Cq, VerbError> {
-        let index = cq.index();
-        if self.cq_generations.get(index) != Some(&cq.generation()) {
-            return Err(VerbError::UnknownHandle);
-        }
+        let index =
+            live_slot(&self.cq_generations, self.tag, cq.0).ok_or(VerbError::UnknownHandle)?;
         self.cqs[index].as_mut().ok_or(VerbError::UnknownHandle)
     }
 
@@ -844,17 +867,15 @@ impl Rnic {
             ring: std::collections::VecDeque::with_capacity(capacity),
             capacity,
         };
-        take_slot(&mut self.srqs, &self.srq_generations, srq)
+        take_slot(&mut self.srqs, &self.srq_generations, self.tag, srq)
             .map(SrqHandle)
             .ok_or(VerbError::Full)
     }
 
     /// The SRQ `srq` names, if it is live.
     fn srq_mut(&mut self, srq: SrqHandle) -> Result<&mut Srq, VerbError> {
-        let index = srq.index();
-        if self.srq_generations.get(index) != Some(&srq.generation()) {
-            return Err(VerbError::UnknownHandle);
-        }
+        let index =
+            live_slot(&self.srq_generations, self.tag, srq.0).ok_or(VerbError::UnknownHandle)?;
         self.srqs[index].as_mut().ok_or(VerbError::UnknownHandle)
     }
 
@@ -915,8 +936,7 @@ impl Rnic {
             .find(|&i| self.qps[i].is_none())
             .ok_or(VerbError::Full)?;
         self.registry.hold_pd(init.pd)?;
-        let generation = u64::from(self.qp_generations[index]) << 32;
-        let handle = QpHandle(self.qp_tag | generation | index as u64);
+        let handle = QpHandle(slot_handle(self.tag, index, self.qp_generations[index]));
         self.qps[index] = Some(Qp::new(handle, init));
         self.next_qp = (index + 1) % n;
         Ok(handle)

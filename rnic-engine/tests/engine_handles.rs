@@ -1,9 +1,10 @@
-//! QP handles name one QP of one RNIC: a handle kept past `destroy_qp`, or
-//! one of another RNIC over the same registry, names nothing (found by a
-//! review: a stale handle reached the slot's next QP, and a handle of one
-//! core's RNIC acted on another core's QP).
+//! QP, CQ and SRQ handles name one queue of one RNIC: a handle kept past
+//! `destroy_qp`, or one of another RNIC over the same registry, names
+//! nothing (found by reviews: a stale handle reached the slot's next QP, a
+//! handle of one core's RNIC acted on another core's QP, and one core's CQ
+//! or SRQ handle named the queue in the same slot of another core's RNIC).
 
-use rnic_engine::cq::Wc;
+use rnic_engine::cq::{Notify, Wc};
 use rnic_engine::mem::{Access, Region};
 use rnic_engine::verbs::{QpInit, QpState, RecvWr, Registry, Rnic, RnicConfig, Sge, VerbError};
 
@@ -90,6 +91,70 @@ fn a_foreign_qp_handle_is_refused() {
     assert_eq!(core1.close(q0), Err(VerbError::UnknownHandle));
     assert_ne!(core1.qp_state(q1), Ok(QpState::Error), "core 1's QP lives");
     assert_eq!(core0.qp_state(q1), Err(VerbError::UnknownHandle));
+}
+
+/// A CQ or SRQ handle of one core's RNIC is refused by another core's over
+/// the same registry, whose CQ and SRQ sit in the same slots, by every verb
+/// that takes it, with the error a stale handle gets; the other core's own
+/// queues are untouched.
+#[test]
+fn a_foreign_cq_or_srq_handle_is_refused() {
+    let registry = Registry::new(&RnicConfig::default());
+    let mut core0 = Rnic::with_registry(RnicConfig::default(), registry.clone());
+    let mut core1 = Rnic::with_registry(RnicConfig::default(), registry.clone());
+    let pd = registry.alloc_pd().unwrap();
+    let mr = registry
+        .reg_region(pd, Region::new(64), Access::LOCAL_WRITE)
+        .unwrap();
+    let sgl = [Sge {
+        stag: mr.stag,
+        to: 0,
+        len: 64,
+    }];
+    let receive = RecvWr {
+        wr_id: 1,
+        sgl: &sgl,
+    };
+    let (cq0, srq0) = (
+        core0.create_cq(4).unwrap(),
+        core0.create_srq(pd, 4).unwrap(),
+    );
+    let (cq1, srq1) = (
+        core1.create_cq(4).unwrap(),
+        core1.create_srq(pd, 4).unwrap(),
+    );
+    assert_eq!(cq0.index(), cq1.index(), "the same CQ slot on each core");
+    assert_eq!(srq0.index(), srq1.index(), "the same SRQ slot on each core");
+    assert_ne!(cq0, cq1);
+    assert_ne!(srq0, srq1);
+    let init = |send_cq, recv_cq, srq| QpInit {
+        pd,
+        send_cq,
+        recv_cq,
+        srq,
+        sq_size: 4,
+        rq_size: 4,
+    };
+    const UNKNOWN: VerbError = VerbError::UnknownHandle;
+    let mut wcs = [Wc::EMPTY; 4];
+    assert_eq!(core1.poll_cq(cq0, &mut wcs), Err(UNKNOWN));
+    assert_eq!(core1.req_notify_cq(cq0, Notify::Next), Err(UNKNOWN));
+    assert_eq!(core1.cq(cq0).err(), Some(UNKNOWN));
+    assert_eq!(core1.create_qp(init(cq0, cq1, None)), Err(UNKNOWN));
+    assert_eq!(core1.create_qp(init(cq1, cq0, None)), Err(UNKNOWN));
+    assert_eq!(core1.create_qp(init(cq1, cq1, Some(srq0))), Err(UNKNOWN));
+    assert_eq!(core1.post_srq_recv(srq0, &receive), Err(UNKNOWN));
+    assert_eq!(core1.destroy_cq(cq0), Err(UNKNOWN));
+    assert_eq!(core1.destroy_srq(srq0), Err(UNKNOWN));
+    // Core 1's own queues are still there and work; core 0's are refused
+    // core 1's handles the same way.
+    assert_eq!(core1.poll_cq(cq1, &mut wcs), Ok(0));
+    core1.post_srq_recv(srq1, &receive).unwrap();
+    core1.create_qp(init(cq1, cq1, Some(srq1))).unwrap();
+    assert_eq!(core0.poll_cq(cq1, &mut wcs), Err(UNKNOWN));
+    assert_eq!(core0.destroy_srq(srq1), Err(UNKNOWN));
+    core0.destroy_srq(srq0).unwrap();
+    core0.destroy_cq(cq0).unwrap();
 }
 
 /// Queue sizes are the caller's: one past the limit is refused with

@@ -6,6 +6,11 @@
 //! RFC 5041 §7.2, what Linux siw's `siw_rresp_check_ntoh` sends for both),
 //! and what was posted after the Read is flushed.
 //!
+//! A Read Response while no Read is outstanding has no Read to fail: RFC
+//! 5040 names no code for it, and the stream ends with DDP local
+//! catastrophic (1/0/0), what siw's `siw_proc_rresp` sends when it finds no
+//! ORQ entry, echoing the segment's DDP header as any DDP error does.
+//!
 //! Side a posts the Reads; their requests are taken off a's wire and
 //! dropped, so b's responder never answers; the bad responses are injected
 //! into b's stream instead (`Rnic::inject_ulpdu`).
@@ -14,10 +19,11 @@ mod support;
 
 use rnic_engine::cq::WcStatus;
 use rnic_engine::mem::Access;
+use rnic_engine::mpa::rx::{Deframer, Poll, RxConfig};
 use rnic_engine::pair::{PairConfig, RnicPair};
 use rnic_engine::verbs::{Mr, QpEvent, QpState, SendOp};
-use rnic_engine::wire::ddp;
-use rnic_engine::wire::rdmap::{Control, Header, Opcode};
+use rnic_engine::wire::rdmap::{self, Control, Header, Opcode};
+use rnic_engine::wire::{ddp, term};
 use support::*;
 
 /// Octets each Read asks for.
@@ -166,4 +172,106 @@ fn a_read_response_of_the_right_length_completes_the_read() {
         "{wcs:?}"
     );
     assert!(events(&mut pair, true, None).is_empty());
+}
+
+/// DDP local catastrophic, layer 1 type 0 code 0: siw's answer to a Read
+/// Response while no Read is outstanding.
+const NO_READ_OUTSTANDING: (u8, u8, u8) = (1, 0, 0);
+
+/// A Read Response while a has no Read outstanding, sent from b to a by
+/// hand: a's Terminate is DDP local catastrophic with M and D, the
+/// response's length and its tagged DDP header, and no RDMA header (R
+/// clear), as siw's; b reports the same code, and a's QP is in Error
+/// with nothing more to send.
+#[test]
+fn a_read_response_with_no_read_outstanding_is_a_ddp_catastrophic_error() {
+    let mut pair = pair(PairConfig::default());
+    let (_, _, _, a_mr) = regions(&mut pair, 64, Access::REMOTE_READ);
+    let segment = response(&a_mr, 0, &[7; READ_LEN], true);
+    pair.b.rnic.inject_ulpdu(pair.b.qp, &segment).unwrap();
+    let mut wire = vec![0u8; 1448];
+    let n = pair.b.rnic.poll_transmit(pair.b.qp, &mut wire).unwrap();
+    assert_eq!(pair.a.rnic.handle_stream(pair.a.qp, &wire[..n]).unwrap(), n);
+    let n = pair.a.rnic.poll_transmit(pair.a.qp, &mut wire).unwrap();
+    let fpdu = wire[..n].to_vec();
+    let mut deframer = Deframer::new(RxConfig {
+        crc: true,
+        markers: false,
+        ulpdu_max: 65535,
+    });
+    let (used, poll) = deframer.poll(&fpdu);
+    assert_eq!(used, n, "one FPDU");
+    let Poll::Ulpdu(ulpdu) = poll else {
+        panic!("{poll:?}")
+    };
+    let packet = ddp::Packet::new_checked(ulpdu).unwrap();
+    assert_eq!(
+        (packet.tagged(), packet.qn(), packet.msn(), packet.last()),
+        (false, ddp::qn::TERMINATE, 1, true)
+    );
+    let message = rdmap::Repr::parse(&packet).unwrap();
+    let Header::Terminate(terminate) = message.header else {
+        panic!("{message:?}")
+    };
+    assert_eq!(
+        (terminate.layer, terminate.etype, terminate.ecode),
+        (term::Layer::Ddp, 0, 0)
+    );
+    assert!(terminate.segment_length_valid, "M");
+    assert_eq!(usize::from(terminate.ddp_segment_length), segment.len());
+    assert_eq!(
+        terminate.ddp_header,
+        Some(&segment[..ddp::TAGGED_HEADER_LEN]),
+        "D"
+    );
+    assert_eq!(terminate.rdma_header, None, "R");
+    assert_eq!(
+        pair.a.rnic.poll_transmit(pair.a.qp, &mut wire).unwrap(),
+        0,
+        "one Terminate per stream"
+    );
+    assert_eq!(pair.a.rnic.qp_state(pair.a.qp).unwrap(), QpState::Error);
+    assert_eq!(
+        events(&mut pair, true, None),
+        [QpEvent::TerminateSent(info(NO_READ_OUTSTANDING))]
+    );
+    pair.b.rnic.handle_stream(pair.b.qp, &fpdu).unwrap();
+    assert_eq!(
+        events(&mut pair, false, None),
+        [QpEvent::TerminateReceived(info(NO_READ_OUTSTANDING))]
+    );
+}
+
+/// A second response to a Read that is already complete (a duplicate, or
+/// one segment too many after the Last flag) finds no Read outstanding
+/// either: the complete Read keeps its success, and the stream ends the
+/// same way.
+#[test]
+fn a_response_after_the_last_read_completed_is_a_ddp_catastrophic_error() {
+    let mut pair = pair(PairConfig::default());
+    let (_, b_mr, _, a_mr) = regions(&mut pair, 64, Access::REMOTE_READ);
+    let sgl = [sge(&a_mr, 0, READ_LEN)];
+    let read = wr(1, SendOp::Read(remote(&b_mr, 0)), &sgl);
+    pair.a.rnic.post_send(pair.a.qp, &read).unwrap();
+    pair.run(STEPS);
+    let segment = response(&a_mr, 0, &[7; READ_LEN], true);
+    pair.b.rnic.inject_ulpdu(pair.b.qp, &segment).unwrap();
+    pair.run(STEPS);
+    let got: Vec<_> = pair
+        .a
+        .completions()
+        .iter()
+        .map(|wc| (wc.wr_id, wc.status))
+        .collect();
+    assert_eq!(got, [(1, WcStatus::Success)]);
+    let code = info(NO_READ_OUTSTANDING);
+    assert_eq!(
+        events(&mut pair, true, None),
+        [QpEvent::TerminateSent(code)]
+    );
+    assert_eq!(
+        events(&mut pair, false, None),
+        [QpEvent::TerminateReceived(code)]
+    );
+    assert_eq!(pair.a.rnic.qp_state(pair.a.qp).unwrap(), QpState::Error);
 }

@@ -409,7 +409,16 @@ impl Inner {
             ..
         }) = self.orq.front()
         else {
-            return Err(operation(OperationError::Unspecified));
+            // No Read is outstanding (the ORQ is empty, or an atomic waits
+            // at its head): the response has no buffer to go to. RFC 5040
+            // names no code for a Read Response nothing asked for, so this
+            // follows Linux siw, whose `siw_proc_rresp` finds no ORQ entry
+            // and reports DDP local catastrophic (1/0/0 in the IANA "RDDP"
+            // registry, RFC 6580), with M and D and the DDP header as for
+            // any DDP error; a siw peer reads ours as it reads its own.
+            // Nothing completes here: what is outstanding is flushed when
+            // the QP enters Error.
+            return Err((TermCause::DdpCatastrophic, false));
         };
         // The response must be the one the Read at the head of the ORQ
         // expects: to its sink STag, each segment at the TO where the last

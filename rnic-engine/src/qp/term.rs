@@ -76,7 +76,7 @@ pub enum OperationError {
     CannotInvalidate,
     /// Unspecified: a request this RNIC cannot carry out for no other
     /// listed reason (an atomic target not 8-aligned, Immediate Data not 8
-    /// octets, a Read Response nothing asked for).
+    /// octets, an Atomic Response nothing asked for).
     Unspecified,
 }
 
@@ -133,6 +133,11 @@ pub enum TermCause {
     Tagged(TaggedError),
     /// DDP untagged (1/2).
     Untagged(UntaggedError),
+    /// DDP local catastrophic (1/0/0): a segment DDP cannot place for a
+    /// reason that is neither a tagged nor an untagged buffer error (a Read
+    /// Response while no Read is outstanding, as Linux siw's
+    /// `siw_proc_rresp` reports it).
+    DdpCatastrophic,
     /// RDMAP local catastrophic (0/0).
     LocalCatastrophic,
     /// RDMAP remote protection (0/1).
@@ -181,6 +186,7 @@ impl TermCause {
                     UntaggedError::Version => 0x06,
                 },
             ),
+            TermCause::DdpCatastrophic => (1, 0, 0x00),
             TermCause::LocalCatastrophic => (0, 0, 0x00),
             TermCause::Protection(e) => (
                 0,
@@ -399,6 +405,7 @@ mod tests {
                 TermCause::Untagged(U::Version),
                 "Untagged Buffer Error / Invalid DDP version",
             ),
+            (TermCause::DdpCatastrophic, "DDP / Local Catastrophic"),
             (TermCause::LocalCatastrophic, "RDMAP / Local Catastrophic"),
             (
                 TermCause::Protection(P::InvalidStag),
