@@ -1251,29 +1251,31 @@ fn run_cores<T: SctpCarrier + Send>(
     // session's in the session's, beside its slot's.
     for server in &mut servers {
         let shared = shared.clone();
-        server.endpoint.set_pd_for(Box::new(move |local, peer| {
-            if let Some(p) = shared.perftest.iter().find(|p| p.port == local.port()) {
-                return p.gate.pd_for(peer);
-            }
-            let memory = shared
-                .memory
-                .as_ref()
-                .map_or(PdChoice::Default, |m| m.pd_for(local, peer));
-            // The bench service's own port only: another service's
-            // connection from the same address and port is not a run's.
-            let bench = shared
-                .listeners
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .bench;
-            match memory {
-                PdChoice::Default if bench == Some(local.port()) => shared
-                    .serving
-                    .pd_for(peer)
-                    .map_or(PdChoice::Default, PdChoice::In),
-                choice => choice,
-            }
-        }));
+        server
+            .endpoint
+            .set_pd_for(Box::new(move |local, peer, ulp_token| {
+                if let Some(p) = shared.perftest.iter().find(|p| p.port == local.port()) {
+                    return p.gate.pd_for(peer);
+                }
+                let memory = shared
+                    .memory
+                    .as_ref()
+                    .map_or(PdChoice::Default, |m| m.pd_for(local, peer, ulp_token));
+                // The bench service's own port only: another service's
+                // connection from the same address and port is not a run's.
+                let bench = shared
+                    .listeners
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .bench;
+                match memory {
+                    PdChoice::Default if bench == Some(local.port()) => shared
+                        .serving
+                        .pd_for(peer)
+                        .map_or(PdChoice::Default, PdChoice::In),
+                    choice => choice,
+                }
+            }));
     }
     // perftest: each service on its cores only (see `PerftestShared`).
     // ib_write_lat's server writes first: unfenced where its service says
@@ -2020,10 +2022,11 @@ fn others<T: CoreTransport>(
         }
     }
     // Startups that ended without a QP after their accept: what the
-    // memory service granted them goes now.
-    for (local, peer) in found.failed.drain(..) {
+    // memory service granted them goes now (the grant their accept named,
+    // not a later one to the same four-tuple).
+    for (local, peer, ulp_token) in found.failed.drain(..) {
         if let Some(m) = &shared.memory {
-            m.unclaimed(local, peer);
+            m.unclaimed(local, peer, ulp_token);
         }
     }
     for qp in found.ended.drain(..) {
@@ -2049,7 +2052,7 @@ fn others<T: CoreTransport>(
             m.ended(k, qp);
         }
     }
-    for (qp, _, local, peer) in found.established.drain(..) {
+    for (qp, _, local, peer, ulp_token) in found.established.drain(..) {
         if let Some(p) = perftests.iter_mut().find(|p| p.port == local.port()) {
             // It closes what it cannot serve.
             if p.service.established(&mut server.endpoint, qp, peer) {
@@ -2066,15 +2069,15 @@ fn others<T: CoreTransport>(
                 continue;
             }
         }
-        // The memory service's by its grant for this four-tuple: on the
-        // port it listens on, or on one it listened on before a reload (a
-        // startup under way there when it moved, its QP already in the
-        // grant's PD; such a connection was ended here, its grant left
-        // until `reap`).
+        // The memory service's by the grant its accept made, still this
+        // four-tuple's: on the port it listens on, or on one it listened
+        // on before a reload (a startup under way there when it moved, its
+        // QP already in the grant's PD; such a connection was ended here,
+        // its grant left until `reap`).
         let claimed = shared
             .memory
             .as_ref()
-            .is_some_and(|m| m.established(k, qp, local, peer));
+            .is_some_and(|m| m.established(k, qp, local, peer, ulp_token));
         if claimed {
             shared.setup.established(ServiceKind::Memory, peer);
         } else {
