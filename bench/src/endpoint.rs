@@ -403,7 +403,8 @@ impl<T: CoreTransport> Endpoint<T> {
     }
 
     /// The protection domain each new connection's QP joins, chosen by
-    /// the connection's addresses ([`dataplane::Core::set_pd_for`]).
+    /// the connection's addresses and its accept's ULP token
+    /// ([`dataplane::Core::set_pd_for`]).
     pub fn set_pd_for(&mut self, choose: dataplane::PdFor) {
         self.core.set_pd_for(choose);
     }

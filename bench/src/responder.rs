@@ -1404,17 +1404,22 @@ pub struct Server<T: CoreTransport> {
 #[derive(Debug, Default)]
 pub struct Foreign {
     /// Connections established on another local port: the QP, its
-    /// startup's outcome, the local and the peer's address.
+    /// startup's outcome, the local and the peer's address, and the token
+    /// of the accept that began it (`Handoff::ulp_token`: which service's
+    /// listener accepted it, whatever listens on the port now).
     pub established: Vec<(
         QpHandle,
         control::mpa::Established,
         std::net::SocketAddrV4,
         std::net::SocketAddrV4,
+        u64,
     )>,
     /// Startups accepted on another local port that ended without a QP
     /// (they failed, or the core had no room): the local and the peer's
-    /// address, so that a service forgets what its accept prepared.
-    pub failed: Vec<(std::net::SocketAddrV4, std::net::SocketAddrV4)>,
+    /// address and the accept's token, so that a service forgets what
+    /// that accept prepared (and nothing it prepared for a later
+    /// connection with the same addresses).
+    pub failed: Vec<(std::net::SocketAddrV4, std::net::SocketAddrV4, u64)>,
     /// Their QPs that ended.
     pub ended: Vec<QpHandle>,
     /// Terminates on their QPs.
@@ -1694,7 +1699,7 @@ impl<T: CoreTransport> Server<T> {
             let (StartupResult::Established(e), Some(qp)) = (&handoff.result, qp) else {
                 match handoff.ends {
                     Some((local, peer)) if qp.is_none() && local.port() != self.port => {
-                        self.foreign.failed.push((local, peer));
+                        self.foreign.failed.push((local, peer, handoff.ulp_token));
                     }
                     // One of ours admitted for a run that will not get it
                     // (a Reject admitted nothing).
@@ -1716,7 +1721,9 @@ impl<T: CoreTransport> Server<T> {
             if let Some((local, peer)) = ends.filter(|(local, _)| local.port() != self.port) {
                 // Another listener's: its service takes it.
                 self.foreign.owned.insert(qp);
-                self.foreign.established.push((qp, e.clone(), local, peer));
+                self.foreign
+                    .established
+                    .push((qp, e.clone(), local, peer, handoff.ulp_token));
                 continue;
             }
             // The callback accepted only hellos that decode and fit.

@@ -775,6 +775,15 @@ pub struct Accept {
     pub ord_required: Option<u16>,
     /// Private data for the Reply (or, over SCTP, the Accept).
     pub private_data: Vec<u8>,
+    /// The ULP's own name for what this accept prepared (a grant of its
+    /// resources), never sent: the runtime hands it back in the startup's
+    /// handoff (`runtime::Handoff::ulp_token`), established or failed, so
+    /// that the ULP can tell this startup's end from that of a later
+    /// connection with the same four-tuple (a client reconnecting from the
+    /// same port once the first connection is gone). 0 names nothing. The
+    /// machines ignore it, and a DDP stream's session establishment (RFC
+    /// 5043) does not carry it.
+    pub ulp_token: u64,
 }
 
 #[derive(Debug)]

@@ -414,6 +414,7 @@ enum ToCore {
     Done {
         conn: Option<ConnId>,
         token: u64,
+        ulp_token: u64,
         result: StartupResult,
     },
     /// An accept beyond `startups_max`: abort the connection.
@@ -489,6 +490,11 @@ pub struct Handoff {
     pub conn: Option<ConnId>,
     /// The `connect` token for active opens, 0 for accepted connections.
     pub token: u64,
+    /// An accepted connection's [`Accept::ulp_token`](crate::mpa::Accept):
+    /// what the ULP named its accept, whether the startup then reached
+    /// Full Operation or failed; 0 when the ULP did not accept it (a
+    /// Reject, a failure before its decision) and for active opens.
+    pub ulp_token: u64,
     /// How it ended.
     pub result: StartupResult,
     /// An accepted connection's local and peer addresses (its four-tuple,
@@ -1489,10 +1495,12 @@ impl CoreLink {
             Some(ToCore::Done {
                 conn: None,
                 token,
+                ulp_token,
                 result,
             }) => self.handoffs.push_back(Handoff {
                 conn: None,
                 token,
+                ulp_token,
                 result,
                 ends: None,
                 peer_closed: false,
@@ -1535,9 +1543,12 @@ impl CoreLink {
         for (conn, state) in self.starting.drain() {
             let _ = transport.abort(conn);
             transport.release(conn);
+            // Whether the ULP had accepted it is the control plane's to
+            // know, and it is gone: the handoff names no accept.
             self.handoffs.push_back(Handoff {
                 conn: Some(conn),
                 token: 0,
+                ulp_token: 0,
                 result: StartupResult::Failed(local_failure()),
                 ends: state.ends,
                 peer_closed: false,
@@ -1549,6 +1560,7 @@ impl CoreLink {
             self.handoffs.push_back(Handoff {
                 conn: Some(conn),
                 token,
+                ulp_token: 0,
                 result: StartupResult::Failed(local_failure()),
                 ends: None,
                 peer_closed: false,
@@ -1634,11 +1646,13 @@ impl CoreLink {
             ToCore::Done {
                 conn: None,
                 token,
+                ulp_token,
                 result,
             } => {
                 self.handoffs.push_back(Handoff {
                     conn: None,
                     token,
+                    ulp_token,
                     result,
                     ends: None,
                     peer_closed: false,
@@ -1647,8 +1661,9 @@ impl CoreLink {
             ToCore::Done {
                 conn: Some(conn),
                 token,
+                ulp_token,
                 result,
-            } => self.done(transport, conn, token, result),
+            } => self.done(transport, conn, (token, ulp_token), result),
             ToCore::Refuse { conn } => {
                 // The accept was beyond the control plane's limit; the core
                 // aborts it as it aborts its own refusals.
@@ -1685,13 +1700,15 @@ impl CoreLink {
         state.forwarded = state.forwarded.saturating_sub(octets);
     }
 
+    /// `tokens`: the connect token and the ULP's accept token.
     fn done<T: Transport>(
         &mut self,
         transport: &mut T,
         conn: ConnId,
-        token: u64,
+        tokens: (u64, u64),
         result: StartupResult,
     ) {
+        let (token, ulp_token) = tokens;
         let mut result = result;
         let mut handed = Some(conn);
         let mut peer_closed = false;
@@ -1741,6 +1758,7 @@ impl CoreLink {
         self.handoffs.push_back(Handoff {
             conn: handed,
             token,
+            ulp_token,
             result,
             ends,
             peer_closed,
@@ -1773,6 +1791,9 @@ impl Machine {
 struct Startup {
     machine: Machine,
     token: u64,
+    /// Responders: the ULP's [`Accept::ulp_token`](crate::mpa::Accept),
+    /// once it accepted; it goes with the handoff however the startup ends.
+    ulp_token: u64,
     peer: SocketAddrV4,
     /// The listen that accepted it (`Listener::generation`; responders,
     /// 0 for initiators): its decision, and no later listen's on the port.
@@ -2176,7 +2197,7 @@ impl Worker {
                 self.done(
                     core,
                     Some(conn),
-                    s.token,
+                    (s.token, s.ulp_token),
                     StartupResult::Failed(local_failure()),
                 );
             }
@@ -2331,7 +2352,7 @@ impl Worker {
                     peer: None,
                     retry_unenhanced: false,
                 };
-                self.done(core, None, token, StartupResult::Failed(failure));
+                self.done(core, None, (token, 0), StartupResult::Failed(failure));
             }
             ToControl::Input { conn, octets } => self.input(core, conn, &octets),
             ToControl::Closed { conn } => self.closed(core, conn),
@@ -2565,13 +2586,19 @@ impl Worker {
                 let startup = Startup {
                     machine: Machine::Responder(m),
                     token: 0,
+                    ulp_token: 0,
                     peer,
                     listener: generation,
                     retry: None,
                 };
                 self.hold((core, conn), startup);
             }
-            None => self.done(core, Some(conn), 0, StartupResult::Failed(local_failure())),
+            None => self.done(
+                core,
+                Some(conn),
+                (0, 0),
+                StartupResult::Failed(local_failure()),
+            ),
         }
     }
 
@@ -2581,7 +2608,7 @@ impl Worker {
             return self.done(
                 core,
                 Some(conn),
-                token,
+                (token, 0),
                 StartupResult::Failed(local_failure()),
             );
         };
@@ -2592,6 +2619,7 @@ impl Worker {
                 let startup = Startup {
                     machine: Machine::Initiator(m),
                     token,
+                    ulp_token: 0,
                     peer: remote,
                     listener: 0,
                     retry,
@@ -2602,7 +2630,7 @@ impl Worker {
             Err(_) => self.done(
                 core,
                 Some(conn),
-                token,
+                (token, 0),
                 StartupResult::Failed(local_failure()),
             ),
         }
@@ -2668,7 +2696,7 @@ impl Worker {
                 retry_unenhanced: false,
             }),
         };
-        self.done(core, Some(conn), s.token, result);
+        self.done(core, Some(conn), (s.token, s.ulp_token), result);
     }
 
     /// Sends what a machine has, asks the ULP about a Request, and ends
@@ -2695,7 +2723,13 @@ impl Worker {
                     .find(|l| l.generation == generation)
                     .map(|l| (l.on_request)(&request, peer));
                 let answered = match decision {
-                    Some(Decision::Accept(accept)) => m.accept(&accept),
+                    // What the ULP prepared for it is named in the handoff
+                    // even if the accept fails here (the startup then
+                    // fails), so that the ULP can let it go at once.
+                    Some(Decision::Accept(accept)) => {
+                        s.ulp_token = accept.ulp_token;
+                        m.accept(&accept)
+                    }
                     Some(Decision::Reject(pd)) => m.reject(&pd),
                     None => {
                         m.fail_local();
@@ -2727,17 +2761,25 @@ impl Worker {
             self.send_to(core, ToCore::Send { conn, octets: out });
         }
         if let Some(outcome) = outcome {
-            let token = self.release(key).map_or(0, |s| s.token);
+            let tokens = self.release(key).map_or((0, 0), |s| (s.token, s.ulp_token));
             let result = match outcome {
                 Outcome::Established(e) => StartupResult::Established(e),
                 Outcome::Rejected(r) => StartupResult::Rejected(r),
                 Outcome::Failed(f) => StartupResult::Failed(f),
             };
-            self.done(core, Some(conn), token, result);
+            self.done(core, Some(conn), tokens, result);
         }
     }
 
-    fn done(&mut self, core: CoreId, conn: Option<ConnId>, token: u64, result: StartupResult) {
+    /// `tokens`: the connect token and the ULP's accept token.
+    fn done(
+        &mut self,
+        core: CoreId,
+        conn: Option<ConnId>,
+        tokens: (u64, u64),
+        result: StartupResult,
+    ) {
+        let (token, ulp_token) = tokens;
         match &result {
             StartupResult::Established(_) => self.stats.established += 1,
             StartupResult::Rejected(_) => self.stats.rejected += 1,
@@ -2748,6 +2790,7 @@ impl Worker {
             ToCore::Done {
                 conn,
                 token,
+                ulp_token,
                 result,
             },
         );

@@ -14,6 +14,9 @@
 //! * a startup whose peer resets hands off its connection's addresses, as
 //!   does one that times out (so the application can forget what its
 //!   accept prepared for it);
+//! * the token of the application's accept comes back with the handoff,
+//!   established or failed (so that it forgets what it prepared for that
+//!   startup and not for a later one with the same addresses);
 //! * with channels four messages deep, many startups at once all complete;
 //! * configurations that cannot work are refused.
 //!
@@ -1323,6 +1326,83 @@ fn by_default_one_peer_holds_half_of_a_cores_startups() {
             flood.reset == OPENED - share && core.link.in_startup() == share
         });
         assert_eq!(core.link.refused_startups(), (OPENED - share) as u64);
+        drop(control);
+    });
+}
+
+/// The token a ULP's accept carries comes back in its startup's handoff,
+/// whether the startup reached Full Operation or failed after the accept
+/// (its peer reset while the Reply was on its way): a ULP that prepared
+/// something for the accept (a grant of its memory) must let go of that
+/// one only, not of what it prepared for a later connection with the same
+/// four-tuple (a client reconnecting from the same port), whose accept
+/// may come before the first one's failure is handed over.
+#[test]
+fn an_accepts_ulp_token_comes_back_with_its_handoff_established_or_failed() {
+    watchdog(WATCHDOG, || {
+        let (control, mut links) = ControlPlane::start(1);
+        let (mut client, s0) = pair(47, 4);
+        let mut core = Core::new(s0, links.remove(0));
+        let mut next = 100;
+        control.listen(
+            0,
+            5000,
+            StartupConfig::default(),
+            Box::new(move |_, _| {
+                next += 1;
+                Decision::Accept(Accept {
+                    ulp_token: next,
+                    ..Accept::default()
+                })
+            }),
+        );
+        core.wait_listening(5000);
+        let target = SocketAddrV4::new(Ipv4Addr::new(10, 0, 47, 2), 5000);
+        let started = |client: &mut Stack<LinkEnd>, core: &mut Core| {
+            let c = client.connect(target, now()).expect("room");
+            until(Duration::from_secs(5), "the accept", || {
+                client_turn(client);
+                core.step();
+                control.health()[0].startups == 1
+            });
+            send_request(client, c);
+            client.poll(now());
+            c
+        };
+        // The first reaches Full Operation: the accept's token comes back.
+        started(&mut client, &mut core);
+        until(Duration::from_secs(5), "the first handoff", || {
+            client_turn(&mut client);
+            core.step();
+            !core.handoffs.is_empty()
+        });
+        established(&core.handoffs[0]);
+        assert_eq!(core.handoffs[0].ulp_token, 101);
+        // The second's peer resets once its Request has gone to the
+        // control plane; the core reads no event until the answer has
+        // come, so the Reply finds the connection gone and it fails.
+        let b = started(&mut client, &mut core);
+        core.step();
+        client.abort(b).expect("abort");
+        client.poll(now());
+        client.release(b);
+        until(Duration::from_secs(5), "the second handoff", || {
+            let t = now();
+            core.stack.poll(t);
+            core.link.poll(&mut core.stack, t);
+            while let Some(handoff) = core.link.next_handoff() {
+                core.handoffs.push(handoff);
+            }
+            core.handoffs.len() == 2
+        });
+        let failed = &core.handoffs[1];
+        assert!(
+            matches!(failed.result, StartupResult::Failed(_)),
+            "{:?}",
+            failed.result
+        );
+        assert_eq!(failed.ulp_token, 102, "the failed accept's own token");
+        assert_eq!((failed.token, core.handoffs[0].token), (0, 0));
         drop(control);
     });
 }

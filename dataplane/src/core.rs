@@ -471,8 +471,10 @@ pub enum PdChoice {
     Refuse,
 }
 
-/// Chooses a [`PdChoice`] by a connection's local and peer addresses.
-pub type PdFor = Box<dyn FnMut(SocketAddrV4, SocketAddrV4) -> PdChoice + Send>;
+/// Chooses a [`PdChoice`] by a connection's local and peer addresses and
+/// the token of the ULP's accept of its startup (`Handoff::ulp_token` of
+/// `control::runtime`; 0 for active opens and accepts that named none).
+pub type PdFor = Box<dyn FnMut(SocketAddrV4, SocketAddrV4, u64) -> PdChoice + Send>;
 
 /// One poll-mode core: a transport, its link to the control plane, an RNIC
 /// engine, and the QPs of the connections it owns.
@@ -609,7 +611,8 @@ impl<T: CoreTransport> Core<T> {
     }
 
     /// From now on each new connection's QP joins the protection domain
-    /// `choose` picks by the connection's local and peer addresses (asked
+    /// `choose` picks by the connection's local and peer addresses and its
+    /// accept's ULP token, which names the service that accepted it (asked
     /// once per connection, when its startup has ended, on this core's
     /// thread): a service that lends each client memory of its own puts
     /// the client's QP and registrations in a PD of the client's. With an
@@ -1087,7 +1090,8 @@ impl<T: CoreTransport> Core<T> {
             let qp = match (&handoff.result, handoff.conn) {
                 (StartupResult::Established(e), Some(conn)) => {
                     let initiator = handoff.token != 0;
-                    self.establish(conn, e, initiator, handoff.peer_closed, now)
+                    let (peer_closed, ulp_token) = (handoff.peer_closed, handoff.ulp_token);
+                    self.establish(conn, e, initiator, peer_closed, ulp_token, now)
                 }
                 // MPA leaves a rejected connection's TCP to us: close it.
                 (StartupResult::Rejected(_), Some(conn)) => {
@@ -1130,6 +1134,7 @@ impl<T: CoreTransport> Core<T> {
         e: &control::mpa::Established,
         initiator: bool,
         peer_closed: bool,
+        ulp_token: u64,
         now: Instant,
     ) -> Option<QpHandle> {
         let refuse = |core: &mut Core<T>| {
@@ -1144,7 +1149,7 @@ impl<T: CoreTransport> Core<T> {
         }
         let choice = match (&mut self.pd_for, self.transport.endpoints(conn)) {
             (None, _) => PdChoice::Default,
-            (Some(choose), Ok((local, peer))) => choose(local, peer),
+            (Some(choose), Ok((local, peer))) => choose(local, peer, ulp_token),
             // Whose it is cannot be told: not into anyone's PD.
             (Some(_), Err(_)) => PdChoice::Refuse,
         };

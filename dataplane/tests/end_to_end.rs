@@ -405,7 +405,7 @@ on_every_transport!(
         let mr = registry.reg_region(pd, own.clone(), access).unwrap();
         let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let seen = asked.clone();
-        b.core.set_pd_for(Box::new(move |local, peer| {
+        b.core.set_pd_for(Box::new(move |local, peer, _| {
             seen.lock().unwrap().push((local, peer));
             dataplane::PdChoice::In(pd)
         }));
@@ -457,7 +457,7 @@ on_every_transport!(
     a_connection_its_core_refuses_a_pd_gets_no_qp,
     |a: &mut Host<_>, b: &mut Host<_>, addr| {
         b.core
-            .set_pd_for(Box::new(|_, _| dataplane::PdChoice::Refuse));
+            .set_pd_for(Box::new(|_, _, _| dataplane::PdChoice::Refuse));
         let (ha, hb) = establish_plain(a, b, addr);
         assert!(b.qps.is_empty() && hb.conn.is_some(), "established, no QP");
         assert_eq!(b.core.counters().refused, 1);

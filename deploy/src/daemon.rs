@@ -221,6 +221,13 @@ impl PerftestShared {
     }
 }
 
+/// The token (control's `Accept::ulp_token`) of the rping service's
+/// accepts, which each handoff carries back: the core hands the connection
+/// to rping because rping accepted it, wherever a reload has moved the
+/// services since ([`finisher`]). Above every memory grant's id (a counter
+/// from 1), which are the memory service's tokens.
+const RPING_ACCEPT: u64 = 1 << 63;
+
 /// The rping service's gate on the control-plane thread: its accepts and
 /// refusals, closed by a drain.
 #[derive(Debug, Default)]
@@ -278,7 +285,10 @@ impl RpingGate {
             gate.accepted.fetch_add(1, Ordering::Relaxed);
             gate.setup.decided(peer);
             tracing::info!(service = "rping", %peer, "connection accepted");
-            control::runtime::Decision::Accept(control::mpa::Accept::default())
+            control::runtime::Decision::Accept(control::mpa::Accept {
+                ulp_token: RPING_ACCEPT,
+                ..control::mpa::Accept::default()
+            })
         })
     }
 }
@@ -1251,29 +1261,11 @@ fn run_cores<T: SctpCarrier + Send>(
     // session's in the session's, beside its slot's.
     for server in &mut servers {
         let shared = shared.clone();
-        server.endpoint.set_pd_for(Box::new(move |local, peer| {
-            if let Some(p) = shared.perftest.iter().find(|p| p.port == local.port()) {
-                return p.gate.pd_for(peer);
-            }
-            let memory = shared
-                .memory
-                .as_ref()
-                .map_or(PdChoice::Default, |m| m.pd_for(local, peer));
-            // The bench service's own port only: another service's
-            // connection from the same address and port is not a run's.
-            let bench = shared
-                .listeners
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .bench;
-            match memory {
-                PdChoice::Default if bench == Some(local.port()) => shared
-                    .serving
-                    .pd_for(peer)
-                    .map_or(PdChoice::Default, PdChoice::In),
-                choice => choice,
-            }
-        }));
+        server
+            .endpoint
+            .set_pd_for(Box::new(move |local, peer, ulp_token| {
+                pd_choice(&shared, local, peer, ulp_token)
+            }));
     }
     // perftest: each service on its cores only (see `PerftestShared`).
     // ib_write_lat's server writes first: unfenced where its service says
@@ -1701,7 +1693,6 @@ fn core_loop<T: SctpCarrier>(
             server,
             k,
             shared,
-            ports,
             rping.as_mut(),
             &mut perftests,
             &mut found,
@@ -1950,6 +1941,45 @@ fn ib_mtu(mtu: u16) -> u8 {
     e
 }
 
+/// The PD a core makes the QP of a connection from `peer` to `local` in,
+/// whose startup's accept named `ulp_token`: its perftest session's, its
+/// memory grant's, its bench run's, or the core's own (rping's, whose
+/// accept is [`RPING_ACCEPT`], wherever a reload has moved the services:
+/// [`finisher`] hands it to rping).
+fn pd_choice(
+    shared: &Shared,
+    local: std::net::SocketAddrV4,
+    peer: std::net::SocketAddrV4,
+    ulp_token: u64,
+) -> PdChoice {
+    if let Some(p) = shared.perftest.iter().find(|p| p.port == local.port()) {
+        return p.gate.pd_for(peer);
+    }
+    if ulp_token == RPING_ACCEPT {
+        // Not the memory service's to refuse on a port that became its own
+        // after rping accepted it there.
+        return PdChoice::Default;
+    }
+    let memory = shared
+        .memory
+        .as_ref()
+        .map_or(PdChoice::Default, |m| m.pd_for(local, peer, ulp_token));
+    // The bench service's own port only: another service's connection
+    // from the same address and port is not a run's.
+    let bench = shared
+        .listeners
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .bench;
+    match memory {
+        PdChoice::Default if bench == Some(local.port()) => shared
+            .serving
+            .pd_for(peer)
+            .map_or(PdChoice::Default, PdChoice::In),
+        choice => choice,
+    }
+}
+
 /// The memory service's listener callback on our TCP port `port`, its
 /// accepts timed.
 fn memory_listener(
@@ -1967,14 +1997,14 @@ fn memory_listener(
 }
 
 /// Hands what the bench service's step found for the other services to
-/// them (the rping and memory services): connections on their ports
-/// (others are ended), completions, ends, Terminates. `found` is this
-/// core's buffer, drained here and handed back to the server next turn.
+/// them (the rping and memory services): connections to the service that
+/// accepted them ([`finisher`]; others are ended), completions, ends,
+/// Terminates. `found` is this core's buffer, drained here and handed back
+/// to the server next turn.
 fn others<T: CoreTransport>(
     server: &mut Server<T>,
     k: usize,
     shared: &Shared,
-    ports: ListenerPorts,
     mut rping: Option<&mut bench::rping::RpingService>,
     perftests: &mut [PerftestCore],
     found: &mut Foreign,
@@ -2022,10 +2052,11 @@ fn others<T: CoreTransport>(
         }
     }
     // Startups that ended without a QP after their accept: what the
-    // memory service granted them goes now.
-    for (local, peer) in found.failed.drain(..) {
+    // memory service granted them goes now (the grant their accept named,
+    // not a later one to the same four-tuple).
+    for (local, peer, ulp_token) in found.failed.drain(..) {
         if let Some(m) = &shared.memory {
-            m.unclaimed(local, peer);
+            m.unclaimed(local, peer, ulp_token);
         }
     }
     for qp in found.ended.drain(..) {
@@ -2051,39 +2082,92 @@ fn others<T: CoreTransport>(
             m.ended(k, qp);
         }
     }
-    for (qp, _, local, peer) in found.established.drain(..) {
-        if let Some(p) = perftests.iter_mut().find(|p| p.port == local.port()) {
-            // It closes what it cannot serve.
-            if p.service.established(&mut server.endpoint, qp, peer) {
-                shared.setup.established(ServiceKind::Perftest, peer);
-            }
-            continue;
-        }
-        if let (Some(r), Some(port)) = (rping.as_deref_mut(), ports.rping) {
-            if local.port() == port {
+    for (qp, _, local, peer, ulp_token) in found.established.drain(..) {
+        match finisher(shared, perftests, k, qp, local, peer, ulp_token) {
+            Finisher::Perftest(i) => {
                 // It closes what it cannot serve.
-                if r.established(&mut server.endpoint, qp, Some(peer)) {
-                    shared.setup.established(ServiceKind::Rping, peer);
+                if perftests[i]
+                    .service
+                    .established(&mut server.endpoint, qp, peer)
+                {
+                    shared.setup.established(ServiceKind::Perftest, peer);
                 }
-                continue;
             }
-        }
-        // The memory service's by its grant for this four-tuple: on the
-        // port it listens on, or on one it listened on before a reload (a
-        // startup under way there when it moved, its QP already in the
-        // grant's PD; such a connection was ended here, its grant left
-        // until `reap`).
-        let claimed = shared
-            .memory
-            .as_ref()
-            .is_some_and(|m| m.established(k, qp, local, peer));
-        if claimed {
-            shared.setup.established(ServiceKind::Memory, peer);
-        } else {
+            Finisher::Memory => shared.setup.established(ServiceKind::Memory, peer),
+            Finisher::Rping => match rping.as_deref_mut() {
+                // It closes what it cannot serve.
+                Some(r) => {
+                    if r.established(&mut server.endpoint, qp, Some(peer)) {
+                        shared.setup.established(ServiceKind::Rping, peer);
+                    }
+                }
+                None => server.endpoint.abort(qp),
+            },
             // No service of ours (or a grant revoked meanwhile): its
             // memory is not reachable, end it at once.
-            server.endpoint.abort(qp);
+            Finisher::Nobody => server.endpoint.abort(qp),
         }
+    }
+}
+
+/// The service that finishes a connection handed over on a port other
+/// than the bench service's ([`finisher`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Finisher {
+    /// The perftest service of the core's `perftests[i]`.
+    Perftest(usize),
+    /// The memory service, which has claimed the grant its accept made.
+    Memory,
+    /// The rping service.
+    Rping,
+    /// None: no service of ours accepted it, or its grant went meanwhile.
+    Nobody,
+}
+
+/// Who finishes the connection `qp` from `peer` to `local` on core `k`,
+/// whose startup's accept named `ulp_token` (the memory service claims its
+/// grant here).
+///
+/// The service that accepted the startup finishes it, not the one that
+/// listens on its port now. A reload may swap the memory and rping
+/// services' ports while a startup is under way. A Request that arrives
+/// after the move fails (its listener's decision is gone: control's
+/// `unlisten`), but one decided before it was answered in the old
+/// listener's name, and its connection reaches the core after the move: a
+/// memory client was told its grant's STag, TO and length in the Reply's
+/// private data (RFC 5044 §7.1) and expects that lending, not rping (found
+/// by a review: rping, which the port named by then, took it, its QP in
+/// the grant's PD, the grant left for `reap`); an rping client expects
+/// rping. Each accept's token names its service (a grant's id, or
+/// [`RPING_ACCEPT`]). The perftest services never move (`reload` refuses
+/// to put another service on their ports), so their port names them.
+fn finisher(
+    shared: &Shared,
+    perftests: &[PerftestCore],
+    k: usize,
+    qp: rnic_engine::verbs::QpHandle,
+    local: std::net::SocketAddrV4,
+    peer: std::net::SocketAddrV4,
+    ulp_token: u64,
+) -> Finisher {
+    if let Some(i) = perftests.iter().position(|p| p.port == local.port()) {
+        return Finisher::Perftest(i);
+    }
+    if ulp_token == RPING_ACCEPT {
+        return Finisher::Rping;
+    }
+    // The memory service's by the grant its accept made, still this
+    // four-tuple's: on the port it listens on, or on one it listened on
+    // before a reload (a startup under way there when it moved, its QP
+    // already in the grant's PD).
+    let claimed = shared
+        .memory
+        .as_ref()
+        .is_some_and(|m| m.established(k, qp, local, peer, ulp_token));
+    if claimed {
+        Finisher::Memory
+    } else {
+        Finisher::Nobody
     }
 }
 
@@ -2574,6 +2658,88 @@ mod tests {
         late.wait_ticking(StdDuration::from_millis(50), || ticks += 1);
         t.join().unwrap();
         assert!(ticks >= 2, "{ticks} ticks in 300 ms");
+    }
+
+    /// A reload swaps the memory and rping services' ports while a startup
+    /// of each is under way: each was decided by its service's listener
+    /// before the move (the memory client told its grant in the Reply, the
+    /// rping client accepted), and its connection reaches its core after
+    /// it. Each is finished by the service that accepted it, not by the
+    /// one its port names now: the memory client's QP is made in its
+    /// grant's PD and the memory service lends it the region, the rping
+    /// client's is made in the core's own PD and goes to rping (found by
+    /// a review: the memory client's connection went to rping, which the
+    /// port named by then, its grant left for `reap`).
+    #[test]
+    fn a_reload_that_swaps_the_memory_and_rping_ports_leaves_each_startup_to_its_service() {
+        use control::runtime::Decision;
+        use std::net::{Ipv4Addr, SocketAddrV4};
+        let shared =
+            prepare(loopback("lcores = [0]"), PathBuf::from("swap.toml")).expect("prepared");
+        let before = *shared.listeners.lock().unwrap();
+        let (memory_port, rping_port) = (before.memory.unwrap(), before.rping.unwrap());
+        let memory = shared.memory.clone().expect("the example's memory service");
+        memory.listen_on(memory_port);
+        let on = |port| SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+        let (lender, pinger) = (on(40000), on(40001));
+        // Under the configuration of the start, both Requests are accepted.
+        let request = crate::memory::encode_request("shared");
+        let Decision::Accept(lent) = memory.decide(&request, memory_port, lender) else {
+            panic!("the memory client refused");
+        };
+        let rping_request = control::mpa::Request {
+            revision: 2,
+            crc: true,
+            markers: false,
+            enhanced: None,
+            private_data: Vec::new(),
+        };
+        let Decision::Accept(pinged) = (shared.rping.on_request())(&rping_request, pinger) else {
+            panic!("the rping client refused");
+        };
+        // SIGHUP swaps the two ports, and the core applies it (`relisten`).
+        let swapped = ListenerPorts {
+            memory: Some(rping_port),
+            rping: Some(memory_port),
+            ..before
+        };
+        *shared.listeners.lock().unwrap() = swapped;
+        memory.listen_on(rping_port);
+        // Then the memory client's connection reaches the core, on the
+        // port that is rping's now.
+        let qp = rnic_engine::verbs::QpHandle(3);
+        let pd = pd_choice(&shared, on(memory_port), lender, lent.ulp_token);
+        assert!(matches!(pd, PdChoice::In(_)), "not its grant's PD: {pd:?}");
+        let by = finisher(&shared, &[], 0, qp, on(memory_port), lender, lent.ulp_token);
+        assert_eq!(by, Finisher::Memory, "the memory client's connection");
+        assert_eq!(memory.lendings().len(), 1, "its region lent");
+        // And the rping client's, on the port that is the memory
+        // service's now.
+        let pd = pd_choice(&shared, on(rping_port), pinger, pinged.ulp_token);
+        assert_eq!(pd, PdChoice::Default, "the rping client's QP");
+        let qp = rnic_engine::verbs::QpHandle(4);
+        let by = finisher(
+            &shared,
+            &[],
+            0,
+            qp,
+            on(rping_port),
+            pinger,
+            pinged.ulp_token,
+        );
+        assert_eq!(by, Finisher::Rping, "the rping client's connection");
+        assert_eq!(memory.lendings().len(), 1);
+        // A connection on either port that no service accepted is ended,
+        // and one on the memory service's port gets no QP at all.
+        let stranger = on(40002);
+        assert_eq!(
+            pd_choice(&shared, on(rping_port), stranger, 0),
+            PdChoice::Refuse
+        );
+        for port in [memory_port, rping_port] {
+            let by = finisher(&shared, &[], 0, qp, on(port), stranger, 0);
+            assert_eq!(by, Finisher::Nobody, "port {port}");
+        }
     }
 
     /// A bench run begun over DDP over SCTP has its lease STag in DDP over

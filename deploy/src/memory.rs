@@ -183,6 +183,14 @@ struct Conn {
 /// A registration made for one client's connection.
 #[derive(Debug, Clone)]
 struct Registration {
+    /// Which grant this is: the token of the accept that made it
+    /// (control's `Accept::ulp_token`), which its startup's handoff and
+    /// failure report carry back. A four-tuple names a connection only
+    /// while it lives: a client that reconnects from the same port once
+    /// its first startup failed gets a grant of its own under the same
+    /// four-tuple, and the first one's failure, reported later, must not
+    /// revoke it (found by a review).
+    id: u64,
     stag: u32,
     /// The client's own protection domain: its STag's and its QP's.
     pd: Pd,
@@ -223,6 +231,8 @@ pub struct MemoryService {
     registry: Arc<Registry>,
     /// Registrations by the client's connection (one per live connection).
     grants: Mutex<HashMap<Conn, Registration>>,
+    /// The next grant's id (from 1: a token of 0 names no grant).
+    next_id: AtomicU64,
     /// Ended clients' PDs not yet freed: a QP still in one (its core has
     /// not yet destroyed it) keeps it until a later try.
     retired: Mutex<Vec<Pd>>,
@@ -283,6 +293,7 @@ impl MemoryService {
             regions,
             registry,
             grants: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
             retired: Mutex::new(Vec::new()),
             ports: Mutex::new(Ports::default()),
             grants_max,
@@ -306,7 +317,10 @@ impl MemoryService {
 
     /// The control-plane thread's decision on a Request from `peer` to our
     /// TCP port `port` (one the service listens on: each listener's
-    /// callback knows its own).
+    /// callback knows its own). An accept's `ulp_token` is its grant's id
+    /// (never 0): the connection's handoff names it to
+    /// [`MemoryService::pd_for`], [`MemoryService::established`] and
+    /// [`MemoryService::unclaimed`].
     pub fn decide(&self, private_data: &[u8], port: u16, peer: SocketAddrV4) -> Decision {
         let decision = self.try_grant(private_data, Conn { port, peer });
         match &decision {
@@ -319,10 +333,17 @@ impl MemoryService {
             }
         }
         match decision {
-            Ok((grant, name)) => {
-                tracing::info!(service = "memory", %peer, region = name, "connection accepted");
+            Ok((grant, name, id)) => {
+                tracing::info!(
+                    service = "memory",
+                    %peer,
+                    region = name,
+                    grant = id,
+                    "connection accepted"
+                );
                 Decision::Accept(Accept {
                     private_data: grant.encode(),
+                    ulp_token: id,
                     ..Accept::default()
                 })
             }
@@ -334,7 +355,7 @@ impl MemoryService {
         &self,
         private_data: &[u8],
         conn: Conn,
-    ) -> Result<(Grant, String), (RejectCode, String)> {
+    ) -> Result<(Grant, String, u64), (RejectCode, String)> {
         let peer = conn.peer;
         if self.draining.load(Ordering::SeqCst) {
             return Err((RejectCode::Limit, "the service is draining".into()));
@@ -407,9 +428,11 @@ impl MemoryService {
                 return Err((RejectCode::Limit, format!("no STag left: {e}")));
             }
         };
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         grants.insert(
             conn,
             Registration {
+                id,
                 stag: mr.stag,
                 pd,
                 region: index,
@@ -425,6 +448,7 @@ impl MemoryService {
                 access: lent.bits,
             },
             name.to_string(),
+            id,
         ))
     }
 
@@ -466,16 +490,17 @@ impl MemoryService {
         self.ports.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The PD a core makes the QP of a connection from `peer` to `local`
-    /// in: its grant's, if the service granted `peer` a lending that no
-    /// connection has claimed yet and `local` is a port the service
+    /// The PD a core makes the QP of a connection from `peer` to `local`,
+    /// whose accept named `grant` (its handoff's ULP token), in: that
+    /// grant's, if the service granted it to this four-tuple, no
+    /// connection has claimed it yet and `local` is a port the service
     /// listens or listened on. Another connection to the service's port
     /// (its grant revoked, or never made) is refused, so that no QP of
     /// this service joins the daemon's own PD; a connection to another
     /// service stays in the daemon's PD (one from a grant's address and
     /// port too: it must not hold the grant's PD, which it could keep
     /// from being freed for as long as it stays open).
-    pub fn pd_for(&self, local: SocketAddrV4, peer: SocketAddrV4) -> PdChoice {
+    pub fn pd_for(&self, local: SocketAddrV4, peer: SocketAddrV4, grant: u64) -> PdChoice {
         let (ours, now) = {
             let ports = self.ports();
             (
@@ -488,7 +513,7 @@ impl MemoryService {
             peer,
         };
         match self.grants().get(&conn) {
-            Some(g) if ours && g.qp.is_none() => PdChoice::In(g.pd),
+            Some(g) if ours && g.id == grant && g.qp.is_none() => PdChoice::In(g.pd),
             _ if now => PdChoice::Refuse,
             _ => PdChoice::Default,
         }
@@ -499,23 +524,26 @@ impl MemoryService {
         self.grants().len() + self.retired().len()
     }
 
-    /// Core `core` runs the connection from `peer` to `local` as QP `qp`:
-    /// whether it is one the service granted (on the port it listens on,
-    /// or one it listened on before a reload). A connection without a
-    /// grant (revoked meanwhile, or none) is the caller's to end.
+    /// Core `core` runs the connection from `peer` to `local` as QP `qp`,
+    /// whose accept named `grant` (its handoff's ULP token): whether it is
+    /// one the service granted, that grant still live for this four-tuple
+    /// (on the port it listens on, or one it listened on before a
+    /// reload). A connection without its grant (revoked meanwhile, or
+    /// none) is the caller's to end.
     pub fn established(
         &self,
         core: usize,
         qp: QpHandle,
         local: SocketAddrV4,
         peer: SocketAddrV4,
+        grant: u64,
     ) -> bool {
         let conn = Conn {
             port: local.port(),
             peer,
         };
         match self.grants().get_mut(&conn) {
-            Some(g) if g.qp.is_none() => {
+            Some(g) if g.id == grant && g.qp.is_none() => {
                 g.qp = Some((core, qp));
                 true
             }
@@ -537,13 +565,16 @@ impl MemoryService {
         }
     }
 
-    /// A startup from `peer` to `local` ended without a QP (it failed
-    /// after the accept, or its core had no room): if the service granted
-    /// it a lending that no connection claimed, the grant goes now rather
-    /// than at [`MemoryService::reap`], so that clients that reset right
-    /// after their Request cannot hold the service's grants. Returns
-    /// whether one went.
-    pub fn unclaimed(&self, local: SocketAddrV4, peer: SocketAddrV4) -> bool {
+    /// A startup from `peer` to `local`, whose accept named `grant` (its
+    /// handoff's ULP token), ended without a QP (it failed after the
+    /// accept, or its core had no room): if that grant is still this
+    /// four-tuple's and no connection claimed it, it goes now rather than
+    /// at [`MemoryService::reap`], so that clients that reset right after
+    /// their Request cannot hold the service's grants. A later grant to
+    /// the same four-tuple (the client reconnected from the same port
+    /// before this report came) is another's and stays. Returns whether
+    /// one went.
+    pub fn unclaimed(&self, local: SocketAddrV4, peer: SocketAddrV4, grant: u64) -> bool {
         if !self.ports().ever.contains(&local.port()) {
             return false;
         }
@@ -552,14 +583,17 @@ impl MemoryService {
             peer,
         };
         let mut grants = self.grants();
-        if grants.get(&conn).is_none_or(|g| g.qp.is_some()) {
+        if grants
+            .get(&conn)
+            .is_none_or(|g| g.id != grant || g.qp.is_some())
+        {
             return false;
         }
         if let Some(g) = grants.remove(&conn) {
             self.revoke(&g);
         }
         drop(grants);
-        tracing::info!(service = "memory", %peer, "startup failed after its grant: revoked");
+        tracing::info!(service = "memory", %peer, grant, "startup failed after its grant: revoked");
         true
     }
 
@@ -706,8 +740,17 @@ mod tests {
     }
 
     fn granted(d: Decision) -> Grant {
+        accepted(d).0
+    }
+
+    /// The grant an accept tells the client, and the token (the grant's
+    /// id) its handoff carries back.
+    fn accepted(d: Decision) -> (Grant, u64) {
         match d {
-            Decision::Accept(a) => Grant::decode(&a.private_data).unwrap(),
+            Decision::Accept(a) => {
+                assert_ne!(a.ulp_token, 0, "an accept names its grant");
+                (Grant::decode(&a.private_data).unwrap(), a.ulp_token)
+            }
             Decision::Reject(pd) => panic!("refused: {:?}", Grant::decode(&pd)),
         }
     }
@@ -755,14 +798,16 @@ mod tests {
         let s = service();
         let a = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), 4000);
         let b = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 2), 4000);
-        let ga = granted(s.decide(&encode_request("shared"), 7000, a));
-        let gb = granted(s.decide(&encode_request("shared"), 7000, b));
+        let (ga, ta) = accepted(s.decide(&encode_request("shared"), 7000, a));
+        let (gb, tb) = accepted(s.decide(&encode_request("shared"), 7000, b));
         assert_ne!(ga.stag, gb.stag);
+        assert_ne!(ta, tb);
         assert_eq!((ga.len, ga.access), (1 << 20, 3));
         // The limit: two at once.
         let c = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 3), 4000);
         assert_eq!(refused(s.decide(&encode_request("ro"), 7000, c)), 4);
-        assert!(s.established(0, QpHandle(7), LOCAL, a));
+        assert!(!s.established(0, QpHandle(7), LOCAL, a, tb), "b's grant");
+        assert!(s.established(0, QpHandle(7), LOCAL, a, ta));
         s.ended(0, QpHandle(7));
         assert_eq!(s.grants_live(), 1);
         assert_eq!(s.closed.load(Ordering::Relaxed), 1);
@@ -779,21 +824,21 @@ mod tests {
         let other_port = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 9), 7001);
         let a = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), 4000);
         let b = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 2), 4000);
-        let ga = granted(s.decide(&encode_request("shared"), 7000, a));
-        let gb = granted(s.decide(&encode_request("shared"), 7000, b));
+        let (ga, ta) = accepted(s.decide(&encode_request("shared"), 7000, a));
+        let (gb, tb) = accepted(s.decide(&encode_request("shared"), 7000, b));
         // Another service's failed startup from the same address and port
         // is not this grant's.
-        assert!(!s.unclaimed(other_port, a));
+        assert!(!s.unclaimed(other_port, a, ta));
         assert_eq!(s.grants_live(), 2);
         // a's startup failed after its accept (a reset): its grant goes
         // now, not 20 s later at `reap`, and its slot is free again.
-        assert!(s.unclaimed(memory, a));
+        assert!(s.unclaimed(memory, a, ta));
         assert!(s.registry.dereg_mr(ga.stag).is_err(), "revoked");
         assert_eq!(s.grants_live(), 1);
-        assert!(!s.unclaimed(memory, a), "once");
+        assert!(!s.unclaimed(memory, a, ta), "once");
         // A claimed grant stays: its connection runs.
-        assert!(s.established(0, QpHandle(3), LOCAL, b));
-        assert!(!s.unclaimed(memory, b));
+        assert!(s.established(0, QpHandle(3), LOCAL, b, tb));
+        assert!(!s.unclaimed(memory, b, tb));
         assert_eq!(s.grants_live(), 1);
         // At the limit, a client again from the same address and port
         // replaces its own grant instead of being refused.
@@ -848,9 +893,61 @@ mod tests {
             "its PD freed"
         );
         assert!(
-            !s.established(0, QpHandle(1), LOCAL, p),
+            !s.established(0, QpHandle(1), LOCAL, p, 1),
             "a revoked grant is not claimed"
         );
+    }
+
+    /// A client's startup fails after its grant (it reset once its
+    /// Request was accepted) and the client reconnects from the same port
+    /// before that failure is handed to the service: the new connection's
+    /// Request gets a grant of its own under the same four-tuple. The old
+    /// startup's late failure names the old grant (its accept's token) and
+    /// leaves the new one alone, which the new connection then claims and
+    /// is lent the region by (found by a review: the failure named only the
+    /// four-tuple, so it revoked the new grant, and the new connection,
+    /// its STag gone, was ended as soon as it reached its core).
+    #[test]
+    fn a_late_failure_of_an_old_startup_leaves_the_new_grant_of_its_four_tuple() {
+        let s = open_region(Duration::from_secs(10));
+        s.listen_on(7000);
+        let a = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), 4000);
+        let (old, old_token) = accepted(s.decide(&encode_request("r"), 7000, a));
+        // The client reconnects from port 4000: its first grant goes (the
+        // same four-tuple again), a new one comes.
+        let (new, new_token) = accepted(s.decide(&encode_request("r"), 7000, a));
+        assert_ne!(old_token, new_token);
+        assert!(s.registry.dereg_mr(old.stag).is_err(), "the old STag went");
+        // Now the first startup's failure is handed over.
+        assert!(
+            !s.unclaimed(LOCAL, a, old_token),
+            "the old startup's failure revoked the new connection's grant"
+        );
+        assert_eq!(s.grants_live(), 1);
+        // The new connection reaches its core: its QP in its grant's PD,
+        // the grant claimed, the region lent.
+        assert!(
+            matches!(s.pd_for(LOCAL, a, new_token), PdChoice::In(_)),
+            "{:?}",
+            s.pd_for(LOCAL, a, new_token)
+        );
+        assert!(s.established(0, QpHandle(5), LOCAL, a, new_token));
+        let lending = Lending {
+            peer: a,
+            region: "r".into(),
+            core: 0,
+            qp: QpHandle(5),
+        };
+        assert_eq!(s.lendings(), [lending]);
+        let (accepted, closed) = (
+            s.accepted.load(Ordering::Relaxed),
+            s.closed.load(Ordering::Relaxed),
+        );
+        assert_eq!((accepted, closed), (2, 1));
+        // Its own end revokes it.
+        s.ended(0, QpHandle(5));
+        assert_eq!(s.grants_live(), 0);
+        assert!(s.registry.dereg_mr(new.stag).is_err(), "revoked at its end");
     }
 
     /// A reload moves the service to another port; a client's connection
@@ -866,15 +963,15 @@ mod tests {
         let s = open_region(Duration::from_secs(10));
         s.listen_on(7000);
         let a = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 1), 4000);
-        let first = granted(s.decide(&encode_request("r"), 7000, a));
-        assert!(s.established(0, QpHandle(7), LOCAL, a));
+        let (first, t1) = accepted(s.decide(&encode_request("r"), 7000, a));
+        assert!(s.established(0, QpHandle(7), LOCAL, a, t1));
         // SIGHUP: the service moves to 7002; the first connection runs on.
         s.listen_on(7002);
-        let second = granted(s.decide(&encode_request("r"), 7002, a));
+        let (second, t2) = accepted(s.decide(&encode_request("r"), 7002, a));
         assert_ne!(first.stag, second.stag);
         assert_eq!(s.grants_live(), 2, "the running lending was revoked");
         let moved = SocketAddrV4::new(*LOCAL.ip(), 7002);
-        assert!(s.established(0, QpHandle(8), moved, a));
+        assert!(s.established(0, QpHandle(8), moved, a, t2));
         assert_eq!(s.lendings().len(), 2);
         // The first connection ends: its grant goes, the second's stays.
         s.ended(0, QpHandle(7));
@@ -904,28 +1001,31 @@ mod tests {
         let b = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 2), 4000);
         let c = SocketAddrV4::new(Ipv4Addr::new(10, 1, 1, 3), 4000);
         let baseline = s.registry.pds_in_use();
-        granted(s.decide(&encode_request("shared"), 7000, a));
-        granted(s.decide(&encode_request("shared"), 7000, b));
-        let (PdChoice::In(pa), PdChoice::In(pb)) = (s.pd_for(local, a), s.pd_for(local, b)) else {
+        let (_, ta) = accepted(s.decide(&encode_request("shared"), 7000, a));
+        let (_, tb) = accepted(s.decide(&encode_request("shared"), 7000, b));
+        let (PdChoice::In(pa), PdChoice::In(pb)) = (s.pd_for(local, a, ta), s.pd_for(local, b, tb))
+        else {
             panic!(
                 "no PD of their own: {:?}",
-                (s.pd_for(local, a), s.pd_for(local, b))
+                (s.pd_for(local, a, ta), s.pd_for(local, b, tb))
             );
         };
         assert_ne!(pa, pb);
         assert_eq!((s.pds_live(), s.registry.pds_in_use()), (2, baseline + 2));
         // No grant: refused on the service's port, the daemon's PD elsewhere.
-        assert_eq!(s.pd_for(local, c), PdChoice::Refuse);
-        assert_eq!(s.pd_for(elsewhere, c), PdChoice::Default);
+        assert_eq!(s.pd_for(local, c, 0), PdChoice::Refuse);
+        assert_eq!(s.pd_for(elsewhere, c, 0), PdChoice::Default);
         // A's address and port on another service's port: not A's PD.
-        assert_eq!(s.pd_for(elsewhere, a), PdChoice::Default);
+        assert_eq!(s.pd_for(elsewhere, a, ta), PdChoice::Default);
+        // A's four-tuple, but another accept's token: not A's PD.
+        assert_eq!(s.pd_for(local, a, tb), PdChoice::Refuse);
         // The service moves (a reload): a startup on its old port keeps
         // its grant's PD; the old port, now another's, refuses nobody.
         s.listen_on(7002);
-        assert_eq!(s.pd_for(local, a), PdChoice::In(pa));
-        assert_eq!(s.pd_for(local, c), PdChoice::Default);
+        assert_eq!(s.pd_for(local, a, ta), PdChoice::In(pa));
+        assert_eq!(s.pd_for(local, c, 0), PdChoice::Default);
         let moved = SocketAddrV4::new(*local.ip(), 7002);
-        assert_eq!(s.pd_for(moved, c), PdChoice::Refuse);
+        assert_eq!(s.pd_for(moved, c, 0), PdChoice::Refuse);
         s.listen_on(7000);
 
         // a's QP on a core, in its PD; its connection ends: both go.
@@ -940,8 +1040,8 @@ mod tests {
             rq_size: 4,
         };
         let qa = rnic.create_qp(init(pa)).unwrap();
-        assert!(s.established(0, qa, LOCAL, a));
-        assert_eq!(s.pd_for(local, a), PdChoice::Refuse, "claimed once");
+        assert!(s.established(0, qa, LOCAL, a, ta));
+        assert_eq!(s.pd_for(local, a, ta), PdChoice::Refuse, "claimed once");
         rnic.destroy_qp(qa).unwrap();
         s.ended(0, qa);
         assert_eq!((s.pds_live(), s.registry.pds_in_use()), (1, baseline + 1));

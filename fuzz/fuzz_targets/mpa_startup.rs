@@ -117,6 +117,7 @@ fuzz_target!(|data: &[u8]| {
                     ord: input.accept_ord.map(clamp),
                     ord_required: input.ord_required.map(clamp),
                     private_data: b"yes".to_vec(),
+                    ulp_token: 0,
                 })
             };
             assert!(result.is_ok());

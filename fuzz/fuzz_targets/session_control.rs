@@ -78,6 +78,7 @@ impl Header {
                 ord: optional(8, h[5]),
                 ord_required: optional(16, h[6]),
                 private_data: b"ok".to_vec(),
+                ulp_token: 0,
             },
         }
     }
