@@ -34,16 +34,23 @@ fn spec(mode: Mode, stop: Stop) -> Spec {
 fn the_busy_qps_rate_beside_a_latency_run_is_over_its_timed_part() {
     let stop = AtomicBool::new(false);
     let mut rig = rig::embedded(&config(memory_for(2, 1024))).unwrap();
-    // The busy QP's workload alone: one QP, 16 Writes in flight.
-    let alone = workload::run(
-        &mut rig,
-        &spec(Mode::Bandwidth, Stop::Iterations(20_000)),
-        false,
-        &stop,
-        &mut |_| {},
-    )
-    .unwrap();
-    let alone_rate = alone.messages as f64 / alone.elapsed.as_secs_f64();
+    // The busy QP's workload alone: one QP, 16 Writes in flight; its best
+    // of three runs, so that another process taking the CPU during one
+    // (a parallel build) does not make the one QP's own rate look low (it
+    // failed so once, at 0.34 against 0.59 M/s beside).
+    let alone_rate = (0..3)
+        .map(|_| {
+            let alone = workload::run(
+                &mut rig,
+                &spec(Mode::Bandwidth, Stop::Iterations(20_000)),
+                false,
+                &stop,
+                &mut |_| {},
+            )
+            .unwrap();
+            alone.messages as f64 / alone.elapsed.as_secs_f64()
+        })
+        .fold(0.0, f64::max);
     // Five timed ping-pongs beside it.
     let m = workload::run_beside(
         &mut rig,
