@@ -690,9 +690,9 @@ impl SctpServer {
                     a.peers.insert(assoc, peer);
                 }
                 SctpEvent::AssociationEnded { assoc, reason, .. } => {
-                    if a.peers.remove(&assoc).is_some() && abrupt(reason) {
-                        self.ended_abruptly += 1;
-                    }
+                    // One that came up here.
+                    let ours = a.peers.remove(&assoc).is_some();
+                    self.ended_abruptly += u64::from(ours && abrupt(reason));
                 }
                 SctpEvent::StreamUp {
                     assoc,
